@@ -1,0 +1,223 @@
+/*
+ * ovl.h: the public API of libovl, the client library of ovld.
+ *
+ * ovld runs overlapped all-gather + GEMM ("AG-GEMM") pipelines for the ranks of
+ * a tensor-parallel job:  C_r = [A_0; A_1; ...; A_(W-1)] @ B_r.
+ *
+ * A process connects to the node's ovld (ovl_connect), joins a job as one rank
+ * (ovl_comm_init), and submits operations (ovl_allgather_gemm). Submission is
+ * asynchronous: the call returns once the request is on the socket. Ordering
+ * against the caller is by doorbells: on a GPU the caller's CUDA stream waits
+ * for the op's completion; with the host backend the caller waits with
+ * ovl_comm_synchronize().
+ *
+ * Every function returns an ovl_status_t: OVL_OK (0) or a negative code.
+ * ovl_strerror() names a code; ovl_last_error() gives the message of the last
+ * failure on a client (the daemon's own words where the daemon refused).
+ *
+ * Threads: one ovl_client_t and the comms made from it may be used by one
+ * thread at a time.
+ */
+#ifndef OVL_H
+#define OVL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OVL_VERSION_MAJOR 0
+#define OVL_VERSION_MINOR 3
+#define OVL_VERSION_PATCH 0
+#define OVL_VERSION_STRING "0.3.0"
+
+/* The wire protocol's version. A daemon and a client of different protocol
+ * versions refuse each other at the handshake, naming both versions. */
+#define OVL_PROTOCOL_VERSION 1
+
+/* The socket a client uses when given none and $OVL_SOCKET is unset. */
+#define OVL_DEFAULT_SOCKET "/run/ovl/ovld.sock"
+
+typedef enum ovl_status {
+    OVL_OK = 0,
+    OVL_ERR_INVALID = -1,      /* a bad argument */
+    OVL_ERR_NOMEM = -2,        /* out of memory */
+    OVL_ERR_SYSTEM = -3,       /* a system call failed (errno in the message) */
+    OVL_ERR_PROTOCOL = -4,     /* a malformed, unexpected or out-of-order message */
+    OVL_ERR_VERSION = -5,      /* protocol versions differ */
+    OVL_ERR_TIMEOUT = -6,      /* no answer in time */
+    OVL_ERR_CONNECT = -7,      /* the daemon is unreachable */
+    OVL_ERR_CLOSED = -8,       /* the connection was closed */
+    OVL_ERR_PERMISSION = -9,   /* not allowed for this user */
+    OVL_ERR_NOT_FOUND = -10,   /* no such job, buffer, device or comm */
+    OVL_ERR_EXISTS = -11,      /* already there (a rank joined twice) */
+    OVL_ERR_LIMIT = -12,       /* a size or quota limit was hit */
+    OVL_ERR_MISMATCH = -13,    /* the ranks of a job disagree */
+    OVL_ERR_RANGE = -14,       /* a buffer range lies outside its registration */
+    OVL_ERR_BACKEND = -15,     /* the backend (CUDA, NCCL, cuBLAS, host) failed */
+    OVL_ERR_UNSUPPORTED = -16, /* not supported by this daemon or backend */
+    OVL_ERR_ABORTED = -17,     /* the job was aborted (a rank left or failed) */
+    OVL_ERR_CONFIG = -18,      /* a bad configuration file */
+    OVL_ERR_SHUTDOWN = -19,    /* the daemon is shutting down */
+    OVL_ERR_AGAIN = -20,       /* not complete yet; try again */
+    OVL_ERR_INTERNAL = -21,    /* a bug: please report it */
+} ovl_status_t;
+
+/* The name of a status code, never NULL. */
+const char *ovl_strerror(ovl_status_t status);
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct ovl_client ovl_client_t;
+
+/*
+ * Connects to ovld and performs the version handshake.
+ * path: the socket; NULL means $OVL_SOCKET, or OVL_DEFAULT_SOCKET if unset.
+ * On success *ret_client is set; on failure it is left untouched and, when
+ * the failure came from the daemon, the message is printed by
+ * ovl_connect_error() until the next ovl_connect in this thread.
+ */
+ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client);
+
+/* The message of the last failed ovl_connect in this thread (never NULL). */
+const char *ovl_connect_error(void);
+
+/* Closes the connection; the daemon releases everything this client
+ * registered and every comm it held. Accepts NULL. */
+void ovl_disconnect(ovl_client_t *client);
+
+/* Timeout in milliseconds for blocking calls on this client (default 30000;
+ * 0 or negative: wait forever). */
+void ovl_set_timeout(ovl_client_t *client, int timeout_ms);
+
+/* The message of the last failure on this client ("" if none). */
+const char *ovl_last_error(const ovl_client_t *client);
+
+/* What the daemon said at the handshake. */
+typedef struct ovl_daemon_info {
+    uint32_t protocol_version;
+    char version[32];
+    char backend[16]; /* "host" or "cuda" */
+    int32_t pid;
+    uint32_t ndevices;
+} ovl_daemon_info_t;
+
+ovl_status_t ovl_daemon_info(const ovl_client_t *client, ovl_daemon_info_t *ret_info);
+
+/* ----------------------------------------------------------------- memory */
+
+typedef struct ovl_mem ovl_mem_t;
+
+/*
+ * Host backend only: allocates `bytes` of memory shared with ovld (memfd
+ * backed, the host analogue of cudaMalloc) and registers it. Returns NULL on
+ * failure (see ovl_last_error). Free with ovl_host_free.
+ */
+void *ovl_host_alloc(ovl_client_t *client, size_t bytes);
+ovl_status_t ovl_host_free(ovl_client_t *client, void *ptr);
+
+/*
+ * Registers [ptr, ptr+bytes) with ovld, so that ops may name it. Optional: an
+ * op registers what it is given on first use and caches it. A range inside
+ * memory already registered returns that registration. With the host backend
+ * ptr must lie in memory from ovl_host_alloc.
+ */
+ovl_status_t ovl_mem_register(ovl_client_t *client, void *ptr, size_t bytes, ovl_mem_t **ret_mem);
+ovl_status_t ovl_mem_deregister(ovl_client_t *client, ovl_mem_t *mem);
+
+/* ---------------------------------------------------------------- comms */
+
+typedef struct ovl_comm ovl_comm_t;
+
+/*
+ * Joins job `job_id` (at most 63 bytes) as rank `rank` of `world`, bound to
+ * local device `device`: a CUDA device ordinal, or with the host backend the
+ * index of one of the daemon's host devices. The device travels as its UUID.
+ * The first rank to join creates the job and makes the caller's uid its owner.
+ */
+ovl_status_t ovl_comm_init(ovl_client_t *client, const char *job_id, uint32_t world, uint32_t rank,
+                           int device, ovl_comm_t **ret_comm);
+
+/* Waits for the comm's ops, leaves the job and frees the comm. Accepts NULL. */
+ovl_status_t ovl_comm_destroy(ovl_comm_t *comm);
+
+/* The error of any earlier op on this comm (OVL_OK if none), like
+ * ncclCommGetAsyncError. The message is in ovl_last_error. */
+ovl_status_t ovl_comm_check(ovl_comm_t *comm);
+
+/* Waits on the host until every op submitted on the comm is done, then
+ * returns ovl_comm_check's answer. */
+ovl_status_t ovl_comm_synchronize(ovl_comm_t *comm);
+
+/* ------------------------------------------------------------ AG-GEMM */
+
+typedef enum ovl_dtype {
+    OVL_DTYPE_BF16 = 0,
+    OVL_DTYPE_FP16 = 1,
+    OVL_DTYPE_FP32 = 2,
+} ovl_dtype_t;
+
+typedef enum ovl_algo {
+    OVL_ALGO_AUTO = 0,       /* the daemon chooses */
+    OVL_ALGO_NAIVE = 1,      /* all-gather, then one GEMM */
+    OVL_ALGO_COLLECTIVE = 2, /* chunked all-gather overlapped with chunk GEMMs */
+    OVL_ALGO_RING = 3,       /* own shard first, peers' shards by pulls */
+} ovl_algo_t;
+
+/*
+ * One AG-GEMM. Row-major matrices, leading dimensions in elements.
+ *   a      m x k, this rank's shard (lda >= k)
+ *   b      k x n (transb == 0, ldb >= n) or n x k (transb != 0, ldb >= k)
+ *   c      (world*m) x n output (ldc >= n)
+ *   a_out  optional (world*m) x k gathered A (lda_out >= k), NULL if unwanted
+ * Result: c = gather(a) @ op(b), accumulated in fp32, stored in dtype.
+ * algo, chunks and streams choose the pipeline; 0 lets the daemon choose.
+ */
+typedef struct ovl_ag_gemm_desc {
+    const void *a;
+    size_t lda;
+    const void *b;
+    size_t ldb;
+    int transb;
+    void *c;
+    size_t ldc;
+    void *a_out;
+    size_t lda_out;
+    uint64_t m, n, k;
+    ovl_dtype_t dtype;
+    ovl_algo_t algo;
+    uint32_t chunks;
+    uint32_t streams;
+} ovl_ag_gemm_desc_t;
+
+/*
+ * Submits one AG-GEMM on `comm`. Every rank of the job must submit the same
+ * ops in the same order, agreeing on m, n, k, dtype, transb, algo, chunks,
+ * streams and on whether a_out is given.
+ *
+ * stream: with the CUDA backend, the caller's cudaStream_t (NULL: the legacy
+ * default stream): the op starts after the work already on it and the work
+ * enqueued after the call sees c complete. With the host backend it must be
+ * NULL and the caller waits with ovl_comm_synchronize.
+ *
+ * Returns once the request is sent. Errors found later (a disagreement
+ * between ranks, a failure while running) surface through ovl_comm_check.
+ */
+ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc, void *stream);
+
+/* Names, for messages and command lines; NULL for an unknown value. */
+const char *ovl_dtype_name(ovl_dtype_t dtype);
+const char *ovl_algo_name(ovl_algo_t algo);
+/* Parses a name; returns OVL_ERR_INVALID for an unknown one. */
+ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret);
+ovl_status_t ovl_algo_parse(const char *name, ovl_algo_t *ret);
+/* Bytes per element of a dtype (0 for an unknown one). */
+size_t ovl_dtype_size(ovl_dtype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OVL_H */

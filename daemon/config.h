@@ -1,0 +1,73 @@
+/*
+ * config.h: ovld's configuration file. Pure code: parsing never logs; errors
+ * come back as a status and a message "FILE:LINE: what is wrong".
+ *
+ * Format (documented in docs/config.md and in deploy/ovld.conf): one
+ * `key = value` per line; `#` starts a comment (to the end of the line,
+ * outside nothing: values hold no `#`); blank lines are ignored; whitespace
+ * around keys and values is trimmed. Unknown keys, duplicate keys, missing
+ * `=`, empty values and bad values are errors.
+ */
+#ifndef OVLD_CONFIG_H
+#define OVLD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ovl.h"
+
+/* syslog priorities, as sd-daemon(3) prefixes use them */
+typedef enum ovld_log_level {
+    OVLD_LOG_ERROR = 3,
+    OVLD_LOG_WARN = 4,
+    OVLD_LOG_INFO = 6,
+    OVLD_LOG_DEBUG = 7,
+} ovld_log_level_t;
+
+typedef enum ovld_backend_kind {
+    OVLD_BACKEND_AUTO = 0, /* cuda where a GPU is present, else host */
+    OVLD_BACKEND_HOST = 1,
+    OVLD_BACKEND_CUDA = 2,
+} ovld_backend_kind_t;
+
+#define OVLD_CONFIG_PATH_MAX 108 /* sizeof(sun_path) */
+
+typedef struct ovld_config {
+    char socket_path[OVLD_CONFIG_PATH_MAX]; /* socket: default OVL_DEFAULT_SOCKET */
+    char socket_group[64];                  /* socket_group: "" = leave the group alone */
+    unsigned socket_mode;                   /* socket_mode: octal, default 0660 */
+    ovld_log_level_t log_level;             /* log_level: error|warn|info|debug, default info */
+    ovld_backend_kind_t backend;            /* backend: auto|host|cuda, default auto */
+    uint32_t host_devices;                  /* host_devices: 1..64, default 8 */
+    uint32_t max_frame_bytes;               /* max_frame_bytes: 4K..64M, default 1M */
+    uint32_t max_connections;               /* max_connections: 1..65536, default 1024 */
+    uint32_t max_registrations;             /* max_registrations (per client): 1..1M, default 4096 */
+    uint64_t max_mapped_bytes;              /* max_mapped_bytes (per client): >= 4K, default 1T */
+    uint32_t max_ops_in_flight;             /* max_ops_in_flight (per job): 1..4096, default 64 */
+    uint32_t max_jobs;                      /* max_jobs: 1..65536, default 256 */
+    ovl_algo_t default_algo;                /* default_algo: auto|naive|collective|ring */
+    uint32_t default_chunks;                /* default_chunks: 0 (planner's choice)..64 */
+    uint32_t default_streams;               /* default_streams: 0 (planner's choice)..8 */
+} ovld_config_t;
+
+/* Fills every field with its default. */
+void ovld_config_defaults(ovld_config_t *cfg);
+
+/*
+ * Parses `text` (NUL-terminated; `name` is the file name used in messages)
+ * over *cfg: keys present replace the values in *cfg, others are left as
+ * they are. On error *cfg is left untouched, err (if errlen > 0) holds
+ * "NAME:LINE: message" and OVL_ERR_CONFIG is returned.
+ */
+ovl_status_t ovld_config_parse(ovld_config_t *cfg, const char *name, const char *text, char *err,
+                               size_t errlen);
+
+/* Reads the file at path (at most 1 MiB) and parses it as above. A file that
+ * cannot be read is OVL_ERR_CONFIG with "PATH: strerror". */
+ovl_status_t ovld_config_load(ovld_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* Names for messages and `ovlctl status`. */
+const char *ovld_log_level_name(ovld_log_level_t level);
+const char *ovld_backend_kind_name(ovld_backend_kind_t kind);
+
+#endif /* OVLD_CONFIG_H */

@@ -1,0 +1,91 @@
+/*
+ * status.c: names of status codes, dtypes and algorithms, shared by libovl,
+ * ovlctl and ovld so that all three print the same words.
+ */
+#include <string.h>
+
+#include "ovl.h"
+
+const char *ovl_strerror(ovl_status_t status)
+{
+    switch (status) {
+    case OVL_OK: return "success";
+    case OVL_ERR_INVALID: return "invalid argument";
+    case OVL_ERR_NOMEM: return "out of memory";
+    case OVL_ERR_SYSTEM: return "system call failed";
+    case OVL_ERR_PROTOCOL: return "protocol error";
+    case OVL_ERR_VERSION: return "protocol version mismatch";
+    case OVL_ERR_TIMEOUT: return "timed out";
+    case OVL_ERR_CONNECT: return "cannot reach the daemon";
+    case OVL_ERR_CLOSED: return "connection closed";
+    case OVL_ERR_PERMISSION: return "permission denied";
+    case OVL_ERR_NOT_FOUND: return "not found";
+    case OVL_ERR_EXISTS: return "already exists";
+    case OVL_ERR_LIMIT: return "limit exceeded";
+    case OVL_ERR_MISMATCH: return "ranks disagree";
+    case OVL_ERR_RANGE: return "buffer range outside its registration";
+    case OVL_ERR_BACKEND: return "backend failure";
+    case OVL_ERR_UNSUPPORTED: return "not supported";
+    case OVL_ERR_ABORTED: return "job aborted";
+    case OVL_ERR_CONFIG: return "bad configuration";
+    case OVL_ERR_SHUTDOWN: return "daemon shutting down";
+    case OVL_ERR_AGAIN: return "not complete yet";
+    case OVL_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+static const char *const dtype_names[] = {
+    [OVL_DTYPE_BF16] = "bf16",
+    [OVL_DTYPE_FP16] = "fp16",
+    [OVL_DTYPE_FP32] = "fp32",
+};
+
+static const char *const algo_names[] = {
+    [OVL_ALGO_AUTO] = "auto",
+    [OVL_ALGO_NAIVE] = "naive",
+    [OVL_ALGO_COLLECTIVE] = "collective",
+    [OVL_ALGO_RING] = "ring",
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *ovl_dtype_name(ovl_dtype_t dtype)
+{
+    return (unsigned)dtype < NELEM(dtype_names) ? dtype_names[dtype] : NULL;
+}
+
+const char *ovl_algo_name(ovl_algo_t algo)
+{
+    return (unsigned)algo < NELEM(algo_names) ? algo_names[algo] : NULL;
+}
+
+ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret)
+{
+    for (unsigned i = 0; name && i < NELEM(dtype_names); i++)
+        if (strcmp(name, dtype_names[i]) == 0) {
+            *ret = (ovl_dtype_t)i;
+            return OVL_OK;
+        }
+    return OVL_ERR_INVALID;
+}
+
+ovl_status_t ovl_algo_parse(const char *name, ovl_algo_t *ret)
+{
+    for (unsigned i = 0; name && i < NELEM(algo_names); i++)
+        if (strcmp(name, algo_names[i]) == 0) {
+            *ret = (ovl_algo_t)i;
+            return OVL_OK;
+        }
+    return OVL_ERR_INVALID;
+}
+
+size_t ovl_dtype_size(ovl_dtype_t dtype)
+{
+    switch (dtype) {
+    case OVL_DTYPE_BF16:
+    case OVL_DTYPE_FP16: return 2;
+    case OVL_DTYPE_FP32: return 4;
+    }
+    return 0;
+}
