@@ -1,0 +1,790 @@
+/*
+ * libovl.c: the client library (ovl.h). A blocking socket with deadlines:
+ * requests are answered in order, matched by id; AG-GEMM submissions get no
+ * answer (the doorbell says when they are done and whether they failed).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "doorbell.h"
+#include "libovl_internal.h"
+#include "matrix.h"
+#include "ovl.pb-c.h"
+#include "wire.h"
+
+#define OVL_API __attribute__((visibility("default")))
+
+#define DEFAULT_TIMEOUT_MS 30000
+#define UUID_LEN           16
+
+struct ovl_mem {
+    ovl_client_t *cl;
+    uint64_t id;
+    uintptr_t base;
+    size_t bytes;
+    bool host_alloc; /* from ovl_host_alloc: ours to unmap */
+    size_t map_len;
+    struct ovl_mem *next;
+};
+
+struct ovl_comm {
+    ovl_client_t *cl;
+    uint64_t id;
+    uint32_t world, rank;
+    uint64_t seq; /* the last op submitted */
+    struct ovl_doorbell *db;
+    void *db_map;
+    size_t db_map_len;
+    ovl_status_t err; /* sticky, once seen */
+    struct ovl_comm *next;
+};
+
+struct ovl_client {
+    int fd;
+    int timeout_ms;
+    uint64_t next_id;
+    ovl_wire_reader_t rd;
+    ovl_fdq_t fdq;
+    ovl_wire_out_t out;
+    ovl_daemon_info_t info;
+    uint8_t (*uuids)[UUID_LEN];
+    uint32_t ndev;
+    bool host;
+    bool broken; /* the stream is unusable: every call fails */
+    struct ovl_mem *mems;
+    struct ovl_comm *comms;
+    char err[512];
+};
+
+static _Thread_local char connect_err[512];
+
+OVL_API const char *ovl_connect_error(void)
+{
+    return connect_err;
+}
+
+OVL_API const char *ovl_last_error(const ovl_client_t *cl)
+{
+    return cl ? cl->err : "";
+}
+
+static ovl_status_t fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static ovl_status_t fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cl->err, sizeof(cl->err), fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (0 = none: -1 for poll). */
+static int left_ms(uint64_t deadline)
+{
+    if (deadline == 0)
+        return -1;
+    uint64_t now = now_ms();
+    return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+static uint64_t deadline_of(const ovl_client_t *cl)
+{
+    return cl->timeout_ms > 0 ? now_ms() + (uint64_t)cl->timeout_ms : 0;
+}
+
+static ovl_status_t wait_fd(ovl_client_t *cl, short events, uint64_t deadline)
+{
+    struct pollfd p = {.fd = cl->fd, .events = events};
+    for (;;) {
+        int n = poll(&p, 1, left_ms(deadline));
+        if (n > 0)
+            return OVL_OK;
+        if (n == 0)
+            return fail(cl, OVL_ERR_TIMEOUT, "no answer from ovld within %d ms", cl->timeout_ms);
+        if (errno != EINTR)
+            return fail(cl, OVL_ERR_SYSTEM, "poll: %s", strerror(errno));
+    }
+}
+
+static ovl_status_t broken(ovl_client_t *cl, ovl_status_t st, const char *what)
+{
+    cl->broken = true;
+    if (st == OVL_ERR_CLOSED)
+        return fail(cl, st, "ovld closed the connection (%s)", what);
+    return fail(cl, st, "%s: %s%s%s", what, ovl_strerror(st), st == OVL_ERR_SYSTEM ? ": " : "",
+                st == OVL_ERR_SYSTEM ? strerror(errno) : "");
+}
+
+static ovl_status_t flush_all(ovl_client_t *cl, uint64_t deadline)
+{
+    for (;;) {
+        ovl_status_t st = ovl_wire_flush(cl->fd, &cl->out);
+        if (st == OVL_OK)
+            return OVL_OK;
+        if (st != OVL_ERR_AGAIN)
+            return broken(cl, st, "sending to ovld");
+        if ((st = wait_fd(cl, POLLOUT, deadline)) != OVL_OK)
+            return st;
+    }
+}
+
+static ovl_status_t send_request(ovl_client_t *cl, Ovl__Request *q, const int *fds,
+                                 unsigned nfds, uint64_t deadline)
+{
+    if (cl->broken) {
+        for (unsigned i = 0; i < nfds; i++)
+            close(fds[i]);
+        return fail(cl, OVL_ERR_CLOSED, "the connection to ovld is broken");
+    }
+    ovl_status_t st = ovl_wire_out_append(&cl->out, &q->base, OVL_WIRE_DEFAULT_MAX, fds, nfds);
+    if (st != OVL_OK)
+        return fail(cl, st, "cannot queue a request: %s", ovl_strerror(st));
+    return flush_all(cl, deadline);
+}
+
+/* Reads the response with the given id. Responses with id 0 are the
+ * daemon's words about fire-and-forget requests: kept as the last error. */
+static ovl_status_t read_response(ovl_client_t *cl, uint64_t id, uint64_t deadline,
+                                  Ovl__Response **ret)
+{
+    for (;;) {
+        const uint8_t *body;
+        uint32_t len;
+        ovl_status_t st = ovl_wire_reader_next(&cl->rd, &body, &len);
+        if (st == OVL_OK) {
+            Ovl__Response *r = ovl__response__unpack(NULL, len, body);
+            if (!r)
+                return broken(cl, OVL_ERR_PROTOCOL, "malformed response from ovld");
+            if (r->id == id) {
+                *ret = r;
+                return OVL_OK;
+            }
+            if (r->body_case == OVL__RESPONSE__BODY_ERROR && r->error->message)
+                fail(cl, (ovl_status_t)r->error->status, "%s", r->error->message);
+            bool fatal = r->id == 0 && r->body_case == OVL__RESPONSE__BODY_ERROR &&
+                         r->error->status == OVL_ERR_PROTOCOL;
+            ovl__response__free_unpacked(r, NULL);
+            if (fatal) {
+                cl->broken = true;
+                return OVL_ERR_PROTOCOL;
+            }
+            continue;
+        }
+        if (st != OVL_ERR_AGAIN)
+            return broken(cl, st, "bad frame from ovld");
+        if ((st = wait_fd(cl, POLLIN, deadline)) != OVL_OK)
+            return st;
+        size_t n;
+        st = ovl_wire_recv(cl->fd, &cl->rd, &cl->fdq, &n);
+        if (st != OVL_OK && st != OVL_ERR_AGAIN)
+            return broken(cl, st, "receiving from ovld");
+    }
+}
+
+ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
+                       Ovl__Response **ret)
+{
+    uint64_t deadline = deadline_of(cl);
+    q->id = ++cl->next_id;
+    ovl_status_t st = send_request(cl, q, fds, nfds, deadline);
+    if (st != OVL_OK)
+        return st;
+    Ovl__Response *r = NULL;
+    if ((st = read_response(cl, q->id, deadline, &r)) != OVL_OK)
+        return st;
+    if (r->body_case == OVL__RESPONSE__BODY_ERROR) {
+        st = (ovl_status_t)r->error->status;
+        if (st >= 0 || st < OVL_ERR_INTERNAL)
+            st = OVL_ERR_INTERNAL;
+        fail(cl, st, "%s", r->error->message ? r->error->message : ovl_strerror(st));
+        ovl__response__free_unpacked(r, NULL);
+        return st;
+    }
+    *ret = r;
+    return OVL_OK;
+}
+
+void ovl__response_free(Ovl__Response *r)
+{
+    if (r)
+        ovl__response__free_unpacked(r, NULL);
+}
+
+/* ---------------------------------------------------------------- connect */
+
+static const char *socket_path(const char *path)
+{
+    if (path && path[0])
+        return path;
+    const char *env = getenv("OVL_SOCKET");
+    return env && env[0] ? env : OVL_DEFAULT_SOCKET;
+}
+
+static ovl_status_t hello(ovl_client_t *cl)
+{
+    Ovl__Hello h = OVL__HELLO__INIT;
+    h.protocol_version = OVL_PROTOCOL_VERSION;
+    h.library_version = (char *)OVL_VERSION_STRING;
+    h.pid = (int32_t)getpid();
+    h.client_name = program_invocation_short_name;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_HELLO;
+    q.hello = &h;
+    Ovl__Response *r = NULL;
+    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    if (st != OVL_OK)
+        return st;
+    if (r->body_case != OVL__RESPONSE__BODY_HELLO) {
+        ovl__response__free_unpacked(r, NULL);
+        return broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to Hello");
+    }
+    Ovl__HelloReply *hr = r->hello;
+    cl->info.protocol_version = hr->protocol_version;
+    snprintf(cl->info.version, sizeof(cl->info.version), "%s",
+             hr->daemon_version ? hr->daemon_version : "");
+    snprintf(cl->info.backend, sizeof(cl->info.backend), "%s", hr->backend ? hr->backend : "");
+    cl->info.pid = hr->daemon_pid;
+    cl->info.ndevices = (uint32_t)hr->n_devices;
+    cl->host = strcmp(cl->info.backend, "host") == 0;
+    cl->uuids = calloc(hr->n_devices ? hr->n_devices : 1, UUID_LEN);
+    if (!cl->uuids) {
+        ovl__response__free_unpacked(r, NULL);
+        return fail(cl, OVL_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < hr->n_devices; i++)
+        if (hr->devices[i]->uuid.len == UUID_LEN)
+            memcpy(cl->uuids[i], hr->devices[i]->uuid.data, UUID_LEN);
+    cl->ndev = (uint32_t)hr->n_devices;
+    ovl__response__free_unpacked(r, NULL);
+    return OVL_OK;
+}
+
+OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
+{
+    connect_err[0] = '\0';
+    if (!ret_client) {
+        snprintf(connect_err, sizeof(connect_err), "ret_client is NULL");
+        return OVL_ERR_INVALID;
+    }
+    const char *p = socket_path(path);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(p) >= sizeof(sa.sun_path)) {
+        snprintf(connect_err, sizeof(connect_err), "socket path too long: %s", p);
+        return OVL_ERR_INVALID;
+    }
+    memcpy(sa.sun_path, p, strlen(p) + 1);
+    ovl_client_t *cl = calloc(1, sizeof(*cl));
+    if (!cl) {
+        snprintf(connect_err, sizeof(connect_err), "out of memory");
+        return OVL_ERR_NOMEM;
+    }
+    cl->timeout_ms = DEFAULT_TIMEOUT_MS;
+    ovl_wire_reader_init(&cl->rd, OVL_WIRE_DEFAULT_MAX);
+    ovl_fdq_init(&cl->fdq);
+    ovl_wire_out_init(&cl->out);
+    ovl_status_t st;
+    cl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (cl->fd < 0) {
+        snprintf(connect_err, sizeof(connect_err), "socket: %s", strerror(errno));
+        st = OVL_ERR_SYSTEM;
+        goto fail;
+    }
+    if (connect(cl->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        st = e == EACCES || e == EPERM ? OVL_ERR_PERMISSION : OVL_ERR_CONNECT;
+        snprintf(connect_err, sizeof(connect_err), "cannot connect to %s: %s%s", p, strerror(e),
+                 e == ENOENT ? " (is ovld running?)" : "");
+        goto fail;
+    }
+    if ((st = hello(cl)) != OVL_OK) {
+        snprintf(connect_err, sizeof(connect_err), "%s", cl->err);
+        goto fail;
+    }
+    *ret_client = cl;
+    return OVL_OK;
+fail:
+    if (cl->fd >= 0)
+        close(cl->fd);
+    ovl_wire_reader_free(&cl->rd);
+    ovl_wire_out_free(&cl->out);
+    ovl_fdq_close_all(&cl->fdq);
+    free(cl->uuids);
+    free(cl);
+    return st;
+}
+
+static void comm_free(struct ovl_comm *cm)
+{
+    if (cm->db_map)
+        munmap(cm->db_map, cm->db_map_len);
+    free(cm);
+}
+
+OVL_API void ovl_disconnect(ovl_client_t *cl)
+{
+    if (!cl)
+        return;
+    while (cl->comms) {
+        struct ovl_comm *cm = cl->comms;
+        cl->comms = cm->next;
+        comm_free(cm); /* closing the socket leaves the job */
+    }
+    while (cl->mems) {
+        struct ovl_mem *m = cl->mems;
+        cl->mems = m->next;
+        if (m->host_alloc)
+            munmap((void *)m->base, m->map_len);
+        free(m);
+    }
+    close(cl->fd);
+    ovl_wire_reader_free(&cl->rd);
+    ovl_wire_out_free(&cl->out);
+    ovl_fdq_close_all(&cl->fdq);
+    free(cl->uuids);
+    free(cl);
+}
+
+OVL_API void ovl_set_timeout(ovl_client_t *cl, int timeout_ms)
+{
+    if (cl)
+        cl->timeout_ms = timeout_ms;
+}
+
+OVL_API ovl_status_t ovl_daemon_info(const ovl_client_t *cl, ovl_daemon_info_t *ret)
+{
+    if (!cl || !ret)
+        return OVL_ERR_INVALID;
+    *ret = cl->info;
+    return OVL_OK;
+}
+
+/* ----------------------------------------------------------------- memory */
+
+static struct ovl_mem *mem_find(ovl_client_t *cl, uintptr_t p, uint64_t bytes)
+{
+    for (struct ovl_mem *m = cl->mems; m; m = m->next)
+        if (p >= m->base && p - m->base <= m->bytes && bytes <= m->bytes - (p - m->base))
+            return m;
+    return NULL;
+}
+
+OVL_API void *ovl_host_alloc(ovl_client_t *cl, size_t bytes)
+{
+    if (!cl)
+        return NULL;
+    if (!cl->host) {
+        fail(cl, OVL_ERR_UNSUPPORTED, "ovl_host_alloc needs the host backend; ovld runs %s",
+             cl->info.backend);
+        return NULL;
+    }
+    if (bytes == 0) {
+        fail(cl, OVL_ERR_INVALID, "ovl_host_alloc of 0 bytes");
+        return NULL;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    size_t len = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+    if (len < bytes) {
+        fail(cl, OVL_ERR_INVALID, "ovl_host_alloc of %zu bytes overflows", bytes);
+        return NULL;
+    }
+    struct ovl_mem *m = calloc(1, sizeof(*m));
+    void *p = MAP_FAILED;
+    int fd = memfd_create("ovl-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (!m || fd < 0) {
+        fail(cl, m ? OVL_ERR_SYSTEM : OVL_ERR_NOMEM, "memfd_create: %s", strerror(errno));
+        goto fail;
+    }
+    /* Sealed at its size, so that ovld can map it without fear that this
+     * process shrinks it under the daemon's feet. */
+    if (ftruncate(fd, (off_t)len) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        fail(cl, errno == ENOSPC || errno == EFBIG ? OVL_ERR_NOMEM : OVL_ERR_SYSTEM,
+             "sizing shared memory of %zu bytes: %s", len, strerror(errno));
+        goto fail;
+    }
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        fail(cl, OVL_ERR_NOMEM, "mmap of %zu bytes: %s", len, strerror(errno));
+        goto fail;
+    }
+    Ovl__MemRegister mr = OVL__MEM_REGISTER__INIT;
+    mr.client_addr = (uint64_t)(uintptr_t)p;
+    mr.bytes = len;
+    mr.fd_count = 1;
+    mr.fd_offset = 0;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_MEM_REGISTER;
+    q.mem_register = &mr;
+    Ovl__Response *r = NULL;
+    int sfd = fd;
+    fd = -1; /* the request owns it now */
+    if (ovl__call(cl, &q, &sfd, 1, &r) != OVL_OK)
+        goto fail;
+    if (r->body_case != OVL__RESPONSE__BODY_MEM_REGISTER) {
+        ovl__response__free_unpacked(r, NULL);
+        broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to MemRegister");
+        goto fail;
+    }
+    m->cl = cl;
+    m->id = r->mem_register->mem_id;
+    m->base = (uintptr_t)p;
+    m->bytes = len;
+    m->map_len = len;
+    m->host_alloc = true;
+    m->next = cl->mems;
+    cl->mems = m;
+    ovl__response__free_unpacked(r, NULL);
+    return p;
+fail:
+    if (p != MAP_FAILED)
+        munmap(p, len);
+    if (fd >= 0)
+        close(fd);
+    free(m);
+    return NULL;
+}
+
+static ovl_status_t mem_unregister(ovl_client_t *cl, struct ovl_mem *m)
+{
+    Ovl__MemDeregister md = OVL__MEM_DEREGISTER__INIT;
+    md.mem_id = m->id;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_MEM_DEREGISTER;
+    q.mem_deregister = &md;
+    Ovl__Response *r = NULL;
+    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    if (st == OVL_OK)
+        ovl__response__free_unpacked(r, NULL);
+    for (struct ovl_mem **pp = &cl->mems; *pp; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    if (m->host_alloc)
+        munmap((void *)m->base, m->map_len);
+    free(m);
+    return st;
+}
+
+OVL_API ovl_status_t ovl_host_free(ovl_client_t *cl, void *ptr)
+{
+    if (!cl || !ptr)
+        return OVL_ERR_INVALID;
+    for (struct ovl_mem *m = cl->mems; m; m = m->next)
+        if (m->host_alloc && m->base == (uintptr_t)ptr)
+            return mem_unregister(cl, m);
+    return fail(cl, OVL_ERR_NOT_FOUND, "%p was not returned by ovl_host_alloc", ptr);
+}
+
+OVL_API ovl_status_t ovl_mem_register(ovl_client_t *cl, void *ptr, size_t bytes,
+                                      ovl_mem_t **ret_mem)
+{
+    if (!cl || !ptr || bytes == 0 || !ret_mem)
+        return cl ? fail(cl, OVL_ERR_INVALID, "ovl_mem_register: bad arguments")
+                  : OVL_ERR_INVALID;
+    struct ovl_mem *m = mem_find(cl, (uintptr_t)ptr, bytes);
+    if (m) {
+        *ret_mem = m;
+        return OVL_OK;
+    }
+    if (cl->host)
+        return fail(cl, OVL_ERR_INVALID,
+                    "%p (%zu bytes) is not inside memory from ovl_host_alloc, which the host "
+                    "backend needs",
+                    ptr, bytes);
+    return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl cannot register %s memory",
+                cl->info.backend);
+}
+
+OVL_API ovl_status_t ovl_mem_deregister(ovl_client_t *cl, ovl_mem_t *mem)
+{
+    if (!cl || !mem || mem->cl != cl)
+        return OVL_ERR_INVALID;
+    if (mem->host_alloc)
+        return fail(cl, OVL_ERR_INVALID, "memory from ovl_host_alloc is released by ovl_host_free");
+    return mem_unregister(cl, mem);
+}
+
+/* ------------------------------------------------------------------ comms */
+
+static ovl_status_t device_uuid(ovl_client_t *cl, int device, uint8_t uuid[UUID_LEN])
+{
+    if (cl->host) {
+        if (device < 0 || (uint32_t)device >= cl->ndev)
+            return fail(cl, OVL_ERR_NOT_FOUND, "no host device %d (ovld has %u)", device,
+                        cl->ndev);
+        memcpy(uuid, cl->uuids[device], UUID_LEN);
+        return OVL_OK;
+    }
+    return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA; ovld runs %s",
+                cl->info.backend);
+}
+
+OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_t world,
+                                   uint32_t rank, int device, ovl_comm_t **ret_comm)
+{
+    if (!cl)
+        return OVL_ERR_INVALID;
+    if (!job_id || !ret_comm)
+        return fail(cl, OVL_ERR_INVALID, "ovl_comm_init: job_id and ret_comm are required");
+    uint8_t uuid[UUID_LEN];
+    ovl_status_t st = device_uuid(cl, device, uuid);
+    if (st != OVL_OK)
+        return st;
+    Ovl__CommInit ci = OVL__COMM_INIT__INIT;
+    ci.job_id = (char *)job_id;
+    ci.world = world;
+    ci.rank = rank;
+    ci.device_uuid.data = uuid;
+    ci.device_uuid.len = UUID_LEN;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_COMM_INIT;
+    q.comm_init = &ci;
+    Ovl__Response *r = NULL;
+    if ((st = ovl__call(cl, &q, NULL, 0, &r)) != OVL_OK)
+        return st;
+    struct ovl_comm *cm = NULL;
+    int fd = -1;
+    if (r->body_case != OVL__RESPONSE__BODY_COMM_INIT) {
+        st = broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to CommInit");
+        goto out;
+    }
+    Ovl__CommInitReply *cr = r->comm_init;
+    if (cr->fd_count != 1 || (fd = ovl_fdq_pop(&cl->fdq)) < 0) {
+        st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell");
+        goto out;
+    }
+    cm = calloc(1, sizeof(*cm));
+    if (!cm) {
+        st = fail(cl, OVL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    cm->db_map_len = (size_t)cr->doorbell_offset + OVL_DOORBELL_SIZE;
+    cm->db_map = mmap(NULL, cm->db_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (cm->db_map == MAP_FAILED) {
+        cm->db_map = NULL;
+        st = fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell: %s", strerror(errno));
+        goto out;
+    }
+    cm->db = (struct ovl_doorbell *)((char *)cm->db_map + cr->doorbell_offset);
+    cm->cl = cl;
+    cm->id = cr->comm_id;
+    cm->world = world;
+    cm->rank = rank;
+    cm->next = cl->comms;
+    cl->comms = cm;
+    *ret_comm = cm;
+    cm = NULL;
+    st = OVL_OK;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (cm)
+        comm_free(cm);
+    ovl__response__free_unpacked(r, NULL);
+    return st;
+}
+
+OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
+{
+    if (!cm)
+        return OVL_ERR_INVALID;
+    ovl_client_t *cl = cm->cl;
+    if (cm->err != OVL_OK)
+        return cm->err;
+    int32_t e = __atomic_load_n(&cm->db->error, __ATOMIC_ACQUIRE);
+    if (e == 0)
+        return OVL_OK;
+    uint64_t seq = __atomic_load_n(&cm->db->error_seq, __ATOMIC_RELAXED);
+    cm->err = (e < 0 && e >= OVL_ERR_INTERNAL) ? (ovl_status_t)e : OVL_ERR_INTERNAL;
+    /* The doorbell holds the code; ovld holds the words. */
+    Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
+    cc.comm_id = cm->id;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_COMM_CHECK;
+    q.comm_check = &cc;
+    Ovl__Response *r = NULL;
+    if (ovl__call(cl, &q, NULL, 0, &r) == OVL_OK) {
+        if (r->body_case == OVL__RESPONSE__BODY_COMM_CHECK && r->comm_check->message)
+            fail(cl, cm->err, "op %" PRIu64 ": %s", r->comm_check->seq, r->comm_check->message);
+        ovl__response__free_unpacked(r, NULL);
+    } else {
+        fail(cl, cm->err, "op %" PRIu64 " failed: %s", seq, ovl_strerror(cm->err));
+    }
+    return cm->err;
+}
+
+static long futex_wait(uint32_t *addr, uint32_t val, int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    return syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+OVL_API ovl_status_t ovl_comm_synchronize(ovl_comm_t *cm)
+{
+    if (!cm)
+        return OVL_ERR_INVALID;
+    ovl_client_t *cl = cm->cl;
+    uint64_t deadline = deadline_of(cl);
+    for (;;) {
+        uint32_t w = __atomic_load_n(&cm->db->wake, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) >= cm->seq)
+            break;
+        int slice = 100;
+        if (deadline) {
+            int left = left_ms(deadline);
+            if (left == 0)
+                return fail(cl, OVL_ERR_TIMEOUT,
+                            "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", cm->seq,
+                            cl->timeout_ms, __atomic_load_n(&cm->db->done, __ATOMIC_RELAXED));
+            if (left < slice)
+                slice = left;
+        }
+        futex_wait(&cm->db->wake, w, slice);
+        /* A daemon that died will never ring: notice it. */
+        struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) &&
+            __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < cm->seq)
+            return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
+    }
+    return ovl_comm_check(cm);
+}
+
+OVL_API ovl_status_t ovl_comm_destroy(ovl_comm_t *cm)
+{
+    if (!cm)
+        return OVL_OK;
+    ovl_client_t *cl = cm->cl;
+    ovl_status_t st = ovl_comm_synchronize(cm);
+    if (!cl->broken) {
+        Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
+        cd.comm_id = cm->id;
+        Ovl__Request q = OVL__REQUEST__INIT;
+        q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
+        q.comm_destroy = &cd;
+        Ovl__Response *r;
+        ovl_status_t dst = ovl__call(cl, &q, NULL, 0, &r);
+        if (dst == OVL_OK)
+            ovl__response__free_unpacked(r, NULL);
+        else if (st == OVL_OK)
+            st = dst;
+    }
+    for (struct ovl_comm **pp = &cl->comms; *pp; pp = &(*pp)->next)
+        if (*pp == cm) {
+            *pp = cm->next;
+            break;
+        }
+    comm_free(cm);
+    return st;
+}
+
+/* ------------------------------------------------------------------- ops */
+
+static ovl_status_t bufref(ovl_client_t *cl, const char *name, const void *ptr, uint64_t rows,
+                           uint64_t cols, uint64_t ld, size_t elem, Ovl__BufRef *ref)
+{
+    uint64_t extent;
+    ovl_status_t st = ovl_matrix_extent(rows, cols, ld, elem, &extent);
+    if (st == OVL_ERR_INVALID)
+        return fail(cl, st, "%s: leading dimension %" PRIu64 " is less than %" PRIu64 " columns",
+                    name, ld, cols);
+    if (st != OVL_OK)
+        return fail(cl, st, "%s: %" PRIu64 " x %" PRIu64 " matrix overflows", name, rows, cols);
+    if (!ptr)
+        return fail(cl, OVL_ERR_INVALID, "%s is NULL", name);
+    ovl_mem_t *m;
+    if ((st = ovl_mem_register(cl, (void *)ptr, extent ? extent : 1, &m)) != OVL_OK)
+        return fail(cl, st, "%s: %s", name, cl->err);
+    ovl__buf_ref__init(ref);
+    ref->mem_id = m->id;
+    ref->offset = (uint64_t)((uintptr_t)ptr - m->base);
+    return OVL_OK;
+}
+
+OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t *d,
+                                        void *stream)
+{
+    if (!cm)
+        return OVL_ERR_INVALID;
+    ovl_client_t *cl = cm->cl;
+    if (!d)
+        return fail(cl, OVL_ERR_INVALID, "ovl_allgather_gemm: desc is NULL");
+    size_t elem = ovl_dtype_size(d->dtype);
+    if (elem == 0)
+        return fail(cl, OVL_ERR_INVALID, "unknown dtype %d", (int)d->dtype);
+    if (!ovl_algo_name(d->algo))
+        return fail(cl, OVL_ERR_INVALID, "unknown algorithm %d", (int)d->algo);
+    if (d->m == 0 || d->n == 0 || d->k == 0)
+        return fail(cl, OVL_ERR_INVALID, "m, n and k must be positive");
+    if (cl->host && stream)
+        return fail(cl, OVL_ERR_INVALID, "the host backend takes no stream (pass NULL)");
+    if (!cl->host)
+        return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
+    uint64_t rows_all;
+    if (__builtin_mul_overflow(d->m, (uint64_t)cm->world, &rows_all))
+        return fail(cl, OVL_ERR_INVALID, "m * world overflows");
+
+    Ovl__BufRef a, b, c, aout;
+    ovl_status_t st;
+    if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
+        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb,
+                     elem, &b)) != OVL_OK ||
+        (st = bufref(cl, "c", d->c, rows_all, d->n, d->ldc, elem, &c)) != OVL_OK ||
+        (d->a_out &&
+         (st = bufref(cl, "a_out", d->a_out, rows_all, d->k, d->lda_out, elem, &aout)) != OVL_OK))
+        return st;
+
+    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
+    g.comm_id = cm->id;
+    g.seq = cm->seq + 1;
+    g.a = &a;
+    g.lda = d->lda;
+    g.b = &b;
+    g.ldb = d->ldb;
+    g.transb = d->transb != 0;
+    g.c = &c;
+    g.ldc = d->ldc;
+    if (d->a_out) {
+        g.a_out = &aout;
+        g.lda_out = d->lda_out;
+    }
+    g.m = d->m;
+    g.n = d->n;
+    g.k = d->k;
+    g.dtype = (Ovl__DType)d->dtype;
+    g.algo = (Ovl__Algo)d->algo;
+    g.chunks = d->chunks;
+    g.streams = d->streams;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
+    q.ag_gemm = &g;
+    /* Host mode: the caller is the stream, and its data is ready now. */
+    __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);
+    if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
+        return st;
+    cm->seq = g.seq;
+    return OVL_OK;
+}

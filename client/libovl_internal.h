@@ -1,0 +1,18 @@
+/*
+ * libovl_internal.h: what ovlctl and the tests use of libovl beyond ovl.h:
+ * one request/response round trip with the raw protocol messages.
+ */
+#ifndef OVL_LIBOVL_INTERNAL_H
+#define OVL_LIBOVL_INTERNAL_H
+
+#include "ovl.h"
+#include "ovl.pb-c.h"
+
+/* Sends q (its id is set here) with nfds descriptors (owned by the call) and
+ * waits for its response. An Error response becomes its status, with the
+ * message in ovl_last_error. On OVL_OK free *ret with ovl__response_free. */
+ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
+                       Ovl__Response **ret);
+void ovl__response_free(Ovl__Response *r);
+
+#endif

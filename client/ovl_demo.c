@@ -1,0 +1,381 @@
+/*
+ * ovl_demo.c: the main job, end to end. Starts W client processes that join
+ * one job on ovld; each fills its shard A_r and weight B_r with random data,
+ * runs AG-GEMMs with each algorithm, and checks its C against a reference
+ * computed in double precision from every rank's inputs (regenerated from
+ * the shared seed). Prints one row per algorithm; exits 1 if any check fails.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "half.h"
+#include "hostgemm.h"
+#include "ovl.h"
+
+#define MAX_ALGOS 3
+
+typedef struct opts {
+    const char *socket;
+    char job[64];
+    uint32_t world;
+    uint64_t m, n, k;
+    ovl_dtype_t dtype;
+    ovl_algo_t algos[MAX_ALGOS + 1];
+    int nalgos;
+    int iters;
+    uint32_t chunks, streams;
+    bool transb, a_out;
+    uint64_t seed;
+} opts_t;
+
+/* What each rank reports for one algorithm. */
+typedef struct result {
+    int algo;
+    int status; /* ovl_status_t of the run */
+    double ms;  /* mean per op, over iters */
+    double rel_err;
+    bool a_out_ok;
+    char msg[160];
+} result_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: ovl-demo [OPTIONS]\n"
+            "\n"
+            "Runs W client processes that join one job on ovld and check AG-GEMM results\n"
+            "(C = allgather(A) @ B) against a double-precision reference.\n"
+            "\n"
+            "  -s, --socket PATH   ovld's socket (default $OVL_SOCKET, else %s)\n"
+            "  -w, --world W       ranks (processes), default 4\n"
+            "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384 512)\n"
+            "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
+            "  -a, --algo A        naive, collective, ring, auto or all (default all)\n"
+            "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
+            "      --chunks C      chunks (default 0: the daemon's choice)\n"
+            "      --streams S     streams (default 0: the daemon's choice)\n"
+            "      --transb        B is stored N x K (as a Linear weight)\n"
+            "      --a-out         also ask for the gathered A and check it\n"
+            "      --seed S        random seed (default: time)\n"
+            "      --job ID        job id (default demo-PID)\n"
+            "  -h, --help          show this help\n",
+            OVL_DEFAULT_SOCKET);
+}
+
+/* ------------------------------------------------------------ data */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Element i of matrix `which` of rank r: uniform in [-1, 1), the same in
+ * every process. */
+static float rnd(uint64_t seed, uint32_t r, int which, uint64_t i)
+{
+    uint64_t x = mix(seed ^ mix(((uint64_t)r << 8 | (uint64_t)which) ^ mix(i)));
+    return (float)((double)(x >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static void fill(ovl_dtype_t dt, void *base, uint64_t rows, uint64_t cols, uint64_t ld,
+                 uint64_t seed, uint32_t r, int which)
+{
+    for (uint64_t i = 0; i < rows; i++)
+        for (uint64_t j = 0; j < cols; j++)
+            ovl_store_elem(dt, base, i * ld + j, rnd(seed, r, which, i * cols + j));
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double tolerance(ovl_dtype_t dt)
+{
+    return dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2;
+}
+
+/* ------------------------------------------------------------ a rank */
+
+static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
+{
+    result_t res[MAX_ALGOS + 1];
+    memset(res, 0, sizeof(res));
+    for (int i = 0; i <= MAX_ALGOS; i++) {
+        res[i].status = OVL_ERR_AGAIN; /* not run */
+        snprintf(res[i].msg, sizeof(res[i].msg), "not run");
+    }
+    ovl_client_t *cl = NULL;
+    ovl_comm_t *comm = NULL;
+    void *a = NULL, *b = NULL, *c = NULL, *aout = NULL;
+    double *ref = NULL, *gathered = NULL;
+    int rc = 1;
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    uint64_t lda = k, ldb = o->transb ? k : n, ldc = n, ldo = k;
+    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+
+    if (ovl_connect(o->socket, &cl) != OVL_OK) {
+        fprintf(stderr, "rank %u: %s\n", rank, ovl_connect_error());
+        goto out;
+    }
+    ovl_daemon_info_t info;
+    ovl_daemon_info(cl, &info);
+    if (info.ndevices == 0) {
+        fprintf(stderr, "rank %u: ovld has no devices\n", rank);
+        goto out;
+    }
+    if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % info.ndevices), &comm) != OVL_OK) {
+        fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
+        goto out;
+    }
+    a = ovl_host_alloc(cl, m * lda * es);
+    b = ovl_host_alloc(cl, brows * ldb * es);
+    c = ovl_host_alloc(cl, W * m * ldc * es);
+    if (o->a_out)
+        aout = ovl_host_alloc(cl, W * m * ldo * es);
+    if (!a || !b || !c || (o->a_out && !aout)) {
+        fprintf(stderr, "rank %u: ovl_host_alloc: %s\n", rank, ovl_last_error(cl));
+        goto out;
+    }
+    fill(dt, a, m, k, lda, o->seed, rank, 0);
+    fill(dt, b, brows, bcols, ldb, o->seed, rank, 1);
+
+    /* Reference: every rank's shard, regenerated, times this rank's B. */
+    void *ga = malloc(W * m * k * es);
+    ref = malloc(W * m * n * sizeof(double));
+    if (!ga || !ref) {
+        free(ga);
+        fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+        goto out;
+    }
+    for (uint32_t r = 0; r < W; r++)
+        fill(dt, (char *)ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
+    ovl_status_t st = ovl_ref_gemm(dt, W * m, n, k, ga, k, b, ldb, o->transb, ref, n);
+    if (st != OVL_OK) {
+        free(ga);
+        fprintf(stderr, "rank %u: reference: %s\n", rank, ovl_strerror(st));
+        goto out;
+    }
+    gathered = (double *)ga; /* kept to check a_out */
+
+    for (int ai = 0; ai < o->nalgos; ai++) {
+        result_t *rs = &res[ai];
+        rs->algo = o->algos[ai];
+        memset(c, 0xff, W * m * ldc * es); /* NaN in every dtype: unwritten shows */
+        if (aout)
+            memset(aout, 0xff, W * m * ldo * es);
+        ovl_ag_gemm_desc_t d = {.a = a, .lda = lda, .b = b, .ldb = ldb, .transb = o->transb,
+                                .c = c, .ldc = ldc, .a_out = aout, .lda_out = ldo, .m = m,
+                                .n = n, .k = k, .dtype = dt, .algo = o->algos[ai],
+                                .chunks = o->chunks, .streams = o->streams};
+        double t0 = now_s();
+        st = OVL_OK;
+        for (int it = 0; it < o->iters && st == OVL_OK; it++)
+            st = ovl_allgather_gemm(comm, &d, NULL);
+        if (st == OVL_OK)
+            st = ovl_comm_synchronize(comm);
+        rs->ms = (now_s() - t0) * 1e3 / o->iters;
+        rs->status = st;
+        if (st != OVL_OK) {
+            snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
+            rs->rel_err = INFINITY;
+            break; /* the comm's error is sticky: later runs would say the same */
+        }
+        rs->rel_err = ovl_rel_error(dt, W * m, n, c, ldc, ref, n);
+        rs->a_out_ok = true;
+        if (aout)
+            for (uint64_t i = 0; i < W * m && rs->a_out_ok; i++)
+                rs->a_out_ok = memcmp((char *)aout + i * ldo * es, (char *)ga + i * k * es,
+                                      k * es) == 0;
+    }
+    rc = 0;
+out:
+    if (out_fd >= 0) {
+        ssize_t w = write(out_fd, res, sizeof(res));
+        (void)w;
+    }
+    free(ref);
+    free(gathered);
+    if (comm)
+        ovl_comm_destroy(comm);
+    ovl_disconnect(cl);
+    return rc;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int parse_u64(const char *s, uint64_t *ret)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *ret = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB };
+    static const struct option lo[] = {
+        {"socket", required_argument, NULL, 's'}, {"world", required_argument, NULL, 'w'},
+        {"dtype", required_argument, NULL, 'd'},  {"algo", required_argument, NULL, 'a'},
+        {"iters", required_argument, NULL, 'i'},  {"chunks", required_argument, NULL, O_CHUNKS},
+        {"streams", required_argument, NULL, O_STREAMS},
+        {"transb", no_argument, NULL, O_TRANSB},  {"a-out", no_argument, NULL, O_AOUT},
+        {"seed", required_argument, NULL, O_SEED}, {"job", required_argument, NULL, O_JOB},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    opts_t o = {.world = 4, .m = 256, .n = 384, .k = 512, .dtype = OVL_DTYPE_BF16, .iters = 3,
+                .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid()};
+    snprintf(o.job, sizeof(o.job), "demo-%d", (int)getpid());
+    const char *algo = "all";
+    int ch;
+    uint64_t v;
+    while ((ch = getopt_long(argc, argv, "s:w:m:n:k:d:a:i:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 's': o.socket = optarg; break;
+        case 'a': algo = optarg; break;
+        case 'd':
+            if (ovl_dtype_parse(optarg, &o.dtype) != OVL_OK) {
+                fprintf(stderr, "ovl-demo: unknown dtype '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_TRANSB: o.transb = true; break;
+        case O_AOUT: o.a_out = true; break;
+        case O_JOB: snprintf(o.job, sizeof(o.job), "%s", optarg); break;
+        case 'h': usage(stdout); return 0;
+        case 'w': case 'm': case 'n': case 'k': case 'i': case O_CHUNKS: case O_STREAMS:
+        case O_SEED:
+            if (parse_u64(optarg, &v) != 0) {
+                fprintf(stderr, "ovl-demo: '%s' is not a number\n", optarg);
+                return 2;
+            }
+            if (ch == 'w') o.world = (uint32_t)v;
+            else if (ch == 'm') o.m = v;
+            else if (ch == 'n') o.n = v;
+            else if (ch == 'k') o.k = v;
+            else if (ch == 'i') o.iters = (int)v;
+            else if (ch == O_CHUNKS) o.chunks = (uint32_t)v;
+            else if (ch == O_STREAMS) o.streams = (uint32_t)v;
+            else o.seed = v;
+            break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || o.world == 0 || o.world > 64 || o.m == 0 || o.n == 0 || o.k == 0 ||
+        o.iters <= 0 || o.iters > 100000) {
+        fprintf(stderr, "ovl-demo: bad arguments (world 1..64, m n k > 0, iters 1..100000)\n");
+        return 2;
+    }
+    if (strcmp(algo, "all") == 0) {
+        o.algos[0] = OVL_ALGO_NAIVE;
+        o.algos[1] = OVL_ALGO_COLLECTIVE;
+        o.algos[2] = OVL_ALGO_RING;
+        o.nalgos = 3;
+    } else if (ovl_algo_parse(algo, &o.algos[0]) == OVL_OK) {
+        o.nalgos = 1;
+    } else {
+        fprintf(stderr, "ovl-demo: unknown algorithm '%s'\n", algo);
+        return 2;
+    }
+
+    printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
+           ", %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
+           o.job, o.world, o.m, o.n, o.k, ovl_dtype_name(o.dtype), o.transb ? ", transb" : "",
+           o.a_out ? ", a_out" : "", o.iters, o.iters == 1 ? "" : "s", o.seed);
+    fflush(stdout);
+
+    int (*pipes)[2] = calloc(o.world, sizeof(*pipes));
+    pid_t *pids = calloc(o.world, sizeof(*pids));
+    if (!pipes || !pids)
+        return 1;
+    for (uint32_t r = 0; r < o.world; r++) {
+        if (pipe(pipes[r]) != 0) {
+            perror("pipe");
+            return 1;
+        }
+        pids[r] = fork();
+        if (pids[r] < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (pids[r] == 0) {
+            close(pipes[r][0]);
+            _exit(rank_main(&o, r, pipes[r][1]));
+        }
+        close(pipes[r][1]);
+    }
+    result_t all[64][MAX_ALGOS + 1];
+    memset(all, 0, sizeof(all));
+    bool ok = true;
+    for (uint32_t r = 0; r < o.world; r++) {
+        ssize_t got = read(pipes[r][0], all[r], sizeof(all[r]));
+        int ws;
+        waitpid(pids[r], &ws, 0);
+        if (got != (ssize_t)sizeof(all[r]) || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            fprintf(stderr, "ovl-demo: rank %u failed\n", r);
+            ok = false;
+        }
+        close(pipes[r][0]);
+    }
+    double flop = 2.0 * (double)o.world * (double)o.m * (double)o.n * (double)o.k;
+    printf("\n%-12s %10s %10s %12s  %s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error",
+           "check");
+    for (int ai = 0; ai < o.nalgos; ai++) {
+        double err = 0, ms = 0;
+        bool row_ok = true;
+        const char *why = "";
+        for (uint32_t r = 0; r < o.world; r++) {
+            const result_t *rs = &all[r][ai];
+            if (rs->status != OVL_OK) {
+                row_ok = false;
+                why = rs->msg[0] ? rs->msg : "no result";
+                err = INFINITY;
+                continue;
+            }
+            if (!(rs->rel_err <= err))
+                err = rs->rel_err;
+            if (o.a_out && !rs->a_out_ok) {
+                row_ok = false;
+                why = "gathered A differs";
+            }
+            if (rs->ms > ms)
+                ms = rs->ms;
+        }
+        if (!(err < tolerance(o.dtype))) {
+            if (row_ok)
+                why = "error above tolerance";
+            row_ok = false;
+        }
+        ok = ok && row_ok;
+        printf("%-12s %10.3f %10.2f %12.3e  %s%s%s\n", ovl_algo_name(o.algos[ai]), ms,
+               ms > 0 ? flop / (ms * 1e-3) / 1e9 : 0.0, err, row_ok ? "OK" : "FAIL",
+               row_ok ? "" : ": ", why);
+    }
+    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||, reference in double precision)\n",
+           ok ? "all checks passed" : "CHECKS FAILED", tolerance(o.dtype));
+    free(pipes);
+    free(pids);
+    return ok ? 0 : 1;
+}

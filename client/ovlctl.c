@@ -1,0 +1,442 @@
+/*
+ * ovlctl.c: the operator's command line for ovld.
+ *
+ * Exit codes: 0 ok; 1 the daemon said no or cannot be reached (one line on
+ * stderr says why); 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "libovl_internal.h"
+#include "ovl.h"
+#include "plan.h"
+
+#define EXIT_USAGE 2
+
+static const char *socket_opt;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: ovlctl [--socket PATH] COMMAND [OPTIONS]\n"
+            "\n"
+            "Commands:\n"
+            "  status [--json]          the daemon, its devices, jobs and clients\n"
+            "  plan [OPTIONS]           print the host program of one AG-GEMM for one rank\n"
+            "  version                  versions of ovlctl and of the daemon\n"
+            "\n"
+            "Options of plan:\n"
+            "  --algo auto|naive|collective|ring (default auto)\n"
+            "  --world W --rank R -m M -n N -k K (required)\n"
+            "  --chunks C --streams S   0: the planner's default (default 0)\n"
+            "  --dtype bf16|fp16|fp32   (default bf16)\n"
+            "  --a-out                  the client wants the gathered A\n"
+            "  --daemon                 ask ovld which plan it would run (its defaults and\n"
+            "                           its choice for auto) instead of planning here\n"
+            "\n"
+            "Global options:\n"
+            "  -s, --socket PATH        ovld's socket (default $OVL_SOCKET, else %s)\n"
+            "  -h, --help               show this help\n"
+            "\n"
+            "Exit status: 0 ok, 1 the daemon refused or is unreachable, 2 usage.\n",
+            OVL_DEFAULT_SOCKET);
+}
+
+static int connect_or_die(ovl_client_t **cl)
+{
+    ovl_status_t st = ovl_connect(socket_opt, cl);
+    if (st != OVL_OK) {
+        fprintf(stderr, "ovlctl: %s\n", ovl_connect_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void uuid_text(const Ovl__Device *d, const char *backend, char *buf, size_t len)
+{
+    if (d->uuid.len != OVLD_UUID_LEN) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    ovld_uuid_format(d->uuid.data, strcmp(backend, "cuda") == 0 ? "GPU-" : "HOST-", buf, len);
+}
+
+static void human_bytes(uint64_t b, char *buf, size_t len)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+static void print_status_json(const Ovl__StatusReply *s)
+{
+    FILE *f = stdout;
+    fprintf(f, "{\"version\":");
+    json_str(f, s->version);
+    fprintf(f, ",\"protocol_version\":%u,\"pid\":%d,\"uptime_s\":%.3f,\"backend\":",
+            s->protocol_version, s->pid, s->uptime_s);
+    json_str(f, s->backend);
+    fprintf(f, ",\"socket\":");
+    json_str(f, s->socket);
+    fprintf(f, ",\"config_file\":");
+    json_str(f, s->config_file);
+    fprintf(f, ",\"connections\":%u,\"devices\":[", s->connections);
+    for (size_t i = 0; i < s->n_devices; i++) {
+        const Ovl__Device *d = s->devices[i];
+        char u[64];
+        uuid_text(d, s->backend, u, sizeof(u));
+        fprintf(f, "%s{\"index\":%u,\"uuid\":", i ? "," : "", d->index);
+        json_str(f, u);
+        fprintf(f, ",\"name\":");
+        json_str(f, d->name);
+        fprintf(f, ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"mapped_bytes\":%" PRIu64 "}",
+                d->total_memory, d->streams, d->mapped_bytes);
+    }
+    fprintf(f, "],\"jobs\":[");
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        const Ovl__JobInfo *j = s->jobs[i];
+        fprintf(f, "%s{\"id\":", i ? "," : "");
+        json_str(f, j->id);
+        fprintf(f, ",\"owner_uid\":%u,\"world\":%u,\"local_ranks\":%u,\"state\":", j->owner_uid,
+                j->world, j->local_ranks);
+        json_str(f, j->state);
+        fprintf(f, ",\"ops_done\":%" PRIu64 ",\"ops_in_flight\":%u,\"last_error\":", j->ops_done,
+                j->ops_in_flight);
+        json_str(f, j->last_error);
+        fputc('}', f);
+    }
+    fprintf(f, "],\"clients\":[");
+    for (size_t i = 0; i < s->n_clients; i++) {
+        const Ovl__ClientInfo *c = s->clients[i];
+        fprintf(f, "%s{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,\"gid\":%u,\"name\":", i ? "," : "",
+                c->id, c->pid, c->uid, c->gid);
+        json_str(f, c->name);
+        fprintf(f, ",\"job\":");
+        json_str(f, c->job);
+        fprintf(f, ",\"rank\":%d,\"buffers\":%u,\"mapped_bytes\":%" PRIu64 "}", c->rank,
+                c->buffers, c->mapped_bytes);
+    }
+    fprintf(f, "]}\n");
+}
+
+static void print_status_table(const Ovl__StatusReply *s)
+{
+    printf("ovld %s (protocol %u), pid %d, up %.1f s\n", s->version, s->protocol_version, s->pid,
+           s->uptime_s);
+    printf("  backend:      %s\n", s->backend);
+    printf("  socket:       %s\n", s->socket && s->socket[0] ? s->socket : "-");
+    printf("  config file:  %s\n", s->config_file && s->config_file[0] ? s->config_file : "-");
+    printf("  connections:  %u\n", s->connections);
+    printf("\nDEVICES (%zu)\n", s->n_devices);
+    printf("  %-5s  %-41s  %-24s  %10s\n", "INDEX", "UUID", "NAME", "MEMORY");
+    for (size_t i = 0; i < s->n_devices; i++) {
+        const Ovl__Device *d = s->devices[i];
+        char u[64], mem[32];
+        uuid_text(d, s->backend, u, sizeof(u));
+        human_bytes(d->total_memory, mem, sizeof(mem));
+        printf("  %-5u  %-41s  %-24s  %10s\n", d->index, u, d->name, mem);
+    }
+    printf("\nJOBS (%zu)\n", s->n_jobs);
+    if (s->n_jobs)
+        printf("  %-20s  %6s  %5s  %5s  %-8s  %10s  %9s  %s\n", "ID", "OWNER", "WORLD", "LOCAL",
+               "STATE", "OPS DONE", "IN FLIGHT", "LAST ERROR");
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        const Ovl__JobInfo *j = s->jobs[i];
+        printf("  %-20s  %6u  %5u  %5u  %-8s  %10" PRIu64 "  %9u  %s\n", j->id, j->owner_uid,
+               j->world, j->local_ranks, j->state, j->ops_done, j->ops_in_flight,
+               j->last_error && j->last_error[0] ? j->last_error : "-");
+    }
+    printf("\nCLIENTS (%zu)\n", s->n_clients);
+    if (s->n_clients)
+        printf("  %-4s  %8s  %6s  %-16s  %-20s  %4s  %7s  %10s\n", "ID", "PID", "UID", "NAME",
+               "JOB", "RANK", "BUFFERS", "MAPPED");
+    for (size_t i = 0; i < s->n_clients; i++) {
+        const Ovl__ClientInfo *c = s->clients[i];
+        char mem[32], rank[16];
+        human_bytes(c->mapped_bytes, mem, sizeof(mem));
+        if (c->rank >= 0)
+            snprintf(rank, sizeof(rank), "%d", c->rank);
+        else
+            snprintf(rank, sizeof(rank), "-");
+        printf("  %-4" PRIu64 "  %8d  %6u  %-16s  %-20s  %4s  %7u  %10s\n", c->id, c->pid, c->uid,
+               c->name, c->job && c->job[0] ? c->job : "-", rank, c->buffers, mem);
+    }
+}
+
+/* ---------------------------------------------------------- commands */
+
+static int cmd_status(int argc, char **argv)
+{
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    bool json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+        if (c == 'j')
+            json = true;
+        else if (c == 'h') {
+            usage(stdout);
+            return 0;
+        } else
+            return EXIT_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ovlctl status: unexpected argument '%s'\n", argv[optind]);
+        return EXIT_USAGE;
+    }
+    ovl_client_t *cl;
+    if (connect_or_die(&cl))
+        return 1;
+    Ovl__StatusRequest sr = OVL__STATUS_REQUEST__INIT;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_STATUS;
+    q.status = &sr;
+    Ovl__Response *r = NULL;
+    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    if (st != OVL_OK) {
+        fprintf(stderr, "ovlctl: status: %s\n", ovl_last_error(cl));
+        ovl_disconnect(cl);
+        return 1;
+    }
+    int rc = 0;
+    if (r->body_case != OVL__RESPONSE__BODY_STATUS) {
+        fprintf(stderr, "ovlctl: unexpected answer from ovld\n");
+        rc = 1;
+    } else if (json) {
+        print_status_json(r->status);
+    } else {
+        print_status_table(r->status);
+    }
+    ovl__response_free(r);
+    ovl_disconnect(cl);
+    return rc;
+}
+
+static int parse_u64(const char *name, const char *s, uint64_t *ret)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') {
+        fprintf(stderr, "ovlctl: %s: '%s' is not a number\n", name, s ? s : "");
+        return -1;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) {
+        fprintf(stderr, "ovlctl: %s: '%s' is not a number\n", name, s);
+        return -1;
+    }
+    *ret = v;
+    return 0;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    enum { O_ALGO = 1, O_WORLD, O_RANK, O_CHUNKS, O_STREAMS, O_DTYPE, O_AOUT, O_DAEMON };
+    static const struct option opts[] = {
+        {"algo", required_argument, NULL, O_ALGO},     {"world", required_argument, NULL, O_WORLD},
+        {"rank", required_argument, NULL, O_RANK},     {"chunks", required_argument, NULL, O_CHUNKS},
+        {"streams", required_argument, NULL, O_STREAMS}, {"dtype", required_argument, NULL, O_DTYPE},
+        {"a-out", no_argument, NULL, O_AOUT},          {"daemon", no_argument, NULL, O_DAEMON},
+        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0},
+    };
+    ovl_plan_params_t p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16};
+    uint64_t world = 0, rank = 0, chunks = 0, streams = 0;
+    bool have_world = false, have_rank = false, daemon = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_ALGO:
+            if (ovl_algo_parse(optarg, &p.algo) != OVL_OK) {
+                fprintf(stderr, "ovlctl: --algo: unknown algorithm '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_DTYPE:
+            if (ovl_dtype_parse(optarg, &p.dtype) != OVL_OK) {
+                fprintf(stderr, "ovlctl: --dtype: unknown dtype '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_WORLD: bad = parse_u64("--world", optarg, &world); have_world = true; break;
+        case O_RANK: bad = parse_u64("--rank", optarg, &rank); have_rank = true; break;
+        case O_CHUNKS: bad = parse_u64("--chunks", optarg, &chunks); break;
+        case O_STREAMS: bad = parse_u64("--streams", optarg, &streams); break;
+        case 'm': bad = parse_u64("-m", optarg, &p.m); break;
+        case 'n': bad = parse_u64("-n", optarg, &p.n); break;
+        case 'k': bad = parse_u64("-k", optarg, &p.k); break;
+        case O_AOUT: p.want_gathered = true; break;
+        case O_DAEMON: daemon = true; break;
+        case 'h': usage(stdout); return 0;
+        default: return EXIT_USAGE;
+        }
+        if (bad)
+            return EXIT_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ovlctl plan: unexpected argument '%s'\n", argv[optind]);
+        return EXIT_USAGE;
+    }
+    if (!have_world || !have_rank || !p.m || !p.n || !p.k) {
+        fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
+        return EXIT_USAGE;
+    }
+    if (world > UINT32_MAX || rank > UINT32_MAX || chunks > UINT32_MAX || streams > UINT32_MAX) {
+        fprintf(stderr, "ovlctl plan: a value is out of range\n");
+        return EXIT_USAGE;
+    }
+    p.world = (uint32_t)world;
+    p.rank = (uint32_t)rank;
+    p.chunks = (uint32_t)chunks;
+    p.streams = (uint32_t)streams;
+
+    if (daemon) {
+        ovl_client_t *cl;
+        if (connect_or_die(&cl))
+            return 1;
+        Ovl__PlanRequest pr = OVL__PLAN_REQUEST__INIT;
+        pr.algo = (Ovl__Algo)p.algo;
+        pr.world = p.world;
+        pr.rank = p.rank;
+        pr.m = p.m;
+        pr.n = p.n;
+        pr.k = p.k;
+        pr.dtype = (Ovl__DType)p.dtype;
+        pr.chunks = p.chunks;
+        pr.streams = p.streams;
+        pr.want_gathered = p.want_gathered;
+        Ovl__Request q = OVL__REQUEST__INIT;
+        q.body_case = OVL__REQUEST__BODY_PLAN;
+        q.plan = &pr;
+        Ovl__Response *r;
+        if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK) {
+            fprintf(stderr, "ovlctl: plan: %s\n", ovl_last_error(cl));
+            ovl_disconnect(cl);
+            return 1;
+        }
+        int rc = 0;
+        if (r->body_case == OVL__RESPONSE__BODY_PLAN)
+            fputs(r->plan->text, stdout);
+        else {
+            fprintf(stderr, "ovlctl: unexpected answer from ovld\n");
+            rc = 1;
+        }
+        ovl__response_free(r);
+        ovl_disconnect(cl);
+        return rc;
+    }
+
+    if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.rank < p.world)
+        p.algo = ovl_plan_choose(&p);
+    ovl_plan_t plan;
+    ovl_status_t st = ovl_plan_build(&p, &plan);
+    if (st != OVL_OK) {
+        fprintf(stderr, "ovlctl plan: %s (world %u, rank %u, chunks <= %d, streams <= %d)\n",
+                ovl_strerror(st), p.world, p.rank, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS);
+        return EXIT_USAGE;
+    }
+    size_t len = ovl_plan_format(&plan, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text) {
+        ovl_plan_free(&plan);
+        fprintf(stderr, "ovlctl: out of memory\n");
+        return 1;
+    }
+    ovl_plan_format(&plan, text, len + 1);
+    fputs(text, stdout);
+    free(text);
+    ovl_plan_free(&plan);
+    return 0;
+}
+
+static int cmd_version(void)
+{
+    printf("ovlctl %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
+    ovl_client_t *cl;
+    if (ovl_connect(socket_opt, &cl) != OVL_OK) {
+        printf("ovld: unreachable (%s)\n", ovl_connect_error());
+        return 1;
+    }
+    ovl_daemon_info_t info;
+    ovl_daemon_info(cl, &info);
+    printf("ovld %s (protocol %u), %s backend, pid %d\n", info.version, info.protocol_version,
+           info.backend, info.pid);
+    ovl_disconnect(cl);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if ((strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0) && i + 1 < argc) {
+            socket_opt = argv[++i];
+        } else if (strncmp(argv[i], "--socket=", 9) == 0) {
+            socket_opt = argv[i] + 9;
+        } else {
+            fprintf(stderr, "ovlctl: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[i];
+    int sub_argc = argc - i;
+    char **sub_argv = argv + i;
+    if (strcmp(cmd, "status") == 0)
+        return cmd_status(sub_argc, sub_argv);
+    if (strcmp(cmd, "plan") == 0)
+        return cmd_plan(sub_argc, sub_argv);
+    if (strcmp(cmd, "version") == 0)
+        return cmd_version();
+    if (strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "ovlctl: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return EXIT_USAGE;
+}

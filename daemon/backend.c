@@ -1,0 +1,46 @@
+/*
+ * backend.c: choosing a backend, and what all backends share.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "log.h"
+
+void ovld_uuid_format(const uint8_t u[OVLD_UUID_LEN], const char *prefix, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix,
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+             u[13], u[14], u[15]);
+}
+
+ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
+                                 void *done_arg, ovld_backend_t **ret, char *err, size_t errlen)
+{
+    switch (cfg->backend) {
+    case OVLD_BACKEND_HOST:
+        return ovld_backend_host_create(loop, cfg, done_cb, done_arg, ret, err, errlen);
+    case OVLD_BACKEND_CUDA:
+#ifdef OVL_HAVE_CUDA
+        return ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, ret, err, errlen);
+#else
+        snprintf(err, errlen, "backend = cuda, but this ovld was built without CUDA");
+        return OVL_ERR_UNSUPPORTED;
+#endif
+    case OVLD_BACKEND_AUTO:
+#ifdef OVL_HAVE_CUDA
+    {
+        char why[256] = "";
+        ovl_status_t st = ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, ret, why,
+                                                   sizeof(why));
+        if (st == OVL_OK)
+            return OVL_OK;
+        log_info("no usable GPU (%s): using the host backend", why);
+    }
+#endif
+        return ovld_backend_host_create(loop, cfg, done_cb, done_arg, ret, err, errlen);
+    }
+    snprintf(err, errlen, "unknown backend %d", (int)cfg->backend);
+    return OVL_ERR_CONFIG;
+}

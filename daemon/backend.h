@@ -1,0 +1,158 @@
+/*
+ * backend.h: the one interface between ovld and the hardware that runs plans.
+ *
+ * A backend owns devices, streams, events, doorbells, client memory mappings
+ * and the primitive operations a host program is made of: wait for the
+ * client's doorbell, record/wait events, all-gather, copy, GEMM, sleep, ring
+ * done. It knows nothing about algorithms (exec.c walks the plan) nor about
+ * sockets and jobs (server.c, job.c). Two exist: host (backend_host.c: CPU
+ * threads and shared memory) and cuda (backend_cuda.c).
+ *
+ * Threads: every function is called from the loop thread, except where a
+ * comment says otherwise. Calls that enqueue work return once it is queued;
+ * the work's completion is reported by ovld_backend_ops.done through the
+ * completion callback given to the constructor, on the loop thread.
+ */
+#ifndef OVLD_BACKEND_H
+#define OVLD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "ovl.h"
+
+#define OVLD_UUID_LEN 16
+
+typedef struct ovld_device_info {
+    uint8_t uuid[OVLD_UUID_LEN];
+    char name[96];
+    uint64_t total_memory;
+} ovld_device_info_t;
+
+/* A strided row-major matrix view in the daemon's address space. */
+typedef struct ovld_view {
+    void *ptr;
+    uint64_t ld; /* elements */
+} ovld_view_t;
+
+typedef struct ovld_backend ovld_backend_t;
+typedef struct ovld_rank ovld_rank_t; /* one rank of one job on one device */
+typedef struct ovld_bmem ovld_bmem_t; /* one imported client buffer */
+
+/* What a client hands over to register memory. */
+typedef struct ovld_mem_import {
+    int fd;              /* host: memfd (the backend takes ownership), else -1 */
+    uint64_t fd_offset;  /* host: offset of the range in the file */
+    const uint8_t *ipc;  /* cuda: IPC handle bytes, else NULL */
+    size_t ipc_len;
+    uint64_t ipc_offset; /* cuda: ptr - allocation base */
+    uint64_t bytes;
+    int device;          /* index into the backend's devices; -1: unknown */
+} ovld_mem_import_t;
+
+/* What a rank's client needs to open its doorbell. */
+typedef struct ovld_doorbell_export {
+    int fd;          /* host: a dup of the doorbell memfd for the client (caller closes) */
+    uint64_t offset; /* host: offset of struct ovl_doorbell in that file */
+    uint8_t ipc[64]; /* cuda: IPC handle of the doorbell allocation */
+    size_t ipc_len;
+} ovld_doorbell_export_t;
+
+/* A GEMM over nblocks row blocks: for b in [0, nblocks):
+ *   C[b*block_stride + i][j] = sum_l A[b*block_stride + i][l] * op(B)[l][j]
+ * for i in [0, rows); A is rows x k, op(B) k x n. */
+typedef struct ovld_gemm_args {
+    ovl_dtype_t dtype;
+    uint64_t rows, n, k;
+    uint32_t nblocks;
+    uint64_t block_stride; /* rows between consecutive blocks, in A and C */
+    ovld_view_t a, b, c;
+    bool transb;
+} ovld_gemm_args_t;
+
+/* One rank's part of an all-gather of shard rows [row0, row0+rows): rank b's
+ * rows land in g at rows [b*m + row0, ...). */
+typedef struct ovld_allgather_part {
+    ovld_rank_t *rank;
+    uint32_t stream;
+    ovld_view_t src; /* this rank's shard, row 0 */
+    ovld_view_t g;   /* this rank's gathered matrix, row 0 */
+} ovld_allgather_part_t;
+
+/* Completion of an op on one rank, delivered on the loop thread. */
+typedef void (*ovld_done_cb)(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
+                             const char *message);
+
+typedef struct ovld_backend_ops {
+    const char *name;
+    void (*destroy)(ovld_backend_t *b);
+
+    uint32_t (*device_count)(ovld_backend_t *b);
+    void (*device_info)(ovld_backend_t *b, uint32_t index, ovld_device_info_t *ret);
+
+    /* Memory. import may block (IPC opens): the caller runs it off the loop
+     * thread where the backend says so (import_blocking). */
+    bool import_blocking;
+    ovl_status_t (*mem_import)(ovld_backend_t *b, const ovld_mem_import_t *imp,
+                               ovld_bmem_t **ret_mem, void **ret_ptr);
+    void (*mem_release)(ovld_backend_t *b, ovld_bmem_t *mem);
+
+    /* Ranks: streams, events and the doorbell of one rank on one device.
+     * cookie comes back in the done callback. */
+    ovl_status_t (*rank_create)(ovld_backend_t *b, uint32_t device, void *cookie,
+                                ovld_rank_t **ret_rank, ovld_doorbell_export_t *ret_db);
+    void (*rank_destroy)(ovld_backend_t *b, ovld_rank_t *rank);
+    /* Scratch for the gathered A, grown when too small; valid until the next
+     * call for a larger size or rank_destroy. Never called while the rank
+     * has work queued that reads the previous scratch. */
+    ovl_status_t (*rank_scratch)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t bytes,
+                                 void **ret_ptr);
+
+    /* Enqueue primitives. */
+    ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+    ovl_status_t (*record)(ovld_rank_t *r, uint32_t stream, uint32_t event);
+    ovl_status_t (*wait)(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
+    /* All parts in one call (one NCCL group), in rank order. */
+    ovl_status_t (*allgather)(ovld_backend_t *b, const ovld_allgather_part_t *parts,
+                              uint32_t nparts, ovl_dtype_t dtype, uint64_t m, uint64_t k,
+                              uint64_t row0, uint64_t rows);
+    /* rows x cols elements from src to dst (2-D, each with its own ld). */
+    ovl_status_t (*copy)(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                         uint64_t rows, uint64_t cols, size_t elem);
+    ovl_status_t (*gemm)(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
+    ovl_status_t (*sleep)(ovld_rank_t *r, uint32_t stream, uint32_t ns);
+    /* Sets the doorbell's error word if status != OVL_OK (or if any work of
+     * this op failed on the rank), then done = seq; reports completion
+     * through the done callback. Must not fail to ring. */
+    void (*done)(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
+                 const char *message);
+} ovld_backend_ops_t;
+
+struct ovld_backend {
+    const ovld_backend_ops_t *ops;
+};
+
+/* Constructors. done_cb runs on the loop thread. */
+ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
+                                      ovld_done_cb done_cb, void *done_arg,
+                                      ovld_backend_t **ret, char *err, size_t errlen);
+#ifdef OVL_HAVE_CUDA
+ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
+                                      ovld_done_cb done_cb, void *done_arg,
+                                      ovld_backend_t **ret, char *err, size_t errlen);
+#endif
+
+/* Picks the backend the config asks for (auto: cuda where a GPU answers). */
+ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
+                                 void *done_arg, ovld_backend_t **ret, char *err, size_t errlen);
+
+/* Formats a device UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" style
+ * text with the given prefix; buf must hold 64 bytes. */
+void ovld_uuid_format(const uint8_t uuid[OVLD_UUID_LEN], const char *prefix, char *buf,
+                      size_t len);
+
+#endif /* OVLD_BACKEND_H */

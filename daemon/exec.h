@@ -1,0 +1,49 @@
+/*
+ * exec.h: the executor. It walks the host programs of one op for every local
+ * rank of a job and calls the backend's primitives. Nothing here is specific
+ * to an algorithm: that is the planner's; nothing is specific to hardware:
+ * that is the backend's.
+ *
+ * Issue order: ranks advance round-robin; a rank stops at a WAIT on a peer's
+ * event that the peer has not recorded yet in this op (so that the wait
+ * refers to this op's record, as cudaStreamWaitEvent requires), and at an
+ * ALLGATHER until every rank has reached its matching ALLGATHER, which is then
+ * issued for all ranks in one backend call (one NCCL group).
+ */
+#ifndef OVLD_EXEC_H
+#define OVLD_EXEC_H
+
+#include "backend.h"
+#include "plan.h"
+
+typedef struct ovld_exec_rank {
+    ovld_rank_t *rank;
+    const ovl_plan_t *plan;
+    ovld_view_t a; /* this rank's shard, m x k */
+    ovld_view_t b; /* k x n, or n x k when transb */
+    ovld_view_t c; /* (world*m) x n */
+    ovld_view_t g; /* (world*m) x k gathered: a_out or scratch; NULL if unused */
+} ovld_exec_rank_t;
+
+typedef struct ovld_exec_op {
+    uint64_t seq;
+    uint64_t m, n, k;
+    ovl_dtype_t dtype;
+    bool transb;
+    uint32_t world;
+    ovld_exec_rank_t *ranks; /* world entries, by rank */
+} ovld_exec_op_t;
+
+/*
+ * Issues the op on every rank. Whatever happens, every rank's done is rung
+ * exactly once for op->seq (with the error if issuing failed half-way), so no
+ * client waits forever. Returns the status of issuing, with a message in err.
+ */
+ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *err, size_t errlen);
+
+/* Rings done with `status` on every given rank's stream 0, without running
+ * anything: for ops refused before they ran. */
+void ovld_exec_fail(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t nranks, uint64_t seq,
+                    ovl_status_t status, const char *message);
+
+#endif /* OVLD_EXEC_H */

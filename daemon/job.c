@@ -1,0 +1,704 @@
+/*
+ * job.c: see job.h.
+ */
+#include "job.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "log.h"
+#include "plan.h"
+
+/* One rank's submission of one op, with its buffers resolved and held. */
+typedef struct ovld_sub {
+    bool in;
+    ovld_reg_t *reg[4]; /* a, b, c, a_out: each holds a reference */
+    uint64_t off[4];
+    uint64_t ld[4];
+} ovld_sub_t;
+
+enum { BUF_A, BUF_B, BUF_C, BUF_AOUT };
+static const char *const buf_names[] = {"a", "b", "c", "a_out"};
+
+typedef struct ovld_op {
+    uint64_t seq;
+    uint32_t nin;      /* ranks whose submission is in */
+    uint32_t nrung;    /* ranks whose done was (or will be) rung */
+    uint32_t ndone;    /* of those, ranks whose done came back */
+    bool issued;       /* run or failed: doorbells rung */
+    ovl_status_t st;   /* why it fails, if it does */
+    char msg[256];
+    /* what every rank must agree on, from the first submission */
+    uint64_t m, n, k;
+    uint32_t dtype, algo, chunks, streams;
+    bool transb, has_aout;
+    uint32_t first_rank;
+    ovl_plan_t *plans;
+    struct ovld_op *next;
+    ovld_sub_t subs[];
+} ovld_op_t;
+
+const char *ovld_job_state_name(ovld_job_state_t s)
+{
+    switch (s) {
+    case OVLD_JOB_FORMING: return "forming";
+    case OVLD_JOB_READY: return "ready";
+    case OVLD_JOB_ABORTED: return "aborted";
+    }
+    return "?";
+}
+
+static void member_error(ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg)
+{
+    if (m->err != OVL_OK)
+        return;
+    m->err = st;
+    m->err_seq = seq;
+    snprintf(m->err_msg, sizeof(m->err_msg), "%s", msg);
+}
+
+static void reg_put(ovld_t *d, ovld_reg_t *reg)
+{
+    if (!reg || --reg->refs > 0)
+        return;
+    d->backend->ops->mem_release(d->backend, reg->bmem);
+    free(reg);
+}
+
+static void op_free(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
+{
+    for (uint32_t r = 0; r < j->world; r++)
+        for (int b = 0; b < 4; b++)
+            reg_put(d, op->subs[r].reg[b]);
+    if (op->plans) {
+        for (uint32_t r = 0; r < j->world; r++)
+            ovl_plan_free(&op->plans[r]);
+        free(op->plans);
+    }
+    free(op);
+}
+
+static void job_free(ovld_t *d, ovld_job_t *j)
+{
+    for (ovld_job_t **pp = &d->jobs; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    d->njobs--;
+    for (uint32_t r = 0; r < j->world; r++) {
+        ovld_member_t *m = j->members[r];
+        if (!m)
+            continue;
+        d->backend->ops->rank_destroy(d->backend, m->brank);
+        free(m);
+    }
+    free(j->members);
+    free(j);
+}
+
+/* A job with nobody in it and nothing running goes away. */
+static void job_maybe_free(ovld_t *d, ovld_job_t *j)
+{
+    if (j->in_flight > 0)
+        return;
+    for (uint32_t r = 0; r < j->world; r++)
+        if (j->members[r] && j->members[r]->conn)
+            return;
+    log_info("job '%s': ended after %" PRIu64 " ops", j->id, j->ops_done);
+    job_free(d, j);
+}
+
+static ovld_job_t *job_find(ovld_t *d, const char *id)
+{
+    for (ovld_job_t *j = d->jobs; j; j = j->next)
+        if (strcmp(j->id, id) == 0)
+            return j;
+    return NULL;
+}
+
+/* Rings done with op->st on every rank that submitted op (or every joined
+ * rank when all did); completions come back through ovld_job_on_done. */
+static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
+{
+    op->issued = true;
+    snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
+    log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
+    for (uint32_t r = 0; r < j->world; r++) {
+        ovld_member_t *m = j->members[r];
+        if (!op->subs[r].in || !m)
+            continue;
+        member_error(m, op->seq, op->st, op->msg);
+        op->nrung++;
+        d->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg);
+    }
+}
+
+/* Resolves one rank's views and builds its plan. */
+static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uint32_t r,
+                                    const ovl_plan_params_t *pp, ovld_exec_rank_t *x)
+{
+    ovld_sub_t *s = &op->subs[r];
+    ovl_plan_params_t p = *pp;
+    p.rank = r;
+    ovl_status_t st = ovl_plan_build(&p, &op->plans[r]);
+    if (st != OVL_OK) {
+        snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
+        return st;
+    }
+    for (int b = 0; b < 4; b++)
+        if (s->reg[b]) {
+            ovld_view_t v = {.ptr = (char *)s->reg[b]->ptr + s->off[b], .ld = s->ld[b]};
+            if (b == BUF_A)
+                x->a = v;
+            else if (b == BUF_B)
+                x->b = v;
+            else if (b == BUF_C)
+                x->c = v;
+            else
+                x->g = v;
+        }
+    x->rank = j->members[r]->brank;
+    x->plan = &op->plans[r];
+    if (!s->reg[BUF_AOUT] && op->plans[r].uses_gathered) {
+        size_t elem = ovl_dtype_size((ovl_dtype_t)op->dtype);
+        uint64_t bytes;
+        if (__builtin_mul_overflow((uint64_t)j->world * op->m, op->k * elem, &bytes)) {
+            snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
+            return OVL_ERR_LIMIT;
+        }
+        st = d->backend->ops->rank_scratch(d->backend, x->rank, bytes, &x->g.ptr);
+        if (st != OVL_OK) {
+            snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
+                     bytes, ovl_strerror(st));
+            return st;
+        }
+        x->g.ld = op->k;
+    }
+    return OVL_OK;
+}
+
+static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
+{
+    ovl_plan_params_t pp = {
+        .algo = (ovl_algo_t)op->algo,
+        .world = j->world,
+        .m = op->m,
+        .n = op->n,
+        .k = op->k,
+        .dtype = (ovl_dtype_t)op->dtype,
+        .chunks = op->chunks ? op->chunks : d->cfg.default_chunks,
+        .streams = op->streams ? op->streams : d->cfg.default_streams,
+        .want_gathered = op->has_aout,
+    };
+    if (pp.algo == OVL_ALGO_AUTO)
+        pp.algo = d->cfg.default_algo;
+    if (pp.algo == OVL_ALGO_AUTO)
+        pp.algo = ovl_plan_choose(&pp);
+
+    ovld_exec_rank_t *xr = calloc(j->world, sizeof(*xr));
+    op->plans = calloc(j->world, sizeof(*op->plans));
+    if (!xr || !op->plans) {
+        op->st = OVL_ERR_NOMEM;
+        snprintf(op->msg, sizeof(op->msg), "out of memory");
+        goto fail;
+    }
+    for (uint32_t r = 0; r < j->world; r++) {
+        op->st = op_prepare_rank(d, j, op, r, &pp, &xr[r]);
+        if (op->st != OVL_OK)
+            goto fail;
+    }
+    ovld_exec_op_t x = {.seq = op->seq, .m = op->m, .n = op->n, .k = op->k,
+                        .dtype = (ovl_dtype_t)op->dtype, .transb = op->transb,
+                        .world = j->world, .ranks = xr};
+    op->issued = true;
+    op->nrung = j->world;
+    j->running++;
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
+    if (st != OVL_OK) {
+        /* the executor rang every doorbell with the error */
+        op->st = st;
+        snprintf(op->msg, sizeof(op->msg), "%s", err);
+        log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, err);
+    } else {
+        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64
+                  " k=%" PRIu64 ")",
+                  j->id, op->seq, ovl_algo_name(pp.algo), op->m, op->n, op->k);
+    }
+    free(xr);
+    return;
+fail:
+    free(xr);
+    op_fail(d, j, op);
+}
+
+static bool needs_scratch_growth(ovld_job_t *j, ovld_op_t *op)
+{
+    /* Scratch may be reallocated only while nothing reads it: an op without
+     * a_out waits for running ops when its gathered A is larger than any
+     * before it. Tracking the size per job keeps this conservative. */
+    (void)j;
+    return !op->has_aout;
+}
+
+/* Runs (or fails) every op at the head of the queue whose submissions are
+ * all in, in order. */
+static void job_progress(ovld_t *d, ovld_job_t *j)
+{
+    for (ovld_op_t *op = j->ops; op; op = op->next) {
+        if (op->issued)
+            continue;
+        if (j->state == OVLD_JOB_ABORTED) {
+            op_fail(d, j, op);
+            continue;
+        }
+        if (op->nin < j->world)
+            return; /* later ops wait for this one */
+        if (op->st != OVL_OK) {
+            op_fail(d, j, op);
+            continue;
+        }
+        if (j->running > 0 && needs_scratch_growth(j, op))
+            return; /* resumes from ovld_job_on_done */
+        op_run(d, j, op);
+    }
+}
+
+static void op_unlink(ovld_job_t *j, ovld_op_t *op)
+{
+    ovld_op_t *prev = NULL;
+    for (ovld_op_t *o = j->ops; o; prev = o, o = o->next)
+        if (o == op) {
+            if (prev)
+                prev->next = op->next;
+            else
+                j->ops = op->next;
+            if (j->ops_tail == op)
+                j->ops_tail = prev;
+            return;
+        }
+}
+
+void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
+                      const char *message)
+{
+    ovld_t *d = arg;
+    ovld_member_t *m = cookie;
+    ovld_job_t *j = m->job;
+    if (status != OVL_OK)
+        member_error(m, seq, status, message);
+    ovld_op_t *op = j->ops;
+    while (op && op->seq != seq)
+        op = op->next;
+    if (!op)
+        return; /* a rank-local refusal with no op record */
+    if (status != OVL_OK && op->st == OVL_OK) {
+        op->st = status;
+        snprintf(op->msg, sizeof(op->msg), "%s", message);
+        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", seq, message);
+        log_error("job '%s': op %" PRIu64 " failed on rank %u: %s", j->id, seq, m->rank, message);
+    }
+    if (++op->ndone < op->nrung || !op->issued)
+        return;
+    bool was_run = op->plans != NULL && op->nrung == j->world && j->running > 0 &&
+                   op->st == OVL_OK;
+    (void)was_run;
+    if (op->plans)
+        j->running--;
+    if (op->st == OVL_OK)
+        j->ops_done++;
+    j->in_flight--;
+    op_unlink(j, op);
+    op_free(d, j, op);
+    job_progress(d, j);
+    job_maybe_free(d, j);
+}
+
+/* ------------------------------------------------------------------ join */
+
+ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
+                           ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
+                           size_t errlen)
+{
+    const char *id = req->job_id ? req->job_id : "";
+    size_t idlen = strlen(id);
+    if (idlen == 0 || idlen > OVLD_JOB_ID_MAX) {
+        snprintf(err, errlen, "job id must be 1 to %d bytes", OVLD_JOB_ID_MAX);
+        return OVL_ERR_INVALID;
+    }
+    for (size_t i = 0; i < idlen; i++)
+        if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f) {
+            snprintf(err, errlen, "job id holds a control character");
+            return OVL_ERR_INVALID;
+        }
+    if (req->world == 0 || req->world > OVL_PLAN_MAX_WORLD) {
+        snprintf(err, errlen, "world %u out of range 1..%d", req->world, OVL_PLAN_MAX_WORLD);
+        return OVL_ERR_INVALID;
+    }
+    if (req->rank >= req->world) {
+        snprintf(err, errlen, "rank %u out of range for world %u", req->rank, req->world);
+        return OVL_ERR_INVALID;
+    }
+    if (req->device_uuid.len != OVLD_UUID_LEN) {
+        snprintf(err, errlen, "device UUID must be %d bytes, not %zu", OVLD_UUID_LEN,
+                 req->device_uuid.len);
+        return OVL_ERR_INVALID;
+    }
+    uint32_t ndev = d->backend->ops->device_count(d->backend), dev;
+    for (dev = 0; dev < ndev; dev++) {
+        ovld_device_info_t info;
+        d->backend->ops->device_info(d->backend, dev, &info);
+        if (memcmp(info.uuid, req->device_uuid.data, OVLD_UUID_LEN) == 0)
+            break;
+    }
+    if (dev == ndev) {
+        char u[64];
+        ovld_uuid_format(req->device_uuid.data, "", u, sizeof(u));
+        snprintf(err, errlen, "no device with UUID %s on this node", u);
+        return OVL_ERR_NOT_FOUND;
+    }
+
+    ovld_job_t *j = job_find(d, id);
+    bool created = false;
+    if (j) {
+        if (j->owner != c->uid) {
+            snprintf(err, errlen, "job '%s' belongs to uid %u, not %u", id, (unsigned)j->owner,
+                     (unsigned)c->uid);
+            return OVL_ERR_PERMISSION;
+        }
+        if (j->world != req->world) {
+            snprintf(err, errlen, "job '%s' has world %u, not %u", id, j->world, req->world);
+            return OVL_ERR_MISMATCH;
+        }
+        if (j->state == OVLD_JOB_ABORTED) {
+            snprintf(err, errlen, "job '%s' was aborted (%s); it ends when its ranks leave", id,
+                     j->last_error);
+            return OVL_ERR_ABORTED;
+        }
+        if (j->members[req->rank]) {
+            snprintf(err, errlen, "rank %u of job '%s' already joined (pid %d)", req->rank, id,
+                     j->members[req->rank]->conn ? (int)j->members[req->rank]->conn->pid : -1);
+            return OVL_ERR_EXISTS;
+        }
+        for (uint32_t r = 0; r < j->world; r++)
+            if (j->members[r] && j->members[r]->device == dev) {
+                snprintf(err, errlen, "device %u is already used by rank %u of job '%s'", dev, r,
+                         id);
+                return OVL_ERR_EXISTS;
+            }
+    } else {
+        if (d->njobs >= d->cfg.max_jobs) {
+            snprintf(err, errlen, "too many jobs (max_jobs = %u)", d->cfg.max_jobs);
+            return OVL_ERR_LIMIT;
+        }
+        j = calloc(1, sizeof(*j));
+        if (!j || !(j->members = calloc(req->world, sizeof(*j->members)))) {
+            free(j);
+            snprintf(err, errlen, "out of memory");
+            return OVL_ERR_NOMEM;
+        }
+        memcpy(j->id, id, idlen + 1);
+        j->owner = c->uid;
+        j->world = req->world;
+        j->state = OVLD_JOB_FORMING;
+        j->next = d->jobs;
+        d->jobs = j;
+        d->njobs++;
+        created = true;
+    }
+
+    ovld_member_t *m = calloc(1, sizeof(*m));
+    ovl_status_t st = OVL_ERR_NOMEM;
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    m->job = j;
+    m->conn = c;
+    m->rank = req->rank;
+    m->device = dev;
+    m->next_seq = 1;
+    st = d->backend->ops->rank_create(d->backend, dev, m, &m->brank, ret_db);
+    if (st != OVL_OK) {
+        snprintf(err, errlen, "device %u: cannot set up the rank: %s", dev, ovl_strerror(st));
+        free(m);
+        goto fail;
+    }
+    m->comm_id = ++d->next_comm_id;
+    j->members[req->rank] = m;
+    j->joined++;
+    if (j->joined == j->world)
+        j->state = OVLD_JOB_READY;
+    m->conn_next = c->members;
+    c->members = m;
+    log_info("job '%s': rank %u/%u joined on device %u (pid %d, uid %u)%s", j->id, m->rank,
+             j->world, dev, (int)c->pid, (unsigned)c->uid,
+             j->state == OVLD_JOB_READY ? "; all ranks in" : "");
+    *ret_member = m;
+    return OVL_OK;
+fail:
+    if (created)
+        job_free(d, j);
+    return st;
+}
+
+ovld_member_t *ovld_job_member(ovld_conn_t *c, uint64_t comm_id)
+{
+    for (ovld_member_t *m = c->members; m; m = m->conn_next)
+        if (m->comm_id == comm_id)
+            return m;
+    return NULL;
+}
+
+void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
+{
+    ovld_job_t *j = m->job;
+    ovld_conn_t *c = m->conn;
+    if (c) {
+        for (ovld_member_t **pp = &c->members; *pp; pp = &(*pp)->conn_next)
+            if (*pp == m) {
+                *pp = m->conn_next;
+                break;
+            }
+    }
+    m->conn = NULL;
+    m->conn_next = NULL;
+    bool others = false;
+    for (uint32_t r = 0; r < j->world; r++)
+        if (j->members[r] && j->members[r]->conn)
+            others = true;
+    if (others && j->state != OVLD_JOB_ABORTED) {
+        j->state = OVLD_JOB_ABORTED;
+        snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank,
+                 why);
+        log_warn("job '%s': aborted: rank %u left (%s)", j->id, m->rank, why);
+        for (ovld_op_t *op = j->ops; op; op = op->next)
+            if (!op->issued) {
+                op->st = OVL_ERR_ABORTED;
+                snprintf(op->msg, sizeof(op->msg), "job aborted: rank %u left (%s)", m->rank,
+                         why);
+            }
+        job_progress(d, j);
+    } else {
+        log_info("job '%s': rank %u left (%s)", j->id, m->rank, why);
+    }
+    job_maybe_free(d, j);
+}
+
+/* --------------------------------------------------------------- submit */
+
+static ovl_status_t resolve(ovld_conn_t *c, const Ovl__BufRef *ref, int which, uint64_t rows,
+                            uint64_t cols, uint64_t ld, size_t elem, int device, ovld_sub_t *s,
+                            char *msg, size_t len)
+{
+    if (!ref) {
+        snprintf(msg, len, "%s: no buffer given", buf_names[which]);
+        return OVL_ERR_INVALID;
+    }
+    ovld_reg_t *reg = ovld_registry_find(&c->reg, ref->mem_id);
+    if (!reg) {
+        snprintf(msg, len, "%s: buffer %" PRIu64 " is not registered on this connection",
+                 buf_names[which], ref->mem_id);
+        return OVL_ERR_NOT_FOUND;
+    }
+    if (reg->device >= 0 && reg->device != device) {
+        snprintf(msg, len, "%s: buffer %" PRIu64 " is on device %d, the comm on device %d",
+                 buf_names[which], ref->mem_id, reg->device, device);
+        return OVL_ERR_INVALID;
+    }
+    ovl_status_t st = ovld_range_check(reg->bytes, ref->offset, rows, cols, ld, elem);
+    if (st == OVL_ERR_INVALID) {
+        snprintf(msg, len, "%s: leading dimension %" PRIu64 " is less than its %" PRIu64
+                 " columns", buf_names[which], ld, cols);
+        return st;
+    }
+    if (st != OVL_OK) {
+        snprintf(msg, len,
+                 "%s: %" PRIu64 " x %" PRIu64 " (ld %" PRIu64 ") at offset %" PRIu64
+                 " lies outside its registration of %" PRIu64 " bytes",
+                 buf_names[which], rows, cols, ld, ref->offset, reg->bytes);
+        return st;
+    }
+    reg->refs++;
+    s->reg[which] = reg;
+    s->off[which] = ref->offset;
+    s->ld[which] = ld;
+    return OVL_OK;
+}
+
+/* Validates one rank's op against its own registrations. */
+static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t *s, char *msg,
+                              size_t len)
+{
+    ovld_job_t *j = m->job;
+    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
+    uint64_t rows_all;
+    if (elem == 0) {
+        snprintf(msg, len, "unknown dtype %d", (int)q->dtype);
+        return OVL_ERR_INVALID;
+    }
+    if ((unsigned)q->algo > OVL_ALGO_RING) {
+        snprintf(msg, len, "unknown algorithm %d", (int)q->algo);
+        return OVL_ERR_INVALID;
+    }
+    if (q->m == 0 || q->n == 0 || q->k == 0) {
+        snprintf(msg, len, "m, n and k must be positive (m=%" PRIu64 " n=%" PRIu64
+                 " k=%" PRIu64 ")", q->m, q->n, q->k);
+        return OVL_ERR_INVALID;
+    }
+    if (q->chunks > OVL_PLAN_MAX_CHUNKS || q->streams > OVL_PLAN_MAX_STREAMS) {
+        snprintf(msg, len, "chunks %u (max %d) or streams %u (max %d) out of range", q->chunks,
+                 OVL_PLAN_MAX_CHUNKS, q->streams, OVL_PLAN_MAX_STREAMS);
+        return OVL_ERR_INVALID;
+    }
+    if (__builtin_mul_overflow(q->m, (uint64_t)j->world, &rows_all)) {
+        snprintf(msg, len, "m * world overflows");
+        return OVL_ERR_RANGE;
+    }
+    ovld_conn_t *c = m->conn;
+    int dev = (int)m->device;
+    ovl_status_t st;
+    if ((st = resolve(c, q->a, BUF_A, q->m, q->k, q->lda, elem, dev, s, msg, len)) != OVL_OK)
+        return st;
+    if ((st = resolve(c, q->b, BUF_B, q->transb ? q->n : q->k, q->transb ? q->k : q->n, q->ldb,
+                      elem, dev, s, msg, len)) != OVL_OK)
+        return st;
+    if ((st = resolve(c, q->c, BUF_C, rows_all, q->n, q->ldc, elem, dev, s, msg, len)) != OVL_OK)
+        return st;
+    if (q->a_out &&
+        (st = resolve(c, q->a_out, BUF_AOUT, rows_all, q->k, q->lda_out, elem, dev, s, msg, len)) !=
+            OVL_OK)
+        return st;
+    return OVL_OK;
+}
+
+static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine, uint64_t theirs)
+{
+    if (mine == theirs || op->st != OVL_OK)
+        return;
+    op->st = OVL_ERR_MISMATCH;
+    snprintf(op->msg, sizeof(op->msg),
+             "ranks disagree on %s: rank %u has %" PRIu64 ", rank %u has %" PRIu64, field, r,
+             mine, op->first_rank, theirs);
+}
+
+void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
+{
+    ovld_job_t *j = m->job;
+    char msg[256];
+    if (q->seq != m->next_seq) {
+        snprintf(msg, sizeof(msg), "op number %" PRIu64 " out of order: expected %" PRIu64,
+                 q->seq, m->next_seq);
+        log_warn("job '%s': rank %u: %s", j->id, m->rank, msg);
+        /* Ring what the client waits for, in order, so its stream moves on. */
+        member_error(m, q->seq, OVL_ERR_PROTOCOL, msg);
+        d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_PROTOCOL, msg);
+        if (q->seq >= m->next_seq)
+            m->next_seq = q->seq + 1;
+        return;
+    }
+    m->next_seq++;
+
+    if (j->state == OVLD_JOB_ABORTED) {
+        snprintf(msg, sizeof(msg), "job aborted: %s", j->last_error);
+        member_error(m, q->seq, OVL_ERR_ABORTED, msg);
+        d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_ABORTED, msg);
+        return;
+    }
+
+    ovld_op_t *op = j->ops;
+    while (op && op->seq != q->seq)
+        op = op->next;
+    if (!op) {
+        if (j->in_flight >= d->cfg.max_ops_in_flight) {
+            snprintf(msg, sizeof(msg), "rank %u has more than %u ops in flight (max_ops_in_flight)",
+                     m->rank, d->cfg.max_ops_in_flight);
+            member_error(m, q->seq, OVL_ERR_LIMIT, msg);
+            d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_LIMIT, msg);
+            /* The ranks no longer agree on op numbers: nothing can be matched
+             * again, so the job ends here rather than later and worse. */
+            j->state = OVLD_JOB_ABORTED;
+            snprintf(j->last_error, sizeof(j->last_error), "%s", msg);
+            log_warn("job '%s': aborted: %s", j->id, msg);
+            job_progress(d, j);
+            return;
+        }
+        op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
+        if (!op) {
+            member_error(m, q->seq, OVL_ERR_NOMEM, "out of memory");
+            d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_NOMEM, "ovld: out of memory");
+            return;
+        }
+        op->seq = q->seq;
+        op->m = q->m;
+        op->n = q->n;
+        op->k = q->k;
+        op->dtype = (uint32_t)q->dtype;
+        op->algo = (uint32_t)q->algo;
+        op->chunks = q->chunks;
+        op->streams = q->streams;
+        op->transb = q->transb;
+        op->has_aout = q->a_out != NULL;
+        op->first_rank = m->rank;
+        if (j->ops_tail)
+            j->ops_tail->next = op;
+        else
+            j->ops = op;
+        j->ops_tail = op;
+        j->in_flight++;
+    } else {
+        if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
+            log_error("job '%s': rank %u submitted op %" PRIu64 " twice", j->id, m->rank, q->seq);
+            return;
+        }
+        disagree(op, m->rank, "m", q->m, op->m);
+        disagree(op, m->rank, "n", q->n, op->n);
+        disagree(op, m->rank, "k", q->k, op->k);
+        disagree(op, m->rank, "dtype", (uint64_t)q->dtype, op->dtype);
+        disagree(op, m->rank, "transb", q->transb, op->transb);
+        disagree(op, m->rank, "algo", (uint64_t)q->algo, op->algo);
+        disagree(op, m->rank, "chunks", q->chunks, op->chunks);
+        disagree(op, m->rank, "streams", q->streams, op->streams);
+        disagree(op, m->rank, "a_out (given or not)", q->a_out != NULL, op->has_aout);
+    }
+    ovld_sub_t *s = &op->subs[m->rank];
+    s->in = true;
+    op->nin++;
+    if (op->st == OVL_OK) {
+        ovl_status_t st = check_sub(m, q, s, msg, sizeof(msg));
+        if (st != OVL_OK) {
+            op->st = st;
+            snprintf(op->msg, sizeof(op->msg), "rank %u: %s", m->rank, msg);
+        }
+    }
+    job_progress(d, j);
+}
+
+void ovld_job_fail_pending(ovld_t *d, ovl_status_t status, const char *why)
+{
+    for (ovld_job_t *j = d->jobs; j; j = j->next) {
+        for (ovld_op_t *op = j->ops; op; op = op->next)
+            if (!op->issued && op->st == OVL_OK) {
+                op->st = status;
+                snprintf(op->msg, sizeof(op->msg), "%s", why);
+            }
+        if (j->state != OVLD_JOB_ABORTED) {
+            j->state = OVLD_JOB_ABORTED;
+            snprintf(j->last_error, sizeof(j->last_error), "%s", why);
+        }
+        job_progress(d, j);
+    }
+}
+
+uint32_t ovld_job_running(const ovld_t *d)
+{
+    uint32_t n = 0;
+    for (const ovld_job_t *j = d->jobs; j; j = j->next)
+        n += j->in_flight;
+    return n;
+}

@@ -1,0 +1,80 @@
+/*
+ * job.h: jobs, their ranks, and op matching. Ranks join by (job id, world,
+ * rank); every rank submits op n (numbered by the client, 1, 2, ...); once
+ * every rank's op n is in and they agree, the op's plans are run; a
+ * disagreement or a bad range fails op n on every rank. A rank that leaves
+ * aborts the job: its pending ops fail on every rank, and later ops fail at
+ * once. Loop thread only; logs at this boundary.
+ */
+#ifndef OVLD_JOB_H
+#define OVLD_JOB_H
+
+#include "ovl.pb-c.h"
+#include "ovld.h"
+
+#define OVLD_JOB_ID_MAX 63
+
+typedef struct ovld_member {
+    struct ovld_job *job;
+    ovld_conn_t *conn; /* NULL once the client left */
+    uint32_t rank;
+    uint32_t device;
+    uint64_t comm_id;
+    ovld_rank_t *brank;
+    uint64_t next_seq; /* the op number expected next from the client */
+    ovl_status_t err;  /* the first failure, for CommCheck */
+    uint64_t err_seq;
+    char err_msg[256];
+    struct ovld_member *conn_next;
+} ovld_member_t;
+
+typedef enum ovld_job_state {
+    OVLD_JOB_FORMING, /* not every rank has joined */
+    OVLD_JOB_READY,
+    OVLD_JOB_ABORTED,
+} ovld_job_state_t;
+
+typedef struct ovld_job {
+    char id[OVLD_JOB_ID_MAX + 1];
+    uid_t owner;
+    uint32_t world;
+    uint32_t joined;
+    ovld_job_state_t state;
+    ovld_member_t **members; /* world entries, by rank; NULL until joined */
+    struct ovld_op *ops;     /* in seq order, oldest first */
+    struct ovld_op *ops_tail;
+    uint32_t in_flight;
+    uint32_t running;
+    uint64_t ops_done;
+    char last_error[256];
+    struct ovld_job *next;
+} ovld_job_t;
+
+/* Joins; on success *ret_member is linked to the connection and *ret_db says
+ * how the client opens its doorbell (its fd, if any, is the caller's). */
+ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
+                           ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
+                           size_t errlen);
+
+/* The member of connection c with this comm id, or NULL. */
+ovld_member_t *ovld_job_member(ovld_conn_t *c, uint64_t comm_id);
+
+/* Leaves (CommDestroy, or the connection closed: why says which). */
+void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why);
+
+/* Takes one rank's op. Never replies: failures ring the doorbell. */
+void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *req);
+
+/* Fails every op not yet running, in every job (shutdown). */
+void ovld_job_fail_pending(ovld_t *d, ovl_status_t status, const char *why);
+
+/* Ops issued and not yet done, in all jobs. */
+uint32_t ovld_job_running(const ovld_t *d);
+
+/* The backend's completion callback (arg is the ovld_t). */
+void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
+                      const char *message);
+
+const char *ovld_job_state_name(ovld_job_state_t s);
+
+#endif /* OVLD_JOB_H */

@@ -1,0 +1,61 @@
+/*
+ * log.c: see log.h. Called from the loop thread and from backend threads, so
+ * each line is formatted into one buffer and written with one write(2).
+ */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Atomic int log_level = OVLD_LOG_INFO;
+static _Atomic int log_journal = 0;
+
+void ovld_log_init(ovld_log_level_t level)
+{
+    atomic_store(&log_level, (int)level);
+    atomic_store(&log_journal, getenv("JOURNAL_STREAM") != NULL);
+}
+
+void ovld_log_set_level(ovld_log_level_t level)
+{
+    atomic_store(&log_level, (int)level);
+}
+
+ovld_log_level_t ovld_log_get_level(void)
+{
+    return (ovld_log_level_t)atomic_load(&log_level);
+}
+
+void ovld_log(ovld_log_level_t level, const char *fmt, ...)
+{
+    if ((int)level > atomic_load(&log_level))
+        return;
+    char line[2048];
+    int n;
+    if (atomic_load(&log_journal)) {
+        n = snprintf(line, sizeof(line), "<%d>", (int)level);
+    } else {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ ovld[%d] %s: ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), ovld_log_level_name(level));
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof(line) - 2)
+        n = (int)sizeof(line) - 2;
+    line[n++] = '\n';
+    /* A lost log line is not worth failing for. */
+    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}

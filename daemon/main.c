@@ -1,0 +1,305 @@
+/*
+ * main.c: ovld's command line, start-up, signals and shutdown.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "log.h"
+#include "ovld.h"
+#include "sdnotify.h"
+
+#define DRAIN_POLL_MS    20
+#define DRAIN_TIMEOUT_MS 30000
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: ovld [OPTIONS]\n"
+            "\n"
+            "The ovl daemon: runs overlapped all-gather + GEMM pipelines for the processes of\n"
+            "tensor-parallel jobs on this node's GPUs (or, without a GPU, on the host).\n"
+            "\n"
+            "Options:\n"
+            "  -c, --config FILE      read the configuration file FILE (docs/config.md)\n"
+            "  -s, --socket PATH      listen on PATH (default %s; overrides the file)\n"
+            "  -b, --backend NAME     auto, host or cuda (overrides the file)\n"
+            "  -l, --log-level LEVEL  error, warn, info or debug (overrides the file)\n"
+            "  -f, --foreground       stay in the foreground (as under systemd); otherwise\n"
+            "                         ovld detaches once its socket listens\n"
+            "  -h, --help             show this help\n"
+            "  -V, --version          show the version\n"
+            "\n"
+            "Signals: SIGTERM/SIGINT stop (in-flight ops finish, the socket is removed);\n"
+            "SIGHUP re-reads the configuration file.\n",
+            OVL_DEFAULT_SOCKET);
+}
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* Everything in flight is done (or waited for long enough): close down. */
+static void finish_shutdown(ovld_t *d)
+{
+    if (d->stopped)
+        return;
+    d->stopped = true;
+    uint32_t left = ovld_job_running(d);
+    if (left > 0)
+        log_error("shutdown: %u ops still running after %d ms; leaving them", left,
+                  DRAIN_TIMEOUT_MS);
+    while (d->conns)
+        ovld_conn_close(d->conns, "daemon shutting down");
+    if (left == 0 && d->jobs == NULL && d->backend) {
+        d->backend->ops->destroy(d->backend);
+        d->backend = NULL;
+    }
+    uv_timer_stop(&d->drain_timer);
+    close_handle((uv_handle_t *)&d->drain_timer);
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->sig_hup);
+    if (left > 0)
+        uv_stop(d->loop); /* threads still hold handles; do not wait for them */
+}
+
+static void on_drain_tick(uv_timer_t *t)
+{
+    ovld_t *d = t->data;
+    if (ovld_job_running(d) == 0 || uv_now(d->loop) >= d->drain_deadline)
+        finish_shutdown(d);
+}
+
+void ovld_shutdown(ovld_t *d)
+{
+    if (d->stopping)
+        return;
+    d->stopping = true;
+    ovld_sd_notify("STOPPING=1\nSTATUS=Stopping");
+    log_info("stopping: no new connections; %u ops in flight", ovld_job_running(d));
+    ovld_server_stop_listening(d);
+    ovld_job_fail_pending(d, OVL_ERR_SHUTDOWN, "ovld is shutting down");
+    if (ovld_job_running(d) == 0) {
+        finish_shutdown(d);
+        return;
+    }
+    d->drain_deadline = uv_now(d->loop) + DRAIN_TIMEOUT_MS;
+    uv_timer_start(&d->drain_timer, on_drain_tick, DRAIN_POLL_MS, DRAIN_POLL_MS);
+}
+
+static void reload(ovld_t *d)
+{
+    ovld_sd_notify("RELOADING=1");
+    if (!d->config_path[0]) {
+        log_info("SIGHUP: no configuration file to re-read");
+        ovld_sd_notify("READY=1");
+        return;
+    }
+    ovld_config_t nc;
+    ovld_config_defaults(&nc);
+    char err[512];
+    if (ovld_config_load(&nc, d->config_path, err, sizeof(err)) != OVL_OK) {
+        log_error("SIGHUP: %s; keeping the running configuration", err);
+        ovld_sd_notify("READY=1");
+        return;
+    }
+    /* Settings fixed at start stay; say so rather than pretend. */
+    if (strcmp(nc.socket_path, d->cfg.socket_path) != 0 ||
+        strcmp(nc.socket_group, d->cfg.socket_group) != 0 ||
+        nc.socket_mode != d->cfg.socket_mode || nc.backend != d->cfg.backend ||
+        nc.host_devices != d->cfg.host_devices)
+        log_warn("SIGHUP: socket, socket_group, socket_mode, backend and host_devices take "
+                 "effect only at restart");
+    ovld_config_t keep = d->cfg;
+    d->cfg = nc;
+    memcpy(d->cfg.socket_path, keep.socket_path, sizeof(keep.socket_path));
+    memcpy(d->cfg.socket_group, keep.socket_group, sizeof(keep.socket_group));
+    d->cfg.socket_mode = keep.socket_mode;
+    d->cfg.backend = keep.backend;
+    d->cfg.host_devices = keep.host_devices;
+    ovld_log_set_level(d->cfg.log_level);
+    log_info("configuration re-read from %s", d->config_path);
+    ovld_sd_notify("READY=1");
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    ovld_t *d = s->data;
+    if (signum == SIGHUP) {
+        reload(d);
+        return;
+    }
+    log_info("received %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    ovld_shutdown(d);
+}
+
+/* Detaches: the parent exits once the child reports (through a pipe) that
+ * its socket listens, with the child's start-up status as its own. */
+static int daemonize(int *ret_ready_fd)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0) {
+        close(p[1]);
+        char status = 1;
+        ssize_t n;
+        do
+            n = read(p[0], &status, 1);
+        while (n < 0 && errno == EINTR);
+        _exit(n == 1 ? status : 1);
+    }
+    close(p[0]);
+    if (setsid() < 0)
+        return -1;
+    pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0)
+        _exit(0);
+    if (chdir("/") != 0)
+        return -1;
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul >= 0) {
+        dup2(nul, STDIN_FILENO);
+        dup2(nul, STDOUT_FILENO);
+        close(nul);
+    }
+    *ret_ready_fd = p[1];
+    return 0;
+}
+
+static void report_ready(int *fd, char status)
+{
+    if (*fd < 0)
+        return;
+    ssize_t n = write(*fd, &status, 1);
+    (void)n;
+    close(*fd);
+    *fd = -1;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"socket", required_argument, NULL, 's'},
+        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
+        {"foreground", no_argument, NULL, 'f'},   {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+    };
+    const char *config = NULL, *socket_arg = NULL, *backend_arg = NULL, *level_arg = NULL;
+    bool foreground = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:s:b:l:fhV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 's': socket_arg = optarg; break;
+        case 'b': backend_arg = optarg; break;
+        case 'l': level_arg = optarg; break;
+        case 'f': foreground = true; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("ovld %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ovld: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+
+    static ovld_t daemon; /* the one context; static only to keep it off the stack */
+    ovld_t *d = &daemon;
+    ovld_config_defaults(&d->cfg);
+    char err[512] = "";
+    if (config) {
+        if (ovld_config_load(&d->cfg, config, err, sizeof(err)) != OVL_OK) {
+            fprintf(stderr, "ovld: %s\n", err);
+            return 2;
+        }
+        if (!realpath(config, d->config_path))
+            snprintf(d->config_path, sizeof(d->config_path), "%s", config);
+    }
+    /* Command-line overrides go through the file parser: one set of rules. */
+    char line[OVLD_CONFIG_PATH_MAX + 32];
+    const char *ov_keys[] = {"socket", "backend", "log_level"};
+    const char *ov_vals[] = {socket_arg, backend_arg, level_arg};
+    for (int i = 0; i < 3; i++) {
+        if (!ov_vals[i])
+            continue;
+        snprintf(line, sizeof(line), "%s = %s\n", ov_keys[i], ov_vals[i]);
+        if (ovld_config_parse(&d->cfg, "command line", line, err, sizeof(err)) != OVL_OK) {
+            fprintf(stderr, "ovld: %s\n", err);
+            return 2;
+        }
+    }
+
+    ovld_log_init(d->cfg.log_level);
+    signal(SIGPIPE, SIG_IGN); /* a vanished client must not kill the daemon */
+
+    int ready_fd = -1;
+    if (!foreground && daemonize(&ready_fd) != 0) {
+        fprintf(stderr, "ovld: cannot detach: %s\n", strerror(errno));
+        return 1;
+    }
+
+    d->loop = uv_default_loop();
+    d->listen_fd = -1;
+    d->start_ns = ovld_now_ns();
+    ovl_status_t st =
+        ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, d, &d->backend, err, sizeof(err));
+    if (st != OVL_OK) {
+        log_error("cannot start the %s backend: %s", ovld_backend_kind_name(d->cfg.backend), err);
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
+    st = ovld_server_start(d, err, sizeof(err));
+    if (st != OVL_OK) {
+        log_error("%s", err);
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
+    uv_signal_init(d->loop, &d->sig_term);
+    uv_signal_init(d->loop, &d->sig_int);
+    uv_signal_init(d->loop, &d->sig_hup);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+    uv_timer_init(d->loop, &d->drain_timer);
+    d->drain_timer.data = d;
+
+    uint32_t ndev = d->backend->ops->device_count(d->backend);
+    log_info("ovld %s ready: %s backend, %u device%s, pid %d", OVL_VERSION_STRING,
+             d->backend->ops->name, ndev, ndev == 1 ? "" : "s", (int)getpid());
+    char state[256];
+    snprintf(state, sizeof(state), "READY=1\nSTATUS=Serving: %s backend, %u devices\nMAINPID=%d",
+             d->backend->ops->name, ndev, (int)getpid());
+    ovld_sd_notify(state);
+    report_ready(&ready_fd, 0);
+
+    uv_run(d->loop, UV_RUN_DEFAULT);
+    if (!d->stopped) /* the loop ran dry without a signal: should not happen */
+        log_error("event loop ended unexpectedly");
+    if (d->stopped && ovld_job_running(d) == 0) {
+        int rc = uv_loop_close(d->loop);
+        if (rc != 0)
+            log_debug("uv_loop_close: %s", uv_strerror(rc));
+    }
+    log_info("stopped");
+    return 0;
+}

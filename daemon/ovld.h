@@ -1,0 +1,79 @@
+/*
+ * ovld.h: the daemon's context, the one struct that holds its state (no
+ * other globals), and the connection type shared by server.c and job.c.
+ */
+#ifndef OVLD_H
+#define OVLD_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "backend.h"
+#include "config.h"
+#include "registry.h"
+#include "wire.h"
+
+struct ovld_member;
+struct ovld_job;
+
+typedef struct ovld_conn {
+    struct ovld *d;
+    int fd;
+    uv_poll_t poll;
+    int poll_events;
+    uint64_t id;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    char name[64];
+    bool hello_done;
+    bool closing;
+    ovl_wire_reader_t rd;
+    ovl_fdq_t fdq;
+    ovl_wire_out_t out;
+    ovld_registry_t reg;
+    struct ovld_member *members; /* comms held, linked by conn_next */
+    struct ovld_conn *prev, *next;
+} ovld_conn_t;
+
+typedef struct ovld {
+    uv_loop_t *loop;
+    ovld_config_t cfg;
+    char config_path[PATH_MAX]; /* "" if none */
+    ovld_backend_t *backend;
+    uint64_t start_ns;
+
+    int listen_fd;
+    bool listen_owned; /* we bound it (and unlink it); not systemd's */
+    uv_poll_t listen_poll;
+    bool listening;
+    ovld_conn_t *conns;
+    uint32_t nconns;
+    uint64_t next_conn_id;
+    uint64_t conns_accepted, conns_refused;
+
+    struct ovld_job *jobs;
+    uint32_t njobs;
+    uint64_t next_comm_id;
+
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t drain_timer;
+    uint64_t drain_deadline; /* loop time (ms) */
+    bool stopping;
+    bool stopped;
+} ovld_t;
+
+/* Loop-time in nanoseconds since an arbitrary point. */
+uint64_t ovld_now_ns(void);
+
+/* server.c */
+ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen);
+void ovld_server_stop_listening(ovld_t *d);
+void ovld_conn_close(ovld_conn_t *c, const char *why);
+void ovld_shutdown(ovld_t *d);
+
+#endif /* OVLD_H */

@@ -1,0 +1,60 @@
+/*
+ * registry.h: the buffers one connection registered, and the checks that
+ * every op's ranges lie inside them. Pure bookkeeping: mapping and unmapping
+ * are the backend's, done by the caller; nothing logs.
+ *
+ * A registration is reference counted: the connection holds one reference
+ * while it is registered, and each op that uses it holds one until the op is
+ * done, so that a buffer deregistered (or a client gone) mid-op stays mapped
+ * until no work reads it.
+ */
+#ifndef OVLD_REGISTRY_H
+#define OVLD_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ovl.h"
+
+typedef struct ovld_reg {
+    uint64_t id;
+    uint64_t bytes;
+    uint64_t client_addr; /* for messages */
+    void *ptr;            /* the daemon's mapping */
+    void *bmem;           /* the backend's handle (ovld_bmem_t *) */
+    int device;
+    uint32_t refs;
+    bool registered; /* still in its connection's table */
+    struct ovld_reg *next;
+} ovld_reg_t;
+
+typedef struct ovld_registry {
+    ovld_reg_t **buckets;
+    size_t nbuckets;
+    size_t count;
+    uint64_t mapped_bytes;
+    uint64_t next_id;
+} ovld_registry_t;
+
+ovl_status_t ovld_registry_init(ovld_registry_t *r);
+/* Frees the table only; the caller drops every registration first. */
+void ovld_registry_fini(ovld_registry_t *r);
+
+/* Adds reg (refs 1, registered) with a fresh id. */
+ovl_status_t ovld_registry_add(ovld_registry_t *r, ovld_reg_t *reg);
+ovld_reg_t *ovld_registry_find(const ovld_registry_t *r, uint64_t id);
+/* Unlinks reg from the table (it stays alive while referenced). */
+void ovld_registry_remove(ovld_registry_t *r, ovld_reg_t *reg);
+/* Calls fn on every registration (fn may remove the one it is given). */
+void ovld_registry_foreach(ovld_registry_t *r, void (*fn)(ovld_reg_t *reg, void *arg), void *arg);
+
+/*
+ * Checks (with ovl_matrix_extent, proto/matrix.h) that the matrix at `offset` bytes into a registration of
+ * `reg_bytes` lies inside it, overflow-safe. OVL_OK, OVL_ERR_INVALID (bad
+ * geometry) or OVL_ERR_RANGE.
+ */
+ovl_status_t ovld_range_check(uint64_t reg_bytes, uint64_t offset, uint64_t rows, uint64_t cols,
+                              uint64_t ld, size_t elem);
+
+#endif /* OVLD_REGISTRY_H */

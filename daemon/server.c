@@ -1,0 +1,822 @@
+/*
+ * server.c: the Unix socket, connections and requests. One libuv loop; every
+ * socket is ours (accept4, recvmsg, sendmsg), libuv only polls it, because
+ * libuv will not hand over passed descriptors other than sockets (API-NOTES
+ * section 5) and the host backend receives memfds.
+ *
+ * A connection's life: accept (SO_PEERCRED taken), Hello first (version
+ * check), then requests in order, each answered in order except AgGemm,
+ * which is answered through the doorbell. A malformed, oversized or
+ * out-of-order frame gets an Error (where it can still be sent) and closes
+ * that connection only.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "log.h"
+#include "ovl.pb-c.h"
+#include "ovld.h"
+#include "plan.h"
+#include "sdnotify.h"
+
+/* A client that stops reading its replies is dropped past this. */
+#define MAX_OUT_PENDING (64u << 20)
+
+uint64_t ovld_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void conn_update_poll(ovld_conn_t *c);
+
+/* Queues a response; false if the connection had to be closed. */
+static bool send_response(ovld_conn_t *c, Ovl__Response *resp, const int *fds, unsigned nfds)
+{
+    ovl_status_t st =
+        ovl_wire_out_append(&c->out, &resp->base, c->d->cfg.max_frame_bytes, fds, nfds);
+    if (st != OVL_OK) {
+        log_error("client %" PRIu64 " (pid %d): cannot queue a reply: %s", c->id, (int)c->pid,
+                  ovl_strerror(st));
+        ovld_conn_close(c, "reply failed");
+        return false;
+    }
+    st = ovl_wire_flush(c->fd, &c->out);
+    if (st == OVL_ERR_AGAIN) {
+        if (ovl_wire_out_pending(&c->out) > MAX_OUT_PENDING) {
+            ovld_conn_close(c, "client does not read its replies");
+            return false;
+        }
+        conn_update_poll(c);
+        return true;
+    }
+    if (st != OVL_OK) {
+        ovld_conn_close(c, st == OVL_ERR_CLOSED ? "client went away" : strerror(errno));
+        return false;
+    }
+    conn_update_poll(c);
+    return true;
+}
+
+static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    Ovl__Error e = OVL__ERROR__INIT;
+    e.status = status;
+    e.message = msg;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_ERROR;
+    r.error = &e;
+    return send_response(c, &r, NULL, 0);
+}
+
+/* Logs, sends an Error where it can, and closes the connection. */
+static void conn_fail(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *what)
+{
+    log_warn("client %" PRIu64 " (pid %d, uid %u): %s; closing the connection", c->id,
+             (int)c->pid, (unsigned)c->uid, what);
+    if (send_error(c, id, status, "%s", what))
+        ovld_conn_close(c, what);
+}
+
+static bool send_ok(ovld_conn_t *c, uint64_t id)
+{
+    Ovl__Ok ok = OVL__OK__INIT;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_OK;
+    r.ok = &ok;
+    return send_response(c, &r, NULL, 0);
+}
+
+/* ------------------------------------------------------------ devices */
+
+static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_info_t *info)
+{
+    d->backend->ops->device_info(d->backend, i, info);
+    ovl__device__init(dev);
+    dev->index = i;
+    dev->uuid.data = info->uuid;
+    dev->uuid.len = OVLD_UUID_LEN;
+    dev->name = info->name;
+    dev->total_memory = info->total_memory;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
+{
+    ovld_t *d = c->d;
+    if (c->hello_done) {
+        conn_fail(c, id, OVL_ERR_PROTOCOL, "Hello sent twice");
+        return;
+    }
+    if (h->protocol_version != OVL_PROTOCOL_VERSION) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "protocol version mismatch: the client (libovl %s) speaks version %u, ovld %s "
+                 "speaks version %u",
+                 h->library_version ? h->library_version : "?", h->protocol_version,
+                 OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
+        conn_fail(c, id, OVL_ERR_VERSION, msg);
+        return;
+    }
+    c->hello_done = true;
+    if (h->client_name)
+        snprintf(c->name, sizeof(c->name), "%s", h->client_name);
+
+    uint32_t n = d->backend->ops->device_count(d->backend);
+    Ovl__Device *devs = calloc(n ? n : 1, sizeof(*devs));
+    Ovl__Device **pdevs = calloc(n ? n : 1, sizeof(*pdevs));
+    ovld_device_info_t *infos = calloc(n ? n : 1, sizeof(*infos));
+    if (!devs || !pdevs || !infos) {
+        free(devs);
+        free(pdevs);
+        free(infos);
+        conn_fail(c, id, OVL_ERR_NOMEM, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        fill_device(d, i, &devs[i], &infos[i]);
+        pdevs[i] = &devs[i];
+    }
+    Ovl__HelloReply hr = OVL__HELLO_REPLY__INIT;
+    hr.protocol_version = OVL_PROTOCOL_VERSION;
+    hr.daemon_version = (char *)OVL_VERSION_STRING;
+    hr.backend = (char *)d->backend->ops->name;
+    hr.daemon_pid = (int32_t)getpid();
+    hr.client_id = c->id;
+    hr.n_devices = n;
+    hr.devices = pdevs;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_HELLO;
+    r.hello = &hr;
+    log_debug("client %" PRIu64 ": hello from '%s' (pid %d, uid %u, libovl %s)", c->id, c->name,
+              (int)c->pid, (unsigned)c->uid, h->library_version ? h->library_version : "?");
+    send_response(c, &r, NULL, 0);
+    free(devs);
+    free(pdevs);
+    free(infos);
+}
+
+static void on_status(ovld_conn_t *c, uint64_t id)
+{
+    ovld_t *d = c->d;
+    uint32_t ndev = d->backend->ops->device_count(d->backend);
+    size_t nj = d->njobs, nc = d->nconns;
+    Ovl__Device *devs = calloc(ndev + 1, sizeof(*devs));
+    Ovl__Device **pdevs = calloc(ndev + 1, sizeof(*pdevs));
+    ovld_device_info_t *infos = calloc(ndev + 1, sizeof(*infos));
+    Ovl__JobInfo *jobs = calloc(nj + 1, sizeof(*jobs));
+    Ovl__JobInfo **pjobs = calloc(nj + 1, sizeof(*pjobs));
+    Ovl__ClientInfo *cls = calloc(nc + 1, sizeof(*cls));
+    Ovl__ClientInfo **pcls = calloc(nc + 1, sizeof(*pcls));
+    if (!devs || !pdevs || !infos || !jobs || !pjobs || !cls || !pcls) {
+        send_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < ndev; i++) {
+        fill_device(d, i, &devs[i], &infos[i]);
+        pdevs[i] = &devs[i];
+    }
+    size_t i = 0;
+    for (ovld_job_t *j = d->jobs; j && i < nj; j = j->next, i++) {
+        Ovl__JobInfo *ji = &jobs[i];
+        ovl__job_info__init(ji);
+        ji->id = j->id;
+        ji->owner_uid = (uint32_t)j->owner;
+        ji->world = j->world;
+        ji->local_ranks = j->joined;
+        ji->state = (char *)ovld_job_state_name(j->state);
+        ji->ops_done = j->ops_done;
+        ji->ops_in_flight = j->in_flight;
+        ji->last_error = j->last_error;
+        pjobs[i] = ji;
+    }
+    nj = i;
+    i = 0;
+    for (ovld_conn_t *k = d->conns; k && i < nc; k = k->next, i++) {
+        Ovl__ClientInfo *ci = &cls[i];
+        ovl__client_info__init(ci);
+        ci->id = k->id;
+        ci->pid = (int32_t)k->pid;
+        ci->uid = (uint32_t)k->uid;
+        ci->gid = (uint32_t)k->gid;
+        ci->name = k->name;
+        ci->rank = -1;
+        ci->job = (char *)"";
+        if (k->members) {
+            ci->job = k->members->job->id;
+            ci->rank = (int32_t)k->members->rank;
+        }
+        ci->buffers = (uint32_t)k->reg.count;
+        ci->mapped_bytes = k->reg.mapped_bytes;
+        pcls[i] = ci;
+    }
+    nc = i;
+    Ovl__StatusReply sr = OVL__STATUS_REPLY__INIT;
+    sr.version = (char *)OVL_VERSION_STRING;
+    sr.protocol_version = OVL_PROTOCOL_VERSION;
+    sr.pid = (int32_t)getpid();
+    sr.uptime_s = (double)(ovld_now_ns() - d->start_ns) / 1e9;
+    sr.backend = (char *)d->backend->ops->name;
+    sr.socket = d->cfg.socket_path;
+    sr.config_file = d->config_path;
+    sr.connections = d->nconns;
+    sr.n_devices = ndev;
+    sr.devices = pdevs;
+    sr.n_jobs = nj;
+    sr.jobs = pjobs;
+    sr.n_clients = nc;
+    sr.clients = pcls;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_STATUS;
+    r.status = &sr;
+    send_response(c, &r, NULL, 0);
+out:
+    free(devs);
+    free(pdevs);
+    free(infos);
+    free(jobs);
+    free(pjobs);
+    free(cls);
+    free(pcls);
+}
+
+static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
+{
+    ovld_member_t *m;
+    ovld_doorbell_export_t db = {.fd = -1};
+    char err[256] = "";
+    ovl_status_t st = ovld_job_join(c->d, c, q, &m, &db, err, sizeof(err));
+    if (st != OVL_OK) {
+        log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
+        send_error(c, id, st, "%s", err);
+        return;
+    }
+    Ovl__CommInitReply cr = OVL__COMM_INIT_REPLY__INIT;
+    cr.comm_id = m->comm_id;
+    cr.doorbell_offset = db.offset;
+    if (db.ipc_len) {
+        cr.doorbell_ipc.data = db.ipc;
+        cr.doorbell_ipc.len = db.ipc_len;
+    }
+    cr.fd_count = db.fd >= 0 ? 1 : 0;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_COMM_INIT;
+    r.comm_init = &cr;
+    send_response(c, &r, db.fd >= 0 ? &db.fd : NULL, db.fd >= 0 ? 1 : 0);
+}
+
+static void on_comm_destroy(ovld_conn_t *c, uint64_t id, const Ovl__CommDestroy *q)
+{
+    ovld_member_t *m = ovld_job_member(c, q->comm_id);
+    if (!m) {
+        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection",
+                   q->comm_id);
+        return;
+    }
+    ovld_job_leave(c->d, m, "comm destroyed");
+    send_ok(c, id);
+}
+
+static void on_comm_check(ovld_conn_t *c, uint64_t id, const Ovl__CommCheck *q)
+{
+    ovld_member_t *m = ovld_job_member(c, q->comm_id);
+    if (!m) {
+        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection",
+                   q->comm_id);
+        return;
+    }
+    Ovl__CommCheckReply cr = OVL__COMM_CHECK_REPLY__INIT;
+    cr.status = m->err;
+    cr.seq = m->err_seq;
+    cr.message = m->err_msg;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_COMM_CHECK;
+    r.comm_check = &cr;
+    send_response(c, &r, NULL, 0);
+}
+
+static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister *q)
+{
+    ovld_t *d = c->d;
+    int fd = -1;
+    if (q->fd_count > 1) {
+        conn_fail(c, id, OVL_ERR_PROTOCOL, "MemRegister carries at most one descriptor");
+        return;
+    }
+    if (q->fd_count == 1) {
+        fd = ovl_fdq_pop(&c->fdq);
+        if (fd < 0) {
+            conn_fail(c, id, OVL_ERR_PROTOCOL, "MemRegister announced a descriptor that did not come");
+            return;
+        }
+    }
+    ovl_status_t st;
+    const char *why = NULL;
+    uint64_t total;
+    if (q->bytes == 0) {
+        st = OVL_ERR_INVALID;
+        why = "zero bytes";
+    } else if (c->reg.count >= d->cfg.max_registrations) {
+        st = OVL_ERR_LIMIT;
+        why = "too many registrations (max_registrations)";
+    } else if (__builtin_add_overflow(c->reg.mapped_bytes, q->bytes, &total) ||
+               total > d->cfg.max_mapped_bytes) {
+        st = OVL_ERR_LIMIT;
+        why = "too many bytes mapped (max_mapped_bytes)";
+    } else {
+        ovld_mem_import_t imp = {.fd = fd, .fd_offset = q->fd_offset, .bytes = q->bytes,
+                                 .ipc = q->ipc_handle.data, .ipc_len = q->ipc_handle.len,
+                                 .ipc_offset = q->ipc_offset, .device = -1};
+        ovld_reg_t *reg = calloc(1, sizeof(*reg));
+        if (!reg) {
+            st = OVL_ERR_NOMEM;
+            why = "out of memory";
+        } else {
+            fd = -1; /* the backend owns it now */
+            st = d->backend->ops->mem_import(d->backend, &imp, (ovld_bmem_t **)&reg->bmem,
+                                             &reg->ptr);
+            if (st == OVL_OK) {
+                reg->bytes = q->bytes;
+                reg->client_addr = q->client_addr;
+                reg->device = imp.device;
+                ovld_registry_add(&c->reg, reg);
+                Ovl__MemRegisterReply mr = OVL__MEM_REGISTER_REPLY__INIT;
+                mr.mem_id = reg->id;
+                Ovl__Response r = OVL__RESPONSE__INIT;
+                r.id = id;
+                r.body_case = OVL__RESPONSE__BODY_MEM_REGISTER;
+                r.mem_register = &mr;
+                log_debug("client %" PRIu64 ": registered buffer %" PRIu64 " (%" PRIu64
+                          " bytes at 0x%" PRIx64 ")",
+                          c->id, reg->id, reg->bytes, reg->client_addr);
+                send_response(c, &r, NULL, 0);
+                return;
+            }
+            free(reg);
+            why = st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
+                  : st == OVL_ERR_RANGE    ? "range lies outside the file"
+                                           : ovl_strerror(st);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    send_error(c, id, st, "cannot register %" PRIu64 " bytes: %s", q->bytes, why);
+}
+
+static void reg_drop(ovld_t *d, ovld_conn_t *c, ovld_reg_t *reg)
+{
+    ovld_registry_remove(&c->reg, reg);
+    if (--reg->refs == 0) {
+        d->backend->ops->mem_release(d->backend, reg->bmem);
+        free(reg);
+    }
+}
+
+static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregister *q)
+{
+    ovld_reg_t *reg = ovld_registry_find(&c->reg, q->mem_id);
+    if (!reg) {
+        send_error(c, id, OVL_ERR_NOT_FOUND, "buffer %" PRIu64 " is not registered here",
+                   q->mem_id);
+        return;
+    }
+    reg_drop(c->d, c, reg);
+    send_ok(c, id);
+}
+
+static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q)
+{
+    ovld_member_t *m = ovld_job_member(c, q->comm_id);
+    if (!m) {
+        /* Nobody waits on a doorbell we do not know: say it and go on. */
+        log_warn("client %" PRIu64 " (pid %d): op for unknown comm %" PRIu64, c->id, (int)c->pid,
+                 q->comm_id);
+        send_error(c, 0, OVL_ERR_NOT_FOUND, "op %" PRIu64 " names unknown comm %" PRIu64, q->seq,
+                   q->comm_id);
+        return;
+    }
+    ovld_job_submit(c->d, m, q);
+}
+
+static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
+{
+    ovl_plan_params_t p = {.algo = (ovl_algo_t)q->algo, .world = q->world, .rank = q->rank,
+                           .m = q->m, .n = q->n, .k = q->k, .dtype = (ovl_dtype_t)q->dtype,
+                           .chunks = q->chunks ? q->chunks : c->d->cfg.default_chunks,
+                           .streams = q->streams ? q->streams : c->d->cfg.default_streams,
+                           .want_gathered = q->want_gathered};
+    if (p.algo == OVL_ALGO_AUTO)
+        p.algo = c->d->cfg.default_algo;
+    if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.m > 0)
+        p.algo = ovl_plan_choose(&p);
+    ovl_plan_t plan;
+    ovl_status_t st = ovl_plan_build(&p, &plan);
+    if (st != OVL_OK) {
+        send_error(c, id, st, "cannot plan: %s (world %u, rank %u, m %" PRIu64 ", n %" PRIu64
+                   ", k %" PRIu64 ", chunks %u, streams %u)",
+                   ovl_strerror(st), p.world, p.rank, p.m, p.n, p.k, p.chunks, p.streams);
+        return;
+    }
+    size_t len = ovl_plan_format(&plan, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text) {
+        ovl_plan_free(&plan);
+        send_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        return;
+    }
+    ovl_plan_format(&plan, text, len + 1);
+    Ovl__PlanReply pr = OVL__PLAN_REPLY__INIT;
+    pr.algo = (char *)ovl_algo_name(plan.params.algo);
+    pr.text = text;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_PLAN;
+    r.plan = &pr;
+    send_response(c, &r, NULL, 0);
+    free(text);
+    ovl_plan_free(&plan);
+}
+
+/* Handles one frame; false if the connection was closed. */
+static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
+{
+    Ovl__Request *q = ovl__request__unpack(NULL, len, body);
+    if (!q) {
+        conn_fail(c, 0, OVL_ERR_PROTOCOL, "malformed request");
+        return false;
+    }
+    uint64_t id = q->id;
+    if (!c->hello_done && q->body_case != OVL__REQUEST__BODY_HELLO) {
+        conn_fail(c, id, OVL_ERR_PROTOCOL, "expected Hello first");
+        ovl__request__free_unpacked(q, NULL);
+        return false;
+    }
+    if (c->d->stopping && q->body_case != OVL__REQUEST__BODY_STATUS &&
+        q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
+        bool open = send_error(c, id, OVL_ERR_SHUTDOWN, "ovld is shutting down");
+        ovl__request__free_unpacked(q, NULL);
+        return open;
+    }
+    switch (q->body_case) {
+    case OVL__REQUEST__BODY_HELLO: on_hello(c, id, q->hello); break;
+    case OVL__REQUEST__BODY_STATUS: on_status(c, id); break;
+    case OVL__REQUEST__BODY_COMM_INIT: on_comm_init(c, id, q->comm_init); break;
+    case OVL__REQUEST__BODY_COMM_DESTROY: on_comm_destroy(c, id, q->comm_destroy); break;
+    case OVL__REQUEST__BODY_COMM_CHECK: on_comm_check(c, id, q->comm_check); break;
+    case OVL__REQUEST__BODY_MEM_REGISTER: on_mem_register(c, id, q->mem_register); break;
+    case OVL__REQUEST__BODY_MEM_DEREGISTER: on_mem_deregister(c, id, q->mem_deregister); break;
+    case OVL__REQUEST__BODY_AG_GEMM: on_ag_gemm(c, q->ag_gemm); break;
+    case OVL__REQUEST__BODY_PLAN: on_plan(c, id, q->plan); break;
+    default: conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request"); break;
+    }
+    bool open = !c->closing;
+    ovl__request__free_unpacked(q, NULL);
+    return open;
+}
+
+/* --------------------------------------------------------- connections */
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    ovld_conn_t *c = h->data;
+    close(c->fd);
+    free(c);
+}
+
+static void drop_reg(ovld_reg_t *reg, void *arg)
+{
+    ovld_conn_t *c = arg;
+    reg_drop(c->d, c, reg);
+}
+
+void ovld_conn_close(ovld_conn_t *c, const char *why)
+{
+    if (c->closing)
+        return;
+    ovld_t *d = c->d;
+    c->closing = true;
+    log_debug("client %" PRIu64 " (pid %d): closed: %s", c->id, (int)c->pid, why);
+    while (c->members)
+        ovld_job_leave(d, c->members, "its client closed the connection");
+    ovld_registry_foreach(&c->reg, drop_reg, c);
+    ovld_registry_fini(&c->reg);
+    ovl_fdq_close_all(&c->fdq);
+    ovl_wire_reader_free(&c->rd);
+    ovl_wire_out_free(&c->out);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        d->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    d->nconns--;
+    uv_poll_stop(&c->poll);
+    uv_close((uv_handle_t *)&c->poll, on_conn_closed);
+}
+
+static void on_conn_io(uv_poll_t *h, int status, int events)
+{
+    ovld_conn_t *c = h->data;
+    if (status < 0) {
+        ovld_conn_close(c, uv_strerror(status));
+        return;
+    }
+    if (events & UV_WRITABLE) {
+        ovl_status_t st = ovl_wire_flush(c->fd, &c->out);
+        if (st != OVL_OK && st != OVL_ERR_AGAIN) {
+            ovld_conn_close(c, "write failed");
+            return;
+        }
+        conn_update_poll(c);
+    }
+    if (!(events & (UV_READABLE | UV_DISCONNECT)))
+        return;
+    /* Read until the socket is empty: poll is level-triggered, but a single
+     * pass per wakeup keeps one busy client from starving the others. */
+    size_t n = 0;
+    ovl_status_t st = ovl_wire_recv(c->fd, &c->rd, &c->fdq, &n);
+    if (st == OVL_ERR_AGAIN)
+        return;
+    if (st == OVL_ERR_CLOSED) {
+        ovld_conn_close(c, "client closed the connection");
+        return;
+    }
+    if (st == OVL_ERR_LIMIT && c->rd.failed == OVL_ERR_LIMIT) {
+        conn_fail(c, 0, OVL_ERR_LIMIT, "frame larger than max_frame_bytes");
+        return;
+    }
+    if (st != OVL_OK) {
+        char what[128];
+        snprintf(what, sizeof(what), "receive failed: %s%s%s", ovl_strerror(st),
+                 st == OVL_ERR_SYSTEM ? ": " : "", st == OVL_ERR_SYSTEM ? strerror(errno) : "");
+        conn_fail(c, 0, st == OVL_ERR_LIMIT ? OVL_ERR_LIMIT : OVL_ERR_PROTOCOL, what);
+        return;
+    }
+    for (;;) {
+        const uint8_t *body;
+        uint32_t len;
+        st = ovl_wire_reader_next(&c->rd, &body, &len);
+        if (st == OVL_ERR_AGAIN)
+            break;
+        if (st == OVL_ERR_LIMIT) {
+            char what[128];
+            snprintf(what, sizeof(what), "frame larger than max_frame_bytes (%u)",
+                     c->d->cfg.max_frame_bytes);
+            conn_fail(c, 0, OVL_ERR_LIMIT, what);
+            return;
+        }
+        if (st != OVL_OK) {
+            conn_fail(c, 0, OVL_ERR_PROTOCOL, "bad frame header (magic)");
+            return;
+        }
+        if (!handle_frame(c, body, len))
+            return;
+    }
+}
+
+static void conn_update_poll(ovld_conn_t *c)
+{
+    if (c->closing)
+        return;
+    int ev = UV_READABLE | UV_DISCONNECT;
+    if (ovl_wire_out_pending(&c->out) > 0)
+        ev |= UV_WRITABLE;
+    if (ev != c->poll_events) {
+        c->poll_events = ev;
+        uv_poll_start(&c->poll, ev, on_conn_io);
+    }
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+    ovld_t *d = h->data;
+    (void)events;
+    if (status < 0) {
+        log_error("listening socket: %s", uv_strerror(status));
+        return;
+    }
+    int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            log_error("accept: %s", strerror(errno));
+        return;
+    }
+    struct ucred uc;
+    socklen_t ul = sizeof(uc);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) != 0) {
+        log_error("SO_PEERCRED: %s", strerror(errno));
+        close(fd);
+        return;
+    }
+    if (d->nconns >= d->cfg.max_connections || d->stopping) {
+        d->conns_refused++;
+        log_warn("refused a connection from pid %d, uid %u: %s", (int)uc.pid, (unsigned)uc.uid,
+                 d->stopping ? "shutting down" : "too many connections (max_connections)");
+        ovl_wire_out_t o;
+        ovl_wire_out_init(&o);
+        Ovl__Error e = OVL__ERROR__INIT;
+        e.status = d->stopping ? OVL_ERR_SHUTDOWN : OVL_ERR_LIMIT;
+        e.message = d->stopping ? (char *)"ovld is shutting down" : (char *)"too many connections";
+        Ovl__Response r = OVL__RESPONSE__INIT;
+        r.body_case = OVL__RESPONSE__BODY_ERROR;
+        r.error = &e;
+        if (ovl_wire_out_append(&o, &r.base, 0, NULL, 0) == OVL_OK)
+            (void)ovl_wire_flush(fd, &o);
+        ovl_wire_out_free(&o);
+        close(fd);
+        return;
+    }
+    ovld_conn_t *c = calloc(1, sizeof(*c));
+    if (!c || ovld_registry_init(&c->reg) != OVL_OK) {
+        free(c);
+        log_error("out of memory accepting a connection");
+        close(fd);
+        return;
+    }
+    c->d = d;
+    c->fd = fd;
+    c->id = ++d->next_conn_id;
+    c->pid = uc.pid;
+    c->uid = uc.uid;
+    c->gid = uc.gid;
+    snprintf(c->name, sizeof(c->name), "pid %d", (int)uc.pid);
+    ovl_wire_reader_init(&c->rd, d->cfg.max_frame_bytes);
+    ovl_fdq_init(&c->fdq);
+    ovl_wire_out_init(&c->out);
+    int rc = uv_poll_init(d->loop, &c->poll, fd);
+    if (rc != 0) {
+        log_error("uv_poll_init: %s", uv_strerror(rc));
+        ovld_registry_fini(&c->reg);
+        ovl_wire_reader_free(&c->rd);
+        free(c);
+        close(fd);
+        return;
+    }
+    c->poll.data = c;
+    c->next = d->conns;
+    if (d->conns)
+        d->conns->prev = c;
+    d->conns = c;
+    d->nconns++;
+    d->conns_accepted++;
+    c->poll_events = 0;
+    conn_update_poll(c);
+    log_debug("client %" PRIu64 ": connected (pid %d, uid %u, gid %u)", c->id, (int)c->pid,
+              (unsigned)c->uid, (unsigned)c->gid);
+}
+
+/* ------------------------------------------------------------ listening */
+
+/* Binds a fresh socket at path. A stale socket file is replaced; a live one
+ * (another ovld answering) or any other file is an error. */
+static ovl_status_t bind_socket(ovld_t *d, char *err, size_t errlen)
+{
+    const char *path = d->cfg.socket_path;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "socket path too long: %s", path);
+        return OVL_ERR_CONFIG;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "%s exists and is not a socket", path);
+            return OVL_ERR_EXISTS;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            close(probe);
+            snprintf(err, errlen, "another daemon is listening on %s", path);
+            return OVL_ERR_EXISTS;
+        }
+        if (probe >= 0)
+            close(probe);
+        if (unlink(path) != 0) {
+            snprintf(err, errlen, "cannot remove the stale socket %s: %s", path, strerror(errno));
+            return OVL_ERR_SYSTEM;
+        }
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return OVL_ERR_SYSTEM;
+    }
+    /* Create it with no access, then open it up: no window where others
+     * could connect with looser permissions. */
+    mode_t old = umask(0777);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int bind_errno = errno;
+    umask(old);
+    if (rc != 0) {
+        snprintf(err, errlen, "bind %s: %s", path, strerror(bind_errno));
+        close(fd);
+        return OVL_ERR_SYSTEM;
+    }
+    if (d->cfg.socket_group[0]) {
+        struct group *g = getgrnam(d->cfg.socket_group);
+        if (!g) {
+            snprintf(err, errlen, "socket_group '%s' does not exist", d->cfg.socket_group);
+            goto fail;
+        }
+        if (chown(path, (uid_t)-1, g->gr_gid) != 0) {
+            snprintf(err, errlen, "chown %s to group %s: %s", path, d->cfg.socket_group,
+                     strerror(errno));
+            goto fail;
+        }
+    }
+    if (chmod(path, d->cfg.socket_mode) != 0) {
+        snprintf(err, errlen, "chmod %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (listen(fd, 128) != 0) {
+        snprintf(err, errlen, "listen %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    d->listen_fd = fd;
+    d->listen_owned = true;
+    return OVL_OK;
+fail:
+    close(fd);
+    unlink(path);
+    return OVL_ERR_SYSTEM;
+}
+
+ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
+{
+    int fd = -1;
+    ovl_status_t st = ovld_sd_listen_fd(&fd, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    if (fd >= 0) {
+        d->listen_fd = fd;
+        d->listen_owned = false;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+            snprintf(err, errlen, "socket from systemd: fcntl: %s", strerror(errno));
+            return OVL_ERR_SYSTEM;
+        }
+        log_info("listening on the socket passed by systemd");
+    } else {
+        st = bind_socket(d, err, errlen);
+        if (st != OVL_OK)
+            return st;
+        log_info("listening on %s", d->cfg.socket_path);
+    }
+    int rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
+    if (rc == 0)
+        rc = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+    if (rc != 0) {
+        snprintf(err, errlen, "uv_poll on the socket: %s", uv_strerror(rc));
+        return OVL_ERR_SYSTEM;
+    }
+    d->listen_poll.data = d;
+    d->listening = true;
+    return OVL_OK;
+}
+
+static void on_listen_closed(uv_handle_t *h)
+{
+    ovld_t *d = h->data;
+    close(d->listen_fd);
+    d->listen_fd = -1;
+}
+
+void ovld_server_stop_listening(ovld_t *d)
+{
+    if (!d->listening)
+        return;
+    d->listening = false;
+    uv_poll_stop(&d->listen_poll);
+    uv_close((uv_handle_t *)&d->listen_poll, on_listen_closed);
+    if (d->listen_owned && unlink(d->cfg.socket_path) != 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", d->cfg.socket_path, strerror(errno));
+}

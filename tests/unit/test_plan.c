@@ -1,0 +1,1182 @@
+/*
+ * test_plan.c: the planner. Golden dumps pin the text format and three
+ * programs; a checker builds the plans of every rank of a job and simulates
+ * them together, as the executor issues them, to prove the properties every
+ * program must have (docs/plans.md, "What the checker proves") over many
+ * shapes; negative tests show the checker catches broken programs.
+ *
+ * Set OVL_UPDATE_GOLDEN=1 to rewrite the golden files instead of comparing.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+#ifndef OVL_GOLDEN_DIR
+#error "OVL_GOLDEN_DIR must name the tests/golden directory"
+#endif
+
+/* ------------------------------------------------------------ helpers */
+
+static ovl_plan_params_t params_of(ovl_algo_t algo, uint32_t world, uint32_t rank, uint64_t m,
+                                   uint32_t chunks, uint32_t streams, bool want_gathered)
+{
+    ovl_plan_params_t p = {
+        .algo = algo,
+        .world = world,
+        .rank = rank,
+        .m = m,
+        .n = 256,
+        .k = 512,
+        .dtype = OVL_DTYPE_BF16,
+        .chunks = chunks,
+        .streams = streams,
+        .want_gathered = want_gathered,
+    };
+    return p;
+}
+
+/* Builds every rank's plan of one job into plans[0..world). */
+static void build_job(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
+                      uint32_t chunks, uint32_t streams, bool want_gathered)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        ovl_plan_params_t p = params_of(algo, world, r, m, chunks, streams, want_gathered);
+        assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+    }
+}
+
+static void free_job(ovl_plan_t *plans, uint32_t world)
+{
+    for (uint32_t r = 0; r < world; r++)
+        ovl_plan_free(&plans[r]);
+}
+
+static void remove_instr(ovl_plan_t *plan, size_t i)
+{
+    assert_true(i < plan->ninstr);
+    memmove(&plan->instr[i], &plan->instr[i + 1], (plan->ninstr - i - 1) * sizeof(plan->instr[0]));
+    plan->ninstr--;
+}
+
+/* Index of the n-th (0-based) instruction of `kind` matching src (-1: any). */
+static size_t find_instr(const ovl_plan_t *plan, ovl_instr_kind_t kind, int src, unsigned n)
+{
+    for (size_t i = 0; i < plan->ninstr; i++) {
+        const ovl_instr_t *in = &plan->instr[i];
+
+        if (in->kind == kind && (src < 0 || (int)in->src == src) && n-- == 0)
+            return i;
+    }
+    fail_msg("no such instruction");
+    return 0;
+}
+
+/* ------------------------------------------------------------ checker */
+
+/* Rows [row0, row0+rows) of one block of C or G, written by instruction `instr`. */
+typedef struct span {
+    uint32_t block;
+    uint64_t row0, rows;
+    size_t instr;
+} span_t;
+
+/*
+ * The simulation. Every (rank, stream) is a sequential thread; happens-before
+ * between instructions is tracked with vector clocks over those threads.
+ * Instruction X on (r, s) happens before Y iff X's own component is <= the
+ * same component of Y's clock.
+ *
+ * Ranks are advanced round-robin as the executor issues them: each rank runs
+ * until it reaches a WAIT on a peer event the peer has not recorded yet, or an
+ * ALLGATHER, which completes once every rank has reached its matching one (a
+ * full barrier: NCCL's all-gather completes on a rank only once every rank
+ * contributed and every rank's shard was read). A WAIT joins the clock of the
+ * latest RECORD of its event issued so far. The checker requires every event
+ * to be recorded at most once per program; then the RECORD a WAIT sees is the
+ * only one, whatever the interleaving, so the result holds for every order
+ * of issue the executor's blocking rule allows, not just round-robin.
+ *
+ * What is proved, by function (letters as in docs/plans.md):
+ *   check_fields       indices in range; ranks agree on the job
+ *   check_shape        WAIT_READY, RECORD READY first; one DONE last; nstreams
+ *                      and nevents exact
+ *   simulate           no deadlock; ALLGATHERs match; events recorded once;
+ *                      no wait on an own event before its record
+ *   check_bracketed    (c) everything after WAIT_READY and before DONE
+ *   check_shard_reads  (e) shard reads after the owner's READY, before its DONE
+ *   check_rows         (a) C rows once, (b) G read after its write, (f) G full
+ *   check_collective   (d) initial waits before the first ALLGATHER
+ *   check_ring         (g) own shard first, two GEMM streams, the SLEEP
+ */
+typedef struct sim {
+    uint32_t world;
+    const ovl_plan_t *plans;
+    uint32_t ns;          /* streams per rank (the widest plan's) */
+    uint32_t ncomp;       /* world * ns clock components */
+    uint32_t **clock;     /* per rank: ninstr clocks */
+    uint32_t *sclock;     /* per (rank, stream): the stream's clock so far */
+    uint32_t **evclock;   /* per rank: nevents clocks of the RECORD */
+    bool **evrec;         /* per rank: event recorded yet */
+    size_t *pc;           /* per rank: next instruction to issue */
+    size_t *wait_ready;   /* per rank: index of WAIT_READY */
+    size_t *rec_ready;    /* per rank: index of RECORD READY */
+    size_t *done;         /* per rank: index of DONE */
+    uint32_t *joint;      /* ncomp: scratch for an ALLGATHER */
+    span_t *cspans;       /* maxspans: scratch for C row spans */
+    span_t *gspans;       /* maxspans: scratch for G row spans */
+    size_t maxspans;
+    char *why;
+    size_t whylen;
+    bool failed;
+} sim_t;
+
+/* Records the first violation; returns false so callers can `return violation(..)`. */
+static bool violation(sim_t *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!s->failed && s->whylen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(s->why, s->whylen, fmt, ap);
+        va_end(ap);
+    }
+    s->failed = true;
+    return false;
+}
+
+static uint32_t comp(const sim_t *s, uint32_t rank, uint32_t stream)
+{
+    return rank * s->ns + stream;
+}
+
+static uint32_t *node_clock(const sim_t *s, uint32_t rank, size_t i)
+{
+    return s->clock[rank] + i * s->ncomp;
+}
+
+static uint32_t *stream_clock(const sim_t *s, uint32_t rank, uint32_t stream)
+{
+    return s->sclock + (size_t)comp(s, rank, stream) * s->ncomp;
+}
+
+/* Instruction (ra, ia) happens before (or is) (rb, ib). */
+static bool hb(const sim_t *s, uint32_t ra, size_t ia, uint32_t rb, size_t ib)
+{
+    uint32_t c = comp(s, ra, s->plans[ra].instr[ia].stream);
+
+    return node_clock(s, ra, ia)[c] <= node_clock(s, rb, ib)[c];
+}
+
+static void join(const sim_t *s, uint32_t *dst, const uint32_t *src)
+{
+    for (uint32_t c = 0; c < s->ncomp; c++)
+        if (src[c] > dst[c])
+            dst[c] = src[c];
+}
+
+static bool row_range_ok(const ovl_plan_t *p, const ovl_instr_t *in)
+{
+    return in->rows > 0 && in->row0 < p->params.m && in->rows <= p->params.m - in->row0;
+}
+
+/* Checks what each instruction says on its own: indices in range. */
+static bool check_fields(sim_t *s)
+{
+    const ovl_plan_t *p0 = &s->plans[0];
+
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+
+        if (p->params.rank != r || p->params.world != s->world || p->params.m != p0->params.m ||
+            p->params.algo != p0->params.algo || p->chunks != p0->chunks ||
+            p->params.want_gathered != p0->params.want_gathered)
+            return violation(s, "r%u: params differ from rank 0's", r);
+        if (p->nstreams == 0 || p->nstreams > OVL_PLAN_MAX_STREAMS)
+            return violation(s, "r%u: nstreams %u", r, p->nstreams);
+        for (size_t i = 0; i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+
+            if (in->stream >= p->nstreams)
+                return violation(s, "r%u #%zu: stream %u >= nstreams", r, i, in->stream);
+            switch (in->kind) {
+            case OVL_I_RECORD:
+            case OVL_I_WAIT:
+                if (in->event >= p->nevents)
+                    return violation(s, "r%u #%zu: event %u >= nevents", r, i, in->event);
+                if (in->kind == OVL_I_WAIT && in->peer >= s->world)
+                    return violation(s, "r%u #%zu: peer %u", r, i, in->peer);
+                break;
+            case OVL_I_PULL:
+                if (in->peer >= s->world)
+                    return violation(s, "r%u #%zu: peer %u", r, i, in->peer);
+                /* fall through */
+            case OVL_I_ALLGATHER:
+                if (!row_range_ok(p, in))
+                    return violation(s, "r%u #%zu: rows out of range", r, i);
+                break;
+            case OVL_I_GEMM:
+                if (!row_range_ok(p, in) || in->nblocks == 0 || in->block0 >= s->world ||
+                    in->nblocks > s->world - in->block0)
+                    return violation(s, "r%u #%zu: GEMM range out of bounds", r, i);
+                if (in->src == OVL_SRC_LOCAL && (in->block0 != r || in->nblocks != 1))
+                    return violation(s, "r%u #%zu: local GEMM of another rank's block", r, i);
+                break;
+            case OVL_I_WAIT_READY:
+            case OVL_I_SLEEP:
+            case OVL_I_DONE: break;
+            default: return violation(s, "r%u #%zu: unknown kind", r, i);
+            }
+        }
+    }
+    return true;
+}
+
+/* Issues the next instruction of rank r: 1 issued, 0 blocked or finished,
+ * -1 violation. */
+static int step(sim_t *s, uint32_t r)
+{
+    const ovl_plan_t *p = &s->plans[r];
+    const ovl_instr_t *in;
+    uint32_t *sc;
+
+    if (s->pc[r] == p->ninstr)
+        return 0;
+    in = &p->instr[s->pc[r]];
+    sc = stream_clock(s, r, in->stream);
+    if (in->kind == OVL_I_ALLGATHER)
+        return 0;
+    if (in->kind == OVL_I_WAIT) {
+        if (!s->evrec[in->peer][in->event]) {
+            if (in->peer != r)
+                return 0;
+            violation(s, "r%u #%zu: waits on own ev%u before recording it", r, s->pc[r], in->event);
+            return -1;
+        }
+        join(s, sc, s->evclock[in->peer] + (size_t)in->event * s->ncomp);
+    }
+    sc[comp(s, r, in->stream)]++;
+    memcpy(node_clock(s, r, s->pc[r]), sc, s->ncomp * sizeof(*sc));
+    if (in->kind == OVL_I_RECORD) {
+        if (s->evrec[r][in->event]) {
+            violation(s, "r%u #%zu: ev%u recorded twice", r, s->pc[r], in->event);
+            return -1;
+        }
+        s->evrec[r][in->event] = true;
+        memcpy(s->evclock[r] + (size_t)in->event * s->ncomp, sc, s->ncomp * sizeof(*sc));
+    }
+    s->pc[r]++;
+    return 1;
+}
+
+/* Completes one ALLGATHER on every rank once all stand at theirs. */
+static int step_allgather(sim_t *s)
+{
+    uint32_t *joint = s->joint;
+    const ovl_instr_t *first = NULL;
+
+    memset(joint, 0, s->ncomp * sizeof(*joint));
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        const ovl_instr_t *in;
+
+        if (s->pc[r] == p->ninstr || p->instr[s->pc[r]].kind != OVL_I_ALLGATHER)
+            return 0;
+        in = &p->instr[s->pc[r]];
+        if (!first)
+            first = in;
+        if (in->row0 != first->row0 || in->rows != first->rows) {
+            violation(s, "r%u #%zu: ALLGATHER rows differ from rank 0's", r, s->pc[r]);
+            return -1;
+        }
+        join(s, joint, stream_clock(s, r, in->stream));
+    }
+    for (uint32_t r = 0; r < s->world; r++)
+        joint[comp(s, r, s->plans[r].instr[s->pc[r]].stream)]++;
+    for (uint32_t r = 0; r < s->world; r++) {
+        uint32_t *sc = stream_clock(s, r, s->plans[r].instr[s->pc[r]].stream);
+
+        memcpy(sc, joint, s->ncomp * sizeof(*sc));
+        memcpy(node_clock(s, r, s->pc[r]), joint, s->ncomp * sizeof(*sc));
+        s->pc[r]++;
+    }
+    return 1;
+}
+
+static bool simulate(sim_t *s)
+{
+    bool progress = true;
+
+    while (progress) {
+        progress = false;
+        for (uint32_t r = 0; r < s->world; r++) {
+            int st;
+
+            while ((st = step(s, r)) == 1)
+                progress = true;
+            if (st < 0)
+                return false;
+        }
+        switch (step_allgather(s)) {
+        case 1: progress = true; break;
+        case -1: return false;
+        }
+    }
+    for (uint32_t r = 0; r < s->world; r++)
+        if (s->pc[r] != s->plans[r].ninstr)
+            return violation(s, "deadlock: r%u stuck at #%zu (%s)", r, s->pc[r],
+                        ovl_instr_name(s->plans[r].instr[s->pc[r]].kind));
+    return true;
+}
+
+/* Program shape: WAIT_READY first, RECORD READY next, one DONE last, all on
+ * stream 0; every stream and every event index accounted for. */
+static bool check_shape(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        bool used[OVL_PLAN_MAX_STREAMS] = {false};
+        uint32_t nready = 0, ndone = 0, max_event = 0;
+
+        if (p->ninstr < 3)
+            return violation(s, "r%u: too short", r);
+        for (size_t i = 0; i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+
+            used[in->stream] = true;
+            nready += in->kind == OVL_I_WAIT_READY;
+            ndone += in->kind == OVL_I_DONE;
+            if ((in->kind == OVL_I_RECORD || in->kind == OVL_I_WAIT) && in->event > max_event)
+                max_event = in->event;
+            if (in->kind == OVL_I_RECORD && in->event == OVL_EV_READY && i != 1)
+                return violation(s, "r%u #%zu: READY recorded late", r, i);
+        }
+        if (p->instr[0].kind != OVL_I_WAIT_READY || p->instr[0].stream != 0 || nready != 1)
+            return violation(s, "r%u: must start with one WAIT_READY on s0", r);
+        if (p->instr[1].kind != OVL_I_RECORD || p->instr[1].event != OVL_EV_READY ||
+            p->instr[1].stream != 0)
+            return violation(s, "r%u: READY must be recorded on s0 right after WAIT_READY", r);
+        if (p->instr[p->ninstr - 1].kind != OVL_I_DONE || p->instr[p->ninstr - 1].stream != 0 ||
+            ndone != 1)
+            return violation(s, "r%u: must end with one DONE on s0", r);
+        for (uint32_t st = 0; st < p->nstreams; st++)
+            if (!used[st])
+                return violation(s, "r%u: stream %u counted but unused", r, st);
+        if (p->nevents != max_event + 1)
+            return violation(s, "r%u: nevents %u, highest event %u", r, p->nevents, max_event);
+        s->wait_ready[r] = 0;
+        s->rec_ready[r] = 1;
+        s->done[r] = p->ninstr - 1;
+    }
+    return true;
+}
+
+/* (c) and the client's view: everything runs after the rank's WAIT_READY and
+ * before its DONE, so every stream was joined back into stream 0. */
+static bool check_bracketed(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++)
+        for (size_t i = 0; i < s->plans[r].ninstr; i++) {
+            if (!hb(s, r, s->wait_ready[r], r, i))
+                return violation(s, "r%u #%zu: not ordered after WAIT_READY", r, i);
+            if (!hb(s, r, i, r, s->done[r]))
+                return violation(s, "r%u #%zu (s%u): not joined before DONE", r, i,
+                            s->plans[r].instr[i].stream);
+        }
+    return true;
+}
+
+/* (e) Every read of rank b's shard A_b (a PULL of b, or any rank's ALLGATHER)
+ * comes after b recorded READY and before b's DONE: b's client may overwrite
+ * A_b once DONE rings. */
+static bool check_shard_reads(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++)
+        for (size_t i = 0; i < s->plans[r].ninstr; i++) {
+            const ovl_instr_t *in = &s->plans[r].instr[i];
+            uint32_t b0 = 0, b1 = 0;
+
+            if (in->kind == OVL_I_PULL) {
+                b0 = in->peer;
+                b1 = in->peer + 1;
+            } else if (in->kind == OVL_I_ALLGATHER) {
+                b1 = s->world;
+            }
+            for (uint32_t b = b0; b < b1; b++) {
+                if (!hb(s, b, s->rec_ready[b], r, i))
+                    return violation(s, "r%u #%zu: reads r%u's shard before its READY", r, i, b);
+                if (!hb(s, r, i, b, s->done[b]))
+                    return violation(s, "r%u #%zu: r%u may complete while its shard is read", r, i, b);
+            }
+        }
+    return true;
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+
+    if (x->block != y->block)
+        return x->block < y->block ? -1 : 1;
+    if (x->row0 != y->row0)
+        return x->row0 < y->row0 ? -1 : 1;
+    return 0;
+}
+
+/* Collects into v the row spans that rank r's instructions write into C
+ * (gemm true) or G (gemm false), sorted by block and row. */
+static size_t collect_spans(const sim_t *s, uint32_t r, bool gemm, span_t *v)
+{
+    const ovl_plan_t *p = &s->plans[r];
+    size_t n = 0;
+
+    for (size_t i = 0; i < p->ninstr; i++) {
+        const ovl_instr_t *in = &p->instr[i];
+        uint32_t b0, nb;
+
+        if (gemm && in->kind == OVL_I_GEMM) {
+            b0 = in->block0;
+            nb = in->nblocks;
+        } else if (!gemm && in->kind == OVL_I_ALLGATHER) {
+            b0 = 0;
+            nb = s->world;
+        } else if (!gemm && in->kind == OVL_I_PULL) {
+            b0 = in->peer;
+            nb = 1;
+        } else {
+            continue;
+        }
+        for (uint32_t b = b0; b < b0 + nb; b++) {
+            assert_true(n < s->maxspans);
+            v[n++] = (span_t){.block = b, .row0 = in->row0, .rows = in->rows, .instr = i};
+        }
+    }
+    qsort(v, n, sizeof(*v), span_cmp);
+    return n;
+}
+
+/* Sorted spans of one rank: no row twice; with `whole`, every row of every
+ * block exactly once. */
+static bool check_tiling(sim_t *s, uint32_t r, const span_t *v, size_t n, bool whole,
+                         const char *what)
+{
+    uint64_t m = s->plans[r].params.m;
+    size_t i = 0;
+
+    for (uint32_t b = 0; b < s->world; b++) {
+        uint64_t next = 0;
+
+        for (; i < n && v[i].block == b; i++) {
+            if (v[i].row0 < next)
+                return violation(s, "r%u: %s block %u row %llu written twice", r, what, b,
+                            (unsigned long long)v[i].row0);
+            if (whole && v[i].row0 > next)
+                return violation(s, "r%u: %s block %u row %llu never written", r, what, b,
+                            (unsigned long long)next);
+            next = v[i].row0 + v[i].rows;
+        }
+        if (whole && next != m)
+            return violation(s, "r%u: %s block %u row %llu never written", r, what, b,
+                        (unsigned long long)next);
+    }
+    return true;
+}
+
+/* (a), (b), (f): C rows written exactly once; G rows at most once (exactly
+ * once with a_out); every G row a GEMM reads was written by an instruction
+ * ordered before it; G is touched iff uses_gathered says so. */
+static bool check_rows(sim_t *s)
+{
+    bool ok = true;
+
+    for (uint32_t r = 0; ok && r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        span_t *c = s->cspans, *g = s->gspans;
+        size_t nc = collect_spans(s, r, true, c);
+        size_t ng = collect_spans(s, r, false, g);
+        bool reads_g = false;
+
+        ok = check_tiling(s, r, c, nc, true, "C") &&
+             check_tiling(s, r, g, ng, p->params.want_gathered, "G");
+        for (size_t i = 0; ok && i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+
+            if (in->kind != OVL_I_GEMM || in->src != OVL_SRC_GATHERED)
+                continue;
+            reads_g = true;
+            for (uint32_t b = in->block0; ok && b < in->block0 + in->nblocks; b++) {
+                uint64_t next = in->row0, end = in->row0 + in->rows;
+
+                for (size_t w = 0; ok && w < ng && next < end; w++) {
+                    if (g[w].block != b || g[w].row0 + g[w].rows <= next || g[w].row0 >= end)
+                        continue;
+                    if (g[w].row0 > next)
+                        break; /* a gap: reported below */
+                    if (!hb(s, r, g[w].instr, r, i))
+                        ok = violation(s, "r%u #%zu: GEMM reads G block %u rows %llu+ before #%zu "
+                                     "writes them",
+                                  r, i, b, (unsigned long long)next, g[w].instr);
+                    next = g[w].row0 + g[w].rows;
+                }
+                if (ok && next < end)
+                    ok = violation(s, "r%u #%zu: GEMM reads G block %u row %llu, never written", r,
+                              i, b, (unsigned long long)next);
+            }
+        }
+        if (ok && p->uses_gathered != (reads_g || ng > 0))
+            ok = violation(s, "r%u: uses_gathered is %d but G is %s", r, p->uses_gathered,
+                      reads_g || ng > 0 ? "used" : "unused");
+    }
+    return ok;
+}
+
+/* (d) collective: the side streams' initial waits form their own loop ahead
+ * of the first ALLGATHER. */
+static bool check_collective(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        size_t first_ag = p->ninstr;
+
+        for (size_t i = 0; i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+
+            if (in->kind == OVL_I_ALLGATHER && first_ag == p->ninstr)
+                first_ag = i;
+            if (in->kind == OVL_I_WAIT && in->event == OVL_EV_READY && i > first_ag)
+                return violation(s, "r%u #%zu: initial wait after the first ALLGATHER", r, i);
+        }
+        if (first_ag == p->ninstr)
+            return violation(s, "r%u: no ALLGATHER", r);
+    }
+    return true;
+}
+
+/* (g) ring: own shard first (every LOCAL GEMM issued before any GATHERED
+ * one); with peers, exactly two GEMM streams, and the one whose first GEMM is
+ * issued later starts with a SLEEP. */
+static bool check_ring(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        size_t first_gemm[OVL_PLAN_MAX_STREAMS];
+        bool slept[OVL_PLAN_MAX_STREAMS] = {false};
+        bool seen_gathered = false;
+        uint32_t gemm_streams = 0, second = 0;
+        size_t second_at = 0;
+
+        for (uint32_t st = 0; st < OVL_PLAN_MAX_STREAMS; st++)
+            first_gemm[st] = SIZE_MAX;
+        for (size_t i = 0; i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+
+            if (in->kind == OVL_I_SLEEP && first_gemm[in->stream] == SIZE_MAX)
+                slept[in->stream] = true;
+            if (in->kind != OVL_I_GEMM)
+                continue;
+            if (in->src == OVL_SRC_GATHERED)
+                seen_gathered = true;
+            else if (seen_gathered)
+                return violation(s, "r%u #%zu: own-shard GEMM after a peer's", r, i);
+            if (first_gemm[in->stream] == SIZE_MAX) {
+                first_gemm[in->stream] = i;
+                gemm_streams++;
+                if (gemm_streams == 2) {
+                    second = in->stream;
+                    second_at = i;
+                }
+            }
+        }
+        if (s->world == 1)
+            continue;
+        if (gemm_streams != 2 || p->nstreams != 4)
+            return violation(s, "r%u: %u GEMM streams of %u streams, want 2 of 4", r, gemm_streams,
+                        p->nstreams);
+        if (!slept[second])
+            return violation(s, "r%u #%zu: no SLEEP ahead of the first GEMM on s%u", r, second_at,
+                        second);
+    }
+    return true;
+}
+
+/* Carves n objects of `size` bytes at *off (16-byte aligned) out of base;
+ * with base NULL it only counts. */
+static void *carve(char *base, size_t *off, size_t n, size_t size)
+{
+    void *p = base ? base + *off : NULL;
+
+    *off += (n * size + 15) & ~(size_t)15;
+    return p;
+}
+
+/* Lays the simulation's arrays out in base (NULL: just size them); returns
+ * the bytes needed. Needs world, plans, ns, ncomp and maxspans set. */
+static size_t sim_layout(sim_t *s, char *base)
+{
+    uint32_t w = s->world;
+    size_t off = 0;
+
+    s->clock = carve(base, &off, w, sizeof(*s->clock));
+    s->evclock = carve(base, &off, w, sizeof(*s->evclock));
+    s->evrec = carve(base, &off, w, sizeof(*s->evrec));
+    s->sclock = carve(base, &off, (size_t)s->ncomp * s->ncomp, sizeof(*s->sclock));
+    s->pc = carve(base, &off, w, sizeof(*s->pc));
+    s->wait_ready = carve(base, &off, w, sizeof(*s->wait_ready));
+    s->rec_ready = carve(base, &off, w, sizeof(*s->rec_ready));
+    s->done = carve(base, &off, w, sizeof(*s->done));
+    s->joint = carve(base, &off, s->ncomp, sizeof(*s->joint));
+    s->cspans = carve(base, &off, s->maxspans, sizeof(*s->cspans));
+    s->gspans = carve(base, &off, s->maxspans, sizeof(*s->gspans));
+    for (uint32_t r = 0; r < w; r++) {
+        uint32_t *clock = carve(base, &off, s->plans[r].ninstr * s->ncomp, sizeof(uint32_t));
+        uint32_t *evclock =
+            carve(base, &off, (size_t)s->plans[r].nevents * s->ncomp, sizeof(uint32_t));
+        bool *evrec = carve(base, &off, s->plans[r].nevents, sizeof(bool));
+
+        if (base) {
+            s->clock[r] = clock;
+            s->evclock[r] = evclock;
+            s->evrec[r] = evrec;
+        }
+    }
+    return off;
+}
+
+/* The checker's state across jobs: the first violation's words, and the
+ * simulation's memory, kept and reused: the test checks some 20000 jobs, and
+ * memory freed and allocated anew per job is what makes it slow under ASan
+ * (its quarantine hands out fresh pages every time). */
+typedef struct checker {
+    char why[256];
+    char *arena;
+    size_t arena_size;
+} checker_t;
+
+static void checker_free(checker_t *ck)
+{
+    free(ck->arena);
+    ck->arena = NULL;
+    ck->arena_size = 0;
+}
+
+/*
+ * Checks the plans of all ranks of one job (plans[r] is rank r's). Returns
+ * true if every property holds, else false with the first violation in
+ * ck->why.
+ */
+static bool check_job(checker_t *ck, const ovl_plan_t *plans, uint32_t world)
+{
+    sim_t s = {.world = world, .plans = plans, .why = ck->why, .whylen = sizeof(ck->why)};
+    size_t need;
+    bool ok;
+
+    ck->why[0] = '\0';
+    for (uint32_t r = 0; r < world; r++) {
+        if (plans[r].nstreams > s.ns)
+            s.ns = plans[r].nstreams;
+        if (plans[r].ninstr * world > s.maxspans)
+            s.maxspans = plans[r].ninstr * world;
+    }
+    s.ncomp = world * s.ns;
+    need = sim_layout(&s, NULL);
+    if (need > ck->arena_size) {
+        free(ck->arena);
+        ck->arena = malloc(need);
+        assert_non_null(ck->arena);
+        ck->arena_size = need;
+    }
+    sim_layout(&s, ck->arena);
+    /* only what is read before written starts zeroed: clearing the node
+     * clocks too would double the test's time */
+    memset(s.sclock, 0, (size_t)s.ncomp * s.ncomp * sizeof(*s.sclock));
+    memset(s.pc, 0, world * sizeof(*s.pc));
+    for (uint32_t r = 0; r < world; r++)
+        memset(s.evrec[r], 0, plans[r].nevents * sizeof(bool));
+
+    ok = check_fields(&s) && check_shape(&s) && simulate(&s) && check_bracketed(&s) &&
+         check_shard_reads(&s) && check_rows(&s);
+    if (ok && plans[0].params.algo == OVL_ALGO_COLLECTIVE)
+        ok = check_collective(&s);
+    if (ok && plans[0].params.algo == OVL_ALGO_RING)
+        ok = check_ring(&s);
+    return ok;
+}
+
+/* -------------------------------------------------------------- tests */
+
+static void test_checker_all_shapes(void **state)
+{
+    static const uint64_t ms[] = {1, 2, 3, 7, 64, 100, 1000};
+    static const ovl_algo_t algos[] = {OVL_ALGO_NAIVE, OVL_ALGO_COLLECTIVE, OVL_ALGO_RING};
+    ovl_plan_t plans[8];
+    checker_t ck = {.arena = NULL};
+    unsigned jobs = 0;
+
+    (void)state;
+    for (uint32_t world = 1; world <= 8; world++)
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+            for (uint32_t chunks = 0; chunks <= 9; chunks++)
+                for (uint32_t streams = 0; streams <= 5; streams++)
+                    for (int wg = 0; wg <= 1; wg++)
+                        for (size_t a = 0; a < 3; a++) {
+                            build_job(plans, algos[a], world, ms[mi], chunks, streams, wg);
+                            if (!check_job(&ck, plans, world))
+                                fail_msg("%s world=%u m=%llu chunks=%u streams=%u a_out=%d: %s",
+                                         ovl_algo_name(algos[a]), world,
+                                         (unsigned long long)ms[mi], chunks, streams, wg,
+                                         ck.why);
+                            free_job(plans, world);
+                            jobs++;
+                        }
+    assert_int_equal(jobs, 8 * 7 * 10 * 6 * 2 * 3);
+    checker_free(&ck);
+}
+
+/* A large ring job too: many ranks, the maximum chunks. */
+static void test_checker_large(void **state)
+{
+    enum { W = 16 };
+    ovl_plan_t plans[W];
+    checker_t ck = {.arena = NULL};
+
+    (void)state;
+    build_job(plans, OVL_ALGO_RING, W, 4096, OVL_PLAN_MAX_CHUNKS, 0, true);
+    if (!check_job(&ck, plans, W))
+        fail_msg("%s", ck.why);
+    free_job(plans, W);
+    build_job(plans, OVL_ALGO_COLLECTIVE, W, 4096, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
+              false);
+    if (!check_job(&ck, plans, W))
+        fail_msg("%s", ck.why);
+    free_job(plans, W);
+    checker_free(&ck);
+}
+
+/* Corrupts one rank of a valid job with `corrupt` and expects the checker to
+ * name a violation containing `expect`. */
+static void expect_violation(ovl_algo_t algo, uint32_t world, uint32_t chunks, uint32_t streams,
+                             void (*corrupt)(ovl_plan_t *plans), const char *expect)
+{
+    ovl_plan_t plans[4];
+    checker_t ck = {.arena = NULL};
+
+    assert_true(world <= 4);
+    build_job(plans, algo, world, 64, chunks, streams, false);
+    if (!check_job(&ck, plans, world))
+        fail_msg("before corruption: %s", ck.why);
+    corrupt(plans);
+    assert_false(check_job(&ck, plans, world));
+    if (!strstr(ck.why, expect))
+        fail_msg("violation \"%s\" does not mention \"%s\"", ck.why, expect);
+    free_job(plans, world);
+    checker_free(&ck);
+}
+
+/* ring: drop the wait that orders a peer GEMM after its pull */
+static void drop_gemm_wait(ovl_plan_t *plans)
+{
+    size_t g = find_instr(&plans[1], OVL_I_GEMM, OVL_SRC_GATHERED, 0);
+
+    assert_int_equal(plans[1].instr[g - 1].kind, OVL_I_WAIT);
+    remove_instr(&plans[1], g - 1);
+}
+
+/* collective: the second GEMM multiplies the first chunk again */
+static void duplicate_gemm(ovl_plan_t *plans)
+{
+    size_t g0 = find_instr(&plans[0], OVL_I_GEMM, -1, 0);
+    size_t g1 = find_instr(&plans[0], OVL_I_GEMM, -1, 1);
+
+    plans[0].instr[g1].row0 = plans[0].instr[g0].row0;
+}
+
+/* ring: rank 0 stops waiting for rank 2's RELEASE */
+static void drop_release_wait(ovl_plan_t *plans)
+{
+    for (size_t i = 0; i < plans[0].ninstr; i++)
+        if (plans[0].instr[i].kind == OVL_I_WAIT && plans[0].instr[i].event == OVL_EV_RELEASE &&
+            plans[0].instr[i].peer == 2) {
+            remove_instr(&plans[0], i);
+            return;
+        }
+    fail_msg("no RELEASE wait");
+}
+
+/* collective: stream 1 is never joined into stream 0 */
+static void drop_join(ovl_plan_t *plans)
+{
+    size_t d = plans[0].ninstr - 1;
+
+    assert_int_equal(plans[0].instr[d - 1].kind, OVL_I_WAIT);
+    remove_instr(&plans[0], d - 1);
+}
+
+/* collective: an initial wait moved behind the first ALLGATHER */
+static void late_initial_wait(ovl_plan_t *plans)
+{
+    ovl_instr_t tmp = plans[1].instr[2];
+
+    assert_int_equal(tmp.kind, OVL_I_WAIT);
+    assert_int_equal(plans[1].instr[3].kind, OVL_I_ALLGATHER);
+    plans[1].instr[2] = plans[1].instr[3];
+    plans[1].instr[3] = tmp;
+}
+
+/* ring: the head-of-stream sleep is gone */
+static void drop_sleep(ovl_plan_t *plans)
+{
+    remove_instr(&plans[2], find_instr(&plans[2], OVL_I_SLEEP, -1, 0));
+}
+
+/* ring: a pull of rank 2 before the wait on rank 2's READY */
+static void drop_ready_wait(ovl_plan_t *plans)
+{
+    for (size_t i = 0; i < plans[1].ninstr; i++)
+        if (plans[1].instr[i].kind == OVL_I_WAIT && plans[1].instr[i].peer == 2) {
+            remove_instr(&plans[1], i);
+            return;
+        }
+    fail_msg("no wait on r2");
+}
+
+/* naive: ranks disagree on the all-gather */
+static void mismatched_allgather(ovl_plan_t *plans)
+{
+    plans[1].instr[find_instr(&plans[1], OVL_I_ALLGATHER, -1, 0)].rows--;
+}
+
+/* ring: rank 3 waits on its own event before recording it (a deadlock) */
+static void wait_before_record(ovl_plan_t *plans)
+{
+    size_t g = find_instr(&plans[3], OVL_I_GEMM, OVL_SRC_GATHERED, 0);
+    ovl_instr_t wait = plans[3].instr[g - 1];
+
+    /* move the wait ahead of the pull and record it follows */
+    plans[3].instr[g - 1] = plans[3].instr[g - 2];
+    plans[3].instr[g - 2] = plans[3].instr[g - 3];
+    plans[3].instr[g - 3] = wait;
+}
+
+static void test_checker_catches(void **state)
+{
+    (void)state;
+    expect_violation(OVL_ALGO_RING, 4, 4, 0, drop_gemm_wait, "before");
+    expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, duplicate_gemm, "C block 0 row 0 written twice");
+    expect_violation(OVL_ALGO_RING, 3, 2, 0, drop_release_wait, "may complete");
+    expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, drop_join, "not joined before DONE");
+    expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, late_initial_wait, "initial wait");
+    expect_violation(OVL_ALGO_RING, 4, 1, 0, drop_sleep, "no SLEEP");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, drop_ready_wait, "before its READY");
+    expect_violation(OVL_ALGO_NAIVE, 2, 0, 0, mismatched_allgather, "ALLGATHER rows differ");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, wait_before_record, "before recording");
+}
+
+static char *format_plan(const ovl_plan_t *plan)
+{
+    size_t need = ovl_plan_format(plan, NULL, 0);
+    char *text = malloc(need + 1);
+
+    assert_non_null(text);
+    assert_int_equal(ovl_plan_format(plan, text, need + 1), need);
+    assert_int_equal(strlen(text), need);
+    return text;
+}
+
+static void check_golden(ovl_algo_t algo, const char *name)
+{
+    ovl_plan_params_t p = params_of(algo, 4, 1, 1024, 4, 2, false);
+    const char *update = getenv("OVL_UPDATE_GOLDEN");
+    char path[4096];
+    ovl_plan_t plan;
+    char *text, *want;
+    long size;
+    FILE *f;
+
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    text = format_plan(&plan);
+    snprintf(path, sizeof(path), "%s/%s", OVL_GOLDEN_DIR, name);
+
+    if (update && strcmp(update, "1") == 0) {
+        f = fopen(path, "w");
+        if (!f)
+            fail_msg("cannot write %s", path);
+        assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+        assert_int_equal(fclose(f), 0);
+    } else {
+        f = fopen(path, "r");
+        if (!f)
+            fail_msg("cannot read %s (OVL_UPDATE_GOLDEN=1 writes it)", path);
+        assert_int_equal(fseek(f, 0, SEEK_END), 0);
+        size = ftell(f);
+        assert_true(size >= 0);
+        rewind(f);
+        want = calloc((size_t)size + 1, 1);
+        assert_non_null(want);
+        assert_int_equal(fread(want, 1, (size_t)size, f), (size_t)size);
+        fclose(f);
+        /* assert_string_equal prints both texts on a mismatch */
+        assert_string_equal(text, want);
+        free(want);
+    }
+    free(text);
+    ovl_plan_free(&plan);
+}
+
+static void test_golden_naive(void **state)
+{
+    (void)state;
+    check_golden(OVL_ALGO_NAIVE, "plan_naive.txt");
+}
+
+static void test_golden_collective(void **state)
+{
+    (void)state;
+    check_golden(OVL_ALGO_COLLECTIVE, "plan_collective.txt");
+}
+
+static void test_golden_ring(void **state)
+{
+    (void)state;
+    check_golden(OVL_ALGO_RING, "plan_ring.txt");
+}
+
+static void expect_invalid(const ovl_plan_params_t *p)
+{
+    ovl_plan_t plan, zero;
+
+    memset(&plan, 0xa5, sizeof(plan));
+    memcpy(&zero, &plan, sizeof(plan));
+    assert_int_equal(ovl_plan_build(p, &plan), OVL_ERR_INVALID);
+    /* ret_plan is set only on success */
+    assert_memory_equal(&plan, &zero, sizeof(plan));
+}
+
+static void test_invalid_params(void **state)
+{
+    ovl_plan_params_t good = params_of(OVL_ALGO_RING, 4, 1, 64, 0, 0, false), p;
+    ovl_plan_t plan;
+
+    (void)state;
+    p = good, p.world = 0;
+    expect_invalid(&p);
+    p = good, p.world = OVL_PLAN_MAX_WORLD + 1, p.rank = 0;
+    expect_invalid(&p);
+    p = good, p.rank = 4;
+    expect_invalid(&p);
+    p = good, p.m = 0;
+    expect_invalid(&p);
+    p = good, p.n = 0;
+    expect_invalid(&p);
+    p = good, p.k = 0;
+    expect_invalid(&p);
+    p = good, p.m = UINT64_MAX / 2; /* world*m rows would wrap */
+    expect_invalid(&p);
+    p = good, p.algo = OVL_ALGO_AUTO;
+    expect_invalid(&p);
+    p = good, p.algo = (ovl_algo_t)4;
+    expect_invalid(&p);
+    p = good, p.dtype = (ovl_dtype_t)3;
+    expect_invalid(&p);
+    p = good, p.chunks = OVL_PLAN_MAX_CHUNKS + 1;
+    expect_invalid(&p);
+    p = good, p.streams = OVL_PLAN_MAX_STREAMS + 1;
+    expect_invalid(&p);
+    assert_int_equal(ovl_plan_build(NULL, &plan), OVL_ERR_INVALID);
+    assert_int_equal(ovl_plan_build(&good, NULL), OVL_ERR_INVALID);
+
+    /* the limits themselves are fine */
+    p = good, p.chunks = OVL_PLAN_MAX_CHUNKS, p.streams = OVL_PLAN_MAX_STREAMS;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    ovl_plan_free(&plan);
+}
+
+static void test_format_truncation(void **state)
+{
+    ovl_plan_params_t p = params_of(OVL_ALGO_NAIVE, 2, 0, 8, 0, 0, false);
+    ovl_plan_t plan;
+    char *full, small[16];
+    size_t need;
+
+    (void)state;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    full = format_plan(&plan);
+    need = strlen(full);
+    assert_true(need > sizeof(small));
+
+    memset(small, 'x', sizeof(small));
+    assert_int_equal(ovl_plan_format(&plan, small, sizeof(small)), need);
+    assert_int_equal(small[sizeof(small) - 1], '\0');
+    assert_memory_equal(small, full, sizeof(small) - 1);
+
+    /* len 1: just the NUL; len 0: buf untouched */
+    small[0] = 'x';
+    assert_int_equal(ovl_plan_format(&plan, small, 1), need);
+    assert_int_equal(small[0], '\0');
+    small[0] = 'x';
+    assert_int_equal(ovl_plan_format(&plan, small, 0), need);
+    assert_int_equal(small[0], 'x');
+
+    /* exactly need bytes: all but the last character */
+    {
+        char *buf = malloc(need);
+
+        assert_non_null(buf);
+        assert_int_equal(ovl_plan_format(&plan, buf, need), need);
+        assert_int_equal(buf[need - 1], '\0');
+        assert_memory_equal(buf, full, need - 1);
+        free(buf);
+    }
+    free(full);
+    ovl_plan_free(&plan);
+}
+
+static void test_uneven_chunks(void **state)
+{
+    ovl_plan_params_t p = params_of(OVL_ALGO_COLLECTIVE, 2, 0, 10, 4, 2, false);
+    ovl_plan_t plan;
+    size_t g;
+
+    (void)state;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunk_rows, 3);
+    assert_int_equal(plan.chunks, 4);
+    g = find_instr(&plan, OVL_I_GEMM, -1, 3);
+    assert_int_equal(plan.instr[g].row0, 9);
+    assert_int_equal(plan.instr[g].rows, 1);
+    ovl_plan_free(&plan);
+
+    /* m 9, 4 chunks: 3 rows each, so only 3 chunks and none empty */
+    p.m = 9;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunk_rows, 3);
+    assert_int_equal(plan.chunks, 3);
+    g = find_instr(&plan, OVL_I_GEMM, -1, 2);
+    assert_int_equal(plan.instr[g].row0, 6);
+    assert_int_equal(plan.instr[g].rows, 3);
+    ovl_plan_free(&plan);
+
+    /* more chunks than rows: one row each */
+    p.m = 3, p.chunks = 9;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunk_rows, 1);
+    assert_int_equal(plan.chunks, 3);
+    ovl_plan_free(&plan);
+}
+
+static void test_defaults(void **state)
+{
+    ovl_plan_t plan;
+    ovl_plan_params_t p;
+
+    (void)state;
+    p = params_of(OVL_ALGO_NAIVE, 4, 0, 1024, 8, 4, false);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 1); /* naive ignores chunks and streams */
+    assert_int_equal(plan.nstreams, 1);
+    assert_int_equal(plan.nevents, 1);
+    assert_true(plan.uses_gathered);
+    ovl_plan_free(&plan);
+
+    p = params_of(OVL_ALGO_COLLECTIVE, 4, 0, 1024, 0, 0, false);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 4);
+    assert_int_equal(plan.chunk_rows, 256);
+    assert_int_equal(plan.nstreams, 2);
+    ovl_plan_free(&plan);
+
+    /* collective: no more streams than chunks */
+    p = params_of(OVL_ALGO_COLLECTIVE, 4, 0, 1024, 3, 5, false);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.nstreams, 3);
+    ovl_plan_free(&plan);
+
+    p = params_of(OVL_ALGO_RING, 4, 0, 1024, 0, 1, false);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 1);
+    assert_int_equal(plan.nstreams, 4); /* fixed: client, copy, two GEMM streams */
+    assert_true(plan.uses_gathered);
+    ovl_plan_free(&plan);
+
+    /* ring alone: the own shard straight from A, G untouched */
+    p = params_of(OVL_ALGO_RING, 1, 0, 1024, 2, 3, false);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.nstreams, 1);
+    assert_int_equal(plan.nevents, 1);
+    assert_false(plan.uses_gathered);
+    assert_int_equal(plan.ninstr, 5);
+    ovl_plan_free(&plan);
+}
+
+static void test_choose(void **state)
+{
+    static const uint32_t worlds[] = {0, 1, 2, 8, 1024};
+    static const uint64_t sizes[] = {0, 1, 7, 64, 511, 512, 4096, UINT64_MAX};
+    ovl_plan_params_t p;
+
+    (void)state;
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++)
+        for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++)
+            for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++) {
+                ovl_algo_t algo;
+
+                p = params_of(OVL_ALGO_AUTO, worlds[w], 0, sizes[a], 0, 0, false);
+                p.n = p.k = sizes[b];
+                algo = ovl_plan_choose(&p);
+                assert_true(algo == OVL_ALGO_NAIVE || algo == OVL_ALGO_COLLECTIVE ||
+                            algo == OVL_ALGO_RING);
+            }
+    assert_int_equal(ovl_plan_choose(NULL), OVL_ALGO_NAIVE);
+
+    /* the documented rule */
+    p = params_of(OVL_ALGO_AUTO, 1, 0, 8192, 0, 0, false);
+    p.n = p.k = 8192;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE); /* one rank */
+    p.world = 8, p.m = 63;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE); /* 504 rows */
+    p.m = 64;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING); /* 512 rows */
+    p.n = 256, p.k = 512;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING); /* 2*512*256*512 = 2^27 flops */
+    p.k = 511;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+}
+
+static void test_free_and_names(void **state)
+{
+    ovl_plan_t plan = {0};
+
+    (void)state;
+    ovl_plan_free(&plan);
+    ovl_plan_free(NULL);
+    assert_string_equal(ovl_instr_name(OVL_I_WAIT_READY), "WAIT_READY");
+    assert_string_equal(ovl_instr_name(OVL_I_DONE), "DONE");
+    assert_string_equal(ovl_instr_name((ovl_instr_kind_t)99), "UNKNOWN");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_naive),
+        cmocka_unit_test(test_golden_collective),
+        cmocka_unit_test(test_golden_ring),
+        cmocka_unit_test(test_checker_all_shapes),
+        cmocka_unit_test(test_checker_large),
+        cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_invalid_params),
+        cmocka_unit_test(test_format_truncation),
+        cmocka_unit_test(test_uneven_chunks),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_free_and_names),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
