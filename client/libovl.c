@@ -46,6 +46,7 @@ struct ovl_comm {
     uint64_t id;
     uint32_t world, rank;
     uint64_t seq; /* the last op submitted */
+    uint32_t window; /* ops in flight that ovld accepts */
     struct ovl_doorbell *db;
     void *db_map;
     size_t db_map_len;
@@ -592,6 +593,7 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
     cm->db = (struct ovl_doorbell *)((char *)cm->db_map + cr->doorbell_offset);
     cm->cl = cl;
     cm->id = cr->comm_id;
+    cm->window = cr->max_in_flight ? cr->max_in_flight : 1;
     cm->world = world;
     cm->rank = rank;
     cm->next = cl->comms;
@@ -643,22 +645,21 @@ static long futex_wait(uint32_t *addr, uint32_t val, int ms)
     return syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-OVL_API ovl_status_t ovl_comm_synchronize(ovl_comm_t *cm)
+/* Waits on the host until the doorbell says done >= target. */
+static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
 {
-    if (!cm)
-        return OVL_ERR_INVALID;
     ovl_client_t *cl = cm->cl;
     uint64_t deadline = deadline_of(cl);
     for (;;) {
         uint32_t w = __atomic_load_n(&cm->db->wake, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) >= cm->seq)
-            break;
+        if (__atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) >= target)
+            return OVL_OK;
         int slice = 100;
         if (deadline) {
             int left = left_ms(deadline);
             if (left == 0)
                 return fail(cl, OVL_ERR_TIMEOUT,
-                            "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", cm->seq,
+                            "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", target,
                             cl->timeout_ms, __atomic_load_n(&cm->db->done, __ATOMIC_RELAXED));
             if (left < slice)
                 slice = left;
@@ -667,10 +668,17 @@ OVL_API ovl_status_t ovl_comm_synchronize(ovl_comm_t *cm)
         /* A daemon that died will never ring: notice it. */
         struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
         if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) &&
-            __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < cm->seq)
+            __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target)
             return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
     }
-    return ovl_comm_check(cm);
+}
+
+OVL_API ovl_status_t ovl_comm_synchronize(ovl_comm_t *cm)
+{
+    if (!cm)
+        return OVL_ERR_INVALID;
+    ovl_status_t st = wait_done(cm, cm->seq);
+    return st != OVL_OK ? st : ovl_comm_check(cm);
 }
 
 OVL_API ovl_status_t ovl_comm_destroy(ovl_comm_t *cm)
@@ -781,6 +789,9 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_AG_GEMM;
     q.ag_gemm = &g;
+    /* Throttle: ovld takes at most `window` ops in flight per rank. */
+    if (g.seq > cm->window && (st = wait_done(cm, g.seq - cm->window)) != OVL_OK)
+        return st;
     /* Host mode: the caller is the stream, and its data is ready now. */
     __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);
     if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,7 +207,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     }
     rc = 0;
 out:
-    if (out_fd >= 0) {
+    if (rc == 0) {
         ssize_t w = write(out_fd, res, sizeof(res));
         (void)w;
     }
@@ -329,15 +330,30 @@ int main(int argc, char **argv)
     result_t all[64][MAX_ALGOS + 1];
     memset(all, 0, sizeof(all));
     bool ok = true;
+    /* A rank that fails early leaves the others waiting for it forever (as
+     * NCCL ranks would), so the first failure ends the rest. Results are
+     * small: they wait in the pipes until every rank is gone. */
+    for (uint32_t left = o.world; left > 0; left--) {
+        int ws;
+        pid_t pid = waitpid(-1, &ws, 0);
+        if (pid < 0)
+            break;
+        if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+            continue;
+        for (uint32_t r = 0; r < o.world; r++)
+            if (pids[r] == pid && ok)
+                fprintf(stderr, "ovl-demo: rank %u failed; stopping the others\n", r);
+        if (ok)
+            for (uint32_t r = 0; r < o.world; r++)
+                if (pids[r] != pid)
+                    kill(pids[r], SIGTERM);
+        ok = false;
+    }
     for (uint32_t r = 0; r < o.world; r++) {
         ssize_t got = read(pipes[r][0], all[r], sizeof(all[r]));
-        int ws;
-        waitpid(pids[r], &ws, 0);
-        if (got != (ssize_t)sizeof(all[r]) || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-            fprintf(stderr, "ovl-demo: rank %u failed\n", r);
-            ok = false;
-        }
         close(pipes[r][0]);
+        if (got != (ssize_t)sizeof(all[r]))
+            ok = false;
     }
     double flop = 2.0 * (double)o.world * (double)o.m * (double)o.n * (double)o.k;
     printf("\n%-12s %10s %10s %12s  %s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error",

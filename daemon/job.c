@@ -47,6 +47,7 @@ const char *ovld_job_state_name(ovld_job_state_t s)
     switch (s) {
     case OVLD_JOB_FORMING: return "forming";
     case OVLD_JOB_READY: return "ready";
+    case OVLD_JOB_ENDING: return "ending";
     case OVLD_JOB_ABORTED: return "aborted";
     }
     return "?";
@@ -253,7 +254,11 @@ static void job_progress(ovld_t *d, ovld_job_t *j)
     for (ovld_op_t *op = j->ops; op; op = op->next) {
         if (op->issued)
             continue;
-        if (j->state == OVLD_JOB_ABORTED) {
+        if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
+            if (op->st == OVL_OK) {
+                op->st = OVL_ERR_ABORTED;
+                snprintf(op->msg, sizeof(op->msg), "job aborted: %s", j->last_error);
+            }
             op_fail(d, j, op);
             continue;
         }
@@ -375,9 +380,9 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
             snprintf(err, errlen, "job '%s' has world %u, not %u", id, j->world, req->world);
             return OVL_ERR_MISMATCH;
         }
-        if (j->state == OVLD_JOB_ABORTED) {
-            snprintf(err, errlen, "job '%s' was aborted (%s); it ends when its ranks leave", id,
-                     j->last_error);
+        if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
+            snprintf(err, errlen, "job '%s' is %s (%s); it ends when its ranks leave", id,
+                     ovld_job_state_name(j->state), j->last_error);
             return OVL_ERR_ABORTED;
         }
         if (j->members[req->rank]) {
@@ -472,11 +477,22 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     for (uint32_t r = 0; r < j->world; r++)
         if (j->members[r] && j->members[r]->conn)
             others = true;
-    if (others && j->state != OVLD_JOB_ABORTED) {
+    bool pending = false;
+    for (ovld_op_t *op = j->ops; op; op = op->next)
+        pending = pending || !op->issued;
+    bool live = j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_READY;
+    if (others && !pending && live) {
+        /* A rank that leaves with nothing pending ends the job quietly; ops
+         * submitted after this fail, since the rank will not take part. */
+        j->state = OVLD_JOB_ENDING;
+        snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank,
+                 why);
+        log_info("job '%s': rank %u left (%s); the job takes no more ops", j->id, m->rank, why);
+    } else if (others && pending && j->state != OVLD_JOB_ABORTED) {
         j->state = OVLD_JOB_ABORTED;
         snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank,
                  why);
-        log_warn("job '%s': aborted: rank %u left (%s)", j->id, m->rank, why);
+        log_warn("job '%s': aborted: rank %u left (%s) with ops pending", j->id, m->rank, why);
         for (ovld_op_t *op = j->ops; op; op = op->next)
             if (!op->issued) {
                 op->st = OVL_ERR_ABORTED;
@@ -604,8 +620,8 @@ void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
     }
     m->next_seq++;
 
-    if (j->state == OVLD_JOB_ABORTED) {
-        snprintf(msg, sizeof(msg), "job aborted: %s", j->last_error);
+    if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
+        snprintf(msg, sizeof(msg), "job %s: %s", ovld_job_state_name(j->state), j->last_error);
         member_error(m, q->seq, OVL_ERR_ABORTED, msg);
         d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_ABORTED, msg);
         return;
@@ -615,8 +631,15 @@ void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
     while (op && op->seq != q->seq)
         op = op->next;
     if (!op) {
-        if (j->in_flight >= d->cfg.max_ops_in_flight) {
-            snprintf(msg, sizeof(msg), "rank %u has more than %u ops in flight (max_ops_in_flight)",
+        /* Only ops still waiting for ranks count: issued ones are bounded by
+         * the clients' own throttle (libovl waits for done before it goes
+         * past max_in_flight), and their completions may reach this thread
+         * after the client saw its doorbell rung. */
+        uint32_t pending = 0;
+        for (ovld_op_t *o = j->ops; o; o = o->next)
+            pending += !o->issued;
+        if (pending >= d->cfg.max_ops_in_flight) {
+            snprintf(msg, sizeof(msg), "rank %u is more than %u ops ahead of the others (max_ops_in_flight)",
                      m->rank, d->cfg.max_ops_in_flight);
             member_error(m, q->seq, OVL_ERR_LIMIT, msg);
             d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_LIMIT, msg);

@@ -31,7 +31,8 @@ typedef struct ovld_member {
 typedef enum ovld_job_state {
     OVLD_JOB_FORMING, /* not every rank has joined */
     OVLD_JOB_READY,
-    OVLD_JOB_ABORTED,
+    OVLD_JOB_ENDING,  /* a rank left with nothing pending: no more ops */
+    OVLD_JOB_ABORTED, /* a rank left or failed with ops pending */
 } ovld_job_state_t;
 
 typedef struct ovld_job {

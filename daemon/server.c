@@ -285,6 +285,7 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
         cr.doorbell_ipc.len = db.ipc_len;
     }
     cr.fd_count = db.fd >= 0 ? 1 : 0;
+    cr.max_in_flight = c->d->cfg.max_ops_in_flight;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_COMM_INIT;
