@@ -66,6 +66,7 @@ struct ovl_client {
     uint32_t ndev;
     bool host;
     bool broken; /* the stream is unusable: every call fails */
+    ovl_status_t said; /* an Error the daemon sent unasked (id 0), e.g. before closing */
     struct ovl_mem *mems;
     struct ovl_comm *comms;
     char err[512];
@@ -130,9 +131,36 @@ static ovl_status_t wait_fd(ovl_client_t *cl, short events, uint64_t deadline)
     }
 }
 
+/* Reads what the daemon sent before it closed, for its reason. */
+static void salvage(ovl_client_t *cl)
+{
+    for (int i = 0; i < 16 && !cl->said; i++) {
+        const uint8_t *body;
+        uint32_t len;
+        if (ovl_wire_reader_next(&cl->rd, &body, &len) == OVL_OK) {
+            Ovl__Response *r = ovl__response__unpack(NULL, len, body);
+            if (r && r->body_case == OVL__RESPONSE__BODY_ERROR && r->error->status < 0 &&
+                r->error->status >= OVL_ERR_INTERNAL) {
+                cl->said = (ovl_status_t)r->error->status;
+                fail(cl, cl->said, "%s", r->error->message ? r->error->message : "");
+            }
+            if (r)
+                ovl__response__free_unpacked(r, NULL);
+            continue;
+        }
+        size_t n;
+        if (ovl_wire_recv(cl->fd, &cl->rd, &cl->fdq, &n) != OVL_OK)
+            return;
+    }
+}
+
 static ovl_status_t broken(ovl_client_t *cl, ovl_status_t st, const char *what)
 {
     cl->broken = true;
+    if (st == OVL_ERR_CLOSED)
+        salvage(cl);
+    if (cl->said)
+        return cl->said; /* the daemon's own reason beats "connection closed" */
     if (st == OVL_ERR_CLOSED)
         return fail(cl, st, "ovld closed the connection (%s)", what);
     return fail(cl, st, "%s: %s%s%s", what, ovl_strerror(st), st == OVL_ERR_SYSTEM ? ": " : "",
@@ -183,8 +211,11 @@ static ovl_status_t read_response(ovl_client_t *cl, uint64_t id, uint64_t deadli
                 *ret = r;
                 return OVL_OK;
             }
-            if (r->body_case == OVL__RESPONSE__BODY_ERROR && r->error->message)
+            if (r->body_case == OVL__RESPONSE__BODY_ERROR && r->error->message) {
                 fail(cl, (ovl_status_t)r->error->status, "%s", r->error->message);
+                if (r->id == 0 && r->error->status < 0 && r->error->status >= OVL_ERR_INTERNAL)
+                    cl->said = (ovl_status_t)r->error->status;
+            }
             bool fatal = r->id == 0 && r->body_case == OVL__RESPONSE__BODY_ERROR &&
                          r->error->status == OVL_ERR_PROTOCOL;
             ovl__response__free_unpacked(r, NULL);
@@ -724,8 +755,11 @@ static ovl_status_t bufref(ovl_client_t *cl, const char *name, const void *ptr, 
     if (!ptr)
         return fail(cl, OVL_ERR_INVALID, "%s is NULL", name);
     ovl_mem_t *m;
-    if ((st = ovl_mem_register(cl, (void *)ptr, extent ? extent : 1, &m)) != OVL_OK)
-        return fail(cl, st, "%s: %s", name, cl->err);
+    if ((st = ovl_mem_register(cl, (void *)ptr, extent ? extent : 1, &m)) != OVL_OK) {
+        char why[sizeof(cl->err)];
+        memcpy(why, cl->err, sizeof(why)); /* fail() writes cl->err */
+        return fail(cl, st, "%s: %s", name, why);
+    }
     ovl__buf_ref__init(ref);
     ref->mem_id = m->id;
     ref->offset = (uint64_t)((uintptr_t)ptr - m->base);

@@ -202,8 +202,11 @@ typedef struct ovl_ag_gemm_desc {
  * enqueued after the call sees c complete. With the host backend it must be
  * NULL and the caller waits with ovl_comm_synchronize.
  *
- * Returns once the request is sent. Errors found later (a disagreement
- * between ranks, a failure while running) surface through ovl_comm_check.
+ * Returns once the request is sent. A rank may run at most the daemon's
+ * max_ops_in_flight ops ahead of its completed ones: past that, with the
+ * host backend, the call first waits (up to the client's timeout) for the
+ * oldest to finish. Errors found later (a disagreement between ranks, a
+ * failure while running) surface through ovl_comm_check.
  */
 ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc, void *stream);
 

@@ -329,6 +329,11 @@ int main(int argc, char **argv)
     }
     result_t all[64][MAX_ALGOS + 1];
     memset(all, 0, sizeof(all));
+    for (uint32_t r = 0; r < 64; r++)
+        for (int i = 0; i <= MAX_ALGOS; i++) {
+            all[r][i].status = OVL_ERR_AGAIN; /* no result unless a rank sends one */
+            snprintf(all[r][i].msg, sizeof(all[r][i].msg), "rank %u sent no result", r);
+        }
     bool ok = true;
     /* A rank that fails early leaves the others waiting for it forever (as
      * NCCL ranks would), so the first failure ends the rest. Results are

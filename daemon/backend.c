@@ -15,6 +15,20 @@ void ovld_uuid_format(const uint8_t u[OVLD_UUID_LEN], const char *prefix, char *
              u[13], u[14], u[15]);
 }
 
+int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len)
+{
+    if (!uuid || len != OVLD_UUID_LEN)
+        return -1;
+    uint32_t n = b->ops->device_count(b);
+    for (uint32_t i = 0; i < n; i++) {
+        ovld_device_info_t info;
+        b->ops->device_info(b, i, &info);
+        if (memcmp(info.uuid, uuid, OVLD_UUID_LEN) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
 ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
                                  void *done_arg, ovld_backend_t **ret, char *err, size_t errlen)
 {

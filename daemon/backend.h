@@ -83,6 +83,9 @@ typedef struct ovld_allgather_part {
     ovld_view_t g;   /* this rank's gathered matrix, row 0 */
 } ovld_allgather_part_t;
 
+/* End of a job_setup, on the loop thread. */
+typedef void (*ovld_setup_cb)(void *arg, ovl_status_t status, const char *message);
+
 /* Completion of an op on one rank, delivered on the loop thread. */
 typedef void (*ovld_done_cb)(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
                              const char *message);
@@ -94,18 +97,27 @@ typedef struct ovld_backend_ops {
     uint32_t (*device_count)(ovld_backend_t *b);
     void (*device_info)(ovld_backend_t *b, uint32_t index, ovld_device_info_t *ret);
 
-    /* Memory. import may block (IPC opens): the caller runs it off the loop
-     * thread where the backend says so (import_blocking). */
+    /* Memory. import may block (IPC opens): where the backend says so
+     * (import_blocking) the caller runs it on a worker thread. release never
+     * blocks the caller: a backend whose release blocks defers it. */
     bool import_blocking;
     ovl_status_t (*mem_import)(ovld_backend_t *b, const ovld_mem_import_t *imp,
                                ovld_bmem_t **ret_mem, void **ret_ptr);
     void (*mem_release)(ovld_backend_t *b, ovld_bmem_t *mem);
 
-    /* Ranks: streams, events and the doorbell of one rank on one device.
-     * cookie comes back in the done callback. */
-    ovl_status_t (*rank_create)(ovld_backend_t *b, uint32_t device, void *cookie,
-                                ovld_rank_t **ret_rank, ovld_doorbell_export_t *ret_db);
+    /* Ranks: streams, events and the doorbell of one rank on one device. */
+    ovl_status_t (*rank_create)(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
+                                ovld_doorbell_export_t *ret_db);
     void (*rank_destroy)(ovld_backend_t *b, ovld_rank_t *rank);
+    /* What a job's ranks need together (CUDA: one NCCL communicator per
+     * rank, created in one group), prepared off the loop thread; cb runs on
+     * the loop thread. The ranks stay alive until cb ran. NULL: nothing to
+     * prepare, the job is ready at once. */
+    ovl_status_t (*job_setup)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
+                              ovld_setup_cb cb, void *arg);
+    /* Destroys a job's ranks, with what job_setup made (off the loop thread
+     * where that blocks). NULL: rank_destroy each. */
+    void (*job_teardown)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
     /* Scratch for the gathered A, grown when too small; valid until the next
      * call for a larger size or rank_destroy. Never called while the rank
      * has work queued that reads the previous scratch. */
@@ -126,10 +138,10 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*gemm)(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
     ovl_status_t (*sleep)(ovld_rank_t *r, uint32_t stream, uint32_t ns);
     /* Sets the doorbell's error word if status != OVL_OK (or if any work of
-     * this op failed on the rank), then done = seq; reports completion
-     * through the done callback. Must not fail to ring. */
+     * this op failed on the rank), then done = seq; reports the completion,
+     * with cookie, through the done callback. Must not fail to ring. */
     void (*done)(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
-                 const char *message);
+                 const char *message, void *cookie);
 } ovld_backend_ops_t;
 
 struct ovld_backend {
@@ -149,6 +161,9 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
 /* Picks the backend the config asks for (auto: cuda where a GPU answers). */
 ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
                                  void *done_arg, ovld_backend_t **ret, char *err, size_t errlen);
+
+/* The index of the device with this UUID, or -1. */
+int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len);
 
 /* Formats a device UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" style
  * text with the given prefix; buf must hold 64 bytes. */

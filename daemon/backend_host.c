@@ -95,7 +95,6 @@ typedef struct host_stream {
 struct ovld_rank {
     host_backend_t *hb;
     uint32_t device;
-    void *cookie;
     host_stream_t streams[OVL_PLAN_MAX_STREAMS];
     host_event_t *ev_blocks[EV_MAX_BLOCKS];
     struct ovl_doorbell *db;
@@ -462,8 +461,8 @@ static void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m)
     free(m);
 }
 
-static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, void *cookie,
-                                     ovld_rank_t **ret_rank, ovld_doorbell_export_t *ret_db)
+static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
+                                     ovld_doorbell_export_t *ret_db)
 {
     host_backend_t *hb = (host_backend_t *)b;
     if (device >= hb->ndevices)
@@ -473,7 +472,6 @@ static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, void *c
         return OVL_ERR_NOMEM;
     r->hb = hb;
     r->device = device;
-    r->cookie = cookie;
     r->db_fd = -1;
     ovl_status_t st = OVL_ERR_SYSTEM;
     if (pthread_mutex_init(&r->err_mu, NULL) != 0)
@@ -670,13 +668,13 @@ static ovl_status_t host_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
 }
 
 static void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
-                      const char *message)
+                      const char *message, void *cookie)
 {
     host_work_t *w = work_new(W_DONE);
     host_stream_t *s = NULL;
     if (w && stream_get(r, stream, &s) == OVL_OK) {
         w->u.seq = seq;
-        w->node.cookie = r->cookie;
+        w->node.cookie = cookie;
         w->node.seq = seq;
         w->node.status = status;
         w->node.release = release_work_node;
@@ -695,7 +693,7 @@ static void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     __atomic_store_n(&db->done, seq, __ATOMIC_RELEASE);
     __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
     futex_wake_all(&db->wake);
-    r->hb->cq.cb(r->hb->cq.arg, r->cookie, seq, OVL_ERR_NOMEM, "host backend: out of memory");
+    r->hb->cq.cb(r->hb->cq.arg, cookie, seq, OVL_ERR_NOMEM, "host backend: out of memory");
 }
 
 static const ovld_backend_ops_t host_ops = {

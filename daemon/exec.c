@@ -49,7 +49,7 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
     case OVL_I_SLEEP:
         return ops->sleep(x->rank, in->stream, in->sleep_ns);
     case OVL_I_DONE:
-        ops->done(x->rank, in->stream, op->seq, OVL_OK, NULL);
+        ops->done(x->rank, in->stream, op->seq, OVL_OK, NULL, x->cookie);
         return OVL_OK;
     case OVL_I_ALLGATHER:
         break;
@@ -71,7 +71,7 @@ static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t 
             if (ops->record(op->ranks[r].rank, s, p->nevents + s) == OVL_OK)
                 (void)ops->wait(op->ranks[r].rank, 0, op->ranks[r].rank, p->nevents + s);
         }
-        ops->done(op->ranks[r].rank, 0, op->seq, status, msg);
+        ops->done(op->ranks[r].rank, 0, op->seq, status, msg, op->ranks[r].cookie);
     }
 }
 
@@ -170,17 +170,9 @@ fail:
         fail_rest(b, op, pc, st, err);
     else
         for (uint32_t r = 0; r < w; r++)
-            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err);
+            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
     free(pc);
     free(recorded);
     free(parts);
     return st;
-}
-
-void ovld_exec_fail(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t nranks, uint64_t seq,
-                    ovl_status_t status, const char *message)
-{
-    for (uint32_t r = 0; r < nranks; r++)
-        if (ranks[r])
-            b->ops->done(ranks[r], 0, seq, status, message);
 }

@@ -23,6 +23,7 @@ typedef struct ovld_exec_rank {
     ovld_view_t b; /* k x n, or n x k when transb */
     ovld_view_t c; /* (world*m) x n */
     ovld_view_t g; /* (world*m) x k gathered: a_out or scratch; NULL if unused */
+    void *cookie;  /* given back with this rank's completion */
 } ovld_exec_rank_t;
 
 typedef struct ovld_exec_op {
@@ -40,10 +41,5 @@ typedef struct ovld_exec_op {
  * client waits forever. Returns the status of issuing, with a message in err.
  */
 ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *err, size_t errlen);
-
-/* Rings done with `status` on every given rank's stream 0, without running
- * anything: for ops refused before they ran. */
-void ovld_exec_fail(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t nranks, uint64_t seq,
-                    ovl_status_t status, const char *message);
 
 #endif /* OVLD_EXEC_H */

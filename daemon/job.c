@@ -13,8 +13,19 @@
 #include "log.h"
 #include "plan.h"
 
+/* What a completion names (the backend's cookie): one rank's part of an op,
+ * or an op refused for one rank alone before it had an op record. */
+typedef enum { TICKET_OP, TICKET_REFUSAL } ticket_kind_t;
+
+typedef struct ovld_ticket {
+    ticket_kind_t kind;
+    ovld_member_t *m;
+    struct ovld_op *op; /* TICKET_OP */
+} ovld_ticket_t;
+
 /* One rank's submission of one op, with its buffers resolved and held. */
 typedef struct ovld_sub {
+    ovld_ticket_t ticket;
     bool in;
     ovld_reg_t *reg[4]; /* a, b, c, a_out: each holds a reference */
     uint64_t off[4];
@@ -30,6 +41,7 @@ typedef struct ovld_op {
     uint32_t nrung;    /* ranks whose done was (or will be) rung */
     uint32_t ndone;    /* of those, ranks whose done came back */
     bool issued;       /* run or failed: doorbells rung */
+    bool ran;          /* issued through the executor (counted in running) */
     ovl_status_t st;   /* why it fails, if it does */
     char msg[256];
     /* what every rank must agree on, from the first submission */
@@ -46,6 +58,7 @@ const char *ovld_job_state_name(ovld_job_state_t s)
 {
     switch (s) {
     case OVLD_JOB_FORMING: return "forming";
+    case OVLD_JOB_SETUP: return "setup";
     case OVLD_JOB_READY: return "ready";
     case OVLD_JOB_ENDING: return "ending";
     case OVLD_JOB_ABORTED: return "aborted";
@@ -83,21 +96,37 @@ static void op_free(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     free(op);
 }
 
-static void job_free(ovld_t *d, ovld_job_t *j)
+static void job_unlink(ovld_job_t **list, ovld_job_t *j)
 {
-    for (ovld_job_t **pp = &d->jobs; *pp; pp = &(*pp)->next)
+    for (ovld_job_t **pp = list; *pp; pp = &(*pp)->next)
         if (*pp == j) {
             *pp = j->next;
-            break;
+            return;
         }
-    d->njobs--;
+}
+
+static void job_free(ovld_t *d, ovld_job_t *j)
+{
+    if (j->detached) {
+        job_unlink(&d->dead_jobs, j);
+    } else {
+        job_unlink(&d->jobs, j);
+        d->njobs--;
+    }
+    ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
     for (uint32_t r = 0; r < j->world; r++) {
         ovld_member_t *m = j->members[r];
         if (!m)
             continue;
-        d->backend->ops->rank_destroy(d->backend, m->brank);
+        if (ranks && d->backend->ops->job_teardown)
+            ranks[r] = m->brank;
+        else
+            d->backend->ops->rank_destroy(d->backend, m->brank);
         free(m);
     }
+    if (ranks && d->backend->ops->job_teardown)
+        d->backend->ops->job_teardown(d->backend, ranks, j->world);
+    free(ranks);
     free(j->members);
     free(j);
 }
@@ -105,12 +134,21 @@ static void job_free(ovld_t *d, ovld_job_t *j)
 /* A job with nobody in it and nothing running goes away. */
 static void job_maybe_free(ovld_t *d, ovld_job_t *j)
 {
-    if (j->in_flight > 0)
-        return;
     for (uint32_t r = 0; r < j->world; r++)
         if (j->members[r] && j->members[r]->conn)
             return;
-    log_info("job '%s': ended after %" PRIu64 " ops", j->id, j->ops_done);
+    if (!j->detached) {
+        /* Nobody is left: the id is free for a new job at once, while this
+         * one waits on the side for its last completions. */
+        job_unlink(&d->jobs, j);
+        d->njobs--;
+        j->detached = true;
+        j->next = d->dead_jobs;
+        d->dead_jobs = j;
+        log_info("job '%s': ended after %" PRIu64 " ops", j->id, j->ops_done);
+    }
+    if (j->in_flight > 0 || j->setup_pending)
+        return;
     job_free(d, j);
 }
 
@@ -135,7 +173,8 @@ static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
             continue;
         member_error(m, op->seq, op->st, op->msg);
         op->nrung++;
-        d->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg);
+        op->subs[r].ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = m, .op = op};
+        d->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg, &op->subs[r].ticket);
     }
 }
 
@@ -165,6 +204,8 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
         }
     x->rank = j->members[r]->brank;
     x->plan = &op->plans[r];
+    s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
+    x->cookie = &s->ticket;
     if (!s->reg[BUF_AOUT] && op->plans[r].uses_gathered) {
         size_t elem = ovl_dtype_size((ovl_dtype_t)op->dtype);
         uint64_t bytes;
@@ -217,6 +258,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
                         .dtype = (ovl_dtype_t)op->dtype, .transb = op->transb,
                         .world = j->world, .ranks = xr};
     op->issued = true;
+    op->ran = true;
     op->nrung = j->world;
     j->running++;
     char err[256] = "";
@@ -262,7 +304,7 @@ static void job_progress(ovld_t *d, ovld_job_t *j)
             op_fail(d, j, op);
             continue;
         }
-        if (op->nin < j->world)
+        if (op->nin < j->world || j->state != OVLD_JOB_READY)
             return; /* later ops wait for this one */
         if (op->st != OVL_OK) {
             op_fail(d, j, op);
@@ -293,15 +335,18 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
                       const char *message)
 {
     ovld_t *d = arg;
-    ovld_member_t *m = cookie;
+    ovld_ticket_t *t = cookie;
+    ovld_member_t *m = t->m;
     ovld_job_t *j = m->job;
     if (status != OVL_OK)
         member_error(m, seq, status, message);
-    ovld_op_t *op = j->ops;
-    while (op && op->seq != seq)
-        op = op->next;
-    if (!op)
-        return; /* a rank-local refusal with no op record */
+    if (t->kind == TICKET_REFUSAL) {
+        free(t);
+        j->in_flight--;
+        job_maybe_free(d, j);
+        return;
+    }
+    ovld_op_t *op = t->op;
     if (status != OVL_OK && op->st == OVL_OK) {
         op->st = status;
         snprintf(op->msg, sizeof(op->msg), "%s", message);
@@ -310,10 +355,7 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
     }
     if (++op->ndone < op->nrung || !op->issued)
         return;
-    bool was_run = op->plans != NULL && op->nrung == j->world && j->running > 0 &&
-                   op->st == OVL_OK;
-    (void)was_run;
-    if (op->plans)
+    if (op->ran)
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
@@ -325,6 +367,60 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
 }
 
 /* ------------------------------------------------------------------ join */
+
+typedef struct setup_ctx {
+    ovld_t *d;
+    ovld_job_t *j;
+} setup_ctx_t;
+
+static void on_setup(void *arg, ovl_status_t st, const char *msg)
+{
+    setup_ctx_t *sc = arg;
+    ovld_t *d = sc->d;
+    ovld_job_t *j = sc->j;
+    free(sc);
+    j->setup_pending = false;
+    if (st != OVL_OK) {
+        j->state = OVLD_JOB_ABORTED;
+        snprintf(j->last_error, sizeof(j->last_error), "backend setup failed: %s", msg);
+        log_error("job '%s': %s", j->id, j->last_error);
+    } else if (j->state == OVLD_JOB_SETUP) {
+        j->state = OVLD_JOB_READY;
+        log_info("job '%s': ready", j->id);
+    }
+    job_progress(d, j);
+    job_maybe_free(d, j);
+}
+
+/* Every rank is in: let the backend prepare what the ranks share. */
+static void job_start(ovld_t *d, ovld_job_t *j)
+{
+    if (!d->backend->ops->job_setup) {
+        j->state = OVLD_JOB_READY;
+        return;
+    }
+    ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
+    setup_ctx_t *sc = calloc(1, sizeof(*sc));
+    ovl_status_t st = OVL_ERR_NOMEM;
+    if (ranks && sc) {
+        for (uint32_t r = 0; r < j->world; r++)
+            ranks[r] = j->members[r]->brank;
+        sc->d = d;
+        sc->j = j;
+        j->state = OVLD_JOB_SETUP;
+        j->setup_pending = true;
+        st = d->backend->ops->job_setup(d->backend, ranks, j->world, on_setup, sc);
+    }
+    free(ranks);
+    if (st != OVL_OK) {
+        free(sc);
+        j->setup_pending = false;
+        j->state = OVLD_JOB_ABORTED;
+        snprintf(j->last_error, sizeof(j->last_error), "backend setup failed: %s",
+                 ovl_strerror(st));
+        log_error("job '%s': %s", j->id, j->last_error);
+    }
+}
 
 ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
                            ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
@@ -354,19 +450,14 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
                  req->device_uuid.len);
         return OVL_ERR_INVALID;
     }
-    uint32_t ndev = d->backend->ops->device_count(d->backend), dev;
-    for (dev = 0; dev < ndev; dev++) {
-        ovld_device_info_t info;
-        d->backend->ops->device_info(d->backend, dev, &info);
-        if (memcmp(info.uuid, req->device_uuid.data, OVLD_UUID_LEN) == 0)
-            break;
-    }
-    if (dev == ndev) {
+    int found = ovld_backend_device_by_uuid(d->backend, req->device_uuid.data, req->device_uuid.len);
+    if (found < 0) {
         char u[64];
         ovld_uuid_format(req->device_uuid.data, "", u, sizeof(u));
         snprintf(err, errlen, "no device with UUID %s on this node", u);
         return OVL_ERR_NOT_FOUND;
     }
+    uint32_t dev = (uint32_t)found;
 
     ovld_job_t *j = job_find(d, id);
     bool created = false;
@@ -428,7 +519,7 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     m->rank = req->rank;
     m->device = dev;
     m->next_seq = 1;
-    st = d->backend->ops->rank_create(d->backend, dev, m, &m->brank, ret_db);
+    st = d->backend->ops->rank_create(d->backend, dev, &m->brank, ret_db);
     if (st != OVL_OK) {
         snprintf(err, errlen, "device %u: cannot set up the rank: %s", dev, ovl_strerror(st));
         free(m);
@@ -438,7 +529,7 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     j->members[req->rank] = m;
     j->joined++;
     if (j->joined == j->world)
-        j->state = OVLD_JOB_READY;
+        job_start(d, j);
     m->conn_next = c->members;
     c->members = m;
     log_info("job '%s': rank %u/%u joined on device %u (pid %d, uid %u)%s", j->id, m->rank,
@@ -480,7 +571,8 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     bool pending = false;
     for (ovld_op_t *op = j->ops; op; op = op->next)
         pending = pending || !op->issued;
-    bool live = j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_READY;
+    bool live = j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP ||
+                j->state == OVLD_JOB_READY;
     if (others && !pending && live) {
         /* A rank that leaves with nothing pending ends the job quietly; ops
          * submitted after this fail, since the rank will not take part. */
@@ -593,6 +685,22 @@ static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t
     return OVL_OK;
 }
 
+/* Fails op seq for one rank alone, before any op record exists for it: the
+ * doorbell rings in order after the rank's earlier ops, which were all
+ * issued (or failed) before this is called. */
+static void refuse(ovld_t *d, ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg)
+{
+    ovld_ticket_t *t = calloc(1, sizeof(*t));
+    member_error(m, seq, st, msg);
+    if (!t) {
+        log_error("job '%s': out of memory refusing op %" PRIu64, m->job->id, seq);
+        return;
+    }
+    *t = (ovld_ticket_t){.kind = TICKET_REFUSAL, .m = m};
+    m->job->in_flight++; /* the job outlives the completion */
+    d->backend->ops->done(m->brank, 0, seq, st, msg, t);
+}
+
 static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine, uint64_t theirs)
 {
     if (mine == theirs || op->st != OVL_OK)
@@ -603,28 +711,25 @@ static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine
              mine, op->first_rank, theirs);
 }
 
-void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
+ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, char *err,
+                             size_t errlen)
 {
     ovld_job_t *j = m->job;
     char msg[256];
     if (q->seq != m->next_seq) {
-        snprintf(msg, sizeof(msg), "op number %" PRIu64 " out of order: expected %" PRIu64,
-                 q->seq, m->next_seq);
-        log_warn("job '%s': rank %u: %s", j->id, m->rank, msg);
-        /* Ring what the client waits for, in order, so its stream moves on. */
-        member_error(m, q->seq, OVL_ERR_PROTOCOL, msg);
-        d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_PROTOCOL, msg);
-        if (q->seq >= m->next_seq)
-            m->next_seq = q->seq + 1;
-        return;
+        /* Op numbers are the client library's business; a wrong one means a
+         * broken or hostile client, and ringing out of order would move the
+         * doorbell backwards. */
+        snprintf(err, errlen, "op number %" PRIu64 " out of order on comm %" PRIu64
+                 ": expected %" PRIu64, q->seq, m->comm_id, m->next_seq);
+        return OVL_ERR_PROTOCOL;
     }
     m->next_seq++;
 
     if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
         snprintf(msg, sizeof(msg), "job %s: %s", ovld_job_state_name(j->state), j->last_error);
-        member_error(m, q->seq, OVL_ERR_ABORTED, msg);
-        d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_ABORTED, msg);
-        return;
+        refuse(d, m, q->seq, OVL_ERR_ABORTED, msg);
+        return OVL_OK;
     }
 
     ovld_op_t *op = j->ops;
@@ -639,23 +744,24 @@ void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
         for (ovld_op_t *o = j->ops; o; o = o->next)
             pending += !o->issued;
         if (pending >= d->cfg.max_ops_in_flight) {
-            snprintf(msg, sizeof(msg), "rank %u is more than %u ops ahead of the others (max_ops_in_flight)",
+            snprintf(msg, sizeof(msg),
+                     "rank %u is more than %u ops ahead of the others (max_ops_in_flight)",
                      m->rank, d->cfg.max_ops_in_flight);
-            member_error(m, q->seq, OVL_ERR_LIMIT, msg);
-            d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_LIMIT, msg);
             /* The ranks no longer agree on op numbers: nothing can be matched
-             * again, so the job ends here rather than later and worse. */
+             * again, so the job ends here rather than later and worse. Its
+             * pending ops fail first, so that this rank's doorbell rings in
+             * order. */
             j->state = OVLD_JOB_ABORTED;
             snprintf(j->last_error, sizeof(j->last_error), "%s", msg);
             log_warn("job '%s': aborted: %s", j->id, msg);
             job_progress(d, j);
-            return;
+            refuse(d, m, q->seq, OVL_ERR_LIMIT, msg);
+            return OVL_OK;
         }
         op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
         if (!op) {
-            member_error(m, q->seq, OVL_ERR_NOMEM, "out of memory");
-            d->backend->ops->done(m->brank, 0, q->seq, OVL_ERR_NOMEM, "ovld: out of memory");
-            return;
+            refuse(d, m, q->seq, OVL_ERR_NOMEM, "ovld: out of memory");
+            return OVL_OK;
         }
         op->seq = q->seq;
         op->m = q->m;
@@ -676,8 +782,8 @@ void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
         j->in_flight++;
     } else {
         if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
-            log_error("job '%s': rank %u submitted op %" PRIu64 " twice", j->id, m->rank, q->seq);
-            return;
+            snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
+            return OVL_ERR_INTERNAL;
         }
         disagree(op, m->rank, "m", q->m, op->m);
         disagree(op, m->rank, "n", q->n, op->n);
@@ -700,6 +806,7 @@ void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q)
         }
     }
     job_progress(d, j);
+    return OVL_OK;
 }
 
 void ovld_job_fail_pending(ovld_t *d, ovl_status_t status, const char *why)
@@ -722,6 +829,8 @@ uint32_t ovld_job_running(const ovld_t *d)
 {
     uint32_t n = 0;
     for (const ovld_job_t *j = d->jobs; j; j = j->next)
-        n += j->in_flight;
+        n += j->in_flight + j->setup_pending;
+    for (const ovld_job_t *j = d->dead_jobs; j; j = j->next)
+        n += j->in_flight + j->setup_pending;
     return n;
 }

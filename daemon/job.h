@@ -30,6 +30,7 @@ typedef struct ovld_member {
 
 typedef enum ovld_job_state {
     OVLD_JOB_FORMING, /* not every rank has joined */
+    OVLD_JOB_SETUP,   /* all in; the backend prepares (NCCL communicators) */
     OVLD_JOB_READY,
     OVLD_JOB_ENDING,  /* a rank left with nothing pending: no more ops */
     OVLD_JOB_ABORTED, /* a rank left or failed with ops pending */
@@ -47,6 +48,8 @@ typedef struct ovld_job {
     uint32_t in_flight;
     uint32_t running;
     uint64_t ops_done;
+    bool setup_pending; /* job_setup's callback has not run yet */
+    bool detached;      /* every rank left; on ovld.dead_jobs until its ops are done */
     char last_error[256];
     struct ovld_job *next;
 } ovld_job_t;
@@ -63,8 +66,11 @@ ovld_member_t *ovld_job_member(ovld_conn_t *c, uint64_t comm_id);
 /* Leaves (CommDestroy, or the connection closed: why says which). */
 void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why);
 
-/* Takes one rank's op. Never replies: failures ring the doorbell. */
-void ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *req);
+/* Takes one rank's op. Failures of the op ring the doorbell (OVL_OK is
+ * returned); an error return (an op number out of order: a protocol error)
+ * is the connection's, with a message in err. */
+ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *req, char *err,
+                             size_t errlen);
 
 /* Fails every op not yet running, in every job (shutdown). */
 void ovld_job_fail_pending(ovld_t *d, ovl_status_t status, const char *why);

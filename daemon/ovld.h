@@ -32,6 +32,9 @@ typedef struct ovld_conn {
     char name[64];
     bool hello_done;
     bool closing;
+    bool busy;     /* a request is being served off the loop: later ones wait */
+    uint32_t refs; /* work items holding the connection (freed at 0 once closed) */
+    bool closed;   /* its handle is closed; memory freed when refs is 0 */
     ovl_wire_reader_t rd;
     ovl_fdq_t fdq;
     ovl_wire_out_t out;
@@ -56,7 +59,8 @@ typedef struct ovld {
     uint64_t next_conn_id;
     uint64_t conns_accepted, conns_refused;
 
-    struct ovld_job *jobs;
+    struct ovld_job *jobs;      /* by id, for joining and status */
+    struct ovld_job *dead_jobs; /* ranks all gone, completions outstanding */
     uint32_t njobs;
     uint64_t next_comm_id;
 

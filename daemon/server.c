@@ -324,6 +324,80 @@ static void on_comm_check(ovld_conn_t *c, uint64_t id, const Ovl__CommCheck *q)
     send_response(c, &r, NULL, 0);
 }
 
+static void process_frames(ovld_conn_t *c);
+static void conn_put(ovld_conn_t *c);
+
+/* One registration: import (maybe on a worker thread), then the reply. */
+typedef struct import_work {
+    uv_work_t req;
+    ovld_conn_t *c;
+    uint64_t id;
+    ovld_mem_import_t imp;
+    uint8_t ipc[64];
+    uint64_t client_addr;
+    ovld_reg_t *reg;
+    ovl_status_t st;
+} import_work_t;
+
+static void import_run(uv_work_t *req)
+{
+    import_work_t *w = req->data;
+    ovld_backend_t *b = w->c->d->backend;
+    w->st = b->ops->mem_import(b, &w->imp, (ovld_bmem_t **)&w->reg->bmem, &w->reg->ptr);
+}
+
+static void import_finish(import_work_t *w)
+{
+    ovld_conn_t *c = w->c;
+    ovld_t *d = c->d;
+    ovld_reg_t *reg = w->reg;
+    if (w->st == OVL_OK && c->closing) {
+        d->backend->ops->mem_release(d->backend, reg->bmem);
+        free(reg);
+    } else if (w->st == OVL_OK) {
+        reg->bytes = w->imp.bytes;
+        reg->client_addr = w->client_addr;
+        reg->device = w->imp.device;
+        ovld_registry_add(&c->reg, reg);
+        Ovl__MemRegisterReply mr = OVL__MEM_REGISTER_REPLY__INIT;
+        mr.mem_id = reg->id;
+        Ovl__Response r = OVL__RESPONSE__INIT;
+        r.id = w->id;
+        r.body_case = OVL__RESPONSE__BODY_MEM_REGISTER;
+        r.mem_register = &mr;
+        log_debug("client %" PRIu64 ": registered buffer %" PRIu64 " (%" PRIu64
+                  " bytes at 0x%" PRIx64 ", device %d)",
+                  c->id, reg->id, reg->bytes, reg->client_addr, reg->device);
+        send_response(c, &r, NULL, 0);
+    } else {
+        free(reg);
+        if (!c->closing) {
+            const char *why = w->st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
+                              : w->st == OVL_ERR_RANGE    ? "range lies outside the memory passed"
+                              : w->st == OVL_ERR_BACKEND  ? "the backend cannot map it (see ovld's log)"
+                                                          : ovl_strerror(w->st);
+            send_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes,
+                       why);
+        }
+    }
+    free(w);
+}
+
+static void import_after(uv_work_t *req, int status)
+{
+    import_work_t *w = req->data;
+    ovld_conn_t *c = w->c;
+    if (status == UV_ECANCELED && w->st == OVL_OK)
+        w->st = OVL_ERR_SHUTDOWN;
+    c->busy = false;
+    import_finish(w);
+    if (!c->closing) {
+        conn_update_poll(c);
+        process_frames(c);
+    }
+    conn_put(c);
+}
+
 static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister *q)
 {
     ovld_t *d = c->d;
@@ -342,9 +416,21 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
     ovl_status_t st;
     const char *why = NULL;
     uint64_t total;
+    int device = -1;
+    if (q->device_uuid.len) {
+        device = ovld_backend_device_by_uuid(d->backend, q->device_uuid.data, q->device_uuid.len);
+        if (device < 0) {
+            st = OVL_ERR_NOT_FOUND;
+            why = "no such device on this node";
+            goto refuse;
+        }
+    }
     if (q->bytes == 0) {
         st = OVL_ERR_INVALID;
         why = "zero bytes";
+    } else if (q->ipc_handle.len > sizeof(((import_work_t *)0)->ipc)) {
+        st = OVL_ERR_INVALID;
+        why = "IPC handle too long";
     } else if (c->reg.count >= d->cfg.max_registrations) {
         st = OVL_ERR_LIMIT;
         why = "too many registrations (max_registrations)";
@@ -353,40 +439,47 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
         st = OVL_ERR_LIMIT;
         why = "too many bytes mapped (max_mapped_bytes)";
     } else {
-        ovld_mem_import_t imp = {.fd = fd, .fd_offset = q->fd_offset, .bytes = q->bytes,
-                                 .ipc = q->ipc_handle.data, .ipc_len = q->ipc_handle.len,
-                                 .ipc_offset = q->ipc_offset, .device = -1};
+        import_work_t *w = calloc(1, sizeof(*w));
         ovld_reg_t *reg = calloc(1, sizeof(*reg));
-        if (!reg) {
+        if (!w || !reg) {
+            free(w);
+            free(reg);
             st = OVL_ERR_NOMEM;
             why = "out of memory";
-        } else {
-            fd = -1; /* the backend owns it now */
-            st = d->backend->ops->mem_import(d->backend, &imp, (ovld_bmem_t **)&reg->bmem,
-                                             &reg->ptr);
-            if (st == OVL_OK) {
-                reg->bytes = q->bytes;
-                reg->client_addr = q->client_addr;
-                reg->device = imp.device;
-                ovld_registry_add(&c->reg, reg);
-                Ovl__MemRegisterReply mr = OVL__MEM_REGISTER_REPLY__INIT;
-                mr.mem_id = reg->id;
-                Ovl__Response r = OVL__RESPONSE__INIT;
-                r.id = id;
-                r.body_case = OVL__RESPONSE__BODY_MEM_REGISTER;
-                r.mem_register = &mr;
-                log_debug("client %" PRIu64 ": registered buffer %" PRIu64 " (%" PRIu64
-                          " bytes at 0x%" PRIx64 ")",
-                          c->id, reg->id, reg->bytes, reg->client_addr);
-                send_response(c, &r, NULL, 0);
-                return;
-            }
-            free(reg);
-            why = st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
-                  : st == OVL_ERR_RANGE    ? "range lies outside the file"
-                                           : ovl_strerror(st);
+            goto refuse;
         }
+        w->req.data = w;
+        w->c = c;
+        w->id = id;
+        w->reg = reg;
+        w->client_addr = q->client_addr;
+        if (q->ipc_handle.len)
+            memcpy(w->ipc, q->ipc_handle.data, q->ipc_handle.len);
+        w->imp = (ovld_mem_import_t){.fd = fd, .fd_offset = q->fd_offset, .bytes = q->bytes,
+                                     .ipc = q->ipc_handle.len ? w->ipc : NULL,
+                                     .ipc_len = q->ipc_handle.len, .ipc_offset = q->ipc_offset,
+                                     .device = device};
+        fd = -1; /* the backend owns it now */
+        if (!d->backend->ops->import_blocking) {
+            import_run(&w->req);
+            import_finish(w);
+            return;
+        }
+        /* Opening an IPC handle costs up to 2 ms and may synchronize: on a
+         * worker, with this connection's later requests held until done. */
+        c->busy = true;
+        c->refs++;
+        if (uv_queue_work(d->loop, &w->req, import_run, import_after) != 0) {
+            c->busy = false;
+            c->refs--;
+            import_run(&w->req);
+            import_finish(w);
+            return;
+        }
+        conn_update_poll(c);
+        return;
     }
+refuse:
     if (fd >= 0)
         close(fd);
     send_error(c, id, st, "cannot register %" PRIu64 " bytes: %s", q->bytes, why);
@@ -424,7 +517,10 @@ static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q)
                    q->comm_id);
         return;
     }
-    ovld_job_submit(c->d, m, q);
+    char err[256];
+    ovl_status_t st = ovld_job_submit(c->d, m, q, err, sizeof(err));
+    if (st != OVL_OK)
+        conn_fail(c, 0, st, err);
 }
 
 static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
@@ -509,7 +605,16 @@ static void on_conn_closed(uv_handle_t *h)
 {
     ovld_conn_t *c = h->data;
     close(c->fd);
-    free(c);
+    c->closed = true;
+    if (c->refs == 0)
+        free(c);
+}
+
+/* A work item is done with the connection. */
+static void conn_put(ovld_conn_t *c)
+{
+    if (--c->refs == 0 && c->closed)
+        free(c);
 }
 
 static void drop_reg(ovld_reg_t *reg, void *arg)
@@ -560,8 +665,8 @@ static void on_conn_io(uv_poll_t *h, int status, int events)
     }
     if (!(events & (UV_READABLE | UV_DISCONNECT)))
         return;
-    /* Read until the socket is empty: poll is level-triggered, but a single
-     * pass per wakeup keeps one busy client from starving the others. */
+    /* One recvmsg per wakeup: poll is level-triggered, so the rest comes on
+     * the next round, and one busy client cannot starve the others. */
     size_t n = 0;
     ovl_status_t st = ovl_wire_recv(c->fd, &c->rd, &c->fdq, &n);
     if (st == OVL_ERR_AGAIN)
@@ -581,12 +686,19 @@ static void on_conn_io(uv_poll_t *h, int status, int events)
         conn_fail(c, 0, st == OVL_ERR_LIMIT ? OVL_ERR_LIMIT : OVL_ERR_PROTOCOL, what);
         return;
     }
-    for (;;) {
+    process_frames(c);
+}
+
+/* Handles the frames received, in order, until none is complete, the
+ * connection closes or a request goes off the loop (busy). */
+static void process_frames(ovld_conn_t *c)
+{
+    while (!c->closing && !c->busy) {
         const uint8_t *body;
         uint32_t len;
-        st = ovl_wire_reader_next(&c->rd, &body, &len);
+        ovl_status_t st = ovl_wire_reader_next(&c->rd, &body, &len);
         if (st == OVL_ERR_AGAIN)
-            break;
+            return;
         if (st == OVL_ERR_LIMIT) {
             char what[128];
             snprintf(what, sizeof(what), "frame larger than max_frame_bytes (%u)",
@@ -607,12 +719,15 @@ static void conn_update_poll(ovld_conn_t *c)
 {
     if (c->closing)
         return;
-    int ev = UV_READABLE | UV_DISCONNECT;
+    int ev = c->busy ? 0 : UV_READABLE | UV_DISCONNECT;
     if (ovl_wire_out_pending(&c->out) > 0)
         ev |= UV_WRITABLE;
     if (ev != c->poll_events) {
         c->poll_events = ev;
-        uv_poll_start(&c->poll, ev, on_conn_io);
+        if (ev)
+            uv_poll_start(&c->poll, ev, on_conn_io);
+        else
+            uv_poll_stop(&c->poll);
     }
 }
 

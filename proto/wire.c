@@ -55,6 +55,8 @@ static ovl_status_t check_header(ovl_wire_reader_t *r, uint32_t *ret_len)
     if (r->failed)
         return r->failed;
     size_t have = r->end - r->start;
+    if (have == 0)
+        return OVL_ERR_AGAIN; /* also keeps NULL + 0 out of a fresh reader */
     const uint8_t *h = r->buf + r->start;
     /* A bad magic is refused as soon as its first wrong byte arrives. */
     for (size_t i = 0; i < have && i < 4; i++)
@@ -82,9 +84,11 @@ ovl_status_t ovl_wire_reader_space(ovl_wire_reader_t *r, uint8_t **ret_ptr, size
         r->end -= r->start;
         r->start = 0;
     }
-    /* Enough for the frame being received (its length is known and checked)
-     * plus some slack to read the next header in the same call. */
-    size_t want = (st == OVL_OK ? OVL_WIRE_HEADER_SIZE + (size_t)len : r->end) + READ_SLACK;
+    /* Enough for the frame at the front (its length is known and checked)
+     * and for what is already here (frames not taken yet), plus some slack
+     * to read the next header in the same call: never zero room. */
+    size_t front = st == OVL_OK ? OVL_WIRE_HEADER_SIZE + (size_t)len : 0;
+    size_t want = (front > r->end ? front : r->end) + READ_SLACK;
     if (want > r->cap) {
         size_t cap = r->cap ? r->cap : READ_SLACK;
         while (cap < want)
@@ -212,10 +216,12 @@ ovl_status_t ovl_wire_recv(int sock, ovl_wire_reader_t *r, ovl_fdq_t *q, size_t 
                 fst = ovl_fdq_push(q, fd);
         }
     }
+    /* The bytes just read are lost on these paths: the stream is out of
+     * step, and stays failed. */
     if (mh.msg_flags & MSG_CTRUNC)
-        return OVL_ERR_PROTOCOL;
+        return r->failed = OVL_ERR_PROTOCOL;
     if (fst != OVL_OK)
-        return fst;
+        return r->failed = fst;
     if (n == 0)
         return OVL_ERR_CLOSED;
     ovl_wire_reader_commit(r, (size_t)n);

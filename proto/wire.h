@@ -46,7 +46,8 @@ void ovl_wire_reader_free(ovl_wire_reader_t *r);
 
 /*
  * Room to receive into: on OVL_OK, *ret_ptr and *ret_avail describe at least one
- * free byte; the buffer never grows beyond one maximal frame plus slack.
+ * free byte. The buffer holds the frame at the front (at most the limit) and
+ * whatever else was received and not yet taken with ovl_wire_reader_next.
  * Then call ovl_wire_reader_commit with the number of bytes written there.
  */
 ovl_status_t ovl_wire_reader_space(ovl_wire_reader_t *r, uint8_t **ret_ptr, size_t *ret_avail);
@@ -86,8 +87,10 @@ void ovl_fdq_close_all(ovl_fdq_t *q);
  * One recvmsg on a socket into the reader, with any passed fds pushed on q
  * (MSG_CMSG_CLOEXEC). Returns OVL_OK (*ret_n bytes read), OVL_ERR_AGAIN
  * (EAGAIN/EINTR), OVL_ERR_CLOSED (orderly shutdown by the peer),
- * OVL_ERR_PROTOCOL (truncated control data: the fds are closed), OVL_ERR_LIMIT
- * (too many fds queued) or OVL_ERR_SYSTEM (errno set).
+ * OVL_ERR_PROTOCOL (truncated control data), OVL_ERR_LIMIT (too many fds
+ * queued: the extra ones are closed) or OVL_ERR_SYSTEM (errno set). After
+ * PROTOCOL or LIMIT the reader is failed for good; fds that arrived stay in
+ * q for the caller's ovl_fdq_close_all.
  */
 ovl_status_t ovl_wire_recv(int sock, ovl_wire_reader_t *r, ovl_fdq_t *q, size_t *ret_n);
 

@@ -1,0 +1,29 @@
+/*
+ * cudrv.h: the few CUDA driver-API calls ovl needs (stream memory operations
+ * for doorbells, address ranges for registration), reached through the
+ * runtime's cudaGetDriverEntryPointByVersion. Nothing links libcuda, so that
+ * binaries built with CUDA start (and fall back to the host backend) on
+ * machines without a driver. Shared by ovld and libovl; built only with CUDA.
+ */
+#ifndef OVL_CUDRV_H
+#define OVL_CUDRV_H
+
+#include <stddef.h>
+
+#include <cuda.h>
+
+typedef struct ovl_cudrv {
+    CUresult (*stream_wait_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+    CUresult (*stream_write_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+    CUresult (*stream_write_value32)(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned flags);
+    CUresult (*mem_get_address_range)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+    CUresult (*get_error_string)(CUresult r, const char **s);
+} ovl_cudrv_t;
+
+/* Fills d; 0 on success, -1 with a message in err (no driver, too old). */
+int ovl_cudrv_load(ovl_cudrv_t *d, char *err, size_t errlen);
+
+/* The driver's words for r (never NULL). */
+const char *ovl_cudrv_strerror(const ovl_cudrv_t *d, CUresult r);
+
+#endif /* OVL_CUDRV_H */
