@@ -13,8 +13,10 @@
  * k {1, 7, 64, 300} with tight leading dimensions; then per dtype x transb,
  * batches (3 blocks with gaps between them, and back to back), chunks at an
  * odd row of buffers with odd leading dimensions (A, B and C aligned to one
- * element only), batches whose later blocks are so aligned, k == 0 (C must
- * be zeroed) and no workspace.
+ * element only), the same at 16 bytes (rows an odd multiple of 16 bytes),
+ * pointers one element into rows with aligned leading dimensions, batches
+ * whose later blocks are so aligned, k == 0 (C must be zeroed) and no
+ * workspace.
  * Last, argument checks that need no GPU work.
  *
  * Without a GPU it prints "SKIP: no GPU" and exits 77, ctest's skip code.
@@ -42,6 +44,7 @@ typedef struct tcase {
     uint64_t block_stride;        /* used when nblocks > 1 */
     uint64_t lda, ldb, ldc;       /* 0: tight (k, n or k, n) */
     uint64_t a_off, b_off, c_off; /* rows of the buffer before the matrix's row 0 */
+    uint64_t shift;               /* then elements into that row (ld >= cols + shift) */
     bool no_ws;                   /* run without a workspace */
     const char *tag;
 } tcase_t;
@@ -75,16 +78,34 @@ static uint64_t odd_ld(uint64_t x)
     return x % 2 ? x + 2 : x + 1;
 }
 
+/* The smallest ld >= x whose rows are an odd multiple of 16 bytes long: a
+ * chunk at an odd row is then aligned to exactly 16 bytes, the least that
+ * vector loads and Hopper's TMA accept. */
+static uint64_t ld16(uint64_t x, ovl_dtype_t dtype)
+{
+    uint64_t per = 16 / ovl_dtype_size(dtype);
+    uint64_t m = (x + per - 1) / per;
+    return (m % 2 ? m : m + 1) * per;
+}
+
+/* An ld >= x + 1 that is a multiple of 64 elements: with shift 1, pointers
+ * are misaligned (one element) while every ld is well aligned. */
+static uint64_t ld64(uint64_t x)
+{
+    return (x + 1 + 63) / 64 * 64;
+}
+
 static void report(bool ok, const tcase_t *tc, double err, const char *why)
 {
     printf("%s %-10s %s transb=%d rows=%llu n=%llu k=%llu nblocks=%u stride=%llu "
-           "ld=%llu/%llu/%llu off=%llu/%llu/%llu%s err=%.3g%s%s\n",
+           "ld=%llu/%llu/%llu off=%llu/%llu/%llu+%llu%s err=%.3g%s%s\n",
            ok ? "PASS" : "FAIL", tc->tag, ovl_dtype_name(tc->dtype), tc->transb,
            (unsigned long long)tc->rows, (unsigned long long)tc->n, (unsigned long long)tc->k,
            tc->nblocks, (unsigned long long)tc->block_stride, (unsigned long long)tc->lda,
            (unsigned long long)tc->ldb, (unsigned long long)tc->ldc,
            (unsigned long long)tc->a_off, (unsigned long long)tc->b_off,
-           (unsigned long long)tc->c_off, tc->no_ws ? " no-ws" : "", err, why ? ": " : "",
+           (unsigned long long)tc->c_off, (unsigned long long)tc->shift,
+           tc->no_ws ? " no-ws" : "", err, why ? ": " : "",
            why ? why : "");
     fflush(stdout);
     if (ok)
@@ -123,9 +144,9 @@ static double check_c(const tcase_t *tc, const unsigned char *hc, uint64_t c_row
         }
         for (uint64_t j = 0; j < tc->ldc; j++) {
             size_t idx = (size_t)(r * tc->ldc + j);
-            if (row_in && j < tc->n) {
+            if (row_in && j >= tc->shift && j - tc->shift < tc->n) {
                 double v = ovl_load_elem(tc->dtype, hc, idx);
-                double want = ref[(blk * tc->rows + i) * tc->n + j];
+                double want = ref[(blk * tc->rows + i) * tc->n + (j - tc->shift)];
                 if (isnan(v) || isinf(v))
                     nan = true;
                 diff2 += (v - want) * (v - want);
@@ -154,9 +175,10 @@ static void reference(const tcase_t *tc, const void *ha, const void *hb, double 
             for (uint64_t j = 0; j < tc->n; j++) {
                 double acc = 0.0;
                 for (uint64_t l = 0; l < tc->k; l++) {
-                    size_t bi = tc->transb ? (size_t)((tc->b_off + j) * tc->ldb + l)
-                                           : (size_t)((tc->b_off + l) * tc->ldb + j);
-                    acc += (double)ovl_load_elem(tc->dtype, ha, (size_t)(ar * tc->lda + l)) *
+                    size_t bi = tc->transb ? (size_t)((tc->b_off + j) * tc->ldb + tc->shift + l)
+                                           : (size_t)((tc->b_off + l) * tc->ldb + tc->shift + j);
+                    size_t ai = (size_t)(ar * tc->lda + tc->shift + l);
+                    acc += (double)ovl_load_elem(tc->dtype, ha, ai) *
                            (double)ovl_load_elem(tc->dtype, hb, bi);
                 }
                 ref[(blk * tc->rows + i) * tc->n + j] = acc;
@@ -233,9 +255,9 @@ static void run_case(ovld_lt_t *lt, cudaStream_t s, tcase_t tc)
         .k = tc.k,
         .nblocks = tc.nblocks,
         .block_stride = tc.block_stride,
-        .a = {(char *)da + tc.a_off * tc.lda * es, tc.lda},
-        .b = {(char *)db + tc.b_off * tc.ldb * es, tc.ldb},
-        .c = {(char *)dc + tc.c_off * tc.ldc * es, tc.ldc},
+        .a = {(char *)da + (tc.a_off * tc.lda + tc.shift) * es, tc.lda},
+        .b = {(char *)db + (tc.b_off * tc.ldb + tc.shift) * es, tc.ldb},
+        .c = {(char *)dc + (tc.c_off * tc.ldc + tc.shift) * es, tc.ldc},
         .transb = tc.transb != 0,
     };
     void *ws = tc.no_ws ? NULL : g_ws;
@@ -412,6 +434,37 @@ int main(void)
                                    .lda = odd_ld(k), .ldb = odd_ld(tb ? k : n), .ldc = odd_ld(n),
                                    .a_off = 1, .b_off = 1, .c_off = 1, .tag = "misalign"});
             }
+            /* Chunks at an odd row of buffers whose rows are an odd
+             * multiple of 16 bytes: aligned to 16 bytes, not 256. Alone and
+             * as later blocks of a batch. */
+            for (size_t i = 2; i < 5; i++) {
+                uint64_t r = mshapes[i][0], n = mshapes[i][1], k = mshapes[i][2];
+                uint64_t lda = ld16(k, dt), ldb = ld16(tb ? k : n, dt), ldc = ld16(n, dt);
+                run_case(lt, s,
+                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
+                                   .lda = lda, .ldb = ldb, .ldc = ldc, .a_off = 1, .b_off = 1,
+                                   .c_off = 1, .tag = "align16"});
+                run_case(lt, s,
+                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
+                                   .nblocks = 3, .block_stride = r + 1 + r % 2, .lda = lda,
+                                   .ldb = ldb, .ldc = ldc, .tag = "align16-bat"});
+            }
+            /* Pointers one element past an aligned row start, with aligned
+             * leading dimensions: only the alignment preferences tell
+             * cuBLASLt. */
+            for (size_t i = 2; i < 5; i++) {
+                uint64_t r = mshapes[i][0], n = mshapes[i][1], k = mshapes[i][2];
+                run_case(lt, s,
+                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
+                                   .lda = ld64(k), .ldb = ld64(tb ? k : n), .ldc = ld64(n),
+                                   .shift = 1, .tag = "shift1"});
+                run_case(lt, s,
+                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
+                                   .nblocks = 3, .block_stride = r + 3, .lda = ld64(k),
+                                   .ldb = ld64(tb ? k : n), .ldc = ld64(n), .shift = 1,
+                                   .tag = "shift1-bat"});
+            }
+
             /* Batches whose bases are 256-byte aligned but whose step
              * between blocks is an odd number of elements: the later blocks
              * are aligned to one element only. Then misaligned bases too. */
