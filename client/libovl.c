@@ -20,6 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef OVL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cudrv.h"
+#endif
 #include "doorbell.h"
 #include "libovl_internal.h"
 #include "matrix.h"
@@ -38,6 +43,7 @@ struct ovl_mem {
     size_t bytes;
     bool host_alloc; /* from ovl_host_alloc: ours to unmap */
     size_t map_len;
+    uint8_t handle[64]; /* CUDA: the allocation's IPC handle, to notice reuse */
     struct ovl_mem *next;
 };
 
@@ -47,9 +53,14 @@ struct ovl_comm {
     uint32_t world, rank;
     uint64_t seq; /* the last op submitted */
     uint32_t window; /* ops in flight that ovld accepts */
-    struct ovl_doorbell *db;
+    struct ovl_doorbell *db; /* host: mapped; CUDA: device memory (IPC) */
     void *db_map;
     size_t db_map_len;
+    int device;                  /* CUDA: the comm's device */
+    struct ovl_doorbell *db_host; /* CUDA: pinned copy, read by polling */
+#ifdef OVL_HAVE_CUDA
+    cudaStream_t poll_stream;
+#endif
     ovl_status_t err; /* sticky, once seen */
     struct ovl_comm *next;
 };
@@ -65,6 +76,10 @@ struct ovl_client {
     uint8_t (*uuids)[UUID_LEN];
     uint32_t ndev;
     bool host;
+#ifdef OVL_HAVE_CUDA
+    bool drv_ok;
+    ovl_cudrv_t drv;
+#endif
     bool broken; /* the stream is unusable: every call fails */
     ovl_status_t said; /* an Error the daemon sent unasked (id 0), e.g. before closing */
     struct ovl_mem *mems;
@@ -73,6 +88,8 @@ struct ovl_client {
 };
 
 static _Thread_local char connect_err[512];
+
+static ovl_status_t mem_unregister(ovl_client_t *cl, struct ovl_mem *m);
 
 OVL_API const char *ovl_connect_error(void)
 {
@@ -311,6 +328,14 @@ static ovl_status_t hello(ovl_client_t *cl)
             memcpy(cl->uuids[i], hr->devices[i]->uuid.data, UUID_LEN);
     cl->ndev = (uint32_t)hr->n_devices;
     ovl__response__free_unpacked(r, NULL);
+#ifdef OVL_HAVE_CUDA
+    if (!cl->host) {
+        char why[256];
+        cl->drv_ok = ovl_cudrv_load(&cl->drv, why, sizeof(why)) == 0;
+        if (!cl->drv_ok)
+            fail(cl, OVL_ERR_BACKEND, "%s", why); /* reported by the first CUDA call */
+    }
+#endif
     return OVL_OK;
 }
 
@@ -372,6 +397,19 @@ static void comm_free(struct ovl_comm *cm)
 {
     if (cm->db_map)
         munmap(cm->db_map, cm->db_map_len);
+#ifdef OVL_HAVE_CUDA
+    if (!cm->db_map && cm->db) {
+        int prev = 0;
+        cudaGetDevice(&prev);
+        cudaSetDevice(cm->device);
+        cudaIpcCloseMemHandle(cm->db);
+        if (cm->poll_stream)
+            cudaStreamDestroy(cm->poll_stream);
+        if (cm->db_host)
+            cudaFreeHost(cm->db_host);
+        cudaSetDevice(prev);
+    }
+#endif
     free(cm);
 }
 
@@ -383,6 +421,16 @@ OVL_API void ovl_disconnect(ovl_client_t *cl)
         struct ovl_comm *cm = cl->comms;
         cl->comms = cm->next;
         comm_free(cm); /* closing the socket leaves the job */
+    }
+    /* Device memory: wait until ovld has unmapped it, since the application
+     * may free it as soon as this returns (freeing memory another process
+     * still maps is undefined). */
+    while (cl->mems && !cl->host && !cl->broken) {
+        struct ovl_mem *m = cl->mems;
+        if (mem_unregister(cl, m) != OVL_OK && cl->mems == m) {
+            cl->mems = m->next;
+            free(m);
+        }
     }
     while (cl->mems) {
         struct ovl_mem *m = cl->mems;
@@ -531,13 +579,150 @@ OVL_API ovl_status_t ovl_host_free(ovl_client_t *cl, void *ptr)
     return fail(cl, OVL_ERR_NOT_FOUND, "%p was not returned by ovl_host_alloc", ptr);
 }
 
+#ifdef OVL_HAVE_CUDA
+static ovl_status_t cuda_fail(ovl_client_t *cl, cudaError_t e, const char *what)
+{
+    return fail(cl, e == cudaErrorMemoryAllocation ? OVL_ERR_NOMEM : OVL_ERR_BACKEND, "%s: %s",
+                what, cudaGetErrorString(e));
+}
+
+/*
+ * Registers the whole allocation holding [ptr, ptr+bytes): caching
+ * allocators hand out pointers inside larger blocks, and an IPC handle
+ * always names the allocation's base (API-NOTES 3.1). A registration whose
+ * handle no longer matches (the memory was freed and the address reused) is
+ * dropped and made anew, as UCX's IPC cache does.
+ */
+static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
+{
+    if (!cl->drv_ok)
+        return fail(cl, OVL_ERR_UNSUPPORTED, "the CUDA driver API is not available: %s", cl->err);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult cr = cl->drv.mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+    if (cr != CUDA_SUCCESS)
+        return fail(cl, OVL_ERR_INVALID, "%p is not device memory (cuMemGetAddressRange: %s)",
+                    ptr, ovl_cudrv_strerror(&cl->drv, cr));
+    if ((uintptr_t)ptr + bytes > (uintptr_t)base + size || (uintptr_t)ptr + bytes < (uintptr_t)ptr)
+        return fail(cl, OVL_ERR_RANGE, "%p + %zu bytes runs past its allocation (%zu bytes at 0x%llx)",
+                    ptr, bytes, size, (unsigned long long)base);
+    cudaIpcMemHandle_t h;
+    cudaError_t ce = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
+    if (ce != cudaSuccess)
+        return cuda_fail(cl, ce, "cudaIpcGetMemHandle (memory from cudaMalloc is needed)");
+    struct ovl_mem *m = mem_find(cl, (uintptr_t)base, size);
+    if (m && m->base == (uintptr_t)base && memcmp(m->handle, &h, sizeof(h)) == 0) {
+        *ret_mem = m;
+        return OVL_OK;
+    }
+    if (m) /* stale: the address was freed and handed out again */
+        (void)mem_unregister(cl, m);
+    struct cudaPointerAttributes pa;
+    ce = cudaPointerGetAttributes(&pa, ptr);
+    if (ce != cudaSuccess)
+        return cuda_fail(cl, ce, "cudaPointerGetAttributes");
+    struct cudaDeviceProp prop;
+    if ((ce = cudaGetDeviceProperties(&prop, pa.device)) != cudaSuccess)
+        return cuda_fail(cl, ce, "cudaGetDeviceProperties");
+    m = calloc(1, sizeof(*m));
+    if (!m)
+        return fail(cl, OVL_ERR_NOMEM, "out of memory");
+    Ovl__MemRegister mr = OVL__MEM_REGISTER__INIT;
+    mr.client_addr = (uint64_t)base;
+    mr.bytes = size;
+    mr.ipc_handle.data = (uint8_t *)&h;
+    mr.ipc_handle.len = sizeof(h);
+    mr.ipc_offset = 0;
+    mr.device_uuid.data = (uint8_t *)prop.uuid.bytes;
+    mr.device_uuid.len = UUID_LEN;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_MEM_REGISTER;
+    q.mem_register = &mr;
+    Ovl__Response *r = NULL;
+    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    if (st != OVL_OK) {
+        free(m);
+        return st;
+    }
+    if (r->body_case != OVL__RESPONSE__BODY_MEM_REGISTER) {
+        ovl__response__free_unpacked(r, NULL);
+        free(m);
+        return broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to MemRegister");
+    }
+    m->cl = cl;
+    m->id = r->mem_register->mem_id;
+    m->base = (uintptr_t)base;
+    m->bytes = size;
+    memcpy(m->handle, &h, sizeof(h));
+    m->next = cl->mems;
+    cl->mems = m;
+    ovl__response__free_unpacked(r, NULL);
+    *ret_mem = m;
+    return OVL_OK;
+}
+
+/* Reads the doorbell (device memory) into its pinned copy. */
+static ovl_status_t cuda_read_doorbell(ovl_comm_t *cm)
+{
+    int prev = 0;
+    cudaGetDevice(&prev);
+    cudaError_t ce = cudaSetDevice(cm->device);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(cm->db_host, cm->db, sizeof(*cm->db), cudaMemcpyDeviceToHost,
+                             cm->poll_stream);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(cm->poll_stream);
+    cudaSetDevice(prev);
+    return ce == cudaSuccess ? OVL_OK : cuda_fail(cm->cl, ce, "reading the doorbell");
+}
+
+/* Opens the comm's doorbell, exported by ovld from the comm's GPU. */
+static ovl_status_t cuda_open_doorbell(ovl_client_t *cl, struct ovl_comm *cm,
+                                       const ProtobufCBinaryData *ipc)
+{
+    if (ipc->len != sizeof(cudaIpcMemHandle_t))
+        return broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell handle");
+    cudaIpcMemHandle_t h;
+    memcpy(&h, ipc->data, sizeof(h));
+    int prev = 0;
+    cudaGetDevice(&prev);
+    void *p = NULL;
+    cudaError_t ce = cudaSetDevice(cm->device);
+    const char *what = "cudaSetDevice";
+    if (ce == cudaSuccess) {
+        what = "cudaIpcOpenMemHandle (doorbell)";
+        ce = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    }
+    if (ce == cudaSuccess) {
+        cm->db = p;
+        what = "cudaStreamCreateWithFlags";
+        ce = cudaStreamCreateWithFlags(&cm->poll_stream, cudaStreamNonBlocking);
+    }
+    if (ce == cudaSuccess) {
+        what = "cudaMallocHost";
+        ce = cudaMallocHost((void **)&cm->db_host, sizeof(*cm->db_host));
+    }
+    cudaSetDevice(prev);
+    return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
+}
+#else
+static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
+{
+    (void)ptr;
+    (void)bytes;
+    (void)ret_mem;
+    return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA; ovld runs %s",
+                cl->info.backend);
+}
+#endif
+
 OVL_API ovl_status_t ovl_mem_register(ovl_client_t *cl, void *ptr, size_t bytes,
                                       ovl_mem_t **ret_mem)
 {
     if (!cl || !ptr || bytes == 0 || !ret_mem)
         return cl ? fail(cl, OVL_ERR_INVALID, "ovl_mem_register: bad arguments")
                   : OVL_ERR_INVALID;
-    struct ovl_mem *m = mem_find(cl, (uintptr_t)ptr, bytes);
+    struct ovl_mem *m = cl->host ? mem_find(cl, (uintptr_t)ptr, bytes) : NULL;
     if (m) {
         *ret_mem = m;
         return OVL_OK;
@@ -547,8 +732,7 @@ OVL_API ovl_status_t ovl_mem_register(ovl_client_t *cl, void *ptr, size_t bytes,
                     "%p (%zu bytes) is not inside memory from ovl_host_alloc, which the host "
                     "backend needs",
                     ptr, bytes);
-    return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl cannot register %s memory",
-                cl->info.backend);
+    return cuda_register(cl, ptr, bytes, ret_mem);
 }
 
 OVL_API ovl_status_t ovl_mem_deregister(ovl_client_t *cl, ovl_mem_t *mem)
@@ -571,8 +755,19 @@ static ovl_status_t device_uuid(ovl_client_t *cl, int device, uint8_t uuid[UUID_
         memcpy(uuid, cl->uuids[device], UUID_LEN);
         return OVL_OK;
     }
+#ifdef OVL_HAVE_CUDA
+    /* The ordinal is this process's (its CUDA_VISIBLE_DEVICES); the UUID is
+     * what the daemon knows the GPU by. */
+    struct cudaDeviceProp prop;
+    cudaError_t ce = cudaGetDeviceProperties(&prop, device);
+    if (ce != cudaSuccess)
+        return fail(cl, OVL_ERR_NOT_FOUND, "CUDA device %d: %s", device, cudaGetErrorString(ce));
+    memcpy(uuid, prop.uuid.bytes, UUID_LEN);
+    return OVL_OK;
+#else
     return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA; ovld runs %s",
                 cl->info.backend);
+#endif
 }
 
 OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_t world,
@@ -605,6 +800,23 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
     }
     Ovl__CommInitReply *cr = r->comm_init;
+    if (!cl->host) {
+#ifdef OVL_HAVE_CUDA
+        cm = calloc(1, sizeof(*cm));
+        if (!cm) {
+            st = fail(cl, OVL_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        cm->device = device;
+        cm->cl = cl;
+        if ((st = cuda_open_doorbell(cl, cm, &cr->doorbell_ipc)) != OVL_OK)
+            goto out;
+        goto linked;
+#else
+        st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
+        goto out;
+#endif
+    }
     if (cr->fd_count != 1 || (fd = ovl_fdq_pop(&cl->fdq)) < 0) {
         st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell");
         goto out;
@@ -622,6 +834,9 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
     }
     cm->db = (struct ovl_doorbell *)((char *)cm->db_map + cr->doorbell_offset);
+#ifdef OVL_HAVE_CUDA
+linked:
+#endif
     cm->cl = cl;
     cm->id = cr->comm_id;
     cm->window = cr->max_in_flight ? cr->max_in_flight : 1;
@@ -648,10 +863,19 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
     ovl_client_t *cl = cm->cl;
     if (cm->err != OVL_OK)
         return cm->err;
-    int32_t e = __atomic_load_n(&cm->db->error, __ATOMIC_ACQUIRE);
+    const struct ovl_doorbell *db = cm->db;
+#ifdef OVL_HAVE_CUDA
+    if (!cl->host) {
+        ovl_status_t rst = cuda_read_doorbell(cm);
+        if (rst != OVL_OK)
+            return rst;
+        db = cm->db_host;
+    }
+#endif
+    int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
     if (e == 0)
         return OVL_OK;
-    uint64_t seq = __atomic_load_n(&cm->db->error_seq, __ATOMIC_RELAXED);
+    uint64_t seq = __atomic_load_n(&db->error_seq, __ATOMIC_RELAXED);
     cm->err = (e < 0 && e >= OVL_ERR_INTERNAL) ? (ovl_status_t)e : OVL_ERR_INTERNAL;
     /* The doorbell holds the code; ovld holds the words. */
     Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
@@ -681,6 +905,28 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
 {
     ovl_client_t *cl = cm->cl;
     uint64_t deadline = deadline_of(cl);
+#ifdef OVL_HAVE_CUDA
+    if (!cl->host) {
+        /* The doorbell is device memory: poll a copy, backing off from
+         * 20 us to 1 ms; the GPU does the real waiting. */
+        long sleep_us = 20;
+        for (;;) {
+            ovl_status_t st = cuda_read_doorbell(cm);
+            if (st != OVL_OK)
+                return st;
+            if (cm->db_host->done >= target)
+                return OVL_OK;
+            if (deadline && left_ms(deadline) == 0)
+                return fail(cl, OVL_ERR_TIMEOUT,
+                            "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", target,
+                            cl->timeout_ms, cm->db_host->done);
+            struct timespec ts = {0, sleep_us * 1000};
+            nanosleep(&ts, NULL);
+            if (sleep_us < 1000)
+                sleep_us *= 2;
+        }
+    }
+#endif
     for (;;) {
         uint32_t w = __atomic_load_n(&cm->db->wake, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) >= target)
@@ -783,8 +1029,10 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         return fail(cl, OVL_ERR_INVALID, "m, n and k must be positive");
     if (cl->host && stream)
         return fail(cl, OVL_ERR_INVALID, "the host backend takes no stream (pass NULL)");
+#ifndef OVL_HAVE_CUDA
     if (!cl->host)
         return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
+#endif
     uint64_t rows_all;
     if (__builtin_mul_overflow(d->m, (uint64_t)cm->world, &rows_all))
         return fail(cl, OVL_ERR_INVALID, "m * world overflows");
@@ -823,6 +1071,28 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_AG_GEMM;
     q.ag_gemm = &g;
+#ifdef OVL_HAVE_CUDA
+    if (!cl->host) {
+        /* On the caller's stream: ready = n once the work before it is done
+         * (A is written), then the request, then wait done >= n, so that
+         * work after the call sees C. No host synchronization. */
+        CUstream s = (CUstream)stream;
+        CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->ready,
+                                                   g.seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (cr != CUDA_SUCCESS)
+            return fail(cl, OVL_ERR_BACKEND, "cuStreamWriteValue64 (doorbell ready): %s",
+                        ovl_cudrv_strerror(&cl->drv, cr));
+        if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
+            return st;
+        cm->seq = g.seq;
+        cr = cl->drv.stream_wait_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->done, g.seq,
+                                         CU_STREAM_WAIT_VALUE_GEQ);
+        if (cr != CUDA_SUCCESS)
+            return fail(cl, OVL_ERR_BACKEND, "cuStreamWaitValue64 (doorbell done): %s",
+                        ovl_cudrv_strerror(&cl->drv, cr));
+        return OVL_OK;
+    }
+#endif
     /* Throttle: ovld takes at most `window` ops in flight per rank. */
     if (g.seq > cm->window && (st = wait_done(cm, g.seq - cm->window)) != OVL_OK)
         return st;

@@ -18,35 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "demo_rnd.h"
 #include "half.h"
 #include "hostgemm.h"
 #include "ovl.h"
-
-#define MAX_ALGOS 3
-
-typedef struct opts {
-    const char *socket;
-    char job[64];
-    uint32_t world;
-    uint64_t m, n, k;
-    ovl_dtype_t dtype;
-    ovl_algo_t algos[MAX_ALGOS + 1];
-    int nalgos;
-    int iters;
-    uint32_t chunks, streams;
-    bool transb, a_out;
-    uint64_t seed;
-} opts_t;
-
-/* What each rank reports for one algorithm. */
-typedef struct result {
-    int algo;
-    int status; /* ovl_status_t of the run */
-    double ms;  /* mean per op, over iters */
-    double rel_err;
-    bool a_out_ok;
-    char msg[160];
-} result_t;
+#include "ovl_demo.h"
 
 static void usage(FILE *f)
 {
@@ -66,6 +42,7 @@ static void usage(FILE *f)
             "      --streams S     streams (default 0: the daemon's choice)\n"
             "      --transb        B is stored N x K (as a Linear weight)\n"
             "      --a-out         also ask for the gathered A and check it\n"
+            "      --interior      CUDA: place the buffers inside one larger allocation\n"
             "      --seed S        random seed (default: time)\n"
             "      --job ID        job id (default demo-PID)\n"
             "  -h, --help          show this help\n",
@@ -74,28 +51,12 @@ static void usage(FILE *f)
 
 /* ------------------------------------------------------------ data */
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* Element i of matrix `which` of rank r: uniform in [-1, 1), the same in
- * every process. */
-static float rnd(uint64_t seed, uint32_t r, int which, uint64_t i)
-{
-    uint64_t x = mix(seed ^ mix(((uint64_t)r << 8 | (uint64_t)which) ^ mix(i)));
-    return (float)((double)(x >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
-
 static void fill(ovl_dtype_t dt, void *base, uint64_t rows, uint64_t cols, uint64_t ld,
                  uint64_t seed, uint32_t r, int which)
 {
     for (uint64_t i = 0; i < rows; i++)
         for (uint64_t j = 0; j < cols; j++)
-            ovl_store_elem(dt, base, i * ld + j, rnd(seed, r, which, i * cols + j));
+            ovl_store_elem(dt, base, i * ld + j, ovl_demo_value(seed, r, which, i * cols + j));
 }
 
 static double now_s(void)
@@ -139,6 +100,10 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     ovl_daemon_info(cl, &info);
     if (info.ndevices == 0) {
         fprintf(stderr, "rank %u: ovld has no devices\n", rank);
+        goto out;
+    }
+    if (strcmp(info.backend, "cuda") == 0) {
+        rc = ovl_demo_rank_cuda(o, rank, cl, &comm, res);
         goto out;
     }
     if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % info.ndevices), &comm) != OVL_OK) {
@@ -219,6 +184,21 @@ out:
     return rc;
 }
 
+#ifndef OVL_HAVE_CUDA
+int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
+                       result_t *res)
+{
+    (void)o;
+    (void)cl;
+    (void)comm;
+    (void)res;
+    fprintf(stderr, "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
+                    "CUDA\n",
+            rank);
+    return 1;
+}
+#endif
+
 /* ------------------------------------------------------------ main */
 
 static int parse_u64(const char *s, uint64_t *ret)
@@ -236,13 +216,14 @@ static int parse_u64(const char *s, uint64_t *ret)
 
 int main(int argc, char **argv)
 {
-    enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB };
+    enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB, O_INTERIOR };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, 's'}, {"world", required_argument, NULL, 'w'},
         {"dtype", required_argument, NULL, 'd'},  {"algo", required_argument, NULL, 'a'},
         {"iters", required_argument, NULL, 'i'},  {"chunks", required_argument, NULL, O_CHUNKS},
         {"streams", required_argument, NULL, O_STREAMS},
         {"transb", no_argument, NULL, O_TRANSB},  {"a-out", no_argument, NULL, O_AOUT},
+        {"interior", no_argument, NULL, O_INTERIOR},
         {"seed", required_argument, NULL, O_SEED}, {"job", required_argument, NULL, O_JOB},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
@@ -264,6 +245,7 @@ int main(int argc, char **argv)
             break;
         case O_TRANSB: o.transb = true; break;
         case O_AOUT: o.a_out = true; break;
+        case O_INTERIOR: o.interior = true; break;
         case O_JOB: snprintf(o.job, sizeof(o.job), "%s", optarg); break;
         case 'h': usage(stdout); return 0;
         case 'w': case 'm': case 'n': case 'k': case 'i': case O_CHUNKS: case O_STREAMS:

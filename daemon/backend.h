@@ -103,7 +103,9 @@ typedef struct ovld_backend_ops {
     bool import_blocking;
     ovl_status_t (*mem_import)(ovld_backend_t *b, const ovld_mem_import_t *imp,
                                ovld_bmem_t **ret_mem, void **ret_ptr);
-    void (*mem_release)(ovld_backend_t *b, ovld_bmem_t *mem);
+    /* may_block: the caller is a worker thread and wants the mapping gone
+     * when this returns (a client about to free the memory waits for it). */
+    void (*mem_release)(ovld_backend_t *b, ovld_bmem_t *mem, bool may_block);
 
     /* Ranks: streams, events and the doorbell of one rank on one device. */
     ovl_status_t (*rank_create)(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,

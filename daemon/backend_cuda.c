@@ -251,7 +251,7 @@ static void release_after(uv_work_t *req, int status)
     work_done(cb);
 }
 
-static void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m)
+static void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block)
 {
     cuda_backend_t *cb = (cuda_backend_t *)b;
     if (!m)
@@ -270,6 +270,11 @@ static void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m)
     free(m);
     if (!dead)
         return;
+    if (may_block) {
+        release_work_t now = {.cb = cb, .entry = dead};
+        release_run(&(uv_work_t){.data = &now});
+        return;
+    }
     /* Closing costs 0.1 ms and may synchronize: not on the loop thread. */
     release_work_t *w = calloc(1, sizeof(*w));
     if (w) {

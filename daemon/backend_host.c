@@ -452,9 +452,10 @@ out:
     return st;
 }
 
-static void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m)
+static void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block)
 {
     (void)b;
+    (void)may_block; /* munmap does not block */
     if (!m)
         return;
     munmap(m->map, m->map_len);

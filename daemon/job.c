@@ -79,7 +79,7 @@ static void reg_put(ovld_t *d, ovld_reg_t *reg)
 {
     if (!reg || --reg->refs > 0)
         return;
-    d->backend->ops->mem_release(d->backend, reg->bmem);
+    d->backend->ops->mem_release(d->backend, reg->bmem, false);
     free(reg);
 }
 

@@ -352,7 +352,7 @@ static void import_finish(import_work_t *w)
     ovld_t *d = c->d;
     ovld_reg_t *reg = w->reg;
     if (w->st == OVL_OK && c->closing) {
-        d->backend->ops->mem_release(d->backend, reg->bmem);
+        d->backend->ops->mem_release(d->backend, reg->bmem, false);
         free(reg);
     } else if (w->st == OVL_OK) {
         reg->bytes = w->imp.bytes;
@@ -489,20 +489,81 @@ static void reg_drop(ovld_t *d, ovld_conn_t *c, ovld_reg_t *reg)
 {
     ovld_registry_remove(&c->reg, reg);
     if (--reg->refs == 0) {
-        d->backend->ops->mem_release(d->backend, reg->bmem);
+        d->backend->ops->mem_release(d->backend, reg->bmem, false);
         free(reg);
     }
 }
 
+/* A deregistration whose unmapping may block: done on a worker, answered
+ * once the mapping is gone, so that the client may free its memory then. */
+typedef struct unmap_work {
+    uv_work_t req;
+    ovld_conn_t *c;
+    uint64_t id;
+    ovld_reg_t *reg;
+} unmap_work_t;
+
+static void unmap_run(uv_work_t *req)
+{
+    unmap_work_t *w = req->data;
+    ovld_backend_t *b = w->c->d->backend;
+    b->ops->mem_release(b, w->reg->bmem, true);
+}
+
+static void unmap_after(uv_work_t *req, int status)
+{
+    (void)status;
+    unmap_work_t *w = req->data;
+    ovld_conn_t *c = w->c;
+    free(w->reg);
+    c->busy = false;
+    if (!c->closing) {
+        send_ok(c, w->id);
+        conn_update_poll(c);
+        process_frames(c);
+    }
+    free(w);
+    conn_put(c);
+}
+
 static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregister *q)
 {
+    ovld_t *d = c->d;
     ovld_reg_t *reg = ovld_registry_find(&c->reg, q->mem_id);
     if (!reg) {
         send_error(c, id, OVL_ERR_NOT_FOUND, "buffer %" PRIu64 " is not registered here",
                    q->mem_id);
         return;
     }
-    reg_drop(c->d, c, reg);
+    if (reg->refs > 1) {
+        /* The client would free memory that queued work still reads. */
+        send_error(c, id, OVL_ERR_AGAIN,
+                   "buffer %" PRIu64 " is used by ops not done yet: synchronize first",
+                   q->mem_id);
+        return;
+    }
+    unmap_work_t *w = d->backend->ops->import_blocking ? calloc(1, sizeof(*w)) : NULL;
+    if (w) {
+        ovld_registry_remove(&c->reg, reg);
+        w->req.data = w;
+        w->c = c;
+        w->id = id;
+        w->reg = reg;
+        c->busy = true;
+        c->refs++;
+        if (uv_queue_work(d->loop, &w->req, unmap_run, unmap_after) == 0) {
+            conn_update_poll(c);
+            return;
+        }
+        c->busy = false;
+        c->refs--;
+        free(w);
+        d->backend->ops->mem_release(d->backend, reg->bmem, true);
+        free(reg);
+        send_ok(c, id);
+        return;
+    }
+    reg_drop(d, c, reg);
     send_ok(c, id);
 }
 

@@ -17,7 +17,8 @@
  * pointers one element into rows with aligned leading dimensions, batches
  * whose later blocks are so aligned, k == 0 (C must be zeroed) and no
  * workspace.
- * Last, argument checks that need no GPU work.
+ * Last, argument checks that need no GPU work, and more distinct GEMMs than
+ * the cache holds.
  *
  * Without a GPU it prints "SKIP: no GPU" and exits 77, ctest's skip code.
  */
@@ -313,6 +314,78 @@ out:
     free(ref);
 }
 
+/*
+ * More distinct GEMMs than the cache holds (4096 entries): it must stay
+ * bounded, empty itself when full, and keep working. rows 1..CB_ROWS of an
+ * fp32 column times a 1 x 1 B, each a new key; the last call computes all
+ * rows, which are then checked.
+ */
+#define CB_ROWS 4500u
+static void run_cache_bound(ovld_lt_t *lt, cudaStream_t s)
+{
+    char why[1024] = "";
+    float *ha = NULL, *hc = NULL, hb = 0.5f;
+    void *da = NULL, *db = NULL, *dc = NULL;
+    size_t peak = 0;
+    bool dropped = false, ok = false;
+
+    ha = malloc(CB_ROWS * sizeof *ha);
+    hc = malloc(CB_ROWS * sizeof *hc);
+    if (!ha || !hc) {
+        snprintf(why, sizeof why, "out of host memory");
+        goto out;
+    }
+    for (size_t i = 0; i < CB_ROWS; i++)
+        ha[i] = (float)rnd_unit();
+    CU(cudaMalloc(&da, CB_ROWS * sizeof *ha));
+    CU(cudaMalloc(&db, sizeof hb));
+    CU(cudaMalloc(&dc, CB_ROWS * sizeof *hc));
+    CU(cudaMemcpy(da, ha, CB_ROWS * sizeof *ha, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(db, &hb, sizeof hb, cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize());
+    for (uint64_t r = 1; r <= CB_ROWS; r++) {
+        char lerr[512] = "";
+        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = r, .n = 1, .k = 1, .nblocks = 1,
+                              .a = {da, 1}, .b = {db, 1}, .c = {dc, 1}};
+        size_t before = ovld_lt_cache_size(lt);
+        ovl_status_t st = ovld_lt_gemm(lt, s, g_ws, OVLD_LT_WORKSPACE, &g, lerr, sizeof lerr);
+        if (st != OVL_OK) {
+            snprintf(why, sizeof why, "rows %llu: %s: %s", (unsigned long long)r,
+                     ovl_strerror(st), lerr);
+            goto out;
+        }
+        size_t after = ovld_lt_cache_size(lt);
+        peak = after > peak ? after : peak;
+        dropped |= after < before;
+    }
+    CU(cudaStreamSynchronize(s));
+    CU(cudaMemcpy(hc, dc, CB_ROWS * sizeof *hc, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < CB_ROWS; i++)
+        if (hc[i] != ha[i] * hb) {
+            snprintf(why, sizeof why, "C[%zu] = %g, want %g", i, hc[i], ha[i] * hb);
+            goto out;
+        }
+    if (peak != 4096 || !dropped) {
+        snprintf(why, sizeof why, "peak %zu entries (want 4096), emptied: %s", peak,
+                 dropped ? "yes" : "no");
+        goto out;
+    }
+    ok = true;
+
+out:
+    printf("%s cache-bound %u shapes: peak %zu entries, now %zu%s%s\n", ok ? "PASS" : "FAIL",
+           CB_ROWS, peak, ovld_lt_cache_size(lt), why[0] ? ": " : "", why);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+    free(ha);
+    free(hc);
+}
+
 /* Calls that must be refused (or be no-ops) before any GPU work. */
 static void run_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
 {
@@ -502,6 +575,7 @@ int main(void)
         }
 
     run_arg_checks(lt, s, scratch);
+    run_cache_bound(lt, s);
 
     printf("cache: %zu entries\n", ovld_lt_cache_size(lt));
     rc = g_fail ? 1 : 0;

@@ -1,0 +1,46 @@
+/*
+ * demo_cuda.h: GPU helpers for ovl-demo, the GPU tests and ovl-bench:
+ * reproducible random data made on the GPU (the same values in every process
+ * for a given seed, rank and matrix, so that a rank can rebuild its peers'
+ * shards), a reference GEMM through cuBLASLt in fp32, and the relative error
+ * of a result against it. All work goes on the given stream.
+ */
+#ifndef OVL_DEMO_CUDA_H
+#define OVL_DEMO_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "ovl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fills rows x cols at ld (elements of dtype) with ovl_demo_value(seed,
+ * rank, which, i * cols + j) (demo_rnd.h). */
+cudaError_t ovl_demo_fill(ovl_dtype_t dt, void *p, uint64_t rows, uint64_t cols, uint64_t ld,
+                          uint64_t seed, uint32_t rank, int which, cudaStream_t s);
+
+/* Converts rows x cols of dtype at ld into a dense fp32 matrix (ld = cols). */
+cudaError_t ovl_demo_to_f32(ovl_dtype_t dt, const void *src, uint64_t rows, uint64_t cols,
+                            uint64_t ld, float *dst, cudaStream_t s);
+
+/*
+ * acc[0] += sum over rows x cols of (c - ref)^2, acc[1] += sum of ref^2,
+ * acc[2] += count of non-finite c; acc is device memory of 3 doubles (zero it
+ * first). c is dtype at ldc, ref dense fp32.
+ */
+cudaError_t ovl_demo_error_acc(ovl_dtype_t dt, const void *c, uint64_t ldc, const float *ref,
+                               uint64_t rows, uint64_t cols, double *acc, cudaStream_t s);
+
+/* acc (host copy) -> ||c - ref|| / ||ref|| (INFINITY if any c was not finite). */
+double ovl_demo_rel_error(const double acc[3]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OVL_DEMO_CUDA_H */

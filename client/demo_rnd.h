@@ -1,0 +1,34 @@
+/*
+ * demo_rnd.h: the reproducible random numbers of ovl-demo and the GPU tests:
+ * element i of matrix `which` of rank r is a hash of (seed, r, which, i), so
+ * any process (and the GPU) can rebuild any rank's data. One definition, for
+ * the host and for CUDA kernels.
+ */
+#ifndef OVL_DEMO_RND_H
+#define OVL_DEMO_RND_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define OVL_HD __host__ __device__
+#else
+#define OVL_HD
+#endif
+
+OVL_HD static inline uint64_t ovl_demo_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform in [-1, 1). */
+OVL_HD static inline float ovl_demo_value(uint64_t seed, uint32_t r, int which, uint64_t i)
+{
+    uint64_t x = ovl_demo_mix(seed ^ ovl_demo_mix((((uint64_t)r << 8) | (uint64_t)which) ^
+                                                  ovl_demo_mix(i)));
+    return (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+#endif /* OVL_DEMO_RND_H */

@@ -1,0 +1,46 @@
+/*
+ * ovl_demo.h: what ovl-demo's host and CUDA paths share (ovl_demo.c,
+ * ovl_demo_cuda.c).
+ */
+#ifndef OVL_DEMO_H
+#define OVL_DEMO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ovl.h"
+
+#define MAX_ALGOS 3
+
+typedef struct opts {
+    const char *socket;
+    char job[64];
+    uint32_t world;
+    uint64_t m, n, k;
+    ovl_dtype_t dtype;
+    ovl_algo_t algos[MAX_ALGOS + 1];
+    int nalgos;
+    int iters;
+    uint32_t chunks, streams;
+    bool transb, a_out;
+    bool interior; /* CUDA: buffers inside one larger allocation, at odd offsets */
+    uint64_t seed;
+} opts_t;
+
+/* What each rank reports for one algorithm. */
+typedef struct result {
+    int algo;
+    int status; /* ovl_status_t of the run */
+    double ms;  /* mean per op, over iters */
+    double rel_err;
+    bool a_out_ok;
+    char msg[160];
+} result_t;
+
+/* Runs one rank on the CUDA backend: fills its data on its GPU, runs every
+ * algorithm, checks against a cuBLASLt reference. 0 if it ran (results in
+ * res), 1 if it could not. Without CUDA it says so and returns 1. */
+int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
+                       result_t *res);
+
+#endif /* OVL_DEMO_H */

@@ -1,0 +1,171 @@
+/*
+ * ovl_demo_cuda.c: one rank of ovl-demo on the CUDA backend. The rank's
+ * data is made on its GPU (demo_cuda.cu), the ops run on its own stream, and
+ * the result is compared with a cuBLASLt fp32 product of the same inputs:
+ * every rank's shard is rebuilt locally from the shared seed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_gemm.h"
+#include "demo_cuda.h"
+#include "ovl_demo.h"
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));          \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+/* 256-byte aligned offsets, plus an odd 256-byte step when asked: pointers
+ * inside one allocation, as PyTorch's caching allocator hands them out. */
+static size_t place(size_t *cursor, size_t bytes, bool interior)
+{
+    size_t at = (*cursor + 255) / 256 * 256 + (interior ? 256 * 3 : 0);
+    *cursor = at + bytes;
+    return at;
+}
+
+int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
+                       result_t *res)
+{
+    int rc = 1, ndev = 0;
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    uint64_t lda = k, ldb = o->transb ? k : n, ldc = n, ldo = k;
+    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+    cudaStream_t s = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    char *arena = NULL, *ga = NULL;
+    float *ga32 = NULL, *b32 = NULL, *ref = NULL;
+    double *acc = NULL;
+    ovld_lt_t *lt = NULL;
+    void *ws = NULL;
+
+    CK(cudaGetDeviceCount(&ndev));
+    int dev = (int)(rank % (uint32_t)ndev);
+    CK(cudaSetDevice(dev));
+    if (ovl_comm_init(cl, o->job, o->world, rank, dev, comm) != OVL_OK) {
+        fprintf(stderr, "rank %u: joining job '%s' on GPU %d: %s\n", rank, o->job, dev,
+                ovl_last_error(cl));
+        goto out;
+    }
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    size_t cur = 0;
+    size_t off_a = place(&cur, m * lda * es, o->interior);
+    size_t off_b = place(&cur, brows * ldb * es, o->interior);
+    size_t off_c = place(&cur, W * m * ldc * es, o->interior);
+    size_t off_o = o->a_out ? place(&cur, W * m * ldo * es, o->interior) : 0;
+    CK(cudaMalloc((void **)&arena, cur + (o->interior ? 4096 : 0)));
+    void *a = arena + off_a, *b = arena + off_b, *c = arena + off_c;
+    void *aout = o->a_out ? arena + off_o : NULL;
+    CK(ovl_demo_fill(dt, a, m, k, lda, o->seed, rank, 0, s));
+    CK(ovl_demo_fill(dt, b, brows, bcols, ldb, o->seed, rank, 1, s));
+
+    /* The reference: C = [A_0; ...; A_(W-1)] @ op(B) in fp32, from the same
+     * dtype values the ranks hold. */
+    CK(cudaMalloc((void **)&ga, W * m * k * es));
+    CK(cudaMalloc((void **)&ga32, W * m * k * sizeof(float)));
+    CK(cudaMalloc((void **)&b32, brows * bcols * sizeof(float)));
+    CK(cudaMalloc((void **)&ref, W * m * n * sizeof(float)));
+    CK(cudaMalloc((void **)&acc, 3 * sizeof(double)));
+    CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
+    for (uint32_t r = 0; r < W; r++)
+        CK(ovl_demo_fill(dt, ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0, s));
+    CK(ovl_demo_to_f32(dt, ga, W * m, k, k, ga32, s));
+    CK(ovl_demo_to_f32(dt, b, brows, bcols, ldb, b32, s));
+    char err[256];
+    if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK) {
+        fprintf(stderr, "rank %u: %s\n", rank, err);
+        goto out;
+    }
+    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = W * m, .n = n, .k = k, .nblocks = 1,
+                          .block_stride = 0, .a = {ga32, k}, .b = {b32, bcols}, .c = {ref, n},
+                          .transb = o->transb};
+    if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
+        fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
+        goto out;
+    }
+    CK(cudaStreamSynchronize(s));
+
+    for (int ai = 0; ai < o->nalgos; ai++) {
+        result_t *rs = &res[ai];
+        rs->algo = o->algos[ai];
+        CK(cudaMemsetAsync(c, 0xff, W * m * ldc * es, s)); /* NaN: unwritten shows */
+        if (aout)
+            CK(cudaMemsetAsync(aout, 0xff, W * m * ldo * es, s));
+        ovl_ag_gemm_desc_t d = {.a = a, .lda = lda, .b = b, .ldb = ldb, .transb = o->transb,
+                                .c = c, .ldc = ldc, .a_out = aout, .lda_out = ldo, .m = m,
+                                .n = n, .k = k, .dtype = dt, .algo = o->algos[ai],
+                                .chunks = o->chunks, .streams = o->streams};
+        ovl_status_t st = OVL_OK;
+        CK(cudaEventRecord(e0, s));
+        for (int it = 0; it < o->iters && st == OVL_OK; it++)
+            st = ovl_allgather_gemm(*comm, &d, s);
+        CK(cudaEventRecord(e1, s));
+        if (st == OVL_OK)
+            CK(cudaStreamSynchronize(s));
+        if (st == OVL_OK)
+            st = ovl_comm_check(*comm);
+        rs->status = st;
+        if (st != OVL_OK) {
+            snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
+            rs->rel_err = INFINITY;
+            break;
+        }
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        rs->ms = ms / o->iters;
+        double h[3];
+        CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+        CK(ovl_demo_error_acc(dt, c, ldc, ref, W * m, n, acc, s));
+        CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        rs->rel_err = ovl_demo_rel_error(h);
+        rs->a_out_ok = true;
+        if (aout) {
+            CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+            CK(ovl_demo_error_acc(dt, aout, ldo, ga32, W * m, k, acc, s));
+            CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+            CK(cudaStreamSynchronize(s));
+            rs->a_out_ok = ovl_demo_rel_error(h) == 0; /* a copy: exact */
+        }
+    }
+    rc = 0;
+out:
+    if (s)
+        cudaStreamSynchronize(s);
+    /* ovld unmaps the arena before it is freed: first its ops, then it. */
+    if (*comm)
+        (void)ovl_comm_synchronize(*comm);
+    ovl_mem_t *mem;
+    if (arena && ovl_mem_register(cl, arena, 1, &mem) == OVL_OK)
+        (void)ovl_mem_deregister(cl, mem);
+    if (lt)
+        ovld_lt_destroy(lt);
+    cudaFree(ws);
+    cudaFree(acc);
+    cudaFree(ref);
+    cudaFree(b32);
+    cudaFree(ga32);
+    cudaFree(ga);
+    cudaFree(arena); /* after the comm's ops are done: the caller destroys the comm after */
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (s)
+        cudaStreamDestroy(s);
+    return rc;
+}
