@@ -144,6 +144,9 @@ typedef struct ovld_backend_ops {
      * with cookie, through the done callback. Must not fail to ring. */
     void (*done)(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
                  const char *message, void *cookie);
+    /* The words of the last enqueue call that failed (naming the library
+     * call), for the op's error message; NULL where there are none. */
+    const char *(*last_error)(ovld_backend_t *b);
 } ovld_backend_ops_t;
 
 struct ovld_backend {

@@ -112,6 +112,7 @@ struct cuda_backend {
     pthread_mutex_t ipc_mu;
     ipc_entry_t *ipc;
     _Atomic uint32_t works; /* uv_work items in flight */
+    char last_err[256];     /* the last enqueue failure, in words (loop thread) */
     bool cq_closed;         /* destroyed: freed when the last work is done */
 };
 
@@ -124,27 +125,22 @@ static uint64_t now_ns(void)
 
 /* ------------------------------------------------- errors, in one place */
 
-#define CUDA_TRY(call, what)                                                                     \
+/* Logs a failed CUDA call and keeps its words for the op's error message
+ * (exec.c asks through last_error), then returns OVL_ERR_BACKEND. */
+#define CUDA_TRY(cb, call, what)                                                                 \
     do {                                                                                         \
         cudaError_t e_ = (call);                                                                 \
         if (e_ != cudaSuccess) {                                                                 \
-            log_error("%s: %s: %s", (what), #call, cudaGetErrorString(e_));                      \
+            snprintf((cb)->last_err, sizeof((cb)->last_err), "%s: %s: %s", (what), #call,        \
+                     cudaGetErrorString(e_));                                                    \
+            log_error("%s", (cb)->last_err);                                                     \
             return OVL_ERR_BACKEND;                                                              \
         }                                                                                        \
     } while (0)
 
-#define NCCL_TRY(call, what)                                                                     \
-    do {                                                                                         \
-        ncclResult_t r_ = (call);                                                                \
-        if (r_ != ncclSuccess && r_ != ncclInProgress) {                                         \
-            log_error("%s: %s: %s", (what), #call, ncclGetErrorString(r_));                      \
-            return OVL_ERR_BACKEND;                                                              \
-        }                                                                                        \
-    } while (0)
-
-static ovl_status_t set_device(cuda_dev_t *dev)
+static ovl_status_t set_device(cuda_backend_t *cb, cuda_dev_t *dev)
 {
-    CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    CUDA_TRY(cb, cudaSetDevice(dev->ordinal), "device");
     return OVL_OK;
 }
 
@@ -295,7 +291,7 @@ static void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block)
 
 static ovl_status_t rank_free_resources(struct ovld_rank *r)
 {
-    if (set_device(r->dev) != OVL_OK)
+    if (set_device(r->cb, r->dev) != OVL_OK)
         return OVL_ERR_BACKEND;
     for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
         if (r->streams[i]) {
@@ -407,12 +403,12 @@ static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_
 {
     (void)b;
     if (bytes > r->scratch_bytes) {
-        if (set_device(r->dev) != OVL_OK)
+        if (set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
         /* Between ops of this rank (the job waits for running ops before it
          * grows scratch), and before any launch of the op that needs it. */
         if (r->scratch) {
-            CUDA_TRY(cudaStreamSynchronize(r->streams[0]), "scratch");
+            CUDA_TRY(r->cb, cudaStreamSynchronize(r->streams[0]), "scratch");
             cudaFree(r->scratch);
             r->scratch = NULL;
             r->scratch_bytes = 0;
@@ -618,7 +614,7 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
         if (!ne)
             return OVL_ERR_NOMEM;
         r->events = ne;
-        if (set_device(r->dev) != OVL_OK)
+        if (set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
         for (uint32_t i = r->nevents; i < n; i++) {
             cudaError_t ce = cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming);
@@ -638,7 +634,9 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
 {
     if (cr == CUDA_SUCCESS)
         return OVL_OK;
-    log_error("%s: %s", what, ovl_cudrv_strerror(&r->cb->drv, cr));
+    snprintf(r->cb->last_err, sizeof(r->cb->last_err), "%s: %s", what,
+             ovl_cudrv_strerror(&r->cb->drv, cr));
+    log_error("%s", r->cb->last_err);
     return OVL_ERR_BACKEND;
 }
 
@@ -657,7 +655,7 @@ static ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
     ovl_status_t st = event_get(r, event, &ev);
     if (st != OVL_OK)
         return st;
-    CUDA_TRY(cudaEventRecord(ev, r->streams[stream]), "record");
+    CUDA_TRY(r->cb, cudaEventRecord(ev, r->streams[stream]), "record");
     return OVL_OK;
 }
 
@@ -667,7 +665,7 @@ static ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owne
     ovl_status_t st = event_get(owner, event, &ev);
     if (st != OVL_OK)
         return st;
-    CUDA_TRY(cudaStreamWaitEvent(r->streams[stream], ev, 0), "wait");
+    CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[stream], ev, 0), "wait");
     return OVL_OK;
 }
 
@@ -687,10 +685,10 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
     if (rows == 0 || cols == 0)
         return OVL_OK;
     if (dst.ld == cols && src.ld == cols)
-        CUDA_TRY(cudaMemcpyAsync(dst.ptr, src.ptr, rows * cols * elem, cudaMemcpyDefault, s),
+        CUDA_TRY(r->cb, cudaMemcpyAsync(dst.ptr, src.ptr, rows * cols * elem, cudaMemcpyDefault, s),
                  "copy");
     else
-        CUDA_TRY(cudaMemcpy2DAsync(dst.ptr, dst.ld * elem, src.ptr, src.ld * elem, cols * elem,
+        CUDA_TRY(r->cb, cudaMemcpy2DAsync(dst.ptr, dst.ld * elem, src.ptr, src.ld * elem, cols * elem,
                                    rows, cudaMemcpyDefault, s),
                  "copy (2D)");
     (void)r;
@@ -706,7 +704,6 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
                                    uint32_t n, ovl_dtype_t dtype, uint64_t m, uint64_t k,
                                    uint64_t row0, uint64_t rows)
 {
-    (void)b;
     size_t elem = ovl_dtype_size(dtype);
     bool contiguous = true, comms = true;
     for (uint32_t i = 0; i < n; i++) {
@@ -723,9 +720,9 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
             for (uint32_t p = 0; p < n; p++) {
                 if (p != i) {
                     cudaEvent_t ev = parts[p].rank->ag_ev[0];
-                    CUDA_TRY(cudaEventRecord(ev, parts[p].rank->streams[parts[p].stream]),
+                    CUDA_TRY(r->cb, cudaEventRecord(ev, parts[p].rank->streams[parts[p].stream]),
                              "all-gather (record)");
-                    CUDA_TRY(cudaStreamWaitEvent(r->streams[parts[i].stream], ev, 0),
+                    CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[parts[i].stream], ev, 0),
                              "all-gather (wait)");
                 }
                 ovl_status_t st = copy_rows(r, r->streams[parts[i].stream],
@@ -738,11 +735,12 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         /* ...and no rank goes on before every rank has read its shard. */
         for (uint32_t i = 0; i < n; i++) {
             cudaEvent_t ev = parts[i].rank->ag_ev[1];
-            CUDA_TRY(cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
+            CUDA_TRY(parts[i].rank->cb, cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
                      "all-gather (record)");
             for (uint32_t p = 0; p < n; p++)
                 if (p != i)
-                    CUDA_TRY(cudaStreamWaitEvent(parts[p].rank->streams[parts[p].stream], ev, 0),
+                    CUDA_TRY(parts[i].rank->cb,
+                             cudaStreamWaitEvent(parts[p].rank->streams[parts[p].stream], ev, 0),
                              "all-gather (wait)");
         }
         return OVL_OK;
@@ -793,8 +791,10 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         }
     }
     if (r != ncclSuccess) {
-        log_error("all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
-                  ncclGetErrorString(r));
+        cuda_backend_t *cb = (cuda_backend_t *)b;
+        snprintf(cb->last_err, sizeof(cb->last_err), "NCCL all-gather rows %" PRIu64 "+%" PRIu64
+                 ": %s", row0, rows, ncclGetErrorString(r));
+        log_error("%s", cb->last_err);
         return OVL_ERR_BACKEND;
     }
     return OVL_OK;
@@ -809,21 +809,21 @@ static ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, 
 static ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
     if (!r->workspace[stream]) {
-        if (set_device(r->dev) != OVL_OK)
+        if (set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
-        CUDA_TRY(cudaMalloc(&r->workspace[stream], OVLD_LT_WORKSPACE), "GEMM workspace");
+        CUDA_TRY(r->cb, cudaMalloc(&r->workspace[stream], OVLD_LT_WORKSPACE), "GEMM workspace");
     }
-    char err[256];
     ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
-                                   OVLD_LT_WORKSPACE, args, err, sizeof(err));
+                                   OVLD_LT_WORKSPACE, args, r->cb->last_err,
+                                   sizeof(r->cb->last_err));
     if (st != OVL_OK)
-        log_error("device %d: %s", r->dev->ordinal, err);
+        log_error("device %d: %s", r->dev->ordinal, r->cb->last_err);
     return st;
 }
 
 static ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
 {
-    CUDA_TRY(ovld_launch_sleep(r->streams[stream], ns), "sleep kernel");
+    CUDA_TRY(r->cb, ovld_launch_sleep(r->streams[stream], ns), "sleep kernel");
     return OVL_OK;
 }
 
@@ -859,7 +859,7 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     cuda_backend_t *cb = r->cb;
     cudaStream_t s = r->streams[stream];
     CUresult cr = CUDA_SUCCESS;
-    if (set_device(r->dev) != OVL_OK)
+    if (set_device(r->cb, r->dev) != OVL_OK)
         cr = CUDA_ERROR_INVALID_CONTEXT;
     if (cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written) {
         cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db->error_seq, seq,
@@ -917,6 +917,11 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
             ovld_cq_push(&cb->cq, &d->node);
         }
     }
+}
+
+static const char *cuda_last_error(ovld_backend_t *b)
+{
+    return ((cuda_backend_t *)b)->last_err;
 }
 
 /* Host functions never run after a context error: look at old ops' events
@@ -979,6 +984,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .gemm = cuda_gemm,
     .sleep = cuda_sleep,
     .done = cuda_done,
+    .last_error = cuda_last_error,
 };
 
 static void free_backend(cuda_backend_t *cb)

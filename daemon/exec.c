@@ -115,8 +115,9 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
                     break;
                 st = issue(b, op, r, in);
                 if (st != OVL_OK) {
+                    const char *why = b->ops->last_error ? b->ops->last_error(b) : NULL;
                     snprintf(err, errlen, "rank %u, instruction %zu (%s): %s", r, pc[r],
-                             ovl_instr_name(in->kind), ovl_strerror(st));
+                             ovl_instr_name(in->kind), why && why[0] ? why : ovl_strerror(st));
                     goto fail;
                 }
                 if (in->kind == OVL_I_RECORD)
@@ -145,9 +146,10 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
             }
             st = b->ops->allgather(b, parts, w, op->dtype, op->m, op->k, first->row0, first->rows);
             if (st != OVL_OK) {
+                const char *why = b->ops->last_error ? b->ops->last_error(b) : NULL;
                 snprintf(err, errlen, "all-gather rows %llu+%llu: %s",
                          (unsigned long long)first->row0, (unsigned long long)first->rows,
-                         ovl_strerror(st));
+                         why && why[0] ? why : ovl_strerror(st));
                 goto fail;
             }
             for (uint32_t r = 0; r < w; r++)

@@ -224,6 +224,17 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
     return OVL_OK;
 }
 
+/* The scratch an op without a_out gathers into (the same size on every
+ * rank), or 0 when the product overflows (op_prepare_rank refuses it). */
+static uint64_t scratch_bytes(const ovld_job_t *j, const ovld_op_t *op)
+{
+    uint64_t bytes;
+    if (__builtin_mul_overflow((uint64_t)j->world * op->m, op->k * ovl_dtype_size(op->dtype),
+                               &bytes))
+        return 0;
+    return bytes;
+}
+
 static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     ovl_plan_params_t pp = {
@@ -261,6 +272,8 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     op->ran = true;
     op->nrung = j->world;
     j->running++;
+    if (!op->has_aout && scratch_bytes(j, op) > j->scratch_bytes)
+        j->scratch_bytes = scratch_bytes(j, op);
     char err[256] = "";
     ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
     if (st != OVL_OK) {
@@ -282,11 +295,10 @@ fail:
 
 static bool needs_scratch_growth(ovld_job_t *j, ovld_op_t *op)
 {
-    /* Scratch may be reallocated only while nothing reads it: an op without
-     * a_out waits for running ops when its gathered A is larger than any
-     * before it. Tracking the size per job keeps this conservative. */
-    (void)j;
-    return !op->has_aout;
+    /* Scratch may be reallocated only while nothing reads it: an op whose
+     * gathered A is larger than any before it waits for running ops. Ops of
+     * a size seen before run back to back. */
+    return !op->has_aout && scratch_bytes(j, op) > j->scratch_bytes;
 }
 
 /* Runs (or fails) every op at the head of the queue whose submissions are
