@@ -5,6 +5,8 @@
  * stderr says why); 2 usage.
  */
 #include <errno.h>
+#include <stddef.h>
+#include <unistd.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -28,6 +30,9 @@ static void usage(FILE *f)
             "\n"
             "Commands:\n"
             "  status [--json]          the daemon, its devices, jobs and clients\n"
+            "  stats [--json|--prometheus] [--watch SECONDS] [--reset]\n"
+            "                           counters since start and since the last reset, op\n"
+            "                           latency percentiles; --reset: root or ovld's user\n"
             "  plan [OPTIONS]           print the host program of one AG-GEMM for one rank\n"
             "  version                  versions of ovlctl and of the daemon\n"
             "\n"
@@ -122,8 +127,8 @@ static void print_status_json(const Ovl__StatusReply *s)
         json_str(f, u);
         fprintf(f, ",\"name\":");
         json_str(f, d->name);
-        fprintf(f, ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"mapped_bytes\":%" PRIu64 "}",
-                d->total_memory, d->streams, d->mapped_bytes);
+        fprintf(f, ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"held_bytes\":%" PRIu64 "}",
+                d->total_memory, d->streams, d->held_bytes);
     }
     fprintf(f, "],\"jobs\":[");
     for (size_t i = 0; i < s->n_jobs; i++) {
@@ -161,13 +166,16 @@ static void print_status_table(const Ovl__StatusReply *s)
     printf("  config file:  %s\n", s->config_file && s->config_file[0] ? s->config_file : "-");
     printf("  connections:  %u\n", s->connections);
     printf("\nDEVICES (%zu)\n", s->n_devices);
-    printf("  %-5s  %-41s  %-24s  %10s\n", "INDEX", "UUID", "NAME", "MEMORY");
+    printf("  %-5s  %-41s  %-16s  %10s  %7s  %10s\n", "INDEX", "UUID", "NAME", "MEMORY", "STREAMS",
+           "OVL HOLDS");
     for (size_t i = 0; i < s->n_devices; i++) {
         const Ovl__Device *d = s->devices[i];
-        char u[64], mem[32];
+        char u[64], mem[32], held[32];
         uuid_text(d, s->backend, u, sizeof(u));
         human_bytes(d->total_memory, mem, sizeof(mem));
-        printf("  %-5u  %-41s  %-24s  %10s\n", d->index, u, d->name, mem);
+        human_bytes(d->held_bytes, held, sizeof(held));
+        printf("  %-5u  %-41s  %-16s  %10s  %7u  %10s\n", d->index, u, d->name, mem, d->streams,
+               held);
     }
     printf("\nJOBS (%zu)\n", s->n_jobs);
     if (s->n_jobs)
@@ -385,6 +393,249 @@ static int cmd_plan(int argc, char **argv)
     return 0;
 }
 
+/* ---------------------------------------------------------------- stats */
+
+enum { F_U64, F_DBL };
+
+/* The scalar fields of a StatsBlock: one table for the human table, JSON
+ * and Prometheus, so that the three never disagree. */
+typedef struct stat_field {
+    const char *key;  /* JSON key; Prometheus name is ovl_<prom> */
+    const char *prom; /* NULL: not exported (derived or shown elsewhere) */
+    const char *type; /* Prometheus type */
+    const char *help;
+    int kind;
+    size_t off;
+} stat_field_t;
+
+#define SF(key, prom, type, help, kind, field)                                                   \
+    {key, prom, type, help, kind, offsetof(Ovl__StatsBlock, field)}
+static const stat_field_t stat_fields[] = {
+    SF("seconds", NULL, NULL, "counting for (s)", F_DBL, seconds),
+    SF("ops_done", NULL, NULL, "ops done", F_U64, ops_done),
+    SF("ops_failed", "ops_failed_total", "counter", "ops that failed", F_U64, ops_failed),
+    SF("bytes_gathered", "gathered_bytes_total", "counter",
+       "bytes of gathered A produced, summed over ranks", F_U64, bytes_gathered),
+    SF("flops", "flops_total", "counter", "floating-point operations of ops done", F_U64, flops),
+    SF("busy_s", "busy_seconds_total", "counter", "sum of op latencies", F_DBL, busy_s),
+    SF("latency_p50_s", NULL, NULL, "latency p50 (s)", F_DBL, latency_p50_s),
+    SF("latency_p90_s", NULL, NULL, "latency p90 (s)", F_DBL, latency_p90_s),
+    SF("latency_p99_s", NULL, NULL, "latency p99 (s)", F_DBL, latency_p99_s),
+    SF("latency_max_s", "op_latency_max_seconds", "gauge", "longest op latency", F_DBL,
+       latency_max_s),
+    SF("registrations", "registrations_total", "counter", "buffers registered", F_U64,
+       registrations),
+    SF("deregistrations", "deregistrations_total", "counter", "buffers deregistered", F_U64,
+       deregistrations),
+    SF("registry_hits", "registry_hits_total", "counter",
+       "registrations that found their mapping open", F_U64, registry_hits),
+    SF("registry_misses", "registry_misses_total", "counter",
+       "registrations that mapped memory anew", F_U64, registry_misses),
+    SF("connections_accepted", "connections_accepted_total", "counter", "connections accepted",
+       F_U64, connections_accepted),
+    SF("connections_refused", "connections_refused_total", "counter",
+       "connections refused (limits, shutdown)", F_U64, connections_refused),
+};
+#define NFIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
+
+static double field_value(const Ovl__StatsBlock *b, const stat_field_t *f)
+{
+    const char *p = (const char *)b + f->off;
+    if (f->kind == F_U64) {
+        uint64_t v;
+        memcpy(&v, p, sizeof(v));
+        return (double)v;
+    }
+    double v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static double tflops(const Ovl__StatsBlock *b)
+{
+    return b->busy_s > 0 ? (double)b->flops / b->busy_s / 1e12 : 0;
+}
+
+static void print_field(FILE *f, const Ovl__StatsBlock *b, const stat_field_t *sf)
+{
+    if (sf->kind == F_U64)
+        fprintf(f, "%" PRIu64, (uint64_t)field_value(b, sf));
+    else
+        fprintf(f, "%.9g", field_value(b, sf));
+}
+
+static void stats_block_json(FILE *f, const Ovl__StatsBlock *b)
+{
+    fputc('{', f);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        fprintf(f, "%s\"%s\":", i ? "," : "", stat_fields[i].key);
+        print_field(f, b, &stat_fields[i]);
+    }
+    fprintf(f, ",\"tflops\":%.6g,\"ops\":[", tflops(b));
+    for (size_t i = 0; i < b->n_ops; i++)
+        fprintf(f, "%s{\"algo\":\"%s\",\"dtype\":\"%s\",\"count\":%" PRIu64 "}", i ? "," : "",
+                b->ops[i]->algo, b->ops[i]->dtype, b->ops[i]->count);
+    fprintf(f, "],\"errors\":[");
+    for (size_t i = 0; i < b->n_errors; i++) {
+        fprintf(f, "%s{\"status\":%d,\"name\":", i ? "," : "", b->errors[i]->status);
+        json_str(f, b->errors[i]->name);
+        fprintf(f, ",\"count\":%" PRIu64 "}", b->errors[i]->count);
+    }
+    fprintf(f, "],\"latency_count\":%" PRIu64 ",\"latency_sum_s\":%.9g,\"latency_buckets\":[",
+            b->latency_count, b->latency_sum_s);
+    for (size_t i = 0; i < b->n_latency_buckets; i++)
+        fprintf(f, "%s{\"le_s\":%.9g,\"count\":%" PRIu64 "}", i ? "," : "",
+                b->latency_buckets[i]->le_s, b->latency_buckets[i]->count);
+    fprintf(f, "]}");
+}
+
+static void print_stats_json(const Ovl__StatsReply *r)
+{
+    printf("{\"uptime_s\":%.3f,\"reset_done\":%s,\"total\":", r->uptime_s,
+           r->reset_done ? "true" : "false");
+    stats_block_json(stdout, r->total);
+    printf(",\"since_reset\":");
+    stats_block_json(stdout, r->since_reset);
+    printf("}\n");
+}
+
+/* The text exposition format (node_exporter's textfile collector): the
+ * counters since start, which never go back; reset touches none of them. */
+static void print_stats_prometheus(const Ovl__StatsReply *r)
+{
+    const Ovl__StatsBlock *b = r->total;
+    printf("# HELP ovl_uptime_seconds time since ovld started\n# TYPE ovl_uptime_seconds gauge\n"
+           "ovl_uptime_seconds %.3f\n",
+           r->uptime_s);
+    printf("# HELP ovl_ops_total ops done, by algorithm and dtype\n# TYPE ovl_ops_total counter\n");
+    for (size_t i = 0; i < b->n_ops; i++)
+        printf("ovl_ops_total{algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n", b->ops[i]->algo,
+               b->ops[i]->dtype, b->ops[i]->count);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const stat_field_t *f = &stat_fields[i];
+        if (!f->prom)
+            continue;
+        printf("# HELP ovl_%s %s\n# TYPE ovl_%s %s\novl_%s ", f->prom, f->help, f->prom, f->type,
+               f->prom);
+        print_field(stdout, b, f);
+        putchar('\n');
+    }
+    printf("# HELP ovl_errors_total failed ops and refused requests, by status\n"
+           "# TYPE ovl_errors_total counter\n");
+    for (size_t i = 0; i < b->n_errors; i++)
+        printf("ovl_errors_total{status=\"%d\",name=\"%s\"} %" PRIu64 "\n", b->errors[i]->status,
+               b->errors[i]->name, b->errors[i]->count);
+    printf("# HELP ovl_op_latency_seconds from the last rank's submission to every rank's done\n"
+           "# TYPE ovl_op_latency_seconds histogram\n");
+    for (size_t i = 0; i < b->n_latency_buckets; i++)
+        printf("ovl_op_latency_seconds_bucket{le=\"%.9g\"} %" PRIu64 "\n",
+               b->latency_buckets[i]->le_s, b->latency_buckets[i]->count);
+    printf("ovl_op_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", b->latency_count);
+    printf("ovl_op_latency_seconds_sum %.9g\n", b->latency_sum_s);
+    printf("ovl_op_latency_seconds_count %" PRIu64 "\n", b->latency_count);
+}
+
+static void print_stats_table(const Ovl__StatsReply *r)
+{
+    const Ovl__StatsBlock *t = r->total, *w = r->since_reset;
+    printf("ovld up %.1f s%s\n\n", r->uptime_s, r->reset_done ? " (counters reset now)" : "");
+    printf("  %-24s %18s %18s\n", "", "since start", "since reset");
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const stat_field_t *f = &stat_fields[i];
+        printf("  %-24s ", f->key);
+        char a[32], bb[32];
+        if (f->kind == F_U64) {
+            snprintf(a, sizeof(a), "%" PRIu64, (uint64_t)field_value(t, f));
+            snprintf(bb, sizeof(bb), "%" PRIu64, (uint64_t)field_value(w, f));
+        } else if (strstr(f->key, "latency")) {
+            snprintf(a, sizeof(a), "%.3f ms", field_value(t, f) * 1e3);
+            snprintf(bb, sizeof(bb), "%.3f ms", field_value(w, f) * 1e3);
+        } else {
+            snprintf(a, sizeof(a), "%.3f", field_value(t, f));
+            snprintf(bb, sizeof(bb), "%.3f", field_value(w, f));
+        }
+        printf("%18s %18s\n", a, bb);
+    }
+    printf("  %-24s %18.3f %18.3f\n", "tflops (per busy s)", tflops(t), tflops(w));
+    printf("\nOPS BY ALGORITHM (since start)\n");
+    for (size_t i = 0; i < t->n_ops; i++)
+        printf("  %-12s %-6s %12" PRIu64 "\n", t->ops[i]->algo, t->ops[i]->dtype, t->ops[i]->count);
+    printf("\nERRORS (since start)\n");
+    for (size_t i = 0; i < t->n_errors; i++)
+        printf("  %4d %-40s %12" PRIu64 "\n", t->errors[i]->status, t->errors[i]->name,
+               t->errors[i]->count);
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+    enum { O_JSON = 1, O_PROM, O_WATCH, O_RESET };
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, O_JSON},     {"prometheus", no_argument, NULL, O_PROM},
+        {"watch", required_argument, NULL, O_WATCH}, {"reset", no_argument, NULL, O_RESET},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    int mode = 0, c;
+    bool reset = false;
+    uint64_t watch = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_JSON: mode = O_JSON; break;
+        case O_PROM: mode = O_PROM; break;
+        case O_RESET: reset = true; break;
+        case O_WATCH:
+            if (parse_u64("--watch", optarg, &watch) || watch == 0 || watch > 86400)
+                return EXIT_USAGE;
+            break;
+        case 'h': usage(stdout); return 0;
+        default: return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ovlctl stats: unexpected argument '%s'\n", argv[optind]);
+        return EXIT_USAGE;
+    }
+    ovl_client_t *cl;
+    if (connect_or_die(&cl))
+        return 1;
+    int rc = 0;
+    for (;;) {
+        Ovl__StatsRequest sq = OVL__STATS_REQUEST__INIT;
+        sq.reset = reset;
+        Ovl__Request q = OVL__REQUEST__INIT;
+        q.body_case = OVL__REQUEST__BODY_STATS;
+        q.stats = &sq;
+        Ovl__Response *r = NULL;
+        if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK) {
+            fprintf(stderr, "ovlctl: stats: %s\n", ovl_last_error(cl));
+            rc = 1;
+            break;
+        }
+        if (r->body_case != OVL__RESPONSE__BODY_STATS) {
+            fprintf(stderr, "ovlctl: unexpected answer from ovld\n");
+            ovl__response_free(r);
+            rc = 1;
+            break;
+        }
+        if (mode == O_JSON)
+            print_stats_json(r->stats);
+        else if (mode == O_PROM)
+            print_stats_prometheus(r->stats);
+        else
+            print_stats_table(r->stats);
+        fflush(stdout);
+        ovl__response_free(r);
+        reset = false; /* once, even when watching */
+        if (!watch)
+            break;
+        sleep((unsigned)watch);
+        if (mode != O_JSON && mode != O_PROM)
+            printf("\n");
+    }
+    ovl_disconnect(cl);
+    return rc;
+}
+
 static int cmd_version(void)
 {
     printf("ovlctl %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
@@ -432,6 +683,8 @@ int main(int argc, char **argv)
         return cmd_plan(sub_argc, sub_argv);
     if (strcmp(cmd, "version") == 0)
         return cmd_version();
+    if (strcmp(cmd, "stats") == 0)
+        return cmd_stats(sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

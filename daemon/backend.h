@@ -96,6 +96,10 @@ typedef struct ovld_backend_ops {
 
     uint32_t (*device_count)(ovld_backend_t *b);
     void (*device_info)(ovld_backend_t *b, uint32_t index, ovld_device_info_t *ret);
+    /* What ovld holds on a device now: streams, and bytes of its own memory
+     * (doorbells, scratch, workspaces; client buffers are counted apart). */
+    void (*device_usage)(ovld_backend_t *b, uint32_t index, uint32_t *ret_streams,
+                         uint64_t *ret_bytes);
 
     /* Memory. import may block (IPC opens): where the backend says so
      * (import_blocking) the caller runs it on a worker thread. release never
@@ -147,6 +151,9 @@ typedef struct ovld_backend_ops {
     /* The words of the last enqueue call that failed (naming the library
      * call), for the op's error message; NULL where there are none. */
     const char *(*last_error)(ovld_backend_t *b);
+    /* Imports that found their mapping already open (hits) and that opened
+     * one (misses), since start; NULL where every import maps anew. */
+    void (*mem_cache_stats)(ovld_backend_t *b, uint64_t *ret_hits, uint64_t *ret_misses);
 } ovld_backend_ops_t;
 
 struct ovld_backend {

@@ -111,6 +111,7 @@ struct cuda_backend {
     struct ovld_rank *ranks;
     pthread_mutex_t ipc_mu;
     ipc_entry_t *ipc;
+    uint64_t ipc_hits, ipc_misses; /* under ipc_mu */
     _Atomic uint32_t works; /* uv_work items in flight */
     char last_err[256];     /* the last enqueue failure, in words (loop thread) */
     bool cq_closed;         /* destroyed: freed when the last work is done */
@@ -158,6 +159,23 @@ static void cuda_device_info(ovld_backend_t *b, uint32_t index, ovld_device_info
     *ret = ((cuda_backend_t *)b)->devs[index].info;
 }
 
+static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *streams,
+                              uint64_t *bytes)
+{
+    cuda_backend_t *cb = (cuda_backend_t *)b;
+    *streams = 0;
+    *bytes = 0;
+    for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
+        if (r->dev != &cb->devs[index])
+            continue;
+        *bytes += OVL_DOORBELL_SIZE + r->scratch_bytes;
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
+            *streams += r->streams[i] != NULL;
+            *bytes += r->workspace[i] ? OVLD_LT_WORKSPACE : 0;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- memory */
 
 static ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp,
@@ -177,7 +195,9 @@ static ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *
         e = e->next;
     if (e) {
         e->refs++;
+        cb->ipc_hits++;
     } else {
+        cb->ipc_misses++;
         e = calloc(1, sizeof(*e));
         if (!e) {
             st = OVL_ERR_NOMEM;
@@ -919,6 +939,15 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     }
 }
 
+static void cuda_mem_cache_stats(ovld_backend_t *b, uint64_t *hits, uint64_t *misses)
+{
+    cuda_backend_t *cb = (cuda_backend_t *)b;
+    pthread_mutex_lock(&cb->ipc_mu);
+    *hits = cb->ipc_hits;
+    *misses = cb->ipc_misses;
+    pthread_mutex_unlock(&cb->ipc_mu);
+}
+
 static const char *cuda_last_error(ovld_backend_t *b)
 {
     return ((cuda_backend_t *)b)->last_err;
@@ -968,6 +997,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .destroy = cuda_destroy,
     .device_count = cuda_device_count,
     .device_info = cuda_device_info,
+    .device_usage = cuda_device_usage,
     .import_blocking = true,
     .mem_import = cuda_mem_import,
     .mem_release = cuda_mem_release,
@@ -985,6 +1015,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .sleep = cuda_sleep,
     .done = cuda_done,
     .last_error = cuda_last_error,
+    .mem_cache_stats = cuda_mem_cache_stats,
 };
 
 static void free_backend(cuda_backend_t *cb)

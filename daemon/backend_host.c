@@ -96,6 +96,7 @@ struct ovld_rank {
     host_backend_t *hb;
     uint32_t device;
     host_stream_t streams[OVL_PLAN_MAX_STREAMS];
+    struct ovld_rank *next; /* hb->ranks, under hb->mu */
     host_event_t *ev_blocks[EV_MAX_BLOCKS];
     struct ovl_doorbell *db;
     int db_fd;
@@ -122,6 +123,7 @@ struct host_backend {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic bool stopping;
+    struct ovld_rank *ranks;
 };
 
 /* --------------------------------------------------------------- helpers */
@@ -405,6 +407,23 @@ static void host_device_info(ovld_backend_t *b, uint32_t index, ovld_device_info
     ret->total_memory = hb->device_memory;
 }
 
+static void host_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *streams,
+                              uint64_t *bytes)
+{
+    host_backend_t *hb = (host_backend_t *)b;
+    *streams = 0;
+    *bytes = 0;
+    pthread_mutex_lock(&hb->mu);
+    for (struct ovld_rank *r = hb->ranks; r; r = r->next) {
+        if (r->device != index)
+            continue;
+        *bytes += OVL_DOORBELL_SIZE + r->scratch_bytes;
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++)
+            *streams += r->streams[i].started;
+    }
+    pthread_mutex_unlock(&hb->mu);
+}
+
 static ovl_status_t host_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp,
                                     ovld_bmem_t **ret_mem, void **ret_ptr)
 {
@@ -490,6 +509,10 @@ static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     if (ret_db->fd < 0)
         goto fail;
     ret_db->offset = 0;
+    pthread_mutex_lock(&hb->mu);
+    r->next = hb->ranks;
+    hb->ranks = r;
+    pthread_mutex_unlock(&hb->mu);
     *ret_rank = r;
     return OVL_OK;
 fail:
@@ -505,9 +528,16 @@ fail_free:
 
 static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
 {
-    (void)b;
+    host_backend_t *hb = (host_backend_t *)b;
     if (!r)
         return;
+    pthread_mutex_lock(&hb->mu);
+    for (struct ovld_rank **pp = &hb->ranks; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&hb->mu);
     for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
         host_stream_t *s = &r->streams[i];
         if (!s->started)
@@ -702,6 +732,7 @@ static const ovld_backend_ops_t host_ops = {
     .destroy = host_destroy,
     .device_count = host_device_count,
     .device_info = host_device_info,
+    .device_usage = host_device_usage,
     .import_blocking = false,
     .mem_import = host_mem_import,
     .mem_release = host_mem_release,

@@ -49,6 +49,8 @@ typedef struct ovld_op {
     uint32_t dtype, algo, chunks, streams;
     bool transb, has_aout;
     uint32_t first_rank;
+    ovl_algo_t ran_algo;   /* the algorithm that ran (AUTO resolved) */
+    uint64_t ready_ns;     /* when the last rank's submission came in */
     ovl_plan_t *plans;
     struct ovld_op *next;
     ovld_sub_t subs[];
@@ -252,6 +254,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         pp.algo = d->cfg.default_algo;
     if (pp.algo == OVL_ALGO_AUTO)
         pp.algo = ovl_plan_choose(&pp);
+    op->ran_algo = pp.algo;
 
     ovld_exec_rank_t *xr = calloc(j->world, sizeof(*xr));
     op->plans = calloc(j->world, sizeof(*op->plans));
@@ -371,6 +374,8 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
+    ovld_count_op(&d->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
+                  op->k, ovld_now_ns() - op->ready_ns, op->st);
     j->in_flight--;
     op_unlink(j, op);
     op_free(d, j, op);
@@ -809,7 +814,8 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
     }
     ovld_sub_t *s = &op->subs[m->rank];
     s->in = true;
-    op->nin++;
+    if (++op->nin == j->world)
+        op->ready_ns = ovld_now_ns();
     if (op->st == OVL_OK) {
         ovl_status_t st = check_sub(m, q, s, msg, sizeof(msg));
         if (st != OVL_OK) {

@@ -260,6 +260,8 @@ int main(int argc, char **argv)
     d->loop = uv_default_loop();
     d->listen_fd = -1;
     d->start_ns = ovld_now_ns();
+    ovld_stats_reset(&d->counters.total, d->start_ns);
+    ovld_stats_reset(&d->counters.window, d->start_ns);
     ovl_status_t st =
         ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, d, &d->backend, err, sizeof(err));
     if (st != OVL_OK) {

@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "config.h"
 #include "registry.h"
+#include "stats.h"
 #include "wire.h"
 
 struct ovld_member;
@@ -57,7 +58,8 @@ typedef struct ovld {
     ovld_conn_t *conns;
     uint32_t nconns;
     uint64_t next_conn_id;
-    uint64_t conns_accepted, conns_refused;
+    ovld_counters_t counters;
+    uint64_t hits_at_reset, misses_at_reset; /* the backend's cache counts at the last reset */
 
     struct ovld_job *jobs;      /* by id, for joining and status */
     struct ovld_job *dead_jobs; /* ranks all gone, completions outstanding */

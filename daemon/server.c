@@ -77,6 +77,7 @@ static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const c
 static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
 {
     char msg[512];
+    ovld_count_error(&c->d->counters, status);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -121,6 +122,8 @@ static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_inf
     dev->uuid.len = OVLD_UUID_LEN;
     dev->name = info->name;
     dev->total_memory = info->total_memory;
+    if (d->backend->ops->device_usage)
+        d->backend->ops->device_usage(d->backend, i, &dev->streams, &dev->held_bytes);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -359,6 +362,7 @@ static void import_finish(import_work_t *w)
         reg->client_addr = w->client_addr;
         reg->device = w->imp.device;
         ovld_registry_add(&c->reg, reg);
+        OVLD_COUNT(&d->counters, registrations, 1);
         Ovl__MemRegisterReply mr = OVL__MEM_REGISTER_REPLY__INIT;
         mr.mem_id = reg->id;
         Ovl__Response r = OVL__RESPONSE__INIT;
@@ -542,6 +546,7 @@ static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregis
                    q->mem_id);
         return;
     }
+    OVLD_COUNT(&d->counters, deregistrations, 1);
     unmap_work_t *w = d->backend->ops->import_blocking ? calloc(1, sizeof(*w)) : NULL;
     if (w) {
         ovld_registry_remove(&c->reg, reg);
@@ -623,6 +628,131 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
     ovl_plan_free(&plan);
 }
 
+/* ----------------------------------------------------------------- stats */
+
+/* Prometheus-style latency buckets: powers of two from 1 us to 64 s. */
+#define STATS_BUCKETS 27
+
+typedef struct stats_msg {
+    Ovl__StatsBlock block;
+    Ovl__OpCount ops[12];
+    Ovl__OpCount *pops[12];
+    Ovl__ErrorCount errs[OVLD_STATUS_KINDS];
+    Ovl__ErrorCount *perrs[OVLD_STATUS_KINDS];
+    Ovl__HistBucket buckets[STATS_BUCKETS];
+    Ovl__HistBucket *pbuckets[STATS_BUCKETS];
+} stats_msg_t;
+
+/* Fills a StatsBlock that points into m (which must outlive the packing). */
+static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_t now,
+                       uint64_t hits, uint64_t misses)
+{
+    Ovl__StatsBlock *b = &m->block;
+    ovl__stats_block__init(b);
+    b->seconds = (double)(now - s->since_ns) / 1e9;
+    size_t n = 0;
+    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
+        for (int t = 0; t < 3; t++) {
+            b->ops_done += s->ops[a][t];
+            if (!s->ops[a][t] || n >= 12)
+                continue;
+            ovl__op_count__init(&m->ops[n]);
+            m->ops[n].algo = (char *)ovl_algo_name((ovl_algo_t)a);
+            m->ops[n].dtype = (char *)ovl_dtype_name((ovl_dtype_t)t);
+            m->ops[n].count = s->ops[a][t];
+            m->pops[n] = &m->ops[n];
+            n++;
+        }
+    b->n_ops = n;
+    b->ops = m->pops;
+    b->ops_failed = s->ops_failed;
+    b->bytes_gathered = s->bytes_gathered;
+    b->flops = s->flops;
+    b->busy_s = (double)s->busy_ns / 1e9;
+    const ovld_hist_t *h = &s->latency;
+    b->latency_count = h->count;
+    b->latency_sum_s = (double)h->sum_ns / 1e9;
+    b->latency_p50_s = (double)ovld_hist_quantile(h, 0.50) / 1e9;
+    b->latency_p90_s = (double)ovld_hist_quantile(h, 0.90) / 1e9;
+    b->latency_p99_s = (double)ovld_hist_quantile(h, 0.99) / 1e9;
+    b->latency_max_s = (double)h->max_ns / 1e9;
+    unsigned fine = 0;
+    uint64_t cum = 0;
+    for (unsigned i = 0; i < STATS_BUCKETS; i++) {
+        uint64_t le = 1000ull << i; /* 1 us, 2 us, ... ns */
+        while (fine < OVLD_HIST_BUCKETS && ovld_hist_bucket_upper(fine) <= le)
+            cum += h->buckets[fine++];
+        ovl__hist_bucket__init(&m->buckets[i]);
+        m->buckets[i].le_s = (double)le / 1e9;
+        m->buckets[i].count = cum;
+        m->pbuckets[i] = &m->buckets[i];
+    }
+    b->n_latency_buckets = STATS_BUCKETS;
+    b->latency_buckets = m->pbuckets;
+    b->registrations = s->registrations;
+    b->deregistrations = s->deregistrations;
+    b->registry_hits = hits;
+    b->registry_misses = misses;
+    n = 0;
+    for (unsigned k = 1; k < OVLD_STATUS_KINDS; k++) {
+        if (!s->errors[k])
+            continue;
+        ovl__error_count__init(&m->errs[n]);
+        m->errs[n].status = -(int32_t)k;
+        m->errs[n].name = (char *)ovl_strerror((ovl_status_t)-(int)k);
+        m->errs[n].count = s->errors[k];
+        m->perrs[n] = &m->errs[n];
+        n++;
+    }
+    b->n_errors = n;
+    b->errors = m->perrs;
+    b->connections_accepted = s->conns_accepted;
+    b->connections_refused = s->conns_refused;
+    (void)d;
+}
+
+static void on_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q)
+{
+    ovld_t *d = c->d;
+    if (q->reset && c->uid != 0 && c->uid != getuid()) {
+        send_error(c, id, OVL_ERR_PERMISSION,
+                   "only root or ovld's own user (uid %u) may reset the counters",
+                   (unsigned)getuid());
+        return;
+    }
+    stats_msg_t *m = calloc(2, sizeof(*m));
+    if (!m) {
+        send_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        return;
+    }
+    uint64_t now = ovld_now_ns(), hits = 0, misses = 0;
+    if (d->backend->ops->mem_cache_stats)
+        d->backend->ops->mem_cache_stats(d->backend, &hits, &misses);
+    else
+        misses = d->counters.total.registrations; /* every import maps anew */
+    /* The backend counts since start; since a reset is the difference. */
+    fill_stats(d, &d->counters.total, &m[0], now, hits, misses);
+    fill_stats(d, &d->counters.window, &m[1], now, hits - d->hits_at_reset,
+               misses - d->misses_at_reset);
+    Ovl__StatsReply sr = OVL__STATS_REPLY__INIT;
+    sr.uptime_s = (double)(now - d->start_ns) / 1e9;
+    sr.total = &m[0].block;
+    sr.since_reset = &m[1].block;
+    sr.reset_done = q->reset;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_STATS;
+    r.stats = &sr;
+    send_response(c, &r, NULL, 0);
+    free(m);
+    if (q->reset) {
+        ovld_stats_reset(&d->counters.window, now);
+        d->hits_at_reset = hits;
+        d->misses_at_reset = misses;
+        log_info("counters reset by uid %u (pid %d)", (unsigned)c->uid, (int)c->pid);
+    }
+}
+
 /* Handles one frame; false if the connection was closed. */
 static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
 {
@@ -638,6 +768,7 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         return false;
     }
     if (c->d->stopping && q->body_case != OVL__REQUEST__BODY_STATUS &&
+        q->body_case != OVL__REQUEST__BODY_STATS &&
         q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
         bool open = send_error(c, id, OVL_ERR_SHUTDOWN, "ovld is shutting down");
         ovl__request__free_unpacked(q, NULL);
@@ -653,6 +784,7 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
     case OVL__REQUEST__BODY_MEM_DEREGISTER: on_mem_deregister(c, id, q->mem_deregister); break;
     case OVL__REQUEST__BODY_AG_GEMM: on_ag_gemm(c, q->ag_gemm); break;
     case OVL__REQUEST__BODY_PLAN: on_plan(c, id, q->plan); break;
+    case OVL__REQUEST__BODY_STATS: on_stats(c, id, q->stats); break;
     default: conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request"); break;
     }
     bool open = !c->closing;
@@ -814,7 +946,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
         return;
     }
     if (d->nconns >= d->cfg.max_connections || d->stopping) {
-        d->conns_refused++;
+        OVLD_COUNT(&d->counters, conns_refused, 1);
         log_warn("refused a connection from pid %d, uid %u: %s", (int)uc.pid, (unsigned)uc.uid,
                  d->stopping ? "shutting down" : "too many connections (max_connections)");
         ovl_wire_out_t o;
@@ -863,7 +995,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
         d->conns->prev = c;
     d->conns = c;
     d->nconns++;
-    d->conns_accepted++;
+    OVLD_COUNT(&d->counters, conns_accepted, 1);
     c->poll_events = 0;
     conn_update_poll(c);
     log_debug("client %" PRIu64 ": connected (pid %d, uid %u, gid %u)", c->id, (int)c->pid,

@@ -1,0 +1,82 @@
+/*
+ * stats.h: ovld's counters and the op-latency histogram behind `ovlctl
+ * stats`. Pure code, loop thread only, O(1) per op: counters and a
+ * log-linear histogram (4 sub-buckets per power of two of nanoseconds, so
+ * any quantile is known to within 19%), never a list of samples.
+ */
+#ifndef OVLD_STATS_H
+#define OVLD_STATS_H
+
+#include <stdint.h>
+
+#include "ovl.h"
+
+#define OVLD_HIST_SUB     4   /* sub-buckets per power of two */
+#define OVLD_HIST_BUCKETS (64 * OVLD_HIST_SUB)
+#define OVLD_STATUS_KINDS 32  /* -status for every ovl_status_t */
+
+typedef struct ovld_hist {
+    uint64_t buckets[OVLD_HIST_BUCKETS];
+    uint64_t count;
+    uint64_t sum_ns;
+    uint64_t max_ns;
+} ovld_hist_t;
+
+typedef struct ovld_stats {
+    uint64_t since_ns;                 /* monotonic time of start or last reset */
+    uint64_t ops[4][3];                /* done, by algorithm (as run) and dtype */
+    uint64_t ops_failed;
+    uint64_t bytes_gathered;           /* per op: the gathered A's bytes on every rank */
+    uint64_t flops;                    /* per op: 2*M*n*k on every rank, M = world*m */
+    uint64_t busy_ns;                  /* sum of op latencies */
+    ovld_hist_t latency;               /* all ranks in -> every rank done */
+    uint64_t registrations;            /* buffers registered */
+    uint64_t deregistrations;
+    uint64_t errors[OVLD_STATUS_KINDS]; /* failed ops and refused requests, by status */
+    uint64_t conns_accepted, conns_refused;
+} ovld_stats_t;
+
+void ovld_stats_reset(ovld_stats_t *s, uint64_t now_ns);
+
+void ovld_hist_add(ovld_hist_t *h, uint64_t ns);
+/* The q-quantile (0 < q <= 1) in ns: the upper bound of the bucket that
+ * holds it (0 if empty). */
+uint64_t ovld_hist_quantile(const ovld_hist_t *h, double q);
+/* The upper bound (ns) of bucket i. */
+uint64_t ovld_hist_bucket_upper(unsigned i);
+unsigned ovld_hist_bucket_of(uint64_t ns);
+
+/* One op done on every rank. algo is the algorithm that ran. */
+void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world,
+                   uint64_t m, uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status);
+
+void ovld_stats_error(ovld_stats_t *s, ovl_status_t status);
+
+/* What ovld keeps: the same counters since start and since the last reset
+ * (the first feeds Prometheus, whose counters must never go back). */
+typedef struct ovld_counters {
+    ovld_stats_t total;
+    ovld_stats_t window;
+} ovld_counters_t;
+
+#define OVLD_COUNT(c, field, n)                                                                  \
+    do {                                                                                         \
+        (c)->total.field += (n);                                                                 \
+        (c)->window.field += (n);                                                                \
+    } while (0)
+
+static inline void ovld_count_op(ovld_counters_t *c, ovl_algo_t algo, ovl_dtype_t dtype,
+                                 uint32_t world, uint64_t m, uint64_t n, uint64_t k,
+                                 uint64_t latency_ns, ovl_status_t status)
+{
+    ovld_stats_op(&c->total, algo, dtype, world, m, n, k, latency_ns, status);
+    ovld_stats_op(&c->window, algo, dtype, world, m, n, k, latency_ns, status);
+}
+
+static inline void ovld_count_error(ovld_counters_t *c, ovl_status_t status)
+{
+    ovld_stats_error(&c->total, status);
+    ovld_stats_error(&c->window, status);
+}
+
+#endif /* OVLD_STATS_H */
