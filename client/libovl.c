@@ -1071,6 +1071,10 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_AG_GEMM;
     q.ag_gemm = &g;
+    /* Throttle: ovld takes at most `window` ops in flight per rank (on a GPU
+     * this waits on the host only when the rank is that far ahead). */
+    if (g.seq > cm->window && (st = wait_done(cm, g.seq - cm->window)) != OVL_OK)
+        return st;
 #ifdef OVL_HAVE_CUDA
     if (!cl->host) {
         /* On the caller's stream: ready = n once the work before it is done
@@ -1093,9 +1097,6 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         return OVL_OK;
     }
 #endif
-    /* Throttle: ovld takes at most `window` ops in flight per rank. */
-    if (g.seq > cm->window && (st = wait_done(cm, g.seq - cm->window)) != OVL_OK)
-        return st;
     /* Host mode: the caller is the stream, and its data is ready now. */
     __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);
     if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)

@@ -1,0 +1,177 @@
+"""AG-GEMM end to end on the CUDA backend: ovl-demo's client processes (world 2,
+GPUs 0 and 1) through a real ovld, every algorithm per run (naive, collective,
+ring), checked by the clients against a cuBLASLt fp32 reference on the GPU.
+
+Cases: the five benchmark shapes (M x K x N, M the gathered rows: each rank
+holds M/2) in bf16 and fp16, fp32 on the two smallest; small odd shapes in
+every dtype, with and without a_out; a_out on 8192^3 bf16; pointers inside a
+larger allocation (--interior); B stored N x K (--transb) on 4096^3. Each case
+prints its time. Without a GPU (ovld cannot start the CUDA backend) or with
+fewer than 2, prints "SKIP: ..." and exits 77, ctest's skip code.
+
+Budget: under 6 minutes on 2 x H200 (most of a case is process and CUDA
+start-up and the fp32 reference, not the AG-GEMMs)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+
+from ovltest import DEMO, OVLCTL, Daemon, run_tests  # noqa: E402
+
+SKIP_CODE = 77
+WORLD = 2
+ALGOS = ("naive", "collective", "ring")
+START_TIMEOUT = 60.0   # ovld creates a context per GPU before it listens
+CASE_TIMEOUT = 120     # one ovl-demo run
+BUDGET = 480.0         # all of it: cases past this fail unrun (ctest's limit is 600 s)
+DEADLINE = 0.0         # set by main()
+
+# The benchmark shapes, M x K x N (README of the GPU machine).
+BIG = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 14336), (16384, 8192, 2048),
+       (65536, 1024, 1024)]
+FP32_BIG = [(4096, 4096, 4096), (65536, 1024, 1024)]  # fp32 only where it is cheap
+# Small shapes, (m per rank, n, k, extra): odd sizes, chunks that do not divide m.
+SMALL = [(5, 7, 9, []), (33, 31, 29, ["--chunks", "3"]),
+         (10, 13, 17, ["--chunks", "4", "--transb"])]
+
+
+class CudaDaemon(Daemon):
+    """ovld on the CUDA backend: it starts slower than the host one."""
+
+    def __init__(self):
+        try:
+            super().__init__(backend="cuda")
+        except Exception:
+            if hasattr(self, "log") and not self.log.closed:
+                self.log.close()
+            if hasattr(self, "proc"):
+                self.cleanup()
+            elif hasattr(self, "dir"):
+                shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def wait_ready(self, timeout=START_TIMEOUT):
+        return super().wait_ready(timeout)
+
+
+def skip(why):
+    print("SKIP: %s" % why, flush=True)
+    sys.exit(SKIP_CODE)
+
+
+def start_daemon():
+    try:
+        d = CudaDaemon()
+    except AssertionError as e:
+        if "cannot start the cuda backend" in str(e):
+            line = [l for l in str(e).splitlines() if "cannot start the cuda backend" in l]
+            skip("ovld cannot start the CUDA backend: %s" % (line[0].strip() if line else ""))
+        raise
+    try:
+        p = d.run([OVLCTL, "status", "--json"], timeout=30)
+        st = json.loads(p.stdout)
+    except Exception:
+        d.cleanup()
+        raise
+    ndev = len(st.get("devices", []))
+    if st.get("backend") != "cuda" or ndev < WORLD:
+        rc = d.stop()
+        d.cleanup()
+        if rc != 0:
+            print("FAIL: ovld exited %d" % rc)
+            sys.exit(1)
+        skip("ovld's %s backend has %d device(s); the test needs %d GPUs"
+             % (st.get("backend"), ndev, WORLD))
+    names = ", ".join(dev.get("name", "?") for dev in st["devices"])
+    print("ovld %s, %s backend, %d devices: %s" % (st.get("version"), st.get("backend"), ndev,
+                                                   names), flush=True)
+    return d
+
+
+def demo(d, name, m, n, k, dtype, extra, iters, seed):
+    cmd = [DEMO, "-w", str(WORLD), "-m", str(m), "-n", str(n), "-k", str(k), "-d", dtype,
+           "-i", str(iters), "--seed", str(seed), "--job", "gpu-e2e-%d" % seed, *extra]
+    left = DEADLINE - time.monotonic()
+    if left < 5:
+        raise AssertionError("%s: not run, the test is past its %.0f s budget" % (name, BUDGET))
+    limit = min(CASE_TIMEOUT, left)
+    # its own process group: on a timeout the demo's rank processes go too
+    p = subprocess.Popen(cmd, env=d.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        msg = "%s: no answer within %.0f s\ncommand: %s\nstdout:\n%s\nstderr:\n%s\n" % (
+            name, limit, " ".join(cmd), out, err)
+        raise AssertionError(msg + "ovld log (tail):\n%s" % d.log_text()[-6000:]) from None
+    rows = {a: [l for l in out.splitlines() if l.startswith(a + " ")] for a in ALGOS}
+    ok = (p.returncode == 0 and "all checks passed" in out and
+          all(len(r) == 1 and r[0].rstrip().endswith("OK") for r in rows.values()))
+    if not ok:
+        raise AssertionError("%s failed (exit %d)\ncommand: %s\nstdout:\n%s\nstderr:\n%s\n"
+                             "ovld log (tail):\n%s" % (name, p.returncode, " ".join(cmd), out,
+                                                       err, d.log_text()[-6000:]))
+    # the demo's ms/op per algorithm (run_tests prints the case's time next)
+    print("  ms/op: " + ", ".join("%s %s" % (a, rows[a][0].split()[1]) for a in ALGOS),
+          flush=True)
+
+
+def cases():
+    """(name, m, n, k, dtype, extra args, iters): fixed, in a fixed order."""
+    out = []
+    for (m, n, k, extra) in SMALL:
+        for dt in ("bf16", "fp16", "fp32"):
+            for aout in (False, True):
+                ex = extra + (["--a-out"] if aout else [])
+                name = "m%d-n%d-k%d-%s%s%s" % (m, n, k, dt, "-transb" if "--transb" in extra
+                                               else "", "-a_out" if aout else "")
+                out.append((name, m, n, k, dt, ex, 3))
+    out.append(("m33-n31-k29-fp16-interior-a_out", 33, 31, 29, "fp16",
+                ["--interior", "--a-out", "--chunks", "3"], 3))
+    for (M, K, N) in BIG:
+        for dt in ("bf16", "fp16", "fp32"):
+            if dt == "fp32" and (M, K, N) not in FP32_BIG:
+                continue
+            out.append(("%dx%dx%d-%s" % (M, K, N, dt), M // WORLD, N, K, dt, [], 3))
+    out.append(("8192x8192x8192-bf16-a_out", 4096, 8192, 8192, "bf16", ["--a-out"], 3))
+    out.append(("4096x4096x4096-bf16-interior", 2048, 4096, 4096, "bf16", ["--interior"], 3))
+    out.append(("4096x4096x4096-bf16-transb", 2048, 4096, 4096, "bf16", ["--transb"], 3))
+    return out
+
+
+def main():
+    if not os.path.exists(DEMO) and os.sep in DEMO:
+        print("FAIL: ovl-demo not found at %s (set OVL_DEMO_BIN)" % DEMO)
+        sys.exit(1)
+    global DEADLINE
+    t0 = time.monotonic()
+    DEADLINE = t0 + BUDGET
+    d = start_daemon()
+    tests = []
+    for i, (name, m, n, k, dt, extra, iters) in enumerate(cases()):
+        def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=1000 + i):
+            demo(d, name, m, n, k, dt, extra, iters, seed)
+        t.__name__ = name
+        tests.append(t)
+
+    def daemon_stops_cleanly():
+        rc = d.stop()
+        assert rc == 0, "ovld exited %d after SIGTERM\novld log (tail):\n%s" % (
+            rc, d.log_text()[-6000:])
+    tests.append(daemon_stops_cleanly)
+    try:
+        run_tests(tests)  # prints "N passed, N failed" and exits
+    finally:
+        d.cleanup()
+        print("total %.1f s" % (time.monotonic() - t0), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,573 @@
+/*
+ * test_stream_contract.c: the stream contract of ovl_allgather_gemm on the
+ * CUDA backend. "The op starts after the work already on the stream, and the
+ * work enqueued after the call sees c complete", with no host synchronization.
+ *
+ * The test starts its own ovld ($OVLD_BIN, CUDA backend, a socket in a
+ * temporary directory) and forks two rank processes (GPUs 0 and 1) of one
+ * job. Each rank enqueues, for i in 0..99, on ONE stream and without a host
+ * synchronization between iterations:
+ *
+ *   fill A with seed BASE + i   (a kernel: the op must wait for it, and the
+ *                                peer must have pulled A of op i - 1 first)
+ *   poison C with 0xFF bytes    (NaN: an op that started early is clobbered)
+ *   ovl_allgather_gemm          (the algorithm cycles: auto, naive,
+ *                                collective, ring)
+ *   copy C into history slot i  (even i: cudaMemcpyAsync, a copy-engine read;
+ *                                odd i: a kernel converting to fp32, an SM
+ *                                read); a read too early sees poison or the
+ *                                previous op's result
+ *
+ * then synchronizes once, requires ovl_comm_check == OVL_OK, and checks every
+ * slot against a cuBLASLt fp32 product of both ranks' A for that seed (rebuilt
+ * on the GPU) and its B: relative error below 1e-2 (bf16) and no non-finite
+ * element, for the rows of each source rank separately. A failing slot means
+ * the doorbells did not order the work. The history is poisoned before the
+ * loop, so a slot that was never written fails too.
+ *
+ * The parent prints "N passed, N failed" (one test per rank) and exits 0 only
+ * if both ranks pass; it kills the ranks and fails after 120 s. It exits 77
+ * (ctest's skip code) when ovld cannot start the CUDA backend or there are
+ * fewer than 2 GPUs. The parent itself never touches CUDA: a process that
+ * initialized CUDA must not fork children that use it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_gemm.h"
+#include "demo_cuda.h"
+#include "ovl.h"
+
+#define SKIP_CODE     77
+#define WORLD         2
+#define ITERS         100
+#define SEED_BASE     20240601u
+#define M             256 /* rows per rank */
+#define N             192
+#define K             320
+#define DTYPE         OVL_DTYPE_BF16
+#define TOLERANCE     1e-2
+#define TEST_LIMIT_S  120.0
+#define START_LIMIT_S 60.0
+#define STOP_LIMIT_S  30.0
+#define JOB_ID        "stream-contract"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------ a rank */
+
+static const ovl_algo_t algos[] = {OVL_ALGO_AUTO, OVL_ALGO_NAIVE, OVL_ALGO_COLLECTIVE,
+                                   OVL_ALGO_RING};
+#define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
+
+#define CK(call)                                                                                 \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));          \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+/* Two siblings meet: each writes a byte to the other and reads the other's.
+ * A peer that died gives EOF, not a hang. */
+static int barrier(int wfd, int rfd)
+{
+    char ch = 'b';
+    if (write(wfd, &ch, 1) != 1)
+        return -1;
+    ssize_t got;
+    do
+        got = read(rfd, &ch, 1);
+    while (got < 0 && errno == EINTR);
+    return got == 1 ? 0 : -1;
+}
+
+static size_t place(size_t *cursor, size_t bytes)
+{
+    size_t at = (*cursor + 255) / 256 * 256;
+    *cursor = at + bytes;
+    return at;
+}
+
+static int rank_main(uint32_t rank, int wfd, int rfd)
+{
+    int rc = 1, ndev = 0;
+    const size_t es = ovl_dtype_size(DTYPE);
+    const uint64_t rows = (uint64_t)WORLD * M;
+    const size_t c_bytes = rows * N * es;
+    const size_t slot_bytes = rows * N * sizeof(float); /* room for an fp32 copy */
+    ovl_client_t *cl = NULL;
+    ovl_comm_t *comm = NULL;
+    cudaStream_t s = NULL;
+    char *arena = NULL, *hist = NULL, *ga = NULL;
+    float *ga32 = NULL, *b32 = NULL, *ref = NULL;
+    double *acc = NULL;
+    void *ws = NULL;
+    ovld_lt_t *lt = NULL;
+    char err[256];
+
+    if (ovl_connect(NULL, &cl) != OVL_OK) {
+        fprintf(stderr, "rank %u: ovl_connect: %s\n", rank, ovl_connect_error());
+        return 1;
+    }
+    ovl_set_timeout(cl, 60000);
+    ovl_daemon_info_t info;
+    if (ovl_daemon_info(cl, &info) != OVL_OK || strcmp(info.backend, "cuda") != 0) {
+        fprintf(stderr, "rank %u: ovld does not run the cuda backend\n", rank);
+        goto out;
+    }
+    if (info.ndevices < WORLD) {
+        printf("SKIP: ovld has %u GPU%s, the test needs %d\n", info.ndevices,
+               info.ndevices == 1 ? "" : "s", WORLD);
+        rc = SKIP_CODE;
+        goto out;
+    }
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev < WORLD) {
+        printf("SKIP: %d GPU%s visible to the test (%s), it needs %d\n", ndev,
+               ndev == 1 ? "" : "s", ce != cudaSuccess ? cudaGetErrorName(ce) : "ok", WORLD);
+        rc = SKIP_CODE;
+        goto out;
+    }
+    CK(cudaSetDevice((int)rank));
+    if (ovl_comm_init(cl, JOB_ID, WORLD, rank, (int)rank, &comm) != OVL_OK) {
+        fprintf(stderr, "rank %u: ovl_comm_init: %s\n", rank, ovl_last_error(cl));
+        goto out;
+    }
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    /* A, B and C in one allocation, the only memory ovld maps. */
+    size_t cur = 0;
+    size_t off_a = place(&cur, (size_t)M * K * es);
+    size_t off_b = place(&cur, (size_t)K * N * es);
+    size_t off_c = place(&cur, c_bytes);
+    CK(cudaMalloc((void **)&arena, cur));
+    void *a = arena + off_a, *b = arena + off_b, *c = arena + off_c;
+    CK(cudaMalloc((void **)&hist, (size_t)ITERS * slot_bytes));
+    CK(ovl_demo_fill(DTYPE, b, K, N, N, SEED_BASE, rank, 1, s));
+    CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
+    CK(cudaMemsetAsync(hist, 0xff, (size_t)ITERS * slot_bytes, s)); /* NaN in fp32 and bf16 */
+    CK(cudaStreamSynchronize(s));
+
+    /* Start together: a rank that ran far ahead of one still starting would
+     * only test the daemon's patience. */
+    if (barrier(wfd, rfd) != 0) {
+        fprintf(stderr, "rank %u: the other rank is gone\n", rank);
+        goto out;
+    }
+
+    /* The loop: one stream, no host synchronization. */
+    double t0 = now_s();
+    for (int i = 0; i < ITERS; i++) {
+        CK(ovl_demo_fill(DTYPE, a, M, K, K, SEED_BASE + (uint64_t)i, rank, 0, s));
+        CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
+        ovl_ag_gemm_desc_t d = {.a = a, .lda = K, .b = b, .ldb = N, .transb = 0, .c = c,
+                                .ldc = N, .m = M, .n = N, .k = K, .dtype = DTYPE,
+                                .algo = algos[i % NALGOS]};
+        if (ovl_allgather_gemm(comm, &d, s) != OVL_OK) {
+            fprintf(stderr, "rank %u: ovl_allgather_gemm %d: %s\n", rank, i, ovl_last_error(cl));
+            goto out;
+        }
+        char *slot = hist + (size_t)i * slot_bytes;
+        if (i % 2 == 0)
+            CK(cudaMemcpyAsync(slot, c, c_bytes, cudaMemcpyDeviceToDevice, s));
+        else
+            CK(ovl_demo_to_f32(DTYPE, c, rows, N, N, (float *)slot, s));
+    }
+    double t_sub = now_s() - t0;
+    CK(cudaStreamSynchronize(s));
+    double t_all = now_s() - t0;
+    ovl_status_t st = ovl_comm_check(comm);
+    if (st != OVL_OK) {
+        fprintf(stderr, "rank %u: ovl_comm_check: %s: %s\n", rank, ovl_strerror(st),
+                ovl_last_error(cl));
+        goto out;
+    }
+    printf("rank %u: %d ops enqueued in %.1f ms, all done after %.1f ms\n", rank, ITERS,
+           t_sub * 1e3, t_all * 1e3);
+
+    /* The check: for each slot, the reference from both ranks' A of its seed. */
+    CK(cudaMalloc((void **)&ga, rows * K * es));
+    CK(cudaMalloc((void **)&ga32, rows * K * sizeof(float)));
+    CK(cudaMalloc((void **)&b32, (size_t)K * N * sizeof(float)));
+    CK(cudaMalloc((void **)&ref, rows * N * sizeof(float)));
+    CK(cudaMalloc((void **)&acc, WORLD * 3 * sizeof(double)));
+    CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
+    if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK) {
+        fprintf(stderr, "rank %u: %s\n", rank, err);
+        goto out;
+    }
+    CK(ovl_demo_to_f32(DTYPE, b, K, N, N, b32, s));
+    int bad = 0;
+    for (int i = 0; i < ITERS; i++) {
+        for (uint32_t r = 0; r < WORLD; r++)
+            CK(ovl_demo_fill(DTYPE, ga + (size_t)r * M * K * es, M, K, K,
+                             SEED_BASE + (uint64_t)i, r, 0, s));
+        CK(ovl_demo_to_f32(DTYPE, ga, rows, K, K, ga32, s));
+        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = rows, .n = N, .k = K,
+                              .nblocks = 1, .block_stride = 0, .a = {ga32, K}, .b = {b32, N},
+                              .c = {ref, N}, .transb = 0};
+        if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
+            fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
+            goto out;
+        }
+        /* Slot i holds dtype values (even i) or their fp32 conversion (odd i). */
+        ovl_dtype_t sdt = i % 2 == 0 ? DTYPE : OVL_DTYPE_FP32;
+        size_t ses = ovl_dtype_size(sdt);
+        const char *slot = hist + (size_t)i * slot_bytes;
+        double h[WORLD][3];
+        CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+        for (uint32_t r = 0; r < WORLD; r++)
+            CK(ovl_demo_error_acc(sdt, slot + (size_t)r * M * N * ses, N,
+                                  ref + (size_t)r * M * N, M, N, acc + 3 * r, s));
+        CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        bool ok = true;
+        double e[WORLD];
+        for (uint32_t r = 0; r < WORLD; r++) {
+            e[r] = ovl_demo_rel_error(h[r]);
+            ok = ok && e[r] < TOLERANCE;
+        }
+        if (!ok) {
+            bad++;
+            fprintf(stderr, "rank %u: slot %d (%s, read by %s) FAILED:", rank, i,
+                    ovl_algo_name(algos[i % NALGOS]),
+                    i % 2 == 0 ? "cudaMemcpyAsync" : "a kernel");
+            for (uint32_t r = 0; r < WORLD; r++)
+                fprintf(stderr, " rows of rank %u: rel. error %.3e, %.0f non-finite;", r, e[r],
+                        h[r][2]);
+            fprintf(stderr, "\n");
+        }
+    }
+    printf("rank %u: %d of %d slots checked wrong (tolerance %.0e per source rank's rows)\n",
+           rank, bad, ITERS, TOLERANCE);
+    rc = bad == 0 ? 0 : 1;
+out:
+    if (s)
+        cudaStreamSynchronize(s);
+    /* ovld must forget the arena before it is freed: first its ops, then it. */
+    if (comm)
+        (void)ovl_comm_synchronize(comm);
+    ovl_mem_t *mem;
+    if (arena && cl && ovl_mem_register(cl, arena, 1, &mem) == OVL_OK)
+        (void)ovl_mem_deregister(cl, mem);
+    if (comm && ovl_comm_destroy(comm) != OVL_OK && rc == 0) {
+        fprintf(stderr, "rank %u: ovl_comm_destroy: %s\n", rank, ovl_last_error(cl));
+        rc = 1;
+    }
+    ovl_disconnect(cl);
+    if (lt)
+        ovld_lt_destroy(lt);
+    cudaFree(ws);
+    cudaFree(acc);
+    cudaFree(ref);
+    cudaFree(b32);
+    cudaFree(ga32);
+    cudaFree(ga);
+    cudaFree(hist);
+    cudaFree(arena);
+    if (s)
+        cudaStreamDestroy(s);
+    fflush(stdout);
+    fflush(stderr);
+    return rc;
+}
+
+/* ------------------------------------------------------------ ovld */
+
+typedef struct daemon {
+    char dir[64];
+    char sock[128];
+    char log[128];
+    char conf[128];
+    pid_t pid;
+} daemon_t;
+
+static void print_log_tail(const daemon_t *d)
+{
+    FILE *f = fopen(d->log, "r");
+    if (!f)
+        return;
+    static char buf[4097];
+    long at = 0;
+    if (fseek(f, 0, SEEK_END) == 0 && (at = ftell(f)) > 4096)
+        at -= 4096;
+    else
+        at = 0;
+    fseek(f, at, SEEK_SET);
+    size_t got = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    fprintf(stderr, "---- ovld log (last %zu bytes) ----\n%s---- end of ovld log ----\n", got,
+            buf);
+}
+
+static bool log_has(const daemon_t *d, const char *what)
+{
+    FILE *f = fopen(d->log, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+static bool can_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* 0: listening; 1: failed; SKIP_CODE: no CUDA backend here. */
+static int daemon_start(daemon_t *d)
+{
+    snprintf(d->dir, sizeof(d->dir), "/tmp/ovl-contract-XXXXXX");
+    if (!mkdtemp(d->dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(d->sock, sizeof(d->sock), "%s/ovld.sock", d->dir);
+    snprintf(d->log, sizeof(d->log), "%s/ovld.log", d->dir);
+    snprintf(d->conf, sizeof(d->conf), "%s/ovld.conf", d->dir);
+    /* A window much smaller than the loop: libovl must throttle the
+     * 100 ops on the host (waiting only when a rank runs that far ahead)
+     * without breaking the stream order, and ovld must never see a rank
+     * more than the window ahead of the other. */
+    FILE *cf = fopen(d->conf, "w");
+    if (!cf || fprintf(cf, "max_ops_in_flight = 8\n") < 0 || fclose(cf) != 0) {
+        perror("writing ovld.conf");
+        return 1;
+    }
+    const char *bin = getenv("OVLD_BIN");
+    if (!bin || !*bin)
+        bin = "ovld";
+    int lfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (lfd < 0) {
+        perror("creating ovld.log");
+        return 1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    d->pid = fork();
+    if (d->pid < 0) {
+        perror("fork");
+        close(lfd);
+        return 1;
+    }
+    if (d->pid == 0) {
+        dup2(lfd, STDOUT_FILENO);
+        dup2(lfd, STDERR_FILENO);
+        execlp(bin, bin, "--foreground", "--backend", "cuda", "--socket", d->sock,
+               "--config", d->conf, "--log-level", "debug", (char *)NULL);
+        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    close(lfd);
+    double deadline = now_s() + START_LIMIT_S;
+    while (now_s() < deadline) {
+        int ws;
+        if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
+            d->pid = 0;
+            if (log_has(d, "cannot start the cuda backend")) {
+                printf("SKIP: ovld cannot start the CUDA backend (no usable GPU)\n");
+                print_log_tail(d);
+                return SKIP_CODE;
+            }
+            fprintf(stderr, "FAIL: ovld (%s) exited early (status 0x%x)\n", bin, ws);
+            print_log_tail(d);
+            return 1;
+        }
+        if (can_connect(d->sock))
+            return 0;
+        sleep_ms(20);
+    }
+    fprintf(stderr, "FAIL: ovld did not listen within %.0f s\n", START_LIMIT_S);
+    print_log_tail(d);
+    return 1;
+}
+
+/* Stops ovld with SIGTERM; true if it exited 0 in time. */
+static bool daemon_stop(daemon_t *d)
+{
+    if (d->pid <= 0)
+        return true;
+    kill(d->pid, SIGTERM);
+    double deadline = now_s() + STOP_LIMIT_S;
+    int ws = 0;
+    pid_t got = 0;
+    while ((got = waitpid(d->pid, &ws, WNOHANG)) == 0 && now_s() < deadline)
+        sleep_ms(20);
+    if (got != d->pid) {
+        fprintf(stderr, "FAIL: ovld did not stop within %.0f s of SIGTERM\n", STOP_LIMIT_S);
+        kill(d->pid, SIGKILL);
+        waitpid(d->pid, &ws, 0);
+        d->pid = 0;
+        return false;
+    }
+    d->pid = 0;
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        fprintf(stderr, "FAIL: ovld ended with status 0x%x after SIGTERM (want exit 0)\n", ws);
+        return false;
+    }
+    return true;
+}
+
+static void daemon_cleanup(daemon_t *d)
+{
+    if (d->pid > 0) {
+        kill(d->pid, SIGKILL);
+        waitpid(d->pid, NULL, 0);
+    }
+    unlink(d->sock);
+    unlink(d->log);
+    unlink(d->conf);
+    rmdir(d->dir);
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    daemon_t d;
+    memset(&d, 0, sizeof(d));
+    int st = daemon_start(&d);
+    if (st != 0) {
+        daemon_cleanup(&d);
+        return st;
+    }
+    setenv("OVL_SOCKET", d.sock, 1);
+
+    /* p[0]: rank 0 -> rank 1, p[1]: rank 1 -> rank 0 (the start barrier). */
+    int p[WORLD][2];
+    for (int i = 0; i < WORLD; i++)
+        if (pipe(p[i]) != 0) {
+            perror("pipe");
+            daemon_cleanup(&d);
+            return 1;
+        }
+    pid_t pids[WORLD] = {0};
+    int codes[WORLD] = {-1, -1};
+    bool done[WORLD] = {false};
+    for (uint32_t r = 0; r < WORLD; r++) {
+        fflush(stdout);
+        fflush(stderr);
+        pids[r] = fork();
+        if (pids[r] < 0) {
+            perror("fork");
+            for (uint32_t q = 0; q < r; q++)
+                kill(pids[q], SIGKILL);
+            daemon_cleanup(&d);
+            return 1;
+        }
+        if (pids[r] == 0) {
+            int wfd = p[r][1], rfd = p[1 - r][0];
+            close(p[r][0]);
+            close(p[1 - r][1]);
+            _exit(rank_main(r, wfd, rfd));
+        }
+    }
+    for (int i = 0; i < WORLD; i++) {
+        close(p[i][0]);
+        close(p[i][1]);
+    }
+
+    /* Wait, bounded. A rank that fails may leave the other waiting for ops
+     * that never complete: it gets 10 s to finish on its own. */
+    double t0 = now_s(), deadline = t0 + TEST_LIMIT_S;
+    int left = WORLD;
+    bool timed_out = false;
+    while (left > 0) {
+        int ws;
+        pid_t pid = waitpid(-1, &ws, WNOHANG);
+        if (pid < 0 && errno != EINTR)
+            break;
+        if (pid > 0) {
+            for (int r = 0; r < WORLD; r++)
+                if (pids[r] == pid) {
+                    done[r] = true;
+                    codes[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+                    left--;
+                    if (codes[r] != 0 && codes[r] != SKIP_CODE && deadline > now_s() + 10)
+                        deadline = now_s() + 10;
+                }
+            continue;
+        }
+        if (now_s() > deadline) {
+            timed_out = true;
+            for (int r = 0; r < WORLD; r++)
+                if (!done[r]) {
+                    fprintf(stderr, "FAIL: rank %d still running after %.0f s: killed\n", r,
+                            now_s() - t0);
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], NULL, 0);
+                    done[r] = true;
+                    codes[r] = 128 + SIGKILL;
+                }
+            break;
+        }
+        sleep_ms(20);
+    }
+
+    int passed = 0, failed = 0, skipped = 0;
+    for (int r = 0; r < WORLD; r++) {
+        if (codes[r] == 0)
+            passed++;
+        else if (codes[r] == SKIP_CODE)
+            skipped++;
+        else
+            failed++;
+    }
+    bool stopped = daemon_stop(&d);
+    if (skipped == WORLD && stopped) {
+        daemon_cleanup(&d);
+        return SKIP_CODE; /* the ranks said why */
+    }
+    failed += skipped; /* one rank skipping alone is a failure */
+    for (int r = 0; r < WORLD; r++)
+        printf("%s rank %d (exit %d)\n", codes[r] == 0 ? "PASS" : "FAIL", r, codes[r]);
+    if (!stopped)
+        failed++;
+    if (failed || timed_out)
+        print_log_tail(&d);
+    printf("stream contract: %.1f s\n", now_s() - t0);
+    printf("%d passed, %d failed\n", passed, failed);
+    daemon_cleanup(&d);
+    return failed == 0 && !timed_out ? 0 : 1;
+}
