@@ -1,0 +1,1664 @@
+/*
+ * ovl_bench.c: ovl-bench, the benchmark of ovl on the CUDA backend.
+ *
+ * For each shape (M x K x N, M the gathered row count) it times
+ * C = allgather(A) @ B three ways on the same GPUs, in one run:
+ *
+ *   - through ovld: W forked rank processes (rank r on GPU r) join one job
+ *     and submit ovl_allgather_gemm back to back on their own stream, for
+ *     every algorithm and chunk count asked for;
+ *   - the baselines, in this process once the ranks have exited: NCCL's
+ *     all-gather alone, the cuBLASLt GEMM alone (the same wrapper ovld uses),
+ *     and the two in sequence ("unfused"); floor = max(all-gather, GEMM).
+ *
+ * Every time is the median of `iters` back-to-back ops measured with CUDA
+ * events on the stream that issues them (the application's view of one op in
+ * steady state), taken as the maximum over GPUs: the slowest rank bounds the
+ * pipeline. With --check every ovl config's C is compared with a cuBLASLt
+ * fp32 product of the same inputs.
+ *
+ * CUDA cannot be used in a child forked after the parent initialized it, so
+ * the parent touches CUDA only after every child is gone: a first child
+ * probes the GPUs and the daemon, the rank children run the ovl part, and
+ * only then does the parent time the baselines.
+ *
+ * Exit status: 0 if everything ran and every check passed, 1 on any failure
+ * or failed check, 2 for bad arguments, 77 when there is no GPU.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "cuda_gemm.h"
+#include "demo_cuda.h"
+#include "ovl.h"
+
+#define MAX_SHAPES 32
+#define MAX_ALGOS 4
+#define MAX_CHUNKS 16
+#define MAX_CFGS (MAX_ALGOS * MAX_CHUNKS)
+#define MAX_WORLD 16
+#define MAX_ITERS 10000
+
+/* The data are the same in every run, so that runs compare; never zeros,
+ * whose products would flatter the GPU's power draw. */
+#define SEED 0x6f766c62656e6368ull
+
+/* Ops a rank may have submitted beyond its last completed one. ovld takes at
+ * most max_ops_in_flight (64 by default) per rank, and libovl throttles there
+ * by polling the doorbell; waiting here on our own event for the op 32 behind
+ * keeps well inside that, costs no polling copies during the timing, and
+ * leaves the stream full, so the ops stay back to back. */
+#define SUBMIT_WINDOW 32
+
+/* The client's timeout for blocking calls: the first op of a config may wait
+ * for ovld to set up (NCCL communicators, IPC imports). */
+#define CLIENT_TIMEOUT_MS 120000
+
+/* ------------------------------------------------------------ options */
+
+typedef struct shape {
+    uint64_t M, K, N;
+} shape_t;
+
+typedef struct cfg {
+    ovl_algo_t algo;
+    uint32_t chunks;
+} cfg_t;
+
+typedef struct bopts {
+    const char *socket;
+    uint32_t world; /* 0 until known: the number of GPUs */
+    ovl_dtype_t dtype;
+    shape_t shapes[MAX_SHAPES];
+    int nshapes;
+    ovl_algo_t algos[MAX_ALGOS];
+    int nalgos;
+    uint32_t chunks[MAX_CHUNKS];
+    int nchunks;
+    cfg_t cfgs[MAX_CFGS];
+    int ncfgs;
+    int warmup, iters;
+    const char *results;
+    bool check;
+    const char *label;
+    int timeout_s;
+    char job[64];
+} bopts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: ovl-bench [OPTIONS]\n"
+            "\n"
+            "Times C = allgather(A) @ B through ovld against NCCL all-gather + cuBLASLt GEMM\n"
+            "on the same GPUs. ovld must be running with the CUDA backend.\n"
+            "\n"
+            "  --socket PATH     ovld's socket (default $OVL_SOCKET, else %s)\n"
+            "  --world W         ranks, one GPU each (default: every GPU)\n"
+            "  --dtype T         bf16, fp16 or fp32 (default bf16)\n"
+            "  --shapes LIST     MxKxN,... with M the gathered rows, divisible by W (default\n"
+            "                    4096x4096x4096,8192x8192x8192,16384x8192x14336,\n"
+            "                    16384x8192x2048,65536x1024x1024)\n"
+            "  --algos LIST      naive,collective,ring,auto (default naive,collective,ring)\n"
+            "  --chunks LIST     chunk counts, 0 = the daemon's default (default 0,2,4);\n"
+            "                    naive runs once\n"
+            "  --warmup N        untimed ops per config (default 5)\n"
+            "  --iters N         timed ops per config (default 30)\n"
+            "  --results FILE    append the table as markdown (default bench/results.md;\n"
+            "                    - for none)\n"
+            "  --check           check every ovl result (default)\n"
+            "  --no-check        do not\n"
+            "  --label TEXT      free text for the results header (e.g. a git commit)\n"
+            "  --timeout S       seconds a shape may take before everything is stopped\n"
+            "                    (default 300)\n"
+            "  -h, --help        show this help\n",
+            OVL_DEFAULT_SOCKET);
+}
+
+static int parse_u64(const char *s, uint64_t *ret)
+{
+    char *end;
+    errno = 0;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *ret = v;
+    return 0;
+}
+
+/* Splits a comma-separated list in place; calls one(item) for each. */
+static int parse_list(char *s, int (*one)(bopts_t *, const char *), bopts_t *o)
+{
+    for (char *save = NULL, *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (one(o, t) != 0)
+            return -1;
+    return 0;
+}
+
+static int add_shape(bopts_t *o, const char *t)
+{
+    unsigned long long M, K, N;
+    int used = 0;
+    if (o->nshapes == MAX_SHAPES ||
+        sscanf(t, "%llu%*[xX]%llu%*[xX]%llu%n", &M, &K, &N, &used) != 3 || t[used] ||
+        M == 0 || K == 0 || N == 0) {
+        fprintf(stderr, "ovl-bench: bad shape '%s' (MxKxN, at most %d shapes)\n", t, MAX_SHAPES);
+        return -1;
+    }
+    o->shapes[o->nshapes++] = (shape_t){M, K, N};
+    return 0;
+}
+
+static int add_algo(bopts_t *o, const char *t)
+{
+    if (o->nalgos == MAX_ALGOS || ovl_algo_parse(t, &o->algos[o->nalgos]) != OVL_OK) {
+        fprintf(stderr, "ovl-bench: bad algorithm '%s' (naive, collective, ring, auto)\n", t);
+        return -1;
+    }
+    o->nalgos++;
+    return 0;
+}
+
+static int add_chunks(bopts_t *o, const char *t)
+{
+    uint64_t v;
+    if (o->nchunks == MAX_CHUNKS || parse_u64(t, &v) != 0 || v > 64) {
+        fprintf(stderr, "ovl-bench: bad chunk count '%s' (0..64, at most %d)\n", t, MAX_CHUNKS);
+        return -1;
+    }
+    o->chunks[o->nchunks++] = (uint32_t)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bopts_t *o)
+{
+    enum { O_SOCKET = 1, O_WORLD, O_DTYPE, O_SHAPES, O_ALGOS, O_CHUNKS, O_WARMUP, O_ITERS,
+           O_RESULTS, O_CHECK, O_NOCHECK, O_LABEL, O_TIMEOUT };
+    static const struct option lo[] = {
+        {"socket", required_argument, NULL, O_SOCKET},
+        {"world", required_argument, NULL, O_WORLD},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"shapes", required_argument, NULL, O_SHAPES},
+        {"algos", required_argument, NULL, O_ALGOS},
+        {"chunks", required_argument, NULL, O_CHUNKS},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"iters", required_argument, NULL, O_ITERS},
+        {"results", required_argument, NULL, O_RESULTS},
+        {"check", no_argument, NULL, O_CHECK},
+        {"no-check", no_argument, NULL, O_NOCHECK},
+        {"label", required_argument, NULL, O_LABEL},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char shapes[] = "4096x4096x4096,8192x8192x8192,16384x8192x14336,16384x8192x2048,"
+                    "65536x1024x1024";
+    char algos[] = "naive,collective,ring", chunks[] = "0,2,4";
+    char *shapes_arg = NULL, *algos_arg = NULL, *chunks_arg = NULL;
+    uint64_t v;
+    int ch;
+
+    *o = (bopts_t){.dtype = OVL_DTYPE_BF16, .warmup = 5, .iters = 30,
+                   .results = "bench/results.md", .check = true, .label = "", .timeout_s = 300};
+    snprintf(o->job, sizeof(o->job), "bench-%d", (int)getpid());
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (ch) {
+        case O_SOCKET: o->socket = optarg; break;
+        case O_DTYPE:
+            if (ovl_dtype_parse(optarg, &o->dtype) != OVL_OK) {
+                fprintf(stderr, "ovl-bench: unknown dtype '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case O_SHAPES: shapes_arg = optarg; break;
+        case O_ALGOS: algos_arg = optarg; break;
+        case O_CHUNKS: chunks_arg = optarg; break;
+        case O_RESULTS: o->results = optarg; break;
+        case O_CHECK: o->check = true; break;
+        case O_NOCHECK: o->check = false; break;
+        case O_LABEL: o->label = optarg; break;
+        case 'h': usage(stdout); exit(0);
+        case O_WORLD: case O_WARMUP: case O_ITERS: case O_TIMEOUT:
+            if (parse_u64(optarg, &v) != 0 || v > 1000000) {
+                fprintf(stderr, "ovl-bench: '%s' is not a number\n", optarg);
+                return -1;
+            }
+            if (ch == O_WORLD)
+                o->world = (uint32_t)v;
+            else if (ch == O_WARMUP)
+                o->warmup = (int)v;
+            else if (ch == O_ITERS)
+                o->iters = (int)v;
+            else
+                o->timeout_s = (int)v;
+            break;
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ovl-bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (parse_list(shapes_arg ? shapes_arg : shapes, add_shape, o) != 0 ||
+        parse_list(algos_arg ? algos_arg : algos, add_algo, o) != 0 ||
+        parse_list(chunks_arg ? chunks_arg : chunks, add_chunks, o) != 0)
+        return -1;
+    if (o->nshapes == 0 || o->nalgos == 0 || o->nchunks == 0) {
+        fprintf(stderr, "ovl-bench: empty --shapes, --algos or --chunks\n");
+        return -1;
+    }
+    if (o->iters < 1 || o->iters > MAX_ITERS || o->warmup > MAX_ITERS || o->timeout_s < 1) {
+        fprintf(stderr, "ovl-bench: --iters 1..%d, --warmup 0..%d, --timeout >= 1\n", MAX_ITERS,
+                MAX_ITERS);
+        return -1;
+    }
+    /* The same configs in the same order on every rank: ovld matches ops by
+     * their number, and ranks that disagree fail the job. */
+    for (int a = 0; a < o->nalgos; a++) {
+        if (o->algos[a] == OVL_ALGO_NAIVE) { /* one gather, one GEMM: no chunks */
+            o->cfgs[o->ncfgs++] = (cfg_t){OVL_ALGO_NAIVE, 0};
+            continue;
+        }
+        for (int c = 0; c < o->nchunks; c++)
+            o->cfgs[o->ncfgs++] = (cfg_t){o->algos[a], o->chunks[c]};
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ small helpers */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double tolerance(ovl_dtype_t dt)
+{
+    return dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2;
+}
+
+static void shape_str(char *buf, size_t len, shape_t s)
+{
+    snprintf(buf, len, "%" PRIu64 "x%" PRIu64 "x%" PRIu64, s.M, s.K, s.N);
+}
+
+static void cfg_str(char *buf, size_t len, cfg_t c)
+{
+    if (c.algo == OVL_ALGO_NAIVE)
+        snprintf(buf, len, "%s", ovl_algo_name(c.algo));
+    else
+        snprintf(buf, len, "%s chunks %u", ovl_algo_name(c.algo), c.chunks);
+}
+
+static int cmp_float(const void *pa, const void *pb)
+{
+    float a = *(const float *)pa, b = *(const float *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Median, min and max of t[0..n) (n >= 1); sorts t. */
+static void summarize(float *t, int n, double *med, double *mn, double *mx)
+{
+    qsort(t, (size_t)n, sizeof(*t), cmp_float);
+    *med = n % 2 ? t[n / 2] : 0.5 * ((double)t[n / 2 - 1] + (double)t[n / 2]);
+    *mn = t[0];
+    *mx = t[n - 1];
+}
+
+/*
+ * Per-op times from events e[0..n] recorded around n back-to-back ops on one
+ * stream (the stream must be done): t_i = e[i+1] - e[i]. tmp holds n floats.
+ */
+static cudaError_t op_times(cudaEvent_t *e, int n, float *tmp, double *med, double *mn,
+                            double *mx)
+{
+    for (int i = 0; i < n; i++) {
+        cudaError_t ce = cudaEventElapsedTime(&tmp[i], e[i], e[i + 1]);
+        if (ce != cudaSuccess)
+            return ce;
+    }
+    summarize(tmp, n, med, mn, mx);
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------ child -> parent */
+
+enum { REC_CONFIG = 1, REC_FATAL = 2 };
+enum { CHECK_NONE = 0, CHECK_OK = 1, CHECK_FAIL = 2 };
+
+/* One record per (shape, config) and rank, in order; or one fatal record.
+ * Smaller than PIPE_BUF, so that each write arrives whole. */
+typedef struct rec {
+    int32_t kind;
+    int32_t shape, cfg;
+    int32_t check;
+    double med, min, max; /* ms per op */
+    double rel_err;
+    char msg[400];
+} rec_t;
+
+_Static_assert(sizeof(rec_t) <= 4096, "a record must fit one atomic pipe write");
+
+/* What the probe child finds out before anything else touches CUDA. */
+typedef struct probe {
+    int ngpu;              /* 0: no GPU (reason in err) */
+    int driver, runtime;   /* cudaDriverGetVersion, cudaRuntimeGetVersion */
+    char gpu[256];         /* the name of GPU 0 */
+    uint32_t ovld_devices; /* 0: ovld unusable (reason in daemon_err) */
+    char ovld_version[32];
+    char err[256];
+    char daemon_err[400];
+} probe_t;
+
+static void write_all(int fd, const void *p, size_t len)
+{
+    /* A parent that is gone has nothing to read: the child just ends. */
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            _exit(1);
+        p = (const char *)p + w;
+        len -= (size_t)w;
+    }
+}
+
+/* The children die with the parent, whatever kills it. */
+static void die_with_parent(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+}
+
+/* The probe child: GPUs, versions and ovld, reported through fd. */
+static int probe_main(const bopts_t *o, int fd)
+{
+    probe_t p;
+    memset(&p, 0, sizeof(p));
+    cudaError_t ce = cudaGetDeviceCount(&p.ngpu);
+    if (ce != cudaSuccess) {
+        snprintf(p.err, sizeof(p.err), "cudaGetDeviceCount: %s", cudaGetErrorString(ce));
+        p.ngpu = 0;
+    } else if (p.ngpu == 0) {
+        snprintf(p.err, sizeof(p.err), "cudaGetDeviceCount found no device");
+    }
+    if (p.ngpu > 0) {
+        struct cudaDeviceProp prop;
+        if ((ce = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess)
+            snprintf(p.gpu, sizeof(p.gpu), "GPU (cudaGetDeviceProperties: %s)",
+                     cudaGetErrorString(ce));
+        else
+            snprintf(p.gpu, sizeof(p.gpu), "%s", prop.name);
+        if ((ce = cudaDriverGetVersion(&p.driver)) != cudaSuccess ||
+            (ce = cudaRuntimeGetVersion(&p.runtime)) != cudaSuccess)
+            snprintf(p.err, sizeof(p.err), "CUDA version: %s", cudaGetErrorString(ce));
+        ovl_client_t *cl = NULL;
+        ovl_daemon_info_t info;
+        ovl_status_t st;
+        if ((st = ovl_connect(o->socket, &cl)) != OVL_OK) {
+            snprintf(p.daemon_err, sizeof(p.daemon_err), "ovl_connect: %s: %s", ovl_strerror(st),
+                     ovl_connect_error());
+        } else if ((st = ovl_daemon_info(cl, &info)) != OVL_OK) {
+            snprintf(p.daemon_err, sizeof(p.daemon_err), "ovl_daemon_info: %s: %s",
+                     ovl_strerror(st), ovl_last_error(cl));
+        } else if (strcmp(info.backend, "cuda") != 0) {
+            snprintf(p.daemon_err, sizeof(p.daemon_err),
+                     "ovld (pid %d) runs the '%s' backend, not 'cuda'", (int)info.pid,
+                     info.backend);
+        } else if (info.ndevices == 0) {
+            snprintf(p.daemon_err, sizeof(p.daemon_err), "ovld has no devices");
+        } else {
+            p.ovld_devices = info.ndevices;
+            snprintf(p.ovld_version, sizeof(p.ovld_version), "%s", info.version);
+        }
+        ovl_disconnect(cl);
+    }
+    write_all(fd, &p, sizeof(p));
+    return 0;
+}
+
+/* ------------------------------------------------------------ a rank */
+
+typedef struct rank_ctx {
+    const bopts_t *o;
+    uint32_t rank;
+    int fd;
+    ovl_client_t *cl;
+    ovl_comm_t *comm;
+    cudaStream_t s;
+    cudaEvent_t *ev; /* iters + 1 */
+    float *tmp;      /* iters */
+    ovld_lt_t *lt;   /* the reference GEMM */
+    void *ws;
+    double *acc; /* the error accumulator, 3 doubles on the GPU */
+    int shape, cfg;
+    char where[160]; /* the shape and config at hand, for messages */
+    bool failed;     /* a fatal record was sent */
+} rank_ctx_t;
+
+/* Sends the fatal record (once) naming the rank, what it was doing and why. */
+static void rank_fail(rank_ctx_t *x, const char *fmt, ...)
+{
+    if (x->failed)
+        return;
+    x->failed = true;
+    rec_t r;
+    memset(&r, 0, sizeof(r));
+    r.kind = REC_FATAL;
+    r.shape = x->shape;
+    r.cfg = x->cfg;
+    int n = snprintf(r.msg, sizeof(r.msg), "rank %u, %s: ", x->rank, x->where);
+    if (n < 0 || (size_t)n >= sizeof(r.msg))
+        n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r.msg + n, sizeof(r.msg) - (size_t)n, fmt, ap);
+    va_end(ap);
+    write_all(x->fd, &r, sizeof(r));
+}
+
+#define RCUDA(call)                                                                              \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            rank_fail(x, "%s: %s", #call, cudaGetErrorString(e_));                               \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+#define ROVL(call)                                                                               \
+    do {                                                                                         \
+        ovl_status_t s_ = (call);                                                                \
+        if (s_ != OVL_OK) {                                                                      \
+            rank_fail(x, "%s: %s: %s", #call, ovl_strerror(s_), ovl_last_error(x->cl));          \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+/*
+ * Makes ovld forget a buffer before it is freed (freeing memory ovld still
+ * maps is undefined): registering one byte of it returns the registration
+ * ops made, and deregistering that waits for ovld's unmap. The comm's ops
+ * must be done. NULL is a no-op.
+ */
+static ovl_status_t forget(rank_ctx_t *x, void *p)
+{
+    ovl_mem_t *mem;
+    if (!p)
+        return OVL_OK;
+    ovl_status_t st = ovl_mem_register(x->cl, p, 1, &mem);
+    return st != OVL_OK ? st : ovl_mem_deregister(x->cl, mem);
+}
+
+/*
+ * The fp32 reference of one shape on this rank: every rank's shard rebuilt
+ * from the seed, gathered, converted to fp32, times this rank's B (b, of
+ * dtype) by cuBLASLt in fp32. On success *ret_ref is M x N fp32 (caller
+ * frees); the temporaries are freed here.
+ */
+static int make_reference(rank_ctx_t *x, shape_t sh, const void *b, float **ret_ref)
+{
+    const bopts_t *o = x->o;
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t M = sh.M, K = sh.K, N = sh.N, m = M / o->world;
+    char *ga = NULL;
+    float *ga32 = NULL, *b32 = NULL, *ref = NULL;
+    int rc = -1;
+    char err[256];
+
+    RCUDA(cudaMalloc((void **)&ga, M * K * es));
+    RCUDA(cudaMalloc((void **)&ga32, M * K * sizeof(float)));
+    RCUDA(cudaMalloc((void **)&b32, K * N * sizeof(float)));
+    RCUDA(cudaMalloc((void **)&ref, M * N * sizeof(float)));
+    for (uint32_t r = 0; r < o->world; r++)
+        RCUDA(ovl_demo_fill(dt, ga + (size_t)r * m * K * es, m, K, K, SEED, r, 0, x->s));
+    RCUDA(ovl_demo_to_f32(dt, ga, M, K, K, ga32, x->s));
+    RCUDA(ovl_demo_to_f32(dt, b, K, N, N, b32, x->s));
+    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = M, .n = N, .k = K, .nblocks = 1,
+                          .block_stride = 0, .a = {ga32, K}, .b = {b32, N}, .c = {ref, N},
+                          .transb = false};
+    ovl_status_t st = ovld_lt_gemm(x->lt, x->s, x->ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err));
+    if (st != OVL_OK) {
+        rank_fail(x, "reference ovld_lt_gemm (fp32): %s: %s", ovl_strerror(st), err);
+        goto out;
+    }
+    RCUDA(cudaStreamSynchronize(x->s));
+    RCUDA(cudaFree(ga));
+    ga = NULL;
+    RCUDA(cudaFree(ga32));
+    ga32 = NULL;
+    RCUDA(cudaFree(b32));
+    b32 = NULL;
+    *ret_ref = ref;
+    ref = NULL;
+    rc = 0;
+out:
+    if (rc != 0 && x->s)
+        cudaStreamSynchronize(x->s);
+    cudaFree(ga);
+    cudaFree(ga32);
+    cudaFree(b32);
+    cudaFree(ref);
+    return rc;
+}
+
+/*
+ * One config on one shape: warmup, then iters ops back to back with an event
+ * before the first and after each, then the check. Fills *r.
+ */
+static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const float *ref, rec_t *r)
+{
+    const bopts_t *o = x->o;
+    uint64_t M = d->m * o->world;
+    int rc = -1;
+
+    RCUDA(cudaMemsetAsync(d->c, 0xff, M * d->ldc * ovl_dtype_size(d->dtype), x->s)); /* NaN */
+    for (int i = 0; i < o->warmup; i++) {
+        if (i > 0 && i % SUBMIT_WINDOW == 0)
+            RCUDA(cudaStreamSynchronize(x->s));
+        ROVL(ovl_allgather_gemm(x->comm, d, x->s));
+    }
+    /* The timed ops start on an idle stream; the ranks leave this wait at
+     * slightly different times, which only the first op can see. */
+    RCUDA(cudaStreamSynchronize(x->s));
+    ROVL(ovl_comm_check(x->comm));
+
+    RCUDA(cudaEventRecord(x->ev[0], x->s));
+    for (int i = 0; i < o->iters; i++) {
+        if (i >= SUBMIT_WINDOW)
+            RCUDA(cudaEventSynchronize(x->ev[i - SUBMIT_WINDOW + 1]));
+        ROVL(ovl_allgather_gemm(x->comm, d, x->s));
+        RCUDA(cudaEventRecord(x->ev[i + 1], x->s));
+    }
+    /* A failed op still rings its doorbell, so the stream never waits
+     * forever on ovld's account; the parent's timeout covers the rest. */
+    RCUDA(cudaStreamSynchronize(x->s));
+    ROVL(ovl_comm_synchronize(x->comm));
+    RCUDA(op_times(x->ev, o->iters, x->tmp, &r->med, &r->min, &r->max));
+
+    r->check = CHECK_NONE;
+    r->rel_err = NAN;
+    if (o->check) {
+        double h[3];
+        RCUDA(cudaMemsetAsync(x->acc, 0, sizeof(h), x->s));
+        RCUDA(ovl_demo_error_acc(d->dtype, d->c, d->ldc, ref, M, d->n, x->acc, x->s));
+        RCUDA(cudaMemcpyAsync(h, x->acc, sizeof(h), cudaMemcpyDeviceToHost, x->s));
+        RCUDA(cudaStreamSynchronize(x->s));
+        r->rel_err = ovl_demo_rel_error(h);
+        r->check = r->rel_err < tolerance(d->dtype) ? CHECK_OK : CHECK_FAIL;
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/*
+ * One shape on this rank: buffers (allocated once for all its configs), the
+ * reference, every config in order, one record each; then ovld forgets the
+ * buffers and they are freed.
+ */
+static int rank_shape(rank_ctx_t *x, int si)
+{
+    const bopts_t *o = x->o;
+    shape_t sh = o->shapes[si];
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t M = sh.M, K = sh.K, N = sh.N, m = M / o->world;
+    void *a = NULL, *b = NULL, *c = NULL;
+    float *ref = NULL;
+    char shp[64], cs[48];
+    int rc = -1;
+
+    shape_str(shp, sizeof(shp), sh);
+    x->shape = si;
+    x->cfg = -1;
+    snprintf(x->where, sizeof(x->where), "shape %s, setup", shp);
+    RCUDA(cudaMalloc(&a, m * K * es));
+    RCUDA(cudaMalloc(&b, K * N * es));
+    RCUDA(cudaMalloc(&c, M * N * es));
+    RCUDA(ovl_demo_fill(dt, a, m, K, K, SEED, x->rank, 0, x->s));
+    RCUDA(ovl_demo_fill(dt, b, K, N, N, SEED, x->rank, 1, x->s));
+    if (o->check) {
+        snprintf(x->where, sizeof(x->where), "shape %s, reference", shp);
+        if (make_reference(x, sh, b, &ref) != 0)
+            goto out;
+    }
+    RCUDA(cudaStreamSynchronize(x->s));
+
+    for (int ci = 0; ci < o->ncfgs; ci++) {
+        cfg_str(cs, sizeof(cs), o->cfgs[ci]);
+        x->cfg = ci;
+        snprintf(x->where, sizeof(x->where), "shape %s, %s", shp, cs);
+        ovl_ag_gemm_desc_t d = {.a = a, .lda = K, .b = b, .ldb = N, .transb = 0, .c = c,
+                                .ldc = N, .a_out = NULL, .lda_out = 0, .m = m, .n = N, .k = K,
+                                .dtype = dt, .algo = o->cfgs[ci].algo,
+                                .chunks = o->cfgs[ci].chunks, .streams = 0};
+        rec_t r;
+        memset(&r, 0, sizeof(r));
+        r.kind = REC_CONFIG;
+        r.shape = si;
+        r.cfg = ci;
+        if (run_config(x, &d, ref, &r) != 0)
+            goto out;
+        write_all(x->fd, &r, sizeof(r));
+    }
+    x->cfg = -1;
+    snprintf(x->where, sizeof(x->where), "shape %s, cleanup", shp);
+    rc = 0;
+out:
+    if (x->s)
+        cudaStreamSynchronize(x->s);
+    /* ovld unmaps the buffers before they are freed: first its ops, then them. */
+    if (x->comm)
+        (void)ovl_comm_synchronize(x->comm); /* an op's error was reported above */
+    void *bufs[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        ovl_status_t st = forget(x, bufs[i]);
+        if (st != OVL_OK && rc == 0) {
+            rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
+                      ovl_last_error(x->cl));
+            rc = -1;
+        }
+        cudaError_t ce = cudaFree(bufs[i]);
+        if (ce != cudaSuccess && rc == 0) {
+            rank_fail(x, "cudaFree: %s", cudaGetErrorString(ce));
+            rc = -1;
+        }
+    }
+    cudaError_t ce = cudaFree(ref);
+    if (ce != cudaSuccess && rc == 0) {
+        rank_fail(x, "cudaFree (reference): %s", cudaGetErrorString(ce));
+        rc = -1;
+    }
+    return rc;
+}
+
+/* A rank process: joins the job on GPU `rank`, runs every shape, reports
+ * through fd. Returns the exit status. */
+static int rank_main(const bopts_t *o, uint32_t rank, int fd)
+{
+    rank_ctx_t ctx = {.o = o, .rank = rank, .fd = fd, .shape = -1, .cfg = -1};
+    rank_ctx_t *x = &ctx;
+    int rc = 1;
+    char err[256];
+    ovl_status_t st;
+
+    snprintf(x->where, sizeof(x->where), "setup");
+    /* The device first, so that nothing makes a context on another GPU. */
+    RCUDA(cudaSetDevice((int)rank));
+    if ((st = ovl_connect(o->socket, &x->cl)) != OVL_OK) {
+        rank_fail(x, "ovl_connect: %s: %s", ovl_strerror(st), ovl_connect_error());
+        goto out;
+    }
+    ovl_set_timeout(x->cl, CLIENT_TIMEOUT_MS);
+    ROVL(ovl_comm_init(x->cl, o->job, o->world, rank, (int)rank, &x->comm));
+    RCUDA(cudaStreamCreateWithFlags(&x->s, cudaStreamNonBlocking));
+    x->ev = calloc((size_t)o->iters + 1, sizeof(*x->ev));
+    x->tmp = calloc((size_t)o->iters, sizeof(*x->tmp));
+    if (!x->ev || !x->tmp) {
+        rank_fail(x, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i <= o->iters; i++)
+        RCUDA(cudaEventCreate(&x->ev[i]));
+    if (o->check) {
+        if ((st = ovld_lt_create(&x->lt, err, sizeof(err))) != OVL_OK) {
+            rank_fail(x, "ovld_lt_create: %s: %s", ovl_strerror(st), err);
+            goto out;
+        }
+        RCUDA(cudaMalloc(&x->ws, OVLD_LT_WORKSPACE));
+        RCUDA(cudaMalloc((void **)&x->acc, 3 * sizeof(double)));
+    }
+    for (int si = 0; si < o->nshapes; si++)
+        if (rank_shape(x, si) != 0)
+            goto out;
+    snprintf(x->where, sizeof(x->where), "teardown");
+    st = ovl_comm_destroy(x->comm);
+    x->comm = NULL;
+    if (st != OVL_OK) {
+        rank_fail(x, "ovl_comm_destroy: %s: %s", ovl_strerror(st), ovl_last_error(x->cl));
+        goto out;
+    }
+    /* Checked here; on a failure the process ends and takes the rest along. */
+    RCUDA(cudaFree(x->ws));
+    x->ws = NULL;
+    RCUDA(cudaFree(x->acc));
+    x->acc = NULL;
+    for (int i = 0; i <= o->iters; i++) {
+        RCUDA(cudaEventDestroy(x->ev[i]));
+        x->ev[i] = NULL;
+    }
+    RCUDA(cudaStreamDestroy(x->s));
+    x->s = NULL;
+    rc = 0;
+out:
+    if (x->comm)
+        ovl_comm_destroy(x->comm);
+    ovl_disconnect(x->cl);
+    if (x->lt)
+        ovld_lt_destroy(x->lt);
+    cudaFree(x->ws);
+    cudaFree(x->acc);
+    if (x->ev)
+        for (int i = 0; i <= o->iters; i++)
+            if (x->ev[i])
+                cudaEventDestroy(x->ev[i]);
+    if (x->s)
+        cudaStreamDestroy(x->s);
+    free(x->ev);
+    free(x->tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the parent: ovl part */
+
+/* One ovl config of one shape, over the ranks. */
+typedef struct cell {
+    int nranks;                 /* ranks that reported */
+    double med, min, max;       /* max of medians, min of mins, max of maxes */
+    double rel_err;             /* the worst */
+    int check;                  /* CHECK_FAIL if any rank failed */
+} cell_t;
+
+static cell_t g_cells[MAX_SHAPES][MAX_CFGS];
+
+/* Baselines per shape: all-gather, GEMM, unfused (ms, NAN until measured). */
+enum { BL_AG, BL_GEMM, BL_UNFUSED, BL_N };
+static double g_bl[MAX_SHAPES][BL_N];
+
+static pid_t g_pids[MAX_WORLD];
+static int g_nchildren;
+
+/* Ends the children still running: TERM, a grace period, then KILL; reaps. */
+static void kill_children(void)
+{
+    for (int r = 0; r < g_nchildren; r++)
+        if (g_pids[r] > 0)
+            kill(g_pids[r], SIGTERM);
+    double until = now_s() + 3;
+    for (;;) {
+        bool left = false;
+        for (int r = 0; r < g_nchildren; r++)
+            if (g_pids[r] > 0) {
+                if (waitpid(g_pids[r], NULL, WNOHANG) == g_pids[r])
+                    g_pids[r] = 0;
+                else
+                    left = true;
+            }
+        if (!left)
+            return;
+        if (now_s() > until)
+            break;
+        usleep(20000);
+    }
+    for (int r = 0; r < g_nchildren; r++)
+        if (g_pids[r] > 0) {
+            kill(g_pids[r], SIGKILL);
+            waitpid(g_pids[r], NULL, 0);
+            g_pids[r] = 0;
+        }
+}
+
+/* Reaps the children, waiting until `until`; false (with why) if one failed
+ * or did not end in time. */
+static bool reap_children(double until, char *why, size_t whylen)
+{
+    bool ok = true;
+    for (;;) {
+        bool left = false;
+        for (int r = 0; r < g_nchildren; r++) {
+            if (g_pids[r] <= 0)
+                continue;
+            int ws;
+            pid_t p = waitpid(g_pids[r], &ws, WNOHANG);
+            if (p != g_pids[r]) {
+                left = true;
+                continue;
+            }
+            g_pids[r] = 0;
+            if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && ok) {
+                ok = false;
+                if (WIFSIGNALED(ws))
+                    snprintf(why, whylen, "rank %d died of signal %d", r, WTERMSIG(ws));
+                else
+                    snprintf(why, whylen, "rank %d exited with status %d", r, WEXITSTATUS(ws));
+            }
+        }
+        if (!left)
+            return ok;
+        if (now_s() > until) {
+            snprintf(why, whylen, "the ranks did not exit in time");
+            kill_children();
+            return false;
+        }
+        usleep(20000);
+    }
+}
+
+static void print_cell(const bopts_t *o, int si, int ci)
+{
+    char shp[64], cs[48];
+    const cell_t *c = &g_cells[si][ci];
+    shape_str(shp, sizeof(shp), o->shapes[si]);
+    cfg_str(cs, sizeof(cs), o->cfgs[ci]);
+    printf("  %-18s ovl %-22s %9.3f ms  (min %.3f, max %.3f)", shp, cs, c->med, c->min, c->max);
+    if (c->check != CHECK_NONE)
+        printf("  rel err %.2e %s", c->rel_err, c->check == CHECK_OK ? "OK" : "FAIL");
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Takes one record from rank r, which has sent nrec before it. */
+static bool take_record(const bopts_t *o, int r, int nrec, const rec_t *rec, char *why,
+                        size_t whylen)
+{
+    if (rec->kind == REC_FATAL) {
+        snprintf(why, whylen, "%.*s", (int)sizeof(rec->msg), rec->msg);
+        return false;
+    }
+    int si = nrec / o->ncfgs, ci = nrec % o->ncfgs;
+    if (rec->kind != REC_CONFIG || rec->shape != si || rec->cfg != ci) {
+        snprintf(why, whylen, "rank %d sent a record out of order", r);
+        return false;
+    }
+    cell_t *c = &g_cells[si][ci];
+    if (c->nranks == 0) {
+        c->med = rec->med;
+        c->min = rec->min;
+        c->max = rec->max;
+        c->rel_err = rec->rel_err;
+        c->check = rec->check;
+    } else {
+        c->med = fmax(c->med, rec->med);
+        c->min = fmin(c->min, rec->min);
+        c->max = fmax(c->max, rec->max);
+        if (!(rec->rel_err <= c->rel_err)) /* NaN counts as worse */
+            c->rel_err = rec->rel_err;
+        if (rec->check == CHECK_FAIL)
+            c->check = CHECK_FAIL;
+    }
+    if (++c->nranks == (int)o->world)
+        print_cell(o, si, ci);
+    return true;
+}
+
+/*
+ * The ovl part: forks the W ranks, collects their records into g_cells until
+ * every pipe is closed, reaps them. A rank's failure, an early exit or a
+ * shape that takes longer than the timeout ends every rank; false then, with
+ * the reason in why.
+ */
+static bool ovl_phase(const bopts_t *o, char *why, size_t whylen)
+{
+    int W = (int)o->world, total = o->nshapes * o->ncfgs;
+    int fds[MAX_WORLD], nrec[MAX_WORLD];
+    size_t have[MAX_WORLD];
+    rec_t buf[MAX_WORLD];
+    pid_t parent = getpid();
+
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < W; r++) {
+        int p[2];
+        if (pipe(p) != 0) {
+            snprintf(why, whylen, "pipe: %s", strerror(errno));
+            kill_children();
+            return false;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            snprintf(why, whylen, "fork: %s", strerror(errno));
+            kill_children();
+            return false;
+        }
+        if (pid == 0) {
+            die_with_parent(parent);
+            for (int q = 0; q < r; q++)
+                close(fds[q]);
+            close(p[0]);
+            _exit(rank_main(o, (uint32_t)r, p[1]));
+        }
+        close(p[1]);
+        fds[r] = p[0];
+        nrec[r] = 0;
+        have[r] = 0;
+        g_pids[r] = pid;
+        g_nchildren = r + 1;
+    }
+
+    bool ok = true;
+    int open = W, done_shapes = 0;
+    double deadline = now_s() + o->timeout_s;
+    while (open > 0 && ok) {
+        struct pollfd pf[MAX_WORLD];
+        int idx[MAX_WORLD], n = 0;
+        for (int r = 0; r < W; r++)
+            if (fds[r] >= 0) {
+                pf[n] = (struct pollfd){.fd = fds[r], .events = POLLIN};
+                idx[n++] = r;
+            }
+        double left = deadline - now_s();
+        if (left <= 0) {
+            snprintf(why, whylen, "shape %d of %d did not finish within %d s (--timeout)",
+                     done_shapes + 1, o->nshapes, o->timeout_s);
+            ok = false;
+            break;
+        }
+        int pr = poll(pf, (nfds_t)n, (int)(left * 1000) + 1);
+        if (pr < 0 && errno != EINTR) {
+            snprintf(why, whylen, "poll: %s", strerror(errno));
+            ok = false;
+            break;
+        }
+        for (int i = 0; i < n && pr > 0 && ok; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            int r = idx[i];
+            ssize_t got = read(fds[r], (char *)&buf[r] + have[r], sizeof(rec_t) - have[r]);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0) {
+                close(fds[r]);
+                fds[r] = -1;
+                open--;
+                if (nrec[r] < total) {
+                    snprintf(why, whylen, "rank %d ended before it reported every config", r);
+                    ok = false;
+                }
+                continue;
+            }
+            have[r] += (size_t)got;
+            if (have[r] < sizeof(rec_t))
+                continue;
+            have[r] = 0;
+            ok = take_record(o, r, nrec[r], &buf[r], why, whylen);
+            nrec[r]++;
+        }
+        /* The timeout is per shape: it starts over when every rank is past one. */
+        int low = total;
+        for (int r = 0; r < W; r++)
+            low = nrec[r] < low ? nrec[r] : low;
+        if (low / o->ncfgs > done_shapes) {
+            done_shapes = low / o->ncfgs;
+            deadline = now_s() + o->timeout_s;
+        }
+    }
+    for (int r = 0; r < W; r++)
+        if (fds[r] >= 0)
+            close(fds[r]);
+    if (!ok) {
+        kill_children();
+        return false;
+    }
+    return reap_children(now_s() + o->timeout_s, why, whylen);
+}
+
+/* ------------------------------------------------------------ the parent: baselines */
+
+typedef struct bgpu {
+    int dev;
+    cudaStream_t s;
+    ncclComm_t comm;
+    ovld_lt_t *lt;
+    void *ws;
+    cudaEvent_t *ev; /* iters + 1 */
+    void *a, *g, *b, *c;
+} bgpu_t;
+
+static char g_where[192]; /* what the baselines are doing, for messages and the watchdog */
+static char g_err[512];
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char pre[] = "ovl-bench: FAILED: the baselines did not finish in time: ";
+    ssize_t w = write(2, pre, sizeof(pre) - 1);
+    w = write(2, g_where, strnlen(g_where, sizeof(g_where)));
+    w = write(2, "\n", 1);
+    (void)w;
+    _exit(1);
+}
+
+static void bl_fail(const char *fmt, ...)
+{
+    int n = snprintf(g_err, sizeof(g_err), "baseline %s: ", g_where);
+    if (n < 0 || (size_t)n >= sizeof(g_err))
+        n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err + n, sizeof(g_err) - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+#define PCUDA(call)                                                                              \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            bl_fail("%s: %s", #call, cudaGetErrorString(e_));                                    \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+#define PNCCL(call)                                                                              \
+    do {                                                                                         \
+        ncclResult_t r_ = (call);                                                                \
+        if (r_ != ncclSuccess) {                                                                 \
+            bl_fail("%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL));      \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+static ncclDataType_t nccl_type(ovl_dtype_t dt)
+{
+    return dt == OVL_DTYPE_FP32 ? ncclFloat32 : dt == OVL_DTYPE_FP16 ? ncclFloat16 : ncclBfloat16;
+}
+
+/* One NCCL all-gather of the shards into G on every GPU, as one group. */
+static int bl_allgather(const bopts_t *o, bgpu_t *gp, size_t count)
+{
+    int rc = -1;
+    PNCCL(ncclGroupStart());
+    for (uint32_t i = 0; i < o->world; i++) {
+        ncclResult_t r = ncclAllGather(gp[i].a, gp[i].g, count, nccl_type(o->dtype), gp[i].comm,
+                                       gp[i].s);
+        if (r != ncclSuccess) {
+            bl_fail("ncclAllGather (GPU %u): %s (%s)", i, ncclGetErrorString(r),
+                    ncclGetLastError(gp[i].comm));
+            ncclGroupEnd();
+            goto out;
+        }
+    }
+    PNCCL(ncclGroupEnd());
+    rc = 0;
+out:
+    return rc;
+}
+
+/* G @ B -> C on one GPU (made current here), on its stream. */
+static int bl_gemm(const bopts_t *o, bgpu_t *g, shape_t sh)
+{
+    char err[256];
+    int rc = -1;
+    ovld_gemm_args_t a = {.dtype = o->dtype, .rows = sh.M, .n = sh.N, .k = sh.K, .nblocks = 1,
+                          .block_stride = 0, .a = {g->g, sh.K}, .b = {g->b, sh.N},
+                          .c = {g->c, sh.N}, .transb = false};
+    PCUDA(cudaSetDevice(g->dev));
+    ovl_status_t st = ovld_lt_gemm(g->lt, g->s, g->ws, OVLD_LT_WORKSPACE, &a, err, sizeof(err));
+    if (st != OVL_OK) {
+        bl_fail("ovld_lt_gemm (GPU %d): %s: %s", g->dev, ovl_strerror(st), err);
+        goto out;
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/* Waits for every GPU's stream and asks NCCL for late errors. */
+static int bl_sync(const bopts_t *o, bgpu_t *gp)
+{
+    int rc = -1;
+    for (uint32_t i = 0; i < o->world; i++) {
+        ncclResult_t ae = ncclSuccess;
+        PCUDA(cudaSetDevice(gp[i].dev));
+        PCUDA(cudaStreamSynchronize(gp[i].s));
+        PNCCL(ncclCommGetAsyncError(gp[i].comm, &ae));
+        if (ae != ncclSuccess) {
+            bl_fail("NCCL on GPU %u: %s (%s)", i, ncclGetErrorString(ae),
+                    ncclGetLastError(gp[i].comm));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/* One iteration of a baseline on every GPU (not the GEMM alone, which is
+ * issued GPU by GPU); records event e[slot] after it when slot >= 0. */
+static int bl_iter(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, int slot)
+{
+    int rc = -1;
+    if (bl_allgather(o, gp, (size_t)(sh.M / o->world * sh.K)) != 0)
+        goto out;
+    for (uint32_t i = 0; i < o->world; i++) {
+        if (what == BL_UNFUSED && bl_gemm(o, &gp[i], sh) != 0)
+            goto out;
+        if (slot >= 0) {
+            PCUDA(cudaSetDevice(gp[i].dev));
+            PCUDA(cudaEventRecord(gp[i].ev[slot], gp[i].s));
+        }
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/*
+ * Times one baseline (BL_AG, BL_GEMM or BL_UNFUSED) on one shape: warmup,
+ * then iters back to back with events around each on every GPU; *ret_ms is
+ * the max over GPUs of the median per-op time.
+ */
+static int bl_time(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, float *tmp,
+                   double *ret_ms)
+{
+    int rc = -1;
+    if (what == BL_GEMM) {
+        for (uint32_t i = 0; i < o->world; i++)
+            for (int w = 0; w < o->warmup; w++)
+                if (bl_gemm(o, &gp[i], sh) != 0)
+                    goto out;
+    } else {
+        for (int w = 0; w < o->warmup; w++)
+            if (bl_iter(o, gp, sh, what, -1) != 0)
+                goto out;
+    }
+    if (bl_sync(o, gp) != 0)
+        goto out;
+
+    if (what == BL_GEMM) {
+        for (uint32_t i = 0; i < o->world; i++) {
+            PCUDA(cudaSetDevice(gp[i].dev));
+            PCUDA(cudaEventRecord(gp[i].ev[0], gp[i].s));
+            for (int it = 0; it < o->iters; it++) {
+                if (bl_gemm(o, &gp[i], sh) != 0)
+                    goto out;
+                PCUDA(cudaEventRecord(gp[i].ev[it + 1], gp[i].s));
+            }
+        }
+    } else {
+        for (uint32_t i = 0; i < o->world; i++) {
+            PCUDA(cudaSetDevice(gp[i].dev));
+            PCUDA(cudaEventRecord(gp[i].ev[0], gp[i].s));
+        }
+        for (int it = 0; it < o->iters; it++)
+            if (bl_iter(o, gp, sh, what, it + 1) != 0)
+                goto out;
+    }
+    if (bl_sync(o, gp) != 0)
+        goto out;
+
+    double worst = 0, med, mn, mx;
+    for (uint32_t i = 0; i < o->world; i++) {
+        PCUDA(cudaSetDevice(gp[i].dev));
+        PCUDA(op_times(gp[i].ev, o->iters, tmp, &med, &mn, &mx));
+        worst = fmax(worst, med);
+    }
+    *ret_ms = worst;
+    rc = 0;
+out:
+    return rc;
+}
+
+/* Frees one shape's buffers on every GPU (streams must be idle). */
+static int bl_free(const bopts_t *o, bgpu_t *gp)
+{
+    int rc = -1;
+    for (uint32_t i = 0; i < o->world; i++) {
+        PCUDA(cudaSetDevice(gp[i].dev));
+        void **bufs[4] = {&gp[i].a, &gp[i].g, &gp[i].b, &gp[i].c};
+        for (int k = 0; k < 4; k++) {
+            PCUDA(cudaFree(*bufs[k]));
+            *bufs[k] = NULL;
+        }
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/*
+ * The baselines of every shape into g_bl: NCCL communicators for the W
+ * local GPUs from this one thread, then per shape the buffers, the data (the
+ * ranks' A and B, from the same seed), and the three timings. 0 on success;
+ * -1 with the reason in g_err. A watchdog bounds each step.
+ */
+static int bl_phase(const bopts_t *o)
+{
+    bgpu_t gp[MAX_WORLD];
+    int rc = -1;
+    float *tmp = calloc((size_t)o->iters, sizeof(float));
+    char err[256], shp[64];
+    ncclUniqueId id;
+    size_t es = ovl_dtype_size(o->dtype);
+
+    memset(gp, 0, sizeof(gp));
+    snprintf(g_where, sizeof(g_where), "setup");
+    if (!tmp) {
+        bl_fail("out of memory");
+        goto out;
+    }
+    alarm((unsigned)o->timeout_s);
+    PNCCL(ncclGetUniqueId(&id));
+    /* Several GPUs from one thread: the inits must be one group. */
+    PNCCL(ncclGroupStart());
+    for (uint32_t i = 0; i < o->world; i++) {
+        gp[i].dev = (int)i;
+        cudaError_t ce = cudaSetDevice((int)i);
+        ncclResult_t r = ncclSuccess;
+        if (ce == cudaSuccess)
+            r = ncclCommInitRank(&gp[i].comm, (int)o->world, id, (int)i);
+        if (ce != cudaSuccess)
+            bl_fail("cudaSetDevice(%u): %s", i, cudaGetErrorString(ce));
+        else if (r != ncclSuccess)
+            bl_fail("ncclCommInitRank (GPU %u): %s (%s)", i, ncclGetErrorString(r),
+                    ncclGetLastError(NULL));
+        if (ce != cudaSuccess || r != ncclSuccess) {
+            ncclGroupEnd(); /* closes the group; the failure is already named */
+            goto out;
+        }
+    }
+    PNCCL(ncclGroupEnd());
+    for (uint32_t i = 0; i < o->world; i++) {
+        bgpu_t *g = &gp[i];
+        PCUDA(cudaSetDevice(g->dev));
+        PCUDA(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
+        ovl_status_t st = ovld_lt_create(&g->lt, err, sizeof(err));
+        if (st != OVL_OK) {
+            bl_fail("ovld_lt_create (GPU %u): %s: %s", i, ovl_strerror(st), err);
+            goto out;
+        }
+        PCUDA(cudaMalloc(&g->ws, OVLD_LT_WORKSPACE));
+        g->ev = calloc((size_t)o->iters + 1, sizeof(*g->ev));
+        if (!g->ev) {
+            bl_fail("out of memory");
+            goto out;
+        }
+        for (int e = 0; e <= o->iters; e++)
+            PCUDA(cudaEventCreate(&g->ev[e]));
+    }
+
+    for (int si = 0; si < o->nshapes; si++) {
+        shape_t sh = o->shapes[si];
+        uint64_t m = sh.M / o->world;
+        shape_str(shp, sizeof(shp), sh);
+        alarm((unsigned)o->timeout_s);
+        snprintf(g_where, sizeof(g_where), "shape %s, setup", shp);
+        for (uint32_t i = 0; i < o->world; i++) {
+            bgpu_t *g = &gp[i];
+            PCUDA(cudaSetDevice(g->dev));
+            PCUDA(cudaMalloc(&g->a, m * sh.K * es));
+            PCUDA(cudaMalloc(&g->g, sh.M * sh.K * es));
+            PCUDA(cudaMalloc(&g->b, sh.K * sh.N * es));
+            PCUDA(cudaMalloc(&g->c, sh.M * sh.N * es));
+            PCUDA(ovl_demo_fill(o->dtype, g->a, m, sh.K, sh.K, SEED, i, 0, g->s));
+            PCUDA(ovl_demo_fill(o->dtype, g->b, sh.K, sh.N, sh.N, SEED, i, 1, g->s));
+        }
+        if (bl_sync(o, gp) != 0)
+            goto out;
+        /* The all-gather first: it also fills G for the GEMM alone. */
+        static const char *names[BL_N] = {"all-gather", "GEMM", "unfused"};
+        for (int what = 0; what < BL_N; what++) {
+            snprintf(g_where, sizeof(g_where), "shape %s, %s", shp, names[what]);
+            if (bl_time(o, gp, sh, what, tmp, &g_bl[si][what]) != 0)
+                goto out;
+        }
+        printf("  %-18s all-gather %.3f ms, GEMM %.3f ms, unfused %.3f ms\n", shp,
+               g_bl[si][BL_AG], g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        fflush(stdout);
+        snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
+        if (bl_free(o, gp) != 0)
+            goto out;
+    }
+    snprintf(g_where, sizeof(g_where), "teardown");
+    for (uint32_t i = 0; i < o->world; i++) {
+        bgpu_t *g = &gp[i];
+        PCUDA(cudaSetDevice(g->dev));
+        PNCCL(ncclCommFinalize(g->comm));
+        PNCCL(ncclCommDestroy(g->comm));
+        ovld_lt_destroy(g->lt);
+        PCUDA(cudaFree(g->ws));
+        for (int e = 0; e <= o->iters; e++)
+            PCUDA(cudaEventDestroy(g->ev[e]));
+        free(g->ev);
+        PCUDA(cudaStreamDestroy(g->s));
+    }
+    rc = 0;
+out:
+    /* On a failure what is left goes with the process, which ends soon. */
+    free(tmp);
+    alarm(0);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the table */
+
+typedef struct row {
+    char shape[48], what[32], chunks[8], tput[24], check[8];
+    double ms, xfloor, xunf;
+} row_t;
+
+static void fmt_num(char *buf, size_t len, const char *fmt, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, len, fmt, v);
+    else
+        snprintf(buf, len, "-");
+}
+
+/* Builds the table's rows in rows (room for nshapes * (4 + ncfgs)); returns
+ * how many. */
+static int build_rows(const bopts_t *o, row_t *rows)
+{
+    int n = 0;
+    size_t es = ovl_dtype_size(o->dtype);
+    for (int si = 0; si < o->nshapes; si++) {
+        shape_t sh = o->shapes[si];
+        double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K;
+        double ag = g_bl[si][BL_AG], gemm = g_bl[si][BL_GEMM], unf = g_bl[si][BL_UNFUSED];
+        double floor_ms = fmax(ag, gemm); /* NaN if either is missing */
+        if (!isfinite(ag) || !isfinite(gemm))
+            floor_ms = NAN;
+        static const char *names[4] = {"allgather", "gemm", "unfused", "floor"};
+        double t[4] = {ag, gemm, unf, floor_ms};
+        for (int k = 0; k < 4 + o->ncfgs; k++) {
+            row_t *r = &rows[n++];
+            memset(r, 0, sizeof(*r));
+            shape_str(r->shape, sizeof(r->shape), sh);
+            if (k < 4) {
+                snprintf(r->what, sizeof(r->what), "%s", names[k]);
+                snprintf(r->chunks, sizeof(r->chunks), "-");
+                snprintf(r->check, sizeof(r->check), "-");
+                r->ms = t[k];
+            } else {
+                const cfg_t *c = &o->cfgs[k - 4];
+                const cell_t *cell = &g_cells[si][k - 4];
+                snprintf(r->what, sizeof(r->what), "ovl %s", ovl_algo_name(c->algo));
+                if (c->algo == OVL_ALGO_NAIVE)
+                    snprintf(r->chunks, sizeof(r->chunks), "-");
+                else if (c->chunks == 0)
+                    snprintf(r->chunks, sizeof(r->chunks), "auto");
+                else
+                    snprintf(r->chunks, sizeof(r->chunks), "%u", c->chunks);
+                bool have = cell->nranks == (int)o->world;
+                r->ms = have ? cell->med : NAN;
+                snprintf(r->check, sizeof(r->check), "%s",
+                         !have                        ? "-"
+                         : cell->check == CHECK_OK   ? "OK"
+                         : cell->check == CHECK_FAIL ? "FAIL"
+                                                     : "-");
+            }
+            if (k == 0)
+                fmt_num(r->tput, sizeof(r->tput), "%.0f GB/s",
+                        (double)sh.M * (double)sh.K * (double)es / (r->ms * 1e-3) / 1e9);
+            else
+                fmt_num(r->tput, sizeof(r->tput), "%.1f", flop / (r->ms * 1e-3) / 1e12);
+            r->xfloor = r->ms / floor_ms;
+            r->xunf = r->ms / unf;
+        }
+    }
+    return n;
+}
+
+static void print_row(FILE *f, const row_t *r, bool md)
+{
+    char ms[24], xf[24], xu[24];
+    fmt_num(ms, sizeof(ms), "%.3f", r->ms);
+    fmt_num(xf, sizeof(xf), "%.2f", r->xfloor);
+    fmt_num(xu, sizeof(xu), "%.2f", r->xunf);
+    if (md)
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r->shape, r->what, r->chunks,
+                ms, r->tput, xf, xu, r->check);
+    else
+        fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s  %s\n", r->shape, r->what, r->chunks, ms,
+                r->tput, xf, xu, r->check);
+}
+
+static void print_table(FILE *f, const row_t *rows, int n, bool md)
+{
+    if (md) {
+        fprintf(f, "| shape (MxKxN) | what | chunks | median ms | TFLOP/s | x floor | x unfused "
+                   "| check |\n|---|---|---|---|---|---|---|---|\n");
+    } else {
+        fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s  %s\n", "shape (MxKxN)", "what", "chunks",
+                "median ms", "TFLOP/s", "x floor", "x unfused", "check");
+    }
+    for (int i = 0; i < n; i++)
+        print_row(f, &rows[i], md);
+}
+
+/* The summary: per shape, the fastest ovl config that did not fail its
+ * check, against unfused and the floor. md: as a markdown list. */
+static void print_summary(FILE *f, const bopts_t *o, bool md)
+{
+    for (int si = 0; si < o->nshapes; si++) {
+        char shp[64], cs[48];
+        shape_str(shp, sizeof(shp), o->shapes[si]);
+        int best = -1;
+        for (int ci = 0; ci < o->ncfgs; ci++) {
+            const cell_t *c = &g_cells[si][ci];
+            if (c->nranks == (int)o->world && c->check != CHECK_FAIL &&
+                (best < 0 || c->med < g_cells[si][best].med))
+                best = ci;
+        }
+        fprintf(f, "%s%-18s ", md ? "- " : "  ", shp);
+        if (best < 0) {
+            fprintf(f, "no ovl config both ran and passed its check\n");
+            continue;
+        }
+        const cell_t *c = &g_cells[si][best];
+        double unf = g_bl[si][BL_UNFUSED], ag = g_bl[si][BL_AG], gemm = g_bl[si][BL_GEMM];
+        double fl = isfinite(ag) && isfinite(gemm) ? fmax(ag, gemm) : NAN;
+        char xu[24], sp[24], xf[24];
+        fmt_num(xu, sizeof(xu), "%.2fx", c->med / unf);
+        fmt_num(sp, sizeof(sp), "%+.1f%%", (unf / c->med - 1) * 100);
+        fmt_num(xf, sizeof(xf), "%.2fx", c->med / fl);
+        cfg_str(cs, sizeof(cs), o->cfgs[best]);
+        fprintf(f, "best ovl %-20s %8.3f ms  %s unfused (%s speedup)  %s floor\n", cs, c->med, xu,
+                sp, xf);
+    }
+}
+
+/* ------------------------------------------------------------ main */
+
+static void version_str(char *buf, size_t len, int v)
+{
+    snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
+}
+
+int main(int argc, char **argv)
+{
+    bopts_t o;
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    /* NVLink multicast stays off: on shared machines it can take the GPUs
+     * out of service (see the GPU machine's notes). */
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Probe in a child: CUDA must not be initialized in this process before
+     * the ranks are forked. */
+    probe_t p;
+    memset(&p, 0, sizeof(p));
+    {
+        int fd[2];
+        if (pipe(fd) != 0) {
+            perror("ovl-bench: pipe");
+            return 1;
+        }
+        fflush(stdout);
+        pid_t parent = getpid(), pid = fork();
+        if (pid < 0) {
+            perror("ovl-bench: fork");
+            return 1;
+        }
+        if (pid == 0) {
+            die_with_parent(parent);
+            close(fd[0]);
+            _exit(probe_main(&o, fd[1]));
+        }
+        close(fd[1]);
+        g_pids[0] = pid;
+        g_nchildren = 1;
+        struct pollfd pf = {.fd = fd[0], .events = POLLIN};
+        ssize_t got = -1;
+        if (poll(&pf, 1, 120000) == 1)
+            got = read(fd[0], &p, sizeof(p));
+        close(fd[0]);
+        if (got != (ssize_t)sizeof(p)) {
+            kill_children();
+            fprintf(stderr, "ovl-bench: the GPU probe failed or did not answer in 120 s\n");
+            return 1;
+        }
+        char why[128];
+        (void)reap_children(now_s() + 30, why, sizeof(why));
+        g_nchildren = 0;
+    }
+    if (p.ngpu <= 0) {
+        printf("ovl-bench: no GPU: %s\n", p.err);
+        return 77;
+    }
+    if (o.world == 0)
+        o.world = (uint32_t)p.ngpu;
+    if (o.world > (uint32_t)p.ngpu || o.world > MAX_WORLD) {
+        fprintf(stderr, "ovl-bench: --world %u, but %d GPU%s here (and at most %d)\n", o.world,
+                p.ngpu, p.ngpu == 1 ? "" : "s", MAX_WORLD);
+        return 2;
+    }
+    for (int si = 0; si < o.nshapes; si++)
+        if (o.shapes[si].M % o.world != 0) {
+            char shp[64];
+            shape_str(shp, sizeof(shp), o.shapes[si]);
+            fprintf(stderr, "ovl-bench: shape %s: M is not divisible by the world (%u)\n", shp,
+                    o.world);
+            return 2;
+        }
+    if (p.err[0]) {
+        fprintf(stderr, "ovl-bench: %s\n", p.err);
+        return 1;
+    }
+    if (p.ovld_devices == 0) {
+        fprintf(stderr, "ovl-bench: ovld (socket %s): %s\n",
+                o.socket ? o.socket : getenv("OVL_SOCKET") ? getenv("OVL_SOCKET")
+                                                           : OVL_DEFAULT_SOCKET,
+                p.daemon_err);
+        return 1;
+    }
+    if (p.ovld_devices < o.world) {
+        fprintf(stderr, "ovl-bench: ovld has %u device%s, --world is %u\n", p.ovld_devices,
+                p.ovld_devices == 1 ? "" : "s", o.world);
+        return 2;
+    }
+    FILE *res = NULL;
+    if (strcmp(o.results, "-") != 0 && !(res = fopen(o.results, "a"))) {
+        fprintf(stderr, "ovl-bench: cannot append to %s: %s (--results - for none)\n", o.results,
+                strerror(errno));
+        return 2;
+    }
+    for (int si = 0; si < MAX_SHAPES; si++)
+        for (int b = 0; b < BL_N; b++)
+            g_bl[si][b] = NAN;
+
+    char drv[16], rt[16], nccl[24];
+    int nv = 0;
+    version_str(drv, sizeof(drv), p.driver);
+    version_str(rt, sizeof(rt), p.runtime);
+    if (ncclGetVersion(&nv) == ncclSuccess)
+        snprintf(nccl, sizeof(nccl), "%d.%d.%d", nv / 10000, nv % 10000 / 100, nv % 100);
+    else
+        snprintf(nccl, sizeof(nccl), "?");
+    time_t now = time(NULL);
+    struct tm tm;
+    char when[32];
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    printf("ovl-bench: %s x %u, %s; ovld %s; driver (CUDA) %s, runtime %s, NCCL %s\n", p.gpu,
+           o.world, ovl_dtype_name(o.dtype), p.ovld_version, drv, rt, nccl);
+    printf("ovl-bench: %d shape%s x %d config%s, warmup %d, iters %d, check %s%s%s\n",
+           o.nshapes, o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup,
+           o.iters, o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
+    printf("\novl (job %s, one process per rank):\n", o.job);
+    fflush(stdout);
+
+    char why[512] = "";
+    double t0 = now_s();
+    bool ovl_ok = ovl_phase(&o, why, sizeof(why));
+    if (!ovl_ok)
+        fprintf(stderr, "ovl-bench: ovl part failed: %s\n", why);
+    printf("  (%.1f s)\n\nbaselines (this process, NCCL + cuBLASLt):\n", now_s() - t0);
+    fflush(stdout);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    t0 = now_s();
+    bool bl_ok = bl_phase(&o) == 0;
+    if (!bl_ok)
+        fprintf(stderr, "ovl-bench: %s\n", g_err);
+    printf("  (%.1f s)\n\n", now_s() - t0);
+
+    int nrows_max = o.nshapes * (4 + o.ncfgs);
+    row_t *rows = calloc((size_t)nrows_max, sizeof(*rows));
+    if (!rows) {
+        fprintf(stderr, "ovl-bench: out of memory\n");
+        return 1;
+    }
+    int nrows = build_rows(&o, rows);
+    print_table(stdout, rows, nrows, false);
+
+    int nchecked = 0, nfailed = 0;
+    for (int si = 0; si < o.nshapes; si++)
+        for (int ci = 0; ci < o.ncfgs; ci++) {
+            nchecked += g_cells[si][ci].check != CHECK_NONE;
+            nfailed += g_cells[si][ci].check == CHECK_FAIL;
+        }
+    bool complete = ovl_ok && bl_ok;
+    if (res && complete) {
+        fprintf(res, "\n## %s — %s x %u, %s\n\n", when, p.gpu, o.world,
+                ovl_dtype_name(o.dtype));
+        fprintf(res, "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d, iters %d; "
+                     "check %s%s%s.\n\n",
+                drv, rt, nccl, p.ovld_version, o.warmup, o.iters, o.check ? "on" : "off",
+                o.label[0] ? "; label: " : "", o.label);
+        print_table(res, rows, nrows, true);
+        fprintf(res, "\n");
+        print_summary(res, &o, true);
+    }
+    if (res && fclose(res) != 0) {
+        fprintf(stderr, "ovl-bench: writing %s: %s\n", o.results, strerror(errno));
+        complete = false;
+    }
+    free(rows);
+    if (res && complete)
+        printf("\n(table appended to %s)\n", o.results);
+    else if (res)
+        printf("\n(incomplete run: nothing appended to %s)\n", o.results);
+
+    printf("\nsummary (%s x %u, %s; median of %d back-to-back ops, max over GPUs):\n", p.gpu,
+           o.world, ovl_dtype_name(o.dtype), o.iters);
+    print_summary(stdout, &o, false);
+    if (!complete)
+        printf("ovl-bench: FAILED: %s\n", !ovl_ok ? why : g_err);
+    else if (nfailed)
+        printf("ovl-bench: %d of %d checks FAILED (tolerance %.0e)\n", nfailed, nchecked,
+               tolerance(o.dtype));
+    else if (o.check)
+        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked,
+               tolerance(o.dtype));
+    else
+        printf("ovl-bench: results not checked (--no-check)\n");
+    return complete && nfailed == 0 ? 0 : 1;
+}
