@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -58,6 +59,8 @@ struct ovl_comm {
     size_t db_map_len;
     int device;                  /* CUDA: the comm's device */
     struct ovl_doorbell *db_host; /* CUDA: pinned copy, read by polling */
+    struct ovl_doorbell *mirror;  /* CUDA: ovld's host copy of done and error */
+    void *mirror_map;
 #ifdef OVL_HAVE_CUDA
     cudaStream_t poll_stream;
 #endif
@@ -397,6 +400,8 @@ static void comm_free(struct ovl_comm *cm)
 {
     if (cm->db_map)
         munmap(cm->db_map, cm->db_map_len);
+    if (cm->mirror_map)
+        munmap(cm->mirror_map, OVL_DOORBELL_SIZE);
 #ifdef OVL_HAVE_CUDA
     if (!cm->db_map && cm->db) {
         int prev = 0;
@@ -811,6 +816,15 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         cm->cl = cl;
         if ((st = cuda_open_doorbell(cl, cm, &cr->doorbell_ipc)) != OVL_OK)
             goto out;
+        if (cr->fd_count == 1 && (fd = ovl_fdq_pop(&cl->fdq)) >= 0) {
+            void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED) {
+                st = fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell mirror: %s", strerror(errno));
+                goto out;
+            }
+            cm->mirror_map = p;
+            cm->mirror = p;
+        }
         goto linked;
 #else
         st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
@@ -865,7 +879,9 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
         return cm->err;
     const struct ovl_doorbell *db = cm->db;
 #ifdef OVL_HAVE_CUDA
-    if (!cl->host) {
+    if (!cl->host && cm->mirror) {
+        db = cm->mirror;
+    } else if (!cl->host) {
         ovl_status_t rst = cuda_read_doorbell(cm);
         if (rst != OVL_OK)
             return rst;
@@ -906,9 +922,28 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
     ovl_client_t *cl = cm->cl;
     uint64_t deadline = deadline_of(cl);
 #ifdef OVL_HAVE_CUDA
+    if (!cl->host && cm->mirror) {
+        /* ovld's stream writes the host mirror right after the doorbell:
+         * poll plain memory, spinning briefly, then sleeping at most 20 us
+         * between looks (a throttled rank waits about one op). */
+        unsigned spins = 0;
+        while (__atomic_load_n(&cm->mirror->done, __ATOMIC_ACQUIRE) < target) {
+            if (++spins < 64) {
+                sched_yield();
+                continue;
+            }
+            if (deadline && left_ms(deadline) == 0)
+                return fail(cl, OVL_ERR_TIMEOUT,
+                            "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", target,
+                            cl->timeout_ms, __atomic_load_n(&cm->mirror->done, __ATOMIC_RELAXED));
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        return OVL_OK;
+    }
     if (!cl->host) {
-        /* The doorbell is device memory: poll a copy, backing off from
-         * 20 us to 1 ms; the GPU does the real waiting. */
+        /* No mirror: the doorbell is device memory: poll a copy, backing
+         * off from 20 us to 1 ms; the GPU does the real waiting. */
         long sleep_us = 20;
         for (;;) {
             ovl_status_t st = cuda_read_doorbell(cm);

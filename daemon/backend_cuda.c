@@ -25,6 +25,8 @@
  * events) or when scratch grows between ops, never between the launches of
  * one collective: cudaMalloc and cudaFree may synchronize every GPU.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -92,6 +96,16 @@ struct ovld_rank {
     uint32_t nevents;
     cudaEvent_t ag_ev[2]; /* the copy-engine all-gather's own: ready, read */
     struct ovl_doorbell *db; /* device memory */
+    /* A host copy of done and the error word, written by the same stream
+     * right after the device ones, so that the client's host-side waits
+     * (throttle, synchronize, check) read plain memory: a memfd mapped by
+     * both, registered with CUDA so that stream memory operations reach it. */
+    struct ovl_doorbell *mirror;
+    struct ovl_doorbell *mirror_dev;
+    int mirror_fd;
+    cudaStream_t cstream;     /* completions: host functions wait here, off stream 0 */
+    cudaEvent_t *free_ev;     /* done events to reuse (loop thread) */
+    uint32_t nfree_ev, cap_free_ev;
     bool error_written;
     ncclComm_t nccl;
     void *scratch;
@@ -326,6 +340,19 @@ static ovl_status_t rank_free_resources(struct ovld_rank *r)
     for (int i = 0; i < 2; i++)
         if (r->ag_ev[i])
             cudaEventDestroy(r->ag_ev[i]);
+    for (uint32_t i = 0; i < r->nfree_ev; i++)
+        cudaEventDestroy(r->free_ev[i]);
+    free(r->free_ev);
+    if (r->cstream) {
+        cudaStreamSynchronize(r->cstream);
+        cudaStreamDestroy(r->cstream);
+    }
+    if (r->mirror) {
+        cudaHostUnregister(r->mirror);
+        munmap(r->mirror, OVL_DOORBELL_SIZE);
+    }
+    if (r->mirror_fd >= 0)
+        close(r->mirror_fd);
     free(r->events);
     if (r->db)
         cudaFree(r->db);
@@ -345,6 +372,7 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         return OVL_ERR_NOMEM;
     r->cb = cb;
     r->dev = &cb->devs[device];
+    r->mirror_fd = -1;
     ovl_status_t st = OVL_ERR_BACKEND;
     cudaError_t ce = cudaSetDevice(r->dev->ordinal);
     const char *what = "cudaSetDevice";
@@ -377,6 +405,32 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         what = "cudaIpcGetMemHandle (doorbell)";
         ce = cudaIpcGetMemHandle(&h, r->db);
     }
+    if (ce == cudaSuccess) {
+        what = "cudaStreamCreateWithPriority (completions)";
+        ce = cudaStreamCreateWithPriority(&r->cstream, cudaStreamNonBlocking, r->dev->prio_lo);
+    }
+    if (ce == cudaSuccess) {
+        what = "the doorbell's host mirror (memfd)";
+        r->mirror_fd = memfd_create("ovl-doorbell-mirror", MFD_CLOEXEC);
+        void *p = MAP_FAILED;
+        if (r->mirror_fd >= 0 && ftruncate(r->mirror_fd, OVL_DOORBELL_SIZE) == 0)
+            p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, r->mirror_fd, 0);
+        if (p == MAP_FAILED) {
+            ce = cudaErrorMemoryAllocation;
+        } else {
+            memset(p, 0, OVL_DOORBELL_SIZE);
+            what = "cudaHostRegister (doorbell mirror)";
+            ce = cudaHostRegister(p, OVL_DOORBELL_SIZE, cudaHostRegisterMapped |
+                                                            cudaHostRegisterPortable);
+            if (ce == cudaSuccess) {
+                r->mirror = p;
+                what = "cudaHostGetDevicePointer (doorbell mirror)";
+                ce = cudaHostGetDevicePointer((void **)&r->mirror_dev, p, 0);
+            } else {
+                munmap(p, OVL_DOORBELL_SIZE);
+            }
+        }
+    }
     if (ce != cudaSuccess) {
         log_error("device %u: %s: %s", device, what, cudaGetErrorString(ce));
         rank_free_resources(r);
@@ -384,7 +438,13 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         return st;
     }
     memset(ret_db, 0, sizeof(*ret_db));
-    ret_db->fd = -1;
+    ret_db->fd = fcntl(r->mirror_fd, F_DUPFD_CLOEXEC, 0);
+    if (ret_db->fd < 0) {
+        log_error("device %u: dup of the doorbell mirror: %s", device, strerror(errno));
+        rank_free_resources(r);
+        free(r);
+        return OVL_ERR_SYSTEM;
+    }
     memcpy(ret_db->ipc, &h, sizeof(h));
     ret_db->ipc_len = sizeof(h);
     ret_db->offset = 0;
@@ -660,8 +720,19 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
     return OVL_ERR_BACKEND;
 }
 
+/* Every enqueue makes the rank's device current first: the loop thread
+ * drives all GPUs, and cuBLASLt, kernel launches and copies use the
+ * current device's context (cudaSetDevice costs well under a microsecond
+ * when nothing changes). */
+#define USE_DEVICE(r)                                                                            \
+    do {                                                                                         \
+        if (set_device((r)->cb, (r)->dev) != OVL_OK)                                             \
+            return OVL_ERR_BACKEND;                                                              \
+    } while (0)
+
 static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
+    USE_DEVICE(r);
     return drv_check(r,
                      r->cb->drv.stream_wait_value64((CUstream)r->streams[stream],
                                                     (CUdeviceptr)&r->db->ready, seq,
@@ -671,6 +742,7 @@ static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t se
 
 static ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 {
+    USE_DEVICE(r);
     cudaEvent_t ev;
     ovl_status_t st = event_get(r, event, &ev);
     if (st != OVL_OK)
@@ -681,6 +753,7 @@ static ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 
 static ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
 {
+    USE_DEVICE(r);
     cudaEvent_t ev;
     ovl_status_t st = event_get(owner, event, &ev);
     if (st != OVL_OK)
@@ -737,6 +810,7 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
          * each rank's stream waits on the others' stream position first. */
         for (uint32_t i = 0; i < n; i++) {
             struct ovld_rank *r = parts[i].rank;
+            USE_DEVICE(r);
             for (uint32_t p = 0; p < n; p++) {
                 if (p != i) {
                     cudaEvent_t ev = parts[p].rank->ag_ev[0];
@@ -754,6 +828,7 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         }
         /* ...and no rank goes on before every rank has read its shard. */
         for (uint32_t i = 0; i < n; i++) {
+            USE_DEVICE(parts[i].rank);
             cudaEvent_t ev = parts[i].rank->ag_ev[1];
             CUDA_TRY(parts[i].rank->cb, cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
                      "all-gather (record)");
@@ -782,6 +857,10 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         for (uint32_t p = 0; r == ncclSuccess && p < n; p++) {
             void *dst = at_row(x->g, p * m + row0, elem).ptr;
             if (p == i) {
+                if (cudaSetDevice(x->rank->dev->ordinal) != cudaSuccess) {
+                    r = ncclUnhandledCudaError;
+                    break;
+                }
                 if (cudaMemcpyAsync(dst, send, count * elem, cudaMemcpyDeviceToDevice, s) !=
                     cudaSuccess)
                     r = ncclUnhandledCudaError;
@@ -823,11 +902,13 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
 static ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                               uint64_t rows, uint64_t cols, size_t elem)
 {
+    USE_DEVICE(r);
     return copy_rows(r, r->streams[stream], dst, src, rows, cols, elem);
 }
 
 static ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
+    USE_DEVICE(r);
     if (!r->workspace[stream]) {
         if (set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
@@ -843,6 +924,7 @@ static ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_a
 
 static ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
 {
+    USE_DEVICE(r);
     CUDA_TRY(r->cb, ovld_launch_sleep(r->streams[stream], ns), "sleep kernel");
     return OVL_OK;
 }
@@ -868,8 +950,22 @@ static void done_release(ovld_cq_node_t *node)
         r->inflight = d->next;
     if (d->next)
         d->next->prev = d->prev;
-    if (d->ev)
-        cudaEventDestroy(d->ev);
+    if (d->ev) {
+        /* Back to the pool: its last record is complete (or the stream is
+         * dead and the rank goes away anyway). */
+        if (r->nfree_ev == r->cap_free_ev) {
+            uint32_t cap = r->cap_free_ev ? 2 * r->cap_free_ev : 16;
+            cudaEvent_t *ne = realloc(r->free_ev, cap * sizeof(*ne));
+            if (ne) {
+                r->free_ev = ne;
+                r->cap_free_ev = cap;
+            }
+        }
+        if (r->nfree_ev < r->cap_free_ev)
+            r->free_ev[r->nfree_ev++] = d->ev;
+        else
+            cudaEventDestroy(d->ev);
+    }
     free(d);
 }
 
@@ -890,10 +986,22 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
                                               CU_STREAM_WRITE_VALUE_DEFAULT);
         r->error_written = true;
     }
+    if (cr == CUDA_SUCCESS && status != OVL_OK && r->mirror_dev) {
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->error_seq,
+                                          seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (cr == CUDA_SUCCESS)
+            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&r->mirror_dev->error,
+                                              (cuuint32_t)(int32_t)status,
+                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
     /* The default flag orders the write after all prior work's memory
-     * writes: the client sees C before it sees done. */
+     * writes: the client sees C before it sees done; the host mirror after
+     * the device word. */
     if (cr == CUDA_SUCCESS)
         cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db->done, seq,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (cr == CUDA_SUCCESS && r->mirror_dev)
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->done, seq,
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
     cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
@@ -921,13 +1029,18 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     if (r->inflight)
         r->inflight->prev = d;
     r->inflight = d;
-    if (cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventRecord(d->ev, s) != cudaSuccess) {
-        if (d->ev)
-            cudaEventDestroy(d->ev);
+    if (r->nfree_ev > 0)
+        d->ev = r->free_ev[--r->nfree_ev];
+    else if (cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess)
         d->ev = NULL;
-    }
-    cudaError_t ce = cudaLaunchHostFunc(s, host_done, d);
+    /* The host function goes on the completion stream, behind the event:
+     * on stream 0 it would hold up the next op's start until the callback
+     * thread ran it. */
+    cudaStream_t hs = s;
+    if (d->ev && cudaEventRecord(d->ev, s) == cudaSuccess &&
+        cudaStreamWaitEvent(r->cstream, d->ev, 0) == cudaSuccess)
+        hs = r->cstream;
+    cudaError_t ce = cudaLaunchHostFunc(hs, host_done, d);
     if (ce != cudaSuccess) {
         int expect = 0;
         if (atomic_compare_exchange_strong(&d->state, &expect, 2)) {
