@@ -79,7 +79,15 @@ static void member_error(ovld_member_t *m, uint64_t seq, ovl_status_t st, const 
 
 static void reg_put(ovld_t *d, ovld_reg_t *reg)
 {
-    if (!reg || --reg->refs > 0)
+    if (!reg)
+        return;
+    if (--reg->refs == 1 && reg->on_idle) {
+        void (*fn)(ovld_reg_t *, void *) = reg->on_idle;
+        reg->on_idle = NULL;
+        fn(reg, reg->idle_arg);
+        return;
+    }
+    if (reg->refs > 0)
         return;
     d->backend->ops->mem_release(d->backend, reg->bmem, false);
     free(reg);

@@ -26,6 +26,10 @@ typedef struct ovld_reg {
     int device;
     uint32_t refs;
     bool registered; /* still in its connection's table */
+    /* Called (once) when only the connection's reference is left: a
+     * deregistration that waits for the ops still using the buffer. */
+    void (*on_idle)(struct ovld_reg *reg, void *arg);
+    void *idle_arg;
     struct ovld_reg *next;
 } ovld_reg_t;
 

@@ -530,23 +530,11 @@ static void unmap_after(uv_work_t *req, int status)
     conn_put(c);
 }
 
-static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregister *q)
+/* Unmaps a registration nothing but its connection uses any more, then
+ * answers the client (on a worker where unmapping may block). */
+static void deregister_now(ovld_conn_t *c, uint64_t id, ovld_reg_t *reg)
 {
     ovld_t *d = c->d;
-    ovld_reg_t *reg = ovld_registry_find(&c->reg, q->mem_id);
-    if (!reg) {
-        send_error(c, id, OVL_ERR_NOT_FOUND, "buffer %" PRIu64 " is not registered here",
-                   q->mem_id);
-        return;
-    }
-    if (reg->refs > 1) {
-        /* The client would free memory that queued work still reads. */
-        send_error(c, id, OVL_ERR_AGAIN,
-                   "buffer %" PRIu64 " is used by ops not done yet: synchronize first",
-                   q->mem_id);
-        return;
-    }
-    OVLD_COUNT(&d->counters, deregistrations, 1);
     unmap_work_t *w = d->backend->ops->import_blocking ? calloc(1, sizeof(*w)) : NULL;
     if (w) {
         ovld_registry_remove(&c->reg, reg);
@@ -570,6 +558,61 @@ static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregis
     }
     reg_drop(d, c, reg);
     send_ok(c, id);
+}
+
+typedef struct dereg_wait {
+    ovld_conn_t *c;
+    uint64_t id;
+} dereg_wait_t;
+
+static void on_reg_idle(ovld_reg_t *reg, void *arg)
+{
+    dereg_wait_t *w = arg;
+    ovld_conn_t *c = w->c;
+    uint64_t id = w->id;
+    free(w);
+    c->busy = false;
+    if (c->closing) {
+        conn_put(c);
+        return;
+    }
+    deregister_now(c, id, reg);
+    if (!c->busy) {
+        conn_update_poll(c);
+        process_frames(c);
+    }
+    conn_put(c);
+}
+
+static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregister *q)
+{
+    ovld_t *d = c->d;
+    ovld_reg_t *reg = ovld_registry_find(&c->reg, q->mem_id);
+    if (!reg) {
+        send_error(c, id, OVL_ERR_NOT_FOUND, "buffer %" PRIu64 " is not registered here",
+                   q->mem_id);
+        return;
+    }
+    OVLD_COUNT(&d->counters, deregistrations, 1);
+    if (reg->refs > 1) {
+        /* Ops still read or write it: their completions may reach this
+         * thread after the client saw its doorbell rung. Answer once the
+         * last of them let go, holding the connection's later requests. */
+        dereg_wait_t *w = calloc(1, sizeof(*w));
+        if (!w) {
+            send_error(c, id, OVL_ERR_NOMEM, "out of memory");
+            return;
+        }
+        w->c = c;
+        w->id = id;
+        reg->on_idle = on_reg_idle;
+        reg->idle_arg = w;
+        c->busy = true;
+        c->refs++;
+        conn_update_poll(c);
+        return;
+    }
+    deregister_now(c, id, reg);
 }
 
 static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q)
@@ -813,6 +856,13 @@ static void conn_put(ovld_conn_t *c)
 static void drop_reg(ovld_reg_t *reg, void *arg)
 {
     ovld_conn_t *c = arg;
+    if (reg->on_idle) { /* a deregistration waiting for ops: nobody to answer now */
+        free(reg->idle_arg);
+        reg->on_idle = NULL;
+        reg->idle_arg = NULL;
+        c->busy = false;
+        c->refs--;
+    }
     reg_drop(c->d, c, reg);
 }
 
