@@ -127,8 +127,9 @@ static void print_status_json(const Ovl__StatusReply *s)
         json_str(f, u);
         fprintf(f, ",\"name\":");
         json_str(f, d->name);
-        fprintf(f, ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"held_bytes\":%" PRIu64 "}",
-                d->total_memory, d->streams, d->held_bytes);
+        fprintf(f, ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"held_bytes\":%" PRIu64
+                   ",\"mps\":%s}",
+                d->total_memory, d->streams, d->held_bytes, d->mps ? "true" : "false");
     }
     fprintf(f, "],\"jobs\":[");
     for (size_t i = 0; i < s->n_jobs; i++) {
@@ -166,16 +167,16 @@ static void print_status_table(const Ovl__StatusReply *s)
     printf("  config file:  %s\n", s->config_file && s->config_file[0] ? s->config_file : "-");
     printf("  connections:  %u\n", s->connections);
     printf("\nDEVICES (%zu)\n", s->n_devices);
-    printf("  %-5s  %-41s  %-16s  %10s  %7s  %10s\n", "INDEX", "UUID", "NAME", "MEMORY", "STREAMS",
-           "OVL HOLDS");
+    printf("  %-5s  %-41s  %-16s  %10s  %7s  %10s  %s\n", "INDEX", "UUID", "NAME", "MEMORY",
+           "STREAMS", "OVL HOLDS", "MPS");
     for (size_t i = 0; i < s->n_devices; i++) {
         const Ovl__Device *d = s->devices[i];
         char u[64], mem[32], held[32];
         uuid_text(d, s->backend, u, sizeof(u));
         human_bytes(d->total_memory, mem, sizeof(mem));
         human_bytes(d->held_bytes, held, sizeof(held));
-        printf("  %-5u  %-41s  %-16s  %10s  %7u  %10s\n", d->index, u, d->name, mem, d->streams,
-               held);
+        printf("  %-5u  %-41s  %-16s  %10s  %7u  %10s  %s\n", d->index, u, d->name, mem, d->streams,
+               held, strcmp(s->backend, "cuda") ? "-" : d->mps ? "yes" : "NO");
     }
     printf("\nJOBS (%zu)\n", s->n_jobs);
     if (s->n_jobs)

@@ -31,6 +31,7 @@ typedef struct ovld_device_info {
     uint8_t uuid[OVLD_UUID_LEN];
     char name[96];
     uint64_t total_memory;
+    bool mps; /* CUDA: contexts are shared through MPS */
 } ovld_device_info_t;
 
 /* A strided row-major matrix view in the daemon's address space. */

@@ -1198,6 +1198,15 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
         memcpy(dev->info.uuid, prop.uuid.bytes, OVLD_UUID_LEN);
         snprintf(dev->info.name, sizeof(dev->info.name), "%s", prop.name);
         dev->info.total_memory = prop.totalGlobalMem;
+        int mps = 0;
+        if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, i) != cudaSuccess)
+            mps = 0;
+        dev->info.mps = mps != 0;
+        if (!mps)
+            log_warn("device %d (%s): MPS is not running: the GPU will time-slice between "
+                     "ovld's context and every client's, and each op will wait for a time "
+                     "slice (about 2 ms); start nvidia-cuda-mps-control (docs/performance.md)",
+                     i, prop.name);
         if (ovld_lt_create(&dev->lt, err, errlen) != OVL_OK)
             goto fail;
         cb->ndev++;

@@ -122,6 +122,7 @@ static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_inf
     dev->uuid.len = OVLD_UUID_LEN;
     dev->name = info->name;
     dev->total_memory = info->total_memory;
+    dev->mps = info->mps;
     if (d->backend->ops->device_usage)
         d->backend->ops->device_usage(d->backend, i, &dev->streams, &dev->held_bytes);
 }
