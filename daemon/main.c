@@ -67,11 +67,20 @@ static void finish_shutdown(ovld_t *d)
     }
     uv_timer_stop(&d->drain_timer);
     close_handle((uv_handle_t *)&d->drain_timer);
+    uv_timer_stop(&d->sd_watchdog);
+    close_handle((uv_handle_t *)&d->sd_watchdog);
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     if (left > 0)
         uv_stop(d->loop); /* threads still hold handles; do not wait for them */
+}
+
+/* The loop is alive if this runs: that is what systemd's watchdog asks. */
+static void on_sd_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    ovld_sd_notify("WATCHDOG=1");
 }
 
 static void on_drain_tick(uv_timer_t *t)
@@ -284,6 +293,12 @@ int main(int argc, char **argv)
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
     uv_timer_init(d->loop, &d->drain_timer);
     d->drain_timer.data = d;
+    uv_timer_init(d->loop, &d->sd_watchdog);
+    uint64_t wd_usec = ovld_sd_watchdog_usec();
+    if (wd_usec >= 2000) {
+        uv_timer_start(&d->sd_watchdog, on_sd_watchdog, 0, wd_usec / 2000);
+        log_info("systemd watchdog: WATCHDOG=1 every %" PRIu64 " ms", wd_usec / 2000);
+    }
 
     uint32_t ndev = d->backend->ops->device_count(d->backend);
     log_info("ovld %s ready: %s backend, %u device%s, pid %d", OVL_VERSION_STRING,

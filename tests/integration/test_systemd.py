@@ -293,6 +293,38 @@ def test_sd_notify_abstract_socket():
         assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
 
 
+def test_sd_notify_watchdog():
+    """With $WATCHDOG_USEC set (as systemd does for WatchdogSec=), ovld's
+    loop sends WATCHDOG=1 at about half the interval; with it unset, never."""
+    with Scratch() as s:
+        listener = NotifyListener(s)
+        sock = s.path("ovld.sock")
+        cmd = [OVLD, "--foreground", "--backend", "host", "--socket", sock]
+        proc = s.spawn(cmd, clean_env(NOTIFY_SOCKET=listener.env_value,
+                                      WATCHDOG_USEC="200000"))
+        listener.expect("READY=1", START_TIMEOUT, proc)
+        t0 = time.monotonic()
+        for _ in range(3):
+            listener.expect("WATCHDOG=1", 1.0, proc)
+        elapsed = time.monotonic() - t0
+        assert elapsed < 1.0, "three pings took %.2f s (interval 0.1 s)" % elapsed
+        # meant for another pid: ignored
+        proc.signal(signal.SIGTERM)
+        listener.expect("STOPPING=1", NOTIFY_TIMEOUT, proc)
+        assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
+    with Scratch() as s:
+        listener = NotifyListener(s)
+        sock = s.path("ovld.sock")
+        cmd = [OVLD, "--foreground", "--backend", "host", "--socket", sock]
+        proc = s.spawn(cmd, clean_env(NOTIFY_SOCKET=listener.env_value,
+                                      WATCHDOG_USEC="200000", WATCHDOG_PID="1"))
+        listener.expect("READY=1", START_TIMEOUT, proc)
+        msg = listener.next(0.5, proc)
+        assert msg is None or "WATCHDOG=1" not in msg, msg
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
+
+
 # ---------------------------------------------------------- sd_listen_fds(3)
 
 def socket_activate_tool():
@@ -501,6 +533,7 @@ def run_tests(tests):
 
 if __name__ == "__main__":
     run_tests([
+        test_sd_notify_watchdog,
         test_sd_notify_ready_reload_stopping,
         test_sd_notify_abstract_socket,
         test_socket_activation,
