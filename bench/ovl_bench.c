@@ -49,11 +49,11 @@
 #include "ovl.h"
 
 #define MAX_SHAPES 32
-#define MAX_ALGOS 4
+#define MAX_ALGOS  4
 #define MAX_CHUNKS 16
-#define MAX_CFGS (MAX_ALGOS * MAX_CHUNKS)
-#define MAX_WORLD 16
-#define MAX_ITERS 10000
+#define MAX_CFGS   (MAX_ALGOS * MAX_CHUNKS)
+#define MAX_WORLD  16
+#define MAX_ITERS  10000
 
 /* The data are the same in every run, so that runs compare; never zeros,
  * whose products would flatter the GPU's power draw. */
@@ -158,8 +158,8 @@ static int add_shape(bopts_t *o, const char *t)
     unsigned long long M, K, N;
     int used = 0;
     if (o->nshapes == MAX_SHAPES ||
-        sscanf(t, "%llu%*[xX]%llu%*[xX]%llu%n", &M, &K, &N, &used) != 3 || t[used] ||
-        M == 0 || K == 0 || N == 0) {
+        sscanf(t, "%llu%*[xX]%llu%*[xX]%llu%n", &M, &K, &N, &used) != 3 || t[used] || M == 0 ||
+        K == 0 || N == 0) {
         fprintf(stderr, "ovl-bench: bad shape '%s' (MxKxN, at most %d shapes)\n", t, MAX_SHAPES);
         return -1;
     }
@@ -190,8 +190,21 @@ static int add_chunks(bopts_t *o, const char *t)
 
 static int parse_args(int argc, char **argv, bopts_t *o)
 {
-    enum { O_SOCKET = 1, O_WORLD, O_DTYPE, O_SHAPES, O_ALGOS, O_CHUNKS, O_WARMUP, O_ITERS,
-           O_RESULTS, O_CHECK, O_NOCHECK, O_LABEL, O_TIMEOUT };
+    enum {
+        O_SOCKET = 1,
+        O_WORLD,
+        O_DTYPE,
+        O_SHAPES,
+        O_ALGOS,
+        O_CHUNKS,
+        O_WARMUP,
+        O_ITERS,
+        O_RESULTS,
+        O_CHECK,
+        O_NOCHECK,
+        O_LABEL,
+        O_TIMEOUT
+    };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, O_SOCKET},
         {"world", required_argument, NULL, O_WORLD},
@@ -216,27 +229,53 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     uint64_t v;
     int ch;
 
-    *o = (bopts_t){.dtype = OVL_DTYPE_BF16, .warmup = 5, .iters = 30,
-                   .results = "bench/results.md", .check = true, .label = "", .timeout_s = 300};
+    *o = (bopts_t){.dtype = OVL_DTYPE_BF16,
+                   .warmup = 5,
+                   .iters = 30,
+                   .results = "bench/results.md",
+                   .check = true,
+                   .label = "",
+                   .timeout_s = 300};
     snprintf(o->job, sizeof(o->job), "bench-%d", (int)getpid());
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
-        case O_SOCKET: o->socket = optarg; break;
+        case O_SOCKET:
+            o->socket = optarg;
+            break;
         case O_DTYPE:
             if (ovl_dtype_parse(optarg, &o->dtype) != OVL_OK) {
                 fprintf(stderr, "ovl-bench: unknown dtype '%s'\n", optarg);
                 return -1;
             }
             break;
-        case O_SHAPES: shapes_arg = optarg; break;
-        case O_ALGOS: algos_arg = optarg; break;
-        case O_CHUNKS: chunks_arg = optarg; break;
-        case O_RESULTS: o->results = optarg; break;
-        case O_CHECK: o->check = true; break;
-        case O_NOCHECK: o->check = false; break;
-        case O_LABEL: o->label = optarg; break;
-        case 'h': usage(stdout); exit(0);
-        case O_WORLD: case O_WARMUP: case O_ITERS: case O_TIMEOUT:
+        case O_SHAPES:
+            shapes_arg = optarg;
+            break;
+        case O_ALGOS:
+            algos_arg = optarg;
+            break;
+        case O_CHUNKS:
+            chunks_arg = optarg;
+            break;
+        case O_RESULTS:
+            o->results = optarg;
+            break;
+        case O_CHECK:
+            o->check = true;
+            break;
+        case O_NOCHECK:
+            o->check = false;
+            break;
+        case O_LABEL:
+            o->label = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        case O_WORLD:
+        case O_WARMUP:
+        case O_ITERS:
+        case O_TIMEOUT:
             if (parse_u64(optarg, &v) != 0 || v > 1000000) {
                 fprintf(stderr, "ovl-bench: '%s' is not a number\n", optarg);
                 return -1;
@@ -250,7 +289,9 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             else
                 o->timeout_s = (int)v;
             break;
-        default: usage(stderr); return -1;
+        default:
+            usage(stderr);
+            return -1;
         }
     }
     if (optind < argc) {
@@ -329,8 +370,7 @@ static void summarize(float *t, int n, double *med, double *mn, double *mx)
  * Per-op times from events e[0..n] recorded around n back-to-back ops on one
  * stream (the stream must be done): t_i = e[i+1] - e[i]. tmp holds n floats.
  */
-static cudaError_t op_times(cudaEvent_t *e, int n, float *tmp, double *med, double *mn,
-                            double *mx)
+static cudaError_t op_times(cudaEvent_t *e, int n, float *tmp, double *med, double *mn, double *mx)
 {
     for (int i = 0; i < n; i++) {
         cudaError_t ce = cudaEventElapsedTime(&tmp[i], e[i], e[i + 1]);
@@ -479,22 +519,22 @@ static void rank_fail(rank_ctx_t *x, const char *fmt, ...)
     write_all(x->fd, &r, sizeof(r));
 }
 
-#define RCUDA(call)                                                                              \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            rank_fail(x, "%s: %s", #call, cudaGetErrorString(e_));                               \
-            goto out;                                                                            \
-        }                                                                                        \
+#define RCUDA(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            rank_fail(x, "%s: %s", #call, cudaGetErrorString(e_));                                 \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
-#define ROVL(call)                                                                               \
-    do {                                                                                         \
-        ovl_status_t s_ = (call);                                                                \
-        if (s_ != OVL_OK) {                                                                      \
-            rank_fail(x, "%s: %s: %s", #call, ovl_strerror(s_), ovl_last_error(x->cl));          \
-            goto out;                                                                            \
-        }                                                                                        \
+#define ROVL(call)                                                                                 \
+    do {                                                                                           \
+        ovl_status_t s_ = (call);                                                                  \
+        if (s_ != OVL_OK) {                                                                        \
+            rank_fail(x, "%s: %s: %s", #call, ovl_strerror(s_), ovl_last_error(x->cl));            \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /*
@@ -537,8 +577,15 @@ static int make_reference(rank_ctx_t *x, shape_t sh, const void *b, float **ret_
         RCUDA(ovl_demo_fill(dt, ga + (size_t)r * m * K * es, m, K, K, SEED, r, 0, x->s));
     RCUDA(ovl_demo_to_f32(dt, ga, M, K, K, ga32, x->s));
     RCUDA(ovl_demo_to_f32(dt, b, K, N, N, b32, x->s));
-    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = M, .n = N, .k = K, .nblocks = 1,
-                          .block_stride = 0, .a = {ga32, K}, .b = {b32, N}, .c = {ref, N},
+    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
+                          .rows = M,
+                          .n = N,
+                          .k = K,
+                          .nblocks = 1,
+                          .block_stride = 0,
+                          .a = {ga32, K},
+                          .b = {b32, N},
+                          .c = {ref, N},
                           .transb = false};
     ovl_status_t st = ovld_lt_gemm(x->lt, x->s, x->ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err));
     if (st != OVL_OK) {
@@ -652,10 +699,22 @@ static int rank_shape(rank_ctx_t *x, int si)
         cfg_str(cs, sizeof(cs), o->cfgs[ci]);
         x->cfg = ci;
         snprintf(x->where, sizeof(x->where), "shape %s, %s", shp, cs);
-        ovl_ag_gemm_desc_t d = {.a = a, .lda = K, .b = b, .ldb = N, .transb = 0, .c = c,
-                                .ldc = N, .a_out = NULL, .lda_out = 0, .m = m, .n = N, .k = K,
-                                .dtype = dt, .algo = o->cfgs[ci].algo,
-                                .chunks = o->cfgs[ci].chunks, .streams = 0};
+        ovl_ag_gemm_desc_t d = {.a = a,
+                                .lda = K,
+                                .b = b,
+                                .ldb = N,
+                                .transb = 0,
+                                .c = c,
+                                .ldc = N,
+                                .a_out = NULL,
+                                .lda_out = 0,
+                                .m = m,
+                                .n = N,
+                                .k = K,
+                                .dtype = dt,
+                                .algo = o->cfgs[ci].algo,
+                                .chunks = o->cfgs[ci].chunks,
+                                .streams = 0};
         rec_t r;
         memset(&r, 0, sizeof(r));
         r.kind = REC_CONFIG;
@@ -777,10 +836,10 @@ out:
 
 /* One ovl config of one shape, over the ranks. */
 typedef struct cell {
-    int nranks;                 /* ranks that reported */
-    double med, min, max;       /* max of medians, min of mins, max of maxes */
-    double rel_err;             /* the worst */
-    int check;                  /* CHECK_FAIL if any rank failed */
+    int nranks;           /* ranks that reported */
+    double med, min, max; /* max of medians, min of mins, max of maxes */
+    double rel_err;       /* the worst */
+    int check;            /* CHECK_FAIL if any rank failed */
 } cell_t;
 
 static cell_t g_cells[MAX_SHAPES][MAX_CFGS];
@@ -1053,22 +1112,22 @@ static void bl_fail(const char *fmt, ...)
     va_end(ap);
 }
 
-#define PCUDA(call)                                                                              \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            bl_fail("%s: %s", #call, cudaGetErrorString(e_));                                    \
-            goto out;                                                                            \
-        }                                                                                        \
+#define PCUDA(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            bl_fail("%s: %s", #call, cudaGetErrorString(e_));                                      \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
-#define PNCCL(call)                                                                              \
-    do {                                                                                         \
-        ncclResult_t r_ = (call);                                                                \
-        if (r_ != ncclSuccess) {                                                                 \
-            bl_fail("%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL));      \
-            goto out;                                                                            \
-        }                                                                                        \
+#define PNCCL(call)                                                                                \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess) {                                                                   \
+            bl_fail("%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL));         \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static ncclDataType_t nccl_type(ovl_dtype_t dt)
@@ -1082,8 +1141,8 @@ static int bl_allgather(const bopts_t *o, bgpu_t *gp, size_t count)
     int rc = -1;
     PNCCL(ncclGroupStart());
     for (uint32_t i = 0; i < o->world; i++) {
-        ncclResult_t r = ncclAllGather(gp[i].a, gp[i].g, count, nccl_type(o->dtype), gp[i].comm,
-                                       gp[i].s);
+        ncclResult_t r =
+            ncclAllGather(gp[i].a, gp[i].g, count, nccl_type(o->dtype), gp[i].comm, gp[i].s);
         if (r != ncclSuccess) {
             bl_fail("ncclAllGather (GPU %u): %s (%s)", i, ncclGetErrorString(r),
                     ncclGetLastError(gp[i].comm));
@@ -1102,9 +1161,16 @@ static int bl_gemm(const bopts_t *o, bgpu_t *g, shape_t sh)
 {
     char err[256];
     int rc = -1;
-    ovld_gemm_args_t a = {.dtype = o->dtype, .rows = sh.M, .n = sh.N, .k = sh.K, .nblocks = 1,
-                          .block_stride = 0, .a = {g->g, sh.K}, .b = {g->b, sh.N},
-                          .c = {g->c, sh.N}, .transb = false};
+    ovld_gemm_args_t a = {.dtype = o->dtype,
+                          .rows = sh.M,
+                          .n = sh.N,
+                          .k = sh.K,
+                          .nblocks = 1,
+                          .block_stride = 0,
+                          .a = {g->g, sh.K},
+                          .b = {g->b, sh.N},
+                          .c = {g->c, sh.N},
+                          .transb = false};
     PCUDA(cudaSetDevice(g->dev));
     ovl_status_t st = ovld_lt_gemm(g->lt, g->s, g->ws, OVLD_LT_WORKSPACE, &a, err, sizeof(err));
     if (st != OVL_OK) {
@@ -1161,8 +1227,7 @@ out:
  * then iters back to back with events around each on every GPU; *ret_ms is
  * the max over GPUs of the median per-op time.
  */
-static int bl_time(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, float *tmp,
-                   double *ret_ms)
+static int bl_time(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, float *tmp, double *ret_ms)
 {
     int rc = -1;
     if (what == BL_GEMM) {
@@ -1315,8 +1380,8 @@ static int bl_phase(const bopts_t *o)
             if (bl_time(o, gp, sh, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
         }
-        printf("  %-18s all-gather %.3f ms, GEMM %.3f ms, unfused %.3f ms\n", shp,
-               g_bl[si][BL_AG], g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        printf("  %-18s all-gather %.3f ms, GEMM %.3f ms, unfused %.3f ms\n", shp, g_bl[si][BL_AG],
+               g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
@@ -1395,7 +1460,7 @@ static int build_rows(const bopts_t *o, row_t *rows)
                 bool have = cell->nranks == (int)o->world;
                 r->ms = have ? cell->med : NAN;
                 snprintf(r->check, sizeof(r->check), "%s",
-                         !have                        ? "-"
+                         !have                       ? "-"
                          : cell->check == CHECK_OK   ? "OK"
                          : cell->check == CHECK_FAIL ? "FAIL"
                                                      : "-");
@@ -1419,8 +1484,8 @@ static void print_row(FILE *f, const row_t *r, bool md)
     fmt_num(xf, sizeof(xf), "%.2f", r->xfloor);
     fmt_num(xu, sizeof(xu), "%.2f", r->xunf);
     if (md)
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r->shape, r->what, r->chunks,
-                ms, r->tput, xf, xu, r->check);
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r->shape, r->what, r->chunks, ms,
+                r->tput, xf, xu, r->check);
     else
         fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s  %s\n", r->shape, r->what, r->chunks, ms,
                 r->tput, xf, xu, r->check);
@@ -1551,8 +1616,9 @@ int main(int argc, char **argv)
     }
     if (p.ovld_devices == 0) {
         fprintf(stderr, "ovl-bench: ovld (socket %s): %s\n",
-                o.socket ? o.socket : getenv("OVL_SOCKET") ? getenv("OVL_SOCKET")
-                                                           : OVL_DEFAULT_SOCKET,
+                o.socket               ? o.socket
+                : getenv("OVL_SOCKET") ? getenv("OVL_SOCKET")
+                                       : OVL_DEFAULT_SOCKET,
                 p.daemon_err);
         return 1;
     }
@@ -1586,9 +1652,9 @@ int main(int argc, char **argv)
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
     printf("ovl-bench: %s x %u, %s; ovld %s; driver (CUDA) %s, runtime %s, NCCL %s\n", p.gpu,
            o.world, ovl_dtype_name(o.dtype), p.ovld_version, drv, rt, nccl);
-    printf("ovl-bench: %d shape%s x %d config%s, warmup %d, iters %d, check %s%s%s\n",
-           o.nshapes, o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup,
-           o.iters, o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
+    printf("ovl-bench: %d shape%s x %d config%s, warmup %d, iters %d, check %s%s%s\n", o.nshapes,
+           o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup, o.iters,
+           o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
     printf("\novl (job %s, one process per rank):\n", o.job);
     fflush(stdout);
 
@@ -1627,10 +1693,10 @@ int main(int argc, char **argv)
         }
     bool complete = ovl_ok && bl_ok;
     if (res && complete) {
-        fprintf(res, "\n## %s — %s x %u, %s\n\n", when, p.gpu, o.world,
-                ovl_dtype_name(o.dtype));
-        fprintf(res, "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d, iters %d; "
-                     "check %s%s%s.\n\n",
+        fprintf(res, "\n## %s — %s x %u, %s\n\n", when, p.gpu, o.world, ovl_dtype_name(o.dtype));
+        fprintf(res,
+                "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d, iters %d; "
+                "check %s%s%s.\n\n",
                 drv, rt, nccl, p.ovld_version, o.warmup, o.iters, o.check ? "on" : "off",
                 o.label[0] ? "; label: " : "", o.label);
         print_table(res, rows, nrows, true);
@@ -1656,8 +1722,7 @@ int main(int argc, char **argv)
         printf("ovl-bench: %d of %d checks FAILED (tolerance %.0e)\n", nfailed, nchecked,
                tolerance(o.dtype));
     else if (o.check)
-        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked,
-               tolerance(o.dtype));
+        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked, tolerance(o.dtype));
     else
         printf("ovl-bench: results not checked (--no-check)\n");
     return complete && nfailed == 0 ? 0 : 1;

@@ -26,8 +26,8 @@ OVL_HD static inline uint64_t ovl_demo_mix(uint64_t x)
 /* Uniform in [-1, 1). */
 OVL_HD static inline float ovl_demo_value(uint64_t seed, uint32_t r, int which, uint64_t i)
 {
-    uint64_t x = ovl_demo_mix(seed ^ ovl_demo_mix((((uint64_t)r << 8) | (uint64_t)which) ^
-                                                  ovl_demo_mix(i)));
+    uint64_t x =
+        ovl_demo_mix(seed ^ ovl_demo_mix((((uint64_t)r << 8) | (uint64_t)which) ^ ovl_demo_mix(i)));
     return (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 

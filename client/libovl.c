@@ -52,12 +52,12 @@ struct ovl_comm {
     ovl_client_t *cl;
     uint64_t id;
     uint32_t world, rank;
-    uint64_t seq; /* the last op submitted */
-    uint32_t window; /* ops in flight that ovld accepts */
+    uint64_t seq;            /* the last op submitted */
+    uint32_t window;         /* ops in flight that ovld accepts */
     struct ovl_doorbell *db; /* host: mapped; CUDA: device memory (IPC) */
     void *db_map;
     size_t db_map_len;
-    int device;                  /* CUDA: the comm's device */
+    int device;                   /* CUDA: the comm's device */
     struct ovl_doorbell *db_host; /* CUDA: pinned copy, read by polling */
     struct ovl_doorbell *mirror;  /* CUDA: ovld's host copy of done and error */
     void *mirror_map;
@@ -83,7 +83,7 @@ struct ovl_client {
     bool drv_ok;
     ovl_cudrv_t drv;
 #endif
-    bool broken; /* the stream is unusable: every call fails */
+    bool broken;       /* the stream is unusable: every call fails */
     ovl_status_t said; /* an Error the daemon sent unasked (id 0), e.g. before closing */
     struct ovl_mem *mems;
     struct ovl_comm *comms;
@@ -200,8 +200,8 @@ static ovl_status_t flush_all(ovl_client_t *cl, uint64_t deadline)
     }
 }
 
-static ovl_status_t send_request(ovl_client_t *cl, Ovl__Request *q, const int *fds,
-                                 unsigned nfds, uint64_t deadline)
+static ovl_status_t send_request(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
+                                 uint64_t deadline)
 {
     if (cl->broken) {
         for (unsigned i = 0; i < nfds; i++)
@@ -606,11 +606,12 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
     size_t size = 0;
     CUresult cr = cl->drv.mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
     if (cr != CUDA_SUCCESS)
-        return fail(cl, OVL_ERR_INVALID, "%p is not device memory (cuMemGetAddressRange: %s)",
-                    ptr, ovl_cudrv_strerror(&cl->drv, cr));
+        return fail(cl, OVL_ERR_INVALID, "%p is not device memory (cuMemGetAddressRange: %s)", ptr,
+                    ovl_cudrv_strerror(&cl->drv, cr));
     if ((uintptr_t)ptr + bytes > (uintptr_t)base + size || (uintptr_t)ptr + bytes < (uintptr_t)ptr)
-        return fail(cl, OVL_ERR_RANGE, "%p + %zu bytes runs past its allocation (%zu bytes at 0x%llx)",
-                    ptr, bytes, size, (unsigned long long)base);
+        return fail(cl, OVL_ERR_RANGE,
+                    "%p + %zu bytes runs past its allocation (%zu bytes at 0x%llx)", ptr, bytes,
+                    size, (unsigned long long)base);
     cudaIpcMemHandle_t h;
     cudaError_t ce = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
     if (ce != cudaSuccess)
@@ -725,8 +726,7 @@ OVL_API ovl_status_t ovl_mem_register(ovl_client_t *cl, void *ptr, size_t bytes,
                                       ovl_mem_t **ret_mem)
 {
     if (!cl || !ptr || bytes == 0 || !ret_mem)
-        return cl ? fail(cl, OVL_ERR_INVALID, "ovl_mem_register: bad arguments")
-                  : OVL_ERR_INVALID;
+        return cl ? fail(cl, OVL_ERR_INVALID, "ovl_mem_register: bad arguments") : OVL_ERR_INVALID;
     struct ovl_mem *m = cl->host ? mem_find(cl, (uintptr_t)ptr, bytes) : NULL;
     if (m) {
         *ret_mem = m;
@@ -755,8 +755,7 @@ static ovl_status_t device_uuid(ovl_client_t *cl, int device, uint8_t uuid[UUID_
 {
     if (cl->host) {
         if (device < 0 || (uint32_t)device >= cl->ndev)
-            return fail(cl, OVL_ERR_NOT_FOUND, "no host device %d (ovld has %u)", device,
-                        cl->ndev);
+            return fail(cl, OVL_ERR_NOT_FOUND, "no host device %d (ovld has %u)", device, cl->ndev);
         memcpy(uuid, cl->uuids[device], UUID_LEN);
         return OVL_OK;
     }
@@ -1047,8 +1046,7 @@ static ovl_status_t bufref(ovl_client_t *cl, const char *name, const void *ptr, 
     return OVL_OK;
 }
 
-OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t *d,
-                                        void *stream)
+OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t *d, void *stream)
 {
     if (!cm)
         return OVL_ERR_INVALID;
@@ -1075,8 +1073,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     Ovl__BufRef a, b, c, aout;
     ovl_status_t st;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
-        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb,
-                     elem, &b)) != OVL_OK ||
+        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, elem,
+                     &b)) != OVL_OK ||
         (st = bufref(cl, "c", d->c, rows_all, d->n, d->ldc, elem, &c)) != OVL_OK ||
         (d->a_out &&
          (st = bufref(cl, "a_out", d->a_out, rows_all, d->k, d->lda_out, elem, &aout)) != OVL_OK))
@@ -1116,8 +1114,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
          * (A is written), then the request, then wait done >= n, so that
          * work after the call sees C. No host synchronization. */
         CUstream s = (CUstream)stream;
-        CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->ready,
-                                                   g.seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+        CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->ready, g.seq,
+                                                   CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr != CUDA_SUCCESS)
             return fail(cl, OVL_ERR_BACKEND, "cuStreamWriteValue64 (doorbell ready): %s",
                         ovl_cudrv_strerror(&cl->drv, cr));

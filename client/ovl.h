@@ -28,9 +28,9 @@
 extern "C" {
 #endif
 
-#define OVL_VERSION_MAJOR 0
-#define OVL_VERSION_MINOR 3
-#define OVL_VERSION_PATCH 0
+#define OVL_VERSION_MAJOR  0
+#define OVL_VERSION_MINOR  3
+#define OVL_VERSION_PATCH  0
 #define OVL_VERSION_STRING "0.3.0"
 
 /* The wire protocol's version. A daemon and a client of different protocol

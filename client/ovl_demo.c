@@ -26,27 +26,28 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: ovl-demo [OPTIONS]\n"
-            "\n"
-            "Runs W client processes that join one job on ovld and check AG-GEMM results\n"
-            "(C = allgather(A) @ B) against a double-precision reference.\n"
-            "\n"
-            "  -s, --socket PATH   ovld's socket (default $OVL_SOCKET, else %s)\n"
-            "  -w, --world W       ranks (processes), default 4\n"
-            "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384 512)\n"
-            "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
-            "  -a, --algo A        naive, collective, ring, auto or all (default all)\n"
-            "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
-            "      --chunks C      chunks (default 0: the daemon's choice)\n"
-            "      --streams S     streams (default 0: the daemon's choice)\n"
-            "      --transb        B is stored N x K (as a Linear weight)\n"
-            "      --a-out         also ask for the gathered A and check it\n"
-            "      --interior      CUDA: place the buffers inside one larger allocation\n"
-            "      --seed S        random seed (default: time)\n"
-            "      --job ID        job id (default demo-PID)\n"
-            "  -h, --help          show this help\n",
-            OVL_DEFAULT_SOCKET);
+    fprintf(
+        f,
+        "Usage: ovl-demo [OPTIONS]\n"
+        "\n"
+        "Runs W client processes that join one job on ovld and check AG-GEMM results\n"
+        "(C = allgather(A) @ B) against a double-precision reference.\n"
+        "\n"
+        "  -s, --socket PATH   ovld's socket (default $OVL_SOCKET, else %s)\n"
+        "  -w, --world W       ranks (processes), default 4\n"
+        "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384 512)\n"
+        "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
+        "  -a, --algo A        naive, collective, ring, auto or all (default all)\n"
+        "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
+        "      --chunks C      chunks (default 0: the daemon's choice)\n"
+        "      --streams S     streams (default 0: the daemon's choice)\n"
+        "      --transb        B is stored N x K (as a Linear weight)\n"
+        "      --a-out         also ask for the gathered A and check it\n"
+        "      --interior      CUDA: place the buffers inside one larger allocation\n"
+        "      --seed S        random seed (default: time)\n"
+        "      --job ID        job id (default demo-PID)\n"
+        "  -h, --help          show this help\n",
+        OVL_DEFAULT_SOCKET);
 }
 
 /* ------------------------------------------------------------ data */
@@ -143,10 +144,22 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = {.a = a, .lda = lda, .b = b, .ldb = ldb, .transb = o->transb,
-                                .c = c, .ldc = ldc, .a_out = aout, .lda_out = ldo, .m = m,
-                                .n = n, .k = k, .dtype = dt, .algo = o->algos[ai],
-                                .chunks = o->chunks, .streams = o->streams};
+        ovl_ag_gemm_desc_t d = {.a = a,
+                                .lda = lda,
+                                .b = b,
+                                .ldb = ldb,
+                                .transb = o->transb,
+                                .c = c,
+                                .ldc = ldc,
+                                .a_out = aout,
+                                .lda_out = ldo,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .dtype = dt,
+                                .algo = o->algos[ai],
+                                .chunks = o->chunks,
+                                .streams = o->streams};
         /* One op untimed first: plans, scratch and (on a GPU) communicators
          * are made on first use. Then poison the outputs and time. */
         st = ovl_allgather_gemm(comm, &d, NULL);
@@ -171,8 +184,8 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         rs->a_out_ok = true;
         if (aout)
             for (uint64_t i = 0; i < W * m && rs->a_out_ok; i++)
-                rs->a_out_ok = memcmp((char *)aout + i * ldo * es, (char *)ga + i * k * es,
-                                      k * es) == 0;
+                rs->a_out_ok =
+                    memcmp((char *)aout + i * ldo * es, (char *)ga + i * k * es, k * es) == 0;
     }
     rc = 0;
 out:
@@ -196,8 +209,9 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     (void)cl;
     (void)comm;
     (void)res;
-    fprintf(stderr, "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
-                    "CUDA\n",
+    fprintf(stderr,
+            "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
+            "CUDA\n",
             rank);
     return 1;
 }
@@ -222,16 +236,27 @@ int main(int argc, char **argv)
 {
     enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB, O_INTERIOR };
     static const struct option lo[] = {
-        {"socket", required_argument, NULL, 's'}, {"world", required_argument, NULL, 'w'},
-        {"dtype", required_argument, NULL, 'd'},  {"algo", required_argument, NULL, 'a'},
-        {"iters", required_argument, NULL, 'i'},  {"chunks", required_argument, NULL, O_CHUNKS},
+        {"socket", required_argument, NULL, 's'},
+        {"world", required_argument, NULL, 'w'},
+        {"dtype", required_argument, NULL, 'd'},
+        {"algo", required_argument, NULL, 'a'},
+        {"iters", required_argument, NULL, 'i'},
+        {"chunks", required_argument, NULL, O_CHUNKS},
         {"streams", required_argument, NULL, O_STREAMS},
-        {"transb", no_argument, NULL, O_TRANSB},  {"a-out", no_argument, NULL, O_AOUT},
+        {"transb", no_argument, NULL, O_TRANSB},
+        {"a-out", no_argument, NULL, O_AOUT},
         {"interior", no_argument, NULL, O_INTERIOR},
-        {"seed", required_argument, NULL, O_SEED}, {"job", required_argument, NULL, O_JOB},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"seed", required_argument, NULL, O_SEED},
+        {"job", required_argument, NULL, O_JOB},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    opts_t o = {.world = 4, .m = 256, .n = 384, .k = 512, .dtype = OVL_DTYPE_BF16, .iters = 3,
+    opts_t o = {.world = 4,
+                .m = 256,
+                .n = 384,
+                .k = 512,
+                .dtype = OVL_DTYPE_BF16,
+                .iters = 3,
                 .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid()};
     snprintf(o.job, sizeof(o.job), "demo-%d", (int)getpid());
     const char *algo = "all";
@@ -239,35 +264,65 @@ int main(int argc, char **argv)
     uint64_t v;
     while ((ch = getopt_long(argc, argv, "s:w:m:n:k:d:a:i:h", lo, NULL)) != -1) {
         switch (ch) {
-        case 's': o.socket = optarg; break;
-        case 'a': algo = optarg; break;
+        case 's':
+            o.socket = optarg;
+            break;
+        case 'a':
+            algo = optarg;
+            break;
         case 'd':
             if (ovl_dtype_parse(optarg, &o.dtype) != OVL_OK) {
                 fprintf(stderr, "ovl-demo: unknown dtype '%s'\n", optarg);
                 return 2;
             }
             break;
-        case O_TRANSB: o.transb = true; break;
-        case O_AOUT: o.a_out = true; break;
-        case O_INTERIOR: o.interior = true; break;
-        case O_JOB: snprintf(o.job, sizeof(o.job), "%s", optarg); break;
-        case 'h': usage(stdout); return 0;
-        case 'w': case 'm': case 'n': case 'k': case 'i': case O_CHUNKS: case O_STREAMS:
+        case O_TRANSB:
+            o.transb = true;
+            break;
+        case O_AOUT:
+            o.a_out = true;
+            break;
+        case O_INTERIOR:
+            o.interior = true;
+            break;
+        case O_JOB:
+            snprintf(o.job, sizeof(o.job), "%s", optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'w':
+        case 'm':
+        case 'n':
+        case 'k':
+        case 'i':
+        case O_CHUNKS:
+        case O_STREAMS:
         case O_SEED:
             if (parse_u64(optarg, &v) != 0) {
                 fprintf(stderr, "ovl-demo: '%s' is not a number\n", optarg);
                 return 2;
             }
-            if (ch == 'w') o.world = (uint32_t)v;
-            else if (ch == 'm') o.m = v;
-            else if (ch == 'n') o.n = v;
-            else if (ch == 'k') o.k = v;
-            else if (ch == 'i') o.iters = (int)v;
-            else if (ch == O_CHUNKS) o.chunks = (uint32_t)v;
-            else if (ch == O_STREAMS) o.streams = (uint32_t)v;
-            else o.seed = v;
+            if (ch == 'w')
+                o.world = (uint32_t)v;
+            else if (ch == 'm')
+                o.m = v;
+            else if (ch == 'n')
+                o.n = v;
+            else if (ch == 'k')
+                o.k = v;
+            else if (ch == 'i')
+                o.iters = (int)v;
+            else if (ch == O_CHUNKS)
+                o.chunks = (uint32_t)v;
+            else if (ch == O_STREAMS)
+                o.streams = (uint32_t)v;
+            else
+                o.seed = v;
             break;
-        default: usage(stderr); return 2;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc || o.world == 0 || o.world > 64 || o.m == 0 || o.n == 0 || o.k == 0 ||
@@ -293,7 +348,7 @@ int main(int argc, char **argv)
            o.a_out ? ", a_out" : "", o.iters, o.iters == 1 ? "" : "s", o.seed);
     fflush(stdout);
 
-    int (*pipes)[2] = calloc(o.world, sizeof(*pipes));
+    int(*pipes)[2] = calloc(o.world, sizeof(*pipes));
     pid_t *pids = calloc(o.world, sizeof(*pids));
     if (!pipes || !pids)
         return 1;
@@ -347,8 +402,7 @@ int main(int argc, char **argv)
             ok = false;
     }
     double flop = 2.0 * (double)o.world * (double)o.m * (double)o.n * (double)o.k;
-    printf("\n%-12s %10s %10s %12s  %s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error",
-           "check");
+    printf("\n%-12s %10s %10s %12s  %s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error", "check");
     for (int ai = 0; ai < o.nalgos; ai++) {
         double err = 0, ms = 0;
         bool row_ok = true;

@@ -15,13 +15,13 @@
 #include "demo_cuda.h"
 #include "ovl_demo.h"
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));          \
-            goto out;                                                                            \
-        }                                                                                        \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));             \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* 256-byte aligned offsets, plus an odd 256-byte step when asked: pointers
@@ -90,8 +90,15 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
         fprintf(stderr, "rank %u: %s\n", rank, err);
         goto out;
     }
-    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = W * m, .n = n, .k = k, .nblocks = 1,
-                          .block_stride = 0, .a = {ga32, k}, .b = {b32, bcols}, .c = {ref, n},
+    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
+                          .rows = W * m,
+                          .n = n,
+                          .k = k,
+                          .nblocks = 1,
+                          .block_stride = 0,
+                          .a = {ga32, k},
+                          .b = {b32, bcols},
+                          .c = {ref, n},
                           .transb = o->transb};
     if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
         fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
@@ -102,10 +109,22 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = {.a = a, .lda = lda, .b = b, .ldb = ldb, .transb = o->transb,
-                                .c = c, .ldc = ldc, .a_out = aout, .lda_out = ldo, .m = m,
-                                .n = n, .k = k, .dtype = dt, .algo = o->algos[ai],
-                                .chunks = o->chunks, .streams = o->streams};
+        ovl_ag_gemm_desc_t d = {.a = a,
+                                .lda = lda,
+                                .b = b,
+                                .ldb = ldb,
+                                .transb = o->transb,
+                                .c = c,
+                                .ldc = ldc,
+                                .a_out = aout,
+                                .lda_out = ldo,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .dtype = dt,
+                                .algo = o->algos[ai],
+                                .chunks = o->chunks,
+                                .streams = o->streams};
         /* One op untimed first: plans, scratch, communicators and cuBLASLt's
          * choices are made on first use. Then poison the outputs and time. */
         ovl_status_t st = ovl_allgather_gemm(*comm, &d, s);

@@ -70,11 +70,21 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
         switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
         default:
             if (*p < 0x20)
                 fprintf(f, "\\u%04x", *p);
@@ -127,8 +137,9 @@ static void print_status_json(const Ovl__StatusReply *s)
         json_str(f, u);
         fprintf(f, ",\"name\":");
         json_str(f, d->name);
-        fprintf(f, ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"held_bytes\":%" PRIu64
-                   ",\"mps\":%s}",
+        fprintf(f,
+                ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"held_bytes\":%" PRIu64
+                ",\"mps\":%s}",
                 d->total_memory, d->streams, d->held_bytes, d->mps ? "true" : "false");
     }
     fprintf(f, "],\"jobs\":[");
@@ -152,8 +163,8 @@ static void print_status_json(const Ovl__StatusReply *s)
         json_str(f, c->name);
         fprintf(f, ",\"job\":");
         json_str(f, c->job);
-        fprintf(f, ",\"rank\":%d,\"buffers\":%u,\"mapped_bytes\":%" PRIu64 "}", c->rank,
-                c->buffers, c->mapped_bytes);
+        fprintf(f, ",\"rank\":%d,\"buffers\":%u,\"mapped_bytes\":%" PRIu64 "}", c->rank, c->buffers,
+                c->mapped_bytes);
     }
     fprintf(f, "]}\n");
 }
@@ -176,7 +187,10 @@ static void print_status_table(const Ovl__StatusReply *s)
         human_bytes(d->total_memory, mem, sizeof(mem));
         human_bytes(d->held_bytes, held, sizeof(held));
         printf("  %-5u  %-41s  %-16s  %10s  %7u  %10s  %s\n", d->index, u, d->name, mem, d->streams,
-               held, strcmp(s->backend, "cuda") ? "-" : d->mps ? "yes" : "NO");
+               held,
+               strcmp(s->backend, "cuda") ? "-"
+               : d->mps                   ? "yes"
+                                          : "NO");
     }
     printf("\nJOBS (%zu)\n", s->n_jobs);
     if (s->n_jobs)
@@ -209,9 +223,8 @@ static void print_status_table(const Ovl__StatusReply *s)
 
 static int cmd_status(int argc, char **argv)
 {
-    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     bool json = false;
     int c;
     optind = 1;
@@ -277,11 +290,16 @@ static int cmd_plan(int argc, char **argv)
 {
     enum { O_ALGO = 1, O_WORLD, O_RANK, O_CHUNKS, O_STREAMS, O_DTYPE, O_AOUT, O_DAEMON };
     static const struct option opts[] = {
-        {"algo", required_argument, NULL, O_ALGO},     {"world", required_argument, NULL, O_WORLD},
-        {"rank", required_argument, NULL, O_RANK},     {"chunks", required_argument, NULL, O_CHUNKS},
-        {"streams", required_argument, NULL, O_STREAMS}, {"dtype", required_argument, NULL, O_DTYPE},
-        {"a-out", no_argument, NULL, O_AOUT},          {"daemon", no_argument, NULL, O_DAEMON},
-        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0},
+        {"algo", required_argument, NULL, O_ALGO},
+        {"world", required_argument, NULL, O_WORLD},
+        {"rank", required_argument, NULL, O_RANK},
+        {"chunks", required_argument, NULL, O_CHUNKS},
+        {"streams", required_argument, NULL, O_STREAMS},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"a-out", no_argument, NULL, O_AOUT},
+        {"daemon", no_argument, NULL, O_DAEMON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     ovl_plan_params_t p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16};
     uint64_t world = 0, rank = 0, chunks = 0, streams = 0;
@@ -303,17 +321,40 @@ static int cmd_plan(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
-        case O_WORLD: bad = parse_u64("--world", optarg, &world); have_world = true; break;
-        case O_RANK: bad = parse_u64("--rank", optarg, &rank); have_rank = true; break;
-        case O_CHUNKS: bad = parse_u64("--chunks", optarg, &chunks); break;
-        case O_STREAMS: bad = parse_u64("--streams", optarg, &streams); break;
-        case 'm': bad = parse_u64("-m", optarg, &p.m); break;
-        case 'n': bad = parse_u64("-n", optarg, &p.n); break;
-        case 'k': bad = parse_u64("-k", optarg, &p.k); break;
-        case O_AOUT: p.want_gathered = true; break;
-        case O_DAEMON: daemon = true; break;
-        case 'h': usage(stdout); return 0;
-        default: return EXIT_USAGE;
+        case O_WORLD:
+            bad = parse_u64("--world", optarg, &world);
+            have_world = true;
+            break;
+        case O_RANK:
+            bad = parse_u64("--rank", optarg, &rank);
+            have_rank = true;
+            break;
+        case O_CHUNKS:
+            bad = parse_u64("--chunks", optarg, &chunks);
+            break;
+        case O_STREAMS:
+            bad = parse_u64("--streams", optarg, &streams);
+            break;
+        case 'm':
+            bad = parse_u64("-m", optarg, &p.m);
+            break;
+        case 'n':
+            bad = parse_u64("-n", optarg, &p.n);
+            break;
+        case 'k':
+            bad = parse_u64("-k", optarg, &p.k);
+            break;
+        case O_AOUT:
+            p.want_gathered = true;
+            break;
+        case O_DAEMON:
+            daemon = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            return EXIT_USAGE;
         }
         if (bad)
             return EXIT_USAGE;
@@ -409,8 +450,10 @@ typedef struct stat_field {
     size_t off;
 } stat_field_t;
 
-#define SF(key, prom, type, help, kind, field)                                                   \
-    {key, prom, type, help, kind, offsetof(Ovl__StatsBlock, field)}
+#define SF(key, prom, type, help, kind, field)                                                     \
+    {                                                                                              \
+        key, prom, type, help, kind, offsetof(Ovl__StatsBlock, field)                              \
+    }
 static const stat_field_t stat_fields[] = {
     SF("seconds", NULL, NULL, "counting for (s)", F_DBL, seconds),
     SF("ops_done", NULL, NULL, "ops done", F_U64, ops_done),
@@ -571,9 +614,12 @@ static int cmd_stats(int argc, char **argv)
 {
     enum { O_JSON = 1, O_PROM, O_WATCH, O_RESET };
     static const struct option opts[] = {
-        {"json", no_argument, NULL, O_JSON},     {"prometheus", no_argument, NULL, O_PROM},
-        {"watch", required_argument, NULL, O_WATCH}, {"reset", no_argument, NULL, O_RESET},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, O_JSON},
+        {"prometheus", no_argument, NULL, O_PROM},
+        {"watch", required_argument, NULL, O_WATCH},
+        {"reset", no_argument, NULL, O_RESET},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int mode = 0, c;
     bool reset = false;
@@ -581,15 +627,24 @@ static int cmd_stats(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case O_JSON: mode = O_JSON; break;
-        case O_PROM: mode = O_PROM; break;
-        case O_RESET: reset = true; break;
+        case O_JSON:
+            mode = O_JSON;
+            break;
+        case O_PROM:
+            mode = O_PROM;
+            break;
+        case O_RESET:
+            reset = true;
+            break;
         case O_WATCH:
             if (parse_u64("--watch", optarg, &watch) || watch == 0 || watch > 86400)
                 return EXIT_USAGE;
             break;
-        case 'h': usage(stdout); return 0;
-        default: return EXIT_USAGE;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            return EXIT_USAGE;
         }
     }
     if (optind < argc) {

@@ -9,10 +9,9 @@
 
 void ovld_uuid_format(const uint8_t u[OVLD_UUID_LEN], const char *prefix, char *buf, size_t len)
 {
-    snprintf(buf, len,
-             "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix,
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-             u[13], u[14], u[15]);
+    snprintf(buf, len, "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             prefix, u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+             u[12], u[13], u[14], u[15]);
 }
 
 int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len)
@@ -46,8 +45,8 @@ ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld
 #ifdef OVL_HAVE_CUDA
     {
         char why[256] = "";
-        ovl_status_t st = ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, ret, why,
-                                                   sizeof(why));
+        ovl_status_t st =
+            ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, ret, why, sizeof(why));
         if (st == OVL_OK)
             return OVL_OK;
         log_info("no usable GPU (%s): using the host backend", why);

@@ -46,13 +46,13 @@ typedef struct ovld_bmem ovld_bmem_t; /* one imported client buffer */
 
 /* What a client hands over to register memory. */
 typedef struct ovld_mem_import {
-    int fd;              /* host: memfd (the backend takes ownership), else -1 */
-    uint64_t fd_offset;  /* host: offset of the range in the file */
-    const uint8_t *ipc;  /* cuda: IPC handle bytes, else NULL */
+    int fd;             /* host: memfd (the backend takes ownership), else -1 */
+    uint64_t fd_offset; /* host: offset of the range in the file */
+    const uint8_t *ipc; /* cuda: IPC handle bytes, else NULL */
     size_t ipc_len;
     uint64_t ipc_offset; /* cuda: ptr - allocation base */
     uint64_t bytes;
-    int device;          /* index into the backend's devices; -1: unknown */
+    int device; /* index into the backend's devices; -1: unknown */
 } ovld_mem_import_t;
 
 /* What a rank's client needs to open its doorbell. */
@@ -163,12 +163,12 @@ struct ovld_backend {
 
 /* Constructors. done_cb runs on the loop thread. */
 ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg,
-                                      ovld_backend_t **ret, char *err, size_t errlen);
+                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      char *err, size_t errlen);
 #ifdef OVL_HAVE_CUDA
 ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg,
-                                      ovld_backend_t **ret, char *err, size_t errlen);
+                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      char *err, size_t errlen);
 #endif
 
 /* Picks the backend the config asks for (auto: cuda where a GPU answers). */
@@ -180,7 +180,6 @@ int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t l
 
 /* Formats a device UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" style
  * text with the given prefix; buf must hold 64 bytes. */
-void ovld_uuid_format(const uint8_t uuid[OVLD_UUID_LEN], const char *prefix, char *buf,
-                      size_t len);
+void ovld_uuid_format(const uint8_t uuid[OVLD_UUID_LEN], const char *prefix, char *buf, size_t len);
 
 #endif /* OVLD_BACKEND_H */

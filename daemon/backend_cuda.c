@@ -50,9 +50,9 @@
 #include "log.h"
 #include "plan.h"
 
-#define WATCHDOG_MS        100
-#define STUCK_CHECK_NS     (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
-#define GEMM_WORKSPACES    4                       /* allocated with the rank; others lazily */
+#define WATCHDOG_MS     100
+#define STUCK_CHECK_NS  (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
+#define GEMM_WORKSPACES 4                       /* allocated with the rank; others lazily */
 
 typedef struct cuda_backend cuda_backend_t;
 
@@ -94,7 +94,7 @@ struct ovld_rank {
     void *workspace[OVL_PLAN_MAX_STREAMS];
     cudaEvent_t *events;
     uint32_t nevents;
-    cudaEvent_t ag_ev[2]; /* the copy-engine all-gather's own: ready, read */
+    cudaEvent_t ag_ev[2];    /* the copy-engine all-gather's own: ready, read */
     struct ovl_doorbell *db; /* device memory */
     /* A host copy of done and the error word, written by the same stream
      * right after the device ones, so that the client's host-side waits
@@ -103,8 +103,8 @@ struct ovld_rank {
     struct ovl_doorbell *mirror;
     struct ovl_doorbell *mirror_dev;
     int mirror_fd;
-    cudaStream_t cstream;     /* completions: host functions wait here, off stream 0 */
-    cudaEvent_t *free_ev;     /* done events to reuse (loop thread) */
+    cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
+    cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
     ncclComm_t nccl;
@@ -126,9 +126,9 @@ struct cuda_backend {
     pthread_mutex_t ipc_mu;
     ipc_entry_t *ipc;
     uint64_t ipc_hits, ipc_misses; /* under ipc_mu */
-    _Atomic uint32_t works; /* uv_work items in flight */
-    char last_err[256];     /* the last enqueue failure, in words (loop thread) */
-    bool cq_closed;         /* destroyed: freed when the last work is done */
+    _Atomic uint32_t works;        /* uv_work items in flight */
+    char last_err[256];            /* the last enqueue failure, in words (loop thread) */
+    bool cq_closed;                /* destroyed: freed when the last work is done */
 };
 
 static uint64_t now_ns(void)
@@ -142,15 +142,15 @@ static uint64_t now_ns(void)
 
 /* Logs a failed CUDA call and keeps its words for the op's error message
  * (exec.c asks through last_error), then returns OVL_ERR_BACKEND. */
-#define CUDA_TRY(cb, call, what)                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            snprintf((cb)->last_err, sizeof((cb)->last_err), "%s: %s: %s", (what), #call,        \
-                     cudaGetErrorString(e_));                                                    \
-            log_error("%s", (cb)->last_err);                                                     \
-            return OVL_ERR_BACKEND;                                                              \
-        }                                                                                        \
+#define CUDA_TRY(cb, call, what)                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            snprintf((cb)->last_err, sizeof((cb)->last_err), "%s: %s: %s", (what), #call,          \
+                     cudaGetErrorString(e_));                                                      \
+            log_error("%s", (cb)->last_err);                                                       \
+            return OVL_ERR_BACKEND;                                                                \
+        }                                                                                          \
     } while (0)
 
 static ovl_status_t set_device(cuda_backend_t *cb, cuda_dev_t *dev)
@@ -173,8 +173,7 @@ static void cuda_device_info(ovld_backend_t *b, uint32_t index, ovld_device_info
     *ret = ((cuda_backend_t *)b)->devs[index].info;
 }
 
-static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *streams,
-                              uint64_t *bytes)
+static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *streams, uint64_t *bytes)
 {
     cuda_backend_t *cb = (cuda_backend_t *)b;
     *streams = 0;
@@ -420,8 +419,8 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         } else {
             memset(p, 0, OVL_DOORBELL_SIZE);
             what = "cudaHostRegister (doorbell mirror)";
-            ce = cudaHostRegister(p, OVL_DOORBELL_SIZE, cudaHostRegisterMapped |
-                                                            cudaHostRegisterPortable);
+            ce = cudaHostRegister(p, OVL_DOORBELL_SIZE,
+                                  cudaHostRegisterMapped | cudaHostRegisterPortable);
             if (ce == cudaSuccess) {
                 r->mirror = p;
                 what = "cudaHostGetDevicePointer (doorbell mirror)";
@@ -724,10 +723,10 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
  * drives all GPUs, and cuBLASLt, kernel launches and copies use the
  * current device's context (cudaSetDevice costs well under a microsecond
  * when nothing changes). */
-#define USE_DEVICE(r)                                                                            \
-    do {                                                                                         \
-        if (set_device((r)->cb, (r)->dev) != OVL_OK)                                             \
-            return OVL_ERR_BACKEND;                                                              \
+#define USE_DEVICE(r)                                                                              \
+    do {                                                                                           \
+        if (set_device((r)->cb, (r)->dev) != OVL_OK)                                               \
+            return OVL_ERR_BACKEND;                                                                \
     } while (0)
 
 static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
@@ -765,15 +764,18 @@ static ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owne
 static ncclDataType_t nccl_type(ovl_dtype_t dt)
 {
     switch (dt) {
-    case OVL_DTYPE_BF16: return ncclBfloat16;
-    case OVL_DTYPE_FP16: return ncclFloat16;
-    case OVL_DTYPE_FP32: return ncclFloat32;
+    case OVL_DTYPE_BF16:
+        return ncclBfloat16;
+    case OVL_DTYPE_FP16:
+        return ncclFloat16;
+    case OVL_DTYPE_FP32:
+        return ncclFloat32;
     }
     return ncclFloat32;
 }
 
-static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t dst,
-                              ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem)
+static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t dst, ovld_view_t src,
+                              uint64_t rows, uint64_t cols, size_t elem)
 {
     if (rows == 0 || cols == 0)
         return OVL_OK;
@@ -781,7 +783,8 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
         CUDA_TRY(r->cb, cudaMemcpyAsync(dst.ptr, src.ptr, rows * cols * elem, cudaMemcpyDefault, s),
                  "copy");
     else
-        CUDA_TRY(r->cb, cudaMemcpy2DAsync(dst.ptr, dst.ld * elem, src.ptr, src.ld * elem, cols * elem,
+        CUDA_TRY(r->cb,
+                 cudaMemcpy2DAsync(dst.ptr, dst.ld * elem, src.ptr, src.ld * elem, cols * elem,
                                    rows, cudaMemcpyDefault, s),
                  "copy (2D)");
     (void)r;
@@ -830,7 +833,8 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         for (uint32_t i = 0; i < n; i++) {
             USE_DEVICE(parts[i].rank);
             cudaEvent_t ev = parts[i].rank->ag_ev[1];
-            CUDA_TRY(parts[i].rank->cb, cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
+            CUDA_TRY(parts[i].rank->cb,
+                     cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
                      "all-gather (record)");
             for (uint32_t p = 0; p < n; p++)
                 if (p != i)
@@ -891,8 +895,9 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
     }
     if (r != ncclSuccess) {
         cuda_backend_t *cb = (cuda_backend_t *)b;
-        snprintf(cb->last_err, sizeof(cb->last_err), "NCCL all-gather rows %" PRIu64 "+%" PRIu64
-                 ": %s", row0, rows, ncclGetErrorString(r));
+        snprintf(cb->last_err, sizeof(cb->last_err),
+                 "NCCL all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
+                 ncclGetErrorString(r));
         log_error("%s", cb->last_err);
         return OVL_ERR_BACKEND;
     }
@@ -914,9 +919,9 @@ static ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_a
             return OVL_ERR_BACKEND;
         CUDA_TRY(r->cb, cudaMalloc(&r->workspace[stream], OVLD_LT_WORKSPACE), "GEMM workspace");
     }
-    ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
-                                   OVLD_LT_WORKSPACE, args, r->cb->last_err,
-                                   sizeof(r->cb->last_err));
+    ovl_status_t st =
+        ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream], OVLD_LT_WORKSPACE, args,
+                     r->cb->last_err, sizeof(r->cb->last_err));
     if (st != OVL_OK)
         log_error("device %d: %s", r->dev->ordinal, r->cb->last_err);
     return st;
@@ -987,8 +992,8 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
         r->error_written = true;
     }
     if (cr == CUDA_SUCCESS && status != OVL_OK && r->mirror_dev) {
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->error_seq,
-                                          seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->error_seq, seq,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr == CUDA_SUCCESS)
             cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&r->mirror_dev->error,
                                               (cuuint32_t)(int32_t)status,
@@ -1160,8 +1165,8 @@ static void cuda_destroy(ovld_backend_t *b)
 }
 
 ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg,
-                                      ovld_backend_t **ret, char *err, size_t errlen)
+                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      char *err, size_t errlen)
 {
     (void)cfg;
     int n = 0;

@@ -144,8 +144,7 @@ static void rank_fail(struct ovld_rank *r, ovl_status_t st, const char *what)
     pthread_mutex_unlock(&r->err_mu);
 }
 
-static void copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols,
-                      size_t elem)
+static void copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem)
 {
     size_t row_bytes = (size_t)cols * elem;
     for (uint64_t i = 0; i < rows; i++)
@@ -407,8 +406,7 @@ static void host_device_info(ovld_backend_t *b, uint32_t index, ovld_device_info
     ret->total_memory = hb->device_memory;
 }
 
-static void host_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *streams,
-                              uint64_t *bytes)
+static void host_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *streams, uint64_t *bytes)
 {
     host_backend_t *hb = (host_backend_t *)b;
     *streams = 0;
@@ -634,8 +632,13 @@ static ovl_status_t host_allgather(ovld_backend_t *b, const ovld_allgather_part_
     ovl_status_t st = OVL_ERR_NOMEM;
     if (!c || !ws || !ss)
         goto fail;
-    *c = (host_coll_t){.nparts = nparts, .refs = nparts, .dtype = dtype, .m = m, .k = k,
-                       .row0 = row0, .rows = rows};
+    *c = (host_coll_t){.nparts = nparts,
+                       .refs = nparts,
+                       .dtype = dtype,
+                       .m = m,
+                       .k = k,
+                       .row0 = row0,
+                       .rows = rows};
     memcpy(c->parts, parts, nparts * sizeof(parts[0]));
     /* Prepare everything first: a collective queued on some ranks only
      * would leave them waiting forever. */
@@ -749,10 +752,9 @@ static const ovld_backend_ops_t host_ops = {
     .done = host_done,
 };
 
-
 ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg,
-                                      ovld_backend_t **ret, char *err, size_t errlen)
+                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      char *err, size_t errlen)
 {
     host_backend_t *hb = calloc(1, sizeof(*hb));
     if (!hb) {

@@ -41,13 +41,13 @@ typedef struct ovld_config {
     uint32_t host_devices;                  /* host_devices: 1..64, default 8 */
     uint32_t max_frame_bytes;               /* max_frame_bytes: 4K..64M, default 1M */
     uint32_t max_connections;               /* max_connections: 1..65536, default 1024 */
-    uint32_t max_registrations;             /* max_registrations (per client): 1..1M, default 4096 */
-    uint64_t max_mapped_bytes;              /* max_mapped_bytes (per client): >= 4K, default 1T */
-    uint32_t max_ops_in_flight;             /* max_ops_in_flight (per job): 1..4096, default 64 */
-    uint32_t max_jobs;                      /* max_jobs: 1..65536, default 256 */
-    ovl_algo_t default_algo;                /* default_algo: auto|naive|collective|ring */
-    uint32_t default_chunks;                /* default_chunks: 0 (planner's choice)..64 */
-    uint32_t default_streams;               /* default_streams: 0 (planner's choice)..8 */
+    uint32_t max_registrations; /* max_registrations (per client): 1..1M, default 4096 */
+    uint64_t max_mapped_bytes;  /* max_mapped_bytes (per client): >= 4K, default 1T */
+    uint32_t max_ops_in_flight; /* max_ops_in_flight (per job): 1..4096, default 64 */
+    uint32_t max_jobs;          /* max_jobs: 1..65536, default 256 */
+    ovl_algo_t default_algo;    /* default_algo: auto|naive|collective|ring */
+    uint32_t default_chunks;    /* default_chunks: 0 (planner's choice)..64 */
+    uint32_t default_streams;   /* default_streams: 0 (planner's choice)..8 */
 } ovld_config_t;
 
 /* Fills every field with its default. */

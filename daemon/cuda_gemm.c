@@ -90,11 +90,11 @@ static void describe(const lt_key_t *key, char *buf, size_t len)
              "%s rows %llu n %llu k %llu, lda %llu ldb %llu ldc %llu, transb %d, nblocks %llu "
              "stride %llu, align a/b/c %llu/%llu/%llu, workspace %llu",
              dt ? dt : "?", (unsigned long long)key->rows, (unsigned long long)key->n,
-             (unsigned long long)key->k, (unsigned long long)key->lda,
-             (unsigned long long)key->ldb, (unsigned long long)key->ldc, (int)key->transb,
-             (unsigned long long)key->nblocks, (unsigned long long)key->block_stride,
-             (unsigned long long)key->align_a, (unsigned long long)key->align_b,
-             (unsigned long long)key->align_c, (unsigned long long)key->ws_cap);
+             (unsigned long long)key->k, (unsigned long long)key->lda, (unsigned long long)key->ldb,
+             (unsigned long long)key->ldc, (int)key->transb, (unsigned long long)key->nblocks,
+             (unsigned long long)key->block_stride, (unsigned long long)key->align_a,
+             (unsigned long long)key->align_b, (unsigned long long)key->align_c,
+             (unsigned long long)key->ws_cap);
 }
 
 /* "CUBLAS_STATUS_NOT_SUPPORTED" and the like, never NULL. */
@@ -137,9 +137,12 @@ static uint64_t min_u64(uint64_t x, uint64_t y)
 static cudaDataType_t cuda_type(ovl_dtype_t dtype)
 {
     switch (dtype) {
-    case OVL_DTYPE_BF16: return CUDA_R_16BF;
-    case OVL_DTYPE_FP16: return CUDA_R_16F;
-    case OVL_DTYPE_FP32: return CUDA_R_32F;
+    case OVL_DTYPE_BF16:
+        return CUDA_R_16BF;
+    case OVL_DTYPE_FP16:
+        return CUDA_R_16F;
+    case OVL_DTYPE_FP32:
+        return CUDA_R_32F;
     }
     return CUDA_R_32F; /* not reached: dtypes are validated first */
 }
@@ -326,9 +329,9 @@ static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t has
     cublasLtMatmulHeuristicResult_t res[LT_HEURISTICS];
     int nres = 0;
     memset(res, 0, sizeof res);
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->lay_b, e->lay_a,
-                                                       e->lay_c, e->lay_d, pref, LT_HEURISTICS,
-                                                       res, &nres);
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt->handle, e->desc, e->lay_b, e->lay_a, e->lay_c, e->lay_d,
+                                       pref, LT_HEURISTICS, res, &nres);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
         /* "No heuristic function available for current configuration". */
         char shape[256];
@@ -442,8 +445,8 @@ static bool fits_i64(uint64_t x, uint64_t y)
  * blocks are one taller GEMM (faster than a batch of short ones). *empty:
  * C has no elements, nothing to do.
  */
-static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_t *key,
-                             bool *empty, char *err, size_t errlen)
+static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_t *key, bool *empty,
+                             char *err, size_t errlen)
 {
     size_t es = ovl_dtype_size(g->dtype);
     uint64_t rows = g->rows, n = g->n, k = g->k;
@@ -471,16 +474,15 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
     }
     if ((g->a.ptr == NULL && k) || (g->b.ptr == NULL && k) || g->c.ptr == NULL) {
         set_err(err, errlen,
-                "ovld_lt_gemm: NULL matrix (a %p b %p c %p) with rows %llu n %llu k %llu",
-                g->a.ptr, g->b.ptr, g->c.ptr, (unsigned long long)rows, (unsigned long long)n,
+                "ovld_lt_gemm: NULL matrix (a %p b %p c %p) with rows %llu n %llu k %llu", g->a.ptr,
+                g->b.ptr, g->c.ptr, (unsigned long long)rows, (unsigned long long)n,
                 (unsigned long long)k);
         return OVL_ERR_INVALID;
     }
     if (nblocks > 1 && stride < rows) {
         /* Blocks of C would overlap, and batch members race on the GPU. */
         set_err(err, errlen, "ovld_lt_gemm: block_stride %llu < rows %llu with %llu blocks",
-                (unsigned long long)stride, (unsigned long long)rows,
-                (unsigned long long)nblocks);
+                (unsigned long long)stride, (unsigned long long)rows, (unsigned long long)nblocks);
         return OVL_ERR_INVALID;
     }
 
@@ -504,8 +506,8 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
                 "ovld_lt_gemm: GEMM too large for cuBLASLt (rows %llu n %llu k %llu nblocks %llu "
                 "stride %llu lda %llu ldb %llu ldc %llu)",
                 (unsigned long long)rows, (unsigned long long)n, (unsigned long long)k,
-                (unsigned long long)nblocks, (unsigned long long)stride,
-                (unsigned long long)lda, (unsigned long long)ldb, (unsigned long long)ldc);
+                (unsigned long long)nblocks, (unsigned long long)stride, (unsigned long long)lda,
+                (unsigned long long)ldb, (unsigned long long)ldc);
         return OVL_ERR_UNSUPPORTED;
     }
 

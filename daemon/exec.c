@@ -30,8 +30,13 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         return ops->copy(x->rank, in->stream, rows_of(x->g, in->peer * op->m + in->row0, elem),
                          rows_of(op->ranks[in->peer].a, in->row0, elem), in->rows, op->k, elem);
     case OVL_I_GEMM: {
-        ovld_gemm_args_t g = {.dtype = op->dtype, .rows = in->rows, .n = op->n, .k = op->k,
-                              .nblocks = in->nblocks, .block_stride = op->m, .b = x->b,
+        ovld_gemm_args_t g = {.dtype = op->dtype,
+                              .rows = in->rows,
+                              .n = op->n,
+                              .k = op->k,
+                              .nblocks = in->nblocks,
+                              .block_stride = op->m,
+                              .b = x->b,
                               .transb = op->transb};
         uint64_t crow = (uint64_t)in->block0 * op->m + in->row0;
         g.c = rows_of(x->c, crow, elem);
@@ -106,8 +111,8 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
                 if ((in->kind == OVL_I_WAIT || in->kind == OVL_I_RECORD) &&
                     (in->event >= maxev || (in->kind == OVL_I_WAIT && in->peer >= w))) {
                     st = OVL_ERR_INTERNAL;
-                    snprintf(err, errlen, "rank %u, instruction %zu: event or peer out of range",
-                             r, pc[r]);
+                    snprintf(err, errlen, "rank %u, instruction %zu: event or peer out of range", r,
+                             pc[r]);
                     goto fail;
                 }
                 if (in->kind == OVL_I_WAIT && in->peer != r &&

@@ -37,20 +37,20 @@ static const char *const buf_names[] = {"a", "b", "c", "a_out"};
 
 typedef struct ovld_op {
     uint64_t seq;
-    uint32_t nin;      /* ranks whose submission is in */
-    uint32_t nrung;    /* ranks whose done was (or will be) rung */
-    uint32_t ndone;    /* of those, ranks whose done came back */
-    bool issued;       /* run or failed: doorbells rung */
-    bool ran;          /* issued through the executor (counted in running) */
-    ovl_status_t st;   /* why it fails, if it does */
+    uint32_t nin;    /* ranks whose submission is in */
+    uint32_t nrung;  /* ranks whose done was (or will be) rung */
+    uint32_t ndone;  /* of those, ranks whose done came back */
+    bool issued;     /* run or failed: doorbells rung */
+    bool ran;        /* issued through the executor (counted in running) */
+    ovl_status_t st; /* why it fails, if it does */
     char msg[256];
     /* what every rank must agree on, from the first submission */
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb, has_aout;
     uint32_t first_rank;
-    ovl_algo_t ran_algo;   /* the algorithm that ran (AUTO resolved) */
-    uint64_t ready_ns;     /* when the last rank's submission came in */
+    ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
+    uint64_t ready_ns;   /* when the last rank's submission came in */
     ovl_plan_t *plans;
     struct ovld_op *next;
     ovld_sub_t subs[];
@@ -59,11 +59,16 @@ typedef struct ovld_op {
 const char *ovld_job_state_name(ovld_job_state_t s)
 {
     switch (s) {
-    case OVLD_JOB_FORMING: return "forming";
-    case OVLD_JOB_SETUP: return "setup";
-    case OVLD_JOB_READY: return "ready";
-    case OVLD_JOB_ENDING: return "ending";
-    case OVLD_JOB_ABORTED: return "aborted";
+    case OVLD_JOB_FORMING:
+        return "forming";
+    case OVLD_JOB_SETUP:
+        return "setup";
+    case OVLD_JOB_READY:
+        return "ready";
+    case OVLD_JOB_ENDING:
+        return "ending";
+    case OVLD_JOB_ABORTED:
+        return "aborted";
     }
     return "?";
 }
@@ -276,9 +281,14 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         if (op->st != OVL_OK)
             goto fail;
     }
-    ovld_exec_op_t x = {.seq = op->seq, .m = op->m, .n = op->n, .k = op->k,
-                        .dtype = (ovl_dtype_t)op->dtype, .transb = op->transb,
-                        .world = j->world, .ranks = xr};
+    ovld_exec_op_t x = {.seq = op->seq,
+                        .m = op->m,
+                        .n = op->n,
+                        .k = op->k,
+                        .dtype = (ovl_dtype_t)op->dtype,
+                        .transb = op->transb,
+                        .world = j->world,
+                        .ranks = xr};
     op->issued = true;
     op->ran = true;
     op->nrung = j->world;
@@ -293,8 +303,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         snprintf(op->msg, sizeof(op->msg), "%s", err);
         log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, err);
     } else {
-        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64
-                  " k=%" PRIu64 ")",
+        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
                   j->id, op->seq, ovl_algo_name(pp.algo), op->m, op->n, op->k);
     }
     free(xr);
@@ -382,8 +391,8 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
-    ovld_count_op(&d->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
-                  op->k, ovld_now_ns() - op->ready_ns, op->st);
+    ovld_count_op(&d->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n, op->k,
+                  ovld_now_ns() - op->ready_ns, op->st);
     j->in_flight--;
     op_unlink(j, op);
     op_free(d, j, op);
@@ -475,7 +484,8 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
                  req->device_uuid.len);
         return OVL_ERR_INVALID;
     }
-    int found = ovld_backend_device_by_uuid(d->backend, req->device_uuid.data, req->device_uuid.len);
+    int found =
+        ovld_backend_device_by_uuid(d->backend, req->device_uuid.data, req->device_uuid.len);
     if (found < 0) {
         char u[64];
         ovld_uuid_format(req->device_uuid.data, "", u, sizeof(u));
@@ -596,25 +606,22 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     bool pending = false;
     for (ovld_op_t *op = j->ops; op; op = op->next)
         pending = pending || !op->issued;
-    bool live = j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP ||
-                j->state == OVLD_JOB_READY;
+    bool live =
+        j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP || j->state == OVLD_JOB_READY;
     if (others && !pending && live) {
         /* A rank that leaves with nothing pending ends the job quietly; ops
          * submitted after this fail, since the rank will not take part. */
         j->state = OVLD_JOB_ENDING;
-        snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank,
-                 why);
+        snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank, why);
         log_info("job '%s': rank %u left (%s); the job takes no more ops", j->id, m->rank, why);
     } else if (others && pending && j->state != OVLD_JOB_ABORTED) {
         j->state = OVLD_JOB_ABORTED;
-        snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank,
-                 why);
+        snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank, why);
         log_warn("job '%s': aborted: rank %u left (%s) with ops pending", j->id, m->rank, why);
         for (ovld_op_t *op = j->ops; op; op = op->next)
             if (!op->issued) {
                 op->st = OVL_ERR_ABORTED;
-                snprintf(op->msg, sizeof(op->msg), "job aborted: rank %u left (%s)", m->rank,
-                         why);
+                snprintf(op->msg, sizeof(op->msg), "job aborted: rank %u left (%s)", m->rank, why);
             }
         job_progress(d, j);
     } else {
@@ -646,8 +653,8 @@ static ovl_status_t resolve(ovld_conn_t *c, const Ovl__BufRef *ref, int which, u
     }
     ovl_status_t st = ovld_range_check(reg->bytes, ref->offset, rows, cols, ld, elem);
     if (st == OVL_ERR_INVALID) {
-        snprintf(msg, len, "%s: leading dimension %" PRIu64 " is less than its %" PRIu64
-                 " columns", buf_names[which], ld, cols);
+        snprintf(msg, len, "%s: leading dimension %" PRIu64 " is less than its %" PRIu64 " columns",
+                 buf_names[which], ld, cols);
         return st;
     }
     if (st != OVL_OK) {
@@ -680,8 +687,9 @@ static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t
         return OVL_ERR_INVALID;
     }
     if (q->m == 0 || q->n == 0 || q->k == 0) {
-        snprintf(msg, len, "m, n and k must be positive (m=%" PRIu64 " n=%" PRIu64
-                 " k=%" PRIu64 ")", q->m, q->n, q->k);
+        snprintf(msg, len,
+                 "m, n and k must be positive (m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")", q->m,
+                 q->n, q->k);
         return OVL_ERR_INVALID;
     }
     if (q->chunks > OVL_PLAN_MAX_CHUNKS || q->streams > OVL_PLAN_MAX_STREAMS) {
@@ -703,9 +711,8 @@ static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t
         return st;
     if ((st = resolve(c, q->c, BUF_C, rows_all, q->n, q->ldc, elem, dev, s, msg, len)) != OVL_OK)
         return st;
-    if (q->a_out &&
-        (st = resolve(c, q->a_out, BUF_AOUT, rows_all, q->k, q->lda_out, elem, dev, s, msg, len)) !=
-            OVL_OK)
+    if (q->a_out && (st = resolve(c, q->a_out, BUF_AOUT, rows_all, q->k, q->lda_out, elem, dev, s,
+                                  msg, len)) != OVL_OK)
         return st;
     return OVL_OK;
 }
@@ -732,8 +739,8 @@ static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine
         return;
     op->st = OVL_ERR_MISMATCH;
     snprintf(op->msg, sizeof(op->msg),
-             "ranks disagree on %s: rank %u has %" PRIu64 ", rank %u has %" PRIu64, field, r,
-             mine, op->first_rank, theirs);
+             "ranks disagree on %s: rank %u has %" PRIu64 ", rank %u has %" PRIu64, field, r, mine,
+             op->first_rank, theirs);
 }
 
 ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, char *err,
@@ -745,8 +752,9 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
         /* Op numbers are the client library's business; a wrong one means a
          * broken or hostile client, and ringing out of order would move the
          * doorbell backwards. */
-        snprintf(err, errlen, "op number %" PRIu64 " out of order on comm %" PRIu64
-                 ": expected %" PRIu64, q->seq, m->comm_id, m->next_seq);
+        snprintf(err, errlen,
+                 "op number %" PRIu64 " out of order on comm %" PRIu64 ": expected %" PRIu64,
+                 q->seq, m->comm_id, m->next_seq);
         return OVL_ERR_PROTOCOL;
     }
     m->next_seq++;
@@ -770,8 +778,8 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
             pending += !o->issued;
         if (pending >= d->cfg.max_ops_in_flight) {
             snprintf(msg, sizeof(msg),
-                     "rank %u is more than %u ops ahead of the others (max_ops_in_flight)",
-                     m->rank, d->cfg.max_ops_in_flight);
+                     "rank %u is more than %u ops ahead of the others (max_ops_in_flight)", m->rank,
+                     d->cfg.max_ops_in_flight);
             /* The ranks no longer agree on op numbers: nothing can be matched
              * again, so the job ends here rather than later and worse. Its
              * pending ops fail first, so that this rank's doorbell rings in

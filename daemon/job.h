@@ -49,8 +49,8 @@ typedef struct ovld_job {
     uint32_t running;
     uint64_t ops_done;
     uint64_t scratch_bytes; /* gathered-A scratch every rank holds */
-    bool setup_pending; /* job_setup's callback has not run yet */
-    bool detached;      /* every rank left; on ovld.dead_jobs until its ops are done */
+    bool setup_pending;     /* job_setup's callback has not run yet */
+    bool detached;          /* every rank left; on ovld.dead_jobs until its ops are done */
     char last_error[256];
     struct ovld_job *next;
 } ovld_job_t;

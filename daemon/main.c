@@ -125,9 +125,8 @@ static void reload(ovld_t *d)
     }
     /* Settings fixed at start stay; say so rather than pretend. */
     if (strcmp(nc.socket_path, d->cfg.socket_path) != 0 ||
-        strcmp(nc.socket_group, d->cfg.socket_group) != 0 ||
-        nc.socket_mode != d->cfg.socket_mode || nc.backend != d->cfg.backend ||
-        nc.host_devices != d->cfg.host_devices)
+        strcmp(nc.socket_group, d->cfg.socket_group) != 0 || nc.socket_mode != d->cfg.socket_mode ||
+        nc.backend != d->cfg.backend || nc.host_devices != d->cfg.host_devices)
         log_warn("SIGHUP: socket, socket_group, socket_mode, backend and host_devices take "
                  "effect only at restart");
     ovld_config_t keep = d->cfg;
@@ -205,24 +204,40 @@ static void report_ready(int *fd, char status)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"socket", required_argument, NULL, 's'},
+        {"config", required_argument, NULL, 'c'},  {"socket", required_argument, NULL, 's'},
         {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
-        {"foreground", no_argument, NULL, 'f'},   {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+        {"foreground", no_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *socket_arg = NULL, *backend_arg = NULL, *level_arg = NULL;
     bool foreground = false;
     int c;
     while ((c = getopt_long(argc, argv, "c:s:b:l:fhV", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': config = optarg; break;
-        case 's': socket_arg = optarg; break;
-        case 'b': backend_arg = optarg; break;
-        case 'l': level_arg = optarg; break;
-        case 'f': foreground = true; break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("ovld %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION); return 0;
-        default: usage(stderr); return 2;
+        case 'c':
+            config = optarg;
+            break;
+        case 's':
+            socket_arg = optarg;
+            break;
+        case 'b':
+            backend_arg = optarg;
+            break;
+        case 'l':
+            level_arg = optarg;
+            break;
+        case 'f':
+            foreground = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("ovld %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {

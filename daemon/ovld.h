@@ -68,7 +68,7 @@ typedef struct ovld {
 
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;
-    uv_timer_t sd_watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    uv_timer_t sd_watchdog;  /* WATCHDOG=1 at half of $WATCHDOG_USEC */
     uint64_t drain_deadline; /* loop time (ms) */
     bool stopping;
     bool stopped;

@@ -13,22 +13,22 @@
 #include "plan.h"
 
 /* Chunks and streams when the caller asks for 0 (docs/plans.md). */
-#define NAIVE_STREAMS       1
-#define COLLECTIVE_CHUNKS   4
-#define COLLECTIVE_STREAMS  2
-#define RING_CHUNKS         1
+#define NAIVE_STREAMS      1
+#define COLLECTIVE_CHUNKS  4
+#define COLLECTIVE_STREAMS 2
+#define RING_CHUNKS        1
 /* ring's fixed streams: 0 client, 1 copy engine, 2 and 3 GEMMs */
-#define RING_COPY_STREAM    1
-#define RING_GEMM_STREAM0   2
-#define RING_GEMM_STREAM1   3
-#define RING_STREAMS        4
+#define RING_COPY_STREAM  1
+#define RING_GEMM_STREAM0 2
+#define RING_GEMM_STREAM1 3
+#define RING_STREAMS      4
 /*
  * ring's head-of-stream sleep on the second GEMM stream. It only has to last
  * longer than the host takes to enqueue the first own-shard GEMM on the other
  * stream, so that the GPU starts the two streams in program order on every
  * rank (PyTorch PR 137836); a few microseconds cost nothing next to a GEMM.
  */
-#define RING_SLEEP_NS       2000u
+#define RING_SLEEP_NS 2000u
 
 /* AUTO's thresholds (docs/plans.md): below them overlap cannot pay off. */
 #define AUTO_MIN_ROWS  512u
@@ -361,10 +361,18 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     plan.params = *params;
     plan_shape(&plan);
     switch (params->algo) {
-    case OVL_ALGO_NAIVE: r = emit_naive(&b, &plan); break;
-    case OVL_ALGO_COLLECTIVE: r = emit_collective(&b, &plan); break;
-    case OVL_ALGO_RING: r = emit_ring(&b, &plan); break;
-    default: r = OVL_ERR_INVALID; break;
+    case OVL_ALGO_NAIVE:
+        r = emit_naive(&b, &plan);
+        break;
+    case OVL_ALGO_COLLECTIVE:
+        r = emit_collective(&b, &plan);
+        break;
+    case OVL_ALGO_RING:
+        r = emit_ring(&b, &plan);
+        break;
+    default:
+        r = OVL_ERR_INVALID;
+        break;
     }
     if (r != OVL_OK)
         goto fail;
@@ -415,14 +423,22 @@ ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 const char *ovl_instr_name(ovl_instr_kind_t kind)
 {
     switch (kind) {
-    case OVL_I_WAIT_READY: return "WAIT_READY";
-    case OVL_I_RECORD: return "RECORD";
-    case OVL_I_WAIT: return "WAIT";
-    case OVL_I_ALLGATHER: return "ALLGATHER";
-    case OVL_I_PULL: return "PULL";
-    case OVL_I_GEMM: return "GEMM";
-    case OVL_I_SLEEP: return "SLEEP";
-    case OVL_I_DONE: return "DONE";
+    case OVL_I_WAIT_READY:
+        return "WAIT_READY";
+    case OVL_I_RECORD:
+        return "RECORD";
+    case OVL_I_WAIT:
+        return "WAIT";
+    case OVL_I_ALLGATHER:
+        return "ALLGATHER";
+    case OVL_I_PULL:
+        return "PULL";
+    case OVL_I_GEMM:
+        return "GEMM";
+    case OVL_I_SLEEP:
+        return "SLEEP";
+    case OVL_I_DONE:
+        return "DONE";
     }
     return "UNKNOWN";
 }
@@ -457,9 +473,15 @@ static void format_instr(out_t *o, size_t i, const ovl_instr_t *in)
 {
     out_printf(o, "%4zu  s%" PRIu32 "  %s", i, in->stream, ovl_instr_name(in->kind));
     switch (in->kind) {
-    case OVL_I_RECORD: out_printf(o, " ev%" PRIu32, in->event); break;
-    case OVL_I_WAIT: out_printf(o, " ev%" PRIu32 "@r%" PRIu32, in->event, in->peer); break;
-    case OVL_I_ALLGATHER: out_printf(o, " rows %" PRIu64 "+%" PRIu64, in->row0, in->rows); break;
+    case OVL_I_RECORD:
+        out_printf(o, " ev%" PRIu32, in->event);
+        break;
+    case OVL_I_WAIT:
+        out_printf(o, " ev%" PRIu32 "@r%" PRIu32, in->event, in->peer);
+        break;
+    case OVL_I_ALLGATHER:
+        out_printf(o, " rows %" PRIu64 "+%" PRIu64, in->row0, in->rows);
+        break;
     case OVL_I_PULL:
         out_printf(o, " r%" PRIu32 " rows %" PRIu64 "+%" PRIu64, in->peer, in->row0, in->rows);
         break;
@@ -468,9 +490,12 @@ static void format_instr(out_t *o, size_t i, const ovl_instr_t *in)
                    in->src == OVL_SRC_LOCAL ? "local" : "gathered", in->block0, in->nblocks,
                    in->row0, in->rows);
         break;
-    case OVL_I_SLEEP: out_printf(o, " %" PRIu32 "ns", in->sleep_ns); break;
+    case OVL_I_SLEEP:
+        out_printf(o, " %" PRIu32 "ns", in->sleep_ns);
+        break;
     case OVL_I_WAIT_READY:
-    case OVL_I_DONE: break;
+    case OVL_I_DONE:
+        break;
     }
     out_printf(o, "\n");
 }
@@ -490,8 +515,8 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
     dtype = ovl_dtype_name(p->dtype);
     out_printf(&o,
                "plan algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
-               " k=%" PRIu64 " dtype=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
-               " streams=%" PRIu32 " events=%" PRIu32 " gathered=%s a_out=%s\n",
+               " k=%" PRIu64 " dtype=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64 " streams=%" PRIu32
+               " events=%" PRIu32 " gathered=%s a_out=%s\n",
                algo ? algo : "?", p->world, p->rank, p->m, p->n, p->k, dtype ? dtype : "?",
                plan->chunks, plan->chunk_rows, plan->nstreams, plan->nevents,
                plan->uses_gathered ? "yes" : "no", p->want_gathered ? "yes" : "no");

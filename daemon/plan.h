@@ -77,12 +77,12 @@ typedef enum ovl_gemm_src {
 typedef struct ovl_instr {
     ovl_instr_kind_t kind;
     uint32_t stream;
-    uint32_t event;   /* RECORD, WAIT */
-    uint32_t peer;    /* WAIT, PULL */
-    uint32_t block0;  /* GEMM */
-    uint32_t nblocks; /* GEMM */
+    uint32_t event;     /* RECORD, WAIT */
+    uint32_t peer;      /* WAIT, PULL */
+    uint32_t block0;    /* GEMM */
+    uint32_t nblocks;   /* GEMM */
     ovl_gemm_src_t src; /* GEMM */
-    uint64_t row0;    /* ALLGATHER, PULL, GEMM: shard rows */
+    uint64_t row0;      /* ALLGATHER, PULL, GEMM: shard rows */
     uint64_t rows;
     uint32_t sleep_ns; /* SLEEP */
 } ovl_instr_t;
@@ -93,8 +93,8 @@ typedef struct ovl_plan_params {
     uint32_t rank;
     uint64_t m, n, k;
     ovl_dtype_t dtype;
-    uint32_t chunks;  /* 0: the planner's default for the algorithm */
-    uint32_t streams; /* 0: the planner's default for the algorithm */
+    uint32_t chunks;    /* 0: the planner's default for the algorithm */
+    uint32_t streams;   /* 0: the planner's default for the algorithm */
     bool want_gathered; /* the client gave a_out: G must hold every block */
 } ovl_plan_params_t;
 

@@ -95,8 +95,8 @@ static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const c
 /* Logs, sends an Error where it can, and closes the connection. */
 static void conn_fail(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *what)
 {
-    log_warn("client %" PRIu64 " (pid %d, uid %u): %s; closing the connection", c->id,
-             (int)c->pid, (unsigned)c->uid, what);
+    log_warn("client %" PRIu64 " (pid %d, uid %u): %s; closing the connection", c->id, (int)c->pid,
+             (unsigned)c->uid, what);
     if (send_error(c, id, status, "%s", what))
         ovld_conn_close(c, what);
 }
@@ -301,8 +301,7 @@ static void on_comm_destroy(ovld_conn_t *c, uint64_t id, const Ovl__CommDestroy 
 {
     ovld_member_t *m = ovld_job_member(c, q->comm_id);
     if (!m) {
-        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection",
-                   q->comm_id);
+        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection", q->comm_id);
         return;
     }
     ovld_job_leave(c->d, m, "comm destroyed");
@@ -313,8 +312,7 @@ static void on_comm_check(ovld_conn_t *c, uint64_t id, const Ovl__CommCheck *q)
 {
     ovld_member_t *m = ovld_job_member(c, q->comm_id);
     if (!m) {
-        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection",
-                   q->comm_id);
+        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection", q->comm_id);
         return;
     }
     Ovl__CommCheckReply cr = OVL__COMM_CHECK_REPLY__INIT;
@@ -377,12 +375,12 @@ static void import_finish(import_work_t *w)
     } else {
         free(reg);
         if (!c->closing) {
-            const char *why = w->st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
-                              : w->st == OVL_ERR_RANGE    ? "range lies outside the memory passed"
-                              : w->st == OVL_ERR_BACKEND  ? "the backend cannot map it (see ovld's log)"
-                                                          : ovl_strerror(w->st);
-            send_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes,
-                       why);
+            const char *why =
+                w->st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
+                : w->st == OVL_ERR_RANGE    ? "range lies outside the memory passed"
+                : w->st == OVL_ERR_BACKEND  ? "the backend cannot map it (see ovld's log)"
+                                            : ovl_strerror(w->st);
+            send_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes, why);
         }
     }
     free(w);
@@ -414,7 +412,8 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
     if (q->fd_count == 1) {
         fd = ovl_fdq_pop(&c->fdq);
         if (fd < 0) {
-            conn_fail(c, id, OVL_ERR_PROTOCOL, "MemRegister announced a descriptor that did not come");
+            conn_fail(c, id, OVL_ERR_PROTOCOL,
+                      "MemRegister announced a descriptor that did not come");
             return;
         }
     }
@@ -460,9 +459,12 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
         w->client_addr = q->client_addr;
         if (q->ipc_handle.len)
             memcpy(w->ipc, q->ipc_handle.data, q->ipc_handle.len);
-        w->imp = (ovld_mem_import_t){.fd = fd, .fd_offset = q->fd_offset, .bytes = q->bytes,
+        w->imp = (ovld_mem_import_t){.fd = fd,
+                                     .fd_offset = q->fd_offset,
+                                     .bytes = q->bytes,
                                      .ipc = q->ipc_handle.len ? w->ipc : NULL,
-                                     .ipc_len = q->ipc_handle.len, .ipc_offset = q->ipc_offset,
+                                     .ipc_len = q->ipc_handle.len,
+                                     .ipc_offset = q->ipc_offset,
                                      .device = device};
         fd = -1; /* the backend owns it now */
         if (!d->backend->ops->import_blocking) {
@@ -635,8 +637,13 @@ static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q)
 
 static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
 {
-    ovl_plan_params_t p = {.algo = (ovl_algo_t)q->algo, .world = q->world, .rank = q->rank,
-                           .m = q->m, .n = q->n, .k = q->k, .dtype = (ovl_dtype_t)q->dtype,
+    ovl_plan_params_t p = {.algo = (ovl_algo_t)q->algo,
+                           .world = q->world,
+                           .rank = q->rank,
+                           .m = q->m,
+                           .n = q->n,
+                           .k = q->k,
+                           .dtype = (ovl_dtype_t)q->dtype,
                            .chunks = q->chunks ? q->chunks : c->d->cfg.default_chunks,
                            .streams = q->streams ? q->streams : c->d->cfg.default_streams,
                            .want_gathered = q->want_gathered};
@@ -647,8 +654,9 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
     if (st != OVL_OK) {
-        send_error(c, id, st, "cannot plan: %s (world %u, rank %u, m %" PRIu64 ", n %" PRIu64
-                   ", k %" PRIu64 ", chunks %u, streams %u)",
+        send_error(c, id, st,
+                   "cannot plan: %s (world %u, rank %u, m %" PRIu64 ", n %" PRIu64 ", k %" PRIu64
+                   ", chunks %u, streams %u)",
                    ovl_strerror(st), p.world, p.rank, p.m, p.n, p.k, p.chunks, p.streams);
         return;
     }
@@ -743,7 +751,7 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
             continue;
         ovl__error_count__init(&m->errs[n]);
         m->errs[n].status = -(int32_t)k;
-        m->errs[n].name = (char *)ovl_strerror((ovl_status_t)-(int)k);
+        m->errs[n].name = (char *)ovl_strerror((ovl_status_t) - (int)k);
         m->errs[n].count = s->errors[k];
         m->perrs[n] = &m->errs[n];
         n++;
@@ -812,24 +820,45 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         return false;
     }
     if (c->d->stopping && q->body_case != OVL__REQUEST__BODY_STATUS &&
-        q->body_case != OVL__REQUEST__BODY_STATS &&
-        q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
+        q->body_case != OVL__REQUEST__BODY_STATS && q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
         bool open = send_error(c, id, OVL_ERR_SHUTDOWN, "ovld is shutting down");
         ovl__request__free_unpacked(q, NULL);
         return open;
     }
     switch (q->body_case) {
-    case OVL__REQUEST__BODY_HELLO: on_hello(c, id, q->hello); break;
-    case OVL__REQUEST__BODY_STATUS: on_status(c, id); break;
-    case OVL__REQUEST__BODY_COMM_INIT: on_comm_init(c, id, q->comm_init); break;
-    case OVL__REQUEST__BODY_COMM_DESTROY: on_comm_destroy(c, id, q->comm_destroy); break;
-    case OVL__REQUEST__BODY_COMM_CHECK: on_comm_check(c, id, q->comm_check); break;
-    case OVL__REQUEST__BODY_MEM_REGISTER: on_mem_register(c, id, q->mem_register); break;
-    case OVL__REQUEST__BODY_MEM_DEREGISTER: on_mem_deregister(c, id, q->mem_deregister); break;
-    case OVL__REQUEST__BODY_AG_GEMM: on_ag_gemm(c, q->ag_gemm); break;
-    case OVL__REQUEST__BODY_PLAN: on_plan(c, id, q->plan); break;
-    case OVL__REQUEST__BODY_STATS: on_stats(c, id, q->stats); break;
-    default: conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request"); break;
+    case OVL__REQUEST__BODY_HELLO:
+        on_hello(c, id, q->hello);
+        break;
+    case OVL__REQUEST__BODY_STATUS:
+        on_status(c, id);
+        break;
+    case OVL__REQUEST__BODY_COMM_INIT:
+        on_comm_init(c, id, q->comm_init);
+        break;
+    case OVL__REQUEST__BODY_COMM_DESTROY:
+        on_comm_destroy(c, id, q->comm_destroy);
+        break;
+    case OVL__REQUEST__BODY_COMM_CHECK:
+        on_comm_check(c, id, q->comm_check);
+        break;
+    case OVL__REQUEST__BODY_MEM_REGISTER:
+        on_mem_register(c, id, q->mem_register);
+        break;
+    case OVL__REQUEST__BODY_MEM_DEREGISTER:
+        on_mem_deregister(c, id, q->mem_deregister);
+        break;
+    case OVL__REQUEST__BODY_AG_GEMM:
+        on_ag_gemm(c, q->ag_gemm);
+        break;
+    case OVL__REQUEST__BODY_PLAN:
+        on_plan(c, id, q->plan);
+        break;
+    case OVL__REQUEST__BODY_STATS:
+        on_stats(c, id, q->stats);
+        break;
+    default:
+        conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request");
+        break;
     }
     bool open = !c->closing;
     ovl__request__free_unpacked(q, NULL);

@@ -69,8 +69,8 @@ void ovld_stats_error(ovld_stats_t *s, ovl_status_t status)
         s->errors[k]++;
 }
 
-void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world,
-                   uint64_t m, uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status)
+void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world, uint64_t m,
+                   uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status)
 {
     if (status != OVL_OK) {
         s->ops_failed++;

@@ -11,9 +11,9 @@
 
 #include "ovl.h"
 
-#define OVLD_HIST_SUB     4   /* sub-buckets per power of two */
+#define OVLD_HIST_SUB     4 /* sub-buckets per power of two */
 #define OVLD_HIST_BUCKETS (64 * OVLD_HIST_SUB)
-#define OVLD_STATUS_KINDS 32  /* -status for every ovl_status_t */
+#define OVLD_STATUS_KINDS 32 /* -status for every ovl_status_t */
 
 typedef struct ovld_hist {
     uint64_t buckets[OVLD_HIST_BUCKETS];
@@ -23,14 +23,14 @@ typedef struct ovld_hist {
 } ovld_hist_t;
 
 typedef struct ovld_stats {
-    uint64_t since_ns;                 /* monotonic time of start or last reset */
-    uint64_t ops[4][3];                /* done, by algorithm (as run) and dtype */
+    uint64_t since_ns;  /* monotonic time of start or last reset */
+    uint64_t ops[4][3]; /* done, by algorithm (as run) and dtype */
     uint64_t ops_failed;
-    uint64_t bytes_gathered;           /* per op: the gathered A's bytes on every rank */
-    uint64_t flops;                    /* per op: 2*M*n*k on every rank, M = world*m */
-    uint64_t busy_ns;                  /* sum of op latencies */
-    ovld_hist_t latency;               /* all ranks in -> every rank done */
-    uint64_t registrations;            /* buffers registered */
+    uint64_t bytes_gathered; /* per op: the gathered A's bytes on every rank */
+    uint64_t flops;          /* per op: 2*M*n*k on every rank, M = world*m */
+    uint64_t busy_ns;        /* sum of op latencies */
+    ovld_hist_t latency;     /* all ranks in -> every rank done */
+    uint64_t registrations;  /* buffers registered */
     uint64_t deregistrations;
     uint64_t errors[OVLD_STATUS_KINDS]; /* failed ops and refused requests, by status */
     uint64_t conns_accepted, conns_refused;
@@ -47,8 +47,8 @@ uint64_t ovld_hist_bucket_upper(unsigned i);
 unsigned ovld_hist_bucket_of(uint64_t ns);
 
 /* One op done on every rank. algo is the algorithm that ran. */
-void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world,
-                   uint64_t m, uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status);
+void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world, uint64_t m,
+                   uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status);
 
 void ovld_stats_error(ovld_stats_t *s, ovl_status_t status);
 
@@ -59,10 +59,10 @@ typedef struct ovld_counters {
     ovld_stats_t window;
 } ovld_counters_t;
 
-#define OVLD_COUNT(c, field, n)                                                                  \
-    do {                                                                                         \
-        (c)->total.field += (n);                                                                 \
-        (c)->window.field += (n);                                                                \
+#define OVLD_COUNT(c, field, n)                                                                    \
+    do {                                                                                           \
+        (c)->total.field += (n);                                                                   \
+        (c)->window.field += (n);                                                                  \
     } while (0)
 
 static inline void ovld_count_op(ovld_counters_t *c, ovl_algo_t algo, ovl_dtype_t dtype,

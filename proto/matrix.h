@@ -17,8 +17,8 @@
  * cols is 0. OVL_ERR_INVALID if ld < cols or elem is 0; OVL_ERR_RANGE on
  * overflow.
  */
-static inline ovl_status_t ovl_matrix_extent(uint64_t rows, uint64_t cols, uint64_t ld,
-                                             size_t elem, uint64_t *ret_bytes)
+static inline ovl_status_t ovl_matrix_extent(uint64_t rows, uint64_t cols, uint64_t ld, size_t elem,
+                                             uint64_t *ret_bytes)
 {
     if (elem == 0 || ld < cols)
         return OVL_ERR_INVALID;
@@ -27,7 +27,8 @@ static inline ovl_status_t ovl_matrix_extent(uint64_t rows, uint64_t cols, uint6
         return OVL_OK;
     }
     uint64_t elems, bytes;
-    if (__builtin_mul_overflow(rows - 1, ld, &elems) || __builtin_add_overflow(elems, cols, &elems) ||
+    if (__builtin_mul_overflow(rows - 1, ld, &elems) ||
+        __builtin_add_overflow(elems, cols, &elems) ||
         __builtin_mul_overflow(elems, (uint64_t)elem, &bytes))
         return OVL_ERR_RANGE;
     *ret_bytes = bytes;

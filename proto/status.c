@@ -9,28 +9,50 @@
 const char *ovl_strerror(ovl_status_t status)
 {
     switch (status) {
-    case OVL_OK: return "success";
-    case OVL_ERR_INVALID: return "invalid argument";
-    case OVL_ERR_NOMEM: return "out of memory";
-    case OVL_ERR_SYSTEM: return "system call failed";
-    case OVL_ERR_PROTOCOL: return "protocol error";
-    case OVL_ERR_VERSION: return "protocol version mismatch";
-    case OVL_ERR_TIMEOUT: return "timed out";
-    case OVL_ERR_CONNECT: return "cannot reach the daemon";
-    case OVL_ERR_CLOSED: return "connection closed";
-    case OVL_ERR_PERMISSION: return "permission denied";
-    case OVL_ERR_NOT_FOUND: return "not found";
-    case OVL_ERR_EXISTS: return "already exists";
-    case OVL_ERR_LIMIT: return "limit exceeded";
-    case OVL_ERR_MISMATCH: return "ranks disagree";
-    case OVL_ERR_RANGE: return "buffer range outside its registration";
-    case OVL_ERR_BACKEND: return "backend failure";
-    case OVL_ERR_UNSUPPORTED: return "not supported";
-    case OVL_ERR_ABORTED: return "job aborted";
-    case OVL_ERR_CONFIG: return "bad configuration";
-    case OVL_ERR_SHUTDOWN: return "daemon shutting down";
-    case OVL_ERR_AGAIN: return "not complete yet";
-    case OVL_ERR_INTERNAL: return "internal error";
+    case OVL_OK:
+        return "success";
+    case OVL_ERR_INVALID:
+        return "invalid argument";
+    case OVL_ERR_NOMEM:
+        return "out of memory";
+    case OVL_ERR_SYSTEM:
+        return "system call failed";
+    case OVL_ERR_PROTOCOL:
+        return "protocol error";
+    case OVL_ERR_VERSION:
+        return "protocol version mismatch";
+    case OVL_ERR_TIMEOUT:
+        return "timed out";
+    case OVL_ERR_CONNECT:
+        return "cannot reach the daemon";
+    case OVL_ERR_CLOSED:
+        return "connection closed";
+    case OVL_ERR_PERMISSION:
+        return "permission denied";
+    case OVL_ERR_NOT_FOUND:
+        return "not found";
+    case OVL_ERR_EXISTS:
+        return "already exists";
+    case OVL_ERR_LIMIT:
+        return "limit exceeded";
+    case OVL_ERR_MISMATCH:
+        return "ranks disagree";
+    case OVL_ERR_RANGE:
+        return "buffer range outside its registration";
+    case OVL_ERR_BACKEND:
+        return "backend failure";
+    case OVL_ERR_UNSUPPORTED:
+        return "not supported";
+    case OVL_ERR_ABORTED:
+        return "job aborted";
+    case OVL_ERR_CONFIG:
+        return "bad configuration";
+    case OVL_ERR_SHUTDOWN:
+        return "daemon shutting down";
+    case OVL_ERR_AGAIN:
+        return "not complete yet";
+    case OVL_ERR_INTERNAL:
+        return "internal error";
     }
     return "unknown status";
 }
@@ -84,8 +106,10 @@ size_t ovl_dtype_size(ovl_dtype_t dtype)
 {
     switch (dtype) {
     case OVL_DTYPE_BF16:
-    case OVL_DTYPE_FP16: return 2;
-    case OVL_DTYPE_FP32: return 4;
+    case OVL_DTYPE_FP16:
+        return 2;
+    case OVL_DTYPE_FP32:
+        return 4;
     }
     return 0;
 }

@@ -127,8 +127,7 @@ ovl_status_t ovl_wire_reader_feed(ovl_wire_reader_t *r, const void *data, size_t
     return OVL_OK;
 }
 
-ovl_status_t ovl_wire_reader_next(ovl_wire_reader_t *r, const uint8_t **ret_body,
-                                  uint32_t *ret_len)
+ovl_status_t ovl_wire_reader_next(ovl_wire_reader_t *r, const uint8_t **ret_body, uint32_t *ret_len)
 {
     uint32_t len = 0;
     ovl_status_t st = check_header(r, &len);
@@ -190,7 +189,9 @@ ovl_status_t ovl_wire_recv(int sock, ovl_wire_reader_t *r, ovl_fdq_t *q, size_t 
         char buf[CMSG_SPACE(sizeof(int) * OVL_WIRE_MAX_FDS)];
     } ctl;
     struct iovec iov = {.iov_base = dst, .iov_len = avail};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
                         .msg_controllen = sizeof(ctl.buf)};
     ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
     if (n < 0) {
@@ -255,8 +256,8 @@ static void close_fds(const int *fds, unsigned nfds)
         close(fds[i]);
 }
 
-ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg,
-                                 uint32_t max_body, const int *fds, unsigned nfds)
+ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg, uint32_t max_body,
+                                 const int *fds, unsigned nfds)
 {
     ovl_status_t st = OVL_OK;
     size_t body = protobuf_c_message_get_packed_size(msg);

@@ -20,10 +20,10 @@
 
 #include "ovl.h"
 
-#define OVL_WIRE_HEADER_SIZE    8u
-#define OVL_WIRE_DEFAULT_MAX    (1u << 20) /* default body limit: 1 MiB */
-#define OVL_WIRE_MAX_FDS        16u        /* fds queued per connection */
-#define OVL_WIRE_MAX_ATTACHED   16u        /* fds waiting to be sent */
+#define OVL_WIRE_HEADER_SIZE  8u
+#define OVL_WIRE_DEFAULT_MAX  (1u << 20) /* default body limit: 1 MiB */
+#define OVL_WIRE_MAX_FDS      16u        /* fds queued per connection */
+#define OVL_WIRE_MAX_ATTACHED 16u        /* fds waiting to be sent */
 
 extern const uint8_t ovl_wire_magic[4];
 
@@ -120,8 +120,8 @@ void ovl_wire_out_free(ovl_wire_out_t *o);
  * ovl_wire_out_free; on failure they are closed too). OVL_ERR_LIMIT when the
  * body exceeds max_body or too many fds wait; OVL_ERR_NOMEM.
  */
-ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg,
-                                 uint32_t max_body, const int *fds, unsigned nfds);
+ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg, uint32_t max_body,
+                                 const int *fds, unsigned nfds);
 
 /* Bytes not yet sent. */
 size_t ovl_wire_out_pending(const ovl_wire_out_t *o);

@@ -67,9 +67,12 @@ static double rnd_unit(void)
 static double tolerance(ovl_dtype_t dtype)
 {
     switch (dtype) {
-    case OVL_DTYPE_BF16: return 1e-2;
-    case OVL_DTYPE_FP16: return 2e-3;
-    case OVL_DTYPE_FP32: return 1e-5;
+    case OVL_DTYPE_BF16:
+        return 1e-2;
+    case OVL_DTYPE_FP16:
+        return 2e-3;
+    case OVL_DTYPE_FP32:
+        return 1e-5;
     }
     return 0.0;
 }
@@ -103,10 +106,9 @@ static void report(bool ok, const tcase_t *tc, double err, const char *why)
            ok ? "PASS" : "FAIL", tc->tag, ovl_dtype_name(tc->dtype), tc->transb,
            (unsigned long long)tc->rows, (unsigned long long)tc->n, (unsigned long long)tc->k,
            tc->nblocks, (unsigned long long)tc->block_stride, (unsigned long long)tc->lda,
-           (unsigned long long)tc->ldb, (unsigned long long)tc->ldc,
-           (unsigned long long)tc->a_off, (unsigned long long)tc->b_off,
-           (unsigned long long)tc->c_off, (unsigned long long)tc->shift,
-           tc->no_ws ? " no-ws" : "", err, why ? ": " : "",
+           (unsigned long long)tc->ldb, (unsigned long long)tc->ldc, (unsigned long long)tc->a_off,
+           (unsigned long long)tc->b_off, (unsigned long long)tc->c_off,
+           (unsigned long long)tc->shift, tc->no_ws ? " no-ws" : "", err, why ? ": " : "",
            why ? why : "");
     fflush(stdout);
     if (ok)
@@ -280,8 +282,8 @@ static void run_case(ovld_lt_t *lt, cudaStream_t s, tcase_t tc)
             goto out;
         }
         if (pass == 1 && after != before) {
-            snprintf(why, sizeof why, "repeated call missed the cache (%zu -> %zu entries)",
-                     before, after);
+            snprintf(why, sizeof why, "repeated call missed the cache (%zu -> %zu entries)", before,
+                     after);
             goto out;
         }
         CU(cudaStreamSynchronize(s));
@@ -345,13 +347,19 @@ static void run_cache_bound(ovld_lt_t *lt, cudaStream_t s)
     CU(cudaDeviceSynchronize());
     for (uint64_t r = 1; r <= CB_ROWS; r++) {
         char lerr[512] = "";
-        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = r, .n = 1, .k = 1, .nblocks = 1,
-                              .a = {da, 1}, .b = {db, 1}, .c = {dc, 1}};
+        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
+                              .rows = r,
+                              .n = 1,
+                              .k = 1,
+                              .nblocks = 1,
+                              .a = {da, 1},
+                              .b = {db, 1},
+                              .c = {dc, 1}};
         size_t before = ovld_lt_cache_size(lt);
         ovl_status_t st = ovld_lt_gemm(lt, s, g_ws, OVLD_LT_WORKSPACE, &g, lerr, sizeof lerr);
         if (st != OVL_OK) {
-            snprintf(why, sizeof why, "rows %llu: %s: %s", (unsigned long long)r,
-                     ovl_strerror(st), lerr);
+            snprintf(why, sizeof why, "rows %llu: %s: %s", (unsigned long long)r, ovl_strerror(st),
+                     lerr);
             goto out;
         }
         size_t after = ovld_lt_cache_size(lt);
@@ -391,8 +399,14 @@ static void run_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
 {
     const ovl_dtype_t dt = OVL_DTYPE_BF16;
     ovld_gemm_args_t good = {
-        .dtype = dt, .rows = 4, .n = 8, .k = 8, .nblocks = 1,
-        .a = {buf, 8}, .b = {buf, 8}, .c = {buf, 8},
+        .dtype = dt,
+        .rows = 4,
+        .n = 8,
+        .k = 8,
+        .nblocks = 1,
+        .a = {buf, 8},
+        .b = {buf, 8},
+        .c = {buf, 8},
     };
     struct {
         const char *name;
@@ -428,8 +442,8 @@ static void run_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
     for (int i = 0; i < nc; i++) {
         char lerr[512] = "";
         size_t before = ovld_lt_cache_size(lt);
-        ovl_status_t st = ovld_lt_gemm(lt, s, g_ws, OVLD_LT_WORKSPACE, &cases[i].g, lerr,
-                                       sizeof lerr);
+        ovl_status_t st =
+            ovld_lt_gemm(lt, s, g_ws, OVLD_LT_WORKSPACE, &cases[i].g, lerr, sizeof lerr);
         bool ok = st == cases[i].want && ovld_lt_cache_size(lt) == before &&
                   (st == OVL_OK || lerr[0] != '\0');
         printf("%s args       %-20s -> %s%s%s\n", ok ? "PASS" : "FAIL", cases[i].name,
@@ -479,21 +493,38 @@ int main(void)
                 for (size_t ni = 0; ni < 4; ni++)
                     for (size_t ki = 0; ki < 4; ki++)
                         run_case(lt, s,
-                                 (tcase_t){.dtype = dt, .transb = tb, .rows = rows_set[ri],
-                                           .n = n_set[ni], .k = k_set[ki], .tag = "tight"});
+                                 (tcase_t){.dtype = dt,
+                                           .transb = tb,
+                                           .rows = rows_set[ri],
+                                           .n = n_set[ni],
+                                           .k = k_set[ki],
+                                           .tag = "tight"});
 
             /* Batches with gaps between blocks: strided batch, B broadcast. */
             static const uint64_t bshapes[][3] = {{3, 5, 7}, {17, 64, 64}, {256, 333, 300}};
             for (size_t i = 0; i < 3; i++) {
                 uint64_t r = bshapes[i][0], n = bshapes[i][1], k = bshapes[i][2];
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .nblocks = 3, .block_stride = r + 5, .tag = "batch"});
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .nblocks = 3,
+                                   .block_stride = r + 5,
+                                   .tag = "batch"});
             }
             /* Back-to-back blocks (one taller GEMM), with padded lds. */
             run_case(lt, s,
-                     (tcase_t){.dtype = dt, .transb = tb, .rows = 17, .n = 64, .k = 64,
-                               .nblocks = 3, .block_stride = 17, .lda = 72, .ldc = 80,
+                     (tcase_t){.dtype = dt,
+                               .transb = tb,
+                               .rows = 17,
+                               .n = 64,
+                               .k = 64,
+                               .nblocks = 3,
+                               .block_stride = 17,
+                               .lda = 72,
+                               .ldc = 80,
                                .tag = "contig"});
 
             /* Chunks at an odd row of buffers with odd leading dimensions:
@@ -503,9 +534,18 @@ int main(void)
             for (size_t i = 0; i < 5; i++) {
                 uint64_t r = mshapes[i][0], n = mshapes[i][1], k = mshapes[i][2];
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .lda = odd_ld(k), .ldb = odd_ld(tb ? k : n), .ldc = odd_ld(n),
-                                   .a_off = 1, .b_off = 1, .c_off = 1, .tag = "misalign"});
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .lda = odd_ld(k),
+                                   .ldb = odd_ld(tb ? k : n),
+                                   .ldc = odd_ld(n),
+                                   .a_off = 1,
+                                   .b_off = 1,
+                                   .c_off = 1,
+                                   .tag = "misalign"});
             }
             /* Chunks at an odd row of buffers whose rows are an odd
              * multiple of 16 bytes: aligned to 16 bytes, not 256. Alone and
@@ -514,13 +554,30 @@ int main(void)
                 uint64_t r = mshapes[i][0], n = mshapes[i][1], k = mshapes[i][2];
                 uint64_t lda = ld16(k, dt), ldb = ld16(tb ? k : n, dt), ldc = ld16(n, dt);
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .lda = lda, .ldb = ldb, .ldc = ldc, .a_off = 1, .b_off = 1,
-                                   .c_off = 1, .tag = "align16"});
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .lda = lda,
+                                   .ldb = ldb,
+                                   .ldc = ldc,
+                                   .a_off = 1,
+                                   .b_off = 1,
+                                   .c_off = 1,
+                                   .tag = "align16"});
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .nblocks = 3, .block_stride = r + 1 + r % 2, .lda = lda,
-                                   .ldb = ldb, .ldc = ldc, .tag = "align16-bat"});
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .nblocks = 3,
+                                   .block_stride = r + 1 + r % 2,
+                                   .lda = lda,
+                                   .ldb = ldb,
+                                   .ldc = ldc,
+                                   .tag = "align16-bat"});
             }
             /* Pointers one element past an aligned row start, with aligned
              * leading dimensions: only the alignment preferences tell
@@ -528,13 +585,28 @@ int main(void)
             for (size_t i = 2; i < 5; i++) {
                 uint64_t r = mshapes[i][0], n = mshapes[i][1], k = mshapes[i][2];
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .lda = ld64(k), .ldb = ld64(tb ? k : n), .ldc = ld64(n),
-                                   .shift = 1, .tag = "shift1"});
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .lda = ld64(k),
+                                   .ldb = ld64(tb ? k : n),
+                                   .ldc = ld64(n),
+                                   .shift = 1,
+                                   .tag = "shift1"});
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .nblocks = 3, .block_stride = r + 3, .lda = ld64(k),
-                                   .ldb = ld64(tb ? k : n), .ldc = ld64(n), .shift = 1,
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .nblocks = 3,
+                                   .block_stride = r + 3,
+                                   .lda = ld64(k),
+                                   .ldb = ld64(tb ? k : n),
+                                   .ldc = ld64(n),
+                                   .shift = 1,
                                    .tag = "shift1-bat"});
             }
 
@@ -544,33 +616,67 @@ int main(void)
             for (size_t i = 1; i < 4; i++) {
                 uint64_t r = mshapes[i][0], n = mshapes[i][1], k = mshapes[i][2];
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .nblocks = 3, .block_stride = r + 2, .lda = odd_ld(k),
-                                   .ldb = odd_ld(tb ? k : n), .ldc = odd_ld(n),
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .nblocks = 3,
+                                   .block_stride = r + 2,
+                                   .lda = odd_ld(k),
+                                   .ldb = odd_ld(tb ? k : n),
+                                   .ldc = odd_ld(n),
                                    .tag = "batch-step"});
                 run_case(lt, s,
-                         (tcase_t){.dtype = dt, .transb = tb, .rows = r, .n = n, .k = k,
-                                   .nblocks = 3, .block_stride = r + 2, .lda = odd_ld(k),
-                                   .ldb = odd_ld(tb ? k : n), .ldc = odd_ld(n), .a_off = 1,
-                                   .b_off = 1, .c_off = 1, .tag = "batch-mis"});
+                         (tcase_t){.dtype = dt,
+                                   .transb = tb,
+                                   .rows = r,
+                                   .n = n,
+                                   .k = k,
+                                   .nblocks = 3,
+                                   .block_stride = r + 2,
+                                   .lda = odd_ld(k),
+                                   .ldb = odd_ld(tb ? k : n),
+                                   .ldc = odd_ld(n),
+                                   .a_off = 1,
+                                   .b_off = 1,
+                                   .c_off = 1,
+                                   .tag = "batch-mis"});
             }
 
             /* k == 0: C is zeroed, padding untouched. */
             run_case(lt, s,
-                     (tcase_t){.dtype = dt, .transb = tb, .rows = 3, .n = 5, .k = 0,
-                               .tag = "k0"});
+                     (tcase_t){.dtype = dt, .transb = tb, .rows = 3, .n = 5, .k = 0, .tag = "k0"});
             run_case(lt, s,
-                     (tcase_t){.dtype = dt, .transb = tb, .rows = 3, .n = 5, .k = 0,
-                               .nblocks = 3, .block_stride = 4, .ldc = 7, .c_off = 1,
+                     (tcase_t){.dtype = dt,
+                               .transb = tb,
+                               .rows = 3,
+                               .n = 5,
+                               .k = 0,
+                               .nblocks = 3,
+                               .block_stride = 4,
+                               .ldc = 7,
+                               .c_off = 1,
                                .tag = "k0-batch"});
 
             /* No workspace: the heuristic must still find an algorithm. */
             run_case(lt, s,
-                     (tcase_t){.dtype = dt, .transb = tb, .rows = 256, .n = 333, .k = 300,
-                               .no_ws = true, .tag = "no-ws"});
+                     (tcase_t){.dtype = dt,
+                               .transb = tb,
+                               .rows = 256,
+                               .n = 333,
+                               .k = 300,
+                               .no_ws = true,
+                               .tag = "no-ws"});
             run_case(lt, s,
-                     (tcase_t){.dtype = dt, .transb = tb, .rows = 17, .n = 64, .k = 64,
-                               .nblocks = 3, .block_stride = 20, .no_ws = true,
+                     (tcase_t){.dtype = dt,
+                               .transb = tb,
+                               .rows = 17,
+                               .n = 64,
+                               .k = 64,
+                               .nblocks = 3,
+                               .block_stride = 20,
+                               .no_ws = true,
                                .tag = "no-ws-batch"});
         }
 

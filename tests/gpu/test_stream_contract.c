@@ -86,13 +86,13 @@ static const ovl_algo_t algos[] = {OVL_ALGO_AUTO, OVL_ALGO_NAIVE, OVL_ALGO_COLLE
                                    OVL_ALGO_RING};
 #define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));          \
-            goto out;                                                                            \
-        }                                                                                        \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));             \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* Two siblings meet: each writes a byte to the other and reads the other's.
@@ -151,8 +151,8 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     }
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev < WORLD) {
-        printf("SKIP: %d GPU%s visible to the test (%s), it needs %d\n", ndev,
-               ndev == 1 ? "" : "s", ce != cudaSuccess ? cudaGetErrorName(ce) : "ok", WORLD);
+        printf("SKIP: %d GPU%s visible to the test (%s), it needs %d\n", ndev, ndev == 1 ? "" : "s",
+               ce != cudaSuccess ? cudaGetErrorName(ce) : "ok", WORLD);
         rc = SKIP_CODE;
         goto out;
     }
@@ -188,8 +188,17 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     for (int i = 0; i < ITERS; i++) {
         CK(ovl_demo_fill(DTYPE, a, M, K, K, SEED_BASE + (uint64_t)i, rank, 0, s));
         CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
-        ovl_ag_gemm_desc_t d = {.a = a, .lda = K, .b = b, .ldb = N, .transb = 0, .c = c,
-                                .ldc = N, .m = M, .n = N, .k = K, .dtype = DTYPE,
+        ovl_ag_gemm_desc_t d = {.a = a,
+                                .lda = K,
+                                .b = b,
+                                .ldb = N,
+                                .transb = 0,
+                                .c = c,
+                                .ldc = N,
+                                .m = M,
+                                .n = N,
+                                .k = K,
+                                .dtype = DTYPE,
                                 .algo = algos[i % NALGOS]};
         if (ovl_allgather_gemm(comm, &d, s) != OVL_OK) {
             fprintf(stderr, "rank %u: ovl_allgather_gemm %d: %s\n", rank, i, ovl_last_error(cl));
@@ -228,12 +237,19 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     int bad = 0;
     for (int i = 0; i < ITERS; i++) {
         for (uint32_t r = 0; r < WORLD; r++)
-            CK(ovl_demo_fill(DTYPE, ga + (size_t)r * M * K * es, M, K, K,
-                             SEED_BASE + (uint64_t)i, r, 0, s));
+            CK(ovl_demo_fill(DTYPE, ga + (size_t)r * M * K * es, M, K, K, SEED_BASE + (uint64_t)i,
+                             r, 0, s));
         CK(ovl_demo_to_f32(DTYPE, ga, rows, K, K, ga32, s));
-        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32, .rows = rows, .n = N, .k = K,
-                              .nblocks = 1, .block_stride = 0, .a = {ga32, K}, .b = {b32, N},
-                              .c = {ref, N}, .transb = 0};
+        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
+                              .rows = rows,
+                              .n = N,
+                              .k = K,
+                              .nblocks = 1,
+                              .block_stride = 0,
+                              .a = {ga32, K},
+                              .b = {b32, N},
+                              .c = {ref, N},
+                              .transb = 0};
         if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
             fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
             goto out;
@@ -245,8 +261,8 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
         double h[WORLD][3];
         CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
         for (uint32_t r = 0; r < WORLD; r++)
-            CK(ovl_demo_error_acc(sdt, slot + (size_t)r * M * N * ses, N,
-                                  ref + (size_t)r * M * N, M, N, acc + 3 * r, s));
+            CK(ovl_demo_error_acc(sdt, slot + (size_t)r * M * N * ses, N, ref + (size_t)r * M * N,
+                                  M, N, acc + 3 * r, s));
         CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
         CK(cudaStreamSynchronize(s));
         bool ok = true;
@@ -258,16 +274,15 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
         if (!ok) {
             bad++;
             fprintf(stderr, "rank %u: slot %d (%s, read by %s) FAILED:", rank, i,
-                    ovl_algo_name(algos[i % NALGOS]),
-                    i % 2 == 0 ? "cudaMemcpyAsync" : "a kernel");
+                    ovl_algo_name(algos[i % NALGOS]), i % 2 == 0 ? "cudaMemcpyAsync" : "a kernel");
             for (uint32_t r = 0; r < WORLD; r++)
                 fprintf(stderr, " rows of rank %u: rel. error %.3e, %.0f non-finite;", r, e[r],
                         h[r][2]);
             fprintf(stderr, "\n");
         }
     }
-    printf("rank %u: %d of %d slots checked wrong (tolerance %.0e per source rank's rows)\n",
-           rank, bad, ITERS, TOLERANCE);
+    printf("rank %u: %d of %d slots checked wrong (tolerance %.0e per source rank's rows)\n", rank,
+           bad, ITERS, TOLERANCE);
     rc = bad == 0 ? 0 : 1;
 out:
     if (s)
@@ -325,8 +340,7 @@ static void print_log_tail(const daemon_t *d)
     size_t got = fread(buf, 1, sizeof(buf) - 1, f);
     buf[got] = '\0';
     fclose(f);
-    fprintf(stderr, "---- ovld log (last %zu bytes) ----\n%s---- end of ovld log ----\n", got,
-            buf);
+    fprintf(stderr, "---- ovld log (last %zu bytes) ----\n%s---- end of ovld log ----\n", got, buf);
 }
 
 static bool log_has(const daemon_t *d, const char *what)
@@ -393,8 +407,8 @@ static int daemon_start(daemon_t *d)
     if (d->pid == 0) {
         dup2(lfd, STDOUT_FILENO);
         dup2(lfd, STDERR_FILENO);
-        execlp(bin, bin, "--foreground", "--backend", "cuda", "--socket", d->sock,
-               "--config", d->conf, "--log-level", "debug", (char *)NULL);
+        execlp(bin, bin, "--foreground", "--backend", "cuda", "--socket", d->sock, "--config",
+               d->conf, "--log-level", "debug", (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }

@@ -120,19 +120,19 @@ typedef struct span {
 typedef struct sim {
     uint32_t world;
     const ovl_plan_t *plans;
-    uint32_t ns;          /* streams per rank (the widest plan's) */
-    uint32_t ncomp;       /* world * ns clock components */
-    uint32_t **clock;     /* per rank: ninstr clocks */
-    uint32_t *sclock;     /* per (rank, stream): the stream's clock so far */
-    uint32_t **evclock;   /* per rank: nevents clocks of the RECORD */
-    bool **evrec;         /* per rank: event recorded yet */
-    size_t *pc;           /* per rank: next instruction to issue */
-    size_t *wait_ready;   /* per rank: index of WAIT_READY */
-    size_t *rec_ready;    /* per rank: index of RECORD READY */
-    size_t *done;         /* per rank: index of DONE */
-    uint32_t *joint;      /* ncomp: scratch for an ALLGATHER */
-    span_t *cspans;       /* maxspans: scratch for C row spans */
-    span_t *gspans;       /* maxspans: scratch for G row spans */
+    uint32_t ns;        /* streams per rank (the widest plan's) */
+    uint32_t ncomp;     /* world * ns clock components */
+    uint32_t **clock;   /* per rank: ninstr clocks */
+    uint32_t *sclock;   /* per (rank, stream): the stream's clock so far */
+    uint32_t **evclock; /* per rank: nevents clocks of the RECORD */
+    bool **evrec;       /* per rank: event recorded yet */
+    size_t *pc;         /* per rank: next instruction to issue */
+    size_t *wait_ready; /* per rank: index of WAIT_READY */
+    size_t *rec_ready;  /* per rank: index of RECORD READY */
+    size_t *done;       /* per rank: index of DONE */
+    uint32_t *joint;    /* ncomp: scratch for an ALLGATHER */
+    span_t *cspans;     /* maxspans: scratch for C row spans */
+    span_t *gspans;     /* maxspans: scratch for G row spans */
     size_t maxspans;
     char *why;
     size_t whylen;
@@ -232,8 +232,10 @@ static bool check_fields(sim_t *s)
                 break;
             case OVL_I_WAIT_READY:
             case OVL_I_SLEEP:
-            case OVL_I_DONE: break;
-            default: return violation(s, "r%u #%zu: unknown kind", r, i);
+            case OVL_I_DONE:
+                break;
+            default:
+                return violation(s, "r%u #%zu: unknown kind", r, i);
             }
         }
     }
@@ -326,14 +328,17 @@ static bool simulate(sim_t *s)
                 return false;
         }
         switch (step_allgather(s)) {
-        case 1: progress = true; break;
-        case -1: return false;
+        case 1:
+            progress = true;
+            break;
+        case -1:
+            return false;
         }
     }
     for (uint32_t r = 0; r < s->world; r++)
         if (s->pc[r] != s->plans[r].ninstr)
             return violation(s, "deadlock: r%u stuck at #%zu (%s)", r, s->pc[r],
-                        ovl_instr_name(s->plans[r].instr[s->pc[r]].kind));
+                             ovl_instr_name(s->plans[r].instr[s->pc[r]].kind));
     return true;
 }
 
@@ -389,7 +394,7 @@ static bool check_bracketed(sim_t *s)
                 return violation(s, "r%u #%zu: not ordered after WAIT_READY", r, i);
             if (!hb(s, r, i, r, s->done[r]))
                 return violation(s, "r%u #%zu (s%u): not joined before DONE", r, i,
-                            s->plans[r].instr[i].stream);
+                                 s->plans[r].instr[i].stream);
         }
     return true;
 }
@@ -414,7 +419,8 @@ static bool check_shard_reads(sim_t *s)
                 if (!hb(s, b, s->rec_ready[b], r, i))
                     return violation(s, "r%u #%zu: reads r%u's shard before its READY", r, i, b);
                 if (!hb(s, r, i, b, s->done[b]))
-                    return violation(s, "r%u #%zu: r%u may complete while its shard is read", r, i, b);
+                    return violation(s, "r%u #%zu: r%u may complete while its shard is read", r, i,
+                                     b);
             }
         }
     return true;
@@ -477,15 +483,15 @@ static bool check_tiling(sim_t *s, uint32_t r, const span_t *v, size_t n, bool w
         for (; i < n && v[i].block == b; i++) {
             if (v[i].row0 < next)
                 return violation(s, "r%u: %s block %u row %llu written twice", r, what, b,
-                            (unsigned long long)v[i].row0);
+                                 (unsigned long long)v[i].row0);
             if (whole && v[i].row0 > next)
                 return violation(s, "r%u: %s block %u row %llu never written", r, what, b,
-                            (unsigned long long)next);
+                                 (unsigned long long)next);
             next = v[i].row0 + v[i].rows;
         }
         if (whole && next != m)
             return violation(s, "r%u: %s block %u row %llu never written", r, what, b,
-                        (unsigned long long)next);
+                             (unsigned long long)next);
     }
     return true;
 }
@@ -521,19 +527,20 @@ static bool check_rows(sim_t *s)
                     if (g[w].row0 > next)
                         break; /* a gap: reported below */
                     if (!hb(s, r, g[w].instr, r, i))
-                        ok = violation(s, "r%u #%zu: GEMM reads G block %u rows %llu+ before #%zu "
-                                     "writes them",
-                                  r, i, b, (unsigned long long)next, g[w].instr);
+                        ok = violation(s,
+                                       "r%u #%zu: GEMM reads G block %u rows %llu+ before #%zu "
+                                       "writes them",
+                                       r, i, b, (unsigned long long)next, g[w].instr);
                     next = g[w].row0 + g[w].rows;
                 }
                 if (ok && next < end)
                     ok = violation(s, "r%u #%zu: GEMM reads G block %u row %llu, never written", r,
-                              i, b, (unsigned long long)next);
+                                   i, b, (unsigned long long)next);
             }
         }
         if (ok && p->uses_gathered != (reads_g || ng > 0))
             ok = violation(s, "r%u: uses_gathered is %d but G is %s", r, p->uses_gathered,
-                      reads_g || ng > 0 ? "used" : "unused");
+                           reads_g || ng > 0 ? "used" : "unused");
     }
     return ok;
 }
@@ -599,10 +606,10 @@ static bool check_ring(sim_t *s)
             continue;
         if (gemm_streams != 2 || p->nstreams != 4)
             return violation(s, "r%u: %u GEMM streams of %u streams, want 2 of 4", r, gemm_streams,
-                        p->nstreams);
+                             p->nstreams);
         if (!slept[second])
             return violation(s, "r%u #%zu: no SLEEP ahead of the first GEMM on s%u", r, second_at,
-                        second);
+                             second);
     }
     return true;
 }
@@ -730,9 +737,8 @@ static void test_checker_all_shapes(void **state)
                             build_job(plans, algos[a], world, ms[mi], chunks, streams, wg);
                             if (!check_job(&ck, plans, world))
                                 fail_msg("%s world=%u m=%llu chunks=%u streams=%u a_out=%d: %s",
-                                         ovl_algo_name(algos[a]), world,
-                                         (unsigned long long)ms[mi], chunks, streams, wg,
-                                         ck.why);
+                                         ovl_algo_name(algos[a]), world, (unsigned long long)ms[mi],
+                                         chunks, streams, wg, ck.why);
                             free_job(plans, world);
                             jobs++;
                         }
@@ -1164,18 +1170,12 @@ static void test_free_and_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_naive),
-        cmocka_unit_test(test_golden_collective),
-        cmocka_unit_test(test_golden_ring),
-        cmocka_unit_test(test_checker_all_shapes),
-        cmocka_unit_test(test_checker_large),
-        cmocka_unit_test(test_checker_catches),
-        cmocka_unit_test(test_invalid_params),
-        cmocka_unit_test(test_format_truncation),
-        cmocka_unit_test(test_uneven_chunks),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_choose),
-        cmocka_unit_test(test_free_and_names),
+        cmocka_unit_test(test_golden_naive),   cmocka_unit_test(test_golden_collective),
+        cmocka_unit_test(test_golden_ring),    cmocka_unit_test(test_checker_all_shapes),
+        cmocka_unit_test(test_checker_large),  cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_invalid_params), cmocka_unit_test(test_format_truncation),
+        cmocka_unit_test(test_uneven_chunks),  cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_choose),         cmocka_unit_test(test_free_and_names),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
