@@ -46,6 +46,7 @@
 
 #include "cuda_gemm.h"
 #include "demo_cuda.h"
+#include "demo_rnd.h"
 #include "ovl.h"
 
 #define MAX_SHAPES 32
@@ -331,11 +332,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double tolerance(ovl_dtype_t dt)
-{
-    return dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2;
 }
 
 static void shape_str(char *buf, size_t len, shape_t s)
@@ -655,7 +651,7 @@ static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const float *r
         RCUDA(cudaMemcpyAsync(h, x->acc, sizeof(h), cudaMemcpyDeviceToHost, x->s));
         RCUDA(cudaStreamSynchronize(x->s));
         r->rel_err = ovl_demo_rel_error(h);
-        r->check = r->rel_err < tolerance(d->dtype) ? CHECK_OK : CHECK_FAIL;
+        r->check = r->rel_err < ovl_demo_tolerance(d->dtype) ? CHECK_OK : CHECK_FAIL;
     }
     rc = 0;
 out:
@@ -1720,9 +1716,10 @@ int main(int argc, char **argv)
         printf("ovl-bench: FAILED: %s\n", !ovl_ok ? why : g_err);
     else if (nfailed)
         printf("ovl-bench: %d of %d checks FAILED (tolerance %.0e)\n", nfailed, nchecked,
-               tolerance(o.dtype));
+               ovl_demo_tolerance(o.dtype));
     else if (o.check)
-        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked, tolerance(o.dtype));
+        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked,
+               ovl_demo_tolerance(o.dtype));
     else
         printf("ovl-bench: results not checked (--no-check)\n");
     return complete && nfailed == 0 ? 0 : 1;

@@ -2,12 +2,14 @@
  * demo_rnd.h: the reproducible random numbers of ovl-demo and the GPU tests:
  * element i of matrix `which` of rank r is a hash of (seed, r, which, i), so
  * any process (and the GPU) can rebuild any rank's data. One definition, for
- * the host and for CUDA kernels.
+ * the host and for CUDA kernels; and the error the checks accept.
  */
 #ifndef OVL_DEMO_RND_H
 #define OVL_DEMO_RND_H
 
 #include <stdint.h>
+
+#include "ovl.h"
 
 #ifdef __CUDACC__
 #define OVL_HD __host__ __device__
@@ -29,6 +31,13 @@ OVL_HD static inline float ovl_demo_value(uint64_t seed, uint32_t r, int which, 
     uint64_t x =
         ovl_demo_mix(seed ^ ovl_demo_mix((((uint64_t)r << 8) | (uint64_t)which) ^ ovl_demo_mix(i)));
     return (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+/* The largest relative error ||C - ref|| / ||ref|| the demo, the GPU tests
+ * and ovl-bench accept, by dtype (fp32 accumulation throughout). */
+OVL_HD static inline double ovl_demo_tolerance(ovl_dtype_t dt)
+{
+    return dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2;
 }
 
 #endif /* OVL_DEMO_RND_H */

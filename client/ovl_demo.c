@@ -67,11 +67,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double tolerance(ovl_dtype_t dt)
-{
-    return dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2;
-}
-
 /* ------------------------------------------------------------ a rank */
 
 static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
@@ -144,22 +139,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = {.a = a,
-                                .lda = lda,
-                                .b = b,
-                                .ldb = ldb,
-                                .transb = o->transb,
-                                .c = c,
-                                .ldc = ldc,
-                                .a_out = aout,
-                                .lda_out = ldo,
-                                .m = m,
-                                .n = n,
-                                .k = k,
-                                .dtype = dt,
-                                .algo = o->algos[ai],
-                                .chunks = o->chunks,
-                                .streams = o->streams};
+        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b, c, aout);
         /* One op untimed first: plans, scratch and (on a GPU) communicators
          * are made on first use. Then poison the outputs and time. */
         st = ovl_allgather_gemm(comm, &d, NULL);
@@ -424,7 +404,7 @@ int main(int argc, char **argv)
             if (rs->ms > ms)
                 ms = rs->ms;
         }
-        if (!(err < tolerance(o.dtype))) {
+        if (!(err < ovl_demo_tolerance(o.dtype))) {
             if (row_ok)
                 why = "error above tolerance";
             row_ok = false;
@@ -435,7 +415,7 @@ int main(int argc, char **argv)
                row_ok ? "" : ": ", why);
     }
     printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||, reference in double precision)\n",
-           ok ? "all checks passed" : "CHECKS FAILED", tolerance(o.dtype));
+           ok ? "all checks passed" : "CHECKS FAILED", ovl_demo_tolerance(o.dtype));
     free(pipes);
     free(pids);
     return ok ? 0 : 1;

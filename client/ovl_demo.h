@@ -37,6 +37,30 @@ typedef struct result {
     char msg[160];
 } result_t;
 
+/* The op descriptor of the demo's shapes: dense leading dimensions (B is
+ * n x k with transb), algorithm number ai of the options. */
+static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const void *a,
+                                               const void *b, void *c, void *aout)
+{
+    ovl_ag_gemm_desc_t d = {.a = a,
+                            .lda = o->k,
+                            .b = b,
+                            .ldb = o->transb ? o->k : o->n,
+                            .transb = o->transb,
+                            .c = c,
+                            .ldc = o->n,
+                            .a_out = aout,
+                            .lda_out = o->k,
+                            .m = o->m,
+                            .n = o->n,
+                            .k = o->k,
+                            .dtype = o->dtype,
+                            .algo = o->algos[ai],
+                            .chunks = o->chunks,
+                            .streams = o->streams};
+    return d;
+}
+
 /* Runs one rank on the CUDA backend: fills its data on its GPU, runs every
  * algorithm, checks against a cuBLASLt reference. 0 if it ran (results in
  * res), 1 if it could not. Without CUDA it says so and returns 1. */

@@ -109,22 +109,7 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = {.a = a,
-                                .lda = lda,
-                                .b = b,
-                                .ldb = ldb,
-                                .transb = o->transb,
-                                .c = c,
-                                .ldc = ldc,
-                                .a_out = aout,
-                                .lda_out = ldo,
-                                .m = m,
-                                .n = n,
-                                .k = k,
-                                .dtype = dt,
-                                .algo = o->algos[ai],
-                                .chunks = o->chunks,
-                                .streams = o->streams};
+        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b, c, aout);
         /* One op untimed first: plans, scratch, communicators and cuBLASLt's
          * choices are made on first use. Then poison the outputs and time. */
         ovl_status_t st = ovl_allgather_gemm(*comm, &d, s);

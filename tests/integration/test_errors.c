@@ -42,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmocka_fixture.h"
 #include "daemon_fixture.h"
 #include "doorbell.h"
 #include "libovl_internal.h"
@@ -54,16 +55,6 @@
 #define SLOT_C     (MAXW * MAXDIM * MAXDIM)
 #define NOBODY     65534
 
-static bool g_passed;
-#define TEST_PASSED() (g_passed = true)
-
-#define assert_contains(hay, needle)                                                               \
-    do {                                                                                           \
-        const char *h_ = (hay);                                                                    \
-        if (!h_ || !strstr(h_, (needle)))                                                          \
-            fail_msg("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", (needle));              \
-    } while (0)
-
 #define assert_status(expr, want)                                                                  \
     do {                                                                                           \
         ovl_status_t got_ = (expr);                                                                \
@@ -72,41 +63,6 @@ static bool g_passed;
     } while (0)
 
 /* ------------------------------------------------------------ fixtures */
-
-static int setup(void **state)
-{
-    const char *config = *state;
-    g_passed = false;
-    test_daemon_t *d = calloc(1, sizeof(*d));
-    if (!d)
-        return -1;
-    if (daemon_start(d, config, NULL) != 0) {
-        free(d);
-        return -1;
-    }
-    *state = d;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    test_daemon_t *d = *state;
-    int st = daemon_stop(d);
-    if (!g_passed && st == 0)
-        daemon_print_log(d);
-    daemon_cleanup(d);
-    free(d);
-    if (st != 0) {
-        fprintf(stderr, "teardown: ovld exited with status %d after SIGTERM\n", st);
-        return -1;
-    }
-    return 0;
-}
-
-static void assert_alive(test_daemon_t *d)
-{
-    assert_int_equal(daemon_check_alive(d), 0);
-}
 
 /* ------------------------------------------------------------ data */
 

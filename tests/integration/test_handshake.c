@@ -22,22 +22,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "cmocka_fixture.h"
 #include "daemon_fixture.h"
 #include "libovl_internal.h"
 
 #define TIMEOUT_MS 5000
-
-/* Set by each test as its last step: a teardown that finds it false prints
- * the daemon's log, which the failed assertion did not show. */
-static bool g_passed;
-#define TEST_PASSED() (g_passed = true)
-
-#define assert_contains(hay, needle)                                                               \
-    do {                                                                                           \
-        const char *h_ = (hay);                                                                    \
-        if (!h_ || !strstr(h_, (needle)))                                                          \
-            fail_msg("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", (needle));              \
-    } while (0)
 
 #define assert_raw(expr, want)                                                                     \
     do {                                                                                           \
@@ -47,38 +36,6 @@ static bool g_passed;
     } while (0)
 
 /* ------------------------------------------------------------ fixtures */
-
-/* The prestate, if any, is the configuration file's text. */
-static int setup(void **state)
-{
-    const char *config = *state;
-    g_passed = false;
-    test_daemon_t *d = calloc(1, sizeof(*d));
-    if (!d)
-        return -1;
-    if (daemon_start(d, config, NULL) != 0) {
-        free(d);
-        return -1;
-    }
-    *state = d;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    test_daemon_t *d = *state;
-    bool was_running = d->pid > 0;
-    int st = daemon_stop(d);
-    if (!g_passed && st == 0)
-        daemon_print_log(d);
-    daemon_cleanup(d);
-    free(d);
-    if (was_running && st != 0) {
-        fprintf(stderr, "teardown: ovld exited with status %d after SIGTERM\n", st);
-        return -1;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------ helpers */
 
@@ -90,11 +47,6 @@ static ovl_client_t *connect_ok(test_daemon_t *d)
         fail_msg("ovl_connect(%s): %s: %s", d->sock, ovl_strerror(st), ovl_connect_error());
     ovl_set_timeout(cl, TIMEOUT_MS);
     return cl;
-}
-
-static void assert_alive(test_daemon_t *d)
-{
-    assert_int_equal(daemon_check_alive(d), 0);
 }
 
 /* A Status request through libovl's raw call; free with ovl__response_free. */
