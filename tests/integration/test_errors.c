@@ -62,7 +62,7 @@
             fail_msg("%s returned %s, not %s", #expr, ovl_strerror(got_), ovl_strerror(want));     \
     } while (0)
 
-/* ------------------------------------------------------------ fixtures */
+/* Fixtures: cmocka_fixture.h. */
 
 /* ------------------------------------------------------------ data */
 

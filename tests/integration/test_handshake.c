@@ -35,7 +35,7 @@
             fail_msg("%s is %s, not %s", #expr, raw_result_name(got_), raw_result_name(want));     \
     } while (0)
 
-/* ------------------------------------------------------------ fixtures */
+/* Fixtures: cmocka_fixture.h. */
 
 /* ------------------------------------------------------------ helpers */
 
