@@ -15,6 +15,7 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1168,12 +1169,23 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
     if (fd >= 0) {
         d->listen_fd = fd;
         d->listen_owned = false;
+        /* Report the path systemd listens on, not the configured one. */
+        struct sockaddr_un sa;
+        socklen_t sl = sizeof(sa);
+        if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sun_family == AF_UNIX &&
+            sl > offsetof(struct sockaddr_un, sun_path) && sa.sun_path[0] != '\0') {
+            size_t n = sl - offsetof(struct sockaddr_un, sun_path);
+            if (n >= sizeof(d->cfg.socket_path))
+                n = sizeof(d->cfg.socket_path) - 1;
+            memcpy(d->cfg.socket_path, sa.sun_path, n);
+            d->cfg.socket_path[n] = '\0';
+        }
         int fl = fcntl(fd, F_GETFL);
         if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
             snprintf(err, errlen, "socket from systemd: fcntl: %s", strerror(errno));
             return OVL_ERR_SYSTEM;
         }
-        log_info("listening on the socket passed by systemd");
+        log_info("listening on %s, passed by systemd", d->cfg.socket_path);
     } else {
         st = bind_socket(d, err, errlen);
         if (st != OVL_OK)
