@@ -500,10 +500,19 @@ static double tflops(const Ovl__StatsBlock *b)
     return b->busy_s > 0 ? (double)b->flops / b->busy_s / 1e12 : 0;
 }
 
+/* Counters are printed from their 64 bits: a double would round them past
+ * 2^53, which FLOP counts reach in seconds on a GPU. */
+static uint64_t field_u64(const Ovl__StatsBlock *b, const stat_field_t *f)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)b + f->off, sizeof(v));
+    return v;
+}
+
 static void print_field(FILE *f, const Ovl__StatsBlock *b, const stat_field_t *sf)
 {
     if (sf->kind == F_U64)
-        fprintf(f, "%" PRIu64, (uint64_t)field_value(b, sf));
+        fprintf(f, "%" PRIu64, field_u64(b, sf));
     else
         fprintf(f, "%.9g", field_value(b, sf));
 }
@@ -589,8 +598,8 @@ static void print_stats_table(const Ovl__StatsReply *r)
         printf("  %-24s ", f->key);
         char a[32], bb[32];
         if (f->kind == F_U64) {
-            snprintf(a, sizeof(a), "%" PRIu64, (uint64_t)field_value(t, f));
-            snprintf(bb, sizeof(bb), "%" PRIu64, (uint64_t)field_value(w, f));
+            snprintf(a, sizeof(a), "%" PRIu64, field_u64(t, f));
+            snprintf(bb, sizeof(bb), "%" PRIu64, field_u64(w, f));
         } else if (strstr(f->key, "latency")) {
             snprintf(a, sizeof(a), "%.3f ms", field_value(t, f) * 1e3);
             snprintf(bb, sizeof(bb), "%.3f ms", field_value(w, f) * 1e3);
@@ -637,8 +646,13 @@ static int cmd_stats(int argc, char **argv)
             reset = true;
             break;
         case O_WATCH:
-            if (parse_u64("--watch", optarg, &watch) || watch == 0 || watch > 86400)
+            if (parse_u64("--watch", optarg, &watch))
                 return EXIT_USAGE;
+            if (watch == 0 || watch > 86400) {
+                fprintf(stderr, "ovlctl: --watch: %" PRIu64 " is out of range 1..86400 seconds\n",
+                        watch);
+                return EXIT_USAGE;
+            }
             break;
         case 'h':
             usage(stdout);

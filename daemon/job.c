@@ -724,6 +724,7 @@ static void refuse(ovld_t *d, ovld_member_t *m, uint64_t seq, ovl_status_t st, c
 {
     ovld_ticket_t *t = calloc(1, sizeof(*t));
     member_error(m, seq, st, msg);
+    ovld_count_error(&d->counters, st);
     if (!t) {
         log_error("job '%s': out of memory refusing op %" PRIu64, m->job->id, seq);
         return;

@@ -683,7 +683,7 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
 
 /* ----------------------------------------------------------------- stats */
 
-/* Prometheus-style latency buckets: powers of two from 1 us to 64 s. */
+/* Prometheus-style latency buckets: powers of two from 1 us to 69 s. */
 #define STATS_BUCKETS 27
 
 typedef struct stats_msg {
@@ -732,7 +732,9 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     unsigned fine = 0;
     uint64_t cum = 0;
     for (unsigned i = 0; i < STATS_BUCKETS; i++) {
-        uint64_t le = 1000ull << i; /* 1 us, 2 us, ... ns */
+        /* 2^10 - 1 ns (about 1 us) to 2^36 - 1 ns (about 69 s): the fine
+         * buckets end exactly there, so "<= le" is exact. */
+        uint64_t le = (1024ull << i) - 1;
         while (fine < OVLD_HIST_BUCKETS && ovld_hist_bucket_upper(fine) <= le)
             cum += h->buckets[fine++];
         ovl__hist_bucket__init(&m->buckets[i]);
