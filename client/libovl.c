@@ -57,13 +57,9 @@ struct ovl_comm {
     struct ovl_doorbell *db; /* host: mapped; CUDA: device memory (IPC) */
     void *db_map;
     size_t db_map_len;
-    int device;                   /* CUDA: the comm's device */
-    struct ovl_doorbell *db_host; /* CUDA: pinned copy, read by polling */
-    struct ovl_doorbell *mirror;  /* CUDA: ovld's host copy of done and error */
+    int device;                  /* CUDA: the comm's device */
+    struct ovl_doorbell *mirror; /* CUDA: ovld's host copy of done and error */
     void *mirror_map;
-#ifdef OVL_HAVE_CUDA
-    cudaStream_t poll_stream;
-#endif
     ovl_status_t err; /* sticky, once seen */
     struct ovl_comm *next;
 };
@@ -408,10 +404,6 @@ static void comm_free(struct ovl_comm *cm)
         cudaGetDevice(&prev);
         cudaSetDevice(cm->device);
         cudaIpcCloseMemHandle(cm->db);
-        if (cm->poll_stream)
-            cudaStreamDestroy(cm->poll_stream);
-        if (cm->db_host)
-            cudaFreeHost(cm->db_host);
         cudaSetDevice(prev);
     }
 #endif
@@ -667,21 +659,6 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
     return OVL_OK;
 }
 
-/* Reads the doorbell (device memory) into its pinned copy. */
-static ovl_status_t cuda_read_doorbell(ovl_comm_t *cm)
-{
-    int prev = 0;
-    cudaGetDevice(&prev);
-    cudaError_t ce = cudaSetDevice(cm->device);
-    if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(cm->db_host, cm->db, sizeof(*cm->db), cudaMemcpyDeviceToHost,
-                             cm->poll_stream);
-    if (ce == cudaSuccess)
-        ce = cudaStreamSynchronize(cm->poll_stream);
-    cudaSetDevice(prev);
-    return ce == cudaSuccess ? OVL_OK : cuda_fail(cm->cl, ce, "reading the doorbell");
-}
-
 /* Opens the comm's doorbell, exported by ovld from the comm's GPU. */
 static ovl_status_t cuda_open_doorbell(ovl_client_t *cl, struct ovl_comm *cm,
                                        const ProtobufCBinaryData *ipc)
@@ -699,15 +676,8 @@ static ovl_status_t cuda_open_doorbell(ovl_client_t *cl, struct ovl_comm *cm,
         what = "cudaIpcOpenMemHandle (doorbell)";
         ce = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     }
-    if (ce == cudaSuccess) {
+    if (ce == cudaSuccess)
         cm->db = p;
-        what = "cudaStreamCreateWithFlags";
-        ce = cudaStreamCreateWithFlags(&cm->poll_stream, cudaStreamNonBlocking);
-    }
-    if (ce == cudaSuccess) {
-        what = "cudaMallocHost";
-        ce = cudaMallocHost((void **)&cm->db_host, sizeof(*cm->db_host));
-    }
     cudaSetDevice(prev);
     return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
 }
@@ -815,15 +785,19 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         cm->cl = cl;
         if ((st = cuda_open_doorbell(cl, cm, &cr->doorbell_ipc)) != OVL_OK)
             goto out;
-        if (cr->fd_count == 1 && (fd = ovl_fdq_pop(&cl->fdq)) >= 0) {
-            void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-            if (p == MAP_FAILED) {
-                st = fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell mirror: %s", strerror(errno));
-                goto out;
-            }
-            cm->mirror_map = p;
-            cm->mirror = p;
+        /* The host mirror of done and the error word: host-side waits
+         * read it, never the device doorbell. */
+        if (cr->fd_count != 1 || (fd = ovl_fdq_pop(&cl->fdq)) < 0) {
+            st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell mirror");
+            goto out;
         }
+        void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            st = fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell mirror: %s", strerror(errno));
+            goto out;
+        }
+        cm->mirror_map = p;
+        cm->mirror = p;
         goto linked;
 #else
         st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
@@ -877,16 +851,8 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
     if (cm->err != OVL_OK)
         return cm->err;
     const struct ovl_doorbell *db = cm->db;
-#ifdef OVL_HAVE_CUDA
-    if (!cl->host && cm->mirror) {
-        db = cm->mirror;
-    } else if (!cl->host) {
-        ovl_status_t rst = cuda_read_doorbell(cm);
-        if (rst != OVL_OK)
-            return rst;
-        db = cm->db_host;
-    }
-#endif
+    if (!cl->host)
+        db = cm->mirror; /* the device doorbell's host copy */
     int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
     if (e == 0)
         return OVL_OK;
@@ -915,15 +881,21 @@ static long futex_wait(uint32_t *addr, uint32_t val, int ms)
     return syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
+/* A daemon that died will never ring: notice it. */
+static bool daemon_gone(ovl_client_t *cl)
+{
+    struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
 /* Waits on the host until the doorbell says done >= target. */
 static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
 {
     ovl_client_t *cl = cm->cl;
     uint64_t deadline = deadline_of(cl);
-#ifdef OVL_HAVE_CUDA
-    if (!cl->host && cm->mirror) {
-        /* ovld's stream writes the host mirror right after the doorbell:
-         * poll plain memory, spinning briefly, then sleeping at most 20 us
+    if (!cl->host) {
+        /* ovld's stream writes the host mirror right after the device
+         * doorbell: poll plain memory, spinning briefly, then sleeping 20 us
          * between looks (a throttled rank waits about one op). */
         unsigned spins = 0;
         while (__atomic_load_n(&cm->mirror->done, __ATOMIC_ACQUIRE) < target) {
@@ -937,30 +909,11 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
                             cl->timeout_ms, __atomic_load_n(&cm->mirror->done, __ATOMIC_RELAXED));
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
+            if ((spins & 1023) == 0 && daemon_gone(cl))
+                return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
         }
         return OVL_OK;
     }
-    if (!cl->host) {
-        /* No mirror: the doorbell is device memory: poll a copy, backing
-         * off from 20 us to 1 ms; the GPU does the real waiting. */
-        long sleep_us = 20;
-        for (;;) {
-            ovl_status_t st = cuda_read_doorbell(cm);
-            if (st != OVL_OK)
-                return st;
-            if (cm->db_host->done >= target)
-                return OVL_OK;
-            if (deadline && left_ms(deadline) == 0)
-                return fail(cl, OVL_ERR_TIMEOUT,
-                            "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", target,
-                            cl->timeout_ms, cm->db_host->done);
-            struct timespec ts = {0, sleep_us * 1000};
-            nanosleep(&ts, NULL);
-            if (sleep_us < 1000)
-                sleep_us *= 2;
-        }
-    }
-#endif
     for (;;) {
         uint32_t w = __atomic_load_n(&cm->db->wake, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) >= target)
@@ -976,10 +929,7 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
                 slice = left;
         }
         futex_wait(&cm->db->wake, w, slice);
-        /* A daemon that died will never ring: notice it. */
-        struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
-        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) &&
-            __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target)
+        if (daemon_gone(cl) && __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target)
             return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
     }
 }
