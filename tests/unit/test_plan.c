@@ -1106,7 +1106,12 @@ static void test_defaults(void **state)
 
     p = params_of(OVL_ALGO_RING, 4, 0, 1024, 0, 1, false);
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
-    assert_int_equal(plan.chunks, 1);
+    assert_int_equal(plan.chunks, 2); /* n 256: narrow, two chunks */
+    ovl_plan_free(&plan);
+    p = params_of(OVL_ALGO_RING, 4, 0, 1024, 0, 1, false);
+    p.n = 1025;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 1);   /* wide: one pull per peer */
     assert_int_equal(plan.nstreams, 4); /* fixed: client, copy, two GEMM streams */
     assert_true(plan.uses_gathered);
     ovl_plan_free(&plan);
