@@ -332,8 +332,8 @@ static void plan_shape(ovl_plan_t *plan)
     case OVL_ALGO_RING:
         /* Narrow outputs make each peer's GEMM short next to its pull: two
          * chunks let the first half's GEMM run while the second arrives
-         * (2 x H200: 65536x1024x1024 12% faster with two; the wider shapes
-         * 4-9% slower, docs/plans.md). */
+         * (2 x H200: 65536x1024x1024 about 13% faster with two; the wider
+         * shapes as fast or faster with one; docs/plans.md). */
         c = c ? c : p->n <= RING_NARROW_N ? 2 : RING_CHUNKS;
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
