@@ -191,8 +191,11 @@ static ovl_status_t flush_all(ovl_client_t *cl, uint64_t deadline)
             return OVL_OK;
         if (st != OVL_ERR_AGAIN)
             return broken(cl, st, "sending to ovld");
-        if ((st = wait_fd(cl, POLLOUT, deadline)) != OVL_OK)
+        if ((st = wait_fd(cl, POLLOUT, deadline)) != OVL_OK) {
+            /* Part of a frame may be out: the stream cannot go on. */
+            cl->broken = true;
             return st;
+        }
     }
 }
 
@@ -424,10 +427,7 @@ OVL_API void ovl_disconnect(ovl_client_t *cl)
      * still maps is undefined). */
     while (cl->mems && !cl->host && !cl->broken) {
         struct ovl_mem *m = cl->mems;
-        if (mem_unregister(cl, m) != OVL_OK && cl->mems == m) {
-            cl->mems = m->next;
-            free(m);
-        }
+        (void)mem_unregister(cl, m); /* unlinks and frees m, answered or not */
     }
     while (cl->mems) {
         struct ovl_mem *m = cl->mems;
@@ -768,12 +768,18 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
     if ((st = ovl__call(cl, &q, NULL, 0, &r)) != OVL_OK)
         return st;
     struct ovl_comm *cm = NULL;
+    uint64_t joined = 0; /* a comm ovld made that we must give back on failure */
     int fd = -1;
     if (r->body_case != OVL__RESPONSE__BODY_COMM_INIT) {
         st = broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to CommInit");
         goto out;
     }
     Ovl__CommInitReply *cr = r->comm_init;
+    joined = cr->comm_id;
+    /* Take the reply's descriptor at once, whatever happens next, so that a
+     * later reply never gets it. */
+    if (cr->fd_count == 1)
+        fd = ovl_fdq_pop(&cl->fdq);
     if (!cl->host) {
 #ifdef OVL_HAVE_CUDA
         cm = calloc(1, sizeof(*cm));
@@ -787,7 +793,7 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
             goto out;
         /* The host mirror of done and the error word: host-side waits
          * read it, never the device doorbell. */
-        if (cr->fd_count != 1 || (fd = ovl_fdq_pop(&cl->fdq)) < 0) {
+        if (fd < 0) {
             st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell mirror");
             goto out;
         }
@@ -804,7 +810,7 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
 #endif
     }
-    if (cr->fd_count != 1 || (fd = ovl_fdq_pop(&cl->fdq)) < 0) {
+    if (fd < 0) {
         st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell");
         goto out;
     }
@@ -833,6 +839,7 @@ linked:
     cl->comms = cm;
     *ret_comm = cm;
     cm = NULL;
+    joined = 0;
     st = OVL_OK;
 out:
     if (fd >= 0)
@@ -840,6 +847,21 @@ out:
     if (cm)
         comm_free(cm);
     ovl__response__free_unpacked(r, NULL);
+    if (joined && !cl->broken) {
+        /* ovld took the rank but we cannot use it: give it back, or a
+         * retry would find the rank taken. */
+        char why[sizeof(cl->err)];
+        memcpy(why, cl->err, sizeof(why));
+        Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
+        cd.comm_id = joined;
+        Ovl__Request q = OVL__REQUEST__INIT;
+        q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
+        q.comm_destroy = &cd;
+        Ovl__Response *dr = NULL;
+        if (ovl__call(cl, &q, NULL, 0, &dr) == OVL_OK)
+            ovl__response__free_unpacked(dr, NULL);
+        memcpy(cl->err, why, sizeof(why));
+    }
     return st;
 }
 

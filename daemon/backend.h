@@ -122,6 +122,10 @@ typedef struct ovld_backend_ops {
      * prepare, the job is ready at once. */
     ovl_status_t (*job_setup)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
                               ovld_setup_cb cb, void *arg);
+    /* The rank's client is gone: make the rank's queued work stop waiting
+     * for it (its doorbell's ready), so that issued ops run to completion.
+     * NULL: nothing waits on a client. */
+    void (*rank_release)(ovld_backend_t *b, ovld_rank_t *rank);
     /* Destroys a job's ranks, with what job_setup made (off the loop thread
      * where that blocks). NULL: rank_destroy each. */
     void (*job_teardown)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);

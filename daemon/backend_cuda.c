@@ -68,6 +68,7 @@ typedef struct ipc_entry {
     int device;
     uint8_t handle[sizeof(cudaIpcMemHandle_t)];
     void *ptr;
+    size_t size; /* of the allocation behind the handle */
     uint32_t refs;
     struct ipc_entry *next;
 } ipc_entry_t;
@@ -84,6 +85,7 @@ typedef struct cuda_done {
     cudaEvent_t ev;
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
+    _Atomic int refs;  /* the delivery, and the host function while it is queued */
     struct cuda_done *prev, *next;
 } cuda_done_t;
 
@@ -107,6 +109,7 @@ struct ovld_rank {
     cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
+    bool setup_pending; /* its communicator is being made on a worker (loop thread) */
     ncclComm_t nccl;
     void *scratch;
     size_t scratch_bytes;
@@ -191,10 +194,14 @@ static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
 
 /* ---------------------------------------------------------------- memory */
 
+static void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
+
 static ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp,
                                     ovld_bmem_t **ret_mem, void **ret_ptr)
 {
     cuda_backend_t *cb = (cuda_backend_t *)b;
+    if (imp->fd >= 0)
+        close(imp->fd); /* CUDA buffers come as IPC handles, never as fds */
     if (imp->fd >= 0 || !imp->ipc || imp->ipc_len != sizeof(cudaIpcMemHandle_t) ||
         imp->device < 0 || (uint32_t)imp->device >= cb->ndev)
         return OVL_ERR_INVALID;
@@ -209,39 +216,75 @@ static ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *
     if (e) {
         e->refs++;
         cb->ipc_hits++;
-    } else {
-        cb->ipc_misses++;
-        e = calloc(1, sizeof(*e));
-        if (!e) {
-            st = OVL_ERR_NOMEM;
-            goto out;
+    }
+    pthread_mutex_unlock(&cb->ipc_mu);
+    if (!e) {
+        /* Opened without the lock: it takes up to 2 ms, and the loop thread
+         * takes the lock to release and count. */
+        ipc_entry_t *ne = calloc(1, sizeof(*ne));
+        if (!ne) {
+            free(m);
+            return OVL_ERR_NOMEM;
         }
         cudaIpcMemHandle_t h;
         memcpy(&h, imp->ipc, sizeof(h));
         /* In the context of the GPU that reads it (API-NOTES 3.1). */
         cudaError_t ce = cudaSetDevice(cb->devs[imp->device].ordinal);
         if (ce == cudaSuccess)
-            ce = cudaIpcOpenMemHandle(&e->ptr, h, cudaIpcMemLazyEnablePeerAccess);
+            ce = cudaIpcOpenMemHandle(&ne->ptr, h, cudaIpcMemLazyEnablePeerAccess);
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        if (ce == cudaSuccess &&
+            cb->drv.mem_get_address_range(&base, &size, (CUdeviceptr)ne->ptr) != CUDA_SUCCESS)
+            size = 0;
         if (ce != cudaSuccess) {
             log_warn("cudaIpcOpenMemHandle on device %d: %s", imp->device, cudaGetErrorString(ce));
-            free(e);
-            st = OVL_ERR_BACKEND;
-            goto out;
+            free(ne);
+            free(m);
+            return OVL_ERR_BACKEND;
         }
-        e->device = imp->device;
-        memcpy(e->handle, imp->ipc, imp->ipc_len);
-        e->refs = 1;
-        e->next = cb->ipc;
-        cb->ipc = e;
+        ne->device = imp->device;
+        memcpy(ne->handle, imp->ipc, imp->ipc_len);
+        ne->size = size;
+        ne->refs = 1;
+        pthread_mutex_lock(&cb->ipc_mu);
+        /* Another connection may have opened the same handle meanwhile: the
+         * driver counted both opens, so keep one entry and close the other. */
+        e = cb->ipc;
+        while (e && !(e->device == imp->device && memcmp(e->handle, imp->ipc, imp->ipc_len) == 0))
+            e = e->next;
+        if (e) {
+            e->refs++;
+            cb->ipc_hits++;
+        } else {
+            cb->ipc_misses++;
+            ne->next = cb->ipc;
+            cb->ipc = ne;
+            e = ne;
+            ne = NULL;
+        }
+        pthread_mutex_unlock(&cb->ipc_mu);
+        if (ne) {
+            cudaIpcCloseMemHandle(ne->ptr);
+            free(ne);
+        }
+    }
+    /* What the client says it registered must lie inside the allocation the
+     * handle names: ovld's own copies and GEMMs are bounded by this. */
+    uint64_t end;
+    if (__builtin_add_overflow(imp->ipc_offset, imp->bytes, &end) || end > e->size) {
+        log_warn("device %d: registration of %" PRIu64 " bytes at offset %" PRIu64
+                 " exceeds its allocation of %zu bytes",
+                 imp->device, imp->bytes, imp->ipc_offset, e->size);
+        m->entry = e;
+        cuda_mem_release(b, m, true);
+        return OVL_ERR_RANGE;
     }
     m->entry = e;
     *ret_mem = m;
     *ret_ptr = (char *)e->ptr + imp->ipc_offset;
-out:
-    pthread_mutex_unlock(&cb->ipc_mu);
-    if (st != OVL_OK)
-        free(m);
-    return st;
+    (void)st;
+    return OVL_OK;
 }
 
 typedef struct release_work {
@@ -477,6 +520,17 @@ static void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     free(r);
 }
 
+static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r)
+{
+    (void)b;
+    /* A plain synchronous copy: the rank's streams are non-blocking, so it
+     * waits for none of them, and the wait on ready then succeeds. */
+    uint64_t all = UINT64_MAX;
+    if (set_device(r->cb, r->dev) != OVL_OK ||
+        cudaMemcpy(&r->db->ready, &all, sizeof(all), cudaMemcpyHostToDevice) != cudaSuccess)
+        log_error("device %d: cannot release a departed client's waits", r->dev->ordinal);
+}
+
 static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,
                                       void **ret_ptr)
 {
@@ -584,6 +638,9 @@ static void setup_after(uv_work_t *req, int status)
 {
     setup_work_t *w = req->data;
     cuda_backend_t *cb = w->cb;
+    if (!w->teardown)
+        for (uint32_t i = 0; i < w->n; i++)
+            w->ranks[i]->setup_pending = false;
     if (status == UV_ECANCELED && w->st == OVL_OK) {
         w->st = OVL_ERR_SHUTDOWN;
         snprintf(w->msg, sizeof(w->msg), "cancelled");
@@ -610,10 +667,14 @@ static ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks,
     w->n = n;
     w->done = cb;
     w->arg = arg;
+    for (uint32_t i = 0; i < n; i++)
+        ranks[i]->setup_pending = true;
     atomic_fetch_add(&be->works, 1);
     int rc = uv_queue_work(be->loop, &w->req, setup_run, setup_after);
     if (rc != 0) {
         atomic_fetch_sub(&be->works, 1);
+        for (uint32_t i = 0; i < n; i++)
+            ranks[i]->setup_pending = false;
         free(w->ranks);
         free(w);
         return OVL_ERR_SYSTEM;
@@ -941,8 +1002,13 @@ static void CUDART_CB host_done(void *arg)
     cuda_done_t *d = arg;
     int expect = 0;
     /* No CUDA call here: a queue push and uv_async_send. */
-    if (atomic_compare_exchange_strong(&d->state, &expect, 1))
-        ovld_cq_push(&d->rank->cb->cq, &d->node);
+    if (atomic_compare_exchange_strong(&d->state, &expect, 1)) {
+        ovld_cq_t *q = &d->rank->cb->cq;
+        atomic_fetch_sub(&d->refs, 1); /* the delivery's reference remains */
+        ovld_cq_push(q, &d->node);
+    } else if (atomic_fetch_sub(&d->refs, 1) == 1) {
+        free(d); /* the watchdog delivered it, and the delivery is done */
+    }
 }
 
 static void done_release(ovld_cq_node_t *node)
@@ -970,8 +1036,12 @@ static void done_release(ovld_cq_node_t *node)
             r->free_ev[r->nfree_ev++] = d->ev;
         else
             cudaEventDestroy(d->ev);
+        d->ev = NULL;
     }
-    free(d);
+    d->prev = d->next = NULL;
+    /* A host function still queued (the watchdog delivered) frees it. */
+    if (atomic_fetch_sub(&d->refs, 1) == 1)
+        free(d);
 }
 
 static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
@@ -1015,6 +1085,7 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
         return;
     }
     d->rank = r;
+    atomic_init(&d->refs, 1);
     d->node.cookie = cookie;
     d->node.seq = seq;
     d->node.status = status;
@@ -1026,6 +1097,16 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
         snprintf(d->node.message, sizeof(d->node.message),
                  "cannot ring the doorbell (cuStreamWriteValue64): %s",
                  ovl_cudrv_strerror(&cb->drv, cr));
+        /* The GPU cannot ring: at least the host mirror does, so that the
+         * client's host-side waits end and report the error. */
+        if (r->mirror) {
+            if (__atomic_load_n(&r->mirror->error, __ATOMIC_RELAXED) == 0) {
+                __atomic_store_n(&r->mirror->error_seq, seq, __ATOMIC_RELAXED);
+                __atomic_store_n(&r->mirror->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
+            }
+            if (__atomic_load_n(&r->mirror->done, __ATOMIC_RELAXED) < seq)
+                __atomic_store_n(&r->mirror->done, seq, __ATOMIC_RELEASE);
+        }
         atomic_store(&d->state, 2);
         ovld_cq_push(&cb->cq, &d->node);
         return;
@@ -1045,8 +1126,10 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     if (d->ev && cudaEventRecord(d->ev, s) == cudaSuccess &&
         cudaStreamWaitEvent(r->cstream, d->ev, 0) == cudaSuccess)
         hs = r->cstream;
+    atomic_store(&d->refs, 2); /* before the launch: it may run at once */
     cudaError_t ce = cudaLaunchHostFunc(hs, host_done, d);
     if (ce != cudaSuccess) {
+        atomic_store(&d->refs, 1);
         int expect = 0;
         if (atomic_compare_exchange_strong(&d->state, &expect, 2)) {
             d->node.status = OVL_ERR_BACKEND;
@@ -1079,7 +1162,8 @@ static void on_watchdog(uv_timer_t *t)
     uint64_t now = now_ns();
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         ncclResult_t nr = ncclSuccess;
-        if (r->nccl)
+        /* A worker may be creating or aborting the communicator right now. */
+        if (r->nccl && !r->setup_pending)
             ncclCommGetAsyncError(r->nccl, &nr);
         for (cuda_done_t *d = r->inflight; d; d = d->next) {
             if (atomic_load(&d->state) != 0 || now - d->issued_ns < STUCK_CHECK_NS)
@@ -1121,6 +1205,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .mem_release = cuda_mem_release,
     .rank_create = cuda_rank_create,
     .rank_destroy = cuda_rank_destroy,
+    .rank_release = cuda_rank_release,
     .job_setup = cuda_job_setup,
     .job_teardown = cuda_job_teardown,
     .rank_scratch = cuda_rank_scratch,

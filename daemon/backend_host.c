@@ -562,6 +562,12 @@ static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     free(r);
 }
 
+static void host_rank_release(ovld_backend_t *b, ovld_rank_t *r)
+{
+    (void)b;
+    __atomic_store_n(&r->db->ready, UINT64_MAX, __ATOMIC_RELEASE);
+}
+
 static ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,
                                       void **ret_ptr)
 {
@@ -741,6 +747,7 @@ static const ovld_backend_ops_t host_ops = {
     .mem_release = host_mem_release,
     .rank_create = host_rank_create,
     .rank_destroy = host_rank_destroy,
+    .rank_release = host_rank_release,
     .rank_scratch = host_rank_scratch,
     .wait_ready = host_wait_ready,
     .record = host_record,

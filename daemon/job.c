@@ -162,7 +162,7 @@ static void job_maybe_free(ovld_t *d, ovld_job_t *j)
         d->dead_jobs = j;
         log_info("job '%s': ended after %" PRIu64 " ops", j->id, j->ops_done);
     }
-    if (j->in_flight > 0 || j->setup_pending)
+    if (j->in_flight > 0 || j->setup_pending || j->pins > 0)
         return;
     job_free(d, j);
 }
@@ -363,6 +363,9 @@ static void op_unlink(ovld_job_t *j, ovld_op_t *op)
         }
 }
 
+static void on_done_op(ovld_t *d, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op, uint64_t seq,
+                       ovl_status_t status, const char *message);
+
 void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
                       const char *message)
 {
@@ -378,7 +381,18 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
         job_maybe_free(d, j);
         return;
     }
-    ovld_op_t *op = t->op;
+    /* Releasing the op's buffers can answer a deregistration, and with it
+     * run the connection's next requests (a CommDestroy that ends this
+     * job): the job stays until this function is done with it. */
+    j->pins++;
+    on_done_op(d, j, m, t->op, seq, status, message);
+    j->pins--;
+    job_maybe_free(d, j);
+}
+
+static void on_done_op(ovld_t *d, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op, uint64_t seq,
+                       ovl_status_t status, const char *message)
+{
     if (status != OVL_OK && op->st == OVL_OK) {
         op->st = status;
         snprintf(op->msg, sizeof(op->msg), "%s", message);
@@ -397,7 +411,6 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
     op_unlink(j, op);
     op_free(d, j, op);
     job_progress(d, j);
-    job_maybe_free(d, j);
 }
 
 /* ------------------------------------------------------------------ join */
@@ -554,6 +567,7 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     m->rank = req->rank;
     m->device = dev;
     m->next_seq = 1;
+    m->window = d->cfg.max_ops_in_flight;
     st = d->backend->ops->rank_create(d->backend, dev, &m->brank, ret_db);
     if (st != OVL_OK) {
         snprintf(err, errlen, "device %u: cannot set up the rank: %s", dev, ovl_strerror(st));
@@ -599,6 +613,11 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     }
     m->conn = NULL;
     m->conn_next = NULL;
+    /* Its client will never say ready for ops already issued: let them run
+     * (on whatever its buffers hold) so that they complete and peers are
+     * not left waiting in a collective. */
+    if (j->running > 0 && d->backend->ops->rank_release)
+        d->backend->ops->rank_release(d->backend, m->brank);
     bool others = false;
     for (uint32_t r = 0; r < j->world; r++)
         if (j->members[r] && j->members[r]->conn)
@@ -614,7 +633,9 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
         j->state = OVLD_JOB_ENDING;
         snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank, why);
         log_info("job '%s': rank %u left (%s); the job takes no more ops", j->id, m->rank, why);
-    } else if (others && pending && j->state != OVLD_JOB_ABORTED) {
+    } else if (pending && j->state != OVLD_JOB_ABORTED) {
+        /* Nobody else may be connected: the pending ops still fail, so that
+         * they do not hold the job, its rank and their buffers for ever. */
         j->state = OVLD_JOB_ABORTED;
         snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank, why);
         log_warn("job '%s': aborted: rank %u left (%s) with ops pending", j->id, m->rank, why);
@@ -777,10 +798,14 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
         uint32_t pending = 0;
         for (ovld_op_t *o = j->ops; o; o = o->next)
             pending += !o->issued;
-        if (pending >= d->cfg.max_ops_in_flight) {
+        /* The client throttles to the window it was told; a reload may
+         * have changed the setting since. */
+        uint32_t limit =
+            m->window > d->cfg.max_ops_in_flight ? m->window : d->cfg.max_ops_in_flight;
+        if (pending >= limit) {
             snprintf(msg, sizeof(msg),
                      "rank %u is more than %u ops ahead of the others (max_ops_in_flight)", m->rank,
-                     d->cfg.max_ops_in_flight);
+                     limit);
             /* The ranks no longer agree on op numbers: nothing can be matched
              * again, so the job ends here rather than later and worse. Its
              * pending ops fail first, so that this rank's doorbell rings in

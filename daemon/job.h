@@ -22,6 +22,7 @@ typedef struct ovld_member {
     uint64_t comm_id;
     ovld_rank_t *brank;
     uint64_t next_seq; /* the op number expected next from the client */
+    uint32_t window;   /* max_ops_in_flight as told to the client at join */
     ovl_status_t err;  /* the first failure, for CommCheck */
     uint64_t err_seq;
     char err_msg[256];
@@ -50,6 +51,7 @@ typedef struct ovld_job {
     uint64_t ops_done;
     uint64_t scratch_bytes; /* gathered-A scratch every rank holds */
     bool setup_pending;     /* job_setup's callback has not run yet */
+    uint32_t pins;          /* callers on the stack that still use the job */
     bool detached;          /* every rank left; on ovld.dead_jobs until its ops are done */
     char last_error[256];
     struct ovld_job *next;

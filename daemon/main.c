@@ -50,12 +50,18 @@ static void close_handle(uv_handle_t *h)
 }
 
 /* Everything in flight is done (or waited for long enough): close down. */
+/* Ops in flight, and requests being served on workers. */
+static uint32_t busy(const ovld_t *d)
+{
+    return ovld_job_running(d) + d->works;
+}
+
 static void finish_shutdown(ovld_t *d)
 {
     if (d->stopped)
         return;
     d->stopped = true;
-    uint32_t left = ovld_job_running(d);
+    uint32_t left = busy(d);
     if (left > 0)
         log_error("shutdown: %u ops still running after %d ms; leaving them", left,
                   DRAIN_TIMEOUT_MS);
@@ -86,7 +92,7 @@ static void on_sd_watchdog(uv_timer_t *t)
 static void on_drain_tick(uv_timer_t *t)
 {
     ovld_t *d = t->data;
-    if (ovld_job_running(d) == 0 || uv_now(d->loop) >= d->drain_deadline)
+    if (busy(d) == 0 || uv_now(d->loop) >= d->drain_deadline)
         finish_shutdown(d);
 }
 
@@ -99,7 +105,7 @@ void ovld_shutdown(ovld_t *d)
     log_info("stopping: no new connections; %u ops in flight", ovld_job_running(d));
     ovld_server_stop_listening(d);
     ovld_job_fail_pending(d, OVL_ERR_SHUTDOWN, "ovld is shutting down");
-    if (ovld_job_running(d) == 0) {
+    if (busy(d) == 0) {
         finish_shutdown(d);
         return;
     }
@@ -327,7 +333,7 @@ int main(int argc, char **argv)
     uv_run(d->loop, UV_RUN_DEFAULT);
     if (!d->stopped) /* the loop ran dry without a signal: should not happen */
         log_error("event loop ended unexpectedly");
-    if (d->stopped && ovld_job_running(d) == 0) {
+    if (d->stopped && busy(d) == 0) {
         int rc = uv_loop_close(d->loop);
         if (rc != 0)
             log_debug("uv_loop_close: %s", uv_strerror(rc));

@@ -65,6 +65,7 @@ typedef struct ovld {
     struct ovld_job *dead_jobs; /* ranks all gone, completions outstanding */
     uint32_t njobs;
     uint64_t next_comm_id;
+    uint32_t works; /* requests being served on workers (imports, unmaps) */
 
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;
@@ -74,7 +75,7 @@ typedef struct ovld {
     bool stopped;
 } ovld_t;
 
-/* Loop-time in nanoseconds since an arbitrary point. */
+/* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t ovld_now_ns(void);
 
 /* server.c */

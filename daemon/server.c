@@ -391,6 +391,7 @@ static void import_after(uv_work_t *req, int status)
 {
     import_work_t *w = req->data;
     ovld_conn_t *c = w->c;
+    c->d->works--;
     if (status == UV_ECANCELED && w->st == OVL_OK)
         w->st = OVL_ERR_SHUTDOWN;
     c->busy = false;
@@ -477,9 +478,11 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
          * worker, with this connection's later requests held until done. */
         c->busy = true;
         c->refs++;
+        d->works++;
         if (uv_queue_work(d->loop, &w->req, import_run, import_after) != 0) {
             c->busy = false;
             c->refs--;
+            d->works--;
             import_run(&w->req);
             import_finish(w);
             return;
@@ -523,6 +526,7 @@ static void unmap_after(uv_work_t *req, int status)
     (void)status;
     unmap_work_t *w = req->data;
     ovld_conn_t *c = w->c;
+    c->d->works--;
     free(w->reg);
     c->busy = false;
     if (!c->closing) {
@@ -548,12 +552,14 @@ static void deregister_now(ovld_conn_t *c, uint64_t id, ovld_reg_t *reg)
         w->reg = reg;
         c->busy = true;
         c->refs++;
+        d->works++;
         if (uv_queue_work(d->loop, &w->req, unmap_run, unmap_after) == 0) {
             conn_update_poll(c);
             return;
         }
         c->busy = false;
         c->refs--;
+        d->works--;
         free(w);
         d->backend->ops->mem_release(d->backend, reg->bmem, true);
         free(reg);
@@ -995,7 +1001,9 @@ static void conn_update_poll(ovld_conn_t *c)
 {
     if (c->closing)
         return;
-    int ev = c->busy ? 0 : UV_READABLE | UV_DISCONNECT;
+    /* While a request is served off the loop, later ones wait unread; a
+     * client that hangs up is still noticed. */
+    int ev = c->busy ? UV_DISCONNECT : UV_READABLE | UV_DISCONNECT;
     if (ovl_wire_out_pending(&c->out) > 0)
         ev |= UV_WRITABLE;
     if (ev != c->poll_events) {

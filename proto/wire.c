@@ -266,9 +266,15 @@ ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg,
         st = OVL_ERR_LIMIT;
         goto fail;
     }
-    /* Reclaim the sent prefix before growing. */
-    if (o->off > 0 && o->off == o->len) {
-        o->off = o->len = 0;
+    /* Reclaim the sent prefix before growing: a peer that always lags a
+     * little must not make the buffer grow for ever. Fds still to send
+     * belong to frames at or after off. */
+    if (o->off > 0) {
+        memmove(o->buf, o->buf + o->off, o->len - o->off);
+        for (unsigned i = 0; i < o->natt; i++)
+            o->att[i].pos -= o->off;
+        o->len -= o->off;
+        o->off = 0;
     }
     size_t need = o->len + OVL_WIRE_HEADER_SIZE + body;
     if (need > o->cap) {

@@ -1391,6 +1391,142 @@ static void test_leave_right_after_refused_op(void **state)
     TEST_PASSED();
 }
 
+/*
+ * A deregistration that waits for a running op is answered from inside that
+ * op's completion; the connection's next request, sent in the same write, is
+ * a CommDestroy that ends the job there and then (and, in the second round,
+ * the client hangs up instead). The daemon must neither touch the freed job
+ * nor crash (ASan builds catch the use after free).
+ */
+static void test_deregister_then_leave_during_op(void **state)
+{
+    test_daemon_t *d = *state;
+    enum { BIG = 768 }; /* a host GEMM long enough to still run when the rest arrives */
+    size_t mat = (size_t)BIG * BIG * sizeof(float);
+    for (int round = 0; round < 2; round++) {
+        raw_conn_t rc;
+        assert_int_equal(raw_open(&rc, d->sock), 0);
+        Ovl__Response *hello = NULL;
+        assert_int_equal(raw_hello(&rc, &hello), RAW_OK);
+        void *map;
+        int fd = sealed_memfd(3 * mat, true, &map);
+        uint64_t mem = raw_mem_register_ok(&rc, fd, 3 * mat);
+        close(fd);
+        memset(map, 0, 3 * mat);
+        char job[32];
+        snprintf(job, sizeof(job), "dereg-leave-%d", round);
+        raw_comm_t c;
+        raw_join(&rc, hello->hello, job, 0, &c);
+
+        Ovl__AgGemm g;
+        Ovl__BufRef refs[3];
+        raw_gemm_init(&g, refs, c.id, 1, mem);
+        for (int i = 0; i < 3; i++)
+            refs[i].offset = (uint64_t)i * mat;
+        g.m = g.n = g.k = BIG;
+        g.lda = g.ldb = g.ldc = BIG;
+        __atomic_store_n(&c.db->ready, 1, __ATOMIC_RELEASE);
+        Ovl__Request qg = OVL__REQUEST__INIT;
+        qg.body_case = OVL__REQUEST__BODY_AG_GEMM;
+        qg.ag_gemm = &g;
+        Ovl__MemDeregister md = OVL__MEM_DEREGISTER__INIT;
+        md.mem_id = mem;
+        Ovl__Request qm = OVL__REQUEST__INIT;
+        qm.id = ++rc.next_id;
+        qm.body_case = OVL__REQUEST__BODY_MEM_DEREGISTER;
+        qm.mem_deregister = &md;
+        Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
+        cd.comm_id = c.id;
+        Ovl__Request qd = OVL__REQUEST__INIT;
+        qd.id = ++rc.next_id;
+        qd.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
+        qd.comm_destroy = &cd;
+        uint8_t buf[1024];
+        size_t len = pack_frame(buf, &qg);
+        len += pack_frame(buf + len, &qm);
+        if (round == 0)
+            len += pack_frame(buf + len, &qd);
+        assert_int_equal(raw_send(rc.fd, buf, len), 0);
+        if (round == 0) {
+            /* both answered, in order, once the op is done */
+            for (int i = 0; i < 2; i++) {
+                Ovl__Response *r = NULL;
+                assert_int_equal(raw_read_response(&rc, TIMEOUT_MS, &r), RAW_OK);
+                assert_int_equal(r->id, i == 0 ? qm.id : qd.id);
+                assert_int_equal(r->body_case, OVL__RESPONSE__BODY_OK);
+                ovl__response__free_unpacked(r, NULL);
+            }
+        }
+        raw_comm_unmap(&c);
+        munmap(map, 3 * mat);
+        ovl__response__free_unpacked(hello, NULL);
+        raw_close(&rc); /* round 1: hangs up with the deregistration waiting */
+        fixture_sleep_ms(round == 1 ? 500 : 0);
+        if (!daemon_running(d))
+            fail_msg("round %d: ovld died (status %d)", round, d->exit_status);
+    }
+    assert_alive(d);
+    TEST_PASSED();
+}
+
+/*
+ * The only connected rank of a job still forming leaves with an op pending:
+ * the op fails, and the job with its rank and buffers goes away at once
+ * (it used to stay on the side for ever, and SIGTERM then waited 30 s).
+ */
+static void test_last_rank_leaves_with_op_pending(void **state)
+{
+    test_daemon_t *d = *state;
+    raw_conn_t rc;
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    Ovl__Response *hello = NULL;
+    assert_int_equal(raw_hello(&rc, &hello), RAW_OK);
+    void *map;
+    int fd = sealed_memfd(4096, true, &map);
+    uint64_t mem = raw_mem_register_ok(&rc, fd, 4096);
+    close(fd);
+    raw_comm_t c;
+    raw_join2(&rc, hello->hello, "forming-leaver", 2, 0, 0, &c);
+    Ovl__AgGemm g;
+    Ovl__BufRef refs[3];
+    raw_gemm_init(&g, refs, c.id, 1, mem);
+    raw_submit(&rc, &c, &g);
+    /* a request after the op: the op is in before the hang-up */
+    assert_alive(d);
+    raw_comm_unmap(&c);
+    munmap(map, 4096);
+    ovl__response__free_unpacked(hello, NULL);
+    raw_close(&rc);
+    ovl_client_t *cl = NULL;
+    assert_int_equal(ovl_connect(d->sock, &cl), OVL_OK);
+    uint64_t deadline = fixture_now_ms() + TIMEOUT_MS;
+    for (;;) {
+        Ovl__StatusRequest sr = OVL__STATUS_REQUEST__INIT;
+        Ovl__Request q = OVL__REQUEST__INIT;
+        q.body_case = OVL__REQUEST__BODY_STATUS;
+        q.status = &sr;
+        Ovl__Response *r = NULL;
+        assert_int_equal(ovl__call(cl, &q, NULL, 0, &r), OVL_OK);
+        size_t jobs = r->status->n_jobs;
+        uint64_t held = 0;
+        for (size_t i = 0; i < r->status->n_devices; i++)
+            held += r->status->devices[i]->held_bytes;
+        ovl__response_free(r);
+        if (jobs == 0 && held == 0)
+            break;
+        if (fixture_now_ms() >= deadline)
+            fail_msg("the job is still there (%zu jobs, %" PRIu64 " bytes held)", jobs, held);
+        fixture_sleep_ms(10);
+    }
+    ovl_disconnect(cl);
+    uint64_t t0 = fixture_now_ms();
+    assert_int_equal(daemon_stop(d), 0);
+    if (fixture_now_ms() - t0 > 5000)
+        fail_msg("SIGTERM took %" PRIu64 " ms: something was still in flight",
+                 fixture_now_ms() - t0);
+    TEST_PASSED();
+}
+
 /* ============================================================ mismatches */
 
 typedef enum field {
@@ -1986,6 +2122,8 @@ int main(int argc, char **argv)
         T(test_raw_mem_checks),
         T(test_raw_op_out_of_order),
         T(test_leave_right_after_refused_op),
+        T(test_deregister_then_leave_during_op),
+        T(test_last_rank_leaves_with_op_pending),
         T(test_mismatch_m),
         T(test_mismatch_n),
         T(test_mismatch_k),
