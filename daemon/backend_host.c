@@ -63,6 +63,7 @@ typedef struct host_work {
     ovld_cq_node_t node; /* first: the done item is handed to the completion queue */
     struct host_work *next;
     work_kind_t kind;
+    struct ovld_rank *reserve_of; /* a done item from its rank's reserve */
     union {
         uint64_t seq;
         struct {
@@ -97,6 +98,9 @@ struct ovld_rank {
     uint32_t device;
     host_stream_t streams[OVL_PLAN_MAX_STREAMS];
     struct ovld_rank *next; /* hb->ranks, under hb->mu */
+    /* Done items for when memory runs out: done must still ring, in stream
+     * order (loop thread only). */
+    struct host_work *reserve;
     host_event_t *ev_blocks[EV_MAX_BLOCKS];
     struct ovl_doorbell *db;
     int db_fd;
@@ -294,9 +298,18 @@ static void *stream_main(void *arg)
     }
 }
 
+#define DONE_RESERVE 8
+
 static void release_work_node(ovld_cq_node_t *node)
 {
-    free(node); /* the node is the first member of its host_work_t */
+    host_work_t *w = (host_work_t *)node; /* the node is its first member */
+    if (w->reserve_of) {
+        struct ovld_rank *r = w->reserve_of;
+        w->next = r->reserve;
+        r->reserve = w;
+        return;
+    }
+    free(w);
 }
 
 static ovl_status_t stream_get(struct ovld_rank *r, uint32_t stream, host_stream_t **ret)
@@ -479,6 +492,8 @@ static void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block)
     free(m);
 }
 
+static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
+
 static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
                                      ovld_doorbell_export_t *ret_db)
 {
@@ -507,6 +522,22 @@ static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     if (ret_db->fd < 0)
         goto fail;
     ret_db->offset = 0;
+    /* Stream 0 rings done: its thread exists from the start, and a few done
+     * items wait in reserve, so that ringing never needs resources. */
+    host_stream_t *s0;
+    for (int i = 0; i < DONE_RESERVE; i++) {
+        host_work_t *w = work_new(W_DONE);
+        if (!w)
+            break;
+        w->reserve_of = r;
+        w->next = r->reserve;
+        r->reserve = w;
+    }
+    if (!r->reserve || stream_get(r, 0, &s0) != OVL_OK) {
+        close(ret_db->fd);
+        host_rank_destroy(b, r); /* undoes all of the above */
+        return OVL_ERR_NOMEM;
+    }
     pthread_mutex_lock(&hb->mu);
     r->next = hb->ranks;
     hb->ranks = r;
@@ -555,6 +586,11 @@ static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     }
     for (uint32_t i = 0; i < EV_MAX_BLOCKS; i++)
         free(r->ev_blocks[i]);
+    while (r->reserve) {
+        host_work_t *w = r->reserve;
+        r->reserve = w->next;
+        free(w);
+    }
     munmap(r->db, OVL_DOORBELL_SIZE);
     close(r->db_fd);
     free(r->scratch);
@@ -711,6 +747,18 @@ static void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
                       const char *message, void *cookie)
 {
     host_work_t *w = work_new(W_DONE);
+    if (!w && r->reserve) {
+        w = r->reserve;
+        r->reserve = w->next;
+        struct ovld_rank *owner = w->reserve_of;
+        memset(w, 0, sizeof(*w));
+        w->kind = W_DONE;
+        w->reserve_of = owner;
+        if (status == OVL_OK) {
+            status = OVL_ERR_NOMEM;
+            message = "host backend: out of memory";
+        }
+    }
     host_stream_t *s = NULL;
     if (w && stream_get(r, stream, &s) == OVL_OK) {
         w->u.seq = seq;
@@ -722,9 +770,14 @@ static void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
         stream_push(s, w);
         return;
     }
-    free(w);
-    /* Out of memory or threads: ring from here rather than leave the client
-     * waiting. Stream order is lost only on this failure path. */
+    if (w && w->reserve_of) {
+        w->next = r->reserve;
+        r->reserve = w;
+    } else {
+        free(w);
+    }
+    /* Out of memory and of reserve items: ring from here rather than leave
+     * the client waiting; stream order is lost only on this path. */
     struct ovl_doorbell *db = r->db;
     if (__atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
         __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
