@@ -106,6 +106,7 @@ struct ovld_rank {
     struct ovl_doorbell *mirror_dev;
     int mirror_fd;
     cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
+    cudaStream_t rstream; /* nothing but the release of a departed client's waits */
     cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
@@ -389,6 +390,8 @@ static ovl_status_t rank_free_resources(struct ovld_rank *r)
         cudaStreamSynchronize(r->cstream);
         cudaStreamDestroy(r->cstream);
     }
+    if (r->rstream)
+        cudaStreamDestroy(r->rstream);
     if (r->mirror) {
         cudaHostUnregister(r->mirror);
         munmap(r->mirror, OVL_DOORBELL_SIZE);
@@ -450,6 +453,10 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     if (ce == cudaSuccess) {
         what = "cudaStreamCreateWithPriority (completions)";
         ce = cudaStreamCreateWithPriority(&r->cstream, cudaStreamNonBlocking, r->dev->prio_lo);
+    }
+    if (ce == cudaSuccess) {
+        what = "cudaStreamCreateWithPriority (release)";
+        ce = cudaStreamCreateWithPriority(&r->rstream, cudaStreamNonBlocking, r->dev->prio_hi);
     }
     if (ce == cudaSuccess) {
         what = "the doorbell's host mirror (memfd)";
@@ -523,11 +530,11 @@ static void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
 static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r)
 {
     (void)b;
-    /* A plain synchronous copy: the rank's streams are non-blocking, so it
-     * waits for none of them, and the wait on ready then succeeds. */
-    uint64_t all = UINT64_MAX;
+    /* On a stream of its own, asynchronously: nothing here may wait for the
+     * stalled streams it unblocks. */
     if (set_device(r->cb, r->dev) != OVL_OK ||
-        cudaMemcpy(&r->db->ready, &all, sizeof(all), cudaMemcpyHostToDevice) != cudaSuccess)
+        r->cb->drv.stream_write_value64((CUstream)r->rstream, (CUdeviceptr)&r->db->ready,
+                                        UINT64_MAX, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
         log_error("device %d: cannot release a departed client's waits", r->dev->ordinal);
 }
 

@@ -344,6 +344,11 @@ static void job_progress(ovld_t *d, ovld_job_t *j)
         }
         if (j->running > 0 && needs_scratch_growth(j, op))
             return; /* resumes from ovld_job_on_done */
+        /* A few ops ahead keep the GPU busy; more would only fill its
+         * command queues, and when a stream stalls (a client died before
+         * saying ready) the next enqueue would block this thread for good. */
+        if (j->running >= OVLD_MAX_ISSUED)
+            return; /* resumes from ovld_job_on_done */
         op_run(d, j, op);
     }
 }

@@ -13,6 +13,7 @@
 #include "ovld.h"
 
 #define OVLD_JOB_ID_MAX 63
+#define OVLD_MAX_ISSUED 4 /* ops of one job issued to the backend and not yet done */
 
 typedef struct ovld_member {
     struct ovld_job *job;
