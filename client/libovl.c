@@ -330,14 +330,9 @@ static ovl_status_t hello(ovl_client_t *cl)
             memcpy(cl->uuids[i], hr->devices[i]->uuid.data, UUID_LEN);
     cl->ndev = (uint32_t)hr->n_devices;
     ovl__response__free_unpacked(r, NULL);
-#ifdef OVL_HAVE_CUDA
-    if (!cl->host) {
-        char why[256];
-        cl->drv_ok = ovl_cudrv_load(&cl->drv, why, sizeof(why)) == 0;
-        if (!cl->drv_ok)
-            fail(cl, OVL_ERR_BACKEND, "%s", why); /* reported by the first CUDA call */
-    }
-#endif
+    /* CUDA is touched only when the client first uses device memory:
+     * ovlctl and other clients that only ask must work even while the GPU
+     * driver is busy or wedged, when an operator needs them most. */
     return OVL_OK;
 }
 
@@ -583,6 +578,18 @@ static ovl_status_t cuda_fail(ovl_client_t *cl, cudaError_t e, const char *what)
                 what, cudaGetErrorString(e));
 }
 
+/* Loads the driver entry points on first use. */
+static ovl_status_t cuda_load(ovl_client_t *cl)
+{
+    if (cl->drv_ok)
+        return OVL_OK;
+    char why[256];
+    if (ovl_cudrv_load(&cl->drv, why, sizeof(why)) != 0)
+        return fail(cl, OVL_ERR_UNSUPPORTED, "the CUDA driver API is not available: %s", why);
+    cl->drv_ok = true;
+    return OVL_OK;
+}
+
 /*
  * Registers the whole allocation holding [ptr, ptr+bytes): caching
  * allocators hand out pointers inside larger blocks, and an IPC handle
@@ -592,8 +599,9 @@ static ovl_status_t cuda_fail(ovl_client_t *cl, cudaError_t e, const char *what)
  */
 static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
 {
-    if (!cl->drv_ok)
-        return fail(cl, OVL_ERR_UNSUPPORTED, "the CUDA driver API is not available: %s", cl->err);
+    ovl_status_t lst = cuda_load(cl);
+    if (lst != OVL_OK)
+        return lst;
     CUdeviceptr base = 0;
     size_t size = 0;
     CUresult cr = cl->drv.mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
@@ -1085,6 +1093,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         /* On the caller's stream: ready = n once the work before it is done
          * (A is written), then the request, then wait done >= n, so that
          * work after the call sees C. No host synchronization. */
+        if ((st = cuda_load(cl)) != OVL_OK)
+            return st;
         CUstream s = (CUstream)stream;
         CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->ready, g.seq,
                                                    CU_STREAM_WRITE_VALUE_DEFAULT);
