@@ -336,6 +336,19 @@ static ovl_status_t hello(ovl_client_t *cl)
     return OVL_OK;
 }
 
+/* Frees what ovl_connect set up: the socket, the framing state, the
+ * client. Comms and registrations are the caller's to release first. */
+static void client_free(ovl_client_t *cl)
+{
+    if (cl->fd >= 0)
+        close(cl->fd);
+    ovl_wire_reader_free(&cl->rd);
+    ovl_wire_out_free(&cl->out);
+    ovl_fdq_close_all(&cl->fdq);
+    free(cl->uuids);
+    free(cl);
+}
+
 OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
 {
     connect_err[0] = '\0';
@@ -380,13 +393,7 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
     *ret_client = cl;
     return OVL_OK;
 fail:
-    if (cl->fd >= 0)
-        close(cl->fd);
-    ovl_wire_reader_free(&cl->rd);
-    ovl_wire_out_free(&cl->out);
-    ovl_fdq_close_all(&cl->fdq);
-    free(cl->uuids);
-    free(cl);
+    client_free(cl);
     return st;
 }
 
@@ -431,12 +438,7 @@ OVL_API void ovl_disconnect(ovl_client_t *cl)
             munmap((void *)m->base, m->map_len);
         free(m);
     }
-    close(cl->fd);
-    ovl_wire_reader_free(&cl->rd);
-    ovl_wire_out_free(&cl->out);
-    ovl_fdq_close_all(&cl->fdq);
-    free(cl->uuids);
-    free(cl);
+    client_free(cl);
 }
 
 OVL_API void ovl_set_timeout(ovl_client_t *cl, int timeout_ms)
