@@ -255,6 +255,34 @@ static ovl_status_t read_response(ovl_client_t *cl, uint64_t id, uint64_t deadli
     }
 }
 
+/* The reply each request gets when it succeeds (an Error may answer any). */
+static Ovl__Response__BodyCase reply_case(Ovl__Request__BodyCase q)
+{
+    switch (q) {
+    case OVL__REQUEST__BODY_HELLO:
+        return OVL__RESPONSE__BODY_HELLO;
+    case OVL__REQUEST__BODY_STATUS:
+        return OVL__RESPONSE__BODY_STATUS;
+    case OVL__REQUEST__BODY_COMM_INIT:
+        return OVL__RESPONSE__BODY_COMM_INIT;
+    case OVL__REQUEST__BODY_COMM_CHECK:
+        return OVL__RESPONSE__BODY_COMM_CHECK;
+    case OVL__REQUEST__BODY_MEM_REGISTER:
+        return OVL__RESPONSE__BODY_MEM_REGISTER;
+    case OVL__REQUEST__BODY_PLAN:
+        return OVL__RESPONSE__BODY_PLAN;
+    case OVL__REQUEST__BODY_STATS:
+        return OVL__RESPONSE__BODY_STATS;
+    case OVL__REQUEST__BODY_COMM_DESTROY:
+    case OVL__REQUEST__BODY_MEM_DEREGISTER:
+        return OVL__RESPONSE__BODY_OK;
+    default: /* AgGemm is never answered */
+        return OVL__RESPONSE__BODY__NOT_SET;
+    }
+}
+
+/* Sends q and returns its reply, which has the body q asks for: an Error
+ * reply becomes its status, any other body breaks the connection. */
 ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
                        Ovl__Response **ret)
 {
@@ -273,6 +301,10 @@ ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsign
         fail(cl, st, "%s", r->error->message ? r->error->message : ovl_strerror(st));
         ovl__response__free_unpacked(r, NULL);
         return st;
+    }
+    if (r->body_case != reply_case(q->body_case)) {
+        ovl__response__free_unpacked(r, NULL);
+        return broken(cl, OVL_ERR_PROTOCOL, "unexpected answer from ovld");
     }
     *ret = r;
     return OVL_OK;
@@ -308,10 +340,6 @@ static ovl_status_t hello(ovl_client_t *cl)
     ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
     if (st != OVL_OK)
         return st;
-    if (r->body_case != OVL__RESPONSE__BODY_HELLO) {
-        ovl__response__free_unpacked(r, NULL);
-        return broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to Hello");
-    }
     Ovl__HelloReply *hr = r->hello;
     cl->info.protocol_version = hr->protocol_version;
     snprintf(cl->info.version, sizeof(cl->info.version), "%s",
@@ -517,11 +545,6 @@ OVL_API void *ovl_host_alloc(ovl_client_t *cl, size_t bytes)
     fd = -1; /* the request owns it now */
     if (ovl__call(cl, &q, &sfd, 1, &r) != OVL_OK)
         goto fail;
-    if (r->body_case != OVL__RESPONSE__BODY_MEM_REGISTER) {
-        ovl__response__free_unpacked(r, NULL);
-        broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to MemRegister");
-        goto fail;
-    }
     m->cl = cl;
     m->id = r->mem_register->mem_id;
     m->base = (uintptr_t)p;
@@ -652,11 +675,6 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
         free(m);
         return st;
     }
-    if (r->body_case != OVL__RESPONSE__BODY_MEM_REGISTER) {
-        ovl__response__free_unpacked(r, NULL);
-        free(m);
-        return broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to MemRegister");
-    }
     m->cl = cl;
     m->id = r->mem_register->mem_id;
     m->base = (uintptr_t)base;
@@ -780,10 +798,6 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
     struct ovl_comm *cm = NULL;
     uint64_t joined = 0; /* a comm ovld made that we must give back on failure */
     int fd = -1;
-    if (r->body_case != OVL__RESPONSE__BODY_COMM_INIT) {
-        st = broken(cl, OVL_ERR_PROTOCOL, "unexpected answer to CommInit");
-        goto out;
-    }
     Ovl__CommInitReply *cr = r->comm_init;
     joined = cr->comm_id;
     /* Take the reply's descriptor at once, whatever happens next, so that a
@@ -898,7 +912,7 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
     q.comm_check = &cc;
     Ovl__Response *r = NULL;
     if (ovl__call(cl, &q, NULL, 0, &r) == OVL_OK) {
-        if (r->body_case == OVL__RESPONSE__BODY_COMM_CHECK && r->comm_check->message)
+        if (r->comm_check->message)
             fail(cl, cm->err, "op %" PRIu64 ": %s", r->comm_check->seq, r->comm_check->message);
         ovl__response__free_unpacked(r, NULL);
     } else {

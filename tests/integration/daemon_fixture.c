@@ -351,8 +351,9 @@ int daemon_check_alive(test_daemon_t *d)
         fprintf(stderr, "daemon_fixture: Status: %s: %s\n", ovl_strerror(st), ovl_last_error(cl));
         rc = -1;
     } else {
-        if (r->body_case != OVL__RESPONSE__BODY_STATUS || r->status->pid != d->pid) {
-            fprintf(stderr, "daemon_fixture: unexpected answer to Status\n");
+        if (r->status->pid != d->pid) {
+            fprintf(stderr, "daemon_fixture: Status names pid %d, not ovld's %d\n",
+                    (int)r->status->pid, (int)d->pid);
             rc = -1;
         }
         ovl__response_free(r);

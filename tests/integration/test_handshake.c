@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -708,6 +709,78 @@ static void test_connection_limit(void **state)
     TEST_PASSED();
 }
 
+/* A fake ovld (a child process) that answers Hello with a Status reply:
+ * libovl refuses any answer whose body is not the one its request asks for. */
+static void fake_reply_wrong_body(int lfd)
+{
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0)
+        _exit(2);
+    ovl_wire_reader_t rd;
+    ovl_fdq_t fdq;
+    ovl_wire_reader_init(&rd, OVL_WIRE_DEFAULT_MAX);
+    ovl_fdq_init(&fdq);
+    const uint8_t *body = NULL;
+    uint32_t len = 0;
+    ovl_status_t st;
+    while ((st = ovl_wire_reader_next(&rd, &body, &len)) == OVL_ERR_AGAIN) {
+        size_t n = 0;
+        if (ovl_wire_recv(fd, &rd, &fdq, &n) != OVL_OK || n == 0)
+            _exit(3);
+    }
+    Ovl__Request *q = st == OVL_OK ? ovl__request__unpack(NULL, len, body) : NULL;
+    if (!q || q->body_case != OVL__REQUEST__BODY_HELLO)
+        _exit(4);
+    Ovl__StatusReply sr = OVL__STATUS_REPLY__INIT;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = q->id;
+    r.body_case = OVL__RESPONSE__BODY_STATUS;
+    r.status = &sr;
+    ovl_wire_out_t out;
+    ovl_wire_out_init(&out);
+    if (ovl_wire_out_append(&out, &r.base, OVL_WIRE_DEFAULT_MAX, NULL, 0) != OVL_OK ||
+        ovl_wire_flush(fd, &out) != OVL_OK)
+        _exit(5);
+    char c;
+    while (read(fd, &c, 1) > 0) /* until libovl hangs up */
+        ;
+    _exit(0);
+}
+
+static void test_reply_of_wrong_kind(void **state)
+{
+    test_daemon_t *d = *state;
+    char path[160];
+    snprintf(path, sizeof(path), "%s/fake.sock", d->dir);
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(lfd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(lfd, 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        fake_reply_wrong_body(lfd);
+    close(lfd);
+    ovl_client_t *cl = NULL;
+    ovl_status_t st = ovl_connect(path, &cl);
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", ovl_connect_error());
+    if (st == OVL_OK)
+        ovl_disconnect(cl); /* lets the fake finish before the test fails */
+    int wst = 0;
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    if (st != OVL_ERR_PROTOCOL)
+        fail_msg("Hello answered by a Status reply: ovl_connect returned %s (\"%s\"), "
+                 "expected OVL_ERR_PROTOCOL",
+                 ovl_strerror(st), msg);
+    assert_contains(msg, "unexpected answer");
+    assert_true(WIFEXITED(wst));
+    assert_int_equal(WEXITSTATUS(wst), 0); /* the fake saw a Hello and replied */
+    TEST_PASSED();
+}
+
 /* SIGTERM: exit status 0, the socket removed, connections closed. */
 static void test_sigterm_stops_cleanly(void **state)
 {
@@ -745,6 +818,7 @@ int main(int argc, char **argv)
         T(test_split_and_batched_frames),
         T(test_connect_missing_socket),
         T(test_connect_env_socket),
+        T(test_reply_of_wrong_kind),
         TC(test_connection_limit, "max_connections = 2\n"),
         T(test_sigterm_stops_cleanly),
     };
