@@ -146,12 +146,20 @@ static void job_free(ovld_t *d, ovld_job_t *j)
     free(j);
 }
 
-/* A job with nobody in it and nothing running goes away. */
-static void job_maybe_free(ovld_t *d, ovld_job_t *j)
+/* Whether any rank's client is still connected. */
+static bool job_has_clients(const ovld_job_t *j)
 {
     for (uint32_t r = 0; r < j->world; r++)
         if (j->members[r] && j->members[r]->conn)
-            return;
+            return true;
+    return false;
+}
+
+/* A job with nobody in it and nothing running goes away. */
+static void job_maybe_free(ovld_t *d, ovld_job_t *j)
+{
+    if (job_has_clients(j))
+        return;
     if (!j->detached) {
         /* Nobody is left: the id is free for a new job at once, while this
          * one waits on the side for its last completions. */
@@ -195,7 +203,8 @@ static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 
 /* Resolves one rank's views and builds its plan. */
 static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uint32_t r,
-                                    const ovl_plan_params_t *pp, ovld_exec_rank_t *x)
+                                    const ovl_plan_params_t *pp, uint64_t scratch,
+                                    ovld_exec_rank_t *x)
 {
     ovld_sub_t *s = &op->subs[r];
     ovl_plan_params_t p = *pp;
@@ -222,16 +231,14 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
     s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
     x->cookie = &s->ticket;
     if (!s->reg[BUF_AOUT] && op->plans[r].uses_gathered) {
-        size_t elem = ovl_dtype_size((ovl_dtype_t)op->dtype);
-        uint64_t bytes;
-        if (__builtin_mul_overflow((uint64_t)j->world * op->m, op->k * elem, &bytes)) {
+        if (!scratch) {
             snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
             return OVL_ERR_LIMIT;
         }
-        st = d->backend->ops->rank_scratch(d->backend, x->rank, bytes, &x->g.ptr);
+        st = d->backend->ops->rank_scratch(d->backend, x->rank, scratch, &x->g.ptr);
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
-                     bytes, ovl_strerror(st));
+                     scratch, ovl_strerror(st));
             return st;
         }
         x->g.ld = op->k;
@@ -240,7 +247,8 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
 }
 
 /* The scratch an op without a_out gathers into (the same size on every
- * rank), or 0 when the product overflows (op_prepare_rank refuses it). */
+ * rank), or 0 when the product overflows (op_prepare_rank refuses it; m and
+ * k are at least 1, so 0 means nothing else). */
 static uint64_t scratch_bytes(const ovld_job_t *j, const ovld_op_t *op)
 {
     uint64_t bytes;
@@ -248,6 +256,18 @@ static uint64_t scratch_bytes(const ovld_job_t *j, const ovld_op_t *op)
                                &bytes))
         return 0;
     return bytes;
+}
+
+void ovld_plan_resolve(const ovld_t *d, ovl_plan_params_t *p)
+{
+    if (!p->chunks)
+        p->chunks = d->cfg.default_chunks;
+    if (!p->streams)
+        p->streams = d->cfg.default_streams;
+    if (p->algo == OVL_ALGO_AUTO)
+        p->algo = d->cfg.default_algo;
+    if (p->algo == OVL_ALGO_AUTO)
+        p->algo = ovl_plan_choose(p);
 }
 
 static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
@@ -259,14 +279,11 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         .n = op->n,
         .k = op->k,
         .dtype = (ovl_dtype_t)op->dtype,
-        .chunks = op->chunks ? op->chunks : d->cfg.default_chunks,
-        .streams = op->streams ? op->streams : d->cfg.default_streams,
+        .chunks = op->chunks,
+        .streams = op->streams,
         .want_gathered = op->has_aout,
     };
-    if (pp.algo == OVL_ALGO_AUTO)
-        pp.algo = d->cfg.default_algo;
-    if (pp.algo == OVL_ALGO_AUTO)
-        pp.algo = ovl_plan_choose(&pp);
+    ovld_plan_resolve(d, &pp);
     op->ran_algo = pp.algo;
 
     ovld_exec_rank_t *xr = calloc(j->world, sizeof(*xr));
@@ -276,8 +293,9 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         snprintf(op->msg, sizeof(op->msg), "out of memory");
         goto fail;
     }
+    uint64_t scratch = scratch_bytes(j, op);
     for (uint32_t r = 0; r < j->world; r++) {
-        op->st = op_prepare_rank(d, j, op, r, &pp, &xr[r]);
+        op->st = op_prepare_rank(d, j, op, r, &pp, scratch, &xr[r]);
         if (op->st != OVL_OK)
             goto fail;
     }
@@ -293,8 +311,8 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     op->ran = true;
     op->nrung = j->world;
     j->running++;
-    if (!op->has_aout && scratch_bytes(j, op) > j->scratch_bytes)
-        j->scratch_bytes = scratch_bytes(j, op);
+    if (!op->has_aout && scratch > j->scratch_bytes)
+        j->scratch_bytes = scratch;
     char err[256] = "";
     ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
     if (st != OVL_OK) {
@@ -623,10 +641,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
      * not left waiting in a collective. */
     if (j->running > 0 && d->backend->ops->rank_release)
         d->backend->ops->rank_release(d->backend, m->brank);
-    bool others = false;
-    for (uint32_t r = 0; r < j->world; r++)
-        if (j->members[r] && j->members[r]->conn)
-            others = true;
+    bool others = job_has_clients(j); /* m->conn is NULL by now */
     bool pending = false;
     for (ovld_op_t *op = j->ops; op; op = op->next)
         pending = pending || !op->issued;

@@ -11,6 +11,7 @@
 
 #include "ovl.pb-c.h"
 #include "ovld.h"
+#include "plan.h"
 
 #define OVLD_JOB_ID_MAX 63
 #define OVLD_MAX_ISSUED 4 /* ops of one job issued to the backend and not yet done */
@@ -66,6 +67,11 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
 
 /* The member of connection c with this comm id, or NULL. */
 ovld_member_t *ovld_job_member(ovld_conn_t *c, uint64_t comm_id);
+
+/* Fills in what an op or a Plan request left to ovld: chunks and streams
+ * from the config when 0, AUTO from default_algo, then the planner's choice.
+ * The one place these defaults are applied. */
+void ovld_plan_resolve(const ovld_t *d, ovl_plan_params_t *p);
 
 /* Leaves (CommDestroy, or the connection closed: why says which). */
 void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why);

@@ -651,13 +651,10 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
                            .n = q->n,
                            .k = q->k,
                            .dtype = (ovl_dtype_t)q->dtype,
-                           .chunks = q->chunks ? q->chunks : c->d->cfg.default_chunks,
-                           .streams = q->streams ? q->streams : c->d->cfg.default_streams,
+                           .chunks = q->chunks,
+                           .streams = q->streams,
                            .want_gathered = q->want_gathered};
-    if (p.algo == OVL_ALGO_AUTO)
-        p.algo = c->d->cfg.default_algo;
-    if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.m > 0)
-        p.algo = ovl_plan_choose(&p);
+    ovld_plan_resolve(c->d, &p); /* a shape it cannot plan is refused below */
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
     if (st != OVL_OK) {
