@@ -138,6 +138,19 @@ static void futex_wake_all(uint32_t *addr)
     syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
+/* Rings done = seq (and the first failure, if status says one), then wakes
+ * the client's futex waiters. */
+static void db_ring(struct ovl_doorbell *db, uint64_t seq, ovl_status_t status)
+{
+    if (status != OVL_OK && __atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->error, (int32_t)status, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&db->done, seq, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
+    futex_wake_all(&db->wake);
+}
+
 static void rank_fail(struct ovld_rank *r, ovl_status_t st, const char *what)
 {
     pthread_mutex_lock(&r->err_mu);
@@ -261,14 +274,7 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
         }
         r->op_error = OVL_OK;
         pthread_mutex_unlock(&r->err_mu);
-        struct ovl_doorbell *db = r->db;
-        if (w->node.status != OVL_OK && __atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
-            __atomic_store_n(&db->error_seq, w->u.seq, __ATOMIC_RELAXED);
-            __atomic_store_n(&db->error, (int32_t)w->node.status, __ATOMIC_RELEASE);
-        }
-        __atomic_store_n(&db->done, w->u.seq, __ATOMIC_RELEASE);
-        __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
-        futex_wake_all(&db->wake);
+        db_ring(r->db, w->u.seq, w->node.status);
         ovld_cq_push(&hb->cq, &w->node); /* the node is freed by its release */
         return;
     }
@@ -778,14 +784,7 @@ static void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     }
     /* Out of memory and of reserve items: ring from here rather than leave
      * the client waiting; stream order is lost only on this path. */
-    struct ovl_doorbell *db = r->db;
-    if (__atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
-        __atomic_store_n(&db->error, (int32_t)OVL_ERR_NOMEM, __ATOMIC_RELEASE);
-    }
-    __atomic_store_n(&db->done, seq, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
-    futex_wake_all(&db->wake);
+    db_ring(r->db, seq, OVL_ERR_NOMEM);
     r->hb->cq.cb(r->hb->cq.arg, cookie, seq, OVL_ERR_NOMEM, "host backend: out of memory");
 }
 
