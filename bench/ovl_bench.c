@@ -47,6 +47,7 @@
 #include "cuda_gemm.h"
 #include "demo_cuda.h"
 #include "demo_rnd.h"
+#include "num.h"
 #include "ovl.h"
 
 #define MAX_SHAPES 32
@@ -132,19 +133,6 @@ static void usage(FILE *f)
             OVL_DEFAULT_SOCKET);
 }
 
-static int parse_u64(const char *s, uint64_t *ret)
-{
-    char *end;
-    errno = 0;
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *ret = v;
-    return 0;
-}
-
 /* Splits a comma-separated list in place; calls one(item) for each. */
 static int parse_list(char *s, int (*one)(bopts_t *, const char *), bopts_t *o)
 {
@@ -181,7 +169,7 @@ static int add_algo(bopts_t *o, const char *t)
 static int add_chunks(bopts_t *o, const char *t)
 {
     uint64_t v;
-    if (o->nchunks == MAX_CHUNKS || parse_u64(t, &v) != 0 || v > 64) {
+    if (o->nchunks == MAX_CHUNKS || ovl_parse_u64(t, &v) != 0 || v > 64) {
         fprintf(stderr, "ovl-bench: bad chunk count '%s' (0..64, at most %d)\n", t, MAX_CHUNKS);
         return -1;
     }
@@ -277,7 +265,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         case O_WARMUP:
         case O_ITERS:
         case O_TIMEOUT:
-            if (parse_u64(optarg, &v) != 0 || v > 1000000) {
+            if (ovl_parse_u64(optarg, &v) != 0 || v > 1000000) {
                 fprintf(stderr, "ovl-bench: '%s' is not a number\n", optarg);
                 return -1;
             }

@@ -21,6 +21,7 @@
 #include "demo_rnd.h"
 #include "half.h"
 #include "hostgemm.h"
+#include "num.h"
 #include "ovl.h"
 #include "ovl_demo.h"
 
@@ -199,19 +200,6 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
 
 /* ------------------------------------------------------------ main */
 
-static int parse_u64(const char *s, uint64_t *ret)
-{
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *ret = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB, O_INTERIOR };
@@ -279,7 +267,7 @@ int main(int argc, char **argv)
         case O_CHUNKS:
         case O_STREAMS:
         case O_SEED:
-            if (parse_u64(optarg, &v) != 0) {
+            if (ovl_parse_u64(optarg, &v) != 0) {
                 fprintf(stderr, "ovl-demo: '%s' is not a number\n", optarg);
                 return 2;
             }

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "libovl_internal.h"
+#include "num.h"
 #include "ovl.h"
 #include "plan.h"
 
@@ -266,19 +267,10 @@ static int cmd_status(int argc, char **argv)
 
 static int parse_u64(const char *name, const char *s, uint64_t *ret)
 {
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-') {
-        fprintf(stderr, "ovlctl: %s: '%s' is not a number\n", name, s ? s : "");
-        return -1;
-    }
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end) {
-        fprintf(stderr, "ovlctl: %s: '%s' is not a number\n", name, s);
-        return -1;
-    }
-    *ret = v;
-    return 0;
+    if (ovl_parse_u64(s, ret) == 0)
+        return 0;
+    fprintf(stderr, "ovlctl: %s: '%s' is not a number\n", name, s ? s : "");
+    return -1;
 }
 
 static int cmd_plan(int argc, char **argv)
