@@ -81,7 +81,8 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     ovl_client_t *cl = NULL;
     ovl_comm_t *comm = NULL;
     void *a = NULL, *b = NULL, *c = NULL, *aout = NULL;
-    double *ref = NULL, *gathered = NULL;
+    void *ga = NULL; /* every rank's A, regenerated: the reference's input and a_out's check */
+    double *ref = NULL;
     int rc = 1;
     ovl_dtype_t dt = o->dtype;
     size_t es = ovl_dtype_size(dt);
@@ -120,10 +121,9 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     fill(dt, b, brows, bcols, ldb, o->seed, rank, 1);
 
     /* Reference: every rank's shard, regenerated, times this rank's B. */
-    void *ga = malloc(W * m * k * es);
+    ga = malloc(W * m * k * es);
     ref = malloc(W * m * n * sizeof(double));
     if (!ga || !ref) {
-        free(ga);
         fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
         goto out;
     }
@@ -131,11 +131,9 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         fill(dt, (char *)ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
     ovl_status_t st = ovl_ref_gemm(dt, W * m, n, k, ga, k, b, ldb, o->transb, ref, n);
     if (st != OVL_OK) {
-        free(ga);
         fprintf(stderr, "rank %u: reference: %s\n", rank, ovl_strerror(st));
         goto out;
     }
-    gathered = (double *)ga; /* kept to check a_out */
 
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
@@ -175,7 +173,7 @@ out:
         (void)w;
     }
     free(ref);
-    free(gathered);
+    free(ga);
     if (comm)
         ovl_comm_destroy(comm);
     ovl_disconnect(cl);
