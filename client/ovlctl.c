@@ -463,16 +463,11 @@ static const stat_field_t stat_fields[] = {
 };
 #define NFIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
-static double field_value(const Ovl__StatsBlock *b, const stat_field_t *f)
+/* A field of kind F_DBL (counters go through field_u64). */
+static double field_dbl(const Ovl__StatsBlock *b, const stat_field_t *f)
 {
-    const char *p = (const char *)b + f->off;
-    if (f->kind == F_U64) {
-        uint64_t v;
-        memcpy(&v, p, sizeof(v));
-        return (double)v;
-    }
     double v;
-    memcpy(&v, p, sizeof(v));
+    memcpy(&v, (const char *)b + f->off, sizeof(v));
     return v;
 }
 
@@ -495,7 +490,7 @@ static void print_field(FILE *f, const Ovl__StatsBlock *b, const stat_field_t *s
     if (sf->kind == F_U64)
         fprintf(f, "%" PRIu64, field_u64(b, sf));
     else
-        fprintf(f, "%.9g", field_value(b, sf));
+        fprintf(f, "%.9g", field_dbl(b, sf));
 }
 
 static void stats_block_json(FILE *f, const Ovl__StatsBlock *b)
@@ -569,6 +564,17 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
     printf("ovl_op_latency_seconds_count %" PRIu64 "\n", b->latency_count);
 }
 
+/* One cell of the stats table: counters whole, latencies in ms. */
+static void table_cell(char *buf, size_t len, const Ovl__StatsBlock *b, const stat_field_t *f)
+{
+    if (f->kind == F_U64)
+        snprintf(buf, len, "%" PRIu64, field_u64(b, f));
+    else if (strstr(f->key, "latency"))
+        snprintf(buf, len, "%.3f ms", field_dbl(b, f) * 1e3);
+    else
+        snprintf(buf, len, "%.3f", field_dbl(b, f));
+}
+
 static void print_stats_table(const Ovl__StatsReply *r)
 {
     const Ovl__StatsBlock *t = r->total, *w = r->since_reset;
@@ -578,16 +584,8 @@ static void print_stats_table(const Ovl__StatsReply *r)
         const stat_field_t *f = &stat_fields[i];
         printf("  %-24s ", f->key);
         char a[32], bb[32];
-        if (f->kind == F_U64) {
-            snprintf(a, sizeof(a), "%" PRIu64, field_u64(t, f));
-            snprintf(bb, sizeof(bb), "%" PRIu64, field_u64(w, f));
-        } else if (strstr(f->key, "latency")) {
-            snprintf(a, sizeof(a), "%.3f ms", field_value(t, f) * 1e3);
-            snprintf(bb, sizeof(bb), "%.3f ms", field_value(w, f) * 1e3);
-        } else {
-            snprintf(a, sizeof(a), "%.3f", field_value(t, f));
-            snprintf(bb, sizeof(bb), "%.3f", field_value(w, f));
-        }
+        table_cell(a, sizeof(a), t, f);
+        table_cell(bb, sizeof(bb), w, f);
         printf("%18s %18s\n", a, bb);
     }
     printf("  %-24s %18.3f %18.3f\n", "tflops (per busy s)", tflops(t), tflops(w));
