@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "half.h"
+#include "matrix.h"
 
 #define GEMM_NB   256 /* columns of C per full panel; the longest inner loop */
 #define GEMM_NMIN 16  /* the narrowest panel */
@@ -42,21 +43,15 @@ static size_t min_size(size_t x, size_t y)
 }
 
 /*
- * Whether a rows x cols matrix with leading dimension ld (>= cols) and
- * elements of esize bytes spans a byte range that size_t can express, so
- * that every index computed below is free of overflow.
+ * Whether a rows x cols matrix with leading dimension ld (callers have
+ * checked ld >= cols) and elements of esize bytes spans a byte range that
+ * size_t can express, so that every index computed below is free of
+ * overflow. The span is proto/matrix.h's, the one definition.
  */
 static bool extent_fits(uint64_t rows, uint64_t cols, size_t ld, size_t esize)
 {
-    if (rows == 0 || cols == 0)
-        return true;
-    if (rows > SIZE_MAX || cols > SIZE_MAX)
-        return false;
-    size_t last = (size_t)rows - 1;
-    if (ld != 0 && last > (SIZE_MAX - (size_t)cols) / ld)
-        return false;
-    size_t span = last * ld + (size_t)cols;
-    return span <= SIZE_MAX / esize;
+    uint64_t bytes;
+    return ovl_matrix_extent(rows, cols, ld, esize, &bytes) == OVL_OK && bytes <= SIZE_MAX;
 }
 
 /*
