@@ -128,6 +128,39 @@ static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_inf
         d->backend->ops->device_usage(d->backend, i, &dev->streams, &dev->held_bytes);
 }
 
+/* Every device, as Hello and Status replies list them. */
+typedef struct device_list {
+    uint32_t n;
+    Ovl__Device *devs;
+    Ovl__Device **pdevs;       /* what the reply points at */
+    ovld_device_info_t *infos; /* the strings devs point into */
+} device_list_t;
+
+static void device_list_free(device_list_t *l)
+{
+    free(l->devs);
+    free(l->pdevs);
+    free(l->infos);
+}
+
+/* false (nothing to free) when out of memory. */
+static bool device_list_make(ovld_t *d, device_list_t *l)
+{
+    l->n = d->backend->ops->device_count(d->backend);
+    l->devs = calloc(l->n + 1, sizeof(*l->devs));
+    l->pdevs = calloc(l->n + 1, sizeof(*l->pdevs));
+    l->infos = calloc(l->n + 1, sizeof(*l->infos));
+    if (!l->devs || !l->pdevs || !l->infos) {
+        device_list_free(l);
+        return false;
+    }
+    for (uint32_t i = 0; i < l->n; i++) {
+        fill_device(d, i, &l->devs[i], &l->infos[i]);
+        l->pdevs[i] = &l->devs[i];
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------ requests */
 
 static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
@@ -151,20 +184,10 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
     if (h->client_name)
         snprintf(c->name, sizeof(c->name), "%s", h->client_name);
 
-    uint32_t n = d->backend->ops->device_count(d->backend);
-    Ovl__Device *devs = calloc(n ? n : 1, sizeof(*devs));
-    Ovl__Device **pdevs = calloc(n ? n : 1, sizeof(*pdevs));
-    ovld_device_info_t *infos = calloc(n ? n : 1, sizeof(*infos));
-    if (!devs || !pdevs || !infos) {
-        free(devs);
-        free(pdevs);
-        free(infos);
+    device_list_t dl;
+    if (!device_list_make(d, &dl)) {
         conn_fail(c, id, OVL_ERR_NOMEM, "out of memory");
         return;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        fill_device(d, i, &devs[i], &infos[i]);
-        pdevs[i] = &devs[i];
     }
     Ovl__HelloReply hr = OVL__HELLO_REPLY__INIT;
     hr.protocol_version = OVL_PROTOCOL_VERSION;
@@ -172,8 +195,8 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
     hr.backend = (char *)d->backend->ops->name;
     hr.daemon_pid = (int32_t)getpid();
     hr.client_id = c->id;
-    hr.n_devices = n;
-    hr.devices = pdevs;
+    hr.n_devices = dl.n;
+    hr.devices = dl.pdevs;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_HELLO;
@@ -181,30 +204,22 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
     log_debug("client %" PRIu64 ": hello from '%s' (pid %d, uid %u, libovl %s)", c->id, c->name,
               (int)c->pid, (unsigned)c->uid, h->library_version ? h->library_version : "?");
     send_response(c, &r, NULL, 0);
-    free(devs);
-    free(pdevs);
-    free(infos);
+    device_list_free(&dl);
 }
 
 static void on_status(ovld_conn_t *c, uint64_t id)
 {
     ovld_t *d = c->d;
-    uint32_t ndev = d->backend->ops->device_count(d->backend);
     size_t nj = d->njobs, nc = d->nconns;
-    Ovl__Device *devs = calloc(ndev + 1, sizeof(*devs));
-    Ovl__Device **pdevs = calloc(ndev + 1, sizeof(*pdevs));
-    ovld_device_info_t *infos = calloc(ndev + 1, sizeof(*infos));
+    device_list_t dl = {0};
+    bool have_devs = device_list_make(d, &dl);
     Ovl__JobInfo *jobs = calloc(nj + 1, sizeof(*jobs));
     Ovl__JobInfo **pjobs = calloc(nj + 1, sizeof(*pjobs));
     Ovl__ClientInfo *cls = calloc(nc + 1, sizeof(*cls));
     Ovl__ClientInfo **pcls = calloc(nc + 1, sizeof(*pcls));
-    if (!devs || !pdevs || !infos || !jobs || !pjobs || !cls || !pcls) {
+    if (!have_devs || !jobs || !pjobs || !cls || !pcls) {
         send_error(c, id, OVL_ERR_NOMEM, "out of memory");
         goto out;
-    }
-    for (uint32_t i = 0; i < ndev; i++) {
-        fill_device(d, i, &devs[i], &infos[i]);
-        pdevs[i] = &devs[i];
     }
     size_t i = 0;
     for (ovld_job_t *j = d->jobs; j && i < nj; j = j->next, i++) {
@@ -250,8 +265,8 @@ static void on_status(ovld_conn_t *c, uint64_t id)
     sr.socket = d->cfg.socket_path;
     sr.config_file = d->config_path;
     sr.connections = d->nconns;
-    sr.n_devices = ndev;
-    sr.devices = pdevs;
+    sr.n_devices = dl.n;
+    sr.devices = dl.pdevs;
     sr.n_jobs = nj;
     sr.jobs = pjobs;
     sr.n_clients = nc;
@@ -262,9 +277,8 @@ static void on_status(ovld_conn_t *c, uint64_t id)
     r.status = &sr;
     send_response(c, &r, NULL, 0);
 out:
-    free(devs);
-    free(pdevs);
-    free(infos);
+    if (have_devs)
+        device_list_free(&dl);
     free(jobs);
     free(pjobs);
     free(cls);
