@@ -49,13 +49,13 @@ static void close_handle(uv_handle_t *h)
         uv_close(h, NULL);
 }
 
-/* Everything in flight is done (or waited for long enough): close down. */
 /* Ops in flight, and requests being served on workers. */
 static uint32_t busy(const ovld_t *d)
 {
     return ovld_job_running(d) + d->works;
 }
 
+/* Everything in flight is done (or waited for long enough): close down. */
 static void finish_shutdown(ovld_t *d)
 {
     if (d->stopped)
@@ -305,19 +305,25 @@ int main(int argc, char **argv)
         report_ready(&ready_fd, 1);
         return 1;
     }
-    uv_signal_init(d->loop, &d->sig_term);
-    uv_signal_init(d->loop, &d->sig_int);
-    uv_signal_init(d->loop, &d->sig_hup);
-    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
-    uv_signal_start(&d->sig_term, on_signal, SIGTERM);
-    uv_signal_start(&d->sig_int, on_signal, SIGINT);
-    uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
-    uv_timer_init(d->loop, &d->drain_timer);
-    d->drain_timer.data = d;
-    uv_timer_init(d->loop, &d->sd_watchdog);
     uint64_t wd_usec = ovld_sd_watchdog_usec();
+    int uerr; /* the callbacks run from uv_run on, after the data is set below */
+    if ((uerr = uv_signal_init(d->loop, &d->sig_term)) != 0 ||
+        (uerr = uv_signal_init(d->loop, &d->sig_int)) != 0 ||
+        (uerr = uv_signal_init(d->loop, &d->sig_hup)) != 0 ||
+        (uerr = uv_signal_start(&d->sig_term, on_signal, SIGTERM)) != 0 ||
+        (uerr = uv_signal_start(&d->sig_int, on_signal, SIGINT)) != 0 ||
+        (uerr = uv_signal_start(&d->sig_hup, on_signal, SIGHUP)) != 0 ||
+        (uerr = uv_timer_init(d->loop, &d->drain_timer)) != 0 ||
+        (uerr = uv_timer_init(d->loop, &d->sd_watchdog)) != 0 ||
+        (wd_usec >= 2000 &&
+         (uerr = uv_timer_start(&d->sd_watchdog, on_sd_watchdog, 0, wd_usec / 2000)) != 0)) {
+        log_error("cannot set up signal and timer handles: %s", uv_strerror(uerr));
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    d->drain_timer.data = d;
     if (wd_usec >= 2000) {
-        uv_timer_start(&d->sd_watchdog, on_sd_watchdog, 0, wd_usec / 2000);
         log_info("systemd watchdog: WATCHDOG=1 every %" PRIu64 " ms", wd_usec / 2000);
     }
 

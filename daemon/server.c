@@ -1019,10 +1019,12 @@ static void conn_update_poll(ovld_conn_t *c)
         ev |= UV_WRITABLE;
     if (ev != c->poll_events) {
         c->poll_events = ev;
-        if (ev)
-            uv_poll_start(&c->poll, ev, on_conn_io);
-        else
-            uv_poll_stop(&c->poll);
+        int e = ev ? uv_poll_start(&c->poll, ev, on_conn_io) : uv_poll_stop(&c->poll);
+        if (e != 0) { /* unwatched, it would hang its client: close it */
+            log_error("client %" PRIu64 " (pid %d): uv_poll_start: %s", c->id, (int)c->pid,
+                      uv_strerror(e));
+            ovld_conn_close(c, "cannot watch the connection");
+        }
     }
 }
 
