@@ -384,10 +384,7 @@ static ovl_status_t apply_number(const parser_t *p, ovld_config_t *cfg, const ke
         return fail(p, "%s: '%.*s%s' is out of range %s..%s", key->name, SHOW(value), lo, hi);
     }
 
-    if (key->kind == V_MODE)
-        cfg->socket_mode = (unsigned)v;
-    else
-        store_uint(cfg, key, v);
+    store_uint(cfg, key, v);
     return OVL_OK;
 }
 
