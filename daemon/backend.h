@@ -40,6 +40,12 @@ typedef struct ovld_view {
     uint64_t ld; /* elements */
 } ovld_view_t;
 
+/* The view from row `row` of v on (elements of elem bytes). */
+static inline ovld_view_t ovld_view_rows(ovld_view_t v, uint64_t row, size_t elem)
+{
+    return (ovld_view_t){.ptr = (char *)v.ptr + row * v.ld * elem, .ld = v.ld};
+}
+
 typedef struct ovld_backend ovld_backend_t;
 typedef struct ovld_rank ovld_rank_t; /* one rank of one job on one device */
 typedef struct ovld_bmem ovld_bmem_t; /* one imported client buffer */

@@ -859,11 +859,6 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
     return OVL_OK;
 }
 
-static ovld_view_t at_row(ovld_view_t v, uint64_t row, size_t elem)
-{
-    return (ovld_view_t){.ptr = (char *)v.ptr + row * v.ld * elem, .ld = v.ld};
-}
-
 static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts,
                                    uint32_t n, ovl_dtype_t dtype, uint64_t m, uint64_t k,
                                    uint64_t row0, uint64_t rows)
@@ -890,9 +885,9 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
                     CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[parts[i].stream], ev, 0),
                              "all-gather (wait)");
                 }
-                ovl_status_t st = copy_rows(r, r->streams[parts[i].stream],
-                                            at_row(parts[i].g, p * m + row0, elem),
-                                            at_row(parts[p].src, row0, elem), rows, k, elem);
+                ovl_status_t st = copy_rows(
+                    r, r->streams[parts[i].stream], ovld_view_rows(parts[i].g, p * m + row0, elem),
+                    ovld_view_rows(parts[p].src, row0, elem), rows, k, elem);
                 if (st != OVL_OK)
                     return st;
             }
@@ -918,7 +913,7 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
     for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
         const ovld_allgather_part_t *x = &parts[i];
         cudaStream_t s = x->rank->streams[x->stream];
-        const void *send = at_row(x->src, row0, elem).ptr;
+        const void *send = ovld_view_rows(x->src, row0, elem).ptr;
         if (row0 == 0 && rows == m) {
             /* whole shards land in G exactly as NCCL lays them out */
             r = ncclAllGather(send, x->g.ptr, count, t, x->rank->nccl, s);
@@ -927,7 +922,7 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         /* Chunks: rank p's rows go to G rows p*m + row0, which NCCL's
          * all-gather layout cannot express; grouped send/recv can. */
         for (uint32_t p = 0; r == ncclSuccess && p < n; p++) {
-            void *dst = at_row(x->g, p * m + row0, elem).ptr;
+            void *dst = ovld_view_rows(x->g, p * m + row0, elem).ptr;
             if (p == i) {
                 if (cudaSetDevice(x->rank->dev->ordinal) != cudaSuccess) {
                     r = ncclUnhandledCudaError;

@@ -169,11 +169,6 @@ static void copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t 
                row_bytes);
 }
 
-static ovld_view_t view_rows(ovld_view_t v, uint64_t row, size_t elem)
-{
-    return (ovld_view_t){.ptr = (char *)v.ptr + row * v.ld * elem, .ld = v.ld};
-}
-
 static void event_complete(host_backend_t *hb, host_event_t *ev, uint64_t target)
 {
     pthread_mutex_lock(&hb->mu);
@@ -204,8 +199,8 @@ static void coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
     size_t elem = ovl_dtype_size(c->dtype);
     const ovld_allgather_part_t *me = &c->parts[index];
     for (uint32_t b = 0; b < c->nparts; b++)
-        copy_rows(view_rows(me->g, (uint64_t)b * c->m + c->row0, elem),
-                  view_rows(c->parts[b].src, c->row0, elem), c->rows, c->k, elem);
+        copy_rows(ovld_view_rows(me->g, (uint64_t)b * c->m + c->row0, elem),
+                  ovld_view_rows(c->parts[b].src, c->row0, elem), c->rows, c->k, elem);
 
     /* Nobody completes before everybody has read: a shard may be reused by
      * its owner once its all-gather is done, as with NCCL. */
@@ -251,9 +246,9 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
         size_t elem = ovl_dtype_size(g->dtype);
         for (uint32_t blk = 0; blk < g->nblocks; blk++) {
             uint64_t row = (uint64_t)blk * g->block_stride;
-            st = ovl_host_gemm(g->dtype, g->rows, g->n, g->k, view_rows(g->a, row, elem).ptr,
+            st = ovl_host_gemm(g->dtype, g->rows, g->n, g->k, ovld_view_rows(g->a, row, elem).ptr,
                                g->a.ld, g->b.ptr, g->b.ld, g->transb,
-                               view_rows(g->c, row, elem).ptr, g->c.ld);
+                               ovld_view_rows(g->c, row, elem).ptr, g->c.ld);
             if (st != OVL_OK) {
                 rank_fail(r, st, "gemm");
                 break;

@@ -7,11 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ovld_view_t rows_of(ovld_view_t v, uint64_t row, size_t elem)
-{
-    return (ovld_view_t){.ptr = (char *)v.ptr + row * v.ld * elem, .ld = v.ld};
-}
-
 /* Issues one instruction of rank r (not an ALLGATHER). */
 static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t r,
                           const ovl_instr_t *in)
@@ -27,8 +22,9 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
     case OVL_I_WAIT:
         return ops->wait(x->rank, in->stream, op->ranks[in->peer].rank, in->event);
     case OVL_I_PULL:
-        return ops->copy(x->rank, in->stream, rows_of(x->g, in->peer * op->m + in->row0, elem),
-                         rows_of(op->ranks[in->peer].a, in->row0, elem), in->rows, op->k, elem);
+        return ops->copy(
+            x->rank, in->stream, ovld_view_rows(x->g, in->peer * op->m + in->row0, elem),
+            ovld_view_rows(op->ranks[in->peer].a, in->row0, elem), in->rows, op->k, elem);
     case OVL_I_GEMM: {
         ovld_gemm_args_t g = {.dtype = op->dtype,
                               .rows = in->rows,
@@ -39,11 +35,11 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
                               .b = x->b,
                               .transb = op->transb};
         uint64_t crow = (uint64_t)in->block0 * op->m + in->row0;
-        g.c = rows_of(x->c, crow, elem);
+        g.c = ovld_view_rows(x->c, crow, elem);
         if (in->src == OVL_SRC_LOCAL)
-            g.a = rows_of(x->a, in->row0, elem);
+            g.a = ovld_view_rows(x->a, in->row0, elem);
         else
-            g.a = rows_of(x->g, crow, elem);
+            g.a = ovld_view_rows(x->g, crow, elem);
         /* Whole consecutive blocks are one taller GEMM. */
         if (in->row0 == 0 && in->rows == op->m && in->nblocks > 1) {
             g.rows = op->m * in->nblocks;
