@@ -51,7 +51,6 @@ typedef struct ovld_op {
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
     uint64_t ready_ns;   /* when the last rank's submission came in */
-    ovl_plan_t *plans;
     struct ovld_op *next;
     ovld_sub_t subs[];
 } ovld_op_t;
@@ -103,11 +102,6 @@ static void op_free(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     for (uint32_t r = 0; r < j->world; r++)
         for (int b = 0; b < 4; b++)
             reg_put(d, op->subs[r].reg[b]);
-    if (op->plans) {
-        for (uint32_t r = 0; r < j->world; r++)
-            ovl_plan_free(&op->plans[r]);
-        free(op->plans);
-    }
     free(op);
 }
 
@@ -203,13 +197,13 @@ static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 
 /* Resolves one rank's views and builds its plan. */
 static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uint32_t r,
-                                    const ovl_plan_params_t *pp, uint64_t scratch,
+                                    const ovl_plan_params_t *pp, uint64_t scratch, ovl_plan_t *plan,
                                     ovld_exec_rank_t *x)
 {
     ovld_sub_t *s = &op->subs[r];
     ovl_plan_params_t p = *pp;
     p.rank = r;
-    ovl_status_t st = ovl_plan_build(&p, &op->plans[r]);
+    ovl_status_t st = ovl_plan_build(&p, plan);
     if (st != OVL_OK) {
         snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
         return st;
@@ -227,10 +221,10 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
                 x->g = v;
         }
     x->rank = j->members[r]->brank;
-    x->plan = &op->plans[r];
+    x->plan = plan;
     s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
     x->cookie = &s->ticket;
-    if (!s->reg[BUF_AOUT] && op->plans[r].uses_gathered) {
+    if (!s->reg[BUF_AOUT] && plan->uses_gathered) {
         if (!scratch) {
             snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
             return OVL_ERR_LIMIT;
@@ -270,6 +264,13 @@ void ovld_plan_resolve(const ovld_t *d, ovl_plan_params_t *p)
         p->algo = ovl_plan_choose(p);
 }
 
+static void plans_free(ovl_plan_t *plans, uint32_t n)
+{
+    for (uint32_t r = 0; plans && r < n; r++)
+        ovl_plan_free(&plans[r]);
+    free(plans);
+}
+
 static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     ovl_plan_params_t pp = {
@@ -286,16 +287,18 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     ovld_plan_resolve(d, &pp);
     op->ran_algo = pp.algo;
 
+    /* Plans live only while the executor walks them: backends copy what they
+     * need into their own work items. */
     ovld_exec_rank_t *xr = calloc(j->world, sizeof(*xr));
-    op->plans = calloc(j->world, sizeof(*op->plans));
-    if (!xr || !op->plans) {
+    ovl_plan_t *plans = calloc(j->world, sizeof(*plans));
+    if (!xr || !plans) {
         op->st = OVL_ERR_NOMEM;
         snprintf(op->msg, sizeof(op->msg), "out of memory");
         goto fail;
     }
     uint64_t scratch = scratch_bytes(j, op);
     for (uint32_t r = 0; r < j->world; r++) {
-        op->st = op_prepare_rank(d, j, op, r, &pp, scratch, &xr[r]);
+        op->st = op_prepare_rank(d, j, op, r, &pp, scratch, &plans[r], &xr[r]);
         if (op->st != OVL_OK)
             goto fail;
     }
@@ -324,9 +327,11 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
                   j->id, op->seq, ovl_algo_name(pp.algo), op->m, op->n, op->k);
     }
+    plans_free(plans, j->world);
     free(xr);
     return;
 fail:
+    plans_free(plans, j->world);
     free(xr);
     op_fail(d, j, op);
 }
