@@ -16,9 +16,12 @@
 #include "log.h"
 #include "ovld.h"
 #include "sdnotify.h"
+#include "stall.h"
 
 #define DRAIN_POLL_MS    20
 #define DRAIN_TIMEOUT_MS 30000
+/* A loop that has not turned for this long is reported with its stack. */
+#define STALL_REPORT_MS 3000
 
 static void usage(FILE *f)
 {
@@ -75,6 +78,8 @@ static void finish_shutdown(ovld_t *d)
     close_handle((uv_handle_t *)&d->drain_timer);
     uv_timer_stop(&d->sd_watchdog);
     close_handle((uv_handle_t *)&d->sd_watchdog);
+    ovld_stall_stop(d->stall);
+    d->stall = NULL;
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
@@ -326,6 +331,10 @@ int main(int argc, char **argv)
     if (wd_usec >= 2000) {
         log_info("systemd watchdog: WATCHDOG=1 every %" PRIu64 " ms", wd_usec / 2000);
     }
+
+    /* Not fatal: it only reports a loop that should never block. */
+    if ((uerr = ovld_stall_start(&d->stall, d->loop, STALL_REPORT_MS)) != 0)
+        log_warn("cannot watch the event loop for stalls: %s", uv_strerror(uerr));
 
     uint32_t ndev = d->backend->ops->device_count(d->backend);
     log_info("ovld %s ready: %s backend, %u device%s, pid %d", OVL_VERSION_STRING,

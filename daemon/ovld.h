@@ -69,8 +69,9 @@ typedef struct ovld {
 
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;
-    uv_timer_t sd_watchdog;  /* WATCHDOG=1 at half of $WATCHDOG_USEC */
-    uint64_t drain_deadline; /* loop time (ms) */
+    uv_timer_t sd_watchdog;   /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    struct ovld_stall *stall; /* reports a blocked loop with its stack */
+    uint64_t drain_deadline;  /* loop time (ms) */
     bool stopping;
     bool stopped;
 } ovld_t;
