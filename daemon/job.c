@@ -41,7 +41,8 @@ typedef struct ovld_op {
     uint32_t nrung;  /* ranks whose done was (or will be) rung */
     uint32_t ndone;  /* of those, ranks whose done came back */
     bool issued;     /* run or failed: doorbells rung */
-    bool ran;        /* issued through the executor (counted in running) */
+    bool windowed;   /* counted in j->running until its completions are in */
+    bool refusal;    /* one rank's submission refused: never matched by seq */
     ovl_status_t st; /* why it fails, if it does */
     char msg[256];
     /* what every rank must agree on, from the first submission */
@@ -182,8 +183,10 @@ static ovld_job_t *job_find(ovld_t *d, const char *id)
 static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     op->issued = true;
-    snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
-    log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
+    if (!op->refusal) {
+        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
+        log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
+    }
     for (uint32_t r = 0; r < j->world; r++) {
         ovld_member_t *m = j->members[r];
         if (!op->subs[r].in || !m)
@@ -192,6 +195,12 @@ static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         op->nrung++;
         op->subs[r].ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = m, .op = op};
         d->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg, &op->subs[r].ticket);
+    }
+    /* Its rings are stream work like an op's: they count against the same
+     * window (job_progress). */
+    if (op->nrung > 0) {
+        op->windowed = true;
+        j->running++;
     }
 }
 
@@ -311,7 +320,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
                         .world = j->world,
                         .ranks = xr};
     op->issued = true;
-    op->ran = true;
+    op->windowed = true;
     op->nrung = j->world;
     j->running++;
     if (!op->has_aout && scratch > j->scratch_bytes)
@@ -345,7 +354,18 @@ static bool needs_scratch_growth(ovld_job_t *j, ovld_op_t *op)
 }
 
 /* Runs (or fails) every op at the head of the queue whose submissions are
- * all in, in order. */
+ * all in, in order.
+ *
+ * At most OVLD_MAX_ISSUED ops (run or failed) are on the streams at a time.
+ * A few ahead keep the GPU busy; more would only fill its command queues.
+ * And a stream can stall for good: a rank's stream 0 waits for its client's
+ * `ready`, which a client that died never writes. An enqueue onto a stalled
+ * stream whose queue is full blocks the calling thread in the driver (seen
+ * on 2 x H200: about 50 failed ops rung at once blocked ovld's loop in
+ * cuStreamWriteValue64), and this is the loop thread: it could then never
+ * see the other clients close, nor release their waits. Failed ops and
+ * refusals are stream work too (their doorbells ring on stream 0), so they
+ * queue here like the rest. */
 static void job_progress(ovld_t *d, ovld_job_t *j)
 {
     for (ovld_op_t *op = j->ops; op; op = op->next) {
@@ -356,21 +376,16 @@ static void job_progress(ovld_t *d, ovld_job_t *j)
                 op->st = OVL_ERR_ABORTED;
                 snprintf(op->msg, sizeof(op->msg), "job aborted: %s", j->last_error);
             }
-            op_fail(d, j, op);
-            continue;
-        }
-        if (op->nin < j->world || j->state != OVLD_JOB_READY)
+        } else if (!op->refusal && (op->nin < j->world || j->state != OVLD_JOB_READY)) {
             return; /* later ops wait for this one */
+        }
+        if (j->running >= OVLD_MAX_ISSUED)
+            return; /* resumes from ovld_job_on_done */
         if (op->st != OVL_OK) {
             op_fail(d, j, op);
             continue;
         }
         if (j->running > 0 && needs_scratch_growth(j, op))
-            return; /* resumes from ovld_job_on_done */
-        /* A few ops ahead keep the GPU busy; more would only fill its
-         * command queues, and when a stream stalls (a client died before
-         * saying ready) the next enqueue would block this thread for good. */
-        if (j->running >= OVLD_MAX_ISSUED)
             return; /* resumes from ovld_job_on_done */
         op_run(d, j, op);
     }
@@ -429,12 +444,13 @@ static void on_done_op(ovld_t *d, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op
     }
     if (++op->ndone < op->nrung || !op->issued)
         return;
-    if (op->ran)
+    if (op->windowed)
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
-    ovld_count_op(&d->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n, op->k,
-                  ovld_now_ns() - op->ready_ns, op->st);
+    if (!op->refusal) /* a refusal was counted as an error when it was made */
+        ovld_count_op(&d->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
+                      op->k, ovld_now_ns() - op->ready_ns, op->st);
     j->in_flight--;
     op_unlink(j, op);
     op_free(d, j, op);
@@ -649,7 +665,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     bool others = job_has_clients(j); /* m->conn is NULL by now */
     bool pending = false;
     for (ovld_op_t *op = j->ops; op; op = op->next)
-        pending = pending || !op->issued;
+        pending = pending || (!op->issued && !op->refusal);
     bool live =
         j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP || j->state == OVLD_JOB_READY;
     if (others && !pending && live) {
@@ -665,7 +681,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
         snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank, why);
         log_warn("job '%s': aborted: rank %u left (%s) with ops pending", j->id, m->rank, why);
         for (ovld_op_t *op = j->ops; op; op = op->next)
-            if (!op->issued) {
+            if (!op->issued && !op->refusal) {
                 op->st = OVL_ERR_ABORTED;
                 snprintf(op->msg, sizeof(op->msg), "job aborted: rank %u left (%s)", m->rank, why);
             }
@@ -763,20 +779,41 @@ static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t
     return OVL_OK;
 }
 
-/* Fails op seq for one rank alone, before any op record exists for it: the
- * doorbell rings in order after the rank's earlier ops, which were all
- * issued (or failed) before this is called. */
+/* Fails op seq for one rank alone. The refusal joins the job's queue as a
+ * record of its own, so that its doorbell rings after the rank's earlier
+ * ops and within the issue window (job_progress). Without memory for the
+ * record it rings at once: out of order only if earlier ops of the rank
+ * still wait in the queue. */
 static void refuse(ovld_t *d, ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg)
 {
-    ovld_ticket_t *t = calloc(1, sizeof(*t));
+    ovld_job_t *j = m->job;
     member_error(m, seq, st, msg);
     ovld_count_error(&d->counters, st);
+    ovld_op_t *op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
+    if (op) {
+        op->seq = seq;
+        op->refusal = true;
+        op->st = st;
+        snprintf(op->msg, sizeof(op->msg), "%s", msg);
+        op->subs[m->rank].in = true;
+        op->nin = 1;
+        op->first_rank = m->rank;
+        if (j->ops_tail)
+            j->ops_tail->next = op;
+        else
+            j->ops = op;
+        j->ops_tail = op;
+        j->in_flight++;
+        job_progress(d, j);
+        return;
+    }
+    ovld_ticket_t *t = calloc(1, sizeof(*t));
     if (!t) {
-        log_error("job '%s': out of memory refusing op %" PRIu64, m->job->id, seq);
+        log_error("job '%s': out of memory refusing op %" PRIu64, j->id, seq);
         return;
     }
     *t = (ovld_ticket_t){.kind = TICKET_REFUSAL, .m = m};
-    m->job->in_flight++; /* the job outlives the completion */
+    j->in_flight++; /* the job outlives the completion */
     d->backend->ops->done(m->brank, 0, seq, st, msg, t);
 }
 
@@ -813,7 +850,7 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
     }
 
     ovld_op_t *op = j->ops;
-    while (op && op->seq != q->seq)
+    while (op && (op->seq != q->seq || op->refusal))
         op = op->next;
     if (!op) {
         /* Only ops still waiting for ranks count: issued ones are bounded by
@@ -822,7 +859,7 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
          * after the client saw its doorbell rung. */
         uint32_t pending = 0;
         for (ovld_op_t *o = j->ops; o; o = o->next)
-            pending += !o->issued;
+            pending += !o->issued && !o->refusal;
         /* The client throttles to the window it was told; a reload may
          * have changed the setting since. */
         uint32_t limit =
