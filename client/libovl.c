@@ -57,10 +57,16 @@ struct ovl_comm {
     struct ovl_doorbell *db; /* host: mapped; CUDA: device memory (IPC) */
     void *db_map;
     size_t db_map_len;
-    int device;                  /* CUDA: the comm's device */
-    struct ovl_doorbell *mirror; /* CUDA: ovld's host copy of done and error */
+    int device; /* CUDA: the comm's device */
+    /* CUDA: the doorbell's host page, shared with ovld. `ready` lives here:
+     * the caller's stream writes it (through mirror_dev) and ovld's stream
+     * waits on it, so that ovld can end that wait itself should this process
+     * die. done and the error word here are ovld's host copies of the device
+     * doorbell's, for host-side waits. */
+    struct ovl_doorbell *mirror;
     void *mirror_map;
-    ovl_status_t err; /* sticky, once seen */
+    struct ovl_doorbell *mirror_dev; /* the same page, as the GPU sees it */
+    ovl_status_t err;                /* sticky, once seen */
     struct ovl_comm *next;
 };
 
@@ -429,9 +435,11 @@ static void comm_free(struct ovl_comm *cm)
 {
     if (cm->db_map)
         munmap(cm->db_map, cm->db_map_len);
+#ifdef OVL_HAVE_CUDA
+    if (cm->mirror_dev)
+        cudaHostUnregister(cm->mirror_map);
     if (cm->mirror_map)
         munmap(cm->mirror_map, OVL_DOORBELL_SIZE);
-#ifdef OVL_HAVE_CUDA
     if (!cm->db_map && cm->db) {
         int prev = 0;
         cudaGetDevice(&prev);
@@ -709,6 +717,37 @@ static ovl_status_t cuda_open_doorbell(ovl_client_t *cl, struct ovl_comm *cm,
     cudaSetDevice(prev);
     return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
 }
+
+/* Maps the doorbell's host page (see struct ovl_comm) and registers it, so
+ * that the caller's stream can write `ready` there. */
+static ovl_status_t cuda_map_mirror(ovl_client_t *cl, struct ovl_comm *cm, int fd)
+{
+    void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell mirror: %s", strerror(errno));
+    cm->mirror_map = p;
+    cm->mirror = p;
+    int prev = 0;
+    cudaGetDevice(&prev);
+    cudaError_t ce = cudaSetDevice(cm->device);
+    const char *what = "cudaSetDevice";
+    if (ce == cudaSuccess) {
+        what = "cudaHostRegister (doorbell mirror)";
+        ce = cudaHostRegister(p, OVL_DOORBELL_SIZE,
+                              cudaHostRegisterMapped | cudaHostRegisterPortable);
+    }
+    if (ce == cudaSuccess) {
+        void *dp = NULL;
+        what = "cudaHostGetDevicePointer (doorbell mirror)";
+        ce = cudaHostGetDevicePointer(&dp, p, 0);
+        if (ce == cudaSuccess)
+            cm->mirror_dev = dp;
+        else
+            cudaHostUnregister(p);
+    }
+    cudaSetDevice(prev);
+    return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
+}
 #else
 static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
 {
@@ -815,19 +854,14 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         cm->cl = cl;
         if ((st = cuda_open_doorbell(cl, cm, &cr->doorbell_ipc)) != OVL_OK)
             goto out;
-        /* The host mirror of done and the error word: host-side waits
-         * read it, never the device doorbell. */
+        /* The host page: ready, and the copies of done and the error word
+         * that host-side waits read (never the device doorbell). */
         if (fd < 0) {
             st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell mirror");
             goto out;
         }
-        void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-            st = fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell mirror: %s", strerror(errno));
+        if ((st = cuda_map_mirror(cl, cm, fd)) != OVL_OK)
             goto out;
-        }
-        cm->mirror_map = p;
-        cm->mirror = p;
         goto linked;
 #else
         st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
@@ -1112,8 +1146,9 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         if ((st = cuda_load(cl)) != OVL_OK)
             return st;
         CUstream s = (CUstream)stream;
-        CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->ready, g.seq,
-                                                   CU_STREAM_WRITE_VALUE_DEFAULT);
+        CUresult cr =
+            cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->mirror_dev->ready, g.seq,
+                                         CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr != CUDA_SUCCESS)
             return fail(cl, OVL_ERR_BACKEND, "cuStreamWriteValue64 (doorbell ready): %s",
                         ovl_cudrv_strerror(&cl->drv, cr));

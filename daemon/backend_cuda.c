@@ -1,14 +1,18 @@
 /*
  * backend_cuda.c: the CUDA backend. One process drives every GPU of the
  * node: per rank a set of non-blocking streams (communication streams at the
- * highest priority), events, a doorbell in device memory exported to the
- * client, a cuBLASLt workspace per stream; per job one NCCL communicator per
+ * highest priority), events, a doorbell (done and the error word in device
+ * memory exported to the client; ready in a host page the two share), a
+ * cuBLASLt workspace per stream; per job one NCCL communicator per
  * local rank, created nonblocking in one group off the loop thread. Client
  * buffers arrive as CUDA IPC handles, opened once per (device, handle) and
  * kept in a reference-counted cache.
  *
  * What the primitives become:
- *   WAIT_READY  cuStreamWaitValue64(ready >= seq) on the rank's stream 0
+ *   WAIT_READY  cuStreamWaitValue64(ready >= seq) on the rank's stream 0,
+ *               ready being in the shared host page: the client's stream
+ *               writes it, and when the client is gone ovld releases the
+ *               wait with a plain store (cuda_rank_release)
  *   RECORD/WAIT cudaEventRecord / cudaStreamWaitEvent (across devices too)
  *   ALLGATHER   NCCL: ncclAllGather for whole contiguous shards, grouped
  *               ncclSend/ncclRecv for contiguous chunks; copy-engine pulls
@@ -98,15 +102,17 @@ struct ovld_rank {
     uint32_t nevents;
     cudaEvent_t ag_ev[2];    /* the copy-engine all-gather's own: ready, read */
     struct ovl_doorbell *db; /* device memory */
-    /* A host copy of done and the error word, written by the same stream
-     * right after the device ones, so that the client's host-side waits
-     * (throttle, synchronize, check) read plain memory: a memfd mapped by
-     * both, registered with CUDA so that stream memory operations reach it. */
+    /* A memfd page mapped by both, registered with CUDA in both so that
+     * stream memory operations reach it. It holds `ready`, which the
+     * client's stream writes and stream 0 waits on: ovld can release that
+     * wait with a CPU store, which no stalled GPU queue can hold up. And a
+     * host copy of done and the error word, written by stream 0 right after
+     * the device ones, so that the client's host-side waits (throttle,
+     * synchronize, check) read plain memory. */
     struct ovl_doorbell *mirror;
     struct ovl_doorbell *mirror_dev;
     int mirror_fd;
     cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
-    cudaStream_t rstream; /* nothing but the release of a departed client's waits */
     cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
@@ -390,8 +396,6 @@ static ovl_status_t rank_free_resources(struct ovld_rank *r)
         cudaStreamSynchronize(r->cstream);
         cudaStreamDestroy(r->cstream);
     }
-    if (r->rstream)
-        cudaStreamDestroy(r->rstream);
     if (r->mirror) {
         cudaHostUnregister(r->mirror);
         munmap(r->mirror, OVL_DOORBELL_SIZE);
@@ -453,10 +457,6 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     if (ce == cudaSuccess) {
         what = "cudaStreamCreateWithPriority (completions)";
         ce = cudaStreamCreateWithPriority(&r->cstream, cudaStreamNonBlocking, r->dev->prio_lo);
-    }
-    if (ce == cudaSuccess) {
-        what = "cudaStreamCreateWithPriority (release)";
-        ce = cudaStreamCreateWithPriority(&r->rstream, cudaStreamNonBlocking, r->dev->prio_hi);
     }
     if (ce == cudaSuccess) {
         what = "the doorbell's host mirror (memfd)";
@@ -530,12 +530,10 @@ static void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
 static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r)
 {
     (void)b;
-    /* On a stream of its own, asynchronously: nothing here may wait for the
-     * stalled streams it unblocks. */
-    if (set_device(r->cb, r->dev) != OVL_OK ||
-        r->cb->drv.stream_write_value64((CUstream)r->rstream, (CUdeviceptr)&r->db->ready,
-                                        UINT64_MAX, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
-        log_error("device %d: cannot release a departed client's waits", r->dev->ordinal);
+    /* A CPU store, not stream work: a release written by a stream (as it
+     * once was) can sit behind the very wait it is meant to end, in the
+     * same hardware queue, and that is how ovld hung when a client died. */
+    __atomic_store_n(&r->mirror->ready, UINT64_MAX, __ATOMIC_RELEASE);
 }
 
 static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,
@@ -802,7 +800,7 @@ static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t se
     USE_DEVICE(r);
     return drv_check(r,
                      r->cb->drv.stream_wait_value64((CUstream)r->streams[stream],
-                                                    (CUdeviceptr)&r->db->ready, seq,
+                                                    (CUdeviceptr)&r->mirror_dev->ready, seq,
                                                     CU_STREAM_WAIT_VALUE_GEQ),
                      "cuStreamWaitValue64 (doorbell ready)");
 }
@@ -1054,23 +1052,19 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     CUresult cr = CUDA_SUCCESS;
     if (set_device(r->cb, r->dev) != OVL_OK)
         cr = CUDA_ERROR_INVALID_CONTEXT;
-    if (cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written) {
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db->error_seq, seq,
+    /* The first failure's status and op, in the device doorbell and in its
+     * host mirror alike; later failures leave them be. */
+    struct ovl_doorbell *dbs[2] = {r->db, r->mirror_dev};
+    for (int i = 0; i < 2 && cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written; i++) {
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&dbs[i]->error_seq, seq,
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr == CUDA_SUCCESS)
-            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&r->db->error,
+            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&dbs[i]->error,
                                               (cuuint32_t)(int32_t)status,
                                               CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
+    if (status != OVL_OK)
         r->error_written = true;
-    }
-    if (cr == CUDA_SUCCESS && status != OVL_OK && r->mirror_dev) {
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->error_seq, seq,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (cr == CUDA_SUCCESS)
-            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&r->mirror_dev->error,
-                                              (cuuint32_t)(int32_t)status,
-                                              CU_STREAM_WRITE_VALUE_DEFAULT);
-    }
     /* The default flag orders the write after all prior work's memory
      * writes: the client sees C before it sees done; the host mirror after
      * the device word. */

@@ -2,7 +2,11 @@
  * doorbell.h: the layout of a rank's doorbell, shared by ovld and libovl.
  *
  * One per rank, allocated by ovld (host backend: in a memfd mapped by both;
- * CUDA backend: in device memory on the rank's GPU, exported by IPC). For op
+ * CUDA backend: in device memory on the rank's GPU, exported by IPC, plus a
+ * memfd page mapped and registered by both that holds `ready` and host
+ * copies of done and the error fields: a CPU store there can end ovld's
+ * wait for a client that died, where a GPU write could sit behind that very
+ * wait in a stalled hardware queue). For op
  * n the client writes ready = n (on its stream) and waits done >= n; ovld
  * waits ready >= n before the op's plan and writes done = n after it. An op
  * that fails still rings done, after setting error (the first failure's
