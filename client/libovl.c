@@ -58,11 +58,11 @@ struct ovl_comm {
     void *db_map;
     size_t db_map_len;
     int device; /* CUDA: the comm's device */
-    /* CUDA: the doorbell's host page, shared with ovld. `ready` lives here:
-     * the caller's stream writes it (through mirror_dev) and ovld's stream
-     * waits on it, so that ovld can end that wait itself should this process
-     * die. done and the error word here are ovld's host copies of the device
-     * doorbell's, for host-side waits. */
+    /* CUDA: the doorbell's host page, shared with ovld. The ready slots
+     * live here: the caller's stream writes them (through mirror_dev) and
+     * ovld's stream waits on them, so that ovld can end those waits itself
+     * should this process die (proto/doorbell.h). done and the error word here are ovld's host
+     * copies of the device doorbell's, for host-side waits. */
     struct ovl_doorbell *mirror;
     void *mirror_map;
     struct ovl_doorbell *mirror_dev; /* the same page, as the GPU sees it */
@@ -1146,9 +1146,9 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         if ((st = cuda_load(cl)) != OVL_OK)
             return st;
         CUstream s = (CUstream)stream;
-        CUresult cr =
-            cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)&cm->mirror_dev->ready, g.seq,
-                                         CU_STREAM_WRITE_VALUE_DEFAULT);
+        uint64_t *slot = &cm->mirror_dev->ready_slot[g.seq % OVL_READY_SLOTS];
+        CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)slot, g.seq,
+                                                   CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr != CUDA_SUCCESS)
             return fail(cl, OVL_ERR_BACKEND, "cuStreamWriteValue64 (doorbell ready): %s",
                         ovl_cudrv_strerror(&cl->drv, cr));

@@ -9,10 +9,11 @@
  * kept in a reference-counted cache.
  *
  * What the primitives become:
- *   WAIT_READY  cuStreamWaitValue64(ready >= seq) on the rank's stream 0,
- *               ready being in the shared host page: the client's stream
- *               writes it, and when the client is gone ovld releases the
- *               wait with a plain store (cuda_rank_release)
+ *   WAIT_READY  cuStreamWaitValue64(ready_slot[seq % slots] >= seq) on the
+ *               rank's stream 0, the slots being in the shared host page:
+ *               the client's stream writes them, and when the client is
+ *               gone ovld releases the waits with CPU stores
+ *               (cuda_rank_release; proto/doorbell.h says why slots)
  *   RECORD/WAIT cudaEventRecord / cudaStreamWaitEvent (across devices too)
  *   ALLGATHER   NCCL: ncclAllGather for whole contiguous shards, grouped
  *               ncclSend/ncclRecv for contiguous chunks; copy-engine pulls
@@ -56,6 +57,7 @@
 
 #define WATCHDOG_MS     100
 #define STUCK_CHECK_NS  (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
+#define STUCK_WARN_NS   (5000ull * 1000 * 1000) /* and say so for ops older than 5 s */
 #define GEMM_WORKSPACES 4                       /* allocated with the rank; others lazily */
 
 typedef struct cuda_backend cuda_backend_t;
@@ -90,6 +92,7 @@ typedef struct cuda_done {
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
     _Atomic int refs;  /* the delivery, and the host function while it is queued */
+    bool warned;       /* logged as slow (loop thread) */
     struct cuda_done *prev, *next;
 } cuda_done_t;
 
@@ -103,8 +106,8 @@ struct ovld_rank {
     cudaEvent_t ag_ev[2];    /* the copy-engine all-gather's own: ready, read */
     struct ovl_doorbell *db; /* device memory */
     /* A memfd page mapped by both, registered with CUDA in both so that
-     * stream memory operations reach it. It holds `ready`, which the
-     * client's stream writes and stream 0 waits on: ovld can release that
+     * stream memory operations reach it. It holds the ready slots, which
+     * the client's stream writes and stream 0 waits on: ovld can release that
      * wait with a CPU store, which no stalled GPU queue can hold up. And a
      * host copy of done and the error word, written by stream 0 right after
      * the device ones, so that the client's host-side waits (throttle,
@@ -530,10 +533,13 @@ static void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
 static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r)
 {
     (void)b;
-    /* A CPU store, not stream work: a release written by a stream (as it
+    /* CPU stores, not stream work: a release written by a stream (as it
      * once was) can sit behind the very wait it is meant to end, in the
-     * same hardware queue, and that is how ovld hung when a client died. */
-    __atomic_store_n(&r->mirror->ready, UINT64_MAX, __ATOMIC_RELEASE);
+     * same hardware queue, and that is how ovld hung when a client died.
+     * Every slot: late writes of the dying client's stream land only in
+     * slots whose waits they satisfy (proto/doorbell.h). */
+    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
+        __atomic_store_n(&r->mirror->ready_slot[i], UINT64_MAX, __ATOMIC_RELEASE);
 }
 
 static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,
@@ -799,9 +805,10 @@ static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t se
 {
     USE_DEVICE(r);
     return drv_check(r,
-                     r->cb->drv.stream_wait_value64((CUstream)r->streams[stream],
-                                                    (CUdeviceptr)&r->mirror_dev->ready, seq,
-                                                    CU_STREAM_WAIT_VALUE_GEQ),
+                     r->cb->drv.stream_wait_value64(
+                         (CUstream)r->streams[stream],
+                         (CUdeviceptr)&r->mirror_dev->ready_slot[seq % OVL_READY_SLOTS], seq,
+                         CU_STREAM_WAIT_VALUE_GEQ),
                      "cuStreamWaitValue64 (doorbell ready)");
 }
 
@@ -1177,6 +1184,19 @@ static void on_watchdog(uv_timer_t *t)
                 }
             }
             int expect = 0;
+            if (!why && !d->warned && now - d->issued_ns >= STUCK_WARN_NS) {
+                /* Not an error yet: a client may hold its stream on purpose.
+                 * But a stream that never moves again is worth a line. */
+                d->warned = true;
+                log_warn("device %d: op %" PRIu64 " not done after %" PRIu64
+                         " s (its event: %s; its ready slot holds %" PRIu64
+                         "): it waits for its client's ready, or for a peer",
+                         r->dev->ordinal, d->node.seq,
+                         (uint64_t)((now - d->issued_ns) / 1000000000u),
+                         d->ev ? cudaGetErrorString(cudaEventQuery(d->ev)) : "none",
+                         __atomic_load_n(&r->mirror->ready_slot[d->node.seq % OVL_READY_SLOTS],
+                                         __ATOMIC_RELAXED));
+            }
             if (why && atomic_compare_exchange_strong(&d->state, &expect, 2)) {
                 d->node.status = OVL_ERR_BACKEND;
                 snprintf(d->node.message, sizeof(d->node.message), "%s", why);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "doorbell.h"
 #include "exec.h"
 #include "log.h"
 #include "plan.h"
@@ -366,6 +367,9 @@ static bool needs_scratch_growth(ovld_job_t *j, ovld_op_t *op)
  * see the other clients close, nor release their waits. Failed ops and
  * refusals are stream work too (their doorbells ring on stream 0), so they
  * queue here like the rest. */
+_Static_assert(OVLD_MAX_ISSUED + 2 <= OVL_READY_SLOTS,
+               "a dying client's late ready writes must not reach a waiting op's slot");
+
 static void job_progress(ovld_t *d, ovld_job_t *j)
 {
     for (ovld_op_t *op = j->ops; op; op = op->next) {

@@ -1,31 +1,45 @@
 /*
  * doorbell.h: the layout of a rank's doorbell, shared by ovld and libovl.
  *
- * One per rank, allocated by ovld (host backend: in a memfd mapped by both;
- * CUDA backend: in device memory on the rank's GPU, exported by IPC, plus a
- * memfd page mapped and registered by both that holds `ready` and host
- * copies of done and the error fields: a CPU store there can end ovld's
- * wait for a client that died, where a GPU write could sit behind that very
- * wait in a stalled hardware queue). For op
- * n the client writes ready = n (on its stream) and waits done >= n; ovld
- * waits ready >= n before the op's plan and writes done = n after it. An op
- * that fails still rings done, after setting error (the first failure's
- * status) and error_seq. Counters only grow. `wake` is bumped after every
- * done so that a host waiter can sleep in futex(2) on it.
+ * One per rank, allocated by ovld. For op n the client says its inputs are
+ * ready (on its stream) and waits done >= n; ovld waits for ready before the
+ * op's plan and writes done = n after it. An op that fails still rings done,
+ * after setting error (the first failure's status) and error_seq. done only
+ * grows. `wake` is bumped after every done so that a host waiter can sleep
+ * in futex(2) on it.
+ *
+ * Host backend: one memfd page mapped by both; ready = n in `ready`.
+ *
+ * CUDA backend: done and the error fields in device memory on the rank's
+ * GPU, exported by IPC; and a memfd page mapped and registered with CUDA by
+ * both, holding host copies of done and the error fields, and the ready
+ * slots: op n's stream writes ready_slot[n % OVL_READY_SLOTS] = n. ovld can
+ * then end the waits of a client that died with CPU stores (a GPU write
+ * could sit behind that very wait in a stalled hardware queue), and one
+ * slot per op keeps that release from being undone: the dead client's
+ * stream can still run for a while, and each op it completes lets it write
+ * the next op's ready. Those late writes only ever hit the slot of an op
+ * whose wait they satisfy, since at most a few ops are issued at a time
+ * (OVLD_MAX_ISSUED, far below OVL_READY_SLOTS).
  */
 #ifndef OVL_DOORBELL_H
 #define OVL_DOORBELL_H
 
 #include <stdint.h>
 
+#define OVL_READY_SLOTS 64u
+
 struct ovl_doorbell {
-    uint64_t ready;     /* written by the client */
-    uint64_t done;      /* written by ovld */
-    int32_t error;      /* ovl_status_t of the first failed op, 0 if none */
-    uint32_t wake;      /* futex word, bumped after each done (host backend) */
-    uint64_t error_seq; /* the op that failed first */
+    uint64_t ready;                       /* written by the client (host backend) */
+    uint64_t done;                        /* written by ovld */
+    int32_t error;                        /* ovl_status_t of the first failed op, 0 if none */
+    uint32_t wake;                        /* futex word, bumped after each done (host backend) */
+    uint64_t error_seq;                   /* the op that failed first */
+    uint64_t ready_slot[OVL_READY_SLOTS]; /* written by the client's stream (CUDA) */
 };
 
 #define OVL_DOORBELL_SIZE 4096u /* one page: what is mapped and exported */
+
+_Static_assert(sizeof(struct ovl_doorbell) <= OVL_DOORBELL_SIZE, "the doorbell fits its page");
 
 #endif /* OVL_DOORBELL_H */

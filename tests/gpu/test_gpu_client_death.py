@@ -1,6 +1,4 @@
-"""A client that dies with ops in flight on the CUDA backend (known to fail
-as of 2026-11-22: ovld stops answering after the client dies; see README,
-Known limitations): ovl-demo runs a
+"""A client that dies with ops in flight on the CUDA backend: ovl-demo runs a
 long job on 2 GPUs; one rank process is killed (SIGKILL) mid-way, so its
 stream never says `ready` for the ops it had submitted. ovld must let those
 ops run out (it releases the departed rank's waits), end the job, free what
