@@ -1155,8 +1155,9 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
             return st;
         cm->seq = g.seq;
-        cr = cl->drv.stream_wait_value64(s, (CUdeviceptr)(uintptr_t)&cm->db->done, g.seq,
-                                         CU_STREAM_WAIT_VALUE_GEQ);
+        cr = cl->drv.stream_wait_value64(
+            s, (CUdeviceptr)(uintptr_t)&cm->mirror_dev->done_slot[g.seq % OVL_READY_SLOTS], g.seq,
+            CU_STREAM_WAIT_VALUE_GEQ);
         if (cr != CUDA_SUCCESS)
             return fail(cl, OVL_ERR_BACKEND, "cuStreamWaitValue64 (doorbell done): %s",
                         ovl_cudrv_strerror(&cl->drv, cr));

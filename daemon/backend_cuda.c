@@ -538,8 +538,10 @@ static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r)
      * same hardware queue, and that is how ovld hung when a client died.
      * Every slot: late writes of the dying client's stream land only in
      * slots whose waits they satisfy (proto/doorbell.h). */
-    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
+    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++) {
         __atomic_store_n(&r->mirror->ready_slot[i], UINT64_MAX, __ATOMIC_RELEASE);
+        __atomic_store_n(&r->mirror->done_slot[i], UINT64_MAX, __ATOMIC_RELEASE);
+    }
 }
 
 static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,
@@ -1081,6 +1083,11 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     if (cr == CUDA_SUCCESS && r->mirror_dev)
         cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->done, seq,
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
+    /* What the client's stream waits on (proto/doorbell.h). */
+    if (cr == CUDA_SUCCESS && r->mirror_dev)
+        cr = cb->drv.stream_write_value64(
+            (CUstream)s, (CUdeviceptr)&r->mirror_dev->done_slot[seq % OVL_READY_SLOTS], seq,
+            CU_STREAM_WRITE_VALUE_DEFAULT);
     cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
         log_error("out of memory tracking op %" PRIu64, seq);
@@ -1109,6 +1116,9 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
             }
             if (__atomic_load_n(&r->mirror->done, __ATOMIC_RELAXED) < seq)
                 __atomic_store_n(&r->mirror->done, seq, __ATOMIC_RELEASE);
+            uint64_t *slot = &r->mirror->done_slot[seq % OVL_READY_SLOTS];
+            if (__atomic_load_n(slot, __ATOMIC_RELAXED) < seq)
+                __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
         }
         atomic_store(&d->state, 2);
         ovld_cq_push(&cb->cq, &d->node);

@@ -12,14 +12,19 @@
  *
  * CUDA backend: done and the error fields in device memory on the rank's
  * GPU, exported by IPC; and a memfd page mapped and registered with CUDA by
- * both, holding host copies of done and the error fields, and the ready
- * slots: op n's stream writes ready_slot[n % OVL_READY_SLOTS] = n. ovld can
- * then end the waits of a client that died with CPU stores (a GPU write
- * could sit behind that very wait in a stalled hardware queue), and one
- * slot per op keeps that release from being undone: the dead client's
- * stream can still run for a while, and each op it completes lets it write
- * the next op's ready. Those late writes only ever hit the slot of an op
- * whose wait they satisfy, since at most a few ops are issued at a time
+ * both, holding host copies of done and the error fields (for host-side
+ * waits), and the slots that the two processes' streams wait on: op n's
+ * client stream writes ready_slot[n % OVL_READY_SLOTS] = n and waits
+ * done_slot[n % OVL_READY_SLOTS] >= n; ovld's stream does the converse.
+ * Every wait that crosses the two processes is on host memory, so that
+ * ovld can end the waits on both sides of a client that died with CPU
+ * stores (a GPU write could sit behind that very wait in a stalled
+ * hardware queue; and a dying process's stream, still blocked waiting for
+ * done, can hold the GPU up). One slot per op keeps a release from being
+ * undone: the dead client's stream can still run for a while, and each op
+ * completed lets it write the next op's ready (and ovld's stream writes
+ * done for its last ops). Such late writes only ever hit the slot of an
+ * op whose wait they satisfy, since at most a few ops are issued at a time
  * (OVLD_MAX_ISSUED, far below OVL_READY_SLOTS).
  */
 #ifndef OVL_DOORBELL_H
@@ -36,6 +41,7 @@ struct ovl_doorbell {
     uint32_t wake;                        /* futex word, bumped after each done (host backend) */
     uint64_t error_seq;                   /* the op that failed first */
     uint64_t ready_slot[OVL_READY_SLOTS]; /* written by the client's stream (CUDA) */
+    uint64_t done_slot[OVL_READY_SLOTS];  /* written by ovld's stream (CUDA) */
 };
 
 #define OVL_DOORBELL_SIZE 4096u /* one page: what is mapped and exported */
