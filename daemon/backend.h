@@ -129,9 +129,10 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*job_setup)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
                               ovld_setup_cb cb, void *arg);
     /* The rank's client is gone: make the rank's queued work stop waiting
-     * for it (its doorbell's ready), so that issued ops run to completion.
-     * NULL: nothing waits on a client. */
-    void (*rank_release)(ovld_backend_t *b, ovld_rank_t *rank);
+     * for it (its doorbell's ready), so that issued ops run to completion;
+     * seq_hi is the last op the client submitted (nothing waits beyond it).
+     * Must not wait for the GPU. NULL: nothing waits on a client. */
+    void (*rank_release)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t seq_hi);
     /* Destroys a job's ranks, with what job_setup made (off the loop thread
      * where that blocks). NULL: rank_destroy each. */
     void (*job_teardown)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);

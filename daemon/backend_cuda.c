@@ -530,17 +530,20 @@ static void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     free(r);
 }
 
-static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r)
+static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
 {
     (void)b;
     /* CPU stores, not stream work: a release written by a stream (as it
      * once was) can sit behind the very wait it is meant to end, in the
      * same hardware queue, and that is how ovld hung when a client died.
      * Every slot: late writes of the dying client's stream land only in
-     * slots whose waits they satisfy (proto/doorbell.h). */
+     * slots whose waits they satisfy (proto/doorbell.h). The done slots
+     * too: the dying client's stream, blocked waiting for done, is let go.
+     * Not UINT64_MAX: the GPU compares cyclically (proto/doorbell.h). */
+    uint64_t v = ovl_doorbell_release_value(seq_hi);
     for (uint32_t i = 0; i < OVL_READY_SLOTS; i++) {
-        __atomic_store_n(&r->mirror->ready_slot[i], UINT64_MAX, __ATOMIC_RELEASE);
-        __atomic_store_n(&r->mirror->done_slot[i], UINT64_MAX, __ATOMIC_RELEASE);
+        __atomic_store_n(&r->mirror->ready_slot[i], v, __ATOMIC_RELEASE);
+        __atomic_store_n(&r->mirror->done_slot[i], v, __ATOMIC_RELEASE);
     }
 }
 

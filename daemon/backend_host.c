@@ -599,10 +599,10 @@ static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     free(r);
 }
 
-static void host_rank_release(ovld_backend_t *b, ovld_rank_t *r)
+static void host_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
 {
     (void)b;
-    __atomic_store_n(&r->db->ready, UINT64_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->db->ready, ovl_doorbell_release_value(seq_hi), __ATOMIC_RELEASE);
 }
 
 static ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,

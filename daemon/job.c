@@ -665,7 +665,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
      * (on whatever its buffers hold) so that they complete and peers are
      * not left waiting in a collective. */
     if (j->running > 0 && d->backend->ops->rank_release)
-        d->backend->ops->rank_release(d->backend, m->brank);
+        d->backend->ops->rank_release(d->backend, m->brank, m->next_seq - 1);
     bool others = job_has_clients(j); /* m->conn is NULL by now */
     bool pending = false;
     for (ovld_op_t *op = j->ops; op; op = op->next)

@@ -48,4 +48,15 @@ struct ovl_doorbell {
 
 _Static_assert(sizeof(struct ovl_doorbell) <= OVL_DOORBELL_SIZE, "the doorbell fits its page");
 
+/* What ovld stores to release every wait for ops up to seq_hi, for a client
+ * that is gone: well ahead of them, but not by half the number space. The
+ * GPU's GEQ wait is cyclic, (int64_t)(*addr - value) >= 0 (cuStreamWaitValue64),
+ * so UINT64_MAX reads as -1 there and releases nothing: that was the hang
+ * when a client died. The host backend's waits compare plainly, and this
+ * value serves them as well. */
+static inline uint64_t ovl_doorbell_release_value(uint64_t seq_hi)
+{
+    return seq_hi + (UINT64_C(1) << 32);
+}
+
 #endif /* OVL_DOORBELL_H */
