@@ -42,7 +42,9 @@ static void usage(FILE *f)
             "  -V, --version          show the version\n"
             "\n"
             "Signals: SIGTERM/SIGINT stop (in-flight ops finish, the socket is removed);\n"
-            "SIGHUP re-reads the configuration file.\n",
+            "SIGHUP re-reads the configuration file. SIGUSR2 writes the stack of the\n"
+            "thread that takes it to stderr; ovld does so itself for its event loop\n"
+            "when the loop has not turned for 3 s (a bug worth a report).\n",
             OVL_DEFAULT_SOCKET);
 }
 
