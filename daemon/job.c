@@ -783,6 +783,23 @@ static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t
     return OVL_OK;
 }
 
+/* A new op record at the tail of the job's queue, or NULL without memory. */
+static ovld_op_t *op_append(ovld_job_t *j, uint64_t seq, uint32_t first_rank)
+{
+    ovld_op_t *op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
+    if (!op)
+        return NULL;
+    op->seq = seq;
+    op->first_rank = first_rank;
+    if (j->ops_tail)
+        j->ops_tail->next = op;
+    else
+        j->ops = op;
+    j->ops_tail = op;
+    j->in_flight++; /* the job outlives the op's completions */
+    return op;
+}
+
 /* Fails op seq for one rank alone. The refusal joins the job's queue as a
  * record of its own, so that its doorbell rings after the rank's earlier
  * ops and within the issue window (job_progress). Without memory for the
@@ -793,21 +810,13 @@ static void refuse(ovld_t *d, ovld_member_t *m, uint64_t seq, ovl_status_t st, c
     ovld_job_t *j = m->job;
     member_error(m, seq, st, msg);
     ovld_count_error(&d->counters, st);
-    ovld_op_t *op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
+    ovld_op_t *op = op_append(j, seq, m->rank);
     if (op) {
-        op->seq = seq;
         op->refusal = true;
         op->st = st;
         snprintf(op->msg, sizeof(op->msg), "%s", msg);
         op->subs[m->rank].in = true;
         op->nin = 1;
-        op->first_rank = m->rank;
-        if (j->ops_tail)
-            j->ops_tail->next = op;
-        else
-            j->ops = op;
-        j->ops_tail = op;
-        j->in_flight++;
         job_progress(d, j);
         return;
     }
@@ -883,12 +892,11 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
             refuse(d, m, q->seq, OVL_ERR_LIMIT, msg);
             return OVL_OK;
         }
-        op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
+        op = op_append(j, q->seq, m->rank);
         if (!op) {
             refuse(d, m, q->seq, OVL_ERR_NOMEM, "ovld: out of memory");
             return OVL_OK;
         }
-        op->seq = q->seq;
         op->m = q->m;
         op->n = q->n;
         op->k = q->k;
@@ -898,13 +906,6 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
         op->streams = q->streams;
         op->transb = q->transb;
         op->has_aout = q->a_out != NULL;
-        op->first_rank = m->rank;
-        if (j->ops_tail)
-            j->ops_tail->next = op;
-        else
-            j->ops = op;
-        j->ops_tail = op;
-        j->in_flight++;
     } else {
         if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
             snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
