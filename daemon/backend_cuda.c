@@ -1083,14 +1083,16 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     if (cr == CUDA_SUCCESS)
         cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db->done, seq,
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (cr == CUDA_SUCCESS && r->mirror_dev)
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->done, seq,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT);
-    /* What the client's stream waits on (proto/doorbell.h). */
+    /* What the client's stream waits on (proto/doorbell.h), then the host
+     * copy: once libovl's host-side wait sees done, the slot is written too,
+     * and the page may be unregistered (ovl_comm_destroy). */
     if (cr == CUDA_SUCCESS && r->mirror_dev)
         cr = cb->drv.stream_write_value64(
             (CUstream)s, (CUdeviceptr)&r->mirror_dev->done_slot[seq % OVL_READY_SLOTS], seq,
             CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (cr == CUDA_SUCCESS && r->mirror_dev)
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->done, seq,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT);
     cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
         log_error("out of memory tracking op %" PRIu64, seq);

@@ -44,6 +44,9 @@ typedef struct ovld_op {
     bool issued;     /* run or failed: doorbells rung */
     bool windowed;   /* counted in j->running until its completions are in */
     bool refusal;    /* one rank's submission refused: never matched by seq */
+    bool ringing;    /* its doorbells are being rung: completions that come
+                        back at once (a backend out of memory) are counted,
+                        and the ringer ends the op (op_rung) */
     ovl_status_t st; /* why it fails, if it does */
     char msg[256];
     /* what every rank must agree on, from the first submission */
@@ -181,6 +184,16 @@ static ovld_job_t *job_find(ovld_t *d, const char *id)
 
 /* Rings done with op->st on every rank that submitted op (or every joined
  * rank when all did); completions come back through ovld_job_on_done. */
+static void op_complete(ovld_t *d, ovld_job_t *j, ovld_op_t *op);
+
+/* The ringer is done with op: end it if its completions are all in. */
+static void op_rung(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
+{
+    op->ringing = false;
+    if (op->ndone >= op->nrung)
+        op_complete(d, j, op);
+}
+
 static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     op->issued = true;
@@ -188,21 +201,23 @@ static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
         log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
     }
+    for (uint32_t r = 0; r < j->world; r++)
+        op->nrung += op->subs[r].in && j->members[r];
+    /* Its rings are stream work like an op's: they count against the same
+     * window (job_progress). A record always has a ring: it exists because
+     * a rank submitted, and members stay until the job is freed. */
+    op->windowed = true;
+    j->running++;
+    op->ringing = true;
     for (uint32_t r = 0; r < j->world; r++) {
         ovld_member_t *m = j->members[r];
         if (!op->subs[r].in || !m)
             continue;
         member_error(m, op->seq, op->st, op->msg);
-        op->nrung++;
         op->subs[r].ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = m, .op = op};
         d->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg, &op->subs[r].ticket);
     }
-    /* Its rings are stream work like an op's: they count against the same
-     * window (job_progress). */
-    if (op->nrung > 0) {
-        op->windowed = true;
-        j->running++;
-    }
+    op_rung(d, j, op);
 }
 
 /* Resolves one rank's views and builds its plan. */
@@ -327,6 +342,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     if (!op->has_aout && scratch > j->scratch_bytes)
         j->scratch_bytes = scratch;
     char err[256] = "";
+    op->ringing = true;
     ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
     if (st != OVL_OK) {
         /* the executor rang every doorbell with the error */
@@ -339,6 +355,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     }
     plans_free(plans, j->world);
     free(xr);
+    op_rung(d, j, op);
     return;
 fail:
     plans_free(plans, j->world);
@@ -372,27 +389,35 @@ _Static_assert(OVLD_MAX_ISSUED + 2 <= OVL_READY_SLOTS,
 
 static void job_progress(ovld_t *d, ovld_job_t *j)
 {
-    for (ovld_op_t *op = j->ops; op; op = op->next) {
-        if (op->issued)
+    /* A completion delivered at once (a backend out of memory) can end ops,
+     * and run this again, under the call: the job stays, and the scan starts
+     * over after each op it runs or fails. */
+    j->pins++;
+    ovld_op_t *op = j->ops;
+    while (op) {
+        if (op->issued) {
+            op = op->next;
             continue;
+        }
         if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
             if (op->st == OVL_OK) {
                 op->st = OVL_ERR_ABORTED;
                 snprintf(op->msg, sizeof(op->msg), "job aborted: %s", j->last_error);
             }
         } else if (!op->refusal && (op->nin < j->world || j->state != OVLD_JOB_READY)) {
-            return; /* later ops wait for this one */
+            break; /* later ops wait for this one */
         }
         if (j->running >= OVLD_MAX_ISSUED)
-            return; /* resumes from ovld_job_on_done */
-        if (op->st != OVL_OK) {
+            break; /* resumes from ovld_job_on_done */
+        if (op->st == OVL_OK && j->running > 0 && needs_scratch_growth(j, op))
+            break; /* resumes from ovld_job_on_done */
+        if (op->st != OVL_OK)
             op_fail(d, j, op);
-            continue;
-        }
-        if (j->running > 0 && needs_scratch_growth(j, op))
-            return; /* resumes from ovld_job_on_done */
-        op_run(d, j, op);
+        else
+            op_run(d, j, op);
+        op = j->ops;
     }
+    j->pins--;
 }
 
 static void op_unlink(ovld_job_t *j, ovld_op_t *op)
@@ -446,8 +471,15 @@ static void on_done_op(ovld_t *d, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op
         snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", seq, message);
         log_error("job '%s': op %" PRIu64 " failed on rank %u: %s", j->id, seq, m->rank, message);
     }
-    if (++op->ndone < op->nrung || !op->issued)
+    if (++op->ndone < op->nrung || !op->issued || op->ringing)
         return;
+    op_complete(d, j, op);
+}
+
+/* All of op's completions are in: count it, free it, and let the next ops
+ * go. */
+static void op_complete(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
+{
     if (op->windowed)
         j->running--;
     if (op->st == OVL_OK)
@@ -663,8 +695,10 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     m->conn_next = NULL;
     /* Its client will never say ready for ops already issued: let them run
      * (on whatever its buffers hold) so that they complete and peers are
-     * not left waiting in a collective. */
-    if (j->running > 0 && d->backend->ops->rank_release)
+     * not left waiting in a collective. Whether or not any are issued: the
+     * release also ends what the client's own stream may still wait for
+     * (a dying process's stream can hold the GPU up). */
+    if (d->backend->ops->rank_release)
         d->backend->ops->rank_release(d->backend, m->brank, m->next_seq - 1);
     bool others = job_has_clients(j); /* m->conn is NULL by now */
     bool pending = false;

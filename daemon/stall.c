@@ -113,20 +113,24 @@ int ovld_stall_start(ovld_stall_t **ret, uv_loop_t *loop, unsigned threshold_ms)
     *ret = NULL;
     if (threshold_ms < 4)
         return -EINVAL;
-    ovld_stall_t *s = calloc(1, sizeof(*s));
-    if (!s)
-        return -ENOMEM;
+    /* The handler first, whatever else fails: SIGUSR2 must never kill ovld
+     * (ovld --help offers it to operators). */
     void *prime[2];
     (void)backtrace(prime, 2);
-    s->loop_thread = pthread_self();
-    s->loop_tid = (long)syscall(SYS_gettid);
-    s->threshold_ms = threshold_ms;
-    atomic_init(&s->last_ns, mono_ns());
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigusr2;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR2, &sa, NULL) != 0)
+        return -errno;
+    ovld_stall_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->loop_thread = pthread_self();
+    s->loop_tid = (long)syscall(SYS_gettid);
+    s->threshold_ms = threshold_ms;
+    atomic_init(&s->last_ns, mono_ns());
     pthread_condattr_t ca;
     int rc = pthread_condattr_init(&ca);
     if (rc == 0) {
@@ -144,8 +148,7 @@ int ovld_stall_start(ovld_stall_t **ret, uv_loop_t *loop, unsigned threshold_ms)
         free(s);
         return -rc;
     }
-    if (sigaction(SIGUSR2, &sa, NULL) != 0 || (rc = uv_timer_init(loop, &s->beat)) != 0) {
-        rc = rc ? rc : -errno;
+    if ((rc = uv_timer_init(loop, &s->beat)) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         free(s);
