@@ -49,6 +49,7 @@
 #include "demo_rnd.h"
 #include "num.h"
 #include "ovl.h"
+#include "clock.h"
 
 #define MAX_SHAPES 32
 #define MAX_ALGOS  4
@@ -314,13 +315,6 @@ static int parse_args(int argc, char **argv, bopts_t *o)
 }
 
 /* ------------------------------------------------------------ small helpers */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void shape_str(char *buf, size_t len, shape_t s)
 {
@@ -841,7 +835,7 @@ static void kill_children(void)
     for (int r = 0; r < g_nchildren; r++)
         if (g_pids[r] > 0)
             kill(g_pids[r], SIGTERM);
-    double until = now_s() + 3;
+    double until = ovl_mono_s() + 3;
     for (;;) {
         bool left = false;
         for (int r = 0; r < g_nchildren; r++)
@@ -853,7 +847,7 @@ static void kill_children(void)
             }
         if (!left)
             return;
-        if (now_s() > until)
+        if (ovl_mono_s() > until)
             break;
         usleep(20000);
     }
@@ -892,7 +886,7 @@ static bool reap_children(double until, char *why, size_t whylen)
         }
         if (!left)
             return ok;
-        if (now_s() > until) {
+        if (ovl_mono_s() > until) {
             snprintf(why, whylen, "the ranks did not exit in time");
             kill_children();
             return false;
@@ -994,7 +988,7 @@ static bool ovl_phase(const bopts_t *o, char *why, size_t whylen)
 
     bool ok = true;
     int open = W, done_shapes = 0;
-    double deadline = now_s() + o->timeout_s;
+    double deadline = ovl_mono_s() + o->timeout_s;
     while (open > 0 && ok) {
         struct pollfd pf[MAX_WORLD];
         int idx[MAX_WORLD], n = 0;
@@ -1003,7 +997,7 @@ static bool ovl_phase(const bopts_t *o, char *why, size_t whylen)
                 pf[n] = (struct pollfd){.fd = fds[r], .events = POLLIN};
                 idx[n++] = r;
             }
-        double left = deadline - now_s();
+        double left = deadline - ovl_mono_s();
         if (left <= 0) {
             snprintf(why, whylen, "shape %d of %d did not finish within %d s (--timeout)",
                      done_shapes + 1, o->nshapes, o->timeout_s);
@@ -1046,7 +1040,7 @@ static bool ovl_phase(const bopts_t *o, char *why, size_t whylen)
             low = nrec[r] < low ? nrec[r] : low;
         if (low / o->ncfgs > done_shapes) {
             done_shapes = low / o->ncfgs;
-            deadline = now_s() + o->timeout_s;
+            deadline = ovl_mono_s() + o->timeout_s;
         }
     }
     for (int r = 0; r < W; r++)
@@ -1056,7 +1050,7 @@ static bool ovl_phase(const bopts_t *o, char *why, size_t whylen)
         kill_children();
         return false;
     }
-    return reap_children(now_s() + o->timeout_s, why, whylen);
+    return reap_children(ovl_mono_s() + o->timeout_s, why, whylen);
 }
 
 /* ------------------------------------------------------------ the parent: baselines */
@@ -1572,7 +1566,7 @@ int main(int argc, char **argv)
             return 1;
         }
         char why[128];
-        (void)reap_children(now_s() + 30, why, sizeof(why));
+        (void)reap_children(ovl_mono_s() + 30, why, sizeof(why));
         g_nchildren = 0;
     }
     if (p.ngpu <= 0) {
@@ -1643,22 +1637,22 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     char why[512] = "";
-    double t0 = now_s();
+    double t0 = ovl_mono_s();
     bool ovl_ok = ovl_phase(&o, why, sizeof(why));
     if (!ovl_ok)
         fprintf(stderr, "ovl-bench: ovl part failed: %s\n", why);
-    printf("  (%.1f s)\n\nbaselines (this process, NCCL + cuBLASLt):\n", now_s() - t0);
+    printf("  (%.1f s)\n\nbaselines (this process, NCCL + cuBLASLt):\n", ovl_mono_s() - t0);
     fflush(stdout);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_alarm;
     sigaction(SIGALRM, &sa, NULL);
-    t0 = now_s();
+    t0 = ovl_mono_s();
     bool bl_ok = bl_phase(&o) == 0;
     if (!bl_ok)
         fprintf(stderr, "ovl-bench: %s\n", g_err);
-    printf("  (%.1f s)\n\n", now_s() - t0);
+    printf("  (%.1f s)\n\n", ovl_mono_s() - t0);
 
     int nrows_max = o.nshapes * (4 + o.ncfgs);
     row_t *rows = calloc((size_t)nrows_max, sizeof(*rows));

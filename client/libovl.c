@@ -31,6 +31,7 @@
 #include "matrix.h"
 #include "ovl.pb-c.h"
 #include "wire.h"
+#include "clock.h"
 
 #define OVL_API __attribute__((visibility("default")))
 
@@ -118,25 +119,18 @@ static ovl_status_t fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...
     return st;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Milliseconds left until deadline (0 = none: -1 for poll). */
 static int left_ms(uint64_t deadline)
 {
     if (deadline == 0)
         return -1;
-    uint64_t now = now_ms();
+    uint64_t now = ovl_mono_ms();
     return now >= deadline ? 0 : (int)(deadline - now);
 }
 
 static uint64_t deadline_of(const ovl_client_t *cl)
 {
-    return cl->timeout_ms > 0 ? now_ms() + (uint64_t)cl->timeout_ms : 0;
+    return cl->timeout_ms > 0 ? ovl_mono_ms() + (uint64_t)cl->timeout_ms : 0;
 }
 
 static ovl_status_t wait_fd(ovl_client_t *cl, short events, uint64_t deadline)

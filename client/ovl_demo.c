@@ -24,6 +24,7 @@
 #include "num.h"
 #include "ovl.h"
 #include "ovl_demo.h"
+#include "clock.h"
 
 static void usage(FILE *f)
 {
@@ -59,13 +60,6 @@ static void fill(ovl_dtype_t dt, void *base, uint64_t rows, uint64_t cols, uint6
     for (uint64_t i = 0; i < rows; i++)
         for (uint64_t j = 0; j < cols; j++)
             ovl_store_elem(dt, base, i * ld + j, ovl_demo_value(seed, r, which, i * cols + j));
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ------------------------------------------------------------ a rank */
@@ -147,12 +141,12 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         memset(c, 0xff, W * m * ldc * es); /* NaN in every dtype: unwritten shows */
         if (aout)
             memset(aout, 0xff, W * m * ldo * es);
-        double t0 = now_s();
+        double t0 = ovl_mono_s();
         for (int it = 0; it < o->iters && st == OVL_OK; it++)
             st = ovl_allgather_gemm(comm, &d, NULL);
         if (st == OVL_OK)
             st = ovl_comm_synchronize(comm);
-        rs->ms = (now_s() - t0) * 1e3 / o->iters;
+        rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
         rs->status = st;
         if (st != OVL_OK) {
             snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));

@@ -54,6 +54,7 @@
 #include "kernels.h"
 #include "log.h"
 #include "plan.h"
+#include "clock.h"
 
 #define WATCHDOG_MS     100
 #define STUCK_CHECK_NS  (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
@@ -143,13 +144,6 @@ struct cuda_backend {
     char last_err[256];            /* the last enqueue failure, in words (loop thread) */
     bool cq_closed;                /* destroyed: freed when the last work is done */
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ------------------------------------------------- errors, in one place */
 
@@ -1105,7 +1099,7 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     d->node.seq = seq;
     d->node.status = status;
     d->node.release = done_release;
-    d->issued_ns = now_ns();
+    d->issued_ns = ovl_mono_ns();
     snprintf(d->node.message, sizeof(d->node.message), "%s", message ? message : "");
     if (cr != CUDA_SUCCESS) {
         d->node.status = OVL_ERR_BACKEND;
@@ -1177,7 +1171,7 @@ static const char *cuda_last_error(ovld_backend_t *b)
 static void on_watchdog(uv_timer_t *t)
 {
     cuda_backend_t *cb = t->data;
-    uint64_t now = now_ns();
+    uint64_t now = ovl_mono_ns();
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         ncclResult_t nr = ncclSuccess;
         /* A worker may be creating or aborting the communicator right now. */

@@ -13,6 +13,7 @@
 #include "exec.h"
 #include "log.h"
 #include "plan.h"
+#include "clock.h"
 
 /* What a completion names (the backend's cookie): one rank's part of an op,
  * or an op refused for one rank alone before it had an op record. */
@@ -486,7 +487,7 @@ static void op_complete(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         j->ops_done++;
     if (!op->refusal) /* a refusal was counted as an error when it was made */
         ovld_count_op(&d->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
-                      op->k, ovld_now_ns() - op->ready_ns, op->st);
+                      op->k, ovl_mono_ns() - op->ready_ns, op->st);
     j->in_flight--;
     op_unlink(j, op);
     op_free(d, j, op);
@@ -958,7 +959,7 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
     ovld_sub_t *s = &op->subs[m->rank];
     s->in = true;
     if (++op->nin == j->world)
-        op->ready_ns = ovld_now_ns();
+        op->ready_ns = ovl_mono_ns();
     if (op->st == OVL_OK) {
         ovl_status_t st = check_sub(m, q, s, msg, sizeof(msg));
         if (st != OVL_OK) {

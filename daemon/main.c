@@ -17,6 +17,7 @@
 #include "ovld.h"
 #include "sdnotify.h"
 #include "stall.h"
+#include "clock.h"
 
 #define DRAIN_POLL_MS    20
 #define DRAIN_TIMEOUT_MS 30000
@@ -296,7 +297,7 @@ int main(int argc, char **argv)
 
     d->loop = uv_default_loop();
     d->listen_fd = -1;
-    d->start_ns = ovld_now_ns();
+    d->start_ns = ovl_mono_ns();
     ovld_stats_reset(&d->counters.total, d->start_ns);
     ovld_stats_reset(&d->counters.window, d->start_ns);
     ovl_status_t st =

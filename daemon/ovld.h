@@ -76,9 +76,6 @@ typedef struct ovld {
     bool stopped;
 } ovld_t;
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t ovld_now_ns(void);
-
 /* server.c */
 ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen);
 void ovld_server_stop_listening(ovld_t *d);

@@ -31,16 +31,10 @@
 #include "ovld.h"
 #include "plan.h"
 #include "sdnotify.h"
+#include "clock.h"
 
 /* A client that stops reading its replies is dropped past this. */
 #define MAX_OUT_PENDING (64u << 20)
-
-uint64_t ovld_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void conn_update_poll(ovld_conn_t *c);
 
@@ -260,7 +254,7 @@ static void on_status(ovld_conn_t *c, uint64_t id)
     sr.version = (char *)OVL_VERSION_STRING;
     sr.protocol_version = OVL_PROTOCOL_VERSION;
     sr.pid = (int32_t)getpid();
-    sr.uptime_s = (double)(ovld_now_ns() - d->start_ns) / 1e9;
+    sr.uptime_s = (double)(ovl_mono_ns() - d->start_ns) / 1e9;
     sr.backend = (char *)d->backend->ops->name;
     sr.socket = d->cfg.socket_path;
     sr.config_file = d->config_path;
@@ -797,7 +791,7 @@ static void on_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q)
         send_error(c, id, OVL_ERR_NOMEM, "out of memory");
         return;
     }
-    uint64_t now = ovld_now_ns(), hits = 0, misses = 0;
+    uint64_t now = ovl_mono_ns(), hits = 0, misses = 0;
     if (d->backend->ops->mem_cache_stats)
         d->backend->ops->mem_cache_stats(d->backend, &hits, &misses);
     else

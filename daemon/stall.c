@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "clock.h"
 
 struct ovld_stall {
     uv_timer_t beat;
@@ -29,13 +30,6 @@ struct ovld_stall {
     unsigned threshold_ms;
     _Atomic uint64_t last_ns; /* the loop's last heartbeat */
 };
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Runs on the thread the signal went to (the stalled loop thread, or any
  * thread an operator sends SIGUSR2 to with tgkill): only async-signal-safe
@@ -67,7 +61,7 @@ static void on_sigusr2(int sig)
 static void on_beat(uv_timer_t *t)
 {
     ovld_stall_t *s = t->data;
-    atomic_store(&s->last_ns, mono_ns());
+    atomic_store(&s->last_ns, ovl_mono_ns());
 }
 
 static void *monitor_main(void *arg)
@@ -85,7 +79,7 @@ static void *monitor_main(void *arg)
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         if (s->stop)
             break;
-        uint64_t last = atomic_load(&s->last_ns), now = mono_ns();
+        uint64_t last = atomic_load(&s->last_ns), now = ovl_mono_ns();
         if (reported && last != reported) {
             log_warn("the event loop turned again after a stall of %" PRIu64 " ms",
                      (uint64_t)((last - reported) / 1000000u));
@@ -130,7 +124,7 @@ int ovld_stall_start(ovld_stall_t **ret, uv_loop_t *loop, unsigned threshold_ms)
     s->loop_thread = pthread_self();
     s->loop_tid = (long)syscall(SYS_gettid);
     s->threshold_ms = threshold_ms;
-    atomic_init(&s->last_ns, mono_ns());
+    atomic_init(&s->last_ns, ovl_mono_ns());
     pthread_condattr_t ca;
     int rc = pthread_condattr_init(&ca);
     if (rc == 0) {

@@ -52,6 +52,7 @@
 #include "cuda_gemm.h"
 #include "demo_cuda.h"
 #include "ovl.h"
+#include "clock.h"
 
 #define SKIP_CODE     77
 #define WORLD         2
@@ -66,13 +67,6 @@
 #define START_LIMIT_S 60.0
 #define STOP_LIMIT_S  30.0
 #define JOB_ID        "stream-contract"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_ms(int ms)
 {
@@ -184,7 +178,7 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     }
 
     /* The loop: one stream, no host synchronization. */
-    double t0 = now_s();
+    double t0 = ovl_mono_s();
     for (int i = 0; i < ITERS; i++) {
         CK(ovl_demo_fill(DTYPE, a, M, K, K, SEED_BASE + (uint64_t)i, rank, 0, s));
         CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
@@ -210,9 +204,9 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
         else
             CK(ovl_demo_to_f32(DTYPE, c, rows, N, N, (float *)slot, s));
     }
-    double t_sub = now_s() - t0;
+    double t_sub = ovl_mono_s() - t0;
     CK(cudaStreamSynchronize(s));
-    double t_all = now_s() - t0;
+    double t_all = ovl_mono_s() - t0;
     ovl_status_t st = ovl_comm_check(comm);
     if (st != OVL_OK) {
         fprintf(stderr, "rank %u: ovl_comm_check: %s: %s\n", rank, ovl_strerror(st),
@@ -413,8 +407,8 @@ static int daemon_start(daemon_t *d)
         _exit(127);
     }
     close(lfd);
-    double deadline = now_s() + START_LIMIT_S;
-    while (now_s() < deadline) {
+    double deadline = ovl_mono_s() + START_LIMIT_S;
+    while (ovl_mono_s() < deadline) {
         int ws;
         if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
             d->pid = 0;
@@ -442,10 +436,10 @@ static bool daemon_stop(daemon_t *d)
     if (d->pid <= 0)
         return true;
     kill(d->pid, SIGTERM);
-    double deadline = now_s() + STOP_LIMIT_S;
+    double deadline = ovl_mono_s() + STOP_LIMIT_S;
     int ws = 0;
     pid_t got = 0;
-    while ((got = waitpid(d->pid, &ws, WNOHANG)) == 0 && now_s() < deadline)
+    while ((got = waitpid(d->pid, &ws, WNOHANG)) == 0 && ovl_mono_s() < deadline)
         sleep_ms(20);
     if (got != d->pid) {
         fprintf(stderr, "FAIL: ovld did not stop within %.0f s of SIGTERM\n", STOP_LIMIT_S);
@@ -524,7 +518,7 @@ int main(void)
 
     /* Wait, bounded. A rank that fails may leave the other waiting for ops
      * that never complete: it gets 10 s to finish on its own. */
-    double t0 = now_s(), deadline = t0 + TEST_LIMIT_S;
+    double t0 = ovl_mono_s(), deadline = t0 + TEST_LIMIT_S;
     int left = WORLD;
     bool timed_out = false;
     while (left > 0) {
@@ -538,17 +532,17 @@ int main(void)
                     done[r] = true;
                     codes[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
                     left--;
-                    if (codes[r] != 0 && codes[r] != SKIP_CODE && deadline > now_s() + 10)
-                        deadline = now_s() + 10;
+                    if (codes[r] != 0 && codes[r] != SKIP_CODE && deadline > ovl_mono_s() + 10)
+                        deadline = ovl_mono_s() + 10;
                 }
             continue;
         }
-        if (now_s() > deadline) {
+        if (ovl_mono_s() > deadline) {
             timed_out = true;
             for (int r = 0; r < WORLD; r++)
                 if (!done[r]) {
                     fprintf(stderr, "FAIL: rank %d still running after %.0f s: killed\n", r,
-                            now_s() - t0);
+                            ovl_mono_s() - t0);
                     kill(pids[r], SIGKILL);
                     waitpid(pids[r], NULL, 0);
                     done[r] = true;
@@ -580,7 +574,7 @@ int main(void)
         failed++;
     if (failed || timed_out)
         print_log_tail(&d);
-    printf("stream contract: %.1f s\n", now_s() - t0);
+    printf("stream contract: %.1f s\n", ovl_mono_s() - t0);
     printf("%d passed, %d failed\n", passed, failed);
     daemon_cleanup(&d);
     return failed == 0 && !timed_out ? 0 : 1;

@@ -22,21 +22,15 @@
 
 #include "log.h"
 #include "stall.h"
+#include "clock.h"
 
 #define THRESHOLD_MS 200
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* Exported (not static) so that backtrace_symbols names it. */
 __attribute__((noinline)) void stuck_in_callback(unsigned ms)
 {
-    uint64_t end = mono_ms() + ms;
-    while (mono_ms() < end) {
+    uint64_t end = ovl_mono_ms() + ms;
+    while (ovl_mono_ms() < end) {
         struct timespec ts = {0, 10 * 1000000}; /* the signal cuts a sleep short */
         nanosleep(&ts, NULL);
     }
