@@ -1,6 +1,7 @@
 """Helpers for ovl's Python integration tests: a real ovld on a temporary
 socket, bounded waits, and a tiny test runner that prints one line per test
 and a closing 'N passed, N failed' line."""
+import json
 import os
 import signal
 import socket
@@ -93,6 +94,74 @@ class Daemon:
             os.rmdir(self.dir)
         except OSError:
             pass
+
+
+def log_excerpt(d, lines=80):
+    """ovld's log without the per-connection debug lines that bury the rest."""
+    keep = [ln for ln in d.log_text().splitlines() if " debug: " not in ln]
+    return "\n".join(keep[-lines:])
+
+
+def status_json(d):
+    """`ovlctl status --json`; a daemon that does not answer fails the test."""
+    try:
+        return json.loads(d.run([OVLCTL, "status", "--json"], timeout=30).stdout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("ovld does not answer (its loop is blocked); its log ends:\n" +
+                             log_excerpt(d))
+
+
+def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
+    """ovl-demo runs a long 2-rank ring job of `shape` (ovl-demo's -m/-n/-k
+    arguments); once it has done ops_before_kill ops, rank 1's process is
+    killed (SIGKILL) with ops in flight. ovld must let those ops run out or
+    fail, end the job, free what it held (no job, no held bytes within 30 s),
+    keep its loop turning, serve a fresh job of fresh_shape correctly, and
+    stop at once on SIGTERM."""
+    demo = subprocess.Popen([DEMO, "-w", "2"] + shape + ["-a", "ring", "-i", "100000",
+                                                        "--job", "doomed"], env=d.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        victim = None
+        while time.monotonic() < deadline and victim is None:
+            s = status_json(d)
+            jobs = [j for j in s["jobs"] if j["id"] == "doomed"]
+            if jobs and jobs[0]["ops_done"] > ops_before_kill:
+                ranks = [c for c in s["clients"] if c["job"] == "doomed" and c["rank"] == 1]
+                if ranks:
+                    victim = ranks[0]["pid"]
+            time.sleep(0.05)
+        assert victim, "the job never got going:\n" + log_excerpt(d)
+        os.kill(victim, signal.SIGKILL)
+        try:
+            demo.communicate(timeout=60)  # the demo stops its other rank itself
+        except subprocess.TimeoutExpired:
+            raise AssertionError("ovl-demo did not end after a rank died:\n" + log_excerpt(d))
+        assert demo.returncode != 0
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.communicate()
+    # ovld lets the in-flight ops run out and forgets the job
+    deadline = time.monotonic() + 30
+    while True:
+        s = status_json(d)
+        held = sum(dev["held_bytes"] for dev in s["devices"])
+        if not s["jobs"] and held == 0:
+            break
+        assert time.monotonic() < deadline, "job or memory left behind: %r\n%s" % (
+            s, log_excerpt(d))
+        time.sleep(0.1)
+    # and serves a fresh job correctly
+    p = d.run([DEMO, "-w", "2"] + fresh_shape + ["-i", "3", "--job", "after"], timeout=120)
+    assert "all checks passed" in p.stdout, p.stdout
+    # ovld's loop never stopped turning (daemon/stall.c reports it)
+    assert "event loop has not turned" not in d.log_text(), log_excerpt(d)
+    t0 = time.monotonic()
+    assert d.stop() == 0
+    assert time.monotonic() - t0 < 10, "SIGTERM took %.1f s" % (time.monotonic() - t0)
 
 
 def frame(body: bytes) -> bytes:
