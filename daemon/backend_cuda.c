@@ -56,10 +56,9 @@
 #include "plan.h"
 #include "clock.h"
 
-#define WATCHDOG_MS     100
-#define STUCK_CHECK_NS  (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
-#define STUCK_WARN_NS   (5000ull * 1000 * 1000) /* and say so for ops older than 5 s */
-#define GEMM_WORKSPACES 4                       /* allocated with the rank; others lazily */
+#define WATCHDOG_MS    100
+#define STUCK_CHECK_NS (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
+#define STUCK_WARN_NS  (5000ull * 1000 * 1000) /* and say so for ops older than 5 s */
 
 typedef struct cuda_backend cuda_backend_t;
 
@@ -369,42 +368,62 @@ static void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block)
 
 /* ----------------------------------------------------------------- ranks */
 
-static ovl_status_t rank_free_resources(struct ovld_rank *r)
+/* Frees what a rank holds. Teardown goes on past a failed CUDA call (a
+ * stream that failed still has memory to give back); the first failure is
+ * logged with the call's name. Host memory is always freed; without the
+ * device's context, what lives there (and the host page's registration,
+ * with its mapping) is left rather than half-freed. */
+static void rank_free_resources(struct ovld_rank *r)
 {
-    if (set_device(r->cb, r->dev) != OVL_OK)
-        return OVL_ERR_BACKEND;
-    for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
-        if (r->streams[i]) {
-            cudaStreamSynchronize(r->streams[i]);
-            cudaStreamDestroy(r->streams[i]);
+    const char *what = NULL;
+    cudaError_t first = cudaSuccess;
+#define FREE_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess && !what) {                                                          \
+            what = #call;                                                                          \
+            first = e_;                                                                            \
+        }                                                                                          \
+    } while (0)
+    FREE_TRY(cudaSetDevice(r->dev->ordinal));
+    bool dev = what == NULL;
+    if (dev) {
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
+            if (r->streams[i]) {
+                FREE_TRY(cudaStreamSynchronize(r->streams[i]));
+                FREE_TRY(cudaStreamDestroy(r->streams[i]));
+            }
+            if (r->workspace[i])
+                FREE_TRY(cudaFree(r->workspace[i]));
         }
-        if (r->workspace[i])
-            cudaFree(r->workspace[i]);
+        for (uint32_t i = 0; i < r->nevents; i++)
+            FREE_TRY(cudaEventDestroy(r->events[i]));
+        for (int i = 0; i < 2; i++)
+            if (r->ag_ev[i])
+                FREE_TRY(cudaEventDestroy(r->ag_ev[i]));
+        for (uint32_t i = 0; i < r->nfree_ev; i++)
+            FREE_TRY(cudaEventDestroy(r->free_ev[i]));
+        if (r->cstream) {
+            FREE_TRY(cudaStreamSynchronize(r->cstream));
+            FREE_TRY(cudaStreamDestroy(r->cstream));
+        }
+        if (r->mirror) {
+            FREE_TRY(cudaHostUnregister(r->mirror));
+            munmap(r->mirror, OVL_DOORBELL_SIZE);
+        }
+        if (r->db)
+            FREE_TRY(cudaFree(r->db));
+        if (r->scratch)
+            FREE_TRY(cudaFree(r->scratch));
     }
-    for (uint32_t i = 0; i < r->nevents; i++)
-        cudaEventDestroy(r->events[i]);
-    for (int i = 0; i < 2; i++)
-        if (r->ag_ev[i])
-            cudaEventDestroy(r->ag_ev[i]);
-    for (uint32_t i = 0; i < r->nfree_ev; i++)
-        cudaEventDestroy(r->free_ev[i]);
+#undef FREE_TRY
     free(r->free_ev);
-    if (r->cstream) {
-        cudaStreamSynchronize(r->cstream);
-        cudaStreamDestroy(r->cstream);
-    }
-    if (r->mirror) {
-        cudaHostUnregister(r->mirror);
-        munmap(r->mirror, OVL_DOORBELL_SIZE);
-    }
+    free(r->events);
     if (r->mirror_fd >= 0)
         close(r->mirror_fd);
-    free(r->events);
-    if (r->db)
-        cudaFree(r->db);
-    if (r->scratch)
-        cudaFree(r->scratch);
-    return OVL_OK;
+    if (what)
+        log_warn("device %d: releasing a rank: %s: %s%s", r->dev->ordinal, what,
+                 cudaGetErrorString(first), dev ? "" : " (its device memory is left)");
 }
 
 static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
@@ -434,7 +453,10 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         what = "cudaEventCreateWithFlags";
         ce = cudaEventCreateWithFlags(&r->ag_ev[i], cudaEventDisableTiming);
     }
-    for (uint32_t i = 0; ce == cudaSuccess && i < GEMM_WORKSPACES; i++) {
+    /* A workspace for every stream a plan may run GEMMs on (collective
+     * spreads them over all of its streams), taken now: none is allocated
+     * between the launches of an op (API-NOTES 0). */
+    for (uint32_t i = 0; ce == cudaSuccess && i < OVL_PLAN_MAX_STREAMS; i++) {
         what = "cudaMalloc (GEMM workspace)";
         ce = cudaMalloc(&r->workspace[i], OVLD_LT_WORKSPACE);
     }
@@ -696,23 +718,35 @@ static void teardown_run(uv_work_t *req)
 {
     setup_work_t *w = req->data;
     /* ncclCommDestroy is collective within the node: finalize all, then
-     * destroy all (NCCL's own single-process example). */
-    for (uint32_t i = 0; i < w->n; i++)
-        if (w->ranks[i]->nccl) {
-            cudaSetDevice(w->ranks[i]->dev->ordinal);
-            ncclCommFinalize(w->ranks[i]->nccl);
-        }
-    for (uint32_t i = 0; i < w->n; i++)
-        if (w->ranks[i]->nccl) {
-            ncclResult_t r = ncclSuccess;
-            ncclCommGetAsyncError(w->ranks[i]->nccl, &r);
-            while (r == ncclInProgress) {
-                sched_yield();
-                ncclCommGetAsyncError(w->ranks[i]->nccl, &r);
-            }
-            ncclCommDestroy(w->ranks[i]->nccl);
-            w->ranks[i]->nccl = NULL;
-        }
+     * destroy all (NCCL's own single-process example). A communicator that
+     * failed is aborted instead, as NCCL asks. */
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ovld_rank *rk = w->ranks[i];
+        if (!rk->nccl)
+            continue;
+        ncclResult_t e = cudaSetDevice(rk->dev->ordinal) == cudaSuccess ? ncclCommFinalize(rk->nccl)
+                                                                        : ncclUnhandledCudaError;
+        if (e != ncclSuccess && e != ncclInProgress)
+            log_warn("device %d: ncclCommFinalize: %s", rk->dev->ordinal, ncclGetErrorString(e));
+    }
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ovld_rank *rk = w->ranks[i];
+        if (!rk->nccl)
+            continue;
+        ncclResult_t r = ncclSuccess, q;
+        while ((q = ncclCommGetAsyncError(rk->nccl, &r)) == ncclSuccess && r == ncclInProgress)
+            sched_yield();
+        if (q != ncclSuccess)
+            r = q;
+        ncclResult_t e = r == ncclSuccess ? ncclCommDestroy(rk->nccl) : ncclCommAbort(rk->nccl);
+        if (r != ncclSuccess)
+            log_warn("device %d: the job's communicator failed (%s): aborted", rk->dev->ordinal,
+                     ncclGetErrorString(r));
+        if (e != ncclSuccess)
+            log_warn("device %d: %s: %s", rk->dev->ordinal,
+                     r == ncclSuccess ? "ncclCommDestroy" : "ncclCommAbort", ncclGetErrorString(e));
+        rk->nccl = NULL;
+    }
     for (uint32_t i = 0; i < w->n; i++) {
         rank_free_resources(w->ranks[i]);
         free(w->ranks[i]);
@@ -981,11 +1015,6 @@ static ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, 
 static ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
     USE_DEVICE(r);
-    if (!r->workspace[stream]) {
-        if (set_device(r->cb, r->dev) != OVL_OK)
-            return OVL_ERR_BACKEND;
-        CUDA_TRY(r->cb, cudaMalloc(&r->workspace[stream], OVLD_LT_WORKSPACE), "GEMM workspace");
-    }
     ovl_status_t st =
         ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream], OVLD_LT_WORKSPACE, args,
                      r->cb->last_err, sizeof(r->cb->last_err));
