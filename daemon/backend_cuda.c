@@ -56,9 +56,10 @@
 #include "plan.h"
 #include "clock.h"
 
-#define WATCHDOG_MS    100
-#define STUCK_CHECK_NS (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
-#define STUCK_WARN_NS  (5000ull * 1000 * 1000) /* and say so for ops older than 5 s */
+#define WATCHDOG_MS          100
+#define STUCK_CHECK_NS       (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
+#define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch on the loop thread */
+#define STUCK_WARN_NS        (5000ull * 1000 * 1000) /* and say so for ops older than 5 s */
 
 typedef struct cuda_backend cuda_backend_t;
 
@@ -605,8 +606,10 @@ typedef struct setup_work {
     bool teardown;
 } setup_work_t;
 
-/* Waits for nonblocking communicators to leave ncclInProgress. */
-static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n)
+/* Waits for nonblocking communicators to leave ncclInProgress, until
+ * deadline_ns (CLOCK_MONOTONIC; 0: no limit), after which it returns
+ * ncclInProgress. */
+static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n, uint64_t deadline_ns)
 {
     for (;;) {
         bool busy = false;
@@ -622,6 +625,8 @@ static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n)
         }
         if (!busy)
             return ncclSuccess;
+        if (deadline_ns && ovl_mono_ns() > deadline_ns)
+            return ncclInProgress;
         sched_yield();
     }
 }
@@ -653,7 +658,7 @@ static void setup_run(uv_work_t *req)
     if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress)
         r = e;
     if (r == ncclSuccess)
-        r = nccl_wait(w->ranks, w->n);
+        r = nccl_wait(w->ranks, w->n, 0); /* a worker: setup takes what it takes */
     if (r != ncclSuccess) {
         w->st = OVL_ERR_BACKEND;
         snprintf(w->msg, sizeof(w->msg), "NCCL communicator setup for %u ranks: %s", w->n,
@@ -981,14 +986,18 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         r = e;
     if (r == ncclInProgress) {
         /* Nonblocking comms: nothing else goes on their streams before the
-         * launch is complete (API-NOTES 1.3). */
+         * launch is complete (API-NOTES 1.3). This runs on the loop thread:
+         * a launch that is not complete within NCCL_LAUNCH_LIMIT_NS (a GPU
+         * that no longer moves) fails the op rather than hold every client
+         * up for ever. */
+        uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
         struct ovld_rank *rk[OVL_PLAN_MAX_WORLD > 64 ? 64 : OVL_PLAN_MAX_WORLD];
         uint32_t done = 0;
         while (done < n) {
             uint32_t c = 0;
             for (; c < 64 && done + c < n; c++)
                 rk[c] = parts[done + c].rank;
-            r = nccl_wait(rk, c);
+            r = nccl_wait(rk, c, deadline);
             if (r != ncclSuccess)
                 break;
             done += c;
@@ -998,7 +1007,8 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         cuda_backend_t *cb = (cuda_backend_t *)b;
         snprintf(cb->last_err, sizeof(cb->last_err),
                  "NCCL all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
-                 ncclGetErrorString(r));
+                 r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
+                                     : ncclGetErrorString(r));
         log_error("%s", cb->last_err);
         return OVL_ERR_BACKEND;
     }
