@@ -67,7 +67,13 @@ struct ovl_comm {
     struct ovl_doorbell *mirror;
     void *mirror_map;
     struct ovl_doorbell *mirror_dev; /* the same page, as the GPU sees it */
-    ovl_status_t err;                /* sticky, once seen */
+#ifdef OVL_HAVE_CUDA
+    /* Recorded on the caller's stream after each op's wait on the page, so
+     * that the page is unregistered only once no wait can still read it. */
+    cudaEvent_t waited;
+    bool waited_lost; /* a record failed: the last wait's end is unknown */
+#endif
+    ovl_status_t err; /* sticky, once seen */
     struct ovl_comm *next;
 };
 
@@ -425,15 +431,53 @@ fail:
     return st;
 }
 
+#ifdef OVL_HAVE_CUDA
+#define MIRROR_IDLE_WAIT_MS 2000
+
+/* Whether the caller's streams are past every wait they had on the comm's
+ * host page: its last op's wait, recorded by `waited`, has completed (the
+ * earlier ones are ordered before it, or long over: their done rang
+ * first). Gives up after MIRROR_IDLE_WAIT_MS (a stream held by the
+ * application, or an ovld that died and will never ring). */
+static bool mirror_idle(struct ovl_comm *cm)
+{
+    if (cm->waited_lost)
+        return false;
+    if (!cm->waited)
+        return true;
+    uint64_t deadline = ovl_mono_ms() + MIRROR_IDLE_WAIT_MS;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(cm->waited);
+        if (e == cudaSuccess)
+            return true;
+        if (e != cudaErrorNotReady) {
+            cudaGetLastError(); /* not the application's error to find later */
+            return false;
+        }
+        if (ovl_mono_ms() >= deadline)
+            return false;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+#endif
+
 static void comm_free(struct ovl_comm *cm)
 {
     if (cm->db_map)
         munmap(cm->db_map, cm->db_map_len);
 #ifdef OVL_HAVE_CUDA
-    if (cm->mirror_dev)
-        cudaHostUnregister(cm->mirror_map);
-    if (cm->mirror_map)
-        munmap(cm->mirror_map, OVL_DOORBELL_SIZE);
+    /* A wait that the GPU still polls must not find the page gone (that
+     * would fault the caller's context): until the last one is over the
+     * page stays, mapped and registered, and is leaked if it never is. */
+    if (!cm->mirror_dev || mirror_idle(cm)) {
+        if (cm->mirror_dev)
+            cudaHostUnregister(cm->mirror_map);
+        if (cm->mirror_map)
+            munmap(cm->mirror_map, OVL_DOORBELL_SIZE);
+    }
+    if (cm->waited)
+        cudaEventDestroy(cm->waited);
     if (!cm->db_map && cm->db) {
         int prev = 0;
         cudaGetDevice(&prev);
@@ -738,6 +782,10 @@ static ovl_status_t cuda_map_mirror(ovl_client_t *cl, struct ovl_comm *cm, int f
             cm->mirror_dev = dp;
         else
             cudaHostUnregister(p);
+    }
+    if (ce == cudaSuccess) {
+        what = "cudaEventCreateWithFlags (doorbell mirror)";
+        ce = cudaEventCreateWithFlags(&cm->waited, cudaEventDisableTiming);
     }
     cudaSetDevice(prev);
     return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
@@ -1155,6 +1203,11 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         if (cr != CUDA_SUCCESS)
             return fail(cl, OVL_ERR_BACKEND, "cuStreamWaitValue64 (doorbell done): %s",
                         ovl_cudrv_strerror(&cl->drv, cr));
+        /* Where the stream will be past this wait (comm_free). */
+        if (cudaEventRecord(cm->waited, (cudaStream_t)stream) != cudaSuccess) {
+            cudaGetLastError();
+            cm->waited_lost = true;
+        }
         return OVL_OK;
     }
 #endif
