@@ -322,6 +322,15 @@ void ovl__response_free(Ovl__Response *r)
         ovl__response__free_unpacked(r, NULL);
 }
 
+ovl_status_t ovl__status(ovl_client_t *cl, Ovl__Response **ret)
+{
+    Ovl__StatusRequest sq = OVL__STATUS_REQUEST__INIT;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_STATUS;
+    q.status = &sq;
+    return ovl__call(cl, &q, NULL, 0, ret);
+}
+
 /* ---------------------------------------------------------------- connect */
 
 static const char *socket_path(const char *path)

@@ -15,4 +15,7 @@ ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsign
                        Ovl__Response **ret);
 void ovl__response_free(Ovl__Response *r);
 
+/* A Status round trip: on OVL_OK, (*ret)->status is the daemon's status. */
+ovl_status_t ovl__status(ovl_client_t *cl, Ovl__Response **ret);
+
 #endif

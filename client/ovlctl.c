@@ -245,13 +245,8 @@ static int cmd_status(int argc, char **argv)
     ovl_client_t *cl;
     if (connect_or_die(&cl))
         return 1;
-    Ovl__StatusRequest sr = OVL__STATUS_REQUEST__INIT;
-    Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_STATUS;
-    q.status = &sr;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
-    if (st != OVL_OK) {
+    if (ovl__status(cl, &r) != OVL_OK) {
         fprintf(stderr, "ovlctl: status: %s\n", ovl_last_error(cl));
         ovl_disconnect(cl);
         return 1;

@@ -289,12 +289,8 @@ static void fresh_job_works(test_daemon_t *d, const char *job, uint32_t world)
 
 static Ovl__Response *status_call(ovl_client_t *cl)
 {
-    Ovl__StatusRequest sq = OVL__STATUS_REQUEST__INIT;
-    Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_STATUS;
-    q.status = &sq;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    ovl_status_t st = ovl__status(cl, &r);
     if (st != OVL_OK)
         fail_msg("Status: %s: %s", ovl_strerror(st), ovl_last_error(cl));
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_STATUS);
@@ -1501,12 +1497,8 @@ static void test_last_rank_leaves_with_op_pending(void **state)
     assert_int_equal(ovl_connect(d->sock, &cl), OVL_OK);
     uint64_t deadline = fixture_now_ms() + TIMEOUT_MS;
     for (;;) {
-        Ovl__StatusRequest sr = OVL__STATUS_REQUEST__INIT;
-        Ovl__Request q = OVL__REQUEST__INIT;
-        q.body_case = OVL__REQUEST__BODY_STATUS;
-        q.status = &sr;
         Ovl__Response *r = NULL;
-        assert_int_equal(ovl__call(cl, &q, NULL, 0, &r), OVL_OK);
+        assert_int_equal(ovl__status(cl, &r), OVL_OK);
         size_t jobs = r->status->n_jobs;
         uint64_t held = 0;
         for (size_t i = 0; i < r->status->n_devices; i++)

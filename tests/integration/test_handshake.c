@@ -53,12 +53,8 @@ static ovl_client_t *connect_ok(test_daemon_t *d)
 /* A Status request through libovl's raw call; free with ovl__response_free. */
 static Ovl__StatusReply *status_of(ovl_client_t *cl, Ovl__Response **ret_resp)
 {
-    Ovl__StatusRequest sq = OVL__STATUS_REQUEST__INIT;
-    Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_STATUS;
-    q.status = &sq;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    ovl_status_t st = ovl__status(cl, &r);
     if (st != OVL_OK)
         fail_msg("Status: %s: %s", ovl_strerror(st), ovl_last_error(cl));
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_STATUS);
