@@ -34,6 +34,7 @@
 #include "cuda_gemm.h"
 #include "half.h"
 #include "ovl.h"
+#include "demo_rnd.h"
 
 #define SKIP_CODE 77
 
@@ -62,19 +63,6 @@ static double rnd_unit(void)
     g_rng ^= g_rng >> 27;
     uint64_t r = g_rng * 0x2545f4914f6cdd1dull;
     return (double)(r >> 11) * 0x1p-53 * 2.0 - 1.0; /* [-1, 1) */
-}
-
-static double tolerance(ovl_dtype_t dtype)
-{
-    switch (dtype) {
-    case OVL_DTYPE_BF16:
-        return 1e-2;
-    case OVL_DTYPE_FP16:
-        return 2e-3;
-    case OVL_DTYPE_FP32:
-        return 1e-5;
-    }
-    return 0.0;
 }
 
 static uint64_t odd_ld(uint64_t x)
@@ -297,9 +285,9 @@ static void run_case(ovld_lt_t *lt, cudaStream_t s, tcase_t tc)
             snprintf(why, sizeof why, "pass %d: %zu bytes outside C were written", pass, bad);
             goto out;
         }
-        if (!(e < tolerance(tc.dtype))) {
+        if (!(e < ovl_demo_tolerance(tc.dtype))) {
             snprintf(why, sizeof why, "pass %d: relative error %.3g over %.g", pass, e,
-                     tolerance(tc.dtype));
+                     ovl_demo_tolerance(tc.dtype));
             goto out;
         }
     }

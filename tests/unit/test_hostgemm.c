@@ -22,6 +22,7 @@
 #include "half.h"
 #include "hostgemm.h"
 #include "ovl.h"
+#include "demo_rnd.h"
 
 #define POISON_BYTE 0xa5
 
@@ -329,19 +330,6 @@ static bool padding_intact(const mat_t *m)
     return true;
 }
 
-static double tolerance(ovl_dtype_t dtype)
-{
-    switch (dtype) {
-    case OVL_DTYPE_BF16:
-        return 1e-2;
-    case OVL_DTYPE_FP16:
-        return 2e-3;
-    case OVL_DTYPE_FP32:
-        return 1e-5;
-    }
-    return 0.0;
-}
-
 /*
  * One random product checked against the reference; pad is added to every
  * leading dimension (A, B, C and ref).
@@ -359,7 +347,7 @@ static void run_case(ovl_dtype_t dtype, size_t rows, size_t n, size_t k, int tra
     assert_int_equal(
         ovl_host_gemm(dtype, rows, n, k, a.data, a.ld, b.data, b.ld, transb, c.data, c.ld), OVL_OK);
     double err = ovl_rel_error(dtype, rows, n, c.data, c.ld, ref, ldref);
-    if (!(err < tolerance(dtype)))
+    if (!(err < ovl_demo_tolerance(dtype)))
         fail_msg("%s rows=%zu n=%zu k=%zu transb=%d pad=%zu: rel error %g", ovl_dtype_name(dtype),
                  rows, n, k, transb, pad, err);
     assert_true(padding_intact(&c));
