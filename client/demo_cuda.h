@@ -43,4 +43,16 @@ double ovl_demo_rel_error(const double acc[3]);
 }
 #endif
 
+/* In a rank's code (a `rank` in scope, an `out:` label for its cleanup):
+ * a failed CUDA call is reported with the rank and the call, then goes to
+ * out. */
+#define OVL_DEMO_CK(call)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));             \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
 #endif /* OVL_DEMO_CUDA_H */

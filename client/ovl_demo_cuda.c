@@ -15,15 +15,6 @@
 #include "demo_cuda.h"
 #include "ovl_demo.h"
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));             \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
-
 /* 256-byte aligned offsets, plus an odd 256-byte step when asked: pointers
  * inside one allocation, as PyTorch's caching allocator hands them out. */
 static size_t place(size_t *cursor, size_t bytes, bool interior)
@@ -50,41 +41,41 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     ovld_lt_t *lt = NULL;
     void *ws = NULL;
 
-    CK(cudaGetDeviceCount(&ndev));
+    OVL_DEMO_CK(cudaGetDeviceCount(&ndev));
     int dev = (int)(rank % (uint32_t)ndev);
-    CK(cudaSetDevice(dev));
+    OVL_DEMO_CK(cudaSetDevice(dev));
     if (ovl_comm_init(cl, o->job, o->world, rank, dev, comm) != OVL_OK) {
         fprintf(stderr, "rank %u: joining job '%s' on GPU %d: %s\n", rank, o->job, dev,
                 ovl_last_error(cl));
         goto out;
     }
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    OVL_DEMO_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OVL_DEMO_CK(cudaEventCreate(&e0));
+    OVL_DEMO_CK(cudaEventCreate(&e1));
 
     size_t cur = 0;
     size_t off_a = place(&cur, m * lda * es, o->interior);
     size_t off_b = place(&cur, brows * ldb * es, o->interior);
     size_t off_c = place(&cur, W * m * ldc * es, o->interior);
     size_t off_o = o->a_out ? place(&cur, W * m * ldo * es, o->interior) : 0;
-    CK(cudaMalloc((void **)&arena, cur + (o->interior ? 4096 : 0)));
+    OVL_DEMO_CK(cudaMalloc((void **)&arena, cur + (o->interior ? 4096 : 0)));
     void *a = arena + off_a, *b = arena + off_b, *c = arena + off_c;
     void *aout = o->a_out ? arena + off_o : NULL;
-    CK(ovl_demo_fill(dt, a, m, k, lda, o->seed, rank, 0, s));
-    CK(ovl_demo_fill(dt, b, brows, bcols, ldb, o->seed, rank, 1, s));
+    OVL_DEMO_CK(ovl_demo_fill(dt, a, m, k, lda, o->seed, rank, 0, s));
+    OVL_DEMO_CK(ovl_demo_fill(dt, b, brows, bcols, ldb, o->seed, rank, 1, s));
 
     /* The reference: C = [A_0; ...; A_(W-1)] @ op(B) in fp32, from the same
      * dtype values the ranks hold. */
-    CK(cudaMalloc((void **)&ga, W * m * k * es));
-    CK(cudaMalloc((void **)&ga32, W * m * k * sizeof(float)));
-    CK(cudaMalloc((void **)&b32, brows * bcols * sizeof(float)));
-    CK(cudaMalloc((void **)&ref, W * m * n * sizeof(float)));
-    CK(cudaMalloc((void **)&acc, 3 * sizeof(double)));
-    CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
+    OVL_DEMO_CK(cudaMalloc((void **)&ga, W * m * k * es));
+    OVL_DEMO_CK(cudaMalloc((void **)&ga32, W * m * k * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&b32, brows * bcols * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&ref, W * m * n * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&acc, 3 * sizeof(double)));
+    OVL_DEMO_CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
     for (uint32_t r = 0; r < W; r++)
-        CK(ovl_demo_fill(dt, ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0, s));
-    CK(ovl_demo_to_f32(dt, ga, W * m, k, k, ga32, s));
-    CK(ovl_demo_to_f32(dt, b, brows, bcols, ldb, b32, s));
+        OVL_DEMO_CK(ovl_demo_fill(dt, ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0, s));
+    OVL_DEMO_CK(ovl_demo_to_f32(dt, ga, W * m, k, k, ga32, s));
+    OVL_DEMO_CK(ovl_demo_to_f32(dt, b, brows, bcols, ldb, b32, s));
     char err[256];
     if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK) {
         fprintf(stderr, "rank %u: %s\n", rank, err);
@@ -104,7 +95,7 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
         fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
         goto out;
     }
-    CK(cudaStreamSynchronize(s));
+    OVL_DEMO_CK(cudaStreamSynchronize(s));
 
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
@@ -113,15 +104,15 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
         /* One op untimed first: plans, scratch, communicators and cuBLASLt's
          * choices are made on first use. Then poison the outputs and time. */
         ovl_status_t st = ovl_allgather_gemm(*comm, &d, s);
-        CK(cudaMemsetAsync(c, 0xff, W * m * ldc * es, s)); /* NaN: unwritten shows */
+        OVL_DEMO_CK(cudaMemsetAsync(c, 0xff, W * m * ldc * es, s)); /* NaN: unwritten shows */
         if (aout)
-            CK(cudaMemsetAsync(aout, 0xff, W * m * ldo * es, s));
-        CK(cudaEventRecord(e0, s));
+            OVL_DEMO_CK(cudaMemsetAsync(aout, 0xff, W * m * ldo * es, s));
+        OVL_DEMO_CK(cudaEventRecord(e0, s));
         for (int it = 0; it < o->iters && st == OVL_OK; it++)
             st = ovl_allgather_gemm(*comm, &d, s);
-        CK(cudaEventRecord(e1, s));
+        OVL_DEMO_CK(cudaEventRecord(e1, s));
         if (st == OVL_OK)
-            CK(cudaStreamSynchronize(s));
+            OVL_DEMO_CK(cudaStreamSynchronize(s));
         if (st == OVL_OK)
             st = ovl_comm_check(*comm);
         rs->status = st;
@@ -131,20 +122,20 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             break;
         }
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        OVL_DEMO_CK(cudaEventElapsedTime(&ms, e0, e1));
         rs->ms = ms / o->iters;
         double h[3];
-        CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
-        CK(ovl_demo_error_acc(dt, c, ldc, ref, W * m, n, acc, s));
-        CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
-        CK(cudaStreamSynchronize(s));
+        OVL_DEMO_CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+        OVL_DEMO_CK(ovl_demo_error_acc(dt, c, ldc, ref, W * m, n, acc, s));
+        OVL_DEMO_CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+        OVL_DEMO_CK(cudaStreamSynchronize(s));
         rs->rel_err = ovl_demo_rel_error(h);
         rs->a_out_ok = true;
         if (aout) {
-            CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
-            CK(ovl_demo_error_acc(dt, aout, ldo, ga32, W * m, k, acc, s));
-            CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
-            CK(cudaStreamSynchronize(s));
+            OVL_DEMO_CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+            OVL_DEMO_CK(ovl_demo_error_acc(dt, aout, ldo, ga32, W * m, k, acc, s));
+            OVL_DEMO_CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+            OVL_DEMO_CK(cudaStreamSynchronize(s));
             rs->a_out_ok = ovl_demo_rel_error(h) == 0; /* a copy: exact */
         }
     }

@@ -80,15 +80,6 @@ static const ovl_algo_t algos[] = {OVL_ALGO_AUTO, OVL_ALGO_NAIVE, OVL_ALGO_COLLE
                                    OVL_ALGO_RING};
 #define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "rank %u: %s: %s\n", rank, #call, cudaGetErrorString(e_));             \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
-
 /* Two siblings meet: each writes a byte to the other and reads the other's.
  * A peer that died gives EOF, not a hang. */
 static int barrier(int wfd, int rfd)
@@ -150,25 +141,26 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
         rc = SKIP_CODE;
         goto out;
     }
-    CK(cudaSetDevice((int)rank));
+    OVL_DEMO_CK(cudaSetDevice((int)rank));
     if (ovl_comm_init(cl, JOB_ID, WORLD, rank, (int)rank, &comm) != OVL_OK) {
         fprintf(stderr, "rank %u: ovl_comm_init: %s\n", rank, ovl_last_error(cl));
         goto out;
     }
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OVL_DEMO_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
     /* A, B and C in one allocation, the only memory ovld maps. */
     size_t cur = 0;
     size_t off_a = place(&cur, (size_t)M * K * es);
     size_t off_b = place(&cur, (size_t)K * N * es);
     size_t off_c = place(&cur, c_bytes);
-    CK(cudaMalloc((void **)&arena, cur));
+    OVL_DEMO_CK(cudaMalloc((void **)&arena, cur));
     void *a = arena + off_a, *b = arena + off_b, *c = arena + off_c;
-    CK(cudaMalloc((void **)&hist, (size_t)ITERS * slot_bytes));
-    CK(ovl_demo_fill(DTYPE, b, K, N, N, SEED_BASE, rank, 1, s));
-    CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
-    CK(cudaMemsetAsync(hist, 0xff, (size_t)ITERS * slot_bytes, s)); /* NaN in fp32 and bf16 */
-    CK(cudaStreamSynchronize(s));
+    OVL_DEMO_CK(cudaMalloc((void **)&hist, (size_t)ITERS * slot_bytes));
+    OVL_DEMO_CK(ovl_demo_fill(DTYPE, b, K, N, N, SEED_BASE, rank, 1, s));
+    OVL_DEMO_CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
+    OVL_DEMO_CK(
+        cudaMemsetAsync(hist, 0xff, (size_t)ITERS * slot_bytes, s)); /* NaN in fp32 and bf16 */
+    OVL_DEMO_CK(cudaStreamSynchronize(s));
 
     /* Start together: a rank that ran far ahead of one still starting would
      * only test the daemon's patience. */
@@ -180,8 +172,8 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     /* The loop: one stream, no host synchronization. */
     double t0 = ovl_mono_s();
     for (int i = 0; i < ITERS; i++) {
-        CK(ovl_demo_fill(DTYPE, a, M, K, K, SEED_BASE + (uint64_t)i, rank, 0, s));
-        CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
+        OVL_DEMO_CK(ovl_demo_fill(DTYPE, a, M, K, K, SEED_BASE + (uint64_t)i, rank, 0, s));
+        OVL_DEMO_CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
         ovl_ag_gemm_desc_t d = {.a = a,
                                 .lda = K,
                                 .b = b,
@@ -200,12 +192,12 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
         }
         char *slot = hist + (size_t)i * slot_bytes;
         if (i % 2 == 0)
-            CK(cudaMemcpyAsync(slot, c, c_bytes, cudaMemcpyDeviceToDevice, s));
+            OVL_DEMO_CK(cudaMemcpyAsync(slot, c, c_bytes, cudaMemcpyDeviceToDevice, s));
         else
-            CK(ovl_demo_to_f32(DTYPE, c, rows, N, N, (float *)slot, s));
+            OVL_DEMO_CK(ovl_demo_to_f32(DTYPE, c, rows, N, N, (float *)slot, s));
     }
     double t_sub = ovl_mono_s() - t0;
-    CK(cudaStreamSynchronize(s));
+    OVL_DEMO_CK(cudaStreamSynchronize(s));
     double t_all = ovl_mono_s() - t0;
     ovl_status_t st = ovl_comm_check(comm);
     if (st != OVL_OK) {
@@ -217,23 +209,23 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
            t_sub * 1e3, t_all * 1e3);
 
     /* The check: for each slot, the reference from both ranks' A of its seed. */
-    CK(cudaMalloc((void **)&ga, rows * K * es));
-    CK(cudaMalloc((void **)&ga32, rows * K * sizeof(float)));
-    CK(cudaMalloc((void **)&b32, (size_t)K * N * sizeof(float)));
-    CK(cudaMalloc((void **)&ref, rows * N * sizeof(float)));
-    CK(cudaMalloc((void **)&acc, WORLD * 3 * sizeof(double)));
-    CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
+    OVL_DEMO_CK(cudaMalloc((void **)&ga, rows * K * es));
+    OVL_DEMO_CK(cudaMalloc((void **)&ga32, rows * K * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&b32, (size_t)K * N * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&ref, rows * N * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&acc, WORLD * 3 * sizeof(double)));
+    OVL_DEMO_CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
     if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK) {
         fprintf(stderr, "rank %u: %s\n", rank, err);
         goto out;
     }
-    CK(ovl_demo_to_f32(DTYPE, b, K, N, N, b32, s));
+    OVL_DEMO_CK(ovl_demo_to_f32(DTYPE, b, K, N, N, b32, s));
     int bad = 0;
     for (int i = 0; i < ITERS; i++) {
         for (uint32_t r = 0; r < WORLD; r++)
-            CK(ovl_demo_fill(DTYPE, ga + (size_t)r * M * K * es, M, K, K, SEED_BASE + (uint64_t)i,
-                             r, 0, s));
-        CK(ovl_demo_to_f32(DTYPE, ga, rows, K, K, ga32, s));
+            OVL_DEMO_CK(ovl_demo_fill(DTYPE, ga + (size_t)r * M * K * es, M, K, K,
+                                      SEED_BASE + (uint64_t)i, r, 0, s));
+        OVL_DEMO_CK(ovl_demo_to_f32(DTYPE, ga, rows, K, K, ga32, s));
         ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
                               .rows = rows,
                               .n = N,
@@ -253,12 +245,12 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
         size_t ses = ovl_dtype_size(sdt);
         const char *slot = hist + (size_t)i * slot_bytes;
         double h[WORLD][3];
-        CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+        OVL_DEMO_CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
         for (uint32_t r = 0; r < WORLD; r++)
-            CK(ovl_demo_error_acc(sdt, slot + (size_t)r * M * N * ses, N, ref + (size_t)r * M * N,
-                                  M, N, acc + 3 * r, s));
-        CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
-        CK(cudaStreamSynchronize(s));
+            OVL_DEMO_CK(ovl_demo_error_acc(sdt, slot + (size_t)r * M * N * ses, N,
+                                           ref + (size_t)r * M * N, M, N, acc + 3 * r, s));
+        OVL_DEMO_CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+        OVL_DEMO_CK(cudaStreamSynchronize(s));
         bool ok = true;
         double e[WORLD];
         for (uint32_t r = 0; r < WORLD; r++) {
