@@ -183,9 +183,14 @@ static ovld_job_t *job_find(ovld_t *d, const char *id)
     return NULL;
 }
 
-/* Rings done with op->st on every rank that submitted op (or every joined
- * rank when all did); completions come back through ovld_job_on_done. */
 static void op_complete(ovld_t *d, ovld_job_t *j, ovld_op_t *op);
+
+/* An op still waiting in the queue for its ranks or its turn (refusals,
+ * one rank's alone, are not ops the job waits for). */
+static bool op_pending(const ovld_op_t *op)
+{
+    return !op->issued && !op->refusal;
+}
 
 /* The ringer is done with op: end it if its completions are all in. */
 static void op_rung(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
@@ -195,6 +200,8 @@ static void op_rung(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         op_complete(d, j, op);
 }
 
+/* Rings done with op->st on every rank that submitted op (or every joined
+ * rank when all did); completions come back through ovld_job_on_done. */
 static void op_fail(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     op->issued = true;
@@ -704,7 +711,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
     bool others = job_has_clients(j); /* m->conn is NULL by now */
     bool pending = false;
     for (ovld_op_t *op = j->ops; op; op = op->next)
-        pending = pending || (!op->issued && !op->refusal);
+        pending = pending || op_pending(op);
     bool live =
         j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP || j->state == OVLD_JOB_READY;
     if (others && !pending && live) {
@@ -720,7 +727,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
         snprintf(j->last_error, sizeof(j->last_error), "rank %u left the job (%s)", m->rank, why);
         log_warn("job '%s': aborted: rank %u left (%s) with ops pending", j->id, m->rank, why);
         for (ovld_op_t *op = j->ops; op; op = op->next)
-            if (!op->issued && !op->refusal) {
+            if (op_pending(op)) {
                 op->st = OVL_ERR_ABORTED;
                 snprintf(op->msg, sizeof(op->msg), "job aborted: rank %u left (%s)", m->rank, why);
             }
@@ -907,7 +914,7 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
          * after the client saw its doorbell rung. */
         uint32_t pending = 0;
         for (ovld_op_t *o = j->ops; o; o = o->next)
-            pending += !o->issued && !o->refusal;
+            pending += op_pending(o);
         /* The client throttles to the window it was told; a reload may
          * have changed the setting since. */
         uint32_t limit =
