@@ -24,7 +24,7 @@ def test_status_json_fields():
         assert s["backend"] == "host"
         assert s["socket"] == d.socket
         assert s["config_file"].endswith("ovld.conf")
-        assert s["protocol_version"] == 1
+        assert s["protocol_version"] == 2
         assert s["version"].count(".") == 2
         assert s["uptime_s"] >= 0
         assert s["connections"] == 1  # ovlctl itself
