@@ -1,9 +1,9 @@
 /*
  * backend_cuda.c: the CUDA backend. One process drives every GPU of the
  * node: per rank a set of non-blocking streams (communication streams at the
- * highest priority), events, a doorbell (done and the error word in device
- * memory exported to the client; ready in a host page the two share), a
- * cuBLASLt workspace per stream; per job one NCCL communicator per
+ * highest priority), events, a doorbell (a host page the two share, whose
+ * slots both processes' streams wait on; proto/doorbell.h), a cuBLASLt
+ * workspace per stream; per job one NCCL communicator per
  * local rank, created nonblocking in one group off the loop thread. Client
  * buffers arrive as CUDA IPC handles, opened once per (device, handle) and
  * kept in a reference-counted cache.
