@@ -59,11 +59,11 @@ struct ovl_comm {
     void *db_map;
     size_t db_map_len;
     int device; /* CUDA: the comm's device */
-    /* CUDA: the doorbell's host page, shared with ovld. The ready slots
-     * live here: the caller's stream writes them (through mirror_dev) and
-     * ovld's stream waits on them, so that ovld can end those waits itself
-     * should this process die (proto/doorbell.h). done and the error word here are ovld's host
-     * copies of the device doorbell's, for host-side waits. */
+    /* CUDA: the doorbell's host page, shared with ovld (proto/doorbell.h).
+     * The caller's stream writes its ready slots and waits on its done
+     * slots (through mirror_dev); ovld's stream does the converse, and ovld
+     * can end both sides' waits with CPU stores should this process die.
+     * done and the error word here are what host-side waits read. */
     struct ovl_doorbell *mirror;
     void *mirror_map;
     struct ovl_doorbell *mirror_dev; /* the same page, as the GPU sees it */
@@ -766,7 +766,8 @@ static ovl_status_t cuda_open_doorbell(ovl_client_t *cl, struct ovl_comm *cm,
 }
 
 /* Maps the doorbell's host page (see struct ovl_comm) and registers it, so
- * that the caller's stream can write `ready` there. */
+ * that the caller's stream can write its ready slots and wait on its done
+ * slots there. */
 static ovl_status_t cuda_map_mirror(ovl_client_t *cl, struct ovl_comm *cm, int fd)
 {
     void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -905,8 +906,8 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         cm->cl = cl;
         if ((st = cuda_open_doorbell(cl, cm, &cr->doorbell_ipc)) != OVL_OK)
             goto out;
-        /* The host page: ready, and the copies of done and the error word
-         * that host-side waits read (never the device doorbell). */
+        /* The host page: the slots the streams wait on, and done and the
+         * error word that host-side waits read. */
         if (fd < 0) {
             st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell mirror");
             goto out;
