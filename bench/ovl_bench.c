@@ -121,8 +121,8 @@ static void usage(FILE *f)
             "  --algos LIST      naive,collective,ring,auto (default naive,collective,ring)\n"
             "  --chunks LIST     chunk counts, 0 = the daemon's default (default 0,2,4);\n"
             "                    naive runs once\n"
-            "  --warmup N        untimed ops per config (default 5)\n"
-            "  --iters N         timed ops per config (default 30)\n"
+            "  --warmup N        untimed ops per config (default 10)\n"
+            "  --iters N         timed ops per config (default 100)\n"
             "  --results FILE    append the table as markdown (default bench/results.md;\n"
             "                    - for none)\n"
             "  --check           check every ovl result (default)\n"
@@ -220,8 +220,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     int ch;
 
     *o = (bopts_t){.dtype = OVL_DTYPE_BF16,
-                   .warmup = 5,
-                   .iters = 30,
+                   .warmup = 10,
+                   .iters = 100,
                    .results = "bench/results.md",
                    .check = true,
                    .label = "",
