@@ -53,21 +53,20 @@ struct ovl_comm {
     ovl_client_t *cl;
     uint64_t id;
     uint32_t world, rank;
-    uint64_t seq;            /* the last op submitted */
-    uint32_t window;         /* ops in flight that ovld accepts */
-    struct ovl_doorbell *db; /* host: mapped; CUDA: device memory (IPC) */
+    uint64_t seq;    /* the last op submitted */
+    uint32_t window; /* ops in flight that ovld accepts */
+    /* The doorbell (proto/doorbell.h): a page of a memfd that ovld shares,
+     * mapped here. done and the error word are what host-side waits read. */
+    struct ovl_doorbell *db;
     void *db_map;
     size_t db_map_len;
     int device; /* CUDA: the comm's device */
-    /* CUDA: the doorbell's host page, shared with ovld (proto/doorbell.h).
-     * The caller's stream writes its ready slots and waits on its done
-     * slots (through mirror_dev); ovld's stream does the converse, and ovld
-     * can end both sides' waits with CPU stores should this process die.
-     * done and the error word here are what host-side waits read. */
-    struct ovl_doorbell *mirror;
-    void *mirror_map;
-    struct ovl_doorbell *mirror_dev; /* the same page, as the GPU sees it */
 #ifdef OVL_HAVE_CUDA
+    /* The same page as the GPU sees it, registered with CUDA: the caller's
+     * stream writes its ready slots and waits on its done slots; ovld's
+     * stream does the converse, and ovld can end both sides' waits with
+     * CPU stores should this process die. */
+    struct ovl_doorbell *db_dev;
     /* Recorded on the caller's stream after each op's wait on the page, so
      * that the page is unregistered only once no wait can still read it. */
     cudaEvent_t waited;
@@ -441,20 +440,20 @@ fail:
 }
 
 #ifdef OVL_HAVE_CUDA
-#define MIRROR_IDLE_WAIT_MS 2000
+#define DOORBELL_IDLE_WAIT_MS 2000
 
 /* Whether the caller's streams are past every wait they had on the comm's
- * host page: its last op's wait, recorded by `waited`, has completed (the
+ * doorbell: its last op's wait, recorded by `waited`, has completed (the
  * earlier ones are ordered before it, or long over: their done rang
- * first). Gives up after MIRROR_IDLE_WAIT_MS (a stream held by the
+ * first). Gives up after DOORBELL_IDLE_WAIT_MS (a stream held by the
  * application, or an ovld that died and will never ring). */
-static bool mirror_idle(struct ovl_comm *cm)
+static bool doorbell_idle(struct ovl_comm *cm)
 {
     if (cm->waited_lost)
         return false;
     if (!cm->waited)
         return true;
-    uint64_t deadline = ovl_mono_ms() + MIRROR_IDLE_WAIT_MS;
+    uint64_t deadline = ovl_mono_ms() + DOORBELL_IDLE_WAIT_MS;
     for (;;) {
         cudaError_t e = cudaEventQuery(cm->waited);
         if (e == cudaSuccess)
@@ -473,28 +472,22 @@ static bool mirror_idle(struct ovl_comm *cm)
 
 static void comm_free(struct ovl_comm *cm)
 {
-    if (cm->db_map)
-        munmap(cm->db_map, cm->db_map_len);
+    bool unmap = cm->db_map != NULL;
 #ifdef OVL_HAVE_CUDA
     /* A wait that the GPU still polls must not find the page gone (that
      * would fault the caller's context): until the last one is over the
      * page stays, mapped and registered, and is leaked if it never is. */
-    if (!cm->mirror_dev || mirror_idle(cm)) {
-        if (cm->mirror_dev)
-            cudaHostUnregister(cm->mirror_map);
-        if (cm->mirror_map)
-            munmap(cm->mirror_map, OVL_DOORBELL_SIZE);
+    if (cm->db_dev) {
+        if (doorbell_idle(cm))
+            cudaHostUnregister(cm->db_map);
+        else
+            unmap = false;
     }
     if (cm->waited)
         cudaEventDestroy(cm->waited);
-    if (!cm->db_map && cm->db) {
-        int prev = 0;
-        cudaGetDevice(&prev);
-        cudaSetDevice(cm->device);
-        cudaIpcCloseMemHandle(cm->db);
-        cudaSetDevice(prev);
-    }
 #endif
+    if (unmap)
+        munmap(cm->db_map, cm->db_map_len);
     free(cm);
 }
 
@@ -742,59 +735,31 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
     return OVL_OK;
 }
 
-/* Opens the comm's doorbell, exported by ovld from the comm's GPU. */
-static ovl_status_t cuda_open_doorbell(ovl_client_t *cl, struct ovl_comm *cm,
-                                       const ProtobufCBinaryData *ipc)
-{
-    if (ipc->len != sizeof(cudaIpcMemHandle_t))
-        return broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell handle");
-    cudaIpcMemHandle_t h;
-    memcpy(&h, ipc->data, sizeof(h));
-    int prev = 0;
-    cudaGetDevice(&prev);
-    void *p = NULL;
-    cudaError_t ce = cudaSetDevice(cm->device);
-    const char *what = "cudaSetDevice";
-    if (ce == cudaSuccess) {
-        what = "cudaIpcOpenMemHandle (doorbell)";
-        ce = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    }
-    if (ce == cudaSuccess)
-        cm->db = p;
-    cudaSetDevice(prev);
-    return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
-}
-
-/* Maps the doorbell's host page (see struct ovl_comm) and registers it, so
+/* Registers the comm's doorbell page with CUDA (see struct ovl_comm), so
  * that the caller's stream can write its ready slots and wait on its done
  * slots there. */
-static ovl_status_t cuda_map_mirror(ovl_client_t *cl, struct ovl_comm *cm, int fd)
+static ovl_status_t cuda_register_doorbell(ovl_client_t *cl, struct ovl_comm *cm)
 {
-    void *p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        return fail(cl, OVL_ERR_SYSTEM, "mapping the doorbell mirror: %s", strerror(errno));
-    cm->mirror_map = p;
-    cm->mirror = p;
     int prev = 0;
     cudaGetDevice(&prev);
     cudaError_t ce = cudaSetDevice(cm->device);
     const char *what = "cudaSetDevice";
     if (ce == cudaSuccess) {
-        what = "cudaHostRegister (doorbell mirror)";
-        ce = cudaHostRegister(p, OVL_DOORBELL_SIZE,
+        what = "cudaHostRegister (doorbell)";
+        ce = cudaHostRegister(cm->db_map, cm->db_map_len,
                               cudaHostRegisterMapped | cudaHostRegisterPortable);
     }
     if (ce == cudaSuccess) {
         void *dp = NULL;
-        what = "cudaHostGetDevicePointer (doorbell mirror)";
-        ce = cudaHostGetDevicePointer(&dp, p, 0);
+        what = "cudaHostGetDevicePointer (doorbell)";
+        ce = cudaHostGetDevicePointer(&dp, cm->db, 0);
         if (ce == cudaSuccess)
-            cm->mirror_dev = dp;
+            cm->db_dev = dp;
         else
-            cudaHostUnregister(p);
+            cudaHostUnregister(cm->db_map);
     }
     if (ce == cudaSuccess) {
-        what = "cudaEventCreateWithFlags (doorbell mirror)";
+        what = "cudaEventCreateWithFlags (doorbell)";
         ce = cudaEventCreateWithFlags(&cm->waited, cudaEventDisableTiming);
     }
     cudaSetDevice(prev);
@@ -895,31 +860,6 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
      * later reply never gets it. */
     if (cr->fd_count == 1)
         fd = ovl_fdq_pop(&cl->fdq);
-    if (!cl->host) {
-#ifdef OVL_HAVE_CUDA
-        cm = calloc(1, sizeof(*cm));
-        if (!cm) {
-            st = fail(cl, OVL_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-        cm->device = device;
-        cm->cl = cl;
-        if ((st = cuda_open_doorbell(cl, cm, &cr->doorbell_ipc)) != OVL_OK)
-            goto out;
-        /* The host page: the slots the streams wait on, and done and the
-         * error word that host-side waits read. */
-        if (fd < 0) {
-            st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell mirror");
-            goto out;
-        }
-        if ((st = cuda_map_mirror(cl, cm, fd)) != OVL_OK)
-            goto out;
-        goto linked;
-#else
-        st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
-        goto out;
-#endif
-    }
     if (fd < 0) {
         st = broken(cl, OVL_ERR_PROTOCOL, "CommInit came without its doorbell");
         goto out;
@@ -929,6 +869,8 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         st = fail(cl, OVL_ERR_NOMEM, "out of memory");
         goto out;
     }
+    cm->cl = cl;
+    cm->device = device;
     cm->db_map_len = (size_t)cr->doorbell_offset + OVL_DOORBELL_SIZE;
     cm->db_map = mmap(NULL, cm->db_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (cm->db_map == MAP_FAILED) {
@@ -937,10 +879,15 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
     }
     cm->db = (struct ovl_doorbell *)((char *)cm->db_map + cr->doorbell_offset);
+    if (!cl->host) {
 #ifdef OVL_HAVE_CUDA
-linked:
+        if ((st = cuda_register_doorbell(cl, cm)) != OVL_OK)
+            goto out;
+#else
+        st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
+        goto out;
 #endif
-    cm->cl = cl;
+    }
     cm->id = cr->comm_id;
     cm->window = cr->max_in_flight ? cr->max_in_flight : 1;
     cm->world = world;
@@ -983,8 +930,6 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
     if (cm->err != OVL_OK)
         return cm->err;
     const struct ovl_doorbell *db = cm->db;
-    if (!cl->host)
-        db = cm->mirror; /* the device doorbell's host copy */
     int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
     if (e == 0)
         return OVL_OK;
@@ -1026,11 +971,11 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
     ovl_client_t *cl = cm->cl;
     uint64_t deadline = deadline_of(cl);
     if (!cl->host) {
-        /* ovld's stream writes the host mirror right after the device
-         * doorbell: poll plain memory, spinning briefly, then sleeping 20 us
-         * between looks (a throttled rank waits about one op). */
+        /* ovld's stream writes done, with no futex wake: poll plain memory,
+         * spinning briefly, then sleeping 20 us between looks (a throttled
+         * rank waits about one op). */
         unsigned spins = 0;
-        while (__atomic_load_n(&cm->mirror->done, __ATOMIC_ACQUIRE) < target) {
+        while (__atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target) {
             if (++spins < 64) {
                 sched_yield();
                 continue;
@@ -1038,7 +983,7 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
             if (deadline && left_ms(deadline) == 0)
                 return fail(cl, OVL_ERR_TIMEOUT,
                             "op %" PRIu64 " not done within %d ms (done: %" PRIu64 ")", target,
-                            cl->timeout_ms, __atomic_load_n(&cm->mirror->done, __ATOMIC_RELAXED));
+                            cl->timeout_ms, __atomic_load_n(&cm->db->done, __ATOMIC_RELAXED));
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
             if ((spins & 1023) == 0 && daemon_gone(cl))
@@ -1198,7 +1143,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         if ((st = cuda_load(cl)) != OVL_OK)
             return st;
         CUstream s = (CUstream)stream;
-        uint64_t *slot = &cm->mirror_dev->ready_slot[g.seq % OVL_READY_SLOTS];
+        uint64_t *slot = &cm->db_dev->ready_slot[g.seq % OVL_READY_SLOTS];
         CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)slot, g.seq,
                                                    CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr != CUDA_SUCCESS)
@@ -1208,7 +1153,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
             return st;
         cm->seq = g.seq;
         cr = cl->drv.stream_wait_value64(
-            s, (CUdeviceptr)(uintptr_t)&cm->mirror_dev->done_slot[g.seq % OVL_READY_SLOTS], g.seq,
+            s, (CUdeviceptr)(uintptr_t)&cm->db_dev->done_slot[g.seq % OVL_READY_SLOTS], g.seq,
             CU_STREAM_WAIT_VALUE_GEQ);
         if (cr != CUDA_SUCCESS)
             return fail(cl, OVL_ERR_BACKEND, "cuStreamWaitValue64 (doorbell done): %s",

@@ -35,7 +35,7 @@ extern "C" {
 
 /* The wire protocol's version. A daemon and a client of different protocol
  * versions refuse each other at the handshake, naming both versions. */
-#define OVL_PROTOCOL_VERSION 2
+#define OVL_PROTOCOL_VERSION 3
 
 /* The socket a client uses when given none and $OVL_SOCKET is unset. */
 #define OVL_DEFAULT_SOCKET "/run/ovl/ovld.sock"

@@ -61,12 +61,11 @@ typedef struct ovld_mem_import {
     int device; /* index into the backend's devices; -1: unknown */
 } ovld_mem_import_t;
 
-/* What a rank's client needs to open its doorbell. */
+/* What a rank's client needs to open its doorbell: a page of a memfd, in
+ * either backend (the CUDA one registers it with CUDA). */
 typedef struct ovld_doorbell_export {
-    int fd;          /* host: a dup of the doorbell memfd for the client (caller closes) */
-    uint64_t offset; /* host: offset of struct ovl_doorbell in that file */
-    uint8_t ipc[64]; /* cuda: IPC handle of the doorbell allocation */
-    size_t ipc_len;
+    int fd;          /* a dup of the doorbell memfd for the client (caller closes) */
+    uint64_t offset; /* offset of struct ovl_doorbell in that file */
 } ovld_doorbell_export_t;
 
 /* A GEMM over nblocks row blocks: for b in [0, nblocks):

@@ -21,14 +21,15 @@
  *   PULL        cudaMemcpy(2D)Async from the peer's mapping (copy engine)
  *   GEMM        cuBLASLt (cuda_gemm.c)
  *   SLEEP       kernels.cu
- *   DONE        error word (if failed), then done = seq, by stream memory
+ *   DONE        error word (if failed), then done_slot[seq % slots] = seq
+ *               and done = seq in the shared page, by stream memory
  *               operations; a host function then reports the completion
  *               to the loop, and a watchdog timer catches what host
  *               functions cannot (they never run after a context error).
  *
- * Device memory is taken when ranks are created (doorbells, workspaces,
- * events) or when scratch grows between ops, never between the launches of
- * one collective: cudaMalloc and cudaFree may synchronize every GPU.
+ * Device memory is taken when ranks are created (workspaces, events) or when scratch grows between
+ * ops, never between the launches of one collective: cudaMalloc and cudaFree may synchronize every
+ * GPU.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -104,18 +105,17 @@ struct ovld_rank {
     void *workspace[OVL_PLAN_MAX_STREAMS];
     cudaEvent_t *events;
     uint32_t nevents;
-    cudaEvent_t ag_ev[2];    /* the copy-engine all-gather's own: ready, read */
-    struct ovl_doorbell *db; /* device memory */
-    /* A memfd page mapped by both, registered with CUDA in both so that
-     * stream memory operations reach it. It holds the ready slots, which
-     * the client's stream writes and stream 0 waits on: ovld can release that
-     * wait with a CPU store, which no stalled GPU queue can hold up. And a
-     * host copy of done and the error word, written by stream 0 right after
-     * the device ones, so that the client's host-side waits (throttle,
-     * synchronize, check) read plain memory. */
-    struct ovl_doorbell *mirror;
-    struct ovl_doorbell *mirror_dev;
-    int mirror_fd;
+    cudaEvent_t ag_ev[2]; /* the copy-engine all-gather's own: ready, read */
+    /* The doorbell: a memfd page mapped by both processes and registered
+     * with CUDA in both, so that stream memory operations reach it. The
+     * streams' waits are on its slots (the client's stream writes ready
+     * slots that stream 0 waits on, and waits on done slots that stream 0
+     * writes), so ovld can end either side's wait with a CPU store, which
+     * no stalled GPU queue can hold up. done and the error word are what
+     * the client's host-side waits (throttle, synchronize, check) read. */
+    struct ovl_doorbell *db;     /* as the host sees it */
+    struct ovl_doorbell *db_dev; /* as the GPU sees it */
+    int db_fd;
     cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
     cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
@@ -408,20 +408,18 @@ static void rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaStreamSynchronize(r->cstream));
             FREE_TRY(cudaStreamDestroy(r->cstream));
         }
-        if (r->mirror) {
-            FREE_TRY(cudaHostUnregister(r->mirror));
-            munmap(r->mirror, OVL_DOORBELL_SIZE);
+        if (r->db) {
+            FREE_TRY(cudaHostUnregister(r->db));
+            munmap(r->db, OVL_DOORBELL_SIZE);
         }
-        if (r->db)
-            FREE_TRY(cudaFree(r->db));
         if (r->scratch)
             FREE_TRY(cudaFree(r->scratch));
     }
 #undef FREE_TRY
     free(r->free_ev);
     free(r->events);
-    if (r->mirror_fd >= 0)
-        close(r->mirror_fd);
+    if (r->db_fd >= 0)
+        close(r->db_fd);
     if (what)
         log_warn("device %d: releasing a rank: %s: %s%s", r->dev->ordinal, what,
                  cudaGetErrorString(first), dev ? "" : " (its device memory is left)");
@@ -438,7 +436,7 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         return OVL_ERR_NOMEM;
     r->cb = cb;
     r->dev = &cb->devs[device];
-    r->mirror_fd = -1;
+    r->db_fd = -1;
     ovl_status_t st = OVL_ERR_BACKEND;
     cudaError_t ce = cudaSetDevice(r->dev->ordinal);
     const char *what = "cudaSetDevice";
@@ -462,39 +460,26 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         ce = cudaMalloc(&r->workspace[i], OVLD_LT_WORKSPACE);
     }
     if (ce == cudaSuccess) {
-        what = "cudaMalloc (doorbell)";
-        ce = cudaMalloc((void **)&r->db, OVL_DOORBELL_SIZE);
-    }
-    if (ce == cudaSuccess) {
-        what = "cudaMemset (doorbell)";
-        ce = cudaMemset(r->db, 0, OVL_DOORBELL_SIZE);
-    }
-    cudaIpcMemHandle_t h;
-    if (ce == cudaSuccess) {
-        what = "cudaIpcGetMemHandle (doorbell)";
-        ce = cudaIpcGetMemHandle(&h, r->db);
-    }
-    if (ce == cudaSuccess) {
         what = "cudaStreamCreateWithPriority (completions)";
         ce = cudaStreamCreateWithPriority(&r->cstream, cudaStreamNonBlocking, r->dev->prio_lo);
     }
     if (ce == cudaSuccess) {
-        what = "the doorbell's host mirror (memfd)";
-        r->mirror_fd = memfd_create("ovl-doorbell-mirror", MFD_CLOEXEC);
+        what = "the doorbell (memfd)";
+        r->db_fd = memfd_create("ovl-doorbell", MFD_CLOEXEC);
         void *p = MAP_FAILED;
-        if (r->mirror_fd >= 0 && ftruncate(r->mirror_fd, OVL_DOORBELL_SIZE) == 0)
-            p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, r->mirror_fd, 0);
+        if (r->db_fd >= 0 && ftruncate(r->db_fd, OVL_DOORBELL_SIZE) == 0)
+            p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, r->db_fd, 0);
         if (p == MAP_FAILED) {
             ce = cudaErrorMemoryAllocation;
         } else {
             memset(p, 0, OVL_DOORBELL_SIZE);
-            what = "cudaHostRegister (doorbell mirror)";
+            what = "cudaHostRegister (doorbell)";
             ce = cudaHostRegister(p, OVL_DOORBELL_SIZE,
                                   cudaHostRegisterMapped | cudaHostRegisterPortable);
             if (ce == cudaSuccess) {
-                r->mirror = p;
-                what = "cudaHostGetDevicePointer (doorbell mirror)";
-                ce = cudaHostGetDevicePointer((void **)&r->mirror_dev, p, 0);
+                r->db = p;
+                what = "cudaHostGetDevicePointer (doorbell)";
+                ce = cudaHostGetDevicePointer((void **)&r->db_dev, p, 0);
             } else {
                 munmap(p, OVL_DOORBELL_SIZE);
             }
@@ -507,15 +492,13 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         return st;
     }
     memset(ret_db, 0, sizeof(*ret_db));
-    ret_db->fd = fcntl(r->mirror_fd, F_DUPFD_CLOEXEC, 0);
+    ret_db->fd = fcntl(r->db_fd, F_DUPFD_CLOEXEC, 0);
     if (ret_db->fd < 0) {
-        log_error("device %u: dup of the doorbell mirror: %s", device, strerror(errno));
+        log_error("device %u: dup of the doorbell: %s", device, strerror(errno));
         rank_free_resources(r);
         free(r);
         return OVL_ERR_SYSTEM;
     }
-    memcpy(ret_db->ipc, &h, sizeof(h));
-    ret_db->ipc_len = sizeof(h);
     ret_db->offset = 0;
     r->next = cb->ranks;
     cb->ranks = r;
@@ -559,8 +542,8 @@ static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi
      * Not UINT64_MAX: the GPU compares cyclically (proto/doorbell.h). */
     uint64_t v = ovl_doorbell_release_value(seq_hi);
     for (uint32_t i = 0; i < OVL_READY_SLOTS; i++) {
-        __atomic_store_n(&r->mirror->ready_slot[i], v, __ATOMIC_RELEASE);
-        __atomic_store_n(&r->mirror->done_slot[i], v, __ATOMIC_RELEASE);
+        __atomic_store_n(&r->db->ready_slot[i], v, __ATOMIC_RELEASE);
+        __atomic_store_n(&r->db->done_slot[i], v, __ATOMIC_RELEASE);
     }
 }
 
@@ -842,12 +825,12 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
 static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
     USE_DEVICE(r);
-    return drv_check(r,
-                     r->cb->drv.stream_wait_value64(
-                         (CUstream)r->streams[stream],
-                         (CUdeviceptr)&r->mirror_dev->ready_slot[seq % OVL_READY_SLOTS], seq,
-                         CU_STREAM_WAIT_VALUE_GEQ),
-                     "cuStreamWaitValue64 (doorbell ready)");
+    return drv_check(
+        r,
+        r->cb->drv.stream_wait_value64((CUstream)r->streams[stream],
+                                       (CUdeviceptr)&r->db_dev->ready_slot[seq % OVL_READY_SLOTS],
+                                       seq, CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue64 (doorbell ready)");
 }
 
 static ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
@@ -1097,34 +1080,28 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     CUresult cr = CUDA_SUCCESS;
     if (set_device(r->cb, r->dev) != OVL_OK)
         cr = CUDA_ERROR_INVALID_CONTEXT;
-    /* The first failure's status and op, in the device doorbell and in its
-     * host mirror alike; later failures leave them be. */
-    struct ovl_doorbell *dbs[2] = {r->db, r->mirror_dev};
-    for (int i = 0; i < 2 && cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written; i++) {
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&dbs[i]->error_seq, seq,
+    /* The first failure's status and op; later failures leave them be. */
+    if (cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written) {
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db_dev->error_seq, seq,
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
         if (cr == CUDA_SUCCESS)
-            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&dbs[i]->error,
+            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&r->db_dev->error,
                                               (cuuint32_t)(int32_t)status,
                                               CU_STREAM_WRITE_VALUE_DEFAULT);
     }
     if (status != OVL_OK)
         r->error_written = true;
-    /* The default flag orders the write after all prior work's memory
-     * writes: the client sees C before it sees done; the host mirror after
-     * the device word. */
+    /* The default flag orders each write after all prior work's memory
+     * writes: the client sees C before it sees done. First the slot that the
+     * client's stream waits on (proto/doorbell.h), then done, which host-side
+     * waits read: once libovl sees done, the slot is written too, and the
+     * page may be unregistered (ovl_comm_destroy). */
     if (cr == CUDA_SUCCESS)
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db->done, seq,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT);
-    /* What the client's stream waits on (proto/doorbell.h), then the host
-     * copy: once libovl's host-side wait sees done, the slot is written too,
-     * and the page may be unregistered (ovl_comm_destroy). */
-    if (cr == CUDA_SUCCESS && r->mirror_dev)
-        cr = cb->drv.stream_write_value64(
-            (CUstream)s, (CUdeviceptr)&r->mirror_dev->done_slot[seq % OVL_READY_SLOTS], seq,
-            CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (cr == CUDA_SUCCESS && r->mirror_dev)
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->mirror_dev->done, seq,
+        cr = cb->drv.stream_write_value64((CUstream)s,
+                                          (CUdeviceptr)&r->db_dev->done_slot[seq % OVL_READY_SLOTS],
+                                          seq, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (cr == CUDA_SUCCESS)
+        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db_dev->done, seq,
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
     cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
@@ -1145,16 +1122,16 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
         snprintf(d->node.message, sizeof(d->node.message),
                  "cannot ring the doorbell (cuStreamWriteValue64): %s",
                  ovl_cudrv_strerror(&cb->drv, cr));
-        /* The GPU cannot ring: at least the host mirror does, so that the
-         * client's host-side waits end and report the error. */
-        if (r->mirror) {
-            if (__atomic_load_n(&r->mirror->error, __ATOMIC_RELAXED) == 0) {
-                __atomic_store_n(&r->mirror->error_seq, seq, __ATOMIC_RELAXED);
-                __atomic_store_n(&r->mirror->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
+        /* The GPU cannot ring: the CPU does, so that the client's waits
+         * end and report the error. */
+        if (r->db) {
+            if (__atomic_load_n(&r->db->error, __ATOMIC_RELAXED) == 0) {
+                __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
+                __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
             }
-            if (__atomic_load_n(&r->mirror->done, __ATOMIC_RELAXED) < seq)
-                __atomic_store_n(&r->mirror->done, seq, __ATOMIC_RELEASE);
-            uint64_t *slot = &r->mirror->done_slot[seq % OVL_READY_SLOTS];
+            if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
+                __atomic_store_n(&r->db->done, seq, __ATOMIC_RELEASE);
+            uint64_t *slot = &r->db->done_slot[seq % OVL_READY_SLOTS];
             if (__atomic_load_n(slot, __ATOMIC_RELAXED) < seq)
                 __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
         }
@@ -1242,7 +1219,7 @@ static void on_watchdog(uv_timer_t *t)
                          r->dev->ordinal, d->node.seq,
                          (uint64_t)((now - d->issued_ns) / 1000000000u),
                          d->ev ? cudaGetErrorString(cudaEventQuery(d->ev)) : "none",
-                         __atomic_load_n(&r->mirror->ready_slot[d->node.seq % OVL_READY_SLOTS],
+                         __atomic_load_n(&r->db->ready_slot[d->node.seq % OVL_READY_SLOTS],
                                          __ATOMIC_RELAXED));
             }
             if (why && atomic_compare_exchange_strong(&d->state, &expect, 2)) {

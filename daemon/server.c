@@ -293,10 +293,6 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     Ovl__CommInitReply cr = OVL__COMM_INIT_REPLY__INIT;
     cr.comm_id = m->comm_id;
     cr.doorbell_offset = db.offset;
-    if (db.ipc_len) {
-        cr.doorbell_ipc.data = db.ipc;
-        cr.doorbell_ipc.len = db.ipc_len;
-    }
     cr.fd_count = db.fd >= 0 ? 1 : 0;
     cr.max_in_flight = c->d->cfg.max_ops_in_flight;
     Ovl__Response r = OVL__RESPONSE__INIT;

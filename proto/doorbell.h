@@ -5,16 +5,15 @@
  * ready (on its stream) and waits done >= n; ovld waits for ready before the
  * op's plan and writes done = n after it. An op that fails still rings done,
  * after setting error (the first failure's status) and error_seq. done only
- * grows. `wake` is bumped after every done so that a host waiter can sleep
- * in futex(2) on it.
+ * grows. `wake` (host backend) is bumped after every done so that a host
+ * waiter can sleep in futex(2) on it.
  *
- * Host backend: one memfd page mapped by both; ready = n in `ready`.
+ * One memfd page mapped by both. Host backend: ready = n in `ready`.
  *
- * CUDA backend: done and the error fields in device memory on the rank's
- * GPU, exported by IPC; and a memfd page mapped and registered with CUDA by
- * both, holding host copies of done and the error fields (for host-side
- * waits), and the slots that the two processes' streams wait on: op n's
- * client stream writes ready_slot[n % OVL_READY_SLOTS] = n and waits
+ * CUDA backend: the same page, registered with CUDA by both. ovld's stream
+ * writes done and the error fields (which host-side waits read), and the
+ * slots that the two processes' streams wait on: op n's client stream
+ * writes ready_slot[n % OVL_READY_SLOTS] = n and waits
  * done_slot[n % OVL_READY_SLOTS] >= n; ovld's stream does the converse.
  * Every wait that crosses the two processes is on host memory, so that
  * ovld can end the waits on both sides of a client that died with CPU
