@@ -8,12 +8,15 @@
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -53,7 +56,7 @@ struct ovl_comm {
     ovl_client_t *cl;
     uint64_t id;
     uint32_t world, rank;
-    uint64_t seq;    /* the last op submitted */
+    uint64_t seq;    /* the last op submitted (the watcher reads it: atomic) */
     uint32_t window; /* ops in flight that ovld accepts */
     /* The doorbell (proto/doorbell.h): a page of a memfd that ovld shares,
      * mapped here. done and the error word are what host-side waits read. */
@@ -94,7 +97,15 @@ struct ovl_client {
     bool broken;       /* the stream is unusable: every call fails */
     ovl_status_t said; /* an Error the daemon sent unasked (id 0), e.g. before closing */
     struct ovl_mem *mems;
-    struct ovl_comm *comms;
+    struct ovl_comm *comms; /* linked and unlinked under comms_mu: the watcher reads it */
+    pthread_mutex_t comms_mu;
+    /* The watcher (see "ovld's death" below), started with the first comm. */
+    pthread_t watcher;
+    pid_t watcher_owner; /* the process that started it; 0: none */
+    int watcher_stop;    /* eventfd: ovl_disconnect wakes the watcher to end it */
+    pid_t daemon_pid;    /* the socket's peer (SO_PEERCRED); 0 if not visible */
+    int lost;            /* atomic: set once the watcher released every wait */
+    char lost_msg[256];  /* why, written before lost is set */
     char err[512];
 };
 
@@ -382,6 +393,7 @@ static ovl_status_t hello(ovl_client_t *cl)
  * client. Comms and registrations are the caller's to release first. */
 static void client_free(ovl_client_t *cl)
 {
+    pthread_mutex_destroy(&cl->comms_mu);
     if (cl->fd >= 0)
         close(cl->fd);
     ovl_wire_reader_free(&cl->rd);
@@ -411,6 +423,8 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
         return OVL_ERR_NOMEM;
     }
     cl->timeout_ms = DEFAULT_TIMEOUT_MS;
+    cl->watcher_stop = -1;
+    pthread_mutex_init(&cl->comms_mu, NULL);
     ovl_wire_reader_init(&cl->rd, OVL_WIRE_DEFAULT_MAX);
     ovl_fdq_init(&cl->fdq);
     ovl_wire_out_init(&cl->out);
@@ -432,11 +446,147 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
         snprintf(connect_err, sizeof(connect_err), "%s", cl->err);
         goto fail;
     }
+    struct ucred cred;
+    socklen_t credlen = sizeof(cred);
+    if (getsockopt(cl->fd, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) == 0)
+        cl->daemon_pid = cred.pid;
     *ret_client = cl;
     return OVL_OK;
 fail:
     client_free(cl);
     return st;
+}
+
+/* ------------------------------------------------------- ovld's death */
+
+/*
+ * When ovld dies, no op of this client will ever be done, and a CUDA stream
+ * that waits on a done slot would wait for ever, possibly inside a
+ * cudaStreamSynchronize of the application's, where libovl never gets a say.
+ * So a thread per client (the watcher) polls the socket for the hangup.
+ * When it comes it waits, up to WATCHER_EXIT_WAIT_MS, for ovld's process to
+ * be gone (pidfd), so that none of ovld's work can still write the
+ * application's buffers; then it does for every comm what ovld does for a
+ * client that died (ovl_doorbell_release_value): the error word says
+ * OVL_ERR_CLOSED, and done and every done slot are set past the last op.
+ * The streams go on, with C not computed, and ovl_comm_check says why.
+ */
+#define WATCHER_EXIT_WAIT_MS 10000
+
+static void release_comm(struct ovl_comm *cm)
+{
+    struct ovl_doorbell *db = cm->db;
+    uint64_t done = __atomic_load_n(&db->done, __ATOMIC_ACQUIRE);
+    uint64_t seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED);
+    uint64_t v = ovl_doorbell_release_value(seq > done ? seq : done);
+    if (__atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&db->error_seq, done + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->error, (int32_t)OVL_ERR_CLOSED, __ATOMIC_RELEASE);
+    }
+    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
+        __atomic_store_n(&db->done_slot[i], v, __ATOMIC_RELEASE);
+    __atomic_store_n(&db->done, v, __ATOMIC_RELEASE);
+    /* host backend: a waiter may sleep on the futex word */
+    __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &db->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* Waits until ovld's process is gone, or up to WATCHER_EXIT_WAIT_MS.
+ * Returns false if told to stop meanwhile; *exited says whether it went. */
+static bool wait_daemon_exit(ovl_client_t *cl, bool *exited)
+{
+    *exited = false;
+    if (cl->daemon_pid <= 0)
+        return true; /* in another pid namespace: nothing to wait on */
+    int pfd = (int)syscall(SYS_pidfd_open, cl->daemon_pid, 0);
+    if (pfd < 0) {
+        *exited = errno == ESRCH;
+        return true;
+    }
+    struct pollfd p[2] = {{.fd = pfd, .events = POLLIN},
+                          {.fd = cl->watcher_stop, .events = POLLIN}};
+    uint64_t deadline = ovl_mono_ms() + WATCHER_EXIT_WAIT_MS;
+    int n;
+    do
+        n = poll(p, 2, left_ms(deadline));
+    while (n < 0 && errno == EINTR);
+    close(pfd);
+    *exited = n > 0 && p[0].revents;
+    return !(n > 0 && p[1].revents);
+}
+
+static void *watcher_main(void *arg)
+{
+    ovl_client_t *cl = arg;
+    struct pollfd p[2] = {{.fd = cl->fd, .events = POLLRDHUP},
+                          {.fd = cl->watcher_stop, .events = POLLIN}};
+    for (;;) {
+        int n = poll(p, 2, -1);
+        if (n < 0 && errno != EINTR)
+            return NULL;
+        if (n <= 0)
+            continue;
+        if (p[1].revents || (p[0].revents & POLLNVAL))
+            return NULL;
+        if (p[0].revents & (POLLHUP | POLLRDHUP | POLLERR))
+            break;
+    }
+    bool exited;
+    if (!wait_daemon_exit(cl, &exited))
+        return NULL;
+    snprintf(cl->lost_msg, sizeof(cl->lost_msg),
+             "ovld (pid %d) went away: its connection closed%s; ops not done by then were not "
+             "computed, and the waits on them were released",
+             (int)cl->daemon_pid, exited ? " and it exited" : " (it had not exited after 10 s)");
+    pthread_mutex_lock(&cl->comms_mu);
+    __atomic_store_n(&cl->lost, 1, __ATOMIC_RELEASE);
+    for (struct ovl_comm *cm = cl->comms; cm; cm = cm->next)
+        release_comm(cm);
+    pthread_mutex_unlock(&cl->comms_mu);
+    return NULL;
+}
+
+/* Starts the watcher once per client, with every signal blocked in it. */
+static ovl_status_t watcher_start(ovl_client_t *cl)
+{
+    if (cl->watcher_owner == getpid())
+        return OVL_OK;
+    cl->watcher_stop = eventfd(0, EFD_CLOEXEC);
+    if (cl->watcher_stop < 0)
+        return fail(cl, OVL_ERR_SYSTEM, "eventfd (the thread that watches ovld): %s",
+                    strerror(errno));
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&cl->watcher, NULL, watcher_main, cl);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) {
+        close(cl->watcher_stop);
+        cl->watcher_stop = -1;
+        return fail(cl, OVL_ERR_SYSTEM, "cannot start the thread that watches ovld: %s",
+                    strerror(e));
+    }
+    cl->watcher_owner = getpid();
+    return OVL_OK;
+}
+
+/* Ends the watcher (only in the process that started it: a forked child
+ * shares the eventfd but not the thread). */
+static void watcher_stop(ovl_client_t *cl)
+{
+    if (cl->watcher_owner == getpid()) {
+        uint64_t one = 1;
+        ssize_t w;
+        do
+            w = write(cl->watcher_stop, &one, sizeof(one));
+        while (w < 0 && errno == EINTR);
+        pthread_join(cl->watcher, NULL);
+        cl->watcher_owner = 0;
+    }
+    if (cl->watcher_stop >= 0) {
+        close(cl->watcher_stop);
+        cl->watcher_stop = -1;
+    }
 }
 
 #ifdef OVL_HAVE_CUDA
@@ -495,6 +645,7 @@ OVL_API void ovl_disconnect(ovl_client_t *cl)
 {
     if (!cl)
         return;
+    watcher_stop(cl);
     while (cl->comms) {
         struct ovl_comm *cm = cl->comms;
         cl->comms = cm->next;
@@ -888,12 +1039,16 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
 #endif
     }
+    if ((st = watcher_start(cl)) != OVL_OK)
+        goto out;
     cm->id = cr->comm_id;
     cm->window = cr->max_in_flight ? cr->max_in_flight : 1;
     cm->world = world;
     cm->rank = rank;
+    pthread_mutex_lock(&cl->comms_mu);
     cm->next = cl->comms;
     cl->comms = cm;
+    pthread_mutex_unlock(&cl->comms_mu);
     *ret_comm = cm;
     cm = NULL;
     joined = 0;
@@ -935,6 +1090,8 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
         return OVL_OK;
     uint64_t seq = __atomic_load_n(&db->error_seq, __ATOMIC_RELAXED);
     cm->err = (e < 0 && e >= OVL_ERR_INTERNAL) ? (ovl_status_t)e : OVL_ERR_INTERNAL;
+    if (e == OVL_ERR_CLOSED && __atomic_load_n(&cl->lost, __ATOMIC_ACQUIRE))
+        return fail(cl, cm->err, "op %" PRIu64 ": %s", seq, cl->lost_msg);
     /* The doorbell holds the code; ovld holds the words. */
     Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
     cc.comm_id = cm->id;
@@ -1015,7 +1172,7 @@ OVL_API ovl_status_t ovl_comm_synchronize(ovl_comm_t *cm)
 {
     if (!cm)
         return OVL_ERR_INVALID;
-    ovl_status_t st = wait_done(cm, cm->seq);
+    ovl_status_t st = wait_done(cm, __atomic_load_n(&cm->seq, __ATOMIC_RELAXED));
     return st != OVL_OK ? st : ovl_comm_check(cm);
 }
 
@@ -1038,11 +1195,13 @@ OVL_API ovl_status_t ovl_comm_destroy(ovl_comm_t *cm)
         else if (st == OVL_OK)
             st = dst;
     }
+    pthread_mutex_lock(&cl->comms_mu);
     for (struct ovl_comm **pp = &cl->comms; *pp; pp = &(*pp)->next)
         if (*pp == cm) {
             *pp = cm->next;
             break;
         }
+    pthread_mutex_unlock(&cl->comms_mu);
     comm_free(cm);
     return st;
 }
@@ -1109,7 +1268,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
 
     Ovl__AgGemm g = OVL__AG_GEMM__INIT;
     g.comm_id = cm->id;
-    g.seq = cm->seq + 1;
+    g.seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED) + 1;
     g.a = &a;
     g.lda = d->lda;
     g.b = &b;
@@ -1151,7 +1310,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
                         ovl_cudrv_strerror(&cl->drv, cr));
         if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
             return st;
-        cm->seq = g.seq;
+        __atomic_store_n(&cm->seq, g.seq, __ATOMIC_RELAXED);
         cr = cl->drv.stream_wait_value64(
             s, (CUdeviceptr)(uintptr_t)&cm->db_dev->done_slot[g.seq % OVL_READY_SLOTS], g.seq,
             CU_STREAM_WAIT_VALUE_GEQ);
@@ -1170,6 +1329,6 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);
     if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
         return st;
-    cm->seq = g.seq;
+    __atomic_store_n(&cm->seq, g.seq, __ATOMIC_RELAXED);
     return OVL_OK;
 }

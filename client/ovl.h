@@ -16,7 +16,15 @@
  * failure on a client (the daemon's own words where the daemon refused).
  *
  * Threads: one ovl_client_t and the comms made from it may be used by one
- * thread at a time.
+ * thread at a time. A client with a comm runs one thread of its own, which
+ * watches for ovld's death (below); ovl_disconnect ends it.
+ *
+ * If ovld dies, no op will ever be done. libovl notices (the socket hangs
+ * up), waits up to 10 s for ovld's process to be gone, and then releases
+ * every wait on the client's comms itself, the CUDA streams' included, so
+ * that the application's streams go on instead of waiting for ever. The ops
+ * not done by then did not compute C: ovl_comm_check says OVL_ERR_CLOSED,
+ * and every later call fails.
  */
 #ifndef OVL_H
 #define OVL_H
@@ -144,7 +152,8 @@ ovl_status_t ovl_comm_init(ovl_client_t *client, const char *job_id, uint32_t wo
 ovl_status_t ovl_comm_destroy(ovl_comm_t *comm);
 
 /* The error of any earlier op on this comm (OVL_OK if none), like
- * ncclCommGetAsyncError. The message is in ovl_last_error. */
+ * ncclCommGetAsyncError; OVL_ERR_CLOSED once ovld died (see above). The
+ * message is in ovl_last_error. */
 ovl_status_t ovl_comm_check(ovl_comm_t *comm);
 
 /* Waits on the host until every op submitted on the comm is done, then

@@ -111,29 +111,40 @@ def status_json(d):
                              log_excerpt(d))
 
 
-def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
-    """ovl-demo runs a long 2-rank ring job of `shape` (ovl-demo's -m/-n/-k
-    arguments); once it has done ops_before_kill ops, rank 1's process is
-    killed (SIGKILL) with ops in flight. ovld must let those ops run out or
-    fail, end the job, free what it held (no job, no held bytes within 30 s),
-    keep its loop turning, serve a fresh job of fresh_shape correctly, and
-    stop at once on SIGTERM."""
-    demo = subprocess.Popen([DEMO, "-w", "2"] + shape + ["-a", "ring", "-i", "100000",
-                                                        "--job", "doomed"], env=d.env(),
+def long_demo(d, shape, job):
+    """ovl-demo, in a session of its own: a 2-rank ring job of `shape`
+    (ovl-demo's -m/-n/-k arguments) that runs until something stops it."""
+    return subprocess.Popen([DEMO, "-w", "2"] + shape + ["-a", "ring", "-i", "100000",
+                                                        "--job", job], env=d.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+
+
+def wait_job_going(d, job, ops):
+    """Waits (up to 60 s) until the job has done more than `ops` ops and both
+    ranks are in it; returns the status then."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        s = status_json(d)
+        jobs = [j for j in s["jobs"] if j["id"] == job]
+        ranks = [c for c in s["clients"] if c["job"] == job]
+        if jobs and jobs[0]["ops_done"] > ops and len(ranks) == 2:
+            return s
+        time.sleep(0.05)
+    raise AssertionError("the job never got going:\n" + log_excerpt(d))
+
+
+def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
+    """ovl-demo runs a long 2-rank ring job of `shape`; once it has done
+    ops_before_kill ops, rank 1's process is killed (SIGKILL) with ops in
+    flight. ovld must let those ops run out or fail, end the job, free what
+    it held (no job, no held bytes within 30 s), keep its loop turning,
+    serve a fresh job of fresh_shape correctly, and stop at once on
+    SIGTERM."""
+    demo = long_demo(d, shape, "doomed")
     try:
-        deadline = time.monotonic() + 60
-        victim = None
-        while time.monotonic() < deadline and victim is None:
-            s = status_json(d)
-            jobs = [j for j in s["jobs"] if j["id"] == "doomed"]
-            if jobs and jobs[0]["ops_done"] > ops_before_kill:
-                ranks = [c for c in s["clients"] if c["job"] == "doomed" and c["rank"] == 1]
-                if ranks:
-                    victim = ranks[0]["pid"]
-            time.sleep(0.05)
-        assert victim, "the job never got going:\n" + log_excerpt(d)
+        s = wait_job_going(d, "doomed", ops_before_kill)
+        victim = [c["pid"] for c in s["clients"] if c["job"] == "doomed" and c["rank"] == 1][0]
         os.kill(victim, signal.SIGKILL)
         try:
             demo.communicate(timeout=60)  # the demo stops its other rank itself
@@ -162,6 +173,31 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
     t0 = time.monotonic()
     assert d.stop() == 0
     assert time.monotonic() - t0 < 10, "SIGTERM took %.1f s" % (time.monotonic() - t0)
+
+
+def daemon_killed_mid_job(d, shape, ops_before_kill=50):
+    """ovl-demo runs a long 2-rank ring job of `shape`; once it has done
+    ops_before_kill ops, ovld is killed (SIGKILL) with ops in flight. No op
+    will ever be done: libovl must release its own waits (on a GPU, the
+    ones its streams hold) and fail, so that ovl-demo ends, within 30 s and
+    with an error naming ovld, rather than wait for ever."""
+    demo = long_demo(d, shape, "orphaned")
+    try:
+        wait_job_going(d, "orphaned", ops_before_kill)
+        d.proc.kill()
+        d.proc.wait()
+        t0 = time.monotonic()
+        try:
+            out, err = demo.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("ovl-demo still runs 30 s after ovld died")
+        assert demo.returncode != 0, out + err
+        assert "ovld" in out + err and "closed" in out + err, out + err
+        return time.monotonic() - t0
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.communicate()
 
 
 def frame(body: bytes) -> bytes:

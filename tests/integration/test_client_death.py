@@ -1,10 +1,13 @@
-"""A client killed with ops in flight, on the host backend: the scenario of
-tests/gpu/test_gpu_client_death.py (ovltest.client_killed_mid_job) with
-shapes the host GEMM runs quickly. One rank's process is killed (SIGKILL)
-while the job has more ops queued than ovld issues at once; ovld must fail
-them in order within its issue window, end the job, free what it held, keep
-answering, serve a fresh job and stop at once."""
-from ovltest import Daemon, client_killed_mid_job, run_tests
+"""Deaths mid-job on the host backend, the scenarios of the GPU tests
+(tests/gpu/test_gpu_client_death.py) with shapes the host GEMM runs quickly.
+
+- A client killed (ovltest.client_killed_mid_job): one rank's process is
+  killed (SIGKILL) while the job has more ops queued than ovld issues at
+  once; ovld must fail them in order within its issue window, end the job,
+  free what it held, keep answering, serve a fresh job and stop at once.
+- ovld killed (ovltest.daemon_killed_mid_job): the clients must end with an
+  error naming ovld instead of waiting for ever."""
+from ovltest import Daemon, client_killed_mid_job, daemon_killed_mid_job, run_tests
 
 
 def test_client_killed_mid_job():
@@ -16,5 +19,13 @@ def test_client_killed_mid_job():
         d.cleanup()
 
 
+def test_daemon_killed_mid_job():
+    d = Daemon(backend="host")
+    try:
+        daemon_killed_mid_job(d, ["-m", "64", "-n", "96", "-k", "128"], ops_before_kill=30)
+    finally:
+        d.cleanup()
+
+
 if __name__ == "__main__":
-    run_tests([test_client_killed_mid_job])
+    run_tests([test_client_killed_mid_job, test_daemon_killed_mid_job])

@@ -1775,6 +1775,58 @@ static void test_rank_killed_aborts_job(void **state)
     TEST_PASSED();
 }
 
+/*
+ * ovld killed while ranks wait: libovl's watcher notices the hangup and
+ * that the process is gone, and releases every wait of the client's comms
+ * by itself (on a GPU, the streams'), with OVL_ERR_CLOSED in the error
+ * word. ovl_comm_check reads the error word only: nothing else would make
+ * it report anything, so it checks the watcher alone.
+ */
+static void test_daemon_killed_releases_waits(void **state)
+{
+    test_daemon_t *d = *state;
+    rank_t rk[2];
+    rank_open(d, &rk[0], "orphans", 2, 0, 0, 1);
+    rank_open(d, &rk[1], "orphans", 2, 1, 1, 1);
+    opspec_t s = base_spec;
+    rank_fill(&rk[0], 0, &s);
+    assert_status(rank_submit(&rk[0], 0, &s), OVL_OK); /* waits for rank 1 */
+    wait_job_in_flight(rk[0].cl, "orphans", 1);
+    assert_status(ovl_comm_check(rk[0].comm), OVL_OK);
+
+    pid_t pid = d->pid;
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    uint64_t t0 = fixture_now_ms();
+    while (daemon_running(d) && fixture_now_ms() - t0 < TIMEOUT_MS)
+        fixture_sleep_ms(5);
+    assert_false(daemon_running(d));
+
+    char pidtext[32];
+    snprintf(pidtext, sizeof(pidtext), "ovld (pid %d) went away", (int)pid);
+    for (uint32_t r = 0; r < 2; r++) {
+        ovl_status_t st;
+        while ((st = ovl_comm_check(rk[r].comm)) == OVL_OK && fixture_now_ms() - t0 < 5000)
+            fixture_sleep_ms(5);
+        if (st != OVL_ERR_CLOSED)
+            fail_msg("rank %u: ovl_comm_check gave %s (%s) %llu ms after the kill, not "
+                     "OVL_ERR_CLOSED",
+                     r, ovl_strerror(st), ovl_last_error(rk[r].cl),
+                     (unsigned long long)(fixture_now_ms() - t0));
+        assert_contains(ovl_last_error(rk[r].cl), pidtext);
+        assert_contains(ovl_last_error(rk[r].cl), "and it exited");
+        assert_contains(ovl_last_error(rk[r].cl), "op 1:");
+    }
+    /* The op that was pending ends at once, failed. */
+    uint64_t t1 = fixture_now_ms();
+    assert_status(ovl_comm_synchronize(rk[0].comm), OVL_ERR_CLOSED);
+    assert_true(fixture_now_ms() - t1 < 1000);
+    /* and new ones are refused */
+    assert_status(rank_submit(&rk[0], 0, &s), OVL_ERR_CLOSED);
+    for (uint32_t r = 0; r < 2; r++)
+        assert_status(rank_close(&rk[r]), OVL_ERR_CLOSED);
+    TEST_PASSED();
+}
+
 /* World 3 in this process: ranks 0 and 1 submit op 1, rank 2 disconnects
  * without a word: both get OVL_ERR_ABORTED. */
 static void test_rank_disconnect_aborts_job(void **state)
@@ -2128,6 +2180,7 @@ int main(int argc, char **argv)
         T(test_rank_killed_aborts_job),
         T(test_rank_disconnect_aborts_job),
         T(test_comm_destroy_aborts_waiting_rank),
+        T(test_daemon_killed_releases_waits),
         T(test_idle_rank_leaves_job_ends),
         TC(test_client_throttle, "max_ops_in_flight = 2\n"),
         TC(test_daemon_ops_limit, "max_ops_in_flight = 2\n"),
