@@ -338,6 +338,18 @@ static void wait_job_in_flight(ovl_client_t *cl, const char *id, uint32_t n)
     }
 }
 
+/* A job of two ranks (one slot each) in which rank 0 has submitted op 1 of
+ * spec s and ovld holds it, waiting for rank 1, which submits nothing. */
+static void open_pair_rank0_waiting(test_daemon_t *d, rank_t rk[2], const char *job,
+                                    const opspec_t *s)
+{
+    rank_open(d, &rk[0], job, 2, 0, 0, 1);
+    rank_open(d, &rk[1], job, 2, 1, 1, 1);
+    rank_fill(&rk[0], 0, s);
+    assert_status(rank_submit(&rk[0], 0, s), OVL_OK);
+    wait_job_in_flight(rk[0].cl, job, 1);
+}
+
 /* Waits (bounded) until job `id` counts `n` ops done. The count is kept by
  * the daemon's loop thread, which may learn of a completion after the
  * client saw its doorbell rung: hence the wait. */
@@ -1786,12 +1798,8 @@ static void test_daemon_killed_releases_waits(void **state)
 {
     test_daemon_t *d = *state;
     rank_t rk[2];
-    rank_open(d, &rk[0], "orphans", 2, 0, 0, 1);
-    rank_open(d, &rk[1], "orphans", 2, 1, 1, 1);
     opspec_t s = base_spec;
-    rank_fill(&rk[0], 0, &s);
-    assert_status(rank_submit(&rk[0], 0, &s), OVL_OK); /* waits for rank 1 */
-    wait_job_in_flight(rk[0].cl, "orphans", 1);
+    open_pair_rank0_waiting(d, rk, "orphans", &s);
     assert_status(ovl_comm_check(rk[0].comm), OVL_OK);
 
     pid_t pid = d->pid;
@@ -1864,12 +1872,8 @@ static void test_comm_destroy_aborts_waiting_rank(void **state)
 {
     test_daemon_t *d = *state;
     rank_t rk[2];
-    rank_open(d, &rk[0], "leaver", 2, 0, 0, 1);
-    rank_open(d, &rk[1], "leaver", 2, 1, 1, 1);
     opspec_t s = base_spec;
-    rank_fill(&rk[0], 0, &s);
-    assert_status(rank_submit(&rk[0], 0, &s), OVL_OK);
-    wait_job_in_flight(rk[0].cl, "leaver", 1);
+    open_pair_rank0_waiting(d, rk, "leaver", &s);
     assert_status(ovl_comm_destroy(rk[1].comm), OVL_OK); /* it had no op of its own */
     rk[1].comm = NULL;
     assert_status(ovl_comm_synchronize(rk[0].comm), OVL_ERR_ABORTED);
