@@ -491,18 +491,21 @@ static void release_comm(struct ovl_comm *cm)
     syscall(SYS_futex, &db->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Waits until ovld's process is gone, or up to WATCHER_EXIT_WAIT_MS.
- * Returns false if told to stop meanwhile; *exited says whether it went. */
-static bool wait_daemon_exit(ovl_client_t *cl, bool *exited)
+typedef enum daemon_fate {
+    FATE_EXITED,  /* ovld's process is gone */
+    FATE_ALIVE,   /* still there after WATCHER_EXIT_WAIT_MS */
+    FATE_UNKNOWN, /* no pid (another pid namespace) or no pidfd_open (Linux < 5.3) */
+    FATE_STOPPED, /* ovl_disconnect wants the watcher to end */
+} daemon_fate_t;
+
+/* Waits until ovld's process is gone, or up to WATCHER_EXIT_WAIT_MS. */
+static daemon_fate_t wait_daemon_exit(ovl_client_t *cl)
 {
-    *exited = false;
     if (cl->daemon_pid <= 0)
-        return true; /* in another pid namespace: nothing to wait on */
+        return FATE_UNKNOWN;
     int pfd = (int)syscall(SYS_pidfd_open, cl->daemon_pid, 0);
-    if (pfd < 0) {
-        *exited = errno == ESRCH;
-        return true;
-    }
+    if (pfd < 0)
+        return errno == ESRCH ? FATE_EXITED : FATE_UNKNOWN;
     struct pollfd p[2] = {{.fd = pfd, .events = POLLIN},
                           {.fd = cl->watcher_stop, .events = POLLIN}};
     uint64_t deadline = ovl_mono_ms() + WATCHER_EXIT_WAIT_MS;
@@ -511,8 +514,9 @@ static bool wait_daemon_exit(ovl_client_t *cl, bool *exited)
         n = poll(p, 2, left_ms(deadline));
     while (n < 0 && errno == EINTR);
     close(pfd);
-    *exited = n > 0 && p[0].revents;
-    return !(n > 0 && p[1].revents);
+    if (n > 0 && p[1].revents)
+        return FATE_STOPPED;
+    return n > 0 ? FATE_EXITED : FATE_ALIVE;
 }
 
 static void *watcher_main(void *arg)
@@ -531,13 +535,18 @@ static void *watcher_main(void *arg)
         if (p[0].revents & (POLLHUP | POLLRDHUP | POLLERR))
             break;
     }
-    bool exited;
-    if (!wait_daemon_exit(cl, &exited))
+    daemon_fate_t fate = wait_daemon_exit(cl);
+    if (fate == FATE_STOPPED)
         return NULL;
+    char why[64] = " and it exited";
+    if (fate == FATE_ALIVE)
+        snprintf(why, sizeof(why), " (it had not exited after %d s)", WATCHER_EXIT_WAIT_MS / 1000);
+    else if (fate == FATE_UNKNOWN)
+        snprintf(why, sizeof(why), " (whether it exited cannot be seen from here)");
     snprintf(cl->lost_msg, sizeof(cl->lost_msg),
              "ovld (pid %d) went away: its connection closed%s; ops not done by then were not "
              "computed, and the waits on them were released",
-             (int)cl->daemon_pid, exited ? " and it exited" : " (it had not exited after 10 s)");
+             (int)cl->daemon_pid, why);
     pthread_mutex_lock(&cl->comms_mu);
     __atomic_store_n(&cl->lost, 1, __ATOMIC_RELEASE);
     for (struct ovl_comm *cm = cl->comms; cm; cm = cm->next)
