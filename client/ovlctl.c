@@ -33,7 +33,8 @@ static void usage(FILE *f)
             "  status [--json]          the daemon, its devices, jobs and clients\n"
             "  stats [--json|--prometheus] [--watch SECONDS] [--reset]\n"
             "                           counters since start and since the last reset, op\n"
-            "                           latency percentiles; --reset: root or ovld's user\n"
+            "                           latency and issue-time percentiles; --reset: root or\n"
+            "                           ovld's user\n"
             "  plan [OPTIONS]           print the host program of one AG-GEMM for one rank\n"
             "  version                  versions of ovlctl and of the daemon\n"
             "\n"
@@ -413,7 +414,7 @@ static int cmd_plan(int argc, char **argv)
 
 /* ---------------------------------------------------------------- stats */
 
-enum { F_U64, F_DBL };
+enum { F_U64, F_DBL, F_MS /* seconds, shown in ms in the table */ };
 
 /* The scalar fields of a StatsBlock: one table for the human table, JSON
  * and Prometheus, so that the three never disagree. */
@@ -438,11 +439,17 @@ static const stat_field_t stat_fields[] = {
        "bytes of gathered A produced, summed over ranks", F_U64, bytes_gathered),
     SF("flops", "flops_total", "counter", "floating-point operations of ops done", F_U64, flops),
     SF("busy_s", "busy_seconds_total", "counter", "sum of op latencies", F_DBL, busy_s),
-    SF("latency_p50_s", NULL, NULL, "latency p50 (s)", F_DBL, latency_p50_s),
-    SF("latency_p90_s", NULL, NULL, "latency p90 (s)", F_DBL, latency_p90_s),
-    SF("latency_p99_s", NULL, NULL, "latency p99 (s)", F_DBL, latency_p99_s),
-    SF("latency_max_s", "op_latency_max_seconds", "gauge", "longest op latency", F_DBL,
+    SF("latency_p50_s", NULL, NULL, "latency p50 (s)", F_MS, latency_p50_s),
+    SF("latency_p90_s", NULL, NULL, "latency p90 (s)", F_MS, latency_p90_s),
+    SF("latency_p99_s", NULL, NULL, "latency p99 (s)", F_MS, latency_p99_s),
+    SF("latency_max_s", "op_latency_max_seconds", "gauge", "longest op latency", F_MS,
        latency_max_s),
+    SF("issue_s", "issue_seconds_total", "counter",
+       "ovld's loop time spent planning and enqueueing ops", F_DBL, issue_sum_s),
+    SF("issue_p50_s", NULL, NULL, "issue p50 (s)", F_MS, issue_p50_s),
+    SF("issue_p99_s", NULL, NULL, "issue p99 (s)", F_MS, issue_p99_s),
+    SF("issue_max_s", "op_issue_max_seconds", "gauge", "longest time to issue one op", F_MS,
+       issue_max_s),
     SF("registrations", "registrations_total", "counter", "buffers registered", F_U64,
        registrations),
     SF("deregistrations", "deregistrations_total", "counter", "buffers deregistered", F_U64,
@@ -458,7 +465,7 @@ static const stat_field_t stat_fields[] = {
 };
 #define NFIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 
-/* A field of kind F_DBL (counters go through field_u64). */
+/* A field of kind F_DBL or F_MS (counters go through field_u64). */
 static double field_dbl(const Ovl__StatsBlock *b, const stat_field_t *f)
 {
     double v;
@@ -505,8 +512,10 @@ static void stats_block_json(FILE *f, const Ovl__StatsBlock *b)
         json_str(f, b->errors[i]->name);
         fprintf(f, ",\"count\":%" PRIu64 "}", b->errors[i]->count);
     }
-    fprintf(f, "],\"latency_count\":%" PRIu64 ",\"latency_sum_s\":%.9g,\"latency_buckets\":[",
-            b->latency_count, b->latency_sum_s);
+    fprintf(f,
+            "],\"issue_count\":%" PRIu64 ",\"latency_count\":%" PRIu64
+            ",\"latency_sum_s\":%.9g,\"latency_buckets\":[",
+            b->issue_count, b->latency_count, b->latency_sum_s);
     for (size_t i = 0; i < b->n_latency_buckets; i++)
         fprintf(f, "%s{\"le_s\":%.9g,\"count\":%" PRIu64 "}", i ? "," : "",
                 b->latency_buckets[i]->le_s, b->latency_buckets[i]->count);
@@ -559,12 +568,13 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
     printf("ovl_op_latency_seconds_count %" PRIu64 "\n", b->latency_count);
 }
 
-/* One cell of the stats table: counters whole, latencies in ms. */
+/* One cell of the stats table: counters whole, latencies and issue times in
+ * ms. */
 static void table_cell(char *buf, size_t len, const Ovl__StatsBlock *b, const stat_field_t *f)
 {
     if (f->kind == F_U64)
         snprintf(buf, len, "%" PRIu64, field_u64(b, f));
-    else if (strstr(f->key, "latency"))
+    else if (f->kind == F_MS)
         snprintf(buf, len, "%.3f ms", field_dbl(b, f) * 1e3);
     else
         snprintf(buf, len, "%.3f", field_dbl(b, f));

@@ -306,6 +306,7 @@ static void plans_free(ovl_plan_t *plans, uint32_t n)
 
 static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
+    uint64_t t0 = ovl_mono_ns();
     ovl_plan_params_t pp = {
         .algo = (ovl_algo_t)op->algo,
         .world = j->world,
@@ -352,6 +353,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     char err[256] = "";
     op->ringing = true;
     ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
+    ovld_count_issue(&d->counters, ovl_mono_ns() - t0);
     if (st != OVL_OK) {
         /* the executor rang every doorbell with the error */
         op->st = st;

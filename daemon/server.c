@@ -736,6 +736,11 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     b->latency_p90_s = (double)ovld_hist_quantile(h, 0.90) / 1e9;
     b->latency_p99_s = (double)ovld_hist_quantile(h, 0.99) / 1e9;
     b->latency_max_s = (double)h->max_ns / 1e9;
+    b->issue_count = s->issue.count;
+    b->issue_sum_s = (double)s->issue.sum_ns / 1e9;
+    b->issue_p50_s = (double)ovld_hist_quantile(&s->issue, 0.50) / 1e9;
+    b->issue_p99_s = (double)ovld_hist_quantile(&s->issue, 0.99) / 1e9;
+    b->issue_max_s = (double)s->issue.max_ns / 1e9;
     unsigned fine = 0;
     uint64_t cum = 0;
     for (unsigned i = 0; i < STATS_BUCKETS; i++) {

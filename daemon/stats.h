@@ -30,6 +30,7 @@ typedef struct ovld_stats {
     uint64_t flops;          /* per op: 2*M*n*k on every rank, M = world*m */
     uint64_t busy_ns;        /* sum of op latencies */
     ovld_hist_t latency;     /* all ranks in -> every rank done */
+    ovld_hist_t issue;       /* the loop's time to plan and enqueue one op, all ranks */
     uint64_t registrations;  /* buffers registered */
     uint64_t deregistrations;
     uint64_t errors[OVLD_STATUS_KINDS]; /* failed ops and refused requests, by status */
@@ -71,6 +72,12 @@ static inline void ovld_count_op(ovld_counters_t *c, ovl_algo_t algo, ovl_dtype_
 {
     ovld_stats_op(&c->total, algo, dtype, world, m, n, k, latency_ns, status);
     ovld_stats_op(&c->window, algo, dtype, world, m, n, k, latency_ns, status);
+}
+
+static inline void ovld_count_issue(ovld_counters_t *c, uint64_t ns)
+{
+    ovld_hist_add(&c->total.issue, ns);
+    ovld_hist_add(&c->window.issue, ns);
 }
 
 static inline void ovld_count_error(ovld_counters_t *c, ovl_status_t status)

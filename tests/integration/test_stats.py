@@ -259,7 +259,8 @@ def normalize_status(text, d):
 RE_STATS_HEAD = re.compile(r"^ovld up ([0-9.]+) s")
 RE_STATS_ROW = re.compile(r"^  (.{24}) (.{18}) (.{18})$")  # "  %-24s %18s %18s"
 TIMING_ROWS = ("seconds", "busy_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
-               "latency_max_s", "tflops (per busy s)")
+               "latency_max_s", "issue_s", "issue_p50_s", "issue_p99_s", "issue_max_s",
+               "tflops (per busy s)")
 
 
 def normalize_stats(text):
@@ -452,7 +453,8 @@ BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathe
                 "deregistrations": int, "registry_hits": int, "registry_misses": int,
                 "connections_accepted": int, "connections_refused": int, "tflops": NUM,
                 "ops": list, "errors": list, "latency_count": int, "latency_sum_s": NUM,
-                "latency_buckets": list}
+                "latency_buckets": list, "issue_s": NUM, "issue_p50_s": NUM,
+                "issue_p99_s": NUM, "issue_max_s": NUM, "issue_count": int}
 OP_FIELDS = {"algo": str, "dtype": str, "count": int}
 ERROR_FIELDS = {"status": int, "name": str, "count": int}
 BUCKET_FIELDS = {"le_s": NUM, "count": int}
@@ -503,6 +505,10 @@ def check_block(b, what):
     assert math.isclose(b["busy_s"], b["latency_sum_s"], rel_tol=1e-6, abs_tol=1e-9), b
     assert b["latency_p50_s"] <= b["latency_p90_s"] <= b["latency_p99_s"] <= b["latency_max_s"], b
     assert b["latency_max_s"] <= b["latency_sum_s"] + 1e-9, b
+    # every op done was issued first (ops refused before issue are not)
+    assert b["issue_count"] >= b["ops_done"], b
+    assert b["issue_p50_s"] <= b["issue_p99_s"] <= b["issue_max_s"] <= b["issue_s"] + 1e-9, b
+    assert (b["issue_s"] > 0) == (b["issue_count"] > 0), b
     if b["busy_s"] > 0:
         assert math.isclose(b["tflops"], b["flops"] / b["busy_s"] / 1e12, rel_tol=1e-4), b
     else:
@@ -597,7 +603,8 @@ def test_prometheus_format():
         want = {"ovl_uptime_seconds": "gauge", "ovl_ops_total": "counter",
                 "ovl_ops_failed_total": "counter", "ovl_gathered_bytes_total": "counter",
                 "ovl_flops_total": "counter", "ovl_busy_seconds_total": "counter",
-                "ovl_op_latency_max_seconds": "gauge", "ovl_registrations_total": "counter",
+                "ovl_op_latency_max_seconds": "gauge", "ovl_issue_seconds_total": "counter",
+                "ovl_op_issue_max_seconds": "gauge", "ovl_registrations_total": "counter",
                 "ovl_deregistrations_total": "counter", "ovl_registry_hits_total": "counter",
                 "ovl_registry_misses_total": "counter",
                 "ovl_connections_accepted_total": "counter",
