@@ -101,11 +101,12 @@ struct ovl_client {
     pthread_mutex_t comms_mu;
     /* The watcher (see "ovld's death" below), started with the first comm. */
     pthread_t watcher;
-    pid_t watcher_owner; /* the process that started it; 0: none */
-    int watcher_stop;    /* eventfd: ovl_disconnect wakes the watcher to end it */
-    pid_t daemon_pid;    /* the socket's peer (SO_PEERCRED); 0 if not visible */
-    int lost;            /* atomic: set once the watcher released every wait */
-    char lost_msg[256];  /* why, written before lost is set */
+    pid_t watcher_owner;     /* the process that started it; 0: none */
+    int watcher_stop;        /* eventfd: ovl_disconnect wakes the watcher to end it */
+    int daemon_pidfd;        /* ovld's own pidfd, from the HelloReply; -1 if it sent none */
+    pthread_mutex_t lost_mu; /* one thread at a time gives ovld up (lose_daemon) */
+    int lost;                /* atomic: set once every wait was released */
+    char lost_msg[256];      /* why, written before lost is set */
     char err[512];
 };
 
@@ -366,6 +367,8 @@ static ovl_status_t hello(ovl_client_t *cl)
     if (st != OVL_OK)
         return st;
     Ovl__HelloReply *hr = r->hello;
+    if (hr->fd_count == 1) /* ovld's pidfd (see "ovld's death") */
+        cl->daemon_pidfd = ovl_fdq_pop(&cl->fdq);
     cl->info.protocol_version = hr->protocol_version;
     snprintf(cl->info.version, sizeof(cl->info.version), "%s",
              hr->daemon_version ? hr->daemon_version : "");
@@ -394,6 +397,9 @@ static ovl_status_t hello(ovl_client_t *cl)
 static void client_free(ovl_client_t *cl)
 {
     pthread_mutex_destroy(&cl->comms_mu);
+    pthread_mutex_destroy(&cl->lost_mu);
+    if (cl->daemon_pidfd >= 0)
+        close(cl->daemon_pidfd);
     if (cl->fd >= 0)
         close(cl->fd);
     ovl_wire_reader_free(&cl->rd);
@@ -424,7 +430,9 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
     }
     cl->timeout_ms = DEFAULT_TIMEOUT_MS;
     cl->watcher_stop = -1;
+    cl->daemon_pidfd = -1;
     pthread_mutex_init(&cl->comms_mu, NULL);
+    pthread_mutex_init(&cl->lost_mu, NULL);
     ovl_wire_reader_init(&cl->rd, OVL_WIRE_DEFAULT_MAX);
     ovl_fdq_init(&cl->fdq);
     ovl_wire_out_init(&cl->out);
@@ -446,10 +454,6 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
         snprintf(connect_err, sizeof(connect_err), "%s", cl->err);
         goto fail;
     }
-    struct ucred cred;
-    socklen_t credlen = sizeof(cred);
-    if (getsockopt(cl->fd, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) == 0)
-        cl->daemon_pid = cred.pid;
     *ret_client = cl;
     return OVL_OK;
 fail:
@@ -463,13 +467,16 @@ fail:
  * When ovld dies, no op of this client will ever be done, and a CUDA stream
  * that waits on a done slot would wait for ever, possibly inside a
  * cudaStreamSynchronize of the application's, where libovl never gets a say.
- * So a thread per client (the watcher) polls the socket for the hangup.
- * When it comes it waits, up to WATCHER_EXIT_WAIT_MS, for ovld's process to
- * be gone (pidfd), so that none of ovld's work can still write the
- * application's buffers; then it does for every comm what ovld does for a
- * client that died (ovl_doorbell_release_value): the error word says
- * OVL_ERR_CLOSED, and done and every done slot are set past the last op.
- * The streams go on, with C not computed, and ovl_comm_check says why.
+ * So whichever thread first sees the socket hang up gives ovld up
+ * (lose_daemon): a thread per client that polls the socket (the watcher),
+ * or the application's own thread in a call that finds it so. It waits, up
+ * to WATCHER_EXIT_WAIT_MS, for ovld's process to be gone (ovld hands each
+ * client a pidfd of its own with the HelloReply), so that none of ovld's
+ * work can still write the application's buffers; then it does for every
+ * comm what ovld does for a client that died (ovl_doorbell_release_value):
+ * the error word says OVL_ERR_CLOSED, and done and every done slot are set
+ * past the last op. The streams go on, with C not computed, and
+ * ovl_comm_check says why.
  */
 #define WATCHER_EXIT_WAIT_MS 10000
 
@@ -494,29 +501,65 @@ static void release_comm(struct ovl_comm *cm)
 typedef enum daemon_fate {
     FATE_EXITED,  /* ovld's process is gone */
     FATE_ALIVE,   /* still there after WATCHER_EXIT_WAIT_MS */
-    FATE_UNKNOWN, /* no pid (another pid namespace) or no pidfd_open (Linux < 5.3) */
+    FATE_UNKNOWN, /* ovld sent no pidfd (Linux < 5.3) */
     FATE_STOPPED, /* ovl_disconnect wants the watcher to end */
 } daemon_fate_t;
 
-/* Waits until ovld's process is gone, or up to WATCHER_EXIT_WAIT_MS. */
-static daemon_fate_t wait_daemon_exit(ovl_client_t *cl)
+/* Waits until ovld's process is gone, or up to WATCHER_EXIT_WAIT_MS, or
+ * until stop_fd (-1: none) is readable. */
+static daemon_fate_t wait_daemon_exit(ovl_client_t *cl, int stop_fd)
 {
-    if (cl->daemon_pid <= 0)
+    if (cl->daemon_pidfd < 0)
         return FATE_UNKNOWN;
-    int pfd = (int)syscall(SYS_pidfd_open, cl->daemon_pid, 0);
-    if (pfd < 0)
-        return errno == ESRCH ? FATE_EXITED : FATE_UNKNOWN;
-    struct pollfd p[2] = {{.fd = pfd, .events = POLLIN},
-                          {.fd = cl->watcher_stop, .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = cl->daemon_pidfd, .events = POLLIN},
+                          {.fd = stop_fd, .events = POLLIN}};
     uint64_t deadline = ovl_mono_ms() + WATCHER_EXIT_WAIT_MS;
     int n;
     do
         n = poll(p, 2, left_ms(deadline));
     while (n < 0 && errno == EINTR);
-    close(pfd);
     if (n > 0 && p[1].revents)
         return FATE_STOPPED;
     return n > 0 ? FATE_EXITED : FATE_ALIVE;
+}
+
+/* Gives ovld up (see above), once per client; a thread that comes second
+ * waits for the first. Returns at once, releasing nothing, if stop_fd
+ * becomes readable while ovld's exit is awaited. */
+static void lose_daemon(ovl_client_t *cl, int stop_fd)
+{
+    pthread_mutex_lock(&cl->lost_mu);
+    if (__atomic_load_n(&cl->lost, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_unlock(&cl->lost_mu);
+        return;
+    }
+    daemon_fate_t fate = wait_daemon_exit(cl, stop_fd);
+    if (fate == FATE_STOPPED) {
+        pthread_mutex_unlock(&cl->lost_mu);
+        return;
+    }
+    char why[64] = " and it exited";
+    if (fate == FATE_ALIVE)
+        snprintf(why, sizeof(why), " (it had not exited after %d s)", WATCHER_EXIT_WAIT_MS / 1000);
+    else if (fate == FATE_UNKNOWN)
+        snprintf(why, sizeof(why), " (whether it exited cannot be seen from here)");
+    snprintf(cl->lost_msg, sizeof(cl->lost_msg),
+             "ovld (pid %d) went away: its connection closed%s; ops not done by then were not "
+             "computed, and the waits on them were released",
+             (int)cl->info.pid, why);
+    pthread_mutex_lock(&cl->comms_mu);
+    __atomic_store_n(&cl->lost, 1, __ATOMIC_RELEASE);
+    for (struct ovl_comm *cm = cl->comms; cm; cm = cm->next)
+        release_comm(cm);
+    pthread_mutex_unlock(&cl->comms_mu);
+    pthread_mutex_unlock(&cl->lost_mu);
+}
+
+/* A daemon that died will never ring: notice it. */
+static bool daemon_gone(ovl_client_t *cl)
+{
+    struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
 }
 
 static void *watcher_main(void *arg)
@@ -535,23 +578,7 @@ static void *watcher_main(void *arg)
         if (p[0].revents & (POLLHUP | POLLRDHUP | POLLERR))
             break;
     }
-    daemon_fate_t fate = wait_daemon_exit(cl);
-    if (fate == FATE_STOPPED)
-        return NULL;
-    char why[64] = " and it exited";
-    if (fate == FATE_ALIVE)
-        snprintf(why, sizeof(why), " (it had not exited after %d s)", WATCHER_EXIT_WAIT_MS / 1000);
-    else if (fate == FATE_UNKNOWN)
-        snprintf(why, sizeof(why), " (whether it exited cannot be seen from here)");
-    snprintf(cl->lost_msg, sizeof(cl->lost_msg),
-             "ovld (pid %d) went away: its connection closed%s; ops not done by then were not "
-             "computed, and the waits on them were released",
-             (int)cl->daemon_pid, why);
-    pthread_mutex_lock(&cl->comms_mu);
-    __atomic_store_n(&cl->lost, 1, __ATOMIC_RELEASE);
-    for (struct ovl_comm *cm = cl->comms; cm; cm = cm->next)
-        release_comm(cm);
-    pthread_mutex_unlock(&cl->comms_mu);
+    lose_daemon(cl, cl->watcher_stop);
     return NULL;
 }
 
@@ -560,6 +587,8 @@ static ovl_status_t watcher_start(ovl_client_t *cl)
 {
     if (cl->watcher_owner == getpid())
         return OVL_OK;
+    if (cl->watcher_stop >= 0)
+        close(cl->watcher_stop); /* a forked child's copy of its parent's */
     cl->watcher_stop = eventfd(0, EFD_CLOEXEC);
     if (cl->watcher_stop < 0)
         return fail(cl, OVL_ERR_SYSTEM, "eventfd (the thread that watches ovld): %s",
@@ -655,6 +684,10 @@ OVL_API void ovl_disconnect(ovl_client_t *cl)
     if (!cl)
         return;
     watcher_stop(cl);
+    /* Stopped before it released anything, and ovld is gone: do it here,
+     * or the caller's streams would wait for ever on the comms freed below. */
+    if (cl->comms && daemon_gone(cl))
+        lose_daemon(cl, -1);
     while (cl->comms) {
         struct ovl_comm *cm = cl->comms;
         cl->comms = cm->next;
@@ -1086,6 +1119,11 @@ out:
     return st;
 }
 
+const struct ovl_doorbell *ovl__comm_doorbell(const ovl_comm_t *cm)
+{
+    return cm->db;
+}
+
 OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
 {
     if (!cm)
@@ -1095,6 +1133,10 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
         return cm->err;
     const struct ovl_doorbell *db = cm->db;
     int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
+    if (e == 0 && daemon_gone(cl)) {
+        lose_daemon(cl, -1); /* the watcher may not have got there yet */
+        e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
+    }
     if (e == 0)
         return OVL_OK;
     uint64_t seq = __atomic_load_n(&db->error_seq, __ATOMIC_RELAXED);
@@ -1124,13 +1166,6 @@ static long futex_wait(uint32_t *addr, uint32_t val, int ms)
     return syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-/* A daemon that died will never ring: notice it. */
-static bool daemon_gone(ovl_client_t *cl)
-{
-    struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
-}
-
 /* Waits on the host until the doorbell says done >= target. */
 static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
 {
@@ -1152,8 +1187,10 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
                             cl->timeout_ms, __atomic_load_n(&cm->db->done, __ATOMIC_RELAXED));
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
-            if ((spins & 1023) == 0 && daemon_gone(cl))
+            if ((spins & 1023) == 0 && daemon_gone(cl)) {
+                lose_daemon(cl, -1);
                 return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
+            }
         }
         return OVL_OK;
     }
@@ -1172,8 +1209,10 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
                 slice = left;
         }
         futex_wait(&cm->db->wake, w, slice);
-        if (daemon_gone(cl) && __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target)
+        if (daemon_gone(cl) && __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target) {
+            lose_daemon(cl, -1);
             return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
+        }
     }
 }
 

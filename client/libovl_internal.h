@@ -18,4 +18,8 @@ void ovl__response_free(Ovl__Response *r);
 /* A Status round trip: on OVL_OK, (*ret)->status is the daemon's status. */
 ovl_status_t ovl__status(ovl_client_t *cl, Ovl__Response **ret);
 
+/* The comm's doorbell (proto/doorbell.h) as this process maps it, for tests
+ * that must watch it without calling into libovl. */
+const struct ovl_doorbell *ovl__comm_doorbell(const ovl_comm_t *comm);
+
 #endif

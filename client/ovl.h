@@ -16,15 +16,18 @@
  * failure on a client (the daemon's own words where the daemon refused).
  *
  * Threads: one ovl_client_t and the comms made from it may be used by one
- * thread at a time. A client with a comm runs one thread of its own, which
- * watches for ovld's death (below); ovl_disconnect ends it.
+ * thread at a time, and not in a child process after fork(). A client with
+ * a comm runs one thread of its own, which watches for ovld's death (below);
+ * ovl_disconnect ends it.
  *
  * If ovld dies, no op will ever be done. libovl notices (the socket hangs
- * up), waits up to 10 s for ovld's process to be gone, and then releases
- * every wait on the client's comms itself, the CUDA streams' included, so
- * that the application's streams go on instead of waiting for ever. The ops
- * not done by then did not compute C: ovl_comm_check says OVL_ERR_CLOSED,
- * and every later call fails.
+ * up: its thread, or any call that finds it so), waits for ovld's process
+ * to be gone (at most 10 s), and then releases every wait on the client's
+ * comms itself, the CUDA streams' included, so that the application's
+ * streams go on instead of waiting for ever; ovl_comm_destroy and
+ * ovl_disconnect do it before they let a comm go. The ops not done by then
+ * did not compute C: ovl_comm_check says OVL_ERR_CLOSED (unless an earlier
+ * op had failed already), and every later call fails.
  */
 #ifndef OVL_H
 #define OVL_H
@@ -43,7 +46,7 @@ extern "C" {
 
 /* The wire protocol's version. A daemon and a client of different protocol
  * versions refuse each other at the handshake, naming both versions. */
-#define OVL_PROTOCOL_VERSION 3
+#define OVL_PROTOCOL_VERSION 4
 
 /* The socket a client uses when given none and $OVL_SOCKET is unset. */
 #define OVL_DEFAULT_SOCKET "/run/ovl/ovld.sock"
@@ -151,9 +154,9 @@ ovl_status_t ovl_comm_init(ovl_client_t *client, const char *job_id, uint32_t wo
 /* Waits for the comm's ops, leaves the job and frees the comm. Accepts NULL. */
 ovl_status_t ovl_comm_destroy(ovl_comm_t *comm);
 
-/* The error of any earlier op on this comm (OVL_OK if none), like
- * ncclCommGetAsyncError; OVL_ERR_CLOSED once ovld died (see above). The
- * message is in ovl_last_error. */
+/* The error of the first failed op on this comm (OVL_OK if none), like
+ * ncclCommGetAsyncError; OVL_ERR_CLOSED once ovld died (see above), which
+ * it may wait for (up to 10 s). The message is in ovl_last_error. */
 ovl_status_t ovl_comm_check(ovl_comm_t *comm);
 
 /* Waits on the host until every op submitted on the comm is done, then

@@ -188,7 +188,7 @@ static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         if (r->dev != &cb->devs[index])
             continue;
-        *bytes += OVL_DOORBELL_SIZE + r->scratch_bytes;
+        *bytes += r->scratch_bytes; /* the doorbell is host memory */
         for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
             *streams += r->streams[i] != NULL;
             *bytes += r->workspace[i] ? OVLD_LT_WORKSPACE : 0;
@@ -1129,11 +1129,12 @@ static void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
                 __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
                 __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
             }
-            if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
-                __atomic_store_n(&r->db->done, seq, __ATOMIC_RELEASE);
+            /* the slot first, then done, as the stream writes them */
             uint64_t *slot = &r->db->done_slot[seq % OVL_READY_SLOTS];
             if (__atomic_load_n(slot, __ATOMIC_RELAXED) < seq)
                 __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
+            if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
+                __atomic_store_n(&r->db->done, seq, __ATOMIC_RELEASE);
         }
         atomic_store(&d->state, 2);
         ovld_cq_push(&cb->cq, &d->node);

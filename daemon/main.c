@@ -297,6 +297,7 @@ int main(int argc, char **argv)
 
     d->loop = uv_default_loop();
     d->listen_fd = -1;
+    d->self_pidfd = -1;
     d->start_ns = ovl_mono_ns();
     ovld_stats_reset(&d->counters.total, d->start_ns);
     ovld_stats_reset(&d->counters.window, d->start_ns);
@@ -356,6 +357,8 @@ int main(int argc, char **argv)
         if (rc != 0)
             log_debug("uv_loop_close: %s", uv_strerror(rc));
     }
+    if (d->self_pidfd >= 0)
+        close(d->self_pidfd);
     log_info("stopped");
     return 0;
 }

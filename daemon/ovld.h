@@ -53,6 +53,8 @@ typedef struct ovld {
 
     int listen_fd;
     bool listen_owned; /* we bound it (and unlink it); not systemd's */
+    int self_pidfd;    /* ovld's own pidfd, a copy to every client with its HelloReply
+                        * (libovl watches it to see ovld gone); -1 if none */
     uv_poll_t listen_poll;
     bool listening;
     ovld_conn_t *conns;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,13 +192,18 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
     hr.client_id = c->id;
     hr.n_devices = dl.n;
     hr.devices = dl.pdevs;
+    /* A copy of our pidfd: the client sees when this process is gone. */
+    int pidfd = d->self_pidfd >= 0 ? fcntl(d->self_pidfd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (d->self_pidfd >= 0 && pidfd < 0)
+        log_warn("client %" PRIu64 ": cannot copy ovld's pidfd: %s", c->id, strerror(errno));
+    hr.fd_count = pidfd >= 0 ? 1 : 0;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_HELLO;
     r.hello = &hr;
     log_debug("client %" PRIu64 ": hello from '%s' (pid %d, uid %u, libovl %s)", c->id, c->name,
               (int)c->pid, (unsigned)c->uid, h->library_version ? h->library_version : "?");
-    send_response(c, &r, NULL, 0);
+    send_response(c, &r, pidfd >= 0 ? &pidfd : NULL, pidfd >= 0 ? 1 : 0);
     device_list_free(&dl);
 }
 
@@ -1219,6 +1225,11 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
     }
     d->listen_poll.data = d;
     d->listening = true;
+    d->self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (d->self_pidfd < 0)
+        log_warn("pidfd_open: %s: clients will not see when ovld exits, and give it up as soon "
+                 "as its connection closes",
+                 strerror(errno));
     return OVL_OK;
 }
 

@@ -5,8 +5,9 @@
  * ready (on its stream) and waits done >= n; ovld waits for ready before the
  * op's plan and writes done = n after it. An op that fails still rings done,
  * after setting error (the first failure's status) and error_seq. done only
- * grows. `wake` (host backend) is bumped after every done so that a host
- * waiter can sleep in futex(2) on it.
+ * grows. `wake` is bumped after every done that the host backend rings (and
+ * by libovl's own release, below) so that a host waiter can sleep in
+ * futex(2) on it.
  *
  * One memfd page mapped by both. Host backend: ready = n in `ready`.
  *
@@ -47,8 +48,9 @@ struct ovl_doorbell {
 
 _Static_assert(sizeof(struct ovl_doorbell) <= OVL_DOORBELL_SIZE, "the doorbell fits its page");
 
-/* What ovld stores to release every wait for ops up to seq_hi, for a client
- * that is gone: well ahead of them, but not by half the number space. The
+/* What is stored to release every wait for ops up to seq_hi: by ovld for a
+ * client that is gone, by libovl for an ovld that is gone (client/ovl.h).
+ * Well ahead of them, but not by half the number space. The
  * GPU's GEQ wait is cyclic, (int64_t)(*addr - value) >= 0 (cuStreamWaitValue64),
  * so UINT64_MAX reads as -1 there and releases nothing: that was the hang
  * when a client died. The host backend's waits compare plainly, and this

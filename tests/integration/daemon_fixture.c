@@ -589,6 +589,16 @@ raw_result_t raw_hello(raw_conn_t *rc, Ovl__Response **ret)
         ovl__response__free_unpacked(r, NULL);
         return RAW_BAD;
     }
+    /* ovld's pidfd: taken here, so that a later reply's fd is not mistaken */
+    if (r->hello->fd_count == 1) {
+        int fd = ovl_fdq_pop(&rc->fdq);
+        if (fd < 0) {
+            fprintf(stderr, "daemon_fixture: HelloReply announced a pidfd and came without\n");
+            ovl__response__free_unpacked(r, NULL);
+            return RAW_BAD;
+        }
+        close(fd);
+    }
     if (ret)
         *ret = r;
     else

@@ -129,7 +129,8 @@ raw_result_t raw_call(raw_conn_t *rc, Ovl__Request *q, const int *fds, unsigned 
 
 /* A good Hello (protocol OVL_PROTOCOL_VERSION). On RAW_OK with ret non-NULL
  * the HelloReply's Response is returned (free it); RAW_BAD if the answer was
- * not a HelloReply. */
+ * not a HelloReply, or announced ovld's pidfd and came without it. The pidfd
+ * is closed. */
 raw_result_t raw_hello(raw_conn_t *rc, Ovl__Response **ret);
 
 /* ----------------------------------------------------------------- misc */

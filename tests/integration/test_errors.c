@@ -1789,10 +1789,11 @@ static void test_rank_killed_aborts_job(void **state)
 
 /*
  * ovld killed while ranks wait: libovl's watcher notices the hangup and
- * that the process is gone, and releases every wait of the client's comms
- * by itself (on a GPU, the streams'), with OVL_ERR_CLOSED in the error
- * word. ovl_comm_check reads the error word only: nothing else would make
- * it report anything, so it checks the watcher alone.
+ * that the process is gone (the pidfd ovld sent), and releases every wait
+ * of the client's comms by itself (on a GPU, the streams'), with
+ * OVL_ERR_CLOSED in the error word. The doorbells are watched without a
+ * call into libovl, whose calls would also do it: that is the watcher
+ * alone. Then the calls report it.
  */
 static void test_daemon_killed_releases_waits(void **state)
 {
@@ -1812,14 +1813,19 @@ static void test_daemon_killed_releases_waits(void **state)
     char pidtext[32];
     snprintf(pidtext, sizeof(pidtext), "ovld (pid %d) went away", (int)pid);
     for (uint32_t r = 0; r < 2; r++) {
-        ovl_status_t st;
-        while ((st = ovl_comm_check(rk[r].comm)) == OVL_OK && fixture_now_ms() - t0 < 5000)
+        const struct ovl_doorbell *db = ovl__comm_doorbell(rk[r].comm);
+        while (__atomic_load_n(&db->error, __ATOMIC_ACQUIRE) == 0 && fixture_now_ms() - t0 < 5000)
             fixture_sleep_ms(5);
-        if (st != OVL_ERR_CLOSED)
-            fail_msg("rank %u: ovl_comm_check gave %s (%s) %llu ms after the kill, not "
+        int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
+        if (e != OVL_ERR_CLOSED)
+            fail_msg("rank %u: the doorbell's error word is %d %llu ms after the kill, not "
                      "OVL_ERR_CLOSED",
-                     r, ovl_strerror(st), ovl_last_error(rk[r].cl),
-                     (unsigned long long)(fixture_now_ms() - t0));
+                     r, e, (unsigned long long)(fixture_now_ms() - t0));
+        /* every wait released: done and each done slot past op 1 */
+        assert_true(__atomic_load_n(&db->done, __ATOMIC_ACQUIRE) > 1);
+        for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
+            assert_true((int64_t)(__atomic_load_n(&db->done_slot[i], __ATOMIC_ACQUIRE) - 1) >= 0);
+        assert_status(ovl_comm_check(rk[r].comm), OVL_ERR_CLOSED);
         assert_contains(ovl_last_error(rk[r].cl), pidtext);
         assert_contains(ovl_last_error(rk[r].cl), "and it exited");
         assert_contains(ovl_last_error(rk[r].cl), "op 1:");

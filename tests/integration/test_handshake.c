@@ -197,6 +197,7 @@ static void test_raw_hello_reply(void **state)
     assert_string_equal(h->daemon_version, OVL_VERSION_STRING);
     assert_string_equal(h->backend, "host");
     assert_int_equal(h->daemon_pid, d->pid);
+    assert_int_equal(h->fd_count, 1); /* ovld's pidfd (raw_hello took and closed it) */
     assert_int_not_equal(h->client_id, 0);
     assert_int_not_equal(h->client_id, rb->hello->client_id);
     assert_int_equal(h->n_devices, 8);
