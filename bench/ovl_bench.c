@@ -531,9 +531,8 @@ static ovl_status_t forget(rank_ctx_t *x, void *p)
 }
 
 /*
- * The fp32 reference of one shape on this rank: every rank's shard rebuilt
- * from the seed, gathered, converted to fp32, times this rank's B (b, of
- * dtype) by cuBLASLt in fp32. On success *ret_ref is M x N fp32 (caller
+ * The fp32 reference of one shape on this rank (ovl_demo_reference), with
+ * this rank's B (b, of dtype). On success *ret_ref is M x N fp32 (caller
  * frees); the temporaries are freed here.
  */
 static int make_reference(rank_ctx_t *x, shape_t sh, const void *b, float **ret_ref)
@@ -551,23 +550,10 @@ static int make_reference(rank_ctx_t *x, shape_t sh, const void *b, float **ret_
     RCUDA(cudaMalloc((void **)&ga32, M * K * sizeof(float)));
     RCUDA(cudaMalloc((void **)&b32, K * N * sizeof(float)));
     RCUDA(cudaMalloc((void **)&ref, M * N * sizeof(float)));
-    for (uint32_t r = 0; r < o->world; r++)
-        RCUDA(ovl_demo_fill(dt, ga + (size_t)r * m * K * es, m, K, K, SEED, r, 0, x->s));
-    RCUDA(ovl_demo_to_f32(dt, ga, M, K, K, ga32, x->s));
     RCUDA(ovl_demo_to_f32(dt, b, K, N, N, b32, x->s));
-    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
-                          .rows = M,
-                          .n = N,
-                          .k = K,
-                          .nblocks = 1,
-                          .block_stride = 0,
-                          .a = {ga32, K},
-                          .b = {b32, N},
-                          .c = {ref, N},
-                          .transb = false};
-    ovl_status_t st = ovld_lt_gemm(x->lt, x->s, x->ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err));
-    if (st != OVL_OK) {
-        rank_fail(x, "reference ovld_lt_gemm (fp32): %s: %s", ovl_strerror(st), err);
+    if (ovl_demo_reference(x->lt, x->ws, dt, o->world, m, N, K, SEED, b32, false, ga, ga32, ref,
+                           x->s, err, sizeof(err)) != OVL_OK) {
+        rank_fail(x, "%s", err);
         goto out;
     }
     RCUDA(cudaStreamSynchronize(x->s));

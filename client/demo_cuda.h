@@ -8,6 +8,7 @@
 #ifndef OVL_DEMO_CUDA_H
 #define OVL_DEMO_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,21 @@ cudaError_t ovl_demo_error_acc(ovl_dtype_t dt, const void *c, uint64_t ldc, cons
 
 /* acc (host copy) -> ||c - ref|| / ||ref|| (INFINITY if any c was not finite). */
 double ovl_demo_rel_error(const double acc[3]);
+
+/*
+ * The fp32 reference C = [A_0; ...; A_(world-1)] @ op(B) on stream s: every
+ * rank's A shard (m x k of dt, as ovl_demo_fill makes it for seed and that
+ * rank) is rebuilt into ga (world*m x k of dt) and converted into ga32, then
+ * multiplied by b32 (B in fp32, dense: k x n, or n x k with transb) by
+ * cuBLASLt in fp32 into ref (world*m x n, dense). Every buffer is device
+ * memory of the caller's; ws is a workspace of OVLD_LT_WORKSPACE bytes.
+ * A failure is said in err.
+ */
+struct ovld_lt;
+ovl_status_t ovl_demo_reference(struct ovld_lt *lt, void *ws, ovl_dtype_t dt, uint32_t world,
+                                uint64_t m, uint64_t n, uint64_t k, uint64_t seed, const float *b32,
+                                bool transb, void *ga, float *ga32, float *ref, cudaStream_t s,
+                                char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -72,27 +72,12 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     OVL_DEMO_CK(cudaMalloc((void **)&ref, W * m * n * sizeof(float)));
     OVL_DEMO_CK(cudaMalloc((void **)&acc, 3 * sizeof(double)));
     OVL_DEMO_CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
-    for (uint32_t r = 0; r < W; r++)
-        OVL_DEMO_CK(ovl_demo_fill(dt, ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0, s));
-    OVL_DEMO_CK(ovl_demo_to_f32(dt, ga, W * m, k, k, ga32, s));
     OVL_DEMO_CK(ovl_demo_to_f32(dt, b, brows, bcols, ldb, b32, s));
     char err[256];
-    if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK) {
+    if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK ||
+        ovl_demo_reference(lt, ws, dt, W, m, n, k, o->seed, b32, o->transb, ga, ga32, ref, s, err,
+                           sizeof(err)) != OVL_OK) {
         fprintf(stderr, "rank %u: %s\n", rank, err);
-        goto out;
-    }
-    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
-                          .rows = W * m,
-                          .n = n,
-                          .k = k,
-                          .nblocks = 1,
-                          .block_stride = 0,
-                          .a = {ga32, k},
-                          .b = {b32, bcols},
-                          .c = {ref, n},
-                          .transb = o->transb};
-    if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
-        fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
         goto out;
     }
     OVL_DEMO_CK(cudaStreamSynchronize(s));

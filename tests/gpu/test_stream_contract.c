@@ -222,22 +222,9 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     OVL_DEMO_CK(ovl_demo_to_f32(DTYPE, b, K, N, N, b32, s));
     int bad = 0;
     for (int i = 0; i < ITERS; i++) {
-        for (uint32_t r = 0; r < WORLD; r++)
-            OVL_DEMO_CK(ovl_demo_fill(DTYPE, ga + (size_t)r * M * K * es, M, K, K,
-                                      SEED_BASE + (uint64_t)i, r, 0, s));
-        OVL_DEMO_CK(ovl_demo_to_f32(DTYPE, ga, rows, K, K, ga32, s));
-        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
-                              .rows = rows,
-                              .n = N,
-                              .k = K,
-                              .nblocks = 1,
-                              .block_stride = 0,
-                              .a = {ga32, K},
-                              .b = {b32, N},
-                              .c = {ref, N},
-                              .transb = 0};
-        if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
-            fprintf(stderr, "rank %u: reference GEMM: %s\n", rank, err);
+        if (ovl_demo_reference(lt, ws, DTYPE, WORLD, M, N, K, SEED_BASE + (uint64_t)i, b32, false,
+                               ga, ga32, ref, s, err, sizeof(err)) != OVL_OK) {
+            fprintf(stderr, "rank %u: %s\n", rank, err);
             goto out;
         }
         /* Slot i holds dtype values (even i) or their fp32 conversion (odd i). */
