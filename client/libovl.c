@@ -582,10 +582,15 @@ static void *watcher_main(void *arg)
     return NULL;
 }
 
-/* Starts the watcher once per client, with every signal blocked in it. */
+/* Starts the watcher once per client, with every signal blocked in it;
+ * OVL_WATCHER=0 in the environment: none (libovl's calls still give ovld
+ * up when they find it gone, but a stream nobody calls about waits). */
 static ovl_status_t watcher_start(ovl_client_t *cl)
 {
     if (cl->watcher_owner == getpid())
+        return OVL_OK;
+    const char *want = getenv("OVL_WATCHER");
+    if (want && strcmp(want, "0") == 0)
         return OVL_OK;
     if (cl->watcher_stop >= 0)
         close(cl->watcher_stop); /* a forked child's copy of its parent's */

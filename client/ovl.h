@@ -18,7 +18,9 @@
  * Threads: one ovl_client_t and the comms made from it may be used by one
  * thread at a time, and not in a child process after fork(). A client with
  * a comm runs one thread of its own, which watches for ovld's death (below);
- * ovl_disconnect ends it.
+ * ovl_disconnect ends it. OVL_WATCHER=0 in the environment leaves it out:
+ * then only libovl's calls notice ovld's death, and a stream whose
+ * application makes no call waits for ever.
  *
  * If ovld dies, no op will ever be done. libovl notices (the socket hangs
  * up: its thread, or any call that finds it so), waits for ovld's process

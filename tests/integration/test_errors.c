@@ -1787,6 +1787,36 @@ static void test_rank_killed_aborts_job(void **state)
     TEST_PASSED();
 }
 
+/* Kills the test's ovld (SIGKILL) and reaps it; its pid. */
+static pid_t kill_daemon(test_daemon_t *d)
+{
+    pid_t pid = d->pid;
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    uint64_t t0 = fixture_now_ms();
+    while (daemon_running(d) && fixture_now_ms() - t0 < TIMEOUT_MS)
+        fixture_sleep_ms(5);
+    assert_false(daemon_running(d));
+    return pid;
+}
+
+/* ovl_comm_check says that rk's comm was given up for ovld (pid), which is
+ * gone; and so it was: OVL_ERR_CLOSED in the error word, done and every done
+ * slot past op 1. */
+static void assert_released(rank_t *rk, pid_t pid)
+{
+    char pidtext[32];
+    snprintf(pidtext, sizeof(pidtext), "ovld (pid %d) went away", (int)pid);
+    assert_status(ovl_comm_check(rk->comm), OVL_ERR_CLOSED);
+    assert_contains(ovl_last_error(rk->cl), pidtext);
+    assert_contains(ovl_last_error(rk->cl), "and it exited");
+    assert_contains(ovl_last_error(rk->cl), "op 1:");
+    const struct ovl_doorbell *db = ovl__comm_doorbell(rk->comm);
+    assert_int_equal(__atomic_load_n(&db->error, __ATOMIC_ACQUIRE), OVL_ERR_CLOSED);
+    assert_true(__atomic_load_n(&db->done, __ATOMIC_ACQUIRE) > 1);
+    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
+        assert_true((int64_t)(__atomic_load_n(&db->done_slot[i], __ATOMIC_ACQUIRE) - 1) >= 0);
+}
+
 /*
  * ovld killed while ranks wait: libovl's watcher notices the hangup and
  * that the process is gone (the pidfd ovld sent), and releases every wait
@@ -1803,32 +1833,16 @@ static void test_daemon_killed_releases_waits(void **state)
     open_pair_rank0_waiting(d, rk, "orphans", &s);
     assert_status(ovl_comm_check(rk[0].comm), OVL_OK);
 
-    pid_t pid = d->pid;
-    assert_int_equal(kill(pid, SIGKILL), 0);
     uint64_t t0 = fixture_now_ms();
-    while (daemon_running(d) && fixture_now_ms() - t0 < TIMEOUT_MS)
-        fixture_sleep_ms(5);
-    assert_false(daemon_running(d));
-
-    char pidtext[32];
-    snprintf(pidtext, sizeof(pidtext), "ovld (pid %d) went away", (int)pid);
+    pid_t pid = kill_daemon(d);
     for (uint32_t r = 0; r < 2; r++) {
         const struct ovl_doorbell *db = ovl__comm_doorbell(rk[r].comm);
         while (__atomic_load_n(&db->error, __ATOMIC_ACQUIRE) == 0 && fixture_now_ms() - t0 < 5000)
             fixture_sleep_ms(5);
-        int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
-        if (e != OVL_ERR_CLOSED)
-            fail_msg("rank %u: the doorbell's error word is %d %llu ms after the kill, not "
-                     "OVL_ERR_CLOSED",
-                     r, e, (unsigned long long)(fixture_now_ms() - t0));
-        /* every wait released: done and each done slot past op 1 */
-        assert_true(__atomic_load_n(&db->done, __ATOMIC_ACQUIRE) > 1);
-        for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
-            assert_true((int64_t)(__atomic_load_n(&db->done_slot[i], __ATOMIC_ACQUIRE) - 1) >= 0);
-        assert_status(ovl_comm_check(rk[r].comm), OVL_ERR_CLOSED);
-        assert_contains(ovl_last_error(rk[r].cl), pidtext);
-        assert_contains(ovl_last_error(rk[r].cl), "and it exited");
-        assert_contains(ovl_last_error(rk[r].cl), "op 1:");
+        if (__atomic_load_n(&db->error, __ATOMIC_ACQUIRE) != OVL_ERR_CLOSED)
+            fail_msg("rank %u: no release by the watcher %llu ms after the kill", r,
+                     (unsigned long long)(fixture_now_ms() - t0));
+        assert_released(&rk[r], pid);
     }
     /* The op that was pending ends at once, failed. */
     uint64_t t1 = fixture_now_ms();
@@ -1836,6 +1850,36 @@ static void test_daemon_killed_releases_waits(void **state)
     assert_true(fixture_now_ms() - t1 < 1000);
     /* and new ones are refused */
     assert_status(rank_submit(&rk[0], 0, &s), OVL_ERR_CLOSED);
+    for (uint32_t r = 0; r < 2; r++)
+        assert_status(rank_close(&rk[r]), OVL_ERR_CLOSED);
+    TEST_PASSED();
+}
+
+/*
+ * The same without the watcher (OVL_WATCHER=0): nothing is released until
+ * a libovl call finds ovld gone. Then that call does it on the caller's
+ * thread: rank 0's ovl_comm_synchronize (a wait for its op), rank 1's
+ * ovl_comm_check (no op).
+ */
+static void test_daemon_killed_calls_release_waits(void **state)
+{
+    test_daemon_t *d = *state;
+    rank_t rk[2];
+    opspec_t s = base_spec;
+    assert_int_equal(setenv("OVL_WATCHER", "0", 1), 0);
+    open_pair_rank0_waiting(d, rk, "no-watcher", &s);
+    assert_int_equal(unsetenv("OVL_WATCHER"), 0);
+
+    pid_t pid = kill_daemon(d);
+    fixture_sleep_ms(200);
+    for (uint32_t r = 0; r < 2; r++) /* no thread did it */
+        assert_int_equal(__atomic_load_n(&ovl__comm_doorbell(rk[r].comm)->error, __ATOMIC_ACQUIRE),
+                         0);
+    uint64_t t1 = fixture_now_ms();
+    assert_status(ovl_comm_synchronize(rk[0].comm), OVL_ERR_CLOSED);
+    assert_true(fixture_now_ms() - t1 < 1000);
+    assert_released(&rk[0], pid);
+    assert_released(&rk[1], pid);
     for (uint32_t r = 0; r < 2; r++)
         assert_status(rank_close(&rk[r]), OVL_ERR_CLOSED);
     TEST_PASSED();
@@ -2191,6 +2235,7 @@ int main(int argc, char **argv)
         T(test_rank_disconnect_aborts_job),
         T(test_comm_destroy_aborts_waiting_rank),
         T(test_daemon_killed_releases_waits),
+        T(test_daemon_killed_calls_release_waits),
         T(test_idle_rank_leaves_job_ends),
         TC(test_client_throttle, "max_ops_in_flight = 2\n"),
         TC(test_daemon_ops_limit, "max_ops_in_flight = 2\n"),
