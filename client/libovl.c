@@ -102,6 +102,7 @@ struct ovl_client {
     /* The watcher (see "ovld's death" below), started with the first comm. */
     pthread_t watcher;
     pid_t watcher_owner;     /* the process that started it; 0: none */
+    pid_t owner_pid;         /* the process that connected (a forked child gives nothing up) */
     int watcher_stop;        /* eventfd: ovl_disconnect wakes the watcher to end it */
     int daemon_pidfd;        /* ovld's own pidfd, from the HelloReply; -1 if it sent none */
     pthread_mutex_t lost_mu; /* one thread at a time gives ovld up (lose_daemon) */
@@ -187,11 +188,15 @@ static void salvage(ovl_client_t *cl)
     }
 }
 
+static void give_up_if_gone(ovl_client_t *cl);
+
 static ovl_status_t broken(ovl_client_t *cl, ovl_status_t st, const char *what)
 {
     cl->broken = true;
-    if (st == OVL_ERR_CLOSED)
+    if (st == OVL_ERR_CLOSED) {
         salvage(cl);
+        give_up_if_gone(cl); /* nobody will ring the comms' doorbells now */
+    }
     if (cl->said)
         return cl->said; /* the daemon's own reason beats "connection closed" */
     if (st == OVL_ERR_CLOSED)
@@ -431,6 +436,7 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
     cl->timeout_ms = DEFAULT_TIMEOUT_MS;
     cl->watcher_stop = -1;
     cl->daemon_pidfd = -1;
+    cl->owner_pid = getpid();
     pthread_mutex_init(&cl->comms_mu, NULL);
     pthread_mutex_init(&cl->lost_mu, NULL);
     ovl_wire_reader_init(&cl->rd, OVL_WIRE_DEFAULT_MAX);
@@ -528,6 +534,8 @@ static daemon_fate_t wait_daemon_exit(ovl_client_t *cl, int stop_fd)
  * becomes readable while ovld's exit is awaited. */
 static void lose_daemon(ovl_client_t *cl, int stop_fd)
 {
+    if (getpid() != cl->owner_pid)
+        return; /* a forked child's copy: its parent's to give up */
     pthread_mutex_lock(&cl->lost_mu);
     if (__atomic_load_n(&cl->lost, __ATOMIC_ACQUIRE)) {
         pthread_mutex_unlock(&cl->lost_mu);
@@ -560,6 +568,13 @@ static bool daemon_gone(ovl_client_t *cl)
 {
     struct pollfd p = {.fd = cl->fd, .events = POLLRDHUP};
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
+/* What every call that may find ovld gone does (the application's thread). */
+static void give_up_if_gone(ovl_client_t *cl)
+{
+    if (!__atomic_load_n(&cl->lost, __ATOMIC_ACQUIRE) && cl->comms && daemon_gone(cl))
+        lose_daemon(cl, -1);
 }
 
 static void *watcher_main(void *arg)
@@ -671,7 +686,16 @@ static void comm_free(struct ovl_comm *cm)
      * would fault the caller's context): until the last one is over the
      * page stays, mapped and registered, and is leaked if it never is. */
     if (cm->db_dev) {
-        if (doorbell_idle(cm))
+        bool idle = doorbell_idle(cm);
+        if (!idle && daemon_gone(cm->cl)) {
+            /* ovld went away meanwhile: this comm is already off the
+             * client's list, so release it here, once ovld is given up */
+            lose_daemon(cm->cl, -1);
+            if (getpid() == cm->cl->owner_pid)
+                release_comm(cm);
+            idle = doorbell_idle(cm);
+        }
+        if (idle)
             cudaHostUnregister(cm->db_map);
         else
             unmap = false;
@@ -690,9 +714,9 @@ OVL_API void ovl_disconnect(ovl_client_t *cl)
         return;
     watcher_stop(cl);
     /* Stopped before it released anything, and ovld is gone: do it here,
-     * or the caller's streams would wait for ever on the comms freed below. */
-    if (cl->comms && daemon_gone(cl))
-        lose_daemon(cl, -1);
+     * or the caller's streams would wait for ever on the comms freed below
+     * (comm_free looks again while it waits for each). */
+    give_up_if_gone(cl);
     while (cl->comms) {
         struct ovl_comm *cm = cl->comms;
         cl->comms = cm->next;
@@ -1134,20 +1158,25 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
     if (!cm)
         return OVL_ERR_INVALID;
     ovl_client_t *cl = cm->cl;
+    /* first, even with an error to report: later ops may still hold streams */
+    give_up_if_gone(cl);
     if (cm->err != OVL_OK)
         return cm->err;
     const struct ovl_doorbell *db = cm->db;
     int32_t e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
-    if (e == 0 && daemon_gone(cl)) {
-        lose_daemon(cl, -1); /* the watcher may not have got there yet */
-        e = __atomic_load_n(&db->error, __ATOMIC_ACQUIRE);
-    }
     if (e == 0)
         return OVL_OK;
     uint64_t seq = __atomic_load_n(&db->error_seq, __ATOMIC_RELAXED);
     cm->err = (e < 0 && e >= OVL_ERR_INTERNAL) ? (ovl_status_t)e : OVL_ERR_INTERNAL;
-    if (e == OVL_ERR_CLOSED && __atomic_load_n(&cl->lost, __ATOMIC_ACQUIRE))
-        return fail(cl, cm->err, "op %" PRIu64 ": %s", seq, cl->lost_msg);
+    if (e == OVL_ERR_CLOSED && __atomic_load_n(&cl->lost, __ATOMIC_ACQUIRE)) {
+        if (!cl->said)
+            salvage(cl); /* ovld's last words, if it closed with an Error */
+        if (!cl->said)
+            return fail(cl, cm->err, "op %" PRIu64 ": %s", seq, cl->lost_msg);
+        char said[sizeof(cl->err)];
+        memcpy(said, cl->err, sizeof(said));
+        return fail(cl, cm->err, "op %" PRIu64 ": %s (ovld said: %s)", seq, cl->lost_msg, said);
+    }
     /* The doorbell holds the code; ovld holds the words. */
     Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
     cc.comm_id = cm->id;
@@ -1248,6 +1277,7 @@ OVL_API ovl_status_t ovl_comm_destroy(ovl_comm_t *cm)
         else if (st == OVL_OK)
             st = dst;
     }
+    give_up_if_gone(cl); /* while cm is still on the list */
     pthread_mutex_lock(&cl->comms_mu);
     for (struct ovl_comm **pp = &cl->comms; *pp; pp = &(*pp)->next)
         if (*pp == cm) {

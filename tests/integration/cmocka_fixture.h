@@ -30,6 +30,7 @@ static int setup(void **state)
 {
     const char *config = *state;
     g_passed = false;
+    unsetenv("OVL_WATCHER"); /* a test that set it and failed must not pass it on */
     test_daemon_t *d = calloc(1, sizeof(*d));
     if (!d)
         return -1;
