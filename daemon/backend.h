@@ -141,7 +141,14 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*rank_scratch)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t bytes,
                                  void **ret_ptr);
 
-    /* Enqueue primitives. */
+    /* Enqueue primitives. With issue_parallel, exec.c calls all of them but
+     * done for different ranks from different threads at once (each rank
+     * from one thread at a time, and allgather while every rank's thread
+     * waits); done only from the loop thread. reserve_events makes events
+     * [0, n) of a rank exist beforehand, so that those threads only look
+     * them up (a wait names another rank's event). */
+    bool issue_parallel;
+    ovl_status_t (*reserve_events)(ovld_rank_t *r, uint32_t n);
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
     ovl_status_t (*record)(ovld_rank_t *r, uint32_t stream, uint32_t event);
     ovl_status_t (*wait)(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
@@ -159,8 +166,9 @@ typedef struct ovld_backend_ops {
      * with cookie, through the done callback. Must not fail to ring. */
     void (*done)(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
                  const char *message, void *cookie);
-    /* The words of the last enqueue call that failed (naming the library
-     * call), for the op's error message; NULL where there are none. */
+    /* The words of the last enqueue call that failed on the calling thread
+     * (naming the library call), for the op's error message; NULL where
+     * there are none. */
     const char *(*last_error)(ovld_backend_t *b);
     /* Imports that found their mapping already open (hits) and that opened
      * one (misses), since start; NULL where every import maps anew. */

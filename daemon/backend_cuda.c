@@ -141,11 +141,14 @@ struct cuda_backend {
     ipc_entry_t *ipc;
     uint64_t ipc_hits, ipc_misses; /* under ipc_mu */
     _Atomic uint32_t works;        /* uv_work items in flight */
-    char last_err[256];            /* the last enqueue failure, in words (loop thread) */
     bool cq_closed;                /* destroyed: freed when the last work is done */
 };
 
 /* ------------------------------------------------- errors, in one place */
+
+/* The last enqueue failure of this thread, in words: exec.c asks for it
+ * (last_error) on the thread that issued the failed call. */
+static _Thread_local char cuda_last_err[256];
 
 /* Logs a failed CUDA call and keeps its words for the op's error message
  * (exec.c asks through last_error), then returns OVL_ERR_BACKEND. */
@@ -153,9 +156,10 @@ struct cuda_backend {
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            snprintf((cb)->last_err, sizeof((cb)->last_err), "%s: %s: %s", (what), #call,          \
+            (void)(cb);                                                                            \
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s: %s", (what), #call,            \
                      cudaGetErrorString(e_));                                                      \
-            log_error("%s", (cb)->last_err);                                                       \
+            log_error("%s", cuda_last_err);                                                        \
             return OVL_ERR_BACKEND;                                                                \
         }                                                                                          \
     } while (0)
@@ -806,9 +810,9 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
 {
     if (cr == CUDA_SUCCESS)
         return OVL_OK;
-    snprintf(r->cb->last_err, sizeof(r->cb->last_err), "%s: %s", what,
+    snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s", what,
              ovl_cudrv_strerror(&r->cb->drv, cr));
-    log_error("%s", r->cb->last_err);
+    log_error("%s", cuda_last_err);
     return OVL_ERR_BACKEND;
 }
 
@@ -821,6 +825,12 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
         if (set_device((r)->cb, (r)->dev) != OVL_OK)                                               \
             return OVL_ERR_BACKEND;                                                                \
     } while (0)
+
+static ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n)
+{
+    cudaEvent_t ev;
+    return n ? event_get(r, n - 1, &ev) : OVL_OK;
+}
 
 static ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
@@ -889,6 +899,7 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
                                    uint32_t n, ovl_dtype_t dtype, uint64_t m, uint64_t k,
                                    uint64_t row0, uint64_t rows)
 {
+    (void)b;
     size_t elem = ovl_dtype_size(dtype);
     bool contiguous = true, comms = true;
     for (uint32_t i = 0; i < n; i++) {
@@ -987,12 +998,11 @@ static ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_
         }
     }
     if (r != ncclSuccess) {
-        cuda_backend_t *cb = (cuda_backend_t *)b;
-        snprintf(cb->last_err, sizeof(cb->last_err),
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
                  "NCCL all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
                  r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
                                      : ncclGetErrorString(r));
-        log_error("%s", cb->last_err);
+        log_error("%s", cuda_last_err);
         return OVL_ERR_BACKEND;
     }
     return OVL_OK;
@@ -1008,11 +1018,10 @@ static ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, 
 static ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
     USE_DEVICE(r);
-    ovl_status_t st =
-        ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream], OVLD_LT_WORKSPACE, args,
-                     r->cb->last_err, sizeof(r->cb->last_err));
+    ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
+                                   OVLD_LT_WORKSPACE, args, cuda_last_err, sizeof(cuda_last_err));
     if (st != OVL_OK)
-        log_error("device %d: %s", r->dev->ordinal, r->cb->last_err);
+        log_error("device %d: %s", r->dev->ordinal, cuda_last_err);
     return st;
 }
 
@@ -1180,7 +1189,8 @@ static void cuda_mem_cache_stats(ovld_backend_t *b, uint64_t *hits, uint64_t *mi
 
 static const char *cuda_last_error(ovld_backend_t *b)
 {
-    return ((cuda_backend_t *)b)->last_err;
+    (void)b;
+    return cuda_last_err;
 }
 
 /* Host functions never run after a context error: look at old ops' events
@@ -1260,6 +1270,8 @@ static const ovld_backend_ops_t cuda_ops = {
     .sleep = cuda_sleep,
     .done = cuda_done,
     .last_error = cuda_last_error,
+    .issue_parallel = true,
+    .reserve_events = cuda_reserve_events,
     .mem_cache_stats = cuda_mem_cache_stats,
 };
 

@@ -623,6 +623,17 @@ static ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_
     return OVL_OK;
 }
 
+static ovl_status_t host_reserve_events(ovld_rank_t *r, uint32_t n)
+{
+    host_event_t *ev;
+    for (uint32_t e = 0; e < n; e += EV_BLOCK) {
+        ovl_status_t st = event_get(r, e, &ev);
+        if (st != OVL_OK)
+            return st;
+    }
+    return n ? event_get(r, n - 1, &ev) : OVL_OK;
+}
+
 static ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
     host_work_t *w = work_new(W_WAIT_READY);
@@ -796,6 +807,8 @@ static const ovld_backend_ops_t host_ops = {
     .rank_destroy = host_rank_destroy,
     .rank_release = host_rank_release,
     .rank_scratch = host_rank_scratch,
+    .issue_parallel = true,
+    .reserve_events = host_reserve_events,
     .wait_ready = host_wait_ready,
     .record = host_record,
     .wait = host_wait,

@@ -3,6 +3,9 @@
  */
 #include "exec.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +79,8 @@ static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t 
     }
 }
 
-ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *err, size_t errlen)
+static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, char *err,
+                                size_t errlen)
 {
     uint32_t w = op->world;
     ovl_status_t st = OVL_OK;
@@ -178,4 +182,354 @@ fail:
     free(recorded);
     free(parts);
     return st;
+}
+
+/* ------------------------------------------------------ parallel issue */
+
+/*
+ * With a backend that allows it (issue_parallel) and more than one rank,
+ * each rank's program is issued by a thread of its own: the calling thread
+ * takes rank 0, a pool of threads the others. What the serial walk gets
+ * from its order, the threads get from one mutex and condition:
+ *  - a wait on a peer's event waits until the peer's thread has issued that
+ *    record in this op;
+ *  - at an ALLGATHER each thread parks until every rank is there; the last
+ *    to come issues the one call for all, then lets the others go on;
+ *  - every rank stops at its DONE, which the calling thread (the loop
+ *    thread) rings for each rank once all threads stopped, as it does
+ *    fail_rest after a failure: done may report a completion at once, which
+ *    only the loop thread may do.
+ * A thread that would wait while every other thread still issuing waits
+ * too, each having looked at the latest state (gen), has found plans that
+ * cannot be issued: the run fails, as the serial walk does.
+ */
+typedef struct xrun {
+    ovld_backend_t *b;
+    const ovld_exec_op_t *op;
+    uint32_t maxev;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t *pc;     /* per rank: the next instruction; its own thread's */
+    bool *recorded; /* [rank * maxev + event], under mu */
+    ovld_allgather_part_t *parts;
+    uint32_t at_gather; /* ranks parked at the current ALLGATHER */
+    uint64_t gather_gen;
+    uint64_t gen;   /* bumped at every change a waiting thread may wait for */
+    bool *stopped;  /* per rank: its thread stopped issuing */
+    bool *sleeping; /* per rank: waits on the condition */
+    uint64_t *seen; /* per rank: the gen its wait condition was last false at */
+    bool failed;
+    ovl_status_t st;
+    char err[256];
+    uint32_t pending; /* pool tasks not finished */
+} xrun_t;
+
+/* First failure wins; everyone is woken to stop. Under mu. */
+static void xfail(xrun_t *x, ovl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void xfail(xrun_t *x, ovl_status_t st, const char *fmt, ...)
+{
+    if (!x->failed) {
+        x->failed = true;
+        x->st = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->err, sizeof(x->err), fmt, ap);
+        va_end(ap);
+    }
+    x->gen++;
+    pthread_cond_broadcast(&x->cv);
+}
+
+/* A change others may wait for. Under mu. */
+static void xchanged(xrun_t *x)
+{
+    x->gen++;
+    pthread_cond_broadcast(&x->cv);
+}
+
+/* Rank r's wait condition is false at the current state: sleeps until a
+ * change, unless every thread still issuing is in the same case (then the
+ * plans deadlock). Under mu. */
+static void xwait(xrun_t *x, uint32_t r)
+{
+    x->sleeping[r] = true;
+    x->seen[r] = x->gen;
+    bool stuck = true;
+    for (uint32_t q = 0; q < x->op->world && stuck; q++)
+        stuck = x->stopped[q] || (x->sleeping[q] && x->seen[q] == x->gen);
+    if (stuck)
+        xfail(x, OVL_ERR_INTERNAL, "plans cannot be issued in any order (deadlock)");
+    else
+        pthread_cond_wait(&x->cv, &x->mu);
+    x->sleeping[r] = false;
+}
+
+/* The issuing thread's words for a failed call (a backend keeps them per
+ * thread). */
+static void xfail_call(xrun_t *x, ovl_status_t st, uint32_t r, const ovl_instr_t *in)
+{
+    const char *why = x->b->ops->last_error ? x->b->ops->last_error(x->b) : NULL;
+    pthread_mutex_lock(&x->mu);
+    if (in)
+        xfail(x, st, "rank %u, instruction %zu (%s): %s", r, x->pc[r], ovl_instr_name(in->kind),
+              why && why[0] ? why : ovl_strerror(st));
+    else
+        xfail(x, st, "%s", why && why[0] ? why : ovl_strerror(st));
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* The last rank at an ALLGATHER issues it for all (under mu on entry and
+ * return; the call itself is made without it, with everyone else parked). */
+static void xgather(xrun_t *x)
+{
+    const ovld_exec_op_t *op = x->op;
+    const ovl_instr_t *first = &op->ranks[0].plan->instr[x->pc[0]];
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_instr_t *in = &op->ranks[r].plan->instr[x->pc[r]];
+        if (in->row0 != first->row0 || in->rows != first->rows) {
+            xfail(x, OVL_ERR_INTERNAL, "plans disagree on all-gather %zu of rank %u", x->pc[r], r);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&x->mu);
+    ovl_status_t st = x->b->ops->allgather(x->b, x->parts, op->world, op->dtype, op->m, op->k,
+                                           first->row0, first->rows);
+    const char *why = st != OVL_OK && x->b->ops->last_error ? x->b->ops->last_error(x->b) : NULL;
+    pthread_mutex_lock(&x->mu);
+    if (st != OVL_OK) {
+        xfail(x, st, "all-gather rows %llu+%llu: %s", (unsigned long long)first->row0,
+              (unsigned long long)first->rows, why && why[0] ? why : ovl_strerror(st));
+        return;
+    }
+    x->at_gather = 0;
+    x->gather_gen++;
+    xchanged(x);
+}
+
+/* Issues rank r's program up to its DONE (or a failure anywhere). */
+static void xrank(xrun_t *x, uint32_t r)
+{
+    const ovld_exec_op_t *op = x->op;
+    const ovl_plan_t *p = op->ranks[r].plan;
+    pthread_mutex_lock(&x->mu);
+    while (!x->failed && x->pc[r] < p->ninstr) {
+        const ovl_instr_t *in = &p->instr[x->pc[r]];
+        if (in->kind == OVL_I_DONE)
+            break; /* the loop thread rings it */
+        if ((in->kind == OVL_I_WAIT || in->kind == OVL_I_RECORD) &&
+            (in->event >= x->maxev || (in->kind == OVL_I_WAIT && in->peer >= op->world))) {
+            xfail(x, OVL_ERR_INTERNAL, "rank %u, instruction %zu: event or peer out of range", r,
+                  x->pc[r]);
+            break;
+        }
+        if (in->kind == OVL_I_ALLGATHER) {
+            x->parts[r] = (ovld_allgather_part_t){.rank = op->ranks[r].rank,
+                                                  .stream = in->stream,
+                                                  .src = op->ranks[r].a,
+                                                  .g = op->ranks[r].g};
+            uint64_t gen = x->gather_gen;
+            if (++x->at_gather == op->world)
+                xgather(x);
+            while (!x->failed && x->gather_gen == gen)
+                xwait(x, r);
+            if (!x->failed)
+                x->pc[r]++;
+            continue;
+        }
+        if (in->kind == OVL_I_WAIT && in->peer != r) {
+            while (!x->failed && !x->recorded[(size_t)in->peer * x->maxev + in->event])
+                xwait(x, r);
+            if (x->failed)
+                break;
+        }
+        pthread_mutex_unlock(&x->mu);
+        ovl_status_t st = issue(x->b, op, r, in);
+        if (st != OVL_OK) {
+            xfail_call(x, st, r, in);
+            pthread_mutex_lock(&x->mu);
+            break;
+        }
+        pthread_mutex_lock(&x->mu);
+        if (in->kind == OVL_I_RECORD) {
+            x->recorded[(size_t)r * x->maxev + in->event] = true;
+            xchanged(x);
+        }
+        x->pc[r]++;
+    }
+    /* stopped: the others must not count on this thread any more */
+    x->stopped[r] = true;
+    xchanged(x);
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* The pool: threads that take (run, rank) tasks, made as needed and kept.
+ * Every task must have a thread of its own (a rank's thread may wait for
+ * another's), so `free` counts the threads not promised to a task: a task
+ * queued takes one at once, a thread that finished one gives it back. */
+typedef struct xtask {
+    xrun_t *x;
+    uint32_t rank;
+    struct xtask *next;
+} xtask_t;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    xtask_t *head, *tail;
+    uint32_t free;
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *pool_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (!pool.head)
+            pthread_cond_wait(&pool.cv, &pool.mu);
+        xtask_t *t = pool.head;
+        pool.head = t->next;
+        if (!pool.head)
+            pool.tail = NULL;
+        pthread_mutex_unlock(&pool.mu);
+        xrun_t *x = t->x;
+        xrank(x, t->rank);
+        pthread_mutex_lock(&x->mu);
+        if (--x->pending == 0)
+            pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+        pthread_mutex_lock(&pool.mu);
+        pool.free++;
+    }
+    return NULL;
+}
+
+/* Queues n tasks, each with a thread; false if threads could not be made
+ * (nothing is queued then). */
+static bool pool_submit(xtask_t *tasks, uint32_t n)
+{
+    pthread_mutex_lock(&pool.mu);
+    while (pool.free < n) {
+        sigset_t all, old;
+        sigfillset(&all);
+        sigdelset(&all, SIGUSR2); /* the stall report may ask any thread for its stack */
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_t th;
+        int e = pthread_create(&th, NULL, pool_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (e != 0) {
+            pthread_mutex_unlock(&pool.mu);
+            return false;
+        }
+        pthread_detach(th);
+        pool.free++;
+    }
+    pool.free -= n;
+    for (uint32_t i = 0; i < n; i++) {
+        tasks[i].next = NULL;
+        if (pool.tail)
+            pool.tail->next = &tasks[i];
+        else
+            pool.head = &tasks[i];
+        pool.tail = &tasks[i];
+    }
+    pthread_cond_broadcast(&pool.cv);
+    pthread_mutex_unlock(&pool.mu);
+    return true;
+}
+
+/* Whether every rank's program ends with its one DONE (the loop thread
+ * rings it after the threads). */
+static bool done_last(const ovld_exec_op_t *op)
+{
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        if (p->ninstr == 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE)
+            return false;
+        for (size_t i = 0; i + 1 < p->ninstr; i++)
+            if (p->instr[i].kind == OVL_I_DONE)
+                return false;
+    }
+    return true;
+}
+
+static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
+                                  char *err, size_t errlen)
+{
+    uint32_t w = op->world;
+    xrun_t x = {.b = b, .op = op, .maxev = maxev, .st = OVL_OK};
+    xtask_t *tasks = calloc(w, sizeof(*tasks));
+    x.pc = calloc(w, sizeof(*x.pc));
+    x.recorded = calloc((size_t)w * maxev, sizeof(*x.recorded));
+    x.parts = calloc(w, sizeof(*x.parts));
+    x.stopped = calloc(w, sizeof(*x.stopped));
+    x.sleeping = calloc(w, sizeof(*x.sleeping));
+    x.seen = calloc(w, sizeof(*x.seen));
+    ovl_status_t st = OVL_OK;
+    if (!tasks || !x.pc || !x.recorded || !x.parts || !x.stopped || !x.sleeping || !x.seen) {
+        st = OVL_ERR_NOMEM;
+        snprintf(err, errlen, "executor: out of memory");
+        for (uint32_t r = 0; r < w; r++)
+            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+        goto out;
+    }
+    pthread_mutex_init(&x.mu, NULL);
+    pthread_cond_init(&x.cv, NULL);
+    x.pending = w - 1;
+    for (uint32_t r = 1; r < w; r++)
+        tasks[r - 1] = (xtask_t){.x = &x, .rank = r};
+    if (!pool_submit(tasks, w - 1)) {
+        /* no threads to be had: this thread walks every rank */
+        pthread_mutex_destroy(&x.mu);
+        pthread_cond_destroy(&x.cv);
+        st = exec_serial(b, op, err, errlen);
+        goto out;
+    }
+    xrank(&x, 0);
+    pthread_mutex_lock(&x.mu);
+    while (x.pending > 0)
+        pthread_cond_wait(&x.cv, &x.mu);
+    pthread_mutex_unlock(&x.mu);
+    pthread_mutex_destroy(&x.mu);
+    pthread_cond_destroy(&x.cv);
+    if (x.failed) {
+        st = x.st;
+        snprintf(err, errlen, "%s", x.err);
+        fail_rest(b, op, x.pc, st, err);
+        goto out;
+    }
+    for (uint32_t r = 0; r < w; r++) /* every rank stands at its DONE */
+        b->ops->done(op->ranks[r].rank, op->ranks[r].plan->instr[x.pc[r]].stream, op->seq, OVL_OK,
+                     NULL, op->ranks[r].cookie);
+out:
+    free(tasks);
+    free(x.pc);
+    free(x.recorded);
+    free(x.parts);
+    free(x.stopped);
+    free(x.sleeping);
+    free(x.seen);
+    return st;
+}
+
+ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *err, size_t errlen)
+{
+    uint32_t maxev = 0;
+    for (uint32_t r = 0; r < op->world; r++)
+        if (op->ranks[r].plan->nevents > maxev)
+            maxev = op->ranks[r].plan->nevents;
+    if (op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events || !done_last(op))
+        return exec_serial(b, op, err, errlen);
+    /* Every event a thread may look up, fail_rest's joins included. */
+    for (uint32_t r = 0; r < op->world; r++) {
+        ovl_status_t st = b->ops->reserve_events(op->ranks[r].rank, maxev + OVL_PLAN_MAX_STREAMS);
+        if (st != OVL_OK) {
+            snprintf(err, errlen, "executor: events: %s", ovl_strerror(st));
+            for (uint32_t q = 0; q < op->world; q++)
+                b->ops->done(op->ranks[q].rank, 0, op->seq, st, err, op->ranks[q].cookie);
+            return st;
+        }
+    }
+    return exec_parallel(b, op, maxev ? maxev : 1, err, errlen);
 }

@@ -15,9 +15,13 @@
  *  - every rank's calls other than ALLGATHER follow its program in order.
  * Then each call in turn is made to fail: the executor must return that
  * status with a message naming the failed instruction (or the all-gather),
- * ring every rank's done exactly once (OK for ranks already done, the error
- * for the others), and issue nothing after the failure but the joins and
- * the doorbells of the ranks not yet done.
+ * ring every rank's done exactly once (OK only for a rank whose program
+ * ran to its DONE, the error for the others), and after the failure issue
+ * only joins and doorbells, besides (with threads) what other ranks' threads
+ * had under way.
+ *
+ * All of it twice: the backend issued serially, and with issue_parallel
+ * (a thread per rank, done rung by the calling thread).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,21 +66,29 @@ struct ovld_rank {
 };
 
 static struct {
+    pthread_mutex_t mu; /* issuing threads log at once */
     entry_t log[MAXLOG];
     size_t n;
     size_t fail_at; /* 1-based index of the call to fail; 0: none */
     ovl_status_t fail_status;
-} M;
+} M = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Logs a call; its status (the injected failure, or OVL_OK). DONE never
- * fails (backends must ring). */
+ * fails (backends must ring). No cmocka assertion here: issuing threads
+ * call it. */
 static ovl_status_t logc(entry_t e)
 {
-    assert_true(M.n < MAXLOG);
-    M.log[M.n++] = e;
-    if (e.call != C_DONE && M.fail_at == M.n)
-        return M.fail_status;
-    return OVL_OK;
+    pthread_mutex_lock(&M.mu);
+    ovl_status_t st = OVL_OK;
+    if (M.n >= MAXLOG) {
+        st = OVL_ERR_LIMIT;
+    } else {
+        M.log[M.n++] = e;
+        if (e.call != C_DONE && M.fail_at == M.n)
+            st = M.fail_status;
+    }
+    pthread_mutex_unlock(&M.mu);
+    return st;
 }
 
 static ovl_status_t m_wait_ready(ovld_rank_t *r, uint32_t s, uint64_t seq)
@@ -133,8 +146,13 @@ static void m_done(ovld_rank_t *r, uint32_t s, uint64_t seq, ovl_status_t status
                    void *cookie)
 {
     (void)msg;
-    assert_ptr_equal(cookie, r); /* the rank's own cookie comes back */
-    logc((entry_t){.call = C_DONE, .rank = r->id, .stream = s, .seq = seq, .status = status});
+    /* the rank's own cookie comes back (owner -1 marks a wrong one) */
+    logc((entry_t){.call = C_DONE,
+                   .rank = r->id,
+                   .owner = cookie == r ? r->id : -1,
+                   .stream = s,
+                   .seq = seq,
+                   .status = status});
 }
 
 static const char *m_last_error(ovld_backend_t *b)
@@ -143,8 +161,16 @@ static const char *m_last_error(ovld_backend_t *b)
     return "the mock was told to fail";
 }
 
-static const ovld_backend_ops_t mock_ops = {
+static ovl_status_t m_reserve_events(ovld_rank_t *r, uint32_t n)
+{
+    (void)r;
+    (void)n;
+    return OVL_OK;
+}
+
+static ovld_backend_ops_t mock_ops = {
     .name = "mock",
+    .reserve_events = m_reserve_events,
     .wait_ready = m_wait_ready,
     .record = m_record,
     .wait = m_wait,
@@ -229,23 +255,35 @@ static call_t call_of(ovl_instr_kind_t k)
     return C_DONE;
 }
 
-/* Checks the log of a run that failed nowhere (or, with upto < M.n, its
- * first upto calls): per rank the program in order, cross-rank order. */
-static void check_order(const setup_t *s, size_t upto, size_t *ret_pc)
+/*
+ * Checks the whole log. failed: 1-based index of the call that failed, 0
+ * if none. Per rank, calls follow its program (a wait on a peer's event
+ * after that peer's record); after the failure a rank's program may go on
+ * only with threads (what was under way), then come its joins (a record of
+ * a side stream, a wait of stream 0, on events past the plan's) and one
+ * done with the error. Each rank rings done once: OK as its program's DONE
+ * in a good run or before the failure.
+ */
+static void check_log(const setup_t *s, size_t failed, bool threads)
 {
     uint32_t w = s->op.world;
     size_t pc[MAXW] = {0};
+    bool joining[MAXW] = {false};
+    int dones[MAXW] = {0};
     uint32_t maxev = 0;
     for (uint32_t r = 0; r < w; r++)
         maxev = s->plans[r].nevents > maxev ? s->plans[r].nevents : maxev;
     bool *rec = calloc((size_t)w * maxev, sizeof(*rec));
     assert_non_null(rec);
-    for (size_t i = 0; i < upto; i++) {
+    for (size_t i = 0; i < M.n; i++) {
         const entry_t *e = &M.log[i];
+        bool after = failed && i >= failed; /* past the failed call */
         if (e->call == C_ALLGATHER) {
-            /* every rank stands at an ALLGATHER of these rows */
-            assert_int_equal(e->nparts, w);
+            if (after)
+                assert_true(threads);       /* a serial walk stops at the failure */
+            assert_int_equal(e->nparts, w); /* all ranks, in rank order */
             for (uint32_t r = 0; r < w; r++) {
+                assert_false(joining[r]);
                 assert_true(pc[r] < s->plans[r].ninstr);
                 const ovl_instr_t *in = &s->plans[r].instr[pc[r]];
                 assert_int_equal(in->kind, OVL_I_ALLGATHER);
@@ -257,139 +295,139 @@ static void check_order(const setup_t *s, size_t upto, size_t *ret_pc)
         }
         int r = e->rank;
         assert_true(r >= 0 && (uint32_t)r < w);
-        assert_true(pc[r] < s->plans[r].ninstr);
-        const ovl_instr_t *in = &s->plans[r].instr[pc[r]];
-        if (call_of(in->kind) != e->call)
-            fail_msg("call %zu: rank %d's instruction %zu is %s, the executor called %d", i, r,
-                     pc[r], ovl_instr_name(in->kind), (int)e->call);
-        assert_int_equal(in->stream, e->stream);
-        switch (e->call) {
-        case C_WAIT_READY:
-        case C_DONE:
-            assert_int_equal(e->seq, s->op.seq);
-            break;
-        case C_RECORD:
-            assert_int_equal(in->event, e->event);
-            rec[(size_t)r * maxev + e->event] = true;
-            break;
-        case C_WAIT:
-            assert_int_equal(in->event, e->event);
-            assert_int_equal((int)in->peer, e->owner);
-            if (!rec[(size_t)e->owner * maxev + e->event])
-                fail_msg("call %zu: rank %d waits on rank %d's event %u before it was recorded", i,
-                         r, e->owner, e->event);
-            break;
-        default:
-            break;
-        }
-        pc[r]++;
-    }
-    free(rec);
-    if (ret_pc)
-        memcpy(ret_pc, pc, sizeof(pc));
-}
-
-static void run_ok(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout)
-{
-    setup_t s;
-    setup_make(&s, algo, world, chunks, aout);
-    M.n = 0;
-    M.fail_at = 0;
-    char err[256] = "";
-    assert_int_equal(ovld_exec_run(&mock, &s.op, err, sizeof(err)), OVL_OK);
-    size_t pc[MAXW];
-    check_order(&s, M.n, pc);
-    for (uint32_t r = 0; r < world; r++) {
-        assert_int_equal(pc[r], s.plans[r].ninstr); /* the whole program */
-        int dones = 0;
-        for (size_t i = 0; i < M.n; i++)
-            if (M.log[i].call == C_DONE && M.log[i].rank == (int)r) {
-                dones++;
-                assert_int_equal(M.log[i].status, OVL_OK);
+        assert_int_equal(dones[r], 0); /* nothing for a rank after its done */
+        const ovl_plan_t *p = &s->plans[r];
+        const ovl_instr_t *in = pc[r] < p->ninstr ? &p->instr[pc[r]] : NULL;
+        bool program = !joining[r] && in && call_of(in->kind) == e->call &&
+                       in->stream == e->stream &&
+                       (e->call != C_RECORD && e->call != C_WAIT ? true : in->event == e->event) &&
+                       (e->call != C_DONE || e->status == OVL_OK);
+        if (failed && i > failed - 1 && program && !threads && e->call != C_DONE)
+            program = false; /* a serial walk issues no more of a program */
+        if (program) {
+            if (e->call == C_WAIT_READY || e->call == C_DONE)
+                assert_int_equal(e->seq, s->op.seq);
+            if (e->call == C_RECORD)
+                rec[(size_t)r * maxev + e->event] = true;
+            if (e->call == C_WAIT) {
+                assert_int_equal((int)in->peer, e->owner);
+                if (!rec[(size_t)e->owner * maxev + e->event])
+                    fail_msg("call %zu: rank %d waits on rank %d's event %u before it was "
+                             "recorded",
+                             i, r, e->owner, e->event);
             }
-        assert_int_equal(dones, 1);
-    }
-    setup_free(&s);
-}
-
-/* Fails call number at (1-based) of a run whose good log has n calls. */
-static void run_fail(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout, size_t at)
-{
-    setup_t s;
-    setup_make(&s, algo, world, chunks, aout);
-    M.n = 0;
-    M.fail_at = at;
-    M.fail_status = OVL_ERR_BACKEND;
-    char err[256] = "";
-    ovl_status_t st = ovld_exec_run(&mock, &s.op, err, sizeof(err));
-    const entry_t failed = M.log[at - 1];
-    if (failed.call == C_DONE) { /* DONE cannot fail: the run is good */
-        assert_int_equal(st, OVL_OK);
-        setup_free(&s);
-        return;
-    }
-    assert_int_equal(st, OVL_ERR_BACKEND);
-    assert_non_null(strstr(err, failed.call == C_ALLGATHER ? "all-gather" : "instruction"));
-    assert_non_null(strstr(err, "the mock was told to fail"));
-    /* Up to the failure, a good order; what was issued by then per rank. */
-    size_t pc[MAXW];
-    check_order(&s, at - 1, pc);
-    /* After it: per rank not done, joins (RECORD on a side stream, WAIT on
-     * stream 0 for its own event) and one DONE with the error. */
-    int dones[MAXW] = {0};
-    ovl_status_t done_st[MAXW];
-    for (size_t i = 0; i < at - 1; i++)
-        if (M.log[i].call == C_DONE) {
-            dones[M.log[i].rank]++;
-            done_st[M.log[i].rank] = M.log[i].status;
+            if (e->call == C_DONE) {
+                assert_int_equal(e->owner, r);
+                /* a program's DONE: in a good run, or before the failure */
+                assert_true(!failed || i < failed - 1);
+                dones[r]++;
+            }
+            pc[r]++;
+            continue;
         }
-    for (size_t i = at; i < M.n; i++) {
-        const entry_t *e = &M.log[i];
-        assert_true(e->rank >= 0 && (uint32_t)e->rank < world);
-        assert_int_equal(dones[e->rank], 0); /* nothing for a rank already done */
+        /* not the program: only joins and the error's done, after a failure */
+        if (!after)
+            fail_msg("call %zu (%d of rank %d) is not rank %d's instruction %zu (%s)", i,
+                     (int)e->call, r, r, pc[r], in ? ovl_instr_name(in->kind) : "none");
+        joining[r] = true;
         if (e->call == C_DONE) {
-            dones[e->rank]++;
-            done_st[e->rank] = e->status;
+            assert_int_equal(e->owner, r);
+            assert_int_equal(e->status, M.fail_status);
+            assert_int_equal(e->seq, s->op.seq);
+            dones[r]++;
         } else if (e->call == C_RECORD) {
-            assert_true(e->stream > 0 && e->event >= s.plans[e->rank].nevents);
+            assert_true(e->stream > 0 && e->event >= p->nevents);
         } else {
             assert_int_equal(e->call, C_WAIT);
             assert_int_equal(e->stream, 0);
-            assert_int_equal(e->owner, e->rank);
+            assert_int_equal(e->owner, r);
+            assert_true(e->event >= p->nevents);
         }
     }
-    for (uint32_t r = 0; r < world; r++) {
+    for (uint32_t r = 0; r < w; r++) {
         assert_int_equal(dones[r], 1);
-        bool finished = pc[r] == s.plans[r].ninstr;
-        assert_int_equal(done_st[r], finished ? OVL_OK : OVL_ERR_BACKEND);
+        if (!failed)
+            assert_int_equal(pc[r], s->plans[r].ninstr); /* the whole program */
     }
+    free(rec);
+}
+
+/* One run; fail_at: 1-based call to fail (0: none). The log's length. */
+static size_t run(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout, size_t fail_at,
+                  bool threads)
+{
+    setup_t s;
+    setup_make(&s, algo, world, chunks, aout);
+    mock_ops.issue_parallel = threads;
+    M.n = 0;
+    M.fail_at = fail_at;
+    M.fail_status = OVL_ERR_BACKEND;
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(&mock, &s.op, err, sizeof(err));
+    size_t failed = 0;
+    if (fail_at && fail_at <= M.n && M.log[fail_at - 1].call != C_DONE)
+        failed = fail_at; /* a DONE cannot fail: then the run is good */
+    if (!failed) {
+        if (st != OVL_OK)
+            fail_msg("a good run returned %s: %s", ovl_strerror(st), err);
+    } else {
+        assert_int_equal(st, OVL_ERR_BACKEND);
+        assert_non_null(
+            strstr(err, M.log[failed - 1].call == C_ALLGATHER ? "all-gather" : "instruction"));
+        assert_non_null(strstr(err, "the mock was told to fail"));
+    }
+    check_log(&s, failed, threads);
     setup_free(&s);
+    return M.n;
 }
 
 static const ovl_algo_t algos[] = {OVL_ALGO_NAIVE, OVL_ALGO_COLLECTIVE, OVL_ALGO_RING};
 
-static void test_good_runs(void **state)
+static void good_runs(bool threads)
 {
-    (void)state;
     for (size_t a = 0; a < 3; a++)
         for (uint32_t w = 1; w <= MAXW; w++)
             for (uint32_t c = 0; c <= 3; c++)
                 for (int aout = 0; aout < 2; aout++)
-                    run_ok(algos[a], w, c, aout);
+                    run(algos[a], w, c, aout, 0, threads);
+}
+
+static void every_call_failing(bool threads)
+{
+    for (size_t a = 0; a < 3; a++)
+        for (uint32_t w = 1; w <= MAXW; w++)
+            for (uint32_t c = 0; c <= 2; c++) {
+                /* the good run's length bounds the calls to fail */
+                size_t n = run(algos[a], w, c, false, 0, threads);
+                for (size_t at = 1; at <= n; at++)
+                    run(algos[a], w, c, false, at, threads);
+            }
+}
+
+static void test_good_runs(void **state)
+{
+    (void)state;
+    good_runs(false);
 }
 
 static void test_every_call_failing(void **state)
 {
     (void)state;
-    for (size_t a = 0; a < 3; a++)
-        for (uint32_t w = 1; w <= MAXW; w++)
-            for (uint32_t c = 0; c <= 2; c++) {
-                /* the good run's length bounds the calls to fail */
-                run_ok(algos[a], w, c, false);
-                size_t n = M.n;
-                for (size_t at = 1; at <= n; at++)
-                    run_fail(algos[a], w, c, false, at);
-            }
+    every_call_failing(false);
+}
+
+static void test_good_runs_threads(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 20; i++) /* orders vary from run to run */
+        good_runs(true);
+}
+
+static void test_every_call_failing_threads(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        every_call_failing(true);
 }
 
 int main(void)
@@ -397,6 +435,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_runs),
         cmocka_unit_test(test_every_call_failing),
+        cmocka_unit_test(test_good_runs_threads),
+        cmocka_unit_test(test_every_call_failing_threads),
     };
     return cmocka_run_group_tests_name("exec", tests, NULL, NULL);
 }
