@@ -141,12 +141,12 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*rank_scratch)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t bytes,
                                  void **ret_ptr);
 
-    /* Enqueue primitives. With issue_parallel, exec.c calls all of them but
-     * done for different ranks from different threads at once (each rank
-     * from one thread at a time, and allgather while every rank's thread
-     * waits); done only from the loop thread. reserve_events makes events
-     * [0, n) of a rank exist beforehand, so that those threads only look
-     * them up (a wait names another rank's event). */
+    /* Enqueue primitives. With issue_parallel, exec.c may call all of them
+     * but done and allgather for different ranks from different threads at
+     * once (each rank from one thread at a time); done and allgather only
+     * from the loop thread. reserve_events makes events [0, n) of a rank
+     * exist beforehand, so that those threads only look them up (a wait
+     * names another rank's event). */
     bool issue_parallel;
     ovl_status_t (*reserve_events)(ovld_rank_t *r, uint32_t n);
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);

@@ -187,14 +187,16 @@ fail:
 /* ------------------------------------------------------ parallel issue */
 
 /*
- * With a backend that allows it (issue_parallel) and more than one rank,
- * each rank's program is issued by a thread of its own: the calling thread
- * takes rank 0, a pool of threads the others. What the serial walk gets
- * from its order, the threads get from one mutex and condition:
+ * With a backend that allows it (issue_parallel), more than one rank and
+ * plans without an ALLGATHER (ring), each rank's program is issued by a
+ * thread of its own: the calling thread takes rank 0, a pool of threads the
+ * others. Plans with ALLGATHERs stay serial: every rank meets the others at
+ * each of them and one thread issues the NCCL group for all, so threads
+ * bought nothing there (measured on 2 x H200, docs/performance.md). What
+ * the serial walk gets from its order, the threads get from one mutex and
+ * condition:
  *  - a wait on a peer's event waits until the peer's thread has issued that
  *    record in this op;
- *  - at an ALLGATHER each thread parks until every rank is there; the last
- *    to come issues the one call for all, then lets the others go on;
  *  - every rank stops at its DONE, which the calling thread (the loop
  *    thread) rings for each rank once all threads stopped, as it does
  *    fail_rest after a failure: done may report a completion at once, which
@@ -211,9 +213,6 @@ typedef struct xrun {
     pthread_cond_t cv;
     size_t *pc;     /* per rank: the next instruction; its own thread's */
     bool *recorded; /* [rank * maxev + event], under mu */
-    ovld_allgather_part_t *parts;
-    uint32_t at_gather; /* ranks parked at the current ALLGATHER */
-    uint64_t gather_gen;
     uint64_t gen;   /* bumped at every change a waiting thread may wait for */
     bool *stopped;  /* per rank: its thread stopped issuing */
     bool *sleeping; /* per rank: waits on the condition */
@@ -272,40 +271,9 @@ static void xfail_call(xrun_t *x, ovl_status_t st, uint32_t r, const ovl_instr_t
 {
     const char *why = x->b->ops->last_error ? x->b->ops->last_error(x->b) : NULL;
     pthread_mutex_lock(&x->mu);
-    if (in)
-        xfail(x, st, "rank %u, instruction %zu (%s): %s", r, x->pc[r], ovl_instr_name(in->kind),
-              why && why[0] ? why : ovl_strerror(st));
-    else
-        xfail(x, st, "%s", why && why[0] ? why : ovl_strerror(st));
+    xfail(x, st, "rank %u, instruction %zu (%s): %s", r, x->pc[r], ovl_instr_name(in->kind),
+          why && why[0] ? why : ovl_strerror(st));
     pthread_mutex_unlock(&x->mu);
-}
-
-/* The last rank at an ALLGATHER issues it for all (under mu on entry and
- * return; the call itself is made without it, with everyone else parked). */
-static void xgather(xrun_t *x)
-{
-    const ovld_exec_op_t *op = x->op;
-    const ovl_instr_t *first = &op->ranks[0].plan->instr[x->pc[0]];
-    for (uint32_t r = 0; r < op->world; r++) {
-        const ovl_instr_t *in = &op->ranks[r].plan->instr[x->pc[r]];
-        if (in->row0 != first->row0 || in->rows != first->rows) {
-            xfail(x, OVL_ERR_INTERNAL, "plans disagree on all-gather %zu of rank %u", x->pc[r], r);
-            return;
-        }
-    }
-    pthread_mutex_unlock(&x->mu);
-    ovl_status_t st = x->b->ops->allgather(x->b, x->parts, op->world, op->dtype, op->m, op->k,
-                                           first->row0, first->rows);
-    const char *why = st != OVL_OK && x->b->ops->last_error ? x->b->ops->last_error(x->b) : NULL;
-    pthread_mutex_lock(&x->mu);
-    if (st != OVL_OK) {
-        xfail(x, st, "all-gather rows %llu+%llu: %s", (unsigned long long)first->row0,
-              (unsigned long long)first->rows, why && why[0] ? why : ovl_strerror(st));
-        return;
-    }
-    x->at_gather = 0;
-    x->gather_gen++;
-    xchanged(x);
 }
 
 /* Issues rank r's program up to its DONE (or a failure anywhere). */
@@ -323,20 +291,6 @@ static void xrank(xrun_t *x, uint32_t r)
             xfail(x, OVL_ERR_INTERNAL, "rank %u, instruction %zu: event or peer out of range", r,
                   x->pc[r]);
             break;
-        }
-        if (in->kind == OVL_I_ALLGATHER) {
-            x->parts[r] = (ovld_allgather_part_t){.rank = op->ranks[r].rank,
-                                                  .stream = in->stream,
-                                                  .src = op->ranks[r].a,
-                                                  .g = op->ranks[r].g};
-            uint64_t gen = x->gather_gen;
-            if (++x->at_gather == op->world)
-                xgather(x);
-            while (!x->failed && x->gather_gen == gen)
-                xwait(x, r);
-            if (!x->failed)
-                x->pc[r]++;
-            continue;
         }
         if (in->kind == OVL_I_WAIT && in->peer != r) {
             while (!x->failed && !x->recorded[(size_t)in->peer * x->maxev + in->event])
@@ -439,16 +393,17 @@ static bool pool_submit(xtask_t *tasks, uint32_t n)
     return true;
 }
 
-/* Whether every rank's program ends with its one DONE (the loop thread
- * rings it after the threads). */
-static bool done_last(const ovld_exec_op_t *op)
+/* Whether the threads can take the op: every rank's program ends with its
+ * one DONE (the loop thread rings it after the threads) and has no
+ * ALLGATHER (see above). */
+static bool parallel_fits(const ovld_exec_op_t *op)
 {
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (p->ninstr == 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE)
             return false;
         for (size_t i = 0; i + 1 < p->ninstr; i++)
-            if (p->instr[i].kind == OVL_I_DONE)
+            if (p->instr[i].kind == OVL_I_DONE || p->instr[i].kind == OVL_I_ALLGATHER)
                 return false;
     }
     return true;
@@ -462,12 +417,11 @@ static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, u
     xtask_t *tasks = calloc(w, sizeof(*tasks));
     x.pc = calloc(w, sizeof(*x.pc));
     x.recorded = calloc((size_t)w * maxev, sizeof(*x.recorded));
-    x.parts = calloc(w, sizeof(*x.parts));
     x.stopped = calloc(w, sizeof(*x.stopped));
     x.sleeping = calloc(w, sizeof(*x.sleeping));
     x.seen = calloc(w, sizeof(*x.seen));
     ovl_status_t st = OVL_OK;
-    if (!tasks || !x.pc || !x.recorded || !x.parts || !x.stopped || !x.sleeping || !x.seen) {
+    if (!tasks || !x.pc || !x.recorded || !x.stopped || !x.sleeping || !x.seen) {
         st = OVL_ERR_NOMEM;
         snprintf(err, errlen, "executor: out of memory");
         for (uint32_t r = 0; r < w; r++)
@@ -506,7 +460,6 @@ out:
     free(tasks);
     free(x.pc);
     free(x.recorded);
-    free(x.parts);
     free(x.stopped);
     free(x.sleeping);
     free(x.seen);
@@ -519,7 +472,7 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
     for (uint32_t r = 0; r < op->world; r++)
         if (op->ranks[r].plan->nevents > maxev)
             maxev = op->ranks[r].plan->nevents;
-    if (op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events || !done_last(op))
+    if (op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events || !parallel_fits(op))
         return exec_serial(b, op, err, errlen);
     /* Every event a thread may look up, fail_rest's joins included. */
     for (uint32_t r = 0; r < op->world; r++) {

@@ -21,7 +21,8 @@
  * had under way.
  *
  * All of it twice: the backend issued serially, and with issue_parallel
- * (a thread per rank, done rung by the calling thread).
+ * (a thread per rank for plans without ALLGATHER, i.e. ring; done rung by
+ * the calling thread).
  */
 #include <stdarg.h>
 #include <stddef.h>
