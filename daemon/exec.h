@@ -8,7 +8,11 @@
  * event that the peer has not recorded yet in this op (so that the wait
  * refers to this op's record, as cudaStreamWaitEvent requires), and at an
  * ALLGATHER until every rank has reached its matching ALLGATHER, which is then
- * issued for all ranks in one backend call (one NCCL group).
+ * issued for all ranks in one backend call (one NCCL group). Where the
+ * backend allows it and no plan has an ALLGATHER (ring), each rank is issued
+ * by a thread of its own under the same rules, and the caller rings every
+ * rank's DONE after them (exec.c). Either way the call returns once the
+ * whole op is issued.
  */
 #ifndef OVLD_EXEC_H
 #define OVLD_EXEC_H
