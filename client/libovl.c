@@ -31,6 +31,7 @@
 #endif
 #include "doorbell.h"
 #include "libovl_internal.h"
+#include "threads.h"
 #include "matrix.h"
 #include "ovl.pb-c.h"
 #include "wire.h"
@@ -597,7 +598,7 @@ static void *watcher_main(void *arg)
     return NULL;
 }
 
-/* Starts the watcher once per client, with every signal blocked in it;
+/* Starts the watcher once per client (the application's signals blocked);
  * OVL_WATCHER=0 in the environment: none (libovl's calls still give ovld
  * up when they find it gone, but a stream nobody calls about waits). */
 static ovl_status_t watcher_start(ovl_client_t *cl)
@@ -613,11 +614,7 @@ static ovl_status_t watcher_start(ovl_client_t *cl)
     if (cl->watcher_stop < 0)
         return fail(cl, OVL_ERR_SYSTEM, "eventfd (the thread that watches ovld): %s",
                     strerror(errno));
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&cl->watcher, NULL, watcher_main, cl);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int e = ovl_thread_start(&cl->watcher, watcher_main, cl);
     if (e != 0) {
         close(cl->watcher_stop);
         cl->watcher_stop = -1;

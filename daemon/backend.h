@@ -144,9 +144,11 @@ typedef struct ovld_backend_ops {
     /* Enqueue primitives. With issue_parallel, exec.c may call all of them
      * but done and allgather for different ranks from different threads at
      * once (each rank from one thread at a time); done and allgather only
-     * from the loop thread. reserve_events makes events [0, n) of a rank
-     * exist beforehand, so that those threads only look them up (a wait
-     * names another rank's event). */
+     * from the loop thread. The ranks of one op are on different devices
+     * (a job has at most one rank per device) and ops are issued one at a
+     * time, so per-device state needs no lock. reserve_events makes events
+     * [0, n) of a rank exist beforehand, so that those threads only look
+     * them up (a wait names another rank's event). */
     bool issue_parallel;
     ovl_status_t (*reserve_events)(ovld_rank_t *r, uint32_t n);
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);

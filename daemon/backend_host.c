@@ -35,7 +35,8 @@
 typedef struct host_backend host_backend_t;
 
 typedef struct host_event {
-    uint64_t enqueued;  /* loop thread only */
+    uint64_t enqueued;  /* by the owner rank's issuing thread; a peer's reads it
+                         * only after that record (exec.c orders them) */
     uint64_t completed; /* under hb->mu */
 } host_event_t;
 

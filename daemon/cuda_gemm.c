@@ -27,8 +27,10 @@
  * shapes is not a case ovl has). Emptying it is safe with GEMMs in flight:
  * cublasLtMatmul takes what it needs from the descriptors when it enqueues.
  *
- * Threads: none of this is thread-safe. One ovld_lt_t belongs to one caller
- * thread (the backend's loop thread); the cache is unlocked.
+ * Threads: none of this is thread-safe, and the cache is unlocked. The CUDA
+ * backend has one ovld_lt_t per device, used by one thread at a time: the
+ * thread issuing the one rank of an op on that device (exec.c; a job has
+ * at most one rank per device, and ops are issued one at a time).
  */
 #include "cuda_gemm.h"
 

@@ -2,6 +2,7 @@
  * exec.c: see exec.h.
  */
 #include "exec.h"
+#include "threads.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -9,6 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* An op whose threads have not issued it after this long is reported, with
+ * the stacks of the threads still at it (SIGUSR2, daemon/stall.c). */
+#define EXEC_SLOW_MS 3000
 
 /* Issues one instruction of rank r (not an ALLGATHER). */
 static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t r,
@@ -217,6 +227,7 @@ typedef struct xrun {
     bool *stopped;  /* per rank: its thread stopped issuing */
     bool *sleeping; /* per rank: waits on the condition */
     uint64_t *seen; /* per rank: the gen its wait condition was last false at */
+    long *tid;      /* per rank: its issuing thread (for a stall report) */
     bool failed;
     ovl_status_t st;
     char err[256];
@@ -282,6 +293,7 @@ static void xrank(xrun_t *x, uint32_t r)
     const ovld_exec_op_t *op = x->op;
     const ovl_plan_t *p = op->ranks[r].plan;
     pthread_mutex_lock(&x->mu);
+    x->tid[r] = (long)syscall(SYS_gettid);
     while (!x->failed && x->pc[r] < p->ninstr) {
         const ovl_instr_t *in = &p->instr[x->pc[r]];
         if (in->kind == OVL_I_DONE)
@@ -365,13 +377,8 @@ static bool pool_submit(xtask_t *tasks, uint32_t n)
 {
     pthread_mutex_lock(&pool.mu);
     while (pool.free < n) {
-        sigset_t all, old;
-        sigfillset(&all);
-        sigdelset(&all, SIGUSR2); /* the stall report may ask any thread for its stack */
-        pthread_sigmask(SIG_SETMASK, &all, &old);
         pthread_t th;
-        int e = pthread_create(&th, NULL, pool_main, NULL);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int e = ovl_thread_start(&th, pool_main, NULL);
         if (e != 0) {
             pthread_mutex_unlock(&pool.mu);
             return false;
@@ -394,19 +401,57 @@ static bool pool_submit(xtask_t *tasks, uint32_t n)
 }
 
 /* Whether the threads can take the op: every rank's program ends with its
- * one DONE (the loop thread rings it after the threads) and has no
- * ALLGATHER (see above). */
+ * one DONE (the loop thread rings it after the threads), has no ALLGATHER
+ * (see above) and records each event at most once. */
 static bool parallel_fits(const ovld_exec_op_t *op)
 {
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (p->ninstr == 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE)
             return false;
-        for (size_t i = 0; i + 1 < p->ninstr; i++)
-            if (p->instr[i].kind == OVL_I_DONE || p->instr[i].kind == OVL_I_ALLGATHER)
+        for (size_t i = 0; i + 1 < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+            if (in->kind == OVL_I_DONE || in->kind == OVL_I_ALLGATHER)
                 return false;
+            /* an event recorded twice: a peer's wait would race the second
+             * record (the planner never does it) */
+            for (size_t j = 0; in->kind == OVL_I_RECORD && j < i; j++)
+                if (p->instr[j].kind == OVL_I_RECORD && p->instr[j].event == in->event)
+                    return false;
+        }
     }
     return true;
+}
+
+/* Waits (under mu) until the pool's threads are done with the run; one that
+ * takes longer than EXEC_SLOW_MS is said, with where each rank stands, and
+ * the stacks of the threads still issuing are asked for. */
+static void exec_wait_pool(xrun_t *x)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += EXEC_SLOW_MS / 1000;
+    bool said = false;
+    while (x->pending > 0) {
+        if (said) {
+            pthread_cond_wait(&x->cv, &x->mu);
+            continue;
+        }
+        if (pthread_cond_timedwait(&x->cv, &x->mu, &until) == 0 || x->pending == 0)
+            continue;
+        said = true;
+        for (uint32_t r = 0; r < x->op->world; r++) {
+            if (x->stopped[r])
+                continue;
+            const ovl_plan_t *p = x->op->ranks[r].plan;
+            log_warn("op %llu: rank %u still issuing instruction %zu (%s) after %d ms%s",
+                     (unsigned long long)x->op->seq, r, x->pc[r],
+                     x->pc[r] < p->ninstr ? ovl_instr_name(p->instr[x->pc[r]].kind) : "-",
+                     EXEC_SLOW_MS, x->sleeping[r] ? ", waiting for another rank" : "");
+            if (x->tid[r] > 0)
+                syscall(SYS_tgkill, (long)getpid(), x->tid[r], SIGUSR2);
+        }
+    }
 }
 
 static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
@@ -420,8 +465,9 @@ static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, u
     x.stopped = calloc(w, sizeof(*x.stopped));
     x.sleeping = calloc(w, sizeof(*x.sleeping));
     x.seen = calloc(w, sizeof(*x.seen));
+    x.tid = calloc(w, sizeof(*x.tid));
     ovl_status_t st = OVL_OK;
-    if (!tasks || !x.pc || !x.recorded || !x.stopped || !x.sleeping || !x.seen) {
+    if (!tasks || !x.pc || !x.recorded || !x.stopped || !x.sleeping || !x.seen || !x.tid) {
         st = OVL_ERR_NOMEM;
         snprintf(err, errlen, "executor: out of memory");
         for (uint32_t r = 0; r < w; r++)
@@ -442,8 +488,7 @@ static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, u
     }
     xrank(&x, 0);
     pthread_mutex_lock(&x.mu);
-    while (x.pending > 0)
-        pthread_cond_wait(&x.cv, &x.mu);
+    exec_wait_pool(&x);
     pthread_mutex_unlock(&x.mu);
     pthread_mutex_destroy(&x.mu);
     pthread_cond_destroy(&x.cv);
@@ -463,6 +508,7 @@ out:
     free(x.stopped);
     free(x.sleeping);
     free(x.seen);
+    free(x.tid);
     return st;
 }
 

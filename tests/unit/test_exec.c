@@ -53,6 +53,7 @@ typedef enum {
 } call_t;
 
 typedef struct entry {
+    pthread_t thread; /* the thread that made the call */
     call_t call;
     int rank;  /* -1 for ALLGATHER */
     int owner; /* WAIT: the event's rank */
@@ -77,16 +78,22 @@ static struct {
 /* Logs a call; its status (the injected failure, or OVL_OK). DONE never
  * fails (backends must ring). No cmocka assertion here: issuing threads
  * call it. */
+/* What the mock says of its last failure, per thread as a backend must. */
+static _Thread_local char m_err[64];
+
 static ovl_status_t logc(entry_t e)
 {
+    e.thread = pthread_self();
     pthread_mutex_lock(&M.mu);
     ovl_status_t st = OVL_OK;
     if (M.n >= MAXLOG) {
         st = OVL_ERR_LIMIT;
     } else {
         M.log[M.n++] = e;
-        if (e.call != C_DONE && M.fail_at == M.n)
+        if (e.call != C_DONE && M.fail_at == M.n) {
             st = M.fail_status;
+            snprintf(m_err, sizeof(m_err), "the mock was told to fail call %zu", M.n);
+        }
     }
     pthread_mutex_unlock(&M.mu);
     return st;
@@ -159,7 +166,7 @@ static void m_done(ovld_rank_t *r, uint32_t s, uint64_t seq, ovl_status_t status
 static const char *m_last_error(ovld_backend_t *b)
 {
     (void)b;
-    return "the mock was told to fail";
+    return m_err;
 }
 
 static ovl_status_t m_reserve_events(ovld_rank_t *r, uint32_t n)
@@ -375,9 +382,20 @@ static size_t run(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout, s
         assert_int_equal(st, OVL_ERR_BACKEND);
         assert_non_null(
             strstr(err, M.log[failed - 1].call == C_ALLGATHER ? "all-gather" : "instruction"));
-        assert_non_null(strstr(err, "the mock was told to fail"));
+        /* the failing thread's own words */
+        char want[64];
+        snprintf(want, sizeof(want), "the mock was told to fail call %zu", failed);
+        if (!strstr(err, want))
+            fail_msg("\"%s\" does not contain \"%s\"", err, want);
     }
     check_log(&s, failed, threads);
+    /* a good ring op of several ranks is issued by a thread per rank */
+    if (threads && !failed && algo == OVL_ALGO_RING && world > 1) {
+        bool off_caller = false;
+        for (size_t i = 0; i < M.n; i++)
+            off_caller |= M.log[i].rank > 0 && !pthread_equal(M.log[i].thread, pthread_self());
+        assert_true(off_caller);
+    }
     setup_free(&s);
     return M.n;
 }
@@ -431,13 +449,61 @@ static void test_every_call_failing_threads(void **state)
         every_call_failing(true);
 }
 
+/* Two ranks whose programs each wait on the other's event before recording
+ * their own: no order issues them. Rank r: WAIT_READY, WAIT ev 2 of the
+ * peer, RECORD ev 2, DONE. bad: rank 1 records an event past the plan's. */
+static void run_handmade(bool threads, bool bad)
+{
+    setup_t s;
+    setup_make(&s, OVL_ALGO_RING, 2, 0, false);
+    for (uint32_t r = 0; r < 2; r++) {
+        ovl_plan_t *p = &s.plans[r];
+        p->nevents = 3;
+        p->ninstr = 4;
+        p->instr[0] = (ovl_instr_t){.kind = OVL_I_WAIT_READY};
+        p->instr[1] = (ovl_instr_t){.kind = OVL_I_WAIT, .event = 2, .peer = 1 - r};
+        p->instr[2] = (ovl_instr_t){.kind = OVL_I_RECORD, .event = bad && r == 1 ? 7 : 2};
+        p->instr[3] = (ovl_instr_t){.kind = OVL_I_DONE};
+        if (bad) /* then rank 0 does not wait: rank 1 reaches its record */
+            p->instr[1] = (ovl_instr_t){.kind = OVL_I_SLEEP, .sleep_ns = 1};
+    }
+    mock_ops.issue_parallel = threads;
+    M.n = 0;
+    M.fail_at = 0;
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(&mock, &s.op, err, sizeof(err));
+    if (st != OVL_ERR_INTERNAL || !strstr(err, bad ? "out of range" : "deadlock"))
+        fail_msg("threads %d, bad %d: %s: %s", threads, bad, ovl_strerror(st), err);
+    int dones[2] = {0};
+    for (size_t i = 0; i < M.n; i++)
+        if (M.log[i].call == C_DONE) {
+            /* rank 0 of the bad pair may finish first in a serial walk */
+            if (!(bad && M.log[i].rank == 0 && M.log[i].status == OVL_OK))
+                assert_int_equal(M.log[i].status, OVL_ERR_INTERNAL);
+            dones[M.log[i].rank]++;
+        }
+    assert_int_equal(dones[0], 1);
+    assert_int_equal(dones[1], 1);
+    setup_free(&s);
+}
+
+static void test_handmade_plans(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 200; i++) { /* the threads meet in varying orders */
+        run_handmade(false, false);
+        run_handmade(true, false);
+        run_handmade(false, true);
+        run_handmade(true, true);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_runs),
-        cmocka_unit_test(test_every_call_failing),
-        cmocka_unit_test(test_good_runs_threads),
-        cmocka_unit_test(test_every_call_failing_threads),
+        cmocka_unit_test(test_good_runs),         cmocka_unit_test(test_every_call_failing),
+        cmocka_unit_test(test_good_runs_threads), cmocka_unit_test(test_every_call_failing_threads),
+        cmocka_unit_test(test_handmade_plans),
     };
     return cmocka_run_group_tests_name("exec", tests, NULL, NULL);
 }
