@@ -1047,6 +1047,21 @@ static ovl_status_t device_uuid(ovl_client_t *cl, int device, uint8_t uuid[UUID_
 #endif
 }
 
+/* Gives ovld the comm back (CommDestroy). */
+static ovl_status_t comm_destroy_call(ovl_client_t *cl, uint64_t comm_id)
+{
+    Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
+    cd.comm_id = comm_id;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
+    q.comm_destroy = &cd;
+    Ovl__Response *r = NULL;
+    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    if (st == OVL_OK)
+        ovl__response__free_unpacked(r, NULL);
+    return st;
+}
+
 OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_t world,
                                    uint32_t rank, int device, ovl_comm_t **ret_comm)
 {
@@ -1132,14 +1147,7 @@ out:
          * retry would find the rank taken. */
         char why[sizeof(cl->err)];
         memcpy(why, cl->err, sizeof(why));
-        Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
-        cd.comm_id = joined;
-        Ovl__Request q = OVL__REQUEST__INIT;
-        q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
-        q.comm_destroy = &cd;
-        Ovl__Response *dr = NULL;
-        if (ovl__call(cl, &q, NULL, 0, &dr) == OVL_OK)
-            ovl__response__free_unpacked(dr, NULL);
+        (void)comm_destroy_call(cl, joined);
         memcpy(cl->err, why, sizeof(why));
     }
     return st;
@@ -1218,10 +1226,8 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
                             cl->timeout_ms, __atomic_load_n(&cm->db->done, __ATOMIC_RELAXED));
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
-            if ((spins & 1023) == 0 && daemon_gone(cl)) {
-                lose_daemon(cl, -1);
-                return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
-            }
+            if ((spins & 1023) == 0 && daemon_gone(cl))
+                return broken(cl, OVL_ERR_CLOSED, "waiting for ops"); /* gives ovld up */
         }
         return OVL_OK;
     }
@@ -1240,10 +1246,8 @@ static ovl_status_t wait_done(ovl_comm_t *cm, uint64_t target)
                 slice = left;
         }
         futex_wait(&cm->db->wake, w, slice);
-        if (daemon_gone(cl) && __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target) {
-            lose_daemon(cl, -1);
-            return broken(cl, OVL_ERR_CLOSED, "waiting for ops");
-        }
+        if (daemon_gone(cl) && __atomic_load_n(&cm->db->done, __ATOMIC_ACQUIRE) < target)
+            return broken(cl, OVL_ERR_CLOSED, "waiting for ops"); /* gives ovld up */
     }
 }
 
@@ -1262,16 +1266,8 @@ OVL_API ovl_status_t ovl_comm_destroy(ovl_comm_t *cm)
     ovl_client_t *cl = cm->cl;
     ovl_status_t st = ovl_comm_synchronize(cm);
     if (!cl->broken) {
-        Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
-        cd.comm_id = cm->id;
-        Ovl__Request q = OVL__REQUEST__INIT;
-        q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
-        q.comm_destroy = &cd;
-        Ovl__Response *r;
-        ovl_status_t dst = ovl__call(cl, &q, NULL, 0, &r);
-        if (dst == OVL_OK)
-            ovl__response__free_unpacked(r, NULL);
-        else if (st == OVL_OK)
+        ovl_status_t dst = comm_destroy_call(cl, cm->id);
+        if (dst != OVL_OK && st == OVL_OK)
             st = dst;
     }
     give_up_if_gone(cl); /* while cm is still on the list */
