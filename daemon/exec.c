@@ -89,15 +89,12 @@ static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t 
     }
 }
 
-static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, char *err,
-                                size_t errlen)
+/* maxev: the most events any rank's plan uses (ovld_exec_run). */
+static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
+                                char *err, size_t errlen)
 {
     uint32_t w = op->world;
     ovl_status_t st = OVL_OK;
-    uint32_t maxev = 0;
-    for (uint32_t r = 0; r < w; r++)
-        if (op->ranks[r].plan->nevents > maxev)
-            maxev = op->ranks[r].plan->nevents;
     size_t *pc = calloc(w, sizeof(*pc));
     bool *recorded = calloc((size_t)w * (maxev ? maxev : 1), sizeof(*recorded));
     ovld_allgather_part_t *parts = calloc(w, sizeof(*parts));
@@ -461,7 +458,7 @@ static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, u
     xrun_t x = {.b = b, .op = op, .maxev = maxev, .st = OVL_OK};
     xtask_t *tasks = calloc(w, sizeof(*tasks));
     x.pc = calloc(w, sizeof(*x.pc));
-    x.recorded = calloc((size_t)w * maxev, sizeof(*x.recorded));
+    x.recorded = calloc((size_t)w * (maxev ? maxev : 1), sizeof(*x.recorded));
     x.stopped = calloc(w, sizeof(*x.stopped));
     x.sleeping = calloc(w, sizeof(*x.sleeping));
     x.seen = calloc(w, sizeof(*x.seen));
@@ -483,7 +480,7 @@ static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, u
         /* no threads to be had: this thread walks every rank */
         pthread_mutex_destroy(&x.mu);
         pthread_cond_destroy(&x.cv);
-        st = exec_serial(b, op, err, errlen);
+        st = exec_serial(b, op, maxev, err, errlen);
         goto out;
     }
     xrank(&x, 0);
@@ -519,7 +516,7 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
         if (op->ranks[r].plan->nevents > maxev)
             maxev = op->ranks[r].plan->nevents;
     if (op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events || !parallel_fits(op))
-        return exec_serial(b, op, err, errlen);
+        return exec_serial(b, op, maxev, err, errlen);
     /* Every event a thread may look up, fail_rest's joins included. */
     for (uint32_t r = 0; r < op->world; r++) {
         ovl_status_t st = b->ops->reserve_events(op->ranks[r].rank, maxev + OVL_PLAN_MAX_STREAMS);
@@ -530,5 +527,5 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
             return st;
         }
     }
-    return exec_parallel(b, op, maxev ? maxev : 1, err, errlen);
+    return exec_parallel(b, op, maxev, err, errlen);
 }
