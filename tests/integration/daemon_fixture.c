@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,6 +37,15 @@ uint64_t fixture_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+bool fixture_has_pidfd(void)
+{
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
 }
 
 void fixture_sleep_ms(unsigned ms)

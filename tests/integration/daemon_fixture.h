@@ -139,4 +139,8 @@ raw_result_t raw_hello(raw_conn_t *rc, Ovl__Response **ret);
 uint64_t fixture_now_ms(void);
 void fixture_sleep_ms(unsigned ms);
 
+/* Whether this kernel has pidfd_open: ovld then sends its pidfd with the
+ * HelloReply, and libovl sees it exit. */
+bool fixture_has_pidfd(void);
+
 #endif /* OVL_TEST_DAEMON_FIXTURE_H */

@@ -40,7 +40,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cmocka_fixture.h"
@@ -1788,16 +1787,6 @@ static void test_rank_killed_aborts_job(void **state)
     TEST_PASSED();
 }
 
-/* Whether this kernel has pidfd_open (ovld then sends its pidfd). */
-static bool pidfd_works(void)
-{
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    if (fd < 0)
-        return false;
-    close(fd);
-    return true;
-}
-
 /* Kills the test's ovld (SIGKILL) and reaps it; its pid. */
 static pid_t kill_daemon(test_daemon_t *d)
 {
@@ -1821,7 +1810,7 @@ static void assert_released(rank_t *rk, pid_t pid)
     assert_contains(ovl_last_error(rk->cl), pidtext);
     /* ovld sends its pidfd where the kernel has pidfd_open */
     assert_contains(ovl_last_error(rk->cl),
-                    pidfd_works() ? "and it exited" : "cannot be seen from here");
+                    fixture_has_pidfd() ? "and it exited" : "cannot be seen from here");
     assert_contains(ovl_last_error(rk->cl), "op 1:");
     const struct ovl_doorbell *db = ovl__comm_doorbell(rk->comm);
     assert_int_equal(__atomic_load_n(&db->error, __ATOMIC_ACQUIRE), OVL_ERR_CLOSED);
