@@ -102,7 +102,7 @@ struct ovl_client {
     pthread_mutex_t comms_mu;
     /* The watcher (see "ovld's death" below), started with the first comm. */
     pthread_t watcher;
-    pid_t watcher_owner;     /* the process that started it; 0: none */
+    bool watching;           /* the watcher runs (in owner_pid) */
     pid_t owner_pid;         /* the process that connected (a forked child gives nothing up) */
     int watcher_stop;        /* eventfd: ovl_disconnect wakes the watcher to end it */
     int daemon_pidfd;        /* ovld's own pidfd, from the HelloReply; -1 if it sent none */
@@ -603,13 +603,11 @@ static void *watcher_main(void *arg)
  * up when they find it gone, but a stream nobody calls about waits). */
 static ovl_status_t watcher_start(ovl_client_t *cl)
 {
-    if (cl->watcher_owner == getpid())
-        return OVL_OK;
+    if (cl->watching || getpid() != cl->owner_pid)
+        return OVL_OK; /* running, or a forked child's copy: nothing to watch for */
     const char *want = getenv("OVL_WATCHER");
     if (want && strcmp(want, "0") == 0)
         return OVL_OK;
-    if (cl->watcher_stop >= 0)
-        close(cl->watcher_stop); /* a forked child's copy of its parent's */
     cl->watcher_stop = eventfd(0, EFD_CLOEXEC);
     if (cl->watcher_stop < 0)
         return fail(cl, OVL_ERR_SYSTEM, "eventfd (the thread that watches ovld): %s",
@@ -621,7 +619,7 @@ static ovl_status_t watcher_start(ovl_client_t *cl)
         return fail(cl, OVL_ERR_SYSTEM, "cannot start the thread that watches ovld: %s",
                     strerror(e));
     }
-    cl->watcher_owner = getpid();
+    cl->watching = true;
     return OVL_OK;
 }
 
@@ -629,14 +627,14 @@ static ovl_status_t watcher_start(ovl_client_t *cl)
  * shares the eventfd but not the thread). */
 static void watcher_stop(ovl_client_t *cl)
 {
-    if (cl->watcher_owner == getpid()) {
+    if (cl->watching && getpid() == cl->owner_pid) {
         uint64_t one = 1;
         ssize_t w;
         do
             w = write(cl->watcher_stop, &one, sizeof(one));
         while (w < 0 && errno == EINTR);
         pthread_join(cl->watcher, NULL);
-        cl->watcher_owner = 0;
+        cl->watching = false;
     }
     if (cl->watcher_stop >= 0) {
         close(cl->watcher_stop);
