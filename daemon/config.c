@@ -52,6 +52,7 @@ typedef enum value_kind {
     V_ALGO,      /* an ovl_algo_t name */
     V_UINT,      /* decimal integer */
     V_SIZE,      /* decimal integer with an optional K/M/G/T suffix */
+    V_UINT_AUTO, /* "auto" (stored as 0) or a decimal integer; lo >= 1 */
 } value_kind_t;
 
 typedef struct key_spec {
@@ -77,6 +78,12 @@ static const key_spec_t keys[] = {
     {"max_mapped_bytes", V_SIZE, FIELD(max_mapped_bytes), 4 * KIB, UINT64_MAX},
     {"max_ops_in_flight", V_UINT, FIELD(max_ops_in_flight), 1, 4096},
     {"max_jobs", V_UINT, FIELD(max_jobs), 1, 65536},
+    {"max_connections_per_uid", V_UINT, FIELD(max_connections_per_uid), 1, 65536},
+    {"max_jobs_per_uid", V_UINT, FIELD(max_jobs_per_uid), 1, 65536},
+    {"max_registrations_per_uid", V_UINT, FIELD(max_registrations_per_uid), 1, MIB},
+    {"max_mapped_bytes_per_uid", V_SIZE, FIELD(max_mapped_bytes_per_uid), 4 * KIB, UINT64_MAX},
+    {"max_mappings", V_UINT_AUTO, FIELD(max_mappings), 1, 16 * MIB},
+    {"hello_timeout_ms", V_UINT, FIELD(hello_timeout_ms), 100, 600000},
     {"default_algo", V_ALGO, FIELD(default_algo), 0, 0},
     {"default_chunks", V_UINT, FIELD(default_chunks), 0, OVL_PLAN_MAX_CHUNKS},
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
@@ -117,6 +124,12 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->max_mapped_bytes = TIB;
     cfg->max_ops_in_flight = 64;
     cfg->max_jobs = 256;
+    cfg->max_connections_per_uid = 128;
+    cfg->max_jobs_per_uid = 32;
+    cfg->max_registrations_per_uid = 16384;
+    cfg->max_mapped_bytes_per_uid = 4 * TIB;
+    cfg->max_mappings = OVLD_MAX_MAPPINGS_AUTO;
+    cfg->hello_timeout_ms = 5000;
     cfg->default_algo = OVL_ALGO_AUTO;
     cfg->default_chunks = 0;
     cfg->default_streams = 0;
@@ -462,6 +475,16 @@ static ovl_status_t apply_value(const parser_t *p, ovld_config_t *cfg, const key
         r = parse_size(value, &v);
         return apply_number(p, cfg, key, value, r, v,
                             "a size (an integer with an optional K, M, G or T suffix)");
+
+    case V_UINT_AUTO:
+        /* 0 stands for auto, which is why the range starts at 1: a written
+         * "0" is refused rather than read as auto */
+        if (strcmp(value, "auto") == 0) {
+            store_uint(cfg, key, 0);
+            return OVL_OK;
+        }
+        r = parse_uint(value, &v);
+        return apply_number(p, cfg, key, value, r, v, "'auto' or a decimal integer");
     }
     return fail(p, "%s: internal error: unknown value kind", key->name);
 }

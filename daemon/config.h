@@ -32,6 +32,9 @@ typedef enum ovld_backend_kind {
 
 #define OVLD_CONFIG_PATH_MAX 108 /* sizeof(sun_path) */
 
+/* ovld_config_t.max_mappings: "auto", resolved by the daemon */
+#define OVLD_MAX_MAPPINGS_AUTO 0u
+
 typedef struct ovld_config {
     char socket_path[OVLD_CONFIG_PATH_MAX]; /* socket: default OVL_DEFAULT_SOCKET */
     char socket_group[64];                  /* socket_group: "" = leave the group alone */
@@ -41,13 +44,23 @@ typedef struct ovld_config {
     uint32_t host_devices;                  /* host_devices: 1..64, default 8 */
     uint32_t max_frame_bytes;               /* max_frame_bytes: 4K..64M, default 1M */
     uint32_t max_connections;               /* max_connections: 1..65536, default 1024 */
-    uint32_t max_registrations; /* max_registrations (per client): 1..1M, default 4096 */
-    uint64_t max_mapped_bytes;  /* max_mapped_bytes (per client): >= 4K, default 1T */
+    uint32_t max_registrations; /* max_registrations (per connection): 1..1M, default 4096 */
+    uint64_t max_mapped_bytes;  /* max_mapped_bytes (per connection): >= 4K, default 1T */
     uint32_t max_ops_in_flight; /* max_ops_in_flight (per job): 1..4096, default 64 */
     uint32_t max_jobs;          /* max_jobs: 1..65536, default 256 */
-    ovl_algo_t default_algo;    /* default_algo: auto|naive|collective|ring */
-    uint32_t default_chunks;    /* default_chunks: 0 (planner's choice)..64 */
-    uint32_t default_streams;   /* default_streams: 0 (planner's choice)..8 */
+    /* Per-uid limits bound a user's total over all its connections. */
+    uint32_t max_connections_per_uid;   /* max_connections_per_uid: 1..65536, default 128 */
+    uint32_t max_jobs_per_uid;          /* max_jobs_per_uid: 1..65536, default 32 */
+    uint32_t max_registrations_per_uid; /* max_registrations_per_uid: 1..1M, default 16384 */
+    uint64_t max_mapped_bytes_per_uid;  /* max_mapped_bytes_per_uid: >= 4K, default 4T */
+    /* max_mappings: client buffers mapped at once, over all users: auto (0)
+     * or 1..16M. The parser stores 0 for auto; the daemon resolves it (half
+     * of vm.max_map_count, read at start and on reload). */
+    uint32_t max_mappings;
+    uint32_t hello_timeout_ms; /* hello_timeout_ms: 100..600000, default 5000 */
+    ovl_algo_t default_algo;   /* default_algo: auto|naive|collective|ring */
+    uint32_t default_chunks;   /* default_chunks: 0 (planner's choice)..64 */
+    uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */
 } ovld_config_t;
 
 /* Fills every field with its default. */

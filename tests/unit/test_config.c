@@ -29,11 +29,27 @@
 #define NELEM(a)    (sizeof(a) / sizeof((a)[0]))
 
 static const char *const all_keys[] = {
-    "socket",           "socket_group",      "socket_mode",
-    "log_level",        "backend",           "host_devices",
-    "max_frame_bytes",  "max_connections",   "max_registrations",
-    "max_mapped_bytes", "max_ops_in_flight", "max_jobs",
-    "default_algo",     "default_chunks",    "default_streams",
+    "socket",
+    "socket_group",
+    "socket_mode",
+    "log_level",
+    "backend",
+    "host_devices",
+    "max_frame_bytes",
+    "max_connections",
+    "max_registrations",
+    "max_mapped_bytes",
+    "max_ops_in_flight",
+    "max_jobs",
+    "default_algo",
+    "default_chunks",
+    "default_streams",
+    "max_connections_per_uid",
+    "max_jobs_per_uid",
+    "max_registrations_per_uid",
+    "max_mapped_bytes_per_uid",
+    "max_mappings",
+    "hello_timeout_ms",
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -53,6 +69,12 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->max_mapped_bytes, b->max_mapped_bytes);
     assert_int_equal(a->max_ops_in_flight, b->max_ops_in_flight);
     assert_int_equal(a->max_jobs, b->max_jobs);
+    assert_int_equal(a->max_connections_per_uid, b->max_connections_per_uid);
+    assert_int_equal(a->max_jobs_per_uid, b->max_jobs_per_uid);
+    assert_int_equal(a->max_registrations_per_uid, b->max_registrations_per_uid);
+    assert_int_equal(a->max_mapped_bytes_per_uid, b->max_mapped_bytes_per_uid);
+    assert_int_equal(a->max_mappings, b->max_mappings);
+    assert_int_equal(a->hello_timeout_ms, b->hello_timeout_ms);
     assert_int_equal(a->default_algo, b->default_algo);
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
@@ -164,6 +186,13 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_mapped_bytes, UINT64_C(1) << 40);
     assert_int_equal(cfg.max_ops_in_flight, 64);
     assert_int_equal(cfg.max_jobs, 256);
+    assert_int_equal(cfg.max_connections_per_uid, 128);
+    assert_int_equal(cfg.max_jobs_per_uid, 32);
+    assert_int_equal(cfg.max_registrations_per_uid, 16384);
+    assert_int_equal(cfg.max_mapped_bytes_per_uid, UINT64_C(4) << 40);
+    assert_int_equal(cfg.max_mappings, 0); /* auto */
+    assert_int_equal(cfg.max_mappings, OVLD_MAX_MAPPINGS_AUTO);
+    assert_int_equal(cfg.hello_timeout_ms, 5000);
     assert_int_equal(cfg.default_algo, OVL_ALGO_AUTO);
     assert_int_equal(cfg.default_chunks, 0);
     assert_int_equal(cfg.default_streams, 0);
@@ -206,7 +235,13 @@ static void test_every_key(void **state)
                                  "max_jobs = 13\n"
                                  "default_algo = ring\n"
                                  "default_chunks = 5\n"
-                                 "default_streams = 3\n");
+                                 "default_streams = 3\n"
+                                 "max_connections_per_uid = 14\n"
+                                 "max_jobs_per_uid = 15\n"
+                                 "max_registrations_per_uid = 16\n"
+                                 "max_mapped_bytes_per_uid = 3G\n"
+                                 "max_mappings = 17\n"
+                                 "hello_timeout_ms = 1800\n");
 
     assert_string_equal(cfg.socket_path, "/tmp/ovl test/d.sock");
     assert_string_equal(cfg.socket_group, "gpu-users");
@@ -223,6 +258,12 @@ static void test_every_key(void **state)
     assert_int_equal(cfg.default_algo, OVL_ALGO_RING);
     assert_int_equal(cfg.default_chunks, 5);
     assert_int_equal(cfg.default_streams, 3);
+    assert_int_equal(cfg.max_connections_per_uid, 14);
+    assert_int_equal(cfg.max_jobs_per_uid, 15);
+    assert_int_equal(cfg.max_registrations_per_uid, 16);
+    assert_int_equal(cfg.max_mapped_bytes_per_uid, UINT64_C(3) << 30);
+    assert_int_equal(cfg.max_mappings, 17);
+    assert_int_equal(cfg.hello_timeout_ms, 1800);
 }
 
 static void test_enum_values(void **state)
@@ -422,6 +463,18 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->max_ops_in_flight;
     if (strcmp(key, "max_jobs") == 0)
         return cfg->max_jobs;
+    if (strcmp(key, "max_connections_per_uid") == 0)
+        return cfg->max_connections_per_uid;
+    if (strcmp(key, "max_jobs_per_uid") == 0)
+        return cfg->max_jobs_per_uid;
+    if (strcmp(key, "max_registrations_per_uid") == 0)
+        return cfg->max_registrations_per_uid;
+    if (strcmp(key, "max_mapped_bytes_per_uid") == 0)
+        return cfg->max_mapped_bytes_per_uid;
+    if (strcmp(key, "max_mappings") == 0)
+        return cfg->max_mappings;
+    if (strcmp(key, "hello_timeout_ms") == 0)
+        return cfg->hello_timeout_ms;
     if (strcmp(key, "default_chunks") == 0)
         return cfg->default_chunks;
     if (strcmp(key, "default_streams") == 0)
@@ -482,6 +535,30 @@ static void test_integer_ranges(void **state)
         {"default_streams", "0", true, 0},
         {"default_streams", "8", true, 8},
         {"default_streams", "9", false, 0},
+        {"max_connections_per_uid", "0", false, 0},
+        {"max_connections_per_uid", "1", true, 1},
+        {"max_connections_per_uid", "65536", true, 65536},
+        {"max_connections_per_uid", "65537", false, 0},
+        {"max_connections_per_uid", "4294967297", false, 0}, /* would wrap to 1 */
+        {"max_jobs_per_uid", "0", false, 0},
+        {"max_jobs_per_uid", "1", true, 1},
+        {"max_jobs_per_uid", "65536", true, 65536},
+        {"max_jobs_per_uid", "65537", false, 0},
+        {"max_registrations_per_uid", "0", false, 0},
+        {"max_registrations_per_uid", "1", true, 1},
+        {"max_registrations_per_uid", "1048576", true, 1048576},
+        {"max_registrations_per_uid", "1048577", false, 0},
+        {"max_mappings", "0", false, 0}, /* 0 is how auto is stored, not a value */
+        {"max_mappings", "1", true, 1},
+        {"max_mappings", "16777216", true, 16777216},
+        {"max_mappings", "16777217", false, 0},
+        {"max_mappings", "4294967297", false, 0},
+        {"max_mappings", "18446744073709551617", false, 0},
+        {"hello_timeout_ms", "0", false, 0},
+        {"hello_timeout_ms", "99", false, 0},
+        {"hello_timeout_ms", "100", true, 100},
+        {"hello_timeout_ms", "600000", true, 600000},
+        {"hello_timeout_ms", "600001", false, 0},
     };
     run_range_cases(cases, NELEM(cases));
 
@@ -503,9 +580,12 @@ static void test_integer_syntax(void **state)
     assert_int_equal(parse_ok("max_jobs = 12 # x y\n").max_jobs, 12);
 
     /* every integer key takes the same syntax */
-    static const char *const ints[] = {"host_devices",      "max_connections", "max_registrations",
-                                       "max_ops_in_flight", "max_jobs",        "default_chunks",
-                                       "default_streams"};
+    static const char *const ints[] = {"host_devices",      "max_connections",
+                                       "max_registrations", "max_ops_in_flight",
+                                       "max_jobs",          "default_chunks",
+                                       "default_streams",   "max_connections_per_uid",
+                                       "max_jobs_per_uid",  "max_registrations_per_uid",
+                                       "hello_timeout_ms"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");
@@ -539,6 +619,14 @@ static void test_sizes(void **state)
         {"max_mapped_bytes", "3g", true, UINT64_C(3) << 30},
         {"max_mapped_bytes", "16777215T", true, UINT64_C(16777215) << 40},
         {"max_mapped_bytes", "18446744073709551615", true, UINT64_MAX},
+        {"max_mapped_bytes_per_uid", "4096", true, 4096},
+        {"max_mapped_bytes_per_uid", "4K", true, 4096},
+        {"max_mapped_bytes_per_uid", "4T", true, UINT64_C(4) << 40},
+        {"max_mapped_bytes_per_uid", "8tib", true, UINT64_C(8) << 40},
+        {"max_mapped_bytes_per_uid", "512MiB", true, UINT64_C(512) << 20},
+        {"max_mapped_bytes_per_uid", "3g", true, UINT64_C(3) << 30},
+        {"max_mapped_bytes_per_uid", "16777215T", true, UINT64_C(16777215) << 40},
+        {"max_mapped_bytes_per_uid", "18446744073709551615", true, UINT64_MAX},
     };
     run_range_cases(cases, NELEM(cases));
 
@@ -553,6 +641,21 @@ static void test_sizes(void **state)
     expect_error(kv("max_mapped_bytes", "99999999999999999999999999T"), 1,
                  "does not fit in 64 bits");
 
+    /* so has max_mapped_bytes_per_uid */
+    expect_error(kv("max_mapped_bytes_per_uid", "4095"), 1,
+                 "max_mapped_bytes_per_uid: '4095' is less than the minimum 4K");
+    expect_error(kv("max_mapped_bytes_per_uid", "3K"), 1,
+                 "max_mapped_bytes_per_uid: '3K' is less than the minimum 4K");
+    expect_error(kv("max_mapped_bytes_per_uid", "0"), 1, "is less than the minimum 4K");
+    expect_error(kv("max_mapped_bytes_per_uid", "16777216T"), 1,
+                 "max_mapped_bytes_per_uid: '16777216T' does not fit in 64 bits");
+    expect_error(kv("max_mapped_bytes_per_uid", "18446744073709551616"), 1,
+                 "does not fit in 64 bits");
+    expect_error(kv("max_mapped_bytes_per_uid", "4X"), 1,
+                 "max_mapped_bytes_per_uid: '4X' is not a size");
+    expect_error(kv("max_mapped_bytes_per_uid", "auto"), 1,
+                 "max_mapped_bytes_per_uid: 'auto' is not a size");
+
     /* range messages write sizes with their suffix */
     expect_error(kv("max_frame_bytes", "1K"), 1, "max_frame_bytes: '1K' is out of range 4K..64M");
 
@@ -563,6 +666,132 @@ static void test_sizes(void **state)
         snprintf(want, sizeof(want), "max_mapped_bytes: '%s' is not a size", bad[i]);
         expect_error(kv("max_mapped_bytes", bad[i]), 1, want);
     }
+}
+
+/*
+ * The per-uid limits, max_mappings and hello_timeout_ms, key by key: the
+ * default, a value in range, both ends of the range, the exact message for
+ * a value out of range (naming the file, the line and the key), and a
+ * duplicate refused. The ends and the syntax are also in the tables of
+ * test_integer_ranges, test_integer_syntax and test_sizes.
+ */
+static void test_limit_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        uint64_t def;        /* the default */
+        const char *value;   /* a value in range, not the default ... */
+        uint64_t parsed;     /* ... and what it parses to */
+        const char *lo, *hi; /* the ends of the range, as written */
+        uint64_t lo_v, hi_v;
+        const char *below; /* out of range, and the message it gets */
+        const char *below_msg;
+        const char *above; /* past the top (for a size: past 64 bits) */
+        const char *above_msg;
+    } keys[] = {
+        {"max_connections_per_uid", 128, "200", 200, "1", "65536", 1, 65536, "0",
+         "max_connections_per_uid: '0' is out of range 1..65536", "65537",
+         "max_connections_per_uid: '65537' is out of range 1..65536"},
+        {"max_jobs_per_uid", 32, "7", 7, "1", "65536", 1, 65536, "0",
+         "max_jobs_per_uid: '0' is out of range 1..65536", "70000",
+         "max_jobs_per_uid: '70000' is out of range 1..65536"},
+        {"max_registrations_per_uid", 16384, "100000", 100000, "1", "1048576", 1, 1048576, "0",
+         "max_registrations_per_uid: '0' is out of range 1..1048576", "1048577",
+         "max_registrations_per_uid: '1048577' is out of range 1..1048576"},
+        {"max_mapped_bytes_per_uid", UINT64_C(4) << 40, "64G", UINT64_C(64) << 30, "4K",
+         "18446744073709551615", 4096, UINT64_MAX, "4095",
+         "max_mapped_bytes_per_uid: '4095' is less than the minimum 4K", "16777216T",
+         "max_mapped_bytes_per_uid: '16777216T' does not fit in 64 bits"},
+        {"max_mappings", 0, "30000", 30000, "1", "16777216", 1, 16777216, "0",
+         "max_mappings: '0' is out of range 1..16777216", "16777217",
+         "max_mappings: '16777217' is out of range 1..16777216"},
+        {"hello_timeout_ms", 5000, "250", 250, "100", "600000", 100, 600000, "99",
+         "hello_timeout_ms: '99' is out of range 100..600000", "600001",
+         "hello_timeout_ms: '600001' is out of range 100..600000"},
+    };
+
+    ovld_config_t def;
+    ovld_config_defaults(&def);
+    for (size_t i = 0; i < NELEM(keys); i++) {
+        const char *key = keys[i].key;
+        char text[512], want[256];
+
+        if (field_of(&def, key) != keys[i].def)
+            fail_msg("%s defaults to %llu, not %llu", key, (unsigned long long)field_of(&def, key),
+                     (unsigned long long)keys[i].def);
+
+        /* a key left out keeps its default; one given replaces it, and only it */
+        ovld_config_t cfg = parse_ok(kv(key, keys[i].value));
+        assert_int_equal(field_of(&cfg, key), keys[i].parsed);
+        cfg = parse_ok("max_jobs = 3\n");
+        assert_int_equal(field_of(&cfg, key), keys[i].def);
+
+        /* both ends of the range, with blanks and a comment around them */
+        snprintf(text, sizeof(text), "\t%s=%s   # low end\n", key, keys[i].lo);
+        cfg = parse_ok(text);
+        assert_int_equal(field_of(&cfg, key), keys[i].lo_v);
+        snprintf(text, sizeof(text), "%s = %s\n", key, keys[i].hi);
+        cfg = parse_ok(text);
+        assert_int_equal(field_of(&cfg, key), keys[i].hi_v);
+
+        /* out of range, on line 3 of the file: "t.conf:3: KEY: ..." */
+        snprintf(text, sizeof(text), "# c\nmax_jobs = 2\n%s = %s\n", key, keys[i].below);
+        expect_error(text, 3, keys[i].below_msg);
+        snprintf(text, sizeof(text), "# c\nmax_jobs = 2\n%s = %s\n", key, keys[i].above);
+        expect_error(text, 3, keys[i].above_msg);
+
+        /* a duplicate, even with the same value */
+        snprintf(text, sizeof(text), "%s = %s\n\nmax_jobs = 2\n%s = %s\n", key, keys[i].value, key,
+                 keys[i].value);
+        snprintf(want, sizeof(want), "duplicate key '%s' (first on line 1)", key);
+        expect_error(text, 4, want);
+
+        /* an empty value is an error, not the default */
+        snprintf(want, sizeof(want), "%s: missing value", key);
+        expect_error(kv(key, ""), 1, want);
+    }
+}
+
+static void test_max_mappings(void **state)
+{
+    (void)state;
+    ovld_config_t cfg;
+    char err[256];
+
+    /* auto is stored as 0, also over a config that held a number */
+    assert_int_equal(parse_ok("max_mappings = auto\n").max_mappings, 0);
+    assert_int_equal(parse_ok("max_mappings = auto\n").max_mappings, OVLD_MAX_MAPPINGS_AUTO);
+    ovld_config_defaults(&cfg);
+    cfg.max_mappings = 1234;
+    assert_int_equal(
+        ovld_config_parse(&cfg, NAME, "max_mappings=auto # default\n", err, sizeof(err)), OVL_OK);
+    assert_int_equal(cfg.max_mappings, 0);
+    /* and a number over auto */
+    ovld_config_defaults(&cfg);
+    assert_int_equal(ovld_config_parse(&cfg, NAME, "max_mappings = 32765\n", err, sizeof(err)),
+                     OVL_OK);
+    assert_int_equal(cfg.max_mappings, 32765);
+    assert_int_equal(parse_ok("max_mappings = 00042\n").max_mappings, 42);
+
+    /* 0 would read as auto: it is refused, not taken as auto */
+    expect_error("max_mappings = 0\n", 1, "max_mappings: '0' is out of range 1..16777216");
+
+    /* names are lower-case; nothing but auto and plain digits */
+    static const char *const bad[] = {"AUTO", "Auto", "automatic", "auto1", "1auto", "-1",
+                                      "+1",   "1K",   "0x10",      "1e3",   "one",   "auto auto"};
+    for (size_t i = 0; i < NELEM(bad); i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "max_mappings: '%s' is not 'auto' or a decimal integer",
+                 bad[i]);
+        expect_error(kv("max_mappings", bad[i]), 1, want);
+    }
+
+    /* a duplicate of auto */
+    expect_error("max_mappings = auto\nmax_mappings = auto\n", 2,
+                 "duplicate key 'max_mappings' (first on line 1)");
+    expect_error("max_mappings = auto\nmax_mappings = 5\n", 2,
+                 "duplicate key 'max_mappings' (first on line 1)");
 }
 
 static void test_socket_mode(void **state)
@@ -687,12 +916,16 @@ static void test_untouched_on_error(void **state)
         "default_algo = ring\nmax_mapped_bytes = 99999999999T\n",
         "max_connections = 2\nmax_connections = 3\n",
         "backend = cuda\nno equals sign\n",
+        "max_mappings = auto\nmax_jobs_per_uid = 0\n",
+        "max_connections_per_uid = 2\nmax_mapped_bytes_per_uid = 1K\n",
+        "hello_timeout_ms = 100\nmax_registrations_per_uid = 1\nhello_timeout_ms = 200\n",
     };
     for (size_t i = 0; i < NELEM(texts); i++) {
         ovld_config_t cfg, before;
         char err[256];
         ovld_config_defaults(&cfg);
         cfg.host_devices = 3;
+        cfg.max_mappings = 5; /* not auto, so that a stored auto would show */
         before = cfg;
         assert_int_equal(ovld_config_parse(&cfg, NAME, texts[i], err, sizeof(err)), OVL_ERR_CONFIG);
         assert_memory_equal(&cfg, &before, sizeof(cfg));
@@ -724,6 +957,16 @@ static void test_load(void **state)
     assert_int_equal(ovld_config_load(&cfg, path, err, sizeof(err)), OVL_ERR_CONFIG);
     char want[600];
     snprintf(want, sizeof(want), "%s:3: duplicate key 'max_jobs' (first on line 1)", path);
+    assert_string_equal(err, want);
+    assert_memory_equal(&cfg, &before, sizeof(cfg));
+
+    /* a new key out of range, in a file */
+    unlink(path);
+    free(path);
+    text = "# limits\nmax_jobs_per_uid = 8\nhello_timeout_ms = 50\n";
+    path = write_temp(text, strlen(text));
+    assert_int_equal(ovld_config_load(&cfg, path, err, sizeof(err)), OVL_ERR_CONFIG);
+    snprintf(want, sizeof(want), "%s:3: hello_timeout_ms: '50' is out of range 100..600000", path);
     assert_string_equal(err, want);
     assert_memory_equal(&cfg, &before, sizeof(cfg));
 
@@ -872,6 +1115,7 @@ static void test_sample_defaults_are_real(void **state)
     cfg.default_algo = OVL_ALGO_RING;
     cfg.default_chunks = 3;
     cfg.default_streams = 3;
+    cfg.max_mappings = 3; /* the default, auto, is 0 */
     ovl_status_t r = ovld_config_parse(&cfg, "ovld.conf (uncommented)", out, err, sizeof(err));
     if (r != OVL_OK)
         fail_msg("%s", err);
@@ -923,6 +1167,8 @@ int main(void)
         cmocka_unit_test(test_integer_ranges),
         cmocka_unit_test(test_integer_syntax),
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_limit_keys),
+        cmocka_unit_test(test_max_mappings),
         cmocka_unit_test(test_socket_mode),
         cmocka_unit_test(test_socket_path),
         cmocka_unit_test(test_socket_group),
