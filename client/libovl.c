@@ -364,7 +364,8 @@ static ovl_status_t hello(ovl_client_t *cl)
     h.protocol_version = OVL_PROTOCOL_VERSION;
     h.library_version = (char *)OVL_VERSION_STRING;
     h.pid = (int32_t)getpid();
-    h.client_name = program_invocation_short_name;
+    h.client_name.data = (uint8_t *)program_invocation_short_name;
+    h.client_name.len = strlen(program_invocation_short_name);
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_HELLO;
     q.hello = &h;
@@ -450,11 +451,28 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
         st = OVL_ERR_SYSTEM;
         goto fail;
     }
-    if (connect(cl->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    /* A full listen backlog answers a non-blocking connect with EAGAIN at
+     * once (ovld is busy accepting): try again, backing off, within the
+     * client's timeout. */
+    uint64_t deadline = ovl_mono_ms() + (uint64_t)cl->timeout_ms;
+    unsigned backoff_us = 500;
+    int rc;
+    while ((rc = connect(cl->fd, (struct sockaddr *)&sa, sizeof(sa))) != 0 &&
+           (errno == EAGAIN || errno == EINTR) && ovl_mono_ms() < deadline) {
+        if (errno == EAGAIN) {
+            usleep(backoff_us);
+            backoff_us = backoff_us < 50000 ? backoff_us * 2 : 50000;
+        }
+    }
+    if (rc != 0) {
         int e = errno;
-        st = e == EACCES || e == EPERM ? OVL_ERR_PERMISSION : OVL_ERR_CONNECT;
+        st = e == EACCES || e == EPERM ? OVL_ERR_PERMISSION
+             : e == EAGAIN             ? OVL_ERR_TIMEOUT
+                                       : OVL_ERR_CONNECT;
         snprintf(connect_err, sizeof(connect_err), "cannot connect to %s: %s%s", p, strerror(e),
-                 e == ENOENT ? " (is ovld running?)" : "");
+                 e == ENOENT   ? " (is ovld running?)"
+                 : e == EAGAIN ? " (its listen backlog stayed full: ovld is overloaded)"
+                               : "");
         goto fail;
     }
     if ((st = hello(cl)) != OVL_OK) {
@@ -1072,7 +1090,8 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
     if (st != OVL_OK)
         return st;
     Ovl__CommInit ci = OVL__COMM_INIT__INIT;
-    ci.job_id = (char *)job_id;
+    ci.job_id.data = (uint8_t *)job_id;
+    ci.job_id.len = strlen(job_id);
     ci.world = world;
     ci.rank = rank;
     ci.device_uuid.data = uuid;

@@ -26,6 +26,7 @@
 #include "ovl.h"
 
 #define OVLD_UUID_LEN 16
+#define OVLD_IPC_HANDLE_MAX 64 /* bytes: cudaIpcMemHandle_t is 64 */
 
 typedef struct ovld_device_info {
     uint8_t uuid[OVLD_UUID_LEN];

@@ -558,11 +558,30 @@ static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_
     if (bytes > r->scratch_bytes) {
         if (set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
-        /* Between ops of this rank (the job waits for running ops before it
-         * grows scratch), and before any launch of the op that needs it. */
+        /* Between ops of this rank (the job grows scratch only once its ops
+         * are done), and before any launch of the op that needs it. Freed
+         * only when nothing of the rank is left on the GPU: with an op in
+         * flight (a bug above) the growth is refused, rather than wait on
+         * the loop thread for a stream that may wait on a client's ready
+         * for ever (cudaStreamSynchronize did), or free what it uses. */
         if (r->scratch) {
-            CUDA_TRY(r->cb, cudaStreamSynchronize(r->streams[0]), "scratch");
-            cudaFree(r->scratch);
+            if (r->inflight) {
+                log_error("device %d: scratch cannot grow while ops are in flight",
+                          r->dev->ordinal);
+                return OVL_ERR_INTERNAL;
+            }
+            for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
+                if (!r->streams[i])
+                    continue;
+                cudaError_t q = cudaStreamQuery(r->streams[i]);
+                if (q == cudaErrorNotReady) {
+                    log_error("device %d: scratch cannot grow while stream %u is busy",
+                              r->dev->ordinal, i);
+                    return OVL_ERR_INTERNAL;
+                }
+                CUDA_TRY(r->cb, q, "scratch");
+            }
+            CUDA_TRY(r->cb, cudaFree(r->scratch), "scratch");
             r->scratch = NULL;
             r->scratch_bytes = 0;
         }

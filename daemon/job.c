@@ -175,10 +175,10 @@ static void job_maybe_free(ovld_t *d, ovld_job_t *j)
     job_free(d, j);
 }
 
-static ovld_job_t *job_find(ovld_t *d, const char *id)
+static ovld_job_t *job_find(ovld_t *d, uid_t owner, const char *id)
 {
     for (ovld_job_t *j = d->jobs; j; j = j->next)
-        if (strcmp(j->id, id) == 0)
+        if (j->owner == owner && strcmp(j->id, id) == 0)
             return j;
     return NULL;
 }
@@ -262,6 +262,13 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
             snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
             return OVL_ERR_LIMIT;
         }
+        if (scratch > j->scratch_bytes && j->running > 0) {
+            /* job_progress holds such an op back until nothing runs: the
+             * backend would free scratch that issued ops still use */
+            snprintf(op->msg, sizeof(op->msg),
+                     "internal error: scratch would grow under %u running ops", j->running);
+            return OVL_ERR_INTERNAL;
+        }
         st = d->backend->ops->rank_scratch(d->backend, x->rank, scratch, &x->g.ptr);
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
@@ -278,11 +285,19 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
  * k are at least 1, so 0 means nothing else). */
 static uint64_t scratch_bytes(const ovld_job_t *j, const ovld_op_t *op)
 {
-    uint64_t bytes;
-    if (__builtin_mul_overflow((uint64_t)j->world * op->m, op->k * ovl_dtype_size(op->dtype),
-                               &bytes))
+    uint64_t bytes, row, rows;
+    if (__builtin_mul_overflow(op->k, (uint64_t)ovl_dtype_size(op->dtype), &row) ||
+        __builtin_mul_overflow((uint64_t)j->world, op->m, &rows) ||
+        __builtin_mul_overflow(rows, row, &bytes))
         return 0;
     return bytes;
+}
+
+/* Whether op's plans gather into ovld's scratch: they use G and the client
+ * gave no a_out. pp: the op's parameters, resolved. */
+static bool op_uses_scratch(const ovld_op_t *op, const ovl_plan_params_t *pp)
+{
+    return !op->has_aout && ovl_plan_uses_gathered(pp);
 }
 
 void ovld_plan_resolve(const ovld_t *d, ovl_plan_params_t *p)
@@ -304,10 +319,11 @@ static void plans_free(ovl_plan_t *plans, uint32_t n)
     free(plans);
 }
 
-static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
+/* op's plan parameters, resolved: the one place they are made. */
+static void op_params(const ovld_t *d, const ovld_job_t *j, const ovld_op_t *op,
+                      ovl_plan_params_t *pp)
 {
-    uint64_t t0 = ovl_mono_ns();
-    ovl_plan_params_t pp = {
+    *pp = (ovl_plan_params_t){
         .algo = (ovl_algo_t)op->algo,
         .world = j->world,
         .m = op->m,
@@ -318,7 +334,13 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         .streams = op->streams,
         .want_gathered = op->has_aout,
     };
-    ovld_plan_resolve(d, &pp);
+    ovld_plan_resolve(d, pp);
+}
+
+static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op, const ovl_plan_params_t *params)
+{
+    uint64_t t0 = ovl_mono_ns();
+    ovl_plan_params_t pp = *params;
     op->ran_algo = pp.algo;
 
     /* Plans live only while the executor walks them: backends copy what they
@@ -330,7 +352,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
         snprintf(op->msg, sizeof(op->msg), "out of memory");
         goto fail;
     }
-    uint64_t scratch = scratch_bytes(j, op);
+    uint64_t scratch = op_uses_scratch(op, &pp) ? scratch_bytes(j, op) : 0;
     for (uint32_t r = 0; r < j->world; r++) {
         op->st = op_prepare_rank(d, j, op, r, &pp, scratch, &plans[r], &xr[r]);
         if (op->st != OVL_OK)
@@ -348,8 +370,8 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
     op->windowed = true;
     op->nrung = j->world;
     j->running++;
-    if (!op->has_aout && scratch > j->scratch_bytes)
-        j->scratch_bytes = scratch;
+    if (scratch > j->scratch_bytes)
+        j->scratch_bytes = scratch; /* every rank holds it now */
     char err[256] = "";
     op->ringing = true;
     ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
@@ -373,12 +395,17 @@ fail:
     op_fail(d, j, op);
 }
 
-static bool needs_scratch_growth(ovld_job_t *j, ovld_op_t *op)
+/* Scratch may be freed or moved only while no issued op can use it: an op
+ * that gathers into more scratch than every rank holds waits until nothing
+ * of the job runs. j->scratch_bytes is what the ranks were given, raised
+ * only once they all had it (op_run), never by an op that used none (a
+ * world-1 ring op raised it once, and let the next op reallocate scratch
+ * that a queued op was about to gather into). Ops of a size seen before run
+ * back to back. */
+static bool needs_scratch_growth(const ovld_job_t *j, const ovld_op_t *op,
+                                 const ovl_plan_params_t *pp)
 {
-    /* Scratch may be reallocated only while nothing reads it: an op whose
-     * gathered A is larger than any before it waits for running ops. Ops of
-     * a size seen before run back to back. */
-    return !op->has_aout && scratch_bytes(j, op) > j->scratch_bytes;
+    return op_uses_scratch(op, pp) && scratch_bytes(j, op) > j->scratch_bytes;
 }
 
 /* Runs (or fails) every op at the head of the queue whose submissions are
@@ -419,12 +446,15 @@ static void job_progress(ovld_t *d, ovld_job_t *j)
         }
         if (j->running >= OVLD_MAX_ISSUED)
             break; /* resumes from ovld_job_on_done */
-        if (op->st == OVL_OK && j->running > 0 && needs_scratch_growth(j, op))
+        ovl_plan_params_t pp;
+        if (op->st == OVL_OK)
+            op_params(d, j, op, &pp);
+        if (op->st == OVL_OK && j->running > 0 && needs_scratch_growth(j, op, &pp))
             break; /* resumes from ovld_job_on_done */
         if (op->st != OVL_OK)
             op_fail(d, j, op);
         else
-            op_run(d, j, op);
+            op_run(d, j, op, &pp);
         op = j->ops;
     }
     j->pins--;
@@ -563,30 +593,20 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
                            ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
                            size_t errlen)
 {
-    const char *id = req->job_id ? req->job_id : "";
-    size_t idlen = strlen(id);
-    if (idlen == 0 || idlen > OVLD_JOB_ID_MAX) {
-        snprintf(err, errlen, "job id must be 1 to %d bytes", OVLD_JOB_ID_MAX);
-        return OVL_ERR_INVALID;
+    /* The boundary checked the forms and ranges (request.h): the id is
+     * 1..OVLD_JOB_ID_MAX bytes of clean text, rank < world <= the planner's
+     * limit, the UUID 16 bytes. */
+    char id[OVLD_JOB_ID_MAX + 1];
+    size_t idlen = req->job_id.len;
+    if (idlen == 0 || idlen > OVLD_JOB_ID_MAX || req->world == 0 ||
+        req->world > OVL_PLAN_MAX_WORLD || req->rank >= req->world ||
+        req->device_uuid.len != OVLD_UUID_LEN) {
+        snprintf(err, errlen, "internal error: CommInit not checked at the boundary");
+        return OVL_ERR_INTERNAL;
     }
-    for (size_t i = 0; i < idlen; i++)
-        if ((unsigned char)id[i] < 0x20 || id[i] == 0x7f) {
-            snprintf(err, errlen, "job id holds a control character");
-            return OVL_ERR_INVALID;
-        }
-    if (req->world == 0 || req->world > OVL_PLAN_MAX_WORLD) {
-        snprintf(err, errlen, "world %u out of range 1..%d", req->world, OVL_PLAN_MAX_WORLD);
-        return OVL_ERR_INVALID;
-    }
-    if (req->rank >= req->world) {
-        snprintf(err, errlen, "rank %u out of range for world %u", req->rank, req->world);
-        return OVL_ERR_INVALID;
-    }
-    if (req->device_uuid.len != OVLD_UUID_LEN) {
-        snprintf(err, errlen, "device UUID must be %d bytes, not %zu", OVLD_UUID_LEN,
-                 req->device_uuid.len);
-        return OVL_ERR_INVALID;
-    }
+    memcpy(id, req->job_id.data, idlen);
+    id[idlen] = '\0';
+    uint32_t world = (uint32_t)req->world, rank = (uint32_t)req->rank;
     int found =
         ovld_backend_device_by_uuid(d->backend, req->device_uuid.data, req->device_uuid.len);
     if (found < 0) {
@@ -597,16 +617,13 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     }
     uint32_t dev = (uint32_t)found;
 
-    ovld_job_t *j = job_find(d, id);
+    /* Job ids are a namespace of each uid: another user's "train" is
+     * another job, so that nobody can claim an id before its owner does. */
+    ovld_job_t *j = job_find(d, c->uid, id);
     bool created = false;
     if (j) {
-        if (j->owner != c->uid) {
-            snprintf(err, errlen, "job '%s' belongs to uid %u, not %u", id, (unsigned)j->owner,
-                     (unsigned)c->uid);
-            return OVL_ERR_PERMISSION;
-        }
-        if (j->world != req->world) {
-            snprintf(err, errlen, "job '%s' has world %u, not %u", id, j->world, req->world);
+        if (j->world != world) {
+            snprintf(err, errlen, "job '%s' has world %u, not %u", id, j->world, world);
             return OVL_ERR_MISMATCH;
         }
         if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
@@ -614,9 +631,9 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
                      ovld_job_state_name(j->state), j->last_error);
             return OVL_ERR_ABORTED;
         }
-        if (j->members[req->rank]) {
-            snprintf(err, errlen, "rank %u of job '%s' already joined (pid %d)", req->rank, id,
-                     j->members[req->rank]->conn ? (int)j->members[req->rank]->conn->pid : -1);
+        if (j->members[rank]) {
+            snprintf(err, errlen, "rank %u of job '%s' already joined (pid %d)", rank, id,
+                     j->members[rank]->conn ? (int)j->members[rank]->conn->pid : -1);
             return OVL_ERR_EXISTS;
         }
         for (uint32_t r = 0; r < j->world; r++)
@@ -630,15 +647,23 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
             snprintf(err, errlen, "too many jobs (max_jobs = %u)", d->cfg.max_jobs);
             return OVL_ERR_LIMIT;
         }
+        uint32_t mine = 0;
+        for (ovld_job_t *o = d->jobs; o; o = o->next)
+            mine += o->owner == c->uid;
+        if (mine >= d->cfg.max_jobs_per_uid) {
+            snprintf(err, errlen, "uid %u has %u jobs (max_jobs_per_uid = %u)", (unsigned)c->uid,
+                     mine, d->cfg.max_jobs_per_uid);
+            return OVL_ERR_LIMIT;
+        }
         j = calloc(1, sizeof(*j));
-        if (!j || !(j->members = calloc(req->world, sizeof(*j->members)))) {
+        if (!j || !(j->members = calloc(world, sizeof(*j->members)))) {
             free(j);
             snprintf(err, errlen, "out of memory");
             return OVL_ERR_NOMEM;
         }
         memcpy(j->id, id, idlen + 1);
         j->owner = c->uid;
-        j->world = req->world;
+        j->world = world;
         j->state = OVLD_JOB_FORMING;
         j->next = d->jobs;
         d->jobs = j;
@@ -654,7 +679,7 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     }
     m->job = j;
     m->conn = c;
-    m->rank = req->rank;
+    m->rank = rank;
     m->device = dev;
     m->next_seq = 1;
     m->window = d->cfg.max_ops_in_flight;
@@ -665,7 +690,7 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
         goto fail;
     }
     m->comm_id = ++d->next_comm_id;
-    j->members[req->rank] = m;
+    j->members[rank] = m;
     j->joined++;
     if (j->joined == j->world)
         job_start(d, j);
@@ -785,28 +810,11 @@ static ovl_status_t resolve(ovld_conn_t *c, const Ovl__BufRef *ref, int which, u
 static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t *s, char *msg,
                               size_t len)
 {
+    /* dtype, algorithm, m, n, k, chunks and streams passed the boundary
+     * (request.h); what is left depends on the job and the registrations */
     ovld_job_t *j = m->job;
     size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
     uint64_t rows_all;
-    if (elem == 0) {
-        snprintf(msg, len, "unknown dtype %d", (int)q->dtype);
-        return OVL_ERR_INVALID;
-    }
-    if ((unsigned)q->algo > OVL_ALGO_RING) {
-        snprintf(msg, len, "unknown algorithm %d", (int)q->algo);
-        return OVL_ERR_INVALID;
-    }
-    if (q->m == 0 || q->n == 0 || q->k == 0) {
-        snprintf(msg, len,
-                 "m, n and k must be positive (m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")", q->m,
-                 q->n, q->k);
-        return OVL_ERR_INVALID;
-    }
-    if (q->chunks > OVL_PLAN_MAX_CHUNKS || q->streams > OVL_PLAN_MAX_STREAMS) {
-        snprintf(msg, len, "chunks %u (max %d) or streams %u (max %d) out of range", q->chunks,
-                 OVL_PLAN_MAX_CHUNKS, q->streams, OVL_PLAN_MAX_STREAMS);
-        return OVL_ERR_INVALID;
-    }
     if (__builtin_mul_overflow(q->m, (uint64_t)j->world, &rows_all)) {
         snprintf(msg, len, "m * world overflows");
         return OVL_ERR_RANGE;
@@ -884,7 +892,8 @@ static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine
              op->first_rank, theirs);
 }
 
-ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, char *err,
+ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q,
+                             ovl_status_t invalid, const char *invalid_msg, char *err,
                              size_t errlen)
 {
     ovld_job_t *j = m->job;
@@ -944,10 +953,12 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
         op->m = q->m;
         op->n = q->n;
         op->k = q->k;
-        op->dtype = (uint32_t)q->dtype;
-        op->algo = (uint32_t)q->algo;
-        op->chunks = q->chunks;
-        op->streams = q->streams;
+        /* in range when valid; an invalid op only fails, and its fields
+         * are never compared (op->st is set below) */
+        op->dtype = invalid == OVL_OK ? (uint32_t)q->dtype : UINT32_MAX;
+        op->algo = invalid == OVL_OK ? (uint32_t)q->algo : UINT32_MAX;
+        op->chunks = (uint32_t)q->chunks;
+        op->streams = (uint32_t)q->streams;
         op->transb = q->transb;
         op->has_aout = q->a_out != NULL;
     } else {
@@ -955,20 +966,26 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q, 
             snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
             return OVL_ERR_INTERNAL;
         }
-        disagree(op, m->rank, "m", q->m, op->m);
-        disagree(op, m->rank, "n", q->n, op->n);
-        disagree(op, m->rank, "k", q->k, op->k);
-        disagree(op, m->rank, "dtype", (uint64_t)q->dtype, op->dtype);
-        disagree(op, m->rank, "transb", q->transb, op->transb);
-        disagree(op, m->rank, "algo", (uint64_t)q->algo, op->algo);
-        disagree(op, m->rank, "chunks", q->chunks, op->chunks);
-        disagree(op, m->rank, "streams", q->streams, op->streams);
-        disagree(op, m->rank, "a_out (given or not)", q->a_out != NULL, op->has_aout);
+        if (invalid == OVL_OK) { /* an invalid op fails below, as itself */
+            disagree(op, m->rank, "m", q->m, op->m);
+            disagree(op, m->rank, "n", q->n, op->n);
+            disagree(op, m->rank, "k", q->k, op->k);
+            disagree(op, m->rank, "dtype", (uint64_t)q->dtype, op->dtype);
+            disagree(op, m->rank, "transb", q->transb, op->transb);
+            disagree(op, m->rank, "algo", (uint64_t)q->algo, op->algo);
+            disagree(op, m->rank, "chunks", q->chunks, op->chunks);
+            disagree(op, m->rank, "streams", q->streams, op->streams);
+            disagree(op, m->rank, "a_out (given or not)", q->a_out != NULL, op->has_aout);
+        }
     }
     ovld_sub_t *s = &op->subs[m->rank];
     s->in = true;
     if (++op->nin == j->world)
         op->ready_ns = ovl_mono_ns();
+    if (invalid != OVL_OK && op->st == OVL_OK) {
+        op->st = invalid;
+        snprintf(op->msg, sizeof(op->msg), "rank %u: %s", m->rank, invalid_msg);
+    }
     if (op->st == OVL_OK) {
         ovl_status_t st = check_sub(m, q, s, msg, sizeof(msg));
         if (st != OVL_OK) {

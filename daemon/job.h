@@ -12,8 +12,8 @@
 #include "ovl.pb-c.h"
 #include "ovld.h"
 #include "plan.h"
+#include "request.h"
 
-#define OVLD_JOB_ID_MAX 63
 #define OVLD_MAX_ISSUED 4 /* ops of one job issued to the backend and not yet done */
 
 typedef struct ovld_member {
@@ -78,8 +78,11 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why);
 
 /* Takes one rank's op. Failures of the op ring the doorbell (OVL_OK is
  * returned); an error return (an op number out of order: a protocol error)
- * is the connection's, with a message in err. */
-ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *req, char *err,
+ * is the connection's, with a message in err. invalid: what the boundary
+ * found wrong with the op (OVL_OK if nothing; request.h), which fails op n
+ * on every rank, as a disagreement does. */
+ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *req,
+                             ovl_status_t invalid, const char *invalid_msg, char *err,
                              size_t errlen);
 
 /* Fails every op not yet running, in every job (shutdown). */

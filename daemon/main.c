@@ -151,6 +151,7 @@ static void reload(ovld_t *d)
     d->cfg.backend = keep.backend;
     d->cfg.host_devices = keep.host_devices;
     ovld_log_set_level(d->cfg.log_level);
+    ovld_server_apply_config(d);
     log_info("configuration re-read from %s", d->config_path);
     ovld_sd_notify("READY=1");
 }
@@ -298,6 +299,7 @@ int main(int argc, char **argv)
     d->loop = uv_default_loop();
     d->listen_fd = -1;
     d->self_pidfd = -1;
+    d->spare_fd = -1;
     d->start_ns = ovl_mono_ns();
     ovld_stats_reset(&d->counters.total, d->start_ns);
     ovld_stats_reset(&d->counters.window, d->start_ns);

@@ -32,6 +32,7 @@ typedef struct ovld_conn {
     gid_t gid;
     char name[64];
     bool hello_done;
+    uint64_t hello_deadline; /* loop time (ms) by which Hello must have come */
     bool closing;
     bool busy;     /* a request is being served off the loop: later ones wait */
     uint32_t refs; /* work items holding the connection (freed at 0 once closed) */
@@ -57,6 +58,14 @@ typedef struct ovld {
                         * (libovl watches it to see ovld gone); -1 if none */
     uv_poll_t listen_poll;
     bool listening;
+    bool listen_paused;  /* out of descriptors: accept waits for accept_timer */
+    int spare_fd;        /* held open, closed to accept and drop a connection
+                          * when ovld is out of descriptors (libuv's idiom) */
+    bool fd_starved;     /* in an episode of EMFILE/ENFILE, logged once */
+    uint64_t fd_refused; /* connections dropped in this episode */
+    uv_timer_t accept_timer;
+    uv_timer_t hello_timer; /* armed for the earliest hello_deadline */
+    uint32_t max_mappings;  /* cfg.max_mappings with auto resolved */
     ovld_conn_t *conns;
     uint32_t nconns;
     uint64_t next_conn_id;
@@ -80,6 +89,9 @@ typedef struct ovld {
 
 /* server.c */
 ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen);
+/* Applies what the server derives from d->cfg (at start and after a reload):
+ * max_mappings = auto resolved from vm.max_map_count. */
+void ovld_server_apply_config(ovld_t *d);
 void ovld_server_stop_listening(ovld_t *d);
 void ovld_conn_close(ovld_conn_t *c, const char *why);
 void ovld_shutdown(ovld_t *d);

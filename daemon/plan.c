@@ -351,7 +351,13 @@ static void plan_shape(ovl_plan_t *plan)
     if (p->algo == OVL_ALGO_COLLECTIVE && s > plan->chunks)
         s = plan->chunks;
     plan->nstreams = s;
-    plan->uses_gathered = p->algo != OVL_ALGO_RING || p->world > 1 || p->want_gathered;
+    plan->uses_gathered = ovl_plan_uses_gathered(p);
+}
+
+bool ovl_plan_uses_gathered(const ovl_plan_params_t *p)
+{
+    /* ring at world 1 multiplies the shard in place: nothing to gather */
+    return p->algo != OVL_ALGO_RING || p->world > 1 || p->want_gathered;
 }
 
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)

@@ -118,6 +118,13 @@ typedef struct ovl_plan {
  */
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
 
+/*
+ * Whether the plan for params (algo resolved) reads or writes G, the
+ * gathered A: what ovl_plan_build puts in uses_gathered, known before
+ * building (a job sizes and grows its scratch by it).
+ */
+bool ovl_plan_uses_gathered(const ovl_plan_params_t *params);
+
 /* Frees what ovl_plan_build allocated; accepts a zeroed plan. */
 void ovl_plan_free(ovl_plan_t *plan);
 

@@ -31,7 +31,9 @@
 #include "ovl.pb-c.h"
 #include "ovld.h"
 #include "plan.h"
+#include "request.h"
 #include "sdnotify.h"
+#include "text.h"
 #include "clock.h"
 
 /* A client that stops reading its replies is dropped past this. */
@@ -40,10 +42,22 @@
 static void conn_update_poll(ovld_conn_t *c);
 
 /* Queues a response; false if the connection had to be closed. */
+static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 static bool send_response(ovld_conn_t *c, Ovl__Response *resp, const int *fds, unsigned nfds)
 {
-    ovl_status_t st =
-        ovl_wire_out_append(&c->out, &resp->base, c->d->cfg.max_frame_bytes, fds, nfds);
+    uint32_t max = c->d->cfg.max_frame_bytes;
+    size_t len = ovl__response__get_packed_size(resp);
+    if (len > max && resp->body_case != OVL__RESPONSE__BODY_ERROR) {
+        /* The client's reader would refuse it: say so instead (an Error is
+         * short, and its message says which limit). */
+        for (unsigned i = 0; i < nfds; i++)
+            close(fds[i]);
+        return send_error(c, resp->id, OVL_ERR_LIMIT,
+                          "the reply would be %zu bytes, over max_frame_bytes (%u)", len, max);
+    }
+    ovl_status_t st = ovl_wire_out_append(&c->out, &resp->base, max, fds, nfds);
     if (st != OVL_OK) {
         log_error("client %" PRIu64 " (pid %d): cannot queue a reply: %s", c->id, (int)c->pid,
                   ovl_strerror(st));
@@ -66,9 +80,6 @@ static bool send_response(ovld_conn_t *c, Ovl__Response *resp, const int *fds, u
     conn_update_poll(c);
     return true;
 }
-
-static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
 {
@@ -165,19 +176,24 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
         conn_fail(c, id, OVL_ERR_PROTOCOL, "Hello sent twice");
         return;
     }
+    char lib[32] = "?";
+    if (h->library_version && h->library_version[0])
+        ovl_text_sanitize(lib, sizeof(lib), (const uint8_t *)h->library_version,
+                          strlen(h->library_version));
     if (h->protocol_version != OVL_PROTOCOL_VERSION) {
         char msg[256];
         snprintf(msg, sizeof(msg),
-                 "protocol version mismatch: the client (libovl %s) speaks version %u, ovld %s "
-                 "speaks version %u",
-                 h->library_version ? h->library_version : "?", h->protocol_version,
-                 OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
+                 "protocol version mismatch: the client (libovl %s) speaks version %" PRIu64
+                 ", ovld %s speaks version %u",
+                 lib, h->protocol_version, OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
         conn_fail(c, id, OVL_ERR_VERSION, msg);
         return;
     }
     c->hello_done = true;
-    if (h->client_name)
-        snprintf(c->name, sizeof(c->name), "%s", h->client_name);
+    /* Shown to operators (ovlctl status, the log): clean text, cut on a
+     * character boundary, whatever the client sent (text.h). */
+    if (h->client_name.len)
+        ovl_text_sanitize(c->name, sizeof(c->name), h->client_name.data, h->client_name.len);
 
     device_list_t dl;
     if (!device_list_make(d, &dl)) {
@@ -202,7 +218,7 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
     r.body_case = OVL__RESPONSE__BODY_HELLO;
     r.hello = &hr;
     log_debug("client %" PRIu64 ": hello from '%s' (pid %d, uid %u, libovl %s)", c->id, c->name,
-              (int)c->pid, (unsigned)c->uid, h->library_version ? h->library_version : "?");
+              (int)c->pid, (unsigned)c->uid, lib);
     send_response(c, &r, pidfd >= 0 ? &pidfd : NULL, pidfd >= 0 ? 1 : 0);
     device_list_free(&dl);
 }
@@ -221,9 +237,17 @@ static void on_status(ovld_conn_t *c, uint64_t id)
         send_error(c, id, OVL_ERR_NOMEM, "out of memory");
         goto out;
     }
+    /* Root and ovld's own user see everything; anyone else sees their own
+     * jobs and clients, and how many others there are (docs/ovlctl.md). */
+    bool restricted = c->uid != 0 && c->uid != getuid();
+    uint32_t other_jobs = 0, other_clients = 0;
     size_t i = 0;
-    for (ovld_job_t *j = d->jobs; j && i < nj; j = j->next, i++) {
-        Ovl__JobInfo *ji = &jobs[i];
+    for (ovld_job_t *j = d->jobs; j && i < nj; j = j->next) {
+        if (restricted && j->owner != c->uid) {
+            other_jobs++;
+            continue;
+        }
+        Ovl__JobInfo *ji = &jobs[i++];
         ovl__job_info__init(ji);
         ji->id = j->id;
         ji->owner_uid = (uint32_t)j->owner;
@@ -233,12 +257,16 @@ static void on_status(ovld_conn_t *c, uint64_t id)
         ji->ops_done = j->ops_done;
         ji->ops_in_flight = j->in_flight;
         ji->last_error = j->last_error;
-        pjobs[i] = ji;
+        pjobs[i - 1] = ji;
     }
     nj = i;
     i = 0;
-    for (ovld_conn_t *k = d->conns; k && i < nc; k = k->next, i++) {
-        Ovl__ClientInfo *ci = &cls[i];
+    for (ovld_conn_t *k = d->conns; k && i < nc; k = k->next) {
+        if (restricted && k->uid != c->uid) {
+            other_clients++;
+            continue;
+        }
+        Ovl__ClientInfo *ci = &cls[i++];
         ovl__client_info__init(ci);
         ci->id = k->id;
         ci->pid = (int32_t)k->pid;
@@ -253,7 +281,7 @@ static void on_status(ovld_conn_t *c, uint64_t id)
         }
         ci->buffers = (uint32_t)k->reg.count;
         ci->mapped_bytes = k->reg.mapped_bytes;
-        pcls[i] = ci;
+        pcls[i - 1] = ci;
     }
     nc = i;
     Ovl__StatusReply sr = OVL__STATUS_REPLY__INIT;
@@ -271,6 +299,9 @@ static void on_status(ovld_conn_t *c, uint64_t id)
     sr.jobs = pjobs;
     sr.n_clients = nc;
     sr.clients = pcls;
+    sr.restricted = restricted;
+    sr.other_jobs = other_jobs;
+    sr.other_clients = other_clients;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_STATUS;
@@ -413,15 +444,80 @@ static void import_after(uv_work_t *req, int status)
     conn_put(c);
 }
 
+/* What one uid holds, over all its connections. */
+typedef struct uid_usage {
+    uint32_t conns;
+    uint64_t regs;
+    uint64_t bytes;
+} uid_usage_t;
+
+/* uid's usage, and the buffers mapped for everyone (*ret_all). A scan of
+ * the connections: at most max_connections, and only on a connect or a
+ * registration, which are rare next to ops. */
+static void uid_usage(const ovld_t *d, uid_t uid, uid_usage_t *u, uint64_t *ret_all)
+{
+    *u = (uid_usage_t){0};
+    uint64_t all = 0;
+    for (const ovld_conn_t *k = d->conns; k; k = k->next) {
+        all += k->reg.count;
+        if (k->uid != uid)
+            continue;
+        u->conns++;
+        u->regs += k->reg.count;
+        u->bytes += k->reg.mapped_bytes;
+    }
+    if (ret_all)
+        *ret_all = all;
+}
+
+/* Whether c may map `bytes` more: every limit that applies (the
+ * connection's, its uid's, the daemon's), and the refusal names the one
+ * that was hit, with its value. */
+static ovl_status_t mapping_quota(const ovld_conn_t *c, uint64_t bytes, char *why, size_t len)
+{
+    const ovld_t *d = c->d;
+    const ovld_config_t *cfg = &d->cfg;
+    uid_usage_t u;
+    uint64_t all, total;
+    uid_usage(d, c->uid, &u, &all);
+    if (c->reg.count >= cfg->max_registrations) {
+        snprintf(why, len, "this connection has %zu buffers registered (max_registrations = %u)",
+                 c->reg.count, cfg->max_registrations);
+        return OVL_ERR_LIMIT;
+    }
+    if (__builtin_add_overflow(c->reg.mapped_bytes, bytes, &total) ||
+        total > cfg->max_mapped_bytes) {
+        snprintf(why, len,
+                 "this connection has %" PRIu64 " bytes mapped (max_mapped_bytes = %" PRIu64 ")",
+                 c->reg.mapped_bytes, cfg->max_mapped_bytes);
+        return OVL_ERR_LIMIT;
+    }
+    if (u.regs >= cfg->max_registrations_per_uid) {
+        snprintf(why, len,
+                 "uid %u has %" PRIu64 " buffers registered (max_registrations_per_uid = %u)",
+                 (unsigned)c->uid, u.regs, cfg->max_registrations_per_uid);
+        return OVL_ERR_LIMIT;
+    }
+    if (__builtin_add_overflow(u.bytes, bytes, &total) || total > cfg->max_mapped_bytes_per_uid) {
+        snprintf(why, len,
+                 "uid %u has %" PRIu64 " bytes mapped (max_mapped_bytes_per_uid = %" PRIu64 ")",
+                 (unsigned)c->uid, u.bytes, cfg->max_mapped_bytes_per_uid);
+        return OVL_ERR_LIMIT;
+    }
+    if (all >= d->max_mappings) {
+        snprintf(why, len,
+                 "ovld has %" PRIu64 " buffers mapped for all users (max_mappings = %u%s)", all,
+                 d->max_mappings, cfg->max_mappings ? "" : ", auto: half of vm.max_map_count");
+        return OVL_ERR_LIMIT;
+    }
+    return OVL_OK;
+}
+
 static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister *q)
 {
     ovld_t *d = c->d;
     int fd = -1;
-    if (q->fd_count > 1) {
-        conn_fail(c, id, OVL_ERR_PROTOCOL, "MemRegister carries at most one descriptor");
-        return;
-    }
-    if (q->fd_count == 1) {
+    if (q->fd_count == 1) { /* at most one: request.c */
         fd = ovl_fdq_pop(&c->fdq);
         if (fd < 0) {
             conn_fail(c, id, OVL_ERR_PROTOCOL,
@@ -431,7 +527,7 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
     }
     ovl_status_t st;
     const char *why = NULL;
-    uint64_t total;
+    char whybuf[200];
     int device = -1;
     if (q->device_uuid.len) {
         device = ovld_backend_device_by_uuid(d->backend, q->device_uuid.data, q->device_uuid.len);
@@ -441,19 +537,8 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
             goto refuse;
         }
     }
-    if (q->bytes == 0) {
-        st = OVL_ERR_INVALID;
-        why = "zero bytes";
-    } else if (q->ipc_handle.len > sizeof(((import_work_t *)0)->ipc)) {
-        st = OVL_ERR_INVALID;
-        why = "IPC handle too long";
-    } else if (c->reg.count >= d->cfg.max_registrations) {
-        st = OVL_ERR_LIMIT;
-        why = "too many registrations (max_registrations)";
-    } else if (__builtin_add_overflow(c->reg.mapped_bytes, q->bytes, &total) ||
-               total > d->cfg.max_mapped_bytes) {
-        st = OVL_ERR_LIMIT;
-        why = "too many bytes mapped (max_mapped_bytes)";
+    if ((st = mapping_quota(c, q->bytes, whybuf, sizeof(whybuf))) != OVL_OK) {
+        why = whybuf;
     } else {
         import_work_t *w = calloc(1, sizeof(*w));
         ovld_reg_t *reg = calloc(1, sizeof(*reg));
@@ -635,7 +720,8 @@ static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregis
     deregister_now(c, id, reg);
 }
 
-static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q)
+static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q, ovl_status_t invalid,
+                       const char *invalid_msg)
 {
     ovld_member_t *m = ovld_job_member(c, q->comm_id);
     if (!m) {
@@ -647,7 +733,7 @@ static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q)
         return;
     }
     char err[256];
-    ovl_status_t st = ovld_job_submit(c->d, m, q, err, sizeof(err));
+    ovl_status_t st = ovld_job_submit(c->d, m, q, invalid, invalid_msg, err, sizeof(err));
     if (st != OVL_OK)
         conn_fail(c, 0, st, err);
 }
@@ -846,6 +932,37 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         ovl__request__free_unpacked(q, NULL);
         return open;
     }
+    char why[256];
+    ovl_status_t chk = ovld_request_check(q, why, sizeof(why));
+    if (chk == OVL_ERR_PROTOCOL) {
+        conn_fail(c, id, chk, why);
+        ovl__request__free_unpacked(q, NULL);
+        return false;
+    }
+    if (chk != OVL_OK && q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
+        /* Refused whole; an op is refused as an op, on its doorbell. A
+         * descriptor that came with it goes, so that the next request's
+         * is the next in the queue. */
+        if (q->body_case == OVL__REQUEST__BODY_MEM_REGISTER && q->mem_register->fd_count == 1) {
+            int fd = ovl_fdq_pop(&c->fdq);
+            if (fd < 0) {
+                conn_fail(c, id, OVL_ERR_PROTOCOL,
+                          "MemRegister announced a descriptor that did not come");
+                ovl__request__free_unpacked(q, NULL);
+                return false;
+            }
+            close(fd);
+        }
+        const char *what = q->body_case == OVL__REQUEST__BODY_PLAN           ? "cannot plan: "
+                           : q->body_case == OVL__REQUEST__BODY_COMM_INIT    ? "cannot join: "
+                           : q->body_case == OVL__REQUEST__BODY_MEM_REGISTER ? "cannot register: "
+                                                                             : "";
+        log_info("client %" PRIu64 " (pid %d, uid %u): request refused: %s%s", c->id, (int)c->pid,
+                 (unsigned)c->uid, what, why);
+        bool open = send_error(c, id, chk, "%s%s", what, why);
+        ovl__request__free_unpacked(q, NULL);
+        return open;
+    }
     switch (q->body_case) {
     case OVL__REQUEST__BODY_HELLO:
         on_hello(c, id, q->hello);
@@ -869,7 +986,7 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         on_mem_deregister(c, id, q->mem_deregister);
         break;
     case OVL__REQUEST__BODY_AG_GEMM:
-        on_ag_gemm(c, q->ag_gemm);
+        on_ag_gemm(c, q->ag_gemm, chk, why);
         break;
     case OVL__REQUEST__BODY_PLAN:
         on_plan(c, id, q->plan);
@@ -969,8 +1086,20 @@ static void on_conn_io(uv_poll_t *h, int status, int events)
         ovld_conn_close(c, "client closed the connection");
         return;
     }
+    if (st == OVL_ERR_LIMIT && c->rd.fd_overflow) {
+        char what[160];
+        snprintf(what, sizeof(what),
+                 "more than %u file descriptors were passed ahead of the requests that take "
+                 "them (at most %u may wait)",
+                 OVL_WIRE_MAX_FDS, OVL_WIRE_MAX_FDS);
+        conn_fail(c, 0, OVL_ERR_LIMIT, what);
+        return;
+    }
     if (st == OVL_ERR_LIMIT && c->rd.failed == OVL_ERR_LIMIT) {
-        conn_fail(c, 0, OVL_ERR_LIMIT, "frame larger than max_frame_bytes");
+        char what[128];
+        snprintf(what, sizeof(what), "frame larger than max_frame_bytes (%u)",
+                 c->d->cfg.max_frame_bytes);
+        conn_fail(c, 0, OVL_ERR_LIMIT, what);
         return;
     }
     if (st != OVL_OK) {
@@ -1029,6 +1158,96 @@ static void conn_update_poll(ovld_conn_t *c)
     }
 }
 
+/* Answers a connection that is refused at once with an Error, and closes it. */
+static void refuse_conn(int fd, ovl_status_t status, const char *msg)
+{
+    ovl_wire_out_t o;
+    ovl_wire_out_init(&o);
+    Ovl__Error e = OVL__ERROR__INIT;
+    e.status = status;
+    e.message = (char *)msg;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.body_case = OVL__RESPONSE__BODY_ERROR;
+    r.error = &e;
+    if (ovl_wire_out_append(&o, &r.base, 0, NULL, 0) == OVL_OK)
+        (void)ovl_wire_flush(fd, &o);
+    ovl_wire_out_free(&o);
+    close(fd);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void on_accept_resume(uv_timer_t *t)
+{
+    ovld_t *d = t->data;
+    if (!d->listening || !d->listen_paused)
+        return;
+    d->listen_paused = false;
+    int rc = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+    if (rc != 0)
+        log_error("listening socket: uv_poll_start: %s", uv_strerror(rc));
+}
+
+/* Out of descriptors (EMFILE/ENFILE). Accepting nothing would leave the
+ * socket readable and the loop spinning, so: close the spare descriptor,
+ * accept the connection and close it at once (its client sees the
+ * connection closed, with an Error if one fits), then take the spare again
+ * (libuv's idiom). Without a spare, stop watching the socket for a moment.
+ * Logged once an episode, at its start and its end. */
+static void accept_starved(ovld_t *d, int err)
+{
+    if (!d->fd_starved) {
+        d->fd_starved = true;
+        d->fd_refused = 0;
+        log_error("accept: %s: refusing connections until ovld has descriptors again "
+                  "(LimitNOFILE, or clients holding too many connections)",
+                  strerror(err));
+    }
+    if (d->spare_fd >= 0) {
+        close(d->spare_fd);
+        d->spare_fd = -1;
+        int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            d->fd_refused++;
+            OVLD_COUNT(&d->counters, conns_refused, 1);
+            refuse_conn(fd, OVL_ERR_LIMIT, "ovld is out of file descriptors");
+        }
+        d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (d->spare_fd >= 0)
+            return;
+    }
+    if (!d->listen_paused) {
+        d->listen_paused = true;
+        uv_poll_stop(&d->listen_poll);
+        uv_timer_start(&d->accept_timer, on_accept_resume, 100, 0);
+    }
+}
+
+/* Closes the connections whose Hello is overdue, and arms the timer for the
+ * next deadline. */
+static void on_hello_timer(uv_timer_t *t)
+{
+    ovld_t *d = t->data;
+    uint64_t now = uv_now(d->loop), next = 0;
+    ovld_conn_t *c = d->conns;
+    while (c) {
+        ovld_conn_t *k = c;
+        c = c->next;
+        if (k->hello_done || k->closing)
+            continue;
+        if (k->hello_deadline <= now) {
+            char what[96];
+            snprintf(what, sizeof(what), "no Hello within %u ms (hello_timeout_ms)",
+                     d->cfg.hello_timeout_ms);
+            conn_fail(k, 0, OVL_ERR_TIMEOUT, what);
+        } else if (!next || k->hello_deadline < next) {
+            next = k->hello_deadline;
+        }
+    }
+    if (next)
+        uv_timer_start(&d->hello_timer, on_hello_timer, next - now, 0);
+}
+
 static void on_accept(uv_poll_t *h, int status, int events)
 {
     ovld_t *d = h->data;
@@ -1039,9 +1258,17 @@ static void on_accept(uv_poll_t *h, int status, int events)
     }
     int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-            log_error("accept: %s", strerror(errno));
+        int e = errno;
+        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
+            accept_starved(d, e);
+        else if (e != EAGAIN && e != EINTR && e != ECONNABORTED)
+            log_error("accept: %s", strerror(e));
         return;
+    }
+    if (d->fd_starved) {
+        d->fd_starved = false;
+        log_warn("accepting connections again (%" PRIu64 " refused for want of descriptors)",
+                 d->fd_refused);
     }
     struct ucred uc;
     socklen_t ul = sizeof(uc);
@@ -1050,22 +1277,28 @@ static void on_accept(uv_poll_t *h, int status, int events)
         close(fd);
         return;
     }
-    if (d->nconns >= d->cfg.max_connections || d->stopping) {
+    uid_usage_t u;
+    uid_usage(d, uc.uid, &u, NULL);
+    char why[160] = "";
+    ovl_status_t refuse = OVL_OK;
+    if (d->stopping) {
+        refuse = OVL_ERR_SHUTDOWN;
+        snprintf(why, sizeof(why), "ovld is shutting down");
+    } else if (d->nconns >= d->cfg.max_connections) {
+        refuse = OVL_ERR_LIMIT;
+        snprintf(why, sizeof(why), "too many connections (max_connections = %u)",
+                 d->cfg.max_connections);
+    } else if (u.conns >= d->cfg.max_connections_per_uid) {
+        refuse = OVL_ERR_LIMIT;
+        snprintf(why, sizeof(why),
+                 "too many connections: uid %u has %u (max_connections_per_uid = %u)",
+                 (unsigned)uc.uid, u.conns, d->cfg.max_connections_per_uid);
+    }
+    if (refuse != OVL_OK) {
         OVLD_COUNT(&d->counters, conns_refused, 1);
         log_warn("refused a connection from pid %d, uid %u: %s", (int)uc.pid, (unsigned)uc.uid,
-                 d->stopping ? "shutting down" : "too many connections (max_connections)");
-        ovl_wire_out_t o;
-        ovl_wire_out_init(&o);
-        Ovl__Error e = OVL__ERROR__INIT;
-        e.status = d->stopping ? OVL_ERR_SHUTDOWN : OVL_ERR_LIMIT;
-        e.message = d->stopping ? (char *)"ovld is shutting down" : (char *)"too many connections";
-        Ovl__Response r = OVL__RESPONSE__INIT;
-        r.body_case = OVL__RESPONSE__BODY_ERROR;
-        r.error = &e;
-        if (ovl_wire_out_append(&o, &r.base, 0, NULL, 0) == OVL_OK)
-            (void)ovl_wire_flush(fd, &o);
-        ovl_wire_out_free(&o);
-        close(fd);
+                 why);
+        refuse_conn(fd, refuse, why);
         return;
     }
     ovld_conn_t *c = calloc(1, sizeof(*c));
@@ -1095,6 +1328,10 @@ static void on_accept(uv_poll_t *h, int status, int events)
         return;
     }
     c->poll.data = c;
+    c->hello_deadline = uv_now(d->loop) + d->cfg.hello_timeout_ms;
+    if (!uv_is_active((uv_handle_t *)&d->hello_timer) ||
+        uv_timer_get_due_in(&d->hello_timer) > d->cfg.hello_timeout_ms)
+        uv_timer_start(&d->hello_timer, on_hello_timer, d->cfg.hello_timeout_ms, 0);
     c->next = d->conns;
     if (d->conns)
         d->conns->prev = c;
@@ -1216,13 +1453,23 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
             return st;
         log_info("listening on %s", d->cfg.socket_path);
     }
-    int rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
+    ovld_server_apply_config(d);
+    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (d->spare_fd < 0)
+        log_warn("cannot open a spare descriptor: %s", strerror(errno));
+    int rc = uv_timer_init(d->loop, &d->accept_timer);
+    if (rc == 0)
+        rc = uv_timer_init(d->loop, &d->hello_timer);
+    if (rc == 0)
+        rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
     if (rc == 0)
         rc = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
     if (rc != 0) {
         snprintf(err, errlen, "uv_poll on the socket: %s", uv_strerror(rc));
         return OVL_ERR_SYSTEM;
     }
+    d->accept_timer.data = d;
+    d->hello_timer.data = d;
     d->listen_poll.data = d;
     d->listening = true;
     d->self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -1240,6 +1487,24 @@ static void on_listen_closed(uv_handle_t *h)
     d->listen_fd = -1;
 }
 
+void ovld_server_apply_config(ovld_t *d)
+{
+    d->max_mappings = d->cfg.max_mappings;
+    if (d->max_mappings != OVLD_MAX_MAPPINGS_AUTO)
+        return;
+    /* Half of the kernel's limit: the rest is ovld's own (libraries,
+     * thread stacks, malloc arenas, CUDA's mappings). */
+    unsigned long max = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+    if (f) {
+        if (fscanf(f, "%lu", &max) != 1)
+            max = 65530;
+        fclose(f);
+    }
+    max /= 2;
+    d->max_mappings = max < 1 ? 1 : max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
+}
+
 void ovld_server_stop_listening(ovld_t *d)
 {
     if (!d->listening)
@@ -1247,6 +1512,14 @@ void ovld_server_stop_listening(ovld_t *d)
     d->listening = false;
     uv_poll_stop(&d->listen_poll);
     uv_close((uv_handle_t *)&d->listen_poll, on_listen_closed);
+    uv_timer_stop(&d->accept_timer);
+    uv_close((uv_handle_t *)&d->accept_timer, NULL);
+    uv_timer_stop(&d->hello_timer);
+    uv_close((uv_handle_t *)&d->hello_timer, NULL);
+    if (d->spare_fd >= 0) {
+        close(d->spare_fd);
+        d->spare_fd = -1;
+    }
     if (d->listen_owned && unlink(d->cfg.socket_path) != 0 && errno != ENOENT)
         log_warn("cannot remove %s: %s", d->cfg.socket_path, strerror(errno));
 }

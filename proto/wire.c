@@ -221,8 +221,10 @@ ovl_status_t ovl_wire_recv(int sock, ovl_wire_reader_t *r, ovl_fdq_t *q, size_t 
      * step, and stays failed. */
     if (mh.msg_flags & MSG_CTRUNC)
         return r->failed = OVL_ERR_PROTOCOL;
-    if (fst != OVL_OK)
+    if (fst != OVL_OK) {
+        r->fd_overflow = fst == OVL_ERR_LIMIT;
         return r->failed = fst;
+    }
     if (n == 0)
         return OVL_ERR_CLOSED;
     ovl_wire_reader_commit(r, (size_t)n);

@@ -13,6 +13,7 @@
 #ifndef OVL_WIRE_H
 #define OVL_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,7 @@ typedef struct ovl_wire_reader {
     size_t end;   /* one past the last received byte */
     uint32_t max_body;
     ovl_status_t failed; /* sticky: once a stream is bad it stays bad */
+    bool fd_overflow;    /* failed because more fds came than the queue holds */
 } ovl_wire_reader_t;
 
 void ovl_wire_reader_init(ovl_wire_reader_t *r, uint32_t max_body);
@@ -88,7 +90,8 @@ void ovl_fdq_close_all(ovl_fdq_t *q);
  * (MSG_CMSG_CLOEXEC). Returns OVL_OK (*ret_n bytes read), OVL_ERR_AGAIN
  * (EAGAIN/EINTR), OVL_ERR_CLOSED (orderly shutdown by the peer),
  * OVL_ERR_PROTOCOL (truncated control data), OVL_ERR_LIMIT (too many fds
- * queued: the extra ones are closed) or OVL_ERR_SYSTEM (errno set). After
+ * queued: the extra ones are closed, and r->fd_overflow says so; or a frame
+ * over the limit) or OVL_ERR_SYSTEM (errno set). After
  * PROTOCOL or LIMIT the reader is failed for good; fds that arrived stay in
  * q for the caller's ovl_fdq_close_all.
  */

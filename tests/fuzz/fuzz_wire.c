@@ -11,9 +11,10 @@
  * final status the reader must produce, whatever the pieces; any difference
  * aborts, so the fuzzer reports it like a crash.
  *
- * With OVL_FUZZ_STANDALONE the file also has a main() that replays files
- * and directories named on the command line, or with no arguments a
- * built-in deterministic set, so that ctest can run it without libFuzzer.
+ * With OVL_FUZZ_STANDALONE, fuzz_main.h adds a main() that replays files
+ * and directories named on the command line, or with no arguments the
+ * built-in deterministic set below (fuzz_builtin), so that ctest can run it
+ * without libFuzzer.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,19 +26,11 @@
 #include "ovl.pb-c.h"
 #include "wire.h"
 
+#define FUZZ_NAME "fuzz_wire"
+#include "fuzz_main.h"
+
 #define FUZZ_MAX_BODY (64u * 1024u)
 #define READ_SLACK    4096u /* wire.c's receive granularity, for the memory bound */
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Not assert(): checks must survive -DNDEBUG builds. */
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_wire: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------ reference parser */
 
@@ -261,99 +254,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifdef OVL_FUZZ_STANDALONE
 
-#include <dirent.h>
-#include <sys/stat.h>
-#include <time.h>
-
-static size_t nruns;
-
-static void run(const uint8_t *data, size_t size)
-{
-    /* A private copy of exactly size bytes, as libFuzzer gives: ASan then
-     * catches any read past the end. */
-    uint8_t *copy = malloc(size ? size : 1);
-    CHECK(copy != NULL);
-    if (size)
-        memcpy(copy, data, size);
-    LLVMFuzzerTestOneInput(copy, size);
-    free(copy);
-    nruns++;
-}
-
-static int run_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        return 1;
-    }
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 4096;
-            uint8_t *nb = realloc(buf, cap);
-            CHECK(nb != NULL);
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        perror(path);
-        free(buf);
-        return 1;
-    }
-    run(buf, len);
-    free(buf);
-    return 0;
-}
-
-static int run_path(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        perror(path);
-        return 1;
-    }
-    if (!S_ISDIR(st.st_mode))
-        return run_file(path);
-    DIR *d = opendir(path);
-    if (!d) {
-        perror(path);
-        return 1;
-    }
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char sub[4096];
-        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-        struct stat sst;
-        if (stat(sub, &sst) == 0 && S_ISREG(sst.st_mode))
-            rc |= run_file(sub);
-    }
-    closedir(d);
-    return rc;
-}
-
-/* Fixed-seed xorshift: the same inputs on every run. */
-static uint32_t prng_state = 0x12345678u;
-
-static uint32_t prng(void)
-{
-    uint32_t x = prng_state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return prng_state = x;
-}
-
 /* Appends a frame holding a packed Request{id, Hello} at out[*len]. */
 static void put_hello_frame(uint8_t *out, size_t cap, size_t *len, uint64_t id, const char *name)
 {
@@ -361,7 +261,8 @@ static void put_hello_frame(uint8_t *out, size_t cap, size_t *len, uint64_t id, 
     h.protocol_version = OVL_PROTOCOL_VERSION;
     h.library_version = (char *)OVL_VERSION_STRING;
     h.pid = 1234;
-    h.client_name = (char *)name;
+    h.client_name.data = (uint8_t *)name;
+    h.client_name.len = strlen(name);
     h.wants = 1;
     Ovl__Request req = OVL__REQUEST__INIT;
     req.id = id;
@@ -385,12 +286,12 @@ static void run_modes(const uint8_t *stream, size_t n)
     memcpy(buf + 1, stream, n);
     for (size_t i = 0; i < sizeof(modes); i++) {
         buf[0] = modes[i];
-        run(buf, n + 1);
+        fuzz_run(buf, n + 1);
     }
     free(buf);
 }
 
-static void run_builtin(void)
+static void fuzz_builtin(void)
 {
     uint8_t valid[1024];
     size_t vn = 0;
@@ -407,7 +308,7 @@ static void run_builtin(void)
     for (unsigned m = 0; m < 256; m++) {
         buf[0] = (uint8_t)m;
         memcpy(buf + 1, valid, vn);
-        run(buf, vn + 1);
+        fuzz_run(buf, vn + 1);
     }
     /* Every truncation. */
     for (size_t k = 0; k <= vn; k++)
@@ -425,7 +326,7 @@ static void run_builtin(void)
             m[i] = vals[v];
             buf[0] = (uint8_t)(i * 7 + v);
             memcpy(buf + 1, m, vn);
-            run(buf, vn + 1);
+            fuzz_run(buf, vn + 1);
         }
     }
     /* Headers at and around the limit, and absurd lengths. */
@@ -449,11 +350,11 @@ static void run_builtin(void)
         CHECK(big != NULL);
         ovl_wire_header_encode(big + 1, FUZZ_MAX_BODY);
         for (size_t i = 0; i < FUZZ_MAX_BODY; i++)
-            big[1 + OVL_WIRE_HEADER_SIZE + i] = (uint8_t)prng();
+            big[1 + OVL_WIRE_HEADER_SIZE + i] = (uint8_t)fuzz_prng();
         static const uint8_t bigmodes[] = {0x00, 0x03, 0x7e, 0x80, 0x83};
         for (size_t i = 0; i < sizeof(bigmodes); i++) {
             big[0] = bigmodes[i];
-            run(big, n + 1);
+            fuzz_run(big, n + 1);
         }
         free(big);
     }
@@ -469,55 +370,40 @@ static void run_builtin(void)
      * lengths and bodies get exercised too. */
     for (int i = 0; i < 20000; i++) {
         uint8_t in[301];
-        size_t n = prng() % 301;
+        size_t n = fuzz_prng() % 301;
         for (size_t j = 0; j < n; j++)
-            in[j] = (uint8_t)prng();
+            in[j] = (uint8_t)fuzz_prng();
         if (n >= 9 && (i & 1)) {
             memcpy(in + 1, "OVL1", 4);
-            uint32_t len = prng() % 320;
+            uint32_t len = fuzz_prng() % 320;
             ovl_wire_header_encode(in + 1, len);
         }
-        run(in, n);
+        fuzz_run(in, n);
     }
     /* Random protobuf-ish bodies in well-formed frames: tags and varints. */
     for (int i = 0; i < 5000; i++) {
         uint8_t in[1 + OVL_WIRE_HEADER_SIZE + 200];
-        size_t body = prng() % 201;
-        in[0] = (uint8_t)prng();
+        size_t body = fuzz_prng() % 201;
+        in[0] = (uint8_t)fuzz_prng();
         ovl_wire_header_encode(in + 1, (uint32_t)body);
         for (size_t j = 0; j < body; j++) {
-            uint32_t x = prng();
+            uint32_t x = fuzz_prng();
             /* Mostly small bytes: plausible field tags and lengths. */
             in[1 + OVL_WIRE_HEADER_SIZE + j] = (uint8_t)((x & 3) ? x % 0x50 : x >> 8);
         }
-        run(in, 1 + OVL_WIRE_HEADER_SIZE + body);
+        fuzz_run(in, 1 + OVL_WIRE_HEADER_SIZE + body);
     }
     /* Mutations of the valid frame: a few random byte changes each. */
     for (int i = 0; i < 5000; i++) {
         uint8_t in[1 + 1024];
-        in[0] = (uint8_t)prng();
+        in[0] = (uint8_t)fuzz_prng();
         memcpy(in + 1, valid, vn);
-        int k = 1 + (int)(prng() % 4);
+        int k = 1 + (int)(fuzz_prng() % 4);
         for (int j = 0; j < k; j++)
-            in[1 + prng() % vn] = (uint8_t)prng();
-        run(in, vn + 1);
+            in[1 + fuzz_prng() % vn] = (uint8_t)fuzz_prng();
+        fuzz_run(in, vn + 1);
     }
-    run(NULL, 0);
-}
-
-int main(int argc, char **argv)
-{
-    clock_t t0 = clock();
-    int rc = 0;
-    if (argc > 1) {
-        for (int i = 1; i < argc; i++)
-            rc |= run_path(argv[i]);
-    } else {
-        run_builtin();
-    }
-    printf("fuzz_wire: %zu inputs, %.2f s CPU%s\n", nruns, (double)(clock() - t0) / CLOCKS_PER_SEC,
-           rc ? ", some files unreadable" : "");
-    return rc;
+    fuzz_run(NULL, 0);
 }
 
 #endif /* OVL_FUZZ_STANDALONE */

@@ -41,7 +41,8 @@ typedef struct test_daemon {
  * Starts ovld --foreground --backend host --socket <dir>/ovld.sock
  * --log-level debug [--config <dir>/ovld.conf] [extra...]. config_text (may be
  * NULL) is written to the configuration file; extra is NULL-terminated (may
- * be NULL). Returns 0 once the socket accepts a connection (within
+ * be NULL). With $OVL_TEST_NOFILE set, ovld runs with that RLIMIT_NOFILE.
+ * Returns 0 once the socket accepts a connection (within
  * FIXTURE_START_TIMEOUT_MS); -1 if the daemon exited or did not come up, with
  * its log printed and everything cleaned up.
  */

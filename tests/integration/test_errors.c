@@ -305,6 +305,15 @@ static const Ovl__JobInfo *find_job(const Ovl__Response *r, const char *id)
     return NULL;
 }
 
+/* Job ids are a namespace per uid: the job `id` of `owner`. */
+static const Ovl__JobInfo *find_job_of(const Ovl__Response *r, const char *id, uint32_t owner)
+{
+    for (size_t i = 0; i < r->status->n_jobs; i++)
+        if (strcmp(r->status->jobs[i]->id, id) == 0 && r->status->jobs[i]->owner_uid == owner)
+            return r->status->jobs[i];
+    return NULL;
+}
+
 /* Waits (bounded) until job `id` is gone from the daemon's status. */
 static void wait_job_gone(ovl_client_t *cl, const char *id)
 {
@@ -524,14 +533,17 @@ static void test_join_bad_job_id(void **state)
     TEST_PASSED();
 }
 
-/* A raw CommInit through libovl's internal call (any device UUID). */
-static ovl_status_t raw_comm_init(ovl_client_t *cl, const char *job, const uint8_t *uuid,
-                                  size_t uuid_len)
+/* A raw CommInit through libovl's internal call: any id bytes, world, rank
+ * and device UUID. */
+static ovl_status_t raw_comm_init_full(ovl_client_t *cl, const void *job, size_t job_len,
+                                       uint64_t world, uint64_t rank, const uint8_t *uuid,
+                                       size_t uuid_len)
 {
     Ovl__CommInit ci = OVL__COMM_INIT__INIT;
-    ci.job_id = (char *)job;
-    ci.world = 1;
-    ci.rank = 0;
+    ci.job_id.data = (uint8_t *)job;
+    ci.job_id.len = job_len;
+    ci.world = world;
+    ci.rank = rank;
     ci.device_uuid.data = (uint8_t *)uuid;
     ci.device_uuid.len = uuid_len;
     Ovl__Request q = OVL__REQUEST__INIT;
@@ -542,6 +554,60 @@ static ovl_status_t raw_comm_init(ovl_client_t *cl, const char *job, const uint8
     if (st == OVL_OK)
         ovl__response_free(r); /* not expected here: the doorbell fd stays queued */
     return st;
+}
+
+static ovl_status_t raw_comm_init(ovl_client_t *cl, const char *job, const uint8_t *uuid,
+                                  size_t uuid_len)
+{
+    return raw_comm_init_full(cl, job, strlen(job), 1, 0, uuid, uuid_len);
+}
+
+/* What protobuf would pass and ovld must not: bytes after a NUL, text that
+ * is not UTF-8, integers wider than the fields ovld keeps (a varint world
+ * of 2^32 + 2 was taken as world 2). Nothing joins; nothing is created. */
+static void test_join_hostile_fields(void **state)
+{
+    test_daemon_t *d = *state;
+    ovl_client_t *cl = connect_ok(d);
+    uint8_t uuid[16];
+    Ovl__Response *r = status_call(cl);
+    memcpy(uuid, r->status->devices[0]->uuid.data, 16);
+    ovl__response_free(r);
+
+    assert_status(raw_comm_init_full(cl, "nul\0tail", 8, 1, 0, uuid, 16), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "job id holds a NUL byte at 3");
+    char long_id[85];
+    memset(long_id, 'x', sizeof(long_id));
+    long_id[4] = '\0';
+    assert_status(raw_comm_init_full(cl, long_id, sizeof(long_id), 1, 0, uuid, 16),
+                  OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "job id must be 1 to 63 bytes, not 85");
+    assert_status(raw_comm_init_full(cl, "\xff\xfe", 2, 1, 0, uuid, 16), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "UTF-8");
+    assert_status(raw_comm_init_full(cl, "esc\x1b[2J", 7, 1, 0, uuid, 16), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "control character");
+    assert_status(raw_comm_init_full(cl, "c1\xc2\x9b", 4, 1, 0, uuid, 16), OVL_ERR_INVALID);
+    /* a character cut short at the end */
+    assert_status(raw_comm_init_full(cl, "cut\xc3", 4, 1, 0, uuid, 16), OVL_ERR_INVALID);
+
+    assert_status(raw_comm_init_full(cl, "wide", 4, (UINT64_C(1) << 32) + 2, 0, uuid, 16),
+                  OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "world 4294967298 out of range 1..1024");
+    assert_status(raw_comm_init_full(cl, "wide", 4, 2, (UINT64_C(1) << 32) + 1, uuid, 16),
+                  OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "rank 4294967297 out of range for world 2");
+    assert_status(raw_comm_init_full(cl, "wide", 4, UINT64_MAX, 0, uuid, 16), OVL_ERR_INVALID);
+
+    r = status_call(cl);
+    assert_int_equal(r->status->n_jobs, 0);
+    ovl__response_free(r);
+    /* UTF-8 that is text is an id like any other */
+    ovl_comm_t *comm;
+    assert_status(ovl_comm_init(cl, "jöb-ü", 1, 0, 0, &comm), OVL_OK);
+    assert_status(ovl_comm_destroy(comm), OVL_OK);
+    ovl_disconnect(cl);
+    assert_alive(d);
+    TEST_PASSED();
 }
 
 static void test_join_bad_device(void **state)
@@ -638,7 +704,9 @@ out:
     _exit(2);
 }
 
-/* Another uid cannot join a job (either way round). Root only: the child
+/* Another uid cannot join a job (either way round): job ids are a
+ * namespace per uid, so the same id names another job of its own, and
+ * nobody can claim an id before its owner does. Root only: the child
  * becomes nobody; the socket is opened to all with socket_mode = 0666. */
 static void test_join_other_uid(void **state)
 {
@@ -682,27 +750,33 @@ static void test_join_other_uid(void **state)
         }
         fail_msg("the child stopped at stage %d: %s", rep.stage, rep.msg_root_job);
     }
-    assert_status((ovl_status_t)rep.join_root_job, OVL_ERR_PERMISSION);
-    assert_contains(rep.msg_root_job, "job 'owned-by-root' belongs to uid 0, not 65534");
+    /* nobody's "owned-by-root" is a job of its own, not root's */
+    assert_status((ovl_status_t)rep.join_root_job, OVL_OK);
     assert_status((ovl_status_t)rep.create_own_job, OVL_OK);
 
-    /* The converse: root may not join nobody's job either. */
+    /* The converse: root's "owned-by-nobody" is root's own job too. */
     ovl_comm_t *comm = NULL;
-    assert_status(ovl_comm_init(r0.cl, "owned-by-nobody", 2, 1, 3, &comm), OVL_ERR_PERMISSION);
-    assert_contains(ovl_last_error(r0.cl), "belongs to uid 65534, not 0");
+    assert_status(ovl_comm_init(r0.cl, "owned-by-nobody", 2, 1, 3, &comm), OVL_OK);
     Ovl__Response *r = status_call(r0.cl);
-    const Ovl__JobInfo *j = find_job(r, "owned-by-nobody");
+    const Ovl__JobInfo *j = find_job_of(r, "owned-by-root", 0);
     assert_non_null(j);
-    assert_int_equal(j->owner_uid, NOBODY);
-    j = find_job(r, "owned-by-root");
+    assert_int_equal(j->local_ranks, 1); /* rank 0 alone: nobody's rank 1 is elsewhere */
+    assert_string_equal(j->state, "forming");
+    j = find_job_of(r, "owned-by-root", NOBODY);
     assert_non_null(j);
-    assert_int_equal(j->owner_uid, 0);
+    assert_int_equal(j->local_ranks, 1);
+    j = find_job_of(r, "owned-by-nobody", NOBODY);
+    assert_non_null(j);
+    assert_int_equal(j->local_ranks, 1);
+    j = find_job_of(r, "owned-by-nobody", 0);
+    assert_non_null(j);
     assert_int_equal(j->local_ranks, 1);
     ovl__response_free(r);
+    assert_status(ovl_comm_destroy(comm), OVL_OK);
 
     close(go[1]);
     assert_int_equal(wait_child(pid, TIMEOUT_MS), 0);
-    wait_job_gone(r0.cl, "owned-by-nobody");
+    wait_job_gone(r0.cl, "owned-by-nobody"); /* root's and nobody's */
     assert_status(rank_close(&r0), OVL_OK);
     assert_alive(d);
     TEST_PASSED();
@@ -925,7 +999,8 @@ static void raw_join2(raw_conn_t *rc, const Ovl__HelloReply *h, const char *job,
                       uint32_t rank, uint32_t device, raw_comm_t *out)
 {
     Ovl__CommInit ci = OVL__COMM_INIT__INIT;
-    ci.job_id = (char *)job;
+    ci.job_id.data = (uint8_t *)job;
+    ci.job_id.len = strlen(job);
     ci.world = world;
     ci.rank = rank;
     ci.device_uuid = h->devices[device]->uuid;
@@ -1046,6 +1121,8 @@ typedef enum raw_case {
     RC_TOO_MANY_CHUNKS,
     RC_NO_A,
     RC_HUGE_M,
+    RC_WIDE_DTYPE,
+    RC_WIDE_CHUNKS,
     RC_COUNT
 } raw_case_t;
 
@@ -1064,6 +1141,9 @@ static const struct {
     [RC_TOO_MANY_CHUNKS] = {OVL_ERR_INVALID, "chunks 65"},
     [RC_NO_A] = {OVL_ERR_INVALID, "a: no buffer given"},
     [RC_HUGE_M] = {OVL_ERR_RANGE, "a: 2305843009213693951 x 4 (ld 4) at offset 0 lies outside"},
+    /* 2^32 + 2 would be fp32 in 32 bits, and 2^32 + 1 chunks one chunk */
+    [RC_WIDE_DTYPE] = {OVL_ERR_INVALID, "unknown dtype 4294967298"},
+    [RC_WIDE_CHUNKS] = {OVL_ERR_INVALID, "chunks 4294967297 out of range 0..64"},
 };
 
 /*
@@ -1130,6 +1210,12 @@ static void test_raw_op_checks(void **state)
             break;
         case RC_HUGE_M:
             g.m = UINT64_MAX / 8;
+            break;
+        case RC_WIDE_DTYPE:
+            g.dtype = (UINT64_C(1) << 32) + 2;
+            break;
+        case RC_WIDE_CHUNKS:
+            g.chunks = (UINT64_C(1) << 32) + 1;
             break;
         case RC_COUNT:
             break;
@@ -2144,6 +2230,49 @@ static void test_back_to_back_ops(void **state)
 
 /* Two jobs on one daemon at once (sharing devices), their submissions
  * interleaved: both correct. */
+/* A world-1 ring op gathers nothing, yet it used to raise the job's scratch
+ * size, so that the next naive op larger than the scratch the ranks held
+ * was not held back: its issue reallocated scratch that a queued op was
+ * about to gather into (heap-use-after-free in ovld under ASan, a crash or
+ * a hang without). One client alternates a large ring op with small and
+ * growing naive ops, unsynchronised; every result is checked. */
+static void test_scratch_growth_world1(void **state)
+{
+    test_daemon_t *d = *state;
+    enum { ROUNDS = 20, OPS = 3 * ROUNDS };
+    rank_t rk;
+    rank_open(d, &rk, "scratch-growth", 1, 0, 0, OPS);
+    opspec_t specs[OPS];
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        opspec_t ring = base_spec, small = base_spec, medium = base_spec;
+        ring.algo = OVL_ALGO_RING;
+        ring.m = MAXDIM;
+        ring.k = MAXDIM;
+        small.algo = OVL_ALGO_NAIVE;
+        small.m = 2;
+        small.k = 2;
+        medium.algo = OVL_ALGO_NAIVE;
+        medium.m = 3 + r % (MAXDIM - 3); /* its scratch grows, round after round */
+        medium.k = 3 + r % (MAXDIM - 3);
+        specs[3 * r] = ring;
+        specs[3 * r + 1] = small;
+        specs[3 * r + 2] = medium;
+    }
+    for (unsigned i = 0; i < OPS; i++) {
+        specs[i].salt = i;
+        rank_fill(&rk, i, &specs[i]);
+    }
+    for (unsigned i = 0; i < OPS; i++)
+        assert_status(rank_submit(&rk, i, &specs[i]), OVL_OK);
+    rank_sync_ok(&rk);
+    for (unsigned i = 0; i < OPS; i++)
+        rank_check(&rk, i, &specs[i]);
+    assert_status(ovl_comm_check(rk.comm), OVL_OK);
+    assert_status(rank_close(&rk), OVL_OK);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
 static void test_two_jobs_interleaved(void **state)
 {
     test_daemon_t *d = *state;
@@ -2215,6 +2344,7 @@ int main(int argc, char **argv)
         T(test_join_world_mismatch),
         T(test_join_bad_job_id),
         T(test_join_bad_device),
+        T(test_join_hostile_fields),
         T(test_join_same_device_twice),
         TC(test_join_other_uid, "socket_mode = 0666\n"),
         T(test_op_client_checks),
@@ -2244,6 +2374,7 @@ int main(int argc, char **argv)
         TC(test_daemon_ops_limit, "max_ops_in_flight = 2\n"),
         T(test_back_to_back_ops),
         T(test_two_jobs_interleaved),
+        T(test_scratch_growth_world1),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);

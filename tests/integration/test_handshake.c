@@ -263,7 +263,8 @@ static void test_version_mismatch(void **state)
     Ovl__Hello h = OVL__HELLO__INIT;
     h.protocol_version = 99;
     h.library_version = (char *)"9.9.9";
-    h.client_name = (char *)"from-the-future";
+    h.client_name.data = (uint8_t *)"from-the-future";
+    h.client_name.len = 15;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.id = 7;
     q.body_case = OVL__REQUEST__BODY_HELLO;
@@ -314,7 +315,8 @@ static void test_request_before_hello(void **state)
     open_raw(d, &rc);
     uint8_t uuid[16] = {0};
     Ovl__CommInit ci = OVL__COMM_INIT__INIT;
-    ci.job_id = (char *)"early";
+    ci.job_id.data = (uint8_t *)"early";
+    ci.job_id.len = 5;
     ci.world = 1;
     ci.device_uuid.data = uuid;
     ci.device_uuid.len = sizeof(uuid);
@@ -485,7 +487,8 @@ static size_t hello_of_size(size_t size, uint8_t *out, char *name)
         name[pad] = '\0';
         Ovl__Hello h = OVL__HELLO__INIT;
         h.protocol_version = OVL_PROTOCOL_VERSION;
-        h.client_name = name;
+        h.client_name.data = (uint8_t *)name;
+        h.client_name.len = pad;
         Ovl__Request q = OVL__REQUEST__INIT;
         q.id = 1;
         q.body_case = OVL__REQUEST__BODY_HELLO;
@@ -551,7 +554,8 @@ static void test_split_and_batched_frames(void **state)
 
     Ovl__Hello h = OVL__HELLO__INIT;
     h.protocol_version = OVL_PROTOCOL_VERSION;
-    h.client_name = (char *)"slow";
+    h.client_name.data = (uint8_t *)"slow";
+    h.client_name.len = 4;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.id = 1;
     q.body_case = OVL__REQUEST__BODY_HELLO;

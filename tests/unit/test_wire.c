@@ -166,7 +166,8 @@ static void make_hello(Ovl__Request *req, Ovl__Hello *h, uint64_t id, char *name
     h->protocol_version = OVL_PROTOCOL_VERSION;
     h->library_version = (char *)OVL_VERSION_STRING;
     h->pid = 4242;
-    h->client_name = name;
+    h->client_name.data = (uint8_t *)name;
+    h->client_name.len = strlen(name);
     h->wants = 5;
     req->id = id;
     req->body_case = OVL__REQUEST__BODY_HELLO;
@@ -182,8 +183,8 @@ static void check_hello(const Ovl__Request *got, uint64_t id, const char *name)
     assert_string_equal(got->hello->library_version, OVL_VERSION_STRING);
     assert_int_equal(got->hello->pid, 4242);
     assert_int_equal(got->hello->wants, 5);
-    assert_int_equal(strlen(got->hello->client_name), strlen(name));
-    assert_memory_equal(got->hello->client_name, name, strlen(name));
+    assert_int_equal(got->hello->client_name.len, strlen(name));
+    assert_memory_equal(got->hello->client_name.data, name, strlen(name));
 }
 
 /* ----------------------------------------------------------------- header */

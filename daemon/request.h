@@ -1,0 +1,35 @@
+/*
+ * request.h: the checks every request passes at the boundary, before any
+ * handler sees it. Each integer is checked against its field's range before
+ * anything narrows it (the wire carries 64 bits where ovld keeps 32: a
+ * world of 2^32 + 2 must not pass as 2), each job id against its form
+ * (1..OVLD_JOB_ID_MAX bytes of clean UTF-8, proto/text.h: no NUL inside,
+ * no control character). What depends on state (registrations, jobs,
+ * quotas) is checked by the handlers.
+ *
+ * Pure: no connection, no state, no logging. tests/fuzz/fuzz_request.c
+ * drives it behind the frame reader and the decoder, as ovld does.
+ */
+#ifndef OVLD_REQUEST_H
+#define OVLD_REQUEST_H
+
+#include <stddef.h>
+
+#include "ovl.h"
+#include "ovl.pb-c.h"
+
+#define OVLD_JOB_ID_MAX 63
+
+/*
+ * Checks q. OVL_OK, or a status with a message in err naming the field,
+ * its value and its range:
+ * - OVL_ERR_PROTOCOL: a request with no body or an unknown one, or one
+ *   that puts the connection out of step (more descriptors announced than
+ *   a request takes): the caller closes the connection;
+ * - OVL_ERR_INVALID: a field outside its range or form.
+ * An AgGemm that fails here is still an op of its comm: the caller fails
+ * that op (its doorbell rings with the error), the connection stays.
+ */
+ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen);
+
+#endif /* OVLD_REQUEST_H */
