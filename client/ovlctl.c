@@ -19,6 +19,7 @@
 #include "num.h"
 #include "ovl.h"
 #include "plan.h"
+#include "text.h"
 
 #define EXIT_USAGE 2
 
@@ -55,46 +56,139 @@ static void usage(FILE *f)
             OVL_DEFAULT_SOCKET);
 }
 
-static int connect_or_die(ovl_client_t **cl)
-{
-    ovl_status_t st = ovl_connect(socket_opt, cl);
-    if (st != OVL_OK) {
-        fprintf(stderr, "ovlctl: %s\n", ovl_connect_error());
-        return 1;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------ output */
 
+/*
+ * Every string that comes from ovld (job ids and client names come from
+ * clients; an older ovld checks nothing) is printed escaped: through
+ * ovl_text_escape_term on a terminal, ovl_text_escape_json in JSON
+ * (proto/text.h). Nothing ovld sends reaches the terminal raw.
+ */
+
+/* The escaped strings of one line of output: a ring of buffers, each grown
+ * as needed, so that one printf can take several (at most ESC_RING). */
+#define ESC_RING 8
+static char *esc_buf[ESC_RING];
+static size_t esc_cap[ESC_RING];
+static unsigned esc_next;
+
+static void esc_free(void)
+{
+    for (int i = 0; i < ESC_RING; i++) {
+        free(esc_buf[i]);
+        esc_buf[i] = NULL;
+        esc_cap[i] = 0;
+    }
+}
+
+/* A buffer of the ring with room for len bytes; NULL if out of memory. */
+static char *esc_slot(size_t len)
+{
+    unsigned i = esc_next++ % ESC_RING;
+    if (esc_cap[i] < len) {
+        char *p = realloc(esc_buf[i], len);
+        if (!p)
+            return NULL;
+        esc_buf[i] = p;
+        esc_cap[i] = len;
+    }
+    return esc_buf[i];
+}
+
+/*
+ * s escaped for a terminal, then padded with spaces to width columns (0:
+ * none): escape first, then pad, so that an escape cannot break the
+ * alignment. A column is a character (the escaped text is UTF-8). Valid
+ * until ESC_RING more calls.
+ */
+static const char *cell(const char *s, size_t width)
+{
+    if (!s)
+        s = "";
+    /* the worst case is \xHH (4 bytes) for each byte */
+    size_t n = strlen(s), cap = 4 * n + width + 1;
+    char *buf = esc_slot(cap);
+    if (!buf)
+        return "?";
+    size_t len = ovl_text_escape_term(buf, cap - width, s), cols = 0;
+    for (size_t i = 0; i < len; i++)
+        cols += ((unsigned char)buf[i] & 0xc0) != 0x80;
+    while (cols < width) {
+        buf[len++] = ' ';
+        cols++;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+static const char *term(const char *s)
+{
+    return cell(s, 0);
+}
+
+/* s, or "-" if it is empty, for a terminal. */
+static const char *term_or_dash(const char *s, size_t width)
+{
+    return cell(s && s[0] ? s : "-", width);
+}
+
+/* A JSON string of s: valid UTF-8 and valid JSON whatever bytes s holds. */
 static void json_str(FILE *f, const char *s)
 {
+    if (!s)
+        s = "";
+    size_t len = ovl_text_escape_json_len(s);
+    char *buf = esc_slot(len + 1);
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        switch (*p) {
-        case '"':
-            fputs("\\\"", f);
-            break;
-        case '\\':
-            fputs("\\\\", f);
-            break;
-        case '\n':
-            fputs("\\n", f);
-            break;
-        case '\r':
-            fputs("\\r", f);
-            break;
-        case '\t':
-            fputs("\\t", f);
-            break;
-        default:
-            if (*p < 0x20)
-                fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f);
-        }
+    if (buf) {
+        ovl_text_escape_json(buf, len + 1, s);
+        fputs(buf, f);
     }
     fputc('"', f);
+}
+
+/* A Prometheus label value (text format 0.0.4 knows only \\, \" and \n):
+ * escaped for a terminal, then its backslashes and quotes escaped again. */
+static const char *prom_label(const char *s)
+{
+    const char *t = term(s);
+    size_t extra = 0;
+    for (const char *p = t; *p; p++)
+        extra += *p == '\\' || *p == '"';
+    char *buf = esc_slot(strlen(t) + extra + 1);
+    if (!buf)
+        return "?";
+    char *o = buf;
+    for (const char *p = t; *p; p++) {
+        if (*p == '\\' || *p == '"')
+            *o++ = '\\';
+        *o++ = *p;
+    }
+    *o = '\0';
+    return buf;
+}
+
+/* Multi-line text from ovld (a plan): each line escaped, the line breaks
+ * kept. */
+static void print_lines(FILE *f, const char *s)
+{
+    if (!s)
+        return;
+    while (*s) {
+        const char *nl = strchr(s, '\n');
+        size_t n = nl ? (size_t)(nl - s) : strlen(s);
+        char *line = malloc(n + 1);
+        if (!line)
+            return;
+        memcpy(line, s, n);
+        line[n] = '\0';
+        fputs(term(line), f);
+        free(line);
+        if (!nl)
+            break;
+        fputc('\n', f);
+        s = nl + 1;
+    }
 }
 
 static void uuid_text(const Ovl__Device *d, const char *backend, char *buf, size_t len)
@@ -130,7 +224,10 @@ static void print_status_json(const Ovl__StatusReply *s)
     json_str(f, s->socket);
     fprintf(f, ",\"config_file\":");
     json_str(f, s->config_file);
-    fprintf(f, ",\"connections\":%u,\"devices\":[", s->connections);
+    fprintf(f,
+            ",\"connections\":%u,\"restricted\":%s,\"other_jobs\":%u,\"other_clients\":%u,"
+            "\"devices\":[",
+            s->connections, s->restricted ? "true" : "false", s->other_jobs, s->other_clients);
     for (size_t i = 0; i < s->n_devices; i++) {
         const Ovl__Device *d = s->devices[i];
         char u[64];
@@ -173,11 +270,11 @@ static void print_status_json(const Ovl__StatusReply *s)
 
 static void print_status_table(const Ovl__StatusReply *s)
 {
-    printf("ovld %s (protocol %u), pid %d, up %.1f s\n", s->version, s->protocol_version, s->pid,
-           s->uptime_s);
-    printf("  backend:      %s\n", s->backend);
-    printf("  socket:       %s\n", s->socket && s->socket[0] ? s->socket : "-");
-    printf("  config file:  %s\n", s->config_file && s->config_file[0] ? s->config_file : "-");
+    printf("ovld %s (protocol %u), pid %d, up %.1f s\n", term(s->version), s->protocol_version,
+           s->pid, s->uptime_s);
+    printf("  backend:      %s\n", term(s->backend));
+    printf("  socket:       %s\n", term_or_dash(s->socket, 0));
+    printf("  config file:  %s\n", term_or_dash(s->config_file, 0));
     printf("  connections:  %u\n", s->connections);
     printf("\nDEVICES (%zu)\n", s->n_devices);
     printf("  %-5s  %-41s  %-16s  %10s  %7s  %10s  %s\n", "INDEX", "UUID", "NAME", "MEMORY",
@@ -188,8 +285,8 @@ static void print_status_table(const Ovl__StatusReply *s)
         uuid_text(d, s->backend, u, sizeof(u));
         human_bytes(d->total_memory, mem, sizeof(mem));
         human_bytes(d->held_bytes, held, sizeof(held));
-        printf("  %-5u  %-41s  %-16s  %10s  %7u  %10s  %s\n", d->index, u, d->name, mem, d->streams,
-               held,
+        printf("  %-5u  %-41s  %s  %10s  %7u  %10s  %s\n", d->index, u, cell(d->name, 16), mem,
+               d->streams, held,
                strcmp(s->backend, "cuda") ? "-"
                : d->mps                   ? "yes"
                                           : "NO");
@@ -200,9 +297,9 @@ static void print_status_table(const Ovl__StatusReply *s)
                "STATE", "OPS DONE", "IN FLIGHT", "LAST ERROR");
     for (size_t i = 0; i < s->n_jobs; i++) {
         const Ovl__JobInfo *j = s->jobs[i];
-        printf("  %-20s  %6u  %5u  %5u  %-8s  %10" PRIu64 "  %9u  %s\n", j->id, j->owner_uid,
-               j->world, j->local_ranks, j->state, j->ops_done, j->ops_in_flight,
-               j->last_error && j->last_error[0] ? j->last_error : "-");
+        printf("  %s  %6u  %5u  %5u  %s  %10" PRIu64 "  %9u  %s\n", cell(j->id, 20), j->owner_uid,
+               j->world, j->local_ranks, cell(j->state, 8), j->ops_done, j->ops_in_flight,
+               term_or_dash(j->last_error, 0));
     }
     printf("\nCLIENTS (%zu)\n", s->n_clients);
     if (s->n_clients)
@@ -216,12 +313,25 @@ static void print_status_table(const Ovl__StatusReply *s)
             snprintf(rank, sizeof(rank), "%d", c->rank);
         else
             snprintf(rank, sizeof(rank), "-");
-        printf("  %-4" PRIu64 "  %8d  %6u  %-16s  %-20s  %4s  %7u  %10s\n", c->id, c->pid, c->uid,
-               c->name, c->job && c->job[0] ? c->job : "-", rank, c->buffers, mem);
+        printf("  %-4" PRIu64 "  %8d  %6u  %s  %s  %4s  %7u  %10s\n", c->id, c->pid, c->uid,
+               cell(c->name, 16), term_or_dash(c->job, 20), rank, c->buffers, mem);
     }
+    if (s->restricted)
+        printf("\n(%u job%s and %u client%s of other users not shown)\n", s->other_jobs,
+               s->other_jobs == 1 ? "" : "s", s->other_clients, s->other_clients == 1 ? "" : "s");
 }
 
 /* ---------------------------------------------------------- commands */
+
+static int connect_or_die(ovl_client_t **cl)
+{
+    ovl_status_t st = ovl_connect(socket_opt, cl);
+    if (st != OVL_OK) {
+        fprintf(stderr, "ovlctl: %s\n", term(ovl_connect_error()));
+        return 1;
+    }
+    return 0;
+}
 
 static int cmd_status(int argc, char **argv)
 {
@@ -248,7 +358,7 @@ static int cmd_status(int argc, char **argv)
         return 1;
     Ovl__Response *r = NULL;
     if (ovl__status(cl, &r) != OVL_OK) {
-        fprintf(stderr, "ovlctl: status: %s\n", ovl_last_error(cl));
+        fprintf(stderr, "ovlctl: status: %s\n", term(ovl_last_error(cl)));
         ovl_disconnect(cl);
         return 1;
     }
@@ -379,11 +489,11 @@ static int cmd_plan(int argc, char **argv)
         q.plan = &pr;
         Ovl__Response *r;
         if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK) {
-            fprintf(stderr, "ovlctl: plan: %s\n", ovl_last_error(cl));
+            fprintf(stderr, "ovlctl: plan: %s\n", term(ovl_last_error(cl)));
             ovl_disconnect(cl);
             return 1;
         }
-        fputs(r->plan->text, stdout);
+        print_lines(stdout, r->plan->text);
         ovl__response_free(r);
         ovl_disconnect(cl);
         return 0;
@@ -503,9 +613,13 @@ static void stats_block_json(FILE *f, const Ovl__StatsBlock *b)
         print_field(f, b, &stat_fields[i]);
     }
     fprintf(f, ",\"tflops\":%.6g,\"ops\":[", tflops(b));
-    for (size_t i = 0; i < b->n_ops; i++)
-        fprintf(f, "%s{\"algo\":\"%s\",\"dtype\":\"%s\",\"count\":%" PRIu64 "}", i ? "," : "",
-                b->ops[i]->algo, b->ops[i]->dtype, b->ops[i]->count);
+    for (size_t i = 0; i < b->n_ops; i++) {
+        fprintf(f, "%s{\"algo\":", i ? "," : "");
+        json_str(f, b->ops[i]->algo);
+        fprintf(f, ",\"dtype\":");
+        json_str(f, b->ops[i]->dtype);
+        fprintf(f, ",\"count\":%" PRIu64 "}", b->ops[i]->count);
+    }
     fprintf(f, "],\"errors\":[");
     for (size_t i = 0; i < b->n_errors; i++) {
         fprintf(f, "%s{\"status\":%d,\"name\":", i ? "," : "", b->errors[i]->status);
@@ -542,8 +656,8 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
            r->uptime_s);
     printf("# HELP ovl_ops_total ops done, by algorithm and dtype\n# TYPE ovl_ops_total counter\n");
     for (size_t i = 0; i < b->n_ops; i++)
-        printf("ovl_ops_total{algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n", b->ops[i]->algo,
-               b->ops[i]->dtype, b->ops[i]->count);
+        printf("ovl_ops_total{algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n", prom_label(b->ops[i]->algo),
+               prom_label(b->ops[i]->dtype), b->ops[i]->count);
     for (size_t i = 0; i < NFIELDS; i++) {
         const stat_field_t *f = &stat_fields[i];
         if (!f->prom)
@@ -557,7 +671,7 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
            "# TYPE ovl_errors_total counter\n");
     for (size_t i = 0; i < b->n_errors; i++)
         printf("ovl_errors_total{status=\"%d\",name=\"%s\"} %" PRIu64 "\n", b->errors[i]->status,
-               b->errors[i]->name, b->errors[i]->count);
+               prom_label(b->errors[i]->name), b->errors[i]->count);
     printf("# HELP ovl_op_latency_seconds from the last rank's submission to every rank's done\n"
            "# TYPE ovl_op_latency_seconds histogram\n");
     for (size_t i = 0; i < b->n_latency_buckets; i++)
@@ -596,10 +710,11 @@ static void print_stats_table(const Ovl__StatsReply *r)
     printf("  %-24s %18.3f %18.3f\n", "tflops (per busy s)", tflops(t), tflops(w));
     printf("\nOPS BY ALGORITHM (since start)\n");
     for (size_t i = 0; i < t->n_ops; i++)
-        printf("  %-12s %-6s %12" PRIu64 "\n", t->ops[i]->algo, t->ops[i]->dtype, t->ops[i]->count);
+        printf("  %s %s %12" PRIu64 "\n", cell(t->ops[i]->algo, 12), cell(t->ops[i]->dtype, 6),
+               t->ops[i]->count);
     printf("\nERRORS (since start)\n");
     for (size_t i = 0; i < t->n_errors; i++)
-        printf("  %4d %-40s %12" PRIu64 "\n", t->errors[i]->status, t->errors[i]->name,
+        printf("  %4d %s %12" PRIu64 "\n", t->errors[i]->status, cell(t->errors[i]->name, 40),
                t->errors[i]->count);
 }
 
@@ -661,7 +776,7 @@ static int cmd_stats(int argc, char **argv)
         q.stats = &sq;
         Ovl__Response *r = NULL;
         if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK) {
-            fprintf(stderr, "ovlctl: stats: %s\n", ovl_last_error(cl));
+            fprintf(stderr, "ovlctl: stats: %s\n", term(ovl_last_error(cl)));
             rc = 1;
             break;
         }
@@ -689,19 +804,20 @@ static int cmd_version(void)
     printf("ovlctl %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
     ovl_client_t *cl;
     if (ovl_connect(socket_opt, &cl) != OVL_OK) {
-        printf("ovld: unreachable (%s)\n", ovl_connect_error());
+        printf("ovld: unreachable (%s)\n", term(ovl_connect_error()));
         return 1;
     }
     ovl_daemon_info_t info;
     ovl_daemon_info(cl, &info);
-    printf("ovld %s (protocol %u), %s backend, pid %d\n", info.version, info.protocol_version,
-           info.backend, info.pid);
+    printf("ovld %s (protocol %u), %s backend, pid %d\n", term(info.version), info.protocol_version,
+           term(info.backend), info.pid);
     ovl_disconnect(cl);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    atexit(esc_free);
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
