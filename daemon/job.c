@@ -3,6 +3,7 @@
  */
 #include "job.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -683,9 +684,18 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     m->device = dev;
     m->next_seq = 1;
     m->window = d->cfg.max_ops_in_flight;
+    errno = 0;
     st = d->backend->ops->rank_create(d->backend, dev, &m->brank, ret_db);
     if (st != OVL_OK) {
-        snprintf(err, errlen, "device %u: cannot set up the rank: %s", dev, ovl_strerror(st));
+        /* a system call's errno says why (ENOMEM from mmap: the process is
+         * out of memory maps, vm.max_map_count) */
+        int e = errno;
+        snprintf(err, errlen, "device %u: cannot set up the rank: %s%s%s%s", dev, ovl_strerror(st),
+                 st == OVL_ERR_SYSTEM && e ? ": " : "",
+                 st == OVL_ERR_SYSTEM && e ? strerror(e) : "",
+                 st == OVL_ERR_SYSTEM && e == ENOMEM
+                     ? " (out of memory maps? see vm.max_map_count and max_mappings)"
+                     : "");
         free(m);
         goto fail;
     }

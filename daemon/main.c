@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,27 @@ static void close_handle(uv_handle_t *h)
 {
     if (!uv_is_closing(h))
         uv_close(h, NULL);
+}
+
+/* Each connection holds a descriptor, and with the host backend each
+ * registration one more while it is imported: the soft limit (often 1024)
+ * goes up to the hard one, and a limit still short of max_connections is
+ * said at start. Running out anyway is survived (server.c), not prevented. */
+static void raise_nofile(const ovld_t *d)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = was;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)d->cfg.max_connections + 64)
+        log_warn("RLIMIT_NOFILE is %llu, short of max_connections (%u) and ovld's own "
+                 "descriptors: connections past it are refused (LimitNOFILE= in the unit)",
+                 (unsigned long long)rl.rlim_cur, d->cfg.max_connections);
 }
 
 /* Ops in flight, and requests being served on workers. */
@@ -296,6 +318,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    raise_nofile(d);
     d->loop = uv_default_loop();
     d->listen_fd = -1;
     d->self_pidfd = -1;
