@@ -565,11 +565,15 @@ static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_
          * the loop thread for a stream that may wait on a client's ready
          * for ever (cudaStreamSynchronize did), or free what it uses. */
         if (r->scratch) {
-            if (r->inflight) {
-                log_error("device %d: scratch cannot grow while ops are in flight",
-                          r->dev->ordinal);
-                return OVL_ERR_INTERNAL;
-            }
+            /* Records stay on the list until the loop is done delivering
+             * them: this call may come from the very completion that let
+             * the job grow scratch. Delivered means the GPU is past it. */
+            for (cuda_done_t *dn = r->inflight; dn; dn = dn->next)
+                if (atomic_load(&dn->state) == 0) {
+                    log_error("device %d: scratch cannot grow while ops are in flight",
+                              r->dev->ordinal);
+                    return OVL_ERR_INTERNAL;
+                }
             for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
                 if (!r->streams[i])
                     continue;
