@@ -630,3 +630,34 @@ raw_result_t raw_hello(raw_conn_t *rc, Ovl__Response **ret)
         ovl__response__free_unpacked(r, NULL);
     return RAW_OK;
 }
+
+pid_t fixture_fork_child(test_daemon_t *d, void (*fn)(test_daemon_t *d, int out, int go),
+                         int *ret_out, int *ret_go)
+{
+    int out[2], go[2];
+    if (pipe2(out, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(go, O_CLOEXEC) != 0) {
+        close(out[0]);
+        close(out[1]);
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(out[0]);
+        close(go[1]);
+        fn(d, out[1], go[0]);
+        _exit(1); /* fn does not return */
+    }
+    close(out[1]);
+    close(go[0]);
+    if (pid < 0) {
+        close(out[0]);
+        close(go[1]);
+        return -1;
+    }
+    *ret_out = out[0];
+    *ret_go = go[1];
+    return pid;
+}

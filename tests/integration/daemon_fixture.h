@@ -144,4 +144,15 @@ void fixture_sleep_ms(unsigned ms);
  * HelloReply, and libovl sees it exit. */
 bool fixture_has_pidfd(void);
 
+/*
+ * Forks a child that runs fn(d, out, go) and never returns from it (fn
+ * ends with _exit): the child reports through out and waits on go until
+ * the parent closes its end, so that what it set up stays while the parent
+ * looks. In the parent: the child's pid, *ret_out (the read end of out) and
+ * *ret_go (the write end of go); -1 on failure. For tests that act as
+ * another user (the child drops its privileges itself).
+ */
+pid_t fixture_fork_child(test_daemon_t *d, void (*fn)(test_daemon_t *d, int out, int go),
+                         int *ret_out, int *ret_go);
+
 #endif /* OVL_TEST_DAEMON_FIXTURE_H */

@@ -719,29 +719,19 @@ static void test_join_other_uid(void **state)
     rank_t r0;
     rank_open(d, &r0, "owned-by-root", 2, 0, 0, 0);
 
-    int out[2], go[2];
-    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-    assert_int_equal(pipe2(go, O_CLOEXEC), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(out[0]);
-        close(go[1]);
-        perm_child(d, out[1], go[0]);
-    }
-    close(out[1]);
-    close(go[0]);
+    int out, go;
+    pid_t pid = fixture_fork_child(d, perm_child, &out, &go);
+    assert_true(pid > 0);
     perm_report_t rep;
-    int got = read_full(out[0], &rep, sizeof(rep), TIMEOUT_MS);
-    close(out[0]);
+    int got = read_full(out, &rep, sizeof(rep), TIMEOUT_MS);
+    close(out);
     if (got != 0) {
-        close(go[1]);
+        close(go);
         wait_child(pid, TIMEOUT_MS);
         fail_msg("no report from the child");
     }
     if (rep.stage != 0) {
-        close(go[1]);
+        close(go);
         wait_child(pid, TIMEOUT_MS);
         rank_close(&r0);
         if (rep.stage == 1) { /* root without CAP_SETUID (a container) */
@@ -774,7 +764,7 @@ static void test_join_other_uid(void **state)
     ovl__response_free(r);
     assert_status(ovl_comm_destroy(comm), OVL_OK);
 
-    close(go[1]);
+    close(go);
     assert_int_equal(wait_child(pid, TIMEOUT_MS), 0);
     wait_job_gone(r0.cl, "owned-by-nobody"); /* root's and nobody's */
     assert_status(rank_close(&r0), OVL_OK);

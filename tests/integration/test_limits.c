@@ -462,24 +462,14 @@ static void test_status_restricted(void **state)
     ovl_client_t *cl = client(d);
     ovl_comm_t *comm;
     assert_status(ovl_comm_init(cl, "root-job", 2, 0, 0, &comm), OVL_OK);
-    int out[2], go[2];
-    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-    assert_int_equal(pipe2(go, O_CLOEXEC), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(out[0]);
-        close(go[1]);
-        view_child(d, out[1], go[0]);
-    }
-    close(out[1]);
-    close(go[0]);
+    int out, go;
+    pid_t pid = fixture_fork_child(d, view_child, &out, &go);
+    assert_true(pid > 0);
     view_t v;
-    ssize_t got = read(out[0], &v, sizeof(v));
-    close(out[0]);
+    ssize_t got = read(out, &v, sizeof(v));
+    close(out);
     if (got == (ssize_t)sizeof(v) && v.stage == 1) { /* no CAP_SETUID (a container) */
-        close(go[1]);
+        close(go);
         waitpid(pid, NULL, 0);
         TEST_PASSED();
         skip();
@@ -505,7 +495,7 @@ static void test_status_restricted(void **state)
     assert_int_equal(r->status->n_clients, 2);
     assert_int_equal(r->status->other_jobs, 0);
     ovl__response_free(r);
-    close(go[1]);
+    close(go);
     int ws = 0;
     assert_int_equal(waitpid(pid, &ws, 0), pid);
     assert_status(ovl_comm_destroy(comm), OVL_OK);
