@@ -112,56 +112,53 @@ static size_t escape(char *dst, size_t dstlen, const char *str, piece_fn fn, siz
     return o;
 }
 
-static size_t term_piece(const uint8_t *s, size_t l, uint32_t cp, bool bad, char out[16])
+/* The escapes a terminal and JSON share: a backslash and the usual
+ * whitespace controls, written into out; 0 for any other character. */
+static size_t common_escape(uint32_t cp, char out[16])
 {
-    if (bad)
-        return (size_t)snprintf(out, 16, "\\x%02x", s[0]);
-    switch (cp) {
-    case '\\':
-        return (size_t)snprintf(out, 16, "\\\\");
-    case '\t':
-        return (size_t)snprintf(out, 16, "\\t");
-    case '\n':
-        return (size_t)snprintf(out, 16, "\\n");
-    case '\r':
-        return (size_t)snprintf(out, 16, "\\r");
-    case 0x1b:
-        return (size_t)snprintf(out, 16, "\\e");
-    default:
-        break;
-    }
-    if (cp < 0x20 || cp == 0x7f)
-        return (size_t)snprintf(out, 16, "\\x%02x", (unsigned)cp);
+    const char *e = cp == '\\'   ? "\\\\"
+                    : cp == '\t' ? "\\t"
+                    : cp == '\n' ? "\\n"
+                    : cp == '\r' ? "\\r"
+                                 : NULL;
+    return e ? (size_t)snprintf(out, 16, "%s", e) : 0;
+}
+
+/* A character kept as it is, or a control written as \u00XX. */
+static size_t plain_or_u(const uint8_t *s, size_t l, uint32_t cp, char out[16])
+{
     if (ovl_text_is_control(cp))
         return (size_t)snprintf(out, 16, "\\u%04x", (unsigned)cp);
     memcpy(out, s, l);
     return l;
 }
 
+static size_t term_piece(const uint8_t *s, size_t l, uint32_t cp, bool bad, char out[16])
+{
+    size_t n;
+    if (bad)
+        return (size_t)snprintf(out, 16, "\\x%02x", s[0]);
+    if ((n = common_escape(cp, out)) > 0)
+        return n;
+    if (cp == 0x1b)
+        return (size_t)snprintf(out, 16, "\\e");
+    if (cp < 0x20 || cp == 0x7f)
+        return (size_t)snprintf(out, 16, "\\x%02x", (unsigned)cp);
+    return plain_or_u(s, l, cp, out); /* C1 as \u0080..\u009f */
+}
+
 static size_t json_piece(const uint8_t *s, size_t l, uint32_t cp, bool bad, char out[16])
 {
+    size_t n;
     if (bad) {
         memcpy(out, "\xef\xbf\xbd", 3); /* U+FFFD */
         return 3;
     }
-    switch (cp) {
-    case '"':
+    if (cp == '"')
         return (size_t)snprintf(out, 16, "\\\"");
-    case '\\':
-        return (size_t)snprintf(out, 16, "\\\\");
-    case '\t':
-        return (size_t)snprintf(out, 16, "\\t");
-    case '\n':
-        return (size_t)snprintf(out, 16, "\\n");
-    case '\r':
-        return (size_t)snprintf(out, 16, "\\r");
-    default:
-        break;
-    }
-    if (ovl_text_is_control(cp))
-        return (size_t)snprintf(out, 16, "\\u%04x", (unsigned)cp);
-    memcpy(out, s, l);
-    return l;
+    if ((n = common_escape(cp, out)) > 0)
+        return n;
+    return plain_or_u(s, l, cp, out);
 }
 
 size_t ovl_text_escape_term(char *dst, size_t dstlen, const char *s)
