@@ -13,13 +13,13 @@
  * (OVL_ERR_INTERNAL, the op fails) to free scratch under ops in flight.
  *
  * The test starts its own ovld ($OVLD_BIN, CUDA backend, a socket in a
- * temporary directory) and forks one rank process. The rank first runs
- * every op below once, ungated, on a warm-up job (CUDA loads kernels
- * lazily, and loading one blocks ovld's loop while a stream waits: measured
- * on H100, a hazard of its own that this test leaves out). On a fresh job
- * it then closes a gate on its stream (a host function that waits for the
- * rank's main thread), and enqueues 20 rounds of three ops behind it, with
- * no host synchronization:
+ * temporary directory: gpu_daemon.h) and forks one rank process. The rank
+ * first runs every op below once, ungated, on a warm-up job (CUDA loads
+ * kernels lazily, and loading one blocks ovld's loop while a stream waits:
+ * measured on H100, a hazard of its own that this test leaves out). On a
+ * fresh job it then closes a gate on its stream (a host function that waits
+ * for the rank's main thread), and enqueues 20 rounds of three ops behind
+ * it, with no host synchronization:
  *
  *   ring   m = 2048, k = 2048    (gathers nothing at world 1; the old code
  *                                 recorded 8 MiB of scratch for it)
@@ -46,7 +46,6 @@
  * never touches CUDA (it forks ovld and the rank).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -56,11 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -70,8 +65,8 @@
 #include "libovl_internal.h"
 #include "ovl.h"
 #include "clock.h"
+#include "gpu_daemon.h"
 
-#define SKIP_CODE      77
 #define ROUNDS         20
 #define OPS_PER_ROUND  3
 #define NOPS           (ROUNDS * OPS_PER_ROUND)
@@ -89,8 +84,6 @@
 #define PROBE_WINDOW_S 2.0 /* probing goes on until ovld has every op, or this long */
 #define GATE_LIMIT_S   5.0 /* the gate opens by itself after this long */
 #define TEST_LIMIT_S   120.0
-#define START_LIMIT_S  60.0
-#define STOP_LIMIT_S   30.0
 #define JOB_ID         "scratch-growth"
 
 _Static_assert(NOPS <= WINDOW, "libovl must not wait on the host for a gated stream");
@@ -101,12 +94,6 @@ _Static_assert((uint64_t)(GROW_BASE + GROW_STEP * (ROUNDS - 1)) *
                    (uint64_t)RING_M * RING_K,
                "the ring op must record more scratch than the largest growing op needs");
 _Static_assert(GROW_BASE > SMALL_MK, "the growing op must need more scratch than the small one");
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ------------------------------------------------------------ ops */
 
@@ -150,6 +137,24 @@ static size_t place(size_t *cursor, size_t bytes)
     return at;
 }
 
+/* The descriptor of op o: A (its first m x k, leading dimension k) at a, B
+ * (its first k rows of N) at b, its C slot in the arena; no transpose. */
+static ovl_ag_gemm_desc_t op_desc(const op_t *o, void *a, void *b, char *arena)
+{
+    return (ovl_ag_gemm_desc_t){.a = a,
+                                .lda = o->k,
+                                .b = b,
+                                .ldb = N,
+                                .transb = 0,
+                                .c = arena + o->c_off,
+                                .ldc = N,
+                                .m = o->m,
+                                .n = N,
+                                .k = o->k,
+                                .dtype = DTYPE,
+                                .algo = o->algo};
+}
+
 /* ------------------------------------------------------------ the gate */
 
 /* A host function on the rank's stream: the work behind it (every op's
@@ -166,7 +171,7 @@ static void CUDART_CB gate_wait(void *arg)
             atomic_store(&gate_timed_out, 1);
             return;
         }
-        sleep_ms(1);
+        gpu_sleep_ms(1);
     }
 }
 
@@ -224,7 +229,7 @@ static bool probe_loop(void)
         }
         if (in_flight >= NOPS || ovl_mono_s() - t_start > PROBE_WINDOW_S)
             break;
-        sleep_ms(20);
+        gpu_sleep_ms(20);
         t0 = ovl_mono_s();
     }
     ovl_disconnect(cl);
@@ -252,7 +257,7 @@ static void check(bool ok)
         failed++;
 }
 
-/* The rank's process: returns 0, 1 or SKIP_CODE; its counts go to rfd. */
+/* The rank's process: returns 0, 1 or GPU_SKIP_CODE; its counts go to rfd. */
 static int rank_main(int rfd)
 {
     const uint32_t rank = 0; /* for OVL_DEMO_CK */
@@ -281,14 +286,14 @@ static int rank_main(int rfd)
     }
     if (info.ndevices < 1) {
         printf("SKIP: ovld has no GPU\n");
-        rc = SKIP_CODE;
+        rc = GPU_SKIP_CODE;
         goto out;
     }
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev < 1) {
         printf("SKIP: no GPU visible to the test (%s)\n",
                ce != cudaSuccess ? cudaGetErrorName(ce) : "0 devices");
-        rc = SKIP_CODE;
+        rc = GPU_SKIP_CODE;
         goto out;
     }
     OVL_DEMO_CK(cudaSetDevice(0));
@@ -330,17 +335,7 @@ static int rank_main(int rfd)
     for (int i = 0; i < NOPS; i++) {
         const op_t *o = &ops[i];
         OVL_DEMO_CK(ovl_demo_fill(DTYPE, a, o->m, o->k, o->k, o->seed, 0, 0, s));
-        ovl_ag_gemm_desc_t w = {.a = a,
-                                .lda = o->k,
-                                .b = b,
-                                .ldb = N,
-                                .c = arena + o->c_off,
-                                .ldc = N,
-                                .m = o->m,
-                                .n = N,
-                                .k = o->k,
-                                .dtype = DTYPE,
-                                .algo = o->algo};
+        ovl_ag_gemm_desc_t w = op_desc(o, a, b, arena);
         if (ovl_allgather_gemm(comm, &w, s) != OVL_OK) {
             fprintf(stderr, "warm-up op %d: %s\n", i, ovl_last_error(cl));
             goto out;
@@ -361,17 +356,7 @@ static int rank_main(int rfd)
      * the gate holds, not queued until it opened. */
     {
         const op_t *o = &ops[0];
-        ovl_ag_gemm_desc_t w = {.a = a,
-                                .lda = o->k,
-                                .b = b,
-                                .ldb = N,
-                                .c = arena + o->c_off,
-                                .ldc = N,
-                                .m = o->m,
-                                .n = N,
-                                .k = o->k,
-                                .dtype = DTYPE,
-                                .algo = o->algo};
+        ovl_ag_gemm_desc_t w = op_desc(o, a, b, arena);
         if (o->algo != OVL_ALGO_RING || ovl_allgather_gemm(comm, &w, s) != OVL_OK) {
             fprintf(stderr, "the fresh job's ring op: %s\n", ovl_last_error(cl));
             goto out;
@@ -393,18 +378,7 @@ static int rank_main(int rfd)
     for (int i = 0; i < NOPS; i++) {
         const op_t *o = &ops[i];
         OVL_DEMO_CK(ovl_demo_fill(DTYPE, a, o->m, o->k, o->k, o->seed, 0, 0, s));
-        ovl_ag_gemm_desc_t d = {.a = a,
-                                .lda = o->k,
-                                .b = b,
-                                .ldb = N,
-                                .transb = 0,
-                                .c = arena + o->c_off,
-                                .ldc = N,
-                                .m = o->m,
-                                .n = N,
-                                .k = o->k,
-                                .dtype = DTYPE,
-                                .algo = o->algo};
+        ovl_ag_gemm_desc_t d = op_desc(o, a, b, arena);
         if (ovl_allgather_gemm(comm, &d, s) != OVL_OK) {
             fprintf(stderr, "ovl_allgather_gemm %d (%s, m=%" PRIu64 " k=%" PRIu64 "): %s\n", i,
                     o->what, o->m, o->k, ovl_last_error(cl));
@@ -498,7 +472,7 @@ out:
         cudaStreamDestroy(s);
     if (rc == 1 && failed == 0)
         failed++; /* a setup step failed */
-    if (rc != SKIP_CODE) {
+    if (rc != GPU_SKIP_CODE) {
         char line[64];
         int len = snprintf(line, sizeof(line), "%d %d\n", passed, failed);
         if (write(rfd, line, (size_t)len) != len)
@@ -509,175 +483,20 @@ out:
     return rc;
 }
 
-/* ------------------------------------------------------------ ovld */
-
-typedef struct daemon {
-    char dir[64];
-    char sock[128];
-    char log[128];
-    char conf[128];
-    pid_t pid;
-} daemon_t;
-
-/* ovld's log without its debug lines (the ops issued), at most 200 lines:
- * what a failure needs, a stall report's stack included. */
-static void print_log_tail(const daemon_t *d)
-{
-    FILE *f = fopen(d->log, "r");
-    if (!f)
-        return;
-    char line[1024];
-    int n = 0;
-    fprintf(stderr, "---- ovld log (debug lines left out) ----\n");
-    while (fgets(line, sizeof(line), f) && n < 200)
-        if (!strstr(line, " debug: ")) {
-            fputs(line, stderr);
-            n++;
-        }
-    fclose(f);
-    fprintf(stderr, "---- end of ovld log ----\n");
-}
-
-static bool log_has(const daemon_t *d, const char *what)
-{
-    FILE *f = fopen(d->log, "r");
-    if (!f)
-        return false;
-    char line[1024];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f))
-        found = strstr(line, what) != NULL;
-    fclose(f);
-    return found;
-}
-
-static bool can_connect(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(fd);
-    return ok;
-}
-
-/* 0: listening; 1: failed; SKIP_CODE: no CUDA backend here. */
-static int daemon_start(daemon_t *d)
-{
-    snprintf(d->dir, sizeof(d->dir), "/tmp/ovl-scratch-XXXXXX");
-    if (!mkdtemp(d->dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(d->sock, sizeof(d->sock), "%s/ovld.sock", d->dir);
-    snprintf(d->log, sizeof(d->log), "%s/ovld.log", d->dir);
-    snprintf(d->conf, sizeof(d->conf), "%s/ovld.conf", d->dir);
-    /* Room for every op at once: libovl must not wait on the host for an
-     * op behind the gate. */
-    FILE *cf = fopen(d->conf, "w");
-    if (!cf || fprintf(cf, "max_ops_in_flight = %d\n", WINDOW) < 0 || fclose(cf) != 0) {
-        perror("writing ovld.conf");
-        return 1;
-    }
-    const char *bin = getenv("OVLD_BIN");
-    if (!bin || !*bin)
-        bin = "ovld";
-    int lfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (lfd < 0) {
-        perror("creating ovld.log");
-        return 1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    d->pid = fork();
-    if (d->pid < 0) {
-        perror("fork");
-        close(lfd);
-        return 1;
-    }
-    if (d->pid == 0) {
-        dup2(lfd, STDOUT_FILENO);
-        dup2(lfd, STDERR_FILENO);
-        execlp(bin, bin, "--foreground", "--backend", "cuda", "--socket", d->sock, "--config",
-               d->conf, "--log-level", "debug", (char *)NULL);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    close(lfd);
-    double deadline = ovl_mono_s() + START_LIMIT_S;
-    while (ovl_mono_s() < deadline) {
-        int ws;
-        if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
-            d->pid = 0;
-            if (log_has(d, "cannot start the cuda backend")) {
-                printf("SKIP: ovld cannot start the CUDA backend (no usable GPU)\n");
-                print_log_tail(d);
-                return SKIP_CODE;
-            }
-            fprintf(stderr, "FAIL: ovld (%s) exited early (status 0x%x)\n", bin, ws);
-            print_log_tail(d);
-            return 1;
-        }
-        if (can_connect(d->sock))
-            return 0;
-        sleep_ms(20);
-    }
-    fprintf(stderr, "FAIL: ovld did not listen within %.0f s\n", START_LIMIT_S);
-    print_log_tail(d);
-    return 1;
-}
-
-/* Stops ovld with SIGTERM; true if it exited 0 in time. */
-static bool daemon_stop(daemon_t *d)
-{
-    if (d->pid <= 0)
-        return true;
-    kill(d->pid, SIGTERM);
-    double deadline = ovl_mono_s() + STOP_LIMIT_S;
-    int ws = 0;
-    pid_t got = 0;
-    while ((got = waitpid(d->pid, &ws, WNOHANG)) == 0 && ovl_mono_s() < deadline)
-        sleep_ms(20);
-    if (got != d->pid) {
-        fprintf(stderr, "FAIL: ovld did not stop within %.0f s of SIGTERM\n", STOP_LIMIT_S);
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, &ws, 0);
-        d->pid = 0;
-        return false;
-    }
-    d->pid = 0;
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        fprintf(stderr, "FAIL: ovld ended with status 0x%x after SIGTERM (want exit 0)\n", ws);
-        return false;
-    }
-    return true;
-}
-
-static void daemon_cleanup(daemon_t *d)
-{
-    if (d->pid > 0) {
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, NULL, 0);
-    }
-    unlink(d->sock);
-    unlink(d->log);
-    unlink(d->conf);
-    rmdir(d->dir);
-}
-
 /* ------------------------------------------------------------ main */
 
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
-    daemon_t d;
-    memset(&d, 0, sizeof(d));
-    int st = daemon_start(&d);
+    /* Room for every op at once: libovl must not wait on the host for an
+     * op behind the gate. */
+    char conf[64];
+    snprintf(conf, sizeof(conf), "max_ops_in_flight = %d\n", WINDOW);
+    gpu_daemon_t d;
+    int st = gpu_daemon_start(&d, "scratch", conf, GPU_LOG_NO_DEBUG);
     if (st != 0) {
-        daemon_cleanup(&d);
+        gpu_daemon_cleanup(&d);
         return st;
     }
     setenv("OVL_SOCKET", d.sock, 1);
@@ -685,7 +504,7 @@ int main(void)
     int p[2]; /* the rank's counts */
     if (pipe(p) != 0) {
         perror("pipe");
-        daemon_cleanup(&d);
+        gpu_daemon_cleanup(&d);
         return 1;
     }
     fflush(stdout);
@@ -693,7 +512,7 @@ int main(void)
     pid_t pid = fork();
     if (pid < 0) {
         perror("fork");
-        daemon_cleanup(&d);
+        gpu_daemon_cleanup(&d);
         return 1;
     }
     if (pid == 0) {
@@ -726,7 +545,7 @@ int main(void)
             timed_out = true;
             break;
         }
-        sleep_ms(20);
+        gpu_sleep_ms(20);
     }
 
     int rank_passed = 0, rank_failed = 0;
@@ -744,10 +563,10 @@ int main(void)
     close(p[0]);
     bool counted = sscanf(buf, "%d %d", &rank_passed, &rank_failed) == 2;
 
-    bool stopped = daemon_stop(&d);
-    if (code == SKIP_CODE && stopped) {
-        daemon_cleanup(&d);
-        return SKIP_CODE; /* the rank said why */
+    bool stopped = gpu_daemon_stop(&d);
+    if (code == GPU_SKIP_CODE && stopped) {
+        gpu_daemon_cleanup(&d);
+        return GPU_SKIP_CODE; /* the rank said why */
     }
 
     passed = rank_passed;
@@ -763,16 +582,16 @@ int main(void)
         "the event loop has not turned" /* stall.c: the loop stood still */
     };
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
-        bool seen = log_has(&d, refusals[i]);
+        bool seen = gpu_daemon_log_has(&d, refusals[i]);
         if (seen)
             fprintf(stderr, "FAIL: ovld's log says \"%s\"\n", refusals[i]);
         check(!seen);
     }
     check(stopped);
     if (failed || timed_out)
-        print_log_tail(&d);
+        gpu_daemon_print_log(&d, GPU_LOG_NO_DEBUG);
     printf("scratch growth: %.1f s\n", ovl_mono_s() - t0);
     printf("%d passed, %d failed\n", passed, failed);
-    daemon_cleanup(&d);
+    gpu_daemon_cleanup(&d);
     return failed == 0 && !timed_out ? 0 : 1;
 }

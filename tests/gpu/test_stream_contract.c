@@ -4,9 +4,9 @@
  * work enqueued after the call sees c complete", with no host synchronization.
  *
  * The test starts its own ovld ($OVLD_BIN, CUDA backend, a socket in a
- * temporary directory) and forks two rank processes (GPUs 0 and 1) of one
- * job. Each rank enqueues, for i in 0..99, on ONE stream and without a host
- * synchronization between iterations:
+ * temporary directory: gpu_daemon.h) and forks two rank processes (GPUs 0
+ * and 1) of one job. Each rank enqueues, for i in 0..99, on ONE stream and
+ * without a host synchronization between iterations:
  *
  *   fill A with seed BASE + i   (a kernel: the op must wait for it, and the
  *                                peer must have pulled A of op i - 1 first)
@@ -32,7 +32,6 @@
  * initialized CUDA must not fork children that use it.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -40,11 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -53,26 +48,18 @@
 #include "demo_cuda.h"
 #include "ovl.h"
 #include "clock.h"
+#include "gpu_daemon.h"
 
-#define SKIP_CODE     77
-#define WORLD         2
-#define ITERS         100
-#define SEED_BASE     20240601u
-#define M             256 /* rows per rank */
-#define N             192
-#define K             320
-#define DTYPE         OVL_DTYPE_BF16
-#define TOLERANCE     1e-2
-#define TEST_LIMIT_S  120.0
-#define START_LIMIT_S 60.0
-#define STOP_LIMIT_S  30.0
-#define JOB_ID        "stream-contract"
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+#define WORLD        2
+#define ITERS        100
+#define SEED_BASE    20240601u
+#define M            256 /* rows per rank */
+#define N            192
+#define K            320
+#define DTYPE        OVL_DTYPE_BF16
+#define TOLERANCE    1e-2
+#define TEST_LIMIT_S 120.0
+#define JOB_ID       "stream-contract"
 
 /* ------------------------------------------------------------ a rank */
 
@@ -131,14 +118,14 @@ static int rank_main(uint32_t rank, int wfd, int rfd)
     if (info.ndevices < WORLD) {
         printf("SKIP: ovld has %u GPU%s, the test needs %d\n", info.ndevices,
                info.ndevices == 1 ? "" : "s", WORLD);
-        rc = SKIP_CODE;
+        rc = GPU_SKIP_CODE;
         goto out;
     }
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev < WORLD) {
         printf("SKIP: %d GPU%s visible to the test (%s), it needs %d\n", ndev, ndev == 1 ? "" : "s",
                ce != cudaSuccess ? cudaGetErrorName(ce) : "ok", WORLD);
-        rc = SKIP_CODE;
+        rc = GPU_SKIP_CODE;
         goto out;
     }
     OVL_DEMO_CK(cudaSetDevice((int)rank));
@@ -288,175 +275,19 @@ out:
     return rc;
 }
 
-/* ------------------------------------------------------------ ovld */
-
-typedef struct daemon {
-    char dir[64];
-    char sock[128];
-    char log[128];
-    char conf[128];
-    pid_t pid;
-} daemon_t;
-
-static void print_log_tail(const daemon_t *d)
-{
-    FILE *f = fopen(d->log, "r");
-    if (!f)
-        return;
-    static char buf[4097];
-    long at = 0;
-    if (fseek(f, 0, SEEK_END) == 0 && (at = ftell(f)) > 4096)
-        at -= 4096;
-    else
-        at = 0;
-    fseek(f, at, SEEK_SET);
-    size_t got = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[got] = '\0';
-    fclose(f);
-    fprintf(stderr, "---- ovld log (last %zu bytes) ----\n%s---- end of ovld log ----\n", got, buf);
-}
-
-static bool log_has(const daemon_t *d, const char *what)
-{
-    FILE *f = fopen(d->log, "r");
-    if (!f)
-        return false;
-    char line[1024];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f))
-        found = strstr(line, what) != NULL;
-    fclose(f);
-    return found;
-}
-
-static bool can_connect(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(fd);
-    return ok;
-}
-
-/* 0: listening; 1: failed; SKIP_CODE: no CUDA backend here. */
-static int daemon_start(daemon_t *d)
-{
-    snprintf(d->dir, sizeof(d->dir), "/tmp/ovl-contract-XXXXXX");
-    if (!mkdtemp(d->dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(d->sock, sizeof(d->sock), "%s/ovld.sock", d->dir);
-    snprintf(d->log, sizeof(d->log), "%s/ovld.log", d->dir);
-    snprintf(d->conf, sizeof(d->conf), "%s/ovld.conf", d->dir);
-    /* A window much smaller than the loop: libovl must throttle the
-     * 100 ops on the host (waiting only when a rank runs that far ahead)
-     * without breaking the stream order, and ovld must never see a rank
-     * more than the window ahead of the other. */
-    FILE *cf = fopen(d->conf, "w");
-    if (!cf || fprintf(cf, "max_ops_in_flight = 8\n") < 0 || fclose(cf) != 0) {
-        perror("writing ovld.conf");
-        return 1;
-    }
-    const char *bin = getenv("OVLD_BIN");
-    if (!bin || !*bin)
-        bin = "ovld";
-    int lfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (lfd < 0) {
-        perror("creating ovld.log");
-        return 1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    d->pid = fork();
-    if (d->pid < 0) {
-        perror("fork");
-        close(lfd);
-        return 1;
-    }
-    if (d->pid == 0) {
-        dup2(lfd, STDOUT_FILENO);
-        dup2(lfd, STDERR_FILENO);
-        execlp(bin, bin, "--foreground", "--backend", "cuda", "--socket", d->sock, "--config",
-               d->conf, "--log-level", "debug", (char *)NULL);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    close(lfd);
-    double deadline = ovl_mono_s() + START_LIMIT_S;
-    while (ovl_mono_s() < deadline) {
-        int ws;
-        if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
-            d->pid = 0;
-            if (log_has(d, "cannot start the cuda backend")) {
-                printf("SKIP: ovld cannot start the CUDA backend (no usable GPU)\n");
-                print_log_tail(d);
-                return SKIP_CODE;
-            }
-            fprintf(stderr, "FAIL: ovld (%s) exited early (status 0x%x)\n", bin, ws);
-            print_log_tail(d);
-            return 1;
-        }
-        if (can_connect(d->sock))
-            return 0;
-        sleep_ms(20);
-    }
-    fprintf(stderr, "FAIL: ovld did not listen within %.0f s\n", START_LIMIT_S);
-    print_log_tail(d);
-    return 1;
-}
-
-/* Stops ovld with SIGTERM; true if it exited 0 in time. */
-static bool daemon_stop(daemon_t *d)
-{
-    if (d->pid <= 0)
-        return true;
-    kill(d->pid, SIGTERM);
-    double deadline = ovl_mono_s() + STOP_LIMIT_S;
-    int ws = 0;
-    pid_t got = 0;
-    while ((got = waitpid(d->pid, &ws, WNOHANG)) == 0 && ovl_mono_s() < deadline)
-        sleep_ms(20);
-    if (got != d->pid) {
-        fprintf(stderr, "FAIL: ovld did not stop within %.0f s of SIGTERM\n", STOP_LIMIT_S);
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, &ws, 0);
-        d->pid = 0;
-        return false;
-    }
-    d->pid = 0;
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        fprintf(stderr, "FAIL: ovld ended with status 0x%x after SIGTERM (want exit 0)\n", ws);
-        return false;
-    }
-    return true;
-}
-
-static void daemon_cleanup(daemon_t *d)
-{
-    if (d->pid > 0) {
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, NULL, 0);
-    }
-    unlink(d->sock);
-    unlink(d->log);
-    unlink(d->conf);
-    rmdir(d->dir);
-}
-
 /* ------------------------------------------------------------ main */
 
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    daemon_t d;
-    memset(&d, 0, sizeof(d));
-    int st = daemon_start(&d);
+    /* A window much smaller than the loop: libovl must throttle the
+     * 100 ops on the host (waiting only when a rank runs that far ahead)
+     * without breaking the stream order, and ovld must never see a rank
+     * more than the window ahead of the other. */
+    gpu_daemon_t d;
+    int st = gpu_daemon_start(&d, "contract", "max_ops_in_flight = 8\n", GPU_LOG_TAIL);
     if (st != 0) {
-        daemon_cleanup(&d);
+        gpu_daemon_cleanup(&d);
         return st;
     }
     setenv("OVL_SOCKET", d.sock, 1);
@@ -466,7 +297,7 @@ int main(void)
     for (int i = 0; i < WORLD; i++)
         if (pipe(p[i]) != 0) {
             perror("pipe");
-            daemon_cleanup(&d);
+            gpu_daemon_cleanup(&d);
             return 1;
         }
     pid_t pids[WORLD] = {0};
@@ -480,7 +311,7 @@ int main(void)
             perror("fork");
             for (uint32_t q = 0; q < r; q++)
                 kill(pids[q], SIGKILL);
-            daemon_cleanup(&d);
+            gpu_daemon_cleanup(&d);
             return 1;
         }
         if (pids[r] == 0) {
@@ -511,7 +342,7 @@ int main(void)
                     done[r] = true;
                     codes[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
                     left--;
-                    if (codes[r] != 0 && codes[r] != SKIP_CODE && deadline > ovl_mono_s() + 10)
+                    if (codes[r] != 0 && codes[r] != GPU_SKIP_CODE && deadline > ovl_mono_s() + 10)
                         deadline = ovl_mono_s() + 10;
                 }
             continue;
@@ -529,22 +360,22 @@ int main(void)
                 }
             break;
         }
-        sleep_ms(20);
+        gpu_sleep_ms(20);
     }
 
     int passed = 0, failed = 0, skipped = 0;
     for (int r = 0; r < WORLD; r++) {
         if (codes[r] == 0)
             passed++;
-        else if (codes[r] == SKIP_CODE)
+        else if (codes[r] == GPU_SKIP_CODE)
             skipped++;
         else
             failed++;
     }
-    bool stopped = daemon_stop(&d);
+    bool stopped = gpu_daemon_stop(&d);
     if (skipped == WORLD && stopped) {
-        daemon_cleanup(&d);
-        return SKIP_CODE; /* the ranks said why */
+        gpu_daemon_cleanup(&d);
+        return GPU_SKIP_CODE; /* the ranks said why */
     }
     failed += skipped; /* one rank skipping alone is a failure */
     for (int r = 0; r < WORLD; r++)
@@ -552,9 +383,9 @@ int main(void)
     if (!stopped)
         failed++;
     if (failed || timed_out)
-        print_log_tail(&d);
+        gpu_daemon_print_log(&d, GPU_LOG_TAIL);
     printf("stream contract: %.1f s\n", ovl_mono_s() - t0);
     printf("%d passed, %d failed\n", passed, failed);
-    daemon_cleanup(&d);
+    gpu_daemon_cleanup(&d);
     return failed == 0 && !timed_out ? 0 : 1;
 }
