@@ -104,9 +104,14 @@ struct ovld_rank {
     struct host_work *reserve;
     host_event_t *ev_blocks[EV_MAX_BLOCKS];
     struct ovl_doorbell *db;
+    struct ovl_doorbell_own db_own; /* what the client cannot write; rung under err_mu */
     int db_fd;
     void *scratch;
     size_t scratch_bytes;
+    /* Work items queued or running on the rank's streams; idle_cv (under
+     * err_mu) is signalled when it drops to 0. Scratch is freed only at 0. */
+    atomic_uint pending;
+    pthread_cond_t idle_cv;
     /* the first failure of the op in progress, taken by its done */
     pthread_mutex_t err_mu;
     ovl_status_t op_error;
@@ -140,16 +145,15 @@ static void futex_wake_all(uint32_t *addr)
 }
 
 /* Rings done = seq (and the first failure, if status says one), then wakes
- * the client's futex waiters. */
-static void db_ring(struct ovl_doorbell *db, uint64_t seq, ovl_status_t status)
+ * the client's futex waiters. Stream 0 rings in order; host_done's last
+ * resort rings from the loop thread, out of order: done never goes back
+ * (proto/doorbell.h), and err_mu serializes the two. */
+static void db_ring(struct ovld_rank *r, uint64_t seq, ovl_status_t status)
 {
-    if (status != OVL_OK && __atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
-        __atomic_store_n(&db->error, (int32_t)status, __ATOMIC_RELEASE);
-    }
-    __atomic_store_n(&db->done, seq, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
-    futex_wake_all(&db->wake);
+    pthread_mutex_lock(&r->err_mu);
+    ovl_doorbell_ring(r->db, &r->db_own, seq, (int32_t)status);
+    pthread_mutex_unlock(&r->err_mu);
+    futex_wake_all(&r->db->wake);
 }
 
 static void rank_fail(struct ovld_rank *r, ovl_status_t st, const char *what)
@@ -224,8 +228,7 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
     case W_WAIT_READY:
         /* The client writes ready before it sends the op, so this is a check
          * more than a wait; it still waits, for clients that do otherwise. */
-        while (__atomic_load_n(&r->db->ready, __ATOMIC_ACQUIRE) < w->u.seq &&
-               !atomic_load(&hb->stopping)) {
+        while (!ovl_doorbell_ready(r->db, &r->db_own, w->u.seq) && !atomic_load(&hb->stopping)) {
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         }
@@ -270,7 +273,7 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
         }
         r->op_error = OVL_OK;
         pthread_mutex_unlock(&r->err_mu);
-        db_ring(r->db, w->u.seq, w->node.status);
+        db_ring(r, w->u.seq, w->node.status);
         ovld_cq_push(&hb->cq, &w->node); /* the node is freed by its release */
         return;
     }
@@ -296,7 +299,13 @@ static void *stream_main(void *arg)
             free(w);
             return NULL;
         }
-        work_run(s->rank, w);
+        struct ovld_rank *r = s->rank;
+        work_run(r, w);
+        if (atomic_fetch_sub(&r->pending, 1) == 1) {
+            pthread_mutex_lock(&r->err_mu);
+            pthread_cond_broadcast(&r->idle_cv);
+            pthread_mutex_unlock(&r->err_mu);
+        }
     }
 }
 
@@ -342,6 +351,8 @@ static ovl_status_t stream_get(struct ovld_rank *r, uint32_t stream, host_stream
 static void stream_push(host_stream_t *s, host_work_t *w)
 {
     w->next = NULL;
+    if (w->kind != W_STOP)
+        atomic_fetch_add(&s->rank->pending, 1);
     pthread_mutex_lock(&s->mu);
     if (s->tail)
         s->tail->next = w;
@@ -509,8 +520,19 @@ static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     r->device = device;
     r->db_fd = -1;
     ovl_status_t st = OVL_ERR_SYSTEM;
-    if (pthread_mutex_init(&r->err_mu, NULL) != 0)
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
         goto fail_free;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(&r->idle_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0)
+        goto fail_free;
+    if (pthread_mutex_init(&r->err_mu, NULL) != 0) {
+        pthread_cond_destroy(&r->idle_cv);
+        goto fail_free;
+    }
     r->db_fd = memfd_create("ovl-doorbell", MFD_CLOEXEC);
     if (r->db_fd < 0 || ftruncate(r->db_fd, OVL_DOORBELL_SIZE) != 0)
         goto fail;
@@ -552,6 +574,7 @@ fail:
     if (r->db_fd >= 0)
         close(r->db_fd);
     pthread_mutex_destroy(&r->err_mu);
+    pthread_cond_destroy(&r->idle_cv);
 fail_free:
     free(r);
     return st;
@@ -597,13 +620,33 @@ static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     close(r->db_fd);
     free(r->scratch);
     pthread_mutex_destroy(&r->err_mu);
+    pthread_cond_destroy(&r->idle_cv);
     free(r);
 }
 
 static void host_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
 {
     (void)b;
-    __atomic_store_n(&r->db->ready, ovl_doorbell_release_value(seq_hi), __ATOMIC_RELEASE);
+    ovl_doorbell_release_ready(r->db, &r->db_own, seq_hi);
+}
+
+/* Waits (bounded) until nothing is queued or running on r's streams. The
+ * job grows scratch only once its ops are done, and their completions can
+ * reach the loop a moment before the last item's thread is out of it: the
+ * wait is that moment. Anything longer is a bug above, and the growth is
+ * refused rather than free memory that queued work will touch. */
+static bool rank_wait_idle(struct ovld_rank *r)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += 2;
+    pthread_mutex_lock(&r->err_mu);
+    int rc = 0;
+    while (atomic_load(&r->pending) != 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&r->idle_cv, &r->err_mu, &until);
+    bool idle = atomic_load(&r->pending) == 0;
+    pthread_mutex_unlock(&r->err_mu);
+    return idle;
 }
 
 static ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,
@@ -613,6 +656,8 @@ static ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_
     if (bytes > SIZE_MAX)
         return OVL_ERR_LIMIT;
     if (bytes > r->scratch_bytes) {
+        if (r->scratch && !rank_wait_idle(r))
+            return OVL_ERR_INTERNAL;
         void *p = malloc((size_t)bytes);
         if (!p)
             return OVL_ERR_NOMEM;
@@ -791,7 +836,7 @@ static void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_
     }
     /* Out of memory and of reserve items: ring from here rather than leave
      * the client waiting; stream order is lost only on this path. */
-    db_ring(r->db, seq, OVL_ERR_NOMEM);
+    db_ring(r, seq, OVL_ERR_NOMEM);
     r->hb->cq.cb(r->hb->cq.arg, cookie, seq, OVL_ERR_NOMEM, "host backend: out of memory");
 }
 

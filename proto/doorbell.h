@@ -30,6 +30,7 @@
 #ifndef OVL_DOORBELL_H
 #define OVL_DOORBELL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define OVL_READY_SLOTS 64u
@@ -58,6 +59,84 @@ _Static_assert(sizeof(struct ovl_doorbell) <= OVL_DOORBELL_SIZE, "the doorbell f
 static inline uint64_t ovl_doorbell_release_value(uint64_t seq_hi)
 {
     return seq_hi + (UINT64_C(1) << 32);
+}
+
+/*
+ * ovld's side of the host backend's doorbell, as it reads and writes the
+ * page. The client maps the same page and may write anything into any of
+ * its words at any time, so whatever ovld decides depends on the page only
+ * where the client alone can be hurt by it (its own waits, its own error
+ * report); what ovld must be sure of (that a released rank's waits end,
+ * that done only grows) it keeps in its own memory, `struct
+ * ovl_doorbell_own`, which the client cannot reach. Each word of the page
+ * is read once per decision, with one atomic load: no loop here runs on
+ * page contents. tests/fuzz/fuzz_doorbell.c drives these with pages and
+ * client writes of every kind.
+ */
+struct ovl_doorbell_own {
+    uint64_t done;        /* the highest done ovld rang (its writers serialize) */
+    uint64_t ready_floor; /* the release value once released, else 0 (atomic) */
+};
+
+/* Whether op seq may start: the client said ready (ready >= seq), or the
+ * rank was released up to floor (the client is gone; a late or hostile
+ * write into `ready` must not undo that). */
+static inline bool ovl_doorbell_ready_reached(uint64_t ready, uint64_t floor, uint64_t seq)
+{
+    return ready >= seq || floor >= seq;
+}
+
+/* The done to store for op seq, given the highest done already rung: never
+ * less, so that done only grows even when a ring comes out of order. */
+static inline uint64_t ovl_doorbell_done_value(uint64_t rung, uint64_t seq)
+{
+    return seq > rung ? seq : rung;
+}
+
+/* Whether a failure may be recorded in a page whose error word holds
+ * error_word: only the first one is (a nonzero word means one was). */
+static inline bool ovl_doorbell_may_set_error(int32_t error_word)
+{
+    return error_word == 0;
+}
+
+/* The ready wait's test, on the page and ovld's own record. */
+static inline bool ovl_doorbell_ready(const struct ovl_doorbell *db,
+                                      const struct ovl_doorbell_own *own, uint64_t seq)
+{
+    return ovl_doorbell_ready_reached(__atomic_load_n(&db->ready, __ATOMIC_ACQUIRE),
+                                      __atomic_load_n(&own->ready_floor, __ATOMIC_ACQUIRE), seq);
+}
+
+/*
+ * Rings done for op seq, with the first failure when status (an
+ * ovl_status_t) is not 0: error_seq, then error, then done. Callers
+ * serialize the rings of one doorbell (own->done is plain) and wake the
+ * futex on `wake` afterwards. Returns the done stored.
+ */
+static inline uint64_t ovl_doorbell_ring(struct ovl_doorbell *db, struct ovl_doorbell_own *own,
+                                         uint64_t seq, int32_t status)
+{
+    if (status != 0 && ovl_doorbell_may_set_error(__atomic_load_n(&db->error, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->error, status, __ATOMIC_RELEASE);
+    }
+    uint64_t v = ovl_doorbell_done_value(own->done, seq);
+    own->done = v;
+    __atomic_store_n(&db->done, v, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
+    return v;
+}
+
+/* Releases every wait for ops up to seq_hi (a client that is gone): in the
+ * page for whoever still reads it, and in ovld's own record, which the
+ * ready wait reads too. */
+static inline void ovl_doorbell_release_ready(struct ovl_doorbell *db, struct ovl_doorbell_own *own,
+                                              uint64_t seq_hi)
+{
+    uint64_t v = ovl_doorbell_release_value(seq_hi);
+    __atomic_store_n(&own->ready_floor, v, __ATOMIC_RELEASE);
+    __atomic_store_n(&db->ready, v, __ATOMIC_RELEASE);
 }
 
 #endif /* OVL_DOORBELL_H */

@@ -1,0 +1,644 @@
+/*
+ * fuzz_request.c: libFuzzer target for ovld's request boundary: the frame
+ * reader (proto/wire.c), the protobuf decoding (ovl__request__unpack) and
+ * the boundary's checks (ovld_request_check, daemon/request.c), in the
+ * order server.c's handle_frame runs them.
+ *
+ * Input: one byte choosing how the rest is cut into pieces (as in
+ * fuzz_wire.c: whole, byte by byte, fixed or pseudo-random sizes, through
+ * feed or through the socket path's space/commit), then the byte stream.
+ * Every complete frame is unpacked as a Request; one that does not unpack,
+ * or that the check refuses with OVL_ERR_PROTOCOL, ends the stream, as it
+ * ends ovld's connection.
+ *
+ * Properties (any failure aborts):
+ * - OVL_OK means every field the handlers narrow or trust fits: CommInit's
+ *   job id is 1..63 bytes, no NUL, clean UTF-8 (proto/text.h), world is
+ *   1..1024 and rank < world, the device UUID 16 bytes; MemRegister
+ *   carries at most one fd, a nonzero size, an IPC handle of at most 64
+ *   bytes and a UUID of 0 or 16 bytes; AgGemm and PlanRequest have
+ *   dtype <= 2, algo <= 3 (each with a name), m, n, k > 0, chunks <= 64,
+ *   streams <= 8, and a plan world 1..1024 with rank < world;
+ * - the verdict is the one the specification gives (a reference check
+ *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
+ *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
+ *   announcing more than one fd (which ovld must not answer as a mere
+ *   refusal: the fd queue would be out of step);
+ * - on a refusal err is a non-empty NUL-terminated string inside the
+ *   buffer; with a shorter buffer the verdict is the same and the message
+ *   its prefix; with no buffer (errlen 0) nothing is written;
+ * - proto/text.h's ovl_text_is_clean agrees with an independent UTF-8
+ *   validator here on every job id;
+ * - what on_hello makes of an accepted Hello's library version and client
+ *   name (ovl_text_sanitize into its 32- and 64-byte buffers) is clean text
+ *   inside the buffer, no longer than the input, and the input itself when
+ *   that is clean and fits.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ovl.h"
+#include "ovl.pb-c.h"
+#include "plan.h"
+#include "request.h"
+#include "text.h"
+#include "wire.h"
+
+#define FUZZ_NAME "fuzz_request"
+#include "fuzz_main.h"
+
+#define FUZZ_MAX_BODY (64u * 1024u)
+#define ERR_LEN       256u /* as server.c */
+#define UUID_LEN      16u
+#define IPC_MAX       64u
+
+/* ----------------------------------------------------- reference checks */
+
+/* Clean text per RFC 3629 and text.h, written independently of text.c:
+ * shortest forms only, no surrogates, nothing past U+10FFFF, no C0, DEL or
+ * C1 control character. */
+static bool ref_clean(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t b = s[i];
+        uint32_t cp;
+        size_t len;
+        if (b <= 0x7f) {
+            cp = b;
+            len = 1;
+        } else if (b >= 0xc2 && b <= 0xdf) {
+            len = 2;
+        } else if (b >= 0xe0 && b <= 0xef) {
+            len = 3;
+        } else if (b >= 0xf0 && b <= 0xf4) {
+            len = 4;
+        } else {
+            return false; /* continuation byte, C0/C1 lead (overlong), F5..FF */
+        }
+        if (len > 1) {
+            if (n - i < len)
+                return false;
+            cp = b & (0xffu >> (len + 1));
+            for (size_t j = 1; j < len; j++) {
+                if ((s[i + j] & 0xc0) != 0x80)
+                    return false;
+                cp = cp << 6 | (s[i + j] & 0x3fu);
+            }
+            if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+                return false;
+            if (cp >= 0xd800 && cp <= 0xdfff)
+                return false;
+        }
+        if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_t n, uint64_t k,
+                              uint64_t chunks, uint64_t streams)
+{
+    if (dtype > 2 || algo > 3 || m == 0 || n == 0 || k == 0 || chunks > 64 || streams > 8)
+        return OVL_ERR_INVALID;
+    return OVL_OK;
+}
+
+/* The verdict request.h and ovl.proto give for q. */
+static ovl_status_t ref_verdict(const Ovl__Request *q)
+{
+    switch (q->body_case) {
+    case OVL__REQUEST__BODY_HELLO:
+    case OVL__REQUEST__BODY_STATUS:
+    case OVL__REQUEST__BODY_COMM_DESTROY:
+    case OVL__REQUEST__BODY_COMM_CHECK:
+    case OVL__REQUEST__BODY_MEM_DEREGISTER:
+    case OVL__REQUEST__BODY_STATS:
+        return OVL_OK;
+    case OVL__REQUEST__BODY_COMM_INIT: {
+        const Ovl__CommInit *c = q->comm_init;
+        const ProtobufCBinaryData *id = &c->job_id;
+        if (id->len < 1 || id->len > 63 || memchr(id->data, 0, id->len) ||
+            !ref_clean(id->data, id->len))
+            return OVL_ERR_INVALID;
+        if (c->world < 1 || c->world > 1024 || c->rank >= c->world)
+            return OVL_ERR_INVALID;
+        if (c->device_uuid.len != UUID_LEN)
+            return OVL_ERR_INVALID;
+        return OVL_OK;
+    }
+    case OVL__REQUEST__BODY_MEM_REGISTER: {
+        const Ovl__MemRegister *r = q->mem_register;
+        if (r->fd_count > 1)
+            return OVL_ERR_PROTOCOL;
+        if (r->bytes == 0 || r->ipc_handle.len > IPC_MAX ||
+            (r->device_uuid.len != 0 && r->device_uuid.len != UUID_LEN))
+            return OVL_ERR_INVALID;
+        return OVL_OK;
+    }
+    case OVL__REQUEST__BODY_AG_GEMM: {
+        const Ovl__AgGemm *g = q->ag_gemm;
+        return ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
+    }
+    case OVL__REQUEST__BODY_PLAN: {
+        const Ovl__PlanRequest *p = q->plan;
+        if (p->world < 1 || p->world > 1024 || p->rank >= p->world)
+            return OVL_ERR_INVALID;
+        return ref_shape(p->dtype, p->algo, p->m, p->n, p->k, p->chunks, p->streams);
+    }
+    default:
+        return OVL_ERR_PROTOCOL;
+    }
+}
+
+/* ----------------------------------------------------------- properties */
+
+/* What the handlers rely on once the check said OVL_OK. */
+static void check_accepted(const Ovl__Request *q)
+{
+    switch (q->body_case) {
+    case OVL__REQUEST__BODY_COMM_INIT: {
+        const Ovl__CommInit *c = q->comm_init;
+        CHECK(c->job_id.len >= 1 && c->job_id.len <= OVLD_JOB_ID_MAX);
+        CHECK(memchr(c->job_id.data, 0, c->job_id.len) == NULL);
+        CHECK(ovl_text_is_clean(c->job_id.data, c->job_id.len));
+        CHECK(c->world >= 1 && c->world <= OVL_PLAN_MAX_WORLD);
+        CHECK(c->rank < c->world);
+        CHECK((uint64_t)(uint32_t)c->world == c->world && (uint64_t)(uint32_t)c->rank == c->rank);
+        CHECK(c->device_uuid.len == UUID_LEN);
+        break;
+    }
+    case OVL__REQUEST__BODY_MEM_REGISTER: {
+        const Ovl__MemRegister *r = q->mem_register;
+        CHECK(r->fd_count <= 1);
+        CHECK(r->bytes > 0);
+        CHECK(r->ipc_handle.len <= IPC_MAX);
+        CHECK(r->device_uuid.len == 0 || r->device_uuid.len == UUID_LEN);
+        break;
+    }
+    case OVL__REQUEST__BODY_AG_GEMM:
+    case OVL__REQUEST__BODY_PLAN: {
+        uint64_t dtype, algo, m, n, k, chunks, streams;
+        if (q->body_case == OVL__REQUEST__BODY_AG_GEMM) {
+            const Ovl__AgGemm *g = q->ag_gemm;
+            dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
+            chunks = g->chunks, streams = g->streams;
+        } else {
+            const Ovl__PlanRequest *p = q->plan;
+            CHECK(p->world >= 1 && p->world <= OVL_PLAN_MAX_WORLD);
+            CHECK(p->rank < p->world);
+            dtype = p->dtype, algo = p->algo, m = p->m, n = p->n, k = p->k;
+            chunks = p->chunks, streams = p->streams;
+        }
+        CHECK(dtype <= OVL_DTYPE_FP32);
+        CHECK(algo <= OVL_ALGO_RING);
+        CHECK(ovl_dtype_name((ovl_dtype_t)dtype) != NULL && ovl_dtype_size((ovl_dtype_t)dtype) > 0);
+        CHECK(ovl_algo_name((ovl_algo_t)algo) != NULL);
+        CHECK(m > 0 && n > 0 && k > 0);
+        CHECK(chunks <= OVL_PLAN_MAX_CHUNKS);
+        CHECK(streams <= OVL_PLAN_MAX_STREAMS);
+        break;
+    }
+    case OVL__REQUEST__BODY_HELLO:
+    case OVL__REQUEST__BODY_STATUS:
+    case OVL__REQUEST__BODY_COMM_DESTROY:
+    case OVL__REQUEST__BODY_COMM_CHECK:
+    case OVL__REQUEST__BODY_MEM_DEREGISTER:
+    case OVL__REQUEST__BODY_STATS:
+        break;
+    default:
+        CHECK(!"an unknown body passed the check");
+    }
+}
+
+/* What on_hello does with the two strings of an accepted Hello, which end
+ * up in the log and in `ovlctl status`: ovl_text_sanitize into its buffers
+ * (32 bytes for the library version, 64 for the client name). The result
+ * is clean text inside the buffer, no longer than the input (each bad
+ * byte is one '?'), and the input itself when that is clean and fits. */
+static void check_sanitize(const uint8_t *s, size_t n, size_t cap)
+{
+    char dst[64 + 8];
+    CHECK(cap + 8 <= sizeof(dst));
+    memset(dst, 0x55, sizeof(dst));
+    size_t w = ovl_text_sanitize(dst, cap, s, n);
+    CHECK(w < cap && dst[w] == '\0' && strlen(dst) == w);
+    CHECK(dst[cap] == 0x55);
+    CHECK(ref_clean((const uint8_t *)dst, w));
+    CHECK(w <= n);
+    if (ref_clean(s, n) && n < cap)
+        CHECK(w == n && memcmp(dst, s, n) == 0);
+}
+
+static void check_hello_text(const Ovl__Hello *h)
+{
+    if (h->library_version && h->library_version[0])
+        check_sanitize((const uint8_t *)h->library_version, strlen(h->library_version), 32);
+    if (h->client_name.len)
+        check_sanitize(h->client_name.data, h->client_name.len, 64);
+}
+
+/* ovld_request_check as server.c calls it, then again with short buffers:
+ * returns the verdict. */
+static ovl_status_t check_request(const Ovl__Request *q)
+{
+    char err[ERR_LEN];
+    memset(err, 0xaa, sizeof(err));
+    ovl_status_t st = ovld_request_check(q, err, sizeof(err));
+    CHECK(st == OVL_OK || st == OVL_ERR_INVALID || st == OVL_ERR_PROTOCOL);
+    CHECK(st == ref_verdict(q));
+    if (st == OVL_OK) {
+        check_accepted(q);
+    } else {
+        CHECK(memchr(err, '\0', sizeof(err)) != NULL);
+        CHECK(err[0] != '\0');
+    }
+    if (st == OVL_OK && q->body_case == OVL__REQUEST__BODY_HELLO)
+        check_hello_text(q->hello);
+    if (q->body_case == OVL__REQUEST__BODY_COMM_INIT) {
+        const ProtobufCBinaryData *id = &q->comm_init->job_id;
+        CHECK(ovl_text_is_clean(id->data, id->len) == ref_clean(id->data, id->len));
+    }
+
+    /* The same verdict whatever the buffer; the message cut to fit. */
+    char small[17];
+    for (size_t len = 1; len <= sizeof(small) - 1; len += 5) {
+        memset(small, 0x55, sizeof(small));
+        CHECK(ovld_request_check(q, small, len) == st);
+        CHECK(small[len] == 0x55); /* nothing past the buffer */
+        CHECK(memchr(small, '\0', len) != NULL);
+        if (st != OVL_OK)
+            CHECK(strncmp(small, err, len - 1) == 0 && strlen(small) == strnlen(err, len - 1));
+    }
+    char none = 0x55;
+    CHECK(ovld_request_check(q, &none, 0) == st);
+    CHECK(none == 0x55);
+    return st;
+}
+
+/* --------------------------------------------------------------- stream */
+
+typedef struct splitter {
+    uint8_t mode;
+    uint32_t rng;
+} splitter_t;
+
+/* The next piece size, as in fuzz_wire.c. */
+static size_t next_piece(splitter_t *s, size_t left)
+{
+    size_t n;
+    switch (s->mode & 3) {
+    case 0:
+        n = left;
+        break;
+    case 1:
+        n = 1;
+        break;
+    case 2:
+        n = (size_t)((s->mode >> 2) & 0x1f) * 3 + 2;
+        break;
+    default:
+        s->rng = s->rng * 1103515245u + 12345u;
+        n = (s->rng >> 16) % 8 == 0 ? (s->rng >> 8) % 4096 + 1 : (s->rng >> 16) % 64 + 1;
+        break;
+    }
+    return n < left ? n : left;
+}
+
+static ovl_status_t put(ovl_wire_reader_t *r, bool socket_like, const uint8_t *p, size_t n,
+                        size_t *ret_taken)
+{
+    if (!socket_like) {
+        *ret_taken = n;
+        return ovl_wire_reader_feed(r, p, n);
+    }
+    uint8_t *dst;
+    size_t avail;
+    ovl_status_t st = ovl_wire_reader_space(r, &dst, &avail);
+    if (st != OVL_OK) {
+        *ret_taken = 0;
+        return st;
+    }
+    CHECK(avail >= 1);
+    size_t take = n < avail ? n : avail;
+    memcpy(dst, p, take);
+    ovl_wire_reader_commit(r, take);
+    *ret_taken = take;
+    return OVL_OK;
+}
+
+/* One frame as handle_frame takes it; false when ovld would close. */
+static bool handle_frame(const uint8_t *body, uint32_t len)
+{
+    Ovl__Request *q = ovl__request__unpack(NULL, len, body);
+    if (!q)
+        return false; /* "malformed request" */
+    ovl_status_t st = check_request(q);
+    ovl__request__free_unpacked(q, NULL);
+    return st != OVL_ERR_PROTOCOL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    splitter_t sp = {.mode = data[0], .rng = 0x9e3779b9u ^ data[0]};
+    bool socket_like = (data[0] & 0x80) != 0;
+    const uint8_t *s = data + 1;
+    size_t n = size - 1, off = 0;
+
+    ovl_wire_reader_t r;
+    ovl_wire_reader_init(&r, FUZZ_MAX_BODY);
+    bool open = true;
+    while (open && off < n) {
+        size_t taken = 0;
+        if (put(&r, socket_like, s + off, next_piece(&sp, n - off), &taken) != OVL_OK)
+            break; /* a bad header: ovld closes */
+        off += taken;
+        for (;;) {
+            const uint8_t *body;
+            uint32_t len;
+            ovl_status_t st = ovl_wire_reader_next(&r, &body, &len);
+            if (st != OVL_OK) {
+                open = st == OVL_ERR_AGAIN;
+                break;
+            }
+            CHECK(len <= FUZZ_MAX_BODY);
+            if (!handle_frame(body, len)) {
+                open = false;
+                break;
+            }
+        }
+    }
+    ovl_wire_reader_free(&r);
+    return 0;
+}
+
+/* ------------------------------------------------------------- standalone */
+
+#ifdef OVL_FUZZ_STANDALONE
+
+/* a UUID, and room for the longer ones tried */
+static uint8_t uuid[UUID_LEN + 8] = "ovl-host\0\0\0\0\0\0\0\1";
+
+/* Frames q behind a mode byte and runs it under a few split modes. */
+static void run_request(const Ovl__Request *q)
+{
+    static const uint8_t modes[] = {0x00, 0x01, 0x83, 0x7e};
+    size_t body = ovl__request__get_packed_size(q);
+    uint8_t *in = malloc(1 + OVL_WIRE_HEADER_SIZE + body);
+    CHECK(in != NULL);
+    ovl_wire_header_encode(in + 1, (uint32_t)body);
+    CHECK(ovl__request__pack(q, in + 1 + OVL_WIRE_HEADER_SIZE) == body);
+    for (size_t i = 0; i < sizeof(modes); i++) {
+        in[0] = modes[i];
+        fuzz_run(in, 1 + OVL_WIRE_HEADER_SIZE + body);
+    }
+    /* and every byte of the body changed once, whole */
+    in[0] = 0;
+    for (size_t i = 0; i < body; i++) {
+        uint8_t keep = in[1 + OVL_WIRE_HEADER_SIZE + i];
+        in[1 + OVL_WIRE_HEADER_SIZE + i] = (uint8_t)fuzz_prng();
+        fuzz_run(in, 1 + OVL_WIRE_HEADER_SIZE + body);
+        in[1 + OVL_WIRE_HEADER_SIZE + i] = keep;
+    }
+    free(in);
+}
+
+/* clang-format off */
+static const uint64_t edge[] = {0, 1, 2, 3, 4, 8, 9, 63, 64, 65, 1023, 1024, 1025, UINT32_MAX,
+                                (uint64_t)UINT32_MAX + 1, (uint64_t)UINT32_MAX + 3, UINT64_MAX};
+/* clang-format on */
+#define NEDGE (sizeof(edge) / sizeof(edge[0]))
+
+static void comm_inits(void)
+{
+    static const char *const ids[] = {
+        "train",
+        "",
+        "a",
+        "job-\xc3\xa9t\xc3\xa9", /* é */
+        "\xf0\x9f\x9a\x80",      /* U+1F680 */
+        "\xf4\x8f\xbf\xbf",      /* U+10FFFF */
+        "\xf4\x90\x80\x80",      /* past U+10FFFF */
+        "x\x1b[31mred",          /* ESC */
+        "x\xc2\x9b\x33\x31m",    /* C1 CSI, then "31m" */
+        "del\x7f",               /* DEL */
+        "\xc0\xaf",              /* overlong / */
+        "\xe0\x80\xaf",          /* overlong / */
+        "\xed\xa0\x80",          /* surrogate */
+        "\xc3",                  /* cut short */
+        "\x80",                  /* stray continuation */
+        "\xfe\xff",              /* not UTF-8 at all */
+        "tab\there",             /* C0 */
+    };
+    Ovl__CommInit c = OVL__COMM_INIT__INIT;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.id = 7;
+    q.body_case = OVL__REQUEST__BODY_COMM_INIT;
+    q.comm_init = &c;
+    c.device_uuid.data = uuid;
+    c.device_uuid.len = UUID_LEN;
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        c.job_id.data = (uint8_t *)ids[i];
+        c.job_id.len = strlen(ids[i]);
+        c.world = 4;
+        c.rank = 1;
+        run_request(&q);
+    }
+    /* NUL inside, and lengths around the limit */
+    uint8_t id[80];
+    memset(id, 'j', sizeof(id));
+    c.job_id.data = id;
+    for (size_t len = 61; len <= 66; len++) {
+        c.job_id.len = len;
+        run_request(&q);
+    }
+    id[3] = 0;
+    c.job_id.len = 10;
+    run_request(&q);
+    id[3] = 'j';
+    /* world and rank at their edges */
+    c.job_id.len = 5;
+    for (size_t w = 0; w < NEDGE; w++)
+        for (size_t r = 0; r < NEDGE; r += 3) {
+            c.world = edge[w];
+            c.rank = edge[r];
+            run_request(&q);
+            c.rank = edge[w] - 1;
+            run_request(&q);
+        }
+    c.world = 2;
+    c.rank = 0;
+    for (size_t len = 0; len <= 17; len++) {
+        c.device_uuid.len = len;
+        run_request(&q);
+    }
+}
+
+static void mem_registers(void)
+{
+    uint8_t ipc[66] = {0};
+    Ovl__MemRegister m = OVL__MEM_REGISTER__INIT;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.id = 9;
+    q.body_case = OVL__REQUEST__BODY_MEM_REGISTER;
+    q.mem_register = &m;
+    m.client_addr = 0x7f0000001000;
+    for (size_t f = 0; f < NEDGE; f += 2)
+        for (size_t b = 0; b < NEDGE; b += 4) {
+            m.fd_count = edge[f];
+            m.bytes = edge[b];
+            m.fd_offset = edge[(f + b) % NEDGE];
+            run_request(&q);
+        }
+    m.fd_count = 1;
+    m.bytes = 4096;
+    for (size_t len = 62; len <= 66; len++) {
+        m.ipc_handle.data = ipc;
+        m.ipc_handle.len = len;
+        run_request(&q);
+    }
+    m.ipc_handle.len = 0;
+    m.device_uuid.data = uuid;
+    for (size_t len = 0; len <= 17; len++) {
+        m.device_uuid.len = len;
+        run_request(&q);
+    }
+}
+
+static void ops(void)
+{
+    Ovl__BufRef a = OVL__BUF_REF__INIT, b = OVL__BUF_REF__INIT, c = OVL__BUF_REF__INIT;
+    a.mem_id = 1, b.mem_id = 2, c.mem_id = 3;
+    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
+    g.comm_id = 1, g.seq = 1, g.a = &a, g.b = &b, g.c = &c;
+    g.lda = 64, g.ldb = 64, g.ldc = 64, g.m = 16, g.n = 64, g.k = 64;
+    Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
+    p.world = 4, p.rank = 3, p.m = 1024, p.n = 256, p.k = 512;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    uint64_t *gf[] = {&g.dtype, &g.algo, &g.m, &g.n, &g.k, &g.chunks, &g.streams};
+    uint64_t *pf[] = {&p.dtype,  &p.algo,    &p.m,     &p.n,   &p.k,
+                      &p.chunks, &p.streams, &p.world, &p.rank};
+    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
+    q.ag_gemm = &g;
+    for (size_t f = 0; f < sizeof(gf) / sizeof(gf[0]); f++) {
+        uint64_t keep = *gf[f];
+        for (size_t e = 0; e < NEDGE; e++) {
+            *gf[f] = edge[e];
+            run_request(&q);
+        }
+        *gf[f] = keep;
+    }
+    g.a_out = &a;
+    run_request(&q);
+    q.id = 3;
+    q.body_case = OVL__REQUEST__BODY_PLAN;
+    q.plan = &p;
+    for (size_t f = 0; f < sizeof(pf) / sizeof(pf[0]); f++) {
+        uint64_t keep = *pf[f];
+        for (size_t e = 0; e < NEDGE; e++) {
+            *pf[f] = edge[e];
+            run_request(&q);
+        }
+        *pf[f] = keep;
+    }
+}
+
+static void others(void)
+{
+    Ovl__Request q = OVL__REQUEST__INIT;
+    run_request(&q); /* no body: a protocol error */
+    Ovl__Hello h = OVL__HELLO__INIT;
+    h.protocol_version = OVL_PROTOCOL_VERSION;
+    h.library_version = (char *)OVL_VERSION_STRING;
+    h.client_name.data = (uint8_t *)"fuzz_request";
+    h.client_name.len = 12;
+    q.id = 1;
+    q.body_case = OVL__REQUEST__BODY_HELLO;
+    q.hello = &h;
+    run_request(&q);
+    /* names that need cleaning, cut inside a sequence, at the buffer's size */
+    static const char *const names[] = {
+        "x\x1b[2Jy",
+        "\xc2\x9b",
+        "\xff\xfe",
+        "\xe2\x82",
+        "tab\tname",
+        "\xf0\x9f\x9a\x80",
+        "0123456789012345678901234567890123456789012345678901234567890\xc3\xa9",
+        "01234567890123456789012345678901234567890123456789012345678901\xc3\xa9",
+        "0123456789012345678901234567890123456789012345678901234567890123456789"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        h.client_name.data = (uint8_t *)names[i];
+        h.client_name.len = strlen(names[i]);
+        h.library_version = (char *)names[i];
+        run_request(&q);
+    }
+    h.library_version = (char *)OVL_VERSION_STRING;
+    h.protocol_version = (uint64_t)UINT32_MAX + 1 + OVL_PROTOCOL_VERSION;
+    h.wants = UINT64_MAX;
+    run_request(&q);
+    Ovl__StatusRequest st = OVL__STATUS_REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_STATUS;
+    q.status = &st;
+    run_request(&q);
+    Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
+    cd.comm_id = UINT64_MAX;
+    q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
+    q.comm_destroy = &cd;
+    run_request(&q);
+    Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
+    q.body_case = OVL__REQUEST__BODY_COMM_CHECK;
+    q.comm_check = &cc;
+    run_request(&q);
+    Ovl__MemDeregister md = OVL__MEM_DEREGISTER__INIT;
+    q.body_case = OVL__REQUEST__BODY_MEM_DEREGISTER;
+    q.mem_deregister = &md;
+    run_request(&q);
+    Ovl__StatsRequest sr = OVL__STATS_REQUEST__INIT;
+    sr.reset = true;
+    q.body_case = OVL__REQUEST__BODY_STATS;
+    q.stats = &sr;
+    run_request(&q);
+}
+
+/* Protobuf-ish noise in well-formed frames: field tags of Request and its
+ * messages, varints, lengths. */
+static void noise(int count)
+{
+    uint8_t in[1 + OVL_WIRE_HEADER_SIZE + 256];
+    for (int i = 0; i < count; i++) {
+        size_t body = fuzz_prng() % 257;
+        in[0] = (uint8_t)fuzz_prng();
+        ovl_wire_header_encode(in + 1, (uint32_t)body);
+        uint8_t *p = in + 1 + OVL_WIRE_HEADER_SIZE;
+        if (body >= 2) {
+            /* a body message in front, holding the rest */
+            p[0] = (uint8_t)((2 + fuzz_prng() % 10) << 3 | 2);
+            p[1] = (uint8_t)(body - 2 < 0x80 ? body - 2 : 0x7f);
+        }
+        for (size_t j = body >= 2 ? 2 : 0; j < body; j++) {
+            uint32_t x = fuzz_prng();
+            p[j] = (uint8_t)((x & 3) ? x % 0x98 : x >> 8);
+        }
+        fuzz_run(in, 1 + OVL_WIRE_HEADER_SIZE + body);
+    }
+}
+
+static void fuzz_builtin(void)
+{
+    others();
+    comm_inits();
+    mem_registers();
+    ops();
+    noise(20000);
+    fuzz_run(NULL, 0);
+}
+
+#endif /* OVL_FUZZ_STANDALONE */

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""gen_seeds.py: writes the hand-made seeds of the fuzz corpora.
+
+    tests/fuzz/gen_seeds.py [FUZZ_DIR]     (default: this script's directory)
+
+Writes seed_*.bin into corpus_request/ (framed Requests, encoded here by
+hand from proto/ovl.proto: standard library only), corpus_doorbell/
+(scripts for fuzz_doorbell.c) and seed_*.conf into corpus_config/
+(deploy/ovld.conf and variants). Files the fuzzer added (named by their
+SHA-1) are left alone. Run it again after changing the schema or a target's
+input format, then merge (docs/fuzzing.md).
+"""
+import os
+import re
+import struct
+import sys
+
+# ------------------------------------------------------------- protobuf
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def f_varint(num, v):
+    return varint(num << 3 | 0) + varint(v)
+
+
+def f_bytes(num, b):
+    if isinstance(b, str):
+        b = b.encode()
+    return varint(num << 3 | 2) + varint(len(b)) + b
+
+
+def frame(body):
+    return b"OVL1" + struct.pack("<I", len(body)) + body
+
+
+def request(rid, field, body):
+    return f_varint(1, rid) + f_bytes(field, body)
+
+
+UUID = b"ovl-host" + bytes(7) + b"\x01"
+
+
+def hello(version=4):
+    return (f_varint(1, version) + f_bytes(2, "0.3.0") + f_varint(3, 1234)
+            + f_bytes(4, "seed") + f_varint(5, 1))
+
+
+def comm_init(job=b"train", world=4, rank=1, uuid=UUID):
+    return f_bytes(1, job) + f_varint(2, world) + f_varint(3, rank) + f_bytes(4, uuid)
+
+
+def mem_register(nbytes=1 << 20, fd_count=1, ipc=b"", uuid=b""):
+    b = f_varint(1, 0x7F0000001000) + f_varint(2, nbytes) + f_varint(3, fd_count) + f_varint(4, 0)
+    if ipc:
+        b += f_bytes(5, ipc) + f_varint(6, 256)
+    if uuid:
+        b += f_bytes(7, uuid)
+    return b
+
+
+def bufref(mem, off=0):
+    return f_varint(1, mem) + f_varint(2, off)
+
+
+def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out=True):
+    b = (f_varint(1, 1) + f_varint(2, seq) + f_bytes(3, bufref(1)) + f_varint(4, k)
+         + f_bytes(5, bufref(2)) + f_varint(6, n) + f_varint(7, 1) + f_bytes(8, bufref(3))
+         + f_varint(9, n))
+    if a_out:
+        b += f_bytes(10, bufref(4)) + f_varint(11, k)
+    return (b + f_varint(12, m) + f_varint(13, n) + f_varint(14, k) + f_varint(15, dtype)
+            + f_varint(16, algo) + f_varint(17, chunks) + f_varint(18, streams))
+
+
+def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0):
+    return (f_varint(1, algo) + f_varint(2, world) + f_varint(3, rank) + f_varint(4, 1024)
+            + f_varint(5, 256) + f_varint(6, 512) + f_varint(7, dtype) + f_varint(8, chunks)
+            + f_varint(9, streams) + f_varint(10, 1))
+
+
+def request_seeds():
+    s = {}
+    s["hello"] = frame(request(1, 2, hello()))
+    s["hello_version_wide"] = frame(request(1, 2, hello(version=(1 << 32) + 4)))
+    s["status"] = frame(request(2, 3, b""))
+    s["comm_init"] = frame(request(3, 4, comm_init()))
+    s["comm_init_world_wraps"] = frame(request(3, 4, comm_init(world=(1 << 32) + 2, rank=0)))
+    s["comm_init_world_max"] = frame(request(3, 4, comm_init(world=1024, rank=1023)))
+    s["comm_init_rank_eq_world"] = frame(request(3, 4, comm_init(world=2, rank=2)))
+    s["comm_init_id_esc"] = frame(request(3, 4, comm_init(job=b"x\x1b[2Jy")))
+    s["comm_init_id_c1"] = frame(request(3, 4, comm_init(job=b"x\xc2\x9by")))
+    s["comm_init_id_nul"] = frame(request(3, 4, comm_init(job=b"tr\x00in")))
+    s["comm_init_id_utf8"] = frame(request(3, 4, comm_init(job="j\u00e9b-\U0001f680".encode())))
+    s["comm_init_id_63"] = frame(request(3, 4, comm_init(job=b"j" * 63)))
+    s["comm_init_id_64"] = frame(request(3, 4, comm_init(job=b"j" * 64)))
+    s["comm_init_uuid_short"] = frame(request(3, 4, comm_init(uuid=UUID[:15])))
+    s["comm_destroy"] = frame(request(4, 5, f_varint(1, 1)))
+    s["comm_check"] = frame(request(5, 6, f_varint(1, 1)))
+    s["mem_register"] = frame(request(6, 7, mem_register()))
+    s["mem_register_two_fds"] = frame(request(6, 7, mem_register(fd_count=2)))
+    s["mem_register_fds_wrap"] = frame(request(6, 7, mem_register(fd_count=(1 << 32) + 1)))
+    s["mem_register_zero"] = frame(request(6, 7, mem_register(nbytes=0, fd_count=0)))
+    s["mem_register_ipc"] = frame(request(6, 7, mem_register(fd_count=0, ipc=bytes(64), uuid=UUID)))
+    s["mem_register_ipc_long"] = frame(request(6, 7, mem_register(fd_count=0, ipc=bytes(65))))
+    s["mem_deregister"] = frame(request(7, 8, f_varint(1, 1)))
+    s["ag_gemm"] = frame(request(0, 9, ag_gemm()))
+    s["ag_gemm_plain"] = frame(request(0, 9, ag_gemm(algo=0, chunks=0, streams=0, a_out=False)))
+    s["ag_gemm_dtype_bad"] = frame(request(0, 9, ag_gemm(dtype=3)))
+    s["ag_gemm_chunks_wrap"] = frame(request(0, 9, ag_gemm(chunks=(1 << 32) + 4)))
+    s["ag_gemm_streams_9"] = frame(request(0, 9, ag_gemm(streams=9)))
+    s["ag_gemm_m_zero"] = frame(request(0, 9, ag_gemm(m=0)))
+    s["plan"] = frame(request(8, 10, plan()))
+    s["plan_world_1025"] = frame(request(8, 10, plan(world=1025, rank=0)))
+    s["plan_algo_4"] = frame(request(8, 10, plan(algo=4)))
+    s["stats_reset"] = frame(request(9, 11, f_varint(1, 1)))
+    s["no_body"] = frame(f_varint(1, 10))
+    s["empty"] = frame(b"")
+    s["session"] = b"".join(
+        frame(x) for x in [
+            request(1, 2, hello()),
+            request(2, 4, comm_init()),
+            request(3, 7, mem_register()),
+            request(4, 7, mem_register()),
+            request(5, 7, mem_register()),
+            request(0, 9, ag_gemm(seq=1)),
+            request(0, 9, ag_gemm(seq=2, algo=1)),
+            request(6, 6, f_varint(1, 1)),
+            request(7, 10, plan()),
+            request(8, 5, f_varint(1, 1)),
+        ])
+    out = {}
+    for name, stream in s.items():
+        out["seed_" + name + ".bin"] = b"\x00" + stream
+    # the session also byte by byte, and through space/commit in random pieces
+    out["seed_session_bytewise.bin"] = b"\x01" + s["session"]
+    out["seed_session_socket.bin"] = b"\x83" + s["session"]
+    return out
+
+
+# ------------------------------------------------------------- doorbell
+
+# opcodes of fuzz_doorbell.c
+STORE, RAW, ISSUE, ISSUE_NOMEM, STEP, READY, RELEASE, OVERWRITE = range(8)
+F_READY, F_DONE, F_ERROR, F_WAKE, F_ERROR_SEQ = range(5)
+
+
+def store(field, value):
+    return bytes([STORE, field]) + struct.pack("<Q", value & ((1 << 64) - 1))
+
+
+def doorbell_seeds():
+    s = {}
+    # the client leaves with an op waiting, then writes ready = 0
+    s["hostile_ready"] = bytes([0, ISSUE, 0, STEP, RELEASE]) + store(F_READY, 0) + bytes([STEP, STEP])
+    # a well-behaved session: ready, wait, done, three ops
+    s["session"] = bytes([0]) + bytes([ISSUE, 0, READY, 0, STEP, STEP] * 3)
+    # done written ahead of ovld by the client, rings out of order
+    s["done_ahead"] = (bytes([0]) + store(F_DONE, (1 << 64) - 1)
+                       + bytes([ISSUE, 0, ISSUE, 5, ISSUE_NOMEM, READY, 2, STEP, STEP, STEP, STEP]))
+    # the error word set by the client before the first failure
+    s["error_preset"] = bytes([0]) + store(F_ERROR, 1) + bytes([ISSUE, 7, READY, 0, STEP, STEP])
+    # the wake counter about to wrap
+    s["wake_wrap"] = bytes([0]) + store(F_WAKE, 0xFFFFFFFF) + bytes([ISSUE, 0, READY, 0, STEP, STEP])
+    # a page of 0xff, base seq near 2^32
+    s["page_ff"] = bytes([0xFF, ISSUE, 1, STEP, RELEASE, STEP, STEP])
+    s["base_2p32"] = bytes([0x41, ISSUE, 0, ISSUE, 0, READY, 1, STEP, STEP, STEP])
+    # unaligned raw writes across ready/done, and an overwrite of the head
+    s["raw_unaligned"] = (bytes([0, ISSUE, 0, RAW, 5, 0, 7]) + bytes(range(1, 9))
+                          + bytes([STEP, OVERWRITE, 24]) + bytes([0xAB] * 24) + bytes([STEP, STEP]))
+    # slots written (ovld ignores them on the host backend)
+    s["slots"] = (bytes([0]) + store(5, 1) + store(5 + 64, 1) + store(5 + 63, (1 << 63))
+                  + bytes([ISSUE, 0, STEP, RELEASE]))
+    # a full stream queue, then the release
+    s["full_queue"] = bytes([0]) + bytes([ISSUE, 0] * 40) + bytes([RELEASE])
+    return {"seed_" + k + ".bin": v for k, v in s.items()}
+
+
+# --------------------------------------------------------------- config
+
+
+def config_seeds(root):
+    with open(os.path.join(root, "deploy", "ovld.conf"), "rb") as f:
+        sample = f.read()
+    # the sample's commented-out settings, "# key = value", uncommented
+    every = b"".join(
+        line[2:] + b"\n" for line in sample.splitlines()
+        if re.fullmatch(rb"# [a-z_]+ = [^ ]+", line))
+    s = {}
+    s["ovld"] = sample
+    s["every_key"] = every + b"socket_group = ovl\n"
+    s["every_key_crlf"] = (every + b"socket_group = ovl\n").replace(b"\n", b"\r\n")
+    s["no_final_newline"] = b"max_jobs = 5\nlog_level = debug"
+    s["sizes"] = b"max_frame_bytes = 64MiB\nmax_mapped_bytes = 16T\nmax_mapped_bytes_per_uid = 4kb\n"
+    s["auto"] = b"max_mappings = auto\ndefault_algo = ring\ndefault_chunks = 64\ndefault_streams = 8\n"
+    s["limits"] = (b"max_connections_per_uid = 65536\nmax_jobs_per_uid = 1\n"
+                   b"max_registrations_per_uid = 1048576\nmax_mappings = 16777216\n"
+                   b"hello_timeout_ms = 100\n")
+    s["duplicate"] = b"max_jobs = 5\n\n# again\nmax_jobs = 6\n"
+    s["unknown_key"] = b"log_level = info\nmax_job = 5\n"
+    s["no_equals"] = b"backend host\n"
+    s["empty_value"] = b"backend =\n"
+    s["out_of_range"] = b"hello_timeout_ms = 99\n"
+    s["overflow"] = b"max_mapped_bytes = 18446744073709551616\n"
+    s["control"] = b"socket = /run/ovl/\x1b[2J.sock\n"
+    s["long_line"] = b"# " + b"x" * 4100 + b"\n"
+    s["long_socket"] = b"socket = /" + b"p" * 120 + b"\n"
+    return {"seed_" + k + ".conf": v for k, v in s.items()}
+
+
+def write(d, files):
+    os.makedirs(d, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    print(f"{d}: {len(files)} seeds")
+
+
+def main():
+    here = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    write(os.path.join(here, "corpus_request"), request_seeds())
+    write(os.path.join(here, "corpus_doorbell"), doorbell_seeds())
+    write(os.path.join(here, "corpus_config"), config_seeds(root))
+
+
+if __name__ == "__main__":
+    main()
