@@ -125,6 +125,10 @@ struct ovld_rank {
     void *scratch;
     size_t scratch_bytes;
     cuda_done_t *inflight; /* loop thread only */
+    /* Released (its client gone): the value every slot must hold, kept in
+     * ovld's memory, since the page is the client's to write too. */
+    uint64_t release_value; /* 0: not released */
+    bool release_undone;    /* a slot was found written after the release (logged once) */
     struct ovld_rank *next;
 };
 
@@ -545,6 +549,7 @@ static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi
      * too: the dying client's stream, blocked waiting for done, is let go.
      * Not UINT64_MAX: the GPU compares cyclically (proto/doorbell.h). */
     uint64_t v = ovl_doorbell_release_value(seq_hi);
+    r->release_value = v;
     for (uint32_t i = 0; i < OVL_READY_SLOTS; i++) {
         __atomic_store_n(&r->db->ready_slot[i], v, __ATOMIC_RELEASE);
         __atomic_store_n(&r->db->done_slot[i], v, __ATOMIC_RELEASE);
@@ -1216,6 +1221,38 @@ static const char *cuda_last_error(ovld_backend_t *b)
     return cuda_last_err;
 }
 
+/* A released rank's GPU waits read the shared page, which a client that
+ * left but kept its mapping can still write: a ready slot set back below
+ * the release would hold ovld's stream for ever (found by reading, with
+ * tests/fuzz/fuzz_doorbell.c's model of the host backend). Every
+ * watchdog tick, the slot of each op still in flight on such a rank gets
+ * the release value again if it holds less than the op. A client that
+ * overwrites it in a tight loop can still delay its own rank's ops; only
+ * its own job waits on them. */
+static void restore_release(struct ovld_rank *r)
+{
+    if (!r->release_value)
+        return;
+    for (cuda_done_t *d = r->inflight; d; d = d->next) {
+        if (atomic_load(&d->state) != 0)
+            continue;
+        /* The dying client's stream may still write n there for its op n,
+         * which satisfies the wait: only a value below it (compared as the
+         * GPU does, cyclically) is undone. */
+        uint64_t *slot = &r->db->ready_slot[d->node.seq % OVL_READY_SLOTS];
+        if ((int64_t)(__atomic_load_n(slot, __ATOMIC_RELAXED) - d->node.seq) >= 0)
+            continue;
+        __atomic_store_n(slot, r->release_value, __ATOMIC_RELEASE);
+        if (!r->release_undone) {
+            r->release_undone = true;
+            log_warn("device %d: a released rank's doorbell was written below op %" PRIu64
+                     " after its client left (a process keeps the page mapped); ovld "
+                     "releases it again",
+                     r->dev->ordinal, d->node.seq);
+        }
+    }
+}
+
 /* Host functions never run after a context error: look at old ops' events
  * and at NCCL's asynchronous errors, and report the failure ourselves. */
 static void on_watchdog(uv_timer_t *t)
@@ -1223,6 +1260,7 @@ static void on_watchdog(uv_timer_t *t)
     cuda_backend_t *cb = t->data;
     uint64_t now = ovl_mono_ns();
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
+        restore_release(r);
         ncclResult_t nr = ncclSuccess;
         /* A worker may be creating or aborting the communicator right now. */
         if (r->nccl && !r->setup_pending)
