@@ -337,63 +337,111 @@ typedef struct xtask {
     struct xtask *next;
 } xtask_t;
 
-static struct {
+struct ovld_exec_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     xtask_t *head, *tail;
     uint32_t free;
-} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    bool stopping;
+    pthread_t *threads; /* every thread made, joined by ovld_exec_pool_destroy */
+    uint32_t nthreads, cap;
+};
 
 static void *pool_main(void *arg)
 {
-    (void)arg;
-    pthread_mutex_lock(&pool.mu);
+    ovld_exec_pool_t *pool = arg;
+    pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool.head)
-            pthread_cond_wait(&pool.cv, &pool.mu);
-        xtask_t *t = pool.head;
-        pool.head = t->next;
-        if (!pool.head)
-            pool.tail = NULL;
-        pthread_mutex_unlock(&pool.mu);
+        while (!pool->head && !pool->stopping)
+            pthread_cond_wait(&pool->cv, &pool->mu);
+        if (!pool->head) /* stopping, and nothing left to issue */
+            break;
+        xtask_t *t = pool->head;
+        pool->head = t->next;
+        if (!pool->head)
+            pool->tail = NULL;
+        pthread_mutex_unlock(&pool->mu);
         xrun_t *x = t->x;
         xrank(x, t->rank);
         pthread_mutex_lock(&x->mu);
         if (--x->pending == 0)
             pthread_cond_broadcast(&x->cv);
         pthread_mutex_unlock(&x->mu);
-        pthread_mutex_lock(&pool.mu);
-        pool.free++;
+        pthread_mutex_lock(&pool->mu);
+        pool->free++;
     }
+    pthread_mutex_unlock(&pool->mu);
     return NULL;
+}
+
+ovl_status_t ovld_exec_pool_create(ovld_exec_pool_t **ret_pool)
+{
+    ovld_exec_pool_t *pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        return OVL_ERR_NOMEM;
+    if (pthread_mutex_init(&pool->mu, NULL) != 0) {
+        free(pool);
+        return OVL_ERR_SYSTEM;
+    }
+    if (pthread_cond_init(&pool->cv, NULL) != 0) {
+        pthread_mutex_destroy(&pool->mu);
+        free(pool);
+        return OVL_ERR_SYSTEM;
+    }
+    *ret_pool = pool;
+    return OVL_OK;
+}
+
+void ovld_exec_pool_destroy(ovld_exec_pool_t *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->mu);
+    pool->stopping = true;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (uint32_t i = 0; i < pool->nthreads; i++)
+        pthread_join(pool->threads[i], NULL);
+    free(pool->threads);
+    pthread_cond_destroy(&pool->cv);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
 }
 
 /* Queues n tasks, each with a thread; false if threads could not be made
  * (nothing is queued then). */
-static bool pool_submit(xtask_t *tasks, uint32_t n)
+static bool pool_submit(ovld_exec_pool_t *pool, xtask_t *tasks, uint32_t n)
 {
-    pthread_mutex_lock(&pool.mu);
-    while (pool.free < n) {
-        pthread_t th;
-        int e = ovl_thread_start(&th, pool_main, NULL);
-        if (e != 0) {
-            pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_lock(&pool->mu);
+    while (pool->free < n) {
+        if (pool->nthreads == pool->cap) {
+            uint32_t cap = pool->cap ? 2 * pool->cap : 8;
+            pthread_t *nt = realloc(pool->threads, cap * sizeof(*nt));
+            if (!nt) {
+                pthread_mutex_unlock(&pool->mu);
+                return false;
+            }
+            pool->threads = nt;
+            pool->cap = cap;
+        }
+        if (ovl_thread_start(&pool->threads[pool->nthreads], pool_main, pool) != 0) {
+            pthread_mutex_unlock(&pool->mu);
             return false;
         }
-        pthread_detach(th);
-        pool.free++;
+        pool->nthreads++;
+        pool->free++;
     }
-    pool.free -= n;
+    pool->free -= n;
     for (uint32_t i = 0; i < n; i++) {
         tasks[i].next = NULL;
-        if (pool.tail)
-            pool.tail->next = &tasks[i];
+        if (pool->tail)
+            pool->tail->next = &tasks[i];
         else
-            pool.head = &tasks[i];
-        pool.tail = &tasks[i];
+            pool->head = &tasks[i];
+        pool->tail = &tasks[i];
     }
-    pthread_cond_broadcast(&pool.cv);
-    pthread_mutex_unlock(&pool.mu);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
     return true;
 }
 
@@ -451,8 +499,9 @@ static void exec_wait_pool(xrun_t *x)
     }
 }
 
-static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
-                                  char *err, size_t errlen)
+static ovl_status_t exec_parallel(ovld_exec_pool_t *pool, ovld_backend_t *b,
+                                  const ovld_exec_op_t *op, uint32_t maxev, char *err,
+                                  size_t errlen)
 {
     uint32_t w = op->world;
     xrun_t x = {.b = b, .op = op, .maxev = maxev, .st = OVL_OK};
@@ -476,7 +525,7 @@ static ovl_status_t exec_parallel(ovld_backend_t *b, const ovld_exec_op_t *op, u
     x.pending = w - 1;
     for (uint32_t r = 1; r < w; r++)
         tasks[r - 1] = (xtask_t){.x = &x, .rank = r};
-    if (!pool_submit(tasks, w - 1)) {
+    if (!pool_submit(pool, tasks, w - 1)) {
         /* no threads to be had: this thread walks every rank */
         pthread_mutex_destroy(&x.mu);
         pthread_cond_destroy(&x.cv);
@@ -509,13 +558,15 @@ out:
     return st;
 }
 
-ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *err, size_t errlen)
+ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
+                           char *err, size_t errlen)
 {
     uint32_t maxev = 0;
     for (uint32_t r = 0; r < op->world; r++)
         if (op->ranks[r].plan->nevents > maxev)
             maxev = op->ranks[r].plan->nevents;
-    if (op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events || !parallel_fits(op))
+    if (!pool || op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events ||
+        !parallel_fits(op))
         return exec_serial(b, op, maxev, err, errlen);
     /* Every event a thread may look up, fail_rest's joins included. */
     for (uint32_t r = 0; r < op->world; r++) {
@@ -527,5 +578,5 @@ ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *er
             return st;
         }
     }
-    return exec_parallel(b, op, maxev, err, errlen);
+    return exec_parallel(pool, b, op, maxev, err, errlen);
 }

@@ -39,11 +39,24 @@ typedef struct ovld_exec_op {
     ovld_exec_rank_t *ranks; /* world entries, by rank */
 } ovld_exec_op_t;
 
+/* The threads that issue ranks in parallel: made as needed (one per rank
+ * beyond the first of the largest op), kept, and joined when the pool is
+ * destroyed. Owned by the daemon's context; no hidden global. */
+typedef struct ovld_exec_pool ovld_exec_pool_t;
+
+ovl_status_t ovld_exec_pool_create(ovld_exec_pool_t **ret_pool);
+/* Stops and joins every thread. No ovld_exec_run may be in progress (it
+ * returns only once its threads are done with the op). Accepts NULL. */
+void ovld_exec_pool_destroy(ovld_exec_pool_t *pool);
+
 /*
  * Issues the op on every rank. Whatever happens, every rank's done is rung
  * exactly once for op->seq (with the error if issuing failed half-way), so no
  * client waits forever. Returns the status of issuing, with a message in err.
+ * pool: the threads for a parallel issue; NULL issues every rank from the
+ * calling thread.
  */
-ovl_status_t ovld_exec_run(ovld_backend_t *b, const ovld_exec_op_t *op, char *err, size_t errlen);
+ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
+                           char *err, size_t errlen);
 
 #endif /* OVLD_EXEC_H */

@@ -375,7 +375,7 @@ static void op_run(ovld_t *d, ovld_job_t *j, ovld_op_t *op, const ovl_plan_param
         j->scratch_bytes = scratch; /* every rank holds it now */
     char err[256] = "";
     op->ringing = true;
-    ovl_status_t st = ovld_exec_run(d->backend, &x, err, sizeof(err));
+    ovl_status_t st = ovld_exec_run(d->exec_pool, d->backend, &x, err, sizeof(err));
     ovld_count_issue(&d->counters, ovl_mono_ns() - t0);
     if (st != OVL_OK) {
         /* the executor rang every doorbell with the error */

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "job.h"
 #include "log.h"
 #include "ovld.h"
@@ -333,6 +334,12 @@ int main(int argc, char **argv)
         report_ready(&ready_fd, 1);
         return 1;
     }
+    st = ovld_exec_pool_create(&d->exec_pool);
+    if (st != OVL_OK) {
+        log_error("cannot set up the issuing threads: %s", ovl_strerror(st));
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
     st = ovld_server_start(d, err, sizeof(err));
     if (st != OVL_OK) {
         log_error("%s", err);
@@ -382,6 +389,9 @@ int main(int argc, char **argv)
         if (rc != 0)
             log_debug("uv_loop_close: %s", uv_strerror(rc));
     }
+    /* Issuing is synchronous: no op is being issued once the loop ended. */
+    ovld_exec_pool_destroy(d->exec_pool);
+    d->exec_pool = NULL;
     if (d->self_pidfd >= 0)
         close(d->self_pidfd);
     log_info("stopped");

@@ -50,6 +50,7 @@ typedef struct ovld {
     ovld_config_t cfg;
     char config_path[PATH_MAX]; /* "" if none */
     ovld_backend_t *backend;
+    struct ovld_exec_pool *exec_pool; /* threads that issue a ring op's ranks (exec.h) */
     uint64_t start_ns;
 
     int listen_fd;
