@@ -507,20 +507,8 @@ fail:
 
 static void release_comm(struct ovl_comm *cm)
 {
-    struct ovl_doorbell *db = cm->db;
-    uint64_t done = __atomic_load_n(&db->done, __ATOMIC_ACQUIRE);
-    uint64_t seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED);
-    uint64_t v = ovl_doorbell_release_value(seq > done ? seq : done);
-    if (__atomic_load_n(&db->error, __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&db->error_seq, done + 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&db->error, (int32_t)OVL_ERR_CLOSED, __ATOMIC_RELEASE);
-    }
-    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
-        __atomic_store_n(&db->done_slot[i], v, __ATOMIC_RELEASE);
-    __atomic_store_n(&db->done, v, __ATOMIC_RELEASE);
-    /* host backend: a waiter may sleep on the futex word */
-    __atomic_add_fetch(&db->wake, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &db->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    ovl_doorbell_release_closed(cm->db, __atomic_load_n(&cm->seq, __ATOMIC_RELAXED),
+                                (int32_t)OVL_ERR_CLOSED);
 }
 
 typedef enum daemon_fate {

@@ -173,11 +173,17 @@ typedef enum ovl_dtype {
     OVL_DTYPE_FP32 = 2,
 } ovl_dtype_t;
 
+/* Not a value: the number of values (one past the last, OVL_DTYPE_FP32).
+ * Kept out of the enum so that switches over ovl_dtype_t stay exhaustive;
+ * a new dtype moves it. */
+#define OVL_DTYPE_COUNT (OVL_DTYPE_FP32 + 1)
+
 typedef enum ovl_algo {
     OVL_ALGO_AUTO = 0,       /* the daemon chooses */
     OVL_ALGO_NAIVE = 1,      /* all-gather, then one GEMM */
     OVL_ALGO_COLLECTIVE = 2, /* chunked all-gather overlapped with chunk GEMMs */
     OVL_ALGO_RING = 3,       /* own shard first, peers' shards by pulls */
+    OVL_ALGO_COUNT,          /* not a value: the number of values (stays last) */
 } ovl_algo_t;
 
 /*

@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "libovl_internal.h"
 #include "num.h"
 #include "ovl.h"
 #include "plan.h"
 #include "text.h"
+#include "uuid.h"
 
 #define EXIT_USAGE 2
 

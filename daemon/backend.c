@@ -7,13 +7,6 @@
 #include "backend.h"
 #include "log.h"
 
-void ovld_uuid_format(const uint8_t u[OVLD_UUID_LEN], const char *prefix, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             prefix, u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
-             u[12], u[13], u[14], u[15]);
-}
-
 int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len)
 {
     if (!uuid || len != OVLD_UUID_LEN)

@@ -23,9 +23,10 @@
 #include <uv.h>
 
 #include "config.h"
+#include "gemm_args.h" /* ovld_view_t, ovld_gemm_args_t */
 #include "ovl.h"
+#include "uuid.h" /* OVLD_UUID_LEN, ovld_uuid_format (proto/, shared with ovlctl) */
 
-#define OVLD_UUID_LEN 16
 #define OVLD_IPC_HANDLE_MAX 64 /* bytes: cudaIpcMemHandle_t is 64 */
 
 typedef struct ovld_device_info {
@@ -34,18 +35,6 @@ typedef struct ovld_device_info {
     uint64_t total_memory;
     bool mps; /* CUDA: contexts are shared through MPS */
 } ovld_device_info_t;
-
-/* A strided row-major matrix view in the daemon's address space. */
-typedef struct ovld_view {
-    void *ptr;
-    uint64_t ld; /* elements */
-} ovld_view_t;
-
-/* The view from row `row` of v on (elements of elem bytes). */
-static inline ovld_view_t ovld_view_rows(ovld_view_t v, uint64_t row, size_t elem)
-{
-    return (ovld_view_t){.ptr = (char *)v.ptr + row * v.ld * elem, .ld = v.ld};
-}
 
 typedef struct ovld_backend ovld_backend_t;
 typedef struct ovld_rank ovld_rank_t; /* one rank of one job on one device */
@@ -68,18 +57,6 @@ typedef struct ovld_doorbell_export {
     int fd;          /* a dup of the doorbell memfd for the client (caller closes) */
     uint64_t offset; /* offset of struct ovl_doorbell in that file */
 } ovld_doorbell_export_t;
-
-/* A GEMM over nblocks row blocks: for b in [0, nblocks):
- *   C[b*block_stride + i][j] = sum_l A[b*block_stride + i][l] * op(B)[l][j]
- * for i in [0, rows); A is rows x k, op(B) k x n. */
-typedef struct ovld_gemm_args {
-    ovl_dtype_t dtype;
-    uint64_t rows, n, k;
-    uint32_t nblocks;
-    uint64_t block_stride; /* rows between consecutive blocks, in A and C */
-    ovld_view_t a, b, c;
-    bool transb;
-} ovld_gemm_args_t;
 
 /* One rank's part of an all-gather of shard rows [row0, row0+rows): rank b's
  * rows land in g at rows [b*m + row0, ...). */
@@ -198,9 +175,5 @@ ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld
 
 /* The index of the device with this UUID, or -1. */
 int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len);
-
-/* Formats a device UUID as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" style
- * text with the given prefix; buf must hold 64 bytes. */
-void ovld_uuid_format(const uint8_t uuid[OVLD_UUID_LEN], const char *prefix, char *buf, size_t len);
 
 #endif /* OVLD_BACKEND_H */

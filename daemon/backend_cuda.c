@@ -418,7 +418,7 @@ static void rank_free_resources(struct ovld_rank *r)
         }
         if (r->db) {
             FREE_TRY(cudaHostUnregister(r->db));
-            munmap(r->db, OVL_DOORBELL_SIZE);
+            ovl_doorbell_destroy(r->db, -1); /* the fd: below */
         }
         if (r->scratch)
             FREE_TRY(cudaFree(r->scratch));
@@ -473,14 +473,10 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     }
     if (ce == cudaSuccess) {
         what = "the doorbell (memfd)";
-        r->db_fd = memfd_create("ovl-doorbell", MFD_CLOEXEC);
-        void *p = MAP_FAILED;
-        if (r->db_fd >= 0 && ftruncate(r->db_fd, OVL_DOORBELL_SIZE) == 0)
-            p = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, r->db_fd, 0);
-        if (p == MAP_FAILED) {
+        struct ovl_doorbell *p = NULL;
+        if (ovl_doorbell_create(&p, &r->db_fd) != OVL_OK) {
             ce = cudaErrorMemoryAllocation;
         } else {
-            memset(p, 0, OVL_DOORBELL_SIZE);
             what = "cudaHostRegister (doorbell)";
             ce = cudaHostRegister(p, OVL_DOORBELL_SIZE,
                                   cudaHostRegisterMapped | cudaHostRegisterPortable);
@@ -489,7 +485,7 @@ static ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
                 what = "cudaHostGetDevicePointer (doorbell)";
                 ce = cudaHostGetDevicePointer((void **)&r->db_dev, p, 0);
             } else {
-                munmap(p, OVL_DOORBELL_SIZE);
+                ovl_doorbell_destroy(p, -1); /* the fd goes with the rank */
             }
         }
     }
@@ -548,12 +544,7 @@ static void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi
      * slots whose waits they satisfy (proto/doorbell.h). The done slots
      * too: the dying client's stream, blocked waiting for done, is let go.
      * Not UINT64_MAX: the GPU compares cyclically (proto/doorbell.h). */
-    uint64_t v = ovl_doorbell_release_value(seq_hi);
-    r->release_value = v;
-    for (uint32_t i = 0; i < OVL_READY_SLOTS; i++) {
-        __atomic_store_n(&r->db->ready_slot[i], v, __ATOMIC_RELEASE);
-        __atomic_store_n(&r->db->done_slot[i], v, __ATOMIC_RELEASE);
-    }
+    r->release_value = ovl_doorbell_release_slots(r->db, seq_hi);
 }
 
 static ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes,

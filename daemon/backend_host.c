@@ -533,14 +533,8 @@ static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
         pthread_cond_destroy(&r->idle_cv);
         goto fail_free;
     }
-    r->db_fd = memfd_create("ovl-doorbell", MFD_CLOEXEC);
-    if (r->db_fd < 0 || ftruncate(r->db_fd, OVL_DOORBELL_SIZE) != 0)
+    if (ovl_doorbell_create(&r->db, &r->db_fd) != OVL_OK)
         goto fail;
-    r->db = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, r->db_fd, 0);
-    if (r->db == MAP_FAILED) {
-        r->db = NULL;
-        goto fail;
-    }
     memset(ret_db, 0, sizeof(*ret_db));
     ret_db->fd = fcntl(r->db_fd, F_DUPFD_CLOEXEC, 0);
     if (ret_db->fd < 0)
@@ -569,10 +563,7 @@ static ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_ra
     *ret_rank = r;
     return OVL_OK;
 fail:
-    if (r->db)
-        munmap(r->db, OVL_DOORBELL_SIZE);
-    if (r->db_fd >= 0)
-        close(r->db_fd);
+    ovl_doorbell_destroy(r->db, r->db_fd);
     pthread_mutex_destroy(&r->err_mu);
     pthread_cond_destroy(&r->idle_cv);
 fail_free:
@@ -616,8 +607,7 @@ static void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
         r->reserve = w->next;
         free(w);
     }
-    munmap(r->db, OVL_DOORBELL_SIZE);
-    close(r->db_fd);
+    ovl_doorbell_destroy(r->db, r->db_fd);
     free(r->scratch);
     pthread_mutex_destroy(&r->err_mu);
     pthread_cond_destroy(&r->idle_cv);

@@ -348,11 +348,10 @@ static void list_names(const named_value_t *table, size_t n, char *buf, size_t l
 
 static void list_algos(char *buf, size_t len)
 {
-    named_value_t table[16];
-    size_t n = 0;
-    for (; n < NELEM(table) && ovl_algo_name((ovl_algo_t)n) != NULL; n++)
+    named_value_t table[OVL_ALGO_COUNT];
+    for (size_t n = 0; n < OVL_ALGO_COUNT; n++)
         table[n] = (named_value_t){ovl_algo_name((ovl_algo_t)n), (int)n};
-    list_names(table, n, buf, len);
+    list_names(table, OVL_ALGO_COUNT, buf, len);
 }
 
 static void store_uint(ovld_config_t *cfg, const key_spec_t *key, uint64_t v)

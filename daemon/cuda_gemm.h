@@ -18,7 +18,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
+#include "gemm_args.h"
+#include "ovl.h"
 
 #define OVLD_LT_WORKSPACE (32u << 20) /* per stream; what cuBLAS recommends on Hopper */
 

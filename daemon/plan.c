@@ -307,7 +307,9 @@ static bool params_valid(const ovl_plan_params_t *p)
     /* G has world*m rows; row arithmetic must not wrap */
     if (p->m > UINT64_MAX / p->world)
         return false;
-    if (p->algo != OVL_ALGO_NAIVE && p->algo != OVL_ALGO_COLLECTIVE && p->algo != OVL_ALGO_RING)
+    /* AUTO is resolved before building; an algorithm without an emitter
+     * fails in ovl_plan_build's switch */
+    if (p->algo == OVL_ALGO_AUTO || (unsigned)p->algo >= OVL_ALGO_COUNT)
         return false;
     if (ovl_dtype_size(p->dtype) == 0)
         return false;

@@ -69,6 +69,11 @@ typedef enum ovl_instr_kind {
     OVL_I_DONE,
 } ovl_instr_kind_t;
 
+/* Not a kind: the number of kinds (one past the last, OVL_I_DONE). Kept out
+ * of the enum so that switches over the kinds stay exhaustive; a new kind
+ * moves it. */
+#define OVL_I_COUNT (OVL_I_DONE + 1)
+
 typedef enum ovl_gemm_src {
     OVL_SRC_GATHERED = 0,
     OVL_SRC_LOCAL = 1,

@@ -103,9 +103,9 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
                                    uint64_t k, uint64_t chunks, uint64_t streams, char *err,
                                    size_t errlen)
 {
-    if (dtype > OVL_DTYPE_FP32)
+    if (dtype >= OVL_DTYPE_COUNT)
         return bad(err, errlen, "unknown dtype %" PRIu64, dtype);
-    if (algo > OVL_ALGO_RING)
+    if (algo >= OVL_ALGO_COUNT)
         return bad(err, errlen, "unknown algorithm %" PRIu64, algo);
     if (m == 0 || n == 0 || k == 0)
         return bad(err, errlen,

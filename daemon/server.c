@@ -787,8 +787,8 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
 
 typedef struct stats_msg {
     Ovl__StatsBlock block;
-    Ovl__OpCount ops[12];
-    Ovl__OpCount *pops[12];
+    Ovl__OpCount ops[OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
+    Ovl__OpCount *pops[OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
     Ovl__ErrorCount errs[OVLD_STATUS_KINDS];
     Ovl__ErrorCount *perrs[OVLD_STATUS_KINDS];
     Ovl__HistBucket buckets[STATS_BUCKETS];
@@ -803,10 +803,11 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     ovl__stats_block__init(b);
     b->seconds = (double)(now - s->since_ns) / 1e9;
     size_t n = 0;
-    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
-        for (int t = 0; t < 3; t++) {
+    /* every cell, AUTO's included: ops are counted as run, so AUTO's stay 0 */
+    for (int a = 0; a < OVL_ALGO_COUNT; a++)
+        for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
             b->ops_done += s->ops[a][t];
-            if (!s->ops[a][t] || n >= 12)
+            if (!s->ops[a][t])
                 continue;
             ovl__op_count__init(&m->ops[n]);
             m->ops[n].algo = (char *)ovl_algo_name((ovl_algo_t)a);

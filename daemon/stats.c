@@ -77,7 +77,7 @@ void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t
         ovld_stats_error(s, status);
         return;
     }
-    if ((unsigned)algo < 4 && (unsigned)dtype < 3)
+    if ((unsigned)algo < OVL_ALGO_COUNT && (unsigned)dtype < OVL_DTYPE_COUNT)
         s->ops[algo][dtype]++;
     double rows = (double)world * (double)m;
     /* Counters saturate rather than wrap; doubles avoid overflow in between. */

@@ -13,7 +13,10 @@
 
 #define OVLD_HIST_SUB     4 /* sub-buckets per power of two */
 #define OVLD_HIST_BUCKETS (64 * OVLD_HIST_SUB)
-#define OVLD_STATUS_KINDS 32 /* -status for every ovl_status_t */
+/* errors[] is indexed by -status: OVL_OK (0, unused) down to the last
+ * code, OVL_ERR_INTERNAL. A new code goes after it and moves this; the unit
+ * tests (test_enums) check that -OVLD_STATUS_KINDS has no name. */
+#define OVLD_STATUS_KINDS (1 - OVL_ERR_INTERNAL)
 
 typedef struct ovld_hist {
     uint64_t buckets[OVLD_HIST_BUCKETS];
@@ -23,8 +26,9 @@ typedef struct ovld_hist {
 } ovld_hist_t;
 
 typedef struct ovld_stats {
-    uint64_t since_ns;  /* monotonic time of start or last reset */
-    uint64_t ops[4][3]; /* done, by algorithm (as run) and dtype */
+    uint64_t since_ns; /* monotonic time of start or last reset */
+    /* done, by algorithm (as run) and dtype */
+    uint64_t ops[OVL_ALGO_COUNT][OVL_DTYPE_COUNT];
     uint64_t ops_failed;
     uint64_t bytes_gathered; /* per op: the gathered A's bytes on every rank */
     uint64_t flops;          /* per op: 2*M*n*k on every rank, M = world*m */

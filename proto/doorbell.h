@@ -33,6 +33,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ovl.h"
+
 #define OVL_READY_SLOTS 64u
 
 struct ovl_doorbell {
@@ -138,5 +140,30 @@ static inline void ovl_doorbell_release_ready(struct ovl_doorbell *db, struct ov
     __atomic_store_n(&own->ready_floor, v, __ATOMIC_RELEASE);
     __atomic_store_n(&db->ready, v, __ATOMIC_RELEASE);
 }
+
+/* ------------------------------------------- the page, and its releases */
+
+/*
+ * Makes a doorbell: a zeroed page of a memfd (MFD_CLOEXEC), mapped shared.
+ * On OVL_OK *ret_db and *ret_fd hold the mapping and the fd, for
+ * ovl_doorbell_destroy; OVL_ERR_SYSTEM with errno set otherwise. ovld makes
+ * every rank's doorbell with it, with either backend; the client maps the
+ * fd it is given (proto/doorbell.c, the one place the page is made).
+ */
+ovl_status_t ovl_doorbell_create(struct ovl_doorbell **ret_db, int *ret_fd);
+
+/* Unmaps db and closes fd (either may be absent: NULL, -1). */
+void ovl_doorbell_destroy(struct ovl_doorbell *db, int fd);
+
+/* ovld, CUDA backend, a client gone: every ready slot and done slot holds
+ * the release value for seq_hi, by CPU stores (what a stream would write
+ * can sit behind the very wait it is meant to end). Returns the value. */
+uint64_t ovl_doorbell_release_slots(struct ovl_doorbell *db, uint64_t seq_hi);
+
+/* libovl, ovld gone: the error word says `status` (unless an op failed
+ * already, with error_seq the first op not done), and done and every done
+ * slot hold the release value past both done and seq_hi, the client's last
+ * op; a host waiter on `wake` is woken. */
+void ovl_doorbell_release_closed(struct ovl_doorbell *db, uint64_t seq_hi, int32_t status);
 
 #endif /* OVL_DOORBELL_H */

@@ -57,11 +57,17 @@ const char *ovl_strerror(ovl_status_t status)
     return "unknown status";
 }
 
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Indexed by value and unsized, so that a name past the count (a value
+ * named but not counted) or a count past the last name fails the build; a
+ * gap reads NULL, which the unit tests (test_enums) catch. */
 static const char *const dtype_names[] = {
     [OVL_DTYPE_BF16] = "bf16",
     [OVL_DTYPE_FP16] = "fp16",
     [OVL_DTYPE_FP32] = "fp32",
 };
+_Static_assert(NELEM(dtype_names) == OVL_DTYPE_COUNT, "every dtype has a name");
 
 static const char *const algo_names[] = {
     [OVL_ALGO_AUTO] = "auto",
@@ -69,23 +75,22 @@ static const char *const algo_names[] = {
     [OVL_ALGO_COLLECTIVE] = "collective",
     [OVL_ALGO_RING] = "ring",
 };
-
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+_Static_assert(NELEM(algo_names) == OVL_ALGO_COUNT, "every algorithm has a name");
 
 const char *ovl_dtype_name(ovl_dtype_t dtype)
 {
-    return (unsigned)dtype < NELEM(dtype_names) ? dtype_names[dtype] : NULL;
+    return (unsigned)dtype < OVL_DTYPE_COUNT ? dtype_names[dtype] : NULL;
 }
 
 const char *ovl_algo_name(ovl_algo_t algo)
 {
-    return (unsigned)algo < NELEM(algo_names) ? algo_names[algo] : NULL;
+    return (unsigned)algo < OVL_ALGO_COUNT ? algo_names[algo] : NULL;
 }
 
 ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret)
 {
-    for (unsigned i = 0; name && i < NELEM(dtype_names); i++)
-        if (strcmp(name, dtype_names[i]) == 0) {
+    for (unsigned i = 0; name && i < OVL_DTYPE_COUNT; i++)
+        if (dtype_names[i] && strcmp(name, dtype_names[i]) == 0) {
             *ret = (ovl_dtype_t)i;
             return OVL_OK;
         }
@@ -94,8 +99,8 @@ ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret)
 
 ovl_status_t ovl_algo_parse(const char *name, ovl_algo_t *ret)
 {
-    for (unsigned i = 0; name && i < NELEM(algo_names); i++)
-        if (strcmp(name, algo_names[i]) == 0) {
+    for (unsigned i = 0; name && i < OVL_ALGO_COUNT; i++)
+        if (algo_names[i] && strcmp(name, algo_names[i]) == 0) {
             *ret = (ovl_algo_t)i;
             return OVL_OK;
         }

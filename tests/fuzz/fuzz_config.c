@@ -106,7 +106,7 @@ static void check_in_range(const ovld_config_t *c)
     CHECK(c->max_mappings == OVLD_MAX_MAPPINGS_AUTO ||
           (c->max_mappings >= 1 && c->max_mappings <= 16 * MIB));
     CHECK(c->hello_timeout_ms >= 100 && c->hello_timeout_ms <= 600000);
-    CHECK(c->default_algo >= OVL_ALGO_AUTO && c->default_algo <= OVL_ALGO_RING);
+    CHECK(c->default_algo >= OVL_ALGO_AUTO && c->default_algo < OVL_ALGO_COUNT);
     CHECK(ovl_algo_name(c->default_algo) != NULL);
     CHECK(c->default_chunks <= 64);
     CHECK(c->default_streams <= 8);

@@ -195,8 +195,8 @@ static void check_accepted(const Ovl__Request *q)
             dtype = p->dtype, algo = p->algo, m = p->m, n = p->n, k = p->k;
             chunks = p->chunks, streams = p->streams;
         }
-        CHECK(dtype <= OVL_DTYPE_FP32);
-        CHECK(algo <= OVL_ALGO_RING);
+        CHECK(dtype < OVL_DTYPE_COUNT);
+        CHECK(algo < OVL_ALGO_COUNT);
         CHECK(ovl_dtype_name((ovl_dtype_t)dtype) != NULL && ovl_dtype_size((ovl_dtype_t)dtype) > 0);
         CHECK(ovl_algo_name((ovl_algo_t)algo) != NULL);
         CHECK(m > 0 && n > 0 && k > 0);

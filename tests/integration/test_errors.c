@@ -2181,8 +2181,6 @@ static void test_back_to_back_ops(void **state)
     rank_open(d, &rk[0], "b2b", 2, 0, 0, NOPS);
     rank_open(d, &rk[1], "b2b", 2, 1, 1, NOPS);
     opspec_t spec[NOPS];
-    static const ovl_algo_t algos[] = {OVL_ALGO_AUTO, OVL_ALGO_NAIVE, OVL_ALGO_COLLECTIVE,
-                                       OVL_ALGO_RING};
     for (unsigned i = 0; i < NOPS; i++) {
         spec[i] = (opspec_t){.m = 8,
                              .n = 12,
@@ -2190,7 +2188,7 @@ static void test_back_to_back_ops(void **state)
                              .transb = (int)(i % 2),
                              .aout = i % 3 == 0,
                              .dtype = OVL_DTYPE_FP32,
-                             .algo = algos[i % 4],
+                             .algo = (ovl_algo_t)(i % OVL_ALGO_COUNT),
                              .chunks = i % 5 == 2 ? 4 : 0,
                              .streams = i % 7 == 3 ? 2 : 0,
                              .salt = i};

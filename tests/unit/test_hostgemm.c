@@ -265,9 +265,8 @@ static void test_load_store_elem(void **state)
 {
     (void)state;
     unsigned char buf[32];
-    const ovl_dtype_t dts[] = {OVL_DTYPE_BF16, OVL_DTYPE_FP16, OVL_DTYPE_FP32};
-    for (size_t t = 0; t < 3; t++) {
-        ovl_dtype_t dt = dts[t];
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+        ovl_dtype_t dt = (ovl_dtype_t)t;
         size_t es = ovl_dtype_size(dt);
         memset(buf, POISON_BYTE, sizeof buf);
         ovl_store_elem(dt, buf, 3, -2.5f);
@@ -358,30 +357,28 @@ static void run_case(ovl_dtype_t dtype, size_t rows, size_t n, size_t k, int tra
     free(a.data);
 }
 
-static const ovl_dtype_t all_dtypes[] = {OVL_DTYPE_BF16, OVL_DTYPE_FP16, OVL_DTYPE_FP32};
-
 static void test_gemm_odd_shapes(void **state)
 {
     (void)state;
     const size_t rows_v[] = {1, 3, 17}, n_v[] = {1, 5, 33, 257}, k_v[] = {1, 7, 300};
-    for (size_t t = 0; t < 3; t++)
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
         for (int transb = 0; transb < 2; transb++)
             for (size_t ri = 0; ri < 3; ri++)
                 for (size_t ni = 0; ni < 4; ni++)
                     for (size_t ki = 0; ki < 3; ki++)
-                        run_case(all_dtypes[t], rows_v[ri], n_v[ni], k_v[ki], transb, 0);
+                        run_case((ovl_dtype_t)t, rows_v[ri], n_v[ni], k_v[ki], transb, 0);
 }
 
 static void test_gemm_padded_ld(void **state)
 {
     (void)state;
     const size_t rows_v[] = {1, 17}, n_v[] = {5, 257}, k_v[] = {7, 300};
-    for (size_t t = 0; t < 3; t++)
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
         for (int transb = 0; transb < 2; transb++)
             for (size_t ri = 0; ri < 2; ri++)
                 for (size_t ni = 0; ni < 2; ni++)
                     for (size_t ki = 0; ki < 2; ki++)
-                        run_case(all_dtypes[t], rows_v[ri], n_v[ni], k_v[ki], transb, 3);
+                        run_case((ovl_dtype_t)t, rows_v[ri], n_v[ni], k_v[ki], transb, 3);
 }
 
 /* More than one block of rows (64) and of k (256, with a tail not a multiple
@@ -389,8 +386,8 @@ static void test_gemm_padded_ld(void **state)
 static void test_gemm_multi_block(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < 3; t++)
-        run_case(all_dtypes[t], 67, 301, 523, (int)(t & 1), 1);
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
+        run_case((ovl_dtype_t)t, 67, 301, 523, (int)(t & 1), 1);
     run_case(OVL_DTYPE_FP32, 67, 301, 523, 0, 0);
 }
 
@@ -400,8 +397,8 @@ static void test_gemm_exact_integers(void **state)
 {
     (void)state;
     enum { R = 9, N = 70, K = 13 };
-    for (size_t t = 0; t < 3; t++) {
-        ovl_dtype_t dt = all_dtypes[t];
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+        ovl_dtype_t dt = (ovl_dtype_t)t;
         for (int transb = 0; transb < 2; transb++) {
             mat_t a = mat_poisoned(dt, R, K, K), b = mat_poisoned(dt, K, N, N);
             mat_t c = mat_poisoned(dt, R, N, N);
@@ -476,8 +473,8 @@ static void test_gemm_nonfinite(void **state)
 static void test_gemm_k_zero(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < 3; t++) {
-        ovl_dtype_t dt = all_dtypes[t];
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+        ovl_dtype_t dt = (ovl_dtype_t)t;
         mat_t c = mat_poisoned(dt, 3, 5, 7);
         /* No element of A or B exists, so NULL is fine for both. */
         assert_int_equal(ovl_host_gemm(dt, 3, 5, 0, NULL, 0, NULL, 5, 0, c.data, c.ld), OVL_OK);

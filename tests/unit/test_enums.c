@@ -1,0 +1,185 @@
+/*
+ * test_enums.c: every enum whose values index a table or bound a loop ends
+ * in a count, and everything sized or bounded by it agrees: every value
+ * below a count has a name (and parses back), the count itself has none
+ * (a value added past it without moving it fails here), the wire's enums
+ * have as many values, the request checks accept exactly the values below
+ * the counts, and the stats count an op of every algorithm and dtype in
+ * exactly its own cell.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "ovl.h"
+#include "ovl.pb-c.h"
+#include "plan.h"
+#include "request.h"
+#include "stats.h"
+
+static void test_algo_names(void **state)
+{
+    (void)state;
+    for (int a = 0; a < OVL_ALGO_COUNT; a++) {
+        const char *name = ovl_algo_name((ovl_algo_t)a);
+        ovl_algo_t back = OVL_ALGO_COUNT;
+        if (!name)
+            fail_msg("algorithm %d has no name", a);
+        assert_true(name[0] != '\0');
+        assert_int_equal(ovl_algo_parse(name, &back), OVL_OK);
+        assert_int_equal(back, a);
+    }
+    assert_null(ovl_algo_name(OVL_ALGO_COUNT));
+    assert_null(ovl_algo_name((ovl_algo_t)-1));
+    /* The wire's enum has the same values. */
+    assert_int_equal(ovl__algo__descriptor.n_values, OVL_ALGO_COUNT);
+    for (unsigned i = 0; i < ovl__algo__descriptor.n_values; i++)
+        assert_int_equal(ovl__algo__descriptor.values[i].value, (int)i);
+}
+
+static void test_dtype_names(void **state)
+{
+    (void)state;
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+        const char *name = ovl_dtype_name((ovl_dtype_t)t);
+        ovl_dtype_t back = OVL_DTYPE_COUNT;
+        if (!name)
+            fail_msg("dtype %d has no name", t);
+        assert_true(name[0] != '\0');
+        assert_int_equal(ovl_dtype_parse(name, &back), OVL_OK);
+        assert_int_equal(back, t);
+        assert_true(ovl_dtype_size((ovl_dtype_t)t) > 0);
+    }
+    assert_null(ovl_dtype_name(OVL_DTYPE_COUNT));
+    assert_int_equal(ovl_dtype_size(OVL_DTYPE_COUNT), 0);
+    assert_int_equal(ovl__dtype__descriptor.n_values, OVL_DTYPE_COUNT);
+    for (unsigned i = 0; i < ovl__dtype__descriptor.n_values; i++)
+        assert_int_equal(ovl__dtype__descriptor.values[i].value, (int)i);
+}
+
+static void test_status_names(void **state)
+{
+    (void)state;
+    const char *unknown = ovl_strerror((ovl_status_t)1);
+    assert_string_equal(unknown, "unknown status");
+    /* errors[] holds every status: OVL_OK down to the last code, and no
+     * code lies past it. */
+    for (int k = 0; k < OVLD_STATUS_KINDS; k++)
+        if (strcmp(ovl_strerror((ovl_status_t)-k), unknown) == 0)
+            fail_msg("status %d has no name", -k);
+    assert_string_equal(ovl_strerror((ovl_status_t)-OVLD_STATUS_KINDS), unknown);
+    ovld_stats_t s;
+    assert_int_equal(sizeof(s.errors) / sizeof(s.errors[0]), OVLD_STATUS_KINDS);
+}
+
+static void test_instr_names(void **state)
+{
+    (void)state;
+    for (int i = 0; i < OVL_I_COUNT; i++) {
+        const char *name = ovl_instr_name((ovl_instr_kind_t)i);
+        if (strcmp(name, "UNKNOWN") == 0)
+            fail_msg("instruction kind %d has no name", i);
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(name, ovl_instr_name((ovl_instr_kind_t)j));
+    }
+    assert_string_equal(ovl_instr_name((ovl_instr_kind_t)OVL_I_COUNT), "UNKNOWN");
+}
+
+/* The request checks take exactly the values below the counts. */
+static ovl_status_t check_op(uint64_t dtype, uint64_t algo)
+{
+    Ovl__AgGemm g;
+    Ovl__Request q;
+    char err[256];
+    ovl__ag_gemm__init(&g);
+    ovl__request__init(&q);
+    g.m = g.n = g.k = 1;
+    g.dtype = (Ovl__DType)dtype;
+    g.algo = (Ovl__Algo)algo;
+    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
+    q.ag_gemm = &g;
+    return ovld_request_check(&q, err, sizeof(err));
+}
+
+static void test_request_ranges(void **state)
+{
+    (void)state;
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
+        for (int a = 0; a < OVL_ALGO_COUNT; a++)
+            assert_int_equal(check_op((uint64_t)t, (uint64_t)a), OVL_OK);
+    assert_int_equal(check_op(OVL_DTYPE_COUNT, OVL_ALGO_AUTO), OVL_ERR_INVALID);
+    assert_int_equal(check_op(OVL_DTYPE_BF16, OVL_ALGO_COUNT), OVL_ERR_INVALID);
+}
+
+/* Every algorithm a config names parses, and the refusal lists them all. */
+static void test_config_algos(void **state)
+{
+    (void)state;
+    char text[64], err[512];
+    for (int a = 0; a < OVL_ALGO_COUNT; a++) {
+        ovld_config_t cfg;
+        ovld_config_defaults(&cfg);
+        snprintf(text, sizeof text, "default_algo = %s\n", ovl_algo_name((ovl_algo_t)a));
+        assert_int_equal(ovld_config_parse(&cfg, "t.conf", text, err, sizeof err), OVL_OK);
+        assert_int_equal(cfg.default_algo, a);
+    }
+    ovld_config_t cfg;
+    ovld_config_defaults(&cfg);
+    assert_int_equal(ovld_config_parse(&cfg, "t.conf", "default_algo = x\n", err, sizeof err),
+                     OVL_ERR_CONFIG);
+    for (int a = 0; a < OVL_ALGO_COUNT; a++)
+        if (!strstr(err, ovl_algo_name((ovl_algo_t)a)))
+            fail_msg("'%s' does not list %s", err, ovl_algo_name((ovl_algo_t)a));
+}
+
+/* An op of each algorithm and dtype lands in exactly its own cell: none
+ * goes uncounted. */
+static void test_stats_every_cell(void **state)
+{
+    (void)state;
+    ovld_stats_t s;
+    ovld_stats_reset(&s, 0);
+    assert_int_equal(sizeof(s.ops) / sizeof(s.ops[0]), OVL_ALGO_COUNT);
+    assert_int_equal(sizeof(s.ops[0]) / sizeof(s.ops[0][0]), OVL_DTYPE_COUNT);
+    uint64_t ops = 0;
+    for (int a = 0; a < OVL_ALGO_COUNT; a++)
+        for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+            ovld_stats_t before = s;
+            ovld_stats_op(&s, (ovl_algo_t)a, (ovl_dtype_t)t, 2, 4, 5, 6, 1000, OVL_OK);
+            ops++;
+            for (int a2 = 0; a2 < OVL_ALGO_COUNT; a2++)
+                for (int t2 = 0; t2 < OVL_DTYPE_COUNT; t2++)
+                    assert_int_equal(s.ops[a2][t2],
+                                     before.ops[a2][t2] + (a2 == a && t2 == t ? 1 : 0));
+            assert_int_equal(s.latency.count, ops);
+        }
+    /* A failed op counts as failed, in no cell, and by its status. */
+    ovld_stats_t before = s;
+    ovld_stats_op(&s, OVL_ALGO_RING, OVL_DTYPE_FP32, 2, 4, 5, 6, 1000, OVL_ERR_INTERNAL);
+    assert_memory_equal(s.ops, before.ops, sizeof(s.ops));
+    assert_int_equal(s.ops_failed, 1);
+    assert_int_equal(s.errors[-OVL_ERR_INTERNAL], 1);
+    /* Every status is counted in its own slot. */
+    ovld_stats_reset(&s, 0);
+    for (int k = 1; k < OVLD_STATUS_KINDS; k++) {
+        ovld_stats_error(&s, (ovl_status_t)-k);
+        assert_int_equal(s.errors[k], 1);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_algo_names),       cmocka_unit_test(test_dtype_names),
+        cmocka_unit_test(test_status_names),     cmocka_unit_test(test_instr_names),
+        cmocka_unit_test(test_request_ranges),   cmocka_unit_test(test_config_algos),
+        cmocka_unit_test(test_stats_every_cell),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
