@@ -26,17 +26,20 @@ typedef struct ovld_ticket {
     struct ovld_op *op; /* TICKET_OP */
 } ovld_ticket_t;
 
+/* The buffers an op names, each resolved against its rank's registrations. */
+enum { BUF_A, BUF_B, BUF_C, BUF_AOUT, BUF_COUNT };
+
 /* One rank's submission of one op, with its buffers resolved and held. */
 typedef struct ovld_sub {
     ovld_ticket_t ticket;
     bool in;
-    ovld_reg_t *reg[4]; /* a, b, c, a_out: each holds a reference */
-    uint64_t off[4];
-    uint64_t ld[4];
+    ovld_reg_t *reg[BUF_COUNT]; /* each holds a reference */
+    uint64_t off[BUF_COUNT];
+    uint64_t ld[BUF_COUNT];
 } ovld_sub_t;
 
-enum { BUF_A, BUF_B, BUF_C, BUF_AOUT };
 static const char *const buf_names[] = {"a", "b", "c", "a_out"};
+_Static_assert(sizeof(buf_names) / sizeof(buf_names[0]) == BUF_COUNT, "a name for every buffer");
 
 typedef struct ovld_op {
     uint64_t seq;
@@ -107,7 +110,7 @@ static void reg_put(ovld_t *d, ovld_reg_t *reg)
 static void op_free(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     for (uint32_t r = 0; r < j->world; r++)
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < BUF_COUNT; b++)
             reg_put(d, op->subs[r].reg[b]);
     free(op);
 }
@@ -242,7 +245,7 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
         snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
         return st;
     }
-    for (int b = 0; b < 4; b++)
+    for (int b = 0; b < BUF_COUNT; b++)
         if (s->reg[b]) {
             ovld_view_t v = {.ptr = (char *)s->reg[b]->ptr + s->off[b], .ld = s->ld[b]};
             if (b == BUF_A)
