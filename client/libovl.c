@@ -24,12 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef OVL_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "cudrv.h"
-#endif
 #include "doorbell.h"
+#include "libovl_cuda.h"
 #include "libovl_internal.h"
 #include "threads.h"
 #include "matrix.h"
@@ -40,7 +36,7 @@
 #define OVL_API __attribute__((visibility("default")))
 
 #define DEFAULT_TIMEOUT_MS 30000
-#define UUID_LEN           16
+#define UUID_LEN           LIBOVL_UUID_LEN
 
 struct ovl_mem {
     ovl_client_t *cl;
@@ -49,7 +45,7 @@ struct ovl_mem {
     size_t bytes;
     bool host_alloc; /* from ovl_host_alloc: ours to unmap */
     size_t map_len;
-    uint8_t handle[64]; /* CUDA: the allocation's IPC handle, to notice reuse */
+    uint8_t handle[LIBOVL_IPC_HANDLE_LEN]; /* CUDA: the allocation's IPC handle, to notice reuse */
     struct ovl_mem *next;
 };
 
@@ -65,17 +61,9 @@ struct ovl_comm {
     void *db_map;
     size_t db_map_len;
     int device; /* CUDA: the comm's device */
-#ifdef OVL_HAVE_CUDA
-    /* The same page as the GPU sees it, registered with CUDA: the caller's
-     * stream writes its ready slots and waits on its done slots; ovld's
-     * stream does the converse, and ovld can end both sides' waits with
-     * CPU stores should this process die. */
-    struct ovl_doorbell *db_dev;
-    /* Recorded on the caller's stream after each op's wait on the page, so
-     * that the page is unregistered only once no wait can still read it. */
-    cudaEvent_t waited;
-    bool waited_lost; /* a record failed: the last wait's end is unknown */
-#endif
+    /* CUDA: the same page as the GPU sees it (libovl_cuda.h); NULL on the
+     * host backend. */
+    libovl_cuda_doorbell_t *cuda;
     ovl_status_t err; /* sticky, once seen */
     struct ovl_comm *next;
 };
@@ -91,12 +79,9 @@ struct ovl_client {
     uint8_t (*uuids)[UUID_LEN];
     uint32_t ndev;
     bool host;
-#ifdef OVL_HAVE_CUDA
-    bool drv_ok;
-    ovl_cudrv_t drv;
-#endif
-    bool broken;       /* the stream is unusable: every call fails */
-    ovl_status_t said; /* an Error the daemon sent unasked (id 0), e.g. before closing */
+    libovl_cuda_t *cuda; /* CUDA, once device memory is first used */
+    bool broken;         /* the stream is unusable: every call fails */
+    ovl_status_t said;   /* an Error the daemon sent unasked (id 0), e.g. before closing */
     struct ovl_mem *mems;
     struct ovl_comm *comms; /* linked and unlinked under comms_mu: the watcher reads it */
     pthread_mutex_t comms_mu;
@@ -129,11 +114,30 @@ OVL_API const char *ovl_last_error(const ovl_client_t *cl)
 static ovl_status_t fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+static ovl_status_t vfail(ovl_client_t *cl, ovl_status_t st, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static ovl_status_t vfail(ovl_client_t *cl, ovl_status_t st, const char *fmt, va_list ap)
+{
+    vsnprintf(cl->err, sizeof(cl->err), fmt, ap);
+    return st;
+}
+
 static ovl_status_t fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cl->err, sizeof(cl->err), fmt, ap);
+    st = vfail(cl, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* fail, for libovl_cuda.c (libovl_nocuda.c without CUDA) */
+ovl_status_t libovl_fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    st = vfail(cl, st, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -306,8 +310,8 @@ static Ovl__Response__BodyCase reply_case(Ovl__Request__BodyCase q)
 
 /* Sends q and returns its reply, which has the body q asks for: an Error
  * reply becomes its status, any other body breaks the connection. */
-ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
-                       Ovl__Response **ret)
+ovl_status_t libovl_call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
+                         Ovl__Response **ret)
 {
     uint64_t deadline = deadline_of(cl);
     q->id = ++cl->next_id;
@@ -333,19 +337,19 @@ ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsign
     return OVL_OK;
 }
 
-void ovl__response_free(Ovl__Response *r)
+void libovl_response_free(Ovl__Response *r)
 {
     if (r)
         ovl__response__free_unpacked(r, NULL);
 }
 
-ovl_status_t ovl__status(ovl_client_t *cl, Ovl__Response **ret)
+ovl_status_t libovl_status(ovl_client_t *cl, Ovl__Response **ret)
 {
     Ovl__StatusRequest sq = OVL__STATUS_REQUEST__INIT;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_STATUS;
     q.status = &sq;
-    return ovl__call(cl, &q, NULL, 0, ret);
+    return libovl_call(cl, &q, NULL, 0, ret);
 }
 
 /* ---------------------------------------------------------------- connect */
@@ -370,7 +374,7 @@ static ovl_status_t hello(ovl_client_t *cl)
     q.body_case = OVL__REQUEST__BODY_HELLO;
     q.hello = &h;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    ovl_status_t st = libovl_call(cl, &q, NULL, 0, &r);
     if (st != OVL_OK)
         return st;
     Ovl__HelloReply *hr = r->hello;
@@ -412,6 +416,7 @@ static void client_free(ovl_client_t *cl)
     ovl_wire_reader_free(&cl->rd);
     ovl_wire_out_free(&cl->out);
     ovl_fdq_close_all(&cl->fdq);
+    libovl_cuda_free(cl->cuda);
     free(cl->uuids);
     free(cl);
 }
@@ -648,62 +653,26 @@ static void watcher_stop(ovl_client_t *cl)
     }
 }
 
-#ifdef OVL_HAVE_CUDA
-#define DOORBELL_IDLE_WAIT_MS 2000
-
-/* Whether the caller's streams are past every wait they had on the comm's
- * doorbell: its last op's wait, recorded by `waited`, has completed (the
- * earlier ones are ordered before it, or long over: their done rang
- * first). Gives up after DOORBELL_IDLE_WAIT_MS (a stream held by the
- * application, or an ovld that died and will never ring). */
-static bool doorbell_idle(struct ovl_comm *cm)
-{
-    if (cm->waited_lost)
-        return false;
-    if (!cm->waited)
-        return true;
-    uint64_t deadline = ovl_mono_ms() + DOORBELL_IDLE_WAIT_MS;
-    for (;;) {
-        cudaError_t e = cudaEventQuery(cm->waited);
-        if (e == cudaSuccess)
-            return true;
-        if (e != cudaErrorNotReady) {
-            cudaGetLastError(); /* not the application's error to find later */
-            return false;
-        }
-        if (ovl_mono_ms() >= deadline)
-            return false;
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-    }
-}
-#endif
-
 static void comm_free(struct ovl_comm *cm)
 {
     bool unmap = cm->db_map != NULL;
-#ifdef OVL_HAVE_CUDA
     /* A wait that the GPU still polls must not find the page gone (that
      * would fault the caller's context): until the last one is over the
      * page stays, mapped and registered, and is leaked if it never is. */
-    if (cm->db_dev) {
-        bool idle = doorbell_idle(cm);
+    if (cm->cuda) {
+        bool idle = libovl_cuda_doorbell_idle(cm->cuda);
         if (!idle && daemon_gone(cm->cl)) {
             /* ovld went away meanwhile: this comm is already off the
              * client's list, so release it here, once ovld is given up */
             lose_daemon(cm->cl, -1);
             if (getpid() == cm->cl->owner_pid)
                 release_comm(cm);
-            idle = doorbell_idle(cm);
+            idle = libovl_cuda_doorbell_idle(cm->cuda);
         }
-        if (idle)
-            cudaHostUnregister(cm->db_map);
-        else
+        if (!idle)
             unmap = false;
+        libovl_cuda_doorbell_free(cm->cuda, idle);
     }
-    if (cm->waited)
-        cudaEventDestroy(cm->waited);
-#endif
     if (unmap)
         munmap(cm->db_map, cm->db_map_len);
     free(cm);
@@ -814,7 +783,7 @@ OVL_API void *ovl_host_alloc(ovl_client_t *cl, size_t bytes)
     Ovl__Response *r = NULL;
     int sfd = fd;
     fd = -1; /* the request owns it now */
-    if (ovl__call(cl, &q, &sfd, 1, &r) != OVL_OK)
+    if (libovl_call(cl, &q, &sfd, 1, &r) != OVL_OK)
         goto fail;
     m->cl = cl;
     m->id = r->mem_register->mem_id;
@@ -843,7 +812,7 @@ static ovl_status_t mem_unregister(ovl_client_t *cl, struct ovl_mem *m)
     q.body_case = OVL__REQUEST__BODY_MEM_DEREGISTER;
     q.mem_deregister = &md;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    ovl_status_t st = libovl_call(cl, &q, NULL, 0, &r);
     if (st == OVL_OK)
         ovl__response__free_unpacked(r, NULL);
     for (struct ovl_mem **pp = &cl->mems; *pp; pp = &(*pp)->next)
@@ -867,137 +836,58 @@ OVL_API ovl_status_t ovl_host_free(ovl_client_t *cl, void *ptr)
     return fail(cl, OVL_ERR_NOT_FOUND, "%p was not returned by ovl_host_alloc", ptr);
 }
 
-#ifdef OVL_HAVE_CUDA
-static ovl_status_t cuda_fail(ovl_client_t *cl, cudaError_t e, const char *what)
-{
-    return fail(cl, e == cudaErrorMemoryAllocation ? OVL_ERR_NOMEM : OVL_ERR_BACKEND, "%s: %s",
-                what, cudaGetErrorString(e));
-}
-
-/* Loads the driver entry points on first use. */
-static ovl_status_t cuda_load(ovl_client_t *cl)
-{
-    if (cl->drv_ok)
-        return OVL_OK;
-    char why[256];
-    if (ovl_cudrv_load(&cl->drv, why, sizeof(why)) != 0)
-        return fail(cl, OVL_ERR_UNSUPPORTED, "the CUDA driver API is not available: %s", why);
-    cl->drv_ok = true;
-    return OVL_OK;
-}
-
 /*
- * Registers the whole allocation holding [ptr, ptr+bytes): caching
- * allocators hand out pointers inside larger blocks, and an IPC handle
- * always names the allocation's base (API-NOTES 3.1). A registration whose
- * handle no longer matches (the memory was freed and the address reused) is
- * dropped and made anew, as UCX's IPC cache does.
+ * Registers the whole allocation holding [ptr, ptr+bytes) (see
+ * libovl_cuda_mem_alloc). A registration whose handle no longer matches
+ * (the memory was freed and the address reused) is dropped and made anew,
+ * as UCX's IPC cache does.
  */
 static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
 {
-    ovl_status_t lst = cuda_load(cl);
-    if (lst != OVL_OK)
-        return lst;
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    CUresult cr = cl->drv.mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
-    if (cr != CUDA_SUCCESS)
-        return fail(cl, OVL_ERR_INVALID, "%p is not device memory (cuMemGetAddressRange: %s)", ptr,
-                    ovl_cudrv_strerror(&cl->drv, cr));
-    if ((uintptr_t)ptr + bytes > (uintptr_t)base + size || (uintptr_t)ptr + bytes < (uintptr_t)ptr)
-        return fail(cl, OVL_ERR_RANGE,
-                    "%p + %zu bytes runs past its allocation (%zu bytes at 0x%llx)", ptr, bytes,
-                    size, (unsigned long long)base);
-    cudaIpcMemHandle_t h;
-    cudaError_t ce = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
-    if (ce != cudaSuccess)
-        return cuda_fail(cl, ce, "cudaIpcGetMemHandle (memory from cudaMalloc is needed)");
-    struct ovl_mem *m = mem_find(cl, (uintptr_t)base, size);
-    if (m && m->base == (uintptr_t)base && memcmp(m->handle, &h, sizeof(h)) == 0) {
+    libovl_cuda_alloc_t a;
+    ovl_status_t st = libovl_cuda_mem_alloc(cl, &cl->cuda, ptr, bytes, &a);
+    if (st != OVL_OK)
+        return st;
+    struct ovl_mem *m = mem_find(cl, a.base, a.size);
+    if (m && m->base == a.base && memcmp(m->handle, a.handle, sizeof(a.handle)) == 0) {
         *ret_mem = m;
         return OVL_OK;
     }
     if (m) /* stale: the address was freed and handed out again */
         (void)mem_unregister(cl, m);
-    struct cudaPointerAttributes pa;
-    ce = cudaPointerGetAttributes(&pa, ptr);
-    if (ce != cudaSuccess)
-        return cuda_fail(cl, ce, "cudaPointerGetAttributes");
-    struct cudaDeviceProp prop;
-    if ((ce = cudaGetDeviceProperties(&prop, pa.device)) != cudaSuccess)
-        return cuda_fail(cl, ce, "cudaGetDeviceProperties");
+    uint8_t uuid[UUID_LEN];
+    if ((st = libovl_cuda_mem_device_uuid(cl, ptr, uuid)) != OVL_OK)
+        return st;
     m = calloc(1, sizeof(*m));
     if (!m)
         return fail(cl, OVL_ERR_NOMEM, "out of memory");
     Ovl__MemRegister mr = OVL__MEM_REGISTER__INIT;
-    mr.client_addr = (uint64_t)base;
-    mr.bytes = size;
-    mr.ipc_handle.data = (uint8_t *)&h;
-    mr.ipc_handle.len = sizeof(h);
+    mr.client_addr = (uint64_t)a.base;
+    mr.bytes = a.size;
+    mr.ipc_handle.data = a.handle;
+    mr.ipc_handle.len = sizeof(a.handle);
     mr.ipc_offset = 0;
-    mr.device_uuid.data = (uint8_t *)prop.uuid.bytes;
+    mr.device_uuid.data = uuid;
     mr.device_uuid.len = UUID_LEN;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_MEM_REGISTER;
     q.mem_register = &mr;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
-    if (st != OVL_OK) {
+    if ((st = libovl_call(cl, &q, NULL, 0, &r)) != OVL_OK) {
         free(m);
         return st;
     }
     m->cl = cl;
     m->id = r->mem_register->mem_id;
-    m->base = (uintptr_t)base;
-    m->bytes = size;
-    memcpy(m->handle, &h, sizeof(h));
+    m->base = a.base;
+    m->bytes = a.size;
+    memcpy(m->handle, a.handle, sizeof(a.handle));
     m->next = cl->mems;
     cl->mems = m;
     ovl__response__free_unpacked(r, NULL);
     *ret_mem = m;
     return OVL_OK;
 }
-
-/* Registers the comm's doorbell page with CUDA (see struct ovl_comm), so
- * that the caller's stream can write its ready slots and wait on its done
- * slots there. */
-static ovl_status_t cuda_register_doorbell(ovl_client_t *cl, struct ovl_comm *cm)
-{
-    int prev = 0;
-    cudaGetDevice(&prev);
-    cudaError_t ce = cudaSetDevice(cm->device);
-    const char *what = "cudaSetDevice";
-    if (ce == cudaSuccess) {
-        what = "cudaHostRegister (doorbell)";
-        ce = cudaHostRegister(cm->db_map, cm->db_map_len,
-                              cudaHostRegisterMapped | cudaHostRegisterPortable);
-    }
-    if (ce == cudaSuccess) {
-        void *dp = NULL;
-        what = "cudaHostGetDevicePointer (doorbell)";
-        ce = cudaHostGetDevicePointer(&dp, cm->db, 0);
-        if (ce == cudaSuccess)
-            cm->db_dev = dp;
-        else
-            cudaHostUnregister(cm->db_map);
-    }
-    if (ce == cudaSuccess) {
-        what = "cudaEventCreateWithFlags (doorbell)";
-        ce = cudaEventCreateWithFlags(&cm->waited, cudaEventDisableTiming);
-    }
-    cudaSetDevice(prev);
-    return ce == cudaSuccess ? OVL_OK : cuda_fail(cl, ce, what);
-}
-#else
-static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
-{
-    (void)ptr;
-    (void)bytes;
-    (void)ret_mem;
-    return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA; ovld runs %s",
-                cl->info.backend);
-}
-#endif
 
 OVL_API ovl_status_t ovl_mem_register(ovl_client_t *cl, void *ptr, size_t bytes,
                                       ovl_mem_t **ret_mem)
@@ -1036,19 +926,9 @@ static ovl_status_t device_uuid(ovl_client_t *cl, int device, uint8_t uuid[UUID_
         memcpy(uuid, cl->uuids[device], UUID_LEN);
         return OVL_OK;
     }
-#ifdef OVL_HAVE_CUDA
     /* The ordinal is this process's (its CUDA_VISIBLE_DEVICES); the UUID is
      * what the daemon knows the GPU by. */
-    struct cudaDeviceProp prop;
-    cudaError_t ce = cudaGetDeviceProperties(&prop, device);
-    if (ce != cudaSuccess)
-        return fail(cl, OVL_ERR_NOT_FOUND, "CUDA device %d: %s", device, cudaGetErrorString(ce));
-    memcpy(uuid, prop.uuid.bytes, UUID_LEN);
-    return OVL_OK;
-#else
-    return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA; ovld runs %s",
-                cl->info.backend);
-#endif
+    return libovl_cuda_device_uuid(cl, device, uuid);
 }
 
 /* Gives ovld the comm back (CommDestroy). */
@@ -1060,7 +940,7 @@ static ovl_status_t comm_destroy_call(ovl_client_t *cl, uint64_t comm_id)
     q.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
     q.comm_destroy = &cd;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    ovl_status_t st = libovl_call(cl, &q, NULL, 0, &r);
     if (st == OVL_OK)
         ovl__response__free_unpacked(r, NULL);
     return st;
@@ -1088,7 +968,7 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
     q.body_case = OVL__REQUEST__BODY_COMM_INIT;
     q.comm_init = &ci;
     Ovl__Response *r = NULL;
-    if ((st = ovl__call(cl, &q, NULL, 0, &r)) != OVL_OK)
+    if ((st = libovl_call(cl, &q, NULL, 0, &r)) != OVL_OK)
         return st;
     struct ovl_comm *cm = NULL;
     uint64_t joined = 0; /* a comm ovld made that we must give back on failure */
@@ -1118,15 +998,11 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
     }
     cm->db = (struct ovl_doorbell *)((char *)cm->db_map + cr->doorbell_offset);
-    if (!cl->host) {
-#ifdef OVL_HAVE_CUDA
-        if ((st = cuda_register_doorbell(cl, cm)) != OVL_OK)
-            goto out;
-#else
-        st = fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
+    /* On a GPU, the caller's stream writes its ready slots and waits on its
+     * done slots there. */
+    if (!cl->host && (st = libovl_cuda_doorbell_register(cl, cm->device, cm->db_map, cm->db_map_len,
+                                                         cm->db, &cm->cuda)) != OVL_OK)
         goto out;
-#endif
-    }
     if ((st = watcher_start(cl)) != OVL_OK)
         goto out;
     cm->id = cr->comm_id;
@@ -1158,7 +1034,7 @@ out:
     return st;
 }
 
-const struct ovl_doorbell *ovl__comm_doorbell(const ovl_comm_t *cm)
+const struct ovl_doorbell *libovl_comm_doorbell(const ovl_comm_t *cm)
 {
     return cm->db;
 }
@@ -1194,7 +1070,7 @@ OVL_API ovl_status_t ovl_comm_check(ovl_comm_t *cm)
     q.body_case = OVL__REQUEST__BODY_COMM_CHECK;
     q.comm_check = &cc;
     Ovl__Response *r = NULL;
-    if (ovl__call(cl, &q, NULL, 0, &r) == OVL_OK) {
+    if (libovl_call(cl, &q, NULL, 0, &r) == OVL_OK) {
         if (r->comm_check->message)
             fail(cl, cm->err, "op %" PRIu64 ": %s", r->comm_check->seq, r->comm_check->message);
         ovl__response__free_unpacked(r, NULL);
@@ -1329,16 +1205,14 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         return fail(cl, OVL_ERR_INVALID, "m, n and k must be positive");
     if (cl->host && stream)
         return fail(cl, OVL_ERR_INVALID, "the host backend takes no stream (pass NULL)");
-#ifndef OVL_HAVE_CUDA
-    if (!cl->host)
-        return fail(cl, OVL_ERR_UNSUPPORTED, "this libovl was built without CUDA");
-#endif
+    ovl_status_t st;
+    if (!cl->host && (st = libovl_cuda_present(cl)) != OVL_OK)
+        return st;
     uint64_t rows_all;
     if (__builtin_mul_overflow(d->m, (uint64_t)cm->world, &rows_all))
         return fail(cl, OVL_ERR_INVALID, "m * world overflows");
 
     Ovl__BufRef a, b, c, aout;
-    ovl_status_t st;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
         (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, elem,
                      &b)) != OVL_OK ||
@@ -1375,37 +1249,17 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
      * this waits on the host only when the rank is that far ahead). */
     if (g.seq > cm->window && (st = wait_done(cm, g.seq - cm->window)) != OVL_OK)
         return st;
-#ifdef OVL_HAVE_CUDA
     if (!cl->host) {
         /* On the caller's stream: ready = n once the work before it is done
          * (A is written), then the request, then wait done >= n, so that
          * work after the call sees C. No host synchronization. */
-        if ((st = cuda_load(cl)) != OVL_OK)
+        if ((st = libovl_cuda_submit_ready(cl, &cl->cuda, cm->cuda, stream, g.seq)) != OVL_OK)
             return st;
-        CUstream s = (CUstream)stream;
-        uint64_t *slot = &cm->db_dev->ready_slot[g.seq % OVL_READY_SLOTS];
-        CUresult cr = cl->drv.stream_write_value64(s, (CUdeviceptr)(uintptr_t)slot, g.seq,
-                                                   CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (cr != CUDA_SUCCESS)
-            return fail(cl, OVL_ERR_BACKEND, "cuStreamWriteValue64 (doorbell ready): %s",
-                        ovl_cudrv_strerror(&cl->drv, cr));
         if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
             return st;
         __atomic_store_n(&cm->seq, g.seq, __ATOMIC_RELAXED);
-        cr = cl->drv.stream_wait_value64(
-            s, (CUdeviceptr)(uintptr_t)&cm->db_dev->done_slot[g.seq % OVL_READY_SLOTS], g.seq,
-            CU_STREAM_WAIT_VALUE_GEQ);
-        if (cr != CUDA_SUCCESS)
-            return fail(cl, OVL_ERR_BACKEND, "cuStreamWaitValue64 (doorbell done): %s",
-                        ovl_cudrv_strerror(&cl->drv, cr));
-        /* Where the stream will be past this wait (comm_free). */
-        if (cudaEventRecord(cm->waited, (cudaStream_t)stream) != cudaSuccess) {
-            cudaGetLastError();
-            cm->waited_lost = true;
-        }
-        return OVL_OK;
+        return libovl_cuda_submit_wait(cl, cl->cuda, cm->cuda, stream, g.seq);
     }
-#endif
     /* Host mode: the caller is the stream, and its data is ready now. */
     __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);
     if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)

@@ -10,16 +10,16 @@
 
 /* Sends q (its id is set here) with nfds descriptors (owned by the call) and
  * waits for its response. An Error response becomes its status, with the
- * message in ovl_last_error. On OVL_OK free *ret with ovl__response_free. */
-ovl_status_t ovl__call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
-                       Ovl__Response **ret);
-void ovl__response_free(Ovl__Response *r);
+ * message in ovl_last_error. On OVL_OK free *ret with libovl_response_free. */
+ovl_status_t libovl_call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
+                         Ovl__Response **ret);
+void libovl_response_free(Ovl__Response *r);
 
 /* A Status round trip: on OVL_OK, (*ret)->status is the daemon's status. */
-ovl_status_t ovl__status(ovl_client_t *cl, Ovl__Response **ret);
+ovl_status_t libovl_status(ovl_client_t *cl, Ovl__Response **ret);
 
 /* The comm's doorbell (proto/doorbell.h) as this process maps it, for tests
  * that must watch it without calling into libovl. */
-const struct ovl_doorbell *ovl__comm_doorbell(const ovl_comm_t *comm);
+const struct ovl_doorbell *libovl_comm_doorbell(const ovl_comm_t *comm);
 
 #endif

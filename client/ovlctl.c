@@ -357,7 +357,7 @@ static int cmd_status(int argc, char **argv)
     if (connect_or_die(&cl))
         return 1;
     Ovl__Response *r = NULL;
-    if (ovl__status(cl, &r) != OVL_OK) {
+    if (libovl_status(cl, &r) != OVL_OK) {
         fprintf(stderr, "ovlctl: status: %s\n", term(ovl_last_error(cl)));
         ovl_disconnect(cl);
         return 1;
@@ -366,7 +366,7 @@ static int cmd_status(int argc, char **argv)
         print_status_json(r->status);
     else
         print_status_table(r->status);
-    ovl__response_free(r);
+    libovl_response_free(r);
     ovl_disconnect(cl);
     return 0;
 }
@@ -488,13 +488,13 @@ static int cmd_plan(int argc, char **argv)
         q.body_case = OVL__REQUEST__BODY_PLAN;
         q.plan = &pr;
         Ovl__Response *r;
-        if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK) {
+        if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK) {
             fprintf(stderr, "ovlctl: plan: %s\n", term(ovl_last_error(cl)));
             ovl_disconnect(cl);
             return 1;
         }
         print_lines(stdout, r->plan->text);
-        ovl__response_free(r);
+        libovl_response_free(r);
         ovl_disconnect(cl);
         return 0;
     }
@@ -775,7 +775,7 @@ static int cmd_stats(int argc, char **argv)
         q.body_case = OVL__REQUEST__BODY_STATS;
         q.stats = &sq;
         Ovl__Response *r = NULL;
-        if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK) {
+        if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK) {
             fprintf(stderr, "ovlctl: stats: %s\n", term(ovl_last_error(cl)));
             rc = 1;
             break;
@@ -787,7 +787,7 @@ static int cmd_stats(int argc, char **argv)
         else
             print_stats_table(r->stats);
         fflush(stdout);
-        ovl__response_free(r);
+        libovl_response_free(r);
         reset = false; /* once, even when watching */
         if (!watch)
             break;

@@ -5,8 +5,9 @@
  * and the primitive operations a host program is made of: wait for the
  * client's doorbell, record/wait events, all-gather, copy, GEMM, sleep, ring
  * done. It knows nothing about algorithms (exec.c walks the plan) nor about
- * sockets and jobs (server.c, job.c). Two exist: host (backend_host.c: CPU
- * threads and shared memory) and cuda (backend_cuda.c).
+ * sockets and jobs (server.c, job.c). Two exist: host (backend_host.c and
+ * host_*.c: CPU threads and shared memory) and cuda (backend_cuda.c and
+ * cuda_*.c).
  *
  * Threads: every function is called from the loop thread, except where a
  * comment says otherwise. Calls that enqueue work return once it is queued;

@@ -80,6 +80,7 @@ static const key_spec_t keys[] = {
     {"max_jobs", V_UINT, FIELD(max_jobs), 1, 65536},
     {"max_connections_per_uid", V_UINT, FIELD(max_connections_per_uid), 1, 65536},
     {"max_jobs_per_uid", V_UINT, FIELD(max_jobs_per_uid), 1, 65536},
+    {"max_ranks_per_uid", V_UINT, FIELD(max_ranks_per_uid), 1, 65536},
     {"max_registrations_per_uid", V_UINT, FIELD(max_registrations_per_uid), 1, MIB},
     {"max_mapped_bytes_per_uid", V_SIZE, FIELD(max_mapped_bytes_per_uid), 4 * KIB, UINT64_MAX},
     {"max_mappings", V_UINT_AUTO, FIELD(max_mappings), 1, 16 * MIB},
@@ -126,6 +127,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->max_jobs = 256;
     cfg->max_connections_per_uid = 128;
     cfg->max_jobs_per_uid = 32;
+    cfg->max_ranks_per_uid = 64;
     cfg->max_registrations_per_uid = 16384;
     cfg->max_mapped_bytes_per_uid = 4 * TIB;
     cfg->max_mappings = OVLD_MAX_MAPPINGS_AUTO;

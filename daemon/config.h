@@ -51,6 +51,7 @@ typedef struct ovld_config {
     /* Per-uid limits bound a user's total over all its connections. */
     uint32_t max_connections_per_uid;   /* max_connections_per_uid: 1..65536, default 128 */
     uint32_t max_jobs_per_uid;          /* max_jobs_per_uid: 1..65536, default 32 */
+    uint32_t max_ranks_per_uid;         /* max_ranks_per_uid: 1..65536, default 64 */
     uint32_t max_registrations_per_uid; /* max_registrations_per_uid: 1..1M, default 16384 */
     uint64_t max_mapped_bytes_per_uid;  /* max_mapped_bytes_per_uid: >= 4K, default 4T */
     /* max_mappings: client buffers mapped at once, over all users: auto (0)

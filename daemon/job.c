@@ -593,6 +593,17 @@ static void job_start(ovld_t *d, ovld_job_t *j)
     }
 }
 
+/* The ranks joined in uid's jobs, those still completing included. */
+static uint32_t uid_ranks(const ovld_t *d, uid_t uid)
+{
+    uint32_t n = 0;
+    for (const ovld_job_t *j = d->jobs; j; j = j->next)
+        n += j->owner == uid ? j->joined : 0;
+    for (const ovld_job_t *j = d->dead_jobs; j; j = j->next)
+        n += j->owner == uid ? j->joined : 0;
+    return n;
+}
+
 ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
                            ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
                            size_t errlen)
@@ -621,6 +632,14 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
     }
     uint32_t dev = (uint32_t)found;
 
+    /* Ranks hold device resources (streams, events, workspaces): a user's
+     * are bounded, those of its jobs still completing included. */
+    uint32_t ranks = uid_ranks(d, c->uid);
+    if (ranks >= d->cfg.max_ranks_per_uid) {
+        snprintf(err, errlen, "uid %u holds %u ranks (max_ranks_per_uid = %u)", (unsigned)c->uid,
+                 ranks, d->cfg.max_ranks_per_uid);
+        return OVL_ERR_LIMIT;
+    }
     /* Job ids are a namespace of each uid: another user's "train" is
      * another job, so that nobody can claim an id before its owner does. */
     ovld_job_t *j = job_find(d, c->uid, id);

@@ -63,6 +63,7 @@ static void other_config(ovld_config_t *c)
     c->max_jobs = 13;
     c->max_connections_per_uid = 17;
     c->max_jobs_per_uid = 19;
+    c->max_ranks_per_uid = 37;
     c->max_registrations_per_uid = 23;
     c->max_mapped_bytes_per_uid = 29 * MIB;
     c->max_mappings = 31;
@@ -101,6 +102,7 @@ static void check_in_range(const ovld_config_t *c)
     CHECK(c->max_jobs >= 1 && c->max_jobs <= 65536);
     CHECK(c->max_connections_per_uid >= 1 && c->max_connections_per_uid <= 65536);
     CHECK(c->max_jobs_per_uid >= 1 && c->max_jobs_per_uid <= 65536);
+    CHECK(c->max_ranks_per_uid >= 1 && c->max_ranks_per_uid <= 65536);
     CHECK(c->max_registrations_per_uid >= 1 && c->max_registrations_per_uid <= MIB);
     CHECK(c->max_mapped_bytes_per_uid >= 4 * KIB);
     CHECK(c->max_mappings == OVLD_MAX_MAPPINGS_AUTO ||
@@ -128,16 +130,17 @@ static size_t render(const ovld_config_t *c, char *out, size_t cap)
         "\nmax_registrations = %" PRIu32 "\nmax_mapped_bytes = %" PRIu64
         "\nmax_ops_in_flight = %" PRIu32 "\nmax_jobs = %" PRIu32
         "\nmax_connections_per_uid = %" PRIu32 "\nmax_jobs_per_uid = %" PRIu32
-        "\nmax_registrations_per_uid = %" PRIu32 "\nmax_mapped_bytes_per_uid = %" PRIu64
-        "\nmax_mappings = %s\nhello_timeout_ms = %" PRIu32 "\ndefault_algo = %s\n"
+        "\nmax_ranks_per_uid = %" PRIu32 "\nmax_registrations_per_uid = %" PRIu32
+        "\nmax_mapped_bytes_per_uid = %" PRIu64 "\nmax_mappings = %s\nhello_timeout_ms = %" PRIu32
+        "\ndefault_algo = %s\n"
         "default_chunks = %" PRIu32 "\ndefault_streams = %" PRIu32 "\n",
         c->socket_path, c->socket_group[0] ? "socket_group = " : "", c->socket_group,
         c->socket_group[0] ? "\n" : "", c->socket_mode, ovld_log_level_name(c->log_level),
         ovld_backend_kind_name(c->backend), c->host_devices, c->max_frame_bytes, c->max_connections,
         c->max_registrations, c->max_mapped_bytes, c->max_ops_in_flight, c->max_jobs,
-        c->max_connections_per_uid, c->max_jobs_per_uid, c->max_registrations_per_uid,
-        c->max_mapped_bytes_per_uid, mappings, c->hello_timeout_ms, ovl_algo_name(c->default_algo),
-        c->default_chunks, c->default_streams);
+        c->max_connections_per_uid, c->max_jobs_per_uid, c->max_ranks_per_uid,
+        c->max_registrations_per_uid, c->max_mapped_bytes_per_uid, mappings, c->hello_timeout_ms,
+        ovl_algo_name(c->default_algo), c->default_chunks, c->default_streams);
     CHECK(n > 0 && (size_t)n < cap);
     return (size_t)n;
 }
@@ -264,8 +267,8 @@ static const char *const keys[] = {
     "socket", "socket_group", "socket_mode", "log_level", "backend", "host_devices",
     "max_frame_bytes", "max_connections", "max_registrations", "max_mapped_bytes",
     "max_ops_in_flight", "max_jobs", "max_connections_per_uid", "max_jobs_per_uid",
-    "max_registrations_per_uid", "max_mapped_bytes_per_uid", "max_mappings", "hello_timeout_ms",
-    "default_algo", "default_chunks", "default_streams", "unknown_key"};
+    "max_ranks_per_uid", "max_registrations_per_uid", "max_mapped_bytes_per_uid", "max_mappings",
+    "hello_timeout_ms", "default_algo", "default_chunks", "default_streams", "unknown_key"};
 static const char *const values[] = {
     "0", "1", "2", "7", "8", "9", "63", "64", "65", "99", "100", "4095", "4096", "4097",
     "65535", "65536", "65537", "1048576", "1048577", "16777216", "16777217", "600000", "600001",
@@ -294,7 +297,8 @@ static void fuzz_builtin(void)
              "log_level = info\nbackend = auto\nhost_devices = 8\nmax_frame_bytes = 1M\n"
              "max_connections = 1024\nmax_registrations = 4096\nmax_mapped_bytes = 1T\n"
              "max_ops_in_flight = 64\nmax_jobs = 256\nmax_connections_per_uid = 128\n"
-             "max_jobs_per_uid = 32\nmax_registrations_per_uid = 16384\n"
+             "max_jobs_per_uid = 32\nmax_ranks_per_uid = 64\n"
+             "max_registrations_per_uid = 16384\n"
              "max_mapped_bytes_per_uid = 4T\nmax_mappings = auto\nhello_timeout_ms = 5000\n"
              "default_algo = auto\ndefault_chunks = 0\ndefault_streams = 0\n");
     run_text("max_jobs = 1\nmax_jobs = 2\n");

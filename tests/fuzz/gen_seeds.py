@@ -204,7 +204,7 @@ def config_seeds(root):
     s["no_final_newline"] = b"max_jobs = 5\nlog_level = debug"
     s["sizes"] = b"max_frame_bytes = 64MiB\nmax_mapped_bytes = 16T\nmax_mapped_bytes_per_uid = 4kb\n"
     s["auto"] = b"max_mappings = auto\ndefault_algo = ring\ndefault_chunks = 64\ndefault_streams = 8\n"
-    s["limits"] = (b"max_connections_per_uid = 65536\nmax_jobs_per_uid = 1\n"
+    s["limits"] = (b"max_connections_per_uid = 65536\nmax_jobs_per_uid = 1\nmax_ranks_per_uid = 65536\n"
                    b"max_registrations_per_uid = 1048576\nmax_mappings = 16777216\n"
                    b"hello_timeout_ms = 100\n")
     s["duplicate"] = b"max_jobs = 5\n\n# again\nmax_jobs = 6\n"

@@ -199,7 +199,7 @@ static bool probe_loop(void)
     ovl_set_timeout(cl, (int)(GATE_LIMIT_S * 2000));
     for (;;) {
         Ovl__Response *r = NULL;
-        ovl_status_t st = ovl__status(cl, &r);
+        ovl_status_t st = libovl_status(cl, &r);
         double took = ovl_mono_s() - t0; /* the first includes the connect */
         probes++;
         if (took > worst)
@@ -218,7 +218,7 @@ static bool probe_loop(void)
                     in_flight = r->status->jobs[i]->ops_in_flight;
                     done = r->status->jobs[i]->ops_done;
                 }
-        ovl__response_free(r);
+        libovl_response_free(r);
         if (took > PROBE_LIMIT_S) {
             fprintf(stderr,
                     "FAIL: probe %d: ovld answered Status after %.0f ms (limit %.0f ms): its loop "
@@ -577,7 +577,7 @@ int main(void)
         fprintf(stderr, "FAIL: the rank exited %d\n", code);
     }
     static const char *const refusals[] = {
-        "scratch cannot grow",          /* backend_cuda.c: freed under ops in flight */
+        "scratch cannot grow",          /* cuda_rank.c: freed under ops in flight */
         "scratch would grow under",     /* job.c: issued past the hold-back */
         "the event loop has not turned" /* stall.c: the loop stood still */
     };

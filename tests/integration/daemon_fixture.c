@@ -370,7 +370,7 @@ int daemon_check_alive(test_daemon_t *d)
     q.body_case = OVL__REQUEST__BODY_STATUS;
     q.status = &sq;
     Ovl__Response *r = NULL;
-    st = ovl__call(cl, &q, NULL, 0, &r);
+    st = libovl_call(cl, &q, NULL, 0, &r);
     if (st != OVL_OK) {
         fprintf(stderr, "daemon_fixture: Status: %s: %s\n", ovl_strerror(st), ovl_last_error(cl));
         rc = -1;
@@ -380,7 +380,7 @@ int daemon_check_alive(test_daemon_t *d)
                     (int)r->status->pid, (int)d->pid);
             rc = -1;
         }
-        ovl__response_free(r);
+        libovl_response_free(r);
     }
     ovl_disconnect(cl);
     if (rc != 0)

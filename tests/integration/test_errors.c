@@ -290,7 +290,7 @@ static void fresh_job_works(test_daemon_t *d, const char *job, uint32_t world)
 static Ovl__Response *status_call(ovl_client_t *cl)
 {
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__status(cl, &r);
+    ovl_status_t st = libovl_status(cl, &r);
     if (st != OVL_OK)
         fail_msg("Status: %s: %s", ovl_strerror(st), ovl_last_error(cl));
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_STATUS);
@@ -321,7 +321,7 @@ static void wait_job_gone(ovl_client_t *cl, const char *id)
     for (;;) {
         Ovl__Response *r = status_call(cl);
         bool there = find_job(r, id) != NULL;
-        ovl__response_free(r);
+        libovl_response_free(r);
         if (!there)
             return;
         if (fixture_now_ms() >= deadline)
@@ -338,7 +338,7 @@ static void wait_job_in_flight(ovl_client_t *cl, const char *id, uint32_t n)
         Ovl__Response *r = status_call(cl);
         const Ovl__JobInfo *j = find_job(r, id);
         uint32_t have = j ? j->ops_in_flight : UINT32_MAX;
-        ovl__response_free(r);
+        libovl_response_free(r);
         if (have == n)
             return;
         if (fixture_now_ms() >= deadline)
@@ -369,7 +369,7 @@ static void wait_job_ops_done(ovl_client_t *cl, const char *id, uint64_t n)
         Ovl__Response *r = status_call(cl);
         const Ovl__JobInfo *j = find_job(r, id);
         uint64_t have = j ? j->ops_done : UINT64_MAX;
-        ovl__response_free(r);
+        libovl_response_free(r);
         if (have == n)
             return;
         if (fixture_now_ms() >= deadline)
@@ -472,7 +472,7 @@ static void test_join_rank_out_of_range(void **state)
     assert_null(comm);
     Ovl__Response *r = status_call(cl);
     assert_int_equal(r->status->n_jobs, 0); /* no job was made on the way */
-    ovl__response_free(r);
+    libovl_response_free(r);
     ovl_disconnect(cl);
     assert_alive(d);
     TEST_PASSED();
@@ -526,7 +526,7 @@ static void test_join_bad_job_id(void **state)
     Ovl__Response *r = status_call(cl);
     assert_int_equal(r->status->n_jobs, 1);
     assert_string_equal(r->status->jobs[0]->id, id);
-    ovl__response_free(r);
+    libovl_response_free(r);
     assert_status(ovl_comm_destroy(comm), OVL_OK);
     ovl_disconnect(cl);
     assert_alive(d);
@@ -550,9 +550,9 @@ static ovl_status_t raw_comm_init_full(ovl_client_t *cl, const void *job, size_t
     q.body_case = OVL__REQUEST__BODY_COMM_INIT;
     q.comm_init = &ci;
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__call(cl, &q, NULL, 0, &r);
+    ovl_status_t st = libovl_call(cl, &q, NULL, 0, &r);
     if (st == OVL_OK)
-        ovl__response_free(r); /* not expected here: the doorbell fd stays queued */
+        libovl_response_free(r); /* not expected here: the doorbell fd stays queued */
     return st;
 }
 
@@ -572,7 +572,7 @@ static void test_join_hostile_fields(void **state)
     uint8_t uuid[16];
     Ovl__Response *r = status_call(cl);
     memcpy(uuid, r->status->devices[0]->uuid.data, 16);
-    ovl__response_free(r);
+    libovl_response_free(r);
 
     assert_status(raw_comm_init_full(cl, "nul\0tail", 8, 1, 0, uuid, 16), OVL_ERR_INVALID);
     assert_contains(ovl_last_error(cl), "job id holds a NUL byte at 3");
@@ -600,7 +600,7 @@ static void test_join_hostile_fields(void **state)
 
     r = status_call(cl);
     assert_int_equal(r->status->n_jobs, 0);
-    ovl__response_free(r);
+    libovl_response_free(r);
     /* UTF-8 that is text is an id like any other */
     ovl_comm_t *comm;
     assert_status(ovl_comm_init(cl, "jöb-ü", 1, 0, 0, &comm), OVL_OK);
@@ -632,7 +632,7 @@ static void test_join_bad_device(void **state)
     assert_status(raw_comm_init(cl, "dev", uuid, 0), OVL_ERR_INVALID);
     Ovl__Response *r = status_call(cl);
     assert_int_equal(r->status->n_jobs, 0);
-    ovl__response_free(r);
+    libovl_response_free(r);
     /* The client still works after the refusals. */
     assert_status(ovl_comm_init(cl, "dev", 1, 0, 7, &comm), OVL_OK);
     assert_status(ovl_comm_destroy(comm), OVL_OK);
@@ -761,7 +761,7 @@ static void test_join_other_uid(void **state)
     j = find_job_of(r, "owned-by-nobody", 0);
     assert_non_null(j);
     assert_int_equal(j->local_ranks, 1);
-    ovl__response_free(r);
+    libovl_response_free(r);
     assert_status(ovl_comm_destroy(comm), OVL_OK);
 
     close(go);
@@ -854,7 +854,7 @@ static void test_op_client_checks(void **state)
     const Ovl__JobInfo *j = find_job(r, "client-checks");
     assert_non_null(j);
     assert_string_equal(j->last_error, "");
-    ovl__response_free(r);
+    libovl_response_free(r);
     assert_status(rank_close(&rk), OVL_OK);
     assert_alive(d);
 
@@ -907,12 +907,12 @@ static void test_mem_register_checks(void **state)
             assert_int_equal(r->status->clients[i]->mapped_bytes, 3 * 4096);
         }
     assert_int_equal(before, 1);
-    ovl__response_free(r);
+    libovl_response_free(r);
     assert_status(ovl_host_free(cl, p), OVL_OK);
     r = status_call(cl);
     for (size_t i = 0; i < r->status->n_clients; i++)
         assert_int_equal(r->status->clients[i]->buffers, 0);
-    ovl__response_free(r);
+    libovl_response_free(r);
     ovl_disconnect(cl);
     assert_alive(d);
     TEST_PASSED();
@@ -1586,12 +1586,12 @@ static void test_last_rank_leaves_with_op_pending(void **state)
     uint64_t deadline = fixture_now_ms() + TIMEOUT_MS;
     for (;;) {
         Ovl__Response *r = NULL;
-        assert_int_equal(ovl__status(cl, &r), OVL_OK);
+        assert_int_equal(libovl_status(cl, &r), OVL_OK);
         size_t jobs = r->status->n_jobs;
         uint64_t held = 0;
         for (size_t i = 0; i < r->status->n_devices; i++)
             held += r->status->devices[i]->held_bytes;
-        ovl__response_free(r);
+        libovl_response_free(r);
         if (jobs == 0 && held == 0)
             break;
         if (fixture_now_ms() >= deadline)
@@ -1708,7 +1708,7 @@ static void mismatch_case(test_daemon_t *d, field_t f)
     assert_non_null(j);
     assert_string_equal(j->state, "ready"); /* a refused op does not end the job */
     assert_contains(j->last_error, needle);
-    ovl__response_free(resp);
+    libovl_response_free(resp);
     assert_status(rank_close(&rk[0]), OVL_ERR_MISMATCH);
     assert_status(rank_close(&rk[1]), OVL_ERR_MISMATCH);
     assert_alive(d);
@@ -1844,7 +1844,7 @@ static void test_rank_killed_aborts_job(void **state)
     assert_non_null(j);
     assert_string_equal(j->state, "aborted");
     assert_contains(j->last_error, "rank 1 left");
-    ovl__response_free(resp);
+    libovl_response_free(resp);
 
     /* The aborted job takes no new rank while the survivor is in it. */
     ovl_client_t *late = connect_ok(d);
@@ -1888,7 +1888,7 @@ static void assert_released(rank_t *rk, pid_t pid)
     assert_contains(ovl_last_error(rk->cl),
                     fixture_has_pidfd() ? "and it exited" : "cannot be seen from here");
     assert_contains(ovl_last_error(rk->cl), "op 1:");
-    const struct ovl_doorbell *db = ovl__comm_doorbell(rk->comm);
+    const struct ovl_doorbell *db = libovl_comm_doorbell(rk->comm);
     assert_int_equal(__atomic_load_n(&db->error, __ATOMIC_ACQUIRE), OVL_ERR_CLOSED);
     assert_true(__atomic_load_n(&db->done, __ATOMIC_ACQUIRE) > 1);
     for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
@@ -1915,7 +1915,7 @@ static void test_daemon_killed_releases_waits(void **state)
     pid_t pid = kill_daemon(d);
     for (uint32_t r = 0; r < 2; r++) {
         /* done is what the watcher stores last */
-        const struct ovl_doorbell *db = ovl__comm_doorbell(rk[r].comm);
+        const struct ovl_doorbell *db = libovl_comm_doorbell(rk[r].comm);
         while (__atomic_load_n(&db->done, __ATOMIC_ACQUIRE) <= 1 && fixture_now_ms() - t0 < 5000)
             fixture_sleep_ms(5);
         if (__atomic_load_n(&db->done, __ATOMIC_ACQUIRE) <= 1)
@@ -1952,7 +1952,7 @@ static void test_daemon_killed_calls_release_waits(void **state)
     pid_t pid = kill_daemon(d);
     fixture_sleep_ms(200);
     for (uint32_t r = 0; r < 2; r++) /* no thread did it */
-        assert_int_equal(__atomic_load_n(&ovl__comm_doorbell(rk[r].comm)->error, __ATOMIC_ACQUIRE),
+        assert_int_equal(__atomic_load_n(&libovl_comm_doorbell(rk[r].comm)->error, __ATOMIC_ACQUIRE),
                          0);
     uint64_t t1 = fixture_now_ms();
     assert_status(ovl_comm_synchronize(rk[0].comm), OVL_ERR_CLOSED);
@@ -2036,7 +2036,7 @@ static void test_idle_rank_leaves_job_ends(void **state)
     assert_non_null(j);
     assert_string_equal(j->state, "ending");
     assert_contains(j->last_error, "rank 1 left");
-    ovl__response_free(resp);
+    libovl_response_free(resp);
 
     ovl_comm_t *comm = NULL;
     assert_status(ovl_comm_init(rk[1].cl, "quiet", 2, 1, 1, &comm), OVL_ERR_ABORTED);
@@ -2138,7 +2138,7 @@ static void test_daemon_ops_limit(void **state)
     snprintf(state_s, sizeof(state_s), "%s", j->state);
     snprintf(last, sizeof(last), "%s", j->last_error);
     uint64_t ops_done = j->ops_done;
-    ovl__response_free(resp);
+    libovl_response_free(resp);
     uint64_t done = __atomic_load_n(&c0.db->done, __ATOMIC_ACQUIRE);
     int32_t err = __atomic_load_n(&c0.db->error, __ATOMIC_ACQUIRE);
     uint64_t err_seq = __atomic_load_n(&c0.db->error_seq, __ATOMIC_ACQUIRE);
@@ -2209,7 +2209,7 @@ static void test_back_to_back_ops(void **state)
     const Ovl__JobInfo *j = find_job(resp, "b2b");
     assert_non_null(j);
     assert_string_equal(j->state, "ready");
-    ovl__response_free(resp);
+    libovl_response_free(resp);
     for (int r = 0; r < 2; r++)
         assert_status(rank_close(&rk[r]), OVL_OK);
     assert_alive(d);

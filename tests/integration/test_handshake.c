@@ -50,11 +50,11 @@ static ovl_client_t *connect_ok(test_daemon_t *d)
     return cl;
 }
 
-/* A Status request through libovl's raw call; free with ovl__response_free. */
+/* A Status request through libovl's raw call; free with libovl_response_free. */
 static Ovl__StatusReply *status_of(ovl_client_t *cl, Ovl__Response **ret_resp)
 {
     Ovl__Response *r = NULL;
-    ovl_status_t st = ovl__status(cl, &r);
+    ovl_status_t st = libovl_status(cl, &r);
     if (st != OVL_OK)
         fail_msg("Status: %s: %s", ovl_strerror(st), ovl_last_error(cl));
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_STATUS);
@@ -69,7 +69,7 @@ static void assert_alive_with(test_daemon_t *d, ovl_client_t *cl)
     assert_true(daemon_running(d));
     Ovl__Response *r;
     assert_int_equal(status_of(cl, &r)->pid, d->pid);
-    ovl__response_free(r);
+    libovl_response_free(r);
 }
 
 /* Waits (bounded) until the daemon counts `want` connections. */
@@ -80,7 +80,7 @@ static void wait_connections(ovl_client_t *cl, uint32_t want)
     for (;;) {
         Ovl__Response *r;
         have = status_of(cl, &r)->connections;
-        ovl__response_free(r);
+        libovl_response_free(r);
         if (have == want)
             return;
         if (fixture_now_ms() >= deadline)
@@ -168,7 +168,7 @@ static void test_good_handshake(void **state)
         assert_int_equal(ci->rank, -1);
     }
     assert_true(me);
-    ovl__response_free(r);
+    libovl_response_free(r);
 
     /* A second client is a second connection of its own. */
     ovl_client_t *cl2 = connect_ok(d);
@@ -240,7 +240,7 @@ static void test_config_host_devices(void **state)
     assert_non_null(realpath(d->config, real));
     assert_string_equal(s->config_file, real);
     assert_int_equal(s->n_devices, 3);
-    ovl__response_free(r);
+    libovl_response_free(r);
 
     /* The devices are usable, up to the configured count only. */
     ovl_comm_t *comm = NULL;
@@ -354,7 +354,7 @@ static void test_request_before_hello(void **state)
     ovl_client_t *cl = connect_ok(d);
     Ovl__Response *r;
     assert_int_equal(status_of(cl, &r)->n_jobs, 0);
-    ovl__response_free(r);
+    libovl_response_free(r);
     ovl_disconnect(cl);
     assert_alive(d);
     TEST_PASSED();

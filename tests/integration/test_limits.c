@@ -2,7 +2,7 @@
  * test_limits.c: what one user can take from ovld, and what ovld does when
  * a resource runs out, against a real ovld (host backend):
  *
- *  - per-uid quotas: connections, jobs, registrations, mapped bytes, and the
+ *  - per-uid quotas: connections, jobs, ranks, registrations, mapped bytes, and the
  *    daemon-wide mapping budget (max_mappings); each refusal names the
  *    limit and its value;
  *  - a connection that never says Hello is closed at hello_timeout_ms;
@@ -109,6 +109,27 @@ static void test_uid_jobs(void **state)
     assert_status(ovl_comm_destroy(c2), OVL_OK);
     ovl_disconnect(cl2);
     ovl_disconnect(cl);
+    TEST_PASSED();
+}
+
+static void test_uid_ranks(void **state)
+{
+    test_daemon_t *d = *state;
+    ovl_client_t *a = client(d), *b = client(d);
+    ovl_comm_t *c[3], *extra = NULL;
+    assert_status(ovl_comm_init(a, "ranks-1", 2, 0, 0, &c[0]), OVL_OK);
+    assert_status(ovl_comm_init(b, "ranks-1", 2, 1, 1, &c[1]), OVL_OK);
+    assert_status(ovl_comm_init(b, "ranks-2", 1, 0, 2, &c[2]), OVL_OK);
+    /* a fourth rank, in a job of its own or one that exists */
+    assert_status(ovl_comm_init(a, "ranks-3", 1, 0, 3, &extra), OVL_ERR_LIMIT);
+    assert_contains(ovl_last_error(a), "uid 0 holds 3 ranks (max_ranks_per_uid = 3)");
+    assert_status(ovl_comm_destroy(c[2]), OVL_OK); /* gives one back */
+    assert_status(ovl_comm_init(a, "ranks-3", 1, 0, 3, &extra), OVL_OK);
+    assert_status(ovl_comm_destroy(extra), OVL_OK);
+    assert_status(ovl_comm_destroy(c[0]), OVL_OK);
+    assert_status(ovl_comm_destroy(c[1]), OVL_OK);
+    ovl_disconnect(a);
+    ovl_disconnect(b);
     TEST_PASSED();
 }
 
@@ -429,7 +450,7 @@ static void view_child(test_daemon_t *d, int out, int go)
     q.body_case = OVL__REQUEST__BODY_STATUS;
     q.status = &sq;
     Ovl__Response *r = NULL;
-    if (ovl__call(cl, &q, NULL, 0, &r) != OVL_OK)
+    if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK)
         goto out;
     v.stage = 0;
     v.restricted = r->status->restricted;
@@ -441,7 +462,7 @@ static void view_child(test_daemon_t *d, int out, int go)
         v.foreign += r->status->jobs[i]->owner_uid != NOBODY;
     for (size_t i = 0; i < r->status->n_clients; i++)
         v.foreign += r->status->clients[i]->uid != NOBODY;
-    ovl__response_free(r);
+    libovl_response_free(r);
 out:
     if (write(out, &v, sizeof(v)) != (ssize_t)sizeof(v))
         _exit(3);
@@ -489,12 +510,12 @@ static void test_status_restricted(void **state)
     q.body_case = OVL__REQUEST__BODY_STATUS;
     q.status = &sq;
     Ovl__Response *r = NULL;
-    assert_status(ovl__call(cl, &q, NULL, 0, &r), OVL_OK);
+    assert_status(libovl_call(cl, &q, NULL, 0, &r), OVL_OK);
     assert_false(r->status->restricted);
     assert_int_equal(r->status->n_jobs, 2);
     assert_int_equal(r->status->n_clients, 2);
     assert_int_equal(r->status->other_jobs, 0);
-    ovl__response_free(r);
+    libovl_response_free(r);
     close(go);
     int ws = 0;
     assert_int_equal(waitpid(pid, &ws, 0), pid);
@@ -509,6 +530,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TC(test_uid_connections, "max_connections_per_uid = 3\n"),
         TC(test_uid_jobs, "max_jobs_per_uid = 2\n"),
+        TC(test_uid_ranks, "max_ranks_per_uid = 3\n"),
         TC(test_uid_registrations, "max_registrations_per_uid = 3\n"),
         TC(test_uid_mapped_bytes, "max_mapped_bytes_per_uid = 64K\n"),
         TC(test_max_mappings, "max_mappings = 4\n"),

@@ -46,6 +46,7 @@ static const char *const all_keys[] = {
     "default_streams",
     "max_connections_per_uid",
     "max_jobs_per_uid",
+    "max_ranks_per_uid",
     "max_registrations_per_uid",
     "max_mapped_bytes_per_uid",
     "max_mappings",
@@ -71,6 +72,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->max_jobs, b->max_jobs);
     assert_int_equal(a->max_connections_per_uid, b->max_connections_per_uid);
     assert_int_equal(a->max_jobs_per_uid, b->max_jobs_per_uid);
+    assert_int_equal(a->max_ranks_per_uid, b->max_ranks_per_uid);
     assert_int_equal(a->max_registrations_per_uid, b->max_registrations_per_uid);
     assert_int_equal(a->max_mapped_bytes_per_uid, b->max_mapped_bytes_per_uid);
     assert_int_equal(a->max_mappings, b->max_mappings);
@@ -188,6 +190,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_jobs, 256);
     assert_int_equal(cfg.max_connections_per_uid, 128);
     assert_int_equal(cfg.max_jobs_per_uid, 32);
+    assert_int_equal(cfg.max_ranks_per_uid, 64);
     assert_int_equal(cfg.max_registrations_per_uid, 16384);
     assert_int_equal(cfg.max_mapped_bytes_per_uid, UINT64_C(4) << 40);
     assert_int_equal(cfg.max_mappings, 0); /* auto */
@@ -238,6 +241,7 @@ static void test_every_key(void **state)
                                  "default_streams = 3\n"
                                  "max_connections_per_uid = 14\n"
                                  "max_jobs_per_uid = 15\n"
+                                 "max_ranks_per_uid = 24\n"
                                  "max_registrations_per_uid = 16\n"
                                  "max_mapped_bytes_per_uid = 3G\n"
                                  "max_mappings = 17\n"
@@ -260,6 +264,7 @@ static void test_every_key(void **state)
     assert_int_equal(cfg.default_streams, 3);
     assert_int_equal(cfg.max_connections_per_uid, 14);
     assert_int_equal(cfg.max_jobs_per_uid, 15);
+    assert_int_equal(cfg.max_ranks_per_uid, 24);
     assert_int_equal(cfg.max_registrations_per_uid, 16);
     assert_int_equal(cfg.max_mapped_bytes_per_uid, UINT64_C(3) << 30);
     assert_int_equal(cfg.max_mappings, 17);
@@ -467,6 +472,8 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->max_connections_per_uid;
     if (strcmp(key, "max_jobs_per_uid") == 0)
         return cfg->max_jobs_per_uid;
+    if (strcmp(key, "max_ranks_per_uid") == 0)
+        return cfg->max_ranks_per_uid;
     if (strcmp(key, "max_registrations_per_uid") == 0)
         return cfg->max_registrations_per_uid;
     if (strcmp(key, "max_mapped_bytes_per_uid") == 0)
@@ -544,6 +551,11 @@ static void test_integer_ranges(void **state)
         {"max_jobs_per_uid", "1", true, 1},
         {"max_jobs_per_uid", "65536", true, 65536},
         {"max_jobs_per_uid", "65537", false, 0},
+        {"max_ranks_per_uid", "0", false, 0},
+        {"max_ranks_per_uid", "1", true, 1},
+        {"max_ranks_per_uid", "65536", true, 65536},
+        {"max_ranks_per_uid", "65537", false, 0},
+        {"max_ranks_per_uid", "4294967297", false, 0}, /* would wrap to 1 */
         {"max_registrations_per_uid", "0", false, 0},
         {"max_registrations_per_uid", "1", true, 1},
         {"max_registrations_per_uid", "1048576", true, 1048576},
@@ -580,11 +592,17 @@ static void test_integer_syntax(void **state)
     assert_int_equal(parse_ok("max_jobs = 12 # x y\n").max_jobs, 12);
 
     /* every integer key takes the same syntax */
-    static const char *const ints[] = {"host_devices",      "max_connections",
-                                       "max_registrations", "max_ops_in_flight",
-                                       "max_jobs",          "default_chunks",
-                                       "default_streams",   "max_connections_per_uid",
-                                       "max_jobs_per_uid",  "max_registrations_per_uid",
+    static const char *const ints[] = {"host_devices",
+                                       "max_connections",
+                                       "max_registrations",
+                                       "max_ops_in_flight",
+                                       "max_jobs",
+                                       "default_chunks",
+                                       "default_streams",
+                                       "max_connections_per_uid",
+                                       "max_jobs_per_uid",
+                                       "max_ranks_per_uid",
+                                       "max_registrations_per_uid",
                                        "hello_timeout_ms"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
@@ -696,6 +714,9 @@ static void test_limit_keys(void **state)
         {"max_jobs_per_uid", 32, "7", 7, "1", "65536", 1, 65536, "0",
          "max_jobs_per_uid: '0' is out of range 1..65536", "70000",
          "max_jobs_per_uid: '70000' is out of range 1..65536"},
+        {"max_ranks_per_uid", 64, "16", 16, "1", "65536", 1, 65536, "0",
+         "max_ranks_per_uid: '0' is out of range 1..65536", "65537",
+         "max_ranks_per_uid: '65537' is out of range 1..65536"},
         {"max_registrations_per_uid", 16384, "100000", 100000, "1", "1048576", 1, 1048576, "0",
          "max_registrations_per_uid: '0' is out of range 1..1048576", "1048577",
          "max_registrations_per_uid: '1048577' is out of range 1..1048576"},
@@ -917,6 +938,7 @@ static void test_untouched_on_error(void **state)
         "max_connections = 2\nmax_connections = 3\n",
         "backend = cuda\nno equals sign\n",
         "max_mappings = auto\nmax_jobs_per_uid = 0\n",
+        "max_ranks_per_uid = 8\nmax_jobs_per_uid = 4\nmax_ranks_per_uid = 70000\n",
         "max_connections_per_uid = 2\nmax_mapped_bytes_per_uid = 1K\n",
         "hello_timeout_ms = 100\nmax_registrations_per_uid = 1\nhello_timeout_ms = 200\n",
     };

@@ -1,0 +1,190 @@
+/*
+ * cuda_internal.h: what the files of the CUDA backend share, and nothing
+ * else includes: the backend, device, rank and completion records, the error
+ * macros, and the functions one file calls in another.
+ *
+ *   backend_cuda.c  the vtable, create/destroy, devices, errors
+ *   cuda_rank.c     ranks: streams, events, workspaces, the doorbell
+ *                   registration, scratch, release; wait_ready, record,
+ *                   wait, gemm, sleep
+ *   cuda_mem.c      IPC import/release and its cache
+ *   cuda_nccl.c     communicators, job_setup/teardown, the all-gather and
+ *                   the copy-engine pulls
+ *   cuda_done.c     completions (done, host functions), the watchdog,
+ *                   restore_release
+ *   cuda_gemm.c     cuBLASLt (its own header, cuda_gemm.h)
+ */
+#ifndef OVLD_CUDA_INTERNAL_H
+#define OVLD_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "backend.h"
+#include "completion.h"
+#include "cuda_gemm.h"
+#include "cudrv.h"
+#include "log.h"
+#include "plan.h"
+
+typedef struct cuda_backend cuda_backend_t;
+
+typedef struct cuda_dev {
+    int ordinal;
+    ovld_device_info_t info;
+    int prio_hi, prio_lo;
+    ovld_lt_t *lt;
+} cuda_dev_t;
+
+/* One opened IPC handle on one device (cuda_mem.c). */
+typedef struct ipc_entry ipc_entry_t;
+
+/* A completion on its way: the host function pushes it; the watchdog may
+ * deliver it instead if the stream died. */
+typedef struct cuda_done {
+    ovld_cq_node_t node; /* first */
+    struct ovld_rank *rank;
+    cudaEvent_t ev;
+    uint64_t issued_ns;
+    _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
+    _Atomic int refs;  /* the delivery, and the host function while it is queued */
+    bool warned;       /* logged as slow (loop thread) */
+    struct cuda_done *prev, *next;
+} cuda_done_t;
+
+struct ovld_rank {
+    cuda_backend_t *cb;
+    cuda_dev_t *dev;
+    cudaStream_t streams[OVL_PLAN_MAX_STREAMS];
+    void *workspace[OVL_PLAN_MAX_STREAMS];
+    cudaEvent_t *events;
+    uint32_t nevents;
+    cudaEvent_t ag_ev[2]; /* the copy-engine all-gather's own: ready, read */
+    /* The doorbell: a memfd page mapped by both processes and registered
+     * with CUDA in both, so that stream memory operations reach it. The
+     * streams' waits are on its slots (the client's stream writes ready
+     * slots that stream 0 waits on, and waits on done slots that stream 0
+     * writes), so ovld can end either side's wait with a CPU store, which
+     * no stalled GPU queue can hold up. done and the error word are what
+     * the client's host-side waits (throttle, synchronize, check) read. */
+    struct ovl_doorbell *db;     /* as the host sees it */
+    struct ovl_doorbell *db_dev; /* as the GPU sees it */
+    int db_fd;
+    cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
+    cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
+    uint32_t nfree_ev, cap_free_ev;
+    bool error_written;
+    bool setup_pending; /* its communicator is being made on a worker (loop thread) */
+    ncclComm_t nccl;
+    void *scratch;
+    size_t scratch_bytes;
+    cuda_done_t *inflight; /* loop thread only */
+    /* Released (its client gone): the value every slot must hold, kept in
+     * ovld's memory, since the page is the client's to write too. */
+    uint64_t release_value; /* 0: not released */
+    bool release_undone;    /* a slot was found written after the release (logged once) */
+    struct ovld_rank *next;
+};
+
+struct cuda_backend {
+    ovld_backend_t base;
+    uv_loop_t *loop;
+    ovl_cudrv_t drv;
+    uint32_t ndev;
+    cuda_dev_t *devs;
+    ovld_cq_t cq;
+    uv_timer_t watchdog;
+    struct ovld_rank *ranks;
+    pthread_mutex_t ipc_mu;
+    ipc_entry_t *ipc;
+    uint64_t ipc_hits, ipc_misses; /* under ipc_mu */
+    _Atomic uint32_t works;        /* uv_work items in flight */
+    bool cq_closed;                /* destroyed: freed when the last work is done */
+};
+
+/* ------------------------------------------------- errors, in one place */
+
+/* The last enqueue failure of this thread, in words (backend_cuda.c). */
+extern _Thread_local char cuda_last_err[256];
+
+/* Logs a failed CUDA call and keeps its words for the op's error message
+ * (exec.c asks through last_error), then returns OVL_ERR_BACKEND. */
+#define CUDA_TRY(cb, call, what)                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            (void)(cb);                                                                            \
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s: %s", (what), #call,            \
+                     cudaGetErrorString(e_));                                                      \
+            log_error("%s", cuda_last_err);                                                        \
+            return OVL_ERR_BACKEND;                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* Every enqueue makes the rank's device current first: the loop thread
+ * drives all GPUs, and cuBLASLt, kernel launches and copies use the
+ * current device's context (cudaSetDevice costs well under a microsecond
+ * when nothing changes). */
+#define USE_DEVICE(r)                                                                              \
+    do {                                                                                           \
+        if (cuda_set_device((r)->cb, (r)->dev) != OVL_OK)                                          \
+            return OVL_ERR_BACKEND;                                                                \
+    } while (0)
+
+/* ------------------------------------------- calls across the backend's files */
+
+/* The vtable's entries (backend_cuda.c's cuda_ops) have their contracts in
+ * backend.h; the others have theirs here. */
+
+/* backend_cuda.c */
+/* Makes dev current on the calling thread (CUDA_TRY on failure). */
+ovl_status_t cuda_set_device(cuda_backend_t *cb, cuda_dev_t *dev);
+/* After a work item: the backend may have been destroyed meanwhile. */
+void cuda_work_done(cuda_backend_t *cb);
+
+/* cuda_mem.c */
+ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ovld_bmem_t **ret_mem,
+                             void **ret_ptr);
+void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
+void cuda_mem_cache_stats(ovld_backend_t *b, uint64_t *hits, uint64_t *misses);
+
+/* cuda_rank.c */
+/* Frees what a rank holds (not the rank itself), going on past failures. */
+void cuda_rank_free_resources(struct ovld_rank *r);
+/* Takes the rank off its backend's list (loop thread). */
+void cuda_rank_unlink(struct ovld_rank *r);
+ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
+                              ovld_doorbell_export_t *ret_db);
+void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
+void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
+ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr);
+ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n);
+ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
+ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
+ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
+ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
+
+/* cuda_nccl.c */
+ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
+                            ovld_setup_cb cb, void *arg);
+void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
+ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts, uint32_t n,
+                            ovl_dtype_t dtype, uint64_t m, uint64_t k, uint64_t row0,
+                            uint64_t rows);
+ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                       uint64_t rows, uint64_t cols, size_t elem);
+
+/* cuda_done.c */
+void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
+               const char *message, void *cookie);
+/* The watchdog timer's callback (loop thread; t->data is the backend). */
+void cuda_on_watchdog(uv_timer_t *t);
+
+#endif /* OVLD_CUDA_INTERNAL_H */

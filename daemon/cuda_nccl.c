@@ -1,0 +1,365 @@
+/*
+ * cuda_nccl.c: communication in the CUDA backend: per job one NCCL
+ * communicator per local rank, created nonblocking in one group off the loop
+ * thread (job_setup) and finalized the same way (job_teardown); the
+ * all-gather (NCCL, or copy-engine pulls for strided layouts) and the pulls
+ * (cudaMemcpy(2D)Async from a peer's mapping).
+ */
+#include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "clock.h"
+
+#define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch on the loop thread */
+
+/* --------------------------------------------------------------- NCCL */
+
+typedef struct setup_work {
+    uv_work_t req;
+    cuda_backend_t *cb;
+    struct ovld_rank **ranks;
+    uint32_t n;
+    ovld_setup_cb done;
+    void *arg;
+    ovl_status_t st;
+    char msg[256];
+    bool teardown;
+} setup_work_t;
+
+/* Waits for nonblocking communicators to leave ncclInProgress, until
+ * deadline_ns (CLOCK_MONOTONIC; 0: no limit), after which it returns
+ * ncclInProgress. */
+static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n, uint64_t deadline_ns)
+{
+    for (;;) {
+        bool busy = false;
+        for (uint32_t i = 0; i < n; i++) {
+            ncclResult_t r = ncclSuccess;
+            ncclResult_t q = ncclCommGetAsyncError(ranks[i]->nccl, &r);
+            if (q != ncclSuccess)
+                return q;
+            if (r == ncclInProgress)
+                busy = true;
+            else if (r != ncclSuccess)
+                return r;
+        }
+        if (!busy)
+            return ncclSuccess;
+        if (deadline_ns && ovl_mono_ns() > deadline_ns)
+            return ncclInProgress;
+        sched_yield();
+    }
+}
+
+static void setup_run(uv_work_t *req)
+{
+    setup_work_t *w = req->data;
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+        w->st = OVL_ERR_BACKEND;
+        snprintf(w->msg, sizeof(w->msg), "ncclGetUniqueId: %s", ncclGetErrorString(r));
+        return;
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* so that a fault can be detected and aborted */
+    /* Not ncclCommInitAll, which takes no config (API-NOTES 0.3). */
+    r = ncclGroupStart();
+    for (uint32_t i = 0; r == ncclSuccess && i < w->n; i++) {
+        if (cudaSetDevice(w->ranks[i]->dev->ordinal) != cudaSuccess) {
+            r = ncclUnhandledCudaError;
+            break;
+        }
+        r = ncclCommInitRankConfig(&w->ranks[i]->nccl, (int)w->n, id, (int)i, &cfg);
+        if (r == ncclInProgress)
+            r = ncclSuccess;
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress)
+        r = e;
+    if (r == ncclSuccess)
+        r = nccl_wait(w->ranks, w->n, 0); /* a worker: setup takes what it takes */
+    if (r != ncclSuccess) {
+        w->st = OVL_ERR_BACKEND;
+        snprintf(w->msg, sizeof(w->msg), "NCCL communicator setup for %u ranks: %s", w->n,
+                 ncclGetErrorString(r));
+        for (uint32_t i = 0; i < w->n; i++)
+            if (w->ranks[i]->nccl) {
+                ncclCommAbort(w->ranks[i]->nccl);
+                w->ranks[i]->nccl = NULL;
+            }
+    }
+}
+
+static void setup_after(uv_work_t *req, int status)
+{
+    setup_work_t *w = req->data;
+    cuda_backend_t *cb = w->cb;
+    if (!w->teardown)
+        for (uint32_t i = 0; i < w->n; i++)
+            w->ranks[i]->setup_pending = false;
+    if (status == UV_ECANCELED && w->st == OVL_OK) {
+        w->st = OVL_ERR_SHUTDOWN;
+        snprintf(w->msg, sizeof(w->msg), "cancelled");
+    }
+    if (w->done)
+        w->done(w->arg, w->st, w->msg);
+    free(w->ranks);
+    free(w);
+    cuda_work_done(cb);
+}
+
+ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
+                            ovld_setup_cb cb, void *arg)
+{
+    cuda_backend_t *be = (cuda_backend_t *)b;
+    setup_work_t *w = calloc(1, sizeof(*w));
+    if (!w || !(w->ranks = calloc(n, sizeof(*w->ranks)))) {
+        free(w);
+        return OVL_ERR_NOMEM;
+    }
+    memcpy(w->ranks, ranks, n * sizeof(*ranks));
+    w->req.data = w;
+    w->cb = be;
+    w->n = n;
+    w->done = cb;
+    w->arg = arg;
+    for (uint32_t i = 0; i < n; i++)
+        ranks[i]->setup_pending = true;
+    atomic_fetch_add(&be->works, 1);
+    int rc = uv_queue_work(be->loop, &w->req, setup_run, setup_after);
+    if (rc != 0) {
+        atomic_fetch_sub(&be->works, 1);
+        for (uint32_t i = 0; i < n; i++)
+            ranks[i]->setup_pending = false;
+        free(w->ranks);
+        free(w);
+        return OVL_ERR_SYSTEM;
+    }
+    return OVL_OK;
+}
+
+static void teardown_run(uv_work_t *req)
+{
+    setup_work_t *w = req->data;
+    /* ncclCommDestroy is collective within the node: finalize all, then
+     * destroy all (NCCL's own single-process example). A communicator that
+     * failed is aborted instead, as NCCL asks. */
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ovld_rank *rk = w->ranks[i];
+        if (!rk->nccl)
+            continue;
+        ncclResult_t e = cudaSetDevice(rk->dev->ordinal) == cudaSuccess ? ncclCommFinalize(rk->nccl)
+                                                                        : ncclUnhandledCudaError;
+        if (e != ncclSuccess && e != ncclInProgress)
+            log_warn("device %d: ncclCommFinalize: %s", rk->dev->ordinal, ncclGetErrorString(e));
+    }
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ovld_rank *rk = w->ranks[i];
+        if (!rk->nccl)
+            continue;
+        ncclResult_t r = ncclSuccess, q;
+        while ((q = ncclCommGetAsyncError(rk->nccl, &r)) == ncclSuccess && r == ncclInProgress)
+            sched_yield();
+        if (q != ncclSuccess)
+            r = q;
+        ncclResult_t e = r == ncclSuccess ? ncclCommDestroy(rk->nccl) : ncclCommAbort(rk->nccl);
+        if (r != ncclSuccess)
+            log_warn("device %d: the job's communicator failed (%s): aborted", rk->dev->ordinal,
+                     ncclGetErrorString(r));
+        if (e != ncclSuccess)
+            log_warn("device %d: %s: %s", rk->dev->ordinal,
+                     r == ncclSuccess ? "ncclCommDestroy" : "ncclCommAbort", ncclGetErrorString(e));
+        rk->nccl = NULL;
+    }
+    for (uint32_t i = 0; i < w->n; i++) {
+        cuda_rank_free_resources(w->ranks[i]);
+        free(w->ranks[i]);
+    }
+}
+
+void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n)
+{
+    cuda_backend_t *be = (cuda_backend_t *)b;
+    setup_work_t *w = calloc(1, sizeof(*w));
+    struct ovld_rank **copy = calloc(n ? n : 1, sizeof(*copy));
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (ranks[i]) {
+            cuda_rank_unlink(ranks[i]);
+            if (copy)
+                copy[k++] = ranks[i];
+        }
+    if (!w || !copy) {
+        free(w);
+        free(copy);
+        return; /* out of memory: leak rather than block the loop */
+    }
+    w->req.data = w;
+    w->cb = be;
+    w->ranks = copy;
+    w->n = k;
+    w->teardown = true;
+    atomic_fetch_add(&be->works, 1);
+    if (uv_queue_work(be->loop, &w->req, teardown_run, setup_after) != 0) {
+        atomic_fetch_sub(&be->works, 1);
+        teardown_run(&w->req);
+        free(copy);
+        free(w);
+    }
+}
+
+/* ------------------------------------------------- all-gather and pulls */
+
+static ncclDataType_t nccl_type(ovl_dtype_t dt)
+{
+    switch (dt) {
+    case OVL_DTYPE_BF16:
+        return ncclBfloat16;
+    case OVL_DTYPE_FP16:
+        return ncclFloat16;
+    case OVL_DTYPE_FP32:
+        return ncclFloat32;
+    }
+    return ncclFloat32;
+}
+
+static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t dst, ovld_view_t src,
+                              uint64_t rows, uint64_t cols, size_t elem)
+{
+    if (rows == 0 || cols == 0)
+        return OVL_OK;
+    if (dst.ld == cols && src.ld == cols)
+        CUDA_TRY(r->cb, cudaMemcpyAsync(dst.ptr, src.ptr, rows * cols * elem, cudaMemcpyDefault, s),
+                 "copy");
+    else
+        CUDA_TRY(r->cb,
+                 cudaMemcpy2DAsync(dst.ptr, dst.ld * elem, src.ptr, src.ld * elem, cols * elem,
+                                   rows, cudaMemcpyDefault, s),
+                 "copy (2D)");
+    (void)r;
+    return OVL_OK;
+}
+
+ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts, uint32_t n,
+                            ovl_dtype_t dtype, uint64_t m, uint64_t k, uint64_t row0, uint64_t rows)
+{
+    (void)b;
+    size_t elem = ovl_dtype_size(dtype);
+    bool contiguous = true, comms = true;
+    for (uint32_t i = 0; i < n; i++) {
+        contiguous = contiguous && parts[i].src.ld == k && parts[i].g.ld == k;
+        comms = comms && parts[i].rank->nccl != NULL;
+    }
+    if (!contiguous || !comms || n == 1) {
+        /* Strided layouts: every rank pulls every shard by copy engine. All
+         * sources are ready: the plans wait on every rank's READY before an
+         * all-gather only implicitly (NCCL's own synchronization), so here
+         * each rank's stream waits on the others' stream position first. */
+        for (uint32_t i = 0; i < n; i++) {
+            struct ovld_rank *r = parts[i].rank;
+            USE_DEVICE(r);
+            for (uint32_t p = 0; p < n; p++) {
+                if (p != i) {
+                    cudaEvent_t ev = parts[p].rank->ag_ev[0];
+                    CUDA_TRY(r->cb, cudaEventRecord(ev, parts[p].rank->streams[parts[p].stream]),
+                             "all-gather (record)");
+                    CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[parts[i].stream], ev, 0),
+                             "all-gather (wait)");
+                }
+                ovl_status_t st = copy_rows(
+                    r, r->streams[parts[i].stream], ovld_view_rows(parts[i].g, p * m + row0, elem),
+                    ovld_view_rows(parts[p].src, row0, elem), rows, k, elem);
+                if (st != OVL_OK)
+                    return st;
+            }
+        }
+        /* ...and no rank goes on before every rank has read its shard. */
+        for (uint32_t i = 0; i < n; i++) {
+            USE_DEVICE(parts[i].rank);
+            cudaEvent_t ev = parts[i].rank->ag_ev[1];
+            CUDA_TRY(parts[i].rank->cb,
+                     cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
+                     "all-gather (record)");
+            for (uint32_t p = 0; p < n; p++)
+                if (p != i)
+                    CUDA_TRY(parts[i].rank->cb,
+                             cudaStreamWaitEvent(parts[p].rank->streams[parts[p].stream], ev, 0),
+                             "all-gather (wait)");
+        }
+        return OVL_OK;
+    }
+    size_t count = (size_t)(rows * k);
+    ncclDataType_t t = nccl_type(dtype);
+    ncclResult_t r = ncclGroupStart();
+    for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
+        const ovld_allgather_part_t *x = &parts[i];
+        cudaStream_t s = x->rank->streams[x->stream];
+        const void *send = ovld_view_rows(x->src, row0, elem).ptr;
+        if (row0 == 0 && rows == m) {
+            /* whole shards land in G exactly as NCCL lays them out */
+            r = ncclAllGather(send, x->g.ptr, count, t, x->rank->nccl, s);
+            continue;
+        }
+        /* Chunks: rank p's rows go to G rows p*m + row0, which NCCL's
+         * all-gather layout cannot express; grouped send/recv can. */
+        for (uint32_t p = 0; r == ncclSuccess && p < n; p++) {
+            void *dst = ovld_view_rows(x->g, p * m + row0, elem).ptr;
+            if (p == i) {
+                if (cudaSetDevice(x->rank->dev->ordinal) != cudaSuccess) {
+                    r = ncclUnhandledCudaError;
+                    break;
+                }
+                if (cudaMemcpyAsync(dst, send, count * elem, cudaMemcpyDeviceToDevice, s) !=
+                    cudaSuccess)
+                    r = ncclUnhandledCudaError;
+                continue;
+            }
+            r = ncclSend(send, count, t, (int)p, x->rank->nccl, s);
+            if (r == ncclSuccess)
+                r = ncclRecv(dst, count, t, (int)p, x->rank->nccl, s);
+        }
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = e;
+    if (r == ncclInProgress) {
+        /* Nonblocking comms: nothing else goes on their streams before the
+         * launch is complete (API-NOTES 1.3). This runs on the loop thread:
+         * a launch that is not complete within NCCL_LAUNCH_LIMIT_NS (a GPU
+         * that no longer moves) fails the op rather than hold every client
+         * up for ever. */
+        uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
+        struct ovld_rank *rk[OVL_PLAN_MAX_WORLD > 64 ? 64 : OVL_PLAN_MAX_WORLD];
+        uint32_t done = 0;
+        while (done < n) {
+            uint32_t c = 0;
+            for (; c < 64 && done + c < n; c++)
+                rk[c] = parts[done + c].rank;
+            r = nccl_wait(rk, c, deadline);
+            if (r != ncclSuccess)
+                break;
+            done += c;
+        }
+    }
+    if (r != ncclSuccess) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "NCCL all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
+                 r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
+                                     : ncclGetErrorString(r));
+        log_error("%s", cuda_last_err);
+        return OVL_ERR_BACKEND;
+    }
+    return OVL_OK;
+}
+
+ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                       uint64_t rows, uint64_t cols, size_t elem)
+{
+    USE_DEVICE(r);
+    return copy_rows(r, r->streams[stream], dst, src, rows, cols, elem);
+}

@@ -1,0 +1,337 @@
+/*
+ * cuda_rank.c: the ranks of the CUDA backend: per rank a set of non-blocking
+ * streams (communication streams at the highest priority), events, a
+ * cuBLASLt workspace per stream, a doorbell (a host page registered with
+ * CUDA, proto/doorbell.h), scratch for the gathered A, and the release of a
+ * rank whose client is gone. The rank's own primitives too: WAIT_READY,
+ * RECORD/WAIT, GEMM and SLEEP.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_internal.h"
+#include "doorbell.h"
+#include "kernels.h"
+
+/* ----------------------------------------------------------------- ranks */
+
+/* Frees what a rank holds. Teardown goes on past a failed CUDA call (a
+ * stream that failed still has memory to give back); the first failure is
+ * logged with the call's name. Host memory is always freed; without the
+ * device's context, what lives there (and the host page's registration,
+ * with its mapping) is left rather than half-freed. */
+void cuda_rank_free_resources(struct ovld_rank *r)
+{
+    const char *what = NULL;
+    cudaError_t first = cudaSuccess;
+#define FREE_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess && !what) {                                                          \
+            what = #call;                                                                          \
+            first = e_;                                                                            \
+        }                                                                                          \
+    } while (0)
+    FREE_TRY(cudaSetDevice(r->dev->ordinal));
+    bool dev = what == NULL;
+    if (dev) {
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
+            if (r->streams[i]) {
+                FREE_TRY(cudaStreamSynchronize(r->streams[i]));
+                FREE_TRY(cudaStreamDestroy(r->streams[i]));
+            }
+            if (r->workspace[i])
+                FREE_TRY(cudaFree(r->workspace[i]));
+        }
+        for (uint32_t i = 0; i < r->nevents; i++)
+            FREE_TRY(cudaEventDestroy(r->events[i]));
+        for (int i = 0; i < 2; i++)
+            if (r->ag_ev[i])
+                FREE_TRY(cudaEventDestroy(r->ag_ev[i]));
+        for (uint32_t i = 0; i < r->nfree_ev; i++)
+            FREE_TRY(cudaEventDestroy(r->free_ev[i]));
+        if (r->cstream) {
+            FREE_TRY(cudaStreamSynchronize(r->cstream));
+            FREE_TRY(cudaStreamDestroy(r->cstream));
+        }
+        if (r->db) {
+            FREE_TRY(cudaHostUnregister(r->db));
+            ovl_doorbell_destroy(r->db, -1); /* the fd: below */
+        }
+        if (r->scratch)
+            FREE_TRY(cudaFree(r->scratch));
+    }
+#undef FREE_TRY
+    free(r->free_ev);
+    free(r->events);
+    if (r->db_fd >= 0)
+        close(r->db_fd);
+    if (what)
+        log_warn("device %d: releasing a rank: %s: %s%s", r->dev->ordinal, what,
+                 cudaGetErrorString(first), dev ? "" : " (its device memory is left)");
+}
+
+ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
+                              ovld_doorbell_export_t *ret_db)
+{
+    cuda_backend_t *cb = (cuda_backend_t *)b;
+    if (device >= cb->ndev)
+        return OVL_ERR_NOT_FOUND;
+    struct ovld_rank *r = calloc(1, sizeof(*r));
+    if (!r)
+        return OVL_ERR_NOMEM;
+    r->cb = cb;
+    r->dev = &cb->devs[device];
+    r->db_fd = -1;
+    ovl_status_t st = OVL_ERR_BACKEND;
+    cudaError_t ce = cudaSetDevice(r->dev->ordinal);
+    const char *what = "cudaSetDevice";
+    /* Streams 0 and 1 carry the doorbells and the pulls: highest priority;
+     * the GEMM streams the lowest, so that communication is never queued
+     * behind a GEMM's blocks. */
+    for (uint32_t i = 0; ce == cudaSuccess && i < OVL_PLAN_MAX_STREAMS; i++) {
+        what = "cudaStreamCreateWithPriority";
+        ce = cudaStreamCreateWithPriority(&r->streams[i], cudaStreamNonBlocking,
+                                          i <= 1 ? r->dev->prio_hi : r->dev->prio_lo);
+    }
+    for (int i = 0; ce == cudaSuccess && i < 2; i++) {
+        what = "cudaEventCreateWithFlags";
+        ce = cudaEventCreateWithFlags(&r->ag_ev[i], cudaEventDisableTiming);
+    }
+    /* A workspace for every stream a plan may run GEMMs on (collective
+     * spreads them over all of its streams), taken now: none is allocated
+     * between the launches of an op (API-NOTES 0). */
+    for (uint32_t i = 0; ce == cudaSuccess && i < OVL_PLAN_MAX_STREAMS; i++) {
+        what = "cudaMalloc (GEMM workspace)";
+        ce = cudaMalloc(&r->workspace[i], OVLD_LT_WORKSPACE);
+    }
+    if (ce == cudaSuccess) {
+        what = "cudaStreamCreateWithPriority (completions)";
+        ce = cudaStreamCreateWithPriority(&r->cstream, cudaStreamNonBlocking, r->dev->prio_lo);
+    }
+    if (ce == cudaSuccess) {
+        what = "the doorbell (memfd)";
+        struct ovl_doorbell *p = NULL;
+        if (ovl_doorbell_create(&p, &r->db_fd) != OVL_OK) {
+            ce = cudaErrorMemoryAllocation;
+        } else {
+            what = "cudaHostRegister (doorbell)";
+            ce = cudaHostRegister(p, OVL_DOORBELL_SIZE,
+                                  cudaHostRegisterMapped | cudaHostRegisterPortable);
+            if (ce == cudaSuccess) {
+                r->db = p;
+                what = "cudaHostGetDevicePointer (doorbell)";
+                ce = cudaHostGetDevicePointer((void **)&r->db_dev, p, 0);
+            } else {
+                ovl_doorbell_destroy(p, -1); /* the fd goes with the rank */
+            }
+        }
+    }
+    if (ce != cudaSuccess) {
+        log_error("device %u: %s: %s", device, what, cudaGetErrorString(ce));
+        cuda_rank_free_resources(r);
+        free(r);
+        return st;
+    }
+    memset(ret_db, 0, sizeof(*ret_db));
+    ret_db->fd = fcntl(r->db_fd, F_DUPFD_CLOEXEC, 0);
+    if (ret_db->fd < 0) {
+        log_error("device %u: dup of the doorbell: %s", device, strerror(errno));
+        cuda_rank_free_resources(r);
+        free(r);
+        return OVL_ERR_SYSTEM;
+    }
+    ret_db->offset = 0;
+    r->next = cb->ranks;
+    cb->ranks = r;
+    *ret_rank = r;
+    return OVL_OK;
+}
+
+void cuda_rank_unlink(struct ovld_rank *r)
+{
+    for (struct ovld_rank **pp = &r->cb->ranks; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            return;
+        }
+}
+
+void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
+{
+    (void)b;
+    if (!r)
+        return;
+    cuda_rank_unlink(r);
+    while (r->inflight) { /* cannot happen: jobs end when their ops are done */
+        cuda_done_t *d = r->inflight;
+        r->inflight = d->next;
+        log_error("rank destroyed with op %" PRIu64 " in flight", d->node.seq);
+    }
+    cuda_rank_free_resources(r);
+    free(r);
+}
+
+void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
+{
+    (void)b;
+    /* CPU stores, not stream work: a release written by a stream (as it
+     * once was) can sit behind the very wait it is meant to end, in the
+     * same hardware queue, and that is how ovld hung when a client died.
+     * Every slot: late writes of the dying client's stream land only in
+     * slots whose waits they satisfy (proto/doorbell.h). The done slots
+     * too: the dying client's stream, blocked waiting for done, is let go.
+     * Not UINT64_MAX: the GPU compares cyclically (proto/doorbell.h). */
+    r->release_value = ovl_doorbell_release_slots(r->db, seq_hi);
+}
+
+ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr)
+{
+    (void)b;
+    if (bytes > r->scratch_bytes) {
+        if (cuda_set_device(r->cb, r->dev) != OVL_OK)
+            return OVL_ERR_BACKEND;
+        /* Between ops of this rank (the job grows scratch only once its ops
+         * are done), and before any launch of the op that needs it. Freed
+         * only when nothing of the rank is left on the GPU: with an op in
+         * flight (a bug above) the growth is refused, rather than wait on
+         * the loop thread for a stream that may wait on a client's ready
+         * for ever (cudaStreamSynchronize did), or free what it uses. */
+        if (r->scratch) {
+            /* Records stay on the list until the loop is done delivering
+             * them: this call may come from the very completion that let
+             * the job grow scratch. Delivered means the GPU is past it. */
+            for (cuda_done_t *dn = r->inflight; dn; dn = dn->next)
+                if (atomic_load(&dn->state) == 0) {
+                    log_error("device %d: scratch cannot grow while ops are in flight",
+                              r->dev->ordinal);
+                    return OVL_ERR_INTERNAL;
+                }
+            for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
+                if (!r->streams[i])
+                    continue;
+                cudaError_t q = cudaStreamQuery(r->streams[i]);
+                if (q == cudaErrorNotReady) {
+                    log_error("device %d: scratch cannot grow while stream %u is busy",
+                              r->dev->ordinal, i);
+                    return OVL_ERR_INTERNAL;
+                }
+                CUDA_TRY(r->cb, q, "scratch");
+            }
+            CUDA_TRY(r->cb, cudaFree(r->scratch), "scratch");
+            r->scratch = NULL;
+            r->scratch_bytes = 0;
+        }
+        void *p;
+        cudaError_t ce = cudaMalloc(&p, bytes);
+        if (ce != cudaSuccess) {
+            log_error("scratch of %" PRIu64 " bytes: %s", bytes, cudaGetErrorString(ce));
+            return ce == cudaErrorMemoryAllocation ? OVL_ERR_NOMEM : OVL_ERR_BACKEND;
+        }
+        r->scratch = p;
+        r->scratch_bytes = bytes;
+    }
+    *ret_ptr = r->scratch;
+    return OVL_OK;
+}
+
+/* ------------------------------------------------------------- enqueue */
+
+static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *ret)
+{
+    if (event >= r->nevents) {
+        uint32_t n = r->nevents ? r->nevents : 16;
+        while (n <= event)
+            n *= 2;
+        if (n > 65536)
+            return OVL_ERR_LIMIT;
+        cudaEvent_t *ne = realloc(r->events, n * sizeof(*ne));
+        if (!ne)
+            return OVL_ERR_NOMEM;
+        r->events = ne;
+        if (cuda_set_device(r->cb, r->dev) != OVL_OK)
+            return OVL_ERR_BACKEND;
+        for (uint32_t i = r->nevents; i < n; i++) {
+            cudaError_t ce = cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming);
+            if (ce != cudaSuccess) {
+                r->nevents = i;
+                log_error("cudaEventCreateWithFlags: %s", cudaGetErrorString(ce));
+                return OVL_ERR_BACKEND;
+            }
+        }
+        r->nevents = n;
+    }
+    *ret = r->events[event];
+    return OVL_OK;
+}
+
+static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what)
+{
+    if (cr == CUDA_SUCCESS)
+        return OVL_OK;
+    snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s", what,
+             ovl_cudrv_strerror(&r->cb->drv, cr));
+    log_error("%s", cuda_last_err);
+    return OVL_ERR_BACKEND;
+}
+
+ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n)
+{
+    cudaEvent_t ev;
+    return n ? event_get(r, n - 1, &ev) : OVL_OK;
+}
+
+ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
+{
+    USE_DEVICE(r);
+    return drv_check(
+        r,
+        r->cb->drv.stream_wait_value64((CUstream)r->streams[stream],
+                                       (CUdeviceptr)&r->db_dev->ready_slot[seq % OVL_READY_SLOTS],
+                                       seq, CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue64 (doorbell ready)");
+}
+
+ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
+{
+    USE_DEVICE(r);
+    cudaEvent_t ev;
+    ovl_status_t st = event_get(r, event, &ev);
+    if (st != OVL_OK)
+        return st;
+    CUDA_TRY(r->cb, cudaEventRecord(ev, r->streams[stream]), "record");
+    return OVL_OK;
+}
+
+ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
+{
+    USE_DEVICE(r);
+    cudaEvent_t ev;
+    ovl_status_t st = event_get(owner, event, &ev);
+    if (st != OVL_OK)
+        return st;
+    CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[stream], ev, 0), "wait");
+    return OVL_OK;
+}
+
+ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
+{
+    USE_DEVICE(r);
+    ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
+                                   OVLD_LT_WORKSPACE, args, cuda_last_err, sizeof(cuda_last_err));
+    if (st != OVL_OK)
+        log_error("device %d: %s", r->dev->ordinal, cuda_last_err);
+    return st;
+}
+
+ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
+{
+    USE_DEVICE(r);
+    CUDA_TRY(r->cb, ovld_launch_sleep(r->streams[stream], ns), "sleep kernel");
+    return OVL_OK;
+}
