@@ -26,20 +26,18 @@ typedef struct ovld_ticket {
     struct ovld_op *op; /* TICKET_OP */
 } ovld_ticket_t;
 
-/* The buffers an op names, each resolved against its rank's registrations. */
-enum { BUF_A, BUF_B, BUF_C, BUF_AOUT, BUF_COUNT };
-
 /* One rank's submission of one op, with its buffers resolved and held. */
 typedef struct ovld_sub {
     ovld_ticket_t ticket;
     bool in;
-    ovld_reg_t *reg[BUF_COUNT]; /* each holds a reference */
-    uint64_t off[BUF_COUNT];
-    uint64_t ld[BUF_COUNT];
+    ovld_reg_t *reg[OVLD_BUF_COUNT]; /* each holds a reference */
+    uint64_t off[OVLD_BUF_COUNT];
+    uint64_t ld[OVLD_BUF_COUNT];
 } ovld_sub_t;
 
 static const char *const buf_names[] = {"a", "b", "c", "a_out"};
-_Static_assert(sizeof(buf_names) / sizeof(buf_names[0]) == BUF_COUNT, "a name for every buffer");
+_Static_assert(sizeof(buf_names) / sizeof(buf_names[0]) == OVLD_BUF_COUNT,
+               "a name for every buffer");
 
 typedef struct ovld_op {
     uint64_t seq;
@@ -110,7 +108,7 @@ static void reg_put(ovld_t *d, ovld_reg_t *reg)
 static void op_free(ovld_t *d, ovld_job_t *j, ovld_op_t *op)
 {
     for (uint32_t r = 0; r < j->world; r++)
-        for (int b = 0; b < BUF_COUNT; b++)
+        for (int b = 0; b < OVLD_BUF_COUNT; b++)
             reg_put(d, op->subs[r].reg[b]);
     free(op);
 }
@@ -245,14 +243,14 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
         snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
         return st;
     }
-    for (int b = 0; b < BUF_COUNT; b++)
+    for (int b = 0; b < OVLD_BUF_COUNT; b++)
         if (s->reg[b]) {
             ovld_view_t v = {.ptr = (char *)s->reg[b]->ptr + s->off[b], .ld = s->ld[b]};
-            if (b == BUF_A)
+            if (b == OVLD_BUF_A)
                 x->a = v;
-            else if (b == BUF_B)
+            else if (b == OVLD_BUF_B)
                 x->b = v;
-            else if (b == BUF_C)
+            else if (b == OVLD_BUF_C)
                 x->c = v;
             else
                 x->g = v;
@@ -261,7 +259,7 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
     x->plan = plan;
     s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
     x->cookie = &s->ticket;
-    if (!s->reg[BUF_AOUT] && plan->uses_gathered) {
+    if (!s->reg[OVLD_BUF_AOUT] && plan->uses_gathered) {
         if (!scratch) {
             snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
             return OVL_ERR_LIMIT;
@@ -604,29 +602,25 @@ static uint32_t uid_ranks(const ovld_t *d, uid_t uid)
     return n;
 }
 
-ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
+ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const ovld_join_desc_t *req,
                            ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
                            size_t errlen)
 {
     /* The boundary checked the forms and ranges (request.h): the id is
      * 1..OVLD_JOB_ID_MAX bytes of clean text, rank < world <= the planner's
-     * limit, the UUID 16 bytes. */
-    char id[OVLD_JOB_ID_MAX + 1];
-    size_t idlen = req->job_id.len;
-    if (idlen == 0 || idlen > OVLD_JOB_ID_MAX || req->world == 0 ||
-        req->world > OVL_PLAN_MAX_WORLD || req->rank >= req->world ||
-        req->device_uuid.len != OVLD_UUID_LEN) {
+     * limit. */
+    const char *id = req->job_id;
+    size_t idlen = strlen(id);
+    uint32_t world = req->world, rank = req->rank;
+    if (idlen == 0 || idlen > OVLD_JOB_ID_MAX || world == 0 || world > OVL_PLAN_MAX_WORLD ||
+        rank >= world) {
         snprintf(err, errlen, "internal error: CommInit not checked at the boundary");
         return OVL_ERR_INTERNAL;
     }
-    memcpy(id, req->job_id.data, idlen);
-    id[idlen] = '\0';
-    uint32_t world = (uint32_t)req->world, rank = (uint32_t)req->rank;
-    int found =
-        ovld_backend_device_by_uuid(d->backend, req->device_uuid.data, req->device_uuid.len);
+    int found = ovld_backend_device_by_uuid(d->backend, req->device_uuid, OVLD_UUID_LEN);
     if (found < 0) {
         char u[64];
-        ovld_uuid_format(req->device_uuid.data, "", u, sizeof(u));
+        ovld_uuid_format(req->device_uuid, "", u, sizeof(u));
         snprintf(err, errlen, "no device with UUID %s on this node", u);
         return OVL_ERR_NOT_FOUND;
     }
@@ -799,11 +793,12 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why)
 
 /* --------------------------------------------------------------- submit */
 
-static ovl_status_t resolve(ovld_conn_t *c, const Ovl__BufRef *ref, int which, uint64_t rows,
-                            uint64_t cols, uint64_t ld, size_t elem, int device, ovld_sub_t *s,
-                            char *msg, size_t len)
+static ovl_status_t resolve(ovld_conn_t *c, const ovld_buf_ref_t *ref, int which, uint64_t rows,
+                            uint64_t cols, size_t elem, int device, ovld_sub_t *s, char *msg,
+                            size_t len)
 {
-    if (!ref) {
+    uint64_t ld = ref->ld;
+    if (!ref->given) {
         snprintf(msg, len, "%s: no buffer given", buf_names[which]);
         return OVL_ERR_INVALID;
     }
@@ -839,7 +834,7 @@ static ovl_status_t resolve(ovld_conn_t *c, const Ovl__BufRef *ref, int which, u
 }
 
 /* Validates one rank's op against its own registrations. */
-static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t *s, char *msg,
+static ovl_status_t check_sub(ovld_member_t *m, const ovld_op_desc_t *q, ovld_sub_t *s, char *msg,
                               size_t len)
 {
     /* dtype, algorithm, m, n, k, chunks and streams passed the boundary
@@ -854,15 +849,17 @@ static ovl_status_t check_sub(ovld_member_t *m, const Ovl__AgGemm *q, ovld_sub_t
     ovld_conn_t *c = m->conn;
     int dev = (int)m->device;
     ovl_status_t st;
-    if ((st = resolve(c, q->a, BUF_A, q->m, q->k, q->lda, elem, dev, s, msg, len)) != OVL_OK)
+    const ovld_buf_ref_t *b = q->buf;
+    if ((st = resolve(c, &b[OVLD_BUF_A], OVLD_BUF_A, q->m, q->k, elem, dev, s, msg, len)) != OVL_OK)
         return st;
-    if ((st = resolve(c, q->b, BUF_B, q->transb ? q->n : q->k, q->transb ? q->k : q->n, q->ldb,
-                      elem, dev, s, msg, len)) != OVL_OK)
+    if ((st = resolve(c, &b[OVLD_BUF_B], OVLD_BUF_B, q->transb ? q->n : q->k,
+                      q->transb ? q->k : q->n, elem, dev, s, msg, len)) != OVL_OK)
         return st;
-    if ((st = resolve(c, q->c, BUF_C, rows_all, q->n, q->ldc, elem, dev, s, msg, len)) != OVL_OK)
+    if ((st = resolve(c, &b[OVLD_BUF_C], OVLD_BUF_C, rows_all, q->n, elem, dev, s, msg, len)) !=
+        OVL_OK)
         return st;
-    if (q->a_out && (st = resolve(c, q->a_out, BUF_AOUT, rows_all, q->k, q->lda_out, elem, dev, s,
-                                  msg, len)) != OVL_OK)
+    if (b[OVLD_BUF_AOUT].given && (st = resolve(c, &b[OVLD_BUF_AOUT], OVLD_BUF_AOUT, rows_all, q->k,
+                                                elem, dev, s, msg, len)) != OVL_OK)
         return st;
     return OVL_OK;
 }
@@ -924,7 +921,7 @@ static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine
              op->first_rank, theirs);
 }
 
-ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q,
+ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const ovld_op_desc_t *q,
                              ovl_status_t invalid, const char *invalid_msg, char *err,
                              size_t errlen)
 {
@@ -987,12 +984,12 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q,
         op->k = q->k;
         /* in range when valid; an invalid op only fails, and its fields
          * are never compared (op->st is set below) */
-        op->dtype = invalid == OVL_OK ? (uint32_t)q->dtype : UINT32_MAX;
-        op->algo = invalid == OVL_OK ? (uint32_t)q->algo : UINT32_MAX;
-        op->chunks = (uint32_t)q->chunks;
-        op->streams = (uint32_t)q->streams;
+        op->dtype = invalid == OVL_OK ? q->dtype : UINT32_MAX;
+        op->algo = invalid == OVL_OK ? q->algo : UINT32_MAX;
+        op->chunks = q->chunks;
+        op->streams = q->streams;
         op->transb = q->transb;
-        op->has_aout = q->a_out != NULL;
+        op->has_aout = q->buf[OVLD_BUF_AOUT].given;
     } else {
         if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
             snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
@@ -1007,7 +1004,8 @@ ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *q,
             disagree(op, m->rank, "algo", (uint64_t)q->algo, op->algo);
             disagree(op, m->rank, "chunks", q->chunks, op->chunks);
             disagree(op, m->rank, "streams", q->streams, op->streams);
-            disagree(op, m->rank, "a_out (given or not)", q->a_out != NULL, op->has_aout);
+            disagree(op, m->rank, "a_out (given or not)", q->buf[OVLD_BUF_AOUT].given,
+                     op->has_aout);
         }
     }
     ovld_sub_t *s = &op->subs[m->rank];

@@ -9,10 +9,9 @@
 #ifndef OVLD_JOB_H
 #define OVLD_JOB_H
 
-#include "ovl.pb-c.h"
 #include "ovld.h"
 #include "plan.h"
-#include "request.h"
+#include "desc.h"
 
 #define OVLD_MAX_ISSUED 4 /* ops of one job issued to the backend and not yet done */
 
@@ -61,7 +60,7 @@ typedef struct ovld_job {
 
 /* Joins; on success *ret_member is linked to the connection and *ret_db says
  * how the client opens its doorbell (its fd, if any, is the caller's). */
-ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const Ovl__CommInit *req,
+ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const ovld_join_desc_t *req,
                            ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
                            size_t errlen);
 
@@ -81,7 +80,7 @@ void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why);
  * is the connection's, with a message in err. invalid: what the boundary
  * found wrong with the op (OVL_OK if nothing; request.h), which fails op n
  * on every rank, as a disagreement does. */
-ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const Ovl__AgGemm *req,
+ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const ovld_op_desc_t *req,
                              ovl_status_t invalid, const char *invalid_msg, char *err,
                              size_t errlen);
 

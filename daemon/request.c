@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "backend.h"
 #include "plan.h"
@@ -155,4 +156,44 @@ ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
         snprintf(err, errlen, "unknown request (body %d)", (int)q->body_case);
         return OVL_ERR_PROTOCOL;
     }
+}
+
+static uint32_t narrow(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static ovld_buf_ref_t buf_ref(const Ovl__BufRef *r, uint64_t ld)
+{
+    if (!r)
+        return (ovld_buf_ref_t){.given = false};
+    return (ovld_buf_ref_t){.given = true, .mem_id = r->mem_id, .offset = r->offset, .ld = ld};
+}
+
+void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret)
+{
+    *ret = (ovld_op_desc_t){
+        .comm_id = q->comm_id,
+        .seq = q->seq,
+        .m = q->m,
+        .n = q->n,
+        .k = q->k,
+        .dtype = narrow(q->dtype),
+        .algo = narrow(q->algo),
+        .chunks = narrow(q->chunks),
+        .streams = narrow(q->streams),
+        .transb = q->transb,
+    };
+    ret->buf[OVLD_BUF_A] = buf_ref(q->a, q->lda);
+    ret->buf[OVLD_BUF_B] = buf_ref(q->b, q->ldb);
+    ret->buf[OVLD_BUF_C] = buf_ref(q->c, q->ldc);
+    ret->buf[OVLD_BUF_AOUT] = buf_ref(q->a_out, q->lda_out);
+}
+
+void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)
+{
+    *ret = (ovld_join_desc_t){.world = (uint32_t)q->world, .rank = (uint32_t)q->rank};
+    memcpy(ret->job_id, q->job_id.data, q->job_id.len); /* 1..63 bytes, checked */
+    ret->job_id[q->job_id.len] = '\0';
+    memcpy(ret->device_uuid, q->device_uuid.data, OVLD_UUID_LEN);
 }

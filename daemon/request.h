@@ -15,10 +15,9 @@
 
 #include <stddef.h>
 
+#include "desc.h"
 #include "ovl.h"
 #include "ovl.pb-c.h"
-
-#define OVLD_JOB_ID_MAX 63
 
 /*
  * Checks q. OVL_OK, or a status with a message in err naming the field,
@@ -31,5 +30,10 @@
  * that op (its doorbell rings with the error), the connection stays.
  */
 ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen);
+
+/* The descriptors (desc.h) of a request, for the core. */
+void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret);
+/* q must have passed ovld_request_check. */
+void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret);
 
 #endif /* OVLD_REQUEST_H */

@@ -321,7 +321,9 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     ovld_member_t *m;
     ovld_doorbell_export_t db = {.fd = -1};
     char err[256] = "";
-    ovl_status_t st = ovld_job_join(c->d, c, q, &m, &db, err, sizeof(err));
+    ovld_join_desc_t jd;
+    ovld_request_join_desc(q, &jd);
+    ovl_status_t st = ovld_job_join(c->d, c, &jd, &m, &db, err, sizeof(err));
     if (st != OVL_OK) {
         log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
         send_error(c, id, st, "%s", err);
@@ -733,7 +735,9 @@ static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q, ovl_status_t invali
         return;
     }
     char err[256];
-    ovl_status_t st = ovld_job_submit(c->d, m, q, invalid, invalid_msg, err, sizeof(err));
+    ovld_op_desc_t op;
+    ovld_request_op_desc(q, &op);
+    ovl_status_t st = ovld_job_submit(c->d, m, &op, invalid, invalid_msg, err, sizeof(err));
     if (st != OVL_OK)
         conn_fail(c, 0, st, err);
 }
