@@ -52,7 +52,7 @@ struct ovl_doorbell {
 _Static_assert(sizeof(struct ovl_doorbell) <= OVL_DOORBELL_SIZE, "the doorbell fits its page");
 
 /* What is stored to release every wait for ops up to seq_hi: by ovld for a
- * client that is gone, by libovl for an ovld that is gone (client/ovl.h).
+ * client that is gone, by libovl for an ovld that is gone (include/ovl/ovl.h).
  * Well ahead of them, but not by half the number space. The
  * GPU's GEQ wait is cyclic, (int64_t)(*addr - value) >= 0 (cuStreamWaitValue64),
  * so UINT64_MAX reads as -1 there and releases nothing: that was the hang

@@ -23,7 +23,7 @@ import threading
 
 from ovltest import OVLCTL, Daemon, frame, run_tests
 
-PROTOCOL_VERSION = 4  # client/ovl.h: OVL_PROTOCOL_VERSION
+PROTOCOL_VERSION = 4  # include/ovl/ovl.h: OVL_PROTOCOL_VERSION
 OVL_ERR_INVALID = -1
 TIMEOUT = 10.0
 
