@@ -1,8 +1,9 @@
 /*
  * cmocka_fixture.h: what the cmocka integration tests share on top of
  * daemon_fixture.h: one ovld per test (setup/teardown, the prestate being
- * the configuration file's text), its log printed when a test failed, and
- * a few assertions. Include after cmocka.h; static, one copy per test file.
+ * the configuration file's text; T and TC make the entries of main's
+ * array, RUN_TESTS runs it), its log printed when a test failed, and a few
+ * assertions. Include after cmocka.h; static, one copy per test file.
  */
 #ifndef OVL_CMOCKA_FIXTURE_H
 #define OVL_CMOCKA_FIXTURE_H
@@ -64,5 +65,16 @@ static void assert_alive(test_daemon_t *d)
 {
     assert_int_equal(daemon_check_alive(d), 0);
 }
+
+/* A test with a daemon of its own, started without a configuration file
+ * (T) or with conf as the file's text (TC). */
+#define T(f)        cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define TC(f, conf) cmocka_unit_test_prestate_setup_teardown(f, setup, teardown, (void *)(conf))
+
+/* main's last step: runs its array `tests` as the group `name`; a first
+ * argument, if given, is a cmocka test filter (a pattern of test names). */
+#define RUN_TESTS(name, tests, argc, argv)                                                         \
+    ((argc) > 1 ? cmocka_set_test_filter((argv)[1]) : (void)0,                                     \
+     cmocka_run_group_tests_name(name, tests, NULL, NULL))
 
 #endif /* OVL_CMOCKA_FIXTURE_H */

@@ -801,10 +801,6 @@ static void test_sigterm_stops_cleanly(void **state)
     TEST_PASSED();
 }
 
-#define T(f)        cmocka_unit_test_setup_teardown(f, setup, teardown)
-#define TC(f, conf) cmocka_unit_test_prestate_setup_teardown(f, setup, teardown, (void *)(conf))
-
-/* An argument, if given, is a cmocka test filter (a pattern of test names). */
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -826,7 +822,5 @@ int main(int argc, char **argv)
         TC(test_connection_limit, "max_connections = 2\n"),
         T(test_sigterm_stops_cleanly),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests_name("handshake", tests, NULL, NULL);
+    return RUN_TESTS("handshake", tests, argc, argv);
 }

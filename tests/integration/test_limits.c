@@ -33,25 +33,10 @@
 
 #include "cmocka_fixture.h"
 #include "libovl_internal.h"
+#include "ops_fixture.h"
 
-#define TIMEOUT_MS 10000
-#define NOBODY     65534
-
-#define assert_status(expr, want)                                                                  \
-    do {                                                                                           \
-        ovl_status_t got_ = (expr);                                                                \
-        if (got_ != (want))                                                                        \
-            fail_msg("%s returned %s, not %s", #expr, ovl_strerror(got_), ovl_strerror(want));     \
-    } while (0)
-
-static ovl_client_t *client(test_daemon_t *d)
-{
-    ovl_client_t *cl = NULL;
-    if (ovl_connect(d->sock, &cl) != OVL_OK)
-        fail_msg("ovl_connect: %s", ovl_connect_error());
-    ovl_set_timeout(cl, TIMEOUT_MS);
-    return cl;
-}
+/* Fixtures: cmocka_fixture.h; connect_ok, status_call, assert_status,
+ * TIMEOUT_MS and NOBODY: ops_fixture.h. */
 
 /* Counts the lines of the daemon's log that contain needle. */
 static int log_count(const test_daemon_t *d, const char *needle)
@@ -74,7 +59,7 @@ static void test_uid_connections(void **state)
     test_daemon_t *d = *state;
     ovl_client_t *cl[3];
     for (int i = 0; i < 3; i++)
-        cl[i] = client(d);
+        cl[i] = connect_ok(d);
     ovl_client_t *extra = NULL;
     assert_status(ovl_connect(d->sock, &extra), OVL_ERR_LIMIT);
     assert_contains(ovl_connect_error(), "max_connections_per_uid = 3");
@@ -94,14 +79,14 @@ static void test_uid_connections(void **state)
 static void test_uid_jobs(void **state)
 {
     test_daemon_t *d = *state;
-    ovl_client_t *cl = client(d);
+    ovl_client_t *cl = connect_ok(d);
     ovl_comm_t *c1, *c2, *c3 = NULL;
     assert_status(ovl_comm_init(cl, "quota-1", 2, 0, 0, &c1), OVL_OK);
     assert_status(ovl_comm_init(cl, "quota-2", 2, 0, 1, &c2), OVL_OK);
     assert_status(ovl_comm_init(cl, "quota-3", 2, 0, 2, &c3), OVL_ERR_LIMIT);
     assert_contains(ovl_last_error(cl), "max_jobs_per_uid = 2");
     /* joining one of its own jobs is no new job */
-    ovl_client_t *cl2 = client(d);
+    ovl_client_t *cl2 = connect_ok(d);
     ovl_comm_t *c4;
     assert_status(ovl_comm_init(cl2, "quota-1", 2, 1, 3, &c4), OVL_OK);
     assert_status(ovl_comm_destroy(c4), OVL_OK);
@@ -115,7 +100,7 @@ static void test_uid_jobs(void **state)
 static void test_uid_ranks(void **state)
 {
     test_daemon_t *d = *state;
-    ovl_client_t *a = client(d), *b = client(d);
+    ovl_client_t *a = connect_ok(d), *b = connect_ok(d);
     ovl_comm_t *c[3], *extra = NULL;
     assert_status(ovl_comm_init(a, "ranks-1", 2, 0, 0, &c[0]), OVL_OK);
     assert_status(ovl_comm_init(b, "ranks-1", 2, 1, 1, &c[1]), OVL_OK);
@@ -136,7 +121,7 @@ static void test_uid_ranks(void **state)
 static void test_uid_registrations(void **state)
 {
     test_daemon_t *d = *state;
-    ovl_client_t *a = client(d), *b = client(d);
+    ovl_client_t *a = connect_ok(d), *b = connect_ok(d);
     assert_non_null(ovl_host_alloc(a, 4096));
     assert_non_null(ovl_host_alloc(a, 4096));
     assert_non_null(ovl_host_alloc(b, 4096));
@@ -157,7 +142,7 @@ static void test_uid_registrations(void **state)
 static void test_uid_mapped_bytes(void **state)
 {
     test_daemon_t *d = *state;
-    ovl_client_t *a = client(d), *b = client(d);
+    ovl_client_t *a = connect_ok(d), *b = connect_ok(d);
     assert_non_null(ovl_host_alloc(a, 48 << 10));
     assert_null(ovl_host_alloc(b, 32 << 10));
     assert_contains(ovl_last_error(b), "max_mapped_bytes_per_uid = 65536");
@@ -170,7 +155,7 @@ static void test_uid_mapped_bytes(void **state)
 static void test_max_mappings(void **state)
 {
     test_daemon_t *d = *state;
-    ovl_client_t *a = client(d), *b = client(d);
+    ovl_client_t *a = connect_ok(d), *b = connect_ok(d);
     for (int i = 0; i < 3; i++)
         assert_non_null(ovl_host_alloc(a, 4096));
     assert_non_null(ovl_host_alloc(b, 4096));
@@ -445,12 +430,8 @@ static void view_child(test_daemon_t *d, int out, int go)
     if (ovl_comm_init(cl, "nobody-job", 2, 0, 1, &comm) != OVL_OK)
         goto out;
     v.stage = 3;
-    Ovl__StatusRequest sq = OVL__STATUS_REQUEST__INIT;
-    Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_STATUS;
-    q.status = &sq;
     Ovl__Response *r = NULL;
-    if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK)
+    if (libovl_status(cl, &r) != OVL_OK)
         goto out;
     v.stage = 0;
     v.restricted = r->status->restricted;
@@ -480,7 +461,7 @@ static void test_status_restricted(void **state)
         skip();
     }
     assert_int_equal(chmod(d->dir, 0711), 0);
-    ovl_client_t *cl = client(d);
+    ovl_client_t *cl = connect_ok(d);
     ovl_comm_t *comm;
     assert_status(ovl_comm_init(cl, "root-job", 2, 0, 0, &comm), OVL_OK);
     int out, go;
@@ -505,12 +486,7 @@ static void test_status_restricted(void **state)
     assert_int_equal(v.other_clients, 1);
 
     /* root sees everything */
-    Ovl__StatusRequest sq = OVL__STATUS_REQUEST__INIT;
-    Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_STATUS;
-    q.status = &sq;
-    Ovl__Response *r = NULL;
-    assert_status(libovl_call(cl, &q, NULL, 0, &r), OVL_OK);
+    Ovl__Response *r = status_call(cl);
     assert_false(r->status->restricted);
     assert_int_equal(r->status->n_jobs, 2);
     assert_int_equal(r->status->n_clients, 2);
@@ -524,9 +500,8 @@ static void test_status_restricted(void **state)
     TEST_PASSED();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-#define TC(f, conf) cmocka_unit_test_prestate_setup_teardown(f, setup, teardown, (void *)(conf))
     const struct CMUnitTest tests[] = {
         TC(test_uid_connections, "max_connections_per_uid = 3\n"),
         TC(test_uid_jobs, "max_jobs_per_uid = 2\n"),
@@ -541,5 +516,5 @@ int main(void)
         TC(test_fds_ahead_of_frames, NULL),
         TC(test_status_restricted, "socket_mode = 0666\n"),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return RUN_TESTS("limits", tests, argc, argv);
 }

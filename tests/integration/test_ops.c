@@ -1,0 +1,660 @@
+/*
+ * test_ops.c: how a real ovld (host backend) and libovl refuse an op that
+ * is wrong, and that the daemon goes on serving afterwards:
+ *
+ *  - what libovl refuses before sending: ranges against its own
+ *    registrations, a stream with the host backend, memory not from
+ *    ovl_host_alloc, ovl_mem_register's own checks;
+ *  - what the daemon refuses on its side, on a raw connection: AgGemm
+ *    requests with bad ranges, ids or fields (failed through the doorbell,
+ *    the words in CommCheck), MemRegister and MemDeregister refusals, an op
+ *    number out of order (a protocol error);
+ *  - ranks that disagree on an op: a sticky OVL_ERR_MISMATCH naming the
+ *    field, one test per field.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cmocka_fixture.h"
+#include "daemon_fixture.h"
+#include "doorbell.h"
+#include "libovl_internal.h"
+#include "ops_fixture.h"
+
+/* Fixtures: cmocka_fixture.h; ranks, Status and raw helpers: ops_fixture.h. */
+
+/* ============================================================ client side */
+
+/* What libovl refuses before anything is sent: no op number is used up, so
+ * the next good op is op 1 and works. */
+static void test_op_client_checks(void **state)
+{
+    test_daemon_t *d = *state;
+    rank_t rk;
+    rank_open(d, &rk, "client-checks", 1, 0, 0, 1);
+    opspec_t s = base_spec;
+    rank_fill(&rk, 0, &s);
+    ovl_ag_gemm_desc_t good = rank_desc(&rk, 0, &s), bad;
+
+    /* lda too large for A's allocation (one page): outside every registration. */
+    bad = good;
+    bad.lda = 4096;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "not inside memory from ovl_host_alloc");
+    char lda_msg[512]; /* checked last: see below */
+    snprintf(lda_msg, sizeof(lda_msg), "%s", ovl_last_error(rk.cl));
+    /* c one row short of the end of its allocation: ldc pushes it past. */
+    bad = good;
+    bad.c = (char *)rk.c + 4096 * 4 - 8;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "c: ");
+    /* lda below k */
+    bad = good;
+    bad.lda = s.k - 1;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "a: leading dimension 4 is less than 5 columns");
+    /* ldb below n (B is k x n) and, transposed, below k */
+    bad = good;
+    bad.ldb = s.n - 1;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "b: leading dimension");
+    /* a NULL buffer */
+    bad = good;
+    bad.b = NULL;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "b is NULL");
+    /* memory from malloc */
+    float *heap = calloc(SLOT_C, sizeof(float));
+    assert_non_null(heap);
+    bad = good;
+    bad.c = heap;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "c: ");
+    free(heap);
+    /* sizes, dtype, algorithm */
+    bad = good;
+    bad.m = 0;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "must be positive");
+    bad = good;
+    bad.dtype = (ovl_dtype_t)9;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "unknown dtype 9");
+    bad = good;
+    bad.algo = (ovl_algo_t)9;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "unknown algorithm 9");
+    bad = good;
+    bad.m = UINT64_MAX / 2; /* A's extent overflows */
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_RANGE);
+    assert_contains(ovl_last_error(rk.cl), "a: 9223372036854775807 x 5 matrix overflows");
+    /* a stream with the host backend */
+    int fake_stream;
+    assert_status(ovl_allgather_gemm(rk.comm, &good, &fake_stream), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "takes no stream");
+    assert_status(ovl_allgather_gemm(rk.comm, NULL, NULL), OVL_ERR_INVALID);
+    assert_status(ovl_allgather_gemm(NULL, &good, NULL), OVL_ERR_INVALID);
+
+    /* None of these reached the daemon: op 1 is the good one. */
+    assert_status(ovl_comm_check(rk.comm), OVL_OK);
+    assert_status(ovl_allgather_gemm(rk.comm, &good, NULL), OVL_OK);
+    rank_sync_ok(&rk);
+    rank_check(&rk, 0, &s);
+    wait_job_ops_done(rk.cl, "client-checks", 1);
+    Ovl__Response *r = status_call(rk.cl);
+    const Ovl__JobInfo *j = find_job(r, "client-checks");
+    assert_non_null(j);
+    assert_string_equal(j->last_error, "");
+    libovl_response_free(r);
+    assert_status(rank_close(&rk), OVL_OK);
+    assert_alive(d);
+
+    /* The message of a buffer outside every registration names the buffer,
+     * then gives ovl_mem_register's words, pointer first, intact. */
+    char want[64];
+    snprintf(want, sizeof(want), "a: %p (", (void *)rk.a);
+    if (strncmp(lda_msg, want, strlen(want)) != 0)
+        fail_msg("ovl_last_error after a range outside A's registration is \"%s\"; expected it "
+                 "to start with \"%s\"",
+                 lda_msg, want);
+    TEST_PASSED();
+}
+
+static void test_mem_register_checks(void **state)
+{
+    test_daemon_t *d = *state;
+    ovl_client_t *cl = connect_ok(d);
+    ovl_mem_t *m = NULL, *m2 = NULL;
+    char *heap = malloc(4096);
+    assert_non_null(heap);
+    assert_status(ovl_mem_register(cl, heap, 4096, &m), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "not inside memory from ovl_host_alloc");
+    assert_null(m);
+    free(heap);
+
+    char *p = ovl_host_alloc(cl, 10000); /* three pages */
+    assert_non_null(p);
+    assert_status(ovl_mem_register(cl, p, 10000, &m), OVL_OK);
+    assert_status(ovl_mem_register(cl, p + 100, 200, &m2), OVL_OK);
+    assert_ptr_equal(m, m2); /* inside: the same registration */
+    assert_status(ovl_mem_register(cl, p + 3 * 4096 - 8, 8, &m2), OVL_OK);
+    assert_status(ovl_mem_register(cl, p + 3 * 4096 - 8, 9, &m2), OVL_ERR_INVALID);
+    assert_status(ovl_mem_register(cl, p - 1, 2, &m2), OVL_ERR_INVALID);
+    assert_status(ovl_mem_register(cl, p, 0, &m2), OVL_ERR_INVALID);
+    assert_status(ovl_mem_register(cl, NULL, 8, &m2), OVL_ERR_INVALID);
+    assert_status(ovl_mem_register(cl, p, 8, NULL), OVL_ERR_INVALID);
+    assert_status(ovl_mem_register(NULL, p, 8, &m2), OVL_ERR_INVALID);
+    /* Host allocations are released with ovl_host_free only. */
+    assert_status(ovl_mem_deregister(cl, m), OVL_ERR_INVALID);
+    assert_null(ovl_host_alloc(cl, 0));
+    assert_status(ovl_host_free(cl, p + 8), OVL_ERR_NOT_FOUND);
+    assert_status(ovl_host_free(cl, NULL), OVL_ERR_INVALID);
+
+    Ovl__Response *r = status_call(cl);
+    uint32_t before = 0;
+    for (size_t i = 0; i < r->status->n_clients; i++)
+        if (r->status->clients[i]->buffers > 0) {
+            before = r->status->clients[i]->buffers;
+            assert_int_equal(r->status->clients[i]->mapped_bytes, 3 * 4096);
+        }
+    assert_int_equal(before, 1);
+    libovl_response_free(r);
+    assert_status(ovl_host_free(cl, p), OVL_OK);
+    r = status_call(cl);
+    for (size_t i = 0; i < r->status->n_clients; i++)
+        assert_int_equal(r->status->clients[i]->buffers, 0);
+    libovl_response_free(r);
+    ovl_disconnect(cl);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
+/* ================================================== the daemon's op checks */
+
+static void raw_expect_error(Ovl__Response *r, raw_result_t res, ovl_status_t status,
+                             const char *needle)
+{
+    assert_int_equal(res, RAW_OK);
+    if (r->body_case != OVL__RESPONSE__BODY_ERROR)
+        fail_msg("expected an Error (%s), got body %d", ovl_strerror(status), (int)r->body_case);
+    if (r->error->status != status)
+        fail_msg("Error %s, not %s: %s", ovl_strerror((ovl_status_t)r->error->status),
+                 ovl_strerror(status), r->error->message);
+    assert_contains(r->error->message, needle);
+    ovl__response__free_unpacked(r, NULL);
+}
+
+/* CommCheck: status, seq and the message must say `needle`. */
+static void raw_check_comm(raw_conn_t *rc, const raw_comm_t *c, ovl_status_t status, uint64_t seq,
+                           const char *needle)
+{
+    Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
+    cc.comm_id = c->id;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_COMM_CHECK;
+    q.comm_check = &cc;
+    Ovl__Response *r = NULL;
+    assert_int_equal(raw_call(rc, &q, NULL, 0, &r), RAW_OK);
+    assert_int_equal(r->body_case, OVL__RESPONSE__BODY_COMM_CHECK);
+    if (r->comm_check->status != status)
+        fail_msg("CommCheck: %s, not %s (%s)", ovl_strerror((ovl_status_t)r->comm_check->status),
+                 ovl_strerror(status), r->comm_check->message);
+    assert_int_equal(r->comm_check->seq, seq);
+    assert_contains(r->comm_check->message, needle);
+    ovl__response__free_unpacked(r, NULL);
+    /* The doorbell says the same. */
+    assert_int_equal(__atomic_load_n(&c->db->error, __ATOMIC_ACQUIRE), status);
+    if (status != OVL_OK)
+        assert_int_equal(__atomic_load_n(&c->db->error_seq, __ATOMIC_ACQUIRE), seq);
+}
+
+typedef enum raw_case {
+    RC_C_OUT_OF_RANGE,
+    RC_A_OFFSET_PAST_END,
+    RC_LDA_BELOW_K,
+    RC_B_NOT_REGISTERED,
+    RC_BAD_DTYPE,
+    RC_BAD_ALGO,
+    RC_ZERO_M,
+    RC_TOO_MANY_CHUNKS,
+    RC_NO_A,
+    RC_HUGE_M,
+    RC_WIDE_DTYPE,
+    RC_WIDE_CHUNKS,
+    RC_COUNT
+} raw_case_t;
+
+static const struct {
+    ovl_status_t status;
+    const char *needle;
+} raw_case_want[RC_COUNT] = {
+    [RC_C_OUT_OF_RANGE] = {OVL_ERR_RANGE, "c: 2 x 3 (ld 3) at offset 4080 lies outside its "
+                                          "registration of 4096 bytes"},
+    [RC_A_OFFSET_PAST_END] = {OVL_ERR_RANGE, "a: 2 x 4 (ld 4) at offset 1048576 lies outside"},
+    [RC_LDA_BELOW_K] = {OVL_ERR_INVALID, "a: leading dimension 3 is less than its 4 columns"},
+    [RC_B_NOT_REGISTERED] = {OVL_ERR_NOT_FOUND, "b: buffer 999 is not registered"},
+    [RC_BAD_DTYPE] = {OVL_ERR_INVALID, "unknown dtype 7"},
+    [RC_BAD_ALGO] = {OVL_ERR_INVALID, "unknown algorithm 9"},
+    [RC_ZERO_M] = {OVL_ERR_INVALID, "must be positive"},
+    [RC_TOO_MANY_CHUNKS] = {OVL_ERR_INVALID, "chunks 65"},
+    [RC_NO_A] = {OVL_ERR_INVALID, "a: no buffer given"},
+    [RC_HUGE_M] = {OVL_ERR_RANGE, "a: 2305843009213693951 x 4 (ld 4) at offset 0 lies outside"},
+    /* 2^32 + 2 would be fp32 in 32 bits, and 2^32 + 1 chunks one chunk */
+    [RC_WIDE_DTYPE] = {OVL_ERR_INVALID, "unknown dtype 4294967298"},
+    [RC_WIDE_CHUNKS] = {OVL_ERR_INVALID, "chunks 4294967297 out of range 0..64"},
+};
+
+/*
+ * The daemon's own checks of an op, which libovl never lets through: raw
+ * AgGemm requests on a raw connection, one world-1 comm per case (a comm's
+ * first error is sticky). Each fails through the doorbell (done rung, error
+ * word and error_seq set) and CommCheck has the words. On the first comm a
+ * good op afterwards still runs, correctly, with the error kept.
+ */
+static void test_raw_op_checks(void **state)
+{
+    test_daemon_t *d = *state;
+    raw_conn_t rc;
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    Ovl__Response *hello = NULL;
+    assert_int_equal(raw_hello(&rc, &hello), RAW_OK);
+
+    void *map;
+    int fd = sealed_memfd(4096, true, &map);
+    uint64_t mem = raw_mem_register_ok(&rc, fd, 4096);
+    close(fd);
+    float *fa = map, *fb = (float *)((char *)map + 256), *fc = (float *)((char *)map + 512);
+    for (int i = 0; i < RAW_M * RAW_K; i++)
+        fa[i] = (float)(i % 5 - 2);
+    for (int i = 0; i < RAW_K * RAW_N; i++)
+        fb[i] = (float)(i % 3 - 1);
+
+    raw_comm_t comms[RC_COUNT];
+    for (int c = 0; c < RC_COUNT; c++) {
+        char job[32];
+        snprintf(job, sizeof(job), "raw-%d", c);
+        raw_join(&rc, hello->hello, job, (uint32_t)c % 8, &comms[c]);
+        Ovl__AgGemm g;
+        Ovl__BufRef refs[3];
+        raw_gemm_init(&g, refs, comms[c].id, 1, mem);
+        uint64_t seq = 1;
+        switch ((raw_case_t)c) {
+        case RC_C_OUT_OF_RANGE:
+            refs[2].offset = 4096 - 16;
+            break;
+        case RC_A_OFFSET_PAST_END:
+            refs[0].offset = 1u << 20;
+            break;
+        case RC_LDA_BELOW_K:
+            g.lda = RAW_K - 1;
+            break;
+        case RC_B_NOT_REGISTERED:
+            refs[1].mem_id = 999;
+            break;
+        case RC_BAD_DTYPE:
+            g.dtype = (Ovl__DType)7;
+            break;
+        case RC_BAD_ALGO:
+            g.algo = (Ovl__Algo)9;
+            break;
+        case RC_ZERO_M:
+            g.m = 0;
+            break;
+        case RC_TOO_MANY_CHUNKS:
+            g.chunks = 65;
+            break;
+        case RC_NO_A:
+            g.a = NULL;
+            break;
+        case RC_HUGE_M:
+            g.m = UINT64_MAX / 8;
+            break;
+        case RC_WIDE_DTYPE:
+            g.dtype = (UINT64_C(1) << 32) + 2;
+            break;
+        case RC_WIDE_CHUNKS:
+            g.chunks = (UINT64_C(1) << 32) + 1;
+            break;
+        case RC_COUNT:
+            break;
+        }
+        raw_submit(&rc, &comms[c], &g);
+        raw_wait_done(&comms[c], seq);
+        raw_check_comm(&rc, &comms[c], raw_case_want[c].status, seq, raw_case_want[c].needle);
+    }
+
+    /* Comm 0 failed op 1; op 2 is good: it runs, the first error stays. */
+    memset(fc, 0xff, RAW_M * RAW_N * sizeof(float));
+    Ovl__AgGemm g;
+    Ovl__BufRef refs[3];
+    raw_gemm_init(&g, refs, comms[0].id, 2, mem);
+    raw_submit(&rc, &comms[0], &g);
+    raw_wait_done(&comms[0], 2);
+    raw_check_comm(&rc, &comms[0], OVL_ERR_RANGE, 1, "outside its registration");
+    for (int i = 0; i < RAW_M; i++)
+        for (int j = 0; j < RAW_N; j++) {
+            float want = 0;
+            for (int l = 0; l < RAW_K; l++)
+                want += fa[i * RAW_K + l] * fb[l * RAW_N + j];
+            assert_true(fc[i * RAW_N + j] == want);
+        }
+
+    /* An op for a comm that is not there: an Error with id 0, and the
+     * connection goes on. */
+    raw_gemm_init(&g, refs, 424242, 1, mem);
+    raw_submit(&rc, NULL, &g);
+    Ovl__Response *r = NULL;
+    assert_int_equal(raw_read_response(&rc, TIMEOUT_MS, &r), RAW_OK);
+    assert_int_equal(r->id, 0);
+    assert_int_equal(r->body_case, OVL__RESPONSE__BODY_ERROR);
+    assert_int_equal(r->error->status, OVL_ERR_NOT_FOUND);
+    assert_contains(r->error->message, "op 1 names unknown comm 424242");
+    ovl__response__free_unpacked(r, NULL);
+
+    /* Other requests about unknown things: refused, connection kept. */
+    Ovl__CommCheck cc = OVL__COMM_CHECK__INIT;
+    cc.comm_id = 424242;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_COMM_CHECK;
+    q.comm_check = &cc;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_NOT_FOUND, "no comm 424242");
+    Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
+    cd.comm_id = 424242;
+    Ovl__Request qd = OVL__REQUEST__INIT;
+    qd.body_case = OVL__REQUEST__BODY_COMM_DESTROY;
+    qd.comm_destroy = &cd;
+    assert_int_equal(raw_call(&rc, &qd, NULL, 0, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_NOT_FOUND, "no comm 424242");
+
+    /* Leaving properly: CommDestroy answers Ok, then the comm is unknown. */
+    cd.comm_id = comms[0].id;
+    qd.id = 0;
+    assert_int_equal(raw_call(&rc, &qd, NULL, 0, &r), RAW_OK);
+    assert_int_equal(r->body_case, OVL__RESPONSE__BODY_OK);
+    ovl__response__free_unpacked(r, NULL);
+    cc.comm_id = comms[0].id;
+    q.id = 0;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_NOT_FOUND, "no comm");
+
+    for (int c = 0; c < RC_COUNT; c++)
+        raw_comm_unmap(&comms[c]);
+    munmap(map, 4096);
+    ovl__response__free_unpacked(hello, NULL);
+    raw_close(&rc);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
+/* MemRegister and MemDeregister refusals on a raw connection. */
+static void test_raw_mem_checks(void **state)
+{
+    test_daemon_t *d = *state;
+    raw_conn_t rc;
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
+    raw_result_t res;
+    void *map, *map2;
+
+    int unsealed = sealed_memfd(4096, false, &map);
+    Ovl__Response *r = raw_mem_register(&rc, unsealed, 4096, 0, &res);
+    raw_expect_error(r, res, OVL_ERR_PERMISSION, "sealed memfd");
+    close(unsealed);
+    munmap(map, 4096);
+
+    int fd = sealed_memfd(4096, true, &map2);
+    r = raw_mem_register(&rc, fd, 0, 0, &res);
+    raw_expect_error(r, res, OVL_ERR_INVALID, "zero bytes");
+    r = raw_mem_register(&rc, fd, 8192, 0, &res);
+    raw_expect_error(r, res, OVL_ERR_RANGE, "lies outside");
+    r = raw_mem_register(&rc, fd, 4096, 4096, &res);
+    raw_expect_error(r, res, OVL_ERR_RANGE, "lies outside");
+    r = raw_mem_register(&rc, fd, 16, UINT64_MAX - 8, &res);
+    raw_expect_error(r, res, OVL_ERR_RANGE, "lies outside");
+    r = raw_mem_register(&rc, -1, 4096, 0, &res); /* no descriptor at all */
+    raw_expect_error(r, res, OVL_ERR_INVALID, "cannot register 4096 bytes");
+
+    Ovl__MemDeregister md = OVL__MEM_DEREGISTER__INIT;
+    md.mem_id = 31337;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_MEM_DEREGISTER;
+    q.mem_deregister = &md;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_NOT_FOUND, "buffer 31337 is not registered");
+
+    /* A good one, released twice. */
+    md.mem_id = raw_mem_register_ok(&rc, fd, 4096);
+    q.id = 0;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    assert_int_equal(r->body_case, OVL__RESPONSE__BODY_OK);
+    ovl__response__free_unpacked(r, NULL);
+    q.id = 0;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_NOT_FOUND, "is not registered");
+    raw_close(&rc);
+
+    /* A MemRegister announcing a descriptor that does not come: the
+     * stream no longer matches descriptors to frames, so it is closed. */
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
+    Ovl__MemRegister mr = OVL__MEM_REGISTER__INIT;
+    mr.bytes = 4096;
+    mr.fd_count = 1;
+    Ovl__Request qm = OVL__REQUEST__INIT;
+    qm.body_case = OVL__REQUEST__BODY_MEM_REGISTER;
+    qm.mem_register = &mr;
+    assert_int_equal(raw_call(&rc, &qm, NULL, 0, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_PROTOCOL, "did not come");
+    assert_int_equal(raw_expect_closed(&rc, TIMEOUT_MS), RAW_CLOSED);
+    raw_close(&rc);
+
+    /* Two descriptors announced: the same. */
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
+    mr.fd_count = 2;
+    int two[2] = {fd, fd};
+    qm.id = 0;
+    assert_int_equal(raw_call(&rc, &qm, two, 2, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_PROTOCOL, "at most one descriptor");
+    assert_int_equal(raw_expect_closed(&rc, TIMEOUT_MS), RAW_CLOSED);
+    raw_close(&rc);
+
+    close(fd);
+    munmap(map2, 4096);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
+/*
+ * An op number out of order is a protocol error: libovl never sends one, so
+ * the client is broken or hostile, and ringing its doorbell out of order
+ * would move `done` backwards. The connection is closed with an Error that
+ * says so; the daemon goes on serving.
+ */
+static void test_raw_op_out_of_order(void **state)
+{
+    test_daemon_t *d = *state;
+    raw_conn_t rc;
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    Ovl__Response *hello = NULL;
+    assert_int_equal(raw_hello(&rc, &hello), RAW_OK);
+    raw_comm_t c;
+    raw_join(&rc, hello->hello, "out-of-order", 0, &c);
+    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
+    g.comm_id = c.id;
+    g.seq = 5; /* expected: 1 */
+    Ovl__Request qg = OVL__REQUEST__INIT;
+    qg.body_case = OVL__REQUEST__BODY_AG_GEMM;
+    qg.ag_gemm = &g;
+    uint8_t buf[512];
+    size_t len = pack_frame(buf, &qg);
+    assert_int_equal(raw_send(rc.fd, buf, len), 0);
+    Ovl__Response *r = NULL;
+    assert_int_equal(raw_read_response(&rc, TIMEOUT_MS, &r), RAW_OK);
+    raw_expect_error(r, RAW_OK, OVL_ERR_PROTOCOL, "op number 5 out of order");
+    assert_true(raw_expect_closed(&rc, TIMEOUT_MS) != RAW_TIMEOUT);
+    raw_comm_unmap(&c);
+    ovl__response__free_unpacked(hello, NULL);
+    raw_close(&rc);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
+/* ============================================================ mismatches */
+
+typedef enum field {
+    F_M,
+    F_N,
+    F_K,
+    F_DTYPE,
+    F_ALGO,
+    F_TRANSB,
+    F_CHUNKS,
+    F_STREAMS,
+    F_AOUT,
+} field_t;
+
+static const char *const field_names[] = {
+    [F_M] = "m",
+    [F_N] = "n",
+    [F_K] = "k",
+    [F_DTYPE] = "dtype",
+    [F_ALGO] = "algo",
+    [F_TRANSB] = "transb",
+    [F_CHUNKS] = "chunks",
+    [F_STREAMS] = "streams",
+    [F_AOUT] = "a_out (given or not)",
+};
+
+/* Two ranks submit op 1 disagreeing on one field: both see MISMATCH naming
+ * it; the error stays (a good op 2 does not clear it); the job lives on. */
+static void mismatch_case(test_daemon_t *d, field_t f)
+{
+    const char *name = field_names[f];
+    char job[32], needle[80];
+    snprintf(job, sizeof(job), "mismatch-%d", (int)f);
+    snprintf(needle, sizeof(needle), "ranks disagree on %s:", name);
+    rank_t rk[2];
+    rank_open(d, &rk[0], job, 2, 0, 0, 2);
+    rank_open(d, &rk[1], job, 2, 1, 1, 2);
+    opspec_t s0 = base_spec, s1 = base_spec;
+    switch (f) {
+    case F_M:
+        s1.m = 5;
+        break;
+    case F_N:
+        s1.n = 7;
+        break;
+    case F_K:
+        s1.k = 6;
+        break;
+    case F_DTYPE:
+        s1.dtype = OVL_DTYPE_FP16;
+        break;
+    case F_ALGO:
+        s0.algo = OVL_ALGO_NAIVE, s1.algo = OVL_ALGO_RING;
+        break;
+    case F_TRANSB:
+        s1.transb = 1;
+        break;
+    case F_CHUNKS:
+        s0.chunks = 2, s1.chunks = 4;
+        break;
+    case F_STREAMS:
+        s0.streams = 1, s1.streams = 2;
+        break;
+    case F_AOUT:
+        s0.aout = true;
+        break;
+    }
+    rank_fill(&rk[0], 0, &s0);
+    rank_fill(&rk[1], 0, &s1);
+    assert_status(rank_submit(&rk[0], 0, &s0), OVL_OK);
+    assert_status(rank_submit(&rk[1], 0, &s1), OVL_OK);
+    for (int r = 0; r < 2; r++) {
+        ovl_status_t st = ovl_comm_synchronize(rk[r].comm);
+        if (st != OVL_ERR_MISMATCH)
+            fail_msg("rank %d, ranks disagreeing on %s: %s (%s), not OVL_ERR_MISMATCH", r, name,
+                     ovl_strerror(st), ovl_last_error(rk[r].cl));
+        assert_contains(ovl_last_error(rk[r].cl), needle);
+        assert_contains(ovl_last_error(rk[r].cl), "op 1");
+        assert_status(ovl_comm_check(rk[r].comm), OVL_ERR_MISMATCH);
+    }
+    /* Nothing was written to C. */
+    uint32_t nan_bits = 0xffffffffu, c0;
+    memcpy(&c0, rk[0].c, sizeof(c0));
+    assert_int_equal(c0, nan_bits);
+
+    /* Sticky: a good op 2 on both ranks still reports the mismatch. */
+    opspec_t good = base_spec;
+    good.salt = 1;
+    for (int r = 0; r < 2; r++) {
+        rank_fill(&rk[r], 1, &good);
+        assert_status(rank_submit(&rk[r], 1, &good), OVL_OK);
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_status(ovl_comm_synchronize(rk[r].comm), OVL_ERR_MISMATCH);
+        assert_contains(ovl_last_error(rk[r].cl), needle);
+    }
+    Ovl__Response *resp = status_call(rk[0].cl);
+    const Ovl__JobInfo *j = find_job(resp, job);
+    assert_non_null(j);
+    assert_string_equal(j->state, "ready"); /* a refused op does not end the job */
+    assert_contains(j->last_error, needle);
+    libovl_response_free(resp);
+    assert_status(rank_close(&rk[0]), OVL_ERR_MISMATCH);
+    assert_status(rank_close(&rk[1]), OVL_ERR_MISMATCH);
+    assert_alive(d);
+    fresh_job_works(d, job, 2); /* the id is free again, and ops work */
+}
+
+#define MISMATCH_TEST(fname, field)                                                                \
+    static void fname(void **state)                                                                \
+    {                                                                                              \
+        mismatch_case(*state, field);                                                              \
+        TEST_PASSED();                                                                             \
+    }
+MISMATCH_TEST(test_mismatch_m, F_M)
+MISMATCH_TEST(test_mismatch_n, F_N)
+MISMATCH_TEST(test_mismatch_k, F_K)
+MISMATCH_TEST(test_mismatch_dtype, F_DTYPE)
+MISMATCH_TEST(test_mismatch_algo, F_ALGO)
+MISMATCH_TEST(test_mismatch_transb, F_TRANSB)
+MISMATCH_TEST(test_mismatch_chunks, F_CHUNKS)
+MISMATCH_TEST(test_mismatch_streams, F_STREAMS)
+MISMATCH_TEST(test_mismatch_a_out, F_AOUT)
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        /* client side */
+        T(test_op_client_checks),
+        T(test_mem_register_checks),
+        /* the daemon's side */
+        T(test_raw_op_checks),
+        T(test_raw_mem_checks),
+        T(test_raw_op_out_of_order),
+        /* mismatches */
+        T(test_mismatch_m),
+        T(test_mismatch_n),
+        T(test_mismatch_k),
+        T(test_mismatch_dtype),
+        T(test_mismatch_algo),
+        T(test_mismatch_transb),
+        T(test_mismatch_chunks),
+        T(test_mismatch_streams),
+        T(test_mismatch_a_out),
+    };
+    return RUN_TESTS("ops", tests, argc, argv);
+}
