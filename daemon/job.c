@@ -93,10 +93,12 @@ static void reg_put(ovld_t *d, ovld_reg_t *reg)
 {
     if (!reg)
         return;
-    if (--reg->refs == 1 && reg->on_idle) {
-        void (*fn)(ovld_reg_t *, void *) = reg->on_idle;
-        reg->on_idle = NULL;
-        fn(reg, reg->idle_arg);
+    if (--reg->refs == 1 && reg->on_idle && !reg->idle_posted) {
+        /* Its deregistration can be answered now: by the loop, after this
+         * completion has returned (server.c), never from inside it. */
+        reg->idle_posted = true;
+        reg->idle_next = d->idle_regs;
+        d->idle_regs = reg;
         return;
     }
     if (reg->refs > 0)
@@ -495,9 +497,10 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
         job_maybe_free(d, j);
         return;
     }
-    /* Releasing the op's buffers can answer a deregistration, and with it
-     * run the connection's next requests (a CommDestroy that ends this
-     * job): the job stays until this function is done with it. */
+    /* Completing the op runs the next ones of the queue, whose failures
+     * can complete at once (a backend out of memory): the job stays until
+     * this function is done with it. (A deregistration that the op's
+     * buffers let go is answered by the loop afterwards, not from here.) */
     j->pins++;
     on_done_op(d, j, m, t->op, seq, status, message);
     j->pins--;

@@ -96,6 +96,7 @@ static void finish_shutdown(ovld_t *d)
                   DRAIN_TIMEOUT_MS);
     while (d->conns)
         ovld_conn_close(d->conns, "daemon shutting down");
+    ovld_server_close(d);
     if (left == 0 && d->jobs == NULL && d->dead_jobs == NULL && d->backend) {
         d->backend->ops->destroy(d->backend);
         d->backend = NULL;

@@ -67,6 +67,11 @@ typedef struct ovld {
     uv_timer_t accept_timer;
     uv_timer_t hello_timer; /* armed for the earliest hello_deadline */
     uint32_t max_mappings;  /* cfg.max_mappings with auto resolved */
+    /* Buffers whose deregistration waited for ops and can now be answered
+     * (registry.h), taken by idle_check after the callbacks of a loop
+     * round: a completion never runs a connection's requests itself. */
+    ovld_reg_t *idle_regs;
+    uv_check_t idle_check;
     ovld_conn_t *conns;
     uint32_t nconns;
     uint64_t next_conn_id;
@@ -94,6 +99,9 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen);
  * max_mappings = auto resolved from vm.max_map_count. */
 void ovld_server_apply_config(ovld_t *d);
 void ovld_server_stop_listening(ovld_t *d);
+/* Closes what the server keeps past listening (the idle check); at the end
+ * of shutdown, once every connection is closed. */
+void ovld_server_close(ovld_t *d);
 void ovld_conn_close(ovld_conn_t *c, const char *why);
 void ovld_shutdown(ovld_t *d);
 

@@ -26,10 +26,14 @@ typedef struct ovld_reg {
     int device;
     uint32_t refs;
     bool registered; /* still in its connection's table */
-    /* Called (once) when only the connection's reference is left: a
-     * deregistration that waits for the ops still using the buffer. */
+    /* A deregistration that waits for the ops still using the buffer: once
+     * only the connection's reference is left, the buffer is posted on the
+     * daemon's idle list (idle_posted, idle_next), and the loop calls
+     * on_idle (once) after the completion that let it go has returned. */
     void (*on_idle)(struct ovld_reg *reg, void *arg);
     void *idle_arg;
+    bool idle_posted;
+    struct ovld_reg *idle_next;
     struct ovld_reg *next;
 } ovld_reg_t;
 

@@ -691,6 +691,34 @@ static void on_reg_idle(ovld_reg_t *reg, void *arg)
     conn_put(c);
 }
 
+/* Answers the deregistrations whose buffers went idle during this loop
+ * round (job.c posts them). */
+static void on_idle_check(uv_check_t *h)
+{
+    ovld_t *d = h->data;
+    ovld_reg_t *reg;
+    while ((reg = d->idle_regs) != NULL) {
+        d->idle_regs = reg->idle_next;
+        reg->idle_posted = false;
+        reg->idle_next = NULL;
+        void (*fn)(ovld_reg_t *, void *) = reg->on_idle;
+        reg->on_idle = NULL;
+        fn(reg, reg->idle_arg);
+    }
+}
+
+/* Takes reg off the idle list, where a connection that closes finds it. */
+static void idle_unlink(ovld_t *d, ovld_reg_t *reg)
+{
+    for (ovld_reg_t **pp = &d->idle_regs; *pp; pp = &(*pp)->idle_next)
+        if (*pp == reg) {
+            *pp = reg->idle_next;
+            break;
+        }
+    reg->idle_posted = false;
+    reg->idle_next = NULL;
+}
+
 static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregister *q)
 {
     ovld_t *d = c->d;
@@ -1030,6 +1058,8 @@ static void drop_reg(ovld_reg_t *reg, void *arg)
 {
     ovld_conn_t *c = arg;
     if (reg->on_idle) { /* a deregistration waiting for ops: nobody to answer now */
+        if (reg->idle_posted)
+            idle_unlink(c->d, reg);
         free(reg->idle_arg);
         reg->on_idle = NULL;
         reg->idle_arg = NULL;
@@ -1466,6 +1496,13 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
     if (rc == 0)
         rc = uv_timer_init(d->loop, &d->hello_timer);
     if (rc == 0)
+        rc = uv_check_init(d->loop, &d->idle_check);
+    if (rc == 0) {
+        d->idle_check.data = d;
+        rc = uv_check_start(&d->idle_check, on_idle_check);
+        uv_unref((uv_handle_t *)&d->idle_check); /* it keeps no loop alive */
+    }
+    if (rc == 0)
         rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
     if (rc == 0)
         rc = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
@@ -1508,6 +1545,14 @@ void ovld_server_apply_config(ovld_t *d)
     }
     max /= 2;
     d->max_mappings = max < 1 ? 1 : max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
+}
+
+void ovld_server_close(ovld_t *d)
+{
+    if (uv_is_closing((uv_handle_t *)&d->idle_check) || !d->idle_check.loop)
+        return;
+    uv_check_stop(&d->idle_check);
+    uv_close((uv_handle_t *)&d->idle_check, NULL);
 }
 
 void ovld_server_stop_listening(ovld_t *d)

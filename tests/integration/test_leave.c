@@ -128,11 +128,13 @@ static void test_leave_right_after_refused_op(void **state)
 }
 
 /*
- * A deregistration that waits for a running op is answered from inside that
- * op's completion; the connection's next request, sent in the same write, is
- * a CommDestroy that ends the job there and then (and, in the second round,
- * the client hangs up instead). The daemon must neither touch the freed job
- * nor crash (ASan builds catch the use after free).
+ * A deregistration that waits for a running op is answered once that op's
+ * completion let the buffer go (by the loop, right after the completion);
+ * the connection's next request, sent in the same write, is a CommDestroy
+ * that ends the job there and then (and, in the second round, the client
+ * hangs up instead, with the buffer posted idle or about to be). The
+ * daemon must neither touch the freed job or buffer nor crash (ASan builds
+ * catch a use after free).
  */
 static void test_deregister_then_leave_during_op(void **state)
 {
