@@ -341,12 +341,8 @@ int main(int argc, char **argv)
         report_ready(&ready_fd, 1);
         return 1;
     }
-    st = ovld_server_start(d, err, sizeof(err));
-    if (st != OVL_OK) {
-        log_error("%s", err);
-        report_ready(&ready_fd, 1);
-        return 1;
-    }
+    /* Signals first: a client may connect, and a signal come, as soon as
+     * the socket listens (a SIGHUP before its handler would end ovld). */
     uint64_t wd_usec = ovld_sd_watchdog_usec();
     int uerr; /* the callbacks run from uv_run on, after the data is set below */
     if ((uerr = uv_signal_init(d->loop, &d->sig_term)) != 0 ||
@@ -365,6 +361,12 @@ int main(int argc, char **argv)
     }
     d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
     d->drain_timer.data = d;
+    st = ovld_server_start(d, err, sizeof(err));
+    if (st != OVL_OK) {
+        log_error("%s", err);
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
     if (wd_usec >= 2000) {
         log_info("systemd watchdog: WATCHDOG=1 every %" PRIu64 " ms", wd_usec / 2000);
     }
