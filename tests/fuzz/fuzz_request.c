@@ -50,6 +50,7 @@
 
 #define FUZZ_NAME "fuzz_request"
 #include "fuzz_main.h"
+#include "fuzz_split.h"
 
 #define FUZZ_MAX_BODY (64u * 1024u)
 #define ERR_LEN       256u /* as server.c */
@@ -282,55 +283,6 @@ static ovl_status_t check_request(const Ovl__Request *q)
 }
 
 /* --------------------------------------------------------------- stream */
-
-typedef struct splitter {
-    uint8_t mode;
-    uint32_t rng;
-} splitter_t;
-
-/* The next piece size, as in fuzz_wire.c. */
-static size_t next_piece(splitter_t *s, size_t left)
-{
-    size_t n;
-    switch (s->mode & 3) {
-    case 0:
-        n = left;
-        break;
-    case 1:
-        n = 1;
-        break;
-    case 2:
-        n = (size_t)((s->mode >> 2) & 0x1f) * 3 + 2;
-        break;
-    default:
-        s->rng = s->rng * 1103515245u + 12345u;
-        n = (s->rng >> 16) % 8 == 0 ? (s->rng >> 8) % 4096 + 1 : (s->rng >> 16) % 64 + 1;
-        break;
-    }
-    return n < left ? n : left;
-}
-
-static ovl_status_t put(ovl_wire_reader_t *r, bool socket_like, const uint8_t *p, size_t n,
-                        size_t *ret_taken)
-{
-    if (!socket_like) {
-        *ret_taken = n;
-        return ovl_wire_reader_feed(r, p, n);
-    }
-    uint8_t *dst;
-    size_t avail;
-    ovl_status_t st = ovl_wire_reader_space(r, &dst, &avail);
-    if (st != OVL_OK) {
-        *ret_taken = 0;
-        return st;
-    }
-    CHECK(avail >= 1);
-    size_t take = n < avail ? n : avail;
-    memcpy(dst, p, take);
-    ovl_wire_reader_commit(r, take);
-    *ret_taken = take;
-    return OVL_OK;
-}
 
 /* One frame as handle_frame takes it; false when ovld would close. */
 static bool handle_frame(const uint8_t *body, uint32_t len)
