@@ -247,7 +247,8 @@ static void on_status(ovld_conn_t *c, uint64_t id)
             other_jobs++;
             continue;
         }
-        Ovl__JobInfo *ji = &jobs[i++];
+        Ovl__JobInfo *ji = &jobs[i];
+        pjobs[i++] = ji;
         ovl__job_info__init(ji);
         ji->id = j->id;
         ji->owner_uid = (uint32_t)j->owner;
@@ -257,7 +258,6 @@ static void on_status(ovld_conn_t *c, uint64_t id)
         ji->ops_done = j->ops_done;
         ji->ops_in_flight = j->in_flight;
         ji->last_error = j->last_error;
-        pjobs[i - 1] = ji;
     }
     nj = i;
     i = 0;
@@ -266,7 +266,8 @@ static void on_status(ovld_conn_t *c, uint64_t id)
             other_clients++;
             continue;
         }
-        Ovl__ClientInfo *ci = &cls[i++];
+        Ovl__ClientInfo *ci = &cls[i];
+        pcls[i++] = ci;
         ovl__client_info__init(ci);
         ci->id = k->id;
         ci->pid = (int32_t)k->pid;
@@ -281,7 +282,6 @@ static void on_status(ovld_conn_t *c, uint64_t id)
         }
         ci->buffers = (uint32_t)k->reg.count;
         ci->mapped_bytes = k->reg.mapped_bytes;
-        pcls[i - 1] = ci;
     }
     nc = i;
     Ovl__StatusReply sr = OVL__STATUS_REPLY__INIT;
