@@ -62,7 +62,7 @@ static void usage(FILE *f)
  * Every string that comes from ovld (job ids and client names come from
  * clients; an older ovld checks nothing) is printed escaped: through
  * ovl_text_escape_term on a terminal, ovl_text_escape_json in JSON
- * (proto/text.h). Nothing ovld sends reaches the terminal raw.
+ * (common/text.h). Nothing ovld sends reaches the terminal raw.
  */
 
 /* The escaped strings of one line of output: a ring of buffers, each grown

@@ -46,7 +46,7 @@ static size_t min_size(size_t x, size_t y)
  * Whether a rows x cols matrix with leading dimension ld (callers have
  * checked ld >= cols) and elements of esize bytes spans a byte range that
  * size_t can express, so that every index computed below is free of
- * overflow. The span is proto/matrix.h's, the one definition.
+ * overflow. The span is common/matrix.h's, the one definition.
  */
 static bool extent_fits(uint64_t rows, uint64_t cols, size_t ld, size_t esize)
 {

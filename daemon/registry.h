@@ -58,7 +58,7 @@ void ovld_registry_remove(ovld_registry_t *r, ovld_reg_t *reg);
 void ovld_registry_foreach(ovld_registry_t *r, void (*fn)(ovld_reg_t *reg, void *arg), void *arg);
 
 /*
- * Checks (with ovl_matrix_extent, proto/matrix.h) that the matrix at `offset` bytes into a
+ * Checks (with ovl_matrix_extent, common/matrix.h) that the matrix at `offset` bytes into a
  * registration of `reg_bytes` lies inside it, overflow-safe. OVL_OK, OVL_ERR_INVALID (bad geometry)
  * or OVL_ERR_RANGE.
  */

@@ -3,7 +3,7 @@
  * handler sees it. Each integer is checked against its field's range before
  * anything narrows it (the wire carries 64 bits where ovld keeps 32: a
  * world of 2^32 + 2 must not pass as 2), each job id against its form
- * (1..OVLD_JOB_ID_MAX bytes of clean UTF-8, proto/text.h: no NUL inside,
+ * (1..OVLD_JOB_ID_MAX bytes of clean UTF-8, common/text.h: no NUL inside,
  * no control character). What depends on state (registrations, jobs,
  * quotas) is checked by the handlers.
  *

@@ -13,7 +13,7 @@
  *
  * Properties (any failure aborts):
  * - OVL_OK means every field the handlers narrow or trust fits: CommInit's
- *   job id is 1..63 bytes, no NUL, clean UTF-8 (proto/text.h), world is
+ *   job id is 1..63 bytes, no NUL, clean UTF-8 (common/text.h), world is
  *   1..1024 and rank < world, the device UUID 16 bytes; MemRegister
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
  *   bytes and a UUID of 0 or 16 bytes; AgGemm and PlanRequest have
@@ -27,7 +27,7 @@
  * - on a refusal err is a non-empty NUL-terminated string inside the
  *   buffer; with a shorter buffer the verdict is the same and the message
  *   its prefix; with no buffer (errlen 0) nothing is written;
- * - proto/text.h's ovl_text_is_clean agrees with an independent UTF-8
+ * - common/text.h's ovl_text_is_clean agrees with an independent UTF-8
  *   validator here on every job id;
  * - what on_hello makes of an accepted Hello's library version and client
  *   name (ovl_text_sanitize into its 32- and 64-byte buffers) is clean text

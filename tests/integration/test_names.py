@@ -172,7 +172,7 @@ def log_tail(d):
 
 
 def term_escape(b):
-    """What ovlctl's tables make of bytes b (proto/text.h,
+    """What ovlctl's tables make of bytes b (common/text.h,
     ovl_text_escape_term)."""
     out, i = [], 0
     names = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\x1b": "\\e", "\\": "\\\\"}
@@ -367,7 +367,7 @@ def test_restricted_view():
 # ------------------------------------------------------- a hostile ovld
 
 EVIL = b"\x1b[31mX\x1b]0;t\x07\xff\xc2\x9b2J\r\t\\\"\x7f\xed\xa0\x80"
-# what ovlctl's table makes of EVIL (proto/text.h)
+# what ovlctl's table makes of EVIL (common/text.h)
 EVIL_TERM = "\\e[31mX\\e]0;t\\x07\\xff\\u009b2J\\r\\t\\\\\"\\x7f\\xed\\xa0\\x80"
 # and what JSON gives back once parsed: U+FFFD for each bad byte
 EVIL_JSON = "\x1b[31mX\x1b]0;t\x07\ufffd\u009b2J\r\t\\\"\x7f\ufffd\ufffd\ufffd"

@@ -1,5 +1,5 @@
 /*
- * test_hostgemm.c: the 16-bit float conversions (proto/half.h) and the host
+ * test_hostgemm.c: the 16-bit float conversions (common/half.h) and the host
  * backend's GEMM (daemon/hostgemm.c), checked against ovl_ref_gemm.
  *
  * No timing here: the tests run under sanitizers. Sizes are kept small enough

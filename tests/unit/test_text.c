@@ -1,5 +1,5 @@
 /*
- * test_text.c: unit tests of proto/text.c, the code that checks and escapes
+ * test_text.c: unit tests of common/text.c, the code that checks and escapes
  * text crossing a trust boundary (client names and job ids on an operator's
  * terminal and in JSON).
  *
