@@ -9,15 +9,32 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <sys/types.h>
+
+#include "gemm_args.h" /* ovld_view_t */
 #include "uuid.h"
 
 #define OVLD_JOB_ID_MAX 63
 
-/* The buffers an op names. */
+/* The buffers an op names: its shard, the weight, the output, and the
+ * gathered A when the client wants it (a_out). */
 enum { OVLD_BUF_A, OVLD_BUF_B, OVLD_BUF_C, OVLD_BUF_AOUT, OVLD_BUF_COUNT };
+
+/* Their names in messages: "a", "b", "c", "a_out". */
+const char *ovld_buf_name(int which);
 
 /* One of them: a registration of the client's connection, the offset of
  * the matrix in it, and its leading dimension (elements). */
+struct ovld_reg;
+
+/* A buffer an op uses, once resolved: the reference it holds (buffers.h)
+ * and the matrix in ovld's address space. */
+typedef struct ovld_buf_use {
+    struct ovld_reg *hold;
+    ovld_view_t view;
+    uint64_t rows, cols;
+} ovld_buf_use_t;
+
 typedef struct ovld_buf_ref {
     bool given;
     uint64_t mem_id;
@@ -35,13 +52,30 @@ typedef struct ovld_op_desc {
     uint32_t dtype, algo, chunks, streams;
     bool transb;
     ovld_buf_ref_t buf[OVLD_BUF_COUNT];
+    /* The buffers resolved against the connection's registrations by the
+     * server (buffers.h): a reference held and the view; hold is NULL for
+     * a buffer not given or not resolved. */
+    ovld_buf_use_t use[OVLD_BUF_COUNT];
 } ovld_op_desc_t;
+
+/* What the boundary found wrong with an op: its fields (request.c; then
+ * nothing else of it is compared), or its buffers (server.c, against the
+ * registrations; the fields are sound). OVL_OK where nothing. Either fails
+ * the op on every rank. */
+typedef struct ovld_op_verdict {
+    ovl_status_t fields;
+    const char *fields_msg;
+    ovl_status_t bufs;
+    const char *bufs_msg;
+} ovld_op_verdict_t;
 
 /* A CommInit that passed ovld_request_check. */
 typedef struct ovld_join_desc {
     char job_id[OVLD_JOB_ID_MAX + 1]; /* clean text, NUL-terminated */
     uint32_t world, rank;
     uint8_t device_uuid[OVLD_UUID_LEN];
+    uid_t uid; /* who asks: the connection's peer (server.c fills these) */
+    pid_t pid;
 } ovld_join_desc_t;
 
 #endif /* OVLD_DESC_H */

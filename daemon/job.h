@@ -1,34 +1,102 @@
 /*
- * job.h: jobs, their ranks, and op matching. Ranks join by (job id, world,
- * rank); every rank submits op n (numbered by the client, 1, 2, ...); once
- * every rank's op n is in and they agree, the op's plans are run; a
- * disagreement or a bad range fails op n on every rank. A rank that leaves
- * aborts the job: its pending ops fail on every rank, and later ops fail at
- * once. Loop thread only; logs at this boundary.
+ * job.h: jobs, their ranks, and the ops they run. Ranks join by (owner uid,
+ * job id, world, rank); every rank submits op n (numbered by the client, 1,
+ * 2, ...); once every rank's op n is in and they agree, the op's plans are
+ * run; a disagreement or a bad op fails op n on every rank. A rank that
+ * leaves aborts the job: its pending ops fail on every rank, and later ops
+ * fail at once.
+ *
+ * The core below the boundary: it takes descriptors (desc.h) and never
+ * sees wire types, connections or registrations; the buffers of an op come
+ * resolved, with a reference each that the job lets go when the op is done.
+ * Members are opaque to callers. Loop thread only; logs the life of jobs
+ * (joins, leaves, failures of ops), each once.
+ *
+ * job.c holds the jobs and their ranks, opq.c each job's op queue.
  */
 #ifndef OVLD_JOB_H
 #define OVLD_JOB_H
 
-#include "ovld.h"
-#include "plan.h"
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend.h"
+#include "config.h"
 #include "desc.h"
+#include "exec.h"
+#include "plan.h"
+#include "stats.h"
 
 #define OVLD_MAX_ISSUED 4 /* ops of one job issued to the backend and not yet done */
 
-typedef struct ovld_member {
-    struct ovld_job *job;
-    ovld_conn_t *conn; /* NULL once the client left */
-    uint32_t rank;
-    uint32_t device;
-    uint64_t comm_id;
-    ovld_rank_t *brank;
-    uint64_t next_seq; /* the op number expected next from the client */
-    uint32_t window;   /* max_ops_in_flight as told to the client at join */
-    ovl_status_t err;  /* the first failure, for CommCheck */
-    uint64_t err_seq;
-    char err_msg[256];
-    struct ovld_member *conn_next;
-} ovld_member_t;
+typedef struct ovld_member ovld_member_t; /* one rank of a job, as joined */
+struct ovld_job;
+
+/* Every job of the daemon, and what they run on. */
+typedef struct ovld_jobs {
+    ovld_backend_t *backend;
+    const ovld_config_t *cfg; /* read at each use: a reload changes it */
+    ovld_counters_t *counters;
+    ovld_exec_pool_t *pool; /* NULL: every rank is issued from the loop */
+    struct ovld_job *live;  /* by id, for joining and status */
+    struct ovld_job *dead;  /* ranks all gone, completions outstanding */
+    uint32_t njobs;         /* on live */
+    uint64_t next_comm_id;
+} ovld_jobs_t;
+
+void ovld_jobs_init(ovld_jobs_t *js, ovld_backend_t *backend, const ovld_config_t *cfg,
+                    ovld_counters_t *counters, ovld_exec_pool_t *pool);
+
+/* Whether no job is left, ended ones waiting for completions included. */
+bool ovld_jobs_empty(const ovld_jobs_t *js);
+
+/* Joins; on success *ret_member is the rank and *ret_db says how the
+ * client opens its doorbell (its fd, if any, is the caller's). Refusals
+ * name the limit or the conflict in err. */
+ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_member_t **ret_member,
+                           ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
+
+/* Leaves (CommDestroy, or the connection closed: why says which). The
+ * member is the job's from now on: the caller forgets it. */
+void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why);
+
+/*
+ * Takes one rank's op, and the references of q->use (on every path).
+ * Failures of the op ring its doorbell (OVL_OK is returned); an error
+ * return (an op number out of order: a protocol error) is the
+ * connection's, with a message in err. v says what the boundary found
+ * wrong with the op, which fails op n on every rank as a disagreement does.
+ */
+ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_desc_t *q,
+                             const ovld_op_verdict_t *v, char *err, size_t errlen);
+
+/* Fails every op not yet running, in every job (shutdown). */
+void ovld_job_fail_pending(ovld_jobs_t *js, ovl_status_t status, const char *why);
+
+/* Ops issued and not yet done (and setups running), in all jobs. */
+uint32_t ovld_job_running(const ovld_jobs_t *js);
+
+/* The backend's completion callback (arg is the ovld_jobs_t). */
+void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
+                      const char *message);
+
+/* Fills in what an op or a Plan request left to ovld: chunks and streams
+ * from the config when 0, AUTO from default_algo, then the planner's choice.
+ * The one place these defaults are applied. */
+void ovld_plan_resolve(const ovld_config_t *cfg, ovl_plan_params_t *p);
+
+/* ----------------------------------------------------- what callers see */
+
+/* A member's comm id (unique in the daemon), rank, device and world. */
+uint64_t ovld_member_comm_id(const ovld_member_t *m);
+uint32_t ovld_member_rank(const ovld_member_t *m);
+uint32_t ovld_member_device(const ovld_member_t *m);
+uint32_t ovld_member_world(const ovld_member_t *m);
+const char *ovld_member_job_id(const ovld_member_t *m);
+/* The member's first failure, for CommCheck (OVL_OK, 0, "" if none). */
+void ovld_member_error(const ovld_member_t *m, ovl_status_t *ret_status, uint64_t *ret_seq,
+                       const char **ret_msg);
 
 typedef enum ovld_job_state {
     OVLD_JOB_FORMING, /* not every rank has joined */
@@ -38,62 +106,21 @@ typedef enum ovld_job_state {
     OVLD_JOB_ABORTED, /* a rank left or failed with ops pending */
 } ovld_job_state_t;
 
-typedef struct ovld_job {
-    char id[OVLD_JOB_ID_MAX + 1];
-    uid_t owner;
-    uint32_t world;
-    uint32_t joined;
-    ovld_job_state_t state;
-    ovld_member_t **members; /* world entries, by rank; NULL until joined */
-    struct ovld_op *ops;     /* in seq order, oldest first */
-    struct ovld_op *ops_tail;
-    uint32_t in_flight;
-    uint32_t running;
-    uint64_t ops_done;
-    uint64_t scratch_bytes; /* gathered-A scratch every rank holds */
-    bool setup_pending;     /* job_setup's callback has not run yet */
-    uint32_t pins;          /* callers on the stack that still use the job */
-    bool detached;          /* every rank left; on ovld.dead_jobs until its ops are done */
-    char last_error[256];
-    struct ovld_job *next;
-} ovld_job_t;
-
-/* Joins; on success *ret_member is linked to the connection and *ret_db says
- * how the client opens its doorbell (its fd, if any, is the caller's). */
-ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const ovld_join_desc_t *req,
-                           ovld_member_t **ret_member, ovld_doorbell_export_t *ret_db, char *err,
-                           size_t errlen);
-
-/* The member of connection c with this comm id, or NULL. */
-ovld_member_t *ovld_job_member(ovld_conn_t *c, uint64_t comm_id);
-
-/* Fills in what an op or a Plan request left to ovld: chunks and streams
- * from the config when 0, AUTO from default_algo, then the planner's choice.
- * The one place these defaults are applied. */
-void ovld_plan_resolve(const ovld_t *d, ovl_plan_params_t *p);
-
-/* Leaves (CommDestroy, or the connection closed: why says which). */
-void ovld_job_leave(ovld_t *d, ovld_member_t *m, const char *why);
-
-/* Takes one rank's op. Failures of the op ring the doorbell (OVL_OK is
- * returned); an error return (an op number out of order: a protocol error)
- * is the connection's, with a message in err. invalid: what the boundary
- * found wrong with the op (OVL_OK if nothing; request.h), which fails op n
- * on every rank, as a disagreement does. */
-ovl_status_t ovld_job_submit(ovld_t *d, ovld_member_t *m, const ovld_op_desc_t *req,
-                             ovl_status_t invalid, const char *invalid_msg, char *err,
-                             size_t errlen);
-
-/* Fails every op not yet running, in every job (shutdown). */
-void ovld_job_fail_pending(ovld_t *d, ovl_status_t status, const char *why);
-
-/* Ops issued and not yet done, in all jobs. */
-uint32_t ovld_job_running(const ovld_t *d);
-
-/* The backend's completion callback (arg is the ovld_t). */
-void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
-                      const char *message);
-
 const char *ovld_job_state_name(ovld_job_state_t s);
+
+/* A live job as status shows it; the strings live as long as the job. */
+typedef struct ovld_job_info {
+    const char *id;
+    uid_t owner;
+    uint32_t world, joined;
+    ovld_job_state_t state;
+    uint64_t ops_done;
+    uint32_t in_flight;
+    const char *last_error;
+} ovld_job_info_t;
+
+/* Calls fn for every live job, in the order status lists them. */
+void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *info, void *arg),
+                       void *arg);
 
 #endif /* OVLD_JOB_H */

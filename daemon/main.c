@@ -81,7 +81,7 @@ static void raise_nofile(const ovld_t *d)
 /* Ops in flight, and requests being served on workers. */
 static uint32_t busy(const ovld_t *d)
 {
-    return ovld_job_running(d) + d->works;
+    return ovld_job_running(&d->jobs) + d->works;
 }
 
 /* Everything in flight is done (or waited for long enough): close down. */
@@ -94,10 +94,8 @@ static void finish_shutdown(ovld_t *d)
     if (left > 0)
         log_error("shutdown: %u ops still running after %d ms; leaving them", left,
                   DRAIN_TIMEOUT_MS);
-    while (d->conns)
-        ovld_conn_close(d->conns, "daemon shutting down");
     ovld_server_close(d);
-    if (left == 0 && d->jobs == NULL && d->dead_jobs == NULL && d->backend) {
+    if (left == 0 && ovld_jobs_empty(&d->jobs) && d->backend) {
         d->backend->ops->destroy(d->backend);
         d->backend = NULL;
     }
@@ -134,9 +132,9 @@ void ovld_shutdown(ovld_t *d)
         return;
     d->stopping = true;
     ovld_sd_notify("STOPPING=1\nSTATUS=Stopping");
-    log_info("stopping: no new connections; %u ops in flight", ovld_job_running(d));
+    log_info("stopping: no new connections; %u ops in flight", ovld_job_running(&d->jobs));
     ovld_server_stop_listening(d);
-    ovld_job_fail_pending(d, OVL_ERR_SHUTDOWN, "ovld is shutting down");
+    ovld_job_fail_pending(&d->jobs, OVL_ERR_SHUTDOWN, "ovld is shutting down");
     if (busy(d) == 0) {
         finish_shutdown(d);
         return;
@@ -328,8 +326,8 @@ int main(int argc, char **argv)
     d->start_ns = ovl_mono_ns();
     ovld_stats_reset(&d->counters.total, d->start_ns);
     ovld_stats_reset(&d->counters.window, d->start_ns);
-    ovl_status_t st =
-        ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, d, &d->backend, err, sizeof(err));
+    ovl_status_t st = ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, &d->jobs, &d->backend,
+                                          err, sizeof(err));
     if (st != OVL_OK) {
         log_error("cannot start the %s backend: %s", ovld_backend_kind_name(d->cfg.backend), err);
         report_ready(&ready_fd, 1);
@@ -341,6 +339,7 @@ int main(int argc, char **argv)
         report_ready(&ready_fd, 1);
         return 1;
     }
+    ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool);
     /* Signals first: a client may connect, and a signal come, as soon as
      * the socket listens (a SIGHUP before its handler would end ovld). */
     uint64_t wd_usec = ovld_sd_watchdog_usec();

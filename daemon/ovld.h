@@ -1,6 +1,7 @@
 /*
  * ovld.h: the daemon's context, the one struct that holds its state (no
- * other globals), and the connection type shared by server.c and job.c.
+ * other globals), and the entry points main.c calls. The connection type
+ * is the server's own (conn.h).
  */
 #ifndef OVLD_H
 #define OVLD_H
@@ -13,37 +14,12 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "buffers.h"
 #include "config.h"
-#include "registry.h"
+#include "job.h"
 #include "stats.h"
-#include "wire.h"
 
-struct ovld_member;
-struct ovld_job;
-
-typedef struct ovld_conn {
-    struct ovld *d;
-    int fd;
-    uv_poll_t poll;
-    int poll_events;
-    uint64_t id;
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
-    char name[64];
-    bool hello_done;
-    uint64_t hello_deadline; /* loop time (ms) by which Hello must have come */
-    bool closing;
-    bool busy;     /* a request is being served off the loop: later ones wait */
-    uint32_t refs; /* work items holding the connection (freed at 0 once closed) */
-    bool closed;   /* its handle is closed; memory freed when refs is 0 */
-    ovl_wire_reader_t rd;
-    ovl_fdq_t fdq;
-    ovl_wire_out_t out;
-    ovld_registry_t reg;
-    struct ovld_member *members; /* comms held, linked by conn_next */
-    struct ovld_conn *prev, *next;
-} ovld_conn_t;
+struct ovld_conn;
 
 typedef struct ovld {
     uv_loop_t *loop;
@@ -67,21 +43,18 @@ typedef struct ovld {
     uv_timer_t accept_timer;
     uv_timer_t hello_timer; /* armed for the earliest hello_deadline */
     uint32_t max_mappings;  /* cfg.max_mappings with auto resolved */
-    /* Buffers whose deregistration waited for ops and can now be answered
-     * (registry.h), taken by idle_check after the callbacks of a loop
-     * round: a completion never runs a connection's requests itself. */
-    ovld_reg_t *idle_regs;
+    /* Every client buffer (buffers.h); the deregistrations they let go in
+     * a round are answered by idle_check after its callbacks: a completion
+     * never runs a connection's requests itself. */
+    ovld_buffers_t buffers;
     uv_check_t idle_check;
-    ovld_conn_t *conns;
+    struct ovld_conn *conns;
     uint32_t nconns;
     uint64_t next_conn_id;
     ovld_counters_t counters;
     uint64_t hits_at_reset, misses_at_reset; /* the backend's cache counts at the last reset */
 
-    struct ovld_job *jobs;      /* by id, for joining and status */
-    struct ovld_job *dead_jobs; /* ranks all gone, completions outstanding */
-    uint32_t njobs;
-    uint64_t next_comm_id;
+    ovld_jobs_t jobs;
     uint32_t works; /* requests being served on workers (imports, unmaps) */
 
     uv_signal_t sig_term, sig_int, sig_hup;
@@ -93,16 +66,17 @@ typedef struct ovld {
     bool stopped;
 } ovld_t;
 
-/* server.c */
+/* server.c: listens (listen.c) and serves connections. */
 ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen);
 /* Applies what the server derives from d->cfg (at start and after a reload):
  * max_mappings = auto resolved from vm.max_map_count. */
 void ovld_server_apply_config(ovld_t *d);
+/* listen.c: no new connections (shutdown). */
 void ovld_server_stop_listening(ovld_t *d);
-/* Closes what the server keeps past listening (the idle check); at the end
- * of shutdown, once every connection is closed. */
+/* Closes every connection and what the server keeps past listening (the
+ * idle check); at the end of shutdown. */
 void ovld_server_close(ovld_t *d);
-void ovld_conn_close(ovld_conn_t *c, const char *why);
+/* main.c */
 void ovld_shutdown(ovld_t *d);
 
 #endif /* OVLD_H */

@@ -1,12 +1,7 @@
 /*
- * registry.h: the buffers one connection registered, and the checks that
- * every op's ranges lie inside them. Pure bookkeeping: mapping and unmapping
- * are the backend's, done by the caller; nothing logs.
- *
- * A registration is reference counted: the connection holds one reference
- * while it is registered, and each op that uses it holds one until the op is
- * done, so that a buffer deregistered (or a client gone) mid-op stays mapped
- * until no work reads it.
+ * registry.h: the table of the buffers one connection registered, by id,
+ * and the range check every op's matrices pass. Pure bookkeeping: the life
+ * of a buffer (references, mapping, waits) is buffers.c's; nothing logs.
  */
 #ifndef OVLD_REGISTRY_H
 #define OVLD_REGISTRY_H
@@ -24,12 +19,11 @@ typedef struct ovld_reg {
     void *ptr;            /* the daemon's mapping */
     void *bmem;           /* the backend's handle (ovld_bmem_t *) */
     int device;
+    /* Its life (buffers.c): the table's reference while registered, one
+     * per op that uses it; a deregistration that waits for those ops. */
+    struct ovld_buffers *owner;
     uint32_t refs;
     bool registered; /* still in its connection's table */
-    /* A deregistration that waits for the ops still using the buffer: once
-     * only the connection's reference is left, the buffer is posted on the
-     * daemon's idle list (idle_posted, idle_next), and the loop calls
-     * on_idle (once) after the completion that let it go has returned. */
     void (*on_idle)(struct ovld_reg *reg, void *arg);
     void *idle_arg;
     bool idle_posted;

@@ -197,3 +197,10 @@ void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)
     ret->job_id[q->job_id.len] = '\0';
     memcpy(ret->device_uuid, q->device_uuid.data, OVLD_UUID_LEN);
 }
+
+const char *ovld_buf_name(int which)
+{
+    static const char *const names[] = {"a", "b", "c", "a_out"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
+    return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : "?";
+}

@@ -1,18 +1,22 @@
 /*
- * server.c: the Unix socket, connections and requests. One libuv loop; every
- * socket is ours (accept4, recvmsg, sendmsg), libuv only polls it, because
- * libuv will not hand over passed descriptors other than sockets (API-NOTES
- * section 5) and the host backend receives memfds.
+ * server.c: connections and their requests. One libuv loop; every socket is
+ * ours (accept4, recvmsg, sendmsg), libuv only polls it, because libuv will
+ * not hand over passed descriptors other than sockets (API-NOTES section 5)
+ * and the host backend receives memfds.
  *
- * A connection's life: accept (SO_PEERCRED taken), Hello first (version
- * check), then requests in order, each answered in order except AgGemm,
- * which is answered through the doorbell. A malformed, oversized or
- * out-of-order frame gets an Error (where it can still be sent) and closes
- * that connection only.
+ * A connection's life: accepted (listen.c, SO_PEERCRED taken), Hello first
+ * (version check), then requests in order, each answered in order
+ * (reply.c) except AgGemm, which is answered through the doorbell. A
+ * malformed, oversized or out-of-order frame gets an Error (where it can
+ * still be sent) and closes that connection only.
+ *
+ * This is the boundary: each request is checked (request.c) and turned
+ * into a descriptor (desc.h), an op's buffers are resolved against the
+ * connection's registrations (buffers.h), and the core (job.h) gets
+ * nothing else. Per-uid quotas on connections and mappings are applied
+ * here.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,160 +24,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "buffers.h"
+#include "conn.h"
 #include "job.h"
 #include "log.h"
 #include "ovl.pb-c.h"
-#include "ovld.h"
 #include "plan.h"
 #include "request.h"
-#include "sdnotify.h"
 #include "text.h"
-#include "clock.h"
-
-/* A client that stops reading its replies is dropped past this. */
-#define MAX_OUT_PENDING (64u << 20)
-
-static void conn_update_poll(ovld_conn_t *c);
-
-/* Queues a response; false if the connection had to be closed. */
-static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static bool send_response(ovld_conn_t *c, Ovl__Response *resp, const int *fds, unsigned nfds)
-{
-    uint32_t max = c->d->cfg.max_frame_bytes;
-    size_t len = ovl__response__get_packed_size(resp);
-    if (len > max && resp->body_case != OVL__RESPONSE__BODY_ERROR) {
-        /* The client's reader would refuse it: say so instead (an Error is
-         * short, and its message says which limit). */
-        for (unsigned i = 0; i < nfds; i++)
-            close(fds[i]);
-        return send_error(c, resp->id, OVL_ERR_LIMIT,
-                          "the reply would be %zu bytes, over max_frame_bytes (%u)", len, max);
-    }
-    ovl_status_t st = ovl_wire_out_append(&c->out, &resp->base, max, fds, nfds);
-    if (st != OVL_OK) {
-        log_error("client %" PRIu64 " (pid %d): cannot queue a reply: %s", c->id, (int)c->pid,
-                  ovl_strerror(st));
-        ovld_conn_close(c, "reply failed");
-        return false;
-    }
-    st = ovl_wire_flush(c->fd, &c->out);
-    if (st == OVL_ERR_AGAIN) {
-        if (ovl_wire_out_pending(&c->out) > MAX_OUT_PENDING) {
-            ovld_conn_close(c, "client does not read its replies");
-            return false;
-        }
-        conn_update_poll(c);
-        return true;
-    }
-    if (st != OVL_OK) {
-        ovld_conn_close(c, st == OVL_ERR_CLOSED ? "client went away" : strerror(errno));
-        return false;
-    }
-    conn_update_poll(c);
-    return true;
-}
-
-static bool send_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
-{
-    char msg[512];
-    ovld_count_error(&c->d->counters, status);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    Ovl__Error e = OVL__ERROR__INIT;
-    e.status = status;
-    e.message = msg;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.id = id;
-    r.body_case = OVL__RESPONSE__BODY_ERROR;
-    r.error = &e;
-    return send_response(c, &r, NULL, 0);
-}
-
-/* Logs, sends an Error where it can, and closes the connection. */
-static void conn_fail(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *what)
-{
-    log_warn("client %" PRIu64 " (pid %d, uid %u): %s; closing the connection", c->id, (int)c->pid,
-             (unsigned)c->uid, what);
-    if (send_error(c, id, status, "%s", what))
-        ovld_conn_close(c, what);
-}
-
-static bool send_ok(ovld_conn_t *c, uint64_t id)
-{
-    Ovl__Ok ok = OVL__OK__INIT;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.id = id;
-    r.body_case = OVL__RESPONSE__BODY_OK;
-    r.ok = &ok;
-    return send_response(c, &r, NULL, 0);
-}
-
-/* ------------------------------------------------------------ devices */
-
-static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_info_t *info)
-{
-    d->backend->ops->device_info(d->backend, i, info);
-    ovl__device__init(dev);
-    dev->index = i;
-    dev->uuid.data = info->uuid;
-    dev->uuid.len = OVLD_UUID_LEN;
-    dev->name = info->name;
-    dev->total_memory = info->total_memory;
-    dev->mps = info->mps;
-    if (d->backend->ops->device_usage)
-        d->backend->ops->device_usage(d->backend, i, &dev->streams, &dev->held_bytes);
-}
-
-/* Every device, as Hello and Status replies list them. */
-typedef struct device_list {
-    uint32_t n;
-    Ovl__Device *devs;
-    Ovl__Device **pdevs;       /* what the reply points at */
-    ovld_device_info_t *infos; /* the strings devs point into */
-} device_list_t;
-
-static void device_list_free(device_list_t *l)
-{
-    free(l->devs);
-    free(l->pdevs);
-    free(l->infos);
-}
-
-/* false (nothing to free) when out of memory. */
-static bool device_list_make(ovld_t *d, device_list_t *l)
-{
-    l->n = d->backend->ops->device_count(d->backend);
-    l->devs = calloc(l->n + 1, sizeof(*l->devs));
-    l->pdevs = calloc(l->n + 1, sizeof(*l->pdevs));
-    l->infos = calloc(l->n + 1, sizeof(*l->infos));
-    if (!l->devs || !l->pdevs || !l->infos) {
-        device_list_free(l);
-        return false;
-    }
-    for (uint32_t i = 0; i < l->n; i++) {
-        fill_device(d, i, &l->devs[i], &l->infos[i]);
-        l->pdevs[i] = &l->devs[i];
-    }
-    return true;
-}
 
 /* ------------------------------------------------------------ requests */
 
 static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
 {
-    ovld_t *d = c->d;
     if (c->hello_done) {
-        conn_fail(c, id, OVL_ERR_PROTOCOL, "Hello sent twice");
+        ovld_conn_fail(c, id, OVL_ERR_PROTOCOL, "Hello sent twice");
         return;
     }
     char lib[32] = "?";
@@ -186,7 +54,7 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
                  "protocol version mismatch: the client (libovl %s) speaks version %" PRIu64
                  ", ovld %s speaks version %u",
                  lib, h->protocol_version, OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
-        conn_fail(c, id, OVL_ERR_VERSION, msg);
+        ovld_conn_fail(c, id, OVL_ERR_VERSION, msg);
         return;
     }
     c->hello_done = true;
@@ -194,126 +62,31 @@ static void on_hello(ovld_conn_t *c, uint64_t id, const Ovl__Hello *h)
      * character boundary, whatever the client sent (text.h). */
     if (h->client_name.len)
         ovl_text_sanitize(c->name, sizeof(c->name), h->client_name.data, h->client_name.len);
-
-    device_list_t dl;
-    if (!device_list_make(d, &dl)) {
-        conn_fail(c, id, OVL_ERR_NOMEM, "out of memory");
-        return;
-    }
-    Ovl__HelloReply hr = OVL__HELLO_REPLY__INIT;
-    hr.protocol_version = OVL_PROTOCOL_VERSION;
-    hr.daemon_version = (char *)OVL_VERSION_STRING;
-    hr.backend = (char *)d->backend->ops->name;
-    hr.daemon_pid = (int32_t)getpid();
-    hr.client_id = c->id;
-    hr.n_devices = dl.n;
-    hr.devices = dl.pdevs;
-    /* A copy of our pidfd: the client sees when this process is gone. */
-    int pidfd = d->self_pidfd >= 0 ? fcntl(d->self_pidfd, F_DUPFD_CLOEXEC, 0) : -1;
-    if (d->self_pidfd >= 0 && pidfd < 0)
-        log_warn("client %" PRIu64 ": cannot copy ovld's pidfd: %s", c->id, strerror(errno));
-    hr.fd_count = pidfd >= 0 ? 1 : 0;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.id = id;
-    r.body_case = OVL__RESPONSE__BODY_HELLO;
-    r.hello = &hr;
     log_debug("client %" PRIu64 ": hello from '%s' (pid %d, uid %u, libovl %s)", c->id, c->name,
               (int)c->pid, (unsigned)c->uid, lib);
-    send_response(c, &r, pidfd >= 0 ? &pidfd : NULL, pidfd >= 0 ? 1 : 0);
-    device_list_free(&dl);
+    ovld_info_hello(c, id);
 }
 
-static void on_status(ovld_conn_t *c, uint64_t id)
+/* The comm of c with this id, or NULL. */
+static ovld_conn_comm_t *conn_comm(ovld_conn_t *c, uint64_t comm_id)
 {
-    ovld_t *d = c->d;
-    size_t nj = d->njobs, nc = d->nconns;
-    device_list_t dl = {0};
-    bool have_devs = device_list_make(d, &dl);
-    Ovl__JobInfo *jobs = calloc(nj + 1, sizeof(*jobs));
-    Ovl__JobInfo **pjobs = calloc(nj + 1, sizeof(*pjobs));
-    Ovl__ClientInfo *cls = calloc(nc + 1, sizeof(*cls));
-    Ovl__ClientInfo **pcls = calloc(nc + 1, sizeof(*pcls));
-    if (!have_devs || !jobs || !pjobs || !cls || !pcls) {
-        send_error(c, id, OVL_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    /* Root and ovld's own user see everything; anyone else sees their own
-     * jobs and clients, and how many others there are (docs/ovlctl.md). */
-    bool restricted = c->uid != 0 && c->uid != getuid();
-    uint32_t other_jobs = 0, other_clients = 0;
-    size_t i = 0;
-    for (ovld_job_t *j = d->jobs; j && i < nj; j = j->next) {
-        if (restricted && j->owner != c->uid) {
-            other_jobs++;
-            continue;
+    for (ovld_conn_comm_t *k = c->comms; k; k = k->next)
+        if (k->comm_id == comm_id)
+            return k;
+    return NULL;
+}
+
+/* c leaves one of its comms. */
+static void conn_leave(ovld_conn_t *c, ovld_conn_comm_t *k, const char *why)
+{
+    for (ovld_conn_comm_t **pp = &c->comms; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            break;
         }
-        Ovl__JobInfo *ji = &jobs[i];
-        pjobs[i++] = ji;
-        ovl__job_info__init(ji);
-        ji->id = j->id;
-        ji->owner_uid = (uint32_t)j->owner;
-        ji->world = j->world;
-        ji->local_ranks = j->joined;
-        ji->state = (char *)ovld_job_state_name(j->state);
-        ji->ops_done = j->ops_done;
-        ji->ops_in_flight = j->in_flight;
-        ji->last_error = j->last_error;
-    }
-    nj = i;
-    i = 0;
-    for (ovld_conn_t *k = d->conns; k && i < nc; k = k->next) {
-        if (restricted && k->uid != c->uid) {
-            other_clients++;
-            continue;
-        }
-        Ovl__ClientInfo *ci = &cls[i];
-        pcls[i++] = ci;
-        ovl__client_info__init(ci);
-        ci->id = k->id;
-        ci->pid = (int32_t)k->pid;
-        ci->uid = (uint32_t)k->uid;
-        ci->gid = (uint32_t)k->gid;
-        ci->name = k->name;
-        ci->rank = -1;
-        ci->job = (char *)"";
-        if (k->members) {
-            ci->job = k->members->job->id;
-            ci->rank = (int32_t)k->members->rank;
-        }
-        ci->buffers = (uint32_t)k->reg.count;
-        ci->mapped_bytes = k->reg.mapped_bytes;
-    }
-    nc = i;
-    Ovl__StatusReply sr = OVL__STATUS_REPLY__INIT;
-    sr.version = (char *)OVL_VERSION_STRING;
-    sr.protocol_version = OVL_PROTOCOL_VERSION;
-    sr.pid = (int32_t)getpid();
-    sr.uptime_s = (double)(ovl_mono_ns() - d->start_ns) / 1e9;
-    sr.backend = (char *)d->backend->ops->name;
-    sr.socket = d->cfg.socket_path;
-    sr.config_file = d->config_path;
-    sr.connections = d->nconns;
-    sr.n_devices = dl.n;
-    sr.devices = dl.pdevs;
-    sr.n_jobs = nj;
-    sr.jobs = pjobs;
-    sr.n_clients = nc;
-    sr.clients = pcls;
-    sr.restricted = restricted;
-    sr.other_jobs = other_jobs;
-    sr.other_clients = other_clients;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.id = id;
-    r.body_case = OVL__RESPONSE__BODY_STATUS;
-    r.status = &sr;
-    send_response(c, &r, NULL, 0);
-out:
-    if (have_devs)
-        device_list_free(&dl);
-    free(jobs);
-    free(pjobs);
-    free(cls);
-    free(pcls);
+    ovld_member_t *m = k->m;
+    free(k);
+    ovld_job_leave(&c->d->jobs, m, why);
 }
 
 static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
@@ -321,16 +94,28 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     ovld_member_t *m;
     ovld_doorbell_export_t db = {.fd = -1};
     char err[256] = "";
-    ovld_join_desc_t jd;
-    ovld_request_join_desc(q, &jd);
-    ovl_status_t st = ovld_job_join(c->d, c, &jd, &m, &db, err, sizeof(err));
-    if (st != OVL_OK) {
-        log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
-        send_error(c, id, st, "%s", err);
+    ovld_conn_comm_t *k = calloc(1, sizeof(*k));
+    if (!k) {
+        ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
         return;
     }
+    ovld_join_desc_t jd;
+    ovld_request_join_desc(q, &jd);
+    jd.uid = c->uid;
+    jd.pid = c->pid;
+    ovl_status_t st = ovld_job_join(&c->d->jobs, &jd, &m, &db, err, sizeof(err));
+    if (st != OVL_OK) {
+        free(k);
+        log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
+        ovld_reply_error(c, id, st, "%s", err);
+        return;
+    }
+    k->m = m;
+    k->comm_id = ovld_member_comm_id(m);
+    k->next = c->comms;
+    c->comms = k;
     Ovl__CommInitReply cr = OVL__COMM_INIT_REPLY__INIT;
-    cr.comm_id = m->comm_id;
+    cr.comm_id = k->comm_id;
     cr.doorbell_offset = db.offset;
     cr.fd_count = db.fd >= 0 ? 1 : 0;
     cr.max_in_flight = c->d->cfg.max_ops_in_flight;
@@ -338,36 +123,40 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_COMM_INIT;
     r.comm_init = &cr;
-    send_response(c, &r, db.fd >= 0 ? &db.fd : NULL, db.fd >= 0 ? 1 : 0);
+    ovld_reply(c, &r, db.fd >= 0 ? &db.fd : NULL, db.fd >= 0 ? 1 : 0);
 }
 
 static void on_comm_destroy(ovld_conn_t *c, uint64_t id, const Ovl__CommDestroy *q)
 {
-    ovld_member_t *m = ovld_job_member(c, q->comm_id);
-    if (!m) {
-        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection", q->comm_id);
+    ovld_conn_comm_t *k = conn_comm(c, q->comm_id);
+    if (!k) {
+        ovld_reply_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection",
+                         q->comm_id);
         return;
     }
-    ovld_job_leave(c->d, m, "comm destroyed");
-    send_ok(c, id);
+    conn_leave(c, k, "comm destroyed");
+    ovld_reply_ok(c, id);
 }
 
 static void on_comm_check(ovld_conn_t *c, uint64_t id, const Ovl__CommCheck *q)
 {
-    ovld_member_t *m = ovld_job_member(c, q->comm_id);
-    if (!m) {
-        send_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection", q->comm_id);
+    ovld_conn_comm_t *k = conn_comm(c, q->comm_id);
+    if (!k) {
+        ovld_reply_error(c, id, OVL_ERR_NOT_FOUND, "no comm %" PRIu64 " on this connection",
+                         q->comm_id);
         return;
     }
     Ovl__CommCheckReply cr = OVL__COMM_CHECK_REPLY__INIT;
-    cr.status = m->err;
-    cr.seq = m->err_seq;
-    cr.message = m->err_msg;
+    ovl_status_t st;
+    const char *msg;
+    ovld_member_error(k->m, &st, &cr.seq, &msg);
+    cr.status = st;
+    cr.message = (char *)msg;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_COMM_CHECK;
     r.comm_check = &cr;
-    send_response(c, &r, NULL, 0);
+    ovld_reply(c, &r, NULL, 0);
 }
 
 static void process_frames(ovld_conn_t *c);
@@ -398,13 +187,12 @@ static void import_finish(import_work_t *w)
     ovld_t *d = c->d;
     ovld_reg_t *reg = w->reg;
     if (w->st == OVL_OK && c->closing) {
-        d->backend->ops->mem_release(d->backend, reg->bmem, false);
-        free(reg);
+        ovld_buf_discard(reg, true);
     } else if (w->st == OVL_OK) {
         reg->bytes = w->imp.bytes;
         reg->client_addr = w->client_addr;
         reg->device = w->imp.device;
-        ovld_registry_add(&c->reg, reg);
+        ovld_buf_register(&c->reg, reg);
         OVLD_COUNT(&d->counters, registrations, 1);
         Ovl__MemRegisterReply mr = OVL__MEM_REGISTER_REPLY__INIT;
         mr.mem_id = reg->id;
@@ -415,16 +203,17 @@ static void import_finish(import_work_t *w)
         log_debug("client %" PRIu64 ": registered buffer %" PRIu64 " (%" PRIu64
                   " bytes at 0x%" PRIx64 ", device %d)",
                   c->id, reg->id, reg->bytes, reg->client_addr, reg->device);
-        send_response(c, &r, NULL, 0);
+        ovld_reply(c, &r, NULL, 0);
     } else {
-        free(reg);
+        ovld_buf_discard(reg, false);
         if (!c->closing) {
             const char *why =
                 w->st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
                 : w->st == OVL_ERR_RANGE    ? "range lies outside the memory passed"
                 : w->st == OVL_ERR_BACKEND  ? "the backend cannot map it (see ovld's log)"
                                             : ovl_strerror(w->st);
-            send_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes, why);
+            ovld_reply_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes,
+                             why);
         }
     }
     free(w);
@@ -440,7 +229,7 @@ static void import_after(uv_work_t *req, int status)
     c->busy = false;
     import_finish(w);
     if (!c->closing) {
-        conn_update_poll(c);
+        ovld_conn_update_poll(c);
         process_frames(c);
     }
     conn_put(c);
@@ -522,8 +311,8 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
     if (q->fd_count == 1) { /* at most one: request.c */
         fd = ovl_fdq_pop(&c->fdq);
         if (fd < 0) {
-            conn_fail(c, id, OVL_ERR_PROTOCOL,
-                      "MemRegister announced a descriptor that did not come");
+            ovld_conn_fail(c, id, OVL_ERR_PROTOCOL,
+                           "MemRegister announced a descriptor that did not come");
             return;
         }
     }
@@ -543,7 +332,7 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
         why = whybuf;
     } else {
         import_work_t *w = calloc(1, sizeof(*w));
-        ovld_reg_t *reg = calloc(1, sizeof(*reg));
+        ovld_reg_t *reg = ovld_buf_new(&d->buffers);
         if (!w || !reg) {
             free(w);
             free(reg);
@@ -584,22 +373,13 @@ static void on_mem_register(ovld_conn_t *c, uint64_t id, const Ovl__MemRegister 
             import_finish(w);
             return;
         }
-        conn_update_poll(c);
+        ovld_conn_update_poll(c);
         return;
     }
 refuse:
     if (fd >= 0)
         close(fd);
-    send_error(c, id, st, "cannot register %" PRIu64 " bytes: %s", q->bytes, why);
-}
-
-static void reg_drop(ovld_t *d, ovld_conn_t *c, ovld_reg_t *reg)
-{
-    ovld_registry_remove(&c->reg, reg);
-    if (--reg->refs == 0) {
-        d->backend->ops->mem_release(d->backend, reg->bmem, false);
-        free(reg);
-    }
+    ovld_reply_error(c, id, st, "cannot register %" PRIu64 " bytes: %s", q->bytes, why);
 }
 
 /* A deregistration whose unmapping may block: done on a worker, answered
@@ -614,8 +394,7 @@ typedef struct unmap_work {
 static void unmap_run(uv_work_t *req)
 {
     unmap_work_t *w = req->data;
-    ovld_backend_t *b = w->c->d->backend;
-    b->ops->mem_release(b, w->reg->bmem, true);
+    ovld_buf_unmap_now(w->reg, true);
 }
 
 static void unmap_after(uv_work_t *req, int status)
@@ -624,11 +403,10 @@ static void unmap_after(uv_work_t *req, int status)
     unmap_work_t *w = req->data;
     ovld_conn_t *c = w->c;
     c->d->works--;
-    free(w->reg);
     c->busy = false;
     if (!c->closing) {
-        send_ok(c, w->id);
-        conn_update_poll(c);
+        ovld_reply_ok(c, w->id);
+        ovld_conn_update_poll(c);
         process_frames(c);
     }
     free(w);
@@ -642,7 +420,7 @@ static void deregister_now(ovld_conn_t *c, uint64_t id, ovld_reg_t *reg)
     ovld_t *d = c->d;
     unmap_work_t *w = d->backend->ops->import_blocking ? calloc(1, sizeof(*w)) : NULL;
     if (w) {
-        ovld_registry_remove(&c->reg, reg);
+        ovld_buf_detach(&c->reg, reg);
         w->req.data = w;
         w->c = c;
         w->id = id;
@@ -651,20 +429,19 @@ static void deregister_now(ovld_conn_t *c, uint64_t id, ovld_reg_t *reg)
         c->refs++;
         d->works++;
         if (uv_queue_work(d->loop, &w->req, unmap_run, unmap_after) == 0) {
-            conn_update_poll(c);
+            ovld_conn_update_poll(c);
             return;
         }
         c->busy = false;
         c->refs--;
         d->works--;
         free(w);
-        d->backend->ops->mem_release(d->backend, reg->bmem, true);
-        free(reg);
-        send_ok(c, id);
+        ovld_buf_unmap_now(reg, true);
+        ovld_reply_ok(c, id);
         return;
     }
-    reg_drop(d, c, reg);
-    send_ok(c, id);
+    ovld_buf_unregister(&c->reg, reg);
+    ovld_reply_ok(c, id);
 }
 
 typedef struct dereg_wait {
@@ -685,38 +462,18 @@ static void on_reg_idle(ovld_reg_t *reg, void *arg)
     }
     deregister_now(c, id, reg);
     if (!c->busy) {
-        conn_update_poll(c);
+        ovld_conn_update_poll(c);
         process_frames(c);
     }
     conn_put(c);
 }
 
 /* Answers the deregistrations whose buffers went idle during this loop
- * round (job.c posts them). */
+ * round (buffers.h). */
 static void on_idle_check(uv_check_t *h)
 {
     ovld_t *d = h->data;
-    ovld_reg_t *reg;
-    while ((reg = d->idle_regs) != NULL) {
-        d->idle_regs = reg->idle_next;
-        reg->idle_posted = false;
-        reg->idle_next = NULL;
-        void (*fn)(ovld_reg_t *, void *) = reg->on_idle;
-        reg->on_idle = NULL;
-        fn(reg, reg->idle_arg);
-    }
-}
-
-/* Takes reg off the idle list, where a connection that closes finds it. */
-static void idle_unlink(ovld_t *d, ovld_reg_t *reg)
-{
-    for (ovld_reg_t **pp = &d->idle_regs; *pp; pp = &(*pp)->idle_next)
-        if (*pp == reg) {
-            *pp = reg->idle_next;
-            break;
-        }
-    reg->idle_posted = false;
-    reg->idle_next = NULL;
+    ovld_buffers_run_idle(&d->buffers);
 }
 
 static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregister *q)
@@ -724,50 +481,97 @@ static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregis
     ovld_t *d = c->d;
     ovld_reg_t *reg = ovld_registry_find(&c->reg, q->mem_id);
     if (!reg) {
-        send_error(c, id, OVL_ERR_NOT_FOUND, "buffer %" PRIu64 " is not registered here",
-                   q->mem_id);
+        ovld_reply_error(c, id, OVL_ERR_NOT_FOUND, "buffer %" PRIu64 " is not registered here",
+                         q->mem_id);
         return;
     }
     OVLD_COUNT(&d->counters, deregistrations, 1);
-    if (reg->refs > 1) {
+    if (ovld_buf_in_use(reg)) {
         /* Ops still read or write it: their completions may reach this
          * thread after the client saw its doorbell rung. Answer once the
          * last of them let go, holding the connection's later requests. */
         dereg_wait_t *w = calloc(1, sizeof(*w));
         if (!w) {
-            send_error(c, id, OVL_ERR_NOMEM, "out of memory");
+            ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
             return;
         }
         w->c = c;
         w->id = id;
-        reg->on_idle = on_reg_idle;
-        reg->idle_arg = w;
+        ovld_buf_when_idle(reg, on_reg_idle, w);
         c->busy = true;
         c->refs++;
-        conn_update_poll(c);
+        ovld_conn_update_poll(c);
         return;
     }
     deregister_now(c, id, reg);
 }
 
+/* Resolves the buffers op names against c's registrations, for a rank of
+ * world ranks on device: each one resolved holds a reference (q->use).
+ * On a failure the references taken are let go, and msg says which buffer
+ * and why. */
+static ovl_status_t resolve_bufs(const ovld_conn_t *c, uint32_t world, uint32_t device,
+                                 ovld_op_desc_t *q, char *msg, size_t len)
+{
+    /* dtype, m, n, k passed the boundary (request.h); what is left depends
+     * on the job and the registrations */
+    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
+    uint64_t rows_all;
+    if (__builtin_mul_overflow(q->m, (uint64_t)world, &rows_all)) {
+        snprintf(msg, len, "m * world overflows");
+        return OVL_ERR_RANGE;
+    }
+    const uint64_t shape[OVLD_BUF_COUNT][2] = {
+        [OVLD_BUF_A] = {q->m, q->k},
+        [OVLD_BUF_B] = {q->transb ? q->n : q->k, q->transb ? q->k : q->n},
+        [OVLD_BUF_C] = {rows_all, q->n},
+        [OVLD_BUF_AOUT] = {rows_all, q->k},
+    };
+    ovl_status_t st = OVL_OK;
+    for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
+        const ovld_buf_ref_t *ref = &q->buf[b];
+        if (!ref->given) {
+            if (b == OVLD_BUF_AOUT)
+                continue; /* optional: ovld gathers into its scratch */
+            snprintf(msg, len, "%s: no buffer given", ovld_buf_name(b));
+            st = OVL_ERR_INVALID;
+            break;
+        }
+        st = ovld_buf_resolve(&c->reg, ovld_buf_name(b), ref->mem_id, ref->offset, ref->ld,
+                              shape[b][0], shape[b][1], elem, (int)device, &q->use[b], msg, len);
+    }
+    if (st != OVL_OK)
+        for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+            ovld_buf_put(q->use[b].hold);
+            q->use[b] = (ovld_buf_use_t){0};
+        }
+    return st;
+}
+
 static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q, ovl_status_t invalid,
                        const char *invalid_msg)
 {
-    ovld_member_t *m = ovld_job_member(c, q->comm_id);
-    if (!m) {
+    ovld_conn_comm_t *k = conn_comm(c, q->comm_id);
+    if (!k) {
         /* Nobody waits on a doorbell we do not know: say it and go on. */
         log_warn("client %" PRIu64 " (pid %d): op for unknown comm %" PRIu64, c->id, (int)c->pid,
                  q->comm_id);
-        send_error(c, 0, OVL_ERR_NOT_FOUND, "op %" PRIu64 " names unknown comm %" PRIu64, q->seq,
-                   q->comm_id);
+        ovld_reply_error(c, 0, OVL_ERR_NOT_FOUND, "op %" PRIu64 " names unknown comm %" PRIu64,
+                         q->seq, q->comm_id);
         return;
     }
-    char err[256];
+    char err[256], bufs_msg[256] = "";
     ovld_op_desc_t op;
     ovld_request_op_desc(q, &op);
-    ovl_status_t st = ovld_job_submit(c->d, m, &op, invalid, invalid_msg, err, sizeof(err));
+    ovld_op_verdict_t v = {.fields = invalid, .fields_msg = invalid_msg, .bufs = OVL_OK};
+    if (invalid == OVL_OK) {
+        v.bufs = resolve_bufs(c, ovld_member_world(k->m), ovld_member_device(k->m), &op, bufs_msg,
+                              sizeof(bufs_msg));
+        v.bufs_msg = bufs_msg;
+    }
+    ovl_status_t st = ovld_job_submit(&c->d->jobs, k->m, &op, &v, err, sizeof(err));
     if (st != OVL_OK)
-        conn_fail(c, 0, st, err);
+        ovld_conn_fail(c, 0, st, err);
 }
 
 static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
@@ -782,21 +586,21 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
                            .chunks = q->chunks,
                            .streams = q->streams,
                            .want_gathered = q->want_gathered};
-    ovld_plan_resolve(c->d, &p); /* a shape it cannot plan is refused below */
+    ovld_plan_resolve(&c->d->cfg, &p); /* a shape it cannot plan is refused below */
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
     if (st != OVL_OK) {
-        send_error(c, id, st,
-                   "cannot plan: %s (world %u, rank %u, m %" PRIu64 ", n %" PRIu64 ", k %" PRIu64
-                   ", chunks %u, streams %u)",
-                   ovl_strerror(st), p.world, p.rank, p.m, p.n, p.k, p.chunks, p.streams);
+        ovld_reply_error(c, id, st,
+                         "cannot plan: %s (world %u, rank %u, m %" PRIu64 ", n %" PRIu64
+                         ", k %" PRIu64 ", chunks %u, streams %u)",
+                         ovl_strerror(st), p.world, p.rank, p.m, p.n, p.k, p.chunks, p.streams);
         return;
     }
     size_t len = ovl_plan_format(&plan, NULL, 0);
     char *text = malloc(len + 1);
     if (!text) {
         ovl_plan_free(&plan);
-        send_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
         return;
     }
     ovl_plan_format(&plan, text, len + 1);
@@ -807,168 +611,34 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_PLAN;
     r.plan = &pr;
-    send_response(c, &r, NULL, 0);
+    ovld_reply(c, &r, NULL, 0);
     free(text);
     ovl_plan_free(&plan);
 }
 
-/* ----------------------------------------------------------------- stats */
-
-/* Prometheus-style latency buckets: powers of two from 1 us to 69 s. */
-#define STATS_BUCKETS 27
-
-typedef struct stats_msg {
-    Ovl__StatsBlock block;
-    Ovl__OpCount ops[OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
-    Ovl__OpCount *pops[OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
-    Ovl__ErrorCount errs[OVLD_STATUS_KINDS];
-    Ovl__ErrorCount *perrs[OVLD_STATUS_KINDS];
-    Ovl__HistBucket buckets[STATS_BUCKETS];
-    Ovl__HistBucket *pbuckets[STATS_BUCKETS];
-} stats_msg_t;
-
-/* Fills a StatsBlock that points into m (which must outlive the packing). */
-static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_t now,
-                       uint64_t hits, uint64_t misses)
-{
-    Ovl__StatsBlock *b = &m->block;
-    ovl__stats_block__init(b);
-    b->seconds = (double)(now - s->since_ns) / 1e9;
-    size_t n = 0;
-    /* every cell, AUTO's included: ops are counted as run, so AUTO's stay 0 */
-    for (int a = 0; a < OVL_ALGO_COUNT; a++)
-        for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
-            b->ops_done += s->ops[a][t];
-            if (!s->ops[a][t])
-                continue;
-            ovl__op_count__init(&m->ops[n]);
-            m->ops[n].algo = (char *)ovl_algo_name((ovl_algo_t)a);
-            m->ops[n].dtype = (char *)ovl_dtype_name((ovl_dtype_t)t);
-            m->ops[n].count = s->ops[a][t];
-            m->pops[n] = &m->ops[n];
-            n++;
-        }
-    b->n_ops = n;
-    b->ops = m->pops;
-    b->ops_failed = s->ops_failed;
-    b->bytes_gathered = s->bytes_gathered;
-    b->flops = s->flops;
-    b->busy_s = (double)s->busy_ns / 1e9;
-    const ovld_hist_t *h = &s->latency;
-    b->latency_count = h->count;
-    b->latency_sum_s = (double)h->sum_ns / 1e9;
-    b->latency_p50_s = (double)ovld_hist_quantile(h, 0.50) / 1e9;
-    b->latency_p90_s = (double)ovld_hist_quantile(h, 0.90) / 1e9;
-    b->latency_p99_s = (double)ovld_hist_quantile(h, 0.99) / 1e9;
-    b->latency_max_s = (double)h->max_ns / 1e9;
-    b->issue_count = s->issue.count;
-    b->issue_sum_s = (double)s->issue.sum_ns / 1e9;
-    b->issue_p50_s = (double)ovld_hist_quantile(&s->issue, 0.50) / 1e9;
-    b->issue_p99_s = (double)ovld_hist_quantile(&s->issue, 0.99) / 1e9;
-    b->issue_max_s = (double)s->issue.max_ns / 1e9;
-    unsigned fine = 0;
-    uint64_t cum = 0;
-    for (unsigned i = 0; i < STATS_BUCKETS; i++) {
-        /* 2^10 - 1 ns (about 1 us) to 2^36 - 1 ns (about 69 s): the fine
-         * buckets end exactly there, so "<= le" is exact. */
-        uint64_t le = (1024ull << i) - 1;
-        while (fine < OVLD_HIST_BUCKETS && ovld_hist_bucket_upper(fine) <= le)
-            cum += h->buckets[fine++];
-        ovl__hist_bucket__init(&m->buckets[i]);
-        m->buckets[i].le_s = (double)le / 1e9;
-        m->buckets[i].count = cum;
-        m->pbuckets[i] = &m->buckets[i];
-    }
-    b->n_latency_buckets = STATS_BUCKETS;
-    b->latency_buckets = m->pbuckets;
-    b->registrations = s->registrations;
-    b->deregistrations = s->deregistrations;
-    b->registry_hits = hits;
-    b->registry_misses = misses;
-    n = 0;
-    for (unsigned k = 1; k < OVLD_STATUS_KINDS; k++) {
-        if (!s->errors[k])
-            continue;
-        ovl__error_count__init(&m->errs[n]);
-        m->errs[n].status = -(int32_t)k;
-        m->errs[n].name = (char *)ovl_strerror((ovl_status_t) - (int)k);
-        m->errs[n].count = s->errors[k];
-        m->perrs[n] = &m->errs[n];
-        n++;
-    }
-    b->n_errors = n;
-    b->errors = m->perrs;
-    b->connections_accepted = s->conns_accepted;
-    b->connections_refused = s->conns_refused;
-    (void)d;
-}
-
-static void on_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q)
-{
-    ovld_t *d = c->d;
-    if (q->reset && c->uid != 0 && c->uid != getuid()) {
-        send_error(c, id, OVL_ERR_PERMISSION,
-                   "only root or ovld's own user (uid %u) may reset the counters",
-                   (unsigned)getuid());
-        return;
-    }
-    stats_msg_t *m = calloc(2, sizeof(*m));
-    if (!m) {
-        send_error(c, id, OVL_ERR_NOMEM, "out of memory");
-        return;
-    }
-    uint64_t now = ovl_mono_ns(), hits = 0, misses = 0;
-    if (d->backend->ops->mem_cache_stats)
-        d->backend->ops->mem_cache_stats(d->backend, &hits, &misses);
-    else
-        misses = d->counters.total.registrations; /* every import maps anew */
-    /* The backend counts since start; since a reset is the difference. */
-    fill_stats(d, &d->counters.total, &m[0], now, hits, misses);
-    fill_stats(d, &d->counters.window, &m[1], now, hits - d->hits_at_reset,
-               misses - d->misses_at_reset);
-    Ovl__StatsReply sr = OVL__STATS_REPLY__INIT;
-    sr.uptime_s = (double)(now - d->start_ns) / 1e9;
-    sr.total = &m[0].block;
-    sr.since_reset = &m[1].block;
-    sr.reset_done = q->reset;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.id = id;
-    r.body_case = OVL__RESPONSE__BODY_STATS;
-    r.stats = &sr;
-    send_response(c, &r, NULL, 0);
-    free(m);
-    if (q->reset) {
-        ovld_stats_reset(&d->counters.window, now);
-        d->hits_at_reset = hits;
-        d->misses_at_reset = misses;
-        log_info("counters reset by uid %u (pid %d)", (unsigned)c->uid, (int)c->pid);
-    }
-}
-
-/* Handles one frame; false if the connection was closed. */
 static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
 {
     Ovl__Request *q = ovl__request__unpack(NULL, len, body);
     if (!q) {
-        conn_fail(c, 0, OVL_ERR_PROTOCOL, "malformed request");
+        ovld_conn_fail(c, 0, OVL_ERR_PROTOCOL, "malformed request");
         return false;
     }
     uint64_t id = q->id;
     if (!c->hello_done && q->body_case != OVL__REQUEST__BODY_HELLO) {
-        conn_fail(c, id, OVL_ERR_PROTOCOL, "expected Hello first");
+        ovld_conn_fail(c, id, OVL_ERR_PROTOCOL, "expected Hello first");
         ovl__request__free_unpacked(q, NULL);
         return false;
     }
     if (c->d->stopping && q->body_case != OVL__REQUEST__BODY_STATUS &&
         q->body_case != OVL__REQUEST__BODY_STATS && q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
-        bool open = send_error(c, id, OVL_ERR_SHUTDOWN, "ovld is shutting down");
+        bool open = ovld_reply_error(c, id, OVL_ERR_SHUTDOWN, "ovld is shutting down");
         ovl__request__free_unpacked(q, NULL);
         return open;
     }
     char why[256];
     ovl_status_t chk = ovld_request_check(q, why, sizeof(why));
     if (chk == OVL_ERR_PROTOCOL) {
-        conn_fail(c, id, chk, why);
+        ovld_conn_fail(c, id, chk, why);
         ovl__request__free_unpacked(q, NULL);
         return false;
     }
@@ -979,8 +649,8 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         if (q->body_case == OVL__REQUEST__BODY_MEM_REGISTER && q->mem_register->fd_count == 1) {
             int fd = ovl_fdq_pop(&c->fdq);
             if (fd < 0) {
-                conn_fail(c, id, OVL_ERR_PROTOCOL,
-                          "MemRegister announced a descriptor that did not come");
+                ovld_conn_fail(c, id, OVL_ERR_PROTOCOL,
+                               "MemRegister announced a descriptor that did not come");
                 ovl__request__free_unpacked(q, NULL);
                 return false;
             }
@@ -992,7 +662,7 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
                                                                              : "";
         log_info("client %" PRIu64 " (pid %d, uid %u): request refused: %s%s", c->id, (int)c->pid,
                  (unsigned)c->uid, what, why);
-        bool open = send_error(c, id, chk, "%s%s", what, why);
+        bool open = ovld_reply_error(c, id, chk, "%s%s", what, why);
         ovl__request__free_unpacked(q, NULL);
         return open;
     }
@@ -1001,7 +671,7 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         on_hello(c, id, q->hello);
         break;
     case OVL__REQUEST__BODY_STATUS:
-        on_status(c, id);
+        ovld_info_status(c, id);
         break;
     case OVL__REQUEST__BODY_COMM_INIT:
         on_comm_init(c, id, q->comm_init);
@@ -1025,10 +695,10 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         on_plan(c, id, q->plan);
         break;
     case OVL__REQUEST__BODY_STATS:
-        on_stats(c, id, q->stats);
+        ovld_info_stats(c, id, q->stats);
         break;
     default:
-        conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request");
+        ovld_conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request");
         break;
     }
     bool open = !c->closing;
@@ -1057,16 +727,12 @@ static void conn_put(ovld_conn_t *c)
 static void drop_reg(ovld_reg_t *reg, void *arg)
 {
     ovld_conn_t *c = arg;
-    if (reg->on_idle) { /* a deregistration waiting for ops: nobody to answer now */
-        if (reg->idle_posted)
-            idle_unlink(c->d, reg);
-        free(reg->idle_arg);
-        reg->on_idle = NULL;
-        reg->idle_arg = NULL;
+    if (ovld_buf_has_waiter(reg)) { /* a deregistration waiting for ops: nobody to answer now */
+        free(ovld_buf_cancel_wait(reg));
         c->busy = false;
         c->refs--;
     }
-    reg_drop(c->d, c, reg);
+    ovld_buf_unregister(&c->reg, reg);
 }
 
 void ovld_conn_close(ovld_conn_t *c, const char *why)
@@ -1076,8 +742,8 @@ void ovld_conn_close(ovld_conn_t *c, const char *why)
     ovld_t *d = c->d;
     c->closing = true;
     log_debug("client %" PRIu64 " (pid %d): closed: %s", c->id, (int)c->pid, why);
-    while (c->members)
-        ovld_job_leave(d, c->members, "its client closed the connection");
+    while (c->comms)
+        conn_leave(c, c->comms, "its client closed the connection");
     ovld_registry_foreach(&c->reg, drop_reg, c);
     ovld_registry_fini(&c->reg);
     ovl_fdq_close_all(&c->fdq);
@@ -1107,7 +773,7 @@ static void on_conn_io(uv_poll_t *h, int status, int events)
             ovld_conn_close(c, "write failed");
             return;
         }
-        conn_update_poll(c);
+        ovld_conn_update_poll(c);
     }
     if (!(events & (UV_READABLE | UV_DISCONNECT)))
         return;
@@ -1127,21 +793,21 @@ static void on_conn_io(uv_poll_t *h, int status, int events)
                  "more than %u file descriptors were passed ahead of the requests that take "
                  "them (at most %u may wait)",
                  OVL_WIRE_MAX_FDS, OVL_WIRE_MAX_FDS);
-        conn_fail(c, 0, OVL_ERR_LIMIT, what);
+        ovld_conn_fail(c, 0, OVL_ERR_LIMIT, what);
         return;
     }
     if (st == OVL_ERR_LIMIT && c->rd.failed == OVL_ERR_LIMIT) {
         char what[128];
         snprintf(what, sizeof(what), "frame larger than max_frame_bytes (%u)",
                  c->d->cfg.max_frame_bytes);
-        conn_fail(c, 0, OVL_ERR_LIMIT, what);
+        ovld_conn_fail(c, 0, OVL_ERR_LIMIT, what);
         return;
     }
     if (st != OVL_OK) {
         char what[128];
         snprintf(what, sizeof(what), "receive failed: %s%s%s", ovl_strerror(st),
                  st == OVL_ERR_SYSTEM ? ": " : "", st == OVL_ERR_SYSTEM ? strerror(errno) : "");
-        conn_fail(c, 0, st == OVL_ERR_LIMIT ? OVL_ERR_LIMIT : OVL_ERR_PROTOCOL, what);
+        ovld_conn_fail(c, 0, st == OVL_ERR_LIMIT ? OVL_ERR_LIMIT : OVL_ERR_PROTOCOL, what);
         return;
     }
     process_frames(c);
@@ -1161,11 +827,11 @@ static void process_frames(ovld_conn_t *c)
             char what[128];
             snprintf(what, sizeof(what), "frame larger than max_frame_bytes (%u)",
                      c->d->cfg.max_frame_bytes);
-            conn_fail(c, 0, OVL_ERR_LIMIT, what);
+            ovld_conn_fail(c, 0, OVL_ERR_LIMIT, what);
             return;
         }
         if (st != OVL_OK) {
-            conn_fail(c, 0, OVL_ERR_PROTOCOL, "bad frame header (magic)");
+            ovld_conn_fail(c, 0, OVL_ERR_PROTOCOL, "bad frame header (magic)");
             return;
         }
         if (!handle_frame(c, body, len))
@@ -1173,7 +839,7 @@ static void process_frames(ovld_conn_t *c)
     }
 }
 
-static void conn_update_poll(ovld_conn_t *c)
+void ovld_conn_update_poll(ovld_conn_t *c)
 {
     if (c->closing)
         return;
@@ -1193,73 +859,6 @@ static void conn_update_poll(ovld_conn_t *c)
     }
 }
 
-/* Answers a connection that is refused at once with an Error, and closes it. */
-static void refuse_conn(int fd, ovl_status_t status, const char *msg)
-{
-    ovl_wire_out_t o;
-    ovl_wire_out_init(&o);
-    Ovl__Error e = OVL__ERROR__INIT;
-    e.status = status;
-    e.message = (char *)msg;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.body_case = OVL__RESPONSE__BODY_ERROR;
-    r.error = &e;
-    if (ovl_wire_out_append(&o, &r.base, 0, NULL, 0) == OVL_OK)
-        (void)ovl_wire_flush(fd, &o);
-    ovl_wire_out_free(&o);
-    close(fd);
-}
-
-static void on_accept(uv_poll_t *h, int status, int events);
-
-static void on_accept_resume(uv_timer_t *t)
-{
-    ovld_t *d = t->data;
-    if (!d->listening || !d->listen_paused)
-        return;
-    d->listen_paused = false;
-    int rc = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
-    if (rc != 0)
-        log_error("listening socket: uv_poll_start: %s", uv_strerror(rc));
-}
-
-/* Out of descriptors (EMFILE/ENFILE). Accepting nothing would leave the
- * socket readable and the loop spinning, so: close the spare descriptor,
- * accept the connection and close it at once (its client sees the
- * connection closed, with an Error if one fits), then take the spare again
- * (libuv's idiom). Without a spare, stop watching the socket for a moment.
- * Logged once an episode, at its start and its end. */
-static void accept_starved(ovld_t *d, int err)
-{
-    if (!d->fd_starved) {
-        d->fd_starved = true;
-        d->fd_refused = 0;
-        log_error("accept: %s: refusing connections until ovld has descriptors again "
-                  "(LimitNOFILE, or clients holding too many connections)",
-                  strerror(err));
-    }
-    if (d->spare_fd >= 0) {
-        close(d->spare_fd);
-        d->spare_fd = -1;
-        int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            d->fd_refused++;
-            OVLD_COUNT(&d->counters, conns_refused, 1);
-            refuse_conn(fd, OVL_ERR_LIMIT, "ovld is out of file descriptors");
-        }
-        d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (d->spare_fd >= 0)
-            return;
-    }
-    if (!d->listen_paused) {
-        d->listen_paused = true;
-        uv_poll_stop(&d->listen_poll);
-        uv_timer_start(&d->accept_timer, on_accept_resume, 100, 0);
-    }
-}
-
-/* Closes the connections whose Hello is overdue, and arms the timer for the
- * next deadline. */
 static void on_hello_timer(uv_timer_t *t)
 {
     ovld_t *d = t->data;
@@ -1274,7 +873,7 @@ static void on_hello_timer(uv_timer_t *t)
             char what[96];
             snprintf(what, sizeof(what), "no Hello within %u ms (hello_timeout_ms)",
                      d->cfg.hello_timeout_ms);
-            conn_fail(k, 0, OVL_ERR_TIMEOUT, what);
+            ovld_conn_fail(k, 0, OVL_ERR_TIMEOUT, what);
         } else if (!next || k->hello_deadline < next) {
             next = k->hello_deadline;
         }
@@ -1283,35 +882,9 @@ static void on_hello_timer(uv_timer_t *t)
         uv_timer_start(&d->hello_timer, on_hello_timer, next - now, 0);
 }
 
-static void on_accept(uv_poll_t *h, int status, int events)
+void ovld_conn_accept(ovld_t *d, int fd, const struct ucred *peer)
 {
-    ovld_t *d = h->data;
-    (void)events;
-    if (status < 0) {
-        log_error("listening socket: %s", uv_strerror(status));
-        return;
-    }
-    int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
-            accept_starved(d, e);
-        else if (e != EAGAIN && e != EINTR && e != ECONNABORTED)
-            log_error("accept: %s", strerror(e));
-        return;
-    }
-    if (d->fd_starved) {
-        d->fd_starved = false;
-        log_warn("accepting connections again (%" PRIu64 " refused for want of descriptors)",
-                 d->fd_refused);
-    }
-    struct ucred uc;
-    socklen_t ul = sizeof(uc);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) != 0) {
-        log_error("SO_PEERCRED: %s", strerror(errno));
-        close(fd);
-        return;
-    }
+    struct ucred uc = *peer;
     uid_usage_t u;
     uid_usage(d, uc.uid, &u, NULL);
     char why[160] = "";
@@ -1333,7 +906,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
         OVLD_COUNT(&d->counters, conns_refused, 1);
         log_warn("refused a connection from pid %d, uid %u: %s", (int)uc.pid, (unsigned)uc.uid,
                  why);
-        refuse_conn(fd, refuse, why);
+        ovld_refuse_fd(fd, refuse, why);
         return;
     }
     ovld_conn_t *c = calloc(1, sizeof(*c));
@@ -1374,127 +947,15 @@ static void on_accept(uv_poll_t *h, int status, int events)
     d->nconns++;
     OVLD_COUNT(&d->counters, conns_accepted, 1);
     c->poll_events = 0;
-    conn_update_poll(c);
+    ovld_conn_update_poll(c);
     log_debug("client %" PRIu64 ": connected (pid %d, uid %u, gid %u)", c->id, (int)c->pid,
               (unsigned)c->uid, (unsigned)c->gid);
 }
 
-/* ------------------------------------------------------------ listening */
-
-/* Binds a fresh socket at path. A stale socket file is replaced; a live one
- * (another ovld answering) or any other file is an error. */
-static ovl_status_t bind_socket(ovld_t *d, char *err, size_t errlen)
-{
-    const char *path = d->cfg.socket_path;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        snprintf(err, errlen, "socket path too long: %s", path);
-        return OVL_ERR_CONFIG;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    struct stat st;
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "%s exists and is not a socket", path);
-            return OVL_ERR_EXISTS;
-        }
-        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            close(probe);
-            snprintf(err, errlen, "another daemon is listening on %s", path);
-            return OVL_ERR_EXISTS;
-        }
-        if (probe >= 0)
-            close(probe);
-        if (unlink(path) != 0) {
-            snprintf(err, errlen, "cannot remove the stale socket %s: %s", path, strerror(errno));
-            return OVL_ERR_SYSTEM;
-        }
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return OVL_ERR_SYSTEM;
-    }
-    /* Create it with no access, then open it up: no window where others
-     * could connect with looser permissions. */
-    mode_t old = umask(0777);
-    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    int bind_errno = errno;
-    umask(old);
-    if (rc != 0) {
-        snprintf(err, errlen, "bind %s: %s", path, strerror(bind_errno));
-        close(fd);
-        return OVL_ERR_SYSTEM;
-    }
-    if (d->cfg.socket_group[0]) {
-        struct group *g = getgrnam(d->cfg.socket_group);
-        if (!g) {
-            snprintf(err, errlen, "socket_group '%s' does not exist", d->cfg.socket_group);
-            goto fail;
-        }
-        if (chown(path, (uid_t)-1, g->gr_gid) != 0) {
-            snprintf(err, errlen, "chown %s to group %s: %s", path, d->cfg.socket_group,
-                     strerror(errno));
-            goto fail;
-        }
-    }
-    if (chmod(path, d->cfg.socket_mode) != 0) {
-        snprintf(err, errlen, "chmod %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (listen(fd, 128) != 0) {
-        snprintf(err, errlen, "listen %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    d->listen_fd = fd;
-    d->listen_owned = true;
-    return OVL_OK;
-fail:
-    close(fd);
-    unlink(path);
-    return OVL_ERR_SYSTEM;
-}
-
 ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
 {
-    int fd = -1;
-    ovl_status_t st = ovld_sd_listen_fd(&fd, err, errlen);
-    if (st != OVL_OK)
-        return st;
-    if (fd >= 0) {
-        d->listen_fd = fd;
-        d->listen_owned = false;
-        /* Report the path systemd listens on, not the configured one. */
-        struct sockaddr_un sa;
-        socklen_t sl = sizeof(sa);
-        if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.sun_family == AF_UNIX &&
-            sl > offsetof(struct sockaddr_un, sun_path) && sa.sun_path[0] != '\0') {
-            size_t n = sl - offsetof(struct sockaddr_un, sun_path);
-            if (n >= sizeof(d->cfg.socket_path))
-                n = sizeof(d->cfg.socket_path) - 1;
-            memcpy(d->cfg.socket_path, sa.sun_path, n);
-            d->cfg.socket_path[n] = '\0';
-        }
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-            snprintf(err, errlen, "socket from systemd: fcntl: %s", strerror(errno));
-            return OVL_ERR_SYSTEM;
-        }
-        log_info("listening on %s, passed by systemd", d->cfg.socket_path);
-    } else {
-        st = bind_socket(d, err, errlen);
-        if (st != OVL_OK)
-            return st;
-        log_info("listening on %s", d->cfg.socket_path);
-    }
-    ovld_server_apply_config(d);
-    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (d->spare_fd < 0)
-        log_warn("cannot open a spare descriptor: %s", strerror(errno));
-    int rc = uv_timer_init(d->loop, &d->accept_timer);
-    if (rc == 0)
-        rc = uv_timer_init(d->loop, &d->hello_timer);
+    ovld_buffers_init(&d->buffers, d->backend);
+    int rc = uv_timer_init(d->loop, &d->hello_timer);
     if (rc == 0)
         rc = uv_check_init(d->loop, &d->idle_check);
     if (rc == 0) {
@@ -1502,18 +963,14 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
         rc = uv_check_start(&d->idle_check, on_idle_check);
         uv_unref((uv_handle_t *)&d->idle_check); /* it keeps no loop alive */
     }
-    if (rc == 0)
-        rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
-    if (rc == 0)
-        rc = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
     if (rc != 0) {
-        snprintf(err, errlen, "uv_poll on the socket: %s", uv_strerror(rc));
+        snprintf(err, errlen, "the server's handles: %s", uv_strerror(rc));
         return OVL_ERR_SYSTEM;
     }
-    d->accept_timer.data = d;
     d->hello_timer.data = d;
-    d->listen_poll.data = d;
-    d->listening = true;
+    ovl_status_t st = ovld_listen_start(d, err, errlen);
+    if (st != OVL_OK)
+        return st;
     d->self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     if (d->self_pidfd < 0)
         log_warn("pidfd_open: %s: clients will not see when ovld exits, and give it up as soon "
@@ -1522,54 +979,21 @@ ovl_status_t ovld_server_start(ovld_t *d, char *err, size_t errlen)
     return OVL_OK;
 }
 
-static void on_listen_closed(uv_handle_t *h)
-{
-    ovld_t *d = h->data;
-    close(d->listen_fd);
-    d->listen_fd = -1;
-}
-
-void ovld_server_apply_config(ovld_t *d)
-{
-    d->max_mappings = d->cfg.max_mappings;
-    if (d->max_mappings != OVLD_MAX_MAPPINGS_AUTO)
-        return;
-    /* Half of the kernel's limit: the rest is ovld's own (libraries,
-     * thread stacks, malloc arenas, CUDA's mappings). */
-    unsigned long max = 65530;
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
-    if (f) {
-        if (fscanf(f, "%lu", &max) != 1)
-            max = 65530;
-        fclose(f);
-    }
-    max /= 2;
-    d->max_mappings = max < 1 ? 1 : max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
-}
-
-void ovld_server_close(ovld_t *d)
-{
-    if (uv_is_closing((uv_handle_t *)&d->idle_check) || !d->idle_check.loop)
-        return;
-    uv_check_stop(&d->idle_check);
-    uv_close((uv_handle_t *)&d->idle_check, NULL);
-}
-
 void ovld_server_stop_listening(ovld_t *d)
 {
     if (!d->listening)
         return;
-    d->listening = false;
-    uv_poll_stop(&d->listen_poll);
-    uv_close((uv_handle_t *)&d->listen_poll, on_listen_closed);
-    uv_timer_stop(&d->accept_timer);
-    uv_close((uv_handle_t *)&d->accept_timer, NULL);
+    ovld_listen_stop(d);
     uv_timer_stop(&d->hello_timer);
     uv_close((uv_handle_t *)&d->hello_timer, NULL);
-    if (d->spare_fd >= 0) {
-        close(d->spare_fd);
-        d->spare_fd = -1;
-    }
-    if (d->listen_owned && unlink(d->cfg.socket_path) != 0 && errno != ENOENT)
-        log_warn("cannot remove %s: %s", d->cfg.socket_path, strerror(errno));
+}
+
+void ovld_server_close(ovld_t *d)
+{
+    while (d->conns)
+        ovld_conn_close(d->conns, "daemon shutting down");
+    if (uv_is_closing((uv_handle_t *)&d->idle_check) || !d->idle_check.loop)
+        return;
+    uv_check_stop(&d->idle_check);
+    uv_close((uv_handle_t *)&d->idle_check, NULL);
 }

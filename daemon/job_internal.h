@@ -1,0 +1,68 @@
+/*
+ * job_internal.h: what job.c (jobs and ranks) and opq.c (a job's op queue)
+ * share. Nothing else includes it.
+ */
+#ifndef OVLD_JOB_INTERNAL_H
+#define OVLD_JOB_INTERNAL_H
+
+#include "job.h"
+
+struct ovld_member {
+    struct ovld_job *job;
+    bool attached; /* its client is still there (left: false) */
+    pid_t pid;     /* the client's, for messages */
+    uint32_t rank;
+    uint32_t device;
+    uint64_t comm_id;
+    ovld_rank_t *brank;
+    uint64_t next_seq; /* the op number expected next from the client */
+    uint32_t window;   /* max_ops_in_flight as told to the client at join */
+    ovl_status_t err;  /* the first failure, for CommCheck */
+    uint64_t err_seq;
+    char err_msg[256];
+};
+
+typedef struct ovld_job {
+    char id[OVLD_JOB_ID_MAX + 1];
+    uid_t owner;
+    uint32_t world;
+    uint32_t joined;
+    ovld_job_state_t state;
+    ovld_member_t **members; /* world entries, by rank; NULL until joined */
+    /* The op queue (opq.c). */
+    struct ovld_op *ops; /* in seq order, oldest first */
+    struct ovld_op *ops_tail;
+    uint32_t in_flight;     /* op records whose completions are not all in */
+    uint32_t running;       /* of those, on the streams (OVLD_MAX_ISSUED) */
+    uint64_t ops_done;      /* completed without error */
+    uint64_t scratch_bytes; /* gathered-A scratch every rank holds */
+    bool setup_pending;     /* job_setup's callback has not run yet */
+    uint32_t pins;          /* callers on the stack that still use the job */
+    bool detached;          /* every rank left; on dead until its ops are done */
+    char last_error[256];
+    struct ovld_job *next;
+} ovld_job_t;
+
+/* job.c */
+
+/* Records m's first failure (for CommCheck). */
+void ovld_member_fail(ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg);
+/* Whether any rank's client is still there. */
+bool ovld_job_has_clients(const ovld_job_t *j);
+/* A job with nobody in it and nothing running goes away. */
+void ovld_job_maybe_free(ovld_jobs_t *js, ovld_job_t *j);
+/* Ends the job for new ops (state ENDING or ABORTED) with why as its last
+ * error. */
+void ovld_job_end(ovld_job_t *j, ovld_job_state_t state, const char *why);
+
+/* opq.c */
+
+/* Runs (or fails) every op at the head of j's queue that can go. */
+void ovld_opq_progress(ovld_jobs_t *js, ovld_job_t *j);
+/* Whether j has ops waiting for ranks or their turn. */
+bool ovld_opq_pending(const ovld_job_t *j);
+/* Fails every op of j not yet issued with status and message (the ops
+ * ring in order as the window lets them: ovld_opq_progress). */
+void ovld_opq_fail_waiting(ovld_job_t *j, ovl_status_t status, const char *msg);
+
+#endif /* OVLD_JOB_INTERNAL_H */

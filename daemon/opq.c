@@ -1,0 +1,636 @@
+/*
+ * opq.c: one job's op queue (job.h): ops matched across ranks by number,
+ * checked for agreement, issued in order through the executor within the
+ * issue window, failed on every rank that submitted them, and completed
+ * once every rank's done is back. The buffers of an op come resolved
+ * (desc.h); the queue holds their references until the op is done.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffers.h"
+#include "clock.h"
+#include "doorbell.h"
+#include "exec.h"
+#include "job_internal.h"
+#include "log.h"
+#include "plan.h"
+
+/* What a completion names (the backend's cookie): one rank's part of an op,
+ * or an op refused for one rank alone before it had an op record. */
+typedef enum { TICKET_OP, TICKET_REFUSAL } ticket_kind_t;
+
+typedef struct ovld_ticket {
+    ticket_kind_t kind;
+    ovld_member_t *m;
+    struct ovld_op *op; /* TICKET_OP */
+} ovld_ticket_t;
+
+/* One rank's submission of one op, with its buffers resolved and held. */
+typedef struct ovld_sub {
+    ovld_ticket_t ticket;
+    bool in;
+    ovld_buf_use_t use[OVLD_BUF_COUNT]; /* hold: a reference, or NULL */
+} ovld_sub_t;
+
+typedef struct ovld_op {
+    uint64_t seq;
+    uint32_t nin;    /* ranks whose submission is in */
+    uint32_t nrung;  /* ranks whose done was (or will be) rung */
+    uint32_t ndone;  /* of those, ranks whose done came back */
+    bool issued;     /* run or failed: doorbells rung */
+    bool windowed;   /* counted in j->running until its completions are in */
+    bool refusal;    /* one rank's submission refused: never matched by seq */
+    bool ringing;    /* its doorbells are being rung: completions that come
+                        back at once (a backend out of memory) are counted,
+                        and the ringer ends the op (op_rung) */
+    ovl_status_t st; /* why it fails, if it does */
+    char msg[256];
+    /* what every rank must agree on, from the first submission */
+    uint64_t m, n, k;
+    uint32_t dtype, algo, chunks, streams;
+    bool transb, has_aout;
+    uint32_t first_rank;
+    ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
+    uint64_t ready_ns;   /* when the last rank's submission came in */
+    struct ovld_op *next;
+    ovld_sub_t subs[];
+} ovld_op_t;
+
+static void op_free(ovld_job_t *j, ovld_op_t *op)
+{
+    for (uint32_t r = 0; r < j->world; r++)
+        for (int b = 0; b < OVLD_BUF_COUNT; b++)
+            ovld_buf_put(op->subs[r].use[b].hold);
+    free(op);
+}
+
+static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op);
+
+/* An op still waiting in the queue for its ranks or its turn (refusals,
+ * one rank's alone, are not ops the job waits for). */
+static bool op_pending(const ovld_op_t *op)
+{
+    return !op->issued && !op->refusal;
+}
+
+/* The ringer is done with op: end it if its completions are all in. */
+static void op_rung(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
+{
+    op->ringing = false;
+    if (op->ndone >= op->nrung)
+        op_complete(js, j, op);
+}
+
+/* Rings done with op->st on every rank that submitted op (or every joined
+ * rank when all did); completions come back through ovld_job_on_done. */
+static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
+{
+    op->issued = true;
+    if (!op->refusal) {
+        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
+        log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
+    }
+    for (uint32_t r = 0; r < j->world; r++)
+        op->nrung += op->subs[r].in && j->members[r];
+    /* Its rings are stream work like an op's: they count against the same
+     * window (job_progress). A record always has a ring: it exists because
+     * a rank submitted, and members stay until the job is freed. */
+    op->windowed = true;
+    j->running++;
+    op->ringing = true;
+    for (uint32_t r = 0; r < j->world; r++) {
+        ovld_member_t *m = j->members[r];
+        if (!op->subs[r].in || !m)
+            continue;
+        ovld_member_fail(m, op->seq, op->st, op->msg);
+        op->subs[r].ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = m, .op = op};
+        js->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg, &op->subs[r].ticket);
+    }
+    op_rung(js, j, op);
+}
+
+/* Resolves one rank's views and builds its plan. */
+
+static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, uint32_t r,
+                                    const ovl_plan_params_t *pp, uint64_t scratch, ovl_plan_t *plan,
+                                    ovld_exec_rank_t *x)
+{
+    ovld_sub_t *s = &op->subs[r];
+    ovl_plan_params_t p = *pp;
+    p.rank = r;
+    ovl_status_t st = ovl_plan_build(&p, plan);
+    if (st != OVL_OK) {
+        snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
+        return st;
+    }
+    x->a = s->use[OVLD_BUF_A].view;
+    x->b = s->use[OVLD_BUF_B].view;
+    x->c = s->use[OVLD_BUF_C].view;
+    x->g = s->use[OVLD_BUF_AOUT].view;
+    x->rank = j->members[r]->brank;
+    x->plan = plan;
+    s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
+    x->cookie = &s->ticket;
+    if (!s->use[OVLD_BUF_AOUT].hold && plan->uses_gathered) {
+        if (!scratch) {
+            snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
+            return OVL_ERR_LIMIT;
+        }
+        if (scratch > j->scratch_bytes && j->running > 0) {
+            /* job_progress holds such an op back until nothing runs: the
+             * backend would free scratch that issued ops still use */
+            snprintf(op->msg, sizeof(op->msg),
+                     "internal error: scratch would grow under %u running ops", j->running);
+            return OVL_ERR_INTERNAL;
+        }
+        st = js->backend->ops->rank_scratch(js->backend, x->rank, scratch, &x->g.ptr);
+        if (st != OVL_OK) {
+            snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
+                     scratch, ovl_strerror(st));
+            return st;
+        }
+        x->g.ld = op->k;
+    }
+    return OVL_OK;
+}
+
+/* The scratch an op without a_out gathers into (the same size on every
+ * rank), or 0 when the product overflows (op_prepare_rank refuses it; m and
+ * k are at least 1, so 0 means nothing else). */
+static uint64_t scratch_bytes(const ovld_job_t *j, const ovld_op_t *op)
+{
+    uint64_t bytes, row, rows;
+    if (__builtin_mul_overflow(op->k, (uint64_t)ovl_dtype_size(op->dtype), &row) ||
+        __builtin_mul_overflow((uint64_t)j->world, op->m, &rows) ||
+        __builtin_mul_overflow(rows, row, &bytes))
+        return 0;
+    return bytes;
+}
+
+/* Whether op's plans gather into ovld's scratch: they use G and the client
+ * gave no a_out. pp: the op's parameters, resolved. */
+static bool op_uses_scratch(const ovld_op_t *op, const ovl_plan_params_t *pp)
+{
+    return !op->has_aout && ovl_plan_uses_gathered(pp);
+}
+
+void ovld_plan_resolve(const ovld_config_t *cfg, ovl_plan_params_t *p)
+{
+    if (!p->chunks)
+        p->chunks = cfg->default_chunks;
+    if (!p->streams)
+        p->streams = cfg->default_streams;
+    if (p->algo == OVL_ALGO_AUTO)
+        p->algo = cfg->default_algo;
+    if (p->algo == OVL_ALGO_AUTO)
+        p->algo = ovl_plan_choose(p);
+}
+
+static void plans_free(ovl_plan_t *plans, uint32_t n)
+{
+    for (uint32_t r = 0; plans && r < n; r++)
+        ovl_plan_free(&plans[r]);
+    free(plans);
+}
+
+/* op's plan parameters, resolved: the one place they are made. */
+static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_t *op,
+                      ovl_plan_params_t *pp)
+{
+    *pp = (ovl_plan_params_t){
+        .algo = (ovl_algo_t)op->algo,
+        .world = j->world,
+        .m = op->m,
+        .n = op->n,
+        .k = op->k,
+        .dtype = (ovl_dtype_t)op->dtype,
+        .chunks = op->chunks,
+        .streams = op->streams,
+        .want_gathered = op->has_aout,
+    };
+    ovld_plan_resolve(js->cfg, pp);
+}
+
+static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan_params_t *params)
+{
+    uint64_t t0 = ovl_mono_ns();
+    ovl_plan_params_t pp = *params;
+    op->ran_algo = pp.algo;
+
+    /* Plans live only while the executor walks them: backends copy what they
+     * need into their own work items. */
+    ovld_exec_rank_t *xr = calloc(j->world, sizeof(*xr));
+    ovl_plan_t *plans = calloc(j->world, sizeof(*plans));
+    if (!xr || !plans) {
+        op->st = OVL_ERR_NOMEM;
+        snprintf(op->msg, sizeof(op->msg), "out of memory");
+        goto fail;
+    }
+    uint64_t scratch = op_uses_scratch(op, &pp) ? scratch_bytes(j, op) : 0;
+    for (uint32_t r = 0; r < j->world; r++) {
+        op->st = op_prepare_rank(js, j, op, r, &pp, scratch, &plans[r], &xr[r]);
+        if (op->st != OVL_OK)
+            goto fail;
+    }
+    ovld_exec_op_t x = {.seq = op->seq,
+                        .m = op->m,
+                        .n = op->n,
+                        .k = op->k,
+                        .dtype = (ovl_dtype_t)op->dtype,
+                        .transb = op->transb,
+                        .world = j->world,
+                        .ranks = xr};
+    op->issued = true;
+    op->windowed = true;
+    op->nrung = j->world;
+    j->running++;
+    if (scratch > j->scratch_bytes)
+        j->scratch_bytes = scratch; /* every rank holds it now */
+    char err[256] = "";
+    op->ringing = true;
+    ovl_status_t st = ovld_exec_run(js->pool, js->backend, &x, err, sizeof(err));
+    ovld_count_issue(js->counters, ovl_mono_ns() - t0);
+    if (st != OVL_OK) {
+        /* the executor rang every doorbell with the error */
+        op->st = st;
+        snprintf(op->msg, sizeof(op->msg), "%s", err);
+        log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, err);
+    } else {
+        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
+                  j->id, op->seq, ovl_algo_name(pp.algo), op->m, op->n, op->k);
+    }
+    plans_free(plans, j->world);
+    free(xr);
+    op_rung(js, j, op);
+    return;
+fail:
+    plans_free(plans, j->world);
+    free(xr);
+    op_fail(js, j, op);
+}
+
+/* Scratch may be freed or moved only while no issued op can use it: an op
+ * that gathers into more scratch than every rank holds waits until nothing
+ * of the job runs. j->scratch_bytes is what the ranks were given, raised
+ * only once they all had it (op_run), never by an op that used none (a
+ * world-1 ring op raised it once, and let the next op reallocate scratch
+ * that a queued op was about to gather into). Ops of a size seen before run
+ * back to back. */
+static bool needs_scratch_growth(const ovld_job_t *j, const ovld_op_t *op,
+                                 const ovl_plan_params_t *pp)
+{
+    return op_uses_scratch(op, pp) && scratch_bytes(j, op) > j->scratch_bytes;
+}
+
+/* Runs (or fails) every op at the head of the queue whose submissions are
+ * all in, in order.
+ *
+ * At most OVLD_MAX_ISSUED ops (run or failed) are on the streams at a time.
+ * A few ahead keep the GPU busy; more would only fill its command queues.
+ * And a stream can stall for good: a rank's stream 0 waits for its client's
+ * `ready`, which a client that died never writes. An enqueue onto a stalled
+ * stream whose queue is full blocks the calling thread in the driver (seen
+ * on 2 x H200: about 50 failed ops rung at once blocked ovld's loop in
+ * cuStreamWriteValue64), and this is the loop thread: it could then never
+ * see the other clients close, nor release their waits. Failed ops and
+ * refusals are stream work too (their doorbells ring on stream 0), so they
+ * queue here like the rest. */
+_Static_assert(OVLD_MAX_ISSUED + 2 <= OVL_READY_SLOTS,
+               "a dying client's late ready writes must not reach a waiting op's slot");
+
+void ovld_opq_progress(ovld_jobs_t *js, ovld_job_t *j)
+{
+    /* A completion delivered at once (a backend out of memory) can end ops,
+     * and run this again, under the call: the job stays, and the scan starts
+     * over after each op it runs or fails. */
+    j->pins++;
+    ovld_op_t *op = j->ops;
+    while (op) {
+        if (op->issued) {
+            op = op->next;
+            continue;
+        }
+        if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
+            if (op->st == OVL_OK) {
+                op->st = OVL_ERR_ABORTED;
+                snprintf(op->msg, sizeof(op->msg), "job aborted: %s", j->last_error);
+            }
+        } else if (!op->refusal && (op->nin < j->world || j->state != OVLD_JOB_READY)) {
+            break; /* later ops wait for this one */
+        }
+        if (j->running >= OVLD_MAX_ISSUED)
+            break; /* resumes from ovld_job_on_done */
+        ovl_plan_params_t pp;
+        if (op->st == OVL_OK)
+            op_params(js, j, op, &pp);
+        if (op->st == OVL_OK && j->running > 0 && needs_scratch_growth(j, op, &pp))
+            break; /* resumes from ovld_job_on_done */
+        if (op->st != OVL_OK)
+            op_fail(js, j, op);
+        else
+            op_run(js, j, op, &pp);
+        op = j->ops;
+    }
+    j->pins--;
+}
+
+static void op_unlink(ovld_job_t *j, ovld_op_t *op)
+{
+    ovld_op_t *prev = NULL;
+    for (ovld_op_t *o = j->ops; o; prev = o, o = o->next)
+        if (o == op) {
+            if (prev)
+                prev->next = op->next;
+            else
+                j->ops = op->next;
+            if (j->ops_tail == op)
+                j->ops_tail = prev;
+            return;
+        }
+}
+
+static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op,
+                       uint64_t seq, ovl_status_t status, const char *message);
+
+void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
+                      const char *message)
+{
+    ovld_jobs_t *js = arg;
+    ovld_ticket_t *t = cookie;
+    ovld_member_t *m = t->m;
+    ovld_job_t *j = m->job;
+    if (status != OVL_OK)
+        ovld_member_fail(m, seq, status, message);
+    if (t->kind == TICKET_REFUSAL) {
+        free(t);
+        j->in_flight--;
+        ovld_job_maybe_free(js, j);
+        return;
+    }
+    /* Completing the op runs the next ones of the queue, whose failures
+     * can complete at once (a backend out of memory): the job stays until
+     * this function is done with it. (A deregistration that the op's
+     * buffers let go is answered by the loop afterwards, not from here.) */
+    j->pins++;
+    on_done_op(js, j, m, t->op, seq, status, message);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
+}
+
+static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op,
+                       uint64_t seq, ovl_status_t status, const char *message)
+{
+    if (status != OVL_OK && op->st == OVL_OK) {
+        op->st = status;
+        snprintf(op->msg, sizeof(op->msg), "%s", message);
+        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", seq, message);
+        log_error("job '%s': op %" PRIu64 " failed on rank %u: %s", j->id, seq, m->rank, message);
+    }
+    if (++op->ndone < op->nrung || !op->issued || op->ringing)
+        return;
+    op_complete(js, j, op);
+}
+
+/* All of op's completions are in: count it, free it, and let the next ops
+ * go. */
+static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
+{
+    if (op->windowed)
+        j->running--;
+    if (op->st == OVL_OK)
+        j->ops_done++;
+    if (!op->refusal) /* a refusal was counted as an error when it was made */
+        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
+                      op->k, ovl_mono_ns() - op->ready_ns, op->st);
+    j->in_flight--;
+    op_unlink(j, op);
+    op_free(j, op);
+    ovld_opq_progress(js, j);
+}
+
+/* ------------------------------------------------------------------ join */
+
+typedef struct setup_ctx {
+    ovld_jobs_t *js;
+    ovld_job_t *j;
+} setup_ctx_t;
+
+static ovld_op_t *op_append(ovld_job_t *j, uint64_t seq, uint32_t first_rank)
+{
+    ovld_op_t *op = calloc(1, sizeof(*op) + j->world * sizeof(op->subs[0]));
+    if (!op)
+        return NULL;
+    op->seq = seq;
+    op->first_rank = first_rank;
+    if (j->ops_tail)
+        j->ops_tail->next = op;
+    else
+        j->ops = op;
+    j->ops_tail = op;
+    j->in_flight++; /* the job outlives the op's completions */
+    return op;
+}
+
+/* Fails op seq for one rank alone. The refusal joins the job's queue as a
+ * record of its own, so that its doorbell rings after the rank's earlier
+ * ops and within the issue window (job_progress). Without memory for the
+ * record it rings at once: out of order only if earlier ops of the rank
+ * still wait in the queue. */
+static void refuse(ovld_jobs_t *js, ovld_member_t *m, uint64_t seq, ovl_status_t st,
+                   const char *msg)
+{
+    ovld_job_t *j = m->job;
+    ovld_member_fail(m, seq, st, msg);
+    ovld_count_error(js->counters, st);
+    ovld_op_t *op = op_append(j, seq, m->rank);
+    if (op) {
+        op->refusal = true;
+        op->st = st;
+        snprintf(op->msg, sizeof(op->msg), "%s", msg);
+        op->subs[m->rank].in = true;
+        op->nin = 1;
+        ovld_opq_progress(js, j);
+        return;
+    }
+    ovld_ticket_t *t = calloc(1, sizeof(*t));
+    if (!t) {
+        log_error("job '%s': out of memory refusing op %" PRIu64, j->id, seq);
+        return;
+    }
+    *t = (ovld_ticket_t){.kind = TICKET_REFUSAL, .m = m};
+    j->in_flight++; /* the job outlives the completion */
+    js->backend->ops->done(m->brank, 0, seq, st, msg, t);
+}
+
+static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine, uint64_t theirs)
+{
+    if (mine == theirs || op->st != OVL_OK)
+        return;
+    op->st = OVL_ERR_MISMATCH;
+    snprintf(op->msg, sizeof(op->msg),
+             "ranks disagree on %s: rank %u has %" PRIu64 ", rank %u has %" PRIu64, field, r, mine,
+             op->first_rank, theirs);
+}
+
+/* Lets go of the buffers of a submission that will not be kept. */
+static void uses_put(const ovld_op_desc_t *q)
+{
+    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+        ovld_buf_put(q->use[b].hold);
+}
+
+ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_desc_t *q,
+                             const ovld_op_verdict_t *v, char *err, size_t errlen)
+{
+    ovld_job_t *j = m->job;
+    char msg[256];
+    if (q->seq != m->next_seq) {
+        /* Op numbers are the client library's business; a wrong one means a
+         * broken or hostile client, and ringing out of order would move the
+         * doorbell backwards. */
+        snprintf(err, errlen,
+                 "op number %" PRIu64 " out of order on comm %" PRIu64 ": expected %" PRIu64,
+                 q->seq, m->comm_id, m->next_seq);
+        uses_put(q);
+        return OVL_ERR_PROTOCOL;
+    }
+    m->next_seq++;
+
+    if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING) {
+        snprintf(msg, sizeof(msg), "job %s: %s", ovld_job_state_name(j->state), j->last_error);
+        uses_put(q);
+        refuse(js, m, q->seq, OVL_ERR_ABORTED, msg);
+        return OVL_OK;
+    }
+
+    ovld_op_t *op = j->ops;
+    while (op && (op->seq != q->seq || op->refusal))
+        op = op->next;
+    if (!op) {
+        /* Only ops still waiting for ranks count: issued ones are bounded by
+         * the clients' own throttle (libovl waits for done before it goes
+         * past max_in_flight), and their completions may reach this thread
+         * after the client saw its doorbell rung. */
+        uint32_t pending = 0;
+        for (ovld_op_t *o = j->ops; o; o = o->next)
+            pending += op_pending(o);
+        /* The client throttles to the window it was told; a reload may
+         * have changed the setting since. */
+        uint32_t limit =
+            m->window > js->cfg->max_ops_in_flight ? m->window : js->cfg->max_ops_in_flight;
+        if (pending >= limit) {
+            snprintf(msg, sizeof(msg),
+                     "rank %u is more than %u ops ahead of the others (max_ops_in_flight)", m->rank,
+                     limit);
+            /* The ranks no longer agree on op numbers: nothing can be matched
+             * again, so the job ends here rather than later and worse. Its
+             * pending ops fail first, so that this rank's doorbell rings in
+             * order. */
+            ovld_job_end(j, OVLD_JOB_ABORTED, msg);
+            log_warn("job '%s': aborted: %s", j->id, msg);
+            uses_put(q);
+            ovld_opq_progress(js, j);
+            refuse(js, m, q->seq, OVL_ERR_LIMIT, msg);
+            return OVL_OK;
+        }
+        op = op_append(j, q->seq, m->rank);
+        if (!op) {
+            uses_put(q);
+            refuse(js, m, q->seq, OVL_ERR_NOMEM, "ovld: out of memory");
+            return OVL_OK;
+        }
+        op->m = q->m;
+        op->n = q->n;
+        op->k = q->k;
+        /* in range when valid; an invalid op only fails, and its fields
+         * are never compared (op->st is set below) */
+        op->dtype = v->fields == OVL_OK ? q->dtype : UINT32_MAX;
+        op->algo = v->fields == OVL_OK ? q->algo : UINT32_MAX;
+        op->chunks = q->chunks;
+        op->streams = q->streams;
+        op->transb = q->transb;
+        op->has_aout = q->buf[OVLD_BUF_AOUT].given;
+    } else {
+        if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
+            snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
+            uses_put(q);
+            return OVL_ERR_INTERNAL;
+        }
+        if (v->fields == OVL_OK) { /* an invalid op fails below, as itself */
+            disagree(op, m->rank, "m", q->m, op->m);
+            disagree(op, m->rank, "n", q->n, op->n);
+            disagree(op, m->rank, "k", q->k, op->k);
+            disagree(op, m->rank, "dtype", (uint64_t)q->dtype, op->dtype);
+            disagree(op, m->rank, "transb", q->transb, op->transb);
+            disagree(op, m->rank, "algo", (uint64_t)q->algo, op->algo);
+            disagree(op, m->rank, "chunks", q->chunks, op->chunks);
+            disagree(op, m->rank, "streams", q->streams, op->streams);
+            disagree(op, m->rank, "a_out (given or not)", q->buf[OVLD_BUF_AOUT].given,
+                     op->has_aout);
+        }
+    }
+    ovld_sub_t *s = &op->subs[m->rank];
+    s->in = true;
+    if (++op->nin == j->world)
+        op->ready_ns = ovl_mono_ns();
+    if (v->fields != OVL_OK && op->st == OVL_OK) {
+        op->st = v->fields;
+        snprintf(op->msg, sizeof(op->msg), "rank %u: %s", m->rank, v->fields_msg);
+    }
+    if (v->bufs != OVL_OK && op->st == OVL_OK) {
+        op->st = v->bufs;
+        snprintf(op->msg, sizeof(op->msg), "rank %u: %s", m->rank, v->bufs_msg);
+    }
+    if (op->st == OVL_OK)
+        memcpy(s->use, q->use, sizeof(s->use)); /* the op holds them now */
+    else
+        uses_put(q);
+    ovld_opq_progress(js, j);
+    return OVL_OK;
+}
+
+void ovld_job_fail_pending(ovld_jobs_t *js, ovl_status_t status, const char *why)
+{
+    for (ovld_job_t *j = js->live; j; j = j->next) {
+        for (ovld_op_t *op = j->ops; op; op = op->next)
+            if (!op->issued && op->st == OVL_OK) {
+                op->st = status;
+                snprintf(op->msg, sizeof(op->msg), "%s", why);
+            }
+        if (j->state != OVLD_JOB_ABORTED) {
+            j->state = OVLD_JOB_ABORTED;
+            snprintf(j->last_error, sizeof(j->last_error), "%s", why);
+        }
+        ovld_opq_progress(js, j);
+    }
+}
+
+uint32_t ovld_job_running(const ovld_jobs_t *js)
+{
+    uint32_t n = 0;
+    for (const ovld_job_t *j = js->live; j; j = j->next)
+        n += j->in_flight + j->setup_pending;
+    for (const ovld_job_t *j = js->dead; j; j = j->next)
+        n += j->in_flight + j->setup_pending;
+    return n;
+}
+
+bool ovld_opq_pending(const ovld_job_t *j)
+{
+    for (const ovld_op_t *op = j->ops; op; op = op->next)
+        if (op_pending(op))
+            return true;
+    return false;
+}
+
+void ovld_opq_fail_waiting(ovld_job_t *j, ovl_status_t status, const char *msg)
+{
+    for (ovld_op_t *op = j->ops; op; op = op->next)
+        if (op_pending(op)) {
+            op->st = status;
+            snprintf(op->msg, sizeof(op->msg), "%s", msg);
+        }
+}
