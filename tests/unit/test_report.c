@@ -1,0 +1,206 @@
+/*
+ * test_report.c: unit test of the reports of ovld's silent modules
+ * (daemon/report.c) and of their way into the log (ovld_log_report,
+ * daemon/log.c): a report reaches its function once, formatted, at its
+ * level, from any thread; a NULL reporter drops it; a long one is cut, not
+ * overrun; every level becomes a log line at its own priority, and the log
+ * level still filters them.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "report.h"
+
+/* What a reporter was handed. */
+#define MAXREP 64
+typedef struct {
+    pthread_mutex_t mu; /* reports come from several threads */
+    unsigned n;
+    ovld_report_level_t level[MAXREP];
+    char msg[MAXREP][1100];
+} reports_t;
+
+static void on_report(void *arg, ovld_report_level_t level, const char *msg)
+{
+    reports_t *r = arg;
+    pthread_mutex_lock(&r->mu);
+    if (r->n < MAXREP) {
+        r->level[r->n] = level;
+        snprintf(r->msg[r->n], sizeof(r->msg[r->n]), "%s", msg);
+    }
+    r->n++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static reports_t *reports_new(void)
+{
+    reports_t *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+static void reports_free(reports_t *r)
+{
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* stderr goes to a temporary file from capture_begin to capture_end, which
+ * returns what was written there (the caller frees it). */
+typedef struct {
+    int fd, saved;
+} capture_t;
+
+static void capture_begin(capture_t *c)
+{
+    char path[] = "/tmp/ovl-test-report.XXXXXX";
+    c->fd = mkstemp(path);
+    assert_true(c->fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    c->saved = dup(STDERR_FILENO);
+    assert_true(c->saved >= 0);
+    assert_int_equal(dup2(c->fd, STDERR_FILENO), STDERR_FILENO);
+}
+
+static char *capture_end(capture_t *c)
+{
+    fflush(stderr);
+    assert_int_equal(dup2(c->saved, STDERR_FILENO), STDERR_FILENO);
+    close(c->saved);
+    off_t len = lseek(c->fd, 0, SEEK_END);
+    assert_true(len >= 0);
+    char *text = calloc(1, (size_t)len + 1);
+    assert_non_null(text);
+    assert_int_equal(pread(c->fd, text, (size_t)len, 0), len);
+    close(c->fd);
+    return text;
+}
+
+static void test_report_formats_and_calls(void **state)
+{
+    (void)state;
+    reports_t *r = reports_new();
+    ovld_reporter_t rep = {.fn = on_report, .arg = r};
+    ovld_report(&rep, OVLD_REPORT_WARN, "device %d: op %u not done after %s", 3, 17u, "5 s");
+    ovld_report(&rep, OVLD_REPORT_INFO, "plain");
+    assert_int_equal(r->n, 2);
+    assert_int_equal(r->level[0], OVLD_REPORT_WARN);
+    assert_string_equal(r->msg[0], "device 3: op 17 not done after 5 s");
+    assert_int_equal(r->level[1], OVLD_REPORT_INFO);
+    assert_string_equal(r->msg[1], "plain");
+    reports_free(r);
+}
+
+static void test_report_dropped_without_function(void **state)
+{
+    (void)state;
+    /* No reporter, or one without a function: nothing happens (a module
+     * made without one, as the unit tests' mocks are). */
+    ovld_report(NULL, OVLD_REPORT_ERROR, "lost %d", 1);
+    ovld_reporter_t none = {.fn = NULL, .arg = NULL};
+    ovld_report(&none, OVLD_REPORT_ERROR, "lost %d", 2);
+}
+
+static void test_report_long_is_cut(void **state)
+{
+    (void)state;
+    reports_t *r = reports_new();
+    ovld_reporter_t rep = {.fn = on_report, .arg = r};
+    char big[3000];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    ovld_report(&rep, OVLD_REPORT_ERROR, "%s", big);
+    assert_int_equal(r->n, 1);
+    size_t len = strlen(r->msg[0]);
+    assert_true(len > 0 && len < 1024); /* cut at the helper's buffer */
+    reports_free(r);
+}
+
+typedef struct {
+    const ovld_reporter_t *rep;
+    int id;
+} thread_arg_t;
+
+static void *report_from_thread(void *arg)
+{
+    thread_arg_t *t = arg;
+    for (int i = 0; i < 8; i++)
+        ovld_report(t->rep, OVLD_REPORT_DEBUG, "thread %d report %d", t->id, i);
+    return NULL;
+}
+
+static void test_report_from_threads(void **state)
+{
+    (void)state;
+    /* The watchdog, stream threads and workers report at once: each report
+     * arrives whole (the helper formats on the caller's stack). */
+    reports_t *r = reports_new();
+    ovld_reporter_t rep = {.fn = on_report, .arg = r};
+    pthread_t th[4];
+    thread_arg_t args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg_t){.rep = &rep, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, report_from_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(r->n, 32);
+    unsigned seen[4] = {0};
+    for (unsigned i = 0; i < r->n; i++) {
+        int id = -1, k = -1;
+        assert_int_equal(sscanf(r->msg[i], "thread %d report %d", &id, &k), 2);
+        assert_true(id >= 0 && id < 4 && k >= 0 && k < 8);
+        assert_int_equal(seen[id] & (1u << k), 0);
+        seen[id] |= 1u << k;
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(seen[i], 0xffu);
+    reports_free(r);
+}
+
+static void test_log_report_levels(void **state)
+{
+    (void)state;
+    /* Under systemd each line starts with its priority: the level shows. */
+    setenv("JOURNAL_STREAM", "0:0", 1);
+    ovld_log_init(OVLD_LOG_DEBUG);
+    ovld_reporter_t rep = {.fn = ovld_log_report, .arg = NULL};
+    capture_t c;
+    capture_begin(&c);
+    ovld_report(&rep, OVLD_REPORT_ERROR, "e %d", 1);
+    ovld_report(&rep, OVLD_REPORT_WARN, "w %d", 2);
+    ovld_report(&rep, OVLD_REPORT_INFO, "i %d", 3);
+    ovld_report(&rep, OVLD_REPORT_DEBUG, "d %d", 4);
+    ovld_log_report(NULL, OVLD_REPORT_COUNT, "out of range"); /* a bug: still a line */
+    ovld_log_set_level(OVLD_LOG_WARN);
+    ovld_report(&rep, OVLD_REPORT_INFO, "filtered");
+    char *text = capture_end(&c);
+    ovld_log_init(OVLD_LOG_INFO);
+    unsetenv("JOURNAL_STREAM");
+    assert_string_equal(text, "<3>e 1\n<4>w 2\n<6>i 3\n<7>d 4\n<3>out of range\n");
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_report_formats_and_calls),
+        cmocka_unit_test(test_report_dropped_without_function),
+        cmocka_unit_test(test_report_long_is_cut),
+        cmocka_unit_test(test_report_from_threads),
+        cmocka_unit_test(test_log_report_levels),
+    };
+    return cmocka_run_group_tests_name("report", tests, NULL, NULL);
+}
