@@ -150,7 +150,7 @@ void cuda_work_done(cuda_backend_t *cb);
 
 /* cuda_mem.c */
 ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ovld_bmem_t **ret_mem,
-                             void **ret_ptr);
+                             void **ret_ptr, char *err, size_t errlen);
 void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 void cuda_mem_cache_stats(ovld_backend_t *b, uint64_t *hits, uint64_t *misses);
 
@@ -160,10 +160,11 @@ void cuda_rank_free_resources(struct ovld_rank *r);
 /* Takes the rank off its backend's list (loop thread). */
 void cuda_rank_unlink(struct ovld_rank *r);
 ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                              ovld_doorbell_export_t *ret_db);
+                              ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
 void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
 void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
-ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr);
+ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
+                               char *err, size_t errlen);
 ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n);
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);

@@ -77,14 +77,18 @@ void cuda_rank_free_resources(struct ovld_rank *r)
 }
 
 ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                              ovld_doorbell_export_t *ret_db)
+                              ovld_doorbell_export_t *ret_db, char *err, size_t errlen)
 {
     cuda_backend_t *cb = (cuda_backend_t *)b;
-    if (device >= cb->ndev)
+    if (device >= cb->ndev) {
+        snprintf(err, errlen, "no such device (the CUDA backend has %u)", cb->ndev);
         return OVL_ERR_NOT_FOUND;
+    }
     struct ovld_rank *r = calloc(1, sizeof(*r));
-    if (!r)
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
         return OVL_ERR_NOMEM;
+    }
     r->cb = cb;
     r->dev = &cb->devs[device];
     r->db_fd = -1;
@@ -133,7 +137,7 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         }
     }
     if (ce != cudaSuccess) {
-        log_error("device %u: %s: %s", device, what, cudaGetErrorString(ce));
+        snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(ce));
         cuda_rank_free_resources(r);
         free(r);
         return st;
@@ -141,7 +145,7 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     memset(ret_db, 0, sizeof(*ret_db));
     ret_db->fd = fcntl(r->db_fd, F_DUPFD_CLOEXEC, 0);
     if (ret_db->fd < 0) {
-        log_error("device %u: dup of the doorbell: %s", device, strerror(errno));
+        snprintf(err, errlen, "dup of the doorbell: %s", strerror(errno));
         cuda_rank_free_resources(r);
         free(r);
         return OVL_ERR_SYSTEM;
@@ -190,12 +194,15 @@ void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
     r->release_value = ovl_doorbell_release_slots(r->db, seq_hi);
 }
 
-ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr)
+ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
+                               char *err, size_t errlen)
 {
     (void)b;
     if (bytes > r->scratch_bytes) {
-        if (cuda_set_device(r->cb, r->dev) != OVL_OK)
+        if (cuda_set_device(r->cb, r->dev) != OVL_OK) {
+            snprintf(err, errlen, "%s", cuda_last_err);
             return OVL_ERR_BACKEND;
+        }
         /* Between ops of this rank (the job grows scratch only once its ops
          * are done), and before any launch of the op that needs it. Freed
          * only when nothing of the rank is left on the GPU: with an op in
@@ -208,8 +215,8 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
              * the job grow scratch. Delivered means the GPU is past it. */
             for (cuda_done_t *dn = r->inflight; dn; dn = dn->next)
                 if (atomic_load(&dn->state) == 0) {
-                    log_error("device %d: scratch cannot grow while ops are in flight",
-                              r->dev->ordinal);
+                    snprintf(err, errlen, "device %d: scratch cannot grow while ops are in flight",
+                             r->dev->ordinal);
                     return OVL_ERR_INTERNAL;
                 }
             for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
@@ -217,20 +224,30 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
                     continue;
                 cudaError_t q = cudaStreamQuery(r->streams[i]);
                 if (q == cudaErrorNotReady) {
-                    log_error("device %d: scratch cannot grow while stream %u is busy",
-                              r->dev->ordinal, i);
+                    snprintf(err, errlen, "device %d: scratch cannot grow while stream %u is busy",
+                             r->dev->ordinal, i);
                     return OVL_ERR_INTERNAL;
                 }
-                CUDA_TRY(r->cb, q, "scratch");
+                if (q != cudaSuccess) {
+                    snprintf(err, errlen, "device %d: cudaStreamQuery (stream %u): %s",
+                             r->dev->ordinal, i, cudaGetErrorString(q));
+                    return OVL_ERR_BACKEND;
+                }
             }
-            CUDA_TRY(r->cb, cudaFree(r->scratch), "scratch");
+            cudaError_t ce = cudaFree(r->scratch);
+            if (ce != cudaSuccess) {
+                snprintf(err, errlen, "device %d: cudaFree (the smaller scratch): %s",
+                         r->dev->ordinal, cudaGetErrorString(ce));
+                return OVL_ERR_BACKEND;
+            }
             r->scratch = NULL;
             r->scratch_bytes = 0;
         }
         void *p;
         cudaError_t ce = cudaMalloc(&p, bytes);
         if (ce != cudaSuccess) {
-            log_error("scratch of %" PRIu64 " bytes: %s", bytes, cudaGetErrorString(ce));
+            snprintf(err, errlen, "device %d: cudaMalloc: %s", r->dev->ordinal,
+                     cudaGetErrorString(ce));
             return ce == cudaErrorMemoryAllocation ? OVL_ERR_NOMEM : OVL_ERR_BACKEND;
         }
         r->scratch = p;

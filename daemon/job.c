@@ -273,10 +273,12 @@ static ovl_status_t op_prepare_rank(ovld_t *d, ovld_job_t *j, ovld_op_t *op, uin
                      "internal error: scratch would grow under %u running ops", j->running);
             return OVL_ERR_INTERNAL;
         }
-        st = d->backend->ops->rank_scratch(d->backend, x->rank, scratch, &x->g.ptr);
+        char why[160] = "";
+        st = d->backend->ops->rank_scratch(d->backend, x->rank, scratch, &x->g.ptr, why,
+                                           sizeof(why));
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
-                     scratch, ovl_strerror(st));
+                     scratch, why[0] ? why : ovl_strerror(st));
             return st;
         }
         x->g.ld = op->k;
@@ -704,14 +706,15 @@ ovl_status_t ovld_job_join(ovld_t *d, ovld_conn_t *c, const ovld_join_desc_t *re
     m->next_seq = 1;
     m->window = d->cfg.max_ops_in_flight;
     errno = 0;
-    st = d->backend->ops->rank_create(d->backend, dev, &m->brank, ret_db);
+    char why[160] = "";
+    st = d->backend->ops->rank_create(d->backend, dev, &m->brank, ret_db, why, sizeof(why));
     if (st != OVL_OK) {
         /* a system call's errno says why (ENOMEM from mmap: the process is
          * out of memory maps, vm.max_map_count) */
         int e = errno;
-        snprintf(err, errlen, "device %u: cannot set up the rank: %s%s%s%s", dev, ovl_strerror(st),
-                 st == OVL_ERR_SYSTEM && e ? ": " : "",
-                 st == OVL_ERR_SYSTEM && e ? strerror(e) : "",
+        snprintf(err, errlen, "device %u: cannot set up the rank: %s%s%s%s", dev,
+                 why[0] ? why : ovl_strerror(st), st == OVL_ERR_SYSTEM && e && !why[0] ? ": " : "",
+                 st == OVL_ERR_SYSTEM && e && !why[0] ? strerror(e) : "",
                  st == OVL_ERR_SYSTEM && e == ENOMEM
                      ? " (out of memory maps? see vm.max_map_count and max_mappings)"
                      : "");

@@ -328,8 +328,10 @@ int main(int argc, char **argv)
     d->start_ns = ovl_mono_ns();
     ovld_stats_reset(&d->counters.total, d->start_ns);
     ovld_stats_reset(&d->counters.window, d->start_ns);
-    ovl_status_t st =
-        ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, d, &d->backend, err, sizeof(err));
+    /* What the backend sees that answers no request goes to the log. */
+    const ovld_reporter_t to_log = {.fn = ovld_log_report, .arg = NULL};
+    ovl_status_t st = ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, d, &to_log,
+                                          &d->backend, err, sizeof(err));
     if (st != OVL_OK) {
         log_error("cannot start the %s backend: %s", ovld_backend_kind_name(d->cfg.backend), err);
         report_ready(&ready_fd, 1);

@@ -383,13 +383,15 @@ typedef struct import_work {
     uint64_t client_addr;
     ovld_reg_t *reg;
     ovl_status_t st;
+    char err[200]; /* the backend's words for a failure */
 } import_work_t;
 
 static void import_run(uv_work_t *req)
 {
     import_work_t *w = req->data;
     ovld_backend_t *b = w->c->d->backend;
-    w->st = b->ops->mem_import(b, &w->imp, (ovld_bmem_t **)&w->reg->bmem, &w->reg->ptr);
+    w->st = b->ops->mem_import(b, &w->imp, (ovld_bmem_t **)&w->reg->bmem, &w->reg->ptr, w->err,
+                               sizeof(w->err));
 }
 
 static void import_finish(import_work_t *w)
@@ -424,6 +426,8 @@ static void import_finish(import_work_t *w)
                 : w->st == OVL_ERR_RANGE    ? "range lies outside the memory passed"
                 : w->st == OVL_ERR_BACKEND  ? "the backend cannot map it (see ovld's log)"
                                             : ovl_strerror(w->st);
+            if (w->err[0])
+                why = w->err; /* the backend's own words */
             send_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes, why);
         }
     }
