@@ -30,7 +30,6 @@
 #include "completion.h"
 #include "cuda_gemm.h"
 #include "cudrv.h"
-#include "log.h"
 #include "plan.h"
 
 typedef struct cuda_backend cuda_backend_t;
@@ -54,7 +53,7 @@ typedef struct cuda_done {
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
     _Atomic int refs;  /* the delivery, and the host function while it is queued */
-    bool warned;       /* logged as slow (loop thread) */
+    bool warned;       /* reported as slow (loop thread) */
     struct cuda_done *prev, *next;
 } cuda_done_t;
 
@@ -88,7 +87,7 @@ struct ovld_rank {
     /* Released (its client gone): the value every slot must hold, kept in
      * ovld's memory, since the page is the client's to write too. */
     uint64_t release_value; /* 0: not released */
-    bool release_undone;    /* a slot was found written after the release (logged once) */
+    bool release_undone;    /* a slot was found written after the release (reported once) */
     struct ovld_rank *next;
 };
 
@@ -110,11 +109,15 @@ struct cuda_backend {
 
 /* ------------------------------------------------- errors, in one place */
 
-/* The last enqueue failure of this thread, in words (backend_cuda.c). */
+/* The last enqueue failure of this thread, in words (backend_cuda.c). Every
+ * failure of an enqueue primitive writes it: last_error must never hand
+ * back an older failure's words. */
 extern _Thread_local char cuda_last_err[256];
 
-/* Logs a failed CUDA call and keeps its words for the op's error message
- * (exec.c asks through last_error), then returns OVL_ERR_BACKEND. */
+/* Keeps the words of a failed CUDA call for the op's error message (exec.c
+ * asks through last_error; job.c logs the message once), then returns
+ * OVL_ERR_BACKEND. Nothing is logged here: the backend only reports what
+ * answers no request (report.h). */
 #define CUDA_TRY(cb, call, what)                                                                   \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -122,7 +125,6 @@ extern _Thread_local char cuda_last_err[256];
             (void)(cb);                                                                            \
             snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s: %s", (what), #call,            \
                      cudaGetErrorString(e_));                                                      \
-            log_error("%s", cuda_last_err);                                                        \
             return OVL_ERR_BACKEND;                                                                \
         }                                                                                          \
     } while (0)

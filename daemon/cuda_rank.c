@@ -22,9 +22,10 @@
 
 /* Frees what a rank holds. Teardown goes on past a failed CUDA call (a
  * stream that failed still has memory to give back); the first failure is
- * logged with the call's name. Host memory is always freed; without the
- * device's context, what lives there (and the host page's registration,
- * with its mapping) is left rather than half-freed. */
+ * reported (no request waits for it) with the call's name. Host memory is
+ * always freed; without the device's context, what lives there (and the
+ * host page's registration, with its mapping) is left rather than
+ * half-freed. */
 void cuda_rank_free_resources(struct ovld_rank *r)
 {
     const char *what = NULL;
@@ -72,8 +73,9 @@ void cuda_rank_free_resources(struct ovld_rank *r)
     if (r->db_fd >= 0)
         close(r->db_fd);
     if (what)
-        log_warn("device %d: releasing a rank: %s: %s%s", r->dev->ordinal, what,
-                 cudaGetErrorString(first), dev ? "" : " (its device memory is left)");
+        ovld_report(&r->cb->base.report, OVLD_REPORT_WARN, "device %d: releasing a rank: %s: %s%s",
+                    r->dev->ordinal, what, cudaGetErrorString(first),
+                    dev ? "" : " (its device memory is left)");
 }
 
 ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
@@ -175,7 +177,8 @@ void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     while (r->inflight) { /* cannot happen: jobs end when their ops are done */
         cuda_done_t *d = r->inflight;
         r->inflight = d->next;
-        log_error("rank destroyed with op %" PRIu64 " in flight", d->node.seq);
+        ovld_report(&r->cb->base.report, OVLD_REPORT_ERROR,
+                    "rank destroyed with op %" PRIu64 " in flight", d->node.seq);
     }
     cuda_rank_free_resources(r);
     free(r);
@@ -265,11 +268,16 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
         uint32_t n = r->nevents ? r->nevents : 16;
         while (n <= event)
             n *= 2;
-        if (n > 65536)
+        if (n > 65536) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err),
+                     "event %u: past the 65536 events of a rank", event);
             return OVL_ERR_LIMIT;
+        }
         cudaEvent_t *ne = realloc(r->events, n * sizeof(*ne));
-        if (!ne)
+        if (!ne) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "events: out of memory");
             return OVL_ERR_NOMEM;
+        }
         r->events = ne;
         if (cuda_set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
@@ -277,7 +285,8 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
             cudaError_t ce = cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming);
             if (ce != cudaSuccess) {
                 r->nevents = i;
-                log_error("cudaEventCreateWithFlags: %s", cudaGetErrorString(ce));
+                snprintf(cuda_last_err, sizeof(cuda_last_err), "cudaEventCreateWithFlags: %s",
+                         cudaGetErrorString(ce));
                 return OVL_ERR_BACKEND;
             }
         }
@@ -293,7 +302,6 @@ static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what
         return OVL_OK;
     snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s", what,
              ovl_cudrv_strerror(&r->cb->drv, cr));
-    log_error("%s", cuda_last_err);
     return OVL_ERR_BACKEND;
 }
 
@@ -339,10 +347,11 @@ ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint
 ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
     USE_DEVICE(r);
+    char words[200];
     ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
-                                   OVLD_LT_WORKSPACE, args, cuda_last_err, sizeof(cuda_last_err));
+                                   OVLD_LT_WORKSPACE, args, words, sizeof(words));
     if (st != OVL_OK)
-        log_error("device %d: %s", r->dev->ordinal, cuda_last_err);
+        snprintf(cuda_last_err, sizeof(cuda_last_err), "device %d: %s", r->dev->ordinal, words);
     return st;
 }
 
