@@ -4,7 +4,8 @@
  * daemon/log.c): a report reaches its function once, formatted, at its
  * level, from any thread; a NULL reporter drops it; a long one is cut, not
  * overrun; every level becomes a log line at its own priority, and the log
- * level still filters them.
+ * level still filters them. The executor's slow-issue warning goes to its
+ * pool's reporter, and nothing to the log.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,12 +14,17 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "log.h"
+#include "plan.h"
 #include "report.h"
 
 /* What a reporter was handed. */
@@ -193,6 +199,104 @@ static void test_log_report_levels(void **state)
     free(text);
 }
 
+/* ------------------------------------------ the executor's slow issue */
+
+/* A backend whose rank 1 takes longer to queue its WAIT_READY than the
+ * executor waits before it says so (EXEC_SLOW_MS, 3 s). */
+struct ovld_rank {
+    int id;
+};
+
+static _Atomic int g_dones;
+
+static ovl_status_t slow_reserve_events(ovld_rank_t *r, uint32_t n)
+{
+    (void)r;
+    (void)n;
+    return OVL_OK;
+}
+
+static ovl_status_t slow_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
+{
+    (void)stream;
+    (void)seq;
+    if (r->id == 1) {
+        /* 1.5 s past the executor's wait: margin for a loaded machine. A
+         * signal (the stall report's) may cut the sleep short. */
+        struct timespec ts = {4, 500 * 1000000};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
+    return OVL_OK;
+}
+
+static void slow_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
+                      const char *message, void *cookie)
+{
+    (void)r;
+    (void)stream;
+    (void)seq;
+    (void)message;
+    (void)cookie;
+    if (status == OVL_OK)
+        g_dones++;
+}
+
+static void test_exec_slow_issue_reported(void **state)
+{
+    (void)state;
+    /* The executor asks for the slow thread's stack (SIGUSR2), which ovld's
+     * stall report handles; here it must not end the test. */
+    struct sigaction sa = {.sa_handler = SIG_IGN}, old;
+    assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
+    static const ovld_backend_ops_t ops = {
+        .name = "slow",
+        .issue_parallel = true,
+        .reserve_events = slow_reserve_events,
+        .wait_ready = slow_wait_ready,
+        .done = slow_done,
+    };
+    ovld_backend_t b = {.ops = &ops};
+    struct ovld_rank ranks[2] = {{.id = 0}, {.id = 1}};
+    ovl_instr_t instr[2][2];
+    ovl_plan_t plans[2];
+    ovld_exec_rank_t xr[2];
+    for (int r = 0; r < 2; r++) {
+        instr[r][0] = (ovl_instr_t){.kind = OVL_I_WAIT_READY};
+        instr[r][1] = (ovl_instr_t){.kind = OVL_I_DONE};
+        plans[r] = (ovl_plan_t){.nstreams = 1, .ninstr = 2, .instr = instr[r]};
+        xr[r] = (ovld_exec_rank_t){.rank = &ranks[r], .plan = &plans[r]};
+    }
+    ovld_exec_op_t op = {.seq = 7, .m = 1, .n = 1, .k = 1, .world = 2, .ranks = xr};
+
+    reports_t *r = reports_new();
+    ovld_reporter_t rep = {.fn = on_report, .arg = r};
+    ovld_exec_pool_t *pool = NULL;
+    assert_int_equal(ovld_exec_pool_create(&rep, &pool), OVL_OK);
+    unsetenv("JOURNAL_STREAM");
+    ovld_log_init(OVLD_LOG_DEBUG); /* a log line, had there been one, would show */
+    g_dones = 0;
+    capture_t c;
+    capture_begin(&c);
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(pool, &b, &op, err, sizeof(err));
+    char *text = capture_end(&c);
+    ovld_log_init(OVLD_LOG_INFO);
+    ovld_exec_pool_destroy(pool);
+    assert_int_equal(sigaction(SIGUSR2, &old, NULL), 0);
+
+    if (st != OVL_OK)
+        fail_msg("%s: %s", ovl_strerror(st), err);
+    assert_int_equal(g_dones, 2);
+    assert_string_equal(text, "");
+    assert_int_equal(r->n, 1);
+    assert_int_equal(r->level[0], OVLD_REPORT_WARN);
+    assert_string_equal(r->msg[0],
+                        "op 7: rank 1 still issuing instruction 0 (WAIT_READY) after 3000 ms");
+    free(text);
+    reports_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_report_long_is_cut),
         cmocka_unit_test(test_report_from_threads),
         cmocka_unit_test(test_log_report_levels),
+        cmocka_unit_test(test_exec_slow_issue_reported),
     };
     return cmocka_run_group_tests_name("report", tests, NULL, NULL);
 }
