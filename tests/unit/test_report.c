@@ -5,7 +5,9 @@
  * level, from any thread; a NULL reporter drops it; a long one is cut, not
  * overrun; every level becomes a log line at its own priority, and the log
  * level still filters them. The executor's slow-issue warning goes to its
- * pool's reporter, and nothing to the log.
+ * pool's reporter, and nothing to the log. The host backend's failures
+ * come back to the caller as words (err, last_error), and neither the log
+ * nor the reporter hears of them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,15 +15,20 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
+#include "backend.h"
+#include "config.h"
 #include "exec.h"
 #include "log.h"
 #include "plan.h"
@@ -297,6 +304,131 @@ static void test_exec_slow_issue_reported(void **state)
     reports_free(r);
 }
 
+/* --------------------------------------- the host backend's failures */
+
+static void no_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message)
+{
+    (void)arg;
+    (void)cookie;
+    (void)seq;
+    (void)status;
+    (void)message;
+}
+
+/* A memfd of `bytes`, sealed against shrinking or not. */
+static int memfd(uint64_t bytes, bool sealed)
+{
+    int fd = memfd_create("ovl-test-report", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)bytes), 0);
+    if (sealed)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    return fd;
+}
+
+/* Imports imp, which must fail with want; returns the words (static). */
+static const char *import_fails(ovld_backend_t *b, ovld_mem_import_t imp, ovl_status_t want)
+{
+    static char why[200];
+    why[0] = '\0';
+    ovld_bmem_t *mem = NULL;
+    void *ptr = NULL;
+    ovl_status_t st = b->ops->mem_import(b, &imp, &mem, &ptr, why, sizeof(why));
+    if (st != want)
+        fail_msg("import: %s, not %s (%s)", ovl_strerror(st), ovl_strerror(want), why);
+    assert_null(mem);
+    return why;
+}
+
+static void test_host_failures_are_words(void **state)
+{
+    (void)state;
+    unsetenv("JOURNAL_STREAM");
+    ovld_log_init(OVLD_LOG_DEBUG); /* a log line, had there been one, would show */
+    reports_t *r = reports_new();
+    ovld_reporter_t rep = {.fn = on_report, .arg = r};
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    ovld_config_t cfg;
+    ovld_config_defaults(&cfg);
+    cfg.host_devices = 2;
+    capture_t c;
+    capture_begin(&c);
+
+    ovld_backend_t *b = NULL;
+    char err[256] = "";
+    ovl_status_t st =
+        ovld_backend_host_create(&loop, &cfg, no_done, NULL, &rep, &b, err, sizeof(err));
+    assert_int_equal(st, OVL_OK);
+
+    /* Imports: what was wrong with the memory, in the client's words (the
+     * backend owns and closes every descriptor it is given). */
+    ovld_mem_import_t imp = {.fd = -1, .bytes = 4096, .device = 0};
+    const char *why = import_fails(b, imp, OVL_ERR_INVALID);
+    char no_fd[200];
+    snprintf(no_fd, sizeof(no_fd), "%s", why);
+    imp.fd = memfd(4096, false);
+    char unsealed[200];
+    snprintf(unsealed, sizeof(unsealed), "%s", import_fails(b, imp, OVL_ERR_PERMISSION));
+    imp.fd = memfd(4096, true);
+    imp.bytes = 8192;
+    char outside[200];
+    snprintf(outside, sizeof(outside), "%s", import_fails(b, imp, OVL_ERR_RANGE));
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    close(p[1]);
+    imp.fd = p[0];
+    imp.bytes = 4096;
+    char pipe_words[200];
+    snprintf(pipe_words, sizeof(pipe_words), "%s", import_fails(b, imp, OVL_ERR_INVALID));
+
+    /* Ranks: a device that is not there. */
+    ovld_rank_t *rk = NULL;
+    ovld_doorbell_export_t db = {.fd = -1};
+    char rank_words[200] = "";
+    assert_int_equal(b->ops->rank_create(b, 5, &rk, &db, rank_words, sizeof(rank_words)),
+                     OVL_ERR_NOT_FOUND);
+    assert_null(rk);
+
+    /* Enqueue failures: last_error, on the thread that made the call. */
+    char none[200] = "";
+    assert_int_equal(b->ops->rank_create(b, 0, &rk, &db, none, sizeof(none)), OVL_OK);
+    close(db.fd);
+    assert_non_null(b->ops->last_error);
+    assert_int_equal(b->ops->sleep(rk, OVL_PLAN_MAX_STREAMS, 1), OVL_ERR_INVALID);
+    char stream_words[200];
+    snprintf(stream_words, sizeof(stream_words), "%s", b->ops->last_error(b));
+    assert_int_equal(b->ops->record(rk, 0, 1u << 20), OVL_ERR_LIMIT);
+    char event_words[200];
+    snprintf(event_words, sizeof(event_words), "%s", b->ops->last_error(b));
+    void *scratch = NULL;
+    assert_int_equal(b->ops->rank_scratch(b, rk, 4096, &scratch, none, sizeof(none)), OVL_OK);
+    assert_non_null(scratch);
+    b->ops->rank_destroy(b, rk);
+    b->ops->destroy(b);
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    char *text = capture_end(&c);
+    ovld_log_init(OVLD_LOG_INFO);
+
+    print_message("import without a memfd: %s\n", no_fd);
+    print_message("unsealed: %s\nout of range: %s\n", unsealed, outside);
+    print_message("a pipe: %s\nno device: %s\n", pipe_words, rank_words);
+    print_message("stream: %s\nevent: %s\n", stream_words, event_words);
+    assert_true(no_fd[0] != '\0');
+    assert_non_null(strstr(unsealed, "sealed memfd"));
+    assert_non_null(strstr(outside, "lies outside"));
+    assert_non_null(strstr(pipe_words, "not a regular file"));
+    assert_non_null(strstr(rank_words, "no such device"));
+    assert_non_null(strstr(stream_words, "past the"));
+    assert_non_null(strstr(event_words, "past the 65536 events"));
+    /* Said once, to the caller: not to the log, not as a report. */
+    assert_string_equal(text, "");
+    assert_int_equal(r->n, 0);
+    free(text);
+    reports_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_report_from_threads),
         cmocka_unit_test(test_log_report_levels),
         cmocka_unit_test(test_exec_slow_issue_reported),
+        cmocka_unit_test(test_host_failures_are_words),
     };
     return cmocka_run_group_tests_name("report", tests, NULL, NULL);
 }
