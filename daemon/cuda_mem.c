@@ -148,7 +148,9 @@ static void release_run(uv_work_t *req)
     cuda_backend_t *cb = w->cb;
     if (cudaSetDevice(cb->devs[w->entry->device].ordinal) == cudaSuccess) {
         cudaError_t ce = cudaIpcCloseMemHandle(w->entry->ptr);
-        if (ce != cudaSuccess) /* the client's request (if any) is answered: report it */
+        /* release has no status to give back (a deregistration succeeds
+         * regardless): what went wrong is reported. */
+        if (ce != cudaSuccess)
             ovld_report(&cb->base.report, OVLD_REPORT_WARN, "cudaIpcCloseMemHandle: %s",
                         cudaGetErrorString(ce));
     }
