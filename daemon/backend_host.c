@@ -95,7 +95,6 @@ static const ovld_backend_ops_t host_ops = {
     .gemm = host_gemm,
     .sleep = host_sleep,
     .done = host_done,
-    .last_error = host_last_error,
 };
 
 ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,

@@ -5,7 +5,6 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,10 +63,8 @@ ovl_status_t host_allgather(ovld_backend_t *b, const ovld_allgather_part_t *part
     host_work_t **ws = calloc(nparts, sizeof(*ws));
     host_stream_t **ss = calloc(nparts, sizeof(*ss));
     ovl_status_t st = OVL_ERR_NOMEM;
-    if (!c || !ws || !ss) {
-        snprintf(host_last_err, sizeof(host_last_err), "all-gather: out of memory");
+    if (!c || !ws || !ss)
         goto fail;
-    }
     *c = (host_coll_t){.nparts = nparts,
                        .refs = nparts,
                        .dtype = dtype,

@@ -120,13 +120,6 @@ struct host_backend {
     struct ovld_rank *ranks;
 };
 
-/* ------------------------------------------------- errors, in one place */
-
-/* The last enqueue failure of this thread, in words (host_rank.c): every
- * failure of an enqueue primitive writes it (last_error hands it to
- * exec.c, never an older failure's words). */
-extern _Thread_local char host_last_err[200];
-
 /* ------------------------------------------- calls across the backend's files */
 
 /* The vtable's entries (backend_host.c's host_ops) have their contracts in
@@ -139,16 +132,14 @@ void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
 void host_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
 ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
                                char *err, size_t errlen);
-const char *host_last_error(ovld_backend_t *b);
 /* host_rank.c: streams and their work items */
-/* The rank's stream, its thread started on first use (host_last_err says
- * why not). */
+/* The rank's stream, its thread started on first use. */
 ovl_status_t host_stream_get(struct ovld_rank *r, uint32_t stream, host_stream_t **ret);
 /* Queues w on s (counted in the rank's pending unless a stop). */
 void host_stream_push(host_stream_t *s, host_work_t *w);
 /* host_stream_get, then host_stream_push; frees w if the stream cannot start. */
 ovl_status_t host_enqueue(struct ovld_rank *r, uint32_t stream, host_work_t *w);
-/* A zeroed work item of this kind, or NULL (host_last_err says so). */
+/* A zeroed work item of this kind, or NULL. */
 host_work_t *host_work_new(work_kind_t kind);
 /* host_rank.c: events */
 ovl_status_t host_reserve_events(ovld_rank_t *r, uint32_t n);

@@ -22,14 +22,6 @@
 
 /* --------------------------------------------------------------- helpers */
 
-_Thread_local char host_last_err[200];
-
-const char *host_last_error(ovld_backend_t *b)
-{
-    (void)b;
-    return host_last_err;
-}
-
 static void futex_wake_all(uint32_t *addr)
 {
     /* Not FUTEX_PRIVATE: the waiter is the client process. */
@@ -181,30 +173,19 @@ static void release_work_node(ovld_cq_node_t *node)
 
 ovl_status_t host_stream_get(struct ovld_rank *r, uint32_t stream, host_stream_t **ret)
 {
-    if (stream >= OVL_PLAN_MAX_STREAMS) {
-        snprintf(host_last_err, sizeof(host_last_err), "stream %u: past the %d streams of a rank",
-                 stream, OVL_PLAN_MAX_STREAMS);
+    if (stream >= OVL_PLAN_MAX_STREAMS)
         return OVL_ERR_INVALID;
-    }
     host_stream_t *s = &r->streams[stream];
     if (!s->started) {
         s->rank = r;
         s->head = s->tail = NULL;
-        int rc = pthread_mutex_init(&s->mu, NULL);
-        if (rc != 0) {
-            snprintf(host_last_err, sizeof(host_last_err), "stream %u: pthread_mutex_init: %s",
-                     stream, strerror(rc));
+        if (pthread_mutex_init(&s->mu, NULL) != 0)
             return OVL_ERR_SYSTEM;
-        }
-        if ((rc = pthread_cond_init(&s->cv, NULL)) != 0) {
-            snprintf(host_last_err, sizeof(host_last_err), "stream %u: pthread_cond_init: %s",
-                     stream, strerror(rc));
+        if (pthread_cond_init(&s->cv, NULL) != 0) {
             pthread_mutex_destroy(&s->mu);
             return OVL_ERR_SYSTEM;
         }
-        if ((rc = pthread_create(&s->thread, NULL, stream_main, s)) != 0) {
-            snprintf(host_last_err, sizeof(host_last_err), "stream %u: pthread_create: %s", stream,
-                     strerror(rc));
+        if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
             pthread_cond_destroy(&s->cv);
             pthread_mutex_destroy(&s->mu);
             return OVL_ERR_SYSTEM;
@@ -247,25 +228,18 @@ host_work_t *host_work_new(work_kind_t kind)
     host_work_t *w = calloc(1, sizeof(*w));
     if (w)
         w->kind = kind;
-    else
-        snprintf(host_last_err, sizeof(host_last_err), "out of memory (a work item)");
     return w;
 }
 
 static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, host_event_t **ret)
 {
     uint32_t blk = event / EV_BLOCK;
-    if (blk >= EV_MAX_BLOCKS) {
-        snprintf(host_last_err, sizeof(host_last_err), "event %u: past the %u events of a rank",
-                 event, EV_BLOCK * EV_MAX_BLOCKS);
+    if (blk >= EV_MAX_BLOCKS)
         return OVL_ERR_LIMIT;
-    }
     if (!r->ev_blocks[blk]) {
         r->ev_blocks[blk] = calloc(EV_BLOCK, sizeof(host_event_t));
-        if (!r->ev_blocks[blk]) {
-            snprintf(host_last_err, sizeof(host_last_err), "events: out of memory");
+        if (!r->ev_blocks[blk])
             return OVL_ERR_NOMEM;
-        }
     }
     *ret = &r->ev_blocks[blk][event % EV_BLOCK];
     return OVL_OK;
@@ -335,7 +309,7 @@ ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         r->reserve = w;
     }
     if (!r->reserve || host_stream_get(r, 0, &s0) != OVL_OK) {
-        snprintf(err, errlen, "%s", !r->reserve ? "out of memory" : host_last_err);
+        snprintf(err, errlen, "%s", !r->reserve ? "out of memory" : "cannot start stream 0");
         close(ret_db->fd);
         host_rank_destroy(b, r); /* undoes all of the above */
         return OVL_ERR_NOMEM;
