@@ -296,6 +296,15 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
     return OVL_OK;
 }
 
+/* Puts the device before the words of cuda_last_err (cuBLASLt's do not
+ * name it). */
+static void last_err_on_device(const struct ovld_rank *r)
+{
+    char words[sizeof(cuda_last_err)];
+    memcpy(words, cuda_last_err, sizeof(words));
+    snprintf(cuda_last_err, sizeof(cuda_last_err), "device %d: %s", r->dev->ordinal, words);
+}
+
 static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what)
 {
     if (cr == CUDA_SUCCESS)
@@ -347,11 +356,10 @@ ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint
 ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
     USE_DEVICE(r);
-    char words[200];
     ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
-                                   OVLD_LT_WORKSPACE, args, words, sizeof(words));
+                                   OVLD_LT_WORKSPACE, args, cuda_last_err, sizeof(cuda_last_err));
     if (st != OVL_OK)
-        snprintf(cuda_last_err, sizeof(cuda_last_err), "device %d: %s", r->dev->ordinal, words);
+        last_err_on_device(r);
     return st;
 }
 
