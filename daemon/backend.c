@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "backend.h"
-#include "log.h"
 
 int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len)
 {
@@ -22,14 +21,15 @@ int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t l
 }
 
 ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
-                                 void *done_arg, ovld_backend_t **ret, char *err, size_t errlen)
+                                 void *done_arg, const ovld_reporter_t *report,
+                                 ovld_backend_t **ret, char *err, size_t errlen)
 {
     switch (cfg->backend) {
     case OVLD_BACKEND_HOST:
-        return ovld_backend_host_create(loop, cfg, done_cb, done_arg, ret, err, errlen);
+        return ovld_backend_host_create(loop, cfg, done_cb, done_arg, report, ret, err, errlen);
     case OVLD_BACKEND_CUDA:
 #ifdef OVL_HAVE_CUDA
-        return ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, ret, err, errlen);
+        return ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, report, ret, err, errlen);
 #else
         snprintf(err, errlen, "backend = cuda, but this ovld was built without CUDA");
         return OVL_ERR_UNSUPPORTED;
@@ -39,13 +39,14 @@ ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld
     {
         char why[256] = "";
         ovl_status_t st =
-            ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, ret, why, sizeof(why));
+            ovld_backend_cuda_create(loop, cfg, done_cb, done_arg, report, ret, why, sizeof(why));
         if (st == OVL_OK)
             return OVL_OK;
-        log_info("no usable GPU (%s): using the host backend", why);
+        /* Not a failure: auto asked for whichever backend works. */
+        ovld_report(report, OVLD_REPORT_INFO, "no usable GPU (%s): using the host backend", why);
     }
 #endif
-        return ovld_backend_host_create(loop, cfg, done_cb, done_arg, ret, err, errlen);
+        return ovld_backend_host_create(loop, cfg, done_cb, done_arg, report, ret, err, errlen);
     }
     snprintf(err, errlen, "unknown backend %d", (int)cfg->backend);
     return OVL_ERR_CONFIG;

@@ -13,6 +13,15 @@
  * comment says otherwise. Calls that enqueue work return once it is queued;
  * the work's completion is reported by ovld_backend_ops.done through the
  * completion callback given to the constructor, on the loop thread.
+ *
+ * Words: a backend logs nothing. A call that fails returns its status and
+ * says why, naming the library call and its error, where the caller gets
+ * it: the err buffer of the calls that have one, last_error for the enqueue
+ * primitives, the message of job_setup's callback and of a completion. The
+ * caller that answers a client logs the failure once, with the client's
+ * message. What answers no request (a stuck op, a failed teardown, MPS not
+ * running) goes to the reporter given to the constructor (report.h), from
+ * whichever thread sees it.
  */
 #ifndef OVLD_BACKEND_H
 #define OVLD_BACKEND_H
@@ -26,6 +35,7 @@
 #include "config.h"
 #include "gemm_args.h" /* ovld_view_t, ovld_gemm_args_t */
 #include "ovl.h"
+#include "report.h"
 #include "uuid.h" /* OVLD_UUID_LEN, ovld_uuid_format (proto/, shared with ovlctl) */
 
 #define OVLD_IPC_HANDLE_MAX 64 /* bytes: cudaIpcMemHandle_t is 64 */
@@ -88,17 +98,20 @@ typedef struct ovld_backend_ops {
 
     /* Memory. import may block (IPC opens): where the backend says so
      * (import_blocking) the caller runs it on a worker thread. release never
-     * blocks the caller: a backend whose release blocks defers it. */
+     * blocks the caller: a backend whose release blocks defers it. A failed
+     * import says why in err (the client's words: what was wrong with the
+     * memory, or the call that failed). */
     bool import_blocking;
     ovl_status_t (*mem_import)(ovld_backend_t *b, const ovld_mem_import_t *imp,
-                               ovld_bmem_t **ret_mem, void **ret_ptr);
+                               ovld_bmem_t **ret_mem, void **ret_ptr, char *err, size_t errlen);
     /* may_block: the caller is a worker thread and wants the mapping gone
      * when this returns (a client about to free the memory waits for it). */
     void (*mem_release)(ovld_backend_t *b, ovld_bmem_t *mem, bool may_block);
 
-    /* Ranks: streams, events and the doorbell of one rank on one device. */
+    /* Ranks: streams, events and the doorbell of one rank on one device.
+     * A failure says why in err (the caller names the device). */
     ovl_status_t (*rank_create)(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                                ovld_doorbell_export_t *ret_db);
+                                ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
     void (*rank_destroy)(ovld_backend_t *b, ovld_rank_t *rank);
     /* What a job's ranks need together (CUDA: one NCCL communicator per
      * rank, created in one group), prepared off the loop thread; cb runs on
@@ -116,9 +129,10 @@ typedef struct ovld_backend_ops {
     void (*job_teardown)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
     /* Scratch for the gathered A, grown when too small; valid until the next
      * call for a larger size or rank_destroy. Never called while the rank
-     * has work queued that reads the previous scratch. */
+     * has work queued that reads the previous scratch. A failure says why
+     * in err. */
     ovl_status_t (*rank_scratch)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t bytes,
-                                 void **ret_ptr);
+                                 void **ret_ptr, char *err, size_t errlen);
 
     /* Enqueue primitives. With issue_parallel, exec.c may call all of them
      * but done and allgather for different ranks from different threads at
@@ -149,7 +163,8 @@ typedef struct ovld_backend_ops {
                  const char *message, void *cookie);
     /* The words of the last enqueue call that failed on the calling thread
      * (naming the library call), for the op's error message; NULL where
-     * there are none. */
+     * there are none. Every failure of an enqueue primitive (and of
+     * reserve_events) sets them, so that they never name an older one. */
     const char *(*last_error)(ovld_backend_t *b);
     /* Imports that found their mapping already open (hits) and that opened
      * one (misses), since start; NULL where every import maps anew. */
@@ -158,21 +173,28 @@ typedef struct ovld_backend_ops {
 
 struct ovld_backend {
     const ovld_backend_ops_t *ops;
+    ovld_reporter_t report; /* the constructor's; reports from any thread */
 };
 
-/* Constructors. done_cb runs on the loop thread. */
+/* Constructors. done_cb runs on the loop thread; report (copied; NULL: drop
+ * reports) may be called from any thread, from the constructor on until the
+ * backend is freed. */
 ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      ovld_done_cb done_cb, void *done_arg,
+                                      const ovld_reporter_t *report, ovld_backend_t **ret,
                                       char *err, size_t errlen);
 #ifdef OVL_HAVE_CUDA
 ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      ovld_done_cb done_cb, void *done_arg,
+                                      const ovld_reporter_t *report, ovld_backend_t **ret,
                                       char *err, size_t errlen);
 #endif
 
-/* Picks the backend the config asks for (auto: cuda where a GPU answers). */
+/* Picks the backend the config asks for (auto: cuda where a GPU answers;
+ * why not, reported at INFO). */
 ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
-                                 void *done_arg, ovld_backend_t **ret, char *err, size_t errlen);
+                                 void *done_arg, const ovld_reporter_t *report,
+                                 ovld_backend_t **ret, char *err, size_t errlen);
 
 /* The index of the device with this UUID, or -1. */
 int ovld_backend_device_by_uuid(ovld_backend_t *b, const uint8_t *uuid, size_t len);

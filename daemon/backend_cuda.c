@@ -166,7 +166,8 @@ static void cuda_destroy(ovld_backend_t *b)
 }
 
 ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      ovld_done_cb done_cb, void *done_arg,
+                                      const ovld_reporter_t *report, ovld_backend_t **ret,
                                       char *err, size_t errlen)
 {
     (void)cfg;
@@ -187,6 +188,8 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
         return OVL_ERR_NOMEM;
     }
     cb->base.ops = &cuda_ops;
+    if (report)
+        cb->base.report = *report;
     cb->loop = loop;
     pthread_mutex_init(&cb->ipc_mu, NULL);
     if (ovl_cudrv_load(&cb->drv, err, errlen) != 0)
@@ -209,10 +212,11 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
             mps = 0;
         dev->info.mps = mps != 0;
         if (!mps)
-            log_warn("device %d (%s): MPS is not running: the GPU will time-slice between "
-                     "ovld's context and every client's, and each op will wait for a time "
-                     "slice (about 2 ms); start nvidia-cuda-mps-control (docs/performance.md)",
-                     i, prop.name);
+            ovld_report(&cb->base.report, OVLD_REPORT_WARN,
+                        "device %d (%s): MPS is not running: the GPU will time-slice between "
+                        "ovld's context and every client's, and each op will wait for a time "
+                        "slice (about 2 ms); start nvidia-cuda-mps-control (docs/performance.md)",
+                        i, prop.name);
         if (ovld_lt_create(&dev->lt, err, errlen) != OVL_OK)
             goto fail;
         cb->ndev++;
@@ -224,7 +228,8 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
                 continue;
             ce = cudaDeviceEnablePeerAccess(p, 0);
             if (ce != cudaSuccess && ce != cudaErrorPeerAccessAlreadyEnabled)
-                log_warn("peer access %d -> %d: %s", i, p, cudaGetErrorString(ce));
+                ovld_report(&cb->base.report, OVLD_REPORT_WARN, "peer access %d -> %d: %s", i, p,
+                            cudaGetErrorString(ce));
             (void)cudaGetLastError();
         }
     }
@@ -235,7 +240,8 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     uv_timer_init(loop, &cb->watchdog);
     cb->watchdog.data = cb;
     uv_timer_start(&cb->watchdog, cuda_on_watchdog, WATCHDOG_MS, WATCHDOG_MS);
-    log_info("CUDA backend: %u device%s", cb->ndev, cb->ndev == 1 ? "" : "s");
+    ovld_report(&cb->base.report, OVLD_REPORT_INFO, "CUDA backend: %u device%s", cb->ndev,
+                cb->ndev == 1 ? "" : "s");
     *ret = &cb->base;
     return OVL_OK;
 fail:

@@ -98,7 +98,8 @@ static const ovld_backend_ops_t host_ops = {
 };
 
 ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
-                                      ovld_done_cb done_cb, void *done_arg, ovld_backend_t **ret,
+                                      ovld_done_cb done_cb, void *done_arg,
+                                      const ovld_reporter_t *report, ovld_backend_t **ret,
                                       char *err, size_t errlen)
 {
     host_backend_t *hb = calloc(1, sizeof(*hb));
@@ -107,6 +108,8 @@ ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
         return OVL_ERR_NOMEM;
     }
     hb->base.ops = &host_ops;
+    if (report)
+        hb->base.report = *report;
     hb->ndevices = cfg->host_devices;
     struct sysinfo si;
     hb->device_memory = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;

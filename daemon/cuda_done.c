@@ -72,7 +72,8 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
     cuda_backend_t *cb = r->cb;
     cudaStream_t s = r->streams[stream];
     CUresult cr = CUDA_SUCCESS;
-    if (cuda_set_device(r->cb, r->dev) != OVL_OK)
+    bool nodev = cuda_set_device(r->cb, r->dev) != OVL_OK; /* its words: cuda_last_err */
+    if (nodev)
         cr = CUDA_ERROR_INVALID_CONTEXT;
     /* The first failure's status and op; later failures leave them be. */
     if (cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written) {
@@ -99,8 +100,9 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
     cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
-        log_error("out of memory tracking op %" PRIu64, seq);
-        cb->cq.cb(cb->cq.arg, cookie, seq, OVL_ERR_NOMEM, "ovld: out of memory");
+        char msg[80];
+        snprintf(msg, sizeof(msg), "ovld: out of memory tracking op %" PRIu64, seq);
+        cb->cq.cb(cb->cq.arg, cookie, seq, OVL_ERR_NOMEM, msg);
         return;
     }
     d->rank = r;
@@ -113,9 +115,13 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
     snprintf(d->node.message, sizeof(d->node.message), "%s", message ? message : "");
     if (cr != CUDA_SUCCESS) {
         d->node.status = OVL_ERR_BACKEND;
-        snprintf(d->node.message, sizeof(d->node.message),
-                 "cannot ring the doorbell (cuStreamWriteValue64): %s",
-                 ovl_cudrv_strerror(&cb->drv, cr));
+        if (nodev)
+            snprintf(d->node.message, sizeof(d->node.message), "cannot ring the doorbell: %s",
+                     cuda_last_err);
+        else
+            snprintf(d->node.message, sizeof(d->node.message),
+                     "cannot ring the doorbell (cuStreamWriteValue64): %s",
+                     ovl_cudrv_strerror(&cb->drv, cr));
         /* The GPU cannot ring: the CPU does, so that the client's waits
          * end and report the error. */
         if (r->db) {
@@ -189,10 +195,11 @@ static void restore_release(struct ovld_rank *r)
         __atomic_store_n(slot, r->release_value, __ATOMIC_RELEASE);
         if (!r->release_undone) {
             r->release_undone = true;
-            log_warn("device %d: a released rank's doorbell was written below op %" PRIu64
-                     " after its client left (a process keeps the page mapped); ovld "
-                     "releases it again",
-                     r->dev->ordinal, d->node.seq);
+            ovld_report(&r->cb->base.report, OVLD_REPORT_WARN,
+                        "device %d: a released rank's doorbell was written below op %" PRIu64
+                        " after its client left (a process keeps the page mapped); ovld "
+                        "releases it again",
+                        r->dev->ordinal, d->node.seq);
         }
     }
 }
@@ -229,20 +236,22 @@ void cuda_on_watchdog(uv_timer_t *t)
                 /* Not an error yet: a client may hold its stream on purpose.
                  * But a stream that never moves again is worth a line. */
                 d->warned = true;
-                log_warn("device %d: op %" PRIu64 " not done after %" PRIu64
-                         " s (its event: %s; its ready slot holds %" PRIu64
-                         "): it waits for its client's ready, or for a peer",
-                         r->dev->ordinal, d->node.seq,
-                         (uint64_t)((now - d->issued_ns) / 1000000000u),
-                         d->ev ? cudaGetErrorString(cudaEventQuery(d->ev)) : "none",
-                         __atomic_load_n(&r->db->ready_slot[d->node.seq % OVL_READY_SLOTS],
-                                         __ATOMIC_RELAXED));
+                ovld_report(&cb->base.report, OVLD_REPORT_WARN,
+                            "device %d: op %" PRIu64 " not done after %" PRIu64
+                            " s (its event: %s; its ready slot holds %" PRIu64
+                            "): it waits for its client's ready, or for a peer",
+                            r->dev->ordinal, d->node.seq,
+                            (uint64_t)((now - d->issued_ns) / 1000000000u),
+                            d->ev ? cudaGetErrorString(cudaEventQuery(d->ev)) : "none",
+                            __atomic_load_n(&r->db->ready_slot[d->node.seq % OVL_READY_SLOTS],
+                                            __ATOMIC_RELAXED));
             }
             if (why && atomic_compare_exchange_strong(&d->state, &expect, 2)) {
+                /* The op's completion carries it: job.c logs it once, with
+                 * what the client gets. */
                 d->node.status = OVL_ERR_BACKEND;
-                snprintf(d->node.message, sizeof(d->node.message), "%s", why);
-                log_error("device %d: op %" PRIu64 " failed: %s", r->dev->ordinal, d->node.seq,
-                          why);
+                snprintf(d->node.message, sizeof(d->node.message), "device %d: %s", r->dev->ordinal,
+                         why);
                 ovld_cq_push(&cb->cq, &d->node);
             }
         }

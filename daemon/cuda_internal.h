@@ -30,7 +30,6 @@
 #include "completion.h"
 #include "cuda_gemm.h"
 #include "cudrv.h"
-#include "log.h"
 #include "plan.h"
 
 typedef struct cuda_backend cuda_backend_t;
@@ -54,7 +53,7 @@ typedef struct cuda_done {
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
     _Atomic int refs;  /* the delivery, and the host function while it is queued */
-    bool warned;       /* logged as slow (loop thread) */
+    bool warned;       /* reported as slow (loop thread) */
     struct cuda_done *prev, *next;
 } cuda_done_t;
 
@@ -88,7 +87,7 @@ struct ovld_rank {
     /* Released (its client gone): the value every slot must hold, kept in
      * ovld's memory, since the page is the client's to write too. */
     uint64_t release_value; /* 0: not released */
-    bool release_undone;    /* a slot was found written after the release (logged once) */
+    bool release_undone;    /* a slot was found written after the release (reported once) */
     struct ovld_rank *next;
 };
 
@@ -110,11 +109,15 @@ struct cuda_backend {
 
 /* ------------------------------------------------- errors, in one place */
 
-/* The last enqueue failure of this thread, in words (backend_cuda.c). */
+/* The last enqueue failure of this thread, in words (backend_cuda.c). Every
+ * failure of an enqueue primitive writes it: last_error must never hand
+ * back an older failure's words. */
 extern _Thread_local char cuda_last_err[256];
 
-/* Logs a failed CUDA call and keeps its words for the op's error message
- * (exec.c asks through last_error), then returns OVL_ERR_BACKEND. */
+/* Keeps the words of a failed CUDA call for the op's error message (exec.c
+ * asks through last_error; job.c logs the message once), then returns
+ * OVL_ERR_BACKEND. Nothing is logged here: the backend only reports what
+ * answers no request (report.h). */
 #define CUDA_TRY(cb, call, what)                                                                   \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -122,7 +125,6 @@ extern _Thread_local char cuda_last_err[256];
             (void)(cb);                                                                            \
             snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s: %s", (what), #call,            \
                      cudaGetErrorString(e_));                                                      \
-            log_error("%s", cuda_last_err);                                                        \
             return OVL_ERR_BACKEND;                                                                \
         }                                                                                          \
     } while (0)
@@ -150,7 +152,7 @@ void cuda_work_done(cuda_backend_t *cb);
 
 /* cuda_mem.c */
 ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ovld_bmem_t **ret_mem,
-                             void **ret_ptr);
+                             void **ret_ptr, char *err, size_t errlen);
 void cuda_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 void cuda_mem_cache_stats(ovld_backend_t *b, uint64_t *hits, uint64_t *misses);
 
@@ -160,10 +162,11 @@ void cuda_rank_free_resources(struct ovld_rank *r);
 /* Takes the rank off its backend's list (loop thread). */
 void cuda_rank_unlink(struct ovld_rank *r);
 ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                              ovld_doorbell_export_t *ret_db);
+                              ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
 void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
 void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
-ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr);
+ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
+                               char *err, size_t errlen);
 ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n);
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);

@@ -30,17 +30,28 @@ struct ovld_bmem {
 /* ---------------------------------------------------------------- memory */
 
 ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ovld_bmem_t **ret_mem,
-                             void **ret_ptr)
+                             void **ret_ptr, char *err, size_t errlen)
 {
     cuda_backend_t *cb = (cuda_backend_t *)b;
     if (imp->fd >= 0)
         close(imp->fd); /* CUDA buffers come as IPC handles, never as fds */
-    if (imp->fd >= 0 || !imp->ipc || imp->ipc_len != sizeof(cudaIpcMemHandle_t) ||
-        imp->device < 0 || (uint32_t)imp->device >= cb->ndev)
+    if (imp->fd >= 0 || !imp->ipc || imp->ipc_len != sizeof(cudaIpcMemHandle_t)) {
+        if (imp->fd >= 0)
+            snprintf(err, errlen, "the CUDA backend maps CUDA IPC handles, not memfds");
+        else
+            snprintf(err, errlen, "a CUDA IPC handle is %zu bytes, not %zu",
+                     sizeof(cudaIpcMemHandle_t), imp->ipc ? imp->ipc_len : 0);
         return OVL_ERR_INVALID;
+    }
+    if (imp->device < 0 || (uint32_t)imp->device >= cb->ndev) {
+        snprintf(err, errlen, "the memory is on no device of ovld's");
+        return OVL_ERR_INVALID;
+    }
     ovld_bmem_t *m = calloc(1, sizeof(*m));
-    if (!m)
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
         return OVL_ERR_NOMEM;
+    }
     ovl_status_t st = OVL_OK;
     pthread_mutex_lock(&cb->ipc_mu);
     ipc_entry_t *e = cb->ipc;
@@ -57,21 +68,25 @@ ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ov
         ipc_entry_t *ne = calloc(1, sizeof(*ne));
         if (!ne) {
             free(m);
+            snprintf(err, errlen, "out of memory");
             return OVL_ERR_NOMEM;
         }
         cudaIpcMemHandle_t h;
         memcpy(&h, imp->ipc, sizeof(h));
         /* In the context of the GPU that reads it (API-NOTES 3.1). */
+        const char *what = "cudaSetDevice";
         cudaError_t ce = cudaSetDevice(cb->devs[imp->device].ordinal);
-        if (ce == cudaSuccess)
+        if (ce == cudaSuccess) {
+            what = "cudaIpcOpenMemHandle";
             ce = cudaIpcOpenMemHandle(&ne->ptr, h, cudaIpcMemLazyEnablePeerAccess);
+        }
         CUdeviceptr base = 0;
         size_t size = 0;
         if (ce == cudaSuccess &&
             cb->drv.mem_get_address_range(&base, &size, (CUdeviceptr)ne->ptr) != CUDA_SUCCESS)
             size = 0;
         if (ce != cudaSuccess) {
-            log_warn("cudaIpcOpenMemHandle on device %d: %s", imp->device, cudaGetErrorString(ce));
+            snprintf(err, errlen, "%s on device %d: %s", what, imp->device, cudaGetErrorString(ce));
             free(ne);
             free(m);
             return OVL_ERR_BACKEND;
@@ -106,7 +121,8 @@ ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ov
      * handle names: ovld's own copies and GEMMs are bounded by this. */
     uint64_t end;
     if (__builtin_add_overflow(imp->ipc_offset, imp->bytes, &end) || end > e->size) {
-        log_warn("device %d: registration of %" PRIu64 " bytes at offset %" PRIu64
+        snprintf(err, errlen,
+                 "device %d: registration of %" PRIu64 " bytes at offset %" PRIu64
                  " exceeds its allocation of %zu bytes",
                  imp->device, imp->bytes, imp->ipc_offset, e->size);
         m->entry = e;
@@ -132,8 +148,11 @@ static void release_run(uv_work_t *req)
     cuda_backend_t *cb = w->cb;
     if (cudaSetDevice(cb->devs[w->entry->device].ordinal) == cudaSuccess) {
         cudaError_t ce = cudaIpcCloseMemHandle(w->entry->ptr);
+        /* release has no status to give back (a deregistration succeeds
+         * regardless): what went wrong is reported. */
         if (ce != cudaSuccess)
-            log_warn("cudaIpcCloseMemHandle: %s", cudaGetErrorString(ce));
+            ovld_report(&cb->base.report, OVLD_REPORT_WARN, "cudaIpcCloseMemHandle: %s",
+                        cudaGetErrorString(ce));
     }
     free(w->entry);
 }

@@ -156,7 +156,8 @@ static void teardown_run(uv_work_t *req)
         ncclResult_t e = cudaSetDevice(rk->dev->ordinal) == cudaSuccess ? ncclCommFinalize(rk->nccl)
                                                                         : ncclUnhandledCudaError;
         if (e != ncclSuccess && e != ncclInProgress)
-            log_warn("device %d: ncclCommFinalize: %s", rk->dev->ordinal, ncclGetErrorString(e));
+            ovld_report(&w->cb->base.report, OVLD_REPORT_WARN, "device %d: ncclCommFinalize: %s",
+                        rk->dev->ordinal, ncclGetErrorString(e));
     }
     for (uint32_t i = 0; i < w->n; i++) {
         struct ovld_rank *rk = w->ranks[i];
@@ -169,11 +170,13 @@ static void teardown_run(uv_work_t *req)
             r = q;
         ncclResult_t e = r == ncclSuccess ? ncclCommDestroy(rk->nccl) : ncclCommAbort(rk->nccl);
         if (r != ncclSuccess)
-            log_warn("device %d: the job's communicator failed (%s): aborted", rk->dev->ordinal,
-                     ncclGetErrorString(r));
+            ovld_report(&w->cb->base.report, OVLD_REPORT_WARN,
+                        "device %d: the job's communicator failed (%s): aborted", rk->dev->ordinal,
+                        ncclGetErrorString(r));
         if (e != ncclSuccess)
-            log_warn("device %d: %s: %s", rk->dev->ordinal,
-                     r == ncclSuccess ? "ncclCommDestroy" : "ncclCommAbort", ncclGetErrorString(e));
+            ovld_report(&w->cb->base.report, OVLD_REPORT_WARN, "device %d: %s: %s",
+                        rk->dev->ordinal, r == ncclSuccess ? "ncclCommDestroy" : "ncclCommAbort",
+                        ncclGetErrorString(e));
         rk->nccl = NULL;
     }
     for (uint32_t i = 0; i < w->n; i++) {
@@ -351,7 +354,6 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *part
                  "NCCL all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
                  r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
                                      : ncclGetErrorString(r));
-        log_error("%s", cuda_last_err);
         return OVL_ERR_BACKEND;
     }
     return OVL_OK;

@@ -22,9 +22,10 @@
 
 /* Frees what a rank holds. Teardown goes on past a failed CUDA call (a
  * stream that failed still has memory to give back); the first failure is
- * logged with the call's name. Host memory is always freed; without the
- * device's context, what lives there (and the host page's registration,
- * with its mapping) is left rather than half-freed. */
+ * reported (no request waits for it) with the call's name. Host memory is
+ * always freed; without the device's context, what lives there (and the
+ * host page's registration, with its mapping) is left rather than
+ * half-freed. */
 void cuda_rank_free_resources(struct ovld_rank *r)
 {
     const char *what = NULL;
@@ -72,19 +73,24 @@ void cuda_rank_free_resources(struct ovld_rank *r)
     if (r->db_fd >= 0)
         close(r->db_fd);
     if (what)
-        log_warn("device %d: releasing a rank: %s: %s%s", r->dev->ordinal, what,
-                 cudaGetErrorString(first), dev ? "" : " (its device memory is left)");
+        ovld_report(&r->cb->base.report, OVLD_REPORT_WARN, "device %d: releasing a rank: %s: %s%s",
+                    r->dev->ordinal, what, cudaGetErrorString(first),
+                    dev ? "" : " (its device memory is left)");
 }
 
 ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                              ovld_doorbell_export_t *ret_db)
+                              ovld_doorbell_export_t *ret_db, char *err, size_t errlen)
 {
     cuda_backend_t *cb = (cuda_backend_t *)b;
-    if (device >= cb->ndev)
+    if (device >= cb->ndev) {
+        snprintf(err, errlen, "no such device (the CUDA backend has %u)", cb->ndev);
         return OVL_ERR_NOT_FOUND;
+    }
     struct ovld_rank *r = calloc(1, sizeof(*r));
-    if (!r)
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
         return OVL_ERR_NOMEM;
+    }
     r->cb = cb;
     r->dev = &cb->devs[device];
     r->db_fd = -1;
@@ -133,7 +139,7 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         }
     }
     if (ce != cudaSuccess) {
-        log_error("device %u: %s: %s", device, what, cudaGetErrorString(ce));
+        snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(ce));
         cuda_rank_free_resources(r);
         free(r);
         return st;
@@ -141,7 +147,7 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     memset(ret_db, 0, sizeof(*ret_db));
     ret_db->fd = fcntl(r->db_fd, F_DUPFD_CLOEXEC, 0);
     if (ret_db->fd < 0) {
-        log_error("device %u: dup of the doorbell: %s", device, strerror(errno));
+        snprintf(err, errlen, "dup of the doorbell: %s", strerror(errno));
         cuda_rank_free_resources(r);
         free(r);
         return OVL_ERR_SYSTEM;
@@ -171,7 +177,8 @@ void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     while (r->inflight) { /* cannot happen: jobs end when their ops are done */
         cuda_done_t *d = r->inflight;
         r->inflight = d->next;
-        log_error("rank destroyed with op %" PRIu64 " in flight", d->node.seq);
+        ovld_report(&r->cb->base.report, OVLD_REPORT_ERROR,
+                    "rank destroyed with op %" PRIu64 " in flight", d->node.seq);
     }
     cuda_rank_free_resources(r);
     free(r);
@@ -190,12 +197,15 @@ void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
     r->release_value = ovl_doorbell_release_slots(r->db, seq_hi);
 }
 
-ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr)
+ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
+                               char *err, size_t errlen)
 {
     (void)b;
     if (bytes > r->scratch_bytes) {
-        if (cuda_set_device(r->cb, r->dev) != OVL_OK)
+        if (cuda_set_device(r->cb, r->dev) != OVL_OK) {
+            snprintf(err, errlen, "%s", cuda_last_err);
             return OVL_ERR_BACKEND;
+        }
         /* Between ops of this rank (the job grows scratch only once its ops
          * are done), and before any launch of the op that needs it. Freed
          * only when nothing of the rank is left on the GPU: with an op in
@@ -208,8 +218,8 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
              * the job grow scratch. Delivered means the GPU is past it. */
             for (cuda_done_t *dn = r->inflight; dn; dn = dn->next)
                 if (atomic_load(&dn->state) == 0) {
-                    log_error("device %d: scratch cannot grow while ops are in flight",
-                              r->dev->ordinal);
+                    snprintf(err, errlen, "device %d: scratch cannot grow while ops are in flight",
+                             r->dev->ordinal);
                     return OVL_ERR_INTERNAL;
                 }
             for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
@@ -217,20 +227,30 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
                     continue;
                 cudaError_t q = cudaStreamQuery(r->streams[i]);
                 if (q == cudaErrorNotReady) {
-                    log_error("device %d: scratch cannot grow while stream %u is busy",
-                              r->dev->ordinal, i);
+                    snprintf(err, errlen, "device %d: scratch cannot grow while stream %u is busy",
+                             r->dev->ordinal, i);
                     return OVL_ERR_INTERNAL;
                 }
-                CUDA_TRY(r->cb, q, "scratch");
+                if (q != cudaSuccess) {
+                    snprintf(err, errlen, "device %d: cudaStreamQuery (stream %u): %s",
+                             r->dev->ordinal, i, cudaGetErrorString(q));
+                    return OVL_ERR_BACKEND;
+                }
             }
-            CUDA_TRY(r->cb, cudaFree(r->scratch), "scratch");
+            cudaError_t ce = cudaFree(r->scratch);
+            if (ce != cudaSuccess) {
+                snprintf(err, errlen, "device %d: cudaFree (the smaller scratch): %s",
+                         r->dev->ordinal, cudaGetErrorString(ce));
+                return OVL_ERR_BACKEND;
+            }
             r->scratch = NULL;
             r->scratch_bytes = 0;
         }
         void *p;
         cudaError_t ce = cudaMalloc(&p, bytes);
         if (ce != cudaSuccess) {
-            log_error("scratch of %" PRIu64 " bytes: %s", bytes, cudaGetErrorString(ce));
+            snprintf(err, errlen, "device %d: cudaMalloc: %s", r->dev->ordinal,
+                     cudaGetErrorString(ce));
             return ce == cudaErrorMemoryAllocation ? OVL_ERR_NOMEM : OVL_ERR_BACKEND;
         }
         r->scratch = p;
@@ -248,11 +268,16 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
         uint32_t n = r->nevents ? r->nevents : 16;
         while (n <= event)
             n *= 2;
-        if (n > 65536)
+        if (n > 65536) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err),
+                     "event %u: past the 65536 events of a rank", event);
             return OVL_ERR_LIMIT;
+        }
         cudaEvent_t *ne = realloc(r->events, n * sizeof(*ne));
-        if (!ne)
+        if (!ne) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "events: out of memory");
             return OVL_ERR_NOMEM;
+        }
         r->events = ne;
         if (cuda_set_device(r->cb, r->dev) != OVL_OK)
             return OVL_ERR_BACKEND;
@@ -260,7 +285,8 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
             cudaError_t ce = cudaEventCreateWithFlags(&r->events[i], cudaEventDisableTiming);
             if (ce != cudaSuccess) {
                 r->nevents = i;
-                log_error("cudaEventCreateWithFlags: %s", cudaGetErrorString(ce));
+                snprintf(cuda_last_err, sizeof(cuda_last_err), "cudaEventCreateWithFlags: %s",
+                         cudaGetErrorString(ce));
                 return OVL_ERR_BACKEND;
             }
         }
@@ -270,13 +296,21 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, cudaEvent_t *
     return OVL_OK;
 }
 
+/* Puts the device before the words of cuda_last_err (cuBLASLt's do not
+ * name it). */
+static void last_err_on_device(const struct ovld_rank *r)
+{
+    char words[sizeof(cuda_last_err)];
+    memcpy(words, cuda_last_err, sizeof(words));
+    snprintf(cuda_last_err, sizeof(cuda_last_err), "device %d: %s", r->dev->ordinal, words);
+}
+
 static ovl_status_t drv_check(struct ovld_rank *r, CUresult cr, const char *what)
 {
     if (cr == CUDA_SUCCESS)
         return OVL_OK;
     snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: %s", what,
              ovl_cudrv_strerror(&r->cb->drv, cr));
-    log_error("%s", cuda_last_err);
     return OVL_ERR_BACKEND;
 }
 
@@ -325,7 +359,7 @@ ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *
     ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
                                    OVLD_LT_WORKSPACE, args, cuda_last_err, sizeof(cuda_last_err));
     if (st != OVL_OK)
-        log_error("device %d: %s", r->dev->ordinal, cuda_last_err);
+        last_err_on_device(r);
     return st;
 }
 

@@ -14,9 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-
-/* An op whose threads have not issued it after this long is reported, with
+/* An op whose threads have not issued it after this long is reported (the
+ * pool's reporter: no request waits for the words, the op goes on), with
  * the stacks of the threads still at it (SIGUSR2, daemon/stall.c). */
 #define EXEC_SLOW_MS 3000
 
@@ -345,6 +344,7 @@ struct ovld_exec_pool {
     bool stopping;
     pthread_t *threads; /* every thread made, joined by ovld_exec_pool_destroy */
     uint32_t nthreads, cap;
+    ovld_reporter_t report; /* read-only */
 };
 
 static void *pool_main(void *arg)
@@ -374,11 +374,13 @@ static void *pool_main(void *arg)
     return NULL;
 }
 
-ovl_status_t ovld_exec_pool_create(ovld_exec_pool_t **ret_pool)
+ovl_status_t ovld_exec_pool_create(const ovld_reporter_t *report, ovld_exec_pool_t **ret_pool)
 {
     ovld_exec_pool_t *pool = calloc(1, sizeof(*pool));
     if (!pool)
         return OVL_ERR_NOMEM;
+    if (report)
+        pool->report = *report;
     if (pthread_mutex_init(&pool->mu, NULL) != 0) {
         free(pool);
         return OVL_ERR_SYSTEM;
@@ -471,7 +473,7 @@ static bool parallel_fits(const ovld_exec_op_t *op)
 /* Waits (under mu) until the pool's threads are done with the run; one that
  * takes longer than EXEC_SLOW_MS is said, with where each rank stands, and
  * the stacks of the threads still issuing are asked for. */
-static void exec_wait_pool(xrun_t *x)
+static void exec_wait_pool(xrun_t *x, const ovld_reporter_t *report)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -489,10 +491,11 @@ static void exec_wait_pool(xrun_t *x)
             if (x->stopped[r])
                 continue;
             const ovl_plan_t *p = x->op->ranks[r].plan;
-            log_warn("op %llu: rank %u still issuing instruction %zu (%s) after %d ms%s",
-                     (unsigned long long)x->op->seq, r, x->pc[r],
-                     x->pc[r] < p->ninstr ? ovl_instr_name(p->instr[x->pc[r]].kind) : "-",
-                     EXEC_SLOW_MS, x->sleeping[r] ? ", waiting for another rank" : "");
+            ovld_report(report, OVLD_REPORT_WARN,
+                        "op %llu: rank %u still issuing instruction %zu (%s) after %d ms%s",
+                        (unsigned long long)x->op->seq, r, x->pc[r],
+                        x->pc[r] < p->ninstr ? ovl_instr_name(p->instr[x->pc[r]].kind) : "-",
+                        EXEC_SLOW_MS, x->sleeping[r] ? ", waiting for another rank" : "");
             if (x->tid[r] > 0)
                 syscall(SYS_tgkill, (long)getpid(), x->tid[r], SIGUSR2);
         }
@@ -534,7 +537,7 @@ static ovl_status_t exec_parallel(ovld_exec_pool_t *pool, ovld_backend_t *b,
     }
     xrank(&x, 0);
     pthread_mutex_lock(&x.mu);
-    exec_wait_pool(&x);
+    exec_wait_pool(&x, &pool->report);
     pthread_mutex_unlock(&x.mu);
     pthread_mutex_destroy(&x.mu);
     pthread_cond_destroy(&x.cv);
@@ -572,7 +575,8 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
     for (uint32_t r = 0; r < op->world; r++) {
         ovl_status_t st = b->ops->reserve_events(op->ranks[r].rank, maxev + OVL_PLAN_MAX_STREAMS);
         if (st != OVL_OK) {
-            snprintf(err, errlen, "executor: events: %s", ovl_strerror(st));
+            const char *why = b->ops->last_error ? b->ops->last_error(b) : NULL;
+            snprintf(err, errlen, "executor: events: %s", why && why[0] ? why : ovl_strerror(st));
             for (uint32_t q = 0; q < op->world; q++)
                 b->ops->done(op->ranks[q].rank, 0, op->seq, st, err, op->ranks[q].cookie);
             return st;

@@ -41,10 +41,12 @@ typedef struct ovld_exec_op {
 
 /* The threads that issue ranks in parallel: made as needed (one per rank
  * beyond the first of the largest op), kept, and joined when the pool is
- * destroyed. Owned by the daemon's context; no hidden global. */
+ * destroyed. Owned by the daemon's context; no hidden global. report
+ * (copied; NULL: dropped) hears of an op whose threads are slow to issue
+ * it (WARN, from the thread that runs ovld_exec_run). */
 typedef struct ovld_exec_pool ovld_exec_pool_t;
 
-ovl_status_t ovld_exec_pool_create(ovld_exec_pool_t **ret_pool);
+ovl_status_t ovld_exec_pool_create(const ovld_reporter_t *report, ovld_exec_pool_t **ret_pool);
 /* Stops and joins every thread. No ovld_exec_run may be in progress (it
  * returns only once its threads are done with the op). Accepts NULL. */
 void ovld_exec_pool_destroy(ovld_exec_pool_t *pool);

@@ -127,10 +127,11 @@ struct host_backend {
 
 /* host_rank.c: ranks */
 ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                              ovld_doorbell_export_t *ret_db);
+                              ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
 void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
 void host_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
-ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr);
+ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
+                               char *err, size_t errlen);
 /* host_rank.c: streams and their work items */
 /* The rank's stream, its thread started on first use. */
 ovl_status_t host_stream_get(struct ovld_rank *r, uint32_t stream, host_stream_t **ret);
@@ -153,7 +154,7 @@ void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
 
 /* host_mem.c */
 ovl_status_t host_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ovld_bmem_t **ret_mem,
-                             void **ret_ptr);
+                             void **ret_ptr, char *err, size_t errlen);
 void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 
 /* host_coll.c */

@@ -248,37 +248,54 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, host_event_t 
 /* ------------------------------------------------------------ the ops */
 
 ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
-                              ovld_doorbell_export_t *ret_db)
+                              ovld_doorbell_export_t *ret_db, char *err, size_t errlen)
 {
     host_backend_t *hb = (host_backend_t *)b;
-    if (device >= hb->ndevices)
+    if (device >= hb->ndevices) {
+        snprintf(err, errlen, "no such device (the host backend has %u)", hb->ndevices);
         return OVL_ERR_NOT_FOUND;
+    }
     struct ovld_rank *r = calloc(1, sizeof(*r));
-    if (!r)
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
         return OVL_ERR_NOMEM;
+    }
     r->hb = hb;
     r->device = device;
     r->db_fd = -1;
     ovl_status_t st = OVL_ERR_SYSTEM;
+    int e = 0;
     pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
+    int rc = pthread_condattr_init(&ca);
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_condattr_init: %s", strerror(rc));
         goto fail_free;
-    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    }
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (rc == 0)
         rc = pthread_cond_init(&r->idle_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (rc != 0)
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_cond_init: %s", strerror(rc));
         goto fail_free;
-    if (pthread_mutex_init(&r->err_mu, NULL) != 0) {
+    }
+    if ((rc = pthread_mutex_init(&r->err_mu, NULL)) != 0) {
+        snprintf(err, errlen, "pthread_mutex_init: %s", strerror(rc));
         pthread_cond_destroy(&r->idle_cv);
         goto fail_free;
     }
-    if (ovl_doorbell_create(&r->db, &r->db_fd) != OVL_OK)
+    if (ovl_doorbell_create(&r->db, &r->db_fd) != OVL_OK) {
+        e = errno;
+        snprintf(err, errlen, "the doorbell (memfd_create, ftruncate, mmap): %s", strerror(e));
         goto fail;
+    }
     memset(ret_db, 0, sizeof(*ret_db));
     ret_db->fd = fcntl(r->db_fd, F_DUPFD_CLOEXEC, 0);
-    if (ret_db->fd < 0)
+    if (ret_db->fd < 0) {
+        e = errno;
+        snprintf(err, errlen, "dup of the doorbell: %s", strerror(e));
         goto fail;
+    }
     ret_db->offset = 0;
     /* Stream 0 rings done: its thread exists from the start, and a few done
      * items wait in reserve, so that ringing never needs resources. */
@@ -292,6 +309,7 @@ ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         r->reserve = w;
     }
     if (!r->reserve || host_stream_get(r, 0, &s0) != OVL_OK) {
+        snprintf(err, errlen, "%s", !r->reserve ? "out of memory" : "cannot start stream 0");
         close(ret_db->fd);
         host_rank_destroy(b, r); /* undoes all of the above */
         return OVL_ERR_NOMEM;
@@ -308,6 +326,7 @@ fail:
     pthread_cond_destroy(&r->idle_cv);
 fail_free:
     free(r);
+    errno = e; /* the caller may say more of a system call's errno (ENOMEM: memory maps) */
     return st;
 }
 
@@ -379,17 +398,24 @@ static bool rank_wait_idle(struct ovld_rank *r)
     return idle;
 }
 
-ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr)
+ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
+                               char *err, size_t errlen)
 {
     (void)b;
-    if (bytes > SIZE_MAX)
+    if (bytes > SIZE_MAX) {
+        snprintf(err, errlen, "more than this machine can address");
         return OVL_ERR_LIMIT;
+    }
     if (bytes > r->scratch_bytes) {
-        if (r->scratch && !rank_wait_idle(r))
+        if (r->scratch && !rank_wait_idle(r)) {
+            snprintf(err, errlen, "cannot grow while the rank's streams still run (after 2 s)");
             return OVL_ERR_INTERNAL;
+        }
         void *p = malloc((size_t)bytes);
-        if (!p)
+        if (!p) {
+            snprintf(err, errlen, "malloc: out of memory");
             return OVL_ERR_NOMEM;
+        }
         free(r->scratch);
         r->scratch = p;
         r->scratch_bytes = (size_t)bytes;

@@ -285,14 +285,15 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     m->next_seq = 1;
     m->window = js->cfg->max_ops_in_flight;
     errno = 0;
-    st = js->backend->ops->rank_create(js->backend, dev, &m->brank, ret_db);
+    char why[160] = "";
+    st = js->backend->ops->rank_create(js->backend, dev, &m->brank, ret_db, why, sizeof(why));
     if (st != OVL_OK) {
-        /* a system call's errno says why (ENOMEM from mmap: the process is
-         * out of memory maps, vm.max_map_count) */
+        /* The backend's words say why; without them, a system call's errno
+         * (ENOMEM from mmap: the process is out of memory maps) */
         int e = errno;
-        snprintf(err, errlen, "device %u: cannot set up the rank: %s%s%s%s", dev, ovl_strerror(st),
-                 st == OVL_ERR_SYSTEM && e ? ": " : "",
-                 st == OVL_ERR_SYSTEM && e ? strerror(e) : "",
+        snprintf(err, errlen, "device %u: cannot set up the rank: %s%s%s%s", dev,
+                 why[0] ? why : ovl_strerror(st), st == OVL_ERR_SYSTEM && e && !why[0] ? ": " : "",
+                 st == OVL_ERR_SYSTEM && e && !why[0] ? strerror(e) : "",
                  st == OVL_ERR_SYSTEM && e == ENOMEM
                      ? " (out of memory maps? see vm.max_map_count and max_mappings)"
                      : "");

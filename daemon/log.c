@@ -60,3 +60,16 @@ void ovld_log(ovld_log_level_t level, const char *fmt, ...)
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
 }
+
+void ovld_log_report(void *arg, ovld_report_level_t level, const char *msg)
+{
+    (void)arg;
+    static const ovld_log_level_t to_log[OVLD_REPORT_COUNT] = {
+        [OVLD_REPORT_ERROR] = OVLD_LOG_ERROR,
+        [OVLD_REPORT_WARN] = OVLD_LOG_WARN,
+        [OVLD_REPORT_INFO] = OVLD_LOG_INFO,
+        [OVLD_REPORT_DEBUG] = OVLD_LOG_DEBUG,
+    };
+    /* A level out of range is a bug in the reporter: still worth a line. */
+    ovld_log((unsigned)level < OVLD_REPORT_COUNT ? to_log[level] : OVLD_LOG_ERROR, "%s", msg);
+}

@@ -326,14 +326,17 @@ int main(int argc, char **argv)
     d->start_ns = ovl_mono_ns();
     ovld_stats_reset(&d->counters.total, d->start_ns);
     ovld_stats_reset(&d->counters.window, d->start_ns);
-    ovl_status_t st = ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, &d->jobs, &d->backend,
-                                          err, sizeof(err));
+    /* What the backend and the executor see that answers no request goes
+     * to the log. */
+    const ovld_reporter_t to_log = {.fn = ovld_log_report, .arg = NULL};
+    ovl_status_t st = ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, &d->jobs, &to_log,
+                                          &d->backend, err, sizeof(err));
     if (st != OVL_OK) {
         log_error("cannot start the %s backend: %s", ovld_backend_kind_name(d->cfg.backend), err);
         report_ready(&ready_fd, 1);
         return 1;
     }
-    st = ovld_exec_pool_create(&d->exec_pool);
+    st = ovld_exec_pool_create(&to_log, &d->exec_pool);
     if (st != OVL_OK) {
         log_error("cannot set up the issuing threads: %s", ovl_strerror(st));
         report_ready(&ready_fd, 1);

@@ -37,16 +37,18 @@ typedef struct ovld_sub {
 
 typedef struct ovld_op {
     uint64_t seq;
-    uint32_t nin;    /* ranks whose submission is in */
-    uint32_t nrung;  /* ranks whose done was (or will be) rung */
-    uint32_t ndone;  /* of those, ranks whose done came back */
-    bool issued;     /* run or failed: doorbells rung */
-    bool windowed;   /* counted in j->running until its completions are in */
-    bool refusal;    /* one rank's submission refused: never matched by seq */
-    bool ringing;    /* its doorbells are being rung: completions that come
-                        back at once (a backend out of memory) are counted,
-                        and the ringer ends the op (op_rung) */
-    ovl_status_t st; /* why it fails, if it does */
+    uint32_t nin;     /* ranks whose submission is in */
+    uint32_t nrung;   /* ranks whose done was (or will be) rung */
+    uint32_t ndone;   /* of those, ranks whose done came back */
+    bool issued;      /* run or failed: doorbells rung */
+    bool windowed;    /* counted in j->running until its completions are in */
+    bool refusal;     /* one rank's submission refused: never matched by seq */
+    bool rung_failed; /* its doorbells were rung with its error (op_fail, or
+                         the executor failed): their completions say nothing new */
+    bool ringing;     /* its doorbells are being rung: completions that come
+                         back at once (a backend out of memory) are counted,
+                         and the ringer ends the op (op_rung) */
+    ovl_status_t st;  /* why it fails, if it does */
     char msg[256];
     /* what every rank must agree on, from the first submission */
     uint64_t m, n, k;
@@ -89,6 +91,7 @@ static void op_rung(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
 static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
 {
     op->issued = true;
+    op->rung_failed = true;
     if (!op->refusal) {
         snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
         log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
@@ -146,10 +149,12 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
                      "internal error: scratch would grow under %u running ops", j->running);
             return OVL_ERR_INTERNAL;
         }
-        st = js->backend->ops->rank_scratch(js->backend, x->rank, scratch, &x->g.ptr);
+        char why[160] = "";
+        st = js->backend->ops->rank_scratch(js->backend, x->rank, scratch, &x->g.ptr, why,
+                                            sizeof(why));
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
-                     scratch, ovl_strerror(st));
+                     scratch, why[0] ? why : ovl_strerror(st));
             return st;
         }
         x->g.ld = op->k;
@@ -256,6 +261,7 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     if (st != OVL_OK) {
         /* the executor rang every doorbell with the error */
         op->st = st;
+        op->rung_failed = true;
         snprintf(op->msg, sizeof(op->msg), "%s", err);
         log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, err);
     } else {
@@ -383,11 +389,15 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
 static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op,
                        uint64_t seq, ovl_status_t status, const char *message)
 {
-    if (status != OVL_OK && op->st == OVL_OK) {
-        op->st = status;
-        snprintf(op->msg, sizeof(op->msg), "%s", message);
-        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", seq, message);
+    if (status != OVL_OK && !op->rung_failed) {
+        /* A failure the backend found on this rank (each rank's is news,
+         * logged once here): the first one is the op's. */
         log_error("job '%s': op %" PRIu64 " failed on rank %u: %s", j->id, seq, m->rank, message);
+        if (op->st == OVL_OK) {
+            op->st = status;
+            snprintf(op->msg, sizeof(op->msg), "%s", message);
+            snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", seq, message);
+        }
     }
     if (++op->ndone < op->nrung || !op->issued || op->ringing)
         return;

@@ -106,7 +106,14 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     ovl_status_t st = ovld_job_join(&c->d->jobs, &jd, &m, &db, err, sizeof(err));
     if (st != OVL_OK) {
         free(k);
-        log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
+        /* A refusal for the client's own reasons is news at info; one
+         * because ovld or the device failed is a warning. */
+        bool ours = st == OVL_ERR_BACKEND || st == OVL_ERR_SYSTEM || st == OVL_ERR_NOMEM ||
+                    st == OVL_ERR_INTERNAL;
+        if (ours)
+            log_warn("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
+        else
+            log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
         ovld_reply_error(c, id, st, "%s", err);
         return;
     }
@@ -172,13 +179,15 @@ typedef struct import_work {
     uint64_t client_addr;
     ovld_reg_t *reg;
     ovl_status_t st;
+    char err[200]; /* the backend's words for a failure */
 } import_work_t;
 
 static void import_run(uv_work_t *req)
 {
     import_work_t *w = req->data;
     ovld_backend_t *b = w->c->d->backend;
-    w->st = b->ops->mem_import(b, &w->imp, (ovld_bmem_t **)&w->reg->bmem, &w->reg->ptr);
+    w->st = b->ops->mem_import(b, &w->imp, (ovld_bmem_t **)&w->reg->bmem, &w->reg->ptr, w->err,
+                               sizeof(w->err));
 }
 
 static void import_finish(import_work_t *w)
@@ -206,15 +215,19 @@ static void import_finish(import_work_t *w)
         ovld_reply(c, &r, NULL, 0);
     } else {
         ovld_buf_discard(reg, false);
-        if (!c->closing) {
-            const char *why =
-                w->st == OVL_ERR_PERMISSION ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
-                : w->st == OVL_ERR_RANGE    ? "range lies outside the memory passed"
-                : w->st == OVL_ERR_BACKEND  ? "the backend cannot map it (see ovld's log)"
-                                            : ovl_strerror(w->st);
+        const char *why = w->err[0] ? w->err /* the backend's own words */
+                          : w->st == OVL_ERR_PERMISSION
+                              ? "memory must be a sealed memfd (F_SEAL_SHRINK)"
+                          : w->st == OVL_ERR_RANGE   ? "range lies outside the memory passed"
+                          : w->st == OVL_ERR_BACKEND ? "the backend cannot map it"
+                                                     : ovl_strerror(w->st);
+        /* Logged once, here, with the words the client gets. */
+        log_info("client %" PRIu64 " (pid %d, uid %u): cannot register %" PRIu64 " bytes: %s%s",
+                 c->id, (int)c->pid, (unsigned)c->uid, w->imp.bytes, why,
+                 c->closing ? " (the client is gone)" : "");
+        if (!c->closing)
             ovld_reply_error(c, w->id, w->st, "cannot register %" PRIu64 " bytes: %s", w->imp.bytes,
                              why);
-        }
     }
     free(w);
 }

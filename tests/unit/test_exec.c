@@ -502,7 +502,7 @@ static void test_handmade_plans(void **state)
 static int pool_setup(void **state)
 {
     (void)state;
-    return ovld_exec_pool_create(&g_pool) == OVL_OK ? 0 : -1;
+    return ovld_exec_pool_create(NULL, &g_pool) == OVL_OK ? 0 : -1;
 }
 
 static int pool_teardown(void **state)
