@@ -1,6 +1,6 @@
 """Helpers for ovl's Python integration tests: a real ovld on a temporary
 socket, bounded waits, and a tiny test runner that prints one line per test
-and a closing 'N passed, N failed' line."""
+and a closing 'N passed, N failed, N skipped' line."""
 import json
 import os
 import signal
@@ -204,18 +204,27 @@ def frame(body: bytes) -> bytes:
     return b"OVL1" + len(body).to_bytes(4, "little") + body
 
 
+class Skip(Exception):
+    """Raised by a test that cannot run here (its reason is printed): it
+    is counted as skipped, never as passed."""
+
+
 def run_tests(tests):
-    """Runs test functions in order; prints a summary line; exits 1 on failure."""
-    passed = failed = 0
+    """Runs test functions in order; prints one line each and a summary
+    line; exits 1 on failure."""
+    passed = failed = skipped = 0
     for t in tests:
         start = time.monotonic()
         try:
             t()
             passed += 1
             print("PASS %-40s %.2f s" % (t.__name__, time.monotonic() - start), flush=True)
+        except Skip as e:
+            skipped += 1
+            print("SKIP %-40s %s" % (t.__name__, e), flush=True)
         except Exception:
             failed += 1
             print("FAIL %s" % t.__name__, flush=True)
             traceback.print_exc()
-    print("%d passed, %d failed" % (passed, failed))
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
     sys.exit(1 if failed else 0)
