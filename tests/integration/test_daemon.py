@@ -90,43 +90,84 @@ def read_all(s):
     return data
 
 
+def varint(n):
+    """A protobuf varint; a negative int32 as protobuf writes it (10 bytes)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def error_frame(status, message):
+    """The frame of a Response that carries only an Error (id 0): what ovld
+    sends before it closes a connection whose bytes it cannot take."""
+    msg = message.encode()
+    err = b"\x08" + varint(status) + b"\x12" + varint(len(msg)) + msg
+    return frame(b"\x12" + varint(len(err)) + err)
+
+
+OVL_ERR_PROTOCOL, OVL_ERR_LIMIT = -4, -12
+
+
 def test_garbage_and_oversized_frames():
+    """Bytes ovld cannot take (not a frame, a length over max_frame_bytes,
+    a body that is not a Request): one Error frame, then the end of that
+    connection only, and one warning in the log that names the client and
+    why; a client that hangs up in the middle of a frame is closed without
+    a warning. ovld then counts only the connection that asks."""
     d = Daemon()
     try:
-        # garbage: bad magic
-        s = raw(d)
-        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        reply = read_all(s)
-        s.close()
-        assert reply[:4] in (b"", b"OVL1"), reply
-        # a length prefix of 0xFFFFFFFF
-        s = raw(d)
-        s.sendall(b"OVL1" + b"\xff\xff\xff\xff")
-        reply = read_all(s)
-        s.close()
-        assert reply.startswith(b"OVL1"), reply          # an Error frame, then closed
-        assert b"max_frame_bytes" in reply, reply
-        # one byte over the 1 MiB default
-        s = raw(d)
-        s.sendall(b"OVL1" + (1024 * 1024 + 1).to_bytes(4, "little"))
-        reply = read_all(s)
-        s.close()
-        assert b"max_frame_bytes" in reply, reply
-        # a frame that is not a protobuf message
-        s = raw(d)
-        s.sendall(frame(b"\xff\xff\xff\xff\xff"))
-        reply = read_all(s)
-        s.close()
-        assert b"malformed" in reply, reply
+        cases = [
+            (b"GET / HTTP/1.0\r\n\r\n", OVL_ERR_PROTOCOL, "bad frame header (magic)"),
+            (b"OVL1" + b"\xff\xff\xff\xff", OVL_ERR_LIMIT,
+             "frame larger than max_frame_bytes (1048576)"),
+            (b"OVL1" + (1024 * 1024 + 1).to_bytes(4, "little"), OVL_ERR_LIMIT,
+             "frame larger than max_frame_bytes (1048576)"),
+            (frame(b"\xff\xff\xff\xff\xff"), OVL_ERR_PROTOCOL, "malformed request"),
+        ]
+        for payload, st, why in cases:
+            s = raw(d)
+            s.sendall(payload)
+            reply = read_all(s)
+            s.close()
+            assert reply == error_frame(st, why), (payload, reply)
         # a frame cut off half-way, then the client goes away
         s = raw(d)
         s.sendall(b"OVL1" + (100).to_bytes(4, "little") + b"x" * 10)
         s.close()
-        # the daemon is alive and answers the next client
-        s = status(d)
-        assert s["pid"] == d.proc.pid
-        log = d.log_text()
-        assert "closing the connection" in log, log
+        # the daemon is alive and answers the next client, which is all it
+        # has: the half frame's connection is closed by then
+        deadline = time.monotonic() + 10
+        while True:
+            st = status(d)
+            if st["connections"] == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert st["pid"] == d.proc.pid and st["connections"] == 1, st
+        # ovld's log: this process's connections, each closed once, why
+        me = os.getpid()
+        msgs = log_messages(d)
+        ids = [int(m.group(1)) for m in (re.fullmatch(r"client (\d+): connected \(pid %d, uid "
+                                                      r"%d, gid %d\)" % (me, os.getuid(),
+                                                                           os.getgid()), x)
+                                         for x in msgs) if m]
+        # Daemon.wait_ready's probe, then the five raw connections
+        assert len(ids) == 6 and ids == sorted(ids), msgs
+        closed = {}
+        for x in msgs:
+            m = re.fullmatch(r"client (\d+) \(pid %d\): closed: (.*)" % me, x)
+            if m:
+                assert int(m.group(1)) not in closed, "closed twice: %r" % x
+                closed[int(m.group(1))] = m.group(2)
+        hung_up = "client closed the connection"
+        assert closed == dict(zip(ids, [hung_up] + [why for _, _, why in cases] + [hung_up])), (
+            closed, msgs)
+        warned = [m for m in log_messages(d, "warn") if m.startswith("client ")]
+        assert warned == ["client %d (pid %d, uid %d): %s; closing the connection" % (
+            i, me, os.getuid(), why) for i, (_, _, why) in zip(ids[1:], cases)], warned
         assert d.stop() == 0
     finally:
         d.cleanup()
