@@ -18,8 +18,8 @@ import socket
 import subprocess
 import time
 
-from ovltest import (DEMO, OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages,
-                     long_demo, run_tests, wait_job_going)
+from ovltest import (OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, long_demo,
+                     run_tests, wait_job_going)
 
 
 def status(d):
@@ -173,28 +173,52 @@ def test_garbage_and_oversized_frames():
         d.cleanup()
 
 
-def test_sigterm_removes_socket():
-    d = Daemon()
-    try:
-        assert os.path.exists(d.socket)
-        assert d.stop(signal.SIGTERM) == 0
-        assert not os.path.exists(d.socket), "socket left behind"
-    finally:
-        d.cleanup()
-
-
 def test_sigint_during_work():
-    """SIGINT while clients run ops: in-flight work finishes, exit 0."""
+    """SIGINT while a 2-rank job has ops in flight: ovld logs it, stops
+    listening, fails the ops not yet issued (OVL_ERR_SHUTDOWN), lets the
+    issued ones finish (no 'still running' error), closes the connections,
+    removes its socket and exits 0, 'stopped' its last word. The ranks end
+    with one of libovl's exact messages for that."""
     d = Daemon()
     try:
-        demo = subprocess.Popen([DEMO, "-w", "2", "-m", "128", "-n", "128", "-k", "128",
-                                 "-i", "20", "-a", "ring"], env=d.env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
-        assert d.stop(signal.SIGINT) == 0
-        demo.communicate(timeout=60)
+        demo = long_demo(d, ["-m", "128", "-n", "128", "-k", "128"], "interrupted")
+        try:
+            wait_job_going(d, "interrupted", 5)
+            t0 = time.monotonic()
+            assert d.stop(signal.SIGINT) == 0, d.log_text()[-4000:]
+            assert time.monotonic() - t0 < 20, "SIGINT took %.1f s" % (time.monotonic() - t0)
+            out, err = demo.communicate(timeout=60)
+        finally:
+            if demo.poll() is None:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.communicate()
         assert not os.path.exists(d.socket)
-        assert "stopped" in d.log_text()
+        assert demo.returncode == 1, (demo.returncode, out, err)
+        why = demo_failed_row(out, "ring")
+        # client/libovl.c: an op failed by ovld (through CommCheck, or the
+        # CommCheck refused itself), ovld's last Error, or the connection
+        # closed under a call, or once the watcher gave ovld up
+        pid = d.proc.pid
+        words = (r"op \d+: ovld is shutting down|op \d+ failed: daemon shutting down|"
+                 r"ovld is shutting down|ovld closed the connection \((sending to ovld|"
+                 r"receiving from ovld|waiting for ops)\)|op \d+: ovld \(pid %d\) went away: "
+                 r"its connection closed( and it exited| \(whether it exited cannot be seen "
+                 r"from here\)); ops not done by then were not computed, and the waits on them "
+                 r"were released( \(ovld said: ovld is shutting down\))?" % pid)
+        assert re.fullmatch(words, why), (why, out, err)
+        msgs = log_messages(d)
+        i = msgs.index("received SIGINT")
+        m = re.fullmatch(r"stopping: no new connections; (\d+) ops in flight", msgs[i + 1])
+        # ops back to back, ovld's window full: there was work to drain
+        assert m and int(m.group(1)) > 0, msgs[i:i + 2]
+        assert msgs[-1] == "stopped", msgs[-20:]
+        ended = [x for x in msgs[i:] if x.startswith("job 'interrupted': ended after ")]
+        assert len(ended) == 1, msgs[i:]
+        # every op that failed, failed for the shutdown; nothing was left running
+        assert not log_messages(d, "error"), log_messages(d, "error")
+        failed = [x for x in msgs if re.match(r"job 'interrupted': op \d+ failed: ", x)]
+        assert all(re.fullmatch(r"job 'interrupted': op \d+ failed: ovld is shutting down", x)
+                   for x in failed), failed
     finally:
         d.cleanup()
 
@@ -296,6 +320,6 @@ def test_detaches_when_not_in_foreground():
 
 if __name__ == "__main__":
     run_tests([test_status_json_fields, test_garbage_and_oversized_frames,
-               test_sigterm_removes_socket, test_sigint_during_work,
+               test_sigint_during_work,
                test_stale_socket_and_second_daemon, test_sighup_reload,
                test_bad_command_line_and_config, test_detaches_when_not_in_foreground])
