@@ -18,8 +18,8 @@ import socket
 import subprocess
 import time
 
-from ovltest import (OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, long_demo,
-                     run_tests, wait_job_going)
+from ovltest import (OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, log_records,
+                     long_demo, run_tests, wait_job_going)
 
 
 def status(d):
@@ -224,30 +224,47 @@ def test_sigint_during_work():
 
 
 def test_stale_socket_and_second_daemon():
+    """A second ovld on a socket that a live one listens on refuses to start
+    (exit 1, one error line naming the socket) and leaves the first one
+    serving; once the first is killed, its socket file is stale and a new
+    ovld replaces it and serves there."""
     d = Daemon()
     try:
-        # a second ovld on the same socket refuses to start
-        p = subprocess.run([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
-                           capture_output=True, text=True, timeout=10)
-        assert p.returncode != 0 and "another daemon" in p.stderr, p
+        p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=10)
+        assert p.returncode == 1 and out == "", (p.returncode, out, err)
+        assert log_records(err, p.pid) == [
+            ("error", "another daemon is listening on %s" % d.socket)], err
+        assert status(d)["pid"] == d.proc.pid
         d.proc.kill()  # leaves a stale socket file behind
         d.proc.wait()
         assert os.path.exists(d.socket)
-        d2 = Daemon()
-        d2.stop()
-        d2.cleanup()
         # a new daemon replaces the stale file
-        p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
-        ok = False
-        while time.monotonic() < deadline and not ok:
-            r = subprocess.run([OVLCTL, "--socket", d.socket, "version"], capture_output=True)
-            ok = r.returncode == 0
-            time.sleep(0.05)
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(10) == 0
-        assert ok
+        log = os.path.join(d.dir, "second.log")
+        with open(log, "w") as f:
+            p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
+                                 stdout=f, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                r = subprocess.run([OVLCTL, "--socket", d.socket, "status", "--json"],
+                                   capture_output=True, text=True, timeout=10)
+                if r.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert r.returncode == 0 and json.loads(r.stdout)["pid"] == p.pid, r
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(10) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        with open(log) as f:
+            msgs = [m for lv, m in log_records(f.read(), p.pid) if lv != "debug"]
+        assert msgs[0] == "listening on %s" % d.socket, msgs
+        assert msgs[-1] == "stopped", msgs
+        assert not os.path.exists(d.socket)
     finally:
         d.cleanup()
 
