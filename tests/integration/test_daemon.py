@@ -269,25 +269,63 @@ def test_stale_socket_and_second_daemon():
         d.cleanup()
 
 
+PLAN_SHAPE = ["--world", "2", "--rank", "0", "-m", "64", "-n", "64", "-k", "64"]
+
+
+def daemon_plan(d):
+    """The plan ovld would run for PLAN_SHAPE (its defaults applied)."""
+    return d.run([OVLCTL, "plan", "--daemon", *PLAN_SHAPE], timeout=30).stdout
+
+
+def offline_plan(algo, chunks):
+    p = subprocess.run([OVLCTL, "plan", "--algo", algo, "--chunks", str(chunks), *PLAN_SHAPE],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == "", p
+    return p.stdout
+
+
+def sighup(d, cfg, text, level, message, timeout=5.0):
+    """Writes text to cfg, sends SIGHUP, and waits for one more `level` line
+    `message` in ovld's log."""
+    with open(cfg, "w") as f:
+        f.write(text)
+    before = log_messages(d, level).count(message)
+    d.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while log_messages(d, level).count(message) == before:
+        assert time.monotonic() < deadline, "no %s line %r after SIGHUP:\n%s" % (
+            level, message, d.log_text()[-4000:])
+        time.sleep(0.02)
+
+
 def test_sighup_reload():
-    d = Daemon(config="log_level = info\n")
+    """SIGHUP re-reads the file from ovld's defaults up: a good file is
+    taken whole (the plan ovld would run follows default_algo and
+    default_chunks, and a key no longer set is back to its default), a bad
+    one is refused whole with its error and the running configuration
+    kept, and settings fixed at start draw a warning and wait for a
+    restart while the rest is taken."""
+    d = Daemon(config="default_algo = ring\ndefault_chunks = 2\n")
     try:
-        cfg = os.path.join(d.dir, "ovld.conf")
-        with open(cfg, "w") as f:
-            f.write("log_level = debug\nmax_jobs = 7\n")
-        d.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while "configuration re-read" not in d.log_text() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert "configuration re-read" in d.log_text()
-        with open(cfg, "w") as f:
-            f.write("max_jobs = 0\n")
-        d.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while "keeping the running configuration" not in d.log_text() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert "ovld.conf:1: max_jobs" in d.log_text(), d.log_text()
-        assert status(d)["pid"] == d.proc.pid
+        cfg = os.path.realpath(os.path.join(d.dir, "ovld.conf"))
+        reread = "configuration re-read from %s" % cfg
+        assert daemon_plan(d) == offline_plan("ring", 2)
+        sighup(d, cfg, "default_algo = collective\ndefault_chunks = 3\n", "info", reread)
+        assert daemon_plan(d) == offline_plan("collective", 3)
+        # a bad line 2: line 1 is not taken either
+        sighup(d, cfg, "default_algo = naive\nmax_jobs = 0\n", "error",
+               "SIGHUP: %s:2: max_jobs: '0' is out of range 1..65536; keeping the running "
+               "configuration" % cfg)
+        assert daemon_plan(d) == offline_plan("collective", 3)
+        # host_devices waits for a restart; default_chunks is unset: 0 again
+        sighup(d, cfg, "default_algo = naive\nhost_devices = 2\n", "info", reread)
+        msgs = log_messages(d)
+        assert msgs[-2:] == ["SIGHUP: socket, socket_group, socket_mode, backend and "
+                             "host_devices take effect only at restart", reread], msgs[-4:]
+        assert daemon_plan(d) == offline_plan("naive", 0)
+        st = status(d)
+        assert st["pid"] == d.proc.pid and len(st["devices"]) == 8, st
+        assert log_messages(d).count(reread) == 2
         assert d.stop() == 0
     finally:
         d.cleanup()
