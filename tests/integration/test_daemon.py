@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 from ovltest import (OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, log_records,
@@ -331,22 +332,38 @@ def test_sighup_reload():
         d.cleanup()
 
 
+def ovld_run(*args):
+    p = subprocess.run([OVLD, *args], capture_output=True, text=True, timeout=10)
+    return p.returncode, p.stdout, p.stderr
+
+
 def test_bad_command_line_and_config():
-    p = subprocess.run([OVLD, "--no-such-flag"], capture_output=True, text=True, timeout=10)
-    assert p.returncode == 2
-    p = subprocess.run([OVLD, "--help"], capture_output=True, text=True, timeout=10)
-    assert p.returncode == 0 and "--socket" in p.stdout and "--config" in p.stdout
-    p = subprocess.run([OVLD, "--version"], capture_output=True, text=True, timeout=10)
-    assert p.returncode == 0 and p.stdout.startswith("ovld ")
-    d = Daemon()
-    d.stop()
-    cfg = os.path.join(d.dir, "bad.conf")
-    with open(cfg, "w") as f:
-        f.write("# comment\nsokcet = /tmp/x\n")
-    p = subprocess.run([OVLD, "--foreground", "--config", cfg], capture_output=True, text=True,
-                       timeout=10)
-    d.cleanup()
-    assert p.returncode == 2 and "bad.conf:2: unknown key 'sokcet'" in p.stderr, p.stderr
+    """ovld's command line: --help and --version on stdout, exit 0; an
+    unknown option, a stray argument or a bad value exits 2 with its exact
+    message (and the usage for the first two) on stderr; a bad
+    configuration file the same, naming file and line, before anything
+    starts."""
+    rc, helptext, err = ovld_run("--help")
+    assert rc == 0 and err == "" and helptext.startswith("Usage: ovld [OPTIONS]\n"), helptext
+    opts = re.findall(r"^  -(\w), --([\w-]+)", helptext, re.M)
+    assert opts == [("c", "config"), ("s", "socket"), ("b", "backend"), ("l", "log-level"),
+                    ("f", "foreground"), ("h", "help"), ("V", "version")], helptext
+    version, protocol = versions()
+    assert ovld_run("--version") == (0, "ovld %s (protocol %d)\n" % (version, protocol), "")
+    assert ovld_run("-V") == ovld_run("--version")
+    assert ovld_run("-h") == ovld_run("--help")
+    assert ovld_run("--no-such-flag") == (
+        2, "", "%s: unrecognized option '--no-such-flag'\n%s" % (OVLD, helptext))
+    assert ovld_run("extra") == (2, "", "ovld: unexpected argument 'extra'\n" + helptext)
+    assert ovld_run("--foreground", "--backend", "fpga") == (
+        2, "", "ovld: command line:1: backend: 'fpga' is not one of auto, host, cuda\n")
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        cfg = os.path.join(tmp, "bad.conf")
+        with open(cfg, "w") as f:
+            f.write("# comment\nsokcet = %s\n" % os.path.join(tmp, "ovld.sock"))
+        r = ovld_run("--foreground", "--config", cfg)
+        assert r == (2, "", "ovld: %s:2: unknown key 'sokcet'\n" % cfg), r
+        assert os.listdir(tmp) == ["bad.conf"]  # nothing started
 
 
 def test_detaches_when_not_in_foreground():
