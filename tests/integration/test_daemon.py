@@ -1,15 +1,16 @@
-"""ovld's life cycle: start on a temporary socket, `ovlctl status --json`,
-garbage and oversized frames on raw sockets (ovld logs why it closes each
-connection, and answers the next client), SIGINT with work in flight (exit
-0, the work drained, the socket removed), a second ovld on a live socket
-and a new one on a stale one, SIGHUP reload (taken, refused, and settings
-that wait for a restart), bad command lines and configuration files, and
-detaching.
+"""ovld's life cycle: start on a temporary socket, `ovlctl status --json`
+of an idle ovld, garbage and oversized frames on raw sockets (the Error
+ovld answers, the log line that says why it closed each connection, the
+next client served), SIGINT with work in flight (exit 0, the work
+drained, the socket removed), a second ovld on a live socket and a new one
+on a stale one, SIGHUP reload (taken, refused, and settings that wait for
+a restart), bad command lines and configuration files, and detaching.
 
-What the daemon answers on the wire to bad frames, SIGTERM's exit status
-and socket removal, and the Hello/Status fields through libovl are
-test_handshake.c's (test_bad_magic, test_oversized_length,
-test_malformed_body, test_sigterm_stops_cleanly, test_good_handshake)."""
+test_handshake.c covers the rest of the handshake through libovl and raw
+sockets: the same refusals after a Hello, the frame limit's boundary
+(test_frame_limit_boundary), SIGTERM with a job joined (exit 0, socket
+removed: test_sigterm_stops_cleanly), the Hello and Status fields
+(test_good_handshake)."""
 import json
 import os
 import re
@@ -392,6 +393,5 @@ def test_detaches_when_not_in_foreground():
 
 if __name__ == "__main__":
     run_tests([test_status_json_fields, test_garbage_and_oversized_frames,
-               test_sigint_during_work,
-               test_stale_socket_and_second_daemon, test_sighup_reload,
+               test_sigint_during_work, test_stale_socket_and_second_daemon, test_sighup_reload,
                test_bad_command_line_and_config, test_detaches_when_not_in_foreground])
