@@ -1,12 +1,13 @@
-"""ovlctl against a real ovld: the status table and JSON with a known job,
-plans (offline, compared with the planner's golden files, and --daemon),
-exit codes (0 ok, 1 daemon unreachable or refusing, 2 usage)."""
-import json
+"""ovlctl: plans (offline, compared with the planner's golden files, and
+--daemon against a real ovld), usage errors, versions, exit codes (0 ok,
+1 daemon unreachable or refusing, 2 usage).
+
+ovlctl status with a job, its table and JSON, are test_stats.py's
+(test_status_table_golden, test_json_fields_and_types)."""
 import os
 import subprocess
-import time
 
-from ovltest import DEMO, OVLCTL, Daemon, run_tests
+from ovltest import OVLCTL, Daemon, run_tests
 
 GOLDEN = os.environ.get("OVL_GOLDEN_DIR", os.path.join(os.path.dirname(__file__), "..", "golden"))
 PLAN_ARGS = ["--world", "4", "--rank", "1", "-m", "1024", "-k", "512", "-n", "256", "--chunks",
@@ -51,43 +52,6 @@ def test_unreachable_daemon_exit_1():
     assert p.returncode == 1 and "env.sock" in p.stderr
 
 
-def test_status_with_a_known_job():
-    d = Daemon(config="host_devices = 2\n")
-    try:
-        # two ranks that stay in their job for a while: many back-to-back ops
-        demo = subprocess.Popen([DEMO, "--job", "known-job", "-w", "2", "-m", "64", "-n", "64",
-                                 "-k", "64", "-d", "fp32", "-a", "naive", "-i", "400"],
-                                env=d.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        seen = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and demo.poll() is None:
-            s = json.loads(d.run([OVLCTL, "status", "--json"]).stdout)
-            if s["jobs"]:
-                seen = s
-                break
-            time.sleep(0.01)
-        out, err = demo.communicate(timeout=120)
-        assert demo.returncode == 0, out + err
-        assert seen is not None, "never saw the job in ovlctl status"
-        job = seen["jobs"][0]
-        assert job["id"] == "known-job" and job["world"] == 2
-        assert job["owner_uid"] == os.getuid()
-        assert job["state"] in ("forming", "ready")
-        ranks = sorted(c["rank"] for c in seen["clients"] if c["job"] == "known-job")
-        assert ranks in ([0], [1], [0, 1]), seen["clients"]
-        for c in seen["clients"]:
-            if c["job"] == "known-job":
-                assert c["name"] == "ovl-demo" and c["pid"] > 0
-        # the table for people names the same things
-        t = d.run([OVLCTL, "status"]).stdout
-        for word in ("DEVICES (2)", "JOBS (0)", "CLIENTS (1)", "host-0", "host-1", "backend:"):
-            assert word in t, t
-        assert d.stop() == 0
-    finally:
-        d.cleanup()
-
-
 def test_plan_from_daemon():
     d = Daemon(config="default_algo = collective\ndefault_chunks = 2\n")
     try:
@@ -106,5 +70,4 @@ def test_plan_from_daemon():
 
 if __name__ == "__main__":
     run_tests([test_plan_offline_matches_golden, test_plan_usage_errors,
-               test_unreachable_daemon_exit_1, test_status_with_a_known_job,
-               test_plan_from_daemon])
+               test_unreachable_daemon_exit_1, test_plan_from_daemon])
