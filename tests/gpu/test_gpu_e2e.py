@@ -167,7 +167,7 @@ def main():
             rc, d.log_text()[-6000:])
     tests.append(daemon_stops_cleanly)
     try:
-        run_tests(tests)  # prints "N passed, N failed" and exits
+        run_tests(tests)  # prints "N passed, N failed, N skipped" and exits
     finally:
         d.cleanup()
         print("total %.1f s" % (time.monotonic() - t0), flush=True)

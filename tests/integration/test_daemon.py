@@ -1,14 +1,27 @@
-"""ovld's life cycle: start on a temporary socket, `ovlctl status --json`,
-garbage and oversized frames on raw sockets (the daemon survives them and
-answers the next client), SIGTERM (exit 0, socket removed), SIGHUP reload."""
+"""ovld's life cycle: start on a temporary socket, `ovlctl status --json`
+of an idle ovld, garbage and oversized frames on raw sockets (the Error
+ovld answers, the log line that says why it closed each connection, the
+next client served), SIGINT with work in flight (exit 0, the work
+drained, the socket removed), a second ovld on a live socket and a new one
+on a stale one, SIGHUP reload (taken, refused, and settings that wait for
+a restart), bad command lines and configuration files, and detaching.
+
+test_handshake.c covers the rest of the handshake through libovl and raw
+sockets: the same refusals after a Hello, the frame limit's boundary
+(test_frame_limit_boundary), SIGTERM with a job joined (exit 0, socket
+removed: test_sigterm_stops_cleanly), the Hello and Status fields
+(test_good_handshake)."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
-from ovltest import DEMO, OVLCTL, OVLD, Daemon, frame, run_tests
+from ovltest import (OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, log_records,
+                     long_demo, run_tests, wait_job_going)
 
 
 def status(d):
@@ -16,27 +29,43 @@ def status(d):
     return json.loads(p.stdout)
 
 
+def versions():
+    """(version, protocol) that ovld --version and ovlctl version print for
+    themselves: the same build, so the same both."""
+    p = subprocess.run([OVLD, "--version"], capture_output=True, text=True, timeout=10)
+    m = re.fullmatch(r"ovld (\d+\.\d+\.\d+) \(protocol (\d+)\)\n", p.stdout)
+    assert p.returncode == 0 and p.stderr == "" and m, p
+    c = subprocess.run([OVLCTL, "--socket", "/nonexistent/ovld.sock", "version"],
+                       capture_output=True, text=True, timeout=10)
+    assert c.stdout.split("\n")[0] == "ovlctl %s (protocol %s)" % m.groups(), (c.stdout, p.stdout)
+    return m.group(1), int(m.group(2))
+
+
 def test_status_json_fields():
+    """`ovlctl status --json` of an idle ovld with 3 host devices: every
+    field exactly (the host memory size is the machine's, sysinfo's)."""
     d = Daemon(config="host_devices = 3\n")
     try:
         s = status(d)
-        assert s["pid"] == d.proc.pid, s
-        assert s["backend"] == "host"
-        assert s["socket"] == d.socket
-        assert s["config_file"].endswith("ovld.conf")
-        # the constant both were built with, as ovlctl reports its own
-        ours = d.run([OVLCTL, "version"]).stdout.split("\n")[0]
-        assert f"(protocol {s['protocol_version']})" in ours, (ours, s)
-        assert s["version"].count(".") == 2
-        assert s["uptime_s"] >= 0
-        assert s["connections"] == 1  # ovlctl itself
-        assert [x["index"] for x in s["devices"]] == [0, 1, 2]
-        for dev in s["devices"]:
-            assert dev["uuid"].startswith("HOST-") and len(dev["uuid"]) == 41, dev
-            assert dev["name"].startswith("host-") and dev["total_memory"] > 0
-        assert s["jobs"] == []
-        assert len(s["clients"]) == 1 and s["clients"][0]["name"] == "ovlctl"
-        assert s["clients"][0]["rank"] == -1
+        version, protocol = versions()
+        mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        assert 0 <= s.pop("uptime_s") < 60, s
+        clients = s.pop("clients")
+        assert s == {
+            "version": version, "protocol_version": protocol, "pid": d.proc.pid,
+            "backend": "host", "socket": d.socket,
+            "config_file": os.path.realpath(os.path.join(d.dir, "ovld.conf")),
+            "connections": 1,  # ovlctl itself
+            "restricted": False, "other_jobs": 0, "other_clients": 0,
+            "devices": [{"index": i, "uuid": "HOST-6f766c2d-686f-7374-0000-%012x" % i,
+                         "name": "host-%d" % i, "total_memory": mem, "streams": 0,
+                         "held_bytes": 0, "mps": False} for i in range(3)],
+            "jobs": []}, s
+        assert len(clients) == 1, clients
+        c = clients[0]
+        assert c.pop("id") > 0 and c.pop("pid") > 0, c
+        assert c == {"uid": os.getuid(), "gid": os.getgid(), "name": "ovlctl", "job": "",
+                     "rank": -1, "buffers": 0, "mapped_bytes": 0}, c
         assert d.stop() == 0
     finally:
         d.cleanup()
@@ -63,143 +92,279 @@ def read_all(s):
     return data
 
 
+def varint(n):
+    """A protobuf varint; a negative int32 as protobuf writes it (10 bytes)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def error_frame(status, message):
+    """The frame of a Response that carries only an Error (id 0): what ovld
+    sends before it closes a connection whose bytes it cannot take."""
+    msg = message.encode()
+    err = b"\x08" + varint(status) + b"\x12" + varint(len(msg)) + msg
+    return frame(b"\x12" + varint(len(err)) + err)
+
+
+OVL_ERR_PROTOCOL, OVL_ERR_LIMIT = -4, -12
+
+
 def test_garbage_and_oversized_frames():
+    """Bytes ovld cannot take (not a frame, a length over max_frame_bytes,
+    a body that is not a Request): one Error frame, then the end of that
+    connection only, and one warning in the log that names the client and
+    why; a client that hangs up in the middle of a frame is closed without
+    a warning. ovld then counts only the connection that asks."""
     d = Daemon()
     try:
-        # garbage: bad magic
-        s = raw(d)
-        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        reply = read_all(s)
-        s.close()
-        assert reply[:4] in (b"", b"OVL1"), reply
-        # a length prefix of 0xFFFFFFFF
-        s = raw(d)
-        s.sendall(b"OVL1" + b"\xff\xff\xff\xff")
-        reply = read_all(s)
-        s.close()
-        assert reply.startswith(b"OVL1"), reply          # an Error frame, then closed
-        assert b"max_frame_bytes" in reply, reply
-        # one byte over the 1 MiB default
-        s = raw(d)
-        s.sendall(b"OVL1" + (1024 * 1024 + 1).to_bytes(4, "little"))
-        reply = read_all(s)
-        s.close()
-        assert b"max_frame_bytes" in reply, reply
-        # a frame that is not a protobuf message
-        s = raw(d)
-        s.sendall(frame(b"\xff\xff\xff\xff\xff"))
-        reply = read_all(s)
-        s.close()
-        assert b"malformed" in reply, reply
+        cases = [
+            (b"GET / HTTP/1.0\r\n\r\n", OVL_ERR_PROTOCOL, "bad frame header (magic)"),
+            (b"OVL1" + b"\xff\xff\xff\xff", OVL_ERR_LIMIT,
+             "frame larger than max_frame_bytes (1048576)"),
+            (b"OVL1" + (1024 * 1024 + 1).to_bytes(4, "little"), OVL_ERR_LIMIT,
+             "frame larger than max_frame_bytes (1048576)"),
+            (frame(b"\xff\xff\xff\xff\xff"), OVL_ERR_PROTOCOL, "malformed request"),
+        ]
+        for payload, st, why in cases:
+            s = raw(d)
+            s.sendall(payload)
+            reply = read_all(s)
+            s.close()
+            assert reply == error_frame(st, why), (payload, reply)
         # a frame cut off half-way, then the client goes away
         s = raw(d)
         s.sendall(b"OVL1" + (100).to_bytes(4, "little") + b"x" * 10)
         s.close()
-        # the daemon is alive and answers the next client
-        s = status(d)
-        assert s["pid"] == d.proc.pid
-        log = d.log_text()
-        assert "closing the connection" in log, log
+        # the daemon is alive and answers the next client, which is all it
+        # has: the half frame's connection is closed by then
+        deadline = time.monotonic() + 10
+        while True:
+            st = status(d)
+            if st["connections"] == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert st["pid"] == d.proc.pid and st["connections"] == 1, st
+        # ovld's log: this process's connections, each closed once, why
+        me = os.getpid()
+        msgs = log_messages(d)
+        ids = [int(m.group(1)) for m in (re.fullmatch(r"client (\d+): connected \(pid %d, uid "
+                                                      r"%d, gid %d\)" % (me, os.getuid(),
+                                                                           os.getgid()), x)
+                                         for x in msgs) if m]
+        # Daemon.wait_ready's probe, then the five raw connections
+        assert len(ids) == 6 and ids == sorted(ids), msgs
+        closed = {}
+        for x in msgs:
+            m = re.fullmatch(r"client (\d+) \(pid %d\): closed: (.*)" % me, x)
+            if m:
+                assert int(m.group(1)) not in closed, "closed twice: %r" % x
+                closed[int(m.group(1))] = m.group(2)
+        hung_up = "client closed the connection"
+        assert closed == dict(zip(ids, [hung_up] + [why for _, _, why in cases] + [hung_up])), (
+            closed, msgs)
+        warned = [m for m in log_messages(d, "warn") if m.startswith("client ")]
+        assert warned == ["client %d (pid %d, uid %d): %s; closing the connection" % (
+            i, me, os.getuid(), why) for i, (_, _, why) in zip(ids[1:], cases)], warned
         assert d.stop() == 0
-    finally:
-        d.cleanup()
-
-
-def test_sigterm_removes_socket():
-    d = Daemon()
-    try:
-        assert os.path.exists(d.socket)
-        assert d.stop(signal.SIGTERM) == 0
-        assert not os.path.exists(d.socket), "socket left behind"
     finally:
         d.cleanup()
 
 
 def test_sigint_during_work():
-    """SIGINT while clients run ops: in-flight work finishes, exit 0."""
+    """SIGINT while a 2-rank job has ops in flight: ovld logs it, stops
+    listening, fails the ops not yet issued (OVL_ERR_SHUTDOWN), lets the
+    issued ones finish (no 'still running' error), closes the connections,
+    removes its socket and exits 0, 'stopped' its last word. The ranks end
+    with one of libovl's exact messages for that."""
     d = Daemon()
     try:
-        demo = subprocess.Popen([DEMO, "-w", "2", "-m", "128", "-n", "128", "-k", "128",
-                                 "-i", "20", "-a", "ring"], env=d.env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
-        assert d.stop(signal.SIGINT) == 0
-        demo.communicate(timeout=60)
+        demo = long_demo(d, ["-m", "128", "-n", "128", "-k", "128"], "interrupted")
+        try:
+            wait_job_going(d, "interrupted", 5)
+            t0 = time.monotonic()
+            assert d.stop(signal.SIGINT) == 0, d.log_text()[-4000:]
+            assert time.monotonic() - t0 < 20, "SIGINT took %.1f s" % (time.monotonic() - t0)
+            out, err = demo.communicate(timeout=60)
+        finally:
+            if demo.poll() is None:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.communicate()
         assert not os.path.exists(d.socket)
-        assert "stopped" in d.log_text()
+        assert demo.returncode == 1, (demo.returncode, out, err)
+        why = demo_failed_row(out, "ring")
+        # client/libovl.c: an op failed by ovld (through CommCheck, or the
+        # CommCheck refused itself), ovld's last Error, or the connection
+        # closed under a call, or once the watcher gave ovld up
+        pid = d.proc.pid
+        words = (r"op \d+: ovld is shutting down|op \d+ failed: daemon shutting down|"
+                 r"ovld is shutting down|ovld closed the connection \((sending to ovld|"
+                 r"receiving from ovld|waiting for ops)\)|op \d+: ovld \(pid %d\) went away: "
+                 r"its connection closed( and it exited| \(whether it exited cannot be seen "
+                 r"from here\)); ops not done by then were not computed, and the waits on them "
+                 r"were released( \(ovld said: ovld is shutting down\))?" % pid)
+        assert re.fullmatch(words, why), (why, out, err)
+        msgs = log_messages(d)
+        i = msgs.index("received SIGINT")
+        m = re.fullmatch(r"stopping: no new connections; (\d+) ops in flight", msgs[i + 1])
+        # ops back to back, ovld's window full: there was work to drain
+        assert m and int(m.group(1)) > 0, msgs[i:i + 2]
+        assert msgs[-1] == "stopped", msgs[-20:]
+        ended = [x for x in msgs[i:] if x.startswith("job 'interrupted': ended after ")]
+        assert len(ended) == 1, msgs[i:]
+        # every op that failed, failed for the shutdown; nothing was left running
+        assert not log_messages(d, "error"), log_messages(d, "error")
+        failed = [x for x in msgs if re.match(r"job 'interrupted': op \d+ failed: ", x)]
+        assert all(re.fullmatch(r"job 'interrupted': op \d+ failed: ovld is shutting down", x)
+                   for x in failed), failed
     finally:
         d.cleanup()
 
 
 def test_stale_socket_and_second_daemon():
+    """A second ovld on a socket that a live one listens on refuses to start
+    (exit 1, one error line naming the socket) and leaves the first one
+    serving; once the first is killed, its socket file is stale and a new
+    ovld replaces it and serves there."""
     d = Daemon()
     try:
-        # a second ovld on the same socket refuses to start
-        p = subprocess.run([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
-                           capture_output=True, text=True, timeout=10)
-        assert p.returncode != 0 and "another daemon" in p.stderr, p
+        p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=10)
+        assert p.returncode == 1 and out == "", (p.returncode, out, err)
+        assert log_records(err, p.pid) == [
+            ("error", "another daemon is listening on %s" % d.socket)], err
+        assert status(d)["pid"] == d.proc.pid
         d.proc.kill()  # leaves a stale socket file behind
         d.proc.wait()
         assert os.path.exists(d.socket)
-        d2 = Daemon()
-        d2.stop()
-        d2.cleanup()
         # a new daemon replaces the stale file
-        p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
-        ok = False
-        while time.monotonic() < deadline and not ok:
-            r = subprocess.run([OVLCTL, "--socket", d.socket, "version"], capture_output=True)
-            ok = r.returncode == 0
-            time.sleep(0.05)
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(10) == 0
-        assert ok
+        log = os.path.join(d.dir, "second.log")
+        with open(log, "w") as f:
+            p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", d.socket],
+                                 stdout=f, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                r = subprocess.run([OVLCTL, "--socket", d.socket, "status", "--json"],
+                                   capture_output=True, text=True, timeout=10)
+                if r.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert r.returncode == 0 and json.loads(r.stdout)["pid"] == p.pid, r
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(10) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        with open(log) as f:
+            msgs = [m for lv, m in log_records(f.read(), p.pid) if lv != "debug"]
+        assert msgs[0] == "listening on %s" % d.socket, msgs
+        assert msgs[-1] == "stopped", msgs
+        assert not os.path.exists(d.socket)
     finally:
         d.cleanup()
 
 
+PLAN_SHAPE = ["--world", "2", "--rank", "0", "-m", "64", "-n", "64", "-k", "64"]
+
+
+def daemon_plan(d):
+    """The plan ovld would run for PLAN_SHAPE (its defaults applied)."""
+    return d.run([OVLCTL, "plan", "--daemon", *PLAN_SHAPE], timeout=30).stdout
+
+
+def offline_plan(algo, chunks):
+    p = subprocess.run([OVLCTL, "plan", "--algo", algo, "--chunks", str(chunks), *PLAN_SHAPE],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == "", p
+    return p.stdout
+
+
+def sighup(d, cfg, text, level, message, timeout=5.0):
+    """Writes text to cfg, sends SIGHUP, and waits for one more `level` line
+    `message` in ovld's log."""
+    with open(cfg, "w") as f:
+        f.write(text)
+    before = log_messages(d, level).count(message)
+    d.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while log_messages(d, level).count(message) == before:
+        assert time.monotonic() < deadline, "no %s line %r after SIGHUP:\n%s" % (
+            level, message, d.log_text()[-4000:])
+        time.sleep(0.02)
+
+
 def test_sighup_reload():
-    d = Daemon(config="log_level = info\n")
+    """SIGHUP re-reads the file from ovld's defaults up: a good file is
+    taken whole (the plan ovld would run follows default_algo and
+    default_chunks, and a key no longer set is back to its default), a bad
+    one is refused whole with its error and the running configuration
+    kept, and settings fixed at start draw a warning and wait for a
+    restart while the rest is taken."""
+    d = Daemon(config="default_algo = ring\ndefault_chunks = 2\n")
     try:
-        cfg = os.path.join(d.dir, "ovld.conf")
-        with open(cfg, "w") as f:
-            f.write("log_level = debug\nmax_jobs = 7\n")
-        d.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while "configuration re-read" not in d.log_text() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert "configuration re-read" in d.log_text()
-        with open(cfg, "w") as f:
-            f.write("max_jobs = 0\n")
-        d.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while "keeping the running configuration" not in d.log_text() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert "ovld.conf:1: max_jobs" in d.log_text(), d.log_text()
-        assert status(d)["pid"] == d.proc.pid
+        cfg = os.path.realpath(os.path.join(d.dir, "ovld.conf"))
+        reread = "configuration re-read from %s" % cfg
+        assert daemon_plan(d) == offline_plan("ring", 2)
+        sighup(d, cfg, "default_algo = collective\ndefault_chunks = 3\n", "info", reread)
+        assert daemon_plan(d) == offline_plan("collective", 3)
+        # a bad line 2: line 1 is not taken either
+        sighup(d, cfg, "default_algo = naive\nmax_jobs = 0\n", "error",
+               "SIGHUP: %s:2: max_jobs: '0' is out of range 1..65536; keeping the running "
+               "configuration" % cfg)
+        assert daemon_plan(d) == offline_plan("collective", 3)
+        # host_devices waits for a restart; default_chunks is unset: 0 again
+        sighup(d, cfg, "default_algo = naive\nhost_devices = 2\n", "info", reread)
+        msgs = log_messages(d)
+        assert msgs[-2:] == ["SIGHUP: socket, socket_group, socket_mode, backend and "
+                             "host_devices take effect only at restart", reread], msgs[-4:]
+        assert daemon_plan(d) == offline_plan("naive", 0)
+        st = status(d)
+        assert st["pid"] == d.proc.pid and len(st["devices"]) == 8, st
+        assert log_messages(d).count(reread) == 2
         assert d.stop() == 0
     finally:
         d.cleanup()
 
 
+def ovld_run(*args):
+    p = subprocess.run([OVLD, *args], capture_output=True, text=True, timeout=10)
+    return p.returncode, p.stdout, p.stderr
+
+
 def test_bad_command_line_and_config():
-    p = subprocess.run([OVLD, "--no-such-flag"], capture_output=True, text=True, timeout=10)
-    assert p.returncode == 2
-    p = subprocess.run([OVLD, "--help"], capture_output=True, text=True, timeout=10)
-    assert p.returncode == 0 and "--socket" in p.stdout and "--config" in p.stdout
-    p = subprocess.run([OVLD, "--version"], capture_output=True, text=True, timeout=10)
-    assert p.returncode == 0 and p.stdout.startswith("ovld ")
-    d = Daemon()
-    d.stop()
-    cfg = os.path.join(d.dir, "bad.conf")
-    with open(cfg, "w") as f:
-        f.write("# comment\nsokcet = /tmp/x\n")
-    p = subprocess.run([OVLD, "--foreground", "--config", cfg], capture_output=True, text=True,
-                       timeout=10)
-    d.cleanup()
-    assert p.returncode == 2 and "bad.conf:2: unknown key 'sokcet'" in p.stderr, p.stderr
+    """ovld's command line: --help and --version on stdout, exit 0; an
+    unknown option, a stray argument or a bad value exits 2 with its exact
+    message (and the usage for the first two) on stderr; a bad
+    configuration file the same, naming file and line, before anything
+    starts."""
+    rc, helptext, err = ovld_run("--help")
+    assert rc == 0 and err == "" and helptext.startswith("Usage: ovld [OPTIONS]\n"), helptext
+    opts = re.findall(r"^  -(\w), --([\w-]+)", helptext, re.M)
+    assert opts == [("c", "config"), ("s", "socket"), ("b", "backend"), ("l", "log-level"),
+                    ("f", "foreground"), ("h", "help"), ("V", "version")], helptext
+    version, protocol = versions()
+    assert ovld_run("--version") == (0, "ovld %s (protocol %d)\n" % (version, protocol), "")
+    assert ovld_run("-V") == ovld_run("--version")
+    assert ovld_run("-h") == ovld_run("--help")
+    assert ovld_run("--no-such-flag") == (
+        2, "", "%s: unrecognized option '--no-such-flag'\n%s" % (OVLD, helptext))
+    assert ovld_run("extra") == (2, "", "ovld: unexpected argument 'extra'\n" + helptext)
+    assert ovld_run("--foreground", "--backend", "fpga") == (
+        2, "", "ovld: command line:1: backend: 'fpga' is not one of auto, host, cuda\n")
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        cfg = os.path.join(tmp, "bad.conf")
+        with open(cfg, "w") as f:
+            f.write("# comment\nsokcet = %s\n" % os.path.join(tmp, "ovld.sock"))
+        r = ovld_run("--foreground", "--config", cfg)
+        assert r == (2, "", "ovld: %s:2: unknown key 'sokcet'\n" % cfg), r
+        assert os.listdir(tmp) == ["bad.conf"]  # nothing started
 
 
 def test_detaches_when_not_in_foreground():
@@ -228,6 +393,5 @@ def test_detaches_when_not_in_foreground():
 
 if __name__ == "__main__":
     run_tests([test_status_json_fields, test_garbage_and_oversized_frames,
-               test_sigterm_removes_socket, test_sigint_during_work,
-               test_stale_socket_and_second_daemon, test_sighup_reload,
+               test_sigint_during_work, test_stale_socket_and_second_daemon, test_sighup_reload,
                test_bad_command_line_and_config, test_detaches_when_not_in_foreground])

@@ -1,12 +1,14 @@
-"""ovlctl against a real ovld: the status table and JSON with a known job,
-plans (offline, compared with the planner's golden files, and --daemon),
-exit codes (0 ok, 1 daemon unreachable or refusing, 2 usage)."""
-import json
-import os
-import subprocess
-import time
+"""ovlctl: plans (offline, compared with the planner's golden files, and
+--daemon against a real ovld), usage errors, versions, exit codes (0 ok,
+1 daemon unreachable or refusing, 2 usage).
 
-from ovltest import DEMO, OVLCTL, Daemon, run_tests
+ovlctl status with a job, its table and JSON, are test_stats.py's
+(test_status_table_golden, test_json_fields_and_types)."""
+import os
+import re
+import subprocess
+
+from ovltest import OVLCTL, Daemon, run_tests
 
 GOLDEN = os.environ.get("OVL_GOLDEN_DIR", os.path.join(os.path.dirname(__file__), "..", "golden"))
 PLAN_ARGS = ["--world", "4", "--rank", "1", "-m", "1024", "-k", "512", "-n", "256", "--chunks",
@@ -29,76 +31,92 @@ def test_plan_offline_matches_golden():
 
 
 def test_plan_usage_errors():
-    assert ctl("plan", "--algo", "ring", check=False).returncode == 2  # missing shape
-    assert ctl("plan", "--algo", "bogus", *PLAN_ARGS, check=False).returncode == 2
-    p = ctl("plan", "--algo", "ring", "--world", "2", "--rank", "2", "-m", "8", "-n", "8", "-k",
-            "8", check=False)
-    assert p.returncode == 2 and "invalid" in p.stderr, p.stderr
-    assert ctl("frobnicate", check=False).returncode == 2
-    assert ctl(check=False).returncode == 2
-    p = ctl("--help")
-    for word in ("status", "plan", "version", "--json", "--daemon"):
-        assert word in p.stdout
+    """Usage errors exit 2 with nothing on stdout and exactly one message
+    on stderr (the usage after it for a command or global option it does
+    not know); --help, -h and help print the usage on stdout, which names
+    every command and every option of plan."""
+    usage = ctl("--help").stdout
+    assert ctl("-h").stdout == ctl("help").stdout == usage
+    assert usage.startswith("Usage: ovlctl [--socket PATH] COMMAND [OPTIONS]\n"), usage
+    commands = usage[usage.index("Commands:\n"):usage.index("\nOptions of plan:")]
+    assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "version"], usage
+    for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
+                "--dtype", "--a-out", "--daemon", "--socket", "--help", "--json", "--prometheus",
+                "--watch", "--reset"):
+        assert re.search(r"(^|[ \[|])%s\b" % re.escape(opt), usage, re.M), (opt, usage)
+    shape = ["--world", "2", "--rank", "0", "-m", "8", "-n", "8", "-k", "8"]
+    for args, err in [
+            (["plan", "--algo", "ring"],  # no shape
+             "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n"),
+            (["plan", "--algo", "ring", "--world", "2", "--rank", "0", "-m", "0", "-n", "8", "-k",
+              "8"], "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n"),
+            (["plan", "--algo", "bogus", *PLAN_ARGS], "ovlctl: --algo: unknown algorithm 'bogus'\n"),
+            (["plan", "--dtype", "fp8", *PLAN_ARGS], "ovlctl: --dtype: unknown dtype 'fp8'\n"),
+            (["plan", "--world", "x", *shape[2:]], "ovlctl: --world: 'x' is not a number\n"),
+            (["plan", "--world", "4294967296", *shape[2:]], "ovlctl plan: a value is out of range\n"),
+            (["plan", "--algo", "ring", "--world", "2", "--rank", "2", "-m", "8", "-n", "8", "-k",
+              "8"], "ovlctl plan: invalid argument (world 2, rank 2, chunks <= 64, streams <= 8)\n"),
+            (["plan", "--chunks", "65", *shape],
+             "ovlctl plan: invalid argument (world 2, rank 0, chunks <= 64, streams <= 8)\n"),
+            (["plan", *shape, "extra"], "ovlctl plan: unexpected argument 'extra'\n"),
+            (["plan", "--bogus"], "plan: unrecognized option '--bogus'\n"),
+            (["frobnicate"], "ovlctl: unknown command 'frobnicate'\n" + usage),
+            (["--bogus", "status"], "ovlctl: unknown option '--bogus'\n" + usage),
+            ([], usage)]:
+        p = ctl(*args, check=False)
+        assert (p.returncode, p.stdout, p.stderr) == (2, "", err), (args, p.returncode, p.stdout,
+                                                                  p.stderr)
+
+
+UNREACHABLE = ("cannot connect to %s: No such file or directory (is ovld running?)")
 
 
 def test_unreachable_daemon_exit_1():
+    """A socket nobody listens on (--socket, or $OVL_SOCKET): exit 1 and
+    one line on stderr naming it; version prints its own line, then says
+    so on stdout."""
     p = ctl("--socket", "/nonexistent/ovld.sock", "status", check=False)
-    assert p.returncode == 1
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "/nonexistent/ovld.sock" in lines[0], p.stderr
+    assert (p.returncode, p.stdout, p.stderr) == (
+        1, "", "ovlctl: " + UNREACHABLE % "/nonexistent/ovld.sock" + "\n"), p
     env = dict(os.environ, OVL_SOCKET="/nonexistent/env.sock")
-    p = ctl("status", env=env, check=False)
-    assert p.returncode == 1 and "env.sock" in p.stderr
-
-
-def test_status_with_a_known_job():
-    d = Daemon(config="host_devices = 2\n")
-    try:
-        # two ranks that stay in their job for a while: many back-to-back ops
-        demo = subprocess.Popen([DEMO, "--job", "known-job", "-w", "2", "-m", "64", "-n", "64",
-                                 "-k", "64", "-d", "fp32", "-a", "naive", "-i", "400"],
-                                env=d.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        seen = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and demo.poll() is None:
-            s = json.loads(d.run([OVLCTL, "status", "--json"]).stdout)
-            if s["jobs"]:
-                seen = s
-                break
-            time.sleep(0.01)
-        out, err = demo.communicate(timeout=120)
-        assert demo.returncode == 0, out + err
-        assert seen is not None, "never saw the job in ovlctl status"
-        job = seen["jobs"][0]
-        assert job["id"] == "known-job" and job["world"] == 2
-        assert job["owner_uid"] == os.getuid()
-        assert job["state"] in ("forming", "ready")
-        ranks = sorted(c["rank"] for c in seen["clients"] if c["job"] == "known-job")
-        assert ranks in ([0], [1], [0, 1]), seen["clients"]
-        for c in seen["clients"]:
-            if c["job"] == "known-job":
-                assert c["name"] == "ovl-demo" and c["pid"] > 0
-        # the table for people names the same things
-        t = d.run([OVLCTL, "status"]).stdout
-        for word in ("DEVICES (2)", "JOBS (0)", "CLIENTS (1)", "host-0", "host-1", "backend:"):
-            assert word in t, t
-        assert d.stop() == 0
-    finally:
-        d.cleanup()
+    p = ctl("status", "--json", env=env, check=False)
+    assert (p.returncode, p.stdout, p.stderr) == (
+        1, "", "ovlctl: " + UNREACHABLE % "/nonexistent/env.sock" + "\n"), p
+    p = ctl("--socket=/nonexistent/ovld.sock", "plan", "--daemon", *PLAN_ARGS, check=False)
+    assert (p.returncode, p.stdout, p.stderr) == (
+        1, "", "ovlctl: " + UNREACHABLE % "/nonexistent/ovld.sock" + "\n"), p
+    p = ctl("version", env=env, check=False)
+    lines = p.stdout.split("\n")
+    assert p.returncode == 1 and p.stderr == "" and len(lines) == 3 and lines[2] == "", p
+    assert re.fullmatch(r"ovlctl \d+\.\d+\.\d+ \(protocol \d+\)", lines[0]), p.stdout
+    assert lines[1] == "ovld: unreachable (%s)" % (UNREACHABLE % "/nonexistent/env.sock"), p.stdout
 
 
 def test_plan_from_daemon():
+    """plan --daemon: the plan ovld would run, its defaults applied (the
+    offline plan with the same algorithm and chunks); a shape it cannot
+    plan is refused with its reason (exit 1); version names ovld as it
+    answers."""
     d = Daemon(config="default_algo = collective\ndefault_chunks = 2\n")
     try:
-        p = d.run([OVLCTL, "plan", "--daemon", "--world", "2", "--rank", "0", "-m", "64", "-n",
-                   "64", "-k", "64"])
-        assert p.stdout.startswith("plan algo=collective") and "chunks=2" in p.stdout, p.stdout
+        shape = ["--world", "2", "--rank", "0", "-m", "64", "-n", "64", "-k", "64"]
+        p = d.run([OVLCTL, "plan", "--daemon", *shape])
+        assert p.stderr == "" and p.stdout == ctl("plan", "--algo", "collective", "--chunks",
+                                                  "2", *shape).stdout, p.stdout
+        assert p.stdout.startswith("plan algo=collective world=2 rank=0 m=64 n=64 k=64 "
+                                   "dtype=bf16 chunks=2 "), p.stdout
+        # what the client asks for wins over the defaults
+        p = d.run([OVLCTL, "plan", "--daemon", "--algo", "ring", "--chunks", "4", *shape])
+        assert p.stdout == ctl("plan", "--algo", "ring", "--chunks", "4", *shape).stdout
         p = d.run([OVLCTL, "plan", "--daemon", "--world", "0", "--rank", "0", "-m", "64", "-n",
                    "64", "-k", "64"], check=False)
-        assert p.returncode == 1 and "cannot plan" in p.stderr, p.stderr
+        assert (p.returncode, p.stdout, p.stderr) == (
+            1, "", "ovlctl: plan: cannot plan: world 0 out of range 1..1024\n"), p
         p = d.run([OVLCTL, "version"])
-        assert "ovlctl" in p.stdout and "host backend" in p.stdout
+        lines = p.stdout.split("\n")
+        m = re.fullmatch(r"ovlctl (\d+\.\d+\.\d+) \(protocol (\d+)\)", lines[0])
+        assert m and lines[1:] == ["ovld %s (protocol %s), host backend, pid %d" % (
+            m.group(1), m.group(2), d.proc.pid), ""], p.stdout
         assert d.stop() == 0
     finally:
         d.cleanup()
@@ -106,5 +124,4 @@ def test_plan_from_daemon():
 
 if __name__ == "__main__":
     run_tests([test_plan_offline_matches_golden, test_plan_usage_errors,
-               test_unreachable_daemon_exit_1, test_status_with_a_known_job,
-               test_plan_from_daemon])
+               test_unreachable_daemon_exit_1, test_plan_from_daemon])

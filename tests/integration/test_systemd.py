@@ -240,8 +240,7 @@ def check_ready(proc, sock):
         status = field(msg, "STATUS")
         assert status, "READY=1 without a STATUS= line: %r" % msg
         assert "host backend" in status, status
-        mainpid = field(msg, "MAINPID")
-        assert mainpid is None or int(mainpid) == proc.pid, (mainpid, proc.pid)
+        assert field(msg, "MAINPID") == str(proc.pid), (msg, proc.pid)
     return check
 
 
@@ -287,7 +286,8 @@ def test_sd_notify_abstract_socket():
     with Scratch() as s:
         listener = NotifyListener(s, abstract=True)
         proc, sock, _ = start_notified_ovld(s, listener, "")
-        listener.expect("READY=1", START_TIMEOUT, proc, then=check_ready(proc, sock))
+        msg = listener.expect("READY=1", START_TIMEOUT, proc, then=check_ready(proc, sock))
+        assert field(msg, "STATUS") == "Serving: host backend, 8 devices", msg
         proc.signal(signal.SIGTERM)
         listener.expect("STOPPING=1", NOTIFY_TIMEOUT, proc)
         assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
@@ -308,10 +308,11 @@ def test_sd_notify_watchdog():
             listener.expect("WATCHDOG=1", 1.0, proc)
         elapsed = time.monotonic() - t0
         assert elapsed < 1.0, "three pings took %.2f s (interval 0.1 s)" % elapsed
-        # meant for another pid: ignored
+        assert "systemd watchdog: WATCHDOG=1 every 100 ms" in proc.log_text(), proc.log_text()
         proc.signal(signal.SIGTERM)
         listener.expect("STOPPING=1", NOTIFY_TIMEOUT, proc)
         assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
+    # meant for another pid: ignored, no ping at all
     with Scratch() as s:
         listener = NotifyListener(s)
         sock = s.path("ovld.sock")
@@ -320,8 +321,11 @@ def test_sd_notify_watchdog():
                                       WATCHDOG_USEC="200000", WATCHDOG_PID="1"))
         listener.expect("READY=1", START_TIMEOUT, proc)
         msg = listener.next(0.5, proc)
-        assert msg is None or "WATCHDOG=1" not in msg, msg
+        assert msg is None, "a message after READY=1 with WATCHDOG_PID=1: %r" % msg
+        assert "systemd watchdog" not in proc.log_text(), proc.log_text()
         proc.signal(signal.SIGTERM)
+        msg = listener.expect("STOPPING=1", NOTIFY_TIMEOUT, proc)
+        assert "WATCHDOG=1" not in msg, msg
         assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
 
 
@@ -387,8 +391,11 @@ def test_socket_activation_two_sockets_refused():
         c.settimeout(2)
         c.connect(a)  # wakes the activator, which execs ovld
         rc = proc.wait(START_TIMEOUT)
-        assert rc != 0, "ovld accepted two passed sockets:\n" + proc.log_text()
-        assert "exactly one" in proc.log_text(), proc.log_text()
+        assert rc == 1, "ovld (exit %d) and two passed sockets:\n%s" % (rc, proc.log_text())
+        # the activator's own lines, then ovld's: one error, nothing started
+        ours = [ln for ln in proc.log_text().splitlines() if " ovld[%d] " % proc.pid in ln]
+        assert len(ours) == 1 and ours[0].endswith(
+            " error: systemd passed 2 sockets; ovld takes exactly one"), proc.log_text()
         assert not os.path.exists(s.path("own.sock"))
 
 
@@ -400,6 +407,7 @@ def test_listen_fds_for_another_pid_ignored():
         proc = s.spawn([OVLD, "--foreground", "--backend", "host", "--socket", sock], env)
         wait_for(lambda: can_connect(sock), START_TIMEOUT, "ovld's own socket", proc)
         assert "passed by systemd" not in proc.log_text(), proc.log_text()
+        assert (" info: listening on %s\n" % sock) in proc.log_text(), proc.log_text()
         proc.signal(signal.SIGTERM)
         assert proc.wait(STOP_TIMEOUT) == 0, proc.log_text()
         assert not os.path.exists(sock), "ovld left its own socket behind"
