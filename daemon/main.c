@@ -143,6 +143,24 @@ void ovld_shutdown(ovld_t *d)
     uv_timer_start(&d->drain_timer, on_drain_tick, DRAIN_POLL_MS, DRAIN_POLL_MS);
 }
 
+/* Applies the command line's settings to cfg. They go through the file
+ * parser: one set of rules. */
+static ovl_status_t apply_args(const ovld_t *d, ovld_config_t *cfg, char *err, size_t errlen)
+{
+    char line[OVLD_CONFIG_PATH_MAX + 32];
+    const char *keys[] = {"socket", "backend", "log_level"};
+    const char *vals[] = {d->arg_socket, d->arg_backend, d->arg_log_level};
+    for (int i = 0; i < 3; i++) {
+        if (!vals[i])
+            continue;
+        snprintf(line, sizeof(line), "%s = %s\n", keys[i], vals[i]);
+        ovl_status_t st = ovld_config_parse(cfg, "command line", line, err, errlen);
+        if (st != OVL_OK)
+            return st;
+    }
+    return OVL_OK;
+}
+
 static void reload(ovld_t *d)
 {
     ovld_sd_notify("RELOADING=1");
@@ -154,7 +172,8 @@ static void reload(ovld_t *d)
     ovld_config_t nc;
     ovld_config_defaults(&nc);
     char err[512];
-    if (ovld_config_load(&nc, d->config_path, err, sizeof(err)) != OVL_OK) {
+    if (ovld_config_load(&nc, d->config_path, err, sizeof(err)) != OVL_OK ||
+        apply_args(d, &nc, err, sizeof(err)) != OVL_OK) {
         log_error("SIGHUP: %s; keeping the running configuration", err);
         ovld_sd_notify("READY=1");
         return;
@@ -295,18 +314,12 @@ int main(int argc, char **argv)
         if (!realpath(config, d->config_path))
             snprintf(d->config_path, sizeof(d->config_path), "%s", config);
     }
-    /* Command-line overrides go through the file parser: one set of rules. */
-    char line[OVLD_CONFIG_PATH_MAX + 32];
-    const char *ov_keys[] = {"socket", "backend", "log_level"};
-    const char *ov_vals[] = {socket_arg, backend_arg, level_arg};
-    for (int i = 0; i < 3; i++) {
-        if (!ov_vals[i])
-            continue;
-        snprintf(line, sizeof(line), "%s = %s\n", ov_keys[i], ov_vals[i]);
-        if (ovld_config_parse(&d->cfg, "command line", line, err, sizeof(err)) != OVL_OK) {
-            fprintf(stderr, "ovld: %s\n", err);
-            return 2;
-        }
+    d->arg_socket = socket_arg;
+    d->arg_backend = backend_arg;
+    d->arg_log_level = level_arg;
+    if (apply_args(d, &d->cfg, err, sizeof(err)) != OVL_OK) {
+        fprintf(stderr, "ovld: %s\n", err);
+        return 2;
     }
 
     ovld_log_init(d->cfg.log_level);

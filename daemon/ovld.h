@@ -25,6 +25,9 @@ typedef struct ovld {
     uv_loop_t *loop;
     ovld_config_t cfg;
     char config_path[PATH_MAX]; /* "" if none */
+    /* What the command line set (NULL: not given): it wins over the file,
+     * at start and at every reload. */
+    const char *arg_socket, *arg_backend, *arg_log_level;
     ovld_backend_t *backend;
     struct ovld_exec_pool *exec_pool; /* threads that issue a ring op's ranks (exec.h) */
     uint64_t start_ns;

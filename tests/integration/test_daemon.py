@@ -312,8 +312,15 @@ def test_sighup_reload():
         cfg = os.path.realpath(os.path.join(d.dir, "ovld.conf"))
         reread = "configuration re-read from %s" % cfg
         assert daemon_plan(d) == offline_plan("ring", 2)
+        restart = ("SIGHUP: socket, socket_group, socket_mode, backend and host_devices take "
+                   "effect only at restart")
+        debug_before = len(log_messages(d, "debug"))
         sighup(d, cfg, "default_algo = collective\ndefault_chunks = 3\n", "info", reread)
         assert daemon_plan(d) == offline_plan("collective", 3)
+        # The command line (--socket, --backend host, --log-level debug) still
+        # wins over the file: nothing to warn about, and debug lines go on.
+        assert log_messages(d, "warn").count(restart) == 0, log_messages(d, "warn")
+        assert len(log_messages(d, "debug")) > debug_before
         # a bad line 2: line 1 is not taken either
         sighup(d, cfg, "default_algo = naive\nmax_jobs = 0\n", "error",
                "SIGHUP: %s:2: max_jobs: '0' is out of range 1..65536; keeping the running "
@@ -322,8 +329,8 @@ def test_sighup_reload():
         # host_devices waits for a restart; default_chunks is unset: 0 again
         sighup(d, cfg, "default_algo = naive\nhost_devices = 2\n", "info", reread)
         msgs = log_messages(d)
-        assert msgs[-2:] == ["SIGHUP: socket, socket_group, socket_mode, backend and "
-                             "host_devices take effect only at restart", reread], msgs[-4:]
+        assert msgs[-2:] == [restart, reread], msgs[-4:]
+        assert log_messages(d, "warn").count(restart) == 1
         assert daemon_plan(d) == offline_plan("naive", 0)
         st = status(d)
         assert st["pid"] == d.proc.pid and len(st["devices"]) == 8, st
