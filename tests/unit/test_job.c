@@ -16,6 +16,11 @@
  * was rung with strictly increasing op numbers (each op once, in order).
  *
  * Serial issue only (no pool), no threads, no sleeps: deterministic.
+ *
+ * Tests that find a bug in job.c or opq.c say so in a comment that starts
+ * with BUG, check what is right, and skip (naming the bug) while the bug is
+ * there: test_abort_messages_nest_max_ops, test_abort_messages_nest_setup,
+ * test_backend_failure_last_error.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -1745,12 +1750,9 @@ static void test_scratch_hold_back(void **state)
     assert_int_equal(M.ndone, 10);
     assert_int_equal(M.scratch_calls, 8);
     assert_int_equal(M.scratch_grown_under_work, 0);
-    /* a world-1 ring op gathers nothing (no scratch at all) */
     deliver_all();
     assert_int_equal(job_info("train")->ops_done, 5);
     finish();
-
-    assert_int_equal(M.scratch_grown_under_work, 0);
 }
 
 static void test_scratch_world1_ring(void **state)
