@@ -92,9 +92,16 @@ static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
 {
     op->issued = true;
     op->rung_failed = true;
-    if (!op->refusal) {
+    /* An op of an ended job fails for the reason the job ended, which is
+     * its last error already and went to the log when it ended: taking the
+     * op's own words ("job aborted: <the reason>") would nest them again in
+     * every later op's. */
+    bool ended = j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING;
+    if (!op->refusal && !ended) {
         snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
         log_warn("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
+    } else if (!op->refusal) {
+        log_debug("job '%s': op %" PRIu64 " failed: %s", j->id, op->seq, op->msg);
     }
     for (uint32_t r = 0; r < j->world; r++)
         op->nrung += op->subs[r].in && j->members[r];
@@ -259,11 +266,17 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     ovl_status_t st = ovld_exec_run(js->pool, js->backend, &x, err, sizeof(err));
     ovld_count_issue(js->counters, ovl_mono_ns() - t0);
     if (st != OVL_OK) {
-        /* the executor rang every doorbell with the error */
+        /* The executor rang every doorbell with the error; their
+         * completions say nothing new (on_done_op). */
         op->st = st;
         op->rung_failed = true;
         snprintf(op->msg, sizeof(op->msg), "%s", err);
-        log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, err);
+    }
+    if (op->st != OVL_OK) {
+        /* The executor's failure, or one that a completion delivered at
+         * once reported while it rang (on_done_op leaves those to us). */
+        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
+        log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
     } else {
         log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
                   j->id, op->seq, ovl_algo_name(pp.algo), op->m, op->n, op->k);
@@ -389,9 +402,17 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
 static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op,
                        uint64_t seq, ovl_status_t status, const char *message)
 {
-    if (status != OVL_OK && !op->rung_failed) {
-        /* A failure the backend found on this rank (each rank's is news,
-         * logged once here): the first one is the op's. */
+    if (status != OVL_OK && !op->rung_failed && op->ringing) {
+        /* Delivered at once, while the op is still being rung: the ringer
+         * (op_run) records and logs it when it is done. */
+        if (op->st == OVL_OK) {
+            op->st = status;
+            snprintf(op->msg, sizeof(op->msg), "%s", message);
+        }
+    } else if (status != OVL_OK && !op->rung_failed) {
+        /* A failure the backend found on this rank: each rank's is news,
+         * logged once here; the first one is the op's, and the job's last
+         * error. */
         log_error("job '%s': op %" PRIu64 " failed on rank %u: %s", j->id, seq, m->rank, message);
         if (op->st == OVL_OK) {
             op->st = status;
