@@ -93,7 +93,8 @@ def test_plan_from_daemon():
     try:
         p = d.run([OVLCTL, "plan", "--daemon", "--world", "2", "--rank", "0", "-m", "64", "-n",
                    "64", "-k", "64"])
-        assert p.stdout.startswith("plan algo=collective") and "chunks=2" in p.stdout, p.stdout
+        assert p.stdout.startswith("plan format=2 algo=collective") and "chunks=2" in p.stdout, \
+            p.stdout
         p = d.run([OVLCTL, "plan", "--daemon", "--world", "0", "--rank", "0", "-m", "64", "-n",
                    "64", "-k", "64"], check=False)
         assert p.returncode == 1 and "cannot plan" in p.stderr, p.stderr
