@@ -294,8 +294,10 @@ static ovl_status_t op_scratch(const ovl_plan_params_t *pp, uint64_t *ret)
 
 void ovld_plan_resolve(const ovld_t *d, ovl_plan_params_t *p)
 {
-    /* How A is gathered: a backend without a collective gathers by
-     * pulls. */
+    /* How A is gathered: the operator's preference; a backend without a
+     * collective gathers by pulls. */
+    if (p->allgather == OVL_AG_AUTO)
+        p->allgather = d->cfg.allgather;
     if (!d->backend || !d->backend->ops->allgather)
         p->allgather = OVL_AG_COPY;
     if (!p->chunks)

@@ -2,7 +2,8 @@
 through a real ovld, every algorithm, worlds 1, 2, 3, 4 and 8, shapes with
 m not divisible by the chunks, k and n not multiples of 8, transb, a_out
 wanted or not, each dtype; results checked against a double-precision
-reference by the clients; two jobs at once on one daemon."""
+reference by the clients; the daemon's allgather settings; two jobs at once
+on one daemon."""
 import subprocess
 
 from ovltest import DEMO, Daemon, run_tests
@@ -52,6 +53,22 @@ def test_auto_and_defaults():
         d.cleanup()
 
 
+def test_allgather_settings():
+    """The daemon's allgather setting: copy gathers by pulls ordered by events
+    (naive and collective plans without ALLGATHER), nccl gathers by the host
+    collective even for one rank; results as with auto."""
+    for setting in ("copy", "nccl"):
+        d = Daemon(config="allgather = %s\n" % setting)
+        try:
+            for world in (1, 3):
+                for m, n, k, extra in (VARIANTS[0], VARIANTS[1]):
+                    p = demo(d, world, m, n, k, "fp32", extra, "ag-%s-%d-%d" % (setting, world, m))
+                    assert "all checks passed" in p.stdout, p.stdout
+            assert d.stop() == 0
+        finally:
+            d.cleanup()
+
+
 def test_two_jobs_at_once():
     d = Daemon()
     try:
@@ -80,4 +97,5 @@ def test_too_few_devices():
 
 
 if __name__ == "__main__":
-    run_tests([test_matrix, test_auto_and_defaults, test_two_jobs_at_once, test_too_few_devices])
+    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings, test_two_jobs_at_once,
+               test_too_few_devices])

@@ -89,12 +89,15 @@ def test_status_with_a_known_job():
 
 
 def test_plan_from_daemon():
-    d = Daemon(config="default_algo = collective\ndefault_chunks = 2\n")
+    d = Daemon(config="default_algo = collective\ndefault_chunks = 2\nallgather = copy\n")
     try:
         p = d.run([OVLCTL, "plan", "--daemon", "--world", "2", "--rank", "0", "-m", "64", "-n",
                    "64", "-k", "64"])
         assert p.stdout.startswith("plan format=2 algo=collective") and "chunks=2" in p.stdout, \
             p.stdout
+        # the daemon's allgather setting: the copy engine, with its ordering shown
+        assert "allgather=copy" in p.stdout and "PULL" in p.stdout, p.stdout
+        assert "ALLGATHER" not in p.stdout and "s1=copy" in p.stdout, p.stdout
         p = d.run([OVLCTL, "plan", "--daemon", "--world", "0", "--rank", "0", "-m", "64", "-n",
                    "64", "-k", "64"], check=False)
         assert p.returncode == 1 and "cannot plan" in p.stderr, p.stderr

@@ -93,7 +93,8 @@ static void test_instr_names(void **state)
 
 /* The plan's tables: buffers, all-gather methods, stream roles and the
  * daemon's gather preferences each have a distinct name below their count
- * and none at it; the preferences parse back. */
+ * and none at it; the preferences parse back, in the config too, whose
+ * refusal lists them all. */
 typedef const char *(*name_fn)(int);
 
 static const char *buf_name(int v)
@@ -135,14 +136,27 @@ static void test_plan_tables(void **state)
     check_names(method_name, OVL_AG_METHOD_COUNT, "all-gather method");
     check_names(role_name, OVL_ROLE_COUNT, "stream role");
     check_names(pref_name, OVL_AG_PREF_COUNT, "all-gather preference");
+    char text[64], err[512];
     for (int v = 0; v < OVL_AG_PREF_COUNT; v++) {
         ovl_ag_pref_t back = OVL_AG_PREF_COUNT;
         assert_int_equal(ovl_ag_pref_parse(pref_name(v), &back), OVL_OK);
         assert_int_equal(back, v);
+        ovld_config_t cfg;
+        ovld_config_defaults(&cfg);
+        snprintf(text, sizeof text, "allgather = %s\n", pref_name(v));
+        assert_int_equal(ovld_config_parse(&cfg, "t.conf", text, err, sizeof err), OVL_OK);
+        assert_int_equal(cfg.allgather, v);
     }
     ovl_ag_pref_t back;
     assert_int_equal(ovl_ag_pref_parse("mpi", &back), OVL_ERR_INVALID);
     assert_int_equal(ovl_ag_pref_parse(NULL, &back), OVL_ERR_INVALID);
+    ovld_config_t cfg;
+    ovld_config_defaults(&cfg);
+    assert_int_equal(ovld_config_parse(&cfg, "t.conf", "allgather = x\n", err, sizeof err),
+                     OVL_ERR_CONFIG);
+    for (int v = 0; v < OVL_AG_PREF_COUNT; v++)
+        if (!strstr(err, pref_name(v)))
+            fail_msg("'%s' does not list %s", err, pref_name(v));
 }
 
 /* The request checks take exactly the values below the counts. */
