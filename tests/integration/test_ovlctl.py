@@ -26,6 +26,11 @@ def test_plan_offline_matches_golden():
         with open(os.path.join(GOLDEN, "plan_%s.txt" % algo)) as f:
             assert p.stdout == f.read(), "ovlctl plan --algo %s differs from its golden file" % algo
         assert "DONE" in p.stdout.splitlines()[-1]
+    # the copy-engine gather, as ovld's allgather = copy asks
+    for algo in ("naive", "collective"):
+        p = ctl("plan", "--algo", algo, "--allgather", "copy", *PLAN_ARGS)
+        with open(os.path.join(GOLDEN, "plan_%s_copy.txt" % algo)) as f:
+            assert p.stdout == f.read(), "ovlctl plan --algo %s --allgather copy differs" % algo
 
 
 def test_plan_usage_errors():
@@ -34,6 +39,11 @@ def test_plan_usage_errors():
     p = ctl("plan", "--algo", "ring", "--world", "2", "--rank", "2", "-m", "8", "-n", "8", "-k",
             "8", check=False)
     assert p.returncode == 2 and "invalid" in p.stderr, p.stderr
+    assert ctl("plan", "--allgather", "mpi", *PLAN_ARGS, check=False).returncode == 2
+    # the daemon is asked only what the wire says: a dense op without transb
+    for opt in (["--strided"], ["--transb"], ["--allgather", "copy"]):
+        p = ctl("plan", "--daemon", *opt, *PLAN_ARGS, check=False)
+        assert p.returncode == 2 and "--daemon" in p.stderr, p.stderr
     assert ctl("frobnicate", check=False).returncode == 2
     assert ctl(check=False).returncode == 2
     p = ctl("--help")
