@@ -254,13 +254,12 @@ fail:
 
 /*
  * With a backend that allows it (issue_parallel), more than one rank and
- * plans without an ALLGATHER (ring), each rank's program is issued by a
- * thread of its own: the calling thread takes rank 0, a pool of threads the
- * others. Plans with ALLGATHERs stay serial: every rank meets the others at
- * each of them and one thread issues the NCCL group for all, so threads
- * bought nothing there (measured on 2 x H200, docs/performance.md). What
- * the serial walk gets from its order, the threads get from one mutex and
- * condition:
+ * plans without an ALLGATHER (ring, and gathers by the copy engine), each
+ * rank's program is issued by a thread of its own: the calling thread takes
+ * rank 0, a pool of threads the others. Plans with ALLGATHERs stay serial: every rank meets the
+ * others at each of them and one thread issues the NCCL group for all, so threads bought nothing
+ * there (measured on 2 x H200, docs/performance.md). What the serial walk gets from its order, the
+ * threads get from one mutex and condition:
  *  - a wait on a peer's event waits until the peer's thread has issued that
  *    record in this op;
  *  - every rank stops at its DONE, which the calling thread (the loop
@@ -635,10 +634,18 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (p->params.world != op->world || p->params.rank != r ||
-            p->params.dtype != op->ranks[0].plan->params.dtype) {
+            p->params.dtype != op->ranks[0].plan->params.dtype ||
+            p->nstreams > OVL_PLAN_MAX_STREAMS) {
             snprintf(err, errlen, "executor: rank %u's plan is not for this op", r);
             return fail_all(b, op, OVL_ERR_INTERNAL, err);
         }
+        /* Streams the backend is told of (set_streams) and no others. */
+        for (size_t i = 0; i < p->ninstr; i++)
+            if (p->instr[i].stream >= p->nstreams) {
+                snprintf(err, errlen, "executor: rank %u, instruction %zu: stream %u of %u", r, i,
+                         p->instr[i].stream, p->nstreams);
+                return fail_all(b, op, OVL_ERR_INTERNAL, err);
+            }
         if (p->nevents > maxev)
             maxev = p->nevents;
     }

@@ -673,9 +673,11 @@ static void test_handmade_plans(void **state)
     }
 }
 
-/* A plan that names what the op does not have: the executor refuses to
- * issue it (OVL_ERR_INTERNAL, saying what), never hands the backend a NULL
- * view or a peer's buffer to write, and rings every rank's done once. */
+/* A plan that names what the op does not have (a buffer, a peer's buffer
+ * to write, a buffer or a stream that does not exist): the executor refuses
+ * to issue it (OVL_ERR_INTERNAL, saying what), never hands the backend a
+ * NULL view, a peer's buffer to write or an unknown stream, and rings
+ * every rank's done once. */
 static void run_bad_names(bool threads, int how)
 {
     setup_t s;
@@ -688,10 +690,14 @@ static void run_bad_names(bool threads, int how)
         s.xr[1].buf[OVL_BUF_G] = (ovld_view_t){NULL, 0}; /* G missing */
     else if (how == 1)
         s.plans[1].instr[at].dst.rank = 0; /* a pull into rank 0's G */
-    else
+    else if (how == 2)
         s.plans[1].instr[at].src.buf = (ovl_buf_t)OVL_BUF_COUNT; /* no such buffer */
-    if (how > 0)
+    else
+        s.plans[1].instr[at].stream = 9; /* a stream the plan does not have */
+    if (how == 1 || how == 2)
         want = "which it may not";
+    if (how == 3)
+        want = "stream 9 of 4";
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = 0;
@@ -715,7 +721,7 @@ static void run_bad_names(bool threads, int how)
 static void test_bad_names(void **state)
 {
     (void)state;
-    for (int how = 0; how < 3; how++) {
+    for (int how = 0; how < 4; how++) {
         run_bad_names(false, how);
         run_bad_names(true, how);
     }
