@@ -234,7 +234,7 @@ ovl_status_t host_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, ui
     for (uint32_t i = 0; i < n; i++) {
         if ((unsigned)roles[i] >= OVL_ROLE_COUNT)
             return host_fail(OVL_ERR_INVALID, "stream %u: unknown role %d", i, (int)roles[i]);
-        host_stream_t *s;
+        host_stream_t *s = NULL;
         ovl_status_t st = host_stream_get(r, i, &s);
         if (st != OVL_OK)
             return st;
@@ -259,7 +259,7 @@ void host_stream_push(host_stream_t *s, host_work_t *w)
 
 ovl_status_t host_enqueue(struct ovld_rank *r, uint32_t stream, host_work_t *w)
 {
-    host_stream_t *s;
+    host_stream_t *s = NULL;
     ovl_status_t st = host_stream_get(r, stream, &s);
     if (st != OVL_OK) {
         free(w);
@@ -329,7 +329,7 @@ ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     ret_db->offset = 0;
     /* Stream 0 rings done: its thread exists from the start, and a few done
      * items wait in reserve, so that ringing never needs resources. */
-    host_stream_t *s0;
+    host_stream_t *s0 = NULL;
     for (int i = 0; i < DONE_RESERVE; i++) {
         host_work_t *w = host_work_new(W_DONE);
         if (!w)
@@ -451,7 +451,7 @@ ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
 
 ovl_status_t host_reserve_events(ovld_rank_t *r, uint32_t n)
 {
-    host_event_t *ev;
+    host_event_t *ev = NULL;
     for (uint32_t e = 0; e < n; e += EV_BLOCK) {
         ovl_status_t st = event_get(r, e, &ev);
         if (st != OVL_OK)
@@ -471,7 +471,7 @@ ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 
 ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 {
-    host_event_t *ev;
+    host_event_t *ev = NULL;
     ovl_status_t st = event_get(r, event, &ev);
     if (st != OVL_OK)
         return st;
@@ -485,7 +485,7 @@ ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 
 ovl_status_t host_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
 {
-    host_event_t *ev;
+    host_event_t *ev = NULL;
     ovl_status_t st = event_get(owner, event, &ev);
     if (st != OVL_OK)
         return st;
