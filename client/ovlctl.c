@@ -45,8 +45,12 @@ static void usage(FILE *f)
             "  --chunks C --streams S   0: the planner's default (default 0)\n"
             "  --dtype bf16|fp16|fp32   (default bf16)\n"
             "  --a-out                  the client wants the gathered A\n"
-            "  --daemon                 ask ovld which plan it would run (its defaults and\n"
-            "                           its choice for auto) instead of planning here\n"
+            "  --transb                 B is n x k (a Linear weight's layout)\n"
+            "  --strided                some A or a_out has ld != k (gathered by pulls)\n"
+            "  --allgather auto|nccl|copy  how A is gathered (default auto)\n"
+            "  --daemon                 ask ovld which plan it would run (its defaults, its\n"
+            "                           allgather setting and its choice for auto) for a\n"
+            "                           dense op without transb, instead of planning here\n"
             "\n"
             "Global options:\n"
             "  -s, --socket PATH        ovld's socket (default $OVL_SOCKET, else %s)\n"
@@ -381,7 +385,19 @@ static int parse_u64(const char *name, const char *s, uint64_t *ret)
 
 static int cmd_plan(int argc, char **argv)
 {
-    enum { O_ALGO = 1, O_WORLD, O_RANK, O_CHUNKS, O_STREAMS, O_DTYPE, O_AOUT, O_DAEMON };
+    enum {
+        O_ALGO = 1,
+        O_WORLD,
+        O_RANK,
+        O_CHUNKS,
+        O_STREAMS,
+        O_DTYPE,
+        O_AOUT,
+        O_TRANSB,
+        O_STRIDED,
+        O_ALLGATHER,
+        O_DAEMON
+    };
     static const struct option opts[] = {
         {"algo", required_argument, NULL, O_ALGO},
         {"world", required_argument, NULL, O_WORLD},
@@ -390,13 +406,16 @@ static int cmd_plan(int argc, char **argv)
         {"streams", required_argument, NULL, O_STREAMS},
         {"dtype", required_argument, NULL, O_DTYPE},
         {"a-out", no_argument, NULL, O_AOUT},
+        {"transb", no_argument, NULL, O_TRANSB},
+        {"strided", no_argument, NULL, O_STRIDED},
+        {"allgather", required_argument, NULL, O_ALLGATHER},
         {"daemon", no_argument, NULL, O_DAEMON},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     ovl_plan_params_t p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16};
     uint64_t world = 0, rank = 0, chunks = 0, streams = 0;
-    bool have_world = false, have_rank = false, daemon = false;
+    bool have_world = false, have_rank = false, daemon = false, local_only = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1) {
@@ -440,6 +459,22 @@ static int cmd_plan(int argc, char **argv)
         case O_AOUT:
             p.want_gathered = true;
             break;
+        case O_TRANSB:
+            p.transb = true;
+            local_only = true;
+            break;
+        case O_STRIDED:
+            p.strided = true;
+            local_only = true;
+            break;
+        case O_ALLGATHER:
+            if (ovl_ag_pref_parse(optarg, &p.allgather) != OVL_OK) {
+                fprintf(stderr, "ovlctl: --allgather: '%s' is not one of auto, nccl, copy\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            local_only = true;
+            break;
         case O_DAEMON:
             daemon = true;
             break;
@@ -458,6 +493,14 @@ static int cmd_plan(int argc, char **argv)
     }
     if (!have_world || !have_rank || !p.m || !p.n || !p.k) {
         fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
+        return EXIT_USAGE;
+    }
+    if (daemon && local_only) {
+        /* The Plan request carries the shape and the algorithm's knobs;
+         * the daemon plans a dense op without transb, gathered as its
+         * allgather setting says. */
+        fprintf(stderr, "ovlctl plan: --transb, --strided and --allgather plan here only, "
+                        "not with --daemon\n");
         return EXIT_USAGE;
     }
     if (world > UINT32_MAX || rank > UINT32_MAX || chunks > UINT32_MAX || streams > UINT32_MAX) {

@@ -35,6 +35,7 @@
 #include "config.h"
 #include "gemm_args.h" /* ovld_view_t, ovld_gemm_args_t */
 #include "ovl.h"
+#include "plan.h" /* ovl_stream_role_t, ovl_ag_method_t */
 #include "report.h"
 #include "uuid.h" /* OVLD_UUID_LEN, ovld_uuid_format (proto/, shared with ovlctl) */
 
@@ -69,13 +70,14 @@ typedef struct ovld_doorbell_export {
     uint64_t offset; /* offset of struct ovl_doorbell in that file */
 } ovld_doorbell_export_t;
 
-/* One rank's part of an all-gather of shard rows [row0, row0+rows): rank b's
- * rows land in g at rows [b*m + row0, ...). */
+/* One rank's part of an all-gather: its rows x cols from src, and where
+ * every rank's rows land in its own matrix: rank b's at dst's rows
+ * [b*stride, b*stride + rows) (exec.c resolves both from the plan's names). */
 typedef struct ovld_allgather_part {
     ovld_rank_t *rank;
     uint32_t stream;
-    ovld_view_t src; /* this rank's shard, row 0 */
-    ovld_view_t g;   /* this rank's gathered matrix, row 0 */
+    ovld_view_t src; /* this rank's rows */
+    ovld_view_t dst; /* rank 0's block of this rank's gathered matrix */
 } ovld_allgather_part_t;
 
 /* End of a job_setup, on the loop thread. */
@@ -134,23 +136,40 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*rank_scratch)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t bytes,
                                  void **ret_ptr, char *err, size_t errlen);
 
-    /* Enqueue primitives. With issue_parallel, exec.c may call all of them
-     * but done and allgather for different ranks from different threads at
-     * once (each rank from one thread at a time); done and allgather only
-     * from the loop thread. The ranks of one op are on different devices
-     * (a job has at most one rank per device) and ops are issued one at a
-     * time, so per-device state needs no lock. reserve_events makes events
-     * [0, n) of a rank exist beforehand, so that those threads only look
-     * them up (a wait names another rank's event). */
+    /* Enqueue primitives. They execute what they are asked and choose
+     * nothing: one asked for what it cannot do (a method it does not have,
+     * a layout the method cannot move) fails with words in last_error,
+     * never a substitute. With issue_parallel, exec.c may call all of them
+     * but set_streams, done and allgather for different ranks from
+     * different threads at once (each rank from one thread at a time);
+     * set_streams, done and allgather only from the loop thread. The ranks
+     * of one op are on different devices (a job has at most one rank per
+     * device) and ops are issued one at a time, so per-device state needs
+     * no lock. reserve_events makes events [0, n) of a rank exist
+     * beforehand, so that those threads only look them up (a wait names
+     * another rank's event). */
     bool issue_parallel;
     ovl_status_t (*reserve_events)(ovld_rank_t *r, uint32_t n);
+    /* The streams [0, n) of the op about to be issued on r and their roles
+     * (the plan's): the backend takes each stream's priority from its role,
+     * and makes what the streams need, before any primitive of the op. The
+     * streams keep these roles until the next call; before the first, stream
+     * 0 exists with the client's role (a failed op's done goes there). Work
+     * on one stream index stays in issue order whatever its roles: across
+     * ops, plans order everything through stream 0 (each op's streams wait
+     * on its READY, recorded on stream 0; its DONE on stream 0 joins them
+     * all). NULL: streams have no roles and exist when used. */
+    ovl_status_t (*set_streams)(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n);
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
     ovl_status_t (*record)(ovld_rank_t *r, uint32_t stream, uint32_t event);
     ovl_status_t (*wait)(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
-    /* All parts in one call (one NCCL group), in rank order. */
-    ovl_status_t (*allgather)(ovld_backend_t *b, const ovld_allgather_part_t *parts,
-                              uint32_t nparts, ovl_dtype_t dtype, uint64_t m, uint64_t k,
-                              uint64_t row0, uint64_t rows);
+    /* All parts in one call (one NCCL group), in rank order (part i is the
+     * job's rank i), by exactly `method` (plan.h says what each one can
+     * move). NULL: the backend has no collective; plans then gather by
+     * pulls (the daemon asks for the copy engine). */
+    ovl_status_t (*allgather)(ovld_backend_t *b, ovl_ag_method_t method,
+                              const ovld_allgather_part_t *parts, uint32_t nparts,
+                              ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
     /* rows x cols elements from src to dst (2-D, each with its own ld). */
     ovl_status_t (*copy)(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                          uint64_t rows, uint64_t cols, size_t elem);

@@ -1,10 +1,11 @@
 /*
  * backend_cuda.c: the CUDA backend. One process drives every GPU of the
- * node: per rank a set of non-blocking streams (communication streams at the
- * highest priority), events, a doorbell (a host page the two share, whose
- * slots both processes' streams wait on; proto/doorbell.h), a cuBLASLt
- * workspace per stream; per job one NCCL communicator per
- * local rank, created nonblocking in one group off the loop thread. Client
+ * node: per rank non-blocking streams at the priorities of the roles the
+ * plans give them (the doorbell's, communication and copies highest, GEMMs
+ * lowest), events, a doorbell (a host page the two share, whose slots both
+ * processes' streams wait on; proto/doorbell.h), a cuBLASLt workspace per
+ * stream index; per job one NCCL communicator per local rank, created
+ * nonblocking in one group off the loop thread. Client
  * buffers arrive as CUDA IPC handles, opened once per (device, handle) and
  * kept in a reference-counted cache.
  *
@@ -15,9 +16,10 @@
  *               gone ovld releases the waits with CPU stores
  *               (cuda_rank_release; proto/doorbell.h says why slots)
  *   RECORD/WAIT cudaEventRecord / cudaStreamWaitEvent (across devices too)
- *   ALLGATHER   NCCL: ncclAllGather for whole contiguous shards, grouped
- *               ncclSend/ncclRecv for contiguous chunks; copy-engine pulls
- *               for strided layouts. All local ranks in one NCCL group.
+ *   ALLGATHER   exactly the method the plan names: ncclAllGather (whole
+ *               dense shards) or grouped ncclSend/ncclRecv (dense chunks),
+ *               all local ranks in one NCCL group; anything else is refused
+ *               (plans gather strided layouts by PULLs)
  *   PULL        cudaMemcpy(2D)Async from the peer's mapping (copy engine)
  *   GEMM        cuBLASLt (cuda_gemm.c)
  *   SLEEP       kernels.cu
@@ -88,10 +90,11 @@ static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
         if (r->dev != &cb->devs[index])
             continue;
         *bytes += r->scratch_bytes; /* the doorbell is host memory */
-        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
-            *streams += r->streams[i] != NULL;
+        for (uint32_t i = 0; i < r->nslots; i++)
+            for (int c = 0; c < CUDA_PRIO_COUNT; c++)
+                *streams += r->slots[i].s[c] != NULL;
+        for (uint32_t i = 0; i < CUDA_WORKSPACES; i++)
             *bytes += r->workspace[i] ? OVLD_LT_WORKSPACE : 0;
-        }
     }
 }
 
@@ -134,6 +137,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .last_error = cuda_last_error,
     .issue_parallel = true,
     .reserve_events = cuda_reserve_events,
+    .set_streams = cuda_set_streams,
     .mem_cache_stats = cuda_mem_cache_stats,
 };
 

@@ -1,17 +1,18 @@
 /*
  * backend_host.c: the host backend. Every "device" is host memory; a stream
  * is a worker thread with a FIFO of work; an event is a pair of counters
- * (records enqueued, records completed); an all-gather is a barrier plus
- * memcpy between the ranks' buffers; a GEMM is hostgemm.c; the doorbell is a
- * page of a memfd that the client maps too. It runs the same plans as the
- * CUDA backend and returns real results, so that everything but the CUDA
- * calls is exercised without a GPU.
+ * (records enqueued, records completed); an all-gather (either NCCL
+ * method) is a barrier plus memcpy between the ranks' buffers; a GEMM is
+ * hostgemm.c; the doorbell is a page of a memfd that the client maps too.
+ * It runs the same plans as the CUDA backend and returns real results, so
+ * that everything but the CUDA calls is exercised without a GPU.
  *
  * Its parts: backend_host.c (the vtable, create/destroy, devices),
  * host_rank.c, host_mem.c and host_coll.c; host_internal.h is what they
  * share.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +21,25 @@
 #include <sys/sysinfo.h>
 
 #include "host_internal.h"
+
+/* ------------------------------------------------- errors, in one place */
+
+_Thread_local char host_last_err[200];
+
+ovl_status_t host_fail(ovl_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(host_last_err, sizeof(host_last_err), fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static const char *host_last_error(ovld_backend_t *b)
+{
+    (void)b;
+    return host_last_err;
+}
 
 /* ------------------------------------------------------------ the ops */
 
@@ -66,8 +86,8 @@ static void host_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
         if (r->device != index)
             continue;
         *bytes += OVL_DOORBELL_SIZE + r->scratch_bytes;
-        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++)
-            *streams += r->streams[i].started;
+        for (uint32_t i = 0; i < r->nstreams; i++)
+            *streams += r->streams[i]->started;
     }
     pthread_mutex_unlock(&hb->mu);
 }
@@ -87,6 +107,7 @@ static const ovld_backend_ops_t host_ops = {
     .rank_scratch = host_rank_scratch,
     .issue_parallel = true,
     .reserve_events = host_reserve_events,
+    .set_streams = host_set_streams,
     .wait_ready = host_wait_ready,
     .record = host_record,
     .wait = host_wait,
@@ -95,6 +116,7 @@ static const ovld_backend_ops_t host_ops = {
     .gemm = host_gemm,
     .sleep = host_sleep,
     .done = host_done,
+    .last_error = host_last_error,
 };
 
 ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,

@@ -50,6 +50,7 @@ typedef enum value_kind {
     V_LOG_LEVEL, /* error | warn | info | debug */
     V_BACKEND,   /* auto | host | cuda */
     V_ALGO,      /* an ovl_algo_t name */
+    V_ALLGATHER, /* an ovl_ag_pref_t name: auto | nccl | copy */
     V_UINT,      /* decimal integer */
     V_SIZE,      /* decimal integer with an optional K/M/G/T suffix */
     V_UINT_AUTO, /* "auto" (stored as 0) or a decimal integer; lo >= 1 */
@@ -88,6 +89,7 @@ static const key_spec_t keys[] = {
     {"default_algo", V_ALGO, FIELD(default_algo), 0, 0},
     {"default_chunks", V_UINT, FIELD(default_chunks), 0, OVL_PLAN_MAX_CHUNKS},
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
+    {"allgather", V_ALLGATHER, FIELD(allgather), 0, 0},
 };
 
 typedef struct named_value {
@@ -135,6 +137,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->default_algo = OVL_ALGO_AUTO;
     cfg->default_chunks = 0;
     cfg->default_streams = 0;
+    cfg->allgather = OVL_AG_AUTO;
 }
 
 static const char *name_of(const named_value_t *table, size_t n, int value)
@@ -356,6 +359,14 @@ static void list_algos(char *buf, size_t len)
     list_names(table, OVL_ALGO_COUNT, buf, len);
 }
 
+static void list_ag_prefs(char *buf, size_t len)
+{
+    named_value_t table[OVL_AG_PREF_COUNT];
+    for (size_t n = 0; n < OVL_AG_PREF_COUNT; n++)
+        table[n] = (named_value_t){ovl_ag_pref_name((ovl_ag_pref_t)n), (int)n};
+    list_names(table, OVL_AG_PREF_COUNT, buf, len);
+}
+
 static void store_uint(ovld_config_t *cfg, const key_spec_t *key, uint64_t v)
 {
     char *field = (char *)cfg + key->offset;
@@ -465,6 +476,16 @@ static ovl_status_t apply_value(const parser_t *p, ovld_config_t *cfg, const key
             return fail(p, "%s: '%.*s%s' is not one of %s", key->name, SHOW(value), names);
         }
         cfg->default_algo = algo;
+        return OVL_OK;
+    }
+
+    case V_ALLGATHER: {
+        ovl_ag_pref_t pref;
+        if (ovl_ag_pref_parse(value, &pref) != OVL_OK) {
+            list_ag_prefs(names, sizeof(names));
+            return fail(p, "%s: '%.*s%s' is not one of %s", key->name, SHOW(value), names);
+        }
+        cfg->allgather = pref;
         return OVL_OK;
     }
 

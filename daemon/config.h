@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "ovl.h"
+#include "plan.h" /* ovl_ag_pref_t */
 
 /* syslog priorities, as sd-daemon(3) prefixes use them */
 typedef enum ovld_log_level {
@@ -62,6 +63,7 @@ typedef struct ovld_config {
     ovl_algo_t default_algo;   /* default_algo: auto|naive|collective|ring */
     uint32_t default_chunks;   /* default_chunks: 0 (planner's choice)..64 */
     uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */
+    ovl_ag_pref_t allgather;   /* allgather: auto|nccl|copy, default auto */
 } ovld_config_t;
 
 /* Fills every field with its default. */

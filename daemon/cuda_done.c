@@ -70,7 +70,16 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
                const char *message, void *cookie)
 {
     cuda_backend_t *cb = r->cb;
-    cudaStream_t s = r->streams[stream];
+    cudaStream_t s = cuda_stream(r, stream);
+    if (!s) {
+        /* done must ring: on stream 0, which every rank has from its
+         * creation, and as the failure it is (a caller's bug). */
+        s = r->slots[0].s[r->slots[0].cur];
+        if (status == OVL_OK) {
+            status = OVL_ERR_INTERNAL;
+            message = cuda_last_err;
+        }
+    }
     CUresult cr = CUDA_SUCCESS;
     bool nodev = cuda_set_device(r->cb, r->dev) != OVL_OK; /* its words: cuda_last_err */
     if (nodev)

@@ -4,12 +4,12 @@
  * macros, and the functions one file calls in another.
  *
  *   backend_cuda.c  the vtable, create/destroy, devices, errors
- *   cuda_rank.c     ranks: streams, events, workspaces, the doorbell
- *                   registration, scratch, release; wait_ready, record,
- *                   wait, gemm, sleep
+ *   cuda_rank.c     ranks: streams (by role), events, workspaces, the
+ *                   doorbell registration, scratch, release; set_streams,
+ *                   wait_ready, record, wait, gemm, sleep
  *   cuda_mem.c      IPC import/release and its cache
- *   cuda_nccl.c     communicators, job_setup/teardown, the all-gather and
- *                   the copy-engine pulls
+ *   cuda_nccl.c     communicators, job_setup/teardown, the all-gather
+ *                   (NCCL, by the method asked) and the copy-engine pulls
  *   cuda_done.c     completions (done, host functions), the watchdog,
  *                   restore_release
  *   cuda_gemm.c     cuBLASLt (its own header, cuda_gemm.h)
@@ -57,14 +57,44 @@ typedef struct cuda_done {
     struct cuda_done *prev, *next;
 } cuda_done_t;
 
+/* Stream priority classes, taken from the plans' stream roles: the
+ * doorbell's stream, communication and copies at the highest priority,
+ * GEMMs at the lowest, so that communication never queues behind a GEMM's
+ * blocks. */
+typedef enum cuda_prio {
+    CUDA_PRIO_HI,
+    CUDA_PRIO_LO,
+    CUDA_PRIO_COUNT,
+} cuda_prio_t;
+
+/* One stream index of a rank: a CUDA stream per priority class, each made
+ * when a plan first gives the index a role of that class, and the class
+ * the op being issued uses (cur; -1 before any). */
+typedef struct cuda_stream_slot {
+    cudaStream_t s[CUDA_PRIO_COUNT];
+    int cur;
+} cuda_stream_slot_t;
+
+/*
+ * GEMM workspaces per rank: one per stream index a plan may run GEMMs on.
+ * The one bound the backend takes from the planner, because memory must be
+ * taken before ops run (cudaMalloc may synchronize the device, and a
+ * stream may wait on a client's doorbell for ever); a stream index past it
+ * fails its GEMM with words rather than share a workspace.
+ */
+#define CUDA_WORKSPACES OVL_PLAN_MAX_STREAMS
+
 struct ovld_rank {
     cuda_backend_t *cb;
     cuda_dev_t *dev;
-    cudaStream_t streams[OVL_PLAN_MAX_STREAMS];
-    void *workspace[OVL_PLAN_MAX_STREAMS];
+    /* The streams by index (cuda_set_streams grows the array, loop
+     * thread); stream 0 exists from the start, with the client's class. */
+    cuda_stream_slot_t *slots;
+    uint32_t nslots;
+    cudaEvent_t chain_ev; /* orders an index's new stream after its old one */
+    void *workspace[CUDA_WORKSPACES];
     cudaEvent_t *events;
     uint32_t nevents;
-    cudaEvent_t ag_ev[2]; /* the copy-engine all-gather's own: ready, read */
     /* The doorbell: a memfd page mapped by both processes and registered
      * with CUDA in both, so that stream memory operations reach it. The
      * streams' waits are on its slots (the client's stream writes ready
@@ -168,6 +198,10 @@ void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
 ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
                                char *err, size_t errlen);
 ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n);
+ovl_status_t cuda_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n);
+/* The CUDA stream that the op being issued calls `stream` (the roles
+ * cuda_set_streams was given), or NULL with words in cuda_last_err. */
+cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream);
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
@@ -178,9 +212,9 @@ ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
                             ovld_setup_cb cb, void *arg);
 void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
-ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts, uint32_t n,
-                            ovl_dtype_t dtype, uint64_t m, uint64_t k, uint64_t row0,
-                            uint64_t rows);
+ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
+                            const ovld_allgather_part_t *parts, uint32_t n, ovl_dtype_t dtype,
+                            uint64_t rows, uint64_t cols, uint64_t stride);
 ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem);
 

@@ -2,8 +2,9 @@
  * cuda_nccl.c: communication in the CUDA backend: per job one NCCL
  * communicator per local rank, created nonblocking in one group off the loop
  * thread (job_setup) and finalized the same way (job_teardown); the
- * all-gather (NCCL, or copy-engine pulls for strided layouts) and the pulls
- * (cudaMemcpy(2D)Async from a peer's mapping).
+ * all-gather, by exactly the NCCL method the plan names (strided layouts
+ * and jobs without NCCL are gathered by the plans' own pulls, never here);
+ * and the pulls (cudaMemcpy(2D)Async from a peer's mapping).
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -15,6 +16,7 @@
 #include "clock.h"
 
 #define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch on the loop thread */
+#define NCCL_WAIT_BATCH      64 /* communicators whose launch one nccl_wait call polls */
 
 /* --------------------------------------------------------------- NCCL */
 
@@ -248,81 +250,93 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
     return OVL_OK;
 }
 
-ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts, uint32_t n,
-                            ovl_dtype_t dtype, uint64_t m, uint64_t k, uint64_t row0, uint64_t rows)
+/* Refuses, with words, an all-gather NCCL cannot do as asked: its rows
+ * must be dense (one piece per rank), ncclAllGather's shards back to back,
+ * and part i the communicator's rank i of n. */
+static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather_part_t *parts,
+                                    uint32_t n, size_t elem, uint64_t rows, uint64_t cols,
+                                    uint64_t stride)
+{
+    const char *name = ovl_ag_method_name(method);
+#define REFUSE(st, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(cuda_last_err, sizeof(cuda_last_err), __VA_ARGS__);                               \
+        return (st);                                                                               \
+    } while (0)
+    if (!name)
+        REFUSE(OVL_ERR_UNSUPPORTED, "all-gather method %d: not one the CUDA backend has",
+               (int)method);
+    if (elem == 0)
+        REFUSE(OVL_ERR_INVALID, "%s: unknown dtype", name);
+    if (method == OVL_AG_NCCL_ALLGATHER && stride != rows)
+        REFUSE(OVL_ERR_INVALID, "%s places shards back to back: stride %" PRIu64 ", rows %" PRIu64,
+               name, stride, rows);
+    if (stride < rows)
+        REFUSE(OVL_ERR_INVALID, "%s: blocks overlap: stride %" PRIu64 ", rows %" PRIu64, name,
+               stride, rows);
+    if (cols != 0 && rows > SIZE_MAX / cols / elem)
+        REFUSE(OVL_ERR_LIMIT, "%s: %" PRIu64 " x %" PRIu64 " elements do not fit in memory", name,
+               rows, cols);
+    for (uint32_t i = 0; i < n; i++) {
+        const ovld_allgather_part_t *x = &parts[i];
+        int count = 0, rank = -1;
+        if (x->src.ld != cols || x->dst.ld != cols)
+            REFUSE(OVL_ERR_INVALID,
+                   "%s moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
+                   " for %" PRIu64 " columns",
+                   name, i, x->src.ld, x->dst.ld, cols);
+        if (!x->rank->nccl)
+            REFUSE(OVL_ERR_UNSUPPORTED, "%s: rank %u has no NCCL communicator", name, i);
+        ncclResult_t r = ncclCommCount(x->rank->nccl, &count);
+        if (r == ncclSuccess)
+            r = ncclCommUserRank(x->rank->nccl, &rank);
+        if (r != ncclSuccess)
+            REFUSE(OVL_ERR_BACKEND, "%s: rank %u's communicator: %s", name, i,
+                   ncclGetErrorString(r));
+        if (count != (int)n || rank != (int)i)
+            REFUSE(OVL_ERR_INTERNAL, "%s: part %u of %u is rank %d of a communicator of %d", name,
+                   i, n, rank, count);
+        if (!cuda_stream(x->rank, x->stream))
+            return OVL_ERR_INVALID; /* cuda_stream said why */
+    }
+#undef REFUSE
+    return OVL_OK;
+}
+
+ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
+                            const ovld_allgather_part_t *parts, uint32_t n, ovl_dtype_t dtype,
+                            uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
     size_t elem = ovl_dtype_size(dtype);
-    bool contiguous = true, comms = true;
-    for (uint32_t i = 0; i < n; i++) {
-        contiguous = contiguous && parts[i].src.ld == k && parts[i].g.ld == k;
-        comms = comms && parts[i].rank->nccl != NULL;
-    }
-    if (!contiguous || !comms || n == 1) {
-        /* Strided layouts: every rank pulls every shard by copy engine. All
-         * sources are ready: the plans wait on every rank's READY before an
-         * all-gather only implicitly (NCCL's own synchronization), so here
-         * each rank's stream waits on the others' stream position first. */
-        for (uint32_t i = 0; i < n; i++) {
-            struct ovld_rank *r = parts[i].rank;
-            USE_DEVICE(r);
-            for (uint32_t p = 0; p < n; p++) {
-                if (p != i) {
-                    cudaEvent_t ev = parts[p].rank->ag_ev[0];
-                    CUDA_TRY(r->cb, cudaEventRecord(ev, parts[p].rank->streams[parts[p].stream]),
-                             "all-gather (record)");
-                    CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[parts[i].stream], ev, 0),
-                             "all-gather (wait)");
-                }
-                ovl_status_t st = copy_rows(
-                    r, r->streams[parts[i].stream], ovld_view_rows(parts[i].g, p * m + row0, elem),
-                    ovld_view_rows(parts[p].src, row0, elem), rows, k, elem);
-                if (st != OVL_OK)
-                    return st;
-            }
-        }
-        /* ...and no rank goes on before every rank has read its shard. */
-        for (uint32_t i = 0; i < n; i++) {
-            USE_DEVICE(parts[i].rank);
-            cudaEvent_t ev = parts[i].rank->ag_ev[1];
-            CUDA_TRY(parts[i].rank->cb,
-                     cudaEventRecord(ev, parts[i].rank->streams[parts[i].stream]),
-                     "all-gather (record)");
-            for (uint32_t p = 0; p < n; p++)
-                if (p != i)
-                    CUDA_TRY(parts[i].rank->cb,
-                             cudaStreamWaitEvent(parts[p].rank->streams[parts[p].stream], ev, 0),
-                             "all-gather (wait)");
-        }
-        return OVL_OK;
-    }
-    size_t count = (size_t)(rows * k);
+    ovl_status_t st = allgather_check(method, parts, n, elem, rows, cols, stride);
+    if (st != OVL_OK)
+        return st;
+    const char *name = ovl_ag_method_name(method);
+    size_t count = (size_t)(rows * cols);
     ncclDataType_t t = nccl_type(dtype);
+    cudaError_t ce = cudaSuccess; /* the own chunk's copy, inside the group */
     ncclResult_t r = ncclGroupStart();
     for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
         const ovld_allgather_part_t *x = &parts[i];
-        cudaStream_t s = x->rank->streams[x->stream];
-        const void *send = ovld_view_rows(x->src, row0, elem).ptr;
-        if (row0 == 0 && rows == m) {
-            /* whole shards land in G exactly as NCCL lays them out */
-            r = ncclAllGather(send, x->g.ptr, count, t, x->rank->nccl, s);
+        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+        if (method == OVL_AG_NCCL_ALLGATHER) {
+            r = ncclAllGather(x->src.ptr, x->dst.ptr, count, t, x->rank->nccl, s);
             continue;
         }
-        /* Chunks: rank p's rows go to G rows p*m + row0, which NCCL's
-         * all-gather layout cannot express; grouped send/recv can. */
+        /* send/recv: rank p's rows land stride*p rows into dst */
         for (uint32_t p = 0; r == ncclSuccess && p < n; p++) {
-            void *dst = ovld_view_rows(x->g, p * m + row0, elem).ptr;
+            void *dst = ovld_view_rows(x->dst, p * stride, elem).ptr;
             if (p == i) {
-                if (cudaSetDevice(x->rank->dev->ordinal) != cudaSuccess) {
-                    r = ncclUnhandledCudaError;
-                    break;
-                }
-                if (cudaMemcpyAsync(dst, send, count * elem, cudaMemcpyDeviceToDevice, s) !=
-                    cudaSuccess)
+                ce = cudaSetDevice(x->rank->dev->ordinal);
+                if (ce == cudaSuccess)
+                    ce =
+                        cudaMemcpyAsync(dst, x->src.ptr, count * elem, cudaMemcpyDeviceToDevice, s);
+                if (ce != cudaSuccess)
                     r = ncclUnhandledCudaError;
                 continue;
             }
-            r = ncclSend(send, count, t, (int)p, x->rank->nccl, s);
+            r = ncclSend(x->src.ptr, count, t, (int)p, x->rank->nccl, s);
             if (r == ncclSuccess)
                 r = ncclRecv(dst, count, t, (int)p, x->rank->nccl, s);
         }
@@ -337,11 +351,11 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *part
          * that no longer moves) fails the op rather than hold every client
          * up for ever. */
         uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
-        struct ovld_rank *rk[OVL_PLAN_MAX_WORLD > 64 ? 64 : OVL_PLAN_MAX_WORLD];
+        struct ovld_rank *rk[NCCL_WAIT_BATCH];
         uint32_t done = 0;
         while (done < n) {
             uint32_t c = 0;
-            for (; c < 64 && done + c < n; c++)
+            for (; c < NCCL_WAIT_BATCH && done + c < n; c++)
                 rk[c] = parts[done + c].rank;
             r = nccl_wait(rk, c, deadline);
             if (r != ncclSuccess)
@@ -350,10 +364,13 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, const ovld_allgather_part_t *part
         }
     }
     if (r != ncclSuccess) {
-        snprintf(cuda_last_err, sizeof(cuda_last_err),
-                 "NCCL all-gather rows %" PRIu64 "+%" PRIu64 ": %s", row0, rows,
-                 r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
-                                     : ncclGetErrorString(r));
+        if (ce != cudaSuccess)
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: the own rows' copy: %s", name,
+                     cudaGetErrorString(ce));
+        else
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "%s of %" PRIu64 " rows: %s", name, rows,
+                     r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
+                                         : ncclGetErrorString(r));
         return OVL_ERR_BACKEND;
     }
     return OVL_OK;
@@ -363,5 +380,8 @@ ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_vi
                        uint64_t rows, uint64_t cols, size_t elem)
 {
     USE_DEVICE(r);
-    return copy_rows(r, r->streams[stream], dst, src, rows, cols, elem);
+    cudaStream_t s = cuda_stream(r, stream);
+    if (!s)
+        return OVL_ERR_INVALID; /* cuda_stream said why */
+    return copy_rows(r, s, dst, src, rows, cols, elem);
 }

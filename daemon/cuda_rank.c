@@ -1,10 +1,11 @@
 /*
- * cuda_rank.c: the ranks of the CUDA backend: per rank a set of non-blocking
- * streams (communication streams at the highest priority), events, a
- * cuBLASLt workspace per stream, a doorbell (a host page registered with
+ * cuda_rank.c: the ranks of the CUDA backend: per rank non-blocking streams
+ * by index, each at the priority of the role the plan gives it (the
+ * doorbell's, communication and copies highest, GEMMs lowest), events, a
+ * cuBLASLt workspace per stream index, a doorbell (a host page registered with
  * CUDA, proto/doorbell.h), scratch for the gathered A, and the release of a
- * rank whose client is gone. The rank's own primitives too: WAIT_READY,
- * RECORD/WAIT, GEMM and SLEEP.
+ * rank whose client is gone. The rank's own primitives too: the streams'
+ * roles, WAIT_READY, RECORD/WAIT, GEMM and SLEEP.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,19 +42,19 @@ void cuda_rank_free_resources(struct ovld_rank *r)
     FREE_TRY(cudaSetDevice(r->dev->ordinal));
     bool dev = what == NULL;
     if (dev) {
-        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
-            if (r->streams[i]) {
-                FREE_TRY(cudaStreamSynchronize(r->streams[i]));
-                FREE_TRY(cudaStreamDestroy(r->streams[i]));
-            }
+        for (uint32_t i = 0; i < r->nslots; i++)
+            for (int c = 0; c < CUDA_PRIO_COUNT; c++)
+                if (r->slots[i].s[c]) {
+                    FREE_TRY(cudaStreamSynchronize(r->slots[i].s[c]));
+                    FREE_TRY(cudaStreamDestroy(r->slots[i].s[c]));
+                }
+        for (uint32_t i = 0; i < CUDA_WORKSPACES; i++)
             if (r->workspace[i])
                 FREE_TRY(cudaFree(r->workspace[i]));
-        }
         for (uint32_t i = 0; i < r->nevents; i++)
             FREE_TRY(cudaEventDestroy(r->events[i]));
-        for (int i = 0; i < 2; i++)
-            if (r->ag_ev[i])
-                FREE_TRY(cudaEventDestroy(r->ag_ev[i]));
+        if (r->chain_ev)
+            FREE_TRY(cudaEventDestroy(r->chain_ev));
         for (uint32_t i = 0; i < r->nfree_ev; i++)
             FREE_TRY(cudaEventDestroy(r->free_ev[i]));
         if (r->cstream) {
@@ -68,6 +69,7 @@ void cuda_rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaFree(r->scratch));
     }
 #undef FREE_TRY
+    free(r->slots);
     free(r->free_ev);
     free(r->events);
     if (r->db_fd >= 0)
@@ -97,22 +99,29 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     ovl_status_t st = OVL_ERR_BACKEND;
     cudaError_t ce = cudaSetDevice(r->dev->ordinal);
     const char *what = "cudaSetDevice";
-    /* Streams 0 and 1 carry the doorbells and the pulls: highest priority;
-     * the GEMM streams the lowest, so that communication is never queued
-     * behind a GEMM's blocks. */
-    for (uint32_t i = 0; ce == cudaSuccess && i < OVL_PLAN_MAX_STREAMS; i++) {
-        what = "cudaStreamCreateWithPriority";
-        ce = cudaStreamCreateWithPriority(&r->streams[i], cudaStreamNonBlocking,
-                                          i <= 1 ? r->dev->prio_hi : r->dev->prio_lo);
+    /* Stream 0 from the start, with the client's role: a failed op's done
+     * goes there before any plan gave the streams roles. The others are
+     * made as plans first use them (cuda_set_streams). */
+    if (ce == cudaSuccess) {
+        what = "the streams (out of memory)";
+        r->slots = calloc(1, sizeof(*r->slots));
+        ce = r->slots ? cudaSuccess : cudaErrorMemoryAllocation;
     }
-    for (int i = 0; ce == cudaSuccess && i < 2; i++) {
+    if (ce == cudaSuccess) {
+        r->nslots = 1;
+        r->slots[0].cur = CUDA_PRIO_HI;
+        what = "cudaStreamCreateWithPriority";
+        ce = cudaStreamCreateWithPriority(&r->slots[0].s[CUDA_PRIO_HI], cudaStreamNonBlocking,
+                                          r->dev->prio_hi);
+    }
+    if (ce == cudaSuccess) {
         what = "cudaEventCreateWithFlags";
-        ce = cudaEventCreateWithFlags(&r->ag_ev[i], cudaEventDisableTiming);
+        ce = cudaEventCreateWithFlags(&r->chain_ev, cudaEventDisableTiming);
     }
     /* A workspace for every stream a plan may run GEMMs on (collective
      * spreads them over all of its streams), taken now: none is allocated
      * between the launches of an op (API-NOTES 0). */
-    for (uint32_t i = 0; ce == cudaSuccess && i < OVL_PLAN_MAX_STREAMS; i++) {
+    for (uint32_t i = 0; ce == cudaSuccess && i < CUDA_WORKSPACES; i++) {
         what = "cudaMalloc (GEMM workspace)";
         ce = cudaMalloc(&r->workspace[i], OVLD_LT_WORKSPACE);
     }
@@ -222,21 +231,23 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
                              r->dev->ordinal);
                     return OVL_ERR_INTERNAL;
                 }
-            for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
-                if (!r->streams[i])
-                    continue;
-                cudaError_t q = cudaStreamQuery(r->streams[i]);
-                if (q == cudaErrorNotReady) {
-                    snprintf(err, errlen, "device %d: scratch cannot grow while stream %u is busy",
-                             r->dev->ordinal, i);
-                    return OVL_ERR_INTERNAL;
+            for (uint32_t i = 0; i < r->nslots; i++)
+                for (int c = 0; c < CUDA_PRIO_COUNT; c++) {
+                    if (!r->slots[i].s[c])
+                        continue;
+                    cudaError_t q = cudaStreamQuery(r->slots[i].s[c]);
+                    if (q == cudaErrorNotReady) {
+                        snprintf(err, errlen,
+                                 "device %d: scratch cannot grow while stream %u is busy",
+                                 r->dev->ordinal, i);
+                        return OVL_ERR_INTERNAL;
+                    }
+                    if (q != cudaSuccess) {
+                        snprintf(err, errlen, "device %d: cudaStreamQuery (stream %u): %s",
+                                 r->dev->ordinal, i, cudaGetErrorString(q));
+                        return OVL_ERR_BACKEND;
+                    }
                 }
-                if (q != cudaSuccess) {
-                    snprintf(err, errlen, "device %d: cudaStreamQuery (stream %u): %s",
-                             r->dev->ordinal, i, cudaGetErrorString(q));
-                    return OVL_ERR_BACKEND;
-                }
-            }
             cudaError_t ce = cudaFree(r->scratch);
             if (ce != cudaSuccess) {
                 snprintf(err, errlen, "device %d: cudaFree (the smaller scratch): %s",
@@ -320,44 +331,120 @@ ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n)
     return n ? event_get(r, n - 1, &ev) : OVL_OK;
 }
 
+cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream)
+{
+    if (stream >= r->nslots || r->slots[stream].cur < 0) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "stream %u: no role given (set_streams made %u)", stream, r->nslots);
+        return NULL;
+    }
+    return r->slots[stream].s[r->slots[stream].cur];
+}
+
+/* Gets a stream of the rank that the current op names, or fails the
+ * primitive (the words are in cuda_last_err). */
+#define GET_STREAM(r, stream, s)                                                                   \
+    do {                                                                                           \
+        if (!((s) = cuda_stream((r), (stream))))                                                   \
+            return OVL_ERR_INVALID;                                                                \
+    } while (0)
+
+ovl_status_t cuda_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n)
+{
+    USE_DEVICE(r);
+    if (n > r->nslots) {
+        cuda_stream_slot_t *ns = realloc(r->slots, n * sizeof(*ns));
+        if (!ns) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "streams: out of memory");
+            return OVL_ERR_NOMEM;
+        }
+        for (uint32_t i = r->nslots; i < n; i++)
+            ns[i] = (cuda_stream_slot_t){.cur = -1};
+        r->slots = ns;
+        r->nslots = n;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if ((unsigned)roles[i] >= OVL_ROLE_COUNT) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "stream %u: unknown role %d", i,
+                     (int)roles[i]);
+            return OVL_ERR_INVALID;
+        }
+        int c = roles[i] == OVL_ROLE_COMPUTE ? CUDA_PRIO_LO : CUDA_PRIO_HI;
+        cuda_stream_slot_t *slot = &r->slots[i];
+        if (slot->cur == c)
+            continue;
+        /* Not a synchronizing call: made here, before the op's launches. */
+        if (!slot->s[c])
+            CUDA_TRY(
+                r->cb,
+                cudaStreamCreateWithPriority(&slot->s[c], cudaStreamNonBlocking,
+                                             c == CUDA_PRIO_HI ? r->dev->prio_hi : r->dev->prio_lo),
+                "stream");
+        /* The index's earlier work stays ahead of its later work whatever
+         * the roles: the new stream waits for the old one's last work (the
+         * plans order ops through stream 0 anyway; this keeps the backend
+         * from relying on it, and lets the two share the index's GEMM
+         * workspace). A wait captures the event's state when it is issued,
+         * so the one event serves every change. */
+        if (slot->cur >= 0) {
+            CUDA_TRY(r->cb, cudaEventRecord(r->chain_ev, slot->s[slot->cur]), "stream role");
+            CUDA_TRY(r->cb, cudaStreamWaitEvent(slot->s[c], r->chain_ev, 0), "stream role");
+        }
+        slot->cur = c;
+    }
+    return OVL_OK;
+}
+
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
     USE_DEVICE(r);
-    return drv_check(
-        r,
-        r->cb->drv.stream_wait_value64((CUstream)r->streams[stream],
-                                       (CUdeviceptr)&r->db_dev->ready_slot[seq % OVL_READY_SLOTS],
-                                       seq, CU_STREAM_WAIT_VALUE_GEQ),
-        "cuStreamWaitValue64 (doorbell ready)");
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
+    return drv_check(r,
+                     r->cb->drv.stream_wait_value64(
+                         (CUstream)s, (CUdeviceptr)&r->db_dev->ready_slot[seq % OVL_READY_SLOTS],
+                         seq, CU_STREAM_WAIT_VALUE_GEQ),
+                     "cuStreamWaitValue64 (doorbell ready)");
 }
 
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 {
     USE_DEVICE(r);
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
     cudaEvent_t ev;
     ovl_status_t st = event_get(r, event, &ev);
     if (st != OVL_OK)
         return st;
-    CUDA_TRY(r->cb, cudaEventRecord(ev, r->streams[stream]), "record");
+    CUDA_TRY(r->cb, cudaEventRecord(ev, s), "record");
     return OVL_OK;
 }
 
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
 {
     USE_DEVICE(r);
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
     cudaEvent_t ev;
     ovl_status_t st = event_get(owner, event, &ev);
     if (st != OVL_OK)
         return st;
-    CUDA_TRY(r->cb, cudaStreamWaitEvent(r->streams[stream], ev, 0), "wait");
+    CUDA_TRY(r->cb, cudaStreamWaitEvent(s, ev, 0), "wait");
     return OVL_OK;
 }
 
 ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args)
 {
     USE_DEVICE(r);
-    ovl_status_t st = ovld_lt_gemm(r->dev->lt, r->streams[stream], r->workspace[stream],
-                                   OVLD_LT_WORKSPACE, args, cuda_last_err, sizeof(cuda_last_err));
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
+    if (stream >= CUDA_WORKSPACES) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "stream %u: no GEMM workspace (a rank has %u)", stream, CUDA_WORKSPACES);
+        return OVL_ERR_LIMIT;
+    }
+    ovl_status_t st = ovld_lt_gemm(r->dev->lt, s, r->workspace[stream], OVLD_LT_WORKSPACE, args,
+                                   cuda_last_err, sizeof(cuda_last_err));
     if (st != OVL_OK)
         last_err_on_device(r);
     return st;
@@ -366,6 +453,8 @@ ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *
 ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
 {
     USE_DEVICE(r);
-    CUDA_TRY(r->cb, ovld_launch_sleep(r->streams[stream], ns), "sleep kernel");
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
+    CUDA_TRY(r->cb, ovld_launch_sleep(s, ns), "sleep kernel");
     return OVL_OK;
 }

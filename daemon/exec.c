@@ -19,13 +19,40 @@
  * the stacks of the threads still at it (SIGUSR2, daemon/stall.c). */
 #define EXEC_SLOW_MS 3000
 
-/* Issues one instruction of rank r (not an ALLGATHER). */
+/* The view of `ref` (a row of a named buffer of some rank) for rank r's
+ * instruction; OVL_ERR_INTERNAL, with words in why, for a name the op does
+ * not have. own: the buffer must be rank r's own (every write is). */
+static ovl_status_t resolve(const ovld_exec_op_t *op, uint32_t r, ovl_ref_t ref, bool own,
+                            size_t elem, ovld_view_t *ret, char *why, size_t whylen)
+{
+    const char *name = ovl_buf_name(ref.buf);
+    if (!name || ref.rank >= op->world || (own && ref.rank != r)) {
+        snprintf(why, whylen, "names buffer %d of rank %u, which it may not", (int)ref.buf,
+                 ref.rank);
+        return OVL_ERR_INTERNAL;
+    }
+    ovld_view_t v = op->ranks[ref.rank].buf[ref.buf];
+    if (!v.ptr) {
+        snprintf(why, whylen, "names buffer %s of rank %u, which the op does not have", name,
+                 ref.rank);
+        return OVL_ERR_INTERNAL;
+    }
+    *ret = ovld_view_rows(v, ref.row, elem);
+    return OVL_OK;
+}
+
+/* Issues one instruction of rank r (not an ALLGATHER). A failure of the
+ * executor's own (a name it cannot resolve) leaves words in why; a
+ * backend's leaves why empty (its last_error has them). */
 static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t r,
-                          const ovl_instr_t *in)
+                          const ovl_instr_t *in, char *why, size_t whylen)
 {
     const ovld_backend_ops_t *ops = b->ops;
     const ovld_exec_rank_t *x = &op->ranks[r];
-    size_t elem = ovl_dtype_size(op->dtype);
+    ovl_dtype_t dtype = x->plan->params.dtype;
+    size_t elem = ovl_dtype_size(dtype);
+    ovl_status_t st;
+    why[0] = '\0';
     switch (in->kind) {
     case OVL_I_WAIT_READY:
         return ops->wait_ready(x->rank, in->stream, op->seq);
@@ -33,30 +60,25 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         return ops->record(x->rank, in->stream, in->event);
     case OVL_I_WAIT:
         return ops->wait(x->rank, in->stream, op->ranks[in->peer].rank, in->event);
-    case OVL_I_PULL:
-        return ops->copy(
-            x->rank, in->stream, ovld_view_rows(x->g, in->peer * op->m + in->row0, elem),
-            ovld_view_rows(op->ranks[in->peer].a, in->row0, elem), in->rows, op->k, elem);
+    case OVL_I_PULL: {
+        ovld_view_t dst, src;
+        if ((st = resolve(op, r, in->dst, true, elem, &dst, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->src, false, elem, &src, why, whylen)) != OVL_OK)
+            return st;
+        return ops->copy(x->rank, in->stream, dst, src, in->rows, in->cols, elem);
+    }
     case OVL_I_GEMM: {
-        ovld_gemm_args_t g = {.dtype = op->dtype,
+        ovld_gemm_args_t g = {.dtype = dtype,
                               .rows = in->rows,
-                              .n = op->n,
-                              .k = op->k,
+                              .n = in->n,
+                              .k = in->k,
                               .nblocks = in->nblocks,
-                              .block_stride = op->m,
-                              .b = x->b,
-                              .transb = op->transb};
-        uint64_t crow = (uint64_t)in->block0 * op->m + in->row0;
-        g.c = ovld_view_rows(x->c, crow, elem);
-        if (in->src == OVL_SRC_LOCAL)
-            g.a = ovld_view_rows(x->a, in->row0, elem);
-        else
-            g.a = ovld_view_rows(x->g, crow, elem);
-        /* Whole consecutive blocks are one taller GEMM. */
-        if (in->row0 == 0 && in->rows == op->m && in->nblocks > 1) {
-            g.rows = op->m * in->nblocks;
-            g.nblocks = 1;
-        }
+                              .block_stride = in->stride,
+                              .transb = in->transb};
+        if ((st = resolve(op, r, in->src, true, elem, &g.a, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->b, true, elem, &g.b, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->dst, true, elem, &g.c, why, whylen)) != OVL_OK)
+            return st;
         return ops->gemm(x->rank, in->stream, &g);
     }
     case OVL_I_SLEEP:
@@ -67,7 +89,62 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
     case OVL_I_ALLGATHER:
         break;
     }
+    snprintf(why, whylen, "not an instruction this call issues");
     return OVL_ERR_INTERNAL;
+}
+
+/* The words for a failed issue: the executor's own, else the backend's
+ * (kept per thread: asked on the thread that made the call), else the
+ * status's. */
+static const char *why_failed(ovld_backend_t *b, const char *own, ovl_status_t st)
+{
+    const char *why = own[0] ? own : b->ops->last_error ? b->ops->last_error(b) : NULL;
+    return why && why[0] ? why : ovl_strerror(st);
+}
+
+/* Issues the ALLGATHER every rank stands at (pc), as one backend call;
+ * OVL_ERR_INTERNAL, with words in err, where plans disagree or name what the
+ * op does not have. */
+static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
+                                    ovld_allgather_part_t *parts, char *err, size_t errlen)
+{
+    const ovl_instr_t *first = &op->ranks[0].plan->instr[pc[0]];
+    const char *method = ovl_ag_method_name(first->method);
+    ovl_dtype_t dtype = op->ranks[0].plan->params.dtype;
+    size_t elem = ovl_dtype_size(dtype);
+    char why[160];
+    if (!method)
+        method = "an unknown method"; /* the backend refuses it */
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_instr_t *in = &op->ranks[r].plan->instr[pc[r]];
+        if (in->method != first->method || in->rows != first->rows || in->cols != first->cols ||
+            in->stride != first->stride || in->src.buf != first->src.buf ||
+            in->src.row != first->src.row || in->dst.buf != first->dst.buf ||
+            in->dst.row != first->dst.row || op->ranks[r].plan->params.dtype != dtype) {
+            snprintf(err, errlen, "plans disagree on all-gather %zu of rank %u", pc[r], r);
+            return OVL_ERR_INTERNAL;
+        }
+        parts[r] = (ovld_allgather_part_t){.rank = op->ranks[r].rank, .stream = in->stream};
+        ovl_status_t st = resolve(op, r, in->src, true, elem, &parts[r].src, why, sizeof(why));
+        if (st == OVL_OK)
+            st = resolve(op, r, in->dst, true, elem, &parts[r].dst, why, sizeof(why));
+        if (st != OVL_OK) {
+            snprintf(err, errlen, "rank %u, instruction %zu (ALLGATHER): %s", r, pc[r], why);
+            return st;
+        }
+    }
+    if (!b->ops->allgather) {
+        snprintf(err, errlen, "all-gather (%s): the %s backend has no collective", method,
+                 b->ops->name);
+        return OVL_ERR_UNSUPPORTED;
+    }
+    ovl_status_t st = b->ops->allgather(b, first->method, parts, op->world, dtype, first->rows,
+                                        first->cols, first->stride);
+    if (st != OVL_OK)
+        snprintf(err, errlen, "all-gather %s rows %llu+%llu: %s", method,
+                 (unsigned long long)first->src.row, (unsigned long long)first->rows,
+                 why_failed(b, "", st));
+    return st;
 }
 
 /* Failure half-way: join what each rank issued into stream 0 (events past
@@ -124,11 +201,11 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
                 if (in->kind == OVL_I_WAIT && in->peer != r &&
                     !recorded[(size_t)in->peer * maxev + in->event])
                     break;
-                st = issue(b, op, r, in);
+                char why[160];
+                st = issue(b, op, r, in, why, sizeof(why));
                 if (st != OVL_OK) {
-                    const char *why = b->ops->last_error ? b->ops->last_error(b) : NULL;
                     snprintf(err, errlen, "rank %u, instruction %zu (%s): %s", r, pc[r],
-                             ovl_instr_name(in->kind), why && why[0] ? why : ovl_strerror(st));
+                             ovl_instr_name(in->kind), why_failed(b, why, st));
                     goto fail;
                 }
                 if (in->kind == OVL_I_RECORD)
@@ -142,27 +219,9 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
         if (finished)
             break;
         if (at_gather == w) {
-            const ovl_instr_t *first = &op->ranks[0].plan->instr[pc[0]];
-            for (uint32_t r = 0; r < w; r++) {
-                const ovl_instr_t *in = &op->ranks[r].plan->instr[pc[r]];
-                if (in->row0 != first->row0 || in->rows != first->rows) {
-                    st = OVL_ERR_INTERNAL;
-                    snprintf(err, errlen, "plans disagree on all-gather %zu of rank %u", pc[r], r);
-                    goto fail;
-                }
-                parts[r] = (ovld_allgather_part_t){.rank = op->ranks[r].rank,
-                                                   .stream = in->stream,
-                                                   .src = op->ranks[r].a,
-                                                   .g = op->ranks[r].g};
-            }
-            st = b->ops->allgather(b, parts, w, op->dtype, op->m, op->k, first->row0, first->rows);
-            if (st != OVL_OK) {
-                const char *why = b->ops->last_error ? b->ops->last_error(b) : NULL;
-                snprintf(err, errlen, "all-gather rows %llu+%llu: %s",
-                         (unsigned long long)first->row0, (unsigned long long)first->rows,
-                         why && why[0] ? why : ovl_strerror(st));
+            st = issue_allgather(b, op, pc, parts, err, errlen);
+            if (st != OVL_OK)
                 goto fail;
-            }
             for (uint32_t r = 0; r < w; r++)
                 pc[r]++;
             progress = true;
@@ -194,13 +253,12 @@ fail:
 
 /*
  * With a backend that allows it (issue_parallel), more than one rank and
- * plans without an ALLGATHER (ring), each rank's program is issued by a
- * thread of its own: the calling thread takes rank 0, a pool of threads the
- * others. Plans with ALLGATHERs stay serial: every rank meets the others at
- * each of them and one thread issues the NCCL group for all, so threads
- * bought nothing there (measured on 2 x H200, docs/performance.md). What
- * the serial walk gets from its order, the threads get from one mutex and
- * condition:
+ * plans without an ALLGATHER (ring, and gathers by the copy engine), each
+ * rank's program is issued by a thread of its own: the calling thread takes
+ * rank 0, a pool of threads the others. Plans with ALLGATHERs stay serial: every rank meets the
+ * others at each of them and one thread issues the NCCL group for all, so threads bought nothing
+ * there (measured on 2 x H200, docs/performance.md). What the serial walk gets from its order, the
+ * threads get from one mutex and condition:
  *  - a wait on a peer's event waits until the peer's thread has issued that
  *    record in this op;
  *  - every rank stops at its DONE, which the calling thread (the loop
@@ -274,12 +332,12 @@ static void xwait(xrun_t *x, uint32_t r)
 
 /* The issuing thread's words for a failed call (a backend keeps them per
  * thread). */
-static void xfail_call(xrun_t *x, ovl_status_t st, uint32_t r, const ovl_instr_t *in)
+static void xfail_call(xrun_t *x, ovl_status_t st, uint32_t r, const ovl_instr_t *in,
+                       const char *own)
 {
-    const char *why = x->b->ops->last_error ? x->b->ops->last_error(x->b) : NULL;
+    const char *why = why_failed(x->b, own, st);
     pthread_mutex_lock(&x->mu);
-    xfail(x, st, "rank %u, instruction %zu (%s): %s", r, x->pc[r], ovl_instr_name(in->kind),
-          why && why[0] ? why : ovl_strerror(st));
+    xfail(x, st, "rank %u, instruction %zu (%s): %s", r, x->pc[r], ovl_instr_name(in->kind), why);
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -307,9 +365,10 @@ static void xrank(xrun_t *x, uint32_t r)
                 break;
         }
         pthread_mutex_unlock(&x->mu);
-        ovl_status_t st = issue(x->b, op, r, in);
+        char why[160];
+        ovl_status_t st = issue(x->b, op, r, in, why, sizeof(why));
         if (st != OVL_OK) {
-            xfail_call(x, st, r, in);
+            xfail_call(x, st, r, in, why);
             pthread_mutex_lock(&x->mu);
             break;
         }
@@ -561,13 +620,49 @@ out:
     return st;
 }
 
+/* Fails the whole op before anything of it was issued: every rank's done
+ * rings with the error, on stream 0 (which every rank has). */
+static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
+                             const char *err)
+{
+    for (uint32_t q = 0; q < op->world; q++)
+        b->ops->done(op->ranks[q].rank, 0, op->seq, st, err, op->ranks[q].cookie);
+    return st;
+}
+
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
                            char *err, size_t errlen)
 {
     uint32_t maxev = 0;
-    for (uint32_t r = 0; r < op->world; r++)
-        if (op->ranks[r].plan->nevents > maxev)
-            maxev = op->ranks[r].plan->nevents;
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        if (p->params.world != op->world || p->params.rank != r ||
+            p->params.dtype != op->ranks[0].plan->params.dtype ||
+            p->nstreams > OVL_PLAN_MAX_STREAMS) {
+            snprintf(err, errlen, "executor: rank %u's plan is not for this op", r);
+            return fail_all(b, op, OVL_ERR_INTERNAL, err);
+        }
+        /* Streams the backend is told of (set_streams) and no others. */
+        for (size_t i = 0; i < p->ninstr; i++)
+            if (p->instr[i].stream >= p->nstreams) {
+                snprintf(err, errlen, "executor: rank %u, instruction %zu: stream %u of %u", r, i,
+                         p->instr[i].stream, p->nstreams);
+                return fail_all(b, op, OVL_ERR_INTERNAL, err);
+            }
+        if (p->nevents > maxev)
+            maxev = p->nevents;
+    }
+    /* The streams' roles, before anything of the op is issued: the backend
+     * takes their priorities from them. */
+    for (uint32_t r = 0; b->ops->set_streams && r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        ovl_status_t st = b->ops->set_streams(op->ranks[r].rank, p->roles, p->nstreams);
+        if (st != OVL_OK) {
+            char why[160] = "";
+            snprintf(err, errlen, "rank %u: streams: %s", r, why_failed(b, why, st));
+            return fail_all(b, op, st, err);
+        }
+    }
     if (!pool || op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events ||
         !parallel_fits(op))
         return exec_serial(b, op, maxev, err, errlen);
@@ -577,9 +672,7 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
         if (st != OVL_OK) {
             const char *why = b->ops->last_error ? b->ops->last_error(b) : NULL;
             snprintf(err, errlen, "executor: events: %s", why && why[0] ? why : ovl_strerror(st));
-            for (uint32_t q = 0; q < op->world; q++)
-                b->ops->done(op->ranks[q].rank, 0, op->seq, st, err, op->ranks[q].cookie);
-            return st;
+            return fail_all(b, op, st, err);
         }
     }
     return exec_parallel(pool, b, op, maxev, err, errlen);

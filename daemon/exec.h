@@ -4,15 +4,18 @@
  * to an algorithm: that is the planner's; nothing is specific to hardware:
  * that is the backend's.
  *
- * Issue order: ranks advance round-robin; a rank stops at a WAIT on a peer's
- * event that the peer has not recorded yet in this op (so that the wait
- * refers to this op's record, as cudaStreamWaitEvent requires), and at an
- * ALLGATHER until every rank has reached its matching ALLGATHER, which is then
- * issued for all ranks in one backend call (one NCCL group). Where the
- * backend allows it and no plan has an ALLGATHER (ring), each rank is issued
- * by a thread of its own under the same rules, and the caller rings every
- * rank's DONE after them (exec.c). Either way the call returns once the
- * whole op is issued.
+ * Before anything of the op, the executor tells the backend the role of
+ * each stream of each rank's plan (set_streams), from which the backend
+ * takes priorities. Issue order: ranks advance round-robin; a rank stops at
+ * a WAIT on a peer's event that the peer has not recorded yet in this op
+ * (so that the wait refers to this op's record, as cudaStreamWaitEvent
+ * requires), and at an ALLGATHER until every rank has reached its matching
+ * ALLGATHER, which is then issued for all ranks in one backend call (one
+ * NCCL group). Where the backend allows it and no plan has an ALLGATHER
+ * (ring, and gathers by the copy engine), each rank is issued by a thread
+ * of its own under the same rules, and the caller rings every rank's DONE
+ * after them (exec.c). Either way the call returns once the whole op is
+ * issued.
  */
 #ifndef OVLD_EXEC_H
 #define OVLD_EXEC_H
@@ -20,21 +23,26 @@
 #include "backend.h"
 #include "plan.h"
 
+/*
+ * One rank of the op: its backend rank, its plan, and the views of the
+ * buffers its plan names (indexed by ovl_buf_t): A its shard, B, C, and G
+ * the gathered A (the client's a_out, or scratch of plan->scratch_bytes
+ * bytes, dense: ld = plan->bufs[OVL_BUF_G].cols). A buffer the plan does not
+ * use (plan->bufs[i].used false) may be {NULL, 0}. The executor resolves
+ * each instruction's names to these views and calls the backend; it knows
+ * nothing of shapes beyond what the instructions carry.
+ */
 typedef struct ovld_exec_rank {
     ovld_rank_t *rank;
     const ovl_plan_t *plan;
-    ovld_view_t a; /* this rank's shard, m x k */
-    ovld_view_t b; /* k x n, or n x k when transb */
-    ovld_view_t c; /* (world*m) x n */
-    ovld_view_t g; /* (world*m) x k gathered: a_out or scratch; NULL if unused */
-    void *cookie;  /* given back with this rank's completion */
+    ovld_view_t buf[OVL_BUF_COUNT];
+    void *cookie; /* given back with this rank's completion */
 } ovld_exec_rank_t;
 
+/* One op: its number and every rank's part, by rank. Every rank's plan is
+ * for this world and its own rank, with the same dtype. */
 typedef struct ovld_exec_op {
     uint64_t seq;
-    uint64_t m, n, k;
-    ovl_dtype_t dtype;
-    bool transb;
     uint32_t world;
     ovld_exec_rank_t *ranks; /* world entries, by rank */
 } ovld_exec_op_t;

@@ -9,6 +9,9 @@
  *                   record, wait, gemm, sleep, done
  *   host_mem.c      memfd import/release
  *   host_coll.c     the all-gather and the pulls (copy)
+ *
+ * Stream roles mean nothing here (threads have no priorities): a rank's
+ * streams are threads made as the plans first use them.
  */
 #ifndef OVLD_HOST_INTERNAL_H
 #define OVLD_HOST_INTERNAL_H
@@ -86,7 +89,10 @@ typedef struct host_stream {
 struct ovld_rank {
     host_backend_t *hb;
     uint32_t device;
-    host_stream_t streams[OVL_PLAN_MAX_STREAMS];
+    /* Its streams, each started on first use; the array grows only on the
+     * rank's issuing thread, and under hb->mu (device_usage reads it). */
+    host_stream_t **streams;
+    uint32_t nstreams;
     struct ovld_rank *next; /* hb->ranks, under hb->mu */
     /* Done items for when memory runs out: done must still ring, in stream
      * order (loop thread only). */
@@ -122,6 +128,12 @@ struct host_backend {
 
 /* ------------------------------------------- calls across the backend's files */
 
+/* backend_host.c: the words of the last enqueue call that failed on the
+ * calling thread (exec.c asks through last_error), set with host_fail. */
+extern _Thread_local char host_last_err[200];
+/* Keeps the words for a failure and returns st. */
+ovl_status_t host_fail(ovl_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The vtable's entries (backend_host.c's host_ops) have their contracts in
  * backend.h; the others have theirs here. */
 
@@ -143,6 +155,8 @@ ovl_status_t host_enqueue(struct ovld_rank *r, uint32_t stream, host_work_t *w);
 host_work_t *host_work_new(work_kind_t kind);
 /* host_rank.c: events */
 ovl_status_t host_reserve_events(ovld_rank_t *r, uint32_t n);
+/* host_rank.c: the streams an op uses, started before it is issued */
+ovl_status_t host_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n);
 ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t host_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
 /* host_rank.c: the other work on a rank's streams */
@@ -163,9 +177,9 @@ void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t co
 /* Part index of the all-gather c, on its stream's thread: waits for every
  * part, gathers, waits until every part has read; frees c after the last. */
 void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index);
-ovl_status_t host_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts, uint32_t nparts,
-                            ovl_dtype_t dtype, uint64_t m, uint64_t k, uint64_t row0,
-                            uint64_t rows);
+ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method,
+                            const ovld_allgather_part_t *parts, uint32_t nparts, ovl_dtype_t dtype,
+                            uint64_t rows, uint64_t cols, uint64_t stride);
 ovl_status_t host_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem);
 

@@ -171,28 +171,74 @@ static void release_work_node(ovld_cq_node_t *node)
     free(w);
 }
 
+/* Makes room for streams [0, n) of r. The array grows on the rank's
+ * issuing thread only; under hb->mu, which device_usage holds to read it. */
+static ovl_status_t streams_grow(struct ovld_rank *r, uint32_t n)
+{
+    if (n <= r->nstreams)
+        return OVL_OK;
+    host_stream_t **ns = calloc(n, sizeof(*ns));
+    if (!ns)
+        return host_fail(OVL_ERR_NOMEM, "streams: out of memory");
+    for (uint32_t i = r->nstreams; i < n; i++) {
+        ns[i] = calloc(1, sizeof(*ns[i]));
+        if (!ns[i]) {
+            for (uint32_t j = r->nstreams; j < i; j++)
+                free(ns[j]);
+            free(ns);
+            return host_fail(OVL_ERR_NOMEM, "streams: out of memory");
+        }
+    }
+    pthread_mutex_lock(&r->hb->mu);
+    if (r->nstreams)
+        memcpy(ns, r->streams, r->nstreams * sizeof(*ns));
+    host_stream_t **old = r->streams;
+    r->streams = ns;
+    r->nstreams = n;
+    pthread_mutex_unlock(&r->hb->mu);
+    free(old);
+    return OVL_OK;
+}
+
 ovl_status_t host_stream_get(struct ovld_rank *r, uint32_t stream, host_stream_t **ret)
 {
-    if (stream >= OVL_PLAN_MAX_STREAMS)
-        return OVL_ERR_INVALID;
-    host_stream_t *s = &r->streams[stream];
+    if (stream == UINT32_MAX)
+        return host_fail(OVL_ERR_INVALID, "stream %u: out of range", stream);
+    ovl_status_t st = streams_grow(r, stream + 1);
+    if (st != OVL_OK)
+        return st;
+    host_stream_t *s = r->streams[stream];
     if (!s->started) {
         s->rank = r;
         s->head = s->tail = NULL;
         if (pthread_mutex_init(&s->mu, NULL) != 0)
-            return OVL_ERR_SYSTEM;
+            return host_fail(OVL_ERR_SYSTEM, "stream %u: cannot make its lock", stream);
         if (pthread_cond_init(&s->cv, NULL) != 0) {
             pthread_mutex_destroy(&s->mu);
-            return OVL_ERR_SYSTEM;
+            return host_fail(OVL_ERR_SYSTEM, "stream %u: cannot make its condition", stream);
         }
         if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
             pthread_cond_destroy(&s->cv);
             pthread_mutex_destroy(&s->mu);
-            return OVL_ERR_SYSTEM;
+            return host_fail(OVL_ERR_SYSTEM, "stream %u: cannot start its thread", stream);
         }
         s->started = true;
     }
     *ret = s;
+    return OVL_OK;
+}
+
+ovl_status_t host_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n)
+{
+    /* Threads have no priorities: the roles only have to be roles. */
+    for (uint32_t i = 0; i < n; i++) {
+        if ((unsigned)roles[i] >= OVL_ROLE_COUNT)
+            return host_fail(OVL_ERR_INVALID, "stream %u: unknown role %d", i, (int)roles[i]);
+        host_stream_t *s = NULL;
+        ovl_status_t st = host_stream_get(r, i, &s);
+        if (st != OVL_OK)
+            return st;
+    }
     return OVL_OK;
 }
 
@@ -213,7 +259,7 @@ void host_stream_push(host_stream_t *s, host_work_t *w)
 
 ovl_status_t host_enqueue(struct ovld_rank *r, uint32_t stream, host_work_t *w)
 {
-    host_stream_t *s;
+    host_stream_t *s = NULL;
     ovl_status_t st = host_stream_get(r, stream, &s);
     if (st != OVL_OK) {
         free(w);
@@ -235,11 +281,12 @@ static ovl_status_t event_get(struct ovld_rank *r, uint32_t event, host_event_t 
 {
     uint32_t blk = event / EV_BLOCK;
     if (blk >= EV_MAX_BLOCKS)
-        return OVL_ERR_LIMIT;
+        return host_fail(OVL_ERR_LIMIT, "event %u: over the %u a rank has", event,
+                         EV_BLOCK * EV_MAX_BLOCKS);
     if (!r->ev_blocks[blk]) {
         r->ev_blocks[blk] = calloc(EV_BLOCK, sizeof(host_event_t));
         if (!r->ev_blocks[blk])
-            return OVL_ERR_NOMEM;
+            return host_fail(OVL_ERR_NOMEM, "events: out of memory");
     }
     *ret = &r->ev_blocks[blk][event % EV_BLOCK];
     return OVL_OK;
@@ -299,7 +346,7 @@ ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     ret_db->offset = 0;
     /* Stream 0 rings done: its thread exists from the start, and a few done
      * items wait in reserve, so that ringing never needs resources. */
-    host_stream_t *s0;
+    host_stream_t *s0 = NULL;
     for (int i = 0; i < DONE_RESERVE; i++) {
         host_work_t *w = host_work_new(W_DONE);
         if (!w)
@@ -342,10 +389,12 @@ void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
             break;
         }
     pthread_mutex_unlock(&hb->mu);
-    for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++) {
-        host_stream_t *s = &r->streams[i];
-        if (!s->started)
+    for (uint32_t i = 0; i < r->nstreams; i++) {
+        host_stream_t *s = r->streams[i];
+        if (!s->started) {
+            free(s);
             continue;
+        }
         host_work_t *w = host_work_new(W_STOP);
         if (w) {
             host_stream_push(s, w);
@@ -358,7 +407,9 @@ void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
         }
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
+        free(s);
     }
+    free(r->streams);
     for (uint32_t i = 0; i < EV_MAX_BLOCKS; i++)
         free(r->ev_blocks[i]);
     while (r->reserve) {
@@ -426,7 +477,7 @@ ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
 
 ovl_status_t host_reserve_events(ovld_rank_t *r, uint32_t n)
 {
-    host_event_t *ev;
+    host_event_t *ev = NULL;
     for (uint32_t e = 0; e < n; e += EV_BLOCK) {
         ovl_status_t st = event_get(r, e, &ev);
         if (st != OVL_OK)
@@ -439,20 +490,20 @@ ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
     host_work_t *w = host_work_new(W_WAIT_READY);
     if (!w)
-        return OVL_ERR_NOMEM;
+        return host_fail(OVL_ERR_NOMEM, "wait_ready: out of memory");
     w->u.seq = seq;
     return host_enqueue(r, stream, w);
 }
 
 ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 {
-    host_event_t *ev;
+    host_event_t *ev = NULL;
     ovl_status_t st = event_get(r, event, &ev);
     if (st != OVL_OK)
         return st;
     host_work_t *w = host_work_new(W_RECORD);
     if (!w)
-        return OVL_ERR_NOMEM;
+        return host_fail(OVL_ERR_NOMEM, "record: out of memory");
     w->u.event.ev = ev;
     w->u.event.target = ++ev->enqueued;
     return host_enqueue(r, stream, w);
@@ -460,7 +511,7 @@ ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 
 ovl_status_t host_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
 {
-    host_event_t *ev;
+    host_event_t *ev = NULL;
     ovl_status_t st = event_get(owner, event, &ev);
     if (st != OVL_OK)
         return st;
@@ -470,7 +521,7 @@ ovl_status_t host_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint
         return OVL_OK;
     host_work_t *w = host_work_new(W_WAIT);
     if (!w)
-        return OVL_ERR_NOMEM;
+        return host_fail(OVL_ERR_NOMEM, "wait: out of memory");
     w->u.event.ev = ev;
     w->u.event.target = ev->enqueued;
     return host_enqueue(r, stream, w);
@@ -480,7 +531,7 @@ ovl_status_t host_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *
 {
     host_work_t *w = host_work_new(W_GEMM);
     if (!w)
-        return OVL_ERR_NOMEM;
+        return host_fail(OVL_ERR_NOMEM, "gemm: out of memory");
     w->u.gemm = *args;
     return host_enqueue(r, stream, w);
 }
@@ -489,7 +540,7 @@ ovl_status_t host_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
 {
     host_work_t *w = host_work_new(W_SLEEP);
     if (!w)
-        return OVL_ERR_NOMEM;
+        return host_fail(OVL_ERR_NOMEM, "sleep: out of memory");
     w->u.sleep_ns = ns > 999999999u ? 999999999u : ns;
     return host_enqueue(r, stream, w);
 }

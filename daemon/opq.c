@@ -125,9 +125,16 @@ static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
 /* Resolves one rank's views and builds its plan. */
 
 static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, uint32_t r,
-                                    const ovl_plan_params_t *pp, uint64_t scratch, ovl_plan_t *plan,
+                                    const ovl_plan_params_t *pp, ovl_plan_t *plan,
                                     ovld_exec_rank_t *x)
 {
+    /* The plan's name of each buffer an op gives. */
+    static const ovl_buf_t plan_buf[OVLD_BUF_COUNT] = {
+        [OVLD_BUF_A] = OVL_BUF_A,
+        [OVLD_BUF_B] = OVL_BUF_B,
+        [OVLD_BUF_C] = OVL_BUF_C,
+        [OVLD_BUF_AOUT] = OVL_BUF_G,
+    };
     ovld_sub_t *s = &op->subs[r];
     ovl_plan_params_t p = *pp;
     p.rank = r;
@@ -136,61 +143,54 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
         snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
         return st;
     }
-    x->a = s->use[OVLD_BUF_A].view;
-    x->b = s->use[OVLD_BUF_B].view;
-    x->c = s->use[OVLD_BUF_C].view;
-    x->g = s->use[OVLD_BUF_AOUT].view;
+    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+        if (s->use[b].hold)
+            x->buf[plan_buf[b]] = s->use[b].view;
     x->rank = j->members[r]->brank;
     x->plan = plan;
     s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
     x->cookie = &s->ticket;
-    if (!s->use[OVLD_BUF_AOUT].hold && plan->uses_gathered) {
-        if (!scratch) {
-            snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
-            return OVL_ERR_LIMIT;
-        }
-        if (scratch > j->scratch_bytes && j->running > 0) {
-            /* job_progress holds such an op back until nothing runs: the
-             * backend would free scratch that issued ops still use */
+    if (plan->scratch_bytes) {
+        if (plan->scratch_bytes > j->scratch_bytes && j->running > 0) {
+            /* ovld_opq_progress holds such an op back until nothing runs:
+             * the backend would free scratch that issued ops still use */
             snprintf(op->msg, sizeof(op->msg),
                      "internal error: scratch would grow under %u running ops", j->running);
             return OVL_ERR_INTERNAL;
         }
         char why[160] = "";
-        st = js->backend->ops->rank_scratch(js->backend, x->rank, scratch, &x->g.ptr, why,
-                                            sizeof(why));
+        st = js->backend->ops->rank_scratch(js->backend, x->rank, plan->scratch_bytes,
+                                            &x->buf[OVL_BUF_G].ptr, why, sizeof(why));
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
-                     scratch, why[0] ? why : ovl_strerror(st));
+                     plan->scratch_bytes, why[0] ? why : ovl_strerror(st));
             return st;
         }
-        x->g.ld = op->k;
+        x->buf[OVL_BUF_G].ld = plan->bufs[OVL_BUF_G].cols; /* scratch is dense */
     }
     return OVL_OK;
 }
 
-/* The scratch an op without a_out gathers into (the same size on every
- * rank), or 0 when the product overflows (op_prepare_rank refuses it; m and
- * k are at least 1, so 0 means nothing else). */
-static uint64_t scratch_bytes(const ovld_job_t *j, const ovld_op_t *op)
+/* The scratch op's plans gather into (the same on every rank; 0 when they
+ * gather into the client's a_out or not at all), by the planner's rule;
+ * OVL_ERR_LIMIT when it does not fit in 64 bits. pp: the op's parameters,
+ * resolved. */
+static ovl_status_t op_scratch(const ovl_plan_params_t *pp, uint64_t *ret)
 {
-    uint64_t bytes, row, rows;
-    if (__builtin_mul_overflow(op->k, (uint64_t)ovl_dtype_size(op->dtype), &row) ||
-        __builtin_mul_overflow((uint64_t)j->world, op->m, &rows) ||
-        __builtin_mul_overflow(rows, row, &bytes))
-        return 0;
-    return bytes;
+    ovl_status_t st = ovl_plan_scratch_bytes(pp, ret);
+    if (st == OVL_ERR_INVALID)
+        *ret = 0; /* the planner refuses the op itself: op_prepare_rank says so */
+    return st == OVL_ERR_LIMIT ? st : OVL_OK;
 }
 
-/* Whether op's plans gather into ovld's scratch: they use G and the client
- * gave no a_out. pp: the op's parameters, resolved. */
-static bool op_uses_scratch(const ovld_op_t *op, const ovl_plan_params_t *pp)
+void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_params_t *p)
 {
-    return !op->has_aout && ovl_plan_uses_gathered(pp);
-}
-
-void ovld_plan_resolve(const ovld_config_t *cfg, ovl_plan_params_t *p)
-{
+    /* How A is gathered: the operator's preference; a backend without a
+     * collective gathers by pulls. */
+    if (p->allgather == OVL_AG_AUTO)
+        p->allgather = cfg->allgather;
+    if (!have_collective)
+        p->allgather = OVL_AG_COPY;
     if (!p->chunks)
         p->chunks = cfg->default_chunks;
     if (!p->streams)
@@ -222,8 +222,18 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_
         .chunks = op->chunks,
         .streams = op->streams,
         .want_gathered = op->has_aout,
+        .transb = op->transb,
     };
-    ovld_plan_resolve(js->cfg, pp);
+    /* NCCL moves a rank's rows only as one dense piece: an A or a_out of
+     * any rank whose leading dimension is not k makes the plans gather by
+     * the copy engine. */
+    for (uint32_t r = 0; r < j->world; r++) {
+        const ovld_sub_t *s = &op->subs[r];
+        if ((s->use[OVLD_BUF_A].hold && s->use[OVLD_BUF_A].view.ld != op->k) ||
+            (s->use[OVLD_BUF_AOUT].hold && s->use[OVLD_BUF_AOUT].view.ld != op->k))
+            pp->strided = true;
+    }
+    ovld_plan_resolve(js->cfg, js->backend->ops->allgather != NULL, pp);
 }
 
 static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan_params_t *params)
@@ -241,20 +251,18 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
         snprintf(op->msg, sizeof(op->msg), "out of memory");
         goto fail;
     }
-    uint64_t scratch = op_uses_scratch(op, &pp) ? scratch_bytes(j, op) : 0;
+    uint64_t scratch;
+    if (op_scratch(&pp, &scratch) != OVL_OK) {
+        op->st = OVL_ERR_LIMIT;
+        snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
+        goto fail;
+    }
     for (uint32_t r = 0; r < j->world; r++) {
-        op->st = op_prepare_rank(js, j, op, r, &pp, scratch, &plans[r], &xr[r]);
+        op->st = op_prepare_rank(js, j, op, r, &pp, &plans[r], &xr[r]);
         if (op->st != OVL_OK)
             goto fail;
     }
-    ovld_exec_op_t x = {.seq = op->seq,
-                        .m = op->m,
-                        .n = op->n,
-                        .k = op->k,
-                        .dtype = (ovl_dtype_t)op->dtype,
-                        .transb = op->transb,
-                        .world = j->world,
-                        .ranks = xr};
+    ovld_exec_op_t x = {.seq = op->seq, .world = j->world, .ranks = xr};
     op->issued = true;
     op->windowed = true;
     op->nrung = j->world;
@@ -298,10 +306,10 @@ fail:
  * world-1 ring op raised it once, and let the next op reallocate scratch
  * that a queued op was about to gather into). Ops of a size seen before run
  * back to back. */
-static bool needs_scratch_growth(const ovld_job_t *j, const ovld_op_t *op,
-                                 const ovl_plan_params_t *pp)
+static bool needs_scratch_growth(const ovld_job_t *j, const ovl_plan_params_t *pp)
 {
-    return op_uses_scratch(op, pp) && scratch_bytes(j, op) > j->scratch_bytes;
+    uint64_t scratch;
+    return op_scratch(pp, &scratch) == OVL_OK && scratch > j->scratch_bytes;
 }
 
 /* Runs (or fails) every op at the head of the queue whose submissions are
@@ -345,7 +353,7 @@ void ovld_opq_progress(ovld_jobs_t *js, ovld_job_t *j)
         ovl_plan_params_t pp;
         if (op->st == OVL_OK)
             op_params(js, j, op, &pp);
-        if (op->st == OVL_OK && j->running > 0 && needs_scratch_growth(j, op, &pp))
+        if (op->st == OVL_OK && j->running > 0 && needs_scratch_growth(j, &pp))
             break; /* resumes from ovld_job_on_done */
         if (op->st != OVL_OK)
             op_fail(js, j, op);

@@ -1,8 +1,9 @@
 /*
  * plan.c: the planner (see plan.h and docs/plans.md). Every algorithm is one
  * emit_* function that appends instructions to a growing array; the rules
- * they share (chunking, the prologue, joins, the epilogue) live in helpers so
- * that every program has the same shape. Pure code: no I/O, no logging.
+ * they share (chunking, the prologue, joins, the epilogue, how A is
+ * gathered, where each row lives) live in helpers so that every program has
+ * the same shape. Pure code: no I/O, no logging.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #include "plan.h"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Chunks and streams when the caller asks for 0 (docs/plans.md). */
 #define NAIVE_STREAMS      1
@@ -38,6 +41,7 @@
 #define INSTR_INITIAL_CAP 32
 
 typedef struct builder {
+    const ovl_plan_t *plan; /* params and shape: where rows live */
     ovl_instr_t *instr;
     size_t n;
     size_t cap;
@@ -90,35 +94,81 @@ static ovl_status_t emit_wait(builder_t *b, uint32_t stream, uint32_t peer, uint
     return emit(b, &in);
 }
 
+/* A row of one of this rank's buffers. */
+static ovl_ref_t own(const builder_t *b, ovl_buf_t buf, uint64_t row)
+{
+    return (ovl_ref_t){.buf = buf, .rank = b->plan->params.rank, .row = row};
+}
+
+/* All-gathers shard rows [row0, row0+rows) of every rank into G. NCCL's
+ * all-gather lays whole shards out back to back, as G holds them; a chunk
+ * of each lands in its own block, which grouped send/recv can express and
+ * an all-gather cannot. */
 static ovl_status_t emit_allgather(builder_t *b, uint32_t stream, uint64_t row0, uint64_t rows)
 {
-    ovl_instr_t in = {.kind = OVL_I_ALLGATHER, .stream = stream, .row0 = row0, .rows = rows};
+    const ovl_plan_params_t *p = &b->plan->params;
+    bool whole = row0 == 0 && rows == p->m;
+    ovl_instr_t in = {
+        .kind = OVL_I_ALLGATHER,
+        .stream = stream,
+        .method = whole ? OVL_AG_NCCL_ALLGATHER : OVL_AG_NCCL_SENDRECV,
+        .src = own(b, OVL_BUF_A, row0),
+        .dst = own(b, OVL_BUF_G, row0),
+        .rows = rows,
+        .cols = p->k,
+        .stride = p->m,
+    };
 
     return emit(b, &in);
 }
 
+/* Copies rank peer's shard rows [row0, row0+rows) into its block of G. */
 static ovl_status_t emit_pull(builder_t *b, uint32_t stream, uint32_t peer, uint64_t row0,
                               uint64_t rows)
 {
+    const ovl_plan_params_t *p = &b->plan->params;
     ovl_instr_t in = {
-        .kind = OVL_I_PULL, .stream = stream, .peer = peer, .row0 = row0, .rows = rows};
+        .kind = OVL_I_PULL,
+        .stream = stream,
+        .src = {.buf = OVL_BUF_A, .rank = peer, .row = row0},
+        .dst = own(b, OVL_BUF_G, (uint64_t)peer * p->m + row0),
+        .rows = rows,
+        .cols = p->k,
+    };
 
     return emit(b, &in);
 }
 
-static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_gemm_src_t src, uint32_t block0,
+/*
+ * C rows of blocks [block0, block0+nblocks), shard rows [row0, row0+rows),
+ * from `from`: G, or A (the own shard, block0 being the rank). Whole
+ * consecutive blocks are rows in a row, so they are one taller GEMM; other
+ * multi-block ranges are nblocks GEMMs m rows apart.
+ */
+static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_buf_t from, uint32_t block0,
                               uint32_t nblocks, uint64_t row0, uint64_t rows)
 {
+    const ovl_plan_params_t *p = &b->plan->params;
+    uint64_t crow = (uint64_t)block0 * p->m + row0; /* <= world*m: no wrap (params_valid) */
     ovl_instr_t in = {
         .kind = OVL_I_GEMM,
         .stream = stream,
-        .src = src,
-        .block0 = block0,
-        .nblocks = nblocks,
-        .row0 = row0,
+        .src = own(b, from, from == OVL_BUF_A ? row0 : crow),
+        .dst = own(b, OVL_BUF_C, crow),
+        .b = own(b, OVL_BUF_B, 0),
         .rows = rows,
+        .n = p->n,
+        .k = p->k,
+        .nblocks = nblocks,
+        .stride = nblocks > 1 ? p->m : 0,
+        .transb = p->transb,
     };
 
+    if (nblocks > 1 && row0 == 0 && rows == p->m) {
+        in.rows = p->m * nblocks;
+        in.nblocks = 1;
+        in.stride = 0;
+    }
     return emit(b, &in);
 }
 
@@ -166,48 +216,91 @@ static void chunk_range(const ovl_plan_t *plan, uint32_t j, uint64_t *row0, uint
     *rows = m - *row0 < plan->chunk_rows ? m - *row0 : plan->chunk_rows;
 }
 
-/* naive: one all-gather, then one GEMM over every block. */
-static ovl_status_t emit_naive(builder_t *b, const ovl_plan_t *plan)
+/*
+ * Whether A is gathered by NCCL collectives (ALLGATHER) rather than by
+ * copy-engine pulls (docs/plans.md, "How A is gathered"). NCCL moves rows
+ * only as one dense piece; with one rank there is nobody to talk to, and a
+ * local copy does as well.
+ */
+static bool gather_by_nccl(const ovl_plan_params_t *p)
 {
-    const ovl_plan_params_t *p = &plan->params;
-    ovl_status_t r;
+    if (p->strided)
+        return false;
+    switch (p->allgather) {
+    case OVL_AG_NCCL:
+        return true;
+    case OVL_AG_COPY:
+        return false;
+    default:
+        return p->world > 1;
+    }
+}
 
-    r = emit_prologue(b);
-    if (r == OVL_OK)
-        r = emit_allgather(b, 0, 0, p->m);
-    if (r == OVL_OK)
-        r = emit_gemm(b, 0, OVL_SRC_GATHERED, 0, p->world, 0, p->m);
-    if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
-    return r;
+/* Whether the plan for p reads or writes G: every algorithm but ring alone,
+ * which multiplies the shard in place, gathers A (ring alone with a_out
+ * still copies the shard there). */
+static bool uses_gathered(const ovl_plan_params_t *p)
+{
+    return p->algo != OVL_ALGO_RING || p->world > 1 || p->want_gathered;
 }
 
 /*
- * collective (nvFuser host-IR overlap): chunk j is all-gathered and then
- * multiplied on stream j % k, so chunk j+1's all-gather overlaps chunk j's
- * GEMM. The side streams' waits on READY form a loop of their own ahead of
- * the first all-gather: interleaved with the all-gathers they serialize the
- * streams and the overlap is lost (nvFuser PR 4217).
+ * naive and collective (nvFuser host-IR overlap): chunk j is gathered and
+ * then multiplied on stream j % k, so chunk j+1's gather overlaps chunk j's
+ * GEMM (naive is the case of one chunk on one stream). The side streams'
+ * waits on READY form a loop of their own ahead of the first transfer:
+ * interleaved with the transfers they serialize the streams and the overlap
+ * is lost (nvFuser PR 4217).
+ *
+ * A chunk is gathered by one ALLGATHER (NCCL), or by the copy engine: a
+ * PULL of every rank's rows (the own first, then in ring order, so that at
+ * each step the ranks read from different peers). That gather says its
+ * ordering itself: each pulling stream first waits for every peer's READY,
+ * records a release event after its last pull, and stream 0 waits for
+ * every peer's release events before DONE, since a rank's client may
+ * overwrite A as soon as DONE rings.
  */
-static ovl_status_t emit_collective(builder_t *b, const ovl_plan_t *plan)
+static ovl_status_t emit_chunked(builder_t *b, const ovl_plan_t *plan)
 {
     const ovl_plan_params_t *p = &plan->params;
-    uint32_t k = plan->nstreams;
+    uint32_t k = plan->nstreams, w = p->world;
+    bool nccl = gather_by_nccl(p);
+    bool peers = !nccl && w > 1; /* pulls from other ranks */
+    uint32_t rel_more = 0;       /* release event of stream 1; stream s's is rel_more + s - 1 */
     ovl_status_t r;
 
     r = emit_prologue(b);
     for (uint32_t s = 1; r == OVL_OK && s < k; s++)
         r = emit_wait(b, s, p->rank, OVL_EV_READY);
+    if (peers) {
+        for (uint32_t s = 0; s < k; s++)
+            for (uint32_t t = 1; r == OVL_OK && t < w; t++)
+                r = emit_wait(b, s, (p->rank + t) % w, OVL_EV_READY);
+        rel_more = b->next_event;
+        b->next_event += k - 1;
+    }
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
+        uint32_t s = j % k;
         uint64_t row0, rows;
 
         chunk_range(plan, j, &row0, &rows);
-        r = emit_allgather(b, j % k, row0, rows);
+        if (nccl) {
+            r = emit_allgather(b, s, row0, rows);
+        } else {
+            for (uint32_t t = 0; r == OVL_OK && t < w; t++)
+                r = emit_pull(b, s, (p->rank + t) % w, row0, rows);
+            /* the last chunk on stream s: s reads no shard after it */
+            if (r == OVL_OK && peers && j + k >= plan->chunks)
+                r = emit_record(b, s, s == 0 ? OVL_EV_RELEASE : rel_more + s - 1);
+        }
         if (r == OVL_OK)
-            r = emit_gemm(b, j % k, OVL_SRC_GATHERED, 0, p->world, row0, rows);
+            r = emit_gemm(b, s, OVL_BUF_G, 0, w, row0, rows);
     }
     if (r == OVL_OK && k > 1)
         r = emit_joins(b, p->rank, 1, k - 1);
+    for (uint32_t t = 1; r == OVL_OK && peers && t < w; t++)
+        for (uint32_t s = 0; r == OVL_OK && s < k; s++)
+            r = emit_wait(b, 0, (p->rank + t) % w, s == 0 ? OVL_EV_RELEASE : rel_more + s - 1);
     if (r == OVL_OK)
         r = emit_simple(b, OVL_I_DONE, 0);
     return r;
@@ -225,7 +318,7 @@ static ovl_status_t emit_ring_single(builder_t *b, const ovl_plan_t *plan)
         uint64_t row0, rows;
 
         chunk_range(plan, j, &row0, &rows);
-        r = emit_gemm(b, 0, OVL_SRC_LOCAL, p->rank, 1, row0, rows);
+        r = emit_gemm(b, 0, OVL_BUF_A, p->rank, 1, row0, rows);
     }
     if (r == OVL_OK && p->want_gathered)
         r = emit_pull(b, 0, p->rank, 0, p->m);
@@ -263,7 +356,7 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
         uint64_t row0, rows;
 
         chunk_range(plan, j, &row0, &rows);
-        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_SRC_LOCAL, p->rank, 1, row0, rows);
+        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_BUF_A, p->rank, 1, row0, rows);
     }
     if (r == OVL_OK && p->want_gathered)
         r = emit_pull(b, RING_COPY_STREAM, p->rank, 0, p->m);
@@ -284,7 +377,7 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
             if (r == OVL_OK)
                 r = emit_wait(b, gs, p->rank, ev);
             if (r == OVL_OK)
-                r = emit_gemm(b, gs, OVL_SRC_GATHERED, peer, 1, row0, rows);
+                r = emit_gemm(b, gs, OVL_BUF_G, peer, 1, row0, rows);
         }
     }
     if (r == OVL_OK)
@@ -311,15 +404,50 @@ static bool params_valid(const ovl_plan_params_t *p)
      * fails in ovl_plan_build's switch */
     if (p->algo == OVL_ALGO_AUTO || (unsigned)p->algo >= OVL_ALGO_COUNT)
         return false;
-    if (ovl_dtype_size(p->dtype) == 0)
+    if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT)
         return false;
     return p->chunks <= OVL_PLAN_MAX_CHUNKS && p->streams <= OVL_PLAN_MAX_STREAMS;
 }
 
+/* The shapes of the buffers (plan.h), whether used or not. */
+static void buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
+{
+    uint64_t rows = p->m * p->world; /* no wrap: params_valid */
+
+    bufs[OVL_BUF_A] = (ovl_plan_buf_t){.rows = p->m, .cols = p->k};
+    bufs[OVL_BUF_B] = p->transb ? (ovl_plan_buf_t){.rows = p->n, .cols = p->k}
+                                : (ovl_plan_buf_t){.rows = p->k, .cols = p->n};
+    bufs[OVL_BUF_C] = (ovl_plan_buf_t){.rows = rows, .cols = p->n};
+    bufs[OVL_BUF_G] = (ovl_plan_buf_t){.rows = rows, .cols = p->k};
+}
+
+/* The scratch of valid params: G's bytes when G is used and is not the
+ * client's; OVL_ERR_LIMIT rather than a wrapped size. */
+static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret)
+{
+    uint64_t row, bytes;
+
+    *ret = 0;
+    if (!uses_gathered(p) || p->want_gathered)
+        return OVL_OK;
+    if (__builtin_mul_overflow(p->k, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
+        __builtin_mul_overflow(p->m * p->world, row, &bytes))
+        return OVL_ERR_LIMIT;
+    *ret = bytes;
+    return OVL_OK;
+}
+
+ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes)
+{
+    if (!params || !ret_bytes || !params_valid(params))
+        return OVL_ERR_INVALID;
+    return scratch_of(params, ret_bytes);
+}
+
 /*
- * Fills the plan's chunking and stream count from the params (the rules of
- * docs/plans.md): chunks are clamped to m and evened out so that none is
- * empty; streams are what the algorithm actually uses.
+ * Fills the plan's chunking, stream count and roles from the params (the
+ * rules of docs/plans.md): chunks are clamped to m and evened out so that
+ * none is empty; streams are what the algorithm actually uses.
  */
 static void plan_shape(ovl_plan_t *plan)
 {
@@ -353,13 +481,42 @@ static void plan_shape(ovl_plan_t *plan)
     if (p->algo == OVL_ALGO_COLLECTIVE && s > plan->chunks)
         s = plan->chunks;
     plan->nstreams = s;
-    plan->uses_gathered = ovl_plan_uses_gathered(p);
+
+    /* Roles: what each stream carries. Ring's copy stream pulls and its
+     * GEMM streams only multiply; a collective side stream carries its
+     * chunks' transfers (and their GEMMs, which wait for them anyway). */
+    plan->roles[0] = OVL_ROLE_CLIENT;
+    for (uint32_t i = 1; i < s; i++) {
+        if (p->algo == OVL_ALGO_RING)
+            plan->roles[i] = i == RING_COPY_STREAM ? OVL_ROLE_COPY : OVL_ROLE_COMPUTE;
+        else
+            plan->roles[i] = gather_by_nccl(p) ? OVL_ROLE_COMM : OVL_ROLE_COPY;
+    }
 }
 
-bool ovl_plan_uses_gathered(const ovl_plan_params_t *p)
+/* Marks the buffers the instructions name. */
+static void mark_used(ovl_plan_t *plan)
 {
-    /* ring at world 1 multiplies the shard in place: nothing to gather */
-    return p->algo != OVL_ALGO_RING || p->world > 1 || p->want_gathered;
+    for (size_t i = 0; i < plan->ninstr; i++) {
+        const ovl_instr_t *in = &plan->instr[i];
+
+        switch (in->kind) {
+        case OVL_I_GEMM:
+            plan->bufs[in->b.buf].used = true;
+            /* fall through */
+        case OVL_I_ALLGATHER:
+        case OVL_I_PULL:
+            plan->bufs[in->src.buf].used = true;
+            plan->bufs[in->dst.buf].used = true;
+            break;
+        case OVL_I_WAIT_READY:
+        case OVL_I_RECORD:
+        case OVL_I_WAIT:
+        case OVL_I_SLEEP:
+        case OVL_I_DONE:
+            break;
+        }
+    }
 }
 
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
@@ -372,13 +529,16 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
         return OVL_ERR_INVALID;
 
     plan.params = *params;
+    r = scratch_of(params, &plan.scratch_bytes);
+    if (r != OVL_OK)
+        return r;
     plan_shape(&plan);
+    buf_shapes(params, plan.bufs);
+    b.plan = &plan;
     switch (params->algo) {
     case OVL_ALGO_NAIVE:
-        r = emit_naive(&b, &plan);
-        break;
     case OVL_ALGO_COLLECTIVE:
-        r = emit_collective(&b, &plan);
+        r = emit_chunked(&b, &plan);
         break;
     case OVL_ALGO_RING:
         r = emit_ring(&b, &plan);
@@ -389,15 +549,15 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     }
     if (r != OVL_OK)
         goto fail;
-    if (b.max_stream + 1 != plan.nstreams) {
-        /* plan_shape and the emitter disagree: a planner bug */
-        r = OVL_ERR_INTERNAL;
-        goto fail;
-    }
-
     plan.nevents = b.max_event + 1;
     plan.ninstr = b.n;
     plan.instr = b.instr;
+    mark_used(&plan);
+    /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
+    if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
+        r = OVL_ERR_INTERNAL;
+        goto fail;
+    }
     *ret_plan = plan;
     return OVL_OK;
 
@@ -433,6 +593,8 @@ ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
     return OVL_ALGO_RING;
 }
 
+/* ---------------------------------------------------------------- names */
+
 const char *ovl_instr_name(ovl_instr_kind_t kind)
 {
     switch (kind) {
@@ -456,6 +618,50 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
     return "UNKNOWN";
 }
 
+static const char *const buf_names[] = {"A", "B", "C", "G"};
+_Static_assert(NELEM(buf_names) == OVL_BUF_COUNT, "every buffer has a name");
+
+static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv"};
+_Static_assert(NELEM(method_names) == OVL_AG_METHOD_COUNT, "every method has a name");
+
+static const char *const role_names[] = {"client", "comm", "copy", "compute"};
+_Static_assert(NELEM(role_names) == OVL_ROLE_COUNT, "every role has a name");
+
+static const char *const pref_names[] = {"auto", "nccl", "copy"};
+_Static_assert(NELEM(pref_names) == OVL_AG_PREF_COUNT, "every preference has a name");
+
+const char *ovl_buf_name(ovl_buf_t buf)
+{
+    return (unsigned)buf < OVL_BUF_COUNT ? buf_names[buf] : NULL;
+}
+
+const char *ovl_ag_method_name(ovl_ag_method_t method)
+{
+    return (unsigned)method < OVL_AG_METHOD_COUNT ? method_names[method] : NULL;
+}
+
+const char *ovl_stream_role_name(ovl_stream_role_t role)
+{
+    return (unsigned)role < OVL_ROLE_COUNT ? role_names[role] : NULL;
+}
+
+const char *ovl_ag_pref_name(ovl_ag_pref_t pref)
+{
+    return (unsigned)pref < OVL_AG_PREF_COUNT ? pref_names[pref] : NULL;
+}
+
+ovl_status_t ovl_ag_pref_parse(const char *name, ovl_ag_pref_t *ret)
+{
+    for (unsigned i = 0; name && i < OVL_AG_PREF_COUNT; i++)
+        if (strcmp(name, pref_names[i]) == 0) {
+            *ret = (ovl_ag_pref_t)i;
+            return OVL_OK;
+        }
+    return OVL_ERR_INVALID;
+}
+
+/* --------------------------------------------------------------- format */
+
 typedef struct out {
     char *buf;
     size_t len;
@@ -464,6 +670,8 @@ typedef struct out {
 
 /* Appends like snprintf, keeping count of the full length once buf is full;
  * vsnprintf leaves the truncated text NUL-terminated. */
+static void out_printf(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static void out_printf(out_t *o, const char *fmt, ...)
 {
     char *dst = NULL;
@@ -482,6 +690,23 @@ static void out_printf(out_t *o, const char *fmt, ...)
         o->need += (size_t)n;
 }
 
+static const char *name_or(const char *name)
+{
+    return name ? name : "?";
+}
+
+/* A reference: "G[2048]"; with rows, a range "A[0+256]"; with the rank
+ * (a PULL's source), "r2:A[0+256]". */
+static void out_ref(out_t *o, ovl_ref_t ref, bool with_rank, bool with_rows, uint64_t rows)
+{
+    if (with_rank)
+        out_printf(o, "r%" PRIu32 ":", ref.rank);
+    out_printf(o, "%s[%" PRIu64, name_or(ovl_buf_name(ref.buf)), ref.row);
+    if (with_rows)
+        out_printf(o, "+%" PRIu64, rows);
+    out_printf(o, "]");
+}
+
 static void format_instr(out_t *o, size_t i, const ovl_instr_t *in)
 {
     out_printf(o, "%4zu  s%" PRIu32 "  %s", i, in->stream, ovl_instr_name(in->kind));
@@ -493,15 +718,28 @@ static void format_instr(out_t *o, size_t i, const ovl_instr_t *in)
         out_printf(o, " ev%" PRIu32 "@r%" PRIu32, in->event, in->peer);
         break;
     case OVL_I_ALLGATHER:
-        out_printf(o, " rows %" PRIu64 "+%" PRIu64, in->row0, in->rows);
+        out_printf(o, " %s ", name_or(ovl_ag_method_name(in->method)));
+        out_ref(o, in->dst, false, false, 0);
+        out_printf(o, " <- ");
+        out_ref(o, in->src, false, true, in->rows);
+        out_printf(o, " stride %" PRIu64 " cols %" PRIu64, in->stride, in->cols);
         break;
     case OVL_I_PULL:
-        out_printf(o, " r%" PRIu32 " rows %" PRIu64 "+%" PRIu64, in->peer, in->row0, in->rows);
+        out_printf(o, " ");
+        out_ref(o, in->dst, false, false, 0);
+        out_printf(o, " <- ");
+        out_ref(o, in->src, true, true, in->rows);
+        out_printf(o, " cols %" PRIu64, in->cols);
         break;
     case OVL_I_GEMM:
-        out_printf(o, " %s blocks %" PRIu32 "+%" PRIu32 " rows %" PRIu64 "+%" PRIu64,
-                   in->src == OVL_SRC_LOCAL ? "local" : "gathered", in->block0, in->nblocks,
-                   in->row0, in->rows);
+        out_printf(o, " ");
+        out_ref(o, in->dst, false, false, 0);
+        out_printf(o, " <- ");
+        out_ref(o, in->src, false, true, in->rows);
+        out_printf(o, " @ %s%s n %" PRIu64 " k %" PRIu64, name_or(ovl_buf_name(in->b.buf)),
+                   in->transb ? "^T" : "", in->n, in->k);
+        if (in->nblocks != 1)
+            out_printf(o, " blocks %" PRIu32 " stride %" PRIu64, in->nblocks, in->stride);
         break;
     case OVL_I_SLEEP:
         out_printf(o, " %" PRIu32 "ns", in->sleep_ns);
@@ -517,22 +755,38 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
 {
     out_t o = {.buf = buf, .len = len};
     const ovl_plan_params_t *p;
-    const char *algo, *dtype;
 
     if (len > 0)
         buf[0] = '\0';
     if (!plan)
         return 0;
     p = &plan->params;
-    algo = ovl_algo_name(p->algo);
-    dtype = ovl_dtype_name(p->dtype);
     out_printf(&o,
-               "plan algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
-               " k=%" PRIu64 " dtype=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64 " streams=%" PRIu32
-               " events=%" PRIu32 " gathered=%s a_out=%s\n",
-               algo ? algo : "?", p->world, p->rank, p->m, p->n, p->k, dtype ? dtype : "?",
-               plan->chunks, plan->chunk_rows, plan->nstreams, plan->nevents,
-               plan->uses_gathered ? "yes" : "no", p->want_gathered ? "yes" : "no");
+               "plan format=2 algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
+               " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
+               " streams=%" PRIu32 " events=%" PRIu32 " a_out=%s strided=%s allgather=%s\n",
+               name_or(ovl_algo_name(p->algo)), p->world, p->rank, p->m, p->n, p->k,
+               name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no", plan->chunks,
+               plan->chunk_rows, plan->nstreams, plan->nevents, p->want_gathered ? "yes" : "no",
+               p->strided ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    out_printf(&o, "buffers");
+    for (int b = 0; b < OVL_BUF_COUNT; b++) {
+        const ovl_plan_buf_t *pb = &plan->bufs[b];
+
+        out_printf(&o, " %s=", name_or(ovl_buf_name((ovl_buf_t)b)));
+        if (!pb->used) {
+            out_printf(&o, "-");
+            continue;
+        }
+        out_printf(&o, "%" PRIu64 "x%" PRIu64, pb->rows, pb->cols);
+        if (b == OVL_BUF_G)
+            out_printf(&o, "(%s)", p->want_gathered ? "a_out" : "scratch");
+    }
+    out_printf(&o, " scratch=%" PRIu64 "\n", plan->scratch_bytes);
+    out_printf(&o, "roles");
+    for (uint32_t s = 0; s < plan->nstreams && s < OVL_PLAN_MAX_STREAMS; s++)
+        out_printf(&o, " s%" PRIu32 "=%s", s, name_or(ovl_stream_role_name(plan->roles[s])));
+    out_printf(&o, "\n");
     for (size_t i = 0; i < plan->ninstr; i++)
         format_instr(&o, i, &plan->instr[i]);
     return o.need;

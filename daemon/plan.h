@@ -1,14 +1,27 @@
 /*
  * plan.h: the planner. It turns one AG-GEMM (shape, world, rank, algorithm,
- * chunks, streams) into a *host program* for one rank: a flat, deterministic
- * list of instructions over numbered streams. Stream 0 stands for the
- * client's stream. Both backends run the same program (exec.c walks it); a new
- * algorithm touches only this module. Pure code: no I/O, no logging.
+ * chunks, streams, and how the daemon can move data) into a *host program*
+ * for one rank: a flat, deterministic list of instructions over numbered
+ * streams. Stream 0 stands for the client's stream. Both backends run the
+ * same program (exec.c walks it); a new algorithm touches only this module.
+ * Pure code: no I/O, no logging.
+ *
+ * A plan says everything that is policy, so that the executor only resolves
+ * names and the backends only execute primitives:
+ *  - buffers: instructions name the matrices they read and write (A, B, C,
+ *    G), a row in each, and their full geometry; the plan reports each
+ *    buffer's shape and whether it is used, and the scratch ovld must
+ *    provide for G (ovl_plan_scratch_bytes gives it before building);
+ *  - transfers: an ALLGATHER names its method (NCCL all-gather or NCCL
+ *    send/recv); where NCCL is not used, the gather is explicit PULLs
+ *    (copy engine) ordered by RECORD/WAIT, so that every ordering shows;
+ *  - streams: each has a role (client, communication, copy, compute) from
+ *    which the backend takes its priority.
  *
  * Rows. Rank b's shard A_b has m rows. The gathered matrix G (the client's
  * a_out, or ovld's scratch) has world*m rows; rank b's shard lands at rows
- * [b*m, (b+1)*m). Row ranges in instructions are *shard rows* [row0,
- * row0+rows) and apply to one or more rank blocks.
+ * [b*m, (b+1)*m) (block b). C has world*m rows in blocks the same way.
+ * Instructions name rows of these buffers directly.
  *
  * Events. Each rank has plan->nevents events, named by small integers. An
  * event is recorded by its own rank and may be waited on by any rank of the
@@ -17,8 +30,11 @@
  * events have fixed meanings in every plan:
  *   OVL_EV_READY    recorded on stream 0 right after WAIT_READY: this rank's
  *                   inputs are ready.
- *   OVL_EV_RELEASE  (ring only) recorded after this rank's last read of any
- *                   peer's shard: peers may then complete.
+ *   OVL_EV_RELEASE  (plans that pull from peers) recorded after this rank's
+ *                   last read of any peer's shard on the first stream that
+ *                   reads them; peers may then complete. A plan that pulls
+ *                   on several streams records one more fresh release
+ *                   event per further stream.
  *
  * Semantics of a wait: as with cudaStreamWaitEvent, a WAIT orders the stream
  * after the most recent RECORD of that event issued before it. The executor
@@ -43,6 +59,54 @@ enum {
     OVL_EV_FIRST_FREE = 2, /* other events are numbered from here */
 };
 
+/* The buffers a plan names; the executor holds one view of each per rank. */
+typedef enum ovl_buf {
+    OVL_BUF_A, /* a rank's shard, m x k (a PULL reads a peer's) */
+    OVL_BUF_B, /* k x n, or n x k with transb */
+    OVL_BUF_C, /* (world*m) x n */
+    OVL_BUF_G, /* (world*m) x k, the gathered A: the client's a_out or ovld's scratch */
+    OVL_BUF_COUNT,
+} ovl_buf_t;
+
+/* How an ALLGATHER moves rows. Both are NCCL-style collectives: every rank
+ * issues the same one, and it completes on a rank only once every rank has
+ * contributed and every rank's rows were read. */
+typedef enum ovl_ag_method {
+    /* ncclAllGather: whole shards, which land back to back (block stride ==
+     * rows) in dense rows (ld == cols) */
+    OVL_AG_NCCL_ALLGATHER,
+    /* grouped ncclSend/ncclRecv to and from every peer (the own rows by a
+     * local copy): chunks, each landing in its rank's block, in dense rows */
+    OVL_AG_NCCL_SENDRECV,
+    OVL_AG_METHOD_COUNT,
+} ovl_ag_method_t;
+
+/* What the daemon prefers for gathering A (ovl_plan_params_t.allgather). */
+typedef enum ovl_ag_pref {
+    /* NCCL methods where the job has several ranks and every layout is
+     * dense, the copy-engine gather otherwise */
+    OVL_AG_AUTO,
+    /* NCCL methods wherever every layout is dense, one rank included */
+    OVL_AG_NCCL,
+    /* the copy-engine gather always: PULLs ordered by events */
+    OVL_AG_COPY,
+    OVL_AG_PREF_COUNT,
+} ovl_ag_pref_t;
+
+/* What a stream is for; the backend takes its priority from this. */
+typedef enum ovl_stream_role {
+    /* stream 0: the client's doorbell (WAIT_READY, DONE), the joins, and
+     * whatever of the algorithm the plan puts there */
+    OVL_ROLE_CLIENT,
+    /* NCCL collectives (in collective, with the GEMMs of their chunks) */
+    OVL_ROLE_COMM,
+    /* copy-engine pulls (in collective, with the GEMMs of their chunks) */
+    OVL_ROLE_COPY,
+    /* GEMMs only */
+    OVL_ROLE_COMPUTE,
+    OVL_ROLE_COUNT,
+} ovl_stream_role_t;
+
 typedef enum ovl_instr_kind {
     /* stream waits until the rank's client doorbell says ready >= op seq */
     OVL_I_WAIT_READY = 0,
@@ -50,18 +114,17 @@ typedef enum ovl_instr_kind {
     OVL_I_RECORD,
     /* `stream` waits for event `event` of rank `peer` (peer may be own rank) */
     OVL_I_WAIT,
-    /* collective over all ranks: shard rows [row0, row0+rows) of every rank b
-     * land in G rows [b*m+row0, ...). Every rank issues the same ALLGATHERs in
-     * the same order; one completes on a rank only once every rank has
-     * contributed and finished reading (as an NCCL all-gather). */
+    /* collective over all ranks by `method`: every rank b's rows x cols
+     * from its own src land in every rank's dst, b*stride rows past
+     * dst.row. Every rank issues the same ALLGATHERs in the same order. */
     OVL_I_ALLGATHER,
-    /* copy rank `peer`'s shard rows [row0, row0+rows) into G rows
-     * [peer*m+row0, ...) (copy engine; peer == own rank: a local copy that
-     * fills a_out). Must follow a WAIT on (peer, OVL_EV_READY) for a peer. */
+    /* copy engine: rows x cols from src (src.rank: whose buffer, a peer's
+     * or the own) to the own dst. Reading a peer's buffer must follow a
+     * WAIT on (peer, OVL_EV_READY). */
     OVL_I_PULL,
-    /* C rows [b*m+row0, +rows) = A_b rows [row0, +rows) @ op(B) for every
-     * block b in [block0, block0+nblocks). src OVL_SRC_GATHERED reads G;
-     * OVL_SRC_LOCAL reads this rank's own shard (block0 == rank, nblocks 1). */
+    /* for each block i in [0, nblocks): dst rows [dst.row + i*stride, +rows)
+     * = src rows [src.row + i*stride, +rows) @ op(b), op(B) being k x n
+     * (B^T with transb). All three are the own rank's buffers. */
     OVL_I_GEMM,
     /* a short sleep kernel of sleep_ns on `stream` */
     OVL_I_SLEEP,
@@ -74,22 +137,29 @@ typedef enum ovl_instr_kind {
  * moves it. */
 #define OVL_I_COUNT (OVL_I_DONE + 1)
 
-typedef enum ovl_gemm_src {
-    OVL_SRC_GATHERED = 0,
-    OVL_SRC_LOCAL = 1,
-} ovl_gemm_src_t;
+/* A row of a named buffer of one rank. */
+typedef struct ovl_ref {
+    ovl_buf_t buf;
+    uint32_t rank; /* whose buffer: the own rank's, but for a PULL's source */
+    uint64_t row;
+} ovl_ref_t;
 
 typedef struct ovl_instr {
     ovl_instr_kind_t kind;
     uint32_t stream;
-    uint32_t event;     /* RECORD, WAIT */
-    uint32_t peer;      /* WAIT, PULL */
-    uint32_t block0;    /* GEMM */
-    uint32_t nblocks;   /* GEMM */
-    ovl_gemm_src_t src; /* GEMM */
-    uint64_t row0;      /* ALLGATHER, PULL, GEMM: shard rows */
-    uint64_t rows;
-    uint32_t sleep_ns; /* SLEEP */
+    uint32_t event;         /* RECORD, WAIT */
+    uint32_t peer;          /* WAIT: the event's rank */
+    ovl_ag_method_t method; /* ALLGATHER */
+    ovl_ref_t src;          /* PULL, ALLGATHER: the rows moved; GEMM: the A operand */
+    ovl_ref_t dst;          /* PULL, ALLGATHER: where they land; GEMM: C */
+    ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
+    uint64_t rows;          /* PULL, ALLGATHER: rows moved (per rank); GEMM: rows per block */
+    uint64_t cols;          /* PULL, ALLGATHER: elements per row */
+    uint64_t n, k;          /* GEMM: C's columns, the inner dimension */
+    uint32_t nblocks;       /* GEMM: blocks, stride rows apart in src and dst */
+    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER: rows between ranks' blocks */
+    bool transb;            /* GEMM: op(B) = B^T */
+    uint32_t sleep_ns;      /* SLEEP */
 } ovl_instr_t;
 
 typedef struct ovl_plan_params {
@@ -101,7 +171,19 @@ typedef struct ovl_plan_params {
     uint32_t chunks;    /* 0: the planner's default for the algorithm */
     uint32_t streams;   /* 0: the planner's default for the algorithm */
     bool want_gathered; /* the client gave a_out: G must hold every block */
+    bool transb;        /* B is n x k (a Linear weight's layout) */
+    /* Some rank's A or a_out has a leading dimension other than k: NCCL
+     * cannot move its rows in one piece, so A is gathered by the copy
+     * engine. (The zero value is the common dense case.) */
+    bool strided;
+    ovl_ag_pref_t allgather; /* AUTO unless the daemon says otherwise */
 } ovl_plan_params_t;
+
+/* What the plan says of one of its buffers. */
+typedef struct ovl_plan_buf {
+    bool used;           /* some instruction reads or writes it */
+    uint64_t rows, cols; /* its shape; its leading dimension may be larger */
+} ovl_plan_buf_t;
 
 typedef struct ovl_plan {
     ovl_plan_params_t params; /* as given, with algo resolved */
@@ -109,7 +191,12 @@ typedef struct ovl_plan {
     uint64_t chunk_rows;      /* rows of every chunk but maybe the last */
     uint32_t nstreams;        /* streams used, stream 0 included */
     uint32_t nevents;         /* events used per rank */
-    bool uses_gathered;       /* G (a_out or scratch) is read or written */
+    /* What streams [0, nstreams) are for: the backend's priorities. */
+    ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS];
+    ovl_plan_buf_t bufs[OVL_BUF_COUNT];
+    /* Bytes ovld provides for G: rows x cols of G when G is used and the
+     * client gave no a_out, else 0. The scratch is dense (ld == cols). */
+    uint64_t scratch_bytes;
     size_t ninstr;
     ovl_instr_t *instr;
 } ovl_plan_t;
@@ -118,17 +205,20 @@ typedef struct ovl_plan {
  * Builds rank params->rank's program into *ret_plan (which the caller frees
  * with ovl_plan_free). Returns OVL_OK, OVL_ERR_INVALID for bad parameters
  * (world 0 or over OVL_PLAN_MAX_WORLD, rank >= world, m/n/k 0, algo AUTO or
- * unknown, chunks over OVL_PLAN_MAX_CHUNKS, streams over
- * OVL_PLAN_MAX_STREAMS), or OVL_ERR_NOMEM.
+ * unknown, an unknown dtype or allgather preference, chunks over
+ * OVL_PLAN_MAX_CHUNKS, streams over OVL_PLAN_MAX_STREAMS), OVL_ERR_LIMIT
+ * when the scratch the plan needs is over 2^64-1 bytes, or OVL_ERR_NOMEM.
  */
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
 
 /*
- * Whether the plan for params (algo resolved) reads or writes G, the
- * gathered A: what ovl_plan_build puts in uses_gathered, known before
- * building (a job sizes and grows its scratch by it).
+ * The scratch the plan for params (algo resolved) needs, known before
+ * building: what ovl_plan_build puts in scratch_bytes (a job sizes and grows
+ * its scratch by it). Returns OVL_OK, OVL_ERR_INVALID for parameters
+ * ovl_plan_build refuses, or OVL_ERR_LIMIT when the size is over 2^64-1
+ * bytes (never a wrapped value).
  */
-bool ovl_plan_uses_gathered(const ovl_plan_params_t *params);
+ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes);
 
 /* Frees what ovl_plan_build allocated; accepts a zeroed plan. */
 void ovl_plan_free(ovl_plan_t *plan);
@@ -148,5 +238,13 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len);
 
 /* Name of an instruction kind, for the dump ("WAIT_READY", ...). */
 const char *ovl_instr_name(ovl_instr_kind_t kind);
+
+/* Names for the dump and the config; NULL for a value out of range. */
+const char *ovl_buf_name(ovl_buf_t buf);                  /* "A", "B", "C", "G" */
+const char *ovl_ag_method_name(ovl_ag_method_t method);   /* "nccl-allgather", ... */
+const char *ovl_stream_role_name(ovl_stream_role_t role); /* "client", ... */
+const char *ovl_ag_pref_name(ovl_ag_pref_t pref);         /* "auto", "nccl", "copy" */
+/* Parses a preference's name; OVL_ERR_INVALID for an unknown one. */
+ovl_status_t ovl_ag_pref_parse(const char *name, ovl_ag_pref_t *ret);
 
 #endif /* OVL_PLAN_H */

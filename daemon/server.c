@@ -599,7 +599,8 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
                            .chunks = q->chunks,
                            .streams = q->streams,
                            .want_gathered = q->want_gathered};
-    ovld_plan_resolve(&c->d->cfg, &p); /* a shape it cannot plan is refused below */
+    /* a shape it cannot plan is refused below */
+    ovld_plan_resolve(&c->d->cfg, c->d->backend->ops->allgather != NULL, &p);
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
     if (st != OVL_OK) {

@@ -98,9 +98,11 @@ ovl_status_t rank_close(rank_t *rk)
 void rank_fill(rank_t *rk, unsigned slot, const opspec_t *s)
 {
     float *a = rk->a + slot * SLOT_A, *b = rk->b + slot * SLOT_B;
+    uint64_t lda = s->k + s->pad;
+    memset(a, 0xff, SLOT_A * sizeof(float)); /* NaN in the padding: a read of it shows */
     for (uint64_t i = 0; i < s->m; i++)
         for (uint64_t l = 0; l < s->k; l++)
-            a[i * s->k + l] = a_val(rk->rank, i, l, s->salt);
+            a[i * lda + l] = a_val(rk->rank, i, l, s->salt);
     uint64_t rows = s->transb ? s->n : s->k, cols = s->transb ? s->k : s->n;
     for (uint64_t i = 0; i < rows; i++)
         for (uint64_t j = 0; j < cols; j++)
@@ -113,14 +115,14 @@ ovl_ag_gemm_desc_t rank_desc(rank_t *rk, unsigned slot, const opspec_t *s)
 {
     ovl_ag_gemm_desc_t d = {
         .a = rk->a + slot * SLOT_A,
-        .lda = s->k,
+        .lda = s->k + s->pad,
         .b = rk->b + slot * SLOT_B,
         .ldb = s->transb ? s->k : s->n,
         .transb = s->transb,
         .c = rk->c + slot * SLOT_C,
         .ldc = s->n,
         .a_out = s->aout ? rk->g + slot * SLOT_C : NULL,
-        .lda_out = s->k,
+        .lda_out = s->k + s->pad,
         .m = s->m,
         .n = s->n,
         .k = s->k,
@@ -159,7 +161,8 @@ int rank_verify(const rank_t *rk, unsigned slot, const opspec_t *s, char *msg, s
                 }
             }
             for (uint64_t l = 0; s->aout && l < s->k; l++) {
-                float got = g[(q * s->m + i) * s->k + l], want = a_val(q, i, l, s->salt);
+                float got = g[(q * s->m + i) * (s->k + s->pad) + l];
+                float want = a_val(q, i, l, s->salt);
                 if (got != want) {
                     snprintf(msg, msglen,
                              "rank %u, op salt %u: a_out[%" PRIu64 "][%" PRIu64

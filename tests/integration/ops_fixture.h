@@ -47,6 +47,7 @@ typedef struct opspec {
     ovl_algo_t algo;
     uint32_t chunks, streams;
     unsigned salt;
+    uint32_t pad; /* A's and a_out's leading dimension is k + pad */
 } opspec_t;
 
 /* m 4, n 6, k 5, fp32, OVL_ALGO_AUTO. */

@@ -3,7 +3,7 @@ through a real ovld, every algorithm, worlds 1, 2, 3, 4 and 8, shapes with
 m not divisible by the chunks, k and n not multiples of 8, transb, a_out
 wanted or not, each dtype; results checked against a double-precision
 reference by the clients; default_chunks, default_streams and auto as
-ovld resolves them.
+ovld resolves them; the daemon's allgather settings.
 
 Two jobs at once on one daemon, sharing devices, are test_load.c's
 test_two_jobs_interleaved (results checked exactly) and, as ovl-demo
@@ -68,7 +68,7 @@ def test_auto_and_defaults():
                                       "--streams", "2", *SHAPE], capture_output=True, text=True,
                                      timeout=60)
             assert offline.returncode == 0 and plan == offline.stdout, (plan, offline)
-            resolved = re.match(r"plan algo=(\w+) ", plan).group(1)
+            resolved = re.match(r"plan format=2 algo=(\w+) ", plan).group(1)
             assert resolved != "auto", plan
             job = "defaults-" + algo
             p = d.run([DEMO, "-w", "2", "-m", "96", "-n", "32", "-k", "48", "-a", algo, "-i", "3",
@@ -89,5 +89,21 @@ def test_auto_and_defaults():
         d.cleanup()
 
 
+def test_allgather_settings():
+    """The daemon's allgather setting: copy gathers by pulls ordered by events
+    (naive and collective plans without ALLGATHER), nccl gathers by the host
+    collective even for one rank; results as with auto."""
+    for setting in ("copy", "nccl"):
+        d = Daemon(config="allgather = %s\n" % setting)
+        try:
+            for world in (1, 3):
+                for m, n, k, extra in (VARIANTS[0], VARIANTS[1]):
+                    p = demo(d, world, m, n, k, "fp32", extra, "ag-%s-%d-%d" % (setting, world, m))
+                    assert "all checks passed" in p.stdout, p.stdout
+            assert d.stop() == 0
+        finally:
+            d.cleanup()
+
+
 if __name__ == "__main__":
-    run_tests([test_matrix, test_auto_and_defaults])
+    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings])

@@ -28,6 +28,11 @@ def test_plan_offline_matches_golden():
         with open(os.path.join(GOLDEN, "plan_%s.txt" % algo)) as f:
             assert p.stdout == f.read(), "ovlctl plan --algo %s differs from its golden file" % algo
         assert "DONE" in p.stdout.splitlines()[-1]
+    # the copy-engine gather, as ovld's allgather = copy asks
+    for algo in ("naive", "collective"):
+        p = ctl("plan", "--algo", algo, "--allgather", "copy", *PLAN_ARGS)
+        with open(os.path.join(GOLDEN, "plan_%s_copy.txt" % algo)) as f:
+            assert p.stdout == f.read(), "ovlctl plan --algo %s --allgather copy differs" % algo
 
 
 def test_plan_usage_errors():
@@ -41,7 +46,8 @@ def test_plan_usage_errors():
     commands = usage[usage.index("Commands:\n"):usage.index("\nOptions of plan:")]
     assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "version"], usage
     for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
-                "--dtype", "--a-out", "--daemon", "--socket", "--help", "--json", "--prometheus",
+                "--dtype", "--a-out", "--transb", "--strided", "--allgather", "--daemon",
+                "--socket", "--help", "--json", "--prometheus",
                 "--watch", "--reset"):
         assert re.search(r"(^|[ \[|])%s\b" % re.escape(opt), usage, re.M), (opt, usage)
     shape = ["--world", "2", "--rank", "0", "-m", "8", "-n", "8", "-k", "8"]
@@ -52,6 +58,12 @@ def test_plan_usage_errors():
               "8"], "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n"),
             (["plan", "--algo", "bogus", *PLAN_ARGS], "ovlctl: --algo: unknown algorithm 'bogus'\n"),
             (["plan", "--dtype", "fp8", *PLAN_ARGS], "ovlctl: --dtype: unknown dtype 'fp8'\n"),
+            (["plan", "--allgather", "mpi", *PLAN_ARGS],
+             "ovlctl: --allgather: 'mpi' is not one of auto, nccl, copy\n"),
+            # the daemon is asked only what the wire says: a dense op without transb
+            *[(["plan", "--daemon", *opt, *PLAN_ARGS],
+               "ovlctl plan: --transb, --strided and --allgather plan here only, not with "
+               "--daemon\n") for opt in (["--strided"], ["--transb"], ["--allgather", "copy"])],
             (["plan", "--world", "x", *shape[2:]], "ovlctl: --world: 'x' is not a number\n"),
             (["plan", "--world", "4294967296", *shape[2:]], "ovlctl plan: a value is out of range\n"),
             (["plan", "--algo", "ring", "--world", "2", "--rank", "2", "-m", "8", "-n", "8", "-k",
@@ -97,17 +109,22 @@ def test_plan_from_daemon():
     offline plan with the same algorithm and chunks); a shape it cannot
     plan is refused with its reason (exit 1); version names ovld as it
     answers."""
-    d = Daemon(config="default_algo = collective\ndefault_chunks = 2\n")
+    d = Daemon(config="default_algo = collective\ndefault_chunks = 2\nallgather = copy\n")
     try:
         shape = ["--world", "2", "--rank", "0", "-m", "64", "-n", "64", "-k", "64"]
         p = d.run([OVLCTL, "plan", "--daemon", *shape])
         assert p.stderr == "" and p.stdout == ctl("plan", "--algo", "collective", "--chunks",
-                                                  "2", *shape).stdout, p.stdout
-        assert p.stdout.startswith("plan algo=collective world=2 rank=0 m=64 n=64 k=64 "
-                                   "dtype=bf16 chunks=2 "), p.stdout
+                                                  "2", "--allgather", "copy", *shape).stdout, \
+            p.stdout
+        assert p.stdout.startswith("plan format=2 algo=collective world=2 rank=0 m=64 n=64 k=64 "
+                                   "dtype=bf16 transb=no chunks=2 "), p.stdout
+        # the daemon's allgather setting: the copy engine, its ordering shown
+        assert "allgather=copy" in p.stdout and "PULL" in p.stdout, p.stdout
+        assert "ALLGATHER" not in p.stdout and "s1=copy" in p.stdout, p.stdout
         # what the client asks for wins over the defaults
         p = d.run([OVLCTL, "plan", "--daemon", "--algo", "ring", "--chunks", "4", *shape])
-        assert p.stdout == ctl("plan", "--algo", "ring", "--chunks", "4", *shape).stdout
+        assert p.stdout == ctl("plan", "--algo", "ring", "--chunks", "4", "--allgather", "copy",
+                               *shape).stdout
         p = d.run([OVLCTL, "plan", "--daemon", "--world", "0", "--rank", "0", "-m", "64", "-n",
                    "64", "-k", "64"], check=False)
         assert (p.returncode, p.stdout, p.stderr) == (

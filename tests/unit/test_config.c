@@ -44,6 +44,7 @@ static const char *const all_keys[] = {
     "default_algo",
     "default_chunks",
     "default_streams",
+    "allgather",
     "max_connections_per_uid",
     "max_jobs_per_uid",
     "max_ranks_per_uid",
@@ -80,6 +81,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->default_algo, b->default_algo);
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
+    assert_int_equal(a->allgather, b->allgather);
 }
 
 /* Parses text over the defaults; asserts success and returns the result. */
@@ -199,6 +201,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.default_algo, OVL_ALGO_AUTO);
     assert_int_equal(cfg.default_chunks, 0);
     assert_int_equal(cfg.default_streams, 0);
+    assert_int_equal(cfg.allgather, OVL_AG_AUTO);
 
     /* Defaults are fully determined, padding included. */
     ovld_config_t again;
@@ -239,6 +242,7 @@ static void test_every_key(void **state)
                                  "default_algo = ring\n"
                                  "default_chunks = 5\n"
                                  "default_streams = 3\n"
+                                 "allgather = copy\n"
                                  "max_connections_per_uid = 14\n"
                                  "max_jobs_per_uid = 15\n"
                                  "max_ranks_per_uid = 24\n"
@@ -262,6 +266,7 @@ static void test_every_key(void **state)
     assert_int_equal(cfg.default_algo, OVL_ALGO_RING);
     assert_int_equal(cfg.default_chunks, 5);
     assert_int_equal(cfg.default_streams, 3);
+    assert_int_equal(cfg.allgather, OVL_AG_COPY);
     assert_int_equal(cfg.max_connections_per_uid, 14);
     assert_int_equal(cfg.max_jobs_per_uid, 15);
     assert_int_equal(cfg.max_ranks_per_uid, 24);
@@ -302,12 +307,20 @@ static void test_enum_values(void **state)
     for (size_t i = 0; i < NELEM(algos); i++)
         assert_int_equal(parse_ok(kv("default_algo", algos[i].name)).default_algo, algos[i].algo);
 
+    static const struct {
+        const char *name;
+        ovl_ag_pref_t pref;
+    } prefs[] = {{"auto", OVL_AG_AUTO}, {"nccl", OVL_AG_NCCL}, {"copy", OVL_AG_COPY}};
+    for (size_t i = 0; i < NELEM(prefs); i++)
+        assert_int_equal(parse_ok(kv("allgather", prefs[i].name)).allgather, prefs[i].pref);
+
     expect_error("log_level = INFO\n", 1,
                  "log_level: 'INFO' is not one of error, warn, info, debug");
     expect_error("log_level = warning\n", 1, "log_level: 'warning'");
     expect_error("backend = gpu\n", 1, "backend: 'gpu' is not one of auto, host, cuda");
     expect_error("default_algo = fast\n", 1,
                  "default_algo: 'fast' is not one of auto, naive, collective, ring");
+    expect_error("allgather = mpi\n", 1, "allgather: 'mpi' is not one of auto, nccl, copy");
 }
 
 /* Keys absent from the text keep the values the config had: a reload
@@ -1137,6 +1150,7 @@ static void test_sample_defaults_are_real(void **state)
     cfg.default_algo = OVL_ALGO_RING;
     cfg.default_chunks = 3;
     cfg.default_streams = 3;
+    cfg.allgather = OVL_AG_COPY;
     cfg.max_mappings = 3; /* the default, auto, is 0 */
     ovl_status_t r = ovld_config_parse(&cfg, "ovld.conf (uncommented)", out, err, sizeof(err));
     if (r != OVL_OK)

@@ -91,6 +91,74 @@ static void test_instr_names(void **state)
     assert_string_equal(ovl_instr_name((ovl_instr_kind_t)OVL_I_COUNT), "UNKNOWN");
 }
 
+/* The plan's tables: buffers, all-gather methods, stream roles and the
+ * daemon's gather preferences each have a distinct name below their count
+ * and none at it; the preferences parse back, in the config too, whose
+ * refusal lists them all. */
+typedef const char *(*name_fn)(int);
+
+static const char *buf_name(int v)
+{
+    return ovl_buf_name((ovl_buf_t)v);
+}
+
+static const char *method_name(int v)
+{
+    return ovl_ag_method_name((ovl_ag_method_t)v);
+}
+
+static const char *role_name(int v)
+{
+    return ovl_stream_role_name((ovl_stream_role_t)v);
+}
+
+static const char *pref_name(int v)
+{
+    return ovl_ag_pref_name((ovl_ag_pref_t)v);
+}
+
+static void check_names(name_fn name, int count, const char *what)
+{
+    for (int v = 0; v < count; v++) {
+        if (!name(v) || !name(v)[0])
+            fail_msg("%s %d has no name", what, v);
+        for (int w = 0; w < v; w++)
+            assert_string_not_equal(name(v), name(w));
+    }
+    assert_null(name(count));
+    assert_null(name(-1));
+}
+
+static void test_plan_tables(void **state)
+{
+    (void)state;
+    check_names(buf_name, OVL_BUF_COUNT, "buffer");
+    check_names(method_name, OVL_AG_METHOD_COUNT, "all-gather method");
+    check_names(role_name, OVL_ROLE_COUNT, "stream role");
+    check_names(pref_name, OVL_AG_PREF_COUNT, "all-gather preference");
+    char text[64], err[512];
+    for (int v = 0; v < OVL_AG_PREF_COUNT; v++) {
+        ovl_ag_pref_t back = OVL_AG_PREF_COUNT;
+        assert_int_equal(ovl_ag_pref_parse(pref_name(v), &back), OVL_OK);
+        assert_int_equal(back, v);
+        ovld_config_t cfg;
+        ovld_config_defaults(&cfg);
+        snprintf(text, sizeof text, "allgather = %s\n", pref_name(v));
+        assert_int_equal(ovld_config_parse(&cfg, "t.conf", text, err, sizeof err), OVL_OK);
+        assert_int_equal(cfg.allgather, v);
+    }
+    ovl_ag_pref_t back;
+    assert_int_equal(ovl_ag_pref_parse("mpi", &back), OVL_ERR_INVALID);
+    assert_int_equal(ovl_ag_pref_parse(NULL, &back), OVL_ERR_INVALID);
+    ovld_config_t cfg;
+    ovld_config_defaults(&cfg);
+    assert_int_equal(ovld_config_parse(&cfg, "t.conf", "allgather = x\n", err, sizeof err),
+                     OVL_ERR_CONFIG);
+    for (int v = 0; v < OVL_AG_PREF_COUNT; v++)
+        if (!strstr(err, pref_name(v)))
+            fail_msg("'%s' does not list %s", err, pref_name(v));
+}
+
 /* The request checks take exactly the values below the counts. */
 static ovl_status_t check_op(uint64_t dtype, uint64_t algo)
 {
@@ -179,7 +247,7 @@ int main(void)
         cmocka_unit_test(test_algo_names),       cmocka_unit_test(test_dtype_names),
         cmocka_unit_test(test_status_names),     cmocka_unit_test(test_instr_names),
         cmocka_unit_test(test_request_ranges),   cmocka_unit_test(test_config_algos),
-        cmocka_unit_test(test_stats_every_cell),
+        cmocka_unit_test(test_stats_every_cell), cmocka_unit_test(test_plan_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

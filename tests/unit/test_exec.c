@@ -11,8 +11,20 @@
  *  - a wait on a peer's event comes after that peer recorded it in this op
  *    (what cudaStreamWaitEvent needs), a wait on the rank's own event after
  *    its own record;
- *  - each ALLGATHER is one call for every rank, with the rows the plans name;
- *  - every rank's calls other than ALLGATHER follow its program in order.
+ *  - each ALLGATHER is one call for every rank, by the method and with the
+ *    rows the plans name;
+ *  - every rank's calls other than ALLGATHER follow its program in order;
+ *  - before any of them, each rank's streams get exactly its plan's roles
+ *    (set_streams), and no call names a stream beyond them;
+ *  - every primitive gets exactly the views the plan's names resolve to:
+ *    each rank's buffers have distinct fake base pointers and leading
+ *    dimensions, and the pointer and ld of every operand, with the
+ *    geometry (rows, cols, n, k, blocks, stride, transb, element size),
+ *    must be what the instruction names; buffers a plan does not use are
+ *    NULL, and never reach the backend.
+ * Layouts vary: dense (NCCL methods across ranks), strided (A and a_out
+ * with ld > k: gathered by pulls), and the daemon's preferences copy and
+ * nccl (an ALLGATHER at world 1 too).
  * Then each call in turn is made to fail: the executor must return that
  * status with a message naming the failed instruction (or the all-gather),
  * ring every rank's done exactly once (OK only for a rank whose program
@@ -38,10 +50,12 @@
 #include "exec.h"
 #include "plan.h"
 
-#define MAXW   4
-#define MAXLOG 4096
+#define MAXW     4
+#define MAXLOG   4096
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 typedef enum {
+    C_STREAMS,
     C_WAIT_READY,
     C_RECORD,
     C_WAIT,
@@ -58,9 +72,16 @@ typedef struct entry {
     int rank;  /* -1 for ALLGATHER */
     int owner; /* WAIT: the event's rank */
     uint32_t stream, event;
-    uint64_t seq, row0, rows;
+    uint64_t seq, rows, cols, stride;
     uint32_t nparts;
-    ovl_status_t status; /* DONE */
+    ovl_status_t status;                               /* DONE */
+    ovl_ag_method_t method;                            /* ALLGATHER */
+    ovld_allgather_part_t parts[MAXW];                 /* ALLGATHER */
+    ovld_view_t dst, src;                              /* COPY */
+    size_t elem;                                       /* COPY */
+    ovld_gemm_args_t gemm;                             /* GEMM */
+    ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS + 1]; /* STREAMS */
+    uint32_t nroles;                                   /* STREAMS */
 } entry_t;
 
 struct ovld_rank {
@@ -116,33 +137,52 @@ static ovl_status_t m_wait(ovld_rank_t *r, uint32_t s, ovld_rank_t *owner, uint3
         (entry_t){.call = C_WAIT, .rank = r->id, .owner = owner->id, .stream = s, .event = ev});
 }
 
-static ovl_status_t m_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts,
-                                uint32_t nparts, ovl_dtype_t dtype, uint64_t m, uint64_t k,
-                                uint64_t row0, uint64_t rows)
+static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method,
+                                const ovld_allgather_part_t *parts, uint32_t nparts,
+                                ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
-    (void)dtype;
-    (void)m;
-    (void)k;
-    for (uint32_t i = 0; i < nparts; i++)
+    entry_t e = {.call = C_ALLGATHER,
+                 .rank = -1,
+                 .method = method,
+                 .rows = rows,
+                 .cols = cols,
+                 .stride = stride,
+                 .nparts = nparts,
+                 .elem = ovl_dtype_size(dtype)};
+    /* the loop thread alone calls it: assertions are safe */
+    assert_true(nparts <= MAXW);
+    for (uint32_t i = 0; i < nparts; i++) {
         assert_int_equal(parts[i].rank->id, (int)i); /* in rank order */
-    return logc(
-        (entry_t){.call = C_ALLGATHER, .rank = -1, .row0 = row0, .rows = rows, .nparts = nparts});
+        e.parts[i] = parts[i];
+    }
+    return logc(e);
 }
 
 static ovl_status_t m_copy(ovld_rank_t *r, uint32_t s, ovld_view_t dst, ovld_view_t src,
                            uint64_t rows, uint64_t cols, size_t elem)
 {
-    (void)dst;
-    (void)src;
-    (void)cols;
-    (void)elem;
-    return logc((entry_t){.call = C_COPY, .rank = r->id, .stream = s, .rows = rows});
+    return logc((entry_t){.call = C_COPY,
+                          .rank = r->id,
+                          .stream = s,
+                          .dst = dst,
+                          .src = src,
+                          .rows = rows,
+                          .cols = cols,
+                          .elem = elem});
 }
 
 static ovl_status_t m_gemm(ovld_rank_t *r, uint32_t s, const ovld_gemm_args_t *g)
 {
-    return logc((entry_t){.call = C_GEMM, .rank = r->id, .stream = s, .rows = g->rows});
+    return logc((entry_t){.call = C_GEMM, .rank = r->id, .stream = s, .rows = g->rows, .gemm = *g});
+}
+
+static ovl_status_t m_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n)
+{
+    entry_t e = {.call = C_STREAMS, .rank = r->id, .nroles = n};
+    if (n <= OVL_PLAN_MAX_STREAMS)
+        memcpy(e.roles, roles, n * sizeof(*roles));
+    return logc(e);
 }
 
 static ovl_status_t m_sleep(ovld_rank_t *r, uint32_t s, uint32_t ns)
@@ -180,6 +220,7 @@ static ovl_status_t m_reserve_events(ovld_rank_t *r, uint32_t n)
 static ovld_backend_ops_t mock_ops = {
     .name = "mock",
     .reserve_events = m_reserve_events,
+    .set_streams = m_set_streams,
     .wait_ready = m_wait_ready,
     .record = m_record,
     .wait = m_wait,
@@ -192,16 +233,48 @@ static ovld_backend_ops_t mock_ops = {
 };
 static ovld_backend_t mock = {.ops = &mock_ops};
 
+/* How an op's buffers are laid out, and what the daemon prefers for the
+ * gather (the plan params strided and allgather). */
+typedef enum layout {
+    L_DENSE,   /* ld == cols for A and G: NCCL methods across ranks */
+    L_STRIDED, /* A and a_out with ld > k: gathered by pulls */
+    L_COPY,    /* dense, but the daemon asks for the copy engine */
+    L_NCCL,    /* dense, and NCCL even for one rank */
+    L_COUNT,
+} layout_t;
+
 /* One op's setting: plans for every rank, the executor's input. */
 typedef struct setup {
     struct ovld_rank ranks[MAXW];
     ovl_plan_t plans[MAXW];
     ovld_exec_rank_t xr[MAXW];
     ovld_exec_op_t op;
-    float mem[64]; /* views point here; nothing is read */
 } setup_t;
 
-static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout)
+/* A fake base address for buffer b of rank r: distinct for every (r, b),
+ * far apart, and never dereferenced (the mock only compares them). */
+static void *fake_base(uint32_t r, int b)
+{
+    return (void *)(uintptr_t)((UINT64_C(1) << 36) *
+                               (uint64_t)(r * OVL_BUF_COUNT + (uint32_t)b + 1));
+}
+
+/* The leading dimension the setup gives buffer b of rank r: larger than
+ * its columns (and different per rank and buffer) wherever the layout
+ * allows, so that a view resolved with the wrong ld or base shows. */
+static uint64_t fake_ld(const ovl_plan_t *p, uint32_t r, int b, layout_t layout)
+{
+    uint64_t cols = p->bufs[b].cols;
+    bool gathered_side = b == OVL_BUF_A || (b == OVL_BUF_G && p->params.want_gathered);
+    if (b == OVL_BUF_G && !p->params.want_gathered)
+        return cols; /* ovld's scratch is dense */
+    if (gathered_side && layout != L_STRIDED)
+        return cols;
+    return cols + 1 + r + 2 * (uint64_t)b;
+}
+
+static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout,
+                       layout_t layout, bool transb)
 {
     memset(s, 0, sizeof(*s));
     for (uint32_t r = 0; r < world; r++) {
@@ -213,25 +286,72 @@ static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chu
                                .k = 32,
                                .dtype = OVL_DTYPE_FP32,
                                .chunks = chunks,
-                               .want_gathered = aout};
+                               .want_gathered = aout,
+                               .transb = transb,
+                               .strided = layout == L_STRIDED,
+                               .allgather = layout == L_COPY   ? OVL_AG_COPY
+                                            : layout == L_NCCL ? OVL_AG_NCCL
+                                                               : OVL_AG_AUTO};
         assert_int_equal(ovl_plan_build(&p, &s->plans[r]), OVL_OK);
         s->ranks[r].id = (int)r;
-        ovld_view_t v = {.ptr = s->mem, .ld = 1};
-        s->xr[r] = (ovld_exec_rank_t){.rank = &s->ranks[r],
-                                      .plan = &s->plans[r],
-                                      .a = v,
-                                      .b = v,
-                                      .c = v,
-                                      .g = v,
-                                      .cookie = &s->ranks[r]};
+        s->xr[r] =
+            (ovld_exec_rank_t){.rank = &s->ranks[r], .plan = &s->plans[r], .cookie = &s->ranks[r]};
+        /* a buffer the plan does not use is not there: it must not be named */
+        for (int b = 0; b < OVL_BUF_COUNT; b++)
+            if (s->plans[r].bufs[b].used)
+                s->xr[r].buf[b] = (ovld_view_t){.ptr = fake_base(r, b),
+                                                .ld = fake_ld(&s->plans[r], r, b, layout)};
     }
-    s->op = (ovld_exec_op_t){.seq = 7,
-                             .m = 64,
-                             .n = 48,
-                             .k = 32,
-                             .dtype = OVL_DTYPE_FP32,
-                             .world = world,
-                             .ranks = s->xr};
+    s->op = (ovld_exec_op_t){.seq = 7, .world = world, .ranks = s->xr};
+}
+
+/* The view rank r's instruction names: what the mock must have been given. */
+static ovld_view_t named_view(const setup_t *s, ovl_ref_t ref)
+{
+    assert_true(ref.rank < s->op.world);
+    assert_true((unsigned)ref.buf < OVL_BUF_COUNT);
+    ovld_view_t v = s->xr[ref.rank].buf[ref.buf];
+    assert_non_null(v.ptr); /* the plan uses it, so the setup gave it */
+    size_t elem = ovl_dtype_size(s->plans[ref.rank].params.dtype);
+    return (ovld_view_t){.ptr = (char *)v.ptr + ref.row * v.ld * elem, .ld = v.ld};
+}
+
+static void assert_view(ovld_view_t got, ovld_view_t want, size_t call, const char *what)
+{
+    if (got.ptr != want.ptr || got.ld != want.ld)
+        fail_msg("call %zu: %s is %p ld %llu, the plan names %p ld %llu", call, what, got.ptr,
+                 (unsigned long long)got.ld, want.ptr, (unsigned long long)want.ld);
+}
+
+/* The views and geometry of a program call are exactly the instruction's. */
+static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, const entry_t *e,
+                           size_t call)
+{
+    size_t elem = ovl_dtype_size(s->plans[r].params.dtype);
+    switch (e->call) {
+    case C_COPY:
+        assert_int_equal(in->dst.rank, r); /* a pull writes the own buffer */
+        assert_view(e->dst, named_view(s, in->dst), call, "the copy's destination");
+        assert_view(e->src, named_view(s, in->src), call, "the copy's source");
+        assert_int_equal(e->rows, in->rows);
+        assert_int_equal(e->cols, in->cols);
+        assert_int_equal(e->elem, elem);
+        break;
+    case C_GEMM:
+        assert_view(e->gemm.a, named_view(s, in->src), call, "the GEMM's A");
+        assert_view(e->gemm.b, named_view(s, in->b), call, "the GEMM's B");
+        assert_view(e->gemm.c, named_view(s, in->dst), call, "the GEMM's C");
+        assert_int_equal(e->gemm.dtype, s->plans[r].params.dtype);
+        assert_int_equal(e->gemm.rows, in->rows);
+        assert_int_equal(e->gemm.n, in->n);
+        assert_int_equal(e->gemm.k, in->k);
+        assert_int_equal(e->gemm.nblocks, in->nblocks);
+        assert_int_equal(e->gemm.block_stride, in->stride);
+        assert_int_equal(e->gemm.transb, in->transb);
+        break;
+    default:
+        break;
+    }
 }
 
 static void setup_free(setup_t *s)
@@ -264,14 +384,41 @@ static call_t call_of(ovl_instr_kind_t k)
     return C_DONE;
 }
 
+/* An ALLGATHER call: one for every rank, each standing at its ALLGATHER,
+ * by the method, with the geometry and the views its instruction names,
+ * in dense rows (what NCCL can move). */
+static void check_allgather(const setup_t *s, const size_t *pc, const entry_t *e, size_t call)
+{
+    uint32_t w = s->op.world;
+    assert_int_equal(e->nparts, w); /* all ranks, in rank order */
+    for (uint32_t r = 0; r < w; r++) {
+        assert_true(pc[r] < s->plans[r].ninstr);
+        const ovl_instr_t *in = &s->plans[r].instr[pc[r]];
+        assert_int_equal(in->kind, OVL_I_ALLGATHER);
+        assert_int_equal(in->method, e->method);
+        assert_int_equal(in->rows, e->rows);
+        assert_int_equal(in->cols, e->cols);
+        assert_int_equal(in->stride, e->stride);
+        assert_int_equal(e->elem, ovl_dtype_size(s->plans[r].params.dtype));
+        assert_int_equal(e->parts[r].stream, in->stream);
+        assert_view(e->parts[r].src, named_view(s, in->src), call, "an all-gather's source");
+        assert_view(e->parts[r].dst, named_view(s, in->dst), call, "an all-gather's destination");
+        assert_int_equal(e->parts[r].src.ld, e->cols);
+        assert_int_equal(e->parts[r].dst.ld, e->cols);
+    }
+}
+
 /*
  * Checks the whole log. failed: 1-based index of the call that failed, 0
- * if none. Per rank, calls follow its program (a wait on a peer's event
- * after that peer's record); after the failure a rank's program may go on
- * only with threads (what was under way), then come its joins (a record of
- * a side stream, a wait of stream 0, on events past the plan's) and one
- * done with the error. Each rank rings done once: OK as its program's DONE
- * in a good run or before the failure.
+ * if none. Each rank's streams get its plan's roles before any other call
+ * of the rank (but the done of an op that failed before); no call names a
+ * stream beyond them. Per rank, calls follow its program (a wait on a
+ * peer's event after that peer's record), with the views and geometry the
+ * instructions name; after the failure a rank's program may go on only
+ * with threads (what was under way), then come its joins (a record of a
+ * side stream, a wait of stream 0, on events past the plan's) and one done
+ * with the error. Each rank rings done once: OK as its program's DONE in a
+ * good run or before the failure.
  */
 static void check_log(const setup_t *s, size_t failed, bool threads)
 {
@@ -279,6 +426,7 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
     size_t pc[MAXW] = {0};
     bool joining[MAXW] = {false};
     int dones[MAXW] = {0};
+    uint32_t nstreams[MAXW] = {0}; /* set_streams' n; 0: not called yet */
     uint32_t maxev = 0;
     for (uint32_t r = 0; r < w; r++)
         maxev = s->plans[r].nevents > maxev ? s->plans[r].nevents : maxev;
@@ -289,23 +437,34 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
         bool after = failed && i >= failed; /* past the failed call */
         if (e->call == C_ALLGATHER) {
             if (after)
-                assert_true(threads);       /* a serial walk stops at the failure */
-            assert_int_equal(e->nparts, w); /* all ranks, in rank order */
+                assert_true(threads); /* a serial walk stops at the failure */
             for (uint32_t r = 0; r < w; r++) {
                 assert_false(joining[r]);
-                assert_true(pc[r] < s->plans[r].ninstr);
-                const ovl_instr_t *in = &s->plans[r].instr[pc[r]];
-                assert_int_equal(in->kind, OVL_I_ALLGATHER);
-                assert_int_equal(in->row0, e->row0);
-                assert_int_equal(in->rows, e->rows);
-                pc[r]++;
+                assert_true(nstreams[r] > 0);
             }
+            check_allgather(s, pc, e, i);
+            for (uint32_t r = 0; r < w; r++)
+                pc[r]++;
             continue;
         }
         int r = e->rank;
         assert_true(r >= 0 && (uint32_t)r < w);
         assert_int_equal(dones[r], 0); /* nothing for a rank after its done */
         const ovl_plan_t *p = &s->plans[r];
+        if (e->call == C_STREAMS) {
+            /* once, first, with exactly the plan's roles */
+            assert_int_equal(nstreams[r], 0);
+            assert_int_equal(pc[r], 0);
+            assert_int_equal(e->nroles, p->nstreams);
+            for (uint32_t st = 0; st < p->nstreams; st++)
+                assert_int_equal(e->roles[st], p->roles[st]);
+            nstreams[r] = e->nroles;
+            continue;
+        }
+        if (e->call != C_DONE || e->status == OVL_OK)
+            assert_true(e->stream < nstreams[r]); /* a stream the backend was told of */
+        else
+            assert_true(e->stream == 0 || e->stream < nstreams[r]);
         const ovl_instr_t *in = pc[r] < p->ninstr ? &p->instr[pc[r]] : NULL;
         bool program = !joining[r] && in && call_of(in->kind) == e->call &&
                        in->stream == e->stream &&
@@ -331,6 +490,7 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
                 assert_true(!failed || i < failed - 1);
                 dones[r]++;
             }
+            check_operands(s, (uint32_t)r, in, e, i);
             pc[r]++;
             continue;
         }
@@ -361,12 +521,20 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
     free(rec);
 }
 
+/* One op's shape in the runs below. */
+typedef struct shape {
+    ovl_algo_t algo;
+    uint32_t world, chunks;
+    bool aout;
+    layout_t layout;
+    bool transb;
+} shape_t;
+
 /* One run; fail_at: 1-based call to fail (0: none). The log's length. */
-static size_t run(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout, size_t fail_at,
-                  bool threads)
+static size_t run(const shape_t *sh, size_t fail_at, bool threads)
 {
     setup_t s;
-    setup_make(&s, algo, world, chunks, aout);
+    setup_make(&s, sh->algo, sh->world, sh->chunks, sh->aout, sh->layout, sh->transb);
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = fail_at;
@@ -381,8 +549,10 @@ static size_t run(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout, s
             fail_msg("a good run returned %s: %s", ovl_strerror(st), err);
     } else {
         assert_int_equal(st, OVL_ERR_BACKEND);
-        assert_non_null(
-            strstr(err, M.log[failed - 1].call == C_ALLGATHER ? "all-gather" : "instruction"));
+        call_t c = M.log[failed - 1].call;
+        assert_non_null(strstr(err, c == C_ALLGATHER ? "all-gather"
+                                    : c == C_STREAMS ? "streams"
+                                                     : "instruction"));
         /* the failing thread's own words */
         char want[64];
         snprintf(want, sizeof(want), "the mock was told to fail call %zu", failed);
@@ -391,7 +561,7 @@ static size_t run(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout, s
     }
     check_log(&s, failed, threads);
     /* a good ring op of several ranks is issued by a thread per rank */
-    if (threads && !failed && algo == OVL_ALGO_RING && world > 1) {
+    if (threads && !failed && sh->algo == OVL_ALGO_RING && sh->world > 1) {
         bool off_caller = false;
         for (size_t i = 0; i < M.n; i++)
             off_caller |= M.log[i].rank > 0 && !pthread_equal(M.log[i].thread, pthread_self());
@@ -407,19 +577,25 @@ static void good_runs(bool threads)
         for (uint32_t w = 1; w <= MAXW; w++)
             for (uint32_t c = 0; c <= 3; c++)
                 for (int aout = 0; aout < 2; aout++)
-                    run((ovl_algo_t)a, w, c, aout, 0, threads);
+                    for (int l = 0; l < L_COUNT; l++) {
+                        shape_t sh = {(ovl_algo_t)a, w, c, aout, (layout_t)l, (c + l) % 2 == 1};
+                        run(&sh, 0, threads);
+                    }
 }
 
 static void every_call_failing(bool threads)
 {
     for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
         for (uint32_t w = 1; w <= MAXW; w++)
-            for (uint32_t c = 0; c <= 2; c++) {
-                /* the good run's length bounds the calls to fail */
-                size_t n = run((ovl_algo_t)a, w, c, false, 0, threads);
-                for (size_t at = 1; at <= n; at++)
-                    run((ovl_algo_t)a, w, c, false, at, threads);
-            }
+            for (uint32_t c = 0; c <= 2; c++)
+                for (int l = 0; l < L_COUNT; l += L_STRIDED) {
+                    /* dense (NCCL) and strided (pulls): the good run's
+                     * length bounds the calls to fail */
+                    shape_t sh = {(ovl_algo_t)a, w, c, false, (layout_t)l, false};
+                    size_t n = run(&sh, 0, threads);
+                    for (size_t at = 1; at <= n; at++)
+                        run(&sh, at, threads);
+                }
 }
 
 static void test_good_runs(void **state)
@@ -454,7 +630,7 @@ static void test_every_call_failing_threads(void **state)
 static void run_handmade(bool threads, bool bad)
 {
     setup_t s;
-    setup_make(&s, OVL_ALGO_RING, 2, 0, false);
+    setup_make(&s, OVL_ALGO_RING, 2, 0, false, L_DENSE, false);
     for (uint32_t r = 0; r < 2; r++) {
         ovl_plan_t *p = &s.plans[r];
         p->nevents = 3;
@@ -497,6 +673,60 @@ static void test_handmade_plans(void **state)
     }
 }
 
+/* A plan that names what the op does not have (a buffer, a peer's buffer
+ * to write, a buffer or a stream that does not exist): the executor refuses
+ * to issue it (OVL_ERR_INTERNAL, saying what), never hands the backend a
+ * NULL view, a peer's buffer to write or an unknown stream, and rings
+ * every rank's done once. */
+static void run_bad_names(bool threads, int how)
+{
+    setup_t s;
+    setup_make(&s, OVL_ALGO_RING, 2, 0, false, L_DENSE, false);
+    size_t at = 0;
+    while (s.plans[1].instr[at].kind != OVL_I_PULL)
+        at++;
+    const char *want = "which the op does not have";
+    if (how == 0)
+        s.xr[1].buf[OVL_BUF_G] = (ovld_view_t){NULL, 0}; /* G missing */
+    else if (how == 1)
+        s.plans[1].instr[at].dst.rank = 0; /* a pull into rank 0's G */
+    else if (how == 2)
+        s.plans[1].instr[at].src.buf = (ovl_buf_t)OVL_BUF_COUNT; /* no such buffer */
+    else
+        s.plans[1].instr[at].stream = 9; /* a stream the plan does not have */
+    if (how == 1 || how == 2)
+        want = "which it may not";
+    if (how == 3)
+        want = "stream 9 of 4";
+    mock_ops.issue_parallel = threads;
+    M.n = 0;
+    M.fail_at = 0;
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    if (st != OVL_ERR_INTERNAL || !strstr(err, want) || !strstr(err, "rank 1"))
+        fail_msg("threads %d, case %d: %s: %s", threads, how, ovl_strerror(st), err);
+    int dones[2] = {0};
+    for (size_t i = 0; i < M.n; i++) {
+        /* nothing of rank 1 past its bad pull */
+        if (M.log[i].rank == 1 && M.log[i].call == C_COPY)
+            fail_msg("threads %d, case %d: rank 1's bad pull reached the backend", threads, how);
+        if (M.log[i].call == C_DONE)
+            dones[M.log[i].rank]++;
+    }
+    assert_int_equal(dones[0], 1);
+    assert_int_equal(dones[1], 1);
+    setup_free(&s);
+}
+
+static void test_bad_names(void **state)
+{
+    (void)state;
+    for (int how = 0; how < 4; how++) {
+        run_bad_names(false, how);
+        run_bad_names(true, how);
+    }
+}
+
 /* The issuing threads, as ovld's context owns them: made once, joined at
  * the end (a thread left behind would show under ASan's leak check). */
 static int pool_setup(void **state)
@@ -518,7 +748,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_runs),         cmocka_unit_test(test_every_call_failing),
         cmocka_unit_test(test_good_runs_threads), cmocka_unit_test(test_every_call_failing_threads),
-        cmocka_unit_test(test_handmade_plans),
+        cmocka_unit_test(test_handmade_plans),    cmocka_unit_test(test_bad_names),
     };
     return cmocka_run_group_tests_name("exec", tests, pool_setup, pool_teardown);
 }

@@ -326,16 +326,16 @@ static ovl_status_t m_wait(ovld_rank_t *r, uint32_t s, ovld_rank_t *owner, uint3
     return prim(P_WAIT, r);
 }
 
-static ovl_status_t m_allgather(ovld_backend_t *b, const ovld_allgather_part_t *parts,
-                                uint32_t nparts, ovl_dtype_t dtype, uint64_t m, uint64_t k,
-                                uint64_t row0, uint64_t rows)
+static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method,
+                                const ovld_allgather_part_t *parts, uint32_t nparts,
+                                ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
+    (void)method;
     (void)dtype;
-    (void)m;
-    (void)k;
-    (void)row0;
     (void)rows;
+    (void)cols;
+    (void)stride;
     for (uint32_t i = 0; i < nparts; i++)
         assert_int_equal(parts[i].rank->rank, i); /* in rank order */
     return prim(P_ALLGATHER, NULL);
@@ -1553,7 +1553,7 @@ static void test_backend_failure_mid_op(void **state)
             if (!strstr(d->msg, want))
                 fail_msg("\"%s\" does not hold \"%s\"", d->msg, want);
             if (M.prims[at - 1] == P_ALLGATHER)
-                assert_non_null(strstr(d->msg, "all-gather rows "));
+                assert_non_null(strstr(d->msg, "all-gather nccl-allgather rows "));
             else
                 assert_non_null(strstr(d->msg, "instruction"));
         }
@@ -1582,8 +1582,8 @@ static void test_backend_failure_mid_op(void **state)
     assert_int_equal(M.prims[4], P_ALLGATHER);
     assert_int_equal(M.prim_calls, 5); /* nothing issued after it */
     assert_int_equal(M.ndone, n5 + 2);
-    expect_ring(n5, c0, seq, OVL_ERR_BACKEND, "all-gather rows 0+4: mock: call 5 failed");
-    expect_ring(n5 + 1, c1, seq, OVL_ERR_BACKEND, "all-gather rows 0+4: mock: call 5 failed");
+    expect_ring(n5, c0, seq, OVL_ERR_BACKEND, "all-gather nccl-allgather rows 0+4: mock: call 5 failed");
+    expect_ring(n5 + 1, c1, seq, OVL_ERR_BACKEND, "all-gather nccl-allgather rows 0+4: mock: call 5 failed");
     deliver_all();
 
     /* the first call: rank 0's WAIT_READY, with the executor's exact words */
@@ -2217,20 +2217,23 @@ static void test_plan_resolve(void **state)
     F.cfg.default_chunks = 3;
     F.cfg.default_streams = 2;
     F.cfg.default_algo = OVL_ALGO_COLLECTIVE;
+    F.cfg.allgather = OVL_AG_NCCL;
     ovl_plan_params_t p = {.world = 2, .m = 64, .n = 64, .k = 64, .dtype = OVL_DTYPE_FP16};
-    ovld_plan_resolve(&F.cfg, &p);
+    ovld_plan_resolve(&F.cfg, true, &p);
+    assert_int_equal(p.allgather, OVL_AG_NCCL); /* the config's */
     assert_int_equal(p.chunks, 3);
     assert_int_equal(p.streams, 2);
     assert_int_equal(p.algo, OVL_ALGO_COLLECTIVE);
     p = (ovl_plan_params_t){
         .algo = OVL_ALGO_RING, .world = 2, .m = 64, .n = 64, .k = 64, .chunks = 5, .streams = 1};
-    ovld_plan_resolve(&F.cfg, &p);
+    ovld_plan_resolve(&F.cfg, false, &p);
+    assert_int_equal(p.allgather, OVL_AG_COPY); /* no collective: by pulls, whatever asked */
     assert_int_equal(p.chunks, 5);
     assert_int_equal(p.streams, 1);
     assert_int_equal(p.algo, OVL_ALGO_RING);
     F.cfg.default_algo = OVL_ALGO_AUTO;
     p = (ovl_plan_params_t){.world = 4, .m = 1024, .n = 1024, .k = 1024, .dtype = OVL_DTYPE_BF16};
-    ovld_plan_resolve(&F.cfg, &p);
+    ovld_plan_resolve(&F.cfg, true, &p);
     ovl_plan_params_t q = p;
     q.algo = OVL_ALGO_AUTO;
     assert_int_not_equal(p.algo, OVL_ALGO_AUTO);

@@ -26,6 +26,16 @@
 
 /* ------------------------------------------------------------ helpers */
 
+/* How the ops of a job are laid out, and what the daemon prefers for the
+ * gather: the plan params strided and allgather. */
+typedef enum layout {
+    L_DENSE,   /* every A and a_out dense, preference auto */
+    L_STRIDED, /* some A or a_out with ld != k: gathered by pulls */
+    L_COPY,    /* dense, the daemon asks for the copy engine */
+    L_NCCL,    /* dense, NCCL even for one rank */
+    L_COUNT,
+} layout_t;
+
 static ovl_plan_params_t params_of(ovl_algo_t algo, uint32_t world, uint32_t rank, uint64_t m,
                                    uint32_t chunks, uint32_t streams, bool want_gathered)
 {
@@ -44,14 +54,29 @@ static ovl_plan_params_t params_of(ovl_algo_t algo, uint32_t world, uint32_t ran
     return p;
 }
 
+static void set_layout(ovl_plan_params_t *p, layout_t layout)
+{
+    p->strided = layout == L_STRIDED;
+    p->allgather = layout == L_COPY ? OVL_AG_COPY : layout == L_NCCL ? OVL_AG_NCCL : OVL_AG_AUTO;
+}
+
 /* Builds every rank's plan of one job into plans[0..world). */
-static void build_job(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
-                      uint32_t chunks, uint32_t streams, bool want_gathered)
+static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
+                         uint32_t chunks, uint32_t streams, bool want_gathered, layout_t layout,
+                         bool transb)
 {
     for (uint32_t r = 0; r < world; r++) {
         ovl_plan_params_t p = params_of(algo, world, r, m, chunks, streams, want_gathered);
+        set_layout(&p, layout);
+        p.transb = transb;
         assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
     }
+}
+
+static void build_job(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
+                      uint32_t chunks, uint32_t streams, bool want_gathered)
+{
+    build_job_as(plans, algo, world, m, chunks, streams, want_gathered, L_DENSE, false);
 }
 
 static void free_job(ovl_plan_t *plans, uint32_t world)
@@ -67,17 +92,27 @@ static void remove_instr(ovl_plan_t *plan, size_t i)
     plan->ninstr--;
 }
 
-/* Index of the n-th (0-based) instruction of `kind` matching src (-1: any). */
+/* Index of the n-th (0-based) instruction of `kind` whose source is
+ * buffer src (-1: any). */
 static size_t find_instr(const ovl_plan_t *plan, ovl_instr_kind_t kind, int src, unsigned n)
 {
     for (size_t i = 0; i < plan->ninstr; i++) {
         const ovl_instr_t *in = &plan->instr[i];
 
-        if (in->kind == kind && (src < 0 || (int)in->src == src) && n-- == 0)
+        if (in->kind == kind && (src < 0 || (int)in->src.buf == src) && n-- == 0)
             return i;
     }
     fail_msg("no such instruction");
     return 0;
+}
+
+/* Whether a job's params make the planner gather A by NCCL collectives
+ * (docs/plans.md, "How A is gathered"), said here independently. */
+static bool nccl_gather(const ovl_plan_params_t *p)
+{
+    if (p->strided || p->allgather == OVL_AG_COPY)
+        return false;
+    return p->allgather == OVL_AG_NCCL || p->world > 1;
 }
 
 /* ------------------------------------------------------------ checker */
@@ -106,15 +141,23 @@ typedef struct span {
  * of issue the executor's blocking rule allows, not just round-robin.
  *
  * What is proved, by function (letters as in docs/plans.md):
- *   check_fields       indices in range; ranks agree on the job
+ *   check_fields       indices in range; ranks agree on the job; every
+ *                      instruction names the right buffers, of the right
+ *                      rank, in bounds, with the op's geometry
  *   check_shape        WAIT_READY, RECORD READY first; one DONE last; nstreams
  *                      and nevents exact
+ *   check_bufs         buffers' shapes and used flags exact; the scratch is
+ *                      G's bytes iff G is used without a_out, and what
+ *                      ovl_plan_scratch_bytes says before building
+ *   check_transfers    ALLGATHERs iff the params say NCCL (never in ring),
+ *                      each by the method for its rows; streams' roles are
+ *                      what they carry
  *   simulate           no deadlock; ALLGATHERs match; events recorded once;
  *                      no wait on an own event before its record
  *   check_bracketed    (c) everything after WAIT_READY and before DONE
  *   check_shard_reads  (e) shard reads after the owner's READY, before its DONE
  *   check_rows         (a) C rows once, (b) G read after its write, (f) G full
- *   check_collective   (d) initial waits before the first ALLGATHER
+ *   check_collective   (d) initial waits before the first transfer
  *   check_ring         (g) own shard first, two GEMM streams, the SLEEP
  */
 typedef struct sim {
@@ -183,9 +226,66 @@ static void join(const sim_t *s, uint32_t *dst, const uint32_t *src)
             dst[c] = src[c];
 }
 
-static bool row_range_ok(const ovl_plan_t *p, const ovl_instr_t *in)
+/* rows > 0 rows from row `row` lie within `limit` rows. */
+static bool rows_within(uint64_t row, uint64_t rows, uint64_t limit)
 {
-    return in->rows > 0 && in->row0 < p->params.m && in->rows <= p->params.m - in->row0;
+    return rows > 0 && row < limit && rows <= limit - row;
+}
+
+/* Whether ref is row `row` of buffer buf of rank `rank`. */
+static bool ref_is(ovl_ref_t ref, ovl_buf_t buf, uint32_t rank)
+{
+    return ref.buf == buf && ref.rank == rank;
+}
+
+/* What one instruction names, on its own: buffers, ranks, bounds and the
+ * op's geometry. Rank r's A_b lands in G block b at the same shard row, and
+ * C block b comes from A_b, so transfers and GEMMs keep rows in place. */
+static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    const ovl_plan_params_t *pp = &s->plans[r].params;
+    uint64_t m = pp->m, big = m * s->world;
+
+    switch (in->kind) {
+    case OVL_I_PULL:
+        if (!ref_is(in->src, OVL_BUF_A, in->src.rank) || in->src.rank >= s->world ||
+            !ref_is(in->dst, OVL_BUF_G, r))
+            return violation(s, "r%u #%zu: PULL from other than a shard or into other than G", r,
+                             i);
+        if (!rows_within(in->src.row, in->rows, m) || in->cols != pp->k ||
+            in->dst.row != (uint64_t)in->src.rank * m + in->src.row)
+            return violation(s, "r%u #%zu: PULL geometry", r, i);
+        break;
+    case OVL_I_ALLGATHER:
+        if ((unsigned)in->method >= OVL_AG_METHOD_COUNT)
+            return violation(s, "r%u #%zu: unknown ALLGATHER method", r, i);
+        if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_G, r))
+            return violation(s, "r%u #%zu: ALLGATHER from other than A or into other than G", r, i);
+        if (!rows_within(in->src.row, in->rows, m) || in->cols != pp->k || in->stride != m ||
+            in->dst.row != in->src.row)
+            return violation(s, "r%u #%zu: ALLGATHER geometry", r, i);
+        break;
+    case OVL_I_GEMM:
+        if (!(ref_is(in->src, OVL_BUF_A, r) || ref_is(in->src, OVL_BUF_G, r)) ||
+            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 || !ref_is(in->dst, OVL_BUF_C, r))
+            return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
+        if (in->n != pp->n || in->k != pp->k || in->transb != pp->transb || in->nblocks == 0 ||
+            (in->nblocks == 1 && in->stride != 0) ||
+            (in->nblocks > 1 && (in->stride != m || in->rows > m)))
+            return violation(s, "r%u #%zu: GEMM geometry", r, i);
+        if (in->src.buf == OVL_BUF_A) {
+            if (in->nblocks != 1 || !rows_within(in->src.row, in->rows, m) ||
+                in->dst.row != (uint64_t)r * m + in->src.row)
+                return violation(s, "r%u #%zu: local GEMM of another rank's block", r, i);
+        } else if (in->dst.row != in->src.row ||
+                   !rows_within(in->dst.row, (in->nblocks - 1) * in->stride + in->rows, big)) {
+            return violation(s, "r%u #%zu: GEMM range out of bounds", r, i);
+        }
+        break;
+    default:
+        break;
+    }
+    return true;
 }
 
 /* Checks what each instruction says on its own: indices in range. */
@@ -198,7 +298,8 @@ static bool check_fields(sim_t *s)
 
         if (p->params.rank != r || p->params.world != s->world || p->params.m != p0->params.m ||
             p->params.algo != p0->params.algo || p->chunks != p0->chunks ||
-            p->params.want_gathered != p0->params.want_gathered)
+            p->params.want_gathered != p0->params.want_gathered ||
+            p->params.strided != p0->params.strided || p->params.allgather != p0->params.allgather)
             return violation(s, "r%u: params differ from rank 0's", r);
         if (p->nstreams == 0 || p->nstreams > OVL_PLAN_MAX_STREAMS)
             return violation(s, "r%u: nstreams %u", r, p->nstreams);
@@ -216,19 +317,10 @@ static bool check_fields(sim_t *s)
                     return violation(s, "r%u #%zu: peer %u", r, i, in->peer);
                 break;
             case OVL_I_PULL:
-                if (in->peer >= s->world)
-                    return violation(s, "r%u #%zu: peer %u", r, i, in->peer);
-                /* fall through */
             case OVL_I_ALLGATHER:
-                if (!row_range_ok(p, in))
-                    return violation(s, "r%u #%zu: rows out of range", r, i);
-                break;
             case OVL_I_GEMM:
-                if (!row_range_ok(p, in) || in->nblocks == 0 || in->block0 >= s->world ||
-                    in->nblocks > s->world - in->block0)
-                    return violation(s, "r%u #%zu: GEMM range out of bounds", r, i);
-                if (in->src == OVL_SRC_LOCAL && (in->block0 != r || in->nblocks != 1))
-                    return violation(s, "r%u #%zu: local GEMM of another rank's block", r, i);
+                if (!check_operands(s, r, i, in))
+                    return false;
                 break;
             case OVL_I_WAIT_READY:
             case OVL_I_SLEEP:
@@ -295,8 +387,13 @@ static int step_allgather(sim_t *s)
         in = &p->instr[s->pc[r]];
         if (!first)
             first = in;
-        if (in->row0 != first->row0 || in->rows != first->rows) {
+        if (in->src.row != first->src.row || in->rows != first->rows || in->cols != first->cols ||
+            in->stride != first->stride || in->dst.row != first->dst.row) {
             violation(s, "r%u #%zu: ALLGATHER rows differ from rank 0's", r, s->pc[r]);
+            return -1;
+        }
+        if (in->method != first->method) {
+            violation(s, "r%u #%zu: ALLGATHER method differs from rank 0's", r, s->pc[r]);
             return -1;
         }
         join(s, joint, stream_clock(s, r, in->stream));
@@ -410,8 +507,8 @@ static bool check_shard_reads(sim_t *s)
             uint32_t b0 = 0, b1 = 0;
 
             if (in->kind == OVL_I_PULL) {
-                b0 = in->peer;
-                b1 = in->peer + 1;
+                b0 = in->src.rank;
+                b1 = in->src.rank + 1;
             } else if (in->kind == OVL_I_ALLGATHER) {
                 b1 = s->world;
             }
@@ -437,32 +534,41 @@ static int span_cmp(const void *a, const void *b)
     return 0;
 }
 
+/* Appends to v[n..] the spans of rows [row, row+rows) of a (world*m)-row
+ * buffer (C or G), cut at its blocks' bounds; returns the new count. */
+static size_t add_spans(const sim_t *s, uint64_t m, uint64_t row, uint64_t rows, size_t instr,
+                        span_t *v, size_t n)
+{
+    while (rows > 0) {
+        uint64_t at = row % m, len = m - at < rows ? m - at : rows;
+
+        assert_true(n < s->maxspans);
+        v[n++] = (span_t){.block = (uint32_t)(row / m), .row0 = at, .rows = len, .instr = instr};
+        row += len;
+        rows -= len;
+    }
+    return n;
+}
+
 /* Collects into v the row spans that rank r's instructions write into C
  * (gemm true) or G (gemm false), sorted by block and row. */
 static size_t collect_spans(const sim_t *s, uint32_t r, bool gemm, span_t *v)
 {
     const ovl_plan_t *p = &s->plans[r];
+    uint64_t m = p->params.m;
     size_t n = 0;
 
     for (size_t i = 0; i < p->ninstr; i++) {
         const ovl_instr_t *in = &p->instr[i];
-        uint32_t b0, nb;
 
         if (gemm && in->kind == OVL_I_GEMM) {
-            b0 = in->block0;
-            nb = in->nblocks;
+            for (uint32_t b = 0; b < in->nblocks; b++)
+                n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, i, v, n);
         } else if (!gemm && in->kind == OVL_I_ALLGATHER) {
-            b0 = 0;
-            nb = s->world;
+            for (uint32_t b = 0; b < s->world; b++)
+                n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, i, v, n);
         } else if (!gemm && in->kind == OVL_I_PULL) {
-            b0 = in->peer;
-            nb = 1;
-        } else {
-            continue;
-        }
-        for (uint32_t b = b0; b < b0 + nb; b++) {
-            assert_true(n < s->maxspans);
-            v[n++] = (span_t){.block = b, .row0 = in->row0, .rows = in->rows, .instr = i};
+            n = add_spans(s, m, in->dst.row, in->rows, i, v, n);
         }
     }
     qsort(v, n, sizeof(*v), span_cmp);
@@ -496,15 +602,41 @@ static bool check_tiling(sim_t *s, uint32_t r, const span_t *v, size_t n, bool w
     return true;
 }
 
+/* (b) for one block's rows [row0, end) that GEMM #i of rank r reads from G:
+ * written by instructions ordered before it. */
+static bool g_rows_ready(sim_t *s, uint32_t r, size_t i, const span_t *g, size_t ng, uint32_t b,
+                         uint64_t row0, uint64_t end)
+{
+    uint64_t next = row0;
+
+    for (size_t w = 0; w < ng && next < end; w++) {
+        if (g[w].block != b || g[w].row0 + g[w].rows <= next || g[w].row0 >= end)
+            continue;
+        if (g[w].row0 > next)
+            break; /* a gap: reported below */
+        if (!hb(s, r, g[w].instr, r, i))
+            return violation(s,
+                             "r%u #%zu: GEMM reads G block %u rows %llu+ before #%zu "
+                             "writes them",
+                             r, i, b, (unsigned long long)next, g[w].instr);
+        next = g[w].row0 + g[w].rows;
+    }
+    if (next < end)
+        return violation(s, "r%u #%zu: GEMM reads G block %u row %llu, never written", r, i, b,
+                         (unsigned long long)next);
+    return true;
+}
+
 /* (a), (b), (f): C rows written exactly once; G rows at most once (exactly
  * once with a_out); every G row a GEMM reads was written by an instruction
- * ordered before it; G is touched iff uses_gathered says so. */
+ * ordered before it; G is marked used iff it is touched. */
 static bool check_rows(sim_t *s)
 {
     bool ok = true;
 
     for (uint32_t r = 0; ok && r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
+        uint64_t m = p->params.m;
         span_t *c = s->cspans, *g = s->gspans;
         size_t nc = collect_spans(s, r, true, c);
         size_t ng = collect_spans(s, r, false, g);
@@ -515,54 +647,144 @@ static bool check_rows(sim_t *s)
         for (size_t i = 0; ok && i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
-            if (in->kind != OVL_I_GEMM || in->src != OVL_SRC_GATHERED)
+            if (in->kind != OVL_I_GEMM || in->src.buf != OVL_BUF_G)
                 continue;
             reads_g = true;
-            for (uint32_t b = in->block0; ok && b < in->block0 + in->nblocks; b++) {
-                uint64_t next = in->row0, end = in->row0 + in->rows;
+            for (uint32_t blk = 0; ok && blk < in->nblocks; blk++) {
+                uint64_t row = in->src.row + blk * in->stride, rows = in->rows;
 
-                for (size_t w = 0; ok && w < ng && next < end; w++) {
-                    if (g[w].block != b || g[w].row0 + g[w].rows <= next || g[w].row0 >= end)
-                        continue;
-                    if (g[w].row0 > next)
-                        break; /* a gap: reported below */
-                    if (!hb(s, r, g[w].instr, r, i))
-                        ok = violation(s,
-                                       "r%u #%zu: GEMM reads G block %u rows %llu+ before #%zu "
-                                       "writes them",
-                                       r, i, b, (unsigned long long)next, g[w].instr);
-                    next = g[w].row0 + g[w].rows;
+                /* the read, cut at G's block bounds */
+                while (ok && rows > 0) {
+                    uint64_t at = row % m, len = m - at < rows ? m - at : rows;
+
+                    ok = g_rows_ready(s, r, i, g, ng, (uint32_t)(row / m), at, at + len);
+                    row += len;
+                    rows -= len;
                 }
-                if (ok && next < end)
-                    ok = violation(s, "r%u #%zu: GEMM reads G block %u row %llu, never written", r,
-                                   i, b, (unsigned long long)next);
             }
         }
-        if (ok && p->uses_gathered != (reads_g || ng > 0))
-            ok = violation(s, "r%u: uses_gathered is %d but G is %s", r, p->uses_gathered,
+        if (ok && p->bufs[OVL_BUF_G].used != (reads_g || ng > 0))
+            ok = violation(s, "r%u: G used is %d but G is %s", r, p->bufs[OVL_BUF_G].used,
                            reads_g || ng > 0 ? "used" : "unused");
     }
     return ok;
 }
 
-/* (d) collective: the side streams' initial waits form their own loop ahead
- * of the first ALLGATHER. */
-static bool check_collective(sim_t *s)
+/* The buffers' shapes and used flags, and the scratch: G's bytes exactly
+ * when G is used and is not the client's a_out, as the pure function says
+ * before building. */
+static bool check_bufs(sim_t *s)
 {
     for (uint32_t r = 0; r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
-        size_t first_ag = p->ninstr;
+        const ovl_plan_params_t *pp = &p->params;
+        uint64_t rows = pp->m * s->world, scratch = 0, want = 0;
+        bool used[OVL_BUF_COUNT] = {false};
+        const ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
+            [OVL_BUF_A] = {.rows = pp->m, .cols = pp->k},
+            [OVL_BUF_B] = {.rows = pp->transb ? pp->n : pp->k, .cols = pp->transb ? pp->k : pp->n},
+            [OVL_BUF_C] = {.rows = rows, .cols = pp->n},
+            [OVL_BUF_G] = {.rows = rows, .cols = pp->k},
+        };
 
         for (size_t i = 0; i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
-            if (in->kind == OVL_I_ALLGATHER && first_ag == p->ninstr)
-                first_ag = i;
-            if (in->kind == OVL_I_WAIT && in->event == OVL_EV_READY && i > first_ag)
-                return violation(s, "r%u #%zu: initial wait after the first ALLGATHER", r, i);
+            if (in->kind == OVL_I_GEMM)
+                used[in->b.buf] = true;
+            if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_ALLGATHER)
+                used[in->src.buf] = used[in->dst.buf] = true;
         }
-        if (first_ag == p->ninstr)
-            return violation(s, "r%u: no ALLGATHER", r);
+        for (int b = 0; b < OVL_BUF_COUNT; b++) {
+            if (p->bufs[b].used != used[b])
+                return violation(s, "r%u: buffer %s used is %d, instructions say %d", r,
+                                 ovl_buf_name((ovl_buf_t)b), p->bufs[b].used, used[b]);
+            if (p->bufs[b].rows != shape[b].rows || p->bufs[b].cols != shape[b].cols)
+                return violation(s, "r%u: buffer %s shape", r, ovl_buf_name((ovl_buf_t)b));
+        }
+        if (used[OVL_BUF_G] && !pp->want_gathered)
+            want = rows * pp->k * ovl_dtype_size(pp->dtype);
+        if (ovl_plan_scratch_bytes(pp, &scratch) != OVL_OK || scratch != want ||
+            p->scratch_bytes != want)
+            return violation(s, "r%u: scratch %llu (before building %llu), G needs %llu", r,
+                             (unsigned long long)p->scratch_bytes, (unsigned long long)scratch,
+                             (unsigned long long)want);
+    }
+    return true;
+}
+
+/* How A moves and what each stream is for. naive and collective gather by
+ * ALLGATHERs exactly when the params say NCCL, by PULLs otherwise; ring
+ * always pulls. An ALLGATHER of whole shards is NCCL's all-gather, of
+ * chunks send/recv. Stream 0 is the client's; another stream is for
+ * communication if it carries ALLGATHERs, for copies if it carries PULLs,
+ * for compute if it carries GEMMs only. */
+static bool check_transfers(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        bool nccl = p->params.algo != OVL_ALGO_RING && nccl_gather(&p->params);
+        bool ag[OVL_PLAN_MAX_STREAMS] = {false}, pull[OVL_PLAN_MAX_STREAMS] = {false};
+        bool gemm[OVL_PLAN_MAX_STREAMS] = {false};
+
+        for (size_t i = 0; i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+            bool whole = in->src.row == 0 && in->rows == p->params.m;
+
+            if (in->kind == OVL_I_ALLGATHER) {
+                if (!nccl)
+                    return violation(s, "r%u #%zu: ALLGATHER where the params say pulls", r, i);
+                if (in->method != (whole ? OVL_AG_NCCL_ALLGATHER : OVL_AG_NCCL_SENDRECV))
+                    return violation(s, "r%u #%zu: ALLGATHER method %s for rows %llu+%llu", r, i,
+                                     ovl_ag_method_name(in->method),
+                                     (unsigned long long)in->src.row, (unsigned long long)in->rows);
+                ag[in->stream] = true;
+            }
+            if (in->kind == OVL_I_PULL) {
+                /* NCCL gathers every block, a_out's own included */
+                if (nccl)
+                    return violation(s, "r%u #%zu: PULL where the params say NCCL", r, i);
+                pull[in->stream] = true;
+            }
+            if (in->kind == OVL_I_GEMM)
+                gemm[in->stream] = true;
+        }
+        if (p->roles[0] != OVL_ROLE_CLIENT)
+            return violation(s, "r%u: s0's role is %s", r, ovl_stream_role_name(p->roles[0]));
+        for (uint32_t st = 1; st < p->nstreams; st++) {
+            ovl_stream_role_t want = ag[st]     ? OVL_ROLE_COMM
+                                     : pull[st] ? OVL_ROLE_COPY
+                                                : OVL_ROLE_COMPUTE;
+
+            if ((ag[st] && pull[st]) || (want == OVL_ROLE_COMPUTE && !gemm[st]))
+                return violation(s, "r%u: s%u carries no one kind of work", r, st);
+            if (p->roles[st] != want)
+                return violation(s, "r%u: s%u's role is %s, its work says %s", r, st,
+                                 ovl_stream_role_name(p->roles[st]), ovl_stream_role_name(want));
+        }
+    }
+    return true;
+}
+
+/* (d) collective: the streams' initial waits (on the own READY, and with
+ * the copy-engine gather on the peers' too) form their own loop ahead of
+ * the first transfer (ALLGATHER or PULL). */
+static bool check_collective(sim_t *s)
+{
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        size_t first = p->ninstr;
+
+        for (size_t i = 0; i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+
+            if ((in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_PULL) && first == p->ninstr)
+                first = i;
+            if (in->kind == OVL_I_WAIT && in->event == OVL_EV_READY && i > first)
+                return violation(s, "r%u #%zu: initial wait after the first transfer", r, i);
+        }
+        if (first == p->ninstr)
+            return violation(s, "r%u: no transfer", r);
     }
     return true;
 }
@@ -589,7 +811,7 @@ static bool check_ring(sim_t *s)
                 slept[in->stream] = true;
             if (in->kind != OVL_I_GEMM)
                 continue;
-            if (in->src == OVL_SRC_GATHERED)
+            if (in->src.buf == OVL_BUF_G)
                 seen_gathered = true;
             else if (seen_gathered)
                 return violation(s, "r%u #%zu: own-shard GEMM after a peer's", r, i);
@@ -708,8 +930,8 @@ static bool check_job(checker_t *ck, const ovl_plan_t *plans, uint32_t world)
     for (uint32_t r = 0; r < world; r++)
         memset(s.evrec[r], 0, plans[r].nevents * sizeof(bool));
 
-    ok = check_fields(&s) && check_shape(&s) && simulate(&s) && check_bracketed(&s) &&
-         check_shard_reads(&s) && check_rows(&s);
+    ok = check_fields(&s) && check_shape(&s) && check_bufs(&s) && check_transfers(&s) &&
+         simulate(&s) && check_bracketed(&s) && check_shard_reads(&s) && check_rows(&s);
     if (ok && plans[0].params.algo == OVL_ALGO_COLLECTIVE)
         ok = check_collective(&s);
     if (ok && plans[0].params.algo == OVL_ALGO_RING)
@@ -732,20 +954,36 @@ static void test_checker_all_shapes(void **state)
             for (uint32_t chunks = 0; chunks <= 9; chunks++)
                 for (uint32_t streams = 0; streams <= 5; streams++)
                     for (int wg = 0; wg <= 1; wg++)
-                        for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++) {
-                            build_job(plans, (ovl_algo_t)a, world, ms[mi], chunks, streams, wg);
-                            if (!check_job(&ck, plans, world))
-                                fail_msg("%s world=%u m=%llu chunks=%u streams=%u a_out=%d: %s",
-                                         ovl_algo_name((ovl_algo_t)a), world,
-                                         (unsigned long long)ms[mi], chunks, streams, wg, ck.why);
-                            free_job(plans, world);
-                            jobs++;
-                        }
-    assert_int_equal(jobs, 8 * 7 * 10 * 6 * 2 * (OVL_ALGO_COUNT - OVL_ALGO_NAIVE));
+                        for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+                            /* every way of gathering (ring has one); nccl
+                             * differs from dense at one rank only, and
+                             * strided is copy with another reason: a few
+                             * worlds of each */
+                            for (int l = 0; l < (a == OVL_ALGO_RING ? 1 : L_COUNT); l++) {
+                                bool transb = (chunks + streams) % 2 == 1;
+
+                                if ((l == L_NCCL && world > 1) || (l == L_STRIDED && world > 2))
+                                    continue;
+
+                                build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks, streams,
+                                             wg, (layout_t)l, transb);
+                                if (!check_job(&ck, plans, world))
+                                    fail_msg("%s world=%u m=%llu chunks=%u streams=%u a_out=%d "
+                                             "layout=%d: %s",
+                                             ovl_algo_name((ovl_algo_t)a), world,
+                                             (unsigned long long)ms[mi], chunks, streams, wg, l,
+                                             ck.why);
+                                free_job(plans, world);
+                                jobs++;
+                            }
+    /* ring, and naive and collective each dense and copy at every world,
+     * nccl at world 1, strided at worlds 1 and 2 */
+    assert_int_equal(jobs, 7 * 10 * 6 * 2 * (8 * 3 + 8 * 2 + 1 * 2 + 2 * 2));
     checker_free(&ck);
 }
 
-/* A large ring job too: many ranks, the maximum chunks. */
+/* Large jobs too: many ranks, the maximum chunks (and streams), each way
+ * of gathering. */
 static void test_checker_large(void **state)
 {
     enum { W = 16 };
@@ -757,24 +995,27 @@ static void test_checker_large(void **state)
     if (!check_job(&ck, plans, W))
         fail_msg("%s", ck.why);
     free_job(plans, W);
-    build_job(plans, OVL_ALGO_COLLECTIVE, W, 4096, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
-              false);
-    if (!check_job(&ck, plans, W))
-        fail_msg("%s", ck.why);
-    free_job(plans, W);
+    for (int l = 0; l < L_COUNT; l++) {
+        build_job_as(plans, OVL_ALGO_COLLECTIVE, W, 4096, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
+                     l % 2 == 1, (layout_t)l, false);
+        if (!check_job(&ck, plans, W))
+            fail_msg("layout %d: %s", l, ck.why);
+        free_job(plans, W);
+    }
     checker_free(&ck);
 }
 
-/* Corrupts one rank of a valid job with `corrupt` and expects the checker to
- * name a violation containing `expect`. */
-static void expect_violation(ovl_algo_t algo, uint32_t world, uint32_t chunks, uint32_t streams,
-                             void (*corrupt)(ovl_plan_t *plans), const char *expect)
+/* Corrupts one rank of a valid job (laid out as `layout`) with `corrupt`
+ * and expects the checker to name a violation containing `expect`. */
+static void expect_violation_as(ovl_algo_t algo, uint32_t world, uint32_t chunks, uint32_t streams,
+                                layout_t layout, void (*corrupt)(ovl_plan_t *plans),
+                                const char *expect)
 {
     ovl_plan_t plans[4];
     checker_t ck = {.arena = NULL};
 
     assert_true(world <= 4);
-    build_job(plans, algo, world, 64, chunks, streams, false);
+    build_job_as(plans, algo, world, 64, chunks, streams, false, layout, false);
     if (!check_job(&ck, plans, world))
         fail_msg("before corruption: %s", ck.why);
     corrupt(plans);
@@ -785,10 +1026,106 @@ static void expect_violation(ovl_algo_t algo, uint32_t world, uint32_t chunks, u
     checker_free(&ck);
 }
 
+static void expect_violation(ovl_algo_t algo, uint32_t world, uint32_t chunks, uint32_t streams,
+                             void (*corrupt)(ovl_plan_t *plans), const char *expect)
+{
+    expect_violation_as(algo, world, chunks, streams, L_DENSE, corrupt, expect);
+}
+
+/* Index of rank r's WAIT on (peer, event) on stream st. */
+static size_t find_wait(const ovl_plan_t *plan, uint32_t st, uint32_t peer, uint32_t event)
+{
+    for (size_t i = 0; i < plan->ninstr; i++) {
+        const ovl_instr_t *in = &plan->instr[i];
+
+        if (in->kind == OVL_I_WAIT && in->stream == st && in->peer == peer && in->event == event)
+            return i;
+    }
+    fail_msg("no WAIT ev%u@r%u on s%u", event, peer, st);
+    return 0;
+}
+
+/* copy-engine gather: rank 1's stream 1 pulls rank 2's rows without
+ * waiting for rank 2's READY */
+static void copy_drop_ready_wait(ovl_plan_t *plans)
+{
+    remove_instr(&plans[1], find_wait(&plans[1], 1, 2, OVL_EV_READY));
+}
+
+/* copy-engine gather: rank 0 stops waiting for rank 2's release of
+ * stream 0 */
+static void copy_drop_release_wait(ovl_plan_t *plans)
+{
+    remove_instr(&plans[0], find_wait(&plans[0], 0, 2, OVL_EV_RELEASE));
+}
+
+/* copy-engine gather: rank 2's stream 1 never records its release, which
+ * its peers wait for */
+static void copy_drop_release_record(ovl_plan_t *plans)
+{
+    size_t last_pull = find_instr(&plans[2], OVL_I_PULL, -1, 0);
+
+    for (size_t i = 0; i < plans[2].ninstr; i++)
+        if (plans[2].instr[i].kind == OVL_I_PULL && plans[2].instr[i].stream == 1)
+            last_pull = i;
+    assert_int_equal(plans[2].instr[last_pull + 1].kind, OVL_I_RECORD);
+    remove_instr(&plans[2], last_pull + 1);
+}
+
+/* copy-engine gather: a pull lands in the wrong block of G */
+static void pull_wrong_block(ovl_plan_t *plans)
+{
+    plans[1].instr[find_instr(&plans[1], OVL_I_PULL, -1, 1)].dst.row += plans[1].params.m;
+}
+
+/* collective: a communication stream said to compute */
+static void wrong_role(ovl_plan_t *plans)
+{
+    plans[1].roles[1] = OVL_ROLE_COMPUTE;
+}
+
+/* naive: whole shards sent by send/recv on every rank */
+static void wrong_method(ovl_plan_t *plans)
+{
+    for (uint32_t r = 0; r < 2; r++)
+        plans[r].instr[find_instr(&plans[r], OVL_I_ALLGATHER, -1, 0)].method = OVL_AG_NCCL_SENDRECV;
+}
+
+/* naive: the daemon asked for the copy engine, the plans use NCCL */
+static void allgather_despite_copy(ovl_plan_t *plans)
+{
+    for (uint32_t r = 0; r < 2; r++)
+        plans[r].params.allgather = OVL_AG_COPY;
+}
+
+/* ring: a GEMM with the wrong width */
+static void wrong_gemm_n(ovl_plan_t *plans)
+{
+    plans[0].instr[find_instr(&plans[0], OVL_I_GEMM, OVL_BUF_G, 0)].n++;
+}
+
+/* ring: a GEMM that writes G */
+static void gemm_into_g(ovl_plan_t *plans)
+{
+    plans[0].instr[find_instr(&plans[0], OVL_I_GEMM, OVL_BUF_G, 0)].dst.buf = OVL_BUF_G;
+}
+
+/* collective: the scratch is a byte short */
+static void wrong_scratch(ovl_plan_t *plans)
+{
+    plans[1].scratch_bytes--;
+}
+
+/* ring: B said unused */
+static void wrong_used(ovl_plan_t *plans)
+{
+    plans[1].bufs[OVL_BUF_B].used = false;
+}
+
 /* ring: drop the wait that orders a peer GEMM after its pull */
 static void drop_gemm_wait(ovl_plan_t *plans)
 {
-    size_t g = find_instr(&plans[1], OVL_I_GEMM, OVL_SRC_GATHERED, 0);
+    size_t g = find_instr(&plans[1], OVL_I_GEMM, OVL_BUF_G, 0);
 
     assert_int_equal(plans[1].instr[g - 1].kind, OVL_I_WAIT);
     remove_instr(&plans[1], g - 1);
@@ -800,7 +1137,8 @@ static void duplicate_gemm(ovl_plan_t *plans)
     size_t g0 = find_instr(&plans[0], OVL_I_GEMM, -1, 0);
     size_t g1 = find_instr(&plans[0], OVL_I_GEMM, -1, 1);
 
-    plans[0].instr[g1].row0 = plans[0].instr[g0].row0;
+    plans[0].instr[g1].src.row = plans[0].instr[g0].src.row;
+    plans[0].instr[g1].dst.row = plans[0].instr[g0].dst.row;
 }
 
 /* ring: rank 0 stops waiting for rank 2's RELEASE */
@@ -852,16 +1190,20 @@ static void drop_ready_wait(ovl_plan_t *plans)
     fail_msg("no wait on r2");
 }
 
-/* naive: ranks disagree on the all-gather */
+/* naive: ranks disagree on the all-gather (rank 1's, a chunk now, by the
+ * method for chunks, so that only the disagreement is wrong) */
 static void mismatched_allgather(ovl_plan_t *plans)
 {
-    plans[1].instr[find_instr(&plans[1], OVL_I_ALLGATHER, -1, 0)].rows--;
+    ovl_instr_t *in = &plans[1].instr[find_instr(&plans[1], OVL_I_ALLGATHER, -1, 0)];
+
+    in->rows--;
+    in->method = OVL_AG_NCCL_SENDRECV;
 }
 
 /* ring: rank 3 waits on its own event before recording it (a deadlock) */
 static void wait_before_record(ovl_plan_t *plans)
 {
-    size_t g = find_instr(&plans[3], OVL_I_GEMM, OVL_SRC_GATHERED, 0);
+    size_t g = find_instr(&plans[3], OVL_I_GEMM, OVL_BUF_G, 0);
     ovl_instr_t wait = plans[3].instr[g - 1];
 
     /* move the wait ahead of the pull and record it follows */
@@ -882,6 +1224,19 @@ static void test_checker_catches(void **state)
     expect_violation(OVL_ALGO_RING, 4, 2, 0, drop_ready_wait, "before its READY");
     expect_violation(OVL_ALGO_NAIVE, 2, 0, 0, mismatched_allgather, "ALLGATHER rows differ");
     expect_violation(OVL_ALGO_RING, 4, 2, 0, wait_before_record, "before recording");
+    expect_violation_as(OVL_ALGO_COLLECTIVE, 3, 4, 2, L_COPY, copy_drop_ready_wait,
+                        "before its READY");
+    expect_violation_as(OVL_ALGO_COLLECTIVE, 3, 4, 2, L_STRIDED, copy_drop_release_wait,
+                        "may complete");
+    expect_violation_as(OVL_ALGO_COLLECTIVE, 3, 4, 2, L_COPY, copy_drop_release_record, "deadlock");
+    expect_violation_as(OVL_ALGO_NAIVE, 3, 0, 0, L_COPY, pull_wrong_block, "PULL geometry");
+    expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, wrong_role, "role is compute");
+    expect_violation(OVL_ALGO_NAIVE, 2, 0, 0, wrong_method, "ALLGATHER method");
+    expect_violation(OVL_ALGO_NAIVE, 2, 0, 0, allgather_despite_copy, "params say pulls");
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, wrong_gemm_n, "GEMM geometry");
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, gemm_into_g, "names buffers it may not");
+    expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, wrong_scratch, "scratch");
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, wrong_used, "buffer B used is 0");
 }
 
 static char *format_plan(const ovl_plan_t *plan)
@@ -895,7 +1250,7 @@ static char *format_plan(const ovl_plan_t *plan)
     return text;
 }
 
-static void check_golden(ovl_algo_t algo, const char *name)
+static void check_golden_as(ovl_algo_t algo, layout_t layout, const char *name)
 {
     ovl_plan_params_t p = params_of(algo, 4, 1, 1024, 4, 2, false);
     const char *update = getenv("OVL_UPDATE_GOLDEN");
@@ -905,6 +1260,7 @@ static void check_golden(ovl_algo_t algo, const char *name)
     long size;
     FILE *f;
 
+    set_layout(&p, layout);
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     text = format_plan(&plan);
     snprintf(path, sizeof(path), "%s/%s", OVL_GOLDEN_DIR, name);
@@ -935,6 +1291,11 @@ static void check_golden(ovl_algo_t algo, const char *name)
     ovl_plan_free(&plan);
 }
 
+static void check_golden(ovl_algo_t algo, const char *name)
+{
+    check_golden_as(algo, L_DENSE, name);
+}
+
 static void test_golden_naive(void **state)
 {
     (void)state;
@@ -951,6 +1312,15 @@ static void test_golden_ring(void **state)
 {
     (void)state;
     check_golden(OVL_ALGO_RING, "plan_ring.txt");
+}
+
+/* The copy-engine gather, as the daemon's allgather = copy asks (ovlctl
+ * plan --allgather copy prints the same). */
+static void test_golden_copy(void **state)
+{
+    (void)state;
+    check_golden_as(OVL_ALGO_NAIVE, L_COPY, "plan_naive_copy.txt");
+    check_golden_as(OVL_ALGO_COLLECTIVE, L_COPY, "plan_collective_copy.txt");
 }
 
 static void expect_invalid(const ovl_plan_params_t *p)
@@ -994,6 +1364,8 @@ static void test_invalid_params(void **state)
     expect_invalid(&p);
     p = good, p.streams = OVL_PLAN_MAX_STREAMS + 1;
     expect_invalid(&p);
+    p = good, p.allgather = OVL_AG_PREF_COUNT;
+    expect_invalid(&p);
     assert_int_equal(ovl_plan_build(NULL, &plan), OVL_ERR_INVALID);
     assert_int_equal(ovl_plan_build(&good, NULL), OVL_ERR_INVALID);
 
@@ -1001,6 +1373,51 @@ static void test_invalid_params(void **state)
     p = good, p.chunks = OVL_PLAN_MAX_CHUNKS, p.streams = OVL_PLAN_MAX_STREAMS;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     ovl_plan_free(&plan);
+}
+
+/* The scratch is known before building, and a size past 64 bits is
+ * refused, never wrapped. */
+static void test_scratch(void **state)
+{
+    ovl_plan_params_t p = params_of(OVL_ALGO_NAIVE, 4, 1, 1024, 0, 0, false);
+    ovl_plan_t plan, zero;
+    uint64_t bytes = 1;
+
+    (void)state;
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_OK);
+    assert_int_equal(bytes, 4 * 1024 * 512 * 2);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.scratch_bytes, bytes);
+    ovl_plan_free(&plan);
+
+    /* a_out is G: no scratch */
+    p.want_gathered = true;
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_OK);
+    assert_int_equal(bytes, 0);
+    /* ring alone without a_out gathers nothing */
+    p = params_of(OVL_ALGO_RING, 1, 0, 1024, 0, 0, false);
+    bytes = 1;
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_OK);
+    assert_int_equal(bytes, 0);
+
+    /* world*m fits, world*m*k*2 bytes does not */
+    p = params_of(OVL_ALGO_COLLECTIVE, 1024, 0, UINT64_C(1) << 40, 0, 0, false);
+    p.k = UINT64_C(1) << 20;
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_ERR_LIMIT);
+    memset(&plan, 0xa5, sizeof(plan));
+    memcpy(&zero, &plan, sizeof(plan));
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_LIMIT);
+    assert_memory_equal(&plan, &zero, sizeof(plan));
+    /* ... unless the client's a_out holds G */
+    p.want_gathered = true;
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_OK);
+    assert_int_equal(bytes, 0);
+
+    /* what the planner refuses has no scratch either */
+    p = params_of(OVL_ALGO_AUTO, 4, 1, 1024, 0, 0, false);
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_ERR_INVALID);
+    assert_int_equal(ovl_plan_scratch_bytes(NULL, &bytes), OVL_ERR_INVALID);
+    assert_int_equal(ovl_plan_scratch_bytes(&p, NULL), OVL_ERR_INVALID);
 }
 
 static void test_format_truncation(void **state)
@@ -1054,7 +1471,7 @@ static void test_uneven_chunks(void **state)
     assert_int_equal(plan.chunk_rows, 3);
     assert_int_equal(plan.chunks, 4);
     g = find_instr(&plan, OVL_I_GEMM, -1, 3);
-    assert_int_equal(plan.instr[g].row0, 9);
+    assert_int_equal(plan.instr[g].src.row, 9);
     assert_int_equal(plan.instr[g].rows, 1);
     ovl_plan_free(&plan);
 
@@ -1064,7 +1481,7 @@ static void test_uneven_chunks(void **state)
     assert_int_equal(plan.chunk_rows, 3);
     assert_int_equal(plan.chunks, 3);
     g = find_instr(&plan, OVL_I_GEMM, -1, 2);
-    assert_int_equal(plan.instr[g].row0, 6);
+    assert_int_equal(plan.instr[g].src.row, 6);
     assert_int_equal(plan.instr[g].rows, 3);
     ovl_plan_free(&plan);
 
@@ -1087,7 +1504,7 @@ static void test_defaults(void **state)
     assert_int_equal(plan.chunks, 1); /* naive ignores chunks and streams */
     assert_int_equal(plan.nstreams, 1);
     assert_int_equal(plan.nevents, 1);
-    assert_true(plan.uses_gathered);
+    assert_true(plan.bufs[OVL_BUF_G].used);
     ovl_plan_free(&plan);
 
     p = params_of(OVL_ALGO_COLLECTIVE, 4, 0, 1024, 0, 0, false);
@@ -1112,7 +1529,7 @@ static void test_defaults(void **state)
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.chunks, 1);   /* wide: one pull per peer */
     assert_int_equal(plan.nstreams, 4); /* fixed: client, copy, two GEMM streams */
-    assert_true(plan.uses_gathered);
+    assert_true(plan.bufs[OVL_BUF_G].used);
     ovl_plan_free(&plan);
 
     /* ring alone: the own shard straight from A, G untouched */
@@ -1120,7 +1537,8 @@ static void test_defaults(void **state)
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.nstreams, 1);
     assert_int_equal(plan.nevents, 1);
-    assert_false(plan.uses_gathered);
+    assert_false(plan.bufs[OVL_BUF_G].used);
+    assert_int_equal(plan.scratch_bytes, 0);
     assert_int_equal(plan.ninstr, 5);
     ovl_plan_free(&plan);
 }
@@ -1173,12 +1591,20 @@ static void test_free_and_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_naive),   cmocka_unit_test(test_golden_collective),
-        cmocka_unit_test(test_golden_ring),    cmocka_unit_test(test_checker_all_shapes),
-        cmocka_unit_test(test_checker_large),  cmocka_unit_test(test_checker_catches),
-        cmocka_unit_test(test_invalid_params), cmocka_unit_test(test_format_truncation),
-        cmocka_unit_test(test_uneven_chunks),  cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_choose),         cmocka_unit_test(test_free_and_names),
+        cmocka_unit_test(test_golden_naive),
+        cmocka_unit_test(test_golden_collective),
+        cmocka_unit_test(test_golden_ring),
+        cmocka_unit_test(test_golden_copy),
+        cmocka_unit_test(test_checker_all_shapes),
+        cmocka_unit_test(test_scratch),
+        cmocka_unit_test(test_checker_large),
+        cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_invalid_params),
+        cmocka_unit_test(test_format_truncation),
+        cmocka_unit_test(test_uneven_chunks),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_free_and_names),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -271,10 +271,13 @@ static void test_exec_slow_issue_reported(void **state)
     for (int r = 0; r < 2; r++) {
         instr[r][0] = (ovl_instr_t){.kind = OVL_I_WAIT_READY};
         instr[r][1] = (ovl_instr_t){.kind = OVL_I_DONE};
-        plans[r] = (ovl_plan_t){.nstreams = 1, .ninstr = 2, .instr = instr[r]};
+        plans[r] = (ovl_plan_t){.params = {.world = 2, .rank = (uint32_t)r},
+                                .nstreams = 1,
+                                .ninstr = 2,
+                                .instr = instr[r]};
         xr[r] = (ovld_exec_rank_t){.rank = &ranks[r], .plan = &plans[r]};
     }
-    ovld_exec_op_t op = {.seq = 7, .m = 1, .n = 1, .k = 1, .world = 2, .ranks = xr};
+    ovld_exec_op_t op = {.seq = 7, .world = 2, .ranks = xr};
 
     reports_t *r = reports_new();
     ovld_reporter_t rep = {.fn = on_report, .arg = r};
