@@ -1,7 +1,9 @@
 """An install into a temporary prefix: every file in its place (binaries,
 libraries, the header, ovl.pc, the sample configuration, the systemd units
-and snippets), and the README's C example, cut out of README.md, built
-against the installed ovl.pc and run against a real ovld (host backend)."""
+(node-wide, per user, user manager) with their paths filled in, the
+sysusers.d and tmpfiles.d snippets, the Slurm prolog and epilog), and the
+README's C example, cut out of README.md, built against the installed
+ovl.pc and run against a real ovld (host backend)."""
 import os
 import re
 import shutil
@@ -32,14 +34,24 @@ def test_install_and_readme_example():
         want = ["sbin/ovld", "bin/ovlctl", "bin/ovl-demo", "include/ovl/ovl.h",
                 "lib/libovl.a", "lib/pkgconfig/ovl.pc", "etc/ovl/ovld.conf",
                 "lib/systemd/system/ovld.service", "lib/systemd/system/ovld.socket",
-                "lib/sysusers.d/ovl.conf", "lib/tmpfiles.d/ovl.conf"]
+                "lib/systemd/system/ovld@.service", "lib/systemd/system/ovld@.socket",
+                "lib/systemd/user/ovld-user.service",
+                "lib/sysusers.d/ovl.conf", "lib/tmpfiles.d/ovl.conf",
+                "share/doc/ovl/examples/slurm/ovl-prolog.sh",
+                "share/doc/ovl/examples/slurm/ovl-epilog.sh"]
         for w in want:
             assert os.path.exists(os.path.join(prefix, w)), "missing after install: " + w
         libs = os.listdir(os.path.join(prefix, "lib"))
         assert any(l.startswith("libovl.so") for l in libs), libs
-        with open(os.path.join(prefix, "lib/systemd/system/ovld.service")) as f:
-            unit = f.read()
-        assert "@SBINDIR@" not in unit and "ExecStart=" in unit, unit
+        for u in ("system/ovld.service", "system/ovld@.service", "user/ovld-user.service"):
+            with open(os.path.join(prefix, "lib/systemd", u)) as f:
+                unit = f.read()
+            assert "@" + "SBINDIR@" not in unit and "@" + "SYSCONFDIR@" not in unit, u
+            # absolute, fixed when CMake configured (CMAKE_INSTALL_PREFIX)
+            assert re.search(r"^ExecStart=/\S*/ovld ", unit, re.M), u
+        for script in ("ovl-prolog.sh", "ovl-epilog.sh"):
+            path = os.path.join(prefix, "share/doc/ovl/examples/slurm", script)
+            assert os.access(path, os.X_OK), path + " is not executable"
 
         src = os.path.join(prefix, "readme_example.c")
         with open(src, "w") as f:
