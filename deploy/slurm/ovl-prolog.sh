@@ -25,6 +25,12 @@
 #      a running ovld makes this a no-op.
 # The instance is the numeric uid, never the user name (see ovld@.service).
 #
+# MPS still runs one uid at a time per GPU: on a node shared by two users at
+# once, the second user's ovld cannot start until the first user's clients,
+# their ovld included, have ended (the epilog stops it after their last
+# job), and `systemctl start` gives up after its timeout. Give users whole
+# nodes (ExclusiveUser=YES on the partition, or sbatch --exclusive=user).
+#
 # Failures: logged to syslog (facility daemon, tag ovl-prolog) and stderr.
 # A prolog that exits non-zero makes Slurm drain the node and requeue the
 # job, so by default this script always exits 0: if ovld cannot be started
