@@ -20,9 +20,14 @@
   tests only); ovlctl status and ovl-demo reach the per-user ovld with no
   -s and no $OVL_SOCKET.
 
-systemd is not PID 1 here (a container): the units are not started by
-systemd itself; a test whose tool is missing, or cannot run here, is skipped
-with its reason. Environment: OVLD_BIN, OVLCTL_BIN, OVL_DEMO_BIN,
+- opt-in (OVL_TEST_SYSTEMD_NS=1, root): systemd booted as PID 1 of new
+  pid/mount/cgroup namespaces starts ovld@65534.service and ovld@65534.socket
+  for real, and the Slurm scripts drive the real systemctl.
+
+systemd is not PID 1 on the machine these tests were written on (a VM whose
+init is not systemd); without the opt-in the units are checked and their
+runtime emulated, not started by systemd. A test whose tool is missing, or
+cannot run here, is skipped with its reason. Environment: OVLD_BIN, OVLCTL_BIN, OVL_DEMO_BIN,
 OVL_SOURCE_DIR. Prints one line per test and 'N passed, N failed, N
 skipped'; exits 1 if any test failed."""
 import json
@@ -421,6 +426,213 @@ def test_emulated_instance_serves_only_its_user():
         d.stop()
 
 
+# ------------------------------------------- the units under a real systemd
+
+NS_INIT = """#!/bin/sh
+# PID 1 of the new namespaces: the host's enabled units hidden, ours in place.
+set -e
+mount --make-rprivate /
+mount -t tmpfs tmpfs /etc/systemd/system
+cp -r %(units)s/. /etc/systemd/system/
+mount -t tmpfs tmpfs /run
+export container=ovl-test
+exec %(systemd)s --system --unit=ovl-test.target --log-target=console
+"""
+
+NS_BOOT = """#!/bin/sh
+# Moves this shell into a cgroup of its own in every hierarchy, then starts
+# init in new pid, mount, cgroup, uts and ipc namespaces rooted there.
+set -e
+while IFS=: read -r n ctrl path; do
+    case $ctrl in
+    "") dir=/sys/fs/cgroup/unified; [ -d $dir ] || dir=/sys/fs/cgroup ;;
+    name=systemd) dir=/sys/fs/cgroup/systemd ;;
+    *) dir=/sys/fs/cgroup/$ctrl ;;
+    esac
+    [ -d "$dir" ] || continue
+    mkdir -p "$dir$path/%(cg)s"
+    echo "$dir$path/%(cg)s" >> %(cglist)s
+    if [ "$ctrl" = cpuset ]; then
+        cat "$dir$path/cpuset.cpus" > "$dir$path/%(cg)s/cpuset.cpus"
+        cat "$dir$path/cpuset.mems" > "$dir$path/%(cg)s/cpuset.mems"
+    fi
+    echo $$ > "$dir$path/%(cg)s/cgroup.procs"
+done < /proc/self/cgroup
+exec unshare --pid --fork --mount --cgroup --uts --ipc --mount-proc %(init)s
+"""
+
+HARNESS = """# the test's harness, not the unit under test: no sysinit.target or
+# basic.target in this namespace, and ovld's output in a file
+[Unit]
+DefaultDependencies=no
+[Service]
+StandardOutput=append:%(log)s
+StandardError=inherit
+Environment=ASAN_OPTIONS=%(asan)s
+"""
+
+
+def test_units_under_systemd_in_a_namespace():
+    """Opt-in (OVL_TEST_SYSTEMD_NS=1, root): systemd is not PID 1 on this
+    machine, so it is booted as PID 1 of new pid/mount/cgroup namespaces,
+    with the installed-like units (paths filled in) and a drop-in that only
+    drops the default dependencies (no sysinit.target there) and sends ovld's
+    output to a file. Then, for real: ovld@65534.service starts as uid 65534
+    behind ExecStartPre, in /run/ovl/65534 (owner 65534, mode 0700), serves
+    that uid's ovlctl and ovl-demo without -s, refuses another uid, reloads,
+    stops (socket gone, directory kept); ovld@nobody is refused; the socket
+    unit listens as 0600 of the uid and starts the service on the first
+    connection; the Slurm prolog and epilog drive the real systemctl."""
+    if os.environ.get("OVL_TEST_SYSTEMD_NS") != "1":
+        raise Skip("opt-in: OVL_TEST_SYSTEMD_NS=1 boots systemd as PID 1 of new namespaces "
+                   "(needs root; makes cgroups on this host while it runs)")
+    if UID != 0:
+        raise Skip("needs root")
+    if os.path.isdir("/run/systemd/system"):
+        raise Skip("systemd is PID 1 here: start the units with it instead")
+    systemd = "/lib/systemd/systemd"
+    for tool in ("unshare", "nsenter", "setpriv", "setsid"):
+        if shutil.which(tool) is None:
+            raise Skip(tool + " is not installed")
+    if not os.access(systemd, os.X_OK):
+        raise Skip(systemd + " is not installed")
+    build = os.environ.get("OVL_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    with Scratch() as s:
+        # outside /tmp: the service has PrivateTmp=yes
+        etc = tempfile.mkdtemp(prefix="peruser-ns-", dir=build)
+        os.chmod(etc, 0o755)
+        os.mkdir(os.path.join(etc, "ovl"), 0o755)
+        with open(os.path.join(etc, "ovl", "ovld.conf"), "w") as f:
+            f.write("backend = host\nhost_devices = 2\n")
+        os.chmod(os.path.join(etc, "ovl", "ovld.conf"), 0o644)
+        units = s.path("units")
+        os.makedirs(os.path.join(units, "ovld@.service.d"))
+        os.makedirs(os.path.join(units, "ovld@.socket.d"))
+        VALUES["SYSCONFDIR"] = etc
+        try:
+            for name in ("ovld@.service", "ovld@.socket"):
+                with open(os.path.join(units, name), "w") as f:
+                    f.write(fill_template(name))
+        finally:
+            VALUES["SYSCONFDIR"] = "/etc"
+        log = s.path("ovld-%i.log")
+        with open(os.path.join(units, "ovld@.service.d", "harness.conf"), "w") as f:
+            f.write(HARNESS % {"log": log, "asan": asan})
+        with open(os.path.join(units, "ovld@.socket.d", "harness.conf"), "w") as f:
+            f.write("[Unit]\nDefaultDependencies=no\n")
+        with open(os.path.join(units, "ovl-test.target"), "w") as f:
+            f.write("[Unit]\nDescription=ovl test\nDefaultDependencies=no\n")
+        cg = "ovl-peruser-%d" % os.getpid()
+        cglist = s.path("cgroups")
+        for name, text in (("init.sh", NS_INIT % {"units": units, "systemd": systemd}),
+                           ("boot.sh", NS_BOOT % {"cg": cg, "cglist": cglist,
+                                                  "init": s.path("init.sh")})):
+            with open(s.path(name), "w") as f:
+                f.write(text)
+            os.chmod(s.path(name), 0o755)
+        boot = subprocess.Popen([s.path("boot.sh")], stdout=open(s.path("boot.log"), "w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        pid1 = None
+        try:
+            deadline = time.monotonic() + 30
+            while pid1 is None:
+                assert boot.poll() is None, "boot failed:\n" + open(s.path("boot.log")).read()
+                assert time.monotonic() < deadline, "no systemd in the namespace"
+                try:
+                    with open("/proc/%d/task/%d/children" % (boot.pid, boot.pid)) as f:
+                        kids = f.read().split()
+                    if kids and open("/proc/%s/comm" % kids[0]).read().strip() == "systemd":
+                        pid1 = int(kids[0])
+                except OSError:
+                    pass
+                time.sleep(0.05)
+
+            def ns(*cmd, uid=None, env=(), check=True, timeout=120):
+                full = ["nsenter", "-t", str(pid1), "-a"]
+                if uid is not None:
+                    full += ["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups"]
+                full += ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/",
+                         "ASAN_OPTIONS=" + asan] + list(env) + list(cmd)
+                p = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+                if check:
+                    assert p.returncode == 0, "%s: rc %d\n%s%s" % (
+                        " ".join(cmd), p.returncode, p.stdout, p.stderr)
+                return p
+
+            deadline = time.monotonic() + 60
+            while ns("systemctl", "is-system-running", check=False).stdout.strip() not in (
+                    "running", "degraded"):
+                assert time.monotonic() < deadline, "systemd did not finish booting"
+                time.sleep(0.2)
+            sock = "/run/ovl/%d/ovld.sock" % NOBODY
+            unit = "ovld@%d.service" % NOBODY
+            # started by hand, as the Slurm prolog does
+            ns("systemctl", "start", unit)
+            st = ns("stat", "-c", "%u %a", os.path.dirname(sock)).stdout.split()
+            assert st == [str(NOBODY), "700"], st
+            out = ns(OVLCTL, "status", "--json", uid=NOBODY).stdout
+            assert json.loads(out)["socket"] == sock, out
+            demo = ns(DEMO, "-w", "2", "-m", "16", "-n", "16", "-k", "16", "-d", "fp32", "-a",
+                      "ring", "-i", "2", uid=NOBODY)
+            assert ("socket %s (per-user" % sock) in demo.stdout, demo.stdout
+            p = ns(OVLCTL, "--socket", sock, "status", uid=OTHER, check=False)
+            assert p.returncode == 1 and "Permission denied" in p.stderr, p.stderr
+            ns("systemctl", "reload", unit)
+            ns("systemctl", "stop", unit)
+            assert ns("test", "-e", sock, check=False).returncode != 0, "socket left after stop"
+            assert ns("test", "-d", os.path.dirname(sock), check=False).returncode == 0
+            # a user name as the instance: refused by ExecStartPre
+            p = ns("systemctl", "start", "ovld@nobody.service", check=False)
+            assert p.returncode != 0, p.stdout + p.stderr
+            ns("systemctl", "stop", "ovld@nobody.service")
+            text = open(s.path("ovld-nobody.log")).read()
+            assert "must be the numeric uid" in text and "ovld@%d.service" % NOBODY in text, text
+            # socket activation
+            ns("systemctl", "start", "ovld@%d.socket" % NOBODY)
+            st = ns("stat", "-c", "%u %a", sock).stdout.split()
+            assert st == [str(NOBODY), "600"], st
+            assert ns("systemctl", "is-active", unit, check=False).stdout.strip() == "inactive"
+            ns(OVLCTL, "status", uid=NOBODY)
+            assert ns("systemctl", "is-active", unit, check=False).stdout.strip() == "active"
+            ns("systemctl", "stop", "ovld@%d.socket" % NOBODY, unit)
+            assert "passed by systemd" in open(s.path("ovld-%d.log" % NOBODY)).read()
+            # the Slurm prolog and epilog, with the real systemctl
+            slurm = ["OVL_SLURM_STATE=/run/ovl-slurm", "SLURM_JOB_UID=%d" % NOBODY,
+                     "SLURM_JOB_USER=nobody"]
+            ns(PROLOG, env=slurm + ["SLURM_JOB_ID=1"])
+            ns(PROLOG, env=slurm + ["SLURM_JOB_ID=2"])
+            ns(OVLCTL, "status", uid=NOBODY)
+            ns(EPILOG, env=slurm + ["SLURM_JOB_ID=1"])
+            assert ns("systemctl", "is-active", unit, check=False).stdout.strip() == "active"
+            ns(EPILOG, env=slurm + ["SLURM_JOB_ID=2"])
+            assert ns("systemctl", "is-active", unit, check=False).stdout.strip() == "inactive"
+        finally:
+            if pid1 is not None:
+                try:
+                    os.kill(pid1, signal.SIGKILL)  # PID 1 of the namespace: all of it
+                except ProcessLookupError:
+                    pass
+            if boot.poll() is None:
+                try:
+                    boot.wait(10)
+                except subprocess.TimeoutExpired:
+                    boot.kill()
+                    boot.wait(10)
+            if os.path.exists(cglist):
+                for top in open(cglist).read().split():
+                    for dp, _, _ in os.walk(top, topdown=False):
+                        for _ in range(50):  # the killed processes leave them soon
+                            try:
+                                os.rmdir(dp)
+                                break
+                            except FileNotFoundError:
+                                break
+                            except OSError:
+                                time.sleep(0.1)
+            shutil.rmtree(etc, ignore_errors=True)
+
+
 # ------------------------------------------------------------ Slurm scripts
 
 FAKE = r'''#!%(python)s
@@ -733,6 +945,7 @@ if __name__ == "__main__":
         test_hardening_matches_node_wide,
         test_instance_must_be_the_uid,
         test_emulated_instance_serves_only_its_user,
+        test_units_under_systemd_in_a_namespace,
         test_slurm_scripts_static,
         test_slurm_prolog_epilog_calls,
         test_slurm_failures_never_drain,
