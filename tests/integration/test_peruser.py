@@ -89,8 +89,8 @@ class Scratch:
     """A temporary directory (mode 0755, so that other uids may pass) and
     the processes of one test; all killed and removed on exit."""
 
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="ovl-peruser-")
+    def __init__(self, parent=None):
+        self.dir = tempfile.mkdtemp(prefix="ovl-peruser-", dir=parent)
         os.chmod(self.dir, 0o755)
         self.procs = []
 
@@ -430,11 +430,26 @@ def test_emulated_instance_serves_only_its_user():
 
 NS_INIT = """#!/bin/sh
 # PID 1 of the new namespaces: the host's enabled units hidden, ours in place.
+# The file system is the host's: sysinit.target, basic.target and the boot
+# services that write to it (systemd-tmpfiles-setup empties /tmp at boot,
+# systemd-sysctl sets kernel settings) are masked, so that a unit with the
+# default dependencies fails to start instead of pulling them in; /tmp,
+# /var/tmp and /run are private all the same.
 set -e
 mount --make-rprivate /
 mount -t tmpfs tmpfs /etc/systemd/system
 cp -r %(units)s/. /etc/systemd/system/
+for u in sysinit.target basic.target sockets.target timers.target paths.target \\
+         systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service \\
+         systemd-tmpfiles-clean.service systemd-tmpfiles-clean.timer \\
+         systemd-sysctl.service systemd-sysusers.service systemd-binfmt.service \\
+         systemd-modules-load.service systemd-udevd.service systemd-random-seed.service \\
+         systemd-update-utmp.service ldconfig.service systemd-journald.service; do
+    ln -sf /dev/null /etc/systemd/system/$u
+done
 mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /var/tmp
 export container=ovl-test
 exec %(systemd)s --system --unit=ovl-test.target --log-target=console
 """
@@ -498,11 +513,10 @@ def test_units_under_systemd_in_a_namespace():
         raise Skip(systemd + " is not installed")
     build = os.environ.get("OVL_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
     asan = os.environ.get("ASAN_OPTIONS", "")
-    with Scratch() as s:
-        # outside /tmp: the service has PrivateTmp=yes
-        etc = tempfile.mkdtemp(prefix="peruser-ns-", dir=build)
-        os.chmod(etc, 0o755)
-        os.mkdir(os.path.join(etc, "ovl"), 0o755)
+    # outside /tmp, which is private in the namespace (and in the service)
+    with Scratch(parent=build) as s:
+        etc = s.path("etc")
+        os.makedirs(os.path.join(etc, "ovl"), 0o755)
         with open(os.path.join(etc, "ovl", "ovld.conf"), "w") as f:
             f.write("backend = host\nhost_devices = 2\n")
         os.chmod(os.path.join(etc, "ovl", "ovld.conf"), 0o644)
@@ -523,6 +537,8 @@ def test_units_under_systemd_in_a_namespace():
             f.write("[Unit]\nDefaultDependencies=no\n")
         with open(os.path.join(units, "ovl-test.target"), "w") as f:
             f.write("[Unit]\nDescription=ovl test\nDefaultDependencies=no\n")
+        with open(os.path.join(units, "ovl-probe.service"), "w") as f:  # default dependencies
+            f.write("[Service]\nType=oneshot\nExecStart=/bin/true\n")
         cg = "ovl-peruser-%d" % os.getpid()
         cglist = s.path("cgroups")
         for name, text in (("init.sh", NS_INIT % {"units": units, "systemd": systemd}),
@@ -565,6 +581,10 @@ def test_units_under_systemd_in_a_namespace():
                     "running", "degraded"):
                 assert time.monotonic() < deadline, "systemd did not finish booting"
                 time.sleep(0.2)
+            # the guard: a unit with the default dependencies cannot start
+            # (it would pull in the boot services that write to the host)
+            p = ns("systemctl", "start", "ovl-probe.service", check=False)
+            assert p.returncode != 0 and "masked" in p.stdout + p.stderr, p.stdout + p.stderr
             sock = "/run/ovl/%d/ovld.sock" % NOBODY
             unit = "ovld@%d.service" % NOBODY
             # started by hand, as the Slurm prolog does
@@ -630,7 +650,6 @@ def test_units_under_systemd_in_a_namespace():
                                 break
                             except OSError:
                                 time.sleep(0.1)
-            shutil.rmtree(etc, ignore_errors=True)
 
 
 # ------------------------------------------------------------ Slurm scripts
