@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -97,7 +98,7 @@ struct ovl_client {
     char err[512];
 };
 
-static _Thread_local char connect_err[512];
+static _Thread_local char connect_err[1024];
 
 static ovl_status_t mem_unregister(ovl_client_t *cl, struct ovl_mem *m);
 
@@ -354,12 +355,152 @@ ovl_status_t libovl_status(ovl_client_t *cl, Ovl__Response **ret)
 
 /* ---------------------------------------------------------------- connect */
 
-static const char *socket_path(const char *path)
+/*
+ * The default socket (ovl.h, ovl_default_socket): $OVL_SOCKET; else the
+ * per-user socket of ovld@UID.service, RUN/UID/ovld.sock; else that of
+ * ovld-user.service, $XDG_RUNTIME_DIR/ovl/ovld.sock; else the node-wide
+ * OVL_DEFAULT_SOCKET. RUN is /run/ovl; $OVL_RUNTIME_DIR (for tests only)
+ * stands in for it, and then RUN/ovld.sock for OVL_DEFAULT_SOCKET too.
+ * A per-user socket is taken only if it exists, is a socket, and it and its
+ * directory belong to this user (the effective uid, which ovld sees) or to
+ * root: not to another user who could put a daemon of theirs there.
+ */
+#define RUN_DIR_DEFAULT "/run/ovl"
+
+/* $OVL_RUNTIME_DIR, or NULL: tests only, and never in set-user-ID programs. */
+static const char *run_dir_env(void)
 {
-    if (path && path[0])
-        return path;
+    const char *env = secure_getenv("OVL_RUNTIME_DIR");
+    return env && env[0] ? env : NULL;
+}
+
+/* Appends to note (a list for the connect message) what became of a
+ * candidate. */
+static void note_add(char *note, size_t notelen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note_add(char *note, size_t notelen, const char *fmt, ...)
+{
+    size_t used = strlen(note);
+    if (used + 3 >= notelen)
+        return;
+    if (used) {
+        memcpy(note + used, ", ", 3);
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note + used, notelen - used, fmt, ap);
+    va_end(ap);
+}
+
+/* True if path is a socket that, with its directory, belongs to uid or
+ * root. Otherwise false, and note says why. */
+static bool usable_socket(const char *path, uid_t uid, char *note, size_t notelen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            note_add(note, notelen, "%s absent", path);
+        else
+            note_add(note, notelen, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        note_add(note, notelen, "%s not a socket", path);
+        return false;
+    }
+    if (st.st_uid != uid && st.st_uid != 0) {
+        note_add(note, notelen, "%s belongs to uid %u", path, (unsigned)st.st_uid);
+        return false;
+    }
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n == 0 || n >= sizeof(dir)) {
+        note_add(note, notelen, "%s too long", path);
+        return false;
+    }
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_uid != uid && st.st_uid != 0)) {
+        note_add(note, notelen, "%s in a directory of another user", path);
+        return false;
+    }
+    return true;
+}
+
+/* ovl_default_socket, and in why (for messages) how the rule came to pick
+ * the path. */
+static ovl_status_t default_socket(char *buf, size_t len, ovl_socket_rule_t *rule, char *why,
+                                   size_t whylen)
+{
+    char cand[4096];
+    char note[384] = "";
+    int n;
+    ovl_socket_rule_t r;
+    uid_t uid = geteuid();
     const char *env = getenv("OVL_SOCKET");
-    return env && env[0] ? env : OVL_DEFAULT_SOCKET;
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    bool have_xdg = xdg && xdg[0] == '/';
+    if (env && env[0]) {
+        r = OVL_SOCKET_RULE_ENV;
+        n = snprintf(cand, sizeof(cand), "%s", env);
+        snprintf(why, whylen, "from $OVL_SOCKET");
+        goto found;
+    }
+    const char *run = run_dir_env();
+    n = snprintf(cand, sizeof(cand), "%s/%u/ovld.sock", run ? run : RUN_DIR_DEFAULT, (unsigned)uid);
+    if (usable_socket(cand, uid, note, sizeof(note))) {
+        r = OVL_SOCKET_RULE_PER_USER;
+        snprintf(why, whylen, "the per-user socket of ovld@%u.service", (unsigned)uid);
+        goto found;
+    }
+    if (have_xdg) {
+        n = snprintf(cand, sizeof(cand), "%s/ovl/ovld.sock", xdg);
+        if (usable_socket(cand, uid, note, sizeof(note))) {
+            r = OVL_SOCKET_RULE_USER_MANAGER;
+            snprintf(why, whylen, "the per-user socket of ovld-user.service in $XDG_RUNTIME_DIR");
+            goto found;
+        }
+    }
+    r = OVL_SOCKET_RULE_NODE;
+    if (run)
+        n = snprintf(cand, sizeof(cand), "%s/ovld.sock", run);
+    else
+        n = snprintf(cand, sizeof(cand), "%s", OVL_DEFAULT_SOCKET);
+    snprintf(why, whylen, "the node-wide default; $OVL_SOCKET unset, %s", note);
+found:
+    if (rule)
+        *rule = r;
+    if (!buf || len == 0)
+        return OVL_ERR_INVALID;
+    if (n < 0 || (size_t)n >= sizeof(cand) || (size_t)n >= len) {
+        buf[0] = '\0';
+        return OVL_ERR_INVALID;
+    }
+    memcpy(buf, cand, (size_t)n + 1);
+    return OVL_OK;
+}
+
+OVL_API ovl_status_t ovl_default_socket(char *buf, size_t len, ovl_socket_rule_t *rule)
+{
+    char why[512];
+    return default_socket(buf, len, rule, why, sizeof(why));
+}
+
+OVL_API const char *ovl_socket_rule_name(ovl_socket_rule_t rule)
+{
+    switch (rule) {
+    case OVL_SOCKET_RULE_ENV:
+        return "$OVL_SOCKET";
+    case OVL_SOCKET_RULE_PER_USER:
+        return "per-user (ovld@UID.service)";
+    case OVL_SOCKET_RULE_USER_MANAGER:
+        return "per-user (ovld-user.service, $XDG_RUNTIME_DIR)";
+    case OVL_SOCKET_RULE_NODE:
+        return "node-wide default";
+    }
+    return "unknown";
 }
 
 static ovl_status_t hello(ovl_client_t *cl)
@@ -428,8 +569,17 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
         snprintf(connect_err, sizeof(connect_err), "ret_client is NULL");
         return OVL_ERR_INVALID;
     }
-    const char *p = socket_path(path);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char def[4096];
+    char why[384] = ""; /* which rule picked the default, for the messages */
+    const char *p = path;
+    if (!p || !p[0]) {
+        if (default_socket(def, sizeof(def), NULL, why, sizeof(why)) != OVL_OK) {
+            snprintf(connect_err, sizeof(connect_err), "socket path too long (%s)", why);
+            return OVL_ERR_INVALID;
+        }
+        p = def;
+    }
     if (strlen(p) >= sizeof(sa.sun_path)) {
         snprintf(connect_err, sizeof(connect_err), "socket path too long: %s", p);
         return OVL_ERR_INVALID;
@@ -474,7 +624,8 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
         st = e == EACCES || e == EPERM ? OVL_ERR_PERMISSION
              : e == EAGAIN             ? OVL_ERR_TIMEOUT
                                        : OVL_ERR_CONNECT;
-        snprintf(connect_err, sizeof(connect_err), "cannot connect to %s: %s%s", p, strerror(e),
+        snprintf(connect_err, sizeof(connect_err), "cannot connect to %s%s%s%s: %s%s", p,
+                 why[0] ? " (" : "", why, why[0] ? ")" : "", strerror(e),
                  e == ENOENT   ? " (is ovld running?)"
                  : e == EAGAIN ? " (its listen backlog stayed full: ovld is overloaded)"
                                : "");

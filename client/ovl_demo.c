@@ -35,7 +35,10 @@ static void usage(FILE *f)
         "Runs W client processes that join one job on ovld and check AG-GEMM results\n"
         "(C = allgather(A) @ B) against a double-precision reference.\n"
         "\n"
-        "  -s, --socket PATH   ovld's socket (default $OVL_SOCKET, else %s)\n"
+        "  -s, --socket PATH   ovld's socket; default: $OVL_SOCKET, else the per-user\n"
+        "                      /run/ovl/UID/ovld.sock or $XDG_RUNTIME_DIR/ovl/ovld.sock if\n"
+        "                      it exists, else %s (ovl_default_socket in\n"
+        "                      <ovl/ovl.h>); the first line printed names the one used\n"
         "  -w, --world W       ranks (processes), default 4\n"
         "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384 512)\n"
         "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
@@ -302,10 +305,25 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* Chosen once, here, so that every rank connects to the same ovld even
+     * if a per-user socket appears while they start. */
+    char sock[4096];
+    const char *rule = "--socket";
+    if (!o.socket) {
+        ovl_socket_rule_t r;
+        if (ovl_default_socket(sock, sizeof(sock), &r) != OVL_OK) {
+            fprintf(stderr, "ovl-demo: the default socket's path is too long\n");
+            return 2;
+        }
+        o.socket = sock;
+        rule = ovl_socket_rule_name(r);
+    }
+
     printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
            ", %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
            o.job, o.world, o.m, o.n, o.k, ovl_dtype_name(o.dtype), o.transb ? ", transb" : "",
            o.a_out ? ", a_out" : "", o.iters, o.iters == 1 ? "" : "s", o.seed);
+    printf("ovl-demo: socket %s (%s)\n", o.socket, rule);
     fflush(stdout);
 
     int(*pipes)[2] = calloc(o.world, sizeof(*pipes));

@@ -27,6 +27,10 @@ static const char *socket_opt;
 
 static void usage(FILE *f)
 {
+    char now[256];
+    ovl_socket_rule_t rule;
+    if (ovl_default_socket(now, sizeof(now), &rule) != OVL_OK)
+        snprintf(now, sizeof(now), "(too long)");
     fprintf(f,
             "Usage: ovlctl [--socket PATH] COMMAND [OPTIONS]\n"
             "\n"
@@ -53,11 +57,14 @@ static void usage(FILE *f)
             "                           dense op without transb, instead of planning here\n"
             "\n"
             "Global options:\n"
-            "  -s, --socket PATH        ovld's socket (default $OVL_SOCKET, else %s)\n"
+            "  -s, --socket PATH        ovld's socket; default: $OVL_SOCKET, else the per-user\n"
+            "                           /run/ovl/%u/ovld.sock or $XDG_RUNTIME_DIR/ovl/ovld.sock\n"
+            "                           if it exists, else %s\n"
+            "                           (here and now: %s, %s)\n"
             "  -h, --help               show this help\n"
             "\n"
             "Exit status: 0 ok, 1 the daemon refused or is unreachable, 2 usage.\n",
-            OVL_DEFAULT_SOCKET);
+            (unsigned)geteuid(), OVL_DEFAULT_SOCKET, now, ovl_socket_rule_name(rule));
 }
 
 /* ------------------------------------------------------------ output */

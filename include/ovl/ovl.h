@@ -50,7 +50,9 @@ extern "C" {
  * versions refuse each other at the handshake, naming both versions. */
 #define OVL_PROTOCOL_VERSION 4
 
-/* The socket a client uses when given none and $OVL_SOCKET is unset. */
+/* The node-wide ovld's socket (ovld.service): what a client uses when given
+ * none, $OVL_SOCKET is unset and there is no per-user socket (see
+ * ovl_default_socket). It is also ovld's own default. */
 #define OVL_DEFAULT_SOCKET "/run/ovl/ovld.sock"
 
 typedef enum ovl_status {
@@ -85,12 +87,49 @@ const char *ovl_strerror(ovl_status_t status);
 
 typedef struct ovl_client ovl_client_t;
 
+/* Which rule of ovl_default_socket picked the socket. */
+typedef enum ovl_socket_rule {
+    OVL_SOCKET_RULE_ENV = 1,          /* $OVL_SOCKET */
+    OVL_SOCKET_RULE_PER_USER = 2,     /* /run/ovl/UID/ovld.sock: ovld@UID.service */
+    OVL_SOCKET_RULE_USER_MANAGER = 3, /* $XDG_RUNTIME_DIR/ovl/ovld.sock: ovld-user.service */
+    OVL_SOCKET_RULE_NODE = 4,         /* OVL_DEFAULT_SOCKET: the node-wide ovld.service */
+} ovl_socket_rule_t;
+
+/*
+ * The socket ovl_connect(NULL, ...) connects to: the first of
+ *   1. $OVL_SOCKET, if set and not empty (whether or not it exists);
+ *   2. /run/ovl/UID/ovld.sock, UID being the caller's effective uid in
+ *      decimal: the socket of ovld@UID.service, one ovld per user (GPU nodes
+ *      under CUDA MPS, which serves one uid at a time);
+ *   3. $XDG_RUNTIME_DIR/ovl/ovld.sock: the socket of ovld-user.service, an
+ *      ovld the user runs with `systemctl --user`;
+ *   4. OVL_DEFAULT_SOCKET, /run/ovl/ovld.sock: the node-wide ovld.service.
+ * 2 and 3 are taken only where the path exists, is a socket, and it and its
+ * directory belong to the caller or to root. Nothing is connected to: a
+ * socket that exists but whose ovld has died is still chosen (and
+ * ovl_connect then fails, naming it and the rule), never skipped for the
+ * next. /run/ovl in 2 and 4 is replaced by $OVL_RUNTIME_DIR when that is
+ * set: for tests only, ignored in set-user-ID programs.
+ *
+ * Writes the path, NUL-terminated, to buf (len bytes) and the rule to *rule
+ * (rule may be NULL). Returns OVL_OK, or OVL_ERR_INVALID if buf is NULL or
+ * the path does not fit in len bytes (then buf holds "" if len > 0).
+ * A path that fits in 108 bytes fits a socket address.
+ */
+ovl_status_t ovl_default_socket(char *buf, size_t len, ovl_socket_rule_t *rule);
+
+/* A short description of a rule ("$OVL_SOCKET", "node-wide default", ...),
+ * never NULL. */
+const char *ovl_socket_rule_name(ovl_socket_rule_t rule);
+
 /*
  * Connects to ovld and performs the version handshake.
- * path: the socket; NULL means $OVL_SOCKET, or OVL_DEFAULT_SOCKET if unset.
- * On success *ret_client is set; on failure it is left untouched and, when
- * the failure came from the daemon, the message is printed by
- * ovl_connect_error() until the next ovl_connect in this thread.
+ * path: the socket; NULL or "" means ovl_default_socket's choice.
+ * On success *ret_client is set; on failure it is left untouched and
+ * ovl_connect_error() says why until the next ovl_connect in this thread
+ * (the daemon's words where it refused; for a socket that cannot be
+ * connected to, the path tried and, when it was the default, the rule that
+ * chose it).
  */
 ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client);
 

@@ -1,7 +1,9 @@
 """An install into a temporary prefix: every file in its place (binaries,
 libraries, the header, ovl.pc, the sample configuration, the systemd units
-and snippets), and the README's C example, cut out of README.md, built
-against the installed ovl.pc and run against a real ovld (host backend)."""
+(node-wide, per user, user manager) with their paths filled in, the
+sysusers.d and tmpfiles.d snippets, the Slurm prolog and epilog), and the
+README's C example, cut out of README.md, built against the installed
+ovl.pc and run against a real ovld (host backend)."""
 import os
 import re
 import shutil
@@ -32,21 +34,32 @@ def test_install_and_readme_example():
         want = ["sbin/ovld", "bin/ovlctl", "bin/ovl-demo", "include/ovl/ovl.h",
                 "lib/libovl.a", "lib/pkgconfig/ovl.pc", "etc/ovl/ovld.conf",
                 "lib/systemd/system/ovld.service", "lib/systemd/system/ovld.socket",
-                "lib/sysusers.d/ovl.conf", "lib/tmpfiles.d/ovl.conf"]
+                "lib/systemd/system/ovld@.service", "lib/systemd/system/ovld@.socket",
+                "lib/systemd/user/ovld-user.service",
+                "lib/sysusers.d/ovl.conf", "lib/tmpfiles.d/ovl.conf",
+                "share/doc/ovl/examples/slurm/ovl-prolog.sh",
+                "share/doc/ovl/examples/slurm/ovl-epilog.sh"]
         for w in want:
             assert os.path.exists(os.path.join(prefix, w)), "missing after install: " + w
         libs = os.listdir(os.path.join(prefix, "lib"))
         assert any(l.startswith("libovl.so") for l in libs), libs
         # configure_file filled in every placeholder, with absolute paths
-        for name in ("ovld.service", "ovld.socket"):
-            with open(os.path.join(prefix, "lib/systemd/system", name)) as f:
+        # (fixed when CMake configured: CMAKE_INSTALL_PREFIX)
+        for u in ("system/ovld.service", "system/ovld.socket", "system/ovld@.service",
+                  "system/ovld@.socket", "user/ovld-user.service"):
+            with open(os.path.join(prefix, "lib/systemd", u)) as f:
                 unit = f.read()
-            assert not re.search(r"@[A-Z_]+@", unit), (name, re.findall(r"@[A-Z_]+@", unit))
-            if name == "ovld.service":
+            assert not re.search(r"@[A-Z_]+@", unit), (u, re.findall(r"@[A-Z_]+@", unit))
+            if u.endswith(".service"):
                 starts = re.findall(r"^ExecStart=.*$", unit, re.M)
-                assert len(starts) == 1 and re.fullmatch(
+                assert len(starts) == 1 and re.match(r"ExecStart=/\S*/ovld ", starts[0]), (u, starts)
+            if u == "system/ovld.service":
+                assert re.fullmatch(
                     r"ExecStart=/\S*/ovld --foreground --config /\S*/ovl/ovld\.conf", starts[0]), (
                     starts)
+        for script in ("ovl-prolog.sh", "ovl-epilog.sh"):
+            path = os.path.join(prefix, "share/doc/ovl/examples/slurm", script)
+            assert os.access(path, os.X_OK), path + " is not executable"
 
         src = os.path.join(prefix, "readme_example.c")
         with open(src, "w") as f:

@@ -93,7 +93,7 @@ def test_unreachable_daemon_exit_1():
     env = dict(os.environ, OVL_SOCKET="/nonexistent/env.sock")
     p = ctl("status", "--json", env=env, check=False)
     assert (p.returncode, p.stdout, p.stderr) == (
-        1, "", "ovlctl: " + UNREACHABLE % "/nonexistent/env.sock" + "\n"), p
+        1, "", "ovlctl: " + UNREACHABLE % "/nonexistent/env.sock (from $OVL_SOCKET)" + "\n"), p
     p = ctl("--socket=/nonexistent/ovld.sock", "plan", "--daemon", *PLAN_ARGS, check=False)
     assert (p.returncode, p.stdout, p.stderr) == (
         1, "", "ovlctl: " + UNREACHABLE % "/nonexistent/ovld.sock" + "\n"), p
@@ -101,7 +101,8 @@ def test_unreachable_daemon_exit_1():
     lines = p.stdout.split("\n")
     assert p.returncode == 1 and p.stderr == "" and len(lines) == 3 and lines[2] == "", p
     assert re.fullmatch(r"ovlctl \d+\.\d+\.\d+ \(protocol \d+\)", lines[0]), p.stdout
-    assert lines[1] == "ovld: unreachable (%s)" % (UNREACHABLE % "/nonexistent/env.sock"), p.stdout
+    assert lines[1] == "ovld: unreachable (%s)" % (
+        UNREACHABLE % "/nonexistent/env.sock (from $OVL_SOCKET)"), p.stdout
 
 
 def test_plan_from_daemon():
