@@ -622,11 +622,20 @@ out:
 
 /* Fails the whole op before anything of it was issued: every rank's done
  * rings with the error, on stream 0 (which every rank has). */
+void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n, uint64_t seq,
+                    ovl_status_t status, const char *message)
+{
+    for (uint32_t i = 0; i < n; i++)
+        b->ops->done(rings[i].rank, 0, seq, status, message, rings[i].cookie);
+}
+
 static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
                              const char *err)
 {
-    for (uint32_t q = 0; q < op->world; q++)
-        b->ops->done(op->ranks[q].rank, 0, op->seq, st, err, op->ranks[q].cookie);
+    for (uint32_t q = 0; q < op->world; q++) {
+        ovld_exec_ring_t ring = {.rank = op->ranks[q].rank, .cookie = op->ranks[q].cookie};
+        ovld_exec_fail(b, &ring, 1, op->seq, st, err);
+    }
     return st;
 }
 

@@ -69,4 +69,20 @@ void ovld_exec_pool_destroy(ovld_exec_pool_t *pool);
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
                            char *err, size_t errlen);
 
+/* One rank of an op that will not run, and what its completion names. */
+typedef struct ovld_exec_ring {
+    ovld_rank_t *rank;
+    void *cookie;
+} ovld_exec_ring_t;
+
+/*
+ * Fails op seq on n ranks without running it (the job refused it, or it
+ * failed before it could be issued): rings each rank's done once with
+ * status and message, on stream 0. With ovld_exec_run, the only way an
+ * op's doorbells ring: the executor owns "every rank's done rung exactly
+ * once". Loop thread only.
+ */
+void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n, uint64_t seq,
+                    ovl_status_t status, const char *message);
+
 #endif /* OVLD_EXEC_H */

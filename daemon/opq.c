@@ -117,7 +117,8 @@ static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
             continue;
         ovld_member_fail(m, op->seq, op->st, op->msg);
         op->subs[r].ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = m, .op = op};
-        js->backend->ops->done(m->brank, 0, op->seq, op->st, op->msg, &op->subs[r].ticket);
+        ovld_exec_ring_t ring = {.rank = m->brank, .cookie = &op->subs[r].ticket};
+        ovld_exec_fail(js->backend, &ring, 1, op->seq, op->st, op->msg);
     }
     op_rung(js, j, op);
 }
@@ -501,7 +502,8 @@ static void refuse(ovld_jobs_t *js, ovld_member_t *m, uint64_t seq, ovl_status_t
     }
     *t = (ovld_ticket_t){.kind = TICKET_REFUSAL, .m = m};
     j->in_flight++; /* the job outlives the completion */
-    js->backend->ops->done(m->brank, 0, seq, st, msg, t);
+    ovld_exec_ring_t ring = {.rank = m->brank, .cookie = t};
+    ovld_exec_fail(js->backend, &ring, 1, seq, st, msg);
 }
 
 static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine, uint64_t theirs)
