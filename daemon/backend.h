@@ -115,12 +115,15 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*rank_create)(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,
                                 ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
     void (*rank_destroy)(ovld_backend_t *b, ovld_rank_t *rank);
-    /* What a job's ranks need together (CUDA: one NCCL communicator per
-     * rank, created in one group), prepared off the loop thread; cb runs on
-     * the loop thread. The ranks stay alive until cb ran. NULL: nothing to
-     * prepare, the job is ready at once. */
+    /* What a job's ranks need together, prepared off the loop thread; cb
+     * runs on the loop thread, always after this returned. collective: the
+     * plans may gather with the backend's collective (CUDA: one NCCL
+     * communicator per rank, created in one group); false where they never
+     * will (the job's ranks share a device, which NCCL cannot serve). The
+     * ranks stay alive until cb ran. NULL: nothing to prepare, the job is
+     * ready at once. */
     ovl_status_t (*job_setup)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                              ovld_setup_cb cb, void *arg);
+                              bool collective, ovld_setup_cb cb, void *arg);
     /* The rank's client is gone: make the rank's queued work stop waiting
      * for it (its doorbell's ready), so that issued ops run to completion;
      * seq_hi is the last op the client submitted (nothing waits beyond it).
@@ -142,9 +145,9 @@ typedef struct ovld_backend_ops {
      * never a substitute. With issue_parallel, exec.c may call all of them
      * but set_streams, done and allgather for different ranks from
      * different threads at once (each rank from one thread at a time);
-     * set_streams, done and allgather only from the loop thread. The ranks
-     * of one op are on different devices (a job has at most one rank per
-     * device) and ops are issued one at a time, so per-device state needs
+     * set_streams, done and allgather only from the loop thread. Ranks of
+     * one op that share a device are issued from one thread (exec.h,
+     * serial), and ops are issued one at a time, so per-device state needs
      * no lock. reserve_events makes events [0, n) of a rank exist
      * beforehand, so that those threads only look them up (a wait names
      * another rank's event). */

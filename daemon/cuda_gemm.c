@@ -29,8 +29,8 @@
  *
  * Threads: none of this is thread-safe, and the cache is unlocked. The CUDA
  * backend has one ovld_lt_t per device, used by one thread at a time: the
- * thread issuing the one rank of an op on that device (exec.c; a job has
- * at most one rank per device, and ops are issued one at a time).
+ * thread issuing the ranks of an op on that device (exec.c: ranks that
+ * share a device are issued from one thread, and ops one at a time).
  */
 #include "cuda_gemm.h"
 

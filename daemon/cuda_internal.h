@@ -210,7 +210,7 @@ ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
 
 /* cuda_nccl.c */
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                            ovld_setup_cb cb, void *arg);
+                            bool collective, ovld_setup_cb cb, void *arg);
 void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
                             const ovld_allgather_part_t *parts, uint32_t n, ovl_dtype_t dtype,

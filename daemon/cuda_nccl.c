@@ -30,6 +30,7 @@ typedef struct setup_work {
     ovl_status_t st;
     char msg[256];
     bool teardown;
+    bool no_comms; /* setup: the job's plans never use the collective */
 } setup_work_t;
 
 /* Waits for nonblocking communicators to leave ncclInProgress, until
@@ -60,6 +61,8 @@ static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n, uint64_t dea
 static void setup_run(uv_work_t *req)
 {
     setup_work_t *w = req->data;
+    if (w->no_comms)
+        return; /* the plans will not ask for the collective (backend.h) */
     ncclUniqueId id;
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) {
@@ -116,7 +119,7 @@ static void setup_after(uv_work_t *req, int status)
 }
 
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                            ovld_setup_cb cb, void *arg)
+                            bool collective, ovld_setup_cb cb, void *arg)
 {
     cuda_backend_t *be = (cuda_backend_t *)b;
     setup_work_t *w = calloc(1, sizeof(*w));
@@ -130,6 +133,7 @@ ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32
     w->n = n;
     w->done = cb;
     w->arg = arg;
+    w->no_comms = !collective;
     for (uint32_t i = 0; i < n; i++)
         ranks[i]->setup_pending = true;
     atomic_fetch_add(&be->works, 1);

@@ -672,8 +672,8 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
             return fail_all(b, op, st, err);
         }
     }
-    if (!pool || op->world < 2 || !b->ops->issue_parallel || !b->ops->reserve_events ||
-        !parallel_fits(op))
+    if (!pool || op->serial || op->world < 2 || !b->ops->issue_parallel ||
+        !b->ops->reserve_events || !parallel_fits(op))
         return exec_serial(b, op, maxev, err, errlen);
     /* Every event a thread may look up, fail_rest's joins included. */
     for (uint32_t r = 0; r < op->world; r++) {

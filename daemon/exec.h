@@ -45,6 +45,7 @@ typedef struct ovld_exec_op {
     uint64_t seq;
     uint32_t world;
     ovld_exec_rank_t *ranks; /* world entries, by rank */
+    bool serial; /* issue every rank from the calling thread (ranks that share a device) */
 } ovld_exec_op_t;
 
 /* The threads that issue ranks in parallel: made as needed (one per rank

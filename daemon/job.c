@@ -148,6 +148,15 @@ static void on_setup(void *arg, ovl_status_t st, const char *msg)
 /* Every rank is in: let the backend prepare what the ranks share. */
 static void job_start(ovld_jobs_t *js, ovld_job_t *j)
 {
+    /* Ranks of a job may share a device (several ranks on one GPU): NCCL
+     * cannot make their communicator, so the plans gather by the copy
+     * engine (plan.h, shared_gpu) and the backend makes none. */
+    for (uint32_t r = 0; r < j->world && !j->shared_gpu; r++)
+        for (uint32_t q = 0; q < r; q++)
+            if (j->members[q]->device == j->members[r]->device) {
+                j->shared_gpu = true;
+                break;
+            }
     if (!js->backend->ops->job_setup) {
         j->state = OVLD_JOB_READY;
         return;
@@ -162,7 +171,8 @@ static void job_start(ovld_jobs_t *js, ovld_job_t *j)
         sc->j = j;
         j->state = OVLD_JOB_SETUP;
         j->setup_pending = true;
-        st = js->backend->ops->job_setup(js->backend, ranks, j->world, on_setup, sc);
+        st =
+            js->backend->ops->job_setup(js->backend, ranks, j->world, !j->shared_gpu, on_setup, sc);
     }
     free(ranks);
     if (st != OVL_OK) {
@@ -236,12 +246,6 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
                      (int)j->members[rank]->pid);
             return OVL_ERR_EXISTS;
         }
-        for (uint32_t r = 0; r < j->world; r++)
-            if (j->members[r] && j->members[r]->device == dev) {
-                snprintf(err, errlen, "device %u is already used by rank %u of job '%s'", dev, r,
-                         id);
-                return OVL_ERR_EXISTS;
-            }
     } else {
         if (js->njobs >= js->cfg->max_jobs) {
             snprintf(err, errlen, "too many jobs (max_jobs = %u)", js->cfg->max_jobs);

@@ -29,6 +29,7 @@ typedef struct ovld_job {
     uint32_t joined;
     ovld_job_state_t state;
     ovld_member_t **members; /* world entries, by rank; NULL until joined */
+    bool shared_gpu;         /* some ranks share a device (known once all joined) */
     /* The op queue (opq.c). */
     struct ovld_op *ops; /* in seq order, oldest first */
     struct ovld_op *ops_tail;

@@ -224,6 +224,7 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_
         .streams = op->streams,
         .want_gathered = op->has_aout,
         .transb = op->transb,
+        .shared_gpu = j->shared_gpu,
     };
     /* NCCL moves a rank's rows only as one dense piece: an A or a_out of
      * any rank whose leading dimension is not k makes the plans gather by
@@ -263,7 +264,9 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
         if (op->st != OVL_OK)
             goto fail;
     }
-    ovld_exec_op_t x = {.seq = op->seq, .world = j->world, .ranks = xr};
+    /* Ranks on one device are issued from one thread: a backend's state of
+     * a device is not shared between threads (backend.h). */
+    ovld_exec_op_t x = {.seq = op->seq, .world = j->world, .ranks = xr, .serial = j->shared_gpu};
     op->issued = true;
     op->windowed = true;
     op->nrung = j->world;

@@ -224,7 +224,7 @@ static void chunk_range(const ovl_plan_t *plan, uint32_t j, uint64_t *row0, uint
  */
 static bool gather_by_nccl(const ovl_plan_params_t *p)
 {
-    if (p->strided)
+    if (p->strided || p->shared_gpu)
         return false;
     switch (p->allgather) {
     case OVL_AG_NCCL:

@@ -176,6 +176,10 @@ typedef struct ovl_plan_params {
      * cannot move its rows in one piece, so A is gathered by the copy
      * engine. (The zero value is the common dense case.) */
     bool strided;
+    /* Some ranks of the job share a GPU: NCCL cannot make a communicator
+     * of them (it refuses duplicate GPUs), so A is gathered by the copy
+     * engine whatever the preference. */
+    bool shared_gpu;
     ovl_ag_pref_t allgather; /* AUTO unless the daemon says otherwise */
 } ovl_plan_params_t;
 

@@ -7,10 +7,10 @@ ovld resolves them; the daemon's allgather settings.
 
 Two jobs at once on one daemon, sharing devices, are test_load.c's
 test_two_jobs_interleaved (results checked exactly) and, as ovl-demo
-processes of every dtype, test_soak.py's; a world wider than the devices
-(a device for two ranks) is test_join.c's test_join_same_device_twice,
-and ovl-demo's refusal of it with its exact counters test_stats.py's
-test_stats_under_load."""
+processes of every dtype, test_soak.py's; ranks of one job sharing a
+device, every algorithm with exact results, test_join.c's
+test_join_same_device_shared; a join refused by max_ranks_per_uid with
+its exact counters, test_stats.py's test_stats_under_load."""
 import json
 import re
 import subprocess

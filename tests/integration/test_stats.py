@@ -702,21 +702,31 @@ def test_stats_under_load():
         assert [(float(l["le"]), v) for _, l, v in buckets] == [
             (h["le_s"], h["count"]) for h in st["total"]["latency_buckets"]]
 
-        # a join ovld refuses: 4 ranks on 3 devices, rank 3 wants device 0
-        # too. Exactly one of the two is refused with OVL_ERR_EXISTS; ovl-demo
-        # then stops the others before their job forms, so no op completes.
+        # a join ovld refuses: a reload caps the ranks a uid may hold at 3, and
+        # a 4-rank demo follows (4 ranks on 3 devices: two share one, which
+        # is allowed). Exactly one rank is refused with OVL_ERR_LIMIT, naming
+        # the limit; ovl-demo then stops the others before their job forms,
+        # so no op completes.
+        with open(os.path.join(d.dir, "ovld.conf"), "w") as f:
+            f.write("host_devices = 3\nmax_ranks_per_uid = 3\n")
+        reread = "configuration re-read from %s" % os.path.realpath(
+            os.path.join(d.dir, "ovld.conf"))
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reread not in d.log_text():
+            assert time.monotonic() < deadline, d.log_text()[-4000:]
+            time.sleep(0.02)
         bad = Demo(4, algo="ring", iters=1, dtype="fp32", job="too-wide")
         out = bad.run(d, expect_rc=1)
-        assert "already used" in out, out
+        assert re.search(r"uid \d+ holds 3 ranks \(max_ranks_per_uid = 3\)", out), out
         st = stats_json(d)
-        # The refused rank and the one that holds device 0 connected; the two
-        # others may have been stopped before they did. The three ranks that
-        # joined may have registered their 3 buffers, and submitted their
-        # first op, before they were stopped: that op then fails with
-        # OVL_ERR_ABORTED when the first of them leaves (once: an op is one
-        # op for all its ranks); a rank stopped late may also be refused
-        # with it when it joins the aborted job.
-        check_counts(st, demos, [(-11, "already exists", 1)], ctl_calls=3, more_conns=(2, 4),
+        # The refused rank and the three that joined connected. The three may
+        # have registered their 3 buffers, and submitted their first op,
+        # before they were stopped: that op then fails with OVL_ERR_ABORTED
+        # when the first of them leaves (once: an op is one op for all its
+        # ranks); a rank stopped late may also be refused with it when it
+        # joins the aborted job.
+        check_counts(st, demos, [(-12, "limit exceeded", 1)], ctl_calls=3, more_conns=(4, 4),
                      more_regs=(0, 9), aborted_max=4)
         assert d.stop() == 0, d.log_text()[-4000:]
     finally:

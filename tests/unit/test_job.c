@@ -81,6 +81,7 @@ static struct mock {
 
     int setup_calls;
     ovl_status_t setup_status; /* job_setup fails at once with it */
+    bool setup_collective;     /* what the last job_setup was asked */
     ovld_setup_cb setup_cb;    /* a setup under way: the test ends it */
     void *setup_arg;
     struct ovld_rank *setup_ranks[MAXCL];
@@ -223,12 +224,13 @@ static void m_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
 }
 
 static ovl_status_t m_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                                ovld_setup_cb cb, void *arg)
+                                bool collective, ovld_setup_cb cb, void *arg)
 {
     (void)b;
     M.setup_calls++;
     assert_true(n <= MAXCL);
     M.setup_n = n;
+    M.setup_collective = collective;
     for (uint32_t i = 0; i < n; i++)
         M.setup_ranks[i] = ranks[i];
     if (M.setup_status != OVL_OK)
@@ -901,8 +903,6 @@ static void test_join_refusals(void **state)
     join_fails(x, "train", 2, 0, 1, UID, OVL_ERR_EXISTS,
                "rank 0 of job 'train' already joined (pid 100)");
     join_fails(x, "train", 3, 1, 1, UID, OVL_ERR_MISMATCH, "job 'train' has world 2, not 3");
-    join_fails(x, "train", 2, 1, 0, UID, OVL_ERR_EXISTS,
-               "device 0 is already used by rank 0 of job 'train'");
 
     /* a device this node does not have */
     ovld_join_desc_t d = {.world = 2, .rank = 1, .uid = UID, .pid = 7};
@@ -1111,6 +1111,46 @@ static void test_setup_ok_runs_waiting_ops(void **state)
 }
 
 /* ------------------------------------------------------------ matching */
+
+/* Ranks of one job on one device (several ranks on one GPU): they join,
+ * the backend is told to make no collective, and ops gather by the copy
+ * engine (no ALLGATHER primitive is asked for, whatever the allgather
+ * setting), every rank's done rung once. */
+static void test_ranks_share_a_device(void **state)
+{
+    (void)state;
+    client_t *c0 = &F.cl[0], *c1 = &F.cl[1];
+    F.cfg.allgather = OVL_AG_NCCL; /* a preference NCCL cannot serve here */
+    join_ok(c0, "train", 2, 0, 0);
+    join_ok(c1, "train", 2, 1, 0);
+    assert_int_equal(M.setup_calls, 1);
+    assert_false(M.setup_collective);
+    setup_finish(OVL_OK, NULL);
+    expect_state("train", OVLD_JOB_READY);
+    submit2(1, base());
+    assert_true(M.prim_calls > 0);
+    int copies = 0;
+    for (int i = 0; i < M.prim_calls; i++) {
+        assert_int_not_equal(M.prims[i], P_ALLGATHER);
+        copies += M.prims[i] == P_COPY;
+    }
+    assert_true(copies >= 2); /* each rank pulls its peer's shard */
+    assert_int_equal(M.ndone, 2);
+    expect_ring(0, c0, 1, OVL_OK, NULL);
+    expect_ring(1, c1, 1, OVL_OK, NULL);
+    deliver_all();
+    assert_int_equal(job_info("train")->ops_done, 1);
+    finish();
+}
+
+/* Ranks on distinct devices: the backend makes its collective. */
+static void test_distinct_devices_collective(void **state)
+{
+    (void)state;
+    ready2();
+    assert_true(M.setup_collective);
+    finish();
+}
 
 static void test_op_waits_for_every_rank(void **state)
 {
@@ -1582,8 +1622,10 @@ static void test_backend_failure_mid_op(void **state)
     assert_int_equal(M.prims[4], P_ALLGATHER);
     assert_int_equal(M.prim_calls, 5); /* nothing issued after it */
     assert_int_equal(M.ndone, n5 + 2);
-    expect_ring(n5, c0, seq, OVL_ERR_BACKEND, "all-gather nccl-allgather rows 0+4: mock: call 5 failed");
-    expect_ring(n5 + 1, c1, seq, OVL_ERR_BACKEND, "all-gather nccl-allgather rows 0+4: mock: call 5 failed");
+    expect_ring(n5, c0, seq, OVL_ERR_BACKEND,
+                "all-gather nccl-allgather rows 0+4: mock: call 5 failed");
+    expect_ring(n5 + 1, c1, seq, OVL_ERR_BACKEND,
+                "all-gather nccl-allgather rows 0+4: mock: call 5 failed");
     deliver_all();
 
     /* the first call: rank 0's WAIT_READY, with the executor's exact words */
@@ -2291,6 +2333,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_setup_fails_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_setup_fails_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_setup_ok_runs_waiting_ops, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranks_share_a_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distinct_devices_collective, setup, teardown),
         cmocka_unit_test_setup_teardown(test_op_waits_for_every_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
