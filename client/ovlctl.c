@@ -263,7 +263,10 @@ static void print_status_json(const Ovl__StatusReply *s)
         fprintf(f, ",\"ops_done\":%" PRIu64 ",\"ops_in_flight\":%u,\"last_error\":", j->ops_done,
                 j->ops_in_flight);
         json_str(f, j->last_error);
-        fputc('}', f);
+        fprintf(f, ",\"rank_devices\":[");
+        for (size_t r = 0; r < j->n_rank_devices; r++)
+            fprintf(f, "%s%d", r ? "," : "", j->rank_devices[r]);
+        fprintf(f, "]}");
     }
     fprintf(f, "],\"clients\":[");
     for (size_t i = 0; i < s->n_clients; i++) {
@@ -277,6 +280,30 @@ static void print_status_json(const Ovl__StatusReply *s)
                 c->mapped_bytes);
     }
     fprintf(f, "]}\n");
+}
+
+/* A job's device of each rank, by rank ("0,0,1,1"; "-" for a rank not
+ * joined), cut to fit width with a trailing "..": ranks that share a
+ * device show the same number. */
+static void rank_devices_text(const Ovl__JobInfo *j, char *buf, size_t width)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t r = 0; r < j->n_rank_devices; r++) {
+        char one[16];
+        int n = j->rank_devices[r] >= 0
+                    ? snprintf(one, sizeof(one), "%s%d", r ? "," : "", j->rank_devices[r])
+                    : snprintf(one, sizeof(one), "%s-", r ? "," : "");
+        bool last = r + 1 == j->n_rank_devices;
+        if (len + (size_t)n + (last ? 0 : 3) > width) { /* room for ",.." */
+            snprintf(buf + len, width + 1 - len, "%s..", len ? "," : "");
+            return;
+        }
+        memcpy(buf + len, one, (size_t)n + 1);
+        len += (size_t)n;
+    }
+    if (!len)
+        snprintf(buf, width + 1, "-");
 }
 
 static void print_status_table(const Ovl__StatusReply *s)
@@ -304,13 +331,15 @@ static void print_status_table(const Ovl__StatusReply *s)
     }
     printf("\nJOBS (%zu)\n", s->n_jobs);
     if (s->n_jobs)
-        printf("  %-20s  %6s  %5s  %5s  %-8s  %10s  %9s  %s\n", "ID", "OWNER", "WORLD", "LOCAL",
-               "STATE", "OPS DONE", "IN FLIGHT", "LAST ERROR");
+        printf("  %-20s  %6s  %5s  %5s  %-16s  %-8s  %10s  %9s  %s\n", "ID", "OWNER", "WORLD",
+               "LOCAL", "DEVICES", "STATE", "OPS DONE", "IN FLIGHT", "LAST ERROR");
     for (size_t i = 0; i < s->n_jobs; i++) {
         const Ovl__JobInfo *j = s->jobs[i];
-        printf("  %s  %6u  %5u  %5u  %s  %10" PRIu64 "  %9u  %s\n", cell(j->id, 20), j->owner_uid,
-               j->world, j->local_ranks, cell(j->state, 8), j->ops_done, j->ops_in_flight,
-               term_or_dash(j->last_error, 0));
+        char devs[17];
+        rank_devices_text(j, devs, 16);
+        printf("  %s  %6u  %5u  %5u  %-16s  %s  %10" PRIu64 "  %9u  %s\n", cell(j->id, 20),
+               j->owner_uid, j->world, j->local_ranks, devs, cell(j->state, 8), j->ops_done,
+               j->ops_in_flight, term_or_dash(j->last_error, 0));
     }
     printf("\nCLIENTS (%zu)\n", s->n_clients);
     if (s->n_clients)

@@ -97,6 +97,8 @@ void ovld_info_hello(ovld_conn_t *c, uint64_t id)
 typedef struct job_rows {
     Ovl__JobInfo *jobs;
     Ovl__JobInfo **pjobs;
+    int32_t **devs; /* each job's rank_devices, freed after the reply */
+    bool nomem;
     size_t n, max;
     bool restricted;
     uid_t uid;
@@ -123,28 +125,46 @@ static void add_job(const ovld_job_info_t *j, void *arg)
     ji->ops_done = j->ops_done;
     ji->ops_in_flight = j->in_flight;
     ji->last_error = (char *)j->last_error;
+    t->devs[t->n - 1] = malloc(j->world * sizeof(int32_t));
+    if (!t->devs[t->n - 1]) {
+        t->nomem = true;
+        return;
+    }
+    memcpy(t->devs[t->n - 1], j->rank_devices, j->world * sizeof(int32_t));
+    ji->n_rank_devices = j->world;
+    ji->rank_devices = t->devs[t->n - 1];
 }
 
 void ovld_info_status(ovld_conn_t *c, uint64_t id)
 {
     ovld_t *d = c->d;
     size_t nj = d->jobs.njobs, nc = d->nconns;
+    const size_t nj_max = nj;
     device_list_t dl = {0};
     bool have_devs = device_list_make(d, &dl);
     Ovl__JobInfo *jobs = calloc(nj + 1, sizeof(*jobs));
     Ovl__JobInfo **pjobs = calloc(nj + 1, sizeof(*pjobs));
     Ovl__ClientInfo *cls = calloc(nc + 1, sizeof(*cls));
     Ovl__ClientInfo **pcls = calloc(nc + 1, sizeof(*pcls));
-    if (!have_devs || !jobs || !pjobs || !cls || !pcls) {
+    int32_t **devs = calloc(nj + 1, sizeof(*devs));
+    if (!have_devs || !jobs || !pjobs || !cls || !pcls || !devs) {
         ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
         goto out;
     }
     /* Root and ovld's own user see everything; anyone else sees their own
      * jobs and clients, and how many others there are (docs/ovlctl.md). */
     bool restricted = c->uid != 0 && c->uid != getuid();
-    job_rows_t jr = {
-        .jobs = jobs, .pjobs = pjobs, .max = nj, .restricted = restricted, .uid = c->uid};
+    job_rows_t jr = {.jobs = jobs,
+                     .pjobs = pjobs,
+                     .devs = devs,
+                     .max = nj,
+                     .restricted = restricted,
+                     .uid = c->uid};
     ovld_jobs_foreach(&d->jobs, add_job, &jr);
+    if (jr.nomem) {
+        ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     nj = jr.n;
     uint32_t other_jobs = jr.others, other_clients = 0;
     size_t i = 0;
@@ -201,6 +221,9 @@ out:
     free(pjobs);
     free(cls);
     free(pcls);
+    for (size_t q = 0; devs && q < nj_max; q++) /* calloc'd: unused ones are NULL */
+        free(devs[q]);
+    free(devs);
 }
 
 /* ----------------------------------------------------------------- stats */

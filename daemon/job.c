@@ -357,7 +357,11 @@ void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *
                        void *arg)
 {
     for (const ovld_job_t *j = js->live; j; j = j->next) {
-        ovld_job_info_t info = {.id = j->id,
+        int32_t devs[OVL_PLAN_MAX_WORLD];
+        for (uint32_t r = 0; r < j->world; r++)
+            devs[r] = j->members[r] ? (int32_t)j->members[r]->device : -1;
+        ovld_job_info_t info = {.rank_devices = devs,
+                                .id = j->id,
                                 .owner = j->owner,
                                 .world = j->world,
                                 .joined = j->joined,

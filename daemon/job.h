@@ -118,9 +118,11 @@ typedef struct ovld_job_info {
     uint64_t ops_done;
     uint32_t in_flight;
     const char *last_error;
+    const int32_t *rank_devices; /* world entries: each rank's device, -1 if not joined */
 } ovld_job_info_t;
 
-/* Calls fn for every live job, in the order status lists them. */
+/* Calls fn for every live job, in the order status lists them; info lives
+ * only during the call. */
 void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *info, void *arg),
                        void *arg);
 

@@ -248,6 +248,15 @@ static void test_join_same_device_shared(void **state)
     rank_t rk[4];
     for (uint32_t r = 0; r < 4; r++)
         rank_open(d, &rk[r], "gpu", 4, r, r < 2 ? 3 : 4, 1); /* two ranks each on 3 and 4 */
+    /* Status says which ranks share a device. */
+    Ovl__Response *st = status_call(rk[0].cl);
+    const Ovl__JobInfo *ji = find_job(st, "gpu");
+    assert_non_null(ji);
+    assert_int_equal(ji->n_rank_devices, 4);
+    static const int32_t want_devs[4] = {3, 3, 4, 4};
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(ji->rank_devices[r], want_devs[r]);
+    libovl_response_free(st);
     static const ovl_algo_t algos[] = {OVL_ALGO_NAIVE, OVL_ALGO_COLLECTIVE, OVL_ALGO_RING};
     for (unsigned a = 0; a < sizeof(algos) / sizeof(algos[0]); a++)
         for (int aout = 0; aout < 2; aout++) {

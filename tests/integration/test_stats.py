@@ -203,7 +203,7 @@ def put_all(line, m, groups):
 # ovlctl.c print_status_table: rows are "  " + fields of these widths joined
 # by "  " (0: the rest of the line)
 DEV_COLS = (5, 41, 16, 10, 7, 10, 0)
-JOB_COLS = (20, 6, 5, 5, 8, 10, 9, 0)
+JOB_COLS = (20, 6, 5, 5, 16, 8, 10, 9, 0)
 CLIENT_COLS = (4, 8, 6, 16, 20, 4, 7, 10)
 
 
@@ -248,7 +248,7 @@ def normalize_status(text, d):
         elif section == "DEVICES":
             line = put_cols(line, DEV_COLS, {3: "<MEM>"})
         elif section == "JOBS":
-            line = put_cols(line, JOB_COLS, {1: "<UID>", 5: "<N>", 6: "<N>"})
+            line = put_cols(line, JOB_COLS, {1: "<UID>", 6: "<N>", 7: "<N>"})
         elif section == "CLIENTS":
             clients.append(put_cols(line, CLIENT_COLS, {0: "<ID>", 1: "<PID>", 2: "<UID>"}))
             continue
@@ -443,7 +443,7 @@ STATUS_FIELDS = {"version": str, "protocol_version": int, "pid": int, "uptime_s"
 DEVICE_FIELDS = {"index": int, "uuid": str, "name": str, "total_memory": int, "streams": int,
                  "held_bytes": int, "mps": bool}
 JOB_FIELDS = {"id": str, "owner_uid": int, "world": int, "local_ranks": int, "state": str,
-              "ops_done": int, "ops_in_flight": int, "last_error": str}
+              "ops_done": int, "ops_in_flight": int, "last_error": str, "rank_devices": list}
 CLIENT_FIELDS = {"id": int, "pid": int, "uid": int, "gid": int, "name": str, "job": str,
                  "rank": int, "buffers": int, "mapped_bytes": int}
 STATS_FIELDS = {"uptime_s": NUM, "reset_done": bool, "total": dict, "since_reset": dict}
