@@ -163,3 +163,41 @@ ovl_status_t ovld_buf_resolve(const ovld_registry_t *table, const char *name, ui
                             .cols = cols};
     return OVL_OK;
 }
+
+ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, uint32_t device,
+                                 ovld_op_desc_t *q, char *msg, size_t len)
+{
+    /* dtype, m, n, k passed the boundary (request.h); what is left depends
+     * on the job and the registrations */
+    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
+    uint64_t rows_all;
+    if (__builtin_mul_overflow(q->m, (uint64_t)world, &rows_all)) {
+        snprintf(msg, len, "m * world overflows");
+        return OVL_ERR_RANGE;
+    }
+    const uint64_t shape[OVLD_BUF_COUNT][2] = {
+        [OVLD_BUF_A] = {q->m, q->k},
+        [OVLD_BUF_B] = {q->transb ? q->n : q->k, q->transb ? q->k : q->n},
+        [OVLD_BUF_C] = {rows_all, q->n},
+        [OVLD_BUF_AOUT] = {rows_all, q->k},
+    };
+    ovl_status_t st = OVL_OK;
+    for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
+        const ovld_buf_ref_t *ref = &q->buf[b];
+        if (!ref->given) {
+            if (b == OVLD_BUF_AOUT)
+                continue; /* optional: ovld gathers into its scratch */
+            snprintf(msg, len, "%s: no buffer given", ovld_buf_name(b));
+            st = OVL_ERR_INVALID;
+            break;
+        }
+        st = ovld_buf_resolve(table, ovld_buf_name(b), ref->mem_id, ref->offset, ref->ld,
+                              shape[b][0], shape[b][1], elem, (int)device, &q->use[b], msg, len);
+    }
+    if (st != OVL_OK)
+        for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+            ovld_buf_put(q->use[b].hold);
+            q->use[b] = (ovld_buf_use_t){0};
+        }
+    return st;
+}

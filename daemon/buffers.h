@@ -95,4 +95,16 @@ ovl_status_t ovld_buf_resolve(const ovld_registry_t *table, const char *name, ui
                               size_t elem, int device, ovld_buf_use_t *ret, char *msg,
                               size_t msglen);
 
+/*
+ * Resolves every buffer op q names (A, B, C, and a_out if given) against
+ * table, for a rank of world ranks on device, with the shapes the op's m,
+ * n, k and transb give them (q's fields passed the boundary's checks):
+ * each one resolved holds a reference, in q->use. On a failure the
+ * references taken are let go, and msg says which buffer and why (as
+ * ovld_buf_resolve, or "m * world overflows", or "<name>: no buffer
+ * given").
+ */
+ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, uint32_t device,
+                                 ovld_op_desc_t *q, char *msg, size_t msglen);
+
 #endif /* OVLD_BUFFERS_H */

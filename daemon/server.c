@@ -519,48 +519,6 @@ static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregis
     deregister_now(c, id, reg);
 }
 
-/* Resolves the buffers op names against c's registrations, for a rank of
- * world ranks on device: each one resolved holds a reference (q->use).
- * On a failure the references taken are let go, and msg says which buffer
- * and why. */
-static ovl_status_t resolve_bufs(const ovld_conn_t *c, uint32_t world, uint32_t device,
-                                 ovld_op_desc_t *q, char *msg, size_t len)
-{
-    /* dtype, m, n, k passed the boundary (request.h); what is left depends
-     * on the job and the registrations */
-    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
-    uint64_t rows_all;
-    if (__builtin_mul_overflow(q->m, (uint64_t)world, &rows_all)) {
-        snprintf(msg, len, "m * world overflows");
-        return OVL_ERR_RANGE;
-    }
-    const uint64_t shape[OVLD_BUF_COUNT][2] = {
-        [OVLD_BUF_A] = {q->m, q->k},
-        [OVLD_BUF_B] = {q->transb ? q->n : q->k, q->transb ? q->k : q->n},
-        [OVLD_BUF_C] = {rows_all, q->n},
-        [OVLD_BUF_AOUT] = {rows_all, q->k},
-    };
-    ovl_status_t st = OVL_OK;
-    for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
-        const ovld_buf_ref_t *ref = &q->buf[b];
-        if (!ref->given) {
-            if (b == OVLD_BUF_AOUT)
-                continue; /* optional: ovld gathers into its scratch */
-            snprintf(msg, len, "%s: no buffer given", ovld_buf_name(b));
-            st = OVL_ERR_INVALID;
-            break;
-        }
-        st = ovld_buf_resolve(&c->reg, ovld_buf_name(b), ref->mem_id, ref->offset, ref->ld,
-                              shape[b][0], shape[b][1], elem, (int)device, &q->use[b], msg, len);
-    }
-    if (st != OVL_OK)
-        for (int b = 0; b < OVLD_BUF_COUNT; b++) {
-            ovld_buf_put(q->use[b].hold);
-            q->use[b] = (ovld_buf_use_t){0};
-        }
-    return st;
-}
-
 static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q, ovl_status_t invalid,
                        const char *invalid_msg)
 {
@@ -578,8 +536,8 @@ static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q, ovl_status_t invali
     ovld_request_op_desc(q, &op);
     ovld_op_verdict_t v = {.fields = invalid, .fields_msg = invalid_msg, .bufs = OVL_OK};
     if (invalid == OVL_OK) {
-        v.bufs = resolve_bufs(c, ovld_member_world(k->m), ovld_member_device(k->m), &op, bufs_msg,
-                              sizeof(bufs_msg));
+        v.bufs = ovld_buf_resolve_op(&c->reg, ovld_member_world(k->m), ovld_member_device(k->m),
+                                     &op, bufs_msg, sizeof(bufs_msg));
         v.bufs_msg = bufs_msg;
     }
     ovl_status_t st = ovld_job_submit(&c->d->jobs, k->m, &op, &v, err, sizeof(err));

@@ -43,6 +43,8 @@ import tempfile
 import time
 import traceback
 
+from ovltest import Skip, run_tests
+
 OVLD = os.path.abspath(shutil.which(os.environ.get("OVLD_BIN", "ovld")) or os.environ.get("OVLD_BIN", "ovld"))
 OVLCTL = os.path.abspath(shutil.which(os.environ.get("OVLCTL_BIN", "ovlctl")) or os.environ.get("OVLCTL_BIN", "ovlctl"))
 DEMO = os.path.abspath(shutil.which(os.environ.get("OVL_DEMO_BIN", "ovl-demo")) or os.environ.get("OVL_DEMO_BIN", "ovl-demo"))
@@ -59,8 +61,6 @@ NOBODY = 65534  # the uid an emulated instance runs as (root only)
 OTHER = 65533   # a uid that is not the instance's
 
 
-class Skip(Exception):
-    """Raised by a test that cannot run here; the reason is printed."""
 
 
 def clean_env(**extra):
@@ -933,28 +933,6 @@ def test_ovl_demo_reaches_per_user_daemon():
         assert ops["user"] >= 3 and ops["node"] == 0, ops
         d_user.stop()
         d_node.stop()
-
-
-# ----------------------------------------------------------------- runner
-
-def run_tests(tests):
-    passed = failed = skipped = 0
-    for t in tests:
-        start = time.monotonic()
-        try:
-            t()
-            passed += 1
-            print("PASS %-45s %.2f s" % (t.__name__, time.monotonic() - start), flush=True)
-        except Skip as e:
-            skipped += 1
-            print("SKIP %-45s %s" % (t.__name__, e), flush=True)
-        except Exception:
-            failed += 1
-            print("FAIL %s" % t.__name__, flush=True)
-            traceback.print_exc()
-            sys.stdout.flush()
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

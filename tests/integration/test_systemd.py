@@ -30,6 +30,8 @@ import tempfile
 import time
 import traceback
 
+from ovltest import Skip, run_tests
+
 OVLD = os.path.abspath(shutil.which(os.environ.get("OVLD_BIN", "ovld")) or os.environ.get("OVLD_BIN", "ovld"))
 OVLCTL = os.environ.get("OVLCTL_BIN", "ovlctl")
 SOURCE_DIR = os.environ.get(
@@ -42,8 +44,6 @@ STOP_TIMEOUT = 10.0    # SIGTERM to exit
 TOOL_TIMEOUT = 30      # systemd-analyze and friends
 
 
-class Skip(Exception):
-    """Raised by a test that cannot run here; the reason is printed."""
 
 
 def clean_env(**extra):
@@ -517,28 +517,6 @@ def test_sysusers_and_tmpfiles():
         if os.geteuid() == 0:
             assert st.st_uid == int(user[0][2]) and st.st_gid == int(group[0][2]), \
                 (st.st_uid, st.st_gid, user, group)
-
-
-# ----------------------------------------------------------------- runner
-
-def run_tests(tests):
-    passed = failed = skipped = 0
-    for t in tests:
-        start = time.monotonic()
-        try:
-            t()
-            passed += 1
-            print("PASS %-45s %.2f s" % (t.__name__, time.monotonic() - start), flush=True)
-        except Skip as e:
-            skipped += 1
-            print("SKIP %-45s %s" % (t.__name__, e), flush=True)
-        except Exception:
-            failed += 1
-            print("FAIL %s" % t.__name__, flush=True)
-            traceback.print_exc()
-            sys.stdout.flush()
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -615,43 +615,6 @@ static opspec_t base(void)
     return (opspec_t){.m = 4, .n = 4, .k = 4, .dtype = OVL_DTYPE_FP32, .algo = OVL_ALGO_NAIVE};
 }
 
-/* server.c's resolve_bufs, against c's table. */
-static ovl_status_t resolve_bufs(const client_t *c, uint32_t world, uint32_t device,
-                                 ovld_op_desc_t *q, char *msg, size_t len)
-{
-    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
-    uint64_t rows_all;
-    if (__builtin_mul_overflow(q->m, (uint64_t)world, &rows_all)) {
-        snprintf(msg, len, "m * world overflows");
-        return OVL_ERR_RANGE;
-    }
-    const uint64_t shape[OVLD_BUF_COUNT][2] = {
-        [OVLD_BUF_A] = {q->m, q->k},
-        [OVLD_BUF_B] = {q->transb ? q->n : q->k, q->transb ? q->k : q->n},
-        [OVLD_BUF_C] = {rows_all, q->n},
-        [OVLD_BUF_AOUT] = {rows_all, q->k},
-    };
-    ovl_status_t st = OVL_OK;
-    for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
-        const ovld_buf_ref_t *ref = &q->buf[b];
-        if (!ref->given) {
-            if (b == OVLD_BUF_AOUT)
-                continue;
-            snprintf(msg, len, "%s: no buffer given", ovld_buf_name(b));
-            st = OVL_ERR_INVALID;
-            break;
-        }
-        st = ovld_buf_resolve(&c->table, ovld_buf_name(b), ref->mem_id, ref->offset, ref->ld,
-                              shape[b][0], shape[b][1], elem, (int)device, &q->use[b], msg, len);
-    }
-    if (st != OVL_OK)
-        for (int b = 0; b < OVLD_BUF_COUNT; b++) {
-            ovld_buf_put(q->use[b].hold);
-            q->use[b] = (ovld_buf_use_t){0};
-        }
-    return st;
-}
-
 /* Submits op seq of c as server.c's on_ag_gemm does. */
 static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, size_t errlen)
 {
@@ -674,8 +637,8 @@ static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, 
     char bufs_msg[256] = "";
     ovld_op_verdict_t v = {.fields = s.fields, .fields_msg = s.fields_msg, .bufs = OVL_OK};
     if (s.fields == OVL_OK && !s.no_resolve) {
-        v.bufs = resolve_bufs(c, ovld_member_world(c->m), ovld_member_device(c->m), &q, bufs_msg,
-                              sizeof(bufs_msg));
+        v.bufs = ovld_buf_resolve_op(&c->table, ovld_member_world(c->m), ovld_member_device(c->m),
+                                     &q, bufs_msg, sizeof(bufs_msg));
         v.bufs_msg = bufs_msg;
     }
     err[0] = '\0';
