@@ -51,6 +51,7 @@ static void usage(FILE *f)
             "  --a-out                  the client wants the gathered A\n"
             "  --transb                 B is n x k (a Linear weight's layout)\n"
             "  --strided                some A or a_out has ld != k (gathered by pulls)\n"
+            "  --shared-gpu             some ranks share a GPU (gathered by pulls)\n"
             "  --allgather auto|nccl|copy  how A is gathered (default auto)\n"
             "  --daemon                 ask ovld which plan it would run (its defaults, its\n"
             "                           allgather setting and its choice for auto) for a\n"
@@ -431,6 +432,7 @@ static int cmd_plan(int argc, char **argv)
         O_AOUT,
         O_TRANSB,
         O_STRIDED,
+        O_SHARED_GPU,
         O_ALLGATHER,
         O_DAEMON
     };
@@ -444,6 +446,7 @@ static int cmd_plan(int argc, char **argv)
         {"a-out", no_argument, NULL, O_AOUT},
         {"transb", no_argument, NULL, O_TRANSB},
         {"strided", no_argument, NULL, O_STRIDED},
+        {"shared-gpu", no_argument, NULL, O_SHARED_GPU},
         {"allgather", required_argument, NULL, O_ALLGATHER},
         {"daemon", no_argument, NULL, O_DAEMON},
         {"help", no_argument, NULL, 'h'},
@@ -503,6 +506,10 @@ static int cmd_plan(int argc, char **argv)
             p.strided = true;
             local_only = true;
             break;
+        case O_SHARED_GPU:
+            p.shared_gpu = true;
+            local_only = true;
+            break;
         case O_ALLGATHER:
             if (ovl_ag_pref_parse(optarg, &p.allgather) != OVL_OK) {
                 fprintf(stderr, "ovlctl: --allgather: '%s' is not one of auto, nccl, copy\n",
@@ -535,8 +542,8 @@ static int cmd_plan(int argc, char **argv)
         /* The Plan request carries the shape and the algorithm's knobs;
          * the daemon plans a dense op without transb, gathered as its
          * allgather setting says. */
-        fprintf(stderr, "ovlctl plan: --transb, --strided and --allgather plan here only, "
-                        "not with --daemon\n");
+        fprintf(stderr, "ovlctl plan: --transb, --strided, --shared-gpu and --allgather plan here "
+                        "only, not with --daemon\n");
         return EXIT_USAGE;
     }
     if (world > UINT32_MAX || rank > UINT32_MAX || chunks > UINT32_MAX || streams > UINT32_MAX) {

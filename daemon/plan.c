@@ -761,14 +761,15 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
     if (!plan)
         return 0;
     p = &plan->params;
-    out_printf(&o,
-               "plan format=2 algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
-               " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
-               " streams=%" PRIu32 " events=%" PRIu32 " a_out=%s strided=%s allgather=%s\n",
-               name_or(ovl_algo_name(p->algo)), p->world, p->rank, p->m, p->n, p->k,
-               name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no", plan->chunks,
-               plan->chunk_rows, plan->nstreams, plan->nevents, p->want_gathered ? "yes" : "no",
-               p->strided ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    out_printf(
+        &o,
+        "plan format=2 algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
+        " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
+        " streams=%" PRIu32 " events=%" PRIu32 " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
+        name_or(ovl_algo_name(p->algo)), p->world, p->rank, p->m, p->n, p->k,
+        name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows,
+        plan->nstreams, plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
+        p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
     out_printf(&o, "buffers");
     for (int b = 0; b < OVL_BUF_COUNT; b++) {
         const ovl_plan_buf_t *pb = &plan->bufs[b];

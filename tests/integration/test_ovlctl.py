@@ -33,6 +33,11 @@ def test_plan_offline_matches_golden():
         p = ctl("plan", "--algo", algo, "--allgather", "copy", *PLAN_ARGS)
         with open(os.path.join(GOLDEN, "plan_%s_copy.txt" % algo)) as f:
             assert p.stdout == f.read(), "ovlctl plan --algo %s --allgather copy differs" % algo
+    # ranks that share a GPU: pulls, though NCCL is asked for
+    p = ctl("plan", "--algo", "naive", "--shared-gpu", "--allgather", "nccl", *PLAN_ARGS)
+    with open(os.path.join(GOLDEN, "plan_naive_shared.txt")) as f:
+        assert p.stdout == f.read(), "ovlctl plan --shared-gpu differs from its golden file"
+    assert "ALLGATHER" not in p.stdout and "shared_gpu=yes" in p.stdout, p.stdout
 
 
 def test_plan_usage_errors():
@@ -46,7 +51,8 @@ def test_plan_usage_errors():
     commands = usage[usage.index("Commands:\n"):usage.index("\nOptions of plan:")]
     assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "version"], usage
     for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
-                "--dtype", "--a-out", "--transb", "--strided", "--allgather", "--daemon",
+                "--dtype", "--a-out", "--transb", "--strided", "--shared-gpu", "--allgather",
+                "--daemon",
                 "--socket", "--help", "--json", "--prometheus",
                 "--watch", "--reset"):
         assert re.search(r"(^|[ \[|])%s\b" % re.escape(opt), usage, re.M), (opt, usage)
@@ -62,7 +68,7 @@ def test_plan_usage_errors():
              "ovlctl: --allgather: 'mpi' is not one of auto, nccl, copy\n"),
             # the daemon is asked only what the wire says: a dense op without transb
             *[(["plan", "--daemon", *opt, *PLAN_ARGS],
-               "ovlctl plan: --transb, --strided and --allgather plan here only, not with "
+               "ovlctl plan: --transb, --strided, --shared-gpu and --allgather plan here only, not with "
                "--daemon\n") for opt in (["--strided"], ["--transb"], ["--allgather", "copy"])],
             (["plan", "--world", "x", *shape[2:]], "ovlctl: --world: 'x' is not a number\n"),
             (["plan", "--world", "4294967296", *shape[2:]], "ovlctl plan: a value is out of range\n"),

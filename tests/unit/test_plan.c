@@ -33,6 +33,7 @@ typedef enum layout {
     L_STRIDED, /* some A or a_out with ld != k: gathered by pulls */
     L_COPY,    /* dense, the daemon asks for the copy engine */
     L_NCCL,    /* dense, NCCL even for one rank */
+    L_SHARED,  /* dense, NCCL asked for, but ranks share a GPU: pulls */
     L_COUNT,
 } layout_t;
 
@@ -57,7 +58,10 @@ static ovl_plan_params_t params_of(ovl_algo_t algo, uint32_t world, uint32_t ran
 static void set_layout(ovl_plan_params_t *p, layout_t layout)
 {
     p->strided = layout == L_STRIDED;
-    p->allgather = layout == L_COPY ? OVL_AG_COPY : layout == L_NCCL ? OVL_AG_NCCL : OVL_AG_AUTO;
+    p->shared_gpu = layout == L_SHARED;
+    p->allgather = layout == L_COPY                         ? OVL_AG_COPY
+                   : layout == L_NCCL || layout == L_SHARED ? OVL_AG_NCCL
+                                                            : OVL_AG_AUTO;
 }
 
 /* Builds every rank's plan of one job into plans[0..world). */
@@ -110,7 +114,7 @@ static size_t find_instr(const ovl_plan_t *plan, ovl_instr_kind_t kind, int src,
  * (docs/plans.md, "How A is gathered"), said here independently. */
 static bool nccl_gather(const ovl_plan_params_t *p)
 {
-    if (p->strided || p->allgather == OVL_AG_COPY)
+    if (p->strided || p->shared_gpu || p->allgather == OVL_AG_COPY)
         return false;
     return p->allgather == OVL_AG_NCCL || p->world > 1;
 }
@@ -962,7 +966,8 @@ static void test_checker_all_shapes(void **state)
                             for (int l = 0; l < (a == OVL_ALGO_RING ? 1 : L_COUNT); l++) {
                                 bool transb = (chunks + streams) % 2 == 1;
 
-                                if ((l == L_NCCL && world > 1) || (l == L_STRIDED && world > 2))
+                                if ((l == L_NCCL && world > 1) || (l == L_STRIDED && world > 2) ||
+                                    (l == L_SHARED && (world < 2 || world > 4)))
                                     continue;
 
                                 build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks, streams,
@@ -977,8 +982,8 @@ static void test_checker_all_shapes(void **state)
                                 jobs++;
                             }
     /* ring, and naive and collective each dense and copy at every world,
-     * nccl at world 1, strided at worlds 1 and 2 */
-    assert_int_equal(jobs, 7 * 10 * 6 * 2 * (8 * 3 + 8 * 2 + 1 * 2 + 2 * 2));
+     * nccl at world 1, strided at worlds 1 and 2, shared at worlds 2 to 4 */
+    assert_int_equal(jobs, 7 * 10 * 6 * 2 * (8 * 3 + 8 * 2 + 1 * 2 + 2 * 2 + 3 * 2));
     checker_free(&ck);
 }
 
@@ -1321,6 +1326,8 @@ static void test_golden_copy(void **state)
     (void)state;
     check_golden_as(OVL_ALGO_NAIVE, L_COPY, "plan_naive_copy.txt");
     check_golden_as(OVL_ALGO_COLLECTIVE, L_COPY, "plan_collective_copy.txt");
+    /* ranks that share a GPU: pulls though NCCL is asked for */
+    check_golden_as(OVL_ALGO_NAIVE, L_SHARED, "plan_naive_shared.txt");
 }
 
 static void expect_invalid(const ovl_plan_params_t *p)
