@@ -4,12 +4,18 @@
  * For each shape (M x K x N, M the gathered row count) it times
  * C = allgather(A) @ B three ways on the same GPUs, in one run:
  *
- *   - through ovld: W forked rank processes (rank r on GPU r) join one job
- *     and submit ovl_allgather_gemm back to back on their own stream, for
- *     every algorithm and chunk count asked for;
+ *   - through ovld: W forked rank processes (rank r on GPU r mod G, G the
+ *     GPUs here) join one job and submit ovl_allgather_gemm back to back on
+ *     their own stream, for every algorithm and chunk count asked for;
  *   - the baselines, in this process once the ranks have exited: NCCL's
  *     all-gather alone, the cuBLASLt GEMM alone (the same wrapper ovld uses),
  *     and the two in sequence ("unfused"); floor = max(all-gather, GEMM).
+ *
+ * With more ranks than GPUs (W > G) ranks share GPUs: ovld gathers by the
+ * copy engine there, and so do the baselines (NCCL cannot put two ranks on
+ * one GPU): each rank's copies of every shard, "copy-gather". A time
+ * measured so includes the other ranks' work on the same GPU: it is no
+ * overlap figure, and the table and the summary say so.
  *
  * Every time is the median of `iters` back-to-back ops measured with CUDA
  * events on the stream that issues them (the application's view of one op in
@@ -87,6 +93,7 @@ typedef struct cfg {
 typedef struct bopts {
     const char *socket;
     uint32_t world; /* 0 until known: the number of GPUs */
+    uint32_t ngpu;  /* the GPUs here (the probe's count): rank r is on GPU r % ngpu */
     ovl_dtype_t dtype;
     shape_t shapes[MAX_SHAPES];
     int nshapes;
@@ -113,7 +120,10 @@ static void usage(FILE *f)
             "on the same GPUs. ovld must be running with the CUDA backend.\n"
             "\n"
             "  --socket PATH     ovld's socket (default $OVL_SOCKET, else %s)\n"
-            "  --world W         ranks, one GPU each (default: every GPU)\n"
+            "  --world W         ranks (default: every GPU, one rank each); rank r runs on\n"
+            "                    GPU r mod G, so with more ranks than GPUs ranks share GPUs\n"
+            "                    (the baselines then gather by copies, not NCCL) and the\n"
+            "                    times are no overlap figures (at most %d ranks)\n"
             "  --dtype T         bf16, fp16 or fp32 (default bf16)\n"
             "  --shapes LIST     MxKxN,... with M the gathered rows, divisible by W (default\n"
             "                    4096x4096x4096,8192x8192x8192,16384x8192x14336,\n"
@@ -131,7 +141,7 @@ static void usage(FILE *f)
             "  --timeout S       seconds a shape may take before everything is stopped\n"
             "                    (default 300)\n"
             "  -h, --help        show this help\n",
-            OVL_DEFAULT_SOCKET);
+            OVL_DEFAULT_SOCKET, MAX_WORLD);
 }
 
 /* Splits a comma-separated list in place; calls one(item) for each. */
@@ -327,6 +337,36 @@ static void cfg_str(char *buf, size_t len, cfg_t c)
         snprintf(buf, len, "%s", ovl_algo_name(c.algo));
     else
         snprintf(buf, len, "%s chunks %u", ovl_algo_name(c.algo), c.chunks);
+}
+
+/* The GPU of rank r: round-robin over the GPUs here. */
+static int rank_device(const bopts_t *o, uint32_t r)
+{
+    return (int)(r % o->ngpu);
+}
+
+/* The GPUs the ranks use. */
+static uint32_t gpus_used(const bopts_t *o)
+{
+    return o->world < o->ngpu ? o->world : o->ngpu;
+}
+
+/* Some GPU holds more than one rank. */
+static bool ranks_share(const bopts_t *o)
+{
+    return o->world > o->ngpu;
+}
+
+/* How many ranks each GPU holds, in words: "1 rank per GPU", "2 ranks per
+ * GPU, shared", "1 to 2 ranks per GPU, shared". */
+static void share_str(char *buf, size_t len, const bopts_t *o)
+{
+    uint32_t lo = o->world / gpus_used(o), hi = (o->world + gpus_used(o) - 1) / gpus_used(o);
+    if (lo == hi)
+        snprintf(buf, len, "%u rank%s per GPU%s", lo, lo == 1 ? "" : "s",
+                 ranks_share(o) ? ", shared" : "");
+    else
+        snprintf(buf, len, "%u to %u ranks per GPU, shared", lo, hi);
 }
 
 static int cmp_float(const void *pa, const void *pb)
@@ -719,8 +759,8 @@ out:
     return rc;
 }
 
-/* A rank process: joins the job on GPU `rank`, runs every shape, reports
- * through fd. Returns the exit status. */
+/* A rank process: joins the job on GPU rank_device(rank), runs every
+ * shape, reports through fd. Returns the exit status. */
 static int rank_main(const bopts_t *o, uint32_t rank, int fd)
 {
     rank_ctx_t ctx = {.o = o, .rank = rank, .fd = fd, .shape = -1, .cfg = -1};
@@ -729,15 +769,16 @@ static int rank_main(const bopts_t *o, uint32_t rank, int fd)
     char err[256];
     ovl_status_t st;
 
-    snprintf(x->where, sizeof(x->where), "setup");
+    int dev = rank_device(o, rank);
+    snprintf(x->where, sizeof(x->where), "setup (GPU %d)", dev);
     /* The device first, so that nothing makes a context on another GPU. */
-    RCUDA(cudaSetDevice((int)rank));
+    RCUDA(cudaSetDevice(dev));
     if ((st = ovl_connect(o->socket, &x->cl)) != OVL_OK) {
         rank_fail(x, "ovl_connect: %s: %s", ovl_strerror(st), ovl_connect_error());
         goto out;
     }
     ovl_set_timeout(x->cl, CLIENT_TIMEOUT_MS);
-    ROVL(ovl_comm_init(x->cl, o->job, o->world, rank, (int)rank, &x->comm));
+    ROVL(ovl_comm_init(x->cl, o->job, o->world, rank, dev, &x->comm));
     RCUDA(cudaStreamCreateWithFlags(&x->s, cudaStreamNonBlocking));
     x->ev = calloc((size_t)o->iters + 1, sizeof(*x->ev));
     x->tmp = calloc((size_t)o->iters, sizeof(*x->tmp));
@@ -1041,10 +1082,12 @@ static bool ovl_phase(const bopts_t *o, char *why, size_t whylen)
 
 /* ------------------------------------------------------------ the parent: baselines */
 
+/* One rank's part of the baselines: on GPU rank_device(rank), its own
+ * stream and buffers (ranks that share a GPU have one each there). */
 typedef struct bgpu {
     int dev;
     cudaStream_t s;
-    ncclComm_t comm;
+    ncclComm_t comm; /* NULL where ranks share GPUs (copy-gather) */
     ovld_lt_t *lt;
     void *ws;
     cudaEvent_t *ev; /* iters + 1 */
@@ -1099,10 +1142,31 @@ static ncclDataType_t nccl_type(ovl_dtype_t dt)
     return dt == OVL_DTYPE_FP32 ? ncclFloat32 : dt == OVL_DTYPE_FP16 ? ncclFloat16 : ncclBfloat16;
 }
 
-/* One NCCL all-gather of the shards into G on every GPU, as one group. */
+/* The gather where ranks share GPUs: on each rank's stream, a copy of
+ * every rank's shard (its own included, as NCCL's) into its G; across GPUs
+ * a peer copy. The shards do not change while they are timed. */
+static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count)
+{
+    int rc = -1;
+    size_t bytes = count * ovl_dtype_size(o->dtype);
+    for (uint32_t i = 0; i < o->world; i++) {
+        PCUDA(cudaSetDevice(gp[i].dev));
+        for (uint32_t j = 0; j < o->world; j++)
+            PCUDA(cudaMemcpyAsync((char *)gp[i].g + (size_t)j * bytes, gp[j].a, bytes,
+                                  cudaMemcpyDefault, gp[i].s));
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/* One all-gather of the shards into G on every rank: NCCL's, as one group;
+ * copies where ranks share GPUs (NCCL refuses two ranks on one GPU). */
 static int bl_allgather(const bopts_t *o, bgpu_t *gp, size_t count)
 {
     int rc = -1;
+    if (ranks_share(o))
+        return bl_copy_gather(o, gp, count);
     PNCCL(ncclGroupStart());
     for (uint32_t i = 0; i < o->world; i++) {
         ncclResult_t r =
@@ -1146,7 +1210,7 @@ out:
     return rc;
 }
 
-/* Waits for every GPU's stream and asks NCCL for late errors. */
+/* Waits for every rank's stream and asks NCCL (if used) for late errors. */
 static int bl_sync(const bopts_t *o, bgpu_t *gp)
 {
     int rc = -1;
@@ -1154,6 +1218,8 @@ static int bl_sync(const bopts_t *o, bgpu_t *gp)
         ncclResult_t ae = ncclSuccess;
         PCUDA(cudaSetDevice(gp[i].dev));
         PCUDA(cudaStreamSynchronize(gp[i].s));
+        if (!gp[i].comm)
+            continue;
         PNCCL(ncclCommGetAsyncError(gp[i].comm, &ae));
         if (ae != ncclSuccess) {
             bl_fail("NCCL on GPU %u: %s (%s)", i, ncclGetErrorString(ae),
@@ -1189,7 +1255,7 @@ out:
 /*
  * Times one baseline (BL_AG, BL_GEMM or BL_UNFUSED) on one shape: warmup,
  * then iters back to back with events around each on every GPU; *ret_ms is
- * the max over GPUs of the median per-op time.
+ * the max over ranks of the median per-op time.
  */
 static int bl_time(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, float *tmp, double *ret_ms)
 {
@@ -1258,11 +1324,68 @@ out:
     return rc;
 }
 
+/* One NCCL communicator per rank (one rank per GPU), from this one thread:
+ * the inits must be one group. */
+static int bl_comms(const bopts_t *o, bgpu_t *gp)
+{
+    int rc = -1;
+    ncclUniqueId id;
+    PNCCL(ncclGetUniqueId(&id));
+    PNCCL(ncclGroupStart());
+    for (uint32_t i = 0; i < o->world; i++) {
+        cudaError_t ce = cudaSetDevice(gp[i].dev);
+        ncclResult_t r = ncclSuccess;
+        if (ce == cudaSuccess)
+            r = ncclCommInitRank(&gp[i].comm, (int)o->world, id, (int)i);
+        if (ce != cudaSuccess)
+            bl_fail("cudaSetDevice(%d): %s", gp[i].dev, cudaGetErrorString(ce));
+        else if (r != ncclSuccess)
+            bl_fail("ncclCommInitRank (GPU %d): %s (%s)", gp[i].dev, ncclGetErrorString(r),
+                    ncclGetLastError(NULL));
+        if (ce != cudaSuccess || r != ncclSuccess) {
+            ncclGroupEnd(); /* closes the group; the failure is already named */
+            goto out;
+        }
+    }
+    PNCCL(ncclGroupEnd());
+    rc = 0;
+out:
+    return rc;
+}
+
+/* Where ranks share GPUs (copy-gather): peer access between the GPUs used,
+ * where it can be had, so that copies across GPUs go directly. */
+static int bl_peers(const bopts_t *o)
+{
+    int rc = -1;
+    for (uint32_t a = 0; a < gpus_used(o); a++)
+        for (uint32_t b = 0; b < gpus_used(o); b++) {
+            int can = 0;
+            if (a == b)
+                continue;
+            PCUDA(cudaDeviceCanAccessPeer(&can, (int)a, (int)b));
+            if (!can)
+                continue; /* cudaMemcpyAsync stages such copies through the host */
+            PCUDA(cudaSetDevice((int)a));
+            cudaError_t ce = cudaDeviceEnablePeerAccess((int)b, 0);
+            /* enabled already: fine, and not left behind as the last error */
+            if (ce == cudaErrorPeerAccessAlreadyEnabled)
+                (void)cudaGetLastError();
+            else
+                PCUDA(ce);
+        }
+    rc = 0;
+out:
+    return rc;
+}
+
 /*
  * The baselines of every shape into g_bl: NCCL communicators for the W
- * local GPUs from this one thread, then per shape the buffers, the data (the
- * ranks' A and B, from the same seed), and the three timings. 0 on success;
- * -1 with the reason in g_err. A watchdog bounds each step.
+ * local GPUs from this one thread (where ranks share GPUs, none: peer
+ * access between the GPUs used instead, for copy-gather), then per shape
+ * the buffers, the data (the ranks' A and B, from the same seed), and the
+ * three timings. 0 on success; -1 with the reason in g_err. A watchdog
+ * bounds each step.
  */
 static int bl_phase(const bopts_t *o)
 {
@@ -1270,7 +1393,6 @@ static int bl_phase(const bopts_t *o)
     int rc = -1;
     float *tmp = calloc((size_t)o->iters, sizeof(float));
     char err[256], shp[64];
-    ncclUniqueId id;
     size_t es = ovl_dtype_size(o->dtype);
 
     memset(gp, 0, sizeof(gp));
@@ -1280,33 +1402,17 @@ static int bl_phase(const bopts_t *o)
         goto out;
     }
     alarm((unsigned)o->timeout_s);
-    PNCCL(ncclGetUniqueId(&id));
-    /* Several GPUs from one thread: the inits must be one group. */
-    PNCCL(ncclGroupStart());
-    for (uint32_t i = 0; i < o->world; i++) {
-        gp[i].dev = (int)i;
-        cudaError_t ce = cudaSetDevice((int)i);
-        ncclResult_t r = ncclSuccess;
-        if (ce == cudaSuccess)
-            r = ncclCommInitRank(&gp[i].comm, (int)o->world, id, (int)i);
-        if (ce != cudaSuccess)
-            bl_fail("cudaSetDevice(%u): %s", i, cudaGetErrorString(ce));
-        else if (r != ncclSuccess)
-            bl_fail("ncclCommInitRank (GPU %u): %s (%s)", i, ncclGetErrorString(r),
-                    ncclGetLastError(NULL));
-        if (ce != cudaSuccess || r != ncclSuccess) {
-            ncclGroupEnd(); /* closes the group; the failure is already named */
-            goto out;
-        }
-    }
-    PNCCL(ncclGroupEnd());
+    for (uint32_t i = 0; i < o->world; i++)
+        gp[i].dev = rank_device(o, i);
+    if ((ranks_share(o) ? bl_peers(o) : bl_comms(o, gp)) != 0)
+        goto out;
     for (uint32_t i = 0; i < o->world; i++) {
         bgpu_t *g = &gp[i];
         PCUDA(cudaSetDevice(g->dev));
         PCUDA(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
         ovl_status_t st = ovld_lt_create(&g->lt, err, sizeof(err));
         if (st != OVL_OK) {
-            bl_fail("ovld_lt_create (GPU %u): %s: %s", i, ovl_strerror(st), err);
+            bl_fail("ovld_lt_create (rank %u, GPU %d): %s: %s", i, g->dev, ovl_strerror(st), err);
             goto out;
         }
         PCUDA(cudaMalloc(&g->ws, OVLD_LT_WORKSPACE));
@@ -1338,14 +1444,15 @@ static int bl_phase(const bopts_t *o)
         if (bl_sync(o, gp) != 0)
             goto out;
         /* The all-gather first: it also fills G for the GEMM alone. */
-        static const char *names[BL_N] = {"all-gather", "GEMM", "unfused"};
+        const char *names[BL_N] = {ranks_share(o) ? "copy-gather" : "all-gather", "GEMM",
+                                   "unfused"};
         for (int what = 0; what < BL_N; what++) {
             snprintf(g_where, sizeof(g_where), "shape %s, %s", shp, names[what]);
             if (bl_time(o, gp, sh, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
         }
-        printf("  %-18s all-gather %.3f ms, GEMM %.3f ms, unfused %.3f ms\n", shp, g_bl[si][BL_AG],
-               g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        printf("  %-18s %s %.3f ms, GEMM %.3f ms, unfused %.3f ms\n", shp, names[BL_AG],
+               g_bl[si][BL_AG], g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
@@ -1355,8 +1462,10 @@ static int bl_phase(const bopts_t *o)
     for (uint32_t i = 0; i < o->world; i++) {
         bgpu_t *g = &gp[i];
         PCUDA(cudaSetDevice(g->dev));
-        PNCCL(ncclCommFinalize(g->comm));
-        PNCCL(ncclCommDestroy(g->comm));
+        if (g->comm) {
+            PNCCL(ncclCommFinalize(g->comm));
+            PNCCL(ncclCommDestroy(g->comm));
+        }
         ovld_lt_destroy(g->lt);
         PCUDA(cudaFree(g->ws));
         for (int e = 0; e <= o->iters; e++)
@@ -1400,7 +1509,8 @@ static int build_rows(const bopts_t *o, row_t *rows)
         double floor_ms = fmax(ag, gemm); /* NaN if either is missing */
         if (!isfinite(ag) || !isfinite(gemm))
             floor_ms = NAN;
-        static const char *names[4] = {"allgather", "gemm", "unfused", "floor"};
+        const char *names[4] = {ranks_share(o) ? "copy-gather" : "allgather", "gemm", "unfused",
+                                "floor"};
         double t[4] = {ag, gemm, unf, floor_ms};
         for (int k = 0; k < 4 + o->ncfgs; k++) {
             row_t *r = &rows[n++];
@@ -1502,6 +1612,12 @@ static void print_summary(FILE *f, const bopts_t *o, bool md)
 
 /* ------------------------------------------------------------ main */
 
+/* Said with every table and summary of a run whose ranks share GPUs. */
+#define SHARED_NOTE                                                                                \
+    "ranks share GPUs: each time includes the other ranks' work on the same GPU, so it is no "     \
+    "overlap figure; ovld and the baselines gather by copies there (copy-gather: NCCL cannot "     \
+    "put two ranks on one GPU), and x floor / x unfused compare with those baselines."
+
 static void version_str(char *buf, size_t len, int v)
 {
     snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
@@ -1559,11 +1675,11 @@ int main(int argc, char **argv)
         printf("ovl-bench: no GPU: %s\n", p.err);
         return 77;
     }
+    o.ngpu = (uint32_t)p.ngpu;
     if (o.world == 0)
-        o.world = (uint32_t)p.ngpu;
-    if (o.world > (uint32_t)p.ngpu || o.world > MAX_WORLD) {
-        fprintf(stderr, "ovl-bench: --world %u, but %d GPU%s here (and at most %d)\n", o.world,
-                p.ngpu, p.ngpu == 1 ? "" : "s", MAX_WORLD);
+        o.world = o.ngpu < MAX_WORLD ? o.ngpu : MAX_WORLD;
+    if (o.world > MAX_WORLD) {
+        fprintf(stderr, "ovl-bench: --world %u: at most %d ranks\n", o.world, MAX_WORLD);
         return 2;
     }
     for (int si = 0; si < o.nshapes; si++)
@@ -1586,9 +1702,9 @@ int main(int argc, char **argv)
                 p.daemon_err);
         return 1;
     }
-    if (p.ovld_devices < o.world) {
-        fprintf(stderr, "ovl-bench: ovld has %u device%s, --world is %u\n", p.ovld_devices,
-                p.ovld_devices == 1 ? "" : "s", o.world);
+    if (p.ovld_devices < gpus_used(&o)) {
+        fprintf(stderr, "ovl-bench: ovld has %u device%s, the ranks use %u GPU%s\n", p.ovld_devices,
+                p.ovld_devices == 1 ? "" : "s", gpus_used(&o), gpus_used(&o) == 1 ? "" : "s");
         return 2;
     }
     FILE *res = NULL;
@@ -1614,8 +1730,14 @@ int main(int argc, char **argv)
     char when[32];
     gmtime_r(&now, &tm);
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    printf("ovl-bench: %s x %u, %s; ovld %s; driver (CUDA) %s, runtime %s, NCCL %s\n", p.gpu,
-           o.world, ovl_dtype_name(o.dtype), p.ovld_version, drv, rt, nccl);
+    char share[64];
+    share_str(share, sizeof(share), &o);
+    printf("ovl-bench: %s x %u, world %u (%s), %s; ovld %s; driver (CUDA) %s, runtime %s, "
+           "NCCL %s\n",
+           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), p.ovld_version, drv, rt,
+           nccl);
+    if (ranks_share(&o))
+        printf("ovl-bench: %s\n", SHARED_NOTE);
     printf("ovl-bench: %d shape%s x %d config%s, warmup %d, iters %d, check %s%s%s\n", o.nshapes,
            o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup, o.iters,
            o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
@@ -1647,6 +1769,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int nrows = build_rows(&o, rows);
+    printf("world %u on %u GPU%s (%s)%s\n", o.world, gpus_used(&o), gpus_used(&o) == 1 ? "" : "s",
+           share, ranks_share(&o) ? ": ranks share GPUs, no overlap figure (see the summary)" : "");
     print_table(stdout, rows, nrows, false);
 
     int nchecked = 0, nfailed = 0;
@@ -1657,7 +1781,10 @@ int main(int argc, char **argv)
         }
     bool complete = ovl_ok && bl_ok;
     if (res && complete) {
-        fprintf(res, "\n## %s — %s x %u, %s\n\n", when, p.gpu, o.world, ovl_dtype_name(o.dtype));
+        fprintf(res, "\n## %s — %s x %u, world %u (%s), %s\n\n", when, p.gpu, gpus_used(&o),
+                o.world, share, ovl_dtype_name(o.dtype));
+        if (ranks_share(&o))
+            fprintf(res, "%s\n\n", SHARED_NOTE);
         fprintf(res,
                 "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d, iters %d; "
                 "check %s%s%s.\n\n",
@@ -1677,8 +1804,11 @@ int main(int argc, char **argv)
     else if (res)
         printf("\n(incomplete run: nothing appended to %s)\n", o.results);
 
-    printf("\nsummary (%s x %u, %s; median of %d back-to-back ops, max over GPUs):\n", p.gpu,
-           o.world, ovl_dtype_name(o.dtype), o.iters);
+    printf("\nsummary (%s x %u, world %u (%s), %s; median of %d back-to-back ops, max over "
+           "ranks):\n",
+           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), o.iters);
+    if (ranks_share(&o))
+        printf("  %s\n", SHARED_NOTE);
     print_summary(stdout, &o, false);
     if (!complete)
         printf("ovl-bench: FAILED: %s\n", !ovl_ok ? why : g_err);

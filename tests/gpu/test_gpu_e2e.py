@@ -1,16 +1,22 @@
-"""AG-GEMM end to end on the CUDA backend: ovl-demo's client processes (world 2,
-GPUs 0 and 1) through a real ovld, every algorithm per run (naive, collective,
-ring), checked by the clients against a cuBLASLt fp32 reference on the GPU.
+"""AG-GEMM end to end on the CUDA backend: ovl-demo's client processes (world
+WORLD, --world, default 2) through a real ovld, every algorithm per run (naive,
+collective, ring), checked by the clients against a cuBLASLt fp32 reference on
+the GPU. The ranks go round-robin over the GPUs (ovl-demo: rank r on GPU r mod
+G): on one GPU they all share it (ovld gathers by copies between them), on G >=
+WORLD GPUs each has its own. ctest runs it at world 2 and 4 (test_gpu_e2e_w2,
+test_gpu_e2e_w4); it prints the world and how many ranks each GPU holds first.
 
 Cases: the five benchmark shapes (M x K x N, M the gathered rows: each rank
 holds M/2) in bf16 and fp16, fp32 on the two smallest; small odd shapes in
 every dtype, with and without a_out; a_out on 8192^3 bf16; pointers inside a
 larger allocation (--interior); B stored N x K (--transb) on 4096^3. Each case
-prints its time. Without a GPU (ovld cannot start the CUDA backend) or with
-fewer than 2, prints "SKIP: ..." and exits 77, ctest's skip code.
+prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
+device) prints "SKIP: ..." and exits 77, ctest's skip code.
 
-Budget: under 6 minutes on 2 x H200 (most of a case is process and CUDA
-start-up and the fp32 reference, not the AG-GEMMs)."""
+Budget: under 6 minutes on 2 x H200 at world 2 (most of a case is process and
+CUDA start-up and the fp32 reference, not the AG-GEMMs); each world is a ctest
+test of its own, with its own budget."""
+import argparse
 import json
 import os
 import shutil
@@ -21,10 +27,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 
-from ovltest import DEMO, OVLCTL, Daemon, run_tests  # noqa: E402
+from ovltest import DEMO, OVLCTL, Daemon, run_tests, share  # noqa: E402
 
 SKIP_CODE = 77
-WORLD = 2
+WORLD = 2              # set by main() (--world)
 ALGOS = ("naive", "collective", "ring")
 START_TIMEOUT = 60.0   # ovld creates a context per GPU before it listens
 CASE_TIMEOUT = 120     # one ovl-demo run
@@ -79,23 +85,26 @@ def start_daemon():
         d.cleanup()
         raise
     ndev = len(st.get("devices", []))
-    if st.get("backend") != "cuda" or ndev < WORLD:
+    if st.get("backend") != "cuda" or ndev < 1:
         rc = d.stop()
         d.cleanup()
         if rc != 0:
             print("FAIL: ovld exited %d" % rc)
             sys.exit(1)
-        skip("ovld's %s backend has %d device(s); the test needs %d GPUs"
-             % (st.get("backend"), ndev, WORLD))
+        skip("ovld's %s backend has %d device(s); the test needs a GPU"
+             % (st.get("backend"), ndev))
     names = ", ".join(dev.get("name", "?") for dev in st["devices"])
     print("ovld %s, %s backend, %d devices: %s" % (st.get("version"), st.get("backend"), ndev,
                                                    names), flush=True)
+    print("world %d on %d GPU%s: %s" % (WORLD, ndev, "" if ndev == 1 else "s",
+                                        share(WORLD, ndev)), flush=True)
     return d
 
 
 def demo(d, name, m, n, k, dtype, extra, iters, seed):
     cmd = [DEMO, "-w", str(WORLD), "-m", str(m), "-n", str(n), "-k", str(k), "-d", dtype,
-           "-i", str(iters), "--seed", str(seed), "--job", "gpu-e2e-%d" % seed, *extra]
+           "-i", str(iters), "--seed", str(seed), "--job", "gpu-e2e-w%d-%d" % (WORLD, seed),
+           *extra]
     left = DEADLINE - time.monotonic()
     if left < 5:
         raise AssertionError("%s: not run, the test is past its %.0f s budget" % (name, BUDGET))
@@ -140,13 +149,21 @@ def cases():
             if dt == "fp32" and (M, K, N) not in FP32_BIG:
                 continue
             out.append(("%dx%dx%d-%s" % (M, K, N, dt), M // WORLD, N, K, dt, [], 3))
-    out.append(("8192x8192x8192-bf16-a_out", 4096, 8192, 8192, "bf16", ["--a-out"], 3))
-    out.append(("4096x4096x4096-bf16-interior", 2048, 4096, 4096, "bf16", ["--interior"], 3))
-    out.append(("4096x4096x4096-bf16-transb", 2048, 4096, 4096, "bf16", ["--transb"], 3))
+    out.append(("8192x8192x8192-bf16-a_out", 8192 // WORLD, 8192, 8192, "bf16", ["--a-out"], 3))
+    out.append(("4096x4096x4096-bf16-interior", 4096 // WORLD, 4096, 4096, "bf16",
+                ["--interior"], 3))
+    out.append(("4096x4096x4096-bf16-transb", 4096 // WORLD, 4096, 4096, "bf16", ["--transb"],
+                3))
     return out
 
 
 def main():
+    global WORLD
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--world", type=int, default=2, help="ranks of each job (2..64)")
+    WORLD = ap.parse_args().world
+    if not 2 <= WORLD <= 64 or any(M % WORLD for (M, _, _) in BIG):
+        ap.error("--world must be 2..64 and divide the gathered rows of every shape")
     if not os.path.exists(DEMO) and os.sep in DEMO:
         print("FAIL: ovl-demo not found at %s (set OVL_DEMO_BIN)" % DEMO)
         sys.exit(1)

@@ -136,24 +136,37 @@ def status_json(d):
                              log_excerpt(d))
 
 
-def long_demo(d, shape, job):
-    """ovl-demo, in a session of its own: a 2-rank ring job of `shape`
-    (ovl-demo's -m/-n/-k arguments) that runs until something stops it."""
-    return subprocess.Popen([DEMO, "-w", "2"] + shape + ["-a", "ring", "-i", "100000",
-                                                        "--job", job], env=d.env(),
+def share(world, ngpu):
+    """How many ranks each GPU holds when `world` ranks go round-robin over
+    `ngpu` GPUs (ovl-demo: rank r on GPU r mod ngpu), in ovl-bench's words:
+    "1 rank per GPU", "2 ranks per GPU, shared", "1 to 2 ranks per GPU,
+    shared"."""
+    used = min(world, ngpu)
+    lo, hi = world // used, -(-world // used)
+    if lo == hi:
+        return "%d rank%s per GPU%s" % (lo, "" if lo == 1 else "s", ", shared" if lo > 1 else "")
+    return "%d to %d ranks per GPU, shared" % (lo, hi)
+
+
+def long_demo(d, shape, job, world=2):
+    """ovl-demo, in a session of its own: a ring job of `world` ranks and
+    `shape` (ovl-demo's -m/-n/-k arguments) that runs until something stops
+    it."""
+    return subprocess.Popen([DEMO, "-w", str(world)] + shape + ["-a", "ring", "-i", "100000",
+                                                               "--job", job], env=d.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
 
-def wait_job_going(d, job, ops):
-    """Waits (up to 60 s) until the job has done more than `ops` ops and both
-    ranks are in it; returns the status then."""
+def wait_job_going(d, job, ops, world=2):
+    """Waits (up to 60 s) until the job has done more than `ops` ops and all
+    its `world` ranks are in it; returns the status then."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         s = status_json(d)
         jobs = [j for j in s["jobs"] if j["id"] == job]
         ranks = [c for c in s["clients"] if c["job"] == job]
-        if jobs and jobs[0]["ops_done"] > ops and len(ranks) == 2:
+        if jobs and jobs[0]["ops_done"] > ops and len(ranks) == world:
             return s
         time.sleep(0.05)
     raise AssertionError("the job never got going:\n" + log_excerpt(d))
@@ -186,30 +199,34 @@ def wait_no_job(d, timeout=30):
         time.sleep(0.1)
 
 
-def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
-    """ovl-demo runs a long 2-rank ring job of `shape`; once it has done
-    ops_before_kill ops, rank 1's process is killed (SIGKILL) with ops in
-    flight. ovl-demo must report rank 1 (exit 1, "rank 1 sent no result",
-    and stop rank 0 itself). ovld must let those ops run out or fail (every
-    failure an OVL_ERR_ABORTED, every op counted once), say in its log that
-    rank 1 left (with ops pending: the job aborted; without: it takes no
-    more ops), then rank 0, and end the job once, after as many ops as its
-    counters say were done; free what it held (no job, no held bytes within
-    30 s), keep its loop turning, serve a fresh job of fresh_shape
-    correctly, and stop at once on SIGTERM."""
-    demo = long_demo(d, shape, "doomed")
+def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2):
+    """ovl-demo runs a long ring job of `world` ranks and `shape`; once it
+    has done ops_before_kill ops, the last rank's process (rank world - 1:
+    rank 1 at world 2) is killed (SIGKILL) with ops in flight. ovl-demo must
+    report it (exit 1, "rank V sent no result", and stop the other ranks
+    itself). ovld must let those ops run out or fail (every failure an
+    OVL_ERR_ABORTED, every op counted once), say in its log that rank V left
+    (with ops pending: the job aborted; without: it takes no more ops), then
+    each other rank, once, and end the job once, after the last of them
+    left, after as many ops as its counters say were done; free what it
+    held (no job, no held bytes within 30 s), keep its loop turning, serve a
+    fresh job of fresh_shape (`world` ranks too) correctly, and stop at once
+    on SIGTERM."""
+    v = world - 1  # the victim's rank
+    demo = long_demo(d, shape, "doomed", world)
     try:
-        s = wait_job_going(d, "doomed", ops_before_kill)
-        victim = [c["pid"] for c in s["clients"] if c["job"] == "doomed" and c["rank"] == 1][0]
+        s = wait_job_going(d, "doomed", ops_before_kill, world)
+        victim = [c["pid"] for c in s["clients"] if c["job"] == "doomed" and c["rank"] == v][0]
         os.kill(victim, signal.SIGKILL)
         try:
-            out, err = demo.communicate(timeout=60)  # the demo stops its other rank itself
+            out, err = demo.communicate(timeout=60)  # the demo stops its other ranks itself
         except subprocess.TimeoutExpired:
             raise AssertionError("ovl-demo did not end after a rank died:\n" + log_excerpt(d))
         assert demo.returncode == 1, (demo.returncode, out, err)
-        # rank 1 wrote no result; rank 0's, if it wrote one, comes first
-        assert demo_failed_row(out, "ring") == "rank 1 sent no result", out
-        assert "ovl-demo: rank 1 failed; stopping the others" in err.splitlines(), err
+        # rank v wrote no result; the others', if they wrote one, come first
+        # (the row names the last failing rank, and v is the last rank)
+        assert demo_failed_row(out, "ring") == "rank %d sent no result" % v, out
+        assert "ovl-demo: rank %d failed; stopping the others" % v in err.splitlines(), err
     finally:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
@@ -219,17 +236,21 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
     why = "its client closed the connection"
     msgs = [m for m in log_messages(d) if m.startswith("job 'doomed': ")]
     brief = [m for m in msgs if not re.match(r"job 'doomed': op \d+ ", m)]  # for messages
-    left1 = [m for m in msgs if re.match(r"job 'doomed': (aborted: )?rank 1 left ", m)]
-    assert left1 in (["job 'doomed': aborted: rank 1 left (%s) with ops pending" % why],
-                     ["job 'doomed': rank 1 left (%s); the job takes no more ops" % why]), brief
-    left0 = [m for m in msgs if re.match(r"job 'doomed': (aborted: )?rank 0 left ", m)]
-    assert len(left0) == 1 and re.fullmatch(
-        r"job 'doomed': rank 0 left \((its client closed the connection|comm destroyed)\)",
-        left0[0]), brief
-    assert msgs.index(left1[0]) < msgs.index(left0[0]), brief
+    leftv = [m for m in msgs if re.match(r"job 'doomed': (aborted: )?rank %d left " % v, m)]
+    assert leftv in (["job 'doomed': aborted: rank %d left (%s) with ops pending" % (v, why)],
+                     ["job 'doomed': rank %d left (%s); the job takes no more ops" % (v, why)]), \
+        brief
+    last = msgs.index(leftv[0])
+    for q in range(world - 1):  # every other rank, after the victim
+        leftq = [m for m in msgs if re.match(r"job 'doomed': (aborted: )?rank %d left " % q, m)]
+        assert len(leftq) == 1 and re.fullmatch(
+            r"job 'doomed': rank %d left \((its client closed the connection|comm destroyed)\)"
+            % q, leftq[0]), brief
+        assert msgs.index(leftv[0]) < msgs.index(leftq[0]), brief
+        last = max(last, msgs.index(leftq[0]))
     ended = [m for m in msgs if m.startswith("job 'doomed': ended after ")]
     # once the last rank left (ops failed on the side may be logged after)
-    assert len(ended) == 1 and msgs.index(ended[0]) > msgs.index(left0[0]), brief
+    assert len(ended) == 1 and msgs.index(ended[0]) > last, brief
     # the counters and the log agree: every op issued was logged so (the
     # executor's failures too), every op done or failed counted once; the
     # job ended (its last rank gone) with the ops done by then, and the ops
@@ -248,7 +269,8 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
     assert set(errors) <= {-17}, st["errors"]
     assert st["ops_failed"] <= errors.get(-17, 0), st
     # and serves a fresh job correctly
-    p = d.run([DEMO, "-w", "2"] + fresh_shape + ["-i", "3", "--job", "after"], timeout=120)
+    p = d.run([DEMO, "-w", str(world)] + fresh_shape + ["-i", "3", "--job", "after"],
+              timeout=120)
     assert "all checks passed" in p.stdout, p.stdout
     # ovld's loop never stopped turning (daemon/stall.c reports it)
     assert "event loop has not turned" not in d.log_text(), log_excerpt(d)
@@ -257,16 +279,16 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50):
     assert time.monotonic() - t0 < 10, "SIGTERM took %.1f s" % (time.monotonic() - t0)
 
 
-def daemon_killed_mid_job(d, shape, ops_before_kill=50):
-    """ovl-demo runs a long 2-rank ring job of `shape`; once it has done
-    ops_before_kill ops, ovld is killed (SIGKILL) with ops in flight. No op
-    will ever be done: libovl must release its own waits (on a GPU, the
-    ones its streams hold) and fail, so that ovl-demo ends, within 30 s and
-    exit status 1, its ring row failed with one of libovl's words for a
-    connection to ovld that closed, rather than wait for ever."""
-    demo = long_demo(d, shape, "orphaned")
+def daemon_killed_mid_job(d, shape, ops_before_kill=50, world=2):
+    """ovl-demo runs a long ring job of `world` ranks and `shape`; once it
+    has done ops_before_kill ops, ovld is killed (SIGKILL) with ops in
+    flight. No op will ever be done: libovl must release its own waits (on
+    a GPU, the ones its streams hold) and fail, so that ovl-demo ends,
+    within 30 s and exit status 1, its ring row failed with one of libovl's
+    words for a connection to ovld that closed, rather than wait for ever."""
+    demo = long_demo(d, shape, "orphaned", world)
     try:
-        wait_job_going(d, "orphaned", ops_before_kill)
+        wait_job_going(d, "orphaned", ops_before_kill, world)
         pid = d.proc.pid
         d.proc.kill()
         d.proc.wait()
