@@ -143,14 +143,41 @@ def cases_for(world):
     return out
 
 
+def new_daemon():
+    """A Daemon, started with ovld's own sanitizer options where ctest gave
+    them (OVL_DAEMON_ASAN_OPTIONS): this Python process runs with leak checks
+    off and the ASan runtime preloaded, for the ASan-built libovl only."""
+    saved = {k: os.environ.get(k) for k in ("ASAN_OPTIONS", "LD_PRELOAD")}
+    if "OVL_DAEMON_ASAN_OPTIONS" in os.environ:
+        os.environ["ASAN_OPTIONS"] = os.environ["OVL_DAEMON_ASAN_OPTIONS"]
+        os.environ.pop("LD_PRELOAD", None)
+    try:
+        return Daemon()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 D = None
 
 
 def daemon():
     global D
     if D is None or D.proc.poll() is not None:
-        D = Daemon()
+        D = new_daemon()
     return D
+
+
+def test_daemon_stops_clean():
+    """The shared ovld, after all of the above, stops with status 0 and
+    nothing from a sanitizer in its log."""
+    d = daemon()
+    rc = d.stop()
+    text = d.log_text()
+    assert rc == 0 and "Sanitizer" not in text and "runtime error" not in text, (rc, text[-3000:])
 
 
 def test_library_and_info():
@@ -372,7 +399,7 @@ KILLED = textwrap.dedent("""
 
 
 def test_daemon_killed_mid_job():
-    d = Daemon()
+    d = new_daemon()
     try:
         p = subprocess.Popen([sys.executable, "-c", KILLED, d.socket], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -406,8 +433,8 @@ if __name__ == "__main__":
     try:
         run_tests([test_library_and_info, test_status_mapping, test_connect_refused, test_world_1,
                    test_world_2, test_world_3, test_world_4, test_bad_inputs_leave_comm_usable,
-                   test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job])
+                   test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job,
+                   test_daemon_stops_clean])
     finally:
         if D is not None:
-            D.stop()
             D.cleanup()
