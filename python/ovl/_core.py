@@ -487,6 +487,9 @@ class Comm:
                 raise InvalidArgument("%s: %d x %d does not fit a's %d columns%s" % (
                     B.name, B.rows, B.cols, k, " (transb: B is n x k)" if transb else ""))
             Bs.append((B, n))
+        self._check_in(A, A)  # where the inputs live, before allocating outputs like them
+        for B, _ in Bs:
+            self._check_in(B, A)
         for i, (B, n) in enumerate(Bs):
             if outs[i] is None:
                 outs[i] = self._alloc_like(A, (self.world * m, n))
@@ -499,9 +502,6 @@ class Comm:
         AO = None
         if a_out is not None:
             AO = self._check_out(_describe("a_out", a_out), (self.world * m, k), A)
-        for B, _ in Bs:
-            self._check_in(B, A)
-        self._check_in(A, A)
         written = Cs + ([AO] if AO else [])
         for i, w in enumerate(written):
             for r in [A] + [B for B, _ in Bs] + written[i + 1:]:

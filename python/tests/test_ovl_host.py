@@ -11,7 +11,6 @@ and OVLD_BIN to the built ovld; by hand:
 """
 import multiprocessing as mp
 import os
-import signal
 import subprocess
 import sys
 import textwrap
