@@ -299,6 +299,10 @@ def test_bad_inputs_leave_comm_usable():
         expect(IA, c.comm, "", 1, 0, 0, words="job")
         expect(IA, c.comm, "j" * 64, 1, 0, 0, words="1 to 63 bytes")  # ovld's refusal
         expect(ovl.Exists, other.comm, comm.job, 1, 0, 0, words="already joined")
+        # the CUDA path's argument handling, without a GPU: a device array is
+        # refused by the host backend, before anything is sent
+        expect(IA, f, FakeCuda((m, k)), b, words="a CUDA array, but ovld runs the host backend")
+        expect(IA, f, FakeCuda((m, k), "<f8"), b, words="typestr")
         comm.check()
         # the comm works after all of it: one B as a list gives a list
         (c1,), a_out = comm.all_gather_matmul(a, [b], return_a=True)
@@ -306,6 +310,31 @@ def test_bad_inputs_leave_comm_usable():
         c2 = comm.all_gather_matmul(a, b, out=c.zeros((m, n)))
         assert np.array_equal(c1, c2)
         comm.synchronize()
+
+
+class FakeCuda:
+    """A __cuda_array_interface__ object (never dereferenced)."""
+
+    def __init__(self, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "version": 3,
+                                         "data": (0x7f0000000000, False), "strides": None}
+
+
+def test_cuda_stream_arguments():
+    """How a stream argument becomes a cudaStream_t (no GPU needed)."""
+    cs = ovl._core._cuda_stream
+
+    class TorchLike:
+        cuda_stream = 7
+
+    class CupyLike:
+        ptr = 9
+
+    assert cs(None, []) is None and cs(0, []) is None and cs(5, []) == 5
+    assert cs(TorchLike(), []) == 7 and cs(CupyLike(), []) == 9
+    expect(ovl.InvalidArgument, cs, "s", [], words="stream")
+    m = ovl._core._describe("x", FakeCuda((3, 4), "<f2"))
+    assert (m.kind, m.rows, m.cols, m.ld, m.dtype) == ("cuda", 3, 4, 4, 1), m
 
 
 def test_async_op_and_lifetime():
@@ -430,8 +459,9 @@ def test_daemon_killed_mid_job():
 
 if __name__ == "__main__":
     try:
-        run_tests([test_library_and_info, test_status_mapping, test_connect_refused, test_world_1,
-                   test_world_2, test_world_3, test_world_4, test_bad_inputs_leave_comm_usable,
+        run_tests([test_library_and_info, test_status_mapping, test_connect_refused,
+                   test_world_1, test_world_2, test_world_3, test_world_4,
+                   test_bad_inputs_leave_comm_usable, test_cuda_stream_arguments,
                    test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job,
                    test_daemon_stops_clean])
     finally:
