@@ -386,6 +386,7 @@ class Comm:
             if st != _lib.OK:
                 raise client._error(st)
         self._h = h
+        self._pending = []  # arrays of async_op ops, kept alive until synchronize()
         client._comms.add(self)
 
     def _handle(self):
@@ -406,6 +407,7 @@ class Comm:
     def synchronize(self):
         """Waits until every op submitted is done, then check()s."""
         self._call(self._lib.ovl_comm_synchronize)
+        self._pending.clear()
 
     def close(self):
         """Waits for the ops, leaves the job (ovl_comm_destroy); raises an op's
@@ -415,7 +417,8 @@ class Comm:
                 return
             h, self._h = self._h, None
             self.client._comms.discard(self)
-            st = self._lib.ovl_comm_destroy(h)
+            st = self._lib.ovl_comm_destroy(h)  # waits for the ops
+            self._pending.clear()
             if st != _lib.OK:
                 raise self.client._error(st)
 
@@ -531,6 +534,11 @@ class Comm:
                 st = self._lib.ovl_comm_synchronize(h)
                 if st != _lib.OK:
                     raise self.client._error(st)
+                self._pending.clear()
+            elif not cuda:
+                # the host memory must outlive the op, even if the caller
+                # drops its arrays (CUDA: the stream orders their reuse)
+                self._pending.append((a, bs, outs, a_out))
         res = outs[0] if single else outs
         return (res, a_out) if return_a else res
 

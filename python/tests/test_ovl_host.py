@@ -348,6 +348,7 @@ def test_async_op_and_lifetime():
             assert np.max(np.abs(o - a64 @ b64)) < 1e-2
         n0 = len(c._allocs)
         del outs, o
+        comm.synchronize()  # async ops' arrays are kept until then
         import gc
         gc.collect()
         assert len(c._allocs) == n0 - 20, (n0, len(c._allocs))  # freed with their arrays
