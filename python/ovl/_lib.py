@@ -124,7 +124,7 @@ def lib():
             _lib, _path = handle, name
             return _lib
         from .errors import LibraryNotFound
-        where = "$OVL_LIBRARY" if from_env else "next to the ovl package or on the system"
+        where = "at $OVL_LIBRARY" if from_env else "next to the ovl package or on the system"
         raise LibraryNotFound("libovl not found %s (tried: %s)" % (where, "; ".join(errors)))
 
 

@@ -19,6 +19,8 @@ class Error(Exception):
         super().__init__(message)
 
     def __str__(self):
+        if self.status is None:
+            return self.message
         name = STATUS_NAMES.get(self.status, str(self.status))
         return "%s (%s)" % (self.message, name) if self.message else name
 

@@ -221,6 +221,16 @@ def test_status_mapping():
     assert isinstance(ovl.errors.error_for(-1, ""), ValueError)
 
 
+def test_library_not_found():
+    """A bad $OVL_LIBRARY is named in the error (in a fresh interpreter)."""
+    env = dict(os.environ, OVL_LIBRARY="/nonexistent/libovl.so.0")
+    p = subprocess.run([sys.executable, "-c", "import ovl\ntry:\n ovl.connect('/x')\n"
+                        "except ovl.LibraryNotFound as e:\n print(e)"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout.startswith("libovl not found at $OVL_LIBRARY (tried: /nonexistent/libovl"), (
+        p.stdout, p.stderr)
+
+
 def test_connect_refused():
     path = "/nonexistent-ovl-dir/ovld.sock"
     try:
@@ -460,7 +470,8 @@ def test_daemon_killed_mid_job():
 
 if __name__ == "__main__":
     try:
-        run_tests([test_library_and_info, test_status_mapping, test_connect_refused,
+        run_tests([test_library_and_info, test_status_mapping, test_library_not_found,
+                   test_connect_refused,
                    test_world_1, test_world_2, test_world_3, test_world_4,
                    test_bad_inputs_leave_comm_usable, test_cuda_stream_arguments,
                    test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job,
