@@ -18,6 +18,14 @@ from ._core import (  # noqa: F401
     Client, Comm, connect, default_socket, bf16_to_float32, float32_to_bf16)
 from . import _lib
 
+__all__ = [
+    "Error", "InvalidArgument", "NoMemory", "SystemFailure", "ProtocolError", "VersionMismatch",
+    "Timeout", "ConnectFailed", "Closed", "PermissionDenied", "NotFound", "Exists", "Limit",
+    "Mismatch", "OutOfRange", "BackendError", "Unsupported", "Aborted", "ConfigError", "Shutdown",
+    "Again", "InternalError", "LibraryNotFound", "STATUS_NAMES", "Client", "Comm", "connect",
+    "default_socket", "bf16_to_float32", "float32_to_bf16", "library_path", "__version__",
+]
+
 
 def library_path():
     """The libovl that was loaded (loading it if needed)."""
