@@ -520,16 +520,17 @@ class Comm:
             st = self._lib.ovl_comm_check(h)  # an earlier op's error first
             if st != _lib.OK:
                 raise self.client._error(st)
-            for B, n in Bs:  # one B per op today: len(Bs) == MAX_BS == 1
-                C = Cs[0]
-                d = _lib.AgGemmDesc(
-                    a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1 if transb else 0,
-                    c=C.ptr, ldc=C.ld, a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0,
-                    m=m, n=n, k=k, dtype=A.dtype, algo=algo_code, chunks=chunks,
-                    streams=streams)
-                st = self._lib.ovl_allgather_gemm(h, ctypes.byref(d), stream_ptr)
-                if st != _lib.OK:
-                    raise self.client._error(st)
+            # ONE op. Today's descriptor has one B and one C (len(Bs) ==
+            # MAX_BS == 1); with multi-B libovl, every (B, C) of Bs and Cs
+            # goes into this same descriptor, never into ops of their own.
+            (B, n), C = Bs[0], Cs[0]
+            d = _lib.AgGemmDesc(
+                a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1 if transb else 0,
+                c=C.ptr, ldc=C.ld, a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0,
+                m=m, n=n, k=k, dtype=A.dtype, algo=algo_code, chunks=chunks, streams=streams)
+            st = self._lib.ovl_allgather_gemm(h, ctypes.byref(d), stream_ptr)
+            if st != _lib.OK:
+                raise self.client._error(st)
             if not cuda and not async_op:
                 st = self._lib.ovl_comm_synchronize(h)
                 if st != _lib.OK:
