@@ -1,0 +1,620 @@
+"""Client and Comm: ovld's client API over libovl (include/ovl/ovl.h)."""
+import ctypes
+import sys
+import threading
+import uuid
+import weakref
+
+from . import _lib
+from .errors import Closed, InvalidArgument, Unsupported, error_for
+
+try:
+    import numpy as np
+except ImportError:  # the CUDA path needs no numpy
+    np = None
+
+try:
+    import ml_dtypes as _ml_dtypes
+except ImportError:
+    _ml_dtypes = None
+
+_DTYPE_SIZES = {_lib.DTYPE_BF16: 2, _lib.DTYPE_FP16: 2, _lib.DTYPE_FP32: 4}
+_DTYPE_NAMES = {_lib.DTYPE_BF16: "bf16", _lib.DTYPE_FP16: "fp16", _lib.DTYPE_FP32: "fp32"}
+_DTYPE_ALIASES = {
+    "fp32": _lib.DTYPE_FP32, "float32": _lib.DTYPE_FP32, "float": _lib.DTYPE_FP32,
+    "fp16": _lib.DTYPE_FP16, "float16": _lib.DTYPE_FP16, "half": _lib.DTYPE_FP16,
+    "bf16": _lib.DTYPE_BF16, "bfloat16": _lib.DTYPE_BF16,
+}
+_TORCH_DTYPES = {"torch.float32": _lib.DTYPE_FP32, "torch.float16": _lib.DTYPE_FP16,
+                 "torch.bfloat16": _lib.DTYPE_BF16}
+_CAI_TYPESTRS = {"<f4": _lib.DTYPE_FP32, "<f2": _lib.DTYPE_FP16}
+
+
+def _numpy():
+    if np is None:
+        raise Unsupported("the host backend needs numpy (Debian: apt-get install python3-numpy)",
+                          -16)
+    return np
+
+
+def _bf16_numpy_dtype():
+    """bf16 on the host: ml_dtypes.bfloat16 if importable, else uint16 (the
+    raw bits: ovl.bf16_to_float32 / float32_to_bf16 convert)."""
+    return np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not None else np.dtype(np.uint16)
+
+
+def _parse_dtype(dtype):
+    """An ovl_dtype_t from a name, a numpy dtype or a torch dtype."""
+    if isinstance(dtype, str) and dtype.lower() in _DTYPE_ALIASES:
+        return _DTYPE_ALIASES[dtype.lower()]
+    if str(dtype) in _TORCH_DTYPES:
+        return _TORCH_DTYPES[str(dtype)]
+    if np is not None:
+        try:
+            d = np.dtype(dtype)
+        except TypeError:
+            d = None
+        if d is not None:
+            code = _numpy_dtype_code(d)
+            if code is not None:
+                return code
+    raise InvalidArgument("dtype %r: ovl takes fp32, fp16 or bf16" % (dtype,))
+
+
+def _numpy_dtype_code(d):
+    if d == np.float32:
+        return _lib.DTYPE_FP32
+    if d == np.float16:
+        return _lib.DTYPE_FP16
+    if d == np.uint16 or d.name == "bfloat16":
+        return _lib.DTYPE_BF16
+    return None
+
+
+def bf16_to_float32(x):
+    """float32 values of bf16 bits held as uint16 (or an ml_dtypes array)."""
+    x = np.asarray(x)
+    if x.dtype.name == "bfloat16":
+        return x.astype(np.float32)
+    return (x.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(x, out=None):
+    """bf16 bits (uint16) of float32 values, rounded to nearest even; into out
+    (a uint16 or bfloat16 array, e.g. from Client.empty) if given."""
+    f = np.ascontiguousarray(x, dtype=np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(f)
+    r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # quiet NaNs stay NaNs
+    if out is None:
+        return r
+    out.view(np.uint16)[...] = r
+    return out
+
+
+class _Mat:
+    """One matrix argument as libovl sees it: pointer, rows, columns,
+    leading dimension (elements), dtype, and where it lives."""
+    __slots__ = ("name", "ptr", "rows", "cols", "ld", "dtype", "kind", "device", "obj",
+                 "writeable", "nbytes_span")
+
+    def __init__(self, name, obj, ptr, rows, cols, row_stride_bytes, itemsize, dtype, kind,
+                 device=None, writeable=True):
+        self.name, self.obj, self.ptr = name, obj, ptr
+        self.rows, self.cols, self.dtype, self.kind, self.device = rows, cols, dtype, kind, device
+        self.writeable = writeable
+        if rows <= 1:
+            self.ld = cols
+        else:
+            if row_stride_bytes % itemsize or row_stride_bytes // itemsize < cols:
+                raise InvalidArgument("%s: rows overlap or are not a whole number of elements "
+                                      "apart (row stride %d bytes, %d columns of %d bytes)" % (
+                                          name, row_stride_bytes, cols, itemsize))
+            self.ld = row_stride_bytes // itemsize
+        self.nbytes_span = ((rows - 1) * self.ld + cols) * itemsize if rows and cols else 0
+
+    def shape(self):
+        return (self.rows, self.cols)
+
+
+def _check_2d_strides(name, shape, strides, itemsize):
+    if len(shape) != 2:
+        raise InvalidArgument("%s: a 2-D matrix is needed, got %d dimensions" % (name, len(shape)))
+    if shape[0] == 0 or shape[1] == 0:
+        raise InvalidArgument("%s: an empty matrix (%d x %d)" % (name, shape[0], shape[1]))
+    if shape[1] > 1 and strides[1] != itemsize:
+        raise InvalidArgument("%s: not contiguous along its rows (column stride %d bytes, "
+                              "element %d bytes): pass a C-contiguous array, or one whose "
+                              "rows are contiguous" % (name, strides[1], itemsize))
+    if shape[0] > 1 and strides[0] <= 0:
+        raise InvalidArgument("%s: rows go backwards or repeat (row stride %d bytes)" % (
+            name, strides[0]))
+
+
+def _describe(name, x):
+    """A _Mat for a numpy array, a torch tensor or a __cuda_array_interface__
+    object; InvalidArgument for anything else."""
+    if np is not None and isinstance(x, np.ndarray):
+        code = _numpy_dtype_code(x.dtype)
+        if code is None:
+            raise InvalidArgument("%s: dtype %s; ovl takes float32, float16 and bf16 (uint16 "
+                                  "bits or ml_dtypes.bfloat16)" % (name, x.dtype))
+        _check_2d_strides(name, x.shape, x.strides, x.itemsize)
+        return _Mat(name, x, x.__array_interface__["data"][0], x.shape[0], x.shape[1],
+                    x.strides[0], x.itemsize, code, "host", writeable=x.flags.writeable)
+    if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr"):
+        code = _TORCH_DTYPES.get(str(x.dtype))
+        if code is None:
+            raise InvalidArgument("%s: dtype %s; ovl takes torch.float32, float16 and bfloat16"
+                                  % (name, x.dtype))
+        if not x.is_cuda:
+            raise InvalidArgument("%s: a CPU tensor; with the host backend pass arrays from "
+                                  "Client.empty, with the CUDA backend CUDA tensors" % name)
+        item = x.element_size()
+        strides = tuple(s * item for s in x.stride())
+        _check_2d_strides(name, tuple(x.shape), strides, item)
+        return _Mat(name, x, x.data_ptr(), x.shape[0], x.shape[1], strides[0], item, code,
+                    "cuda", device=x.device.index)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        code = _CAI_TYPESTRS.get(cai["typestr"])
+        if code is None:
+            raise InvalidArgument("%s: typestr %r; ovl takes <f4 and <f2 through "
+                                  "__cuda_array_interface__ (bf16: a torch tensor)" % (
+                                      name, cai["typestr"]))
+        shape = tuple(cai["shape"])
+        item = _DTYPE_SIZES[code]
+        strides = cai.get("strides")
+        if strides is None and len(shape) == 2:
+            strides = (shape[1] * item, item)
+        _check_2d_strides(name, shape, tuple(strides or ()), item)
+        ptr, readonly = cai["data"]
+        return _Mat(name, x, ptr, shape[0], shape[1], strides[0], item, code, "cuda",
+                    writeable=not readonly)
+    raise InvalidArgument("%s: a %s; ovl takes numpy arrays from Client.empty (host backend), "
+                          "torch CUDA tensors or __cuda_array_interface__ objects (CUDA backend)"
+                          % (name, type(x).__name__))
+
+
+def _overlaps(p, q):
+    return p.ptr < q.ptr + q.nbytes_span and q.ptr < p.ptr + p.nbytes_span
+
+
+class Client:
+    """A connection to ovld (ovl_connect). Use as a context manager or call
+    close(). One thread at a time uses libovl's client: calls are
+    serialized by a lock here."""
+
+    def __init__(self, socket=None, timeout_ms=None):
+        self._lib = _lib.lib()
+        self._mu = threading.RLock()
+        self._allocs = {}  # address -> (bytes, weakref.finalize)
+        self._comms = weakref.WeakSet()
+        h = ctypes.c_void_p()
+        path = socket.encode() if isinstance(socket, str) else socket
+        st = self._lib.ovl_connect(path, ctypes.byref(h))
+        if st != _lib.OK:
+            raise error_for(st, _lib.text(self._lib.ovl_connect_error()))
+        self._h = h
+        if timeout_ms is not None:
+            self._lib.ovl_set_timeout(h, int(timeout_ms))
+        self.socket = socket if socket else default_socket()[0]
+        self._info = self._read_info()
+
+    # -- plumbing
+    def _handle(self):
+        if self._h is None:
+            raise Closed("the client was closed", -8)
+        return self._h
+
+    def _error(self, st):
+        return error_for(st, _lib.text(self._lib.ovl_last_error(self._h)) if self._h else "")
+
+    def _read_info(self):
+        i = _lib.DaemonInfo()
+        st = self._lib.ovl_daemon_info(self._h, ctypes.byref(i))
+        if st != _lib.OK:
+            raise self._error(st)
+        return i
+
+    @property
+    def backend(self):
+        return _lib.text(self._info.backend)
+
+    # -- the API
+    def info(self):
+        """What ovld said at the handshake, and this binding's versions."""
+        from . import __version__
+        i = self._info
+        return {
+            "version": _lib.text(i.version),
+            "protocol_version": i.protocol_version,
+            "backend": self.backend,
+            "pid": i.pid,
+            "ndevices": i.ndevices,
+            "socket": self.socket,
+            "library": _lib.path(),
+            "python_version": __version__,
+        }
+
+    def status(self):
+        """ovlctl status --json's content: not available through libovl.
+
+        libovl has no call for ovld's status or stats (include/ovl/ovl.h:
+        only the handshake's info); ovlctl speaks its own requests. This
+        binding does not shell out to ovlctl: it raises ovl.Unsupported
+        until libovl exposes them. Client.info() has what the C API gives."""
+        raise Unsupported("status: libovl has no call for ovld's status (use `ovlctl status "
+                          "--json`, or Client.info() for the handshake's data)", -16)
+
+    def stats(self):
+        """ovlctl stats --json's content: not available through libovl (see
+        status())."""
+        raise Unsupported("stats: libovl has no call for ovld's stats (use `ovlctl stats "
+                          "--json`)", -16)
+
+    @staticmethod
+    def new_job_id(prefix="py"):
+        """A fresh job id (give it to every rank of the job)."""
+        return "%s-%s" % (prefix, uuid.uuid4().hex)
+
+    def empty(self, shape, dtype="fp32"):
+        """An uninitialized numpy array in memory shared with ovld
+        (ovl_host_alloc): what the host backend's ops take. bf16 arrays are
+        ml_dtypes.bfloat16 if that is importable, else uint16 bits. The memory
+        is freed when the array (and every view of it) is gone, or at close();
+        an array must not be used after its client is closed."""
+        _numpy()
+        code = _parse_dtype(dtype)
+        if isinstance(shape, int):
+            shape = (shape,)
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise InvalidArgument("empty: negative dimension in %r" % (shape,))
+        if self.backend != "host":
+            raise Unsupported("empty: ovld runs the %s backend; Client.empty gives host-backend "
+                              "memory (on CUDA, allocate with torch.empty(..., device='cuda'))"
+                              % self.backend, -16)
+        dt = _bf16_numpy_dtype() if code == _lib.DTYPE_BF16 else np.dtype(
+            np.float32 if code == _lib.DTYPE_FP32 else np.float16)
+        count = 1
+        for s in shape:
+            count *= s
+        nbytes = count * dt.itemsize
+        with self._mu:
+            h = self._handle()
+            ptr = self._lib.ovl_host_alloc(h, max(nbytes, 1))
+            if not ptr:
+                msg = _lib.text(self._lib.ovl_last_error(h))
+                raise error_for(_status_of_alloc_failure(msg), msg)
+            buf = (ctypes.c_char * max(nbytes, 1)).from_address(ptr)
+            fin = weakref.finalize(buf, _host_free, self, ptr)
+            self._allocs[ptr] = (max(nbytes, 1), fin)
+        arr = np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+        return arr
+
+    def zeros(self, shape, dtype="fp32"):
+        a = self.empty(shape, dtype)
+        a.view(np.uint8)[...] = 0
+        return a
+
+    def _owns(self, m):
+        """Whether _Mat m lies inside one allocation of this client."""
+        with self._mu:
+            for p, (size, _) in self._allocs.items():
+                if p <= m.ptr and m.ptr + m.nbytes_span <= p + size:
+                    return True
+        return False
+
+    def comm(self, job, world, rank, device=0):
+        """Joins job `job` as rank `rank` of `world` on device `device`
+        (ovl_comm_init): a Comm."""
+        return Comm(self, job, world, rank, device)
+
+    def close(self):
+        """Destroys this client's comms and disconnects (ovl_disconnect),
+        which unmaps every array from empty()."""
+        with self._mu:
+            if self._h is None:
+                return
+            for c in list(self._comms):
+                try:
+                    c.close()
+                except Exception:
+                    pass
+            for _, fin in self._allocs.values():
+                fin.detach()  # ovl_disconnect unmaps them
+            self._allocs.clear()
+            h, self._h = self._h, None
+            self._lib.ovl_disconnect(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_h", None) is not None:
+                self.close()
+        except Exception:
+            pass
+
+
+def _status_of_alloc_failure(msg):
+    # ovl_host_alloc returns NULL, not a status: libovl's message (client/
+    # libovl.c) tells the family; a refusal from ovld names its limit
+    if "needs the host backend" in msg:
+        return -16
+    if "0 bytes" in msg or "overflows" in msg:
+        return -1
+    if "limit" in msg or "max_" in msg:
+        return -12
+    if "mmap" in msg or "sizing" in msg:
+        return -2
+    return -3
+
+
+def _host_free(client, ptr):
+    with client._mu:
+        if client._allocs.pop(ptr, None) is not None and client._h is not None:
+            client._lib.ovl_host_free(client._h, ptr)
+
+
+class Comm:
+    """One rank of a job (ovl_comm_init). Errors of an op surface at the next
+    call that sees them (all_gather_matmul, check, synchronize, close), as
+    ovl_comm_check reports them; once an op failed, the comm stays failed."""
+
+    def __init__(self, client, job, world, rank, device=0):
+        if not isinstance(job, str) or not job:
+            raise InvalidArgument("job: a non-empty string")
+        for n, v in (("world", world), ("rank", rank), ("device", device)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise InvalidArgument("%s: an int, got %r" % (n, v))
+        if world < 1 or not 0 <= rank < world:
+            raise InvalidArgument("rank %d of world %d" % (rank, world))
+        self.client, self.job, self.world, self.rank, self.device = (
+            client, job, world, rank, device)
+        self._lib = client._lib
+        h = ctypes.c_void_p()
+        with client._mu:
+            st = self._lib.ovl_comm_init(client._handle(), job.encode(), world, rank, device,
+                                         ctypes.byref(h))
+            if st != _lib.OK:
+                raise client._error(st)
+        self._h = h
+        self._pending = []  # arrays of async_op ops, kept alive until synchronize()
+        client._comms.add(self)
+
+    def _handle(self):
+        if self._h is None:
+            raise Closed("the comm was closed", -8)
+        return self._h
+
+    def _call(self, fn, *args):
+        with self.client._mu:
+            st = fn(self._handle(), *args)
+            if st != _lib.OK:
+                raise self.client._error(st)
+
+    def check(self):
+        """Raises the error of the first failed op (ovl_comm_check)."""
+        self._call(self._lib.ovl_comm_check)
+
+    def synchronize(self):
+        """Waits until every op submitted is done, then check()s."""
+        self._call(self._lib.ovl_comm_synchronize)
+        self._pending.clear()
+
+    def close(self):
+        """Waits for the ops, leaves the job (ovl_comm_destroy); raises an op's
+        error after the comm is gone."""
+        with self.client._mu:
+            if self._h is None:
+                return
+            h, self._h = self._h, None
+            self.client._comms.discard(self)
+            st = self._lib.ovl_comm_destroy(h)  # waits for the ops
+            self._pending.clear()
+            if st != _lib.OK:
+                raise self.client._error(st)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.close()
+        else:
+            try:
+                self.close()
+            except Exception:
+                pass  # the exception in flight says more
+
+    def all_gather_matmul(self, a, b, *, out=None, a_out=None, return_a=False, transb=False,
+                          algo="auto", chunks=0, streams=0, stream=None, async_op=False):
+        """C = allgather(a) @ op(b) over the job's ranks (ovl_allgather_gemm).
+
+        a: this rank's m x k shard. b: a k x n matrix (n x k with transb), or
+        a list of them (one, until libovl takes several Bs per op; then out
+        is a list too). out: (world*m) x n, allocated if None (host: with
+        Client.empty; CUDA: torch.empty like a). a_out: the gathered
+        (world*m) x k A, allocated if None and return_a. All arguments share
+        one dtype (fp32, fp16, bf16). Host backend: returns once C is done
+        unless async_op (then comm.synchronize() waits); CUDA: ordered on
+        `stream` (None: torch's current stream for torch tensors, else the
+        legacy default stream), returns at once.
+
+        Returns out, or (out, a_out) if return_a."""
+        bs = list(b) if isinstance(b, (list, tuple)) else [b]
+        single = not isinstance(b, (list, tuple))
+        if not bs:
+            raise InvalidArgument("b: an empty list")
+        if len(bs) > _lib.MAX_BS:
+            raise InvalidArgument("%d Bs given: several Bs need libovl with multi-B support; "
+                                  "this libovl takes %d B per op" % (len(bs), _lib.MAX_BS))
+        if out is None:
+            outs = [None] * len(bs)
+        elif single:
+            if isinstance(out, (list, tuple)):
+                raise InvalidArgument("out: a list for a single b")
+            outs = [out]
+        else:
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            if len(outs) != len(bs):
+                raise InvalidArgument("out: %d outputs for %d Bs" % (len(outs), len(bs)))
+        if isinstance(algo, str):
+            if algo not in _lib.ALGOS:
+                raise InvalidArgument("algo %r: one of %s" % (algo, ", ".join(_lib.ALGOS)))
+            algo_code = _lib.ALGOS[algo]
+        else:
+            raise InvalidArgument("algo: a name (%s), got %r" % (", ".join(_lib.ALGOS), algo))
+        for n, v in (("chunks", chunks), ("streams", streams)):
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2 ** 32:
+                raise InvalidArgument("%s: an int from 0 (the daemon chooses) to 2^32-1, got %r"
+                                      % (n, v))
+        h = self._handle()
+        cuda = self.client.backend != "host"
+
+        A = _describe("a", a)
+        m, k = A.shape()
+        Bs = []
+        for i, bi in enumerate(bs):
+            B = _describe("b" if single else "b[%d]" % i, bi)
+            kb = B.cols if transb else B.rows
+            n = B.rows if transb else B.cols
+            if kb != k:
+                raise InvalidArgument("%s: %d x %d does not fit a's %d columns%s" % (
+                    B.name, B.rows, B.cols, k, " (transb: B is n x k)" if transb else ""))
+            Bs.append((B, n))
+        self._check_in(A, A)  # where the inputs live, before allocating outputs like them
+        for B, _ in Bs:
+            self._check_in(B, A)
+        for i, (B, n) in enumerate(Bs):
+            if outs[i] is None:
+                outs[i] = self._alloc_like(A, (self.world * m, n))
+        Cs = []
+        for i, o in enumerate(outs):
+            Cs.append(self._check_out(_describe("out" if single else "out[%d]" % i, o),
+                                      (self.world * m, Bs[i][1]), A))
+        if a_out is None and return_a:
+            a_out = self._alloc_like(A, (self.world * m, k))
+        AO = None
+        if a_out is not None:
+            AO = self._check_out(_describe("a_out", a_out), (self.world * m, k), A)
+        written = Cs + ([AO] if AO else [])
+        for i, w in enumerate(written):
+            for r in [A] + [B for B, _ in Bs] + written[i + 1:]:
+                if _overlaps(w, r):
+                    raise InvalidArgument("%s overlaps %s" % (w.name, r.name))
+        if cuda:
+            stream_ptr = _cuda_stream(stream, [A] + [B for B, _ in Bs] + written)
+        else:
+            if stream is not None:
+                raise InvalidArgument("stream: the host backend takes no stream (pass None)")
+            stream_ptr = None
+        with self.client._mu:
+            st = self._lib.ovl_comm_check(h)  # an earlier op's error first
+            if st != _lib.OK:
+                raise self.client._error(st)
+            # ONE op. Today's descriptor has one B and one C (len(Bs) ==
+            # MAX_BS == 1); with multi-B libovl, every (B, C) of Bs and Cs
+            # goes into this same descriptor, never into ops of their own.
+            (B, n), C = Bs[0], Cs[0]
+            d = _lib.AgGemmDesc(
+                a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1 if transb else 0,
+                c=C.ptr, ldc=C.ld, a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0,
+                m=m, n=n, k=k, dtype=A.dtype, algo=algo_code, chunks=chunks, streams=streams)
+            st = self._lib.ovl_allgather_gemm(h, ctypes.byref(d), stream_ptr)
+            if st != _lib.OK:
+                raise self.client._error(st)
+            if not cuda and not async_op:
+                st = self._lib.ovl_comm_synchronize(h)
+                if st != _lib.OK:
+                    raise self.client._error(st)
+                self._pending.clear()
+            elif not cuda:
+                # the host memory must outlive the op, even if the caller
+                # drops its arrays (CUDA: the stream orders their reuse)
+                self._pending.append((a, bs, outs, a_out))
+        res = outs[0] if single else outs
+        return (res, a_out) if return_a else res
+
+    def _check_in(self, x, a):
+        if x.dtype != a.dtype:
+            raise InvalidArgument("%s: dtype %s, a's is %s" % (
+                x.name, _DTYPE_NAMES[x.dtype], _DTYPE_NAMES[a.dtype]))
+        self._check_place(x)
+
+    def _check_out(self, x, shape, a):
+        if x.shape() != shape:
+            raise InvalidArgument("%s: %d x %d, expected %d x %d (world %d x m, ...)" % (
+                x.name, x.rows, x.cols, shape[0], shape[1], self.world))
+        if not x.writeable:
+            raise InvalidArgument("%s: read-only" % x.name)
+        self._check_in(x, a)
+        return x
+
+    def _check_place(self, x):
+        if self.client.backend == "host":
+            if x.kind != "host":
+                raise InvalidArgument("%s: a CUDA array, but ovld runs the host backend" % x.name)
+            if not self.client._owns(x):
+                raise InvalidArgument("%s: not in memory from this client's Client.empty (the "
+                                      "host backend reads and writes only memory shared with "
+                                      "ovld)" % x.name)
+        else:
+            if x.kind != "cuda":
+                raise InvalidArgument("%s: host memory, but ovld runs the %s backend: pass CUDA "
+                                      "tensors" % (x.name, self.client.backend))
+            if x.device is not None and x.device != self.device:
+                raise InvalidArgument("%s: on CUDA device %d, the comm's is %d" % (
+                    x.name, x.device, self.device))
+
+    def _alloc_like(self, A, shape):
+        if A.kind == "host":
+            dt = {_lib.DTYPE_FP32: "fp32", _lib.DTYPE_FP16: "fp16", _lib.DTYPE_BF16: "bf16"}
+            return self.client.empty(shape, dt[A.dtype])
+        if type(A.obj).__module__.split(".")[0] == "torch":
+            torch = sys.modules["torch"]
+            return torch.empty(shape, dtype=A.obj.dtype, device=A.obj.device)
+        raise InvalidArgument("out: needed for __cuda_array_interface__ inputs (only torch "
+                              "tensors get theirs allocated)")
+
+
+def _cuda_stream(stream, mats):
+    """The cudaStream_t (an int, or None for the legacy default stream)."""
+    if stream is None:
+        torch_mats = [x for x in mats if type(x.obj).__module__.split(".")[0] == "torch"]
+        if torch_mats:
+            torch = sys.modules["torch"]
+            return torch.cuda.current_stream(torch_mats[0].obj.device).cuda_stream or None
+        return None
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream or None
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy, cuda-python
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v or None
+    raise InvalidArgument("stream: an int (cudaStream_t), a torch.cuda.Stream or an object "
+                          "with .ptr, got %r" % (stream,))
+
+
+def default_socket():
+    """(path, rule name) that ovl.connect(None) would use (ovl_default_socket)."""
+    lib = _lib.lib()
+    buf = ctypes.create_string_buffer(4096)
+    rule = ctypes.c_int()
+    st = lib.ovl_default_socket(buf, len(buf), ctypes.byref(rule))
+    if st != _lib.OK:
+        raise error_for(st, "ovl_default_socket failed")
+    return _lib.text(buf.value), _lib.text(lib.ovl_socket_rule_name(rule.value))
+
+
+def connect(socket=None, timeout_ms=None):
+    """Connects to ovld: socket None means libovl's default rule
+    (ovl_default_socket: $OVL_SOCKET, the per-user sockets, /run/ovl/ovld.sock)."""
+    return Client(socket, timeout_ms)

@@ -1,0 +1,137 @@
+"""Loading libovl and declaring the C functions of include/ovl/ovl.h.
+
+libovl is found as nccl4py finds libnccl: $OVL_LIBRARY if set (a path to
+the library), else a libovl.so.0 or libovl.so next to this package, else
+the system's (the dynamic loader's search for the soname libovl.so.0, then
+ctypes.util.find_library("ovl")).
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+
+SONAME = "libovl.so.0"
+
+# ovl_status_t (include/ovl/ovl.h)
+OK = 0
+
+# ovl_dtype_t
+DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
+# ovl_algo_t
+ALGOS = {"auto": 0, "naive": 1, "collective": 2, "ring": 3}
+
+
+class DaemonInfo(ctypes.Structure):
+    """ovl_daemon_info_t."""
+    _fields_ = [
+        ("protocol_version", ctypes.c_uint32),
+        ("version", ctypes.c_char * 32),
+        ("backend", ctypes.c_char * 16),
+        ("pid", ctypes.c_int32),
+        ("ndevices", ctypes.c_uint32),
+    ]
+
+
+class AgGemmDesc(ctypes.Structure):
+    """ovl_ag_gemm_desc_t: one op with one B. Several Bs per op, once
+    libovl has them, are new fields here (and a check that the loaded
+    libovl has them); ovl._core builds the op from lists of B and C
+    already."""
+    _fields_ = [
+        ("a", ctypes.c_void_p),
+        ("lda", ctypes.c_size_t),
+        ("b", ctypes.c_void_p),
+        ("ldb", ctypes.c_size_t),
+        ("transb", ctypes.c_int),
+        ("c", ctypes.c_void_p),
+        ("ldc", ctypes.c_size_t),
+        ("a_out", ctypes.c_void_p),
+        ("lda_out", ctypes.c_size_t),
+        ("m", ctypes.c_uint64),
+        ("n", ctypes.c_uint64),
+        ("k", ctypes.c_uint64),
+        ("dtype", ctypes.c_int),
+        ("algo", ctypes.c_int),
+        ("chunks", ctypes.c_uint32),
+        ("streams", ctypes.c_uint32),
+    ]
+
+
+# How many Bs one op of the loaded libovl takes (1 until libovl has several).
+MAX_BS = 1
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+def _candidates():
+    env = os.environ.get("OVL_LIBRARY")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [os.path.join(here, n) for n in (SONAME, "libovl.so")
+           if os.path.exists(os.path.join(here, n))]
+    out.append(SONAME)
+    found = ctypes.util.find_library("ovl")
+    if found:
+        out.append(found)
+    return out, False
+
+
+def _declare(lib):
+    c = ctypes
+    P = c.c_void_p
+    sigs = {
+        "ovl_strerror": (c.c_char_p, [c.c_int]),
+        "ovl_default_socket": (c.c_int, [c.c_char_p, c.c_size_t, c.POINTER(c.c_int)]),
+        "ovl_socket_rule_name": (c.c_char_p, [c.c_int]),
+        "ovl_connect": (c.c_int, [c.c_char_p, c.POINTER(P)]),
+        "ovl_connect_error": (c.c_char_p, []),
+        "ovl_disconnect": (None, [P]),
+        "ovl_set_timeout": (None, [P, c.c_int]),
+        "ovl_last_error": (c.c_char_p, [P]),
+        "ovl_daemon_info": (c.c_int, [P, c.POINTER(DaemonInfo)]),
+        "ovl_host_alloc": (P, [P, c.c_size_t]),
+        "ovl_host_free": (c.c_int, [P, P]),
+        "ovl_comm_init": (c.c_int, [P, c.c_char_p, c.c_uint32, c.c_uint32, c.c_int, c.POINTER(P)]),
+        "ovl_comm_destroy": (c.c_int, [P]),
+        "ovl_comm_check": (c.c_int, [P]),
+        "ovl_comm_synchronize": (c.c_int, [P]),
+        "ovl_allgather_gemm": (c.c_int, [P, c.POINTER(AgGemmDesc), P]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
+def lib():
+    """The loaded libovl (loaded on first use)."""
+    global _lib, _path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        names, from_env = _candidates()
+        errors = []
+        for name in names:
+            try:
+                handle = ctypes.CDLL(name)
+                _declare(handle)
+            except (OSError, AttributeError) as e:
+                errors.append("%s: %s" % (name, e))
+                continue
+            _lib, _path = handle, name
+            return _lib
+        from .errors import LibraryNotFound
+        where = "at $OVL_LIBRARY" if from_env else "next to the ovl package or on the system"
+        raise LibraryNotFound("libovl not found %s (tried: %s)" % (where, "; ".join(errors)))
+
+
+def path():
+    """The name libovl was loaded by (None before it is loaded)."""
+    return _path
+
+
+def text(p):
+    return p.decode("utf-8", "replace") if p else ""
