@@ -54,7 +54,7 @@ typedef struct ovld_op {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb, has_aout;
-    uint32_t nb;                         /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
+    uint32_t nb;                      /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
     uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n, i >= 1 */
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
@@ -452,9 +452,14 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
-    if (!op->refusal) /* a refusal was counted as an error when it was made */
-        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
-                      op->k, ovl_mono_ns() - op->ready_ns, op->st);
+    if (!op->refusal) { /* a refusal was counted as an error when it was made */
+        /* the flops of every B: their columns together (saturating) */
+        uint64_t n = op->n;
+        for (uint32_t i = 1; i < op->nb && i < OVLD_MAX_BS; i++)
+            n = op->n_more[i - 1] > UINT64_MAX - n ? UINT64_MAX : n + op->n_more[i - 1];
+        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, n, op->k,
+                      ovl_mono_ns() - op->ready_ns, op->st);
+    }
     j->in_flight--;
     op_unlink(j, op);
     op_free(j, op);

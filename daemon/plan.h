@@ -86,11 +86,15 @@ static inline ovl_buf_t ovl_buf_c(uint32_t i)
 /* Which B (or C) buf is: its index, or -1 for another buffer. */
 static inline int ovl_buf_b_index(ovl_buf_t buf)
 {
-    return buf == OVL_BUF_B ? 0 : buf >= OVL_BUF_B1 && buf < OVL_BUF_C1 ? (int)(buf - OVL_BUF_B1) + 1 : -1;
+    return buf == OVL_BUF_B                        ? 0
+           : buf >= OVL_BUF_B1 && buf < OVL_BUF_C1 ? (int)(buf - OVL_BUF_B1) + 1
+                                                   : -1;
 }
 static inline int ovl_buf_c_index(ovl_buf_t buf)
 {
-    return buf == OVL_BUF_C ? 0 : buf >= OVL_BUF_C1 && buf < OVL_BUF_COUNT ? (int)(buf - OVL_BUF_C1) + 1 : -1;
+    return buf == OVL_BUF_C                           ? 0
+           : buf >= OVL_BUF_C1 && buf < OVL_BUF_COUNT ? (int)(buf - OVL_BUF_C1) + 1
+                                                      : -1;
 }
 
 /* How an ALLGATHER moves rows. Both are NCCL-style collectives: every rank

@@ -223,7 +223,7 @@ void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)
 const char *ovld_buf_name(int which)
 {
     static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1", "b2", "b3", "b4", "b5",
-                                        "b6", "b7", "c1", "c2", "c3",    "c4", "c5", "c6", "c7"};
+                                        "b6", "b7", "c1", "c2",    "c3", "c4", "c5", "c6", "c7"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
     return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : "?";
 }

@@ -272,8 +272,8 @@ typedef struct ovl_ag_gemm_desc {
     ovl_algo_t algo;
     uint32_t chunks;
     uint32_t streams;
-    uint32_t nb;                     /* 0 or 1: one B; up to OVL_MAX_BS */
-    const ovl_ag_gemm_b_t *more_bs;  /* nb - 1 of them when nb > 1 */
+    uint32_t nb;                    /* 0 or 1: one B; up to OVL_MAX_BS */
+    const ovl_ag_gemm_b_t *more_bs; /* nb - 1 of them when nb > 1 */
 } ovl_ag_gemm_desc_t;
 
 /*

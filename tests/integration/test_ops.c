@@ -108,8 +108,8 @@ static void test_op_client_checks(void **state)
      * each in memory of this client's (not another connection's) */
     ovl_ag_gemm_b_t more[OVL_MAX_BS];
     for (int i = 0; i < OVL_MAX_BS; i++)
-        more[i] = (ovl_ag_gemm_b_t){.b = good.b, .ldb = good.ldb, .c = good.c, .ldc = good.ldc,
-                                    .n = good.n};
+        more[i] = (ovl_ag_gemm_b_t){
+            .b = good.b, .ldb = good.ldb, .c = good.c, .ldc = good.ldc, .n = good.n};
     bad = good;
     bad.nb = OVL_MAX_BS + 1;
     bad.more_bs = more;

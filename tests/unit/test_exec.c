@@ -589,8 +589,9 @@ static void good_runs(bool threads)
                     for (int l = 0; l < L_COUNT; l++) {
                         /* one B, or 2 or 3: every GEMM's B and C views
                          * are those its names resolve to */
-                        shape_t sh = {(ovl_algo_t)a, w,          c, aout, (layout_t)l,
-                                      (c + l) % 2 == 1, (c + aout + l) % 3 + 1};
+                        shape_t sh = {
+                            (ovl_algo_t)a,         w, c, aout, (layout_t)l, (c + l) % 2 == 1,
+                            (c + aout + l) % 3 + 1};
                         run(&sh, 0, threads);
                     }
 }

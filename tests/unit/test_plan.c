@@ -290,8 +290,8 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
             (uint32_t)bi >= ovl_plan_nb(pp) || in->b.rank != r || in->b.row != 0 ||
             !ref_is(in->dst, ovl_buf_c((uint32_t)bi), r))
             return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
-        if (in->n != ovl_plan_bn(pp, (uint32_t)bi) || in->k != pp->k || in->transb != pp->transb || in->nblocks == 0 ||
-            (in->nblocks == 1 && in->stride != 0) ||
+        if (in->n != ovl_plan_bn(pp, (uint32_t)bi) || in->k != pp->k || in->transb != pp->transb ||
+            in->nblocks == 0 || (in->nblocks == 1 && in->stride != 0) ||
             (in->nblocks > 1 && (in->stride != m || in->rows > m)))
             return violation(s, "r%u #%zu: GEMM geometry", r, i);
         if (in->src.buf == OVL_BUF_A) {
@@ -321,7 +321,8 @@ static bool check_fields(sim_t *s)
         if (p->params.rank != r || p->params.world != s->world || p->params.m != p0->params.m ||
             p->params.algo != p0->params.algo || p->chunks != p0->chunks ||
             p->params.want_gathered != p0->params.want_gathered ||
-            p->params.strided != p0->params.strided || p->params.allgather != p0->params.allgather ||
+            p->params.strided != p0->params.strided ||
+            p->params.allgather != p0->params.allgather ||
             ovl_plan_nb(&p->params) != ovl_plan_nb(&p0->params))
             return violation(s, "r%u: params differ from rank 0's", r);
         if (p->nstreams == 0 || p->nstreams > OVL_PLAN_MAX_STREAMS)
@@ -716,8 +717,8 @@ static bool check_bufs(sim_t *s)
         for (uint32_t bi = 0; bi < ovl_plan_nb(pp); bi++) {
             uint64_t n = ovl_plan_bn(pp, bi);
 
-            shape[ovl_buf_b(bi)] = (ovl_plan_buf_t){.rows = pp->transb ? n : pp->k,
-                                                    .cols = pp->transb ? pp->k : n};
+            shape[ovl_buf_b(bi)] =
+                (ovl_plan_buf_t){.rows = pp->transb ? n : pp->k, .cols = pp->transb ? pp->k : n};
             shape[ovl_buf_c(bi)] = (ovl_plan_buf_t){.rows = rows, .cols = n};
         }
 
@@ -1052,8 +1053,8 @@ static void test_checker_multi_b(void **state)
                                         fail_msg("nb=%u %s world=%u m=%llu chunks=%u "
                                                  "streams=%u a_out=%d layout=%d: %s",
                                                  nb, ovl_algo_name((ovl_algo_t)a), world,
-                                                 (unsigned long long)ms[mi], chunks, streams, wg,
-                                                 l, ck.why);
+                                                 (unsigned long long)ms[mi], chunks, streams, wg, l,
+                                                 ck.why);
                                     free_job(plans, world);
                                     jobs++;
                                 }
@@ -1762,22 +1763,14 @@ static void test_free_and_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_naive),
-        cmocka_unit_test(test_golden_collective),
-        cmocka_unit_test(test_golden_ring),
-        cmocka_unit_test(test_golden_copy),
-        cmocka_unit_test(test_checker_all_shapes),
-        cmocka_unit_test(test_scratch),
-        cmocka_unit_test(test_checker_large),
-        cmocka_unit_test(test_checker_catches),
-        cmocka_unit_test(test_checker_multi_b),
-        cmocka_unit_test(test_checker_catches_multi_b),
-        cmocka_unit_test(test_format_multi_b),
-        cmocka_unit_test(test_invalid_params),
-        cmocka_unit_test(test_format_truncation),
-        cmocka_unit_test(test_uneven_chunks),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_golden_naive),       cmocka_unit_test(test_golden_collective),
+        cmocka_unit_test(test_golden_ring),        cmocka_unit_test(test_golden_copy),
+        cmocka_unit_test(test_checker_all_shapes), cmocka_unit_test(test_scratch),
+        cmocka_unit_test(test_checker_large),      cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_checker_multi_b),    cmocka_unit_test(test_checker_catches_multi_b),
+        cmocka_unit_test(test_format_multi_b),     cmocka_unit_test(test_invalid_params),
+        cmocka_unit_test(test_format_truncation),  cmocka_unit_test(test_uneven_chunks),
+        cmocka_unit_test(test_defaults),           cmocka_unit_test(test_choose),
         cmocka_unit_test(test_free_and_names),
     };
 
