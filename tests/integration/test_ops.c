@@ -612,6 +612,8 @@ typedef enum field {
     F_CHUNKS,
     F_STREAMS,
     F_AOUT,
+    F_NB,
+    F_B1_N,
 } field_t;
 
 static const char *const field_names[] = {
@@ -624,6 +626,8 @@ static const char *const field_names[] = {
     [F_CHUNKS] = "chunks",
     [F_STREAMS] = "streams",
     [F_AOUT] = "a_out (given or not)",
+    [F_NB] = "nb",
+    [F_B1_N] = "n of B 1",
 };
 
 /* Two ranks submit op 1 disagreeing on one field: both see MISMATCH naming
@@ -666,11 +670,29 @@ static void mismatch_case(test_daemon_t *d, field_t f)
     case F_AOUT:
         s0.aout = true;
         break;
+    case F_NB:
+    case F_B1_N:
+        break;
     }
+    /* several Bs: B 1 and C 1 in slot 1's B and C (op 2 refills them) */
+    uint32_t nb[2] = {f == F_NB ? 2 : f == F_B1_N ? 2 : 0, f == F_NB ? 3 : f == F_B1_N ? 2 : 0};
+    uint64_t b1_n[2] = {3, f == F_B1_N ? 4 : 3};
     rank_fill(&rk[0], 0, &s0);
     rank_fill(&rk[1], 0, &s1);
-    assert_status(rank_submit(&rk[0], 0, &s0), OVL_OK);
-    assert_status(rank_submit(&rk[1], 0, &s1), OVL_OK);
+    for (int r = 0; r < 2; r++) {
+        const opspec_t *s = r ? &s1 : &s0;
+        ovl_ag_gemm_desc_t desc = rank_desc(&rk[r], 0, s);
+        ovl_ag_gemm_b_t more[2];
+        for (int i = 0; i < 2; i++)
+            more[i] = (ovl_ag_gemm_b_t){.b = rk[r].b + SLOT_B,
+                                        .ldb = b1_n[r],
+                                        .c = rk[r].c + SLOT_C,
+                                        .ldc = b1_n[r],
+                                        .n = b1_n[r]};
+        desc.nb = nb[r];
+        desc.more_bs = more;
+        assert_status(ovl_allgather_gemm(rk[r].comm, &desc, NULL), OVL_OK);
+    }
     for (int r = 0; r < 2; r++) {
         ovl_status_t st = ovl_comm_synchronize(rk[r].comm);
         if (st != OVL_ERR_MISMATCH)
@@ -723,6 +745,8 @@ MISMATCH_TEST(test_mismatch_transb, F_TRANSB)
 MISMATCH_TEST(test_mismatch_chunks, F_CHUNKS)
 MISMATCH_TEST(test_mismatch_streams, F_STREAMS)
 MISMATCH_TEST(test_mismatch_a_out, F_AOUT)
+MISMATCH_TEST(test_mismatch_nb, F_NB)
+MISMATCH_TEST(test_mismatch_b1_n, F_B1_N)
 
 int main(int argc, char **argv)
 {
@@ -744,6 +768,8 @@ int main(int argc, char **argv)
         T(test_mismatch_chunks),
         T(test_mismatch_streams),
         T(test_mismatch_a_out),
+        T(test_mismatch_nb),
+        T(test_mismatch_b1_n),
     };
     return RUN_TESTS("ops", tests, argc, argv);
 }
