@@ -80,6 +80,7 @@ struct ovl_client {
     uint8_t (*uuids)[UUID_LEN];
     uint32_t ndev;
     bool host;
+    uint64_t features;   /* HelloReply's: OVL_FEATURE_* */
     libovl_cuda_t *cuda; /* CUDA, once device memory is first used */
     bool broken;         /* the stream is unusable: every call fails */
     ovl_status_t said;   /* an Error the daemon sent unasked (id 0), e.g. before closing */
@@ -522,6 +523,7 @@ static ovl_status_t hello(ovl_client_t *cl)
     if (hr->fd_count == 1) /* ovld's pidfd (see "ovld's death") */
         cl->daemon_pidfd = ovl_fdq_pop(&cl->fdq);
     cl->info.protocol_version = hr->protocol_version;
+    cl->features = hr->features;
     snprintf(cl->info.version, sizeof(cl->info.version), "%s",
              hr->daemon_version ? hr->daemon_version : "");
     snprintf(cl->info.backend, sizeof(cl->info.backend), "%s", hr->backend ? hr->backend : "");
@@ -1362,6 +1364,14 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     uint64_t rows_all;
     if (__builtin_mul_overflow(d->m, (uint64_t)cm->world, &rows_all))
         return fail(cl, OVL_ERR_INVALID, "m * world overflows");
+    uint32_t nb = d->nb ? d->nb : 1;
+    if (nb > OVL_MAX_BS)
+        return fail(cl, OVL_ERR_INVALID, "nb %u: an op takes at most %d Bs", nb, OVL_MAX_BS);
+    if (nb > 1 && !d->more_bs)
+        return fail(cl, OVL_ERR_INVALID, "nb %u but more_bs is NULL", nb);
+    if (nb > 1 && !(cl->features & OVL_FEATURE_MULTI_B))
+        return fail(cl, OVL_ERR_VERSION, "ovld %s takes one B per op, not %u", cl->info.version,
+                    nb);
 
     Ovl__BufRef a, b, c, aout;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
@@ -1371,6 +1381,28 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         (d->a_out &&
          (st = bufref(cl, "a_out", d->a_out, rows_all, d->k, d->lda_out, elem, &aout)) != OVL_OK))
         return st;
+    /* B i and C i, i >= 1: registered and checked as B and C are */
+    Ovl__BufRef mb[OVL_MAX_BS - 1], mc[OVL_MAX_BS - 1];
+    Ovl__MoreB more[OVL_MAX_BS - 1], *pmore[OVL_MAX_BS - 1];
+    for (uint32_t i = 1; i < nb; i++) {
+        const ovl_ag_gemm_b_t *x = &d->more_bs[i - 1];
+        char bn[8], cn[8];
+        snprintf(bn, sizeof(bn), "b%u", i);
+        snprintf(cn, sizeof(cn), "c%u", i);
+        if (x->n == 0)
+            return fail(cl, OVL_ERR_INVALID, "n of B %u must be positive", i);
+        if ((st = bufref(cl, bn, x->b, d->transb ? x->n : d->k, d->transb ? d->k : x->n, x->ldb,
+                         elem, &mb[i - 1])) != OVL_OK ||
+            (st = bufref(cl, cn, x->c, rows_all, x->n, x->ldc, elem, &mc[i - 1])) != OVL_OK)
+            return st;
+        ovl__more_b__init(&more[i - 1]);
+        more[i - 1].b = &mb[i - 1];
+        more[i - 1].ldb = x->ldb;
+        more[i - 1].c = &mc[i - 1];
+        more[i - 1].ldc = x->ldc;
+        more[i - 1].n = x->n;
+        pmore[i - 1] = &more[i - 1];
+    }
 
     Ovl__AgGemm g = OVL__AG_GEMM__INIT;
     g.comm_id = cm->id;
@@ -1393,6 +1425,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     g.algo = (Ovl__Algo)d->algo;
     g.chunks = d->chunks;
     g.streams = d->streams;
+    g.n_more_bs = nb - 1;
+    g.more_bs = nb > 1 ? pmore : NULL;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_AG_GEMM;
     q.ag_gemm = &g;

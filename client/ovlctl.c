@@ -53,6 +53,8 @@ static void usage(FILE *f)
             "  --strided                some A or a_out has ld != k (gathered by pulls)\n"
             "  --shared-gpu             some ranks share a GPU (gathered by pulls)\n"
             "  --allgather auto|nccl|copy  how A is gathered (default auto)\n"
+            "  --more-n N1,N2,...       several Bs: the n of each B after the first (-n);\n"
+            "                           up to 7\n"
             "  --daemon                 ask ovld which plan it would run (its defaults, its\n"
             "                           allgather setting and its choice for auto) for a\n"
             "                           dense op without transb, instead of planning here\n"
@@ -434,6 +436,7 @@ static int cmd_plan(int argc, char **argv)
         O_STRIDED,
         O_SHARED_GPU,
         O_ALLGATHER,
+        O_MORE_N,
         O_DAEMON
     };
     static const struct option opts[] = {
@@ -448,6 +451,7 @@ static int cmd_plan(int argc, char **argv)
         {"strided", no_argument, NULL, O_STRIDED},
         {"shared-gpu", no_argument, NULL, O_SHARED_GPU},
         {"allgather", required_argument, NULL, O_ALLGATHER},
+        {"more-n", required_argument, NULL, O_MORE_N},
         {"daemon", no_argument, NULL, O_DAEMON},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -518,6 +522,32 @@ static int cmd_plan(int argc, char **argv)
             }
             local_only = true;
             break;
+        case O_MORE_N: {
+            /* comma-separated: B 1's n, B 2's, ... */
+            char *list = strdup(optarg), *save = NULL;
+            if (!list) {
+                fprintf(stderr, "ovlctl: out of memory\n");
+                return EXIT_FAILURE;
+            }
+            p.nb = 1;
+            for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+                if (p.nb >= OVL_PLAN_MAX_BS) {
+                    fprintf(stderr, "ovlctl: --more-n: at most %d Bs after the first\n",
+                            OVL_PLAN_MAX_BS - 1);
+                    bad = -1;
+                    break;
+                }
+                bad = parse_u64("--more-n", t, &p.n_more[p.nb - 1]);
+                if (!bad && p.n_more[p.nb - 1] == 0) {
+                    fprintf(stderr, "ovlctl: --more-n: every n must be positive\n");
+                    bad = -1;
+                }
+                p.nb++;
+            }
+            free(list);
+            local_only = true;
+            break;
+        }
         case O_DAEMON:
             daemon = true;
             break;
@@ -542,8 +572,8 @@ static int cmd_plan(int argc, char **argv)
         /* The Plan request carries the shape and the algorithm's knobs;
          * the daemon plans a dense op without transb, gathered as its
          * allgather setting says. */
-        fprintf(stderr, "ovlctl plan: --transb, --strided, --shared-gpu and --allgather plan here "
-                        "only, not with --daemon\n");
+        fprintf(stderr, "ovlctl plan: --transb, --strided, --shared-gpu, --allgather and --more-n "
+                        "plan here only, not with --daemon\n");
         return EXIT_USAGE;
     }
     if (world > UINT32_MAX || rank > UINT32_MAX || chunks > UINT32_MAX || streams > UINT32_MAX) {

@@ -175,15 +175,25 @@ ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, u
         snprintf(msg, len, "m * world overflows");
         return OVL_ERR_RANGE;
     }
-    const uint64_t shape[OVLD_BUF_COUNT][2] = {
+    uint64_t shape[OVLD_BUF_COUNT][2] = {
         [OVLD_BUF_A] = {q->m, q->k},
-        [OVLD_BUF_B] = {q->transb ? q->n : q->k, q->transb ? q->k : q->n},
-        [OVLD_BUF_C] = {rows_all, q->n},
         [OVLD_BUF_AOUT] = {rows_all, q->k},
     };
+    bool wanted[OVLD_BUF_COUNT] = {[OVLD_BUF_A] = true};
+    uint32_t nb = q->nb ? q->nb : 1; /* 1..OVLD_MAX_BS: request.c checked */
+    for (uint32_t i = 0; i < nb && i < OVLD_MAX_BS; i++) {
+        uint64_t n = i == 0 ? q->n : q->n_more[i - 1];
+        shape[ovld_buf_b(i)][0] = q->transb ? n : q->k;
+        shape[ovld_buf_b(i)][1] = q->transb ? q->k : n;
+        shape[ovld_buf_c(i)][0] = rows_all;
+        shape[ovld_buf_c(i)][1] = n;
+        wanted[ovld_buf_b(i)] = wanted[ovld_buf_c(i)] = true;
+    }
     ovl_status_t st = OVL_OK;
     for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
         const ovld_buf_ref_t *ref = &q->buf[b];
+        if (!wanted[b] && b != OVLD_BUF_AOUT)
+            continue; /* a B (or C) past the op's nb: not the op's */
         if (!ref->given) {
             if (b == OVLD_BUF_AOUT)
                 continue; /* optional: ovld gathers into its scratch */

@@ -16,11 +16,33 @@
 
 #define OVLD_JOB_ID_MAX 63
 
-/* The buffers an op names: its shard, the weight, the output, and the
- * gathered A when the client wants it (a_out). */
-enum { OVLD_BUF_A, OVLD_BUF_B, OVLD_BUF_C, OVLD_BUF_AOUT, OVLD_BUF_COUNT };
+/* Bs of one op at most (OVL_MAX_BS). */
+#define OVLD_MAX_BS 8
 
-/* Their names in messages: "a", "b", "c", "a_out". */
+/* The buffers an op names: its shard, the weight, the output, and the
+ * gathered A when the client wants it (a_out); with several Bs, B i and
+ * C i for i = 1 .. nb-1 (B 0 and C 0 are B and C). */
+enum {
+    OVLD_BUF_A,
+    OVLD_BUF_B,
+    OVLD_BUF_C,
+    OVLD_BUF_AOUT,
+    OVLD_BUF_B1,
+    OVLD_BUF_C1 = OVLD_BUF_B1 + OVLD_MAX_BS - 1,
+    OVLD_BUF_COUNT = OVLD_BUF_C1 + OVLD_MAX_BS - 1,
+};
+
+/* B i and C i (i < OVLD_MAX_BS). */
+static inline int ovld_buf_b(uint32_t i)
+{
+    return i == 0 ? OVLD_BUF_B : OVLD_BUF_B1 + (int)i - 1;
+}
+static inline int ovld_buf_c(uint32_t i)
+{
+    return i == 0 ? OVLD_BUF_C : OVLD_BUF_C1 + (int)i - 1;
+}
+
+/* Their names in messages: "a", "b", "c", "a_out", "b1".."b7", "c1".."c7". */
 const char *ovld_buf_name(int which);
 
 /* One of them: a registration of the client's connection, the offset of
@@ -51,6 +73,10 @@ typedef struct ovld_op_desc {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb;
+    /* Bs: nb (1 .. OVLD_MAX_BS once checked; B 0's n is n), B i's n
+     * n_more[i-1] */
+    uint32_t nb;
+    uint64_t n_more[OVLD_MAX_BS - 1];
     ovld_buf_ref_t buf[OVLD_BUF_COUNT];
     /* The buffers resolved against the connection's registrations by the
      * server (buffers.h): a reference held and the view; hold is NULL for

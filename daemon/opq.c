@@ -54,6 +54,8 @@ typedef struct ovld_op {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb, has_aout;
+    uint32_t nb;                      /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
+    uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n, i >= 1 */
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
     uint64_t ready_ns;   /* when the last rank's submission came in */
@@ -130,12 +132,14 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
                                     ovld_exec_rank_t *x)
 {
     /* The plan's name of each buffer an op gives. */
-    static const ovl_buf_t plan_buf[OVLD_BUF_COUNT] = {
+    ovl_buf_t plan_buf[OVLD_BUF_COUNT] = {
         [OVLD_BUF_A] = OVL_BUF_A,
-        [OVLD_BUF_B] = OVL_BUF_B,
-        [OVLD_BUF_C] = OVL_BUF_C,
         [OVLD_BUF_AOUT] = OVL_BUF_G,
     };
+    for (uint32_t i = 0; i < OVLD_MAX_BS; i++) {
+        plan_buf[ovld_buf_b(i)] = ovl_buf_b(i);
+        plan_buf[ovld_buf_c(i)] = ovl_buf_c(i);
+    }
     ovld_sub_t *s = &op->subs[r];
     ovl_plan_params_t p = *pp;
     p.rank = r;
@@ -225,7 +229,10 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_
         .want_gathered = op->has_aout,
         .transb = op->transb,
         .shared_gpu = j->shared_gpu,
+        .nb = op->nb,
     };
+    _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
+    memcpy(pp->n_more, op->n_more, sizeof(pp->n_more));
     /* NCCL moves a rank's rows only as one dense piece: an A or a_out of
      * any rank whose leading dimension is not k makes the plans gather by
      * the copy engine. */
@@ -445,9 +452,14 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
-    if (!op->refusal) /* a refusal was counted as an error when it was made */
-        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, op->n,
-                      op->k, ovl_mono_ns() - op->ready_ns, op->st);
+    if (!op->refusal) { /* a refusal was counted as an error when it was made */
+        /* the flops of every B: their columns together (saturating) */
+        uint64_t n = op->n;
+        for (uint32_t i = 1; i < op->nb && i < OVLD_MAX_BS; i++)
+            n = op->n_more[i - 1] > UINT64_MAX - n ? UINT64_MAX : n + op->n_more[i - 1];
+        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, n, op->k,
+                      ovl_mono_ns() - op->ready_ns, op->st);
+    }
     j->in_flight--;
     op_unlink(j, op);
     op_free(j, op);
@@ -597,6 +609,8 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
         op->streams = q->streams;
         op->transb = q->transb;
         op->has_aout = q->buf[OVLD_BUF_AOUT].given;
+        op->nb = q->nb ? q->nb : 1;
+        memcpy(op->n_more, q->n_more, sizeof(op->n_more));
     } else {
         if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
             snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
@@ -614,6 +628,12 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
             disagree(op, m->rank, "streams", q->streams, op->streams);
             disagree(op, m->rank, "a_out (given or not)", q->buf[OVLD_BUF_AOUT].given,
                      op->has_aout);
+            disagree(op, m->rank, "nb", q->nb ? q->nb : 1, op->nb);
+            for (uint32_t i = 1; i < op->nb && i < OVLD_MAX_BS && op->st == OVL_OK; i++) {
+                char what[16];
+                snprintf(what, sizeof(what), "n of B %u", i);
+                disagree(op, m->rank, what, q->n_more[i - 1], op->n_more[i - 1]);
+            }
         }
     }
     ovld_sub_t *s = &op->subs[m->rank];

@@ -150,26 +150,33 @@ static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_buf_t from, uin
 {
     const ovl_plan_params_t *p = &b->plan->params;
     uint64_t crow = (uint64_t)block0 * p->m + row0; /* <= world*m: no wrap (params_valid) */
-    ovl_instr_t in = {
-        .kind = OVL_I_GEMM,
-        .stream = stream,
-        .src = own(b, from, from == OVL_BUF_A ? row0 : crow),
-        .dst = own(b, OVL_BUF_C, crow),
-        .b = own(b, OVL_BUF_B, 0),
-        .rows = rows,
-        .n = p->n,
-        .k = p->k,
-        .nblocks = nblocks,
-        .stride = nblocks > 1 ? p->m : 0,
-        .transb = p->transb,
-    };
+    ovl_status_t r = OVL_OK;
 
-    if (nblocks > 1 && row0 == 0 && rows == p->m) {
-        in.rows = p->m * nblocks;
-        in.nblocks = 1;
-        in.stride = 0;
+    /* one GEMM per B, in B order, on the same stream: the rows are read
+     * once gathered, whatever B multiplies them */
+    for (uint32_t i = 0; r == OVL_OK && i < ovl_plan_nb(p); i++) {
+        ovl_instr_t in = {
+            .kind = OVL_I_GEMM,
+            .stream = stream,
+            .src = own(b, from, from == OVL_BUF_A ? row0 : crow),
+            .dst = own(b, ovl_buf_c(i), crow),
+            .b = own(b, ovl_buf_b(i), 0),
+            .rows = rows,
+            .n = ovl_plan_bn(p, i),
+            .k = p->k,
+            .nblocks = nblocks,
+            .stride = nblocks > 1 ? p->m : 0,
+            .transb = p->transb,
+        };
+
+        if (nblocks > 1 && row0 == 0 && rows == p->m) {
+            in.rows = p->m * nblocks;
+            in.nblocks = 1;
+            in.stride = 0;
+        }
+        r = emit(b, &in);
     }
-    return emit(b, &in);
+    return r;
 }
 
 static ovl_status_t emit_sleep(builder_t *b, uint32_t stream, uint32_t ns)
@@ -391,12 +398,25 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
     return r;
 }
 
+/* The Bs' columns together (saturating): a GEMM's width per gathered row. */
+static uint64_t total_n(const ovl_plan_params_t *p)
+{
+    uint64_t n = 0;
+
+    for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++)
+        n = ovl_plan_bn(p, i) > UINT64_MAX - n ? UINT64_MAX : n + ovl_plan_bn(p, i);
+    return n;
+}
+
 static bool params_valid(const ovl_plan_params_t *p)
 {
     if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
         return false;
-    if (p->m == 0 || p->n == 0 || p->k == 0)
+    if (p->m == 0 || p->n == 0 || p->k == 0 || p->nb > OVL_PLAN_MAX_BS)
         return false;
+    for (uint32_t i = 1; i < ovl_plan_nb(p); i++)
+        if (p->n_more[i - 1] == 0)
+            return false;
     /* G has world*m rows; row arithmetic must not wrap */
     if (p->m > UINT64_MAX / p->world)
         return false;
@@ -415,9 +435,13 @@ static void buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
     uint64_t rows = p->m * p->world; /* no wrap: params_valid */
 
     bufs[OVL_BUF_A] = (ovl_plan_buf_t){.rows = p->m, .cols = p->k};
-    bufs[OVL_BUF_B] = p->transb ? (ovl_plan_buf_t){.rows = p->n, .cols = p->k}
-                                : (ovl_plan_buf_t){.rows = p->k, .cols = p->n};
-    bufs[OVL_BUF_C] = (ovl_plan_buf_t){.rows = rows, .cols = p->n};
+    for (uint32_t i = 0; i < ovl_plan_nb(p); i++) {
+        uint64_t n = ovl_plan_bn(p, i);
+
+        bufs[ovl_buf_b(i)] = p->transb ? (ovl_plan_buf_t){.rows = n, .cols = p->k}
+                                       : (ovl_plan_buf_t){.rows = p->k, .cols = n};
+        bufs[ovl_buf_c(i)] = (ovl_plan_buf_t){.rows = rows, .cols = n};
+    }
     bufs[OVL_BUF_G] = (ovl_plan_buf_t){.rows = rows, .cols = p->k};
 }
 
@@ -464,7 +488,7 @@ static void plan_shape(ovl_plan_t *plan)
          * chunks let the first half's GEMM run while the second arrives
          * (2 x H200: 65536x1024x1024 about 13% faster with two; the wider
          * shapes as fast or faster with one; docs/plans.md). */
-        c = c ? c : p->n <= RING_NARROW_N ? 2 : RING_CHUNKS;
+        c = c ? c : total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS;
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
         break;
@@ -582,12 +606,13 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
 
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 {
-    uint64_t rows, flops;
+    uint64_t rows, flops, n;
 
     if (!params || params->world <= 1)
         return OVL_ALGO_NAIVE;
+    n = total_n(params); /* the GEMM work per gathered row, every B's */
     rows = mul_sat(params->m, params->world);
-    flops = mul_sat(mul_sat(mul_sat(2, rows), params->n), params->k);
+    flops = mul_sat(mul_sat(mul_sat(2, rows), n), params->k);
     if (rows < AUTO_MIN_ROWS || flops < AUTO_MIN_FLOPS)
         return OVL_ALGO_NAIVE;
     return OVL_ALGO_RING;
@@ -618,7 +643,8 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
     return "UNKNOWN";
 }
 
-static const char *const buf_names[] = {"A", "B", "C", "G"};
+static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2", "B3", "B4", "B5",
+                                        "B6", "B7", "C1", "C2", "C3", "C4", "C5", "C6", "C7"};
 _Static_assert(NELEM(buf_names) == OVL_BUF_COUNT, "every buffer has a name");
 
 static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv"};
@@ -770,9 +796,20 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
         name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows,
         plan->nstreams, plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
         p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    if (ovl_plan_nb(p) > 1) {
+        /* several Bs: their count and each one's n, on a line of their own
+         * (one B's plan has none: its text is what it always was) */
+        out_printf(&o, "bs nb=%" PRIu32 " n=", ovl_plan_nb(p));
+        for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++)
+            out_printf(&o, "%s%" PRIu64, i ? "," : "", ovl_plan_bn(p, i));
+        out_printf(&o, "\n");
+    }
     out_printf(&o, "buffers");
     for (int b = 0; b < OVL_BUF_COUNT; b++) {
         const ovl_plan_buf_t *pb = &plan->bufs[b];
+
+        if (b >= OVL_BUF_B1 && !pb->used)
+            continue; /* B i and C i of i >= 1 only where the op has them */
 
         out_printf(&o, " %s=", name_or(ovl_buf_name((ovl_buf_t)b)));
         if (!pb->used) {

@@ -52,6 +52,7 @@
 #define OVL_PLAN_MAX_WORLD   1024
 #define OVL_PLAN_MAX_CHUNKS  64
 #define OVL_PLAN_MAX_STREAMS 8
+#define OVL_PLAN_MAX_BS      8 /* Bs of one op (OVL_MAX_BS) */
 
 enum {
     OVL_EV_READY = 0,
@@ -65,8 +66,36 @@ typedef enum ovl_buf {
     OVL_BUF_B, /* k x n, or n x k with transb */
     OVL_BUF_C, /* (world*m) x n */
     OVL_BUF_G, /* (world*m) x k, the gathered A: the client's a_out or ovld's scratch */
-    OVL_BUF_COUNT,
+    /* An op with several Bs (nb > 1): B i and C i for i = 1 .. nb-1, shaped
+     * as B and C with B i's own n; B 0 and C 0 are B and C. Named "B1".."B7"
+     * and "C1".."C7". */
+    OVL_BUF_B1,
+    OVL_BUF_C1 = OVL_BUF_B1 + OVL_PLAN_MAX_BS - 1,
+    OVL_BUF_COUNT = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
 } ovl_buf_t;
+
+/* B i and C i of an op (i < OVL_PLAN_MAX_BS). */
+static inline ovl_buf_t ovl_buf_b(uint32_t i)
+{
+    return i == 0 ? OVL_BUF_B : (ovl_buf_t)(OVL_BUF_B1 + i - 1);
+}
+static inline ovl_buf_t ovl_buf_c(uint32_t i)
+{
+    return i == 0 ? OVL_BUF_C : (ovl_buf_t)(OVL_BUF_C1 + i - 1);
+}
+/* Which B (or C) buf is: its index, or -1 for another buffer. */
+static inline int ovl_buf_b_index(ovl_buf_t buf)
+{
+    return buf == OVL_BUF_B                        ? 0
+           : buf >= OVL_BUF_B1 && buf < OVL_BUF_C1 ? (int)(buf - OVL_BUF_B1) + 1
+                                                   : -1;
+}
+static inline int ovl_buf_c_index(ovl_buf_t buf)
+{
+    return buf == OVL_BUF_C                           ? 0
+           : buf >= OVL_BUF_C1 && buf < OVL_BUF_COUNT ? (int)(buf - OVL_BUF_C1) + 1
+                                                      : -1;
+}
 
 /* How an ALLGATHER moves rows. Both are NCCL-style collectives: every rank
  * issues the same one, and it completes on a rank only once every rank has
@@ -124,7 +153,8 @@ typedef enum ovl_instr_kind {
     OVL_I_PULL,
     /* for each block i in [0, nblocks): dst rows [dst.row + i*stride, +rows)
      * = src rows [src.row + i*stride, +rows) @ op(b), op(B) being k x n
-     * (B^T with transb). All three are the own rank's buffers. */
+     * (B^T with transb). All three are the own rank's buffers; b is B i and
+     * dst C i for one i < nb, n that B's. */
     OVL_I_GEMM,
     /* a short sleep kernel of sleep_ns on `stream` */
     OVL_I_SLEEP,
@@ -181,7 +211,22 @@ typedef struct ovl_plan_params {
      * engine whatever the preference. */
     bool shared_gpu;
     ovl_ag_pref_t allgather; /* AUTO unless the daemon says otherwise */
+    /* Several Bs: nb of them (0 or 1: one, B of n columns), C i = G @ op(B i),
+     * B i (i >= 1) having n_more[i-1] columns. G is gathered once; every
+     * chunk's GEMM is issued once per B. (The zero value is one B.) */
+    uint32_t nb;
+    uint64_t n_more[OVL_PLAN_MAX_BS - 1];
 } ovl_plan_params_t;
+
+/* The Bs of params (1 for nb 0), and B i's n. */
+static inline uint32_t ovl_plan_nb(const ovl_plan_params_t *p)
+{
+    return p->nb ? p->nb : 1;
+}
+static inline uint64_t ovl_plan_bn(const ovl_plan_params_t *p, uint32_t i)
+{
+    return i == 0 ? p->n : p->n_more[i - 1];
+}
 
 /* What the plan says of one of its buffers. */
 typedef struct ovl_plan_buf {
@@ -208,7 +253,8 @@ typedef struct ovl_plan {
 /*
  * Builds rank params->rank's program into *ret_plan (which the caller frees
  * with ovl_plan_free). Returns OVL_OK, OVL_ERR_INVALID for bad parameters
- * (world 0 or over OVL_PLAN_MAX_WORLD, rank >= world, m/n/k 0, algo AUTO or
+ * (world 0 or over OVL_PLAN_MAX_WORLD, rank >= world, m/n/k 0, nb over
+ * OVL_PLAN_MAX_BS or an n of B i 0, algo AUTO or
  * unknown, an unknown dtype or allgather preference, chunks over
  * OVL_PLAN_MAX_CHUNKS, streams over OVL_PLAN_MAX_STREAMS), OVL_ERR_LIMIT
  * when the scratch the plan needs is over 2^64-1 bytes, or OVL_ERR_NOMEM.
@@ -244,7 +290,7 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len);
 const char *ovl_instr_name(ovl_instr_kind_t kind);
 
 /* Names for the dump and the config; NULL for a value out of range. */
-const char *ovl_buf_name(ovl_buf_t buf);                  /* "A", "B", "C", "G" */
+const char *ovl_buf_name(ovl_buf_t buf); /* "A", "B", "C", "G", "B1".."B7", "C1".."C7" */
 const char *ovl_ag_method_name(ovl_ag_method_t method);   /* "nccl-allgather", ... */
 const char *ovl_stream_role_name(ovl_stream_role_t role); /* "client", ... */
 const char *ovl_ag_pref_name(ovl_ag_pref_t pref);         /* "auto", "nccl", "copy" */

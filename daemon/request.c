@@ -119,7 +119,19 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
 
 static ovl_status_t check_ag_gemm(const Ovl__AgGemm *q, char *err, size_t errlen)
 {
-    return check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
+    ovl_status_t st =
+        check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    /* B 0 is the op's own fields; the others come in more_bs */
+    if (q->n_more_bs > OVLD_MAX_BS - 1)
+        return bad(err, errlen, "%zu Bs: an op takes at most %d", q->n_more_bs + 1, OVLD_MAX_BS);
+    for (size_t i = 0; i < q->n_more_bs; i++) {
+        const Ovl__MoreB *b = q->more_bs[i];
+        if (b->n == 0)
+            return bad(err, errlen, "n of B %zu must be positive", i + 1);
+    }
+    return OVL_OK;
 }
 
 static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errlen)
@@ -188,6 +200,16 @@ void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret)
     ret->buf[OVLD_BUF_B] = buf_ref(q->b, q->ldb);
     ret->buf[OVLD_BUF_C] = buf_ref(q->c, q->ldc);
     ret->buf[OVLD_BUF_AOUT] = buf_ref(q->a_out, q->lda_out);
+    /* a refused op (too many Bs) keeps what fits: only comm_id and seq of
+     * it mean anything */
+    size_t more = q->n_more_bs < OVLD_MAX_BS - 1 ? q->n_more_bs : OVLD_MAX_BS - 1;
+    ret->nb = 1 + (uint32_t)more;
+    for (size_t i = 0; i < more; i++) {
+        const Ovl__MoreB *b = q->more_bs[i];
+        ret->n_more[i] = b->n;
+        ret->buf[ovld_buf_b((uint32_t)i + 1)] = buf_ref(b->b, b->ldb);
+        ret->buf[ovld_buf_c((uint32_t)i + 1)] = buf_ref(b->c, b->ldc);
+    }
 }
 
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)
@@ -200,7 +222,8 @@ void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)
 
 const char *ovld_buf_name(int which)
 {
-    static const char *const names[] = {"a", "b", "c", "a_out"};
+    static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1", "b2", "b3", "b4", "b5",
+                                        "b6", "b7", "c1", "c2",    "c3", "c4", "c5", "c6", "c7"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
     return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : "?";
 }

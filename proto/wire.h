@@ -26,6 +26,9 @@
 #define OVL_WIRE_MAX_FDS      16u        /* fds queued per connection */
 #define OVL_WIRE_MAX_ATTACHED 16u        /* fds waiting to be sent */
 
+/* HelloReply.features: what an ovld does beyond its protocol version. */
+#define OVL_FEATURE_MULTI_B 1u /* AgGemm.more_bs: several Bs in one op */
+
 extern const uint8_t ovl_wire_magic[4];
 
 /* Writes the header of a body of `len` bytes into out[0..8). */

@@ -225,6 +225,21 @@ typedef enum ovl_algo {
     OVL_ALGO_COUNT,          /* not a value: the number of values (stays last) */
 } ovl_algo_t;
 
+/* Bs one op may take (ovl_ag_gemm_desc_t.nb). */
+#define OVL_MAX_BS 8
+
+/* A further B of an op (B i, i >= 1) and its output:
+ *   b  k x n (transb == 0, ldb >= n) or n x k (transb != 0, ldb >= k)
+ *   c  (world*m) x n output (ldc >= n)
+ * n is this B's own (n >= 1); k and transb are the op's. */
+typedef struct ovl_ag_gemm_b {
+    const void *b;
+    size_t ldb;
+    void *c;
+    size_t ldc;
+    uint64_t n;
+} ovl_ag_gemm_b_t;
+
 /*
  * One AG-GEMM. Row-major matrices, leading dimensions in elements.
  *   a      m x k, this rank's shard (lda >= k)
@@ -233,6 +248,14 @@ typedef enum ovl_algo {
  *   a_out  optional (world*m) x k gathered A (lda_out >= k), NULL if unwanted
  * Result: c = gather(a) @ op(b), accumulated in fp32, stored in dtype.
  * algo, chunks and streams choose the pipeline; 0 lets the daemon choose.
+ *
+ * Several Bs (attention's Q/K/V projections, PyTorch's fused all-gather
+ * matmul with several weights): nb Bs in all, 2..OVL_MAX_BS, B 0 being
+ * b, ldb, c, ldc, n above and B i (i >= 1) more_bs[i-1]. A is gathered
+ * once; C i = gather(a) @ op(B i) for every i. nb 0 or 1 is one B (more_bs
+ * unread), so a descriptor zeroed where it is not set keeps its meaning.
+ * An ovld too old for several Bs (HelloReply's features) refuses nb > 1 in
+ * libovl with OVL_ERR_VERSION.
  */
 typedef struct ovl_ag_gemm_desc {
     const void *a;
@@ -249,12 +272,14 @@ typedef struct ovl_ag_gemm_desc {
     ovl_algo_t algo;
     uint32_t chunks;
     uint32_t streams;
+    uint32_t nb;                    /* 0 or 1: one B; up to OVL_MAX_BS */
+    const ovl_ag_gemm_b_t *more_bs; /* nb - 1 of them when nb > 1 */
 } ovl_ag_gemm_desc_t;
 
 /*
  * Submits one AG-GEMM on `comm`. Every rank of the job must submit the same
  * ops in the same order, agreeing on m, n, k, dtype, transb, algo, chunks,
- * streams and on whether a_out is given.
+ * streams, on whether a_out is given, on nb and on each B's n.
  *
  * stream: with the CUDA backend, the caller's cudaStream_t (NULL: the legacy
  * default stream): the op starts after the work already on it and the work

@@ -144,7 +144,15 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
     }
     case OVL__REQUEST__BODY_AG_GEMM: {
         const Ovl__AgGemm *g = q->ag_gemm;
-        return ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
+        ovl_status_t st = ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
+        if (st != OVL_OK)
+            return st;
+        if (g->n_more_bs > 7) /* 8 Bs in all */
+            return OVL_ERR_INVALID;
+        for (size_t i = 0; i < g->n_more_bs; i++)
+            if (g->more_bs[i]->n == 0)
+                return OVL_ERR_INVALID;
+        return OVL_OK;
     }
     case OVL__REQUEST__BODY_PLAN: {
         const Ovl__PlanRequest *p = q->plan;
@@ -189,6 +197,9 @@ static void check_accepted(const Ovl__Request *q)
             const Ovl__AgGemm *g = q->ag_gemm;
             dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
             chunks = g->chunks, streams = g->streams;
+            CHECK(g->n_more_bs <= OVLD_MAX_BS - 1);
+            for (size_t i = 0; i < g->n_more_bs; i++)
+                CHECK(g->more_bs[i]->n > 0);
         } else {
             const Ovl__PlanRequest *p = q->plan;
             CHECK(p->world >= 1 && p->world <= OVL_PLAN_MAX_WORLD);
@@ -261,6 +272,23 @@ static ovl_status_t check_request(const Ovl__Request *q)
     }
     if (st == OVL_OK && q->body_case == OVL__REQUEST__BODY_HELLO)
         check_hello_text(q->hello);
+    if (q->body_case == OVL__REQUEST__BODY_AG_GEMM) {
+        /* the descriptor, of any op (a refused one fails as an op): its Bs
+         * within the arrays, each B's n and buffers those of the request */
+        const Ovl__AgGemm *g = q->ag_gemm;
+        ovld_op_desc_t d;
+        ovld_request_op_desc(g, &d);
+        CHECK(d.nb >= 1 && d.nb <= OVLD_MAX_BS);
+        if (st == OVL_OK)
+            CHECK(d.nb == 1 + g->n_more_bs);
+        for (uint32_t i = 1; i < d.nb; i++) {
+            CHECK(d.n_more[i - 1] == g->more_bs[i - 1]->n);
+            CHECK(d.buf[ovld_buf_b(i)].given == (g->more_bs[i - 1]->b != NULL));
+            CHECK(d.buf[ovld_buf_c(i)].given == (g->more_bs[i - 1]->c != NULL));
+        }
+        for (uint32_t i = d.nb; i < OVLD_MAX_BS; i++)
+            CHECK(!d.buf[ovld_buf_b(i)].given && !d.buf[ovld_buf_c(i)].given);
+    }
     if (q->body_case == OVL__REQUEST__BODY_COMM_INIT) {
         const ProtobufCBinaryData *id = &q->comm_init->job_id;
         CHECK(ovl_text_is_clean(id->data, id->len) == ref_clean(id->data, id->len));

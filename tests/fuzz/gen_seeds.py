@@ -74,14 +74,24 @@ def bufref(mem, off=0):
     return f_varint(1, mem) + f_varint(2, off)
 
 
-def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out=True):
+def more_b(mem, n):
+    # an AgGemm's MoreB: b, ldb, c, ldc, n
+    return (f_bytes(1, bufref(mem)) + f_varint(2, n) + f_bytes(3, bufref(mem, 1 << 16))
+            + f_varint(4, n) + f_varint(5, n))
+
+
+def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out=True,
+            more_ns=()):
     b = (f_varint(1, 1) + f_varint(2, seq) + f_bytes(3, bufref(1)) + f_varint(4, k)
          + f_bytes(5, bufref(2)) + f_varint(6, n) + f_varint(7, 1) + f_bytes(8, bufref(3))
          + f_varint(9, n))
     if a_out:
         b += f_bytes(10, bufref(4)) + f_varint(11, k)
-    return (b + f_varint(12, m) + f_varint(13, n) + f_varint(14, k) + f_varint(15, dtype)
-            + f_varint(16, algo) + f_varint(17, chunks) + f_varint(18, streams))
+    b += (f_varint(12, m) + f_varint(13, n) + f_varint(14, k) + f_varint(15, dtype)
+          + f_varint(16, algo) + f_varint(17, chunks) + f_varint(18, streams))
+    for i, mn in enumerate(more_ns):
+        b += f_bytes(19, more_b(5 + i, mn))
+    return b
 
 
 def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0):
@@ -121,6 +131,10 @@ def request_seeds():
     s["ag_gemm_chunks_wrap"] = frame(request(0, 9, ag_gemm(chunks=(1 << 32) + 4)))
     s["ag_gemm_streams_9"] = frame(request(0, 9, ag_gemm(streams=9)))
     s["ag_gemm_m_zero"] = frame(request(0, 9, ag_gemm(m=0)))
+    s["ag_gemm_3_bs"] = frame(request(0, 9, ag_gemm(more_ns=(32, 96))))
+    s["ag_gemm_8_bs"] = frame(request(0, 9, ag_gemm(more_ns=(1,) * 7)))
+    s["ag_gemm_9_bs"] = frame(request(0, 9, ag_gemm(more_ns=(1,) * 8)))
+    s["ag_gemm_b2_n_zero"] = frame(request(0, 9, ag_gemm(more_ns=(8, 0))))
     s["plan"] = frame(request(8, 10, plan()))
     s["plan_world_1025"] = frame(request(8, 10, plan(world=1025, rank=0)))
     s["plan_algo_4"] = frame(request(8, 10, plan(algo=4)))

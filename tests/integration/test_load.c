@@ -11,6 +11,8 @@
 #include <cmocka.h>
 
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "cmocka_fixture.h"
 #include "daemon_fixture.h"
@@ -211,6 +213,97 @@ static void test_two_jobs_interleaved(void **state)
     TEST_PASSED();
 }
 
+/* B i's values (i >= 1): small integers, exact in fp32, other than B 0's. */
+static float more_b_val(uint32_t r, uint64_t row, uint64_t col, uint32_t i, unsigned salt)
+{
+    return (float)((int)((r * 3u + row * 5u + col * 2u + i * 7u + salt * 11u) % 5u) - 2);
+}
+
+/* Ops of 3 Bs, each its own n (B 0 the fixture's, n 6; B 1 n 3, B 2 n 9):
+ * every algorithm, transb and not, a_out and not, worlds 1 to 4. A is
+ * gathered once; C 0 (and a_out) checked by the fixture, C 1 and C 2 here
+ * against every rank's A, exactly. */
+static void test_multi_b(void **state)
+{
+    test_daemon_t *d = *state;
+    static const uint64_t more_n[2] = {3, 9};
+    for (uint32_t world = 1; world <= MAXW; world++) {
+        char job[32];
+        snprintf(job, sizeof(job), "multi-b-%u", world);
+        rank_t rk[MAXW];
+        float *xb[MAXW][2], *xc[MAXW][2];
+        for (uint32_t r = 0; r < world; r++) {
+            rank_open(d, &rk[r], job, world, r, (int)r, 1);
+            for (int i = 0; i < 2; i++) {
+                xb[r][i] = ovl_host_alloc(rk[r].cl, SLOT_B * sizeof(float));
+                xc[r][i] = ovl_host_alloc(rk[r].cl, SLOT_C * sizeof(float));
+                assert_non_null(xb[r][i]);
+                assert_non_null(xc[r][i]);
+            }
+        }
+        unsigned salt = 0;
+        for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+            for (int transb = 0; transb <= 1; transb++)
+                for (int aout = 0; aout <= 1; aout++) {
+                    opspec_t s = base_spec;
+                    s.algo = (ovl_algo_t)a;
+                    s.transb = transb;
+                    s.aout = aout;
+                    s.chunks = aout ? 2 : 0;
+                    s.salt = salt++;
+                    for (uint32_t r = 0; r < world; r++) {
+                        rank_fill(&rk[r], 0, &s);
+                        ovl_ag_gemm_b_t more[2];
+                        for (uint32_t i = 0; i < 2; i++) {
+                            uint64_t n = more_n[i];
+                            uint64_t rows = transb ? n : s.k, cols = transb ? s.k : n;
+                            for (uint64_t x = 0; x < rows; x++)
+                                for (uint64_t y = 0; y < cols; y++)
+                                    xb[r][i][x * cols + y] = more_b_val(r, x, y, i + 1, s.salt);
+                            memset(xc[r][i], 0xff, SLOT_C * sizeof(float)); /* NaN */
+                            more[i] = (ovl_ag_gemm_b_t){
+                                .b = xb[r][i], .ldb = cols, .c = xc[r][i], .ldc = n, .n = n};
+                        }
+                        ovl_ag_gemm_desc_t desc = rank_desc(&rk[r], 0, &s);
+                        desc.nb = 3;
+                        desc.more_bs = more;
+                        assert_status(ovl_allgather_gemm(rk[r].comm, &desc, NULL), OVL_OK);
+                    }
+                    for (uint32_t r = 0; r < world; r++)
+                        rank_sync_ok(&rk[r]);
+                    for (uint32_t r = 0; r < world; r++) {
+                        rank_check(&rk[r], 0, &s);
+                        for (uint32_t i = 0; i < 2; i++) {
+                            uint64_t n = more_n[i];
+                            for (uint32_t q = 0; q < world; q++)
+                                for (uint64_t x = 0; x < s.m; x++)
+                                    for (uint64_t y = 0; y < n; y++) {
+                                        float want = 0;
+                                        for (uint64_t l = 0; l < s.k; l++) {
+                                            float av = rk[q].a[x * (s.k + s.pad) + l];
+                                            float bv = transb ? more_b_val(r, y, l, i + 1, s.salt)
+                                                              : more_b_val(r, l, y, i + 1, s.salt);
+                                            want += av * bv;
+                                        }
+                                        float got = xc[r][i][(q * s.m + x) * n + y];
+                                        if (got != want)
+                                            fail_msg("world %u rank %u %s transb %d a_out %d: "
+                                                     "C%u[%llu][%llu] = %g, expected %g",
+                                                     world, r, ovl_algo_name(s.algo), transb, aout,
+                                                     i + 1, (unsigned long long)(q * s.m + x),
+                                                     (unsigned long long)y, (double)got,
+                                                     (double)want);
+                                    }
+                        }
+                    }
+                }
+        for (uint32_t r = 0; r < world; r++)
+            assert_status(rank_close(&rk[r]), OVL_OK);
+    }
+    assert_alive(d);
+    TEST_PASSED();
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -218,6 +311,7 @@ int main(int argc, char **argv)
         T(test_two_jobs_interleaved),
         T(test_scratch_growth_world1),
         T(test_strided_layouts),
+        T(test_multi_b),
     };
     return RUN_TESTS("load", tests, argc, argv);
 }

@@ -104,6 +104,46 @@ static void test_op_client_checks(void **state)
     assert_contains(ovl_last_error(rk.cl), "takes no stream");
     assert_status(ovl_allgather_gemm(rk.comm, NULL, NULL), OVL_ERR_INVALID);
     assert_status(ovl_allgather_gemm(NULL, &good, NULL), OVL_ERR_INVALID);
+    /* several Bs: at most OVL_MAX_BS, each B and C checked as B and C are,
+     * each in memory of this client's (not another connection's) */
+    ovl_ag_gemm_b_t more[OVL_MAX_BS];
+    for (int i = 0; i < OVL_MAX_BS; i++)
+        more[i] = (ovl_ag_gemm_b_t){
+            .b = good.b, .ldb = good.ldb, .c = good.c, .ldc = good.ldc, .n = good.n};
+    bad = good;
+    bad.nb = OVL_MAX_BS + 1;
+    bad.more_bs = more;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "nb 9: an op takes at most 8 Bs");
+    bad.nb = 3;
+    bad.more_bs = NULL;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "more_bs is NULL");
+    bad.more_bs = more;
+    more[1].n = 0;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "n of B 2 must be positive");
+    more[1].n = good.n;
+    more[1].ldc = good.n - 1;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "c2: leading dimension");
+    more[1].ldc = good.ldc;
+    more[0].b = NULL;
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "b1 is NULL");
+    {
+        /* B1 in memory another connection allocated */
+        ovl_client_t *other = connect_ok(d);
+        float *ob = ovl_host_alloc(other, SLOT_B * sizeof(float));
+        assert_non_null(ob);
+        more[0].b = ob;
+        assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+        assert_contains(ovl_last_error(rk.cl), "b1: ");
+        assert_contains(ovl_last_error(rk.cl), "not inside memory from ovl_host_alloc");
+        assert_status(ovl_host_free(other, ob), OVL_OK);
+        ovl_disconnect(other);
+        more[0].b = good.b;
+    }
 
     /* None of these reached the daemon: op 1 is the good one. */
     assert_status(ovl_comm_check(rk.comm), OVL_OK);
@@ -231,6 +271,11 @@ typedef enum raw_case {
     RC_HUGE_M,
     RC_WIDE_DTYPE,
     RC_WIDE_CHUNKS,
+    RC_NINE_BS,
+    RC_B1_ZERO_N,
+    RC_B1_NOT_REGISTERED,
+    RC_C2_MISSING,
+    RC_C1_OUT_OF_RANGE,
     RC_COUNT
 } raw_case_t;
 
@@ -252,6 +297,12 @@ static const struct {
     /* 2^32 + 2 would be fp32 in 32 bits, and 2^32 + 1 chunks one chunk */
     [RC_WIDE_DTYPE] = {OVL_ERR_INVALID, "unknown dtype 4294967298"},
     [RC_WIDE_CHUNKS] = {OVL_ERR_INVALID, "chunks 4294967297 out of range 0..64"},
+    /* several Bs: checked at the boundary, then each resolved as B and C */
+    [RC_NINE_BS] = {OVL_ERR_INVALID, "9 Bs: an op takes at most 8"},
+    [RC_B1_ZERO_N] = {OVL_ERR_INVALID, "n of B 1 must be positive"},
+    [RC_B1_NOT_REGISTERED] = {OVL_ERR_NOT_FOUND, "b1: buffer 999 is not registered"},
+    [RC_C2_MISSING] = {OVL_ERR_INVALID, "c2: no buffer given"},
+    [RC_C1_OUT_OF_RANGE] = {OVL_ERR_RANGE, "c1: 2 x 5 (ld 5) at offset 4080 lies outside"},
 };
 
 /*
@@ -287,6 +338,24 @@ static void test_raw_op_checks(void **state)
         Ovl__AgGemm g;
         Ovl__BufRef refs[3];
         raw_gemm_init(&g, refs, comms[c].id, 1, mem);
+        /* further Bs, where a case has them: B i is B, C i a C of its own */
+        Ovl__MoreB more[8], *pmore[8];
+        Ovl__BufRef mrefs[8][2];
+        for (int i = 0; i < 8; i++) {
+            ovl__more_b__init(&more[i]);
+            ovl__buf_ref__init(&mrefs[i][0]);
+            ovl__buf_ref__init(&mrefs[i][1]);
+            mrefs[i][0] = refs[1];
+            mrefs[i][1].mem_id = mem;
+            mrefs[i][1].offset = 1024 + (uint64_t)i * 256;
+            more[i].b = &mrefs[i][0];
+            more[i].ldb = RAW_N;
+            more[i].c = &mrefs[i][1];
+            more[i].ldc = RAW_N;
+            more[i].n = RAW_N;
+            pmore[i] = &more[i];
+        }
+        g.more_bs = pmore;
         uint64_t seq = 1;
         switch ((raw_case_t)c) {
         case RC_C_OUT_OF_RANGE:
@@ -324,6 +393,26 @@ static void test_raw_op_checks(void **state)
             break;
         case RC_WIDE_CHUNKS:
             g.chunks = (UINT64_C(1) << 32) + 1;
+            break;
+        case RC_NINE_BS:
+            g.n_more_bs = 8;
+            break;
+        case RC_B1_ZERO_N:
+            g.n_more_bs = 2;
+            more[0].n = 0;
+            break;
+        case RC_B1_NOT_REGISTERED:
+            g.n_more_bs = 1;
+            mrefs[0][0].mem_id = 999;
+            break;
+        case RC_C2_MISSING:
+            g.n_more_bs = 2;
+            more[1].c = NULL;
+            break;
+        case RC_C1_OUT_OF_RANGE:
+            g.n_more_bs = 1;
+            more[0].n = more[0].ldb = more[0].ldc = 5; /* B1 4 x 5 fits where B 4 x 3 is */
+            mrefs[0][1].offset = 4096 - 16;
             break;
         case RC_COUNT:
             break;
@@ -523,6 +612,8 @@ typedef enum field {
     F_CHUNKS,
     F_STREAMS,
     F_AOUT,
+    F_NB,
+    F_B1_N,
 } field_t;
 
 static const char *const field_names[] = {
@@ -535,6 +626,8 @@ static const char *const field_names[] = {
     [F_CHUNKS] = "chunks",
     [F_STREAMS] = "streams",
     [F_AOUT] = "a_out (given or not)",
+    [F_NB] = "nb",
+    [F_B1_N] = "n of B 1",
 };
 
 /* Two ranks submit op 1 disagreeing on one field: both see MISMATCH naming
@@ -577,11 +670,29 @@ static void mismatch_case(test_daemon_t *d, field_t f)
     case F_AOUT:
         s0.aout = true;
         break;
+    case F_NB:
+    case F_B1_N:
+        break;
     }
+    /* several Bs: B 1 and C 1 in slot 1's B and C (op 2 refills them) */
+    uint32_t nb[2] = {f == F_NB ? 2 : f == F_B1_N ? 2 : 0, f == F_NB ? 3 : f == F_B1_N ? 2 : 0};
+    uint64_t b1_n[2] = {3, f == F_B1_N ? 4 : 3};
     rank_fill(&rk[0], 0, &s0);
     rank_fill(&rk[1], 0, &s1);
-    assert_status(rank_submit(&rk[0], 0, &s0), OVL_OK);
-    assert_status(rank_submit(&rk[1], 0, &s1), OVL_OK);
+    for (int r = 0; r < 2; r++) {
+        const opspec_t *s = r ? &s1 : &s0;
+        ovl_ag_gemm_desc_t desc = rank_desc(&rk[r], 0, s);
+        ovl_ag_gemm_b_t more[2];
+        for (int i = 0; i < 2; i++)
+            more[i] = (ovl_ag_gemm_b_t){.b = rk[r].b + SLOT_B,
+                                        .ldb = b1_n[r],
+                                        .c = rk[r].c + SLOT_C,
+                                        .ldc = b1_n[r],
+                                        .n = b1_n[r]};
+        desc.nb = nb[r];
+        desc.more_bs = more;
+        assert_status(ovl_allgather_gemm(rk[r].comm, &desc, NULL), OVL_OK);
+    }
     for (int r = 0; r < 2; r++) {
         ovl_status_t st = ovl_comm_synchronize(rk[r].comm);
         if (st != OVL_ERR_MISMATCH)
@@ -634,6 +745,8 @@ MISMATCH_TEST(test_mismatch_transb, F_TRANSB)
 MISMATCH_TEST(test_mismatch_chunks, F_CHUNKS)
 MISMATCH_TEST(test_mismatch_streams, F_STREAMS)
 MISMATCH_TEST(test_mismatch_a_out, F_AOUT)
+MISMATCH_TEST(test_mismatch_nb, F_NB)
+MISMATCH_TEST(test_mismatch_b1_n, F_B1_N)
 
 int main(int argc, char **argv)
 {
@@ -655,6 +768,8 @@ int main(int argc, char **argv)
         T(test_mismatch_chunks),
         T(test_mismatch_streams),
         T(test_mismatch_a_out),
+        T(test_mismatch_nb),
+        T(test_mismatch_b1_n),
     };
     return RUN_TESTS("ops", tests, argc, argv);
 }

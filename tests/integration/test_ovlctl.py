@@ -38,6 +38,13 @@ def test_plan_offline_matches_golden():
     with open(os.path.join(GOLDEN, "plan_naive_shared.txt")) as f:
         assert p.stdout == f.read(), "ovlctl plan --shared-gpu differs from its golden file"
     assert "ALLGATHER" not in p.stdout and "shared_gpu=yes" in p.stdout, p.stdout
+    # several Bs: the bs line, B1.. and C1.. among the buffers, a GEMM per B
+    p = ctl("plan", "--algo", "ring", "--more-n", "64,96", *PLAN_ARGS)
+    assert "\nbs nb=3 n=256,64,96\n" in p.stdout, p.stdout
+    assert " B1=512x64 B2=512x96 C1=4096x64 C2=4096x96 " in p.stdout, p.stdout
+    gemms = [l for l in p.stdout.splitlines() if " GEMM " in l]
+    assert [l.split(" @ ")[1].split()[0] for l in gemms[:3]] == ["B", "B1", "B2"], gemms
+    assert len(gemms) == 3 * len([l for l in gemms if " @ B n " in l]), gemms
 
 
 def test_plan_usage_errors():
@@ -52,7 +59,7 @@ def test_plan_usage_errors():
     assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "version"], usage
     for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
                 "--dtype", "--a-out", "--transb", "--strided", "--shared-gpu", "--allgather",
-                "--daemon",
+                "--more-n", "--daemon",
                 "--socket", "--help", "--json", "--prometheus",
                 "--watch", "--reset"):
         assert re.search(r"(^|[ \[|])%s\b" % re.escape(opt), usage, re.M), (opt, usage)
@@ -68,8 +75,13 @@ def test_plan_usage_errors():
              "ovlctl: --allgather: 'mpi' is not one of auto, nccl, copy\n"),
             # the daemon is asked only what the wire says: a dense op without transb
             *[(["plan", "--daemon", *opt, *PLAN_ARGS],
-               "ovlctl plan: --transb, --strided, --shared-gpu and --allgather plan here only, not with "
-               "--daemon\n") for opt in (["--strided"], ["--transb"], ["--allgather", "copy"])],
+               "ovlctl plan: --transb, --strided, --shared-gpu, --allgather and --more-n plan here "
+               "only, not with --daemon\n")
+              for opt in (["--strided"], ["--transb"], ["--allgather", "copy"], ["--more-n", "8"])],
+            (["plan", "--more-n", "1,2,3,4,5,6,7,8", *PLAN_ARGS],
+             "ovlctl: --more-n: at most 7 Bs after the first\n"),
+            (["plan", "--more-n", "8,0", *PLAN_ARGS], "ovlctl: --more-n: every n must be positive\n"),
+            (["plan", "--more-n", "8,x", *PLAN_ARGS], "ovlctl: --more-n: 'x' is not a number\n"),
             (["plan", "--world", "x", *shape[2:]], "ovlctl: --world: 'x' is not a number\n"),
             (["plan", "--world", "4294967296", *shape[2:]], "ovlctl plan: a value is out of range\n"),
             (["plan", "--algo", "ring", "--world", "2", "--rank", "2", "-m", "8", "-n", "8", "-k",

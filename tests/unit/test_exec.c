@@ -273,6 +273,10 @@ static uint64_t fake_ld(const ovl_plan_t *p, uint32_t r, int b, layout_t layout)
     return cols + 1 + r + 2 * (uint64_t)b;
 }
 
+/* The Bs of the op setup_make makes (1 but where a shape says more): B 0
+ * of n 48, B 1 of 16, B 2 of 24, each B i and C i a buffer of its own. */
+static uint32_t setup_nb = 1;
+
 static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout,
                        layout_t layout, bool transb)
 {
@@ -291,7 +295,9 @@ static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chu
                                .strided = layout == L_STRIDED,
                                .allgather = layout == L_COPY   ? OVL_AG_COPY
                                             : layout == L_NCCL ? OVL_AG_NCCL
-                                                               : OVL_AG_AUTO};
+                                                               : OVL_AG_AUTO,
+                               .nb = setup_nb,
+                               .n_more = {16, 24}};
         assert_int_equal(ovl_plan_build(&p, &s->plans[r]), OVL_OK);
         s->ranks[r].id = (int)r;
         s->xr[r] =
@@ -528,13 +534,16 @@ typedef struct shape {
     bool aout;
     layout_t layout;
     bool transb;
+    uint32_t nb; /* 0: one B */
 } shape_t;
 
 /* One run; fail_at: 1-based call to fail (0: none). The log's length. */
 static size_t run(const shape_t *sh, size_t fail_at, bool threads)
 {
     setup_t s;
+    setup_nb = sh->nb;
     setup_make(&s, sh->algo, sh->world, sh->chunks, sh->aout, sh->layout, sh->transb);
+    setup_nb = 1;
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = fail_at;
@@ -578,7 +587,11 @@ static void good_runs(bool threads)
             for (uint32_t c = 0; c <= 3; c++)
                 for (int aout = 0; aout < 2; aout++)
                     for (int l = 0; l < L_COUNT; l++) {
-                        shape_t sh = {(ovl_algo_t)a, w, c, aout, (layout_t)l, (c + l) % 2 == 1};
+                        /* one B, or 2 or 3: every GEMM's B and C views
+                         * are those its names resolve to */
+                        shape_t sh = {
+                            (ovl_algo_t)a,         w, c, aout, (layout_t)l, (c + l) % 2 == 1,
+                            (c + aout + l) % 3 + 1};
                         run(&sh, 0, threads);
                     }
 }
@@ -591,7 +604,7 @@ static void every_call_failing(bool threads)
                 for (int l = 0; l < L_COUNT; l += L_STRIDED) {
                     /* dense (NCCL) and strided (pulls): the good run's
                      * length bounds the calls to fail */
-                    shape_t sh = {(ovl_algo_t)a, w, c, false, (layout_t)l, false};
+                    shape_t sh = {(ovl_algo_t)a, w, c, false, (layout_t)l, false, c % 2 ? 2 : 1};
                     size_t n = run(&sh, 0, threads);
                     for (size_t at = 1; at <= n; at++)
                         run(&sh, at, threads);
@@ -692,8 +705,16 @@ static void run_bad_names(bool threads, int how)
         s.plans[1].instr[at].dst.rank = 0; /* a pull into rank 0's G */
     else if (how == 2)
         s.plans[1].instr[at].src.buf = (ovl_buf_t)OVL_BUF_COUNT; /* no such buffer */
-    else
+    else if (how == 3)
         s.plans[1].instr[at].stream = 9; /* a stream the plan does not have */
+    if (how == 4) {
+        /* a GEMM of a B the op (of one B) has not: no view, so refused */
+        at = 0;
+        while (s.plans[1].instr[at].kind != OVL_I_GEMM)
+            at++;
+        s.plans[1].instr[at].b.buf = ovl_buf_b(1);
+        want = "names buffer B1 of rank 1, which the op does not have";
+    }
     if (how == 1 || how == 2)
         want = "which it may not";
     if (how == 3)
@@ -708,7 +729,7 @@ static void run_bad_names(bool threads, int how)
     int dones[2] = {0};
     for (size_t i = 0; i < M.n; i++) {
         /* nothing of rank 1 past its bad pull */
-        if (M.log[i].rank == 1 && M.log[i].call == C_COPY)
+        if (M.log[i].rank == 1 && M.log[i].call == (how == 4 ? C_GEMM : C_COPY))
             fail_msg("threads %d, case %d: rank 1's bad pull reached the backend", threads, how);
         if (M.log[i].call == C_DONE)
             dones[M.log[i].rank]++;
@@ -721,7 +742,7 @@ static void run_bad_names(bool threads, int how)
 static void test_bad_names(void **state)
 {
     (void)state;
-    for (int how = 0; how < 4; how++) {
+    for (int how = 0; how < 5; how++) {
         run_bad_names(false, how);
         run_bad_names(true, how);
     }

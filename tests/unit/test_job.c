@@ -117,11 +117,17 @@ static struct mock {
     bool deliver_now; /* done completes at once, under the call */
 
     int mem_releases;
+    uint64_t gemm_n[64]; /* each GEMM's n, in issue order */
+    int ngemm;
 } M;
 
 static ovld_backend_t mock;
 static char scratch_mem[1 << 12];
 static bool trace;
+
+/* The buffers every client registers: a one-B op's (a, b, c, a_out); an
+ * op's further Bs and Cs are views of its b and c. */
+#define TBUF OVLD_BUF_B1
 
 /* The test's world: config, counters, jobs, buffers, clients. */
 typedef struct client {
@@ -132,9 +138,9 @@ typedef struct client {
     bool open;   /* its table holds its buffers */
     bool opened; /* it registered buffers in this test */
     ovld_registry_t table;
-    ovld_reg_t *reg[OVLD_BUF_COUNT];
-    int released[OVLD_BUF_COUNT]; /* mem_release of each buffer */
-    float mem[OVLD_BUF_COUNT][MEMF];
+    ovld_reg_t *reg[TBUF];
+    int released[TBUF]; /* mem_release of each buffer */
+    float mem[TBUF][MEMF];
 } client_t;
 
 static struct fixture {
@@ -358,7 +364,8 @@ static ovl_status_t m_copy(ovld_rank_t *r, uint32_t s, ovld_view_t dst, ovld_vie
 static ovl_status_t m_gemm(ovld_rank_t *r, uint32_t s, const ovld_gemm_args_t *g)
 {
     (void)s;
-    (void)g;
+    if (M.ngemm < 64)
+        M.gemm_n[M.ngemm++] = g->n;
     return prim(P_GEMM, r);
 }
 
@@ -485,7 +492,7 @@ static void expect_str(const char *got, const char *want)
 static void client_open(client_t *c, uint32_t device)
 {
     assert_int_equal(ovld_registry_init(&c->table), OVL_OK);
-    for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+    for (int b = 0; b < TBUF; b++) {
         ovld_reg_t *reg = ovld_buf_new(&F.bs);
         assert_non_null(reg);
         reg->ptr = c->mem[b];
@@ -503,7 +510,7 @@ static void client_open(client_t *c, uint32_t device)
  * hold them). */
 static void client_close(client_t *c)
 {
-    for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+    for (int b = 0; b < TBUF; b++) {
         ovld_buf_unregister(&c->table, c->reg[b]);
         c->reg[b] = NULL;
     }
@@ -514,7 +521,7 @@ static void client_close(client_t *c)
 /* References of each of c's buffers (the table's and the ops'). */
 static void expect_refs(const client_t *c, uint32_t refs)
 {
-    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+    for (int b = 0; b < TBUF; b++)
         if (c->reg[b]->refs != refs)
             fail_msg("rank %u's %s has %u references, expected %u", c->rank, ovld_buf_name(b),
                      c->reg[b]->refs, refs);
@@ -600,6 +607,8 @@ static void ready2(void)
 
 typedef struct opspec {
     uint64_t m, n, k;
+    uint32_t nb;                      /* 0: one B */
+    uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n (B i and C i live in B's and C's buffers) */
     uint32_t dtype, algo, chunks, streams;
     bool transb;
     bool no_aout;        /* gather into ovld's scratch */
@@ -628,10 +637,19 @@ static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, 
                         .chunks = s.chunks,
                         .streams = s.streams,
                         .transb = s.transb};
-    const uint64_t ld[OVLD_BUF_COUNT] = {s.k, s.transb ? s.k : s.n, s.n, s.k};
-    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+    const uint64_t ld[TBUF] = {s.k, s.transb ? s.k : s.n, s.n, s.k};
+    for (int b = 0; b < TBUF; b++)
         q.buf[b] = (ovld_buf_ref_t){
             .given = !(b == OVLD_BUF_AOUT && s.no_aout), .mem_id = c->reg[b]->id, .ld = ld[b]};
+    q.nb = s.nb;
+    for (uint32_t i = 1; i < s.nb; i++) {
+        uint64_t n = s.n_more[i - 1];
+        q.n_more[i - 1] = n;
+        q.buf[ovld_buf_b(i)] = (ovld_buf_ref_t){
+            .given = true, .mem_id = c->reg[OVLD_BUF_B]->id, .ld = s.transb ? s.k : n};
+        q.buf[ovld_buf_c(i)] =
+            (ovld_buf_ref_t){.given = true, .mem_id = c->reg[OVLD_BUF_C]->id, .ld = n};
+    }
     if (s.b_id)
         q.buf[OVLD_BUF_B].mem_id = s.b_id;
     char bufs_msg[256] = "";
@@ -781,7 +799,7 @@ static void finish(void)
         if (F.cl[c].open)
             client_close(&F.cl[c]);
     for (int c = 0; c < MAXCL; c++)
-        for (int b = 0; b < OVLD_BUF_COUNT; b++)
+        for (int b = 0; b < TBUF; b++)
             if (F.cl[c].released[b] != (F.cl[c].opened ? 1 : 0))
                 fail_msg("client %d's %s released %d times", c, ovld_buf_name(b),
                          F.cl[c].released[b]);
@@ -1172,6 +1190,29 @@ static void test_op_waits_for_every_rank(void **state)
 }
 
 /* Op i disagrees on field i: it fails on both ranks, and the job goes on. */
+/* An op of 3 Bs runs: the planner gets every B's n, one GEMM per B per
+ * rank (naive), each into its own C; the references go when it is done. */
+static void test_multi_b_runs(void **state)
+{
+    (void)state;
+    client_t *c0 = &F.cl[0], *c1 = &F.cl[1];
+    ready2();
+    opspec_t b3 = base();
+    b3.nb = 3;
+    b3.n_more[0] = 2;
+    b3.n_more[1] = 3;
+    submit2(1, b3);
+    assert_int_equal(M.ngemm, 6);
+    static const uint64_t want[6] = {4, 2, 3, 4, 2, 3};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(M.gemm_n[i], want[i]);
+    deliver_all();
+    expect_refs(c0, 1);
+    expect_refs(c1, 1);
+    expect_state("train", OVLD_JOB_READY);
+    finish();
+}
+
 static void test_mismatch(void **state)
 {
     (void)state;
@@ -1182,8 +1223,8 @@ static void test_mismatch(void **state)
         opspec_t theirs; /* rank 1's */
     } case_t;
     opspec_t b = base();
-    case_t cs[9];
-    for (int i = 0; i < 9; i++)
+    case_t cs[11];
+    for (int i = 0; i < 11; i++)
         cs[i].theirs = b;
     cs[0].theirs.m = 8;
     cs[0].msg = "ranks disagree on m: rank 1 has 8, rank 0 has 4";
@@ -1203,18 +1244,30 @@ static void test_mismatch(void **state)
     cs[7].msg = "ranks disagree on streams: rank 1 has 2, rank 0 has 0";
     cs[8].theirs.no_aout = true;
     cs[8].msg = "ranks disagree on a_out (given or not): rank 1 has 0, rank 0 has 1";
+    /* several Bs: rank 0 has B0..B2 of n 4, 2 and 3 */
+    opspec_t b3 = b;
+    b3.nb = 3;
+    b3.n_more[0] = 2;
+    b3.n_more[1] = 3;
+    cs[9].theirs = b3;
+    cs[9].theirs.nb = 2;
+    cs[9].msg = "ranks disagree on nb: rank 1 has 2, rank 0 has 3";
+    cs[10].theirs = b3;
+    cs[10].theirs.n_more[1] = 1;
+    cs[10].msg = "ranks disagree on n of B 2: rank 1 has 1, rank 0 has 3";
     uint64_t seq = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 11; i++) {
         seq++;
         int n = M.ndone, p = M.prim_calls;
-        submit(c0, seq, b);
+        submit(c0, seq, i >= 9 ? b3 : b);
         submit(c1, seq, cs[i].theirs);
         assert_int_equal(M.ndone, n + 2);
         expect_ring(n, c0, seq, OVL_ERR_MISMATCH, cs[i].msg);
         expect_ring(n + 1, c1, seq, OVL_ERR_MISMATCH, cs[i].msg);
         assert_int_equal(M.prim_calls, p); /* nothing issued */
         expect_refs(c1, 1);                /* rank 1's were let go at once */
-        expect_refs(c0, 2);                /* rank 0's until the op is done */
+        if (i < 9)
+            expect_refs(c0, 2); /* rank 0's until the op is done (b and c thrice with 3 Bs) */
         char last[300];
         snprintf(last, sizeof(last), "op %" PRIu64 ": %s", seq, cs[i].msg);
         expect_str(job_info("train")->last_error, last);
@@ -1243,8 +1296,8 @@ static void test_mismatch(void **state)
     expect_ring(M.ndone - 1, c1, seq, OVL_OK, NULL);
     deliver_all();
     assert_int_equal(job_info("train")->ops_done, 1);
-    assert_int_equal(ops_failed(), 10);
-    assert_int_equal(errors(OVL_ERR_MISMATCH), 10);
+    assert_int_equal(ops_failed(), 12);
+    assert_int_equal(errors(OVL_ERR_MISMATCH), 12);
     expect_member_error(c0, OVL_ERR_MISMATCH, 1, cs[0].msg); /* the first failure */
     expect_member_error(c1, OVL_ERR_MISMATCH, 1, cs[0].msg);
     finish();
@@ -1990,13 +2043,13 @@ static void test_all_leave_completions_outstanding(void **state)
     assert_int_equal(M.teardown_calls, 1);
     assert_int_equal(M.teardown_outstanding, 0);
     assert_int_equal(M.nlive, 0);
-    assert_int_equal(M.mem_releases, 2 * OVLD_BUF_COUNT);
+    assert_int_equal(M.mem_releases, 2 * TBUF);
     assert_true(ovld_jobs_empty(&F.jobs));
     assert_int_equal(ovld_job_running(&F.jobs), 0);
     assert_int_equal(M.ndone, 4); /* nothing more was rung */
     finish();
     assert_int_equal(M.teardown_calls, 1);
-    assert_int_equal(M.mem_releases, 2 * OVLD_BUF_COUNT);
+    assert_int_equal(M.mem_releases, 2 * TBUF);
 }
 
 /* Both ranks leave while ops are pending (failed, not yet rung for want of
@@ -2027,8 +2080,8 @@ static void test_all_leave_ops_pending(void **state)
             }
         assert_int_equal(M.teardown_calls, 0);
         bool op5_done = M.ndone >= 10 && M.dones[8].delivered && M.dones[9].delivered;
-        assert_int_equal(M.mem_releases, op5_done ? OVLD_BUF_COUNT : 0);
-        for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+        assert_int_equal(M.mem_releases, op5_done ? TBUF : 0);
+        for (int b = 0; b < TBUF; b++) {
             assert_int_equal(c1->released[b], op5_done ? 1 : 0);
             assert_int_equal(c0->released[b], 0);
         }
@@ -2038,12 +2091,12 @@ static void test_all_leave_ops_pending(void **state)
     expect_ring(9, c1, 5, OVL_ERR_ABORTED, "job aborted: rank 0 left (killed)");
     expect_ring(10, c0, 6, OVL_ERR_ABORTED, "job aborted: rank 0 left (killed)");
     assert_int_equal(M.ndone, 11);
-    assert_int_equal(M.mem_releases, OVLD_BUF_COUNT);
+    assert_int_equal(M.mem_releases, TBUF);
     deliver_all();
     assert_int_equal(M.teardown_calls, 1);
     assert_int_equal(M.teardown_outstanding, 0);
-    assert_int_equal(M.mem_releases, 2 * OVLD_BUF_COUNT);
-    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+    assert_int_equal(M.mem_releases, 2 * TBUF);
+    for (int b = 0; b < TBUF; b++)
         assert_int_equal(c0->released[b], 1);
     finish();
 }
@@ -2300,6 +2353,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_distinct_devices_collective, setup, teardown),
         cmocka_unit_test_setup_teardown(test_op_waits_for_every_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_multi_b_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdicts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_issue_window, setup, teardown),

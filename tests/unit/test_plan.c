@@ -64,6 +64,18 @@ static void set_layout(ovl_plan_params_t *p, layout_t layout)
                                                             : OVL_AG_AUTO;
 }
 
+/* The Bs the jobs the tests build have (1 but in the tests of several
+ * Bs), and the n of each: B 0's is params_of's, the others their own. */
+static uint32_t build_nb = 1;
+static const uint64_t build_n[OVL_PLAN_MAX_BS] = {256, 64, 96, 8, 16, 24, 32, 40};
+
+static void set_bs(ovl_plan_params_t *p, uint32_t nb)
+{
+    p->nb = nb;
+    for (uint32_t i = 1; i < nb; i++)
+        p->n_more[i - 1] = build_n[i];
+}
+
 /* Builds every rank's plan of one job into plans[0..world). */
 static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
                          uint32_t chunks, uint32_t streams, bool want_gathered, layout_t layout,
@@ -72,6 +84,7 @@ static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uin
     for (uint32_t r = 0; r < world; r++) {
         ovl_plan_params_t p = params_of(algo, world, r, m, chunks, streams, want_gathered);
         set_layout(&p, layout);
+        set_bs(&p, build_nb);
         p.transb = transb;
         assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
     }
@@ -269,12 +282,16 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
             in->dst.row != in->src.row)
             return violation(s, "r%u #%zu: ALLGATHER geometry", r, i);
         break;
-    case OVL_I_GEMM:
-        if (!(ref_is(in->src, OVL_BUF_A, r) || ref_is(in->src, OVL_BUF_G, r)) ||
-            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 || !ref_is(in->dst, OVL_BUF_C, r))
+    case OVL_I_GEMM: {
+        /* B i into C i, for one of the op's Bs */
+        int bi = ovl_buf_b_index(in->b.buf);
+
+        if (!(ref_is(in->src, OVL_BUF_A, r) || ref_is(in->src, OVL_BUF_G, r)) || bi < 0 ||
+            (uint32_t)bi >= ovl_plan_nb(pp) || in->b.rank != r || in->b.row != 0 ||
+            !ref_is(in->dst, ovl_buf_c((uint32_t)bi), r))
             return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
-        if (in->n != pp->n || in->k != pp->k || in->transb != pp->transb || in->nblocks == 0 ||
-            (in->nblocks == 1 && in->stride != 0) ||
+        if (in->n != ovl_plan_bn(pp, (uint32_t)bi) || in->k != pp->k || in->transb != pp->transb ||
+            in->nblocks == 0 || (in->nblocks == 1 && in->stride != 0) ||
             (in->nblocks > 1 && (in->stride != m || in->rows > m)))
             return violation(s, "r%u #%zu: GEMM geometry", r, i);
         if (in->src.buf == OVL_BUF_A) {
@@ -286,6 +303,7 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
             return violation(s, "r%u #%zu: GEMM range out of bounds", r, i);
         }
         break;
+    }
     default:
         break;
     }
@@ -303,7 +321,9 @@ static bool check_fields(sim_t *s)
         if (p->params.rank != r || p->params.world != s->world || p->params.m != p0->params.m ||
             p->params.algo != p0->params.algo || p->chunks != p0->chunks ||
             p->params.want_gathered != p0->params.want_gathered ||
-            p->params.strided != p0->params.strided || p->params.allgather != p0->params.allgather)
+            p->params.strided != p0->params.strided ||
+            p->params.allgather != p0->params.allgather ||
+            ovl_plan_nb(&p->params) != ovl_plan_nb(&p0->params))
             return violation(s, "r%u: params differ from rank 0's", r);
         if (p->nstreams == 0 || p->nstreams > OVL_PLAN_MAX_STREAMS)
             return violation(s, "r%u: nstreams %u", r, p->nstreams);
@@ -554,18 +574,19 @@ static size_t add_spans(const sim_t *s, uint64_t m, uint64_t row, uint64_t rows,
     return n;
 }
 
-/* Collects into v the row spans that rank r's instructions write into C
- * (gemm true) or G (gemm false), sorted by block and row. */
-static size_t collect_spans(const sim_t *s, uint32_t r, bool gemm, span_t *v)
+/* Collects into v the row spans that rank r's instructions write into C i
+ * (c >= 0) or G (c < 0), sorted by block and row. */
+static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
 {
     const ovl_plan_t *p = &s->plans[r];
     uint64_t m = p->params.m;
+    bool gemm = c >= 0;
     size_t n = 0;
 
     for (size_t i = 0; i < p->ninstr; i++) {
         const ovl_instr_t *in = &p->instr[i];
 
-        if (gemm && in->kind == OVL_I_GEMM) {
+        if (gemm && in->kind == OVL_I_GEMM && ovl_buf_c_index(in->dst.buf) == c) {
             for (uint32_t b = 0; b < in->nblocks; b++)
                 n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, i, v, n);
         } else if (!gemm && in->kind == OVL_I_ALLGATHER) {
@@ -642,12 +663,16 @@ static bool check_rows(sim_t *s)
         const ovl_plan_t *p = &s->plans[r];
         uint64_t m = p->params.m;
         span_t *c = s->cspans, *g = s->gspans;
-        size_t nc = collect_spans(s, r, true, c);
-        size_t ng = collect_spans(s, r, false, g);
+        size_t ng = collect_spans(s, r, -1, g);
         bool reads_g = false;
 
-        ok = check_tiling(s, r, c, nc, true, "C") &&
-             check_tiling(s, r, g, ng, p->params.want_gathered, "G");
+        ok = check_tiling(s, r, g, ng, p->params.want_gathered, "G");
+        /* every C i: each row once */
+        for (uint32_t ci = 0; ok && ci < ovl_plan_nb(&p->params); ci++) {
+            size_t nc = collect_spans(s, r, (int)ci, c);
+
+            ok = check_tiling(s, r, c, nc, true, ovl_buf_name(ovl_buf_c(ci)));
+        }
         for (size_t i = 0; ok && i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
@@ -684,12 +709,18 @@ static bool check_bufs(sim_t *s)
         const ovl_plan_params_t *pp = &p->params;
         uint64_t rows = pp->m * s->world, scratch = 0, want = 0;
         bool used[OVL_BUF_COUNT] = {false};
-        const ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
+        ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
             [OVL_BUF_A] = {.rows = pp->m, .cols = pp->k},
-            [OVL_BUF_B] = {.rows = pp->transb ? pp->n : pp->k, .cols = pp->transb ? pp->k : pp->n},
-            [OVL_BUF_C] = {.rows = rows, .cols = pp->n},
             [OVL_BUF_G] = {.rows = rows, .cols = pp->k},
         };
+
+        for (uint32_t bi = 0; bi < ovl_plan_nb(pp); bi++) {
+            uint64_t n = ovl_plan_bn(pp, bi);
+
+            shape[ovl_buf_b(bi)] =
+                (ovl_plan_buf_t){.rows = pp->transb ? n : pp->k, .cols = pp->transb ? pp->k : n};
+            shape[ovl_buf_c(bi)] = (ovl_plan_buf_t){.rows = rows, .cols = n};
+        }
 
         for (size_t i = 0; i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
@@ -987,6 +1018,54 @@ static void test_checker_all_shapes(void **state)
     checker_free(&ck);
 }
 
+/* Ops with several Bs: nb 1 to 3 (each B its own n), every algorithm and
+ * way of gathering, worlds 1 to 4; every C i tiled once, every GEMM after
+ * the rows it reads, no DONE before the peers' reads. */
+static void test_checker_multi_b(void **state)
+{
+    static const uint64_t ms[] = {1, 3, 64, 100};
+    ovl_plan_t plans[4];
+    checker_t ck = {.arena = NULL};
+    unsigned jobs = 0, expect = 0;
+
+    (void)state;
+    for (uint32_t nb = 1; nb <= 3; nb++)
+        for (uint32_t world = 1; world <= 4; world++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                for (uint32_t chunks = 0; chunks <= 5; chunks++)
+                    for (uint32_t streams = 0; streams <= 3; streams++)
+                        for (int wg = 0; wg <= 1; wg++)
+                            for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+                                for (int l = 0; l < (a == OVL_ALGO_RING ? 1 : L_COUNT); l++) {
+                                    bool transb = (chunks + streams + nb) % 2 == 1;
+
+                                    if ((l == L_NCCL && world > 1) ||
+                                        (l == L_STRIDED && world > 2) ||
+                                        (l == L_SHARED && world < 2))
+                                        continue;
+                                    build_nb = nb;
+                                    build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks,
+                                                 streams, wg, (layout_t)l, transb);
+                                    build_nb = 1;
+                                    for (uint32_t r = 0; r < world; r++)
+                                        assert_int_equal(ovl_plan_nb(&plans[r].params), nb);
+                                    if (!check_job(&ck, plans, world))
+                                        fail_msg("nb=%u %s world=%u m=%llu chunks=%u "
+                                                 "streams=%u a_out=%d layout=%d: %s",
+                                                 nb, ovl_algo_name((ovl_algo_t)a), world,
+                                                 (unsigned long long)ms[mi], chunks, streams, wg, l,
+                                                 ck.why);
+                                    free_job(plans, world);
+                                    jobs++;
+                                }
+    /* per world: ring 1, dense 2, copy 2, nccl 2 at world 1, strided 2 at
+     * worlds 1 and 2, shared 2 at worlds 2 to 4 */
+    for (uint32_t world = 1; world <= 4; world++)
+        expect += 1 + 2 + 2 + (world == 1) * 2 + (world <= 2) * 2 + (world >= 2) * 2;
+    assert_int_equal(jobs, 3 * 4 * 6 * 4 * 2 * expect);
+    checker_free(&ck);
+}
+
 /* Large jobs too: many ranks, the maximum chunks (and streams), each way
  * of gathering. */
 static void test_checker_large(void **state)
@@ -1215,6 +1294,92 @@ static void wait_before_record(ovl_plan_t *plans)
     plans[3].instr[g - 1] = plans[3].instr[g - 2];
     plans[3].instr[g - 2] = plans[3].instr[g - 3];
     plans[3].instr[g - 3] = wait;
+}
+
+/* Rank 0's first GEMM of B b (or SIZE_MAX). */
+static size_t find_gemm_of(const ovl_plan_t *plan, uint32_t b)
+{
+    for (size_t i = 0; i < plan->ninstr; i++)
+        if (plan->instr[i].kind == OVL_I_GEMM && plan->instr[i].b.buf == ovl_buf_b(b))
+            return i;
+    return SIZE_MAX;
+}
+
+static void b1_into_c0(ovl_plan_t *plans)
+{
+    plans[0].instr[find_gemm_of(&plans[0], 1)].dst.buf = OVL_BUF_C;
+}
+
+static void drop_b2_gemm(ovl_plan_t *plans)
+{
+    remove_instr(&plans[1], find_gemm_of(&plans[1], 2));
+}
+
+static void wrong_b1_n(ovl_plan_t *plans)
+{
+    plans[0].instr[find_gemm_of(&plans[0], 1)].n = build_n[0];
+}
+
+static void b2_of_b1(ovl_plan_t *plans)
+{
+    plans[0].instr[find_gemm_of(&plans[0], 2)].b.buf = ovl_buf_b(1);
+}
+
+/* A B1 GEMM of gathered rows moved ahead of the wait that orders it after
+ * their arrival: it reads G too early. */
+static void early_b1_gemm(ovl_plan_t *plans)
+{
+    size_t g = find_instr(&plans[1], OVL_I_GEMM, OVL_BUF_G, 0);
+    size_t g1 = g + 1; /* B1's GEMM of the same rows follows B0's */
+    ovl_instr_t in = plans[1].instr[g1];
+
+    assert_int_equal(in.b.buf, ovl_buf_b(1));
+    assert_int_equal(plans[1].instr[g - 1].kind, OVL_I_WAIT);
+    plans[1].instr[g1] = plans[1].instr[g];
+    plans[1].instr[g] = plans[1].instr[g - 1];
+    plans[1].instr[g - 1] = in;
+}
+
+static void test_checker_catches_multi_b(void **state)
+{
+    (void)state;
+    build_nb = 3;
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, b1_into_c0, "names buffers it may not");
+    expect_violation(OVL_ALGO_COLLECTIVE, 3, 4, 2, drop_b2_gemm, "C2 block");
+    expect_violation(OVL_ALGO_NAIVE, 2, 0, 0, wrong_b1_n, "GEMM geometry");
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, b2_of_b1, "names buffers it may not");
+    expect_violation(OVL_ALGO_RING, 4, 4, 0, early_b1_gemm, "before");
+    build_nb = 1;
+}
+
+static char *format_plan(const ovl_plan_t *plan);
+
+/* The text of a plan with several Bs: a bs line, B i and C i among the
+ * buffers, each GEMM naming its B and C. */
+static void test_format_multi_b(void **state)
+{
+    ovl_plan_params_t p = params_of(OVL_ALGO_NAIVE, 2, 1, 4, 0, 0, false);
+    ovl_plan_t plan;
+
+    (void)state;
+    set_bs(&p, 3);
+    p.allgather = OVL_AG_COPY;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    char *text = format_plan(&plan);
+    assert_non_null(strstr(text, "\nbs nb=3 n=256,64,96\nbuffers A=4x512 B=512x256 C=8x256 "
+                                 "G=8x512(scratch) B1=512x64 B2=512x96 C1=8x64 C2=8x96 "
+                                 "scratch="));
+    assert_non_null(strstr(text, "GEMM C1[0] <- G[0+8] @ B1 n 64 k 512\n"));
+    assert_non_null(strstr(text, "GEMM C2[0] <- G[0+8] @ B2 n 96 k 512\n"));
+    free(text);
+    ovl_plan_free(&plan);
+    /* nb over the limit, or a B of no columns, is refused */
+    set_bs(&p, OVL_PLAN_MAX_BS);
+    p.nb = OVL_PLAN_MAX_BS + 1;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+    set_bs(&p, 2);
+    p.n_more[0] = 0;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
 }
 
 static void test_checker_catches(void **state)
@@ -1598,19 +1763,14 @@ static void test_free_and_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_naive),
-        cmocka_unit_test(test_golden_collective),
-        cmocka_unit_test(test_golden_ring),
-        cmocka_unit_test(test_golden_copy),
-        cmocka_unit_test(test_checker_all_shapes),
-        cmocka_unit_test(test_scratch),
-        cmocka_unit_test(test_checker_large),
-        cmocka_unit_test(test_checker_catches),
-        cmocka_unit_test(test_invalid_params),
-        cmocka_unit_test(test_format_truncation),
-        cmocka_unit_test(test_uneven_chunks),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_golden_naive),       cmocka_unit_test(test_golden_collective),
+        cmocka_unit_test(test_golden_ring),        cmocka_unit_test(test_golden_copy),
+        cmocka_unit_test(test_checker_all_shapes), cmocka_unit_test(test_scratch),
+        cmocka_unit_test(test_checker_large),      cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_checker_multi_b),    cmocka_unit_test(test_checker_catches_multi_b),
+        cmocka_unit_test(test_format_multi_b),     cmocka_unit_test(test_invalid_params),
+        cmocka_unit_test(test_format_truncation),  cmocka_unit_test(test_uneven_chunks),
+        cmocka_unit_test(test_defaults),           cmocka_unit_test(test_choose),
         cmocka_unit_test(test_free_and_names),
     };
 
