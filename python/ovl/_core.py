@@ -439,8 +439,8 @@ class Comm:
         """C = allgather(a) @ op(b) over the job's ranks (ovl_allgather_gemm).
 
         a: this rank's m x k shard. b: a k x n matrix (n x k with transb), or
-        a list of them (one, until libovl takes several Bs per op; then out
-        is a list too). out: (world*m) x n, allocated if None (host: with
+        a list of up to 8 of them, each with its own n, multiplied by the one
+        gathered A in one op (then out is a list too). out: (world*m) x n, allocated if None (host: with
         Client.empty; CUDA: torch.empty like a). a_out: the gathered
         (world*m) x k A, allocated if None and return_a. All arguments share
         one dtype (fp32, fp16, bf16). Host backend: returns once C is done
@@ -454,8 +454,7 @@ class Comm:
         if not bs:
             raise InvalidArgument("b: an empty list")
         if len(bs) > _lib.MAX_BS:
-            raise InvalidArgument("%d Bs given: several Bs need libovl with multi-B support; "
-                                  "this libovl takes %d B per op" % (len(bs), _lib.MAX_BS))
+            raise InvalidArgument("%d Bs given: an op takes at most %d" % (len(bs), _lib.MAX_BS))
         if out is None:
             outs = [None] * len(bs)
         elif single:
@@ -520,14 +519,18 @@ class Comm:
             st = self._lib.ovl_comm_check(h)  # an earlier op's error first
             if st != _lib.OK:
                 raise self.client._error(st)
-            # ONE op. Today's descriptor has one B and one C (len(Bs) ==
-            # MAX_BS == 1); with multi-B libovl, every (B, C) of Bs and Cs
-            # goes into this same descriptor, never into ops of their own.
+            # ONE op for every B: A is gathered once (libovl's nb/more_bs),
+            # never an op per B.
             (B, n), C = Bs[0], Cs[0]
+            more = (_lib.MoreB * max(len(Bs) - 1, 1))()
+            for i in range(1, len(Bs)):
+                (Bi, ni), Ci = Bs[i], Cs[i]
+                more[i - 1] = _lib.MoreB(b=Bi.ptr, ldb=Bi.ld, c=Ci.ptr, ldc=Ci.ld, n=ni)
             d = _lib.AgGemmDesc(
                 a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1 if transb else 0,
                 c=C.ptr, ldc=C.ld, a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0,
-                m=m, n=n, k=k, dtype=A.dtype, algo=algo_code, chunks=chunks, streams=streams)
+                m=m, n=n, k=k, dtype=A.dtype, algo=algo_code, chunks=chunks, streams=streams,
+                nb=len(Bs), more_bs=ctypes.cast(more, ctypes.POINTER(_lib.MoreB)))
             st = self._lib.ovl_allgather_gemm(h, ctypes.byref(d), stream_ptr)
             if st != _lib.OK:
                 raise self.client._error(st)

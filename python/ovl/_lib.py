@@ -1,8 +1,8 @@
 """Loading libovl and declaring the C functions of include/ovl/ovl.h.
 
 libovl is found as nccl4py finds libnccl: $OVL_LIBRARY if set (a path to
-the library), else a libovl.so.0 or libovl.so next to this package, else
-the system's (the dynamic loader's search for the soname libovl.so.0, then
+the library), else a libovl.so.1 or libovl.so next to this package, else
+the system's (the dynamic loader's search for the soname libovl.so.1, then
 ctypes.util.find_library("ovl")).
 """
 import ctypes
@@ -10,7 +10,7 @@ import ctypes.util
 import os
 import threading
 
-SONAME = "libovl.so.0"
+SONAME = "libovl.so.1"
 
 # ovl_status_t (include/ovl/ovl.h)
 OK = 0
@@ -32,11 +32,20 @@ class DaemonInfo(ctypes.Structure):
     ]
 
 
+class MoreB(ctypes.Structure):
+    """ovl_ag_gemm_b_t: B i (i >= 1) of an op and its output."""
+    _fields_ = [
+        ("b", ctypes.c_void_p),
+        ("ldb", ctypes.c_size_t),
+        ("c", ctypes.c_void_p),
+        ("ldc", ctypes.c_size_t),
+        ("n", ctypes.c_uint64),
+    ]
+
+
 class AgGemmDesc(ctypes.Structure):
-    """ovl_ag_gemm_desc_t: one op with one B. Several Bs per op, once
-    libovl has them, are new fields here (and a check that the loaded
-    libovl has them); ovl._core builds the op from lists of B and C
-    already."""
+    """ovl_ag_gemm_desc_t: one op; B 0 in b/ldb/c/ldc/n, Bs 1.. in more_bs
+    (nb of them in all, 0 or 1 meaning one)."""
     _fields_ = [
         ("a", ctypes.c_void_p),
         ("lda", ctypes.c_size_t),
@@ -54,11 +63,13 @@ class AgGemmDesc(ctypes.Structure):
         ("algo", ctypes.c_int),
         ("chunks", ctypes.c_uint32),
         ("streams", ctypes.c_uint32),
+        ("nb", ctypes.c_uint32),
+        ("more_bs", ctypes.POINTER(MoreB)),
     ]
 
 
-# How many Bs one op of the loaded libovl takes (1 until libovl has several).
-MAX_BS = 1
+# How many Bs one op takes (OVL_MAX_BS): A is gathered once for all of them.
+MAX_BS = 8
 
 _lock = threading.Lock()
 _lib = None

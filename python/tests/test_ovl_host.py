@@ -7,7 +7,7 @@ ovl.Error, and ovld killed mid-job failing the next call in bounded time.
 Run by ctest (tests/CMakeLists.txt: test_python_host) with the package
 installed in scripts/test's venv, OVL_LIBRARY set to the built libovl.so
 and OVLD_BIN to the built ovld; by hand:
-    OVLD_BIN=build/ovld OVL_LIBRARY=build/client/libovl.so.0 python3 python/tests/test_ovl_host.py
+    OVLD_BIN=build/ovld OVL_LIBRARY=build/client/libovl.so.1 python3 python/tests/test_ovl_host.py
 """
 import multiprocessing as mp
 import os
@@ -61,8 +61,12 @@ def rank_main(sock, job, world, rank, cases, q):
         with ovl.connect() as client, client.comm(job, world, rank, 0) as comm:
             for i, (m, n, k, dtype, transb, want_a, strided, algo) in enumerate(cases):
                 a, _ = fill(client, (m, k), dtype, shard_seed(rank, i), strided)
-                bshape = (n, k) if transb else (k, n)
-                b, b64 = fill(client, bshape, dtype, 99 + 7 * rank + i, strided)
+                # n: one B's columns, or a tuple of them: several Bs in one op
+                ns = n if isinstance(n, tuple) else (n,)
+                bs = []
+                for j, nj in enumerate(ns):
+                    bshape = (nj, k) if transb else (k, nj)
+                    bs.append(fill(client, bshape, dtype, 99 + 7 * rank + i + 31 * j, strided))
                 # every rank's shard, as the others made it (same seeds)
                 shards = []
                 for r in range(world):
@@ -74,12 +78,15 @@ def rank_main(sock, job, world, rank, cases, q):
                         v = v.astype(np.float16)
                     shards.append(v.astype(np.float64))
                 ga = np.concatenate(shards)
-                ref = ga @ (b64.T if transb else b64)
-                res = comm.all_gather_matmul(a, b, transb=transb, return_a=want_a, algo=algo)
-                c, a_out = res if want_a else (res, None)
-                err = np.max(np.abs(as_f64(c, dtype) - ref)) / max(np.max(np.abs(ref)), 1e-30)
+                refs = [ga @ (b64.T if transb else b64) for _, b64 in bs]
+                b_arg = [b for b, _ in bs] if isinstance(n, tuple) else bs[0][0]
+                res = comm.all_gather_matmul(a, b_arg, transb=transb, return_a=want_a, algo=algo)
+                cs, a_out = res if want_a else (res, None)
+                cs = cs if isinstance(n, tuple) else [cs]
+                err = max(np.max(np.abs(as_f64(c, dtype) - ref)) / max(np.max(np.abs(ref)), 1e-30)
+                          for c, ref in zip(cs, refs))
                 aerr = 0.0 if a_out is None else float(np.max(np.abs(as_f64(a_out, dtype) - ga)))
-                out.append((cases[i], float(err), aerr, c.shape))
+                out.append((cases[i], float(err), aerr, [c.shape for c in cs]))
             comm.check()
         q.put((rank, out, None))
     except Exception as e:  # the parent reports it
@@ -121,7 +128,8 @@ def check_results(world, got):
     for r, res in got.items():
         for case, err, aerr, shape in res:
             m, n, k, dtype, transb, want_a, strided, algo = case
-            assert shape == (world * m, n), (case, shape)
+            ns = n if isinstance(n, tuple) else (n,)
+            assert shape == [(world * m, nj) for nj in ns], (case, shape)
             assert err <= TOL[dtype], "world %d rank %d %r: error %.3g > %.3g" % (
                 world, r, case, err, TOL[dtype])
             assert aerr == 0.0, "world %d rank %d %r: a_out differs by %g" % (world, r, case, aerr)
@@ -139,6 +147,11 @@ def cases_for(world):
                             algos[i % 4]))
                 i += 1
     out.append((33, 40, 64, "fp32", False, True, False, "ring"))  # larger, several chunks
+    # several Bs, each its own n, one op (A gathered once)
+    out.append((4 + world, (7, 3, 9), 12, "fp32", False, True, False, "auto"))
+    out.append((4 + world, (5, 11), 10, "bf16", True, False, False, "collective"))
+    out.append((3 + world, (6, 2, 4), 8, "fp16", False, False, True, "ring"))
+    out.append((3 + world, (6, 2, 4, 1, 3, 5, 7, 8), 8, "fp32", False, True, False, "naive"))
     return out
 
 
@@ -223,7 +236,7 @@ def test_status_mapping():
 
 def test_library_not_found():
     """A bad $OVL_LIBRARY is named in the error (in a fresh interpreter)."""
-    env = dict(os.environ, OVL_LIBRARY="/nonexistent/libovl.so.0")
+    env = dict(os.environ, OVL_LIBRARY="/nonexistent/libovl.so.1")
     p = subprocess.run([sys.executable, "-c", "import ovl\ntry:\n ovl.connect('/x')\n"
                         "except ovl.LibraryNotFound as e:\n print(e)"], env=env,
                        capture_output=True, text=True, timeout=60)
@@ -295,7 +308,7 @@ def test_bad_inputs_leave_comm_usable():
         expect(IA, f, c.zeros((m * k,)), b, words="2-D")
         expect(IA, f, c.zeros((1, m, k)), b, words="2-D")
         expect(IA, f, c.zeros((0, k)), b, words="empty matrix")
-        expect(IA, f, a, [b, b], words="several Bs need libovl with multi-B support")
+        expect(IA, f, a, [b] * 9, words="9 Bs given: an op takes at most 8")
         expect(IA, f, a, [], words="empty list")
         expect(IA, f, a, b, out=[c.zeros((m, n))], words="a list for a single b")
         expect(IA, f, a, b, algo="bogus", words="algo")
