@@ -14,6 +14,9 @@
 ovl_status_t libovl_call(ovl_client_t *cl, Ovl__Request *q, const int *fds, unsigned nfds,
                          Ovl__Response **ret);
 void libovl_response_free(Ovl__Response *r);
+/* Records a failure of cl (ovl_last_error) and returns st. */
+ovl_status_t libovl_fail(ovl_client_t *cl, ovl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* A Status round trip: on OVL_OK, (*ret)->status is the daemon's status. */
 ovl_status_t libovl_status(ovl_client_t *cl, Ovl__Response **ret);

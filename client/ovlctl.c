@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "libovl_internal.h"
+#include "libovl_json.h"
 #include "num.h"
 #include "ovl.h"
 #include "plan.h"
@@ -147,19 +148,6 @@ static const char *term_or_dash(const char *s, size_t width)
 }
 
 /* A JSON string of s: valid UTF-8 and valid JSON whatever bytes s holds. */
-static void json_str(FILE *f, const char *s)
-{
-    if (!s)
-        s = "";
-    size_t len = ovl_text_escape_json_len(s);
-    char *buf = esc_slot(len + 1);
-    fputc('"', f);
-    if (buf) {
-        ovl_text_escape_json(buf, len + 1, s);
-        fputs(buf, f);
-    }
-    fputc('"', f);
-}
 
 /* A Prometheus label value (text format 0.0.4 knows only \\, \" and \n):
  * escaped for a terminal, then its backslashes and quotes escaped again. */
@@ -205,15 +193,6 @@ static void print_lines(FILE *f, const char *s)
     }
 }
 
-static void uuid_text(const Ovl__Device *d, const char *backend, char *buf, size_t len)
-{
-    if (d->uuid.len != OVLD_UUID_LEN) {
-        snprintf(buf, len, "?");
-        return;
-    }
-    ovld_uuid_format(d->uuid.data, strcmp(backend, "cuda") == 0 ? "GPU-" : "HOST-", buf, len);
-}
-
 static void human_bytes(uint64_t b, char *buf, size_t len)
 {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -224,65 +203,6 @@ static void human_bytes(uint64_t b, char *buf, size_t len)
         i++;
     }
     snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-}
-
-static void print_status_json(const Ovl__StatusReply *s)
-{
-    FILE *f = stdout;
-    fprintf(f, "{\"version\":");
-    json_str(f, s->version);
-    fprintf(f, ",\"protocol_version\":%u,\"pid\":%d,\"uptime_s\":%.3f,\"backend\":",
-            s->protocol_version, s->pid, s->uptime_s);
-    json_str(f, s->backend);
-    fprintf(f, ",\"socket\":");
-    json_str(f, s->socket);
-    fprintf(f, ",\"config_file\":");
-    json_str(f, s->config_file);
-    fprintf(f,
-            ",\"connections\":%u,\"restricted\":%s,\"other_jobs\":%u,\"other_clients\":%u,"
-            "\"devices\":[",
-            s->connections, s->restricted ? "true" : "false", s->other_jobs, s->other_clients);
-    for (size_t i = 0; i < s->n_devices; i++) {
-        const Ovl__Device *d = s->devices[i];
-        char u[64];
-        uuid_text(d, s->backend, u, sizeof(u));
-        fprintf(f, "%s{\"index\":%u,\"uuid\":", i ? "," : "", d->index);
-        json_str(f, u);
-        fprintf(f, ",\"name\":");
-        json_str(f, d->name);
-        fprintf(f,
-                ",\"total_memory\":%" PRIu64 ",\"streams\":%u,\"held_bytes\":%" PRIu64
-                ",\"mps\":%s}",
-                d->total_memory, d->streams, d->held_bytes, d->mps ? "true" : "false");
-    }
-    fprintf(f, "],\"jobs\":[");
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        const Ovl__JobInfo *j = s->jobs[i];
-        fprintf(f, "%s{\"id\":", i ? "," : "");
-        json_str(f, j->id);
-        fprintf(f, ",\"owner_uid\":%u,\"world\":%u,\"local_ranks\":%u,\"state\":", j->owner_uid,
-                j->world, j->local_ranks);
-        json_str(f, j->state);
-        fprintf(f, ",\"ops_done\":%" PRIu64 ",\"ops_in_flight\":%u,\"last_error\":", j->ops_done,
-                j->ops_in_flight);
-        json_str(f, j->last_error);
-        fprintf(f, ",\"rank_devices\":[");
-        for (size_t r = 0; r < j->n_rank_devices; r++)
-            fprintf(f, "%s%d", r ? "," : "", j->rank_devices[r]);
-        fprintf(f, "]}");
-    }
-    fprintf(f, "],\"clients\":[");
-    for (size_t i = 0; i < s->n_clients; i++) {
-        const Ovl__ClientInfo *c = s->clients[i];
-        fprintf(f, "%s{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,\"gid\":%u,\"name\":", i ? "," : "",
-                c->id, c->pid, c->uid, c->gid);
-        json_str(f, c->name);
-        fprintf(f, ",\"job\":");
-        json_str(f, c->job);
-        fprintf(f, ",\"rank\":%d,\"buffers\":%u,\"mapped_bytes\":%" PRIu64 "}", c->rank, c->buffers,
-                c->mapped_bytes);
-    }
-    fprintf(f, "]}\n");
 }
 
 /* A job's device of each rank, by rank ("0,0,1,1"; "-" for a rank not
@@ -323,7 +243,7 @@ static void print_status_table(const Ovl__StatusReply *s)
     for (size_t i = 0; i < s->n_devices; i++) {
         const Ovl__Device *d = s->devices[i];
         char u[64], mem[32], held[32];
-        uuid_text(d, s->backend, u, sizeof(u));
+        libovl_uuid_text(d, s->backend, u, sizeof(u));
         human_bytes(d->total_memory, mem, sizeof(mem));
         human_bytes(d->held_bytes, held, sizeof(held));
         printf("  %-5u  %-41s  %s  %10s  %7u  %10s  %s\n", d->index, u, cell(d->name, 16), mem,
@@ -406,7 +326,7 @@ static int cmd_status(int argc, char **argv)
         return 1;
     }
     if (json)
-        print_status_json(r->status);
+        libovl_status_json_write(stdout, r->status);
     else
         print_status_table(r->status);
     libovl_response_free(r);
@@ -640,128 +560,6 @@ static int cmd_plan(int argc, char **argv)
 
 /* ---------------------------------------------------------------- stats */
 
-enum { F_U64, F_DBL, F_MS /* seconds, shown in ms in the table */ };
-
-/* The scalar fields of a StatsBlock: one table for the human table, JSON
- * and Prometheus, so that the three never disagree. */
-typedef struct stat_field {
-    const char *key;  /* JSON key; Prometheus name is ovl_<prom> */
-    const char *prom; /* NULL: not exported (derived or shown elsewhere) */
-    const char *type; /* Prometheus type */
-    const char *help;
-    int kind;
-    size_t off;
-} stat_field_t;
-
-#define SF(key, prom, type, help, kind, field)                                                     \
-    {                                                                                              \
-        key, prom, type, help, kind, offsetof(Ovl__StatsBlock, field)                              \
-    }
-static const stat_field_t stat_fields[] = {
-    SF("seconds", NULL, NULL, "counting for (s)", F_DBL, seconds),
-    SF("ops_done", NULL, NULL, "ops done", F_U64, ops_done),
-    SF("ops_failed", "ops_failed_total", "counter", "ops that failed", F_U64, ops_failed),
-    SF("bytes_gathered", "gathered_bytes_total", "counter",
-       "bytes of gathered A produced, summed over ranks", F_U64, bytes_gathered),
-    SF("flops", "flops_total", "counter", "floating-point operations of ops done", F_U64, flops),
-    SF("busy_s", "busy_seconds_total", "counter", "sum of op latencies", F_DBL, busy_s),
-    SF("latency_p50_s", NULL, NULL, "latency p50 (s)", F_MS, latency_p50_s),
-    SF("latency_p90_s", NULL, NULL, "latency p90 (s)", F_MS, latency_p90_s),
-    SF("latency_p99_s", NULL, NULL, "latency p99 (s)", F_MS, latency_p99_s),
-    SF("latency_max_s", "op_latency_max_seconds", "gauge", "longest op latency", F_MS,
-       latency_max_s),
-    SF("issue_s", "issue_seconds_total", "counter",
-       "ovld's loop time spent planning and enqueueing ops", F_DBL, issue_sum_s),
-    SF("issue_p50_s", NULL, NULL, "issue p50 (s)", F_MS, issue_p50_s),
-    SF("issue_p99_s", NULL, NULL, "issue p99 (s)", F_MS, issue_p99_s),
-    SF("issue_max_s", "op_issue_max_seconds", "gauge", "longest time to issue one op", F_MS,
-       issue_max_s),
-    SF("registrations", "registrations_total", "counter", "buffers registered", F_U64,
-       registrations),
-    SF("deregistrations", "deregistrations_total", "counter", "buffers deregistered", F_U64,
-       deregistrations),
-    SF("registry_hits", "registry_hits_total", "counter",
-       "registrations that found their mapping open", F_U64, registry_hits),
-    SF("registry_misses", "registry_misses_total", "counter",
-       "registrations that mapped memory anew", F_U64, registry_misses),
-    SF("connections_accepted", "connections_accepted_total", "counter", "connections accepted",
-       F_U64, connections_accepted),
-    SF("connections_refused", "connections_refused_total", "counter",
-       "connections refused (limits, shutdown)", F_U64, connections_refused),
-};
-#define NFIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
-
-/* A field of kind F_DBL or F_MS (counters go through field_u64). */
-static double field_dbl(const Ovl__StatsBlock *b, const stat_field_t *f)
-{
-    double v;
-    memcpy(&v, (const char *)b + f->off, sizeof(v));
-    return v;
-}
-
-static double tflops(const Ovl__StatsBlock *b)
-{
-    return b->busy_s > 0 ? (double)b->flops / b->busy_s / 1e12 : 0;
-}
-
-/* Counters are printed from their 64 bits: a double would round them past
- * 2^53, which FLOP counts reach in seconds on a GPU. */
-static uint64_t field_u64(const Ovl__StatsBlock *b, const stat_field_t *f)
-{
-    uint64_t v;
-    memcpy(&v, (const char *)b + f->off, sizeof(v));
-    return v;
-}
-
-static void print_field(FILE *f, const Ovl__StatsBlock *b, const stat_field_t *sf)
-{
-    if (sf->kind == F_U64)
-        fprintf(f, "%" PRIu64, field_u64(b, sf));
-    else
-        fprintf(f, "%.9g", field_dbl(b, sf));
-}
-
-static void stats_block_json(FILE *f, const Ovl__StatsBlock *b)
-{
-    fputc('{', f);
-    for (size_t i = 0; i < NFIELDS; i++) {
-        fprintf(f, "%s\"%s\":", i ? "," : "", stat_fields[i].key);
-        print_field(f, b, &stat_fields[i]);
-    }
-    fprintf(f, ",\"tflops\":%.6g,\"ops\":[", tflops(b));
-    for (size_t i = 0; i < b->n_ops; i++) {
-        fprintf(f, "%s{\"algo\":", i ? "," : "");
-        json_str(f, b->ops[i]->algo);
-        fprintf(f, ",\"dtype\":");
-        json_str(f, b->ops[i]->dtype);
-        fprintf(f, ",\"count\":%" PRIu64 "}", b->ops[i]->count);
-    }
-    fprintf(f, "],\"errors\":[");
-    for (size_t i = 0; i < b->n_errors; i++) {
-        fprintf(f, "%s{\"status\":%d,\"name\":", i ? "," : "", b->errors[i]->status);
-        json_str(f, b->errors[i]->name);
-        fprintf(f, ",\"count\":%" PRIu64 "}", b->errors[i]->count);
-    }
-    fprintf(f,
-            "],\"issue_count\":%" PRIu64 ",\"latency_count\":%" PRIu64
-            ",\"latency_sum_s\":%.9g,\"latency_buckets\":[",
-            b->issue_count, b->latency_count, b->latency_sum_s);
-    for (size_t i = 0; i < b->n_latency_buckets; i++)
-        fprintf(f, "%s{\"le_s\":%.9g,\"count\":%" PRIu64 "}", i ? "," : "",
-                b->latency_buckets[i]->le_s, b->latency_buckets[i]->count);
-    fprintf(f, "]}");
-}
-
-static void print_stats_json(const Ovl__StatsReply *r)
-{
-    printf("{\"uptime_s\":%.3f,\"reset_done\":%s,\"total\":", r->uptime_s,
-           r->reset_done ? "true" : "false");
-    stats_block_json(stdout, r->total);
-    printf(",\"since_reset\":");
-    stats_block_json(stdout, r->since_reset);
-    printf("}\n");
-}
-
 /* The text exposition format (node_exporter's textfile collector): the
  * counters since start, which never go back; reset touches none of them. */
 static void print_stats_prometheus(const Ovl__StatsReply *r)
@@ -774,13 +572,13 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
     for (size_t i = 0; i < b->n_ops; i++)
         printf("ovl_ops_total{algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n", prom_label(b->ops[i]->algo),
                prom_label(b->ops[i]->dtype), b->ops[i]->count);
-    for (size_t i = 0; i < NFIELDS; i++) {
-        const stat_field_t *f = &stat_fields[i];
+    for (size_t i = 0; i < libovl_stat_nfields; i++) {
+        const libovl_stat_field_t *f = &libovl_stat_fields[i];
         if (!f->prom)
             continue;
         printf("# HELP ovl_%s %s\n# TYPE ovl_%s %s\novl_%s ", f->prom, f->help, f->prom, f->type,
                f->prom);
-        print_field(stdout, b, f);
+        libovl_stat_print(stdout, b, f);
         putchar('\n');
     }
     printf("# HELP ovl_errors_total failed ops and refused requests, by status\n"
@@ -800,14 +598,15 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
 
 /* One cell of the stats table: counters whole, latencies and issue times in
  * ms. */
-static void table_cell(char *buf, size_t len, const Ovl__StatsBlock *b, const stat_field_t *f)
+static void table_cell(char *buf, size_t len, const Ovl__StatsBlock *b,
+                       const libovl_stat_field_t *f)
 {
-    if (f->kind == F_U64)
-        snprintf(buf, len, "%" PRIu64, field_u64(b, f));
-    else if (f->kind == F_MS)
-        snprintf(buf, len, "%.3f ms", field_dbl(b, f) * 1e3);
+    if (f->kind == LIBOVL_F_U64)
+        snprintf(buf, len, "%" PRIu64, libovl_stat_u64(b, f));
+    else if (f->kind == LIBOVL_F_MS)
+        snprintf(buf, len, "%.3f ms", libovl_stat_dbl(b, f) * 1e3);
     else
-        snprintf(buf, len, "%.3f", field_dbl(b, f));
+        snprintf(buf, len, "%.3f", libovl_stat_dbl(b, f));
 }
 
 static void print_stats_table(const Ovl__StatsReply *r)
@@ -815,15 +614,16 @@ static void print_stats_table(const Ovl__StatsReply *r)
     const Ovl__StatsBlock *t = r->total, *w = r->since_reset;
     printf("ovld up %.1f s%s\n\n", r->uptime_s, r->reset_done ? " (counters reset now)" : "");
     printf("  %-24s %18s %18s\n", "", "since start", "since reset");
-    for (size_t i = 0; i < NFIELDS; i++) {
-        const stat_field_t *f = &stat_fields[i];
+    for (size_t i = 0; i < libovl_stat_nfields; i++) {
+        const libovl_stat_field_t *f = &libovl_stat_fields[i];
         printf("  %-24s ", f->key);
         char a[32], bb[32];
         table_cell(a, sizeof(a), t, f);
         table_cell(bb, sizeof(bb), w, f);
         printf("%18s %18s\n", a, bb);
     }
-    printf("  %-24s %18.3f %18.3f\n", "tflops (per busy s)", tflops(t), tflops(w));
+    printf("  %-24s %18.3f %18.3f\n", "tflops (per busy s)", libovl_stats_tflops(t),
+           libovl_stats_tflops(w));
     printf("\nOPS BY ALGORITHM (since start)\n");
     for (size_t i = 0; i < t->n_ops; i++)
         printf("  %s %s %12" PRIu64 "\n", cell(t->ops[i]->algo, 12), cell(t->ops[i]->dtype, 6),
@@ -897,7 +697,7 @@ static int cmd_stats(int argc, char **argv)
             break;
         }
         if (mode == O_JSON)
-            print_stats_json(r->stats);
+            libovl_stats_json_write(stdout, r->stats);
         else if (mode == O_PROM)
             print_stats_prometheus(r->stats);
         else

@@ -294,6 +294,17 @@ typedef struct ovl_ag_gemm_desc {
  */
 ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc, void *stream);
 
+/*
+ * ovld's status and counters as JSON text, in the schemas of `ovlctl status
+ * --json` and `ovlctl stats --json` (docs/ovlctl.md); reset also zeroes the
+ * since_reset counters (root or ovld's own user only). On OVL_OK *ret_json
+ * is a NUL-terminated string the caller frees with ovl_free.
+ */
+ovl_status_t ovl_status_json(ovl_client_t *client, char **ret_json);
+ovl_status_t ovl_stats_json(ovl_client_t *client, int reset, char **ret_json);
+/* Frees what libovl returned to be freed (ovl_status_json, ovl_stats_json). */
+void ovl_free(void *p);
+
 /* Names, for messages and command lines; NULL for an unknown value. */
 const char *ovl_dtype_name(ovl_dtype_t dtype);
 const char *ovl_algo_name(ovl_algo_t algo);

@@ -239,20 +239,28 @@ class Client:
         }
 
     def status(self):
-        """ovlctl status --json's content: not available through libovl.
+        """ovld's status, as `ovlctl status --json` gives it (docs/ovlctl.md):
+        version, backend, devices, jobs (with each rank's device) and
+        clients; a user other than root and ovld's own sees only theirs."""
+        return self._json(lambda h, out: self._lib.ovl_status_json(h, out))
 
-        libovl has no call for ovld's status or stats (include/ovl/ovl.h:
-        only the handshake's info); ovlctl speaks its own requests. This
-        binding does not shell out to ovlctl: it raises ovl.Unsupported
-        until libovl exposes them. Client.info() has what the C API gives."""
-        raise Unsupported("status: libovl has no call for ovld's status (use `ovlctl status "
-                          "--json`, or Client.info() for the handshake's data)", -16)
+    def stats(self, reset=False):
+        """ovld's counters, as `ovlctl stats --json` gives them
+        (docs/ovlctl.md): "total" since start and "since_reset"; reset=True
+        also zeroes the latter (root or ovld's own user only)."""
+        return self._json(lambda h, out: self._lib.ovl_stats_json(h, 1 if reset else 0, out))
 
-    def stats(self):
-        """ovlctl stats --json's content: not available through libovl (see
-        status())."""
-        raise Unsupported("stats: libovl has no call for ovld's stats (use `ovlctl stats "
-                          "--json`)", -16)
+    def _json(self, call):
+        import json
+        out = ctypes.c_void_p()
+        with self._mu:
+            st = call(self._handle(), ctypes.byref(out))
+            if st != _lib.OK:
+                raise self._error(st)
+        try:
+            return json.loads(ctypes.string_at(out.value).decode("utf-8"))
+        finally:
+            self._lib.ovl_free(out)
 
     @staticmethod
     def new_job_id(prefix="py"):

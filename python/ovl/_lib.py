@@ -110,6 +110,9 @@ def _declare(lib):
         "ovl_comm_check": (c.c_int, [P]),
         "ovl_comm_synchronize": (c.c_int, [P]),
         "ovl_allgather_gemm": (c.c_int, [P, c.POINTER(AgGemmDesc), P]),
+        "ovl_status_json": (c.c_int, [P, c.POINTER(c.c_void_p)]),
+        "ovl_stats_json": (c.c_int, [P, c.c_int, c.POINTER(c.c_void_p)]),
+        "ovl_free": (None, [P]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

@@ -9,6 +9,7 @@ installed in scripts/test's venv, OVL_LIBRARY set to the built libovl.so
 and OVLD_BIN to the built ovld; by hand:
     OVLD_BIN=build/ovld OVL_LIBRARY=build/client/libovl.so.1 python3 python/tests/test_ovl_host.py
 """
+import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
 import numpy as np  # noqa: E402
 
 import ovl  # noqa: E402
-from ovltest import Daemon, run_tests  # noqa: E402
+from ovltest import OVLCTL, Daemon, run_tests  # noqa: E402
 
 # max |C - ref| / max |ref|, ref in double from the inputs as stored: C is
 # accumulated in fp32 and rounded once to its dtype (fp16: 2^-11, bf16: 2^-8)
@@ -201,12 +202,18 @@ def test_library_and_info():
         assert i["backend"] == "host" and i["pid"] == d.proc.pid, i
         assert i["protocol_version"] == 4 and i["version"] == ovl.__version__, i
         assert i["ndevices"] >= 1 and i["socket"] == d.socket, i
-        for call in (c.status, c.stats):
-            try:
-                call()
-                raise AssertionError("%s answered" % call.__name__)
-            except ovl.Unsupported as e:
-                assert e.status == -16 and "libovl has no call" in str(e), e
+        st = c.status()  # the schema of `ovlctl status --json` (docs/ovlctl.md)
+        assert st["pid"] == d.proc.pid and st["backend"] == "host", st
+        assert st["socket"] == d.socket and st["restricted"] is False, st
+        assert len(st["devices"]) == i["ndevices"], st
+        assert len(st["clients"]) == 1 and st["clients"][0]["pid"] == os.getpid(), st
+        ctl = json.loads(subprocess.run([OVLCTL, "--socket", d.socket, "status", "--json"],
+                                        capture_output=True, text=True, check=True).stdout)
+        assert set(ctl) == set(st) and ctl["devices"] == st["devices"], (ctl, st)
+        sts = c.stats()
+        assert set(sts) == {"uptime_s", "reset_done", "total", "since_reset"}, sts
+        assert sts["reset_done"] is False and sts["total"]["ops_done"] == 0, sts
+        assert c.stats(reset=True)["reset_done"] is True
         ids = {c.new_job_id() for _ in range(100)}
         assert len(ids) == 100 and all(0 < len(j) <= 63 for j in ids), ids
     # $OVL_SOCKET is the default rule's first
