@@ -30,6 +30,7 @@ ovld cannot start the CUDA backend. OVL_LIBRARY names the libovl the
 package loads (ctest sets it to the built one)."""
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -329,6 +330,11 @@ def main():
         raise
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="ovl-torch-")
+    # Inductor's caches of this run only: its FX graph cache keys on the
+    # graph and the inputs, not on the group's world size, which the op's
+    # output shapes depend on (a graph compiled at world 2 would be reused
+    # at world 1)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
     ps = []
     try:
         print("world %d on %d GPU%s: %s; torch %s, torch.distributed on %s" % (
@@ -366,14 +372,7 @@ def main():
             if p.is_alive():
                 p.kill()
         d.cleanup()
-        try:
-            os.remove(os.path.join(tmp, "store"))
-        except OSError:
-            pass
-        try:
-            os.rmdir(tmp)
-        except OSError:
-            pass
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
