@@ -1,8 +1,8 @@
 """ovl.torch: ovld's all-gather + GEMM for PyTorch.
 
     import torch, torch.distributed as dist, ovl.torch
-    dist.init_process_group("nccl")
     torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
     ovl.torch.init()                        # the ovl comm of the default group
     A, (C0, C1) = torch.ops.ovl.fused_all_gather_matmul(
         A_shard, [B0, B1], 0, dist.group.WORLD.group_name)
