@@ -1,0 +1,361 @@
+"""ovl.torch: ovld's all-gather + GEMM for PyTorch.
+
+    import torch, torch.distributed as dist, ovl.torch
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    ovl.torch.init()                        # the ovl comm of the default group
+    A, (C0, C1) = torch.ops.ovl.fused_all_gather_matmul(
+        A_shard, [B0, B1], 0, dist.group.WORLD.group_name)
+
+- init(group=None, client=None, socket=None): the ovl comm of a
+  torch.distributed process group (job id made by the group's rank 0 and
+  broadcast; world and rank of the group; device torch.cuda.current_device()).
+- torch.ops.ovl.fused_all_gather_matmul: the schema of PyTorch's
+  torch.ops.symm_mem.fused_all_gather_matmul, every B in ONE ovl op (A
+  gathered once); a fake impl for torch.compile.
+- ColumnParallelLinear: nn.Module, forward through the op, backward through
+  autograd (reduce-scatter of the input's gradient).
+
+torch is imported here, never by `import ovl`. See python/README.md.
+"""
+import threading
+
+import torch
+import torch.distributed as dist
+
+from . import _core
+
+__all__ = ["init", "get_comm", "shutdown", "fused_all_gather_matmul", "ColumnParallelLinear"]
+
+_MU = threading.Lock()
+_COMMS = {}      # group name -> ovl Comm
+_CLIENTS = []    # clients made by init (closed by shutdown)
+
+
+def _group_names(group):
+    """The names the op may be called with for `group`: its group_name
+    (PyTorch's, "0" for the default group in recent versions), and
+    "default" for the default group."""
+    names = []
+    gn = getattr(group, "group_name", None)
+    if gn:
+        names.append(gn)
+    if group is None or group == dist.GroupMember.WORLD:
+        names.append("default")
+    return names
+
+
+def init(group=None, client=None, socket=None):
+    """The ovl comm of torch.distributed group `group` (the default group if
+    None): rank 0 of the group makes the job id (Client.new_job_id()), every
+    rank gets it through torch.distributed.broadcast_object_list; world and
+    rank are the group's, the device torch.cuda.current_device(). client: an
+    ovl.Client to use (else one is connected: `socket`, or libovl's default
+    rule). Collective over the group. Returns the comm, remembered under the
+    group's name for torch.ops.ovl.fused_all_gather_matmul."""
+    if not dist.is_initialized():
+        raise RuntimeError("ovl.torch.init: torch.distributed is not initialized "
+                           "(dist.init_process_group first)")
+    g = group if group is not None else dist.GroupMember.WORLD
+    world = dist.get_world_size(g)
+    rank = dist.get_rank(g)
+    obj = [_core.Client.new_job_id("torch") if rank == 0 else None]
+    dist.broadcast_object_list(obj, src=dist.get_global_rank(g, 0), group=g)
+    job = obj[0]
+    if client is None:
+        client = _core.connect(socket)
+        with _MU:
+            _CLIENTS.append(client)
+    comm = client.comm(job, world, rank, torch.cuda.current_device())
+    with _MU:
+        for n in _group_names(g):
+            _COMMS[n] = comm
+    return comm
+
+
+def get_comm(group_name="default"):
+    """The comm init() made for the group of that name."""
+    with _MU:
+        c = _COMMS.get(group_name)
+    if c is None:
+        raise RuntimeError("ovl.torch: no ovl comm for group %r (call ovl.torch.init(group) on "
+                           "every rank first; known: %s)" % (group_name, sorted(_COMMS)))
+    return c
+
+
+def shutdown():
+    """Closes the comms init() made, and the clients it connected."""
+    with _MU:
+        comms = list({id(c): c for c in _COMMS.values()}.values())
+        _COMMS.clear()
+        clients = list(_CLIENTS)
+        _CLIENTS.clear()
+    err = None
+    for c in comms:
+        try:
+            c.close()
+        except Exception as e:  # the first error, after everything is closed
+            err = err or e
+    for c in clients:
+        c.close()
+    if err is not None:
+        raise err
+
+
+def _world_of(group_name):
+    with _MU:
+        c = _COMMS.get(group_name)
+    if c is not None:
+        return c.world
+    if group_name == "default":
+        return dist.get_world_size()
+    from torch.distributed import distributed_c10d as c10d
+    return c10d._get_group_size_by_name(group_name)
+
+
+# -- the op -----------------------------------------------------------------
+
+SCHEMA = ("fused_all_gather_matmul(Tensor A_shard, Tensor[] Bs, int gather_dim, str group_name, "
+          "*, bool return_A=True) -> (Tensor?, Tensor[])")
+
+_LIB = torch.library.Library("ovl", "DEF")  # noqa: TOR901
+_LIB.define(SCHEMA)
+
+
+def _norm_dim(A_shard, gather_dim):
+    nd = A_shard.dim()
+    if nd < 2:
+        raise ValueError("fused_all_gather_matmul: A_shard needs 2 dimensions or more, got %d"
+                         % nd)
+    if not -nd <= gather_dim < nd:
+        raise ValueError("gather_dim %d out of range for %d dimensions" % (gather_dim, nd))
+    return gather_dim % nd
+
+
+def _check_bs(Bs, kk):
+    for i, B in enumerate(Bs):
+        if B.dim() != 2:
+            raise ValueError("Bs[%d]: a 2-D matrix is needed, got %d dimensions" % (i, B.dim()))
+        if B.shape[0] != kk:
+            raise ValueError("Bs[%d]: %d x %d does not fit the gathered A's %d columns"
+                             % (i, B.shape[0], B.shape[1], kk))
+
+
+def _fake(A_shard, Bs, gather_dim, group_name, return_A=True):
+    """Shapes and strides of what the CUDA impl returns (those of PyTorch's
+    op): gather_dim < last: the tensor gathered along gather_dim, contiguous
+    with gather_dim moved to the front, moved back; gather_dim = last: A
+    contiguous with its last dimension world x K, outputs contiguous."""
+    gd = _norm_dim(A_shard, gather_dim)
+    ws = _world_of(group_name)
+    if len(Bs) == 0 or len(Bs) > 8:
+        raise ValueError("fused_all_gather_matmul: 1 to 8 Bs, got %d" % len(Bs))
+    nd = A_shard.dim()
+    if gd == nd - 1:
+        shape = list(A_shard.shape)
+        _check_bs(Bs, ws * shape[-1])
+        A = A_shard.new_empty(shape[:-1] + [ws * shape[-1]]) if return_A else None
+        return A, [A_shard.new_empty(shape[:-1] + [B.shape[1]]) for B in Bs]
+    x = A_shard.movedim(gd, 0)
+    lead = [ws * x.shape[0]] + list(x.shape[1:-1])
+    _check_bs(Bs, x.shape[-1])
+    A = A_shard.new_empty(lead + [x.shape[-1]]).movedim(0, gd) if return_A else None
+    return A, [A_shard.new_empty(lead + [B.shape[1]]).movedim(0, gd) for B in Bs]
+
+
+def _rows(t):
+    """t as a matrix ovl takes (rows contiguous), copying only if needed."""
+    if t.stride(-1) != 1 or (t.shape[0] > 1 and t.stride(0) < t.shape[1]):
+        t = t.contiguous()
+    return t
+
+
+def _b_args(Bs):
+    """(the matrices to hand ovl, transb): all Bs column-major (B.t()
+    contiguous along rows): their transposes with transb (ovl's transb takes
+    B n x k row-major); else each B row-major (copied if not)."""
+    def rowmajor(B):
+        return B.stride(1) == 1 and (B.shape[0] <= 1 or B.stride(0) >= B.shape[1])
+
+    def colmajor(B):
+        return B.stride(0) == 1 and B.shape[1] > 1 and B.stride(1) >= B.shape[0]
+    if all(colmajor(B) and not rowmajor(B) for B in Bs):
+        return [B.t() for B in Bs], True
+    return [_rows(B) for B in Bs], False
+
+
+def _run(comm, x2, bs, ns, return_A):
+    rows, k = x2.shape
+    ws = comm.world
+    outs = [torch.empty((ws * rows, n), dtype=x2.dtype, device=x2.device) for n in ns]
+    a_out = torch.empty((ws * rows, k), dtype=x2.dtype, device=x2.device) if return_A else None
+    bmats, transb = _b_args(bs)
+    comm.all_gather_matmul(x2, bmats, out=outs, a_out=a_out, transb=transb,
+                           stream=torch.cuda.current_stream(x2.device))
+    return outs, a_out
+
+
+def _cuda(A_shard, Bs, gather_dim, group_name, return_A=True):
+    """ONE ovl op for every B: A_shard with gather_dim moved to the front,
+    flattened to rows x K; ovld gathers the rows of every rank (in rank
+    order) and multiplies them by each B; the results are reshaped and moved
+    back. gather_dim = last (K gathered): each B (world*K x N) is laid out
+    K x (world*N) (its world row blocks side by side), one op gives every
+    rank's rows times every block, and the blocks of the diagonal are summed
+    (world times the FLOPs: correct, not fast)."""
+    comm = get_comm(group_name)
+    gd = _norm_dim(A_shard, gather_dim)
+    if not 1 <= len(Bs) <= 8:
+        raise ValueError("fused_all_gather_matmul: 1 to 8 Bs, got %d" % len(Bs))
+    for i, B in enumerate(Bs):
+        if B.dtype != A_shard.dtype:
+            raise ValueError("Bs[%d]: dtype %s, A_shard's is %s" % (i, B.dtype, A_shard.dtype))
+    ws = comm.world
+    nd = A_shard.dim()
+    if gd == nd - 1:
+        shape = list(A_shard.shape)
+        k = shape[-1]
+        _check_bs(Bs, ws * k)
+        x2 = _rows(A_shard.reshape(-1, k))
+        rows = x2.shape[0]
+        wide = [B.reshape(ws, k, B.shape[1]).permute(1, 0, 2).reshape(k, ws * B.shape[1])
+                for B in Bs]
+        outs, a_out = _run(comm, x2, wide, [w.shape[1] for w in wide], return_A)
+        res = []
+        for B, c in zip(Bs, outs):
+            n = B.shape[1]
+            d = c.view(ws, rows, ws, n).diagonal(dim1=0, dim2=2)  # rows x n x ws
+            res.append(d.float().sum(-1).to(A_shard.dtype).reshape(shape[:-1] + [n]))
+        A = None
+        if return_A:
+            A = a_out.view(ws, rows, k).permute(1, 0, 2).reshape(shape[:-1] + [ws * k])
+        return A, res
+    x = A_shard.movedim(gd, 0)
+    lead = [ws * x.shape[0]] + list(x.shape[1:-1])
+    k = x.shape[-1]
+    _check_bs(Bs, k)
+    x2 = _rows(x.reshape(-1, k))
+    outs, a_out = _run(comm, x2, list(Bs), [B.shape[1] for B in Bs], return_A)
+    A = a_out.view(lead + [k]).movedim(0, gd) if return_A else None
+    return A, [c.view(lead + [c.shape[1]]).movedim(0, gd) for c in outs]
+
+
+_LIB.impl("fused_all_gather_matmul", _cuda, "CUDA")
+torch.library.register_fake("ovl::fused_all_gather_matmul", _fake, lib=_LIB)
+
+
+def fused_all_gather_matmul(A_shard, Bs, gather_dim=0, group_name="default", *, return_A=True):
+    """torch.ops.ovl.fused_all_gather_matmul (PyTorch's symm_mem op's
+    arguments): (A or None, [A @ B for B in Bs]), A the all-gather of A_shard
+    along gather_dim over the group of `group_name`."""
+    return torch.ops.ovl.fused_all_gather_matmul(A_shard, list(Bs), gather_dim, group_name,
+                                                 return_A=return_A)
+
+
+# -- ColumnParallelLinear ---------------------------------------------------
+
+def _group_name_of(group):
+    names = _group_names(group if group is not None else dist.GroupMember.WORLD)
+    for n in names:
+        if n in _COMMS:
+            return n
+    raise RuntimeError("ovl.torch: no ovl comm for this group (ovl.torch.init(group) first)")
+
+
+def _reduce_scatter_dim0(t, group):
+    """Sum over the group's ranks of t (world*r x ...), this rank's r rows.
+    NCCL: reduce_scatter_tensor; another backend (gloo: ranks sharing a GPU):
+    an all_reduce of a float32 CPU copy."""
+    ws = dist.get_world_size(group)
+    if ws == 1:
+        return t
+    if dist.get_backend(group) == "nccl":
+        out = t.new_empty((t.shape[0] // ws,) + tuple(t.shape[1:]))
+        dist.reduce_scatter_tensor(out, t.contiguous(), group=group)
+        return out
+    c = t.float().cpu()
+    dist.all_reduce(c, group=group)
+    return c.chunk(ws)[dist.get_rank(group)].to(device=t.device, dtype=t.dtype)
+
+
+class _ColumnParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, gather_dim, group_name, group):
+        A, (y,) = torch.ops.ovl.fused_all_gather_matmul(x, [weight.t()], gather_dim, group_name,
+                                                        return_A=True)
+        ctx.save_for_backward(A, weight)
+        ctx.gather_dim, ctx.group = gather_dim, group
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        A, weight = ctx.saved_tensors
+        gd = ctx.gather_dim % A.dim()
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            ga = (gy @ weight).movedim(gd, 0)            # the gathered A's, this rank's part
+            shape = ga.shape
+            gx = _reduce_scatter_dim0(ga.reshape(shape[0], -1), ctx.group)
+            gx = gx.view((gx.shape[0],) + tuple(shape[1:])).movedim(0, gd)
+        if ctx.needs_input_grad[1]:
+            gw = gy.reshape(-1, gy.shape[-1]).t() @ A.reshape(-1, A.shape[-1])
+        return gx, gw, None, None, None
+
+
+class ColumnParallelLinear(torch.nn.Module):
+    """y = allgather(x) @ W^T (+ b): a linear layer whose weight is split by
+    output columns over the ranks of `group` (Megatron's column-parallel
+    linear with sequence parallelism): each rank holds out_features/world
+    rows of W (out_local x in, as nn.Linear stores them) and returns its
+    column slice of the output, for the rows of every rank (the input's
+    shards gathered along gather_dim, in rank order), in ONE ovl op. Backward:
+    grad of the input = reduce-scatter of grad_out @ W along gather_dim,
+    grad of W = grad_out^T @ (the gathered input, kept from forward).
+    ovl.torch.init(group) must have run."""
+
+    def __init__(self, in_features, out_features_total, bias=False, group=None, gather_dim=0,
+                 device=None, dtype=None):
+        super().__init__()
+        self.group = group if group is not None else dist.GroupMember.WORLD
+        ws = dist.get_world_size(self.group)
+        if out_features_total % ws:
+            raise ValueError("out_features_total %d is not a multiple of the world %d"
+                             % (out_features_total, ws))
+        self.in_features, self.out_features_total = in_features, out_features_total
+        self.out_features = out_features_total // ws
+        self.gather_dim = gather_dim
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        kw = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty((self.out_features, in_features), **kw))
+        self.bias = torch.nn.Parameter(torch.empty(self.out_features, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        import math
+        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features)
+            torch.nn.init.uniform_(self.bias, -bound, bound)
+
+    def load_full(self, weight, bias=None):
+        """Takes this rank's rows of a full out_features_total x in weight."""
+        r = dist.get_rank(self.group)
+        sl = slice(r * self.out_features, (r + 1) * self.out_features)
+        with torch.no_grad():
+            self.weight.copy_(weight[sl])
+            if bias is not None and self.bias is not None:
+                self.bias.copy_(bias[sl])
+
+    def forward(self, x):
+        if self.gather_dim % x.dim() == x.dim() - 1:
+            raise ValueError("ColumnParallelLinear gathers rows: gather_dim must not be the "
+                             "feature (last) dimension")
+        y = _ColumnParallel.apply(x, self.weight, self.gather_dim,
+                                  _group_name_of(self.group), self.group)
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d of %d, bias=%s, gather_dim=%d" % (
+            self.in_features, self.out_features, self.out_features_total,
+            self.bias is not None, self.gather_dim)

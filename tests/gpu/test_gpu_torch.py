@@ -1,0 +1,379 @@
+"""ovl.torch on the CUDA backend: a real ovld, WORLD rank processes
+(--world, default 1) with torch.distributed, ranks round-robin over the GPUs.
+torch.distributed runs NCCL when every rank has a GPU of its own, else gloo
+(NCCL refuses two ranks on one GPU): then the reference all-gather and
+ColumnParallelLinear's reduce-scatter go through float32 CPU copies.
+
+Each rank checks (PyTorch's test/distributed/test_symmetric_memory.py
+checks of fused_all_gather_matmul, ported):
+
+- torch.ops.ovl.fused_all_gather_matmul against the unfused fallback
+  (all-gather into a tensor, then matmul; PyTorch's
+  _fused_all_gather_matmul_fallback): 3-D A_shard (8 x 64/world x 32),
+  gather_dim 0, 1 and 2 (2: K gathered, Bs world*K x N), three Bs, Bs
+  row-major, column-major (B.t() contiguous: transb) and mixed, float32 and
+  bf16, return_A True and False: A equal exactly, every output within
+  tolerance, and the strides of A and of every output equal the fallback's;
+- bf16, M=4096 rows gathered, K=N=1024, 2-D, gather_dim 0, row- and
+  column-major Bs;
+- the fake impl: under FakeTensorMode the op gives the shapes, strides and
+  dtypes the CUDA impl gave, for every gather_dim;
+- torch.compile (inductor, fullgraph) of a function calling the op and using
+  its outputs: equal to the eager result;
+- ColumnParallelLinear (bias, 3-D input, gather_dim 1 as in sequence
+  parallelism) against torch.nn.Linear holding the full weight, float32 and
+  bf16: the output slice, the input's gradient (reduce-scatter), the weight's
+  and bias's gradients, then 3 SGD steps with the same losses.
+
+Skips (exit 77, ctest's skip code) without torch, without a GPU, or when
+ovld cannot start the CUDA backend. OVL_LIBRARY names the libovl the
+package loads (ctest sets it to the built one)."""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+from ovltest import share  # noqa: E402
+
+SKIP_CODE = 77
+
+
+def skip(why):
+    print("SKIP: %s" % why, flush=True)
+    sys.exit(SKIP_CODE)
+
+
+def moved_strides(torch, t, gather_dim):
+    """The strides of a tensor of t's shape, contiguous with gather_dim
+    first (the last dimension gathered: plain contiguous)."""
+    if gather_dim == t.dim() - 1:
+        return torch.empty(t.shape, device="meta").stride()
+    return torch.empty(t.movedim(gather_dim, 0).shape, device="meta").movedim(0, gather_dim).stride()
+
+
+def rel_err(x, ref):
+    x, ref = x.float(), ref.float()
+    return ((x - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+class Ref:
+    """The unfused path: all_gather_into_tensor + matmul (PyTorch's
+    _fused_all_gather_matmul_fallback), through NCCL or, on gloo, through
+    float32 CPU copies (exact: bf16 and fp16 are float32 subsets)."""
+
+    def __init__(self, torch, dist, world, nccl):
+        self.torch, self.dist, self.world, self.nccl = torch, dist, world, nccl
+
+    def all_gather_into_tensor(self, t):
+        torch, dist = self.torch, self.dist
+        t = t.contiguous()
+        if self.world == 1:
+            return t.clone()
+        if self.nccl:
+            out = t.new_empty((self.world * t.shape[0],) + tuple(t.shape[1:]))
+            dist.all_gather_into_tensor(out, t)
+            return out
+        c = t.float().cpu()
+        parts = [torch.empty_like(c) for _ in range(self.world)]
+        dist.all_gather(parts, c)
+        return torch.cat(parts).to(device=t.device, dtype=t.dtype)
+
+    def fused_all_gather_matmul(self, A_shard, Bs, gather_dim, return_A=True):
+        torch = self.torch
+        ws = self.world
+        A = self.all_gather_into_tensor(A_shard)
+        if gather_dim == A.ndim - 1 or gather_dim == -1:
+            A_mm = torch.cat(A.chunk(ws), dim=-1)
+            res = [torch.matmul(A_mm, B) for B in Bs]
+            return (A_mm if return_A else None), res
+        A = A.view(ws, *A_shard.shape).movedim(gather_dim + 1, 1).flatten(0, 1)
+        res = [torch.matmul(A, B).movedim(0, gather_dim) for B in Bs]
+        return (A.movedim(0, gather_dim) if return_A else None), res
+
+
+def check_op(torch, ref, gname, rank, world, dev, worst):
+    op = torch.ops.ovl.fused_all_gather_matmul
+    tol = {torch.float32: dict(rtol=5e-3, atol=5e-3),  # lets ovld's GEMM use TF32
+           torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+    BATCH, M, N, K = 8, 64, 16, 32
+    n_cases = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        for gather_dim in (0, 1, 2):
+            for layout in ("row", "col", "mixed"):
+                for return_A in (True, False):
+                    torch.manual_seed(42 + rank)
+                    A_shard = torch.rand(BATCH, M // world, K, device=dev).to(dtype)
+                    torch.manual_seed(7)  # the same Bs on every rank
+                    kk = K * world if gather_dim == 2 else K
+                    Bs = []
+                    for i in range(3):
+                        if layout == "col" or (layout == "mixed" and i == 1):
+                            Bs.append(torch.rand(N + 8 * i, kk, device=dev).to(dtype).t())
+                        else:
+                            Bs.append(torch.rand(kk, N + 8 * i, device=dev).to(dtype))
+                    what = "%s gather_dim %d %s-major Bs return_A %s" % (
+                        str(dtype)[6:], gather_dim, layout, return_A)
+                    A0, outs0 = ref.fused_all_gather_matmul(A_shard, Bs, gather_dim, return_A)
+                    A1, outs1 = op(A_shard, Bs, gather_dim, gname, return_A=return_A)
+                    torch.cuda.synchronize()
+                    if return_A:
+                        assert A1 is not None, what
+                        assert torch.equal(A0, A1), "%s: A differs" % what
+                        # world 1: the fallback's A is a view of A_shard's
+                        # layout (a dimension of size 1 flattened), where
+                        # PyTorch's CUDA impl (and ovl's) give the gathered
+                        # layout: contiguous with gather_dim moved first
+                        exp = A0.stride() if world > 1 else moved_strides(torch, A1, gather_dim)
+                        assert A1.stride() == exp, "%s: A strides %s, fallback %s" % (
+                            what, A1.stride(), exp)
+                    else:
+                        assert A1 is None, "%s: A returned" % what
+                    assert len(outs1) == len(Bs), what
+                    for j, (o0, o1) in enumerate(zip(outs0, outs1)):
+                        assert o0.shape == o1.shape, "%s: out %d %s, fallback %s" % (
+                            what, j, tuple(o1.shape), tuple(o0.shape))
+                        assert o0.stride() == o1.stride(), "%s: out %d strides %s, fallback %s" % (
+                            what, j, o1.stride(), o0.stride())
+                        assert o1.dtype == dtype, what
+                        torch.testing.assert_close(o1, o0, **tol[dtype], msg=lambda m: "%s: out %d: %s"
+                                                   % (what, j, m))
+                        key = "op " + str(dtype)[6:]
+                        worst[key] = max(worst.get(key, 0.0), rel_err(o1, o0))
+                    n_cases += 1
+    # The large case: bf16, 4096 rows gathered, K = N = 1024.
+    Mt, K2, N2 = 4096, 1024, 1024
+    for layout in ("row", "col"):
+        torch.manual_seed(1234 + rank)
+        A_shard = torch.rand(Mt // world, K2, device=dev).to(torch.bfloat16)
+        torch.manual_seed(99)
+        if layout == "row":
+            Bs = [torch.rand(K2, N2, device=dev).to(torch.bfloat16) for _ in range(2)]
+        else:
+            Bs = [torch.rand(N2, K2, device=dev).to(torch.bfloat16).t() for _ in range(2)]
+        A0, outs0 = ref.fused_all_gather_matmul(A_shard, Bs, 0)
+        A1, outs1 = op(A_shard, Bs, 0, gname)
+        torch.cuda.synchronize()
+        assert A1.shape == (Mt, K2) and torch.equal(A0, A1), "large %s: A differs" % layout
+        assert A0.stride() == A1.stride()
+        for o0, o1 in zip(outs0, outs1):
+            assert o0.shape == o1.shape == (Mt, N2) and o0.stride() == o1.stride()
+            torch.testing.assert_close(o1, o0, rtol=1.6e-2, atol=1e-2)
+            worst["op large bf16"] = max(worst.get("op large bf16", 0.0), rel_err(o1, o0))
+        n_cases += 1
+    return n_cases
+
+
+def check_fake(torch, gname, world, dev):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    op = torch.ops.ovl.fused_all_gather_matmul
+    for gather_dim in (0, 1, 2):
+        A_shard = torch.rand(4, 6, 8, device=dev)
+        kk = 8 * world if gather_dim == 2 else 8
+        Bs = [torch.rand(kk, 5, device=dev), torch.rand(7, kk, device=dev).t()]
+        A1, outs1 = op(A_shard, Bs, gather_dim, gname)
+        with FakeTensorMode() as mode:
+            fa = mode.from_tensor(A_shard)
+            fbs = [mode.from_tensor(b) for b in Bs]
+            A2, outs2 = op(fa, fbs, gather_dim, gname)
+            An, _ = op(fa, fbs, gather_dim, gname, return_A=False)
+        assert An is None
+        for r, f in zip([A1] + list(outs1), [A2] + list(outs2)):
+            assert (tuple(r.shape), r.stride(), r.dtype) == (tuple(f.shape), f.stride(), f.dtype), (
+                "fake impl, gather_dim %d: %s %s %s, CUDA impl %s %s %s" % (
+                    gather_dim, tuple(f.shape), f.stride(), f.dtype, tuple(r.shape), r.stride(),
+                    r.dtype))
+            assert f.device == r.device
+
+
+def check_compile(torch, gname, rank, dev):
+    op = torch.ops.ovl.fused_all_gather_matmul
+
+    def f(a, b0, b1):
+        A, (c0, c1) = op(a, [b0, b1], 1, gname)
+        return A.sum(dim=-1), torch.relu(c0) * 2, c1 + 1
+
+    torch.manual_seed(5 + rank)
+    a = torch.rand(4, 32, 64, device=dev, dtype=torch.bfloat16)
+    torch.manual_seed(6)
+    b0 = torch.rand(64, 48, device=dev, dtype=torch.bfloat16)
+    b1 = torch.rand(80, 64, device=dev, dtype=torch.bfloat16).t()
+    eager = f(a, b0, b1)
+    compiled = torch.compile(f, fullgraph=True)(a, b0, b1)
+    torch.cuda.synchronize()
+    for e, c in zip(eager, compiled):
+        assert e.shape == c.shape, (e.shape, c.shape)
+        torch.testing.assert_close(c, e, rtol=1.6e-2, atol=1e-2)
+
+
+def check_linear(torch, dist, otorch, rank, world, dev, nccl, worst):
+    BATCH, S, IN, OUT = 4, 64, 128, 256
+    for dtype, tol in ((torch.float32, 5e-3), (torch.bfloat16, 4e-2)):
+        torch.manual_seed(11)  # the same full model and data on every rank
+        ref = torch.nn.Linear(IN, OUT, bias=True, device=dev)
+        with torch.no_grad():
+            ref.weight.copy_(ref.weight.to(dtype).float())  # values dtype can hold
+            ref.bias.copy_(ref.bias.to(dtype).float())
+        layer = otorch.ColumnParallelLinear(IN, OUT, bias=True, gather_dim=1, dtype=dtype)
+        layer.load_full(ref.weight.detach().to(dtype), ref.bias.detach().to(dtype))
+        xs = [torch.randn(BATCH, S, IN, device=dev).to(dtype) for _ in range(3)]
+        ol = OUT // world
+        sl = slice(rank * ol, (rank + 1) * ol)
+        rows = slice(rank * (S // world), (rank + 1) * (S // world))
+        opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+        opt = torch.optim.SGD(layer.parameters(), lr=0.05)
+        name = "linear " + str(dtype)[6:]
+        for step, x_full in enumerate(xs):
+            xr = x_full.detach().float().clone().requires_grad_(True)
+            y_ref = ref(xr)
+            loss_ref = (y_ref ** 2).mean()
+            opt_ref.zero_grad()
+            loss_ref.backward()
+            x = x_full[:, rows].detach().clone().requires_grad_(True)
+            y = layer(x)
+            assert y.shape == (BATCH, S, ol) and y.dtype == dtype, (y.shape, y.dtype)
+            # the full model's loss: the mean over every column of every rank
+            loss = (y.float() ** 2).sum() / y_ref.numel()
+            opt.zero_grad()
+            loss.backward()
+            t = loss.detach().float().reshape(1)
+            if world > 1:
+                t = t if nccl else t.cpu()
+                dist.all_reduce(t)
+            total = t.cpu()[0]
+            errs = {
+                "out": rel_err(y, y_ref[..., sl]),
+                "loss": abs(total.item() - loss_ref.item()) / abs(loss_ref.item()),
+                "grad_w": rel_err(layer.weight.grad, ref.weight.grad[sl]),
+                "grad_b": rel_err(layer.bias.grad, ref.bias.grad[sl]),
+            }
+            if step == 0:
+                errs["grad_x"] = rel_err(x.grad, xr.grad[:, rows])
+            for what, e in errs.items():
+                assert e < tol, "%s step %d: %s relative error %.3g (tolerance %g)" % (
+                    name, step, what, e, tol)
+                worst[name] = max(worst.get(name, 0.0), e)
+            opt_ref.step()
+            opt.step()
+        w_err = rel_err(layer.weight, ref.weight[sl])
+        assert w_err < tol, "%s: weights after 3 steps differ by %.3g" % (name, w_err)
+
+
+def rank_main(sock, store, world, rank, q):
+    try:
+        import torch
+        import torch.distributed as dist
+        import ovl
+        ngpu = torch.cuda.device_count()
+        dev = torch.device("cuda", rank % ngpu)
+        torch.cuda.set_device(dev)
+        nccl = ngpu >= world
+        dist.init_process_group("nccl" if nccl else "gloo", init_method="file://" + store,
+                                world_size=world, rank=rank)
+        import ovl.torch as otorch
+        worst = {}
+        with ovl.connect(sock) as client:
+            comm = otorch.init(client=client)
+            assert (comm.world, comm.rank, comm.device) == (world, rank, dev.index)
+            gname = dist.group.WORLD.group_name
+            assert otorch.get_comm(gname) is comm and otorch.get_comm("default") is comm
+            ref = Ref(torch, dist, world, nccl)
+            n = check_op(torch, ref, gname, rank, world, dev, worst)
+            check_fake(torch, gname, world, dev)
+            check_compile(torch, gname, rank, dev)
+            check_linear(torch, dist, otorch, rank, world, dev, nccl, worst)
+            comm.check()
+            otorch.shutdown()
+        dist.barrier()
+        dist.destroy_process_group()
+        q.put((rank, (n, worst, "nccl" if nccl else "gloo"), None))
+    except BaseException as e:  # the parent reports it
+        import traceback
+        q.put((rank, None, "%r\n%s" % (e, traceback.format_exc())))
+        try:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=1)
+    world = ap.parse_args().world
+    try:
+        import torch
+        import torch.multiprocessing as mp
+        import torch.distributed  # noqa: F401
+    except ImportError as e:
+        skip("no torch (%s)" % e)
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        skip("no GPU visible to torch")
+    try:
+        import ovl  # noqa: F401
+    except Exception as e:
+        raise AssertionError("the ovl package does not load: %r" % e)
+    from test_gpu_python import CudaDaemon
+    ngpu = torch.cuda.device_count()
+    try:
+        d = CudaDaemon()
+    except AssertionError as e:
+        if "cannot start the cuda backend" in str(e):
+            skip("ovld cannot start the CUDA backend")
+        raise
+    t0 = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="ovl-torch-")
+    # Inductor's caches of this run only: its FX graph cache keys on the
+    # graph and the inputs, not on the group's world size, which the op's
+    # output shapes depend on (a graph compiled at world 2 would be reused
+    # at world 1)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+    ps = []
+    try:
+        print("world %d on %d GPU%s: %s; torch %s, torch.distributed on %s" % (
+            world, ngpu, "" if ngpu == 1 else "s", share(world, ngpu), torch.__version__,
+            "nccl" if ngpu >= world else "gloo (ranks share a GPU: NCCL refuses that)"),
+            flush=True)
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        store = os.path.join(tmp, "store")
+        ps = [ctx.Process(target=rank_main, args=(d.socket, store, world, r, q))
+              for r in range(world)]
+        for p in ps:
+            p.start()
+        got = {}
+        deadline = time.monotonic() + 500
+        while len(got) < world:
+            left = deadline - time.monotonic()
+            assert left > 0, "ranks did not answer: %r" % sorted(got)
+            r, res, err = q.get(timeout=left)
+            assert err is None, "rank %d failed: %s\novld:\n%s" % (r, err, d.log_text()[-3000:])
+            got[r] = res
+        for p in ps:
+            p.join(30)
+        for r in sorted(got):
+            n, worst, backend = got[r]
+            print("rank %d (%s): %d op cases, fake impl, torch.compile, ColumnParallelLinear; "
+                  "worst relative errors %s" % (
+                      r, backend, n, ", ".join("%s %.2g" % kv for kv in sorted(worst.items()))),
+                  flush=True)
+        assert d.stop() == 0, d.log_text()[-3000:]
+        print("PASS test_gpu_torch world %d %.1f s" % (world, time.monotonic() - t0))
+    finally:
+        for p in ps:  # a rank stuck in a collective after another failed
+            p.join(5 if p.is_alive() else 0)
+            if p.is_alive():
+                p.kill()
+        d.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
