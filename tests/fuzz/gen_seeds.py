@@ -15,34 +15,12 @@ import re
 import struct
 import sys
 
+# the protobuf encoders and the frame of the integration tests (standard
+# library only)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from ovltest import f_bytes, f_varint, frame, varint  # noqa: E402
+
 # ------------------------------------------------------------- protobuf
-
-
-def varint(v):
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def f_varint(num, v):
-    return varint(num << 3 | 0) + varint(v)
-
-
-def f_bytes(num, b):
-    if isinstance(b, str):
-        b = b.encode()
-    return varint(num << 3 | 2) + varint(len(b)) + b
-
-
-def frame(body):
-    return b"OVL1" + struct.pack("<I", len(body)) + body
 
 
 def request(rid, field, body):

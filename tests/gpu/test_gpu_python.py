@@ -117,13 +117,13 @@ def rank_main(sock, job, world, rank, q):
         q.put((rank, None, "%r\n%s" % (e, traceback.format_exc())))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--world", type=int, default=1)
-    world = ap.parse_args().world
+def torch_or_skip():
+    """torch and torch.multiprocessing, or a SKIP exit without torch or a
+    GPU; the ovl package must load (a failure, not a skip)."""
     try:
         import torch
         import torch.multiprocessing as mp
+        import torch.distributed  # noqa: F401
     except ImportError as e:
         skip("no torch (%s)" % e)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
@@ -132,34 +132,63 @@ def main():
         import ovl  # noqa: F401
     except Exception as e:
         raise AssertionError("the ovl package does not load: %r" % e)
-    ngpu = torch.cuda.device_count()
+    return torch, mp
+
+
+def start_daemon():
+    """ovld on the CUDA backend, or a SKIP exit where it cannot start it."""
     try:
-        d = CudaDaemon()
+        return CudaDaemon()
     except AssertionError as e:
         if "cannot start the cuda backend" in str(e):
             skip("ovld cannot start the CUDA backend")
         raise
+
+
+def run_ranks(mp, d, target, arg, world, timeout):
+    """Runs target(d.socket, arg, world, rank, q) in `world` spawned
+    processes; returns {rank: result} of what each put on q as (rank,
+    result, error), failing on the first error (with ovld's log) or past
+    timeout seconds. Ranks still alive at the end (one stuck in a
+    collective after another failed) are killed."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=target, args=(d.socket, arg, world, r, q)) for r in range(world)]
+    try:
+        for p in ps:
+            p.start()
+        got = {}
+        deadline = time.monotonic() + timeout
+        while len(got) < world:
+            left = deadline - time.monotonic()
+            assert left > 0, "ranks did not answer: %r" % sorted(got)
+            r, res, err = q.get(timeout=left)
+            assert err is None, "rank %d failed: %s\novld:\n%s" % (r, err, d.log_text()[-3000:])
+            got[r] = res
+        for p in ps:
+            p.join(30)
+        return got
+    finally:
+        for p in ps:
+            if p.is_alive():
+                p.join(5)
+            if p.is_alive():
+                p.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=1)
+    world = ap.parse_args().world
+    torch, mp = torch_or_skip()
+    ngpu = torch.cuda.device_count()
+    d = start_daemon()
     t0 = time.monotonic()
     try:
         print("world %d on %d GPU%s: %s" % (world, ngpu, "" if ngpu == 1 else "s",
                                           share(world, ngpu)), flush=True)
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
         job = "py-gpu-w%d-%d" % (world, os.getpid())
-        ps = [ctx.Process(target=rank_main, args=(d.socket, job, world, r, q))
-              for r in range(world)]
-        for p in ps:
-            p.start()
-        got = {}
-        deadline = time.monotonic() + 300
-        while len(got) < world:
-            left = deadline - time.monotonic()
-            assert left > 0, "ranks did not answer: %r" % sorted(got)
-            r, worst, err = q.get(timeout=left)
-            assert err is None, "rank %d failed: %s\novld:\n%s" % (r, err, d.log_text()[-3000:])
-            got[r] = worst
-        for p in ps:
-            p.join(30)
+        got = run_ranks(mp, d, rank_main, job, world, 300)
         for r in sorted(got):
             print("rank %d: worst relative errors %s" % (
                 r, ", ".join("%s %.2g" % kv for kv in sorted(got[r].items()))), flush=True)

@@ -42,13 +42,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 from ovltest import share  # noqa: E402
 
-SKIP_CODE = 77
-
-
-def skip(why):
-    print("SKIP: %s" % why, flush=True)
-    sys.exit(SKIP_CODE)
-
 
 def moved_strides(torch, t, gather_dim):
     """The strides of a tensor of t's shape, contiguous with gather_dim
@@ -308,26 +301,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=1)
     world = ap.parse_args().world
-    try:
-        import torch
-        import torch.multiprocessing as mp
-        import torch.distributed  # noqa: F401
-    except ImportError as e:
-        skip("no torch (%s)" % e)
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        skip("no GPU visible to torch")
-    try:
-        import ovl  # noqa: F401
-    except Exception as e:
-        raise AssertionError("the ovl package does not load: %r" % e)
-    from test_gpu_python import CudaDaemon
+    from test_gpu_python import run_ranks, start_daemon, torch_or_skip
+    torch, mp = torch_or_skip()
     ngpu = torch.cuda.device_count()
-    try:
-        d = CudaDaemon()
-    except AssertionError as e:
-        if "cannot start the cuda backend" in str(e):
-            skip("ovld cannot start the CUDA backend")
-        raise
+    d = start_daemon()
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="ovl-torch-")
     # Inductor's caches of this run only: its FX graph cache keys on the
@@ -335,29 +312,12 @@ def main():
     # output shapes depend on (a graph compiled at world 2 would be reused
     # at world 1)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
-    ps = []
     try:
         print("world %d on %d GPU%s: %s; torch %s, torch.distributed on %s" % (
             world, ngpu, "" if ngpu == 1 else "s", share(world, ngpu), torch.__version__,
             "nccl" if ngpu >= world else "gloo (ranks share a GPU: NCCL refuses that)"),
             flush=True)
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        store = os.path.join(tmp, "store")
-        ps = [ctx.Process(target=rank_main, args=(d.socket, store, world, r, q))
-              for r in range(world)]
-        for p in ps:
-            p.start()
-        got = {}
-        deadline = time.monotonic() + 500
-        while len(got) < world:
-            left = deadline - time.monotonic()
-            assert left > 0, "ranks did not answer: %r" % sorted(got)
-            r, res, err = q.get(timeout=left)
-            assert err is None, "rank %d failed: %s\novld:\n%s" % (r, err, d.log_text()[-3000:])
-            got[r] = res
-        for p in ps:
-            p.join(30)
+        got = run_ranks(mp, d, rank_main, os.path.join(tmp, "store"), world, 500)
         for r in sorted(got):
             n, worst, backend = got[r]
             print("rank %d (%s): %d op cases, fake impl, torch.compile, ColumnParallelLinear; "
@@ -367,10 +327,6 @@ def main():
         assert d.stop() == 0, d.log_text()[-3000:]
         print("PASS test_gpu_torch world %d %.1f s" % (world, time.monotonic() - t0))
     finally:
-        for p in ps:  # a rank stuck in a collective after another failed
-            p.join(5 if p.is_alive() else 0)
-            if p.is_alive():
-                p.kill()
         d.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -317,6 +317,47 @@ def frame(body: bytes) -> bytes:
     return b"OVL1" + len(body).to_bytes(4, "little") + body
 
 
+# Protobuf by hand (proto/ovl.proto's fields by number), for requests no
+# well-behaved client sends: the tests of hostile input and the fuzz seeds.
+
+def varint(n):
+    """A varint; a negative value as protobuf writes an int32/int64 (10 bytes)."""
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def f_varint(num, v):
+    return varint(num << 3 | 0) + varint(v)
+
+
+def f_bytes(num, b):
+    if isinstance(b, str):
+        b = b.encode()
+    return varint(num << 3 | 2) + varint(len(b)) + b
+
+
+def can_connect(path):
+    """Whether something accepts connections on the Unix socket path."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 class Skip(Exception):
     """Raised by a test that cannot run here (its reason is printed): it
     is counted as skipped, never as passed."""

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 
-from ovltest import OVLCTL, Daemon, Skip, frame, log_records, run_tests
+from ovltest import OVLCTL, Daemon, Skip, f_bytes, f_varint, frame, log_records, run_tests, varint
 
 PROTOCOL_VERSION = 4  # include/ovl/ovl.h: OVL_PROTOCOL_VERSION
 OVL_ERR_INVALID = -1
@@ -43,31 +43,6 @@ CLEAN_NAMES = ["?[31mRED?]0;title?", "???", "\u00e9" * 31]
 
 
 # ------------------------------------------------------------- protobuf
-
-def varint(n):
-    """A varint; a negative value as protobuf writes an int32/int64 (10 bytes)."""
-    if n < 0:
-        n += 1 << 64
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def f_varint(num, v):
-    return varint(num << 3 | 0) + varint(v)
-
-
-def f_bytes(num, b):
-    if isinstance(b, str):
-        b = b.encode()
-    return varint(num << 3 | 2) + varint(len(b)) + b
-
 
 def f_double(num, x):
     return varint(num << 3 | 1) + struct.pack("<d", x)

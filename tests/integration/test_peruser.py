@@ -43,7 +43,7 @@ import tempfile
 import time
 import traceback
 
-from ovltest import Skip, run_tests
+from ovltest import Skip, can_connect, run_tests
 
 OVLD = os.path.abspath(shutil.which(os.environ.get("OVLD_BIN", "ovld")) or os.environ.get("OVLD_BIN", "ovld"))
 OVLCTL = os.path.abspath(shutil.which(os.environ.get("OVLCTL_BIN", "ovlctl")) or os.environ.get("OVLCTL_BIN", "ovlctl"))
@@ -71,18 +71,6 @@ def clean_env(**extra):
                         "WATCHDOG_USEC")}
     env.update({k: v for k, v in extra.items() if v is not None})
     return env
-
-
-def can_connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(2)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 class Scratch:

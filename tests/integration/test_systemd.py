@@ -30,7 +30,7 @@ import tempfile
 import time
 import traceback
 
-from ovltest import Skip, run_tests
+from ovltest import Skip, can_connect, run_tests
 
 OVLD = os.path.abspath(shutil.which(os.environ.get("OVLD_BIN", "ovld")) or os.environ.get("OVLD_BIN", "ovld"))
 OVLCTL = os.environ.get("OVLCTL_BIN", "ovlctl")
@@ -129,18 +129,6 @@ class Scratch:
             s.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         return False
-
-
-def can_connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(2)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def wait_for(pred, timeout, what, proc=None):
