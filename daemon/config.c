@@ -21,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,6 +57,8 @@ typedef enum value_kind {
     V_UINT,      /* decimal integer */
     V_SIZE,      /* decimal integer with an optional K/M/G/T suffix */
     V_UINT_AUTO, /* "auto" (stored as 0) or a decimal integer; lo >= 1 */
+    V_ADDR,      /* ADDRESS:PORT, numeric (ovld_config_addr_parse) */
+    V_PATH,      /* an absolute path that fits the field */
 } value_kind_t;
 
 typedef struct key_spec {
@@ -90,6 +95,10 @@ static const key_spec_t keys[] = {
     {"default_chunks", V_UINT, FIELD(default_chunks), 0, OVL_PLAN_MAX_CHUNKS},
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
     {"allgather", V_ALLGATHER, FIELD(allgather), 0, 0},
+    {"peer_listen", V_ADDR, FIELD(peer_listen), 0, 0},
+    {"peer_advertise", V_ADDR, FIELD(peer_advertise), 0, 0},
+    {"peer_key_file", V_PATH, FIELD(peer_key_file), 0, 0},
+    {"peer_timeout_ms", V_UINT, FIELD(peer_timeout_ms), 500, 60000},
 };
 
 typedef struct named_value {
@@ -138,6 +147,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->default_chunks = 0;
     cfg->default_streams = 0;
     cfg->allgather = OVL_AG_AUTO;
+    cfg->peer_timeout_ms = 2000;
 }
 
 static const char *name_of(const named_value_t *table, size_t n, int value)
@@ -380,6 +390,68 @@ static void store_uint(ovld_config_t *cfg, const key_spec_t *key, uint64_t v)
     }
 }
 
+/* ------------------------------------------------------------ addresses */
+
+static ovl_status_t addr_bad(char *err, size_t errlen, const char *why)
+{
+    if (errlen > 0)
+        (void)snprintf(err, errlen, "%s", why);
+    return OVL_ERR_INVALID;
+}
+
+ovl_status_t ovld_config_addr_parse(const char *text, struct sockaddr_storage *ret, char *err,
+                                    size_t errlen)
+{
+    char host[OVLD_ADDR_TEXT_MAX];
+    const char *port;
+    size_t len = strlen(text);
+
+    if (len >= sizeof(host))
+        return addr_bad(err, errlen, "too long");
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (!close || close[1] != ':')
+            return addr_bad(err, errlen, "expected [IPV6]:PORT");
+        memcpy(host, text + 1, (size_t)(close - text - 1));
+        host[close - text - 1] = '\0';
+        port = close + 2;
+    } else {
+        const char *colon = strrchr(text, ':');
+        if (!colon || strchr(text, ':') != colon)
+            return addr_bad(err, errlen, "expected IPV4:PORT or [IPV6]:PORT");
+        memcpy(host, text, (size_t)(colon - text));
+        host[colon - text] = '\0';
+        port = colon + 1;
+    }
+    uint64_t pv;
+    if (parse_uint(port, &pv) != NUM_OK || pv < 1 || pv > 65535)
+        return addr_bad(err, errlen, "the port must be 1..65535");
+    memset(ret, 0, sizeof(*ret));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ret;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ret;
+    if (text[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)pv);
+        return OVL_OK;
+    }
+    if (text[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)pv);
+        return OVL_OK;
+    }
+    return addr_bad(err, errlen, "not a numeric IPv4 or [IPv6] address (names are not looked up)");
+}
+
+int ovld_config_addr_is_any(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &in6addr_any,
+                      sizeof(in6addr_any)) == 0;
+    return 0;
+}
+
 /* Checks a parsed number against the key's range and stores it; `r` and `v`
  * come from the kind's parser, `what` names the expected form. */
 static ovl_status_t apply_number(const parser_t *p, ovld_config_t *cfg, const key_spec_t *key,
@@ -498,6 +570,26 @@ static ovl_status_t apply_value(const parser_t *p, ovld_config_t *cfg, const key
         return apply_number(p, cfg, key, value, r, v,
                             "a size (an integer with an optional K, M, G or T suffix)");
 
+    case V_ADDR: {
+        struct sockaddr_storage ss;
+        char why[96];
+        if (len >= OVLD_ADDR_TEXT_MAX)
+            return fail(p, "%s: '%.*s%s' is longer than %d characters", key->name, SHOW(value),
+                        OVLD_ADDR_TEXT_MAX - 1);
+        if (ovld_config_addr_parse(value, &ss, why, sizeof(why)) != OVL_OK)
+            return fail(p, "%s: '%.*s%s': %s", key->name, SHOW(value), why);
+        memcpy((char *)cfg + key->offset, value, len + 1);
+        return OVL_OK;
+    }
+
+    case V_PATH:
+        if (value[0] != '/')
+            return fail(p, "%s: '%.*s%s' is not an absolute path", key->name, SHOW(value));
+        if (len >= key->size)
+            return fail(p, "%s: path is %zu bytes; at most %zu", key->name, len, key->size - 1);
+        memcpy((char *)cfg + key->offset, value, len + 1);
+        return OVL_OK;
+
     case V_UINT_AUTO:
         /* 0 stands for auto, which is why the range starts at 1: a written
          * "0" is refused rather than read as auto */
@@ -576,6 +668,48 @@ static ovl_status_t parse_line(parser_t *p, ovld_config_t *cfg, size_t first_lin
     return apply_value(p, cfg, &keys[i], value);
 }
 
+static size_t key_index(const char *name)
+{
+    size_t i = 0;
+    while (i < NELEM(keys) && strcmp(keys[i].name, name) != 0)
+        i++;
+    return i;
+}
+
+/* The peer_* keys go together: a listener needs the cluster key, and an
+ * address others can reach (peer_advertise where peer_listen is a
+ * wildcard). Reported on the line of the key that needs the other one. */
+static ovl_status_t check_peer_keys(parser_t *p, const ovld_config_t *cfg,
+                                    const size_t first_line[])
+{
+    size_t li = key_index("peer_listen"), ai = key_index("peer_advertise");
+    p->line = first_line[li] ? first_line[li] : first_line[ai];
+    if (cfg->peer_listen[0] == '\0') {
+        if (cfg->peer_advertise[0] != '\0')
+            return fail(p, "peer_advertise is set but peer_listen is not");
+        return OVL_OK;
+    }
+    if (cfg->peer_key_file[0] == '\0')
+        return fail(p, "peer_listen needs peer_key_file (the cluster key every node shares)");
+    struct sockaddr_storage ss;
+    if (ovld_config_addr_parse(cfg->peer_listen, &ss, NULL, 0) == OVL_OK &&
+        ovld_config_addr_is_any(&ss)) {
+        if (cfg->peer_advertise[0] == '\0')
+            return fail(p,
+                        "peer_listen %s is a wildcard: set peer_advertise to the address other "
+                        "nodes reach this one at",
+                        cfg->peer_listen);
+    }
+    if (cfg->peer_advertise[0] != '\0' &&
+        ovld_config_addr_parse(cfg->peer_advertise, &ss, NULL, 0) == OVL_OK &&
+        ovld_config_addr_is_any(&ss)) {
+        p->line = first_line[ai];
+        return fail(p, "peer_advertise %s is a wildcard: other nodes cannot reach it",
+                    cfg->peer_advertise);
+    }
+    return OVL_OK;
+}
+
 /*
  * Lines end at "\n"; a "\r" right before it (or before the end of the text)
  * is dropped, so files written on Windows read the same. The last line needs
@@ -616,6 +750,9 @@ ovl_status_t ovld_config_parse(ovld_config_t *cfg, const char *name, const char 
         s = after;
     }
 
+    ovl_status_t r = check_peer_keys(&p, &next, first_line);
+    if (r != OVL_OK)
+        return r;
     *cfg = next;
     return OVL_OK;
 }

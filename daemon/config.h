@@ -31,7 +31,9 @@ typedef enum ovld_backend_kind {
     OVLD_BACKEND_CUDA = 2,
 } ovld_backend_kind_t;
 
-#define OVLD_CONFIG_PATH_MAX 108 /* sizeof(sun_path) */
+#define OVLD_CONFIG_PATH_MAX    108 /* sizeof(sun_path) */
+#define OVLD_CONFIG_KEYPATH_MAX 256 /* peer_key_file */
+#define OVLD_ADDR_TEXT_MAX      64  /* "[IPv6]:port" with room to spare */
 
 /* ovld_config_t.max_mappings: "auto", resolved by the daemon */
 #define OVLD_MAX_MAPPINGS_AUTO 0u
@@ -64,6 +66,11 @@ typedef struct ovld_config {
     uint32_t default_chunks;   /* default_chunks: 0 (planner's choice)..64 */
     uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */
     ovl_ag_pref_t allgather;   /* allgather: auto|nccl|copy, default auto */
+    /* Jobs across nodes (docs/multinode.md). Read at start only. */
+    char peer_listen[OVLD_ADDR_TEXT_MAX];    /* peer_listen: ADDRESS:PORT, "" = off (default) */
+    char peer_advertise[OVLD_ADDR_TEXT_MAX]; /* peer_advertise: ADDRESS:PORT, "" = peer_listen */
+    char peer_key_file[OVLD_CONFIG_KEYPATH_MAX]; /* peer_key_file: absolute path */
+    uint32_t peer_timeout_ms;                    /* peer_timeout_ms: 500..60000, default 2000 */
 } ovld_config_t;
 
 /* Fills every field with its default. */
@@ -81,6 +88,14 @@ ovl_status_t ovld_config_parse(ovld_config_t *cfg, const char *name, const char 
 /* Reads the file at path (at most 1 MiB) and parses it as above. A file that
  * cannot be read is OVL_ERR_CONFIG with "PATH: strerror". */
 ovl_status_t ovld_config_load(ovld_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* Parses "A.B.C.D:PORT" or "[IPV6]:PORT" (numeric addresses only, port
+ * 1..65535) into *ret. OVL_ERR_INVALID with words in err if it is not one. */
+struct sockaddr_storage;
+ovl_status_t ovld_config_addr_parse(const char *text, struct sockaddr_storage *ret, char *err,
+                                    size_t errlen);
+/* Whether a parsed address is the wildcard (0.0.0.0 or ::). */
+int ovld_config_addr_is_any(const struct sockaddr_storage *a);
 
 /* Names for messages and `ovlctl status`. */
 const char *ovld_log_level_name(ovld_log_level_t level);

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "config.h"
 
@@ -52,7 +55,19 @@ static const char *const all_keys[] = {
     "max_mapped_bytes_per_uid",
     "max_mappings",
     "hello_timeout_ms",
+    "peer_listen",
+    "peer_advertise",
+    "peer_key_file",
+    "peer_timeout_ms",
 };
+
+/* Keys whose default (unset) cannot be written as a value: the sample
+ * describes them in prose and shows an example, not a default line. */
+static bool default_unset(const char *key)
+{
+    return strcmp(key, "socket_group") == 0 || strcmp(key, "peer_listen") == 0 ||
+           strcmp(key, "peer_advertise") == 0 || strcmp(key, "peer_key_file") == 0;
+}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -82,6 +97,10 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
     assert_int_equal(a->allgather, b->allgather);
+    assert_string_equal(a->peer_listen, b->peer_listen);
+    assert_string_equal(a->peer_advertise, b->peer_advertise);
+    assert_string_equal(a->peer_key_file, b->peer_key_file);
+    assert_int_equal(a->peer_timeout_ms, b->peer_timeout_ms);
 }
 
 /* Parses text over the defaults; asserts success and returns the result. */
@@ -249,7 +268,11 @@ static void test_every_key(void **state)
                                  "max_registrations_per_uid = 16\n"
                                  "max_mapped_bytes_per_uid = 3G\n"
                                  "max_mappings = 17\n"
-                                 "hello_timeout_ms = 1800\n");
+                                 "hello_timeout_ms = 1800\n"
+                                 "peer_listen = 0.0.0.0:7411\n"
+                                 "peer_advertise = 10.1.2.3:7411\n"
+                                 "peer_key_file = /etc/ovl/cluster.key\n"
+                                 "peer_timeout_ms = 900\n");
 
     assert_string_equal(cfg.socket_path, "/tmp/ovl test/d.sock");
     assert_string_equal(cfg.socket_group, "gpu-users");
@@ -274,6 +297,57 @@ static void test_every_key(void **state)
     assert_int_equal(cfg.max_mapped_bytes_per_uid, UINT64_C(3) << 30);
     assert_int_equal(cfg.max_mappings, 17);
     assert_int_equal(cfg.hello_timeout_ms, 1800);
+    assert_string_equal(cfg.peer_listen, "0.0.0.0:7411");
+    assert_string_equal(cfg.peer_advertise, "10.1.2.3:7411");
+    assert_string_equal(cfg.peer_key_file, "/etc/ovl/cluster.key");
+    assert_int_equal(cfg.peer_timeout_ms, 900);
+}
+
+/* peer_*: addresses, and the keys that need each other. */
+static void test_peer_keys(void **state)
+{
+    (void)state;
+    ovld_config_t cfg = parse_ok("peer_listen = 127.0.0.1:1\npeer_key_file = /k\n");
+    assert_string_equal(cfg.peer_listen, "127.0.0.1:1");
+    assert_string_equal(cfg.peer_advertise, "");
+    cfg = parse_ok("peer_listen = [::1]:65535\npeer_key_file = /k\n");
+    assert_string_equal(cfg.peer_listen, "[::1]:65535");
+    cfg = parse_ok("peer_listen = [::]:7411\npeer_advertise = [fe80::1]:7411\n"
+                   "peer_key_file = /k\n");
+    assert_string_equal(cfg.peer_advertise, "[fe80::1]:7411");
+
+    struct sockaddr_storage ss;
+    char why[96];
+    assert_int_equal(ovld_config_addr_parse("192.168.0.7:7411", &ss, why, sizeof(why)), OVL_OK);
+    assert_int_equal(ss.ss_family, AF_INET);
+    assert_int_equal(ntohs(((struct sockaddr_in *)&ss)->sin_port), 7411);
+    assert_false(ovld_config_addr_is_any(&ss));
+    assert_int_equal(ovld_config_addr_parse("0.0.0.0:1", &ss, why, sizeof(why)), OVL_OK);
+    assert_true(ovld_config_addr_is_any(&ss));
+    assert_int_equal(ovld_config_addr_parse("[::]:1", &ss, why, sizeof(why)), OVL_OK);
+    assert_int_equal(ss.ss_family, AF_INET6);
+    assert_true(ovld_config_addr_is_any(&ss));
+
+    expect_error("peer_listen = node1:7411\npeer_key_file = /k\n", 1,
+                 "peer_listen: 'node1:7411': not a numeric IPv4 or [IPv6] address");
+    expect_error("peer_listen = 10.0.0.1\n", 1, "expected IPV4:PORT or [IPV6]:PORT");
+    expect_error("peer_listen = 10.0.0.1:0\n", 1, "the port must be 1..65535");
+    expect_error("peer_listen = 10.0.0.1:65536\n", 1, "the port must be 1..65535");
+    expect_error("peer_listen = 10.0.0.1:7x\n", 1, "the port must be 1..65535");
+    expect_error("peer_listen = ::1:7411\n", 1, "expected IPV4:PORT or [IPV6]:PORT");
+    expect_error("peer_listen = [::1]7411\n", 1, "expected [IPV6]:PORT");
+    expect_error("peer_listen = [10.0.0.1]:7411\n", 1, "not a numeric IPv4 or [IPv6]");
+    expect_error("peer_key_file = key\n", 1, "peer_key_file: 'key' is not an absolute path");
+    expect_error("peer_timeout_ms = 499\n", 1, "peer_timeout_ms: '499' is out of range 500..60000");
+    /* the keys that go together */
+    expect_error("# c\npeer_listen = 10.0.0.1:7411\n", 2,
+                 "peer_listen needs peer_key_file (the cluster key every node shares)");
+    expect_error("peer_key_file = /k\n\npeer_listen = 0.0.0.0:7411\n", 3,
+                 "peer_listen 0.0.0.0:7411 is a wildcard: set peer_advertise");
+    expect_error("peer_advertise = 10.0.0.1:7411\n", 1,
+                 "peer_advertise is set but peer_listen is not");
+    expect_error("peer_key_file = /k\npeer_listen = 0.0.0.0:7411\npeer_advertise = 0.0.0.0:7411\n",
+                 3, "peer_advertise 0.0.0.0:7411 is a wildcard");
 }
 
 static void test_enum_values(void **state)
@@ -1126,7 +1200,7 @@ static void test_sample_defaults_are_real(void **state)
     *o = '\0';
 
     for (size_t i = 0; i < NELEM(all_keys); i++) {
-        unsigned want = strcmp(all_keys[i], "socket_group") == 0 ? 0 : 1;
+        unsigned want = default_unset(all_keys[i]) ? 0 : 1;
         if (seen[i] != want)
             fail_msg("the sample has %u commented default line(s) for %s, expected %u", seen[i],
                      all_keys[i], want);
@@ -1152,6 +1226,7 @@ static void test_sample_defaults_are_real(void **state)
     cfg.default_streams = 3;
     cfg.allgather = OVL_AG_COPY;
     cfg.max_mappings = 3; /* the default, auto, is 0 */
+    cfg.peer_timeout_ms = 3;
     ovl_status_t r = ovld_config_parse(&cfg, "ovld.conf (uncommented)", out, err, sizeof(err));
     if (r != OVL_OK)
         fail_msg("%s", err);
@@ -1210,6 +1285,7 @@ int main(void)
         cmocka_unit_test(test_socket_group),
         cmocka_unit_test(test_error_buffers),
         cmocka_unit_test(test_untouched_on_error),
+        cmocka_unit_test(test_peer_keys),
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_load_size_limit),
         cmocka_unit_test(test_sample_parses),
