@@ -117,6 +117,32 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
     return OVL_OK;
 }
 
+/*
+ * The Bs after B 0 (whose n check_op_shape checks), as an op (more_bs) and
+ * a Plan request (more_n) carry them: count of them, at most OVLD_MAX_BS - 1,
+ * B i's n being n_of(q, i - 1), each positive.
+ */
+static ovl_status_t check_more_bs(size_t count, uint64_t (*n_of)(const void *q, size_t i),
+                                  const void *q, char *err, size_t errlen)
+{
+    if (count > OVLD_MAX_BS - 1)
+        return bad(err, errlen, "%zu Bs: an op takes at most %d", count + 1, OVLD_MAX_BS);
+    for (size_t i = 0; i < count; i++)
+        if (n_of(q, i) == 0)
+            return bad(err, errlen, "n of B %zu must be positive", i + 1);
+    return OVL_OK;
+}
+
+static uint64_t ag_gemm_more_n(const void *q, size_t i)
+{
+    return ((const Ovl__AgGemm *)q)->more_bs[i]->n;
+}
+
+static uint64_t plan_more_n(const void *q, size_t i)
+{
+    return ((const Ovl__PlanRequest *)q)->more_n[i];
+}
+
 static ovl_status_t check_ag_gemm(const Ovl__AgGemm *q, char *err, size_t errlen)
 {
     ovl_status_t st =
@@ -124,14 +150,7 @@ static ovl_status_t check_ag_gemm(const Ovl__AgGemm *q, char *err, size_t errlen
     if (st != OVL_OK)
         return st;
     /* B 0 is the op's own fields; the others come in more_bs */
-    if (q->n_more_bs > OVLD_MAX_BS - 1)
-        return bad(err, errlen, "%zu Bs: an op takes at most %d", q->n_more_bs + 1, OVLD_MAX_BS);
-    for (size_t i = 0; i < q->n_more_bs; i++) {
-        const Ovl__MoreB *b = q->more_bs[i];
-        if (b->n == 0)
-            return bad(err, errlen, "n of B %zu must be positive", i + 1);
-    }
-    return OVL_OK;
+    return check_more_bs(q->n_more_bs, ag_gemm_more_n, q, err, errlen);
 }
 
 static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errlen)
@@ -140,7 +159,12 @@ static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errl
     if (q->rank >= q->world)
         return bad(err, errlen, "rank %" PRIu64 " out of range for world %" PRIu64, q->rank,
                    q->world);
-    return check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
+    ovl_status_t st =
+        check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    /* B 0 is the request's n; the others' come in more_n, as an op's */
+    return check_more_bs(q->n_more_n, plan_more_n, q, err, errlen);
 }
 
 ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)

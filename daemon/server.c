@@ -556,7 +556,15 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
                            .dtype = (ovl_dtype_t)q->dtype,
                            .chunks = q->chunks,
                            .streams = q->streams,
-                           .want_gathered = q->want_gathered};
+                           .want_gathered = q->want_gathered,
+                           .transb = q->transb};
+    /* Several Bs as an op has them (request.c checked at most OVL_PLAN_MAX_BS
+     * - 1, each n positive); none: one B, as an older client asks. */
+    if (q->n_more_n > 0) {
+        p.nb = 1 + (uint32_t)q->n_more_n;
+        for (size_t i = 0; i < q->n_more_n && i < OVL_PLAN_MAX_BS - 1; i++)
+            p.n_more[i] = q->more_n[i];
+    }
     /* a shape it cannot plan is refused below */
     ovld_plan_resolve(&c->d->cfg, c->d->backend->ops->allgather != NULL, &p);
     ovl_plan_t plan;

@@ -18,7 +18,8 @@
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
  *   bytes and a UUID of 0 or 16 bytes; AgGemm and PlanRequest have
  *   dtype <= 2, algo <= 3 (each with a name), m, n, k > 0, chunks <= 64,
- *   streams <= 8, and a plan world 1..1024 with rank < world;
+ *   streams <= 8, at most 7 Bs after the first (more_bs, more_n), each
+ *   with n > 0, and a plan world 1..1024 with rank < world;
  * - the verdict is the one the specification gives (a reference check
  *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
  *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
@@ -158,7 +159,15 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
         const Ovl__PlanRequest *p = q->plan;
         if (p->world < 1 || p->world > 1024 || p->rank >= p->world)
             return OVL_ERR_INVALID;
-        return ref_shape(p->dtype, p->algo, p->m, p->n, p->k, p->chunks, p->streams);
+        ovl_status_t st = ref_shape(p->dtype, p->algo, p->m, p->n, p->k, p->chunks, p->streams);
+        if (st != OVL_OK)
+            return st;
+        if (p->n_more_n > 7) /* 8 Bs in all, as an op */
+            return OVL_ERR_INVALID;
+        for (size_t i = 0; i < p->n_more_n; i++)
+            if (p->more_n[i] == 0)
+                return OVL_ERR_INVALID;
+        return OVL_OK;
     }
     default:
         return OVL_ERR_PROTOCOL;
@@ -206,6 +215,9 @@ static void check_accepted(const Ovl__Request *q)
             CHECK(p->rank < p->world);
             dtype = p->dtype, algo = p->algo, m = p->m, n = p->n, k = p->k;
             chunks = p->chunks, streams = p->streams;
+            CHECK(p->n_more_n <= OVL_PLAN_MAX_BS - 1);
+            for (size_t i = 0; i < p->n_more_n; i++)
+                CHECK(p->more_n[i] > 0);
         }
         CHECK(dtype < OVL_DTYPE_COUNT);
         CHECK(algo < OVL_ALGO_COUNT);
@@ -528,6 +540,18 @@ static void ops(void)
         }
         *pf[f] = keep;
     }
+    /* a plan's Bs after the first: 0 to 9 of them, the last one's n each
+     * edge value, with and without transb */
+    uint64_t more[9];
+    p.more_n = more;
+    for (size_t count = 0; count <= 9; count++)
+        for (size_t e = 0; e < NEDGE; e++) {
+            for (size_t i = 0; i < count; i++)
+                more[i] = i + 1 == count ? edge[e] : 64;
+            p.n_more_n = count;
+            p.transb = e % 2;
+            run_request(&q);
+        }
 }
 
 static void others(void)

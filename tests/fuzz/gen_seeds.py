@@ -72,10 +72,20 @@ def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out
     return b
 
 
-def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0):
-    return (f_varint(1, algo) + f_varint(2, world) + f_varint(3, rank) + f_varint(4, 1024)
-            + f_varint(5, 256) + f_varint(6, 512) + f_varint(7, dtype) + f_varint(8, chunks)
-            + f_varint(9, streams) + f_varint(10, 1))
+def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0, transb=False, more_ns=(),
+         packed=True):
+    b = (f_varint(1, algo) + f_varint(2, world) + f_varint(3, rank) + f_varint(4, 1024)
+         + f_varint(5, 256) + f_varint(6, 512) + f_varint(7, dtype) + f_varint(8, chunks)
+         + f_varint(9, streams) + f_varint(10, 1))
+    if transb:
+        b += f_varint(11, 1)
+    # more_n: packed, as proto3 writes a repeated scalar; a parser takes
+    # the unpacked form too
+    if more_ns and packed:
+        b += f_bytes(12, b"".join(varint(n) for n in more_ns))
+    elif more_ns:
+        b += b"".join(f_varint(12, n) for n in more_ns)
+    return b
 
 
 def request_seeds():
@@ -116,6 +126,10 @@ def request_seeds():
     s["plan"] = frame(request(8, 10, plan()))
     s["plan_world_1025"] = frame(request(8, 10, plan(world=1025, rank=0)))
     s["plan_algo_4"] = frame(request(8, 10, plan(algo=4)))
+    s["plan_3_bs"] = frame(request(8, 10, plan(transb=True, more_ns=(64, 96))))
+    s["plan_8_bs_unpacked"] = frame(request(8, 10, plan(more_ns=(1,) * 7, packed=False)))
+    s["plan_9_bs"] = frame(request(8, 10, plan(more_ns=(1,) * 8)))
+    s["plan_b2_n_zero"] = frame(request(8, 10, plan(more_ns=(8, 0))))
     s["stats_reset"] = frame(request(9, 11, f_varint(1, 1)))
     s["no_body"] = frame(f_varint(1, 10))
     s["empty"] = frame(b"")

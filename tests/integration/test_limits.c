@@ -10,6 +10,8 @@
  *    serves again once descriptors are back;
  *  - a full listen backlog: ovl_connect retries within its timeout;
  *  - a reply larger than max_frame_bytes is an Error naming the limit;
+ *  - a Plan request's Bs are held to an op's limits (at most 8, each n
+ *    positive), the refusal naming the limit;
  *  - descriptors passed ahead of their requests are refused as such;
  *  - what a user other than root sees in Status.
  */
@@ -358,6 +360,61 @@ static void test_plan_reply_too_large(void **state)
     TEST_PASSED();
 }
 
+/* The Bs of a Plan request (more_n) are checked as an op's (more_bs): at
+ * most OVL_MAX_BS in all, each n positive; the refusal names the limit, and
+ * the connection goes on. Within them ovld plans every B, whatever its n. */
+static void test_plan_bs_refused(void **state)
+{
+    test_daemon_t *d = *state;
+    raw_conn_t rc;
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
+    uint64_t more[OVL_MAX_BS] = {1, 2, 3, 4, 5, 6, 7, 8};
+    Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
+    p.algo = OVL_ALGO_COLLECTIVE;
+    p.world = 2;
+    p.rank = 1;
+    p.m = 64;
+    p.n = 32;
+    p.k = 16;
+    p.transb = true;
+    p.more_n = more;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_PLAN;
+    q.plan = &p;
+    static const struct {
+        size_t count;
+        uint64_t n1; /* B 2's n */
+        const char *want;
+    } refused[] = {
+        {OVL_MAX_BS, 2, "cannot plan: 9 Bs: an op takes at most 8"},
+        {2, 0, "cannot plan: n of B 2 must be positive"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        p.n_more_n = refused[i].count;
+        more[1] = refused[i].n1;
+        Ovl__Response *r = NULL;
+        assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+        assert_int_equal(r->body_case, OVL__RESPONSE__BODY_ERROR);
+        assert_int_equal(r->error->status, OVL_ERR_INVALID);
+        assert_string_equal(r->error->message, refused[i].want);
+        ovl__response__free_unpacked(r, NULL);
+    }
+    /* 8 Bs, the widest n there is among them: planned, every B named */
+    p.n_more_n = OVL_MAX_BS - 1;
+    more[1] = UINT64_MAX;
+    Ovl__Response *r = NULL;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    assert_int_equal(r->body_case, OVL__RESPONSE__BODY_PLAN);
+    assert_string_equal(r->plan->algo, "collective");
+    assert_contains(r->plan->text, " transb=yes ");
+    assert_contains(r->plan->text, "\nbs nb=8 n=32,1,18446744073709551615,3,4,5,6,7\n");
+    assert_contains(r->plan->text, " B7=7x16 ");
+    ovl__response__free_unpacked(r, NULL);
+    raw_close(&rc);
+    TEST_PASSED();
+}
+
 /* Sends one byte with one descriptor. */
 static int send_byte_fd(int sock, uint8_t byte, int fd)
 {
@@ -513,6 +570,7 @@ int main(int argc, char **argv)
         TC(test_out_of_descriptors, NULL),
         TC(test_connect_full_backlog, "max_connections_per_uid = 4096\nmax_connections = 4096\n"),
         TC(test_plan_reply_too_large, NULL),
+        TC(test_plan_bs_refused, NULL),
         TC(test_fds_ahead_of_frames, NULL),
         TC(test_status_restricted, "socket_mode = 0666\n"),
     };
