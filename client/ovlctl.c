@@ -58,7 +58,8 @@ static void usage(FILE *f)
             "                           up to 7\n"
             "  --daemon                 ask ovld which plan it would run (its defaults, its\n"
             "                           allgather setting and its choice for auto) for a\n"
-            "                           dense op without transb, instead of planning here\n"
+            "                           dense op, instead of planning here; takes --transb\n"
+            "                           and --more-n, not --strided, --shared-gpu, --allgather\n"
             "\n"
             "Global options:\n"
             "  -s, --socket PATH        ovld's socket; default: $OVL_SOCKET, else the per-user\n"
@@ -342,6 +343,34 @@ static int parse_u64(const char *name, const char *s, uint64_t *ret)
     return -1;
 }
 
+/*
+ * Whether a plan text from ovld (docs/plans.md: the plan line, then a bs
+ * line where the op has several Bs) says p's transb and Bs, for a p with
+ * transb or several Bs: an ovld that predates them in the Plan request
+ * ignores them, and plans one B without transb.
+ */
+static bool daemon_planned(const char *text, const ovl_plan_params_t *p)
+{
+    const char *nl = text ? strchr(text, '\n') : NULL;
+    if (!nl)
+        return false;
+    const char *t = strstr(text, " transb=yes ");
+    if (p->transb && (!t || t > nl))
+        return false;
+    if (p->nb <= 1)
+        return true;
+    /* "bs nb=3 n=256,64,96\n": at most 8 numbers of 20 digits */
+    char want[256];
+    size_t len = (size_t)snprintf(want, sizeof(want), "bs nb=%u n=%" PRIu64, p->nb, p->n);
+    for (uint32_t i = 1; i < p->nb && i < OVL_PLAN_MAX_BS && len < sizeof(want); i++)
+        len += (size_t)snprintf(want + len, sizeof(want) - len, ",%" PRIu64, p->n_more[i - 1]);
+    if (len + 1 >= sizeof(want))
+        return false;
+    want[len++] = '\n';
+    want[len] = '\0';
+    return strncmp(nl + 1, want, len) == 0;
+}
+
 static int cmd_plan(int argc, char **argv)
 {
     enum {
@@ -424,7 +453,6 @@ static int cmd_plan(int argc, char **argv)
             break;
         case O_TRANSB:
             p.transb = true;
-            local_only = true;
             break;
         case O_STRIDED:
             p.strided = true;
@@ -465,7 +493,6 @@ static int cmd_plan(int argc, char **argv)
                 p.nb++;
             }
             free(list);
-            local_only = true;
             break;
         }
         case O_DAEMON:
@@ -489,11 +516,13 @@ static int cmd_plan(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (daemon && local_only) {
-        /* The Plan request carries the shape and the algorithm's knobs;
-         * the daemon plans a dense op without transb, gathered as its
-         * allgather setting says. */
-        fprintf(stderr, "ovlctl plan: --transb, --strided, --shared-gpu, --allgather and --more-n "
-                        "plan here only, not with --daemon\n");
+        /* The Plan request carries the op (shape, Bs, transb) and the
+         * algorithm's knobs; the daemon plans a dense op of a job whose
+         * ranks have GPUs of their own, gathered as its allgather setting
+         * says: those come from its jobs and its configuration. */
+        fprintf(stderr, "ovlctl plan: --strided, --shared-gpu and --allgather plan here only, not "
+                        "with --daemon (ovld takes them from its jobs and its allgather "
+                        "setting)\n");
         return EXIT_USAGE;
     }
     if (world > UINT32_MAX || rank > UINT32_MAX || chunks > UINT32_MAX || streams > UINT32_MAX) {
@@ -520,6 +549,14 @@ static int cmd_plan(int argc, char **argv)
         pr.chunks = p.chunks;
         pr.streams = p.streams;
         pr.want_gathered = p.want_gathered;
+        pr.transb = p.transb;
+        uint64_t more_n[OVL_PLAN_MAX_BS - 1];
+        if (p.nb > 1) {
+            /* parsed above: at most OVL_PLAN_MAX_BS Bs */
+            memcpy(more_n, p.n_more, (p.nb - 1) * sizeof(more_n[0]));
+            pr.n_more_n = p.nb - 1;
+            pr.more_n = more_n;
+        }
         Ovl__Request q = OVL__REQUEST__INIT;
         q.body_case = OVL__REQUEST__BODY_PLAN;
         q.plan = &pr;
@@ -529,10 +566,20 @@ static int cmd_plan(int argc, char **argv)
             ovl_disconnect(cl);
             return 1;
         }
-        print_lines(stdout, r->plan->text);
+        int rc = 0;
+        if ((p.transb || p.nb > 1) && !daemon_planned(r->plan->text, &p)) {
+            /* An ovld older than the Plan request's transb and more_n
+             * ignores them and plans one B without transb: not the plan
+             * asked for. */
+            fprintf(stderr, "ovlctl: plan: ovld ignored --transb or --more-n (it is older than "
+                            "ovlctl); plan here, without --daemon\n");
+            rc = 1;
+        } else {
+            print_lines(stdout, r->plan->text);
+        }
         libovl_response_free(r);
         ovl_disconnect(cl);
-        return 0;
+        return rc;
     }
 
     if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.rank < p.world)

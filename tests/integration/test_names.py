@@ -6,7 +6,9 @@ A real ovld cleans client names (invalid bytes and control characters
 become '?', at most 63 bytes, cut between characters) and refuses job ids
 that are not clean text with OVL_ERR_INVALID. ovlctl escapes whatever it
 prints anyway: a fake ovld in this file sends it hostile bytes in every
-string, and neither the table nor the JSON may carry them raw. Run as
+string, and neither the table nor the JSON may carry them raw; its plans
+ignore transb and the Bs asked for, as an older ovld's would, and ovlctl
+does not show them as theirs. Run as
 root, it also checks the restricted view: another user sees only their
 own jobs and clients, and counts of the others.
 
@@ -485,6 +487,14 @@ def test_ovlctl_escapes_a_hostile_daemon():
                       "-k", "8")
         out = assert_terminal_safe(p.stdout, "plan --daemon")
         assert out == "plan algo=ring " + EVIL_TERM + "\nSTEP 1\\e[2J\n", out
+        # a plan that ignored transb and the Bs asked for (as an ovld older
+        # than them in the Plan request does) is not shown as theirs
+        for opt in (["--transb"], ["--more-n", "4,5"]):
+            p = ctl_bytes(d, "plan", "--daemon", *opt, "--world", "2", "--rank", "0", "-m", "8",
+                          "-n", "8", "-k", "8", check=False)
+            assert (p.returncode, p.stdout, p.stderr) == (
+                1, b"", b"ovlctl: plan: ovld ignored --transb or --more-n (it is older than "
+                b"ovlctl); plan here, without --daemon\n"), (opt, p)
         # stats: the table, JSON, and Prometheus label values (which know
         # only the escapes \\, \" and \n)
         out = assert_terminal_safe(ctl_bytes(d, "stats").stdout, "stats")

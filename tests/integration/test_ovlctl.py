@@ -73,14 +73,18 @@ def test_plan_usage_errors():
             (["plan", "--dtype", "fp8", *PLAN_ARGS], "ovlctl: --dtype: unknown dtype 'fp8'\n"),
             (["plan", "--allgather", "mpi", *PLAN_ARGS],
              "ovlctl: --allgather: 'mpi' is not one of auto, nccl, copy\n"),
-            # the daemon is asked only what the wire says: a dense op without transb
+            # the daemon is asked only what the wire says: the op, not its job's layouts
             *[(["plan", "--daemon", *opt, *PLAN_ARGS],
-               "ovlctl plan: --transb, --strided, --shared-gpu, --allgather and --more-n plan here "
-               "only, not with --daemon\n")
-              for opt in (["--strided"], ["--transb"], ["--allgather", "copy"], ["--more-n", "8"])],
-            (["plan", "--more-n", "1,2,3,4,5,6,7,8", *PLAN_ARGS],
-             "ovlctl: --more-n: at most 7 Bs after the first\n"),
-            (["plan", "--more-n", "8,0", *PLAN_ARGS], "ovlctl: --more-n: every n must be positive\n"),
+               "ovlctl plan: --strided, --shared-gpu and --allgather plan here only, not with "
+               "--daemon (ovld takes them from its jobs and its allgather setting)\n")
+              for opt in (["--strided"], ["--shared-gpu"], ["--allgather", "copy"],
+                          ["--transb", "--more-n", "8", "--allgather", "auto"])],
+            # Bs are checked here, with --daemon or not, before anything is sent
+            *[(["plan", *daemon, "--more-n", more, *PLAN_ARGS], err)
+              for daemon in ([], ["--daemon"])
+              for more, err in (("1,2,3,4,5,6,7,8", "ovlctl: --more-n: at most 7 Bs after the "
+                                                    "first\n"),
+                                ("8,0", "ovlctl: --more-n: every n must be positive\n"))],
             (["plan", "--more-n", "8,x", *PLAN_ARGS], "ovlctl: --more-n: 'x' is not a number\n"),
             (["plan", "--world", "x", *shape[2:]], "ovlctl: --world: 'x' is not a number\n"),
             (["plan", "--world", "4294967296", *shape[2:]], "ovlctl plan: a value is out of range\n"),
@@ -158,6 +162,46 @@ def test_plan_from_daemon():
         d.cleanup()
 
 
+def test_plan_from_daemon_bs():
+    """plan --daemon with several Bs and transb, against an ovld of the
+    default settings: the offline plan of the same op, for every algorithm
+    and auto, with and without transb and a_out, up to 8 Bs (7 more); the
+    bs line and every B's GEMM are there. What ovld refuses of the Bs (a
+    count over 8, an n of 0) is test_limits.c's test_plan_bs_refused, on
+    the wire: ovlctl refuses them itself."""
+    d = Daemon()
+    try:
+        shape = ["--world", "4", "--rank", "1", "-m", "512", "-n", "256", "-k", "96"]
+        cases = [(algo, more, extra)
+                 for algo in ("naive", "collective", "ring", "auto")
+                 for more in ("64,96", "1,2,3,4,5,6,7")
+                 for extra in ([], ["--transb"], ["--transb", "--a-out", "--dtype", "fp32"])]
+        # the chunks and streams the client asks for travel with the Bs
+        cases += [("collective", "40", ["--chunks", "3", "--streams", "3"]),
+                  ("ring", "2000,3", ["--transb", "--chunks", "2"])]
+        for algo, more, extra in cases:
+            args = ["plan", "--algo", algo, "--more-n", more, *extra, *shape]
+            p = d.run([OVLCTL, "plan", "--daemon", *args[1:]])
+            local = ctl(*args).stdout
+            assert p.stderr == "" and p.stdout == local, (args, p.stdout, local)
+            ns = [256] + [int(n) for n in more.split(",")]
+            lines = p.stdout.splitlines()
+            assert lines[1] == "bs nb=%d n=%s" % (len(ns), ",".join(map(str, ns))), lines[:2]
+            assert (" transb=yes " in lines[0]) == ("--transb" in extra), lines[0]
+            gemms = [l for l in lines if " GEMM " in l]
+            assert len(gemms) % len(ns) == 0 and gemms, p.stdout
+            # one GEMM per B, in B order: "... @ B1 n 64 ..." ("B1^T" with transb)
+            assert [l.split(" @ ")[1].split()[0].split("^")[0] for l in gemms[:len(ns)]] == [
+                "B"] + ["B%d" % i for i in range(1, len(ns))], gemms
+        # transb alone, one B: the offline plan too, and no bs line
+        args = ["plan", "--algo", "ring", "--transb", *shape]
+        p = d.run([OVLCTL, "plan", "--daemon", *args[1:]])
+        assert p.stdout == ctl(*args).stdout and "\nbs " not in p.stdout, p.stdout
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+
+
 if __name__ == "__main__":
     run_tests([test_plan_offline_matches_golden, test_plan_usage_errors,
-               test_unreachable_daemon_exit_1, test_plan_from_daemon])
+               test_unreachable_daemon_exit_1, test_plan_from_daemon, test_plan_from_daemon_bs])
