@@ -3,7 +3,9 @@
  * one job on ovld; each fills its shard A_r and weight B_r with random data,
  * runs AG-GEMMs with each algorithm, and checks its C against a reference
  * computed in double precision from every rank's inputs (regenerated from
- * the shared seed). Prints one row per algorithm; exits 1 if any check fails.
+ * the shared seed). With --more-n every op has several Bs, each with its
+ * own C, and every C is checked so. Prints one row per algorithm (and one
+ * per C under it); exits 1 if any check fails.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -48,11 +50,13 @@ static void usage(FILE *f)
         "      --streams S     streams (default 0: the daemon's choice)\n"
         "      --transb        B is stored N x K (as a Linear weight)\n"
         "      --a-out         also ask for the gathered A and check it\n"
+        "      --more-n N1,... several Bs in every op: the n of each B after the first\n"
+        "                      (-n is the first's), up to %d; each C is checked\n"
         "      --interior      CUDA: place the buffers inside one larger allocation\n"
         "      --seed S        random seed (default: time)\n"
         "      --job ID        job id (default demo-PID)\n"
         "  -h, --help          show this help\n",
-        OVL_DEFAULT_SOCKET);
+        OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1);
 }
 
 /* ------------------------------------------------------------ data */
@@ -77,15 +81,16 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     }
     ovl_client_t *cl = NULL;
     ovl_comm_t *comm = NULL;
-    void *a = NULL, *b = NULL, *c = NULL, *aout = NULL;
+    void *a = NULL, *aout = NULL;
+    void *b[OVL_MAX_BS] = {NULL}, *c[OVL_MAX_BS] = {NULL}; /* B i and C i */
+    ovl_ag_gemm_b_t more[OVL_MAX_BS - 1];                  /* B 1 .. of the op */
     void *ga = NULL; /* every rank's A, regenerated: the reference's input and a_out's check */
-    double *ref = NULL;
+    double *ref[OVL_MAX_BS] = {NULL}; /* C i's reference */
     int rc = 1;
     ovl_dtype_t dt = o->dtype;
     size_t es = ovl_dtype_size(dt);
-    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
-    uint64_t lda = k, ldb = o->transb ? k : n, ldc = n, ldo = k;
-    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+    uint64_t W = o->world, m = o->m, k = o->k;
+    uint64_t lda = k, ldo = k;
 
     if (ovl_connect(o->socket, &cl) != OVL_OK) {
         fprintf(stderr, "rank %u: %s\n", rank, ovl_connect_error());
@@ -106,42 +111,62 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         goto out;
     }
     a = ovl_host_alloc(cl, m * lda * es);
-    b = ovl_host_alloc(cl, brows * ldb * es);
-    c = ovl_host_alloc(cl, W * m * ldc * es);
     if (o->a_out)
         aout = ovl_host_alloc(cl, W * m * ldo * es);
-    if (!a || !b || !c || (o->a_out && !aout)) {
+    if (!a || (o->a_out && !aout)) {
         fprintf(stderr, "rank %u: ovl_host_alloc: %s\n", rank, ovl_last_error(cl));
         goto out;
     }
     fill(dt, a, m, k, lda, o->seed, rank, 0);
-    fill(dt, b, brows, bcols, ldb, o->seed, rank, 1);
+    /* B i is matrix 1 + i of the rank (B 0 the demo's one B), dense */
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i), ldb = o->transb ? k : n;
+        uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+        b[i] = ovl_host_alloc(cl, brows * ldb * es);
+        c[i] = ovl_host_alloc(cl, W * m * n * es);
+        if (!b[i] || !c[i]) {
+            fprintf(stderr, "rank %u: ovl_host_alloc (B %u): %s\n", rank, i, ovl_last_error(cl));
+            goto out;
+        }
+        fill(dt, b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
+        if (i > 0)
+            more[i - 1] = ovl_demo_b(o, i, b[i], c[i]);
+    }
 
-    /* Reference: every rank's shard, regenerated, times this rank's B. */
+    /* Reference: every rank's shard, regenerated, times each of this rank's Bs. */
     ga = malloc(W * m * k * es);
-    ref = malloc(W * m * n * sizeof(double));
-    if (!ga || !ref) {
+    if (!ga) {
         fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
         goto out;
     }
     for (uint32_t r = 0; r < W; r++)
         fill(dt, (char *)ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
-    ovl_status_t st = ovl_ref_gemm(dt, W * m, n, k, ga, k, b, ldb, o->transb, ref, n);
-    if (st != OVL_OK) {
-        fprintf(stderr, "rank %u: reference: %s\n", rank, ovl_strerror(st));
-        goto out;
+    ovl_status_t st;
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i);
+        ref[i] = malloc(W * m * n * sizeof(double));
+        if (!ref[i]) {
+            fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+            goto out;
+        }
+        st = ovl_ref_gemm(dt, W * m, n, k, ga, k, b[i], o->transb ? k : n, o->transb, ref[i], n);
+        if (st != OVL_OK) {
+            fprintf(stderr, "rank %u: reference (B %u): %s\n", rank, i, ovl_strerror(st));
+            goto out;
+        }
     }
 
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b, c, aout);
+        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b[0], c[0], aout, more);
         /* One op untimed first: plans, scratch and (on a GPU) communicators
          * are made on first use. Then poison the outputs and time. */
         st = ovl_allgather_gemm(comm, &d, NULL);
         if (st == OVL_OK)
             st = ovl_comm_synchronize(comm);
-        memset(c, 0xff, W * m * ldc * es); /* NaN in every dtype: unwritten shows */
+        for (uint32_t i = 0; i < o->nb; i++) /* NaN in every dtype: unwritten shows */
+            memset(c[i], 0xff, W * m * ovl_demo_bn(o, i) * es);
         if (aout)
             memset(aout, 0xff, W * m * ldo * es);
         double t0 = ovl_mono_s();
@@ -154,9 +179,17 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         if (st != OVL_OK) {
             snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
             rs->rel_err = INFINITY;
+            for (uint32_t i = 0; i < o->nb; i++)
+                rs->rel_err_b[i] = INFINITY;
             break; /* the comm's error is sticky: later runs would say the same */
         }
-        rs->rel_err = ovl_rel_error(dt, W * m, n, c, ldc, ref, n);
+        rs->rel_err = 0;
+        for (uint32_t i = 0; i < o->nb; i++) {
+            uint64_t n = ovl_demo_bn(o, i);
+            rs->rel_err_b[i] = ovl_rel_error(dt, W * m, n, c[i], n, ref[i], n);
+            if (!(rs->rel_err_b[i] <= rs->rel_err)) /* NaN counts as worse */
+                rs->rel_err = rs->rel_err_b[i];
+        }
         rs->a_out_ok = true;
         if (aout)
             for (uint64_t i = 0; i < W * m && rs->a_out_ok; i++)
@@ -169,7 +202,8 @@ out:
         ssize_t w = write(out_fd, res, sizeof(res));
         (void)w;
     }
-    free(ref);
+    for (uint32_t i = 0; i < OVL_MAX_BS; i++)
+        free(ref[i]);
     free(ga);
     if (comm)
         ovl_comm_destroy(comm);
@@ -195,9 +229,43 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
 
 /* ------------------------------------------------------------ main */
 
+/* --more-n's comma-separated list into o's Bs after the first. 0, or -1
+ * with one line on stderr. */
+static int parse_more_n(opts_t *o, const char *arg)
+{
+    char *list = strdup(arg), *save = NULL;
+    int rc = -1;
+    if (!list) {
+        fprintf(stderr, "ovl-demo: out of memory\n");
+        return -1;
+    }
+    o->nb = 1;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        uint64_t v;
+        if (o->nb == OVL_MAX_BS) {
+            fprintf(stderr, "ovl-demo: --more-n: at most %d Bs after the first (an op takes %d)\n",
+                    OVL_MAX_BS - 1, OVL_MAX_BS);
+            goto out;
+        }
+        if (ovl_parse_u64(t, &v) != 0 || v == 0) {
+            fprintf(stderr, "ovl-demo: --more-n: '%s' is not a positive number\n", t);
+            goto out;
+        }
+        o->more_n[o->nb++ - 1] = v;
+    }
+    if (o->nb == 1) {
+        fprintf(stderr, "ovl-demo: --more-n: no n given\n");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(list);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB, O_INTERIOR };
+    enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB, O_INTERIOR, O_MORE_N };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, 's'},
         {"world", required_argument, NULL, 'w'},
@@ -209,6 +277,7 @@ int main(int argc, char **argv)
         {"transb", no_argument, NULL, O_TRANSB},
         {"a-out", no_argument, NULL, O_AOUT},
         {"interior", no_argument, NULL, O_INTERIOR},
+        {"more-n", required_argument, NULL, O_MORE_N},
         {"seed", required_argument, NULL, O_SEED},
         {"job", required_argument, NULL, O_JOB},
         {"help", no_argument, NULL, 'h'},
@@ -220,7 +289,8 @@ int main(int argc, char **argv)
                 .k = 512,
                 .dtype = OVL_DTYPE_BF16,
                 .iters = 3,
-                .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid()};
+                .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid(),
+                .nb = 1};
     snprintf(o.job, sizeof(o.job), "demo-%d", (int)getpid());
     const char *algo = "all";
     int ch;
@@ -247,6 +317,10 @@ int main(int argc, char **argv)
             break;
         case O_INTERIOR:
             o.interior = true;
+            break;
+        case O_MORE_N:
+            if (parse_more_n(&o, optarg) != 0)
+                return 2;
             break;
         case O_JOB:
             snprintf(o.job, sizeof(o.job), "%s", optarg);
@@ -319,9 +393,17 @@ int main(int argc, char **argv)
         rule = ovl_socket_rule_name(r);
     }
 
+    char bs[256] = ""; /* ", 3 Bs (n=384,64,96)": at most 8 numbers of 20 digits */
+    if (o.nb > 1) {
+        size_t len = (size_t)snprintf(bs, sizeof(bs), ", %u Bs (n=%" PRIu64, o.nb, o.n);
+        for (uint32_t i = 1; i < o.nb && len < sizeof(bs); i++)
+            len += (size_t)snprintf(bs + len, sizeof(bs) - len, ",%" PRIu64, o.more_n[i - 1]);
+        if (len < sizeof(bs))
+            snprintf(bs + len, sizeof(bs) - len, ")");
+    }
     printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
-           ", %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
-           o.job, o.world, o.m, o.n, o.k, ovl_dtype_name(o.dtype), o.transb ? ", transb" : "",
+           "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
+           o.job, o.world, o.m, o.n, o.k, bs, ovl_dtype_name(o.dtype), o.transb ? ", transb" : "",
            o.a_out ? ", a_out" : "", o.iters, o.iters == 1 ? "" : "s", o.seed);
     printf("ovl-demo: socket %s (%s)\n", o.socket, rule);
     fflush(stdout);
@@ -379,20 +461,30 @@ int main(int argc, char **argv)
         if (got != (ssize_t)sizeof(all[r]))
             ok = false;
     }
-    double flop = 2.0 * (double)o.world * (double)o.m * (double)o.n * (double)o.k;
+    double ntotal = 0; /* every B's columns: the work of one op */
+    for (uint32_t i = 0; i < o.nb; i++)
+        ntotal += (double)ovl_demo_bn(&o, i);
+    double flop = 2.0 * (double)o.world * (double)o.m * ntotal * (double)o.k;
+    double tol = ovl_demo_tolerance(o.dtype);
     printf("\n%-12s %10s %10s %12s  %s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error", "check");
     for (int ai = 0; ai < o.nalgos; ai++) {
-        double err = 0, ms = 0;
+        double err = 0, ms = 0, err_b[OVL_MAX_BS] = {0};
         bool row_ok = true;
         const char *why = "";
+        char why_b[32];
         for (uint32_t r = 0; r < o.world; r++) {
             const result_t *rs = &all[r][ai];
             if (rs->status != OVL_OK) {
                 row_ok = false;
                 why = rs->msg[0] ? rs->msg : "no result";
                 err = INFINITY;
+                for (uint32_t i = 0; i < o.nb; i++)
+                    err_b[i] = INFINITY;
                 continue;
             }
+            for (uint32_t i = 0; i < o.nb; i++)
+                if (!(rs->rel_err_b[i] <= err_b[i])) /* NaN counts as worse */
+                    err_b[i] = rs->rel_err_b[i];
             if (!(rs->rel_err <= err))
                 err = rs->rel_err;
             if (o.a_out && !rs->a_out_ok) {
@@ -402,18 +494,32 @@ int main(int argc, char **argv)
             if (rs->ms > ms)
                 ms = rs->ms;
         }
-        if (!(err < ovl_demo_tolerance(o.dtype))) {
-            if (row_ok)
+        if (!(err < tol)) {
+            if (row_ok && o.nb > 1) {
+                /* the first C over it */
+                uint32_t i = 0;
+                while (i + 1 < o.nb && err_b[i] < tol)
+                    i++;
+                snprintf(why_b, sizeof(why_b), "C%u's error above tolerance", i);
+                why = why_b;
+            } else if (row_ok) {
                 why = "error above tolerance";
+            }
             row_ok = false;
         }
         ok = ok && row_ok;
         printf("%-12s %10.3f %10.2f %12.3e  %s%s%s\n", ovl_algo_name(o.algos[ai]), ms,
                ms > 0 ? flop / (ms * 1e-3) / 1e9 : 0.0, err, row_ok ? "OK" : "FAIL",
                row_ok ? "" : ": ", why);
+        /* several Bs: each C under its algorithm (the row's error is the worst) */
+        for (uint32_t i = 0; i < o.nb && o.nb > 1; i++) {
+            char name[48];
+            snprintf(name, sizeof(name), "C%u n=%" PRIu64, i, ovl_demo_bn(&o, i));
+            printf("  %-21s %21s %12.3e  %s\n", name, "", err_b[i], err_b[i] < tol ? "OK" : "FAIL");
+        }
     }
-    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||, reference in double precision)\n",
-           ok ? "all checks passed" : "CHECKS FAILED", ovl_demo_tolerance(o.dtype));
+    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||%s, reference in double precision)\n",
+           ok ? "all checks passed" : "CHECKS FAILED", tol, o.nb > 1 ? " of every C" : "");
     free(pipes);
     free(pids);
     return ok ? 0 : 1;

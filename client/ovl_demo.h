@@ -25,22 +25,44 @@ typedef struct opts {
     bool transb, a_out;
     bool interior; /* CUDA: buffers inside one larger allocation, at odd offsets */
     uint64_t seed;
+    /* Bs of every op: nb (1..OVL_MAX_BS), B 0 of n columns, B i (i >= 1)
+     * of more_n[i-1]; C i = allgather(A) @ op(B i). */
+    uint32_t nb;
+    uint64_t more_n[OVL_MAX_BS - 1];
 } opts_t;
 
 /* What each rank reports for one algorithm. */
 typedef struct result {
     int algo;
-    int status; /* ovl_status_t of the run */
-    double ms;  /* mean per op, over iters */
-    double rel_err;
+    int status;                   /* ovl_status_t of the run */
+    double ms;                    /* mean per op, over iters */
+    double rel_err;               /* the worst of rel_err_b */
+    double rel_err_b[OVL_MAX_BS]; /* C i's, against its reference */
     bool a_out_ok;
     char msg[160];
 } result_t;
 
+/* B i's n. */
+static inline uint64_t ovl_demo_bn(const opts_t *o, uint32_t i)
+{
+    return i == 0 ? o->n : o->more_n[i - 1];
+}
+
+/* B i (i >= 1) of the op: dense as B 0 (n x k with transb), its own n,
+ * into C i. */
+static inline ovl_ag_gemm_b_t ovl_demo_b(const opts_t *o, uint32_t i, const void *b, void *c)
+{
+    uint64_t n = ovl_demo_bn(o, i);
+    ovl_ag_gemm_b_t mb = {.b = b, .ldb = o->transb ? o->k : n, .c = c, .ldc = n, .n = n};
+    return mb;
+}
+
 /* The op descriptor of the demo's shapes: dense leading dimensions (B is
- * n x k with transb), algorithm number ai of the options. */
+ * n x k with transb), algorithm number ai of the options; more: B 1 ..
+ * B nb-1 (ovl_demo_b), unread for one B. */
 static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const void *a,
-                                               const void *b, void *c, void *aout)
+                                               const void *b, void *c, void *aout,
+                                               const ovl_ag_gemm_b_t *more)
 {
     ovl_ag_gemm_desc_t d = {.a = a,
                             .lda = o->k,
@@ -57,7 +79,9 @@ static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const vo
                             .dtype = o->dtype,
                             .algo = o->algos[ai],
                             .chunks = o->chunks,
-                            .streams = o->streams};
+                            .streams = o->streams,
+                            .nb = o->nb,
+                            .more_bs = o->nb > 1 ? more : NULL};
     return d;
 }
 

@@ -1,8 +1,8 @@
 /*
  * ovl_demo_cuda.c: one rank of ovl-demo on the CUDA backend. The rank's
  * data is made on its GPU (demo_cuda.cu), the ops run on its own stream, and
- * the result is compared with a cuBLASLt fp32 product of the same inputs:
- * every rank's shard is rebuilt locally from the shared seed.
+ * each C (one per B) is compared with a cuBLASLt fp32 product of the same
+ * inputs: every rank's shard is rebuilt locally from the shared seed.
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,13 +30,13 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     int rc = 1, ndev = 0;
     ovl_dtype_t dt = o->dtype;
     size_t es = ovl_dtype_size(dt);
-    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
-    uint64_t lda = k, ldb = o->transb ? k : n, ldc = n, ldo = k;
-    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+    uint64_t W = o->world, m = o->m, k = o->k;
+    uint64_t lda = k, ldo = k;
     cudaStream_t s = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     char *arena = NULL, *ga = NULL;
-    float *ga32 = NULL, *b32 = NULL, *ref = NULL;
+    float *ga32 = NULL, *b32 = NULL;
+    float *ref[OVL_MAX_BS] = {NULL}; /* C i's reference */
     double *acc = NULL;
     ovld_lt_t *lt = NULL;
     void *ws = NULL;
@@ -53,43 +53,64 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     OVL_DEMO_CK(cudaEventCreate(&e0));
     OVL_DEMO_CK(cudaEventCreate(&e1));
 
-    size_t cur = 0;
+    /* A, B 0, C 0, then B i and C i of each further B, then a_out */
+    size_t cur = 0, off_b[OVL_MAX_BS], off_c[OVL_MAX_BS], b32_elems = 0;
     size_t off_a = place(&cur, m * lda * es, o->interior);
-    size_t off_b = place(&cur, brows * ldb * es, o->interior);
-    size_t off_c = place(&cur, W * m * ldc * es, o->interior);
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i);
+        off_b[i] = place(&cur, k * n * es, o->interior); /* k x n, or n x k: dense either way */
+        off_c[i] = place(&cur, W * m * n * es, o->interior);
+        b32_elems = k * n > b32_elems ? k * n : b32_elems;
+    }
     size_t off_o = o->a_out ? place(&cur, W * m * ldo * es, o->interior) : 0;
     OVL_DEMO_CK(cudaMalloc((void **)&arena, cur + (o->interior ? 4096 : 0)));
-    void *a = arena + off_a, *b = arena + off_b, *c = arena + off_c;
+    void *a = arena + off_a, *b[OVL_MAX_BS] = {NULL}, *c[OVL_MAX_BS] = {NULL};
+    ovl_ag_gemm_b_t more[OVL_MAX_BS - 1]; /* B 1 .. of the op */
+    for (uint32_t i = 0; i < o->nb; i++) {
+        b[i] = arena + off_b[i];
+        c[i] = arena + off_c[i];
+        if (i > 0)
+            more[i - 1] = ovl_demo_b(o, i, b[i], c[i]);
+    }
     void *aout = o->a_out ? arena + off_o : NULL;
     OVL_DEMO_CK(ovl_demo_fill(dt, a, m, k, lda, o->seed, rank, 0, s));
-    OVL_DEMO_CK(ovl_demo_fill(dt, b, brows, bcols, ldb, o->seed, rank, 1, s));
 
-    /* The reference: C = [A_0; ...; A_(W-1)] @ op(B) in fp32, from the same
-     * dtype values the ranks hold. */
+    /* The references: C i = [A_0; ...; A_(W-1)] @ op(B i) in fp32, from the
+     * same dtype values the ranks hold; B i is matrix 1 + i of the rank, as
+     * on the host. b32 holds one B at a time: the stream orders its uses. */
     OVL_DEMO_CK(cudaMalloc((void **)&ga, W * m * k * es));
     OVL_DEMO_CK(cudaMalloc((void **)&ga32, W * m * k * sizeof(float)));
-    OVL_DEMO_CK(cudaMalloc((void **)&b32, brows * bcols * sizeof(float)));
-    OVL_DEMO_CK(cudaMalloc((void **)&ref, W * m * n * sizeof(float)));
+    OVL_DEMO_CK(cudaMalloc((void **)&b32, b32_elems * sizeof(float)));
     OVL_DEMO_CK(cudaMalloc((void **)&acc, 3 * sizeof(double)));
     OVL_DEMO_CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
-    OVL_DEMO_CK(ovl_demo_to_f32(dt, b, brows, bcols, ldb, b32, s));
     char err[256];
-    if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK ||
-        ovl_demo_reference(lt, ws, dt, W, m, n, k, o->seed, b32, o->transb, ga, ga32, ref, s, err,
-                           sizeof(err)) != OVL_OK) {
+    if (ovld_lt_create(&lt, err, sizeof(err)) != OVL_OK) {
         fprintf(stderr, "rank %u: %s\n", rank, err);
         goto out;
+    }
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i), ldb = o->transb ? k : n;
+        uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+        OVL_DEMO_CK(cudaMalloc((void **)&ref[i], W * m * n * sizeof(float)));
+        OVL_DEMO_CK(ovl_demo_fill(dt, b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i, s));
+        OVL_DEMO_CK(ovl_demo_to_f32(dt, b[i], brows, bcols, ldb, b32, s));
+        if (ovl_demo_reference(lt, ws, dt, W, m, n, k, o->seed, b32, o->transb, ga, ga32, ref[i], s,
+                               err, sizeof(err)) != OVL_OK) {
+            fprintf(stderr, "rank %u: B %u: %s\n", rank, i, err);
+            goto out;
+        }
     }
     OVL_DEMO_CK(cudaStreamSynchronize(s));
 
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b, c, aout);
+        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b[0], c[0], aout, more);
         /* One op untimed first: plans, scratch, communicators and cuBLASLt's
          * choices are made on first use. Then poison the outputs and time. */
         ovl_status_t st = ovl_allgather_gemm(*comm, &d, s);
-        OVL_DEMO_CK(cudaMemsetAsync(c, 0xff, W * m * ldc * es, s)); /* NaN: unwritten shows */
+        for (uint32_t i = 0; i < o->nb; i++) /* NaN: unwritten shows */
+            OVL_DEMO_CK(cudaMemsetAsync(c[i], 0xff, W * m * ovl_demo_bn(o, i) * es, s));
         if (aout)
             OVL_DEMO_CK(cudaMemsetAsync(aout, 0xff, W * m * ldo * es, s));
         OVL_DEMO_CK(cudaEventRecord(e0, s));
@@ -104,17 +125,25 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
         if (st != OVL_OK) {
             snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
             rs->rel_err = INFINITY;
+            for (uint32_t i = 0; i < o->nb; i++)
+                rs->rel_err_b[i] = INFINITY;
             break;
         }
         float ms = 0;
         OVL_DEMO_CK(cudaEventElapsedTime(&ms, e0, e1));
         rs->ms = ms / o->iters;
         double h[3];
-        OVL_DEMO_CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
-        OVL_DEMO_CK(ovl_demo_error_acc(dt, c, ldc, ref, W * m, n, acc, s));
-        OVL_DEMO_CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
-        OVL_DEMO_CK(cudaStreamSynchronize(s));
-        rs->rel_err = ovl_demo_rel_error(h);
+        rs->rel_err = 0;
+        for (uint32_t i = 0; i < o->nb; i++) {
+            uint64_t n = ovl_demo_bn(o, i);
+            OVL_DEMO_CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
+            OVL_DEMO_CK(ovl_demo_error_acc(dt, c[i], n, ref[i], W * m, n, acc, s));
+            OVL_DEMO_CK(cudaMemcpyAsync(h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+            OVL_DEMO_CK(cudaStreamSynchronize(s));
+            rs->rel_err_b[i] = ovl_demo_rel_error(h);
+            if (!(rs->rel_err_b[i] <= rs->rel_err)) /* NaN counts as worse */
+                rs->rel_err = rs->rel_err_b[i];
+        }
         rs->a_out_ok = true;
         if (aout) {
             OVL_DEMO_CK(cudaMemsetAsync(acc, 0, sizeof(h), s));
@@ -138,7 +167,8 @@ out:
         ovld_lt_destroy(lt);
     cudaFree(ws);
     cudaFree(acc);
-    cudaFree(ref);
+    for (uint32_t i = 0; i < OVL_MAX_BS; i++)
+        cudaFree(ref[i]);
     cudaFree(b32);
     cudaFree(ga32);
     cudaFree(ga);

@@ -3,7 +3,8 @@ through a real ovld, every algorithm, worlds 1, 2, 3, 4 and 8, shapes with
 m not divisible by the chunks, k and n not multiples of 8, transb, a_out
 wanted or not, each dtype; results checked against a double-precision
 reference by the clients; default_chunks, default_streams and auto as
-ovld resolves them; the daemon's allgather settings.
+ovld resolves them; the daemon's allgather settings; ops of several Bs
+(--more-n), each C checked, and too many Bs refused.
 
 Two jobs at once on one daemon, sharing devices, are test_load.c's
 test_two_jobs_interleaved (results checked exactly) and, as ovl-demo
@@ -105,5 +106,47 @@ def test_allgather_settings():
             d.cleanup()
 
 
+def test_several_bs():
+    """Every op with 3 Bs of different n (--more-n): every algorithm (and
+    auto), worlds 1 to 3, with and without transb and a_out, each dtype;
+    the table has a row per C under each algorithm's, each checked against
+    its own double-precision reference. Too many Bs, or an n of 0, are
+    refused before any rank starts (exit 2, one line saying the limit)."""
+    d = Daemon()
+    try:
+        for world in (1, 2, 3):
+            for vi, (m, n, k, extra) in enumerate(VARIANTS[:3]):
+                for dt in DTYPES:
+                    more = [5, 40] if vi % 2 == 0 else [n + 7, 1]
+                    p = demo(d, world, m, n, k, dt, ["--more-n", ",".join(map(str, more)), *extra],
+                             "bs-%d-%d-%s" % (world, vi, dt))
+                    out = p.stdout
+                    ns = [n] + more
+                    assert ", 3 Bs (n=%s), " % ",".join(map(str, ns)) in out.splitlines()[0], out
+                    lines = out.splitlines()
+                    for algo in ("naive", "collective", "ring"):
+                        at = [i for i, l in enumerate(lines) if l.startswith(algo + " ")]
+                        assert len(at) == 1 and lines[at[0]].rstrip().endswith("OK"), out
+                        cs = lines[at[0] + 1:at[0] + 4]
+                        assert [c.split()[:2] for c in cs] == [
+                            ["C%d" % i, "n=%d" % ns[i]] for i in range(3)], out
+                        assert all(c.endswith("  OK") for c in cs), out
+                    assert "all checks passed" in out and "of every C" in out, out
+        p = d.run([DEMO, "-w", "2", "-m", "96", "-n", "32", "-k", "48", "-a", "auto",
+                   "--more-n", "16,64", "-i", "2", "--job", "bs-auto"])
+        assert "all checks passed" in p.stdout, p.stdout
+        for more, err in (("1,2,3,4,5,6,7,8",
+                           "ovl-demo: --more-n: at most 7 Bs after the first (an op takes 8)\n"),
+                          ("8,0", "ovl-demo: --more-n: '0' is not a positive number\n"),
+                          ("8,x", "ovl-demo: --more-n: 'x' is not a positive number\n")):
+            p = d.run([DEMO, "-w", "2", "--more-n", more, "--job", "bs-refused"], check=False)
+            assert (p.returncode, p.stdout, p.stderr) == (2, "", err), (more, p)
+        # nothing ran for the refused ones: no job was ever made of them
+        assert not [m for m in log_messages(d) if "bs-refused" in m], log_messages(d)
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+
+
 if __name__ == "__main__":
-    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings])
+    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings, test_several_bs])
