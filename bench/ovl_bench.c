@@ -11,6 +11,11 @@
  *     all-gather alone, the cuBLASLt GEMM alone (the same wrapper ovld uses),
  *     and the two in sequence ("unfused"); floor = max(all-gather, GEMM).
  *
+ * With --bs N every op has N Bs of the shape's N columns each, C_i =
+ * allgather(A) @ B_i, A gathered once: ovld gets one op of N Bs; the
+ * baselines' GEMM is then the N GEMMs, one after the other, and unfused
+ * the all-gather followed by them.
+ *
  * With more ranks than GPUs (W > G) ranks share GPUs: ovld gathers by the
  * copy engine there, and so do the baselines (NCCL cannot put two ranks on
  * one GPU): each rank's copies of every shard, "copy-gather". A time
@@ -104,6 +109,7 @@ typedef struct bopts {
     cfg_t cfgs[MAX_CFGS];
     int ncfgs;
     int warmup, iters;
+    uint32_t nb; /* Bs of every op, 1..OVL_MAX_BS, each K x N */
     const char *results;
     bool check;
     const char *label;
@@ -131,6 +137,9 @@ static void usage(FILE *f)
             "  --algos LIST      naive,collective,ring,auto (default naive,collective,ring)\n"
             "  --chunks LIST     chunk counts, 0 = the daemon's default (default 0,2,4);\n"
             "                    naive runs once\n"
+            "  --bs N            Bs of every op, each K x N: C_i = allgather(A) @ B_i with A\n"
+            "                    gathered once; the baselines' GEMM is the N GEMMs (default\n"
+            "                    1, at most %d)\n"
             "  --warmup N        untimed ops per config (default 10)\n"
             "  --iters N         timed ops per config (default 100)\n"
             "  --results FILE    append the table as markdown (default bench/results.md;\n"
@@ -141,7 +150,7 @@ static void usage(FILE *f)
             "  --timeout S       seconds a shape may take before everything is stopped\n"
             "                    (default 300)\n"
             "  -h, --help        show this help\n",
-            OVL_DEFAULT_SOCKET, MAX_WORLD);
+            OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
 
 /* Splits a comma-separated list in place; calls one(item) for each. */
@@ -203,7 +212,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         O_CHECK,
         O_NOCHECK,
         O_LABEL,
-        O_TIMEOUT
+        O_TIMEOUT,
+        O_BS
     };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, O_SOCKET},
@@ -219,6 +229,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         {"no-check", no_argument, NULL, O_NOCHECK},
         {"label", required_argument, NULL, O_LABEL},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"bs", required_argument, NULL, O_BS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -232,6 +243,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     *o = (bopts_t){.dtype = OVL_DTYPE_BF16,
                    .warmup = 10,
                    .iters = 100,
+                   .nb = 1,
                    .results = "bench/results.md",
                    .check = true,
                    .label = "",
@@ -272,6 +284,13 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         case 'h':
             usage(stdout);
             exit(0);
+        case O_BS:
+            if (ovl_parse_u64(optarg, &v) != 0 || v < 1 || v > OVL_MAX_BS) {
+                fprintf(stderr, "ovl-bench: --bs '%s': 1 to %d Bs per op\n", optarg, OVL_MAX_BS);
+                return -1;
+            }
+            o->nb = (uint32_t)v;
+            break;
         case O_WORLD:
         case O_WARMUP:
         case O_ITERS:
@@ -367,6 +386,24 @@ static void share_str(char *buf, size_t len, const bopts_t *o)
                  ranks_share(o) ? ", shared" : "");
     else
         snprintf(buf, len, "%u to %u ranks per GPU, shared", lo, hi);
+}
+
+/* ", 3 Bs per op" where ops have several Bs, else "". */
+static void bs_str(char *buf, size_t len, const bopts_t *o)
+{
+    if (o->nb > 1)
+        snprintf(buf, len, ", %u Bs per op", o->nb);
+    else if (len > 0)
+        buf[0] = '\0';
+}
+
+/* The GEMM baseline's name: "gemm", or "gemm x3" for the GEMMs of 3 Bs. */
+static void gemm_str(char *buf, size_t len, const bopts_t *o)
+{
+    if (o->nb > 1)
+        snprintf(buf, len, "gemm x%u", o->nb);
+    else
+        snprintf(buf, len, "gemm");
 }
 
 static int cmp_float(const void *pa, const void *pb)
@@ -616,17 +653,30 @@ out:
     return rc;
 }
 
+/* C i of an op and its leading dimension (i < the op's nb). */
+static void *desc_c(const ovl_ag_gemm_desc_t *d, uint32_t i, size_t *ret_ldc)
+{
+    *ret_ldc = i == 0 ? d->ldc : d->more_bs[i - 1].ldc;
+    return i == 0 ? d->c : d->more_bs[i - 1].c;
+}
+
 /*
  * One config on one shape: warmup, then iters ops back to back with an event
- * before the first and after each, then the check. Fills *r.
+ * before the first and after each, then the check of every C i against
+ * ref[i] (the op's nb of them; the error is the worst). Fills *r.
  */
-static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const float *ref, rec_t *r)
+static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, float *const *ref, rec_t *r)
 {
     const bopts_t *o = x->o;
     uint64_t M = d->m * o->world;
+    uint32_t nb = d->nb ? d->nb : 1;
+    size_t ldc;
     int rc = -1;
 
-    RCUDA(cudaMemsetAsync(d->c, 0xff, M * d->ldc * ovl_dtype_size(d->dtype), x->s)); /* NaN */
+    for (uint32_t i = 0; i < nb; i++) { /* NaN: an unwritten C shows */
+        void *c = desc_c(d, i, &ldc);
+        RCUDA(cudaMemsetAsync(c, 0xff, M * ldc * ovl_dtype_size(d->dtype), x->s));
+    }
     for (int i = 0; i < o->warmup; i++) {
         if (i > 0 && i % SUBMIT_WINDOW == 0)
             RCUDA(cudaStreamSynchronize(x->s));
@@ -654,11 +704,17 @@ static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const float *r
     r->rel_err = NAN;
     if (o->check) {
         double h[3];
-        RCUDA(cudaMemsetAsync(x->acc, 0, sizeof(h), x->s));
-        RCUDA(ovl_demo_error_acc(d->dtype, d->c, d->ldc, ref, M, d->n, x->acc, x->s));
-        RCUDA(cudaMemcpyAsync(h, x->acc, sizeof(h), cudaMemcpyDeviceToHost, x->s));
-        RCUDA(cudaStreamSynchronize(x->s));
-        r->rel_err = ovl_demo_rel_error(h);
+        r->rel_err = 0;
+        for (uint32_t i = 0; i < nb; i++) { /* every B has the shape's N */
+            void *c = desc_c(d, i, &ldc);
+            RCUDA(cudaMemsetAsync(x->acc, 0, sizeof(h), x->s));
+            RCUDA(ovl_demo_error_acc(d->dtype, c, ldc, ref[i], M, d->n, x->acc, x->s));
+            RCUDA(cudaMemcpyAsync(h, x->acc, sizeof(h), cudaMemcpyDeviceToHost, x->s));
+            RCUDA(cudaStreamSynchronize(x->s));
+            double e = ovl_demo_rel_error(h);
+            if (!(e <= r->rel_err)) /* NaN counts as worse */
+                r->rel_err = e;
+        }
         r->check = r->rel_err < ovl_demo_tolerance(d->dtype) ? CHECK_OK : CHECK_FAIL;
     }
     rc = 0;
@@ -667,9 +723,9 @@ out:
 }
 
 /*
- * One shape on this rank: buffers (allocated once for all its configs), the
- * reference, every config in order, one record each; then ovld forgets the
- * buffers and they are freed.
+ * One shape on this rank: buffers (allocated once for all its configs: A,
+ * and o->nb Bs and Cs), the references, every config in order, one record
+ * each; then ovld forgets the buffers and they are freed.
  */
 static int rank_shape(rank_ctx_t *x, int si)
 {
@@ -678,8 +734,9 @@ static int rank_shape(rank_ctx_t *x, int si)
     ovl_dtype_t dt = o->dtype;
     size_t es = ovl_dtype_size(dt);
     uint64_t M = sh.M, K = sh.K, N = sh.N, m = M / o->world;
-    void *a = NULL, *b = NULL, *c = NULL;
-    float *ref = NULL;
+    void *a = NULL, *b[OVL_MAX_BS] = {NULL}, *c[OVL_MAX_BS] = {NULL};
+    float *ref[OVL_MAX_BS] = {NULL};
+    ovl_ag_gemm_b_t more[OVL_MAX_BS - 1]; /* B 1 .. of the op */
     char shp[64], cs[48];
     int rc = -1;
 
@@ -688,14 +745,20 @@ static int rank_shape(rank_ctx_t *x, int si)
     x->cfg = -1;
     snprintf(x->where, sizeof(x->where), "shape %s, setup", shp);
     RCUDA(cudaMalloc(&a, m * K * es));
-    RCUDA(cudaMalloc(&b, K * N * es));
-    RCUDA(cudaMalloc(&c, M * N * es));
     RCUDA(ovl_demo_fill(dt, a, m, K, K, SEED, x->rank, 0, x->s));
-    RCUDA(ovl_demo_fill(dt, b, K, N, N, SEED, x->rank, 1, x->s));
+    /* B i is matrix 1 + i of the rank (B 0 the one B of a single-B run) */
+    for (uint32_t i = 0; i < o->nb; i++) {
+        RCUDA(cudaMalloc(&b[i], K * N * es));
+        RCUDA(cudaMalloc(&c[i], M * N * es));
+        RCUDA(ovl_demo_fill(dt, b[i], K, N, N, SEED, x->rank, 1 + (int)i, x->s));
+        if (i > 0)
+            more[i - 1] = (ovl_ag_gemm_b_t){.b = b[i], .ldb = N, .c = c[i], .ldc = N, .n = N};
+    }
     if (o->check) {
         snprintf(x->where, sizeof(x->where), "shape %s, reference", shp);
-        if (make_reference(x, sh, b, &ref) != 0)
-            goto out;
+        for (uint32_t i = 0; i < o->nb; i++)
+            if (make_reference(x, sh, b[i], &ref[i]) != 0)
+                goto out;
     }
     RCUDA(cudaStreamSynchronize(x->s));
 
@@ -705,10 +768,10 @@ static int rank_shape(rank_ctx_t *x, int si)
         snprintf(x->where, sizeof(x->where), "shape %s, %s", shp, cs);
         ovl_ag_gemm_desc_t d = {.a = a,
                                 .lda = K,
-                                .b = b,
+                                .b = b[0],
                                 .ldb = N,
                                 .transb = 0,
-                                .c = c,
+                                .c = c[0],
                                 .ldc = N,
                                 .a_out = NULL,
                                 .lda_out = 0,
@@ -718,7 +781,9 @@ static int rank_shape(rank_ctx_t *x, int si)
                                 .dtype = dt,
                                 .algo = o->cfgs[ci].algo,
                                 .chunks = o->cfgs[ci].chunks,
-                                .streams = 0};
+                                .streams = 0,
+                                .nb = o->nb,
+                                .more_bs = o->nb > 1 ? more : NULL};
         rec_t r;
         memset(&r, 0, sizeof(r));
         r.kind = REC_CONFIG;
@@ -737,8 +802,12 @@ out:
     /* ovld unmaps the buffers before they are freed: first its ops, then them. */
     if (x->comm)
         (void)ovl_comm_synchronize(x->comm); /* an op's error was reported above */
-    void *bufs[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
+    void *bufs[1 + 2 * OVL_MAX_BS] = {a};
+    for (uint32_t i = 0; i < OVL_MAX_BS; i++) {
+        bufs[1 + 2 * i] = b[i];
+        bufs[2 + 2 * i] = c[i];
+    }
+    for (int i = 0; i < 1 + 2 * OVL_MAX_BS; i++) {
         ovl_status_t st = forget(x, bufs[i]);
         if (st != OVL_OK && rc == 0) {
             rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
@@ -751,10 +820,12 @@ out:
             rc = -1;
         }
     }
-    cudaError_t ce = cudaFree(ref);
-    if (ce != cudaSuccess && rc == 0) {
-        rank_fail(x, "cudaFree (reference): %s", cudaGetErrorString(ce));
-        rc = -1;
+    for (uint32_t i = 0; i < OVL_MAX_BS; i++) {
+        cudaError_t ce = cudaFree(ref[i]);
+        if (ce != cudaSuccess && rc == 0) {
+            rank_fail(x, "cudaFree (reference): %s", cudaGetErrorString(ce));
+            rc = -1;
+        }
     }
     return rc;
 }
@@ -1091,7 +1162,8 @@ typedef struct bgpu {
     ovld_lt_t *lt;
     void *ws;
     cudaEvent_t *ev; /* iters + 1 */
-    void *a, *g, *b, *c;
+    void *a, *g;
+    void *b[OVL_MAX_BS], *c[OVL_MAX_BS]; /* B i and C i, i < nb */
 } bgpu_t;
 
 static char g_where[192]; /* what the baselines are doing, for messages and the watchdog */
@@ -1184,26 +1256,29 @@ out:
     return rc;
 }
 
-/* G @ B -> C on one GPU (made current here), on its stream. */
+/* G @ B_i -> C_i on one GPU (made current here), on its stream: the GEMM
+ * of every B of an op (o->nb of them), one after the other. */
 static int bl_gemm(const bopts_t *o, bgpu_t *g, shape_t sh)
 {
     char err[256];
     int rc = -1;
-    ovld_gemm_args_t a = {.dtype = o->dtype,
-                          .rows = sh.M,
-                          .n = sh.N,
-                          .k = sh.K,
-                          .nblocks = 1,
-                          .block_stride = 0,
-                          .a = {g->g, sh.K},
-                          .b = {g->b, sh.N},
-                          .c = {g->c, sh.N},
-                          .transb = false};
     PCUDA(cudaSetDevice(g->dev));
-    ovl_status_t st = ovld_lt_gemm(g->lt, g->s, g->ws, OVLD_LT_WORKSPACE, &a, err, sizeof(err));
-    if (st != OVL_OK) {
-        bl_fail("ovld_lt_gemm (GPU %d): %s: %s", g->dev, ovl_strerror(st), err);
-        goto out;
+    for (uint32_t i = 0; i < o->nb; i++) {
+        ovld_gemm_args_t a = {.dtype = o->dtype,
+                              .rows = sh.M,
+                              .n = sh.N,
+                              .k = sh.K,
+                              .nblocks = 1,
+                              .block_stride = 0,
+                              .a = {g->g, sh.K},
+                              .b = {g->b[i], sh.N},
+                              .c = {g->c[i], sh.N},
+                              .transb = false};
+        ovl_status_t st = ovld_lt_gemm(g->lt, g->s, g->ws, OVLD_LT_WORKSPACE, &a, err, sizeof(err));
+        if (st != OVL_OK) {
+            bl_fail("ovld_lt_gemm (GPU %d, B %u): %s: %s", g->dev, i, ovl_strerror(st), err);
+            goto out;
+        }
     }
     rc = 0;
 out:
@@ -1313,8 +1388,12 @@ static int bl_free(const bopts_t *o, bgpu_t *gp)
     int rc = -1;
     for (uint32_t i = 0; i < o->world; i++) {
         PCUDA(cudaSetDevice(gp[i].dev));
-        void **bufs[4] = {&gp[i].a, &gp[i].g, &gp[i].b, &gp[i].c};
-        for (int k = 0; k < 4; k++) {
+        void **bufs[2 + 2 * OVL_MAX_BS] = {&gp[i].a, &gp[i].g};
+        for (int k = 0; k < OVL_MAX_BS; k++) {
+            bufs[2 + 2 * k] = &gp[i].b[k];
+            bufs[3 + 2 * k] = &gp[i].c[k];
+        }
+        for (int k = 0; k < 2 + 2 * OVL_MAX_BS; k++) {
             PCUDA(cudaFree(*bufs[k]));
             *bufs[k] = NULL;
         }
@@ -1436,23 +1515,27 @@ static int bl_phase(const bopts_t *o)
             PCUDA(cudaSetDevice(g->dev));
             PCUDA(cudaMalloc(&g->a, m * sh.K * es));
             PCUDA(cudaMalloc(&g->g, sh.M * sh.K * es));
-            PCUDA(cudaMalloc(&g->b, sh.K * sh.N * es));
-            PCUDA(cudaMalloc(&g->c, sh.M * sh.N * es));
             PCUDA(ovl_demo_fill(o->dtype, g->a, m, sh.K, sh.K, SEED, i, 0, g->s));
-            PCUDA(ovl_demo_fill(o->dtype, g->b, sh.K, sh.N, sh.N, SEED, i, 1, g->s));
+            for (uint32_t j = 0; j < o->nb; j++) { /* the ranks' B j, as theirs */
+                PCUDA(cudaMalloc(&g->b[j], sh.K * sh.N * es));
+                PCUDA(cudaMalloc(&g->c[j], sh.M * sh.N * es));
+                PCUDA(
+                    ovl_demo_fill(o->dtype, g->b[j], sh.K, sh.N, sh.N, SEED, i, 1 + (int)j, g->s));
+            }
         }
         if (bl_sync(o, gp) != 0)
             goto out;
         /* The all-gather first: it also fills G for the GEMM alone. */
-        const char *names[BL_N] = {ranks_share(o) ? "copy-gather" : "all-gather", "GEMM",
-                                   "unfused"};
+        char gemm[32];
+        gemm_str(gemm, sizeof(gemm), o);
+        const char *names[BL_N] = {ranks_share(o) ? "copy-gather" : "all-gather", gemm, "unfused"};
         for (int what = 0; what < BL_N; what++) {
             snprintf(g_where, sizeof(g_where), "shape %s, %s", shp, names[what]);
             if (bl_time(o, gp, sh, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
         }
-        printf("  %-18s %s %.3f ms, GEMM %.3f ms, unfused %.3f ms\n", shp, names[BL_AG],
-               g_bl[si][BL_AG], g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        printf("  %-18s %s %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp, names[BL_AG],
+               g_bl[si][BL_AG], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
@@ -1502,14 +1585,17 @@ static int build_rows(const bopts_t *o, row_t *rows)
 {
     int n = 0;
     size_t es = ovl_dtype_size(o->dtype);
+    char gemm_name[32];
+    gemm_str(gemm_name, sizeof(gemm_name), o);
     for (int si = 0; si < o->nshapes; si++) {
         shape_t sh = o->shapes[si];
-        double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K;
+        /* every B's GEMM: the work of one op */
+        double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K * (double)o->nb;
         double ag = g_bl[si][BL_AG], gemm = g_bl[si][BL_GEMM], unf = g_bl[si][BL_UNFUSED];
         double floor_ms = fmax(ag, gemm); /* NaN if either is missing */
         if (!isfinite(ag) || !isfinite(gemm))
             floor_ms = NAN;
-        const char *names[4] = {ranks_share(o) ? "copy-gather" : "allgather", "gemm", "unfused",
+        const char *names[4] = {ranks_share(o) ? "copy-gather" : "allgather", gemm_name, "unfused",
                                 "floor"};
         double t[4] = {ag, gemm, unf, floor_ms};
         for (int k = 0; k < 4 + o->ncfgs; k++) {
@@ -1730,14 +1816,23 @@ int main(int argc, char **argv)
     char when[32];
     gmtime_r(&now, &tm);
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    char share[64];
+    char share[64], bs[32], bs_note[256] = "";
     share_str(share, sizeof(share), &o);
-    printf("ovl-bench: %s x %u, world %u (%s), %s; ovld %s; driver (CUDA) %s, runtime %s, "
+    bs_str(bs, sizeof(bs), &o);
+    if (o.nb > 1)
+        snprintf(bs_note, sizeof(bs_note),
+                 "every op has %u Bs of N columns each, C_i = allgather(A) @ B_i with A gathered "
+                 "once; gemm x%u is their %u GEMMs in a row, unfused the all-gather and then "
+                 "them; TFLOP/s counts every B.",
+                 o.nb, o.nb, o.nb);
+    printf("ovl-bench: %s x %u, world %u (%s), %s%s; ovld %s; driver (CUDA) %s, runtime %s, "
            "NCCL %s\n",
-           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), p.ovld_version, drv, rt,
-           nccl);
+           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), bs, p.ovld_version, drv,
+           rt, nccl);
     if (ranks_share(&o))
         printf("ovl-bench: %s\n", SHARED_NOTE);
+    if (o.nb > 1)
+        printf("ovl-bench: %s\n", bs_note);
     printf("ovl-bench: %d shape%s x %d config%s, warmup %d, iters %d, check %s%s%s\n", o.nshapes,
            o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup, o.iters,
            o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
@@ -1769,8 +1864,9 @@ int main(int argc, char **argv)
         return 1;
     }
     int nrows = build_rows(&o, rows);
-    printf("world %u on %u GPU%s (%s)%s\n", o.world, gpus_used(&o), gpus_used(&o) == 1 ? "" : "s",
-           share, ranks_share(&o) ? ": ranks share GPUs, no overlap figure (see the summary)" : "");
+    printf("world %u on %u GPU%s (%s)%s%s\n", o.world, gpus_used(&o), gpus_used(&o) == 1 ? "" : "s",
+           share, bs,
+           ranks_share(&o) ? ": ranks share GPUs, no overlap figure (see the summary)" : "");
     print_table(stdout, rows, nrows, false);
 
     int nchecked = 0, nfailed = 0;
@@ -1781,10 +1877,12 @@ int main(int argc, char **argv)
         }
     bool complete = ovl_ok && bl_ok;
     if (res && complete) {
-        fprintf(res, "\n## %s — %s x %u, world %u (%s), %s\n\n", when, p.gpu, gpus_used(&o),
-                o.world, share, ovl_dtype_name(o.dtype));
+        fprintf(res, "\n## %s — %s x %u, world %u (%s), %s%s\n\n", when, p.gpu, gpus_used(&o),
+                o.world, share, ovl_dtype_name(o.dtype), bs);
         if (ranks_share(&o))
             fprintf(res, "%s\n\n", SHARED_NOTE);
+        if (o.nb > 1)
+            fprintf(res, "%s\n\n", bs_note);
         fprintf(res,
                 "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d, iters %d; "
                 "check %s%s%s.\n\n",
@@ -1804,9 +1902,9 @@ int main(int argc, char **argv)
     else if (res)
         printf("\n(incomplete run: nothing appended to %s)\n", o.results);
 
-    printf("\nsummary (%s x %u, world %u (%s), %s; median of %d back-to-back ops, max over "
+    printf("\nsummary (%s x %u, world %u (%s), %s%s; median of %d back-to-back ops, max over "
            "ranks):\n",
-           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), o.iters);
+           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), bs, o.iters);
     if (ranks_share(&o))
         printf("  %s\n", SHARED_NOTE);
     print_summary(stdout, &o, false);
