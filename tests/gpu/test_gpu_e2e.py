@@ -9,8 +9,9 @@ test_gpu_e2e_w4); it prints the world and how many ranks each GPU holds first.
 Cases: the five benchmark shapes (M x K x N, M the gathered rows: each rank
 holds M/2) in bf16 and fp16, fp32 on the two smallest; small odd shapes in
 every dtype, with and without a_out; a_out on 8192^3 bf16; pointers inside a
-larger allocation (--interior); B stored N x K (--transb) on 4096^3. Each case
-prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
+larger allocation (--interior); B stored N x K (--transb) on 4096^3; ops of 3
+Bs of different n (--more-n), each C checked, small with transb and a_out and
+on 4096^3. Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
 device) prints "SKIP: ..." and exits 77, ctest's skip code.
 
 Budget: under 6 minutes on 2 x H200 at world 2 (most of a case is process and
@@ -154,6 +155,11 @@ def cases():
                 ["--interior"], 3))
     out.append(("4096x4096x4096-bf16-transb", 4096 // WORLD, 4096, 4096, "bf16", ["--transb"],
                 3))
+    # several Bs: one gather, a C per B (the row of each algorithm is the worst C's)
+    out.append(("m10-n13-k17-bf16-3bs-transb-a_out", 10, 13, 17, "bf16",
+                ["--more-n", "5,40", "--transb", "--a-out", "--chunks", "4"], 3))
+    out.append(("4096x4096x4096-bf16-3bs", 4096 // WORLD, 4096, 4096, "bf16",
+                ["--more-n", "1024,2048"], 3))
     return out
 
 
