@@ -15,6 +15,11 @@
   gathered once); a fake impl for torch.compile.
 - ColumnParallelLinear: nn.Module, forward through the op, backward through
   autograd (reduce-scatter of the input's gradient).
+- RowParallelLinear: nn.Module, the second layer of a sequence-parallel MLP
+  (ColumnParallelLinear -> activation -> RowParallelLinear): local matmul,
+  reduce-scatter of the rows; backward through the op (grad_out gathered
+  once: the input's and the weight's gradients), the replicated bias's
+  gradient all-reduced.
 
 torch is imported here, never by `import ovl`. See python/README.md.
 """
@@ -25,7 +30,8 @@ import torch.distributed as dist
 
 from . import _core
 
-__all__ = ["init", "get_comm", "shutdown", "fused_all_gather_matmul", "ColumnParallelLinear"]
+__all__ = ["init", "get_comm", "shutdown", "fused_all_gather_matmul", "ColumnParallelLinear",
+           "RowParallelLinear"]
 
 _MU = threading.Lock()
 _COMMS = {}      # group name -> ovl Comm
@@ -358,4 +364,148 @@ class ColumnParallelLinear(torch.nn.Module):
     def extra_repr(self):
         return "in_features=%d, out_features=%d of %d, bias=%s, gather_dim=%d" % (
             self.in_features, self.out_features, self.out_features_total,
+            self.bias is not None, self.gather_dim)
+
+
+# -- RowParallelLinear ------------------------------------------------------
+
+def _all_reduce_sum(t, group):
+    """Sum over the group's ranks of t, added in float32, in t's dtype and
+    on t's device. NCCL: all_reduce on the GPU; another backend (gloo: ranks
+    sharing a GPU): of a float32 CPU copy, as _reduce_scatter_dim0."""
+    if dist.get_world_size(group) == 1:
+        return t
+    if dist.get_backend(group) == "nccl":
+        c = t.to(torch.float32, copy=True)
+    else:
+        c = t.to(device="cpu", dtype=torch.float32, copy=True)
+    dist.all_reduce(c, group=group)
+    return c.to(device=t.device, dtype=t.dtype)
+
+
+class _RowParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, gather_dim, group_name, group):
+        gd = gather_dim % x.dim()
+        p = torch.matmul(x, weight.t()).movedim(gd, 0)    # this rank's part of every row's sum
+        shape = p.shape
+        y = _reduce_scatter_dim0(p.reshape(shape[0], -1), group)
+        y = y.view((y.shape[0],) + tuple(shape[1:])).movedim(0, gd)
+        if bias is not None:
+            y = y + bias
+        ctx.save_for_backward(x, weight)
+        ctx.gather_dim, ctx.group_name, ctx.group = gd, group_name, group
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight = ctx.saved_tensors
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            # ONE op: grad_out of every rank's rows gathered (G, kept for the
+            # weight's gradient) and multiplied by W: the input's gradient
+            G, (ga,) = torch.ops.ovl.fused_all_gather_matmul(gy, [weight], ctx.gather_dim,
+                                                             ctx.group_name, return_A=True)
+            if ctx.needs_input_grad[0]:
+                gx = ga
+            if ctx.needs_input_grad[1]:
+                gw = G.reshape(-1, G.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            # the bias is replicated: its gradient sums every rank's rows
+            gb = gy.sum(dim=tuple(range(gy.dim() - 1)), dtype=torch.float32)
+            gb = _all_reduce_sum(gb, ctx.group).to(gy.dtype)
+        return gx, gw, gb, None, None, None
+
+
+class RowParallelLinear(torch.nn.Module):
+    """y = reduce-scatter(x @ W^T) (+ b): a linear layer whose weight is
+    split by input columns over the ranks of `group` (Megatron's
+    row-parallel linear with sequence parallelism), the layer after a
+    ColumnParallelLinear: each rank holds in_features_total/world columns of
+    W (out x in_local, as nn.Linear stores them) and takes x = the rows of
+    every rank (in rank order along gather_dim), this rank's in_local
+    features (ColumnParallelLinear's output); the products of every rank are
+    summed and this rank gets its own rows back (reduce-scatter along
+    gather_dim: reduce_scatter_tensor on NCCL, a float32 CPU all_reduce on
+    gloo), then the bias, which every rank holds whole. Backward: ONE ovl op
+    gathers grad_out of every rank's rows and multiplies it by W (the
+    input's gradient); the gathered grad_out gives the weight's gradient
+    (G^T @ x); the bias's (the sum of this rank's rows of grad_out) is
+    all-reduced over the group, so that the ranks' biases stay equal.
+    The weight starts as nn.Linear's of the full layer would (uniform within
+    1/sqrt(in_features_total)), the bias at zero (equal on every rank).
+    ovl.torch.init(group) must have run."""
+
+    def __init__(self, in_features_total, out_features, bias=False, group=None, gather_dim=0,
+                 device=None, dtype=None):
+        super().__init__()
+        self.group = group if group is not None else dist.GroupMember.WORLD
+        ws = dist.get_world_size(self.group)
+        if in_features_total % ws:
+            raise ValueError("in_features_total %d is not a multiple of the world %d"
+                             % (in_features_total, ws))
+        self.in_features_total, self.out_features = in_features_total, out_features
+        self.in_features = in_features_total // ws
+        self.gather_dim = gather_dim
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        kw = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty((out_features, self.in_features), **kw))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        import math
+        bound = 1 / math.sqrt(self.in_features_total)
+        torch.nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    def load_full(self, weight, bias=None):
+        """Takes this rank's columns of a full out x in_features_total
+        weight, and the whole bias (out)."""
+        if tuple(weight.shape) != (self.out_features, self.in_features_total):
+            raise ValueError("load_full: the weight is %s, the full layer's is %d x %d" % (
+                " x ".join(map(str, weight.shape)), self.out_features, self.in_features_total))
+        if bias is not None and tuple(bias.shape) != (self.out_features,):
+            raise ValueError("load_full: the bias is %s, the layer's is %d" % (
+                " x ".join(map(str, bias.shape)), self.out_features))
+        r = dist.get_rank(self.group)
+        sl = slice(r * self.in_features, (r + 1) * self.in_features)
+        with torch.no_grad():
+            self.weight.copy_(weight[:, sl])
+            if bias is not None and self.bias is not None:
+                self.bias.copy_(bias)
+
+    def forward(self, x):
+        nd = x.dim()
+        if nd < 2:
+            raise ValueError("RowParallelLinear: the input needs 2 dimensions or more, got %d"
+                             % nd)
+        if not -nd <= self.gather_dim < nd:
+            raise ValueError("RowParallelLinear: gather_dim %d out of range for %d dimensions"
+                             % (self.gather_dim, nd))
+        gd = self.gather_dim % nd
+        if gd == nd - 1:
+            raise ValueError("RowParallelLinear scatters rows: gather_dim must not be the "
+                             "feature (last) dimension")
+        ws = dist.get_world_size(self.group)
+        if x.shape[-1] != self.in_features:
+            raise ValueError("RowParallelLinear: the input has %d features, this rank's slice "
+                             "is %d (in_features_total %d / world %d)" % (
+                                 x.shape[-1], self.in_features, self.in_features_total, ws))
+        if x.shape[gd] % ws:
+            raise ValueError("RowParallelLinear: the input's dimension %d (gather_dim) has %d "
+                             "rows, not a multiple of the world %d (it takes the rows of every "
+                             "rank)" % (gd, x.shape[gd], ws))
+        if x.dtype != self.weight.dtype:
+            raise ValueError("RowParallelLinear: input dtype %s, the weight's is %s"
+                             % (x.dtype, self.weight.dtype))
+        return _RowParallel.apply(x, self.weight, self.bias, self.gather_dim,
+                                  _group_name_of(self.group), self.group)
+
+    def extra_repr(self):
+        return "in_features=%d of %d, out_features=%d, bias=%s, gather_dim=%d" % (
+            self.in_features, self.in_features_total, self.out_features,
             self.bias is not None, self.gather_dim)

@@ -23,7 +23,20 @@ checks of fused_all_gather_matmul, ported):
 - ColumnParallelLinear (bias, 3-D input, gather_dim 1 as in sequence
   parallelism) against torch.nn.Linear holding the full weight, float32 and
   bf16: the output slice, the input's gradient (reduce-scatter), the weight's
-  and bias's gradients, then 3 SGD steps with the same losses.
+  and bias's gradients, then 3 SGD steps with the same losses;
+- a sequence-parallel MLP, ColumnParallelLinear -> GELU -> RowParallelLinear
+  (biases, gather_dim 1), against nn.Linear -> GELU -> nn.Linear holding the
+  full weights (load_full), run on the full data on every rank, float32 and
+  bf16, 5 SGD steps: each step the loss (the ranks' losses all-reduced), this
+  rank's output rows, the gradients of the four parameters against the
+  reference's slices (RowParallelLinear's bias whole), the input's gradient
+  (step 0); after the steps the parameters, and RowParallelLinear's bias
+  equal on every rank (its gradient all-reduced);
+- the stream contract through the op: on a non-default current stream, 100
+  iterations of a producer kernel writing A_shard (distinct data per
+  iteration and rank), the op (two Bs, return_A), consumer kernels copying A
+  and the outputs into history tensors, with no synchronization until the
+  end; then every iteration's A (exactly) and outputs against the reference.
 
 Skips (exit 77, ctest's skip code) without torch, without a GPU, or when
 ovld cannot start the CUDA backend. OVL_LIBRARY names the libovl the
@@ -258,6 +271,123 @@ def check_linear(torch, dist, otorch, rank, world, dev, nccl, worst):
         assert w_err < tol, "%s: weights after 3 steps differ by %.3g" % (name, w_err)
 
 
+def all_reduced(torch, dist, t, world, nccl):
+    """The sum over the ranks of the scalar tensor t, as a float (NCCL: on
+    the GPU; gloo: of a CPU copy)."""
+    t = t.detach().float().reshape(1)
+    if world > 1:
+        t = t if nccl else t.cpu()
+        dist.all_reduce(t)
+    return t.cpu()[0].item()
+
+
+def check_mlp(torch, dist, otorch, ref_ops, rank, world, dev, nccl, worst):
+    BATCH, S, IN, HID, OUT, STEPS = 4, 64, 128, 256, 96, 5
+    hl = HID // world
+    hid = slice(rank * hl, (rank + 1) * hl)  # this rank's hidden features
+    rows = slice(rank * (S // world), (rank + 1) * (S // world))
+    for dtype, tol in ((torch.float32, 5e-3), (torch.bfloat16, 4e-2)):
+        torch.manual_seed(13)  # the same full model and data on every rank
+        fc1 = torch.nn.Linear(IN, HID, device=dev)
+        fc2 = torch.nn.Linear(HID, OUT, device=dev)
+        ref = torch.nn.Sequential(fc1, torch.nn.GELU(), fc2)
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.copy_(p.to(dtype).float())  # values dtype can hold
+        col = otorch.ColumnParallelLinear(IN, HID, bias=True, gather_dim=1, device=dev,
+                                          dtype=dtype)
+        row = otorch.RowParallelLinear(HID, OUT, bias=True, gather_dim=1, device=dev,
+                                       dtype=dtype)
+        col.load_full(fc1.weight.detach().to(dtype), fc1.bias.detach().to(dtype))
+        row.load_full(fc2.weight.detach().to(dtype), fc2.bias.detach().to(dtype))
+        model = torch.nn.Sequential(col, torch.nn.GELU(), row)
+        # (name, the sharded model's parameter, the reference's, the part of it the rank holds)
+        params = (("col.weight", col.weight, fc1.weight, lambda t: t[hid]),
+                  ("col.bias", col.bias, fc1.bias, lambda t: t[hid]),
+                  ("row.weight", row.weight, fc2.weight, lambda t: t[:, hid]),
+                  ("row.bias", row.bias, fc2.bias, lambda t: t))
+        data = [(torch.randn(BATCH, S, IN, device=dev).to(dtype),
+                 torch.randn(BATCH, S, OUT, device=dev)) for _ in range(STEPS)]
+        # lr 0.5: over the steps the parameters move by about 2 to 15 % of their largest values
+        opt_ref = torch.optim.SGD(ref.parameters(), lr=0.5)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        name = "mlp " + str(dtype)[6:]
+        for step, (x_full, target) in enumerate(data):
+            xr = x_full.detach().float().clone().requires_grad_(True)
+            y_ref = ref(xr)
+            loss_ref = ((y_ref - target) ** 2).mean()
+            opt_ref.zero_grad()
+            loss_ref.backward()
+            x = x_full[:, rows].detach().clone().requires_grad_(True)
+            y = model(x)
+            assert y.shape == (BATCH, S // world, OUT) and y.dtype == dtype, (y.shape, y.dtype)
+            # this rank's rows' part of the full model's loss (the mean over every row)
+            loss = ((y.float() - target[:, rows]) ** 2).sum() / y_ref.numel()
+            opt.zero_grad()
+            loss.backward()
+            total = all_reduced(torch, dist, loss, world, nccl)
+            errs = {
+                "out": rel_err(y, y_ref[:, rows]),
+                "loss": abs(total - loss_ref.item()) / abs(loss_ref.item()),
+            }
+            for pname, p, p_ref, part in params:
+                errs["grad " + pname] = rel_err(p.grad, part(p_ref.grad))
+            if step == 0:
+                errs["grad_x"] = rel_err(x.grad, xr.grad[:, rows])
+            for what, e in errs.items():
+                assert e < tol, "%s step %d: %s relative error %.3g (tolerance %g)" % (
+                    name, step, what, e, tol)
+                worst[name] = max(worst.get(name, 0.0), e)
+            opt_ref.step()
+            opt.step()
+        for pname, p, p_ref, part in params:
+            e = rel_err(p.detach(), part(p_ref.detach()))
+            assert e < tol, "%s: %s after %d steps differs by %.3g (tolerance %g)" % (
+                name, pname, STEPS, e, tol)
+        # the replicated bias: the same on every rank (its gradient all-reduced)
+        biases = ref_ops.all_gather_into_tensor(row.bias.detach().reshape(1, OUT))
+        for r in range(world):
+            assert torch.equal(biases[r], biases[0]), (
+                "%s: RowParallelLinear's bias differs between ranks 0 and %d after %d steps"
+                % (name, r, STEPS))
+
+
+def check_stream(torch, ref, gname, rank, world, dev, worst):
+    ITERS, M, K, NS = 100, 128, 256, (192, 64)
+    op = torch.ops.ovl.fused_all_gather_matmul
+    bf16 = torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(300 + rank)  # distinct on every rank
+    srcs = torch.rand((ITERS, M, K), generator=g, device=dev).to(bf16)
+    g = torch.Generator(device=dev).manual_seed(4242)  # the same Bs on every rank
+    Bs = [torch.rand((K, n), generator=g, device=dev).to(bf16) for n in NS]
+    a = torch.empty((M, K), dtype=bf16, device=dev)
+    hist_a = torch.empty((ITERS, world * M, K), dtype=bf16, device=dev)
+    hist_c = [torch.empty((ITERS, world * M, n), dtype=bf16, device=dev) for n in NS]
+    s = torch.cuda.Stream(device=dev)
+    s.wait_stream(torch.cuda.current_stream(dev))  # the tensors above
+    with torch.cuda.stream(s):
+        assert torch.cuda.current_stream(dev) != torch.cuda.default_stream(dev)
+        for j in range(ITERS):
+            torch.mul(srcs[j], 2, out=a)                         # producer (exact in bf16)
+            A, cs = op(a, Bs, 0, gname, return_A=True)
+            hist_a[j].copy_(A)                                   # consumers
+            for h, c in zip(hist_c, cs):
+                h[j].copy_(c)
+    torch.cuda.synchronize(dev)
+    # every rank's shards of every iteration: world x ITERS x M x K
+    every = ref.all_gather_into_tensor(srcs).view(world, ITERS, M, K) * 2
+    for j in range(ITERS):
+        A_ref = every[:, j].reshape(world * M, K)
+        assert torch.equal(hist_a[j], A_ref), "stream contract, iteration %d: A differs" % j
+        for i, (h, B) in enumerate(zip(hist_c, Bs)):
+            want = A_ref.float() @ B.float()
+            torch.testing.assert_close(h[j].float(), want, rtol=1.6e-2, atol=1e-2,
+                                       msg=lambda m: "stream contract, iteration %d, out %d: %s"
+                                       % (j, i, m))
+            worst["stream"] = max(worst.get("stream", 0.0), rel_err(h[j], want))
+    return ITERS
+
+
 def rank_main(sock, store, world, rank, q):
     try:
         import torch
@@ -281,11 +411,13 @@ def rank_main(sock, store, world, rank, q):
             check_fake(torch, gname, world, dev)
             check_compile(torch, gname, rank, dev)
             check_linear(torch, dist, otorch, rank, world, dev, nccl, worst)
+            check_mlp(torch, dist, otorch, ref, rank, world, dev, nccl, worst)
+            iters = check_stream(torch, ref, gname, rank, world, dev, worst)
             comm.check()
             otorch.shutdown()
         dist.barrier()
         dist.destroy_process_group()
-        q.put((rank, (n, worst, "nccl" if nccl else "gloo"), None))
+        q.put((rank, (n, iters, worst, "nccl" if nccl else "gloo"), None))
     except BaseException as e:  # the parent reports it
         import traceback
         q.put((rank, None, "%r\n%s" % (e, traceback.format_exc())))
@@ -319,10 +451,12 @@ def main():
             flush=True)
         got = run_ranks(mp, d, rank_main, os.path.join(tmp, "store"), world, 500)
         for r in sorted(got):
-            n, worst, backend = got[r]
-            print("rank %d (%s): %d op cases, fake impl, torch.compile, ColumnParallelLinear; "
-                  "worst relative errors %s" % (
-                      r, backend, n, ", ".join("%s %.2g" % kv for kv in sorted(worst.items()))),
+            n, iters, worst, backend = got[r]
+            print("rank %d (%s): %d op cases, fake impl, torch.compile, ColumnParallelLinear, "
+                  "MLP (Column -> GELU -> RowParallelLinear, 5 steps), stream contract "
+                  "(%d iterations); worst relative errors %s" % (
+                      r, backend, n, iters,
+                      ", ".join("%s %.2g" % kv for kv in sorted(worst.items()))),
                   flush=True)
         assert d.stop() == 0, d.log_text()[-3000:]
         print("PASS test_gpu_torch world %d %.1f s" % (world, time.monotonic() - t0))
