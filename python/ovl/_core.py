@@ -27,6 +27,7 @@ _DTYPE_ALIASES = {
 }
 _TORCH_DTYPES = {"torch.float32": _lib.DTYPE_FP32, "torch.float16": _lib.DTYPE_FP16,
                  "torch.bfloat16": _lib.DTYPE_BF16}
+_TORCH_DTYPE_OBJS = {}  # torch.dtype -> code, filled from _TORCH_DTYPES as met
 _CAI_TYPESTRS = {"<f4": _lib.DTYPE_FP32, "<f2": _lib.DTYPE_FP16}
 
 
@@ -144,7 +145,12 @@ def _describe(name, x):
         return _Mat(name, x, x.__array_interface__["data"][0], x.shape[0], x.shape[1],
                     x.strides[0], x.itemsize, code, "host", writeable=x.flags.writeable)
     if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr"):
-        code = _TORCH_DTYPES.get(str(x.dtype))
+        dt = x.dtype
+        code = _TORCH_DTYPE_OBJS.get(dt)
+        if code is None:  # torch.dtype objects are keys from the first use on
+            code = _TORCH_DTYPES.get(str(dt))
+            if code is not None:
+                _TORCH_DTYPE_OBJS[dt] = code
         if code is None:
             raise InvalidArgument("%s: dtype %s; ovl takes torch.float32, float16 and bfloat16"
                                   % (name, x.dtype))
@@ -155,7 +161,7 @@ def _describe(name, x):
         strides = tuple(s * item for s in x.stride())
         _check_2d_strides(name, tuple(x.shape), strides, item)
         return _Mat(name, x, x.data_ptr(), x.shape[0], x.shape[1], strides[0], item, code,
-                    "cuda", device=x.device.index)
+                    "cuda", device=x.get_device())
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:
         code = _CAI_TYPESTRS.get(cai["typestr"])
@@ -201,6 +207,7 @@ class Client:
             self._lib.ovl_set_timeout(h, int(timeout_ms))
         self.socket = socket if socket else default_socket()[0]
         self._info = self._read_info()
+        self._backend = _lib.text(self._info.backend)  # read on every op: decoded once
 
     # -- plumbing
     def _handle(self):
@@ -220,7 +227,7 @@ class Client:
 
     @property
     def backend(self):
-        return _lib.text(self._info.backend)
+        return self._backend
 
     # -- the API
     def info(self):
@@ -530,15 +537,17 @@ class Comm:
             # ONE op for every B: A is gathered once (libovl's nb/more_bs),
             # never an op per B.
             (B, n), C = Bs[0], Cs[0]
-            more = (_lib.MoreB * max(len(Bs) - 1, 1))()
-            for i in range(1, len(Bs)):
-                (Bi, ni), Ci = Bs[i], Cs[i]
-                more[i - 1] = _lib.MoreB(b=Bi.ptr, ldb=Bi.ld, c=Ci.ptr, ldc=Ci.ld, n=ni)
+            more = None
+            if len(Bs) > 1:
+                more = (_lib.MoreB * (len(Bs) - 1))()
+                for i in range(1, len(Bs)):
+                    (Bi, ni), Ci = Bs[i], Cs[i]
+                    more[i - 1] = _lib.MoreB(b=Bi.ptr, ldb=Bi.ld, c=Ci.ptr, ldc=Ci.ld, n=ni)
             d = _lib.AgGemmDesc(
                 a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1 if transb else 0,
                 c=C.ptr, ldc=C.ld, a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0,
                 m=m, n=n, k=k, dtype=A.dtype, algo=algo_code, chunks=chunks, streams=streams,
-                nb=len(Bs), more_bs=ctypes.cast(more, ctypes.POINTER(_lib.MoreB)))
+                nb=len(Bs), more_bs=more)
             st = self._lib.ovl_allgather_gemm(h, ctypes.byref(d), stream_ptr)
             if st != _lib.OK:
                 raise self.client._error(st)
