@@ -21,11 +21,13 @@
 #define COLLECTIVE_STREAMS 2
 #define RING_CHUNKS        1
 #define RING_NARROW_N      1024 /* n at or under which ring pulls in two chunks */
-/* ring's fixed streams: 0 client, 1 copy engine, 2 and 3 GEMMs */
+/* ring's fixed streams: 0 client, 1 copy engine, 2 and 3 GEMMs; across
+ * nodes 4 the RAILs (1 where the rank pulls nothing: ring_comm_stream) */
 #define RING_COPY_STREAM  1
 #define RING_GEMM_STREAM0 2
 #define RING_GEMM_STREAM1 3
 #define RING_STREAMS      4
+#define RING_COMM_STREAM  4
 /*
  * ring's head-of-stream sleep on the second GEMM stream. It only has to last
  * longer than the host takes to enqueue the first own-shard GEMM on the other
@@ -40,15 +42,133 @@
 
 #define INSTR_INITIAL_CAP 32
 
+/*
+ * Where the job's ranks are, derived from params.node_of (one node where it
+ * is NULL). A rank's local index is its place among its node's ranks in
+ * rank order; by_node lists the ranks node by node, each node's in rank
+ * order, so that node N's local index i is by_node[first[N] + i].
+ */
+typedef struct topo {
+    uint32_t nnodes;
+    const uint32_t *node_of; /* NULL: one node */
+    uint32_t *size;          /* per node: its ranks */
+    uint32_t *first;         /* per node: where its ranks start in by_node */
+    uint32_t *by_node;       /* world entries */
+    uint32_t *local;         /* per rank: its local index */
+    uint32_t *scratch;       /* world entries, for a peer's receive list */
+} topo_t;
+
 typedef struct builder {
     const ovl_plan_t *plan; /* params and shape: where rows live */
+    const topo_t *topo;
     ovl_instr_t *instr;
     size_t n;
     size_t cap;
     uint32_t max_stream; /* highest stream used */
     uint32_t max_event;  /* highest event used */
     uint32_t next_event; /* next fresh event */
+    uint32_t *peers;     /* the plan's RAIL peer lists */
+    uint32_t npeers, cap_peers;
 } builder_t;
+
+/* ------------------------------------------------------------ topology */
+
+/* The node of rank q. */
+static uint32_t node_of(const topo_t *t, uint32_t q)
+{
+    return t->node_of ? t->node_of[q] : 0;
+}
+
+/* The nodes params.node_of names (1 for NULL), or 0 where it is not dense
+ * (a node id >= world, or an id unused below the highest). */
+static uint32_t count_nodes(const ovl_plan_params_t *p)
+{
+    bool seen[OVL_PLAN_MAX_WORLD] = {false};
+    uint32_t max = 0;
+
+    if (!p->node_of)
+        return 1;
+    for (uint32_t q = 0; q < p->world; q++) {
+        if (p->node_of[q] >= p->world)
+            return 0;
+        seen[p->node_of[q]] = true;
+        if (p->node_of[q] > max)
+            max = p->node_of[q];
+    }
+    for (uint32_t n = 0; n <= max; n++)
+        if (!seen[n])
+            return 0;
+    return max + 1;
+}
+
+static void topo_free(topo_t *t)
+{
+    free(t->size); /* the one block of every array */
+    memset(t, 0, sizeof(*t));
+}
+
+/* Derives the topology of valid params (count_nodes > 0). */
+static ovl_status_t topo_make(const ovl_plan_params_t *p, topo_t *t)
+{
+    uint32_t w = p->world, k = count_nodes(p);
+    uint32_t *block = calloc(2 * (size_t)k + 3 * (size_t)w, sizeof(*block));
+
+    memset(t, 0, sizeof(*t));
+    if (!block)
+        return OVL_ERR_NOMEM;
+    t->nnodes = k;
+    t->node_of = k > 1 ? p->node_of : NULL;
+    t->size = block;
+    t->first = block + k;
+    t->by_node = t->first + k;
+    t->local = t->by_node + w;
+    t->scratch = t->local + w;
+    for (uint32_t q = 0; q < w; q++)
+        t->local[q] = t->size[node_of(t, q)]++;
+    for (uint32_t n = 1; n < k; n++)
+        t->first[n] = t->first[n - 1] + t->size[n - 1];
+    for (uint32_t q = 0; q < w; q++)
+        t->by_node[t->first[node_of(t, q)] + t->local[q]] = q;
+    return OVL_OK;
+}
+
+/* Local index i of node n. */
+static uint32_t rank_at(const topo_t *t, uint32_t n, uint32_t i)
+{
+    return t->by_node[t->first[n] + i];
+}
+
+/*
+ * The rail scheme (docs/plans.md, "ring across nodes"): rank x (node N,
+ * local index l) sends its shard to the rank of local index l mod L' of
+ * every other node (L' its ranks), so each remote shard reaches every node
+ * once. rail_send writes into out the ranks x sends to (node order);
+ * rail_recv the ranks x receives from, those whose local index is l modulo
+ * N's ranks (node order, then local order: the order of arrival the GEMMs
+ * keep). Both return the count.
+ */
+static uint32_t rail_send(const topo_t *t, uint32_t x, uint32_t *out)
+{
+    uint32_t n = 0;
+
+    for (uint32_t nd = 0; nd < t->nnodes; nd++)
+        if (nd != node_of(t, x))
+            out[n++] = rank_at(t, nd, t->local[x] % t->size[nd]);
+    return n;
+}
+
+static uint32_t rail_recv(const topo_t *t, uint32_t x, uint32_t *out)
+{
+    uint32_t n = 0, own = node_of(t, x);
+
+    for (uint32_t nd = 0; nd < t->nnodes; nd++)
+        for (uint32_t i = 0; nd != own && i < t->size[nd]; i++)
+            if (i % t->size[own] == t->local[x])
+                out[n++] = rank_at(t, nd, i);
+    return n;
+}
+
+/* ------------------------------------------------------------ builder */
 
 /* Appends one instruction, growing the array geometrically. */
 static ovl_status_t emit(builder_t *b, const ovl_instr_t *in)
@@ -70,6 +190,29 @@ static ovl_status_t emit(builder_t *b, const ovl_instr_t *in)
         b->max_stream = in->stream;
     if ((in->kind == OVL_I_RECORD || in->kind == OVL_I_WAIT) && in->event > b->max_event)
         b->max_event = in->event;
+    return OVL_OK;
+}
+
+/* Appends n ranks to the plan's peer lists. */
+static ovl_status_t add_peers(builder_t *b, const uint32_t *ranks, uint32_t n)
+{
+    if (n > b->cap_peers - b->npeers) {
+        uint32_t cap = b->cap_peers ? b->cap_peers : 16;
+        uint32_t *peers;
+
+        while (cap - b->npeers < n) {
+            if (cap > UINT32_MAX / 2)
+                return OVL_ERR_NOMEM;
+            cap *= 2;
+        }
+        peers = realloc(b->peers, (size_t)cap * sizeof(*peers));
+        if (!peers)
+            return OVL_ERR_NOMEM;
+        b->peers = peers;
+        b->cap_peers = cap;
+    }
+    memcpy(b->peers + b->npeers, ranks, (size_t)n * sizeof(*ranks));
+    b->npeers += n;
     return OVL_OK;
 }
 
@@ -134,6 +277,49 @@ static ovl_status_t emit_pull(builder_t *b, uint32_t stream, uint32_t peer, uint
         .dst = own(b, OVL_BUF_G, (uint64_t)peer * p->m + row0),
         .rows = rows,
         .cols = p->k,
+    };
+
+    return emit(b, &in);
+}
+
+/* Copies block q's rows [row0, row0+rows) of peer's G (rows peer received
+ * from rank q on another node) into the same rows of the own G. */
+static ovl_status_t emit_pull_g(builder_t *b, uint32_t stream, uint32_t peer, uint32_t q,
+                                uint64_t row0, uint64_t rows)
+{
+    const ovl_plan_params_t *p = &b->plan->params;
+    uint64_t row = (uint64_t)q * p->m + row0;
+    ovl_instr_t in = {
+        .kind = OVL_I_PULL,
+        .stream = stream,
+        .src = {.buf = OVL_BUF_G, .rank = peer, .row = row},
+        .dst = own(b, OVL_BUF_G, row),
+        .rows = rows,
+        .cols = p->k,
+    };
+
+    return emit(b, &in);
+}
+
+/* Chunk rows [row0, row0+rows) of the own shard go to the nsend ranks
+ * listed at plan->peers[peers], and those of the nrecv ranks listed after
+ * them land in their blocks of G: one RAIL (every rank issues the same). */
+static ovl_status_t emit_rail(builder_t *b, uint32_t stream, uint32_t peers, uint32_t nsend,
+                              uint32_t nrecv, uint64_t row0, uint64_t rows)
+{
+    const ovl_plan_params_t *p = &b->plan->params;
+    ovl_instr_t in = {
+        .kind = OVL_I_RAIL,
+        .stream = stream,
+        .method = OVL_AG_NCCL_RAIL,
+        .src = own(b, OVL_BUF_A, row0),
+        .dst = own(b, OVL_BUF_G, row0),
+        .rows = rows,
+        .cols = p->k,
+        .stride = p->m,
+        .peers = peers,
+        .nsend = nsend,
+        .nrecv = nrecv,
     };
 
     return emit(b, &in);
@@ -334,6 +520,159 @@ static ovl_status_t emit_ring_single(builder_t *b, const ovl_plan_t *plan)
     return r;
 }
 
+/* Ring across nodes: whether the rank pulls anything (its node has other
+ * ranks, or the client wants the own block of a_out), and so has a copy
+ * stream; the stream of its RAILs, 4 after the copy stream and the GEMM
+ * streams, else 1. */
+static bool ring_pulls(const ovl_plan_params_t *p, const topo_t *t)
+{
+    return t->size[node_of(t, p->rank)] > 1 || p->want_gathered;
+}
+
+static uint32_t ring_comm_stream(const ovl_plan_params_t *p, const topo_t *t)
+{
+    return ring_pulls(p, t) ? RING_COMM_STREAM : RING_COPY_STREAM;
+}
+
+/*
+ * ring across nodes: the rail scheme of ByteDance Flux's inter-node AG-GEMM
+ * (docs/plans.md, "ring across nodes"). Rank r (node N, local index l, L
+ * ranks on N) multiplies its own shard first, straight from A. Its comm
+ * stream issues one RAIL per chunk: the chunk of A_r to the rank of local
+ * index l mod L' of every other node, and the chunks of the remote ranks
+ * assigned to r (local index = l mod L) into their blocks of G; after each
+ * RAIL it records that chunk's arrival event (ovl_plan_arrival_event), so
+ * each remote shard crosses the network once per node. The copy stream
+ * pulls the node's shards from the peers' A in ring order, as the ring
+ * inside a node does, and then, chunk by chunk, the rows each peer
+ * received from its G once the peer's arrival event says they are there.
+ * GEMMs run in that order, own, the node's, then the remote shards in
+ * order of arrival (those r received first, then those pulled), each as
+ * soon as its rows are there, alternating on the two GEMM streams behind
+ * the head-of-stream sleep. RELEASE (recorded after the last pull) tells
+ * the node's peers that r reads neither their A nor their G any more; DONE
+ * waits for every peer's RELEASE and, through the joins, for r's own RAILs:
+ * its sends have left A and its receives have landed.
+ */
+static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    const topo_t *t = b->topo;
+    uint32_t me = p->rank, nd = node_of(t, me), L = t->size[nd], l = t->local[me];
+    uint32_t comm = ring_comm_stream(p, t), nsend, nrecv, *list = t->scratch;
+    bool pulls = ring_pulls(p, t);
+    uint32_t gemms = 0; /* GEMMs issued: picks the GEMM stream */
+    ovl_status_t r;
+
+    r = emit_prologue(b);
+    /* every side stream waits for READY (stream 1 is the comm stream where
+     * the rank pulls nothing) */
+    for (uint32_t s = 1; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
+        r = emit_wait(b, s, me, OVL_EV_READY);
+    if (r == OVL_OK && pulls)
+        r = emit_wait(b, comm, me, OVL_EV_READY);
+    if (r == OVL_OK)
+        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
+    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
+        uint64_t row0, rows;
+
+        chunk_range(plan, j, &row0, &rows);
+        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_BUF_A, me, 1, row0, rows);
+    }
+    if (r == OVL_OK && p->want_gathered)
+        r = emit_pull(b, RING_COPY_STREAM, me, 0, p->m);
+
+    /* The rail: every rank issues one RAIL per chunk, all of them ahead of
+     * anything that waits on a peer, so that no rank's issue waits on
+     * another's across them. The arrival events are numbered alike on
+     * every rank (the peers name them); a rank that receives nothing
+     * records none. */
+    nsend = rail_send(t, me, list);
+    if (r == OVL_OK)
+        r = add_peers(b, list, nsend);
+    nrecv = rail_recv(t, me, list);
+    if (r == OVL_OK)
+        r = add_peers(b, list, nrecv);
+    b->next_event += plan->chunks;
+    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
+        uint64_t row0, rows;
+
+        chunk_range(plan, j, &row0, &rows);
+        r = emit_rail(b, comm, 0, nsend, nrecv, row0, rows);
+        if (r == OVL_OK && nrecv > 0)
+            r = emit_record(b, comm, ovl_plan_arrival_event(j));
+    }
+
+    /* the node's shards, pulled from the peers' A in ring order */
+    for (uint32_t i = 1; r == OVL_OK && i < L; i++) {
+        uint32_t peer = rank_at(t, nd, (l + i) % L);
+
+        r = emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
+        for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
+            uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
+            uint32_t ev = b->next_event++;
+            uint64_t row0, rows;
+
+            chunk_range(plan, j, &row0, &rows);
+            r = emit_pull(b, RING_COPY_STREAM, peer, row0, rows);
+            if (r == OVL_OK)
+                r = emit_record(b, RING_COPY_STREAM, ev);
+            if (r == OVL_OK)
+                r = emit_wait(b, gs, me, ev);
+            if (r == OVL_OK)
+                r = emit_gemm(b, gs, OVL_BUF_G, peer, 1, row0, rows);
+        }
+    }
+
+    /* the remote shards, chunk by chunk in order of arrival: those this
+     * rank received (after its own arrival event), then those each peer
+     * received, pulled from the peer's G after the peer's arrival event */
+    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
+        bool waited[2] = {false, false}; /* a GEMM stream waited for the arrival */
+        uint64_t row0, rows;
+
+        chunk_range(plan, j, &row0, &rows);
+        for (uint32_t i = 0; r == OVL_OK && i < nrecv; i++, gemms++) {
+            uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
+            uint32_t q = b->peers[nsend + i]; /* this rank's receive list */
+
+            if (!waited[gs - RING_GEMM_STREAM0])
+                r = emit_wait(b, gs, me, ovl_plan_arrival_event(j));
+            waited[gs - RING_GEMM_STREAM0] = true;
+            if (r == OVL_OK)
+                r = emit_gemm(b, gs, OVL_BUF_G, q, 1, row0, rows);
+        }
+        for (uint32_t i = 1; r == OVL_OK && i < L; i++) {
+            uint32_t peer = rank_at(t, nd, (l + i) % L);
+            uint32_t n = rail_recv(t, peer, list);
+
+            if (n > 0)
+                r = emit_wait(b, RING_COPY_STREAM, peer, ovl_plan_arrival_event(j));
+            for (uint32_t x = 0; r == OVL_OK && x < n; x++, gemms++) {
+                uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
+                uint32_t ev = b->next_event++;
+
+                r = emit_pull_g(b, RING_COPY_STREAM, peer, list[x], row0, rows);
+                if (r == OVL_OK)
+                    r = emit_record(b, RING_COPY_STREAM, ev);
+                if (r == OVL_OK)
+                    r = emit_wait(b, gs, me, ev);
+                if (r == OVL_OK)
+                    r = emit_gemm(b, gs, OVL_BUF_G, list[x], 1, row0, rows);
+            }
+        }
+    }
+    if (r == OVL_OK && L > 1)
+        r = emit_record(b, RING_COPY_STREAM, OVL_EV_RELEASE);
+    if (r == OVL_OK)
+        r = emit_joins(b, me, 1, plan->nstreams - 1);
+    for (uint32_t i = 1; r == OVL_OK && i < L; i++)
+        r = emit_wait(b, 0, rank_at(t, nd, (l + i) % L), OVL_EV_RELEASE);
+    if (r == OVL_OK)
+        r = emit_simple(b, OVL_I_DONE, 0);
+    return r;
+}
+
 /*
  * ring (PyTorch async-TP, TransformerEngine P2P): the own shard is multiplied
  * first, straight from the client's A, while the copy stream pulls the peers'
@@ -352,6 +691,8 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
 
     if (p->world == 1)
         return emit_ring_single(b, plan);
+    if (b->topo->nnodes > 1)
+        return emit_ring_nodes(b, plan);
 
     r = emit_prologue(b);
     for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
@@ -426,7 +767,19 @@ static bool params_valid(const ovl_plan_params_t *p)
         return false;
     if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT)
         return false;
-    return p->chunks <= OVL_PLAN_MAX_CHUNKS && p->streams <= OVL_PLAN_MAX_STREAMS;
+    if (p->chunks > OVL_PLAN_MAX_CHUNKS || p->streams > OVL_PLAN_MAX_STREAMS)
+        return false;
+    switch (count_nodes(p)) {
+    case 0:
+        return false; /* node ids out of range or not dense */
+    case 1:
+        return true;
+    default:
+        /* Across nodes only NCCL moves shards, and it moves dense rows of
+         * ranks on distinct GPUs only: what the copy engine alone can
+         * gather cannot be planned (docs/plans.md, "Several nodes"). */
+        return !p->strided && !p->shared_gpu && p->allgather != OVL_AG_COPY;
+    }
 }
 
 /* The shapes of the buffers (plan.h), whether used or not. */
@@ -473,10 +826,10 @@ ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *r
  * rules of docs/plans.md): chunks are clamped to m and evened out so that
  * none is empty; streams are what the algorithm actually uses.
  */
-static void plan_shape(ovl_plan_t *plan)
+static void plan_shape(ovl_plan_t *plan, const topo_t *t)
 {
     const ovl_plan_params_t *p = &plan->params;
-    uint32_t c = p->chunks, s = p->streams;
+    uint32_t c = p->chunks, s = p->streams, comm = 0;
 
     switch (p->algo) {
     case OVL_ALGO_COLLECTIVE:
@@ -491,6 +844,12 @@ static void plan_shape(ovl_plan_t *plan)
         c = c ? c : total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS;
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
+        if (t->nnodes > 1) {
+            /* and a stream for the RAILs; without pulls it takes the copy
+             * stream's number, so that no stream stands idle */
+            comm = ring_comm_stream(p, t);
+            s = comm == RING_COMM_STREAM ? RING_COMM_STREAM + 1 : RING_STREAMS;
+        }
         break;
     default:
         c = 1;
@@ -511,7 +870,9 @@ static void plan_shape(ovl_plan_t *plan)
      * chunks' transfers (and their GEMMs, which wait for them anyway). */
     plan->roles[0] = OVL_ROLE_CLIENT;
     for (uint32_t i = 1; i < s; i++) {
-        if (p->algo == OVL_ALGO_RING)
+        if (p->algo == OVL_ALGO_RING && comm && i == comm)
+            plan->roles[i] = OVL_ROLE_COMM;
+        else if (p->algo == OVL_ALGO_RING)
             plan->roles[i] = i == RING_COPY_STREAM ? OVL_ROLE_COPY : OVL_ROLE_COMPUTE;
         else
             plan->roles[i] = gather_by_nccl(p) ? OVL_ROLE_COMM : OVL_ROLE_COPY;
@@ -530,6 +891,7 @@ static void mark_used(ovl_plan_t *plan)
             /* fall through */
         case OVL_I_ALLGATHER:
         case OVL_I_PULL:
+        case OVL_I_RAIL:
             plan->bufs[in->src.buf].used = true;
             plan->bufs[in->dst.buf].used = true;
             break;
@@ -547,6 +909,8 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
 {
     builder_t b = {.next_event = OVL_EV_FIRST_FREE};
     ovl_plan_t plan = {0};
+    topo_t topo = {0};
+    uint32_t *node_copy = NULL;
     ovl_status_t r;
 
     if (!params || !ret_plan || !params_valid(params))
@@ -556,9 +920,26 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     r = scratch_of(params, &plan.scratch_bytes);
     if (r != OVL_OK)
         return r;
-    plan_shape(&plan);
+    r = topo_make(params, &topo);
+    if (r != OVL_OK)
+        return r;
+    /* The plan keeps its own copy of a topology of several nodes; one node
+     * is NULL however it was given, so that its plans are what they were. */
+    plan.nnodes = topo.nnodes;
+    plan.params.node_of = NULL;
+    if (topo.nnodes > 1) {
+        node_copy = malloc((size_t)params->world * sizeof(*node_copy));
+        if (!node_copy) {
+            r = OVL_ERR_NOMEM;
+            goto fail;
+        }
+        memcpy(node_copy, params->node_of, (size_t)params->world * sizeof(*node_copy));
+        plan.params.node_of = node_copy;
+    }
+    plan_shape(&plan, &topo);
     buf_shapes(params, plan.bufs);
     b.plan = &plan;
+    b.topo = &topo;
     switch (params->algo) {
     case OVL_ALGO_NAIVE:
     case OVL_ALGO_COLLECTIVE:
@@ -576,17 +957,23 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     plan.nevents = b.max_event + 1;
     plan.ninstr = b.n;
     plan.instr = b.instr;
+    plan.npeers = b.npeers;
+    plan.peers = b.peers;
     mark_used(&plan);
     /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
     if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
         r = OVL_ERR_INTERNAL;
         goto fail;
     }
+    topo_free(&topo);
     *ret_plan = plan;
     return OVL_OK;
 
 fail:
+    topo_free(&topo);
+    free(node_copy);
     free(b.instr);
+    free(b.peers);
     return r;
 }
 
@@ -595,6 +982,9 @@ void ovl_plan_free(ovl_plan_t *plan)
     if (!plan)
         return;
     free(plan->instr);
+    free(plan->peers);
+    /* the plan's own copy (ovl_plan_build), const only to its readers */
+    free((void *)(uintptr_t)plan->params.node_of);
     memset(plan, 0, sizeof(*plan));
 }
 
@@ -639,6 +1029,8 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
         return "SLEEP";
     case OVL_I_DONE:
         return "DONE";
+    case OVL_I_RAIL:
+        return "RAIL";
     }
     return "UNKNOWN";
 }
@@ -647,7 +1039,7 @@ static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2", "B3"
                                         "B6", "B7", "C1", "C2", "C3", "C4", "C5", "C6", "C7"};
 _Static_assert(NELEM(buf_names) == OVL_BUF_COUNT, "every buffer has a name");
 
-static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv"};
+static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv", "nccl-rail"};
 _Static_assert(NELEM(method_names) == OVL_AG_METHOD_COUNT, "every method has a name");
 
 static const char *const role_names[] = {"client", "comm", "copy", "compute"};
@@ -733,7 +1125,21 @@ static void out_ref(out_t *o, ovl_ref_t ref, bool with_rank, bool with_rows, uin
     out_printf(o, "]");
 }
 
-static void format_instr(out_t *o, size_t i, const ovl_instr_t *in)
+/* A RAIL's list of n ranks at plan->peers[at]: " r2,r5", or " -" when
+ * empty ("?" for a range the plan does not have). */
+static void out_ranks(out_t *o, const ovl_plan_t *plan, uint64_t at, uint32_t n)
+{
+    if (at > plan->npeers || n > plan->npeers - at) {
+        out_printf(o, " ?");
+        return;
+    }
+    if (n == 0)
+        out_printf(o, " -");
+    for (uint32_t i = 0; i < n; i++)
+        out_printf(o, "%sr%" PRIu32, i ? "," : " ", plan->peers[at + i]);
+}
+
+static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_instr_t *in)
 {
     out_printf(o, "%4zu  s%" PRIu32 "  %s", i, in->stream, ovl_instr_name(in->kind));
     switch (in->kind) {
@@ -770,6 +1176,17 @@ static void format_instr(out_t *o, size_t i, const ovl_instr_t *in)
     case OVL_I_SLEEP:
         out_printf(o, " %" PRIu32 "ns", in->sleep_ns);
         break;
+    case OVL_I_RAIL:
+        out_printf(o, " %s ", name_or(ovl_ag_method_name(in->method)));
+        out_ref(o, in->dst, false, false, 0);
+        out_printf(o, " <- ");
+        out_ref(o, in->src, false, true, in->rows);
+        out_printf(o, " stride %" PRIu64 " cols %" PRIu64 " send", in->stride, in->cols);
+        out_ranks(o, plan, in->peers, in->nsend);
+        out_printf(o, " recv");
+        /* no wrap: out_ranks checks the range against npeers */
+        out_ranks(o, plan, in->peers + (uint64_t)in->nsend, in->nrecv);
+        break;
     case OVL_I_WAIT_READY:
     case OVL_I_DONE:
         break;
@@ -787,15 +1204,33 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
     if (!plan)
         return 0;
     p = &plan->params;
-    out_printf(
-        &o,
-        "plan format=2 algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
-        " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
-        " streams=%" PRIu32 " events=%" PRIu32 " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
-        name_or(ovl_algo_name(p->algo)), p->world, p->rank, p->m, p->n, p->k,
-        name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows,
-        plan->nstreams, plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
-        p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    /* A plan across nodes is format 3: the topology line and RAILs are
+     * new; a plan of one node is what format 2 reads, and says 2. */
+    out_printf(&o,
+               "plan format=%d algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
+               " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
+               " streams=%" PRIu32 " events=%" PRIu32
+               " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
+               plan->nnodes > 1 ? 3 : 2, name_or(ovl_algo_name(p->algo)), p->world, p->rank, p->m,
+               p->n, p->k, name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no",
+               plan->chunks, plan->chunk_rows, plan->nstreams, plan->nevents,
+               p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
+               p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    if (plan->nnodes > 1 && p->node_of) {
+        /* the topology: each node's ranks, and each rank's node */
+        uint32_t size[OVL_PLAN_MAX_WORLD] = {0};
+
+        for (uint32_t q = 0; q < p->world && q < OVL_PLAN_MAX_WORLD; q++)
+            if (p->node_of[q] < OVL_PLAN_MAX_WORLD)
+                size[p->node_of[q]]++;
+        out_printf(&o, "topology nodes=%" PRIu32 " sizes=", plan->nnodes);
+        for (uint32_t n = 0; n < plan->nnodes && n < OVL_PLAN_MAX_WORLD; n++)
+            out_printf(&o, "%s%" PRIu32, n ? "," : "", size[n]);
+        out_printf(&o, " node_of=");
+        for (uint32_t q = 0; q < p->world && q < OVL_PLAN_MAX_WORLD; q++)
+            out_printf(&o, "%s%" PRIu32, q ? "," : "", p->node_of[q]);
+        out_printf(&o, "\n");
+    }
     if (ovl_plan_nb(p) > 1) {
         /* several Bs: their count and each one's n, on a line of their own
          * (one B's plan has none: its text is what it always was) */
@@ -826,6 +1261,6 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
         out_printf(&o, " s%" PRIu32 "=%s", s, name_or(ovl_stream_role_name(plan->roles[s])));
     out_printf(&o, "\n");
     for (size_t i = 0; i < plan->ninstr; i++)
-        format_instr(&o, i, &plan->instr[i]);
+        format_instr(&o, plan, i, &plan->instr[i]);
     return o.need;
 }

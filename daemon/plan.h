@@ -13,7 +13,8 @@
  *    buffer's shape and whether it is used, and the scratch ovld must
  *    provide for G (ovl_plan_scratch_bytes gives it before building);
  *  - transfers: an ALLGATHER names its method (NCCL all-gather or NCCL
- *    send/recv); where NCCL is not used, the gather is explicit PULLs
+ *    send/recv), a RAIL (between nodes) its method and every rank it sends
+ *    to and receives from; inside a node the gather is explicit PULLs
  *    (copy engine) ordered by RECORD/WAIT, so that every ordering shows;
  *  - streams: each has a role (client, communication, copy, compute) from
  *    which the backend takes its priority.
@@ -31,14 +32,26 @@
  *   OVL_EV_READY    recorded on stream 0 right after WAIT_READY: this rank's
  *                   inputs are ready.
  *   OVL_EV_RELEASE  (plans that pull from peers) recorded after this rank's
- *                   last read of any peer's shard on the first stream that
- *                   reads them; peers may then complete. A plan that pulls
- *                   on several streams records one more fresh release
+ *                   last read of any peer's shard (or, across nodes, of the
+ *                   rows a peer received into its G) on the first stream
+ *                   that reads them; peers may then complete. A plan that
+ *                   pulls on several streams records one more fresh release
  *                   event per further stream.
+ * A ring across nodes gives chunk j's arrival event the number
+ * OVL_EV_FIRST_FREE + j on every rank (ovl_plan_arrival_event): a rank that
+ * receives records it right after its RAIL of chunk j, and the node's peers
+ * wait on it before they pull those rows from its G.
  *
  * Semantics of a wait: as with cudaStreamWaitEvent, a WAIT orders the stream
  * after the most recent RECORD of that event issued before it. The executor
  * issues instructions so that every RECORD a WAIT refers to is issued first.
+ *
+ * Nodes. A job may span nodes (params.node_of says which rank is where;
+ * docs/plans.md, "Several nodes"). Events and PULLs never cross a node: a
+ * WAIT names a rank of the own node, a PULL reads a buffer of one. Data
+ * crosses nodes only by NCCL: ALLGATHERs (naive, collective) and RAILs
+ * (ring), whose completion orders the receiving rank after the sending
+ * ranks' matching instruction.
  */
 #ifndef OVL_PLAN_H
 #define OVL_PLAN_H
@@ -97,9 +110,10 @@ static inline int ovl_buf_c_index(ovl_buf_t buf)
                                                       : -1;
 }
 
-/* How an ALLGATHER moves rows. Both are NCCL-style collectives: every rank
- * issues the same one, and it completes on a rank only once every rank has
- * contributed and every rank's rows were read. */
+/* How an ALLGATHER or a RAIL moves rows. The first two are NCCL-style
+ * collectives of ALLGATHER: every rank issues the same one, and it
+ * completes on a rank only once every rank has contributed and every rank's
+ * rows were read. The third is RAIL's. */
 typedef enum ovl_ag_method {
     /* ncclAllGather: whole shards, which land back to back (block stride ==
      * rows) in dense rows (ld == cols) */
@@ -107,6 +121,10 @@ typedef enum ovl_ag_method {
     /* grouped ncclSend/ncclRecv to and from every peer (the own rows by a
      * local copy): chunks, each landing in its rank's block, in dense rows */
     OVL_AG_NCCL_SENDRECV,
+    /* RAIL only: grouped ncclSend/ncclRecv to and from the ranks the
+     * instruction names (global ranks of the job's communicator), every
+     * local rank's sends and receives of one RAIL in one group; dense rows */
+    OVL_AG_NCCL_RAIL,
     OVL_AG_METHOD_COUNT,
 } ovl_ag_method_t;
 
@@ -127,7 +145,8 @@ typedef enum ovl_stream_role {
     /* stream 0: the client's doorbell (WAIT_READY, DONE), the joins, and
      * whatever of the algorithm the plan puts there */
     OVL_ROLE_CLIENT,
-    /* NCCL collectives (in collective, with the GEMMs of their chunks) */
+    /* NCCL collectives (in collective, with the GEMMs of their chunks), or
+     * the RAILs of a ring across nodes */
     OVL_ROLE_COMM,
     /* copy-engine pulls (in collective, with the GEMMs of their chunks) */
     OVL_ROLE_COPY,
@@ -160,12 +179,21 @@ typedef enum ovl_instr_kind {
     OVL_I_SLEEP,
     /* stream (0) writes done = op seq to the client's doorbell */
     OVL_I_DONE,
+    /* across nodes, by `method` (OVL_AG_NCCL_RAIL): rows x cols of the own
+     * src go to each rank of the send list (plan->peers[peers ..
+     * +nsend)), and each rank q of the receive list (plan->peers[peers +
+     * nsend .. +nrecv)) sends its rows, which land in the own dst, q*stride
+     * rows past dst.row. Every rank of the job issues the same RAILs (rows)
+     * in the same order; a RAIL completes on a rank once its receives have
+     * arrived and its sends have left its buffer: each receive only after
+     * its sender issued the matching RAIL. */
+    OVL_I_RAIL,
 } ovl_instr_kind_t;
 
-/* Not a kind: the number of kinds (one past the last, OVL_I_DONE). Kept out
+/* Not a kind: the number of kinds (one past the last, OVL_I_RAIL). Kept out
  * of the enum so that switches over the kinds stay exhaustive; a new kind
  * moves it. */
-#define OVL_I_COUNT (OVL_I_DONE + 1)
+#define OVL_I_COUNT (OVL_I_RAIL + 1)
 
 /* A row of a named buffer of one rank. */
 typedef struct ovl_ref {
@@ -179,17 +207,19 @@ typedef struct ovl_instr {
     uint32_t stream;
     uint32_t event;         /* RECORD, WAIT */
     uint32_t peer;          /* WAIT: the event's rank */
-    ovl_ag_method_t method; /* ALLGATHER */
-    ovl_ref_t src;          /* PULL, ALLGATHER: the rows moved; GEMM: the A operand */
-    ovl_ref_t dst;          /* PULL, ALLGATHER: where they land; GEMM: C */
+    ovl_ag_method_t method; /* ALLGATHER, RAIL */
+    ovl_ref_t src;          /* PULL, ALLGATHER, RAIL: the rows moved (sent); GEMM: A */
+    ovl_ref_t dst;          /* PULL, ALLGATHER, RAIL: where they land; GEMM: C */
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
-    uint64_t rows;          /* PULL, ALLGATHER: rows moved (per rank); GEMM: rows per block */
-    uint64_t cols;          /* PULL, ALLGATHER: elements per row */
+    uint64_t rows;          /* PULL, ALLGATHER, RAIL: rows moved (per rank); GEMM: rows per block */
+    uint64_t cols;          /* PULL, ALLGATHER, RAIL: elements per row */
     uint64_t n, k;          /* GEMM: C's columns, the inner dimension */
     uint32_t nblocks;       /* GEMM: blocks, stride rows apart in src and dst */
-    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER: rows between ranks' blocks */
+    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL: rows between ranks' blocks */
     bool transb;            /* GEMM: op(B) = B^T */
     uint32_t sleep_ns;      /* SLEEP */
+    uint32_t peers;         /* RAIL: where its send list starts in plan->peers */
+    uint32_t nsend, nrecv;  /* RAIL: its sends, then its receives, in plan->peers */
 } ovl_instr_t;
 
 typedef struct ovl_plan_params {
@@ -216,7 +246,25 @@ typedef struct ovl_plan_params {
      * chunk's GEMM is issued once per B. (The zero value is one B.) */
     uint32_t nb;
     uint64_t n_more[OVL_PLAN_MAX_BS - 1];
+    /*
+     * The topology: node_of[q] is the node of rank q (world entries, read
+     * while building only; the plan keeps a copy). Nodes are numbered
+     * densely from 0; ranks need not be node-major and nodes may differ in
+     * size. A rank's local index is its place among its node's ranks in
+     * rank order. NULL (or every rank on node 0) is one node: the zero
+     * value plans what was always planned, byte for byte. Across nodes the
+     * copy engine cannot move shards, so a strided layout, ranks sharing a
+     * GPU or allgather = copy cannot be planned (OVL_ERR_INVALID).
+     */
+    const uint32_t *node_of;
 } ovl_plan_params_t;
+
+/* Ring across nodes: the event a rank records once chunk j's RAIL has
+ * arrived (the same number on every rank, so that peers can name it). */
+static inline uint32_t ovl_plan_arrival_event(uint32_t j)
+{
+    return OVL_EV_FIRST_FREE + j;
+}
 
 /* The Bs of params (1 for nb 0), and B i's n. */
 static inline uint32_t ovl_plan_nb(const ovl_plan_params_t *p)
@@ -235,11 +283,14 @@ typedef struct ovl_plan_buf {
 } ovl_plan_buf_t;
 
 typedef struct ovl_plan {
-    ovl_plan_params_t params; /* as given, with algo resolved */
-    uint32_t chunks;          /* effective chunk count (<= requested, <= m) */
-    uint64_t chunk_rows;      /* rows of every chunk but maybe the last */
-    uint32_t nstreams;        /* streams used, stream 0 included */
-    uint32_t nevents;         /* events used per rank */
+    /* as given, with algo resolved; node_of is the plan's own copy, NULL
+     * for one node however it was given */
+    ovl_plan_params_t params;
+    uint32_t nnodes;     /* nodes the job spans (1: one node) */
+    uint32_t chunks;     /* effective chunk count (<= requested, <= m) */
+    uint64_t chunk_rows; /* rows of every chunk but maybe the last */
+    uint32_t nstreams;   /* streams used, stream 0 included */
+    uint32_t nevents;    /* events used per rank */
     /* What streams [0, nstreams) are for: the backend's priorities. */
     ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS];
     ovl_plan_buf_t bufs[OVL_BUF_COUNT];
@@ -248,6 +299,10 @@ typedef struct ovl_plan {
     uint64_t scratch_bytes;
     size_t ninstr;
     ovl_instr_t *instr;
+    /* The ranks RAILs send to and receive from (global ranks), which each
+     * RAIL names by a range (ovl_instr_t.peers, nsend, nrecv). */
+    uint32_t npeers;
+    uint32_t *peers;
 } ovl_plan_t;
 
 /*
@@ -256,8 +311,10 @@ typedef struct ovl_plan {
  * (world 0 or over OVL_PLAN_MAX_WORLD, rank >= world, m/n/k 0, nb over
  * OVL_PLAN_MAX_BS or an n of B i 0, algo AUTO or
  * unknown, an unknown dtype or allgather preference, chunks over
- * OVL_PLAN_MAX_CHUNKS, streams over OVL_PLAN_MAX_STREAMS), OVL_ERR_LIMIT
- * when the scratch the plan needs is over 2^64-1 bytes, or OVL_ERR_NOMEM.
+ * OVL_PLAN_MAX_CHUNKS, streams over OVL_PLAN_MAX_STREAMS; a node_of with
+ * a node id >= world or a gap in its ids, or several nodes with strided,
+ * shared_gpu or allgather = copy), OVL_ERR_LIMIT when the scratch the plan
+ * needs is over 2^64-1 bytes, or OVL_ERR_NOMEM.
  */
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
 

@@ -385,6 +385,8 @@ static call_t call_of(ovl_instr_kind_t k)
         return C_SLEEP;
     case OVL_I_DONE:
         return C_DONE;
+    case OVL_I_RAIL: /* no plan here has one */
+        break;
     }
     fail_msg("unknown instruction kind %d", (int)k);
     return C_DONE;

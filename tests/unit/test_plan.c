@@ -76,6 +76,10 @@ static void set_bs(ovl_plan_params_t *p, uint32_t nb)
         p->n_more[i - 1] = build_n[i];
 }
 
+/* The topology of the jobs the tests build (NULL: one node, but in the
+ * tests across nodes): node_of of world entries. */
+static const uint32_t *build_topo = NULL;
+
 /* Builds every rank's plan of one job into plans[0..world). */
 static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
                          uint32_t chunks, uint32_t streams, bool want_gathered, layout_t layout,
@@ -86,6 +90,7 @@ static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uin
         set_layout(&p, layout);
         set_bs(&p, build_nb);
         p.transb = transb;
+        p.node_of = build_topo;
         assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
     }
 }
@@ -193,7 +198,18 @@ typedef struct sim {
     uint32_t *joint;    /* ncomp: scratch for an ALLGATHER */
     span_t *cspans;     /* maxspans: scratch for C row spans */
     span_t *gspans;     /* maxspans: scratch for G row spans */
+    span_t *pspans;     /* maxspans: a peer's G row spans (pulls of a peer's G) */
+    size_t npspans;
+    uint32_t pspans_of; /* whose spans pspans holds (UINT32_MAX: none yet) */
     size_t maxspans;
+    /* The topology, derived here from rank 0's params.node_of on its own:
+     * each rank's node and local index, each node's ranks. */
+    uint32_t nnodes;
+    uint32_t *node;       /* world */
+    uint32_t *local;      /* world */
+    uint32_t *size;       /* world (nnodes used) */
+    uint32_t *rail_issue; /* world * ncomp: each rank's clock as it issues a RAIL */
+    uint32_t *rail_hits;  /* world: receptions of one shard by one node (step_rail) */
     char *why;
     size_t whylen;
     bool failed;
@@ -265,14 +281,52 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
 
     switch (in->kind) {
     case OVL_I_PULL:
-        if (!ref_is(in->src, OVL_BUF_A, in->src.rank) || in->src.rank >= s->world ||
-            !ref_is(in->dst, OVL_BUF_G, r))
+        if (in->src.rank >= s->world || !ref_is(in->dst, OVL_BUF_G, r))
+            return violation(s, "r%u #%zu: PULL of no rank or into other than G", r, i);
+        /* the copy engine moves rows inside a node only */
+        if (s->node[in->src.rank] != s->node[r])
+            return violation(s, "r%u #%zu: PULL crosses nodes (from r%u)", r, i, in->src.rank);
+        if (ref_is(in->src, OVL_BUF_G, in->src.rank)) {
+            /* rows a peer received from a rank of another node: that
+             * rank's block, at the same rows of the own G */
+            uint64_t blk = in->src.row / m;
+
+            if (in->src.rank == r || !rows_within(in->src.row, in->rows, big) ||
+                in->src.row % m + in->rows > m || s->node[blk] == s->node[r] || in->cols != pp->k ||
+                in->dst.row != in->src.row)
+                return violation(s, "r%u #%zu: PULL of a peer's G: geometry", r, i);
+            break;
+        }
+        if (!ref_is(in->src, OVL_BUF_A, in->src.rank))
             return violation(s, "r%u #%zu: PULL from other than a shard or into other than G", r,
                              i);
         if (!rows_within(in->src.row, in->rows, m) || in->cols != pp->k ||
             in->dst.row != (uint64_t)in->src.rank * m + in->src.row)
             return violation(s, "r%u #%zu: PULL geometry", r, i);
         break;
+    case OVL_I_RAIL: {
+        const ovl_plan_t *p = &s->plans[r];
+
+        if (in->method != OVL_AG_NCCL_RAIL)
+            return violation(s, "r%u #%zu: RAIL method %d", r, i, (int)in->method);
+        if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_G, r))
+            return violation(s, "r%u #%zu: RAIL from other than A or into other than G", r, i);
+        if (!rows_within(in->src.row, in->rows, m) || in->cols != pp->k || in->stride != m ||
+            in->dst.row != in->src.row)
+            return violation(s, "r%u #%zu: RAIL geometry", r, i);
+        if (in->peers > p->npeers || in->nsend > p->npeers - in->peers ||
+            in->nrecv > p->npeers - in->peers - in->nsend)
+            return violation(s, "r%u #%zu: RAIL peers out of the plan's list", r, i);
+        for (uint32_t x = 0; x < in->nsend + in->nrecv; x++) {
+            uint32_t q = p->peers[in->peers + x];
+
+            /* NCCL moves between nodes; inside one the copy engine does */
+            if (q >= s->world || s->node[q] == s->node[r])
+                return violation(s, "r%u #%zu: RAIL %s r%u of its own node or none", r, i,
+                                 x < in->nsend ? "sends to" : "receives from", q);
+        }
+        break;
+    }
     case OVL_I_ALLGATHER:
         if ((unsigned)in->method >= OVL_AG_METHOD_COUNT)
             return violation(s, "r%u #%zu: unknown ALLGATHER method", r, i);
@@ -325,6 +379,13 @@ static bool check_fields(sim_t *s)
             p->params.allgather != p0->params.allgather ||
             ovl_plan_nb(&p->params) != ovl_plan_nb(&p0->params))
             return violation(s, "r%u: params differ from rank 0's", r);
+        /* one topology, as the checker reads it (a plan of one node keeps
+         * none, however it was given) */
+        if (p->nnodes != s->nnodes || (s->nnodes > 1) != (p->params.node_of != NULL))
+            return violation(s, "r%u: %u nodes, the topology says %u", r, p->nnodes, s->nnodes);
+        for (uint32_t q = 0; s->nnodes > 1 && q < s->world; q++)
+            if (p->params.node_of[q] != s->node[q])
+                return violation(s, "r%u: topology differs from rank 0's", r);
         if (p->nstreams == 0 || p->nstreams > OVL_PLAN_MAX_STREAMS)
             return violation(s, "r%u: nstreams %u", r, p->nstreams);
         for (size_t i = 0; i < p->ninstr; i++) {
@@ -339,10 +400,14 @@ static bool check_fields(sim_t *s)
                     return violation(s, "r%u #%zu: event %u >= nevents", r, i, in->event);
                 if (in->kind == OVL_I_WAIT && in->peer >= s->world)
                     return violation(s, "r%u #%zu: peer %u", r, i, in->peer);
+                /* events are a node's: GPUs of other nodes cannot wait on them */
+                if (in->kind == OVL_I_WAIT && s->node[in->peer] != s->node[r])
+                    return violation(s, "r%u #%zu: waits on r%u of another node", r, i, in->peer);
                 break;
             case OVL_I_PULL:
             case OVL_I_ALLGATHER:
             case OVL_I_GEMM:
+            case OVL_I_RAIL:
                 if (!check_operands(s, r, i, in))
                     return false;
                 break;
@@ -370,7 +435,7 @@ static int step(sim_t *s, uint32_t r)
         return 0;
     in = &p->instr[s->pc[r]];
     sc = stream_clock(s, r, in->stream);
-    if (in->kind == OVL_I_ALLGATHER)
+    if (in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL)
         return 0;
     if (in->kind == OVL_I_WAIT) {
         if (!s->evrec[in->peer][in->event]) {
@@ -434,6 +499,127 @@ static int step_allgather(sim_t *s)
     return 1;
 }
 
+/* Rank r's RAIL `in`: the ranks it sends to, and those it receives from. */
+static const uint32_t *rail_sends(const sim_t *s, uint32_t r, const ovl_instr_t *in)
+{
+    return s->plans[r].peers + in->peers;
+}
+
+static const uint32_t *rail_recvs(const sim_t *s, uint32_t r, const ovl_instr_t *in)
+{
+    return s->plans[r].peers + in->peers + in->nsend;
+}
+
+static uint32_t count_of(const uint32_t *v, uint32_t n, uint32_t x)
+{
+    uint32_t c = 0;
+
+    for (uint32_t i = 0; i < n; i++)
+        c += v[i] == x;
+    return c;
+}
+
+/*
+ * Completes one RAIL on every rank once all stand at theirs (the
+ * executor's rule: one backend call, one NCCL group, for every rank it
+ * serves). It proves that the ranks move the same rows, that sends and
+ * receives match exactly (every send has its one receive, every receive
+ * its one send), and that each remote shard's chunk reaches every other
+ * node exactly once, at the rank the rail scheme names there (local index
+ * = the sender's modulo the node's ranks). Happens-before: NCCL completes
+ * a receive only once its sender has posted the matching send, which its
+ * stream orders after everything before the sender's RAIL (its READY wait
+ * included); so a RAIL's clock joins the issue clocks of the RAILs it
+ * receives from, and nothing else: a send that completes promises nothing
+ * of its receiver.
+ */
+static int step_rail(sim_t *s)
+{
+    const ovl_instr_t *first = NULL;
+
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+
+        if (s->pc[r] == p->ninstr || p->instr[s->pc[r]].kind != OVL_I_RAIL)
+            return 0;
+    }
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_instr_t *in = &s->plans[r].instr[s->pc[r]];
+        uint32_t *issue = s->rail_issue + (size_t)r * s->ncomp;
+
+        if (!first)
+            first = in;
+        if (in->src.row != first->src.row || in->rows != first->rows || in->cols != first->cols ||
+            in->stride != first->stride || in->dst.row != first->dst.row) {
+            violation(s, "r%u #%zu: RAIL rows differ from rank 0's", r, s->pc[r]);
+            return -1;
+        }
+        memcpy(issue, stream_clock(s, r, in->stream), s->ncomp * sizeof(*issue));
+        issue[comp(s, r, in->stream)]++;
+    }
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_instr_t *in = &s->plans[r].instr[s->pc[r]];
+
+        for (uint32_t x = 0; x < in->nsend; x++) {
+            uint32_t t = rail_sends(s, r, in)[x];
+            const ovl_instr_t *tin = &s->plans[t].instr[s->pc[t]];
+
+            if (count_of(rail_sends(s, r, in), in->nsend, t) != 1 ||
+                count_of(rail_recvs(s, t, tin), tin->nrecv, r) != 1) {
+                violation(s, "r%u #%zu: RAIL sends to r%u, which does not receive from it once", r,
+                          s->pc[r], t);
+                return -1;
+            }
+        }
+        for (uint32_t x = 0; x < in->nrecv; x++) {
+            uint32_t q = rail_recvs(s, r, in)[x];
+            const ovl_instr_t *qin = &s->plans[q].instr[s->pc[q]];
+
+            if (count_of(rail_sends(s, q, qin), qin->nsend, r) != 1) {
+                violation(s, "r%u #%zu: RAIL receives from r%u, which does not send to it", r,
+                          s->pc[r], q);
+                return -1;
+            }
+        }
+    }
+    /* each shard's chunk: once at every other node, at the right rank */
+    for (uint32_t q = 0; q < s->world; q++) {
+        memset(s->rail_hits, 0, s->world * sizeof(*s->rail_hits));
+        for (uint32_t r = 0; r < s->world; r++) {
+            const ovl_instr_t *in = &s->plans[r].instr[s->pc[r]];
+            uint32_t c = count_of(rail_recvs(s, r, in), in->nrecv, q);
+            uint32_t nd = s->node[r];
+
+            s->rail_hits[nd] += c;
+            if (c > 0 && s->local[r] != s->local[q] % s->size[nd]) {
+                violation(s,
+                          "r%u #%zu: RAIL receives r%u's rows, which the rail sends node %u's "
+                          "local rank %u",
+                          r, s->pc[r], q, nd, s->local[q] % s->size[nd]);
+                return -1;
+            }
+        }
+        for (uint32_t nd = 0; nd < s->nnodes; nd++)
+            if (nd != s->node[q] && s->rail_hits[nd] != 1) {
+                violation(s, "RAIL at r%u #%zu: r%u's rows reach node %u %u times", q, s->pc[q], q,
+                          nd, s->rail_hits[nd]);
+                return -1;
+            }
+    }
+    for (uint32_t r = 0; r < s->world; r++) {
+        const ovl_instr_t *in = &s->plans[r].instr[s->pc[r]];
+        uint32_t *sc = stream_clock(s, r, in->stream);
+
+        memcpy(sc, s->rail_issue + (size_t)r * s->ncomp, s->ncomp * sizeof(*sc));
+        for (uint32_t x = 0; x < in->nrecv; x++)
+            join(s, sc, s->rail_issue + (size_t)rail_recvs(s, r, in)[x] * s->ncomp);
+        memcpy(node_clock(s, r, s->pc[r]), sc, s->ncomp * sizeof(*sc));
+    }
+    for (uint32_t r = 0; r < s->world; r++)
+        s->pc[r]++;
+    return 1;
+}
+
 static bool simulate(sim_t *s)
 {
     bool progress = true;
@@ -449,6 +635,13 @@ static bool simulate(sim_t *s)
                 return false;
         }
         switch (step_allgather(s)) {
+        case 1:
+            progress = true;
+            break;
+        case -1:
+            return false;
+        }
+        switch (step_rail(s)) {
         case 1:
             progress = true;
             break;
@@ -520,9 +713,12 @@ static bool check_bracketed(sim_t *s)
     return true;
 }
 
-/* (e) Every read of rank b's shard A_b (a PULL of b, or any rank's ALLGATHER)
- * comes after b recorded READY and before b's DONE: b's client may overwrite
- * A_b once DONE rings. */
+/* (e) Every read of rank b's shard A_b (a PULL of b, any rank's ALLGATHER,
+ * b's own RAIL, which sends it) comes after b recorded READY and before
+ * b's DONE: b's client may overwrite A_b once DONE rings. Every read of a
+ * peer's G (a PULL of rows the peer received from another node) comes
+ * before the peer's DONE, after which its next op may write G; that it
+ * comes after the rows were written, check_rows proves. */
 static bool check_shard_reads(sim_t *s)
 {
     for (uint32_t r = 0; r < s->world; r++)
@@ -530,11 +726,18 @@ static bool check_shard_reads(sim_t *s)
             const ovl_instr_t *in = &s->plans[r].instr[i];
             uint32_t b0 = 0, b1 = 0;
 
-            if (in->kind == OVL_I_PULL) {
+            if (in->kind == OVL_I_PULL && in->src.buf == OVL_BUF_G) {
+                if (!hb(s, r, i, in->src.rank, s->done[in->src.rank]))
+                    return violation(s, "r%u #%zu: r%u may complete while its G is read", r, i,
+                                     in->src.rank);
+            } else if (in->kind == OVL_I_PULL) {
                 b0 = in->src.rank;
                 b1 = in->src.rank + 1;
             } else if (in->kind == OVL_I_ALLGATHER) {
                 b1 = s->world;
+            } else if (in->kind == OVL_I_RAIL) {
+                b0 = r;
+                b1 = r + 1;
             }
             for (uint32_t b = b0; b < b1; b++) {
                 if (!hb(s, b, s->rec_ready[b], r, i))
@@ -594,6 +797,11 @@ static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
                 n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, i, v, n);
         } else if (!gemm && in->kind == OVL_I_PULL) {
             n = add_spans(s, m, in->dst.row, in->rows, i, v, n);
+        } else if (!gemm && in->kind == OVL_I_RAIL) {
+            /* what it receives: each sender's rows into the sender's block */
+            for (uint32_t x = 0; x < in->nrecv; x++)
+                n = add_spans(s, m, in->dst.row + rail_recvs(s, r, in)[x] * in->stride, in->rows, i,
+                              v, n);
         }
     }
     qsort(v, n, sizeof(*v), span_cmp);
@@ -627,11 +835,13 @@ static bool check_tiling(sim_t *s, uint32_t r, const span_t *v, size_t n, bool w
     return true;
 }
 
-/* (b) for one block's rows [row0, end) that GEMM #i of rank r reads from G:
- * written by instructions ordered before it. */
-static bool g_rows_ready(sim_t *s, uint32_t r, size_t i, const span_t *g, size_t ng, uint32_t b,
-                         uint64_t row0, uint64_t end)
+/* (b) for one block's rows [row0, end) of owner's G that instruction #i of
+ * rank r reads (a GEMM its own, a PULL a peer's): written by instructions
+ * of owner (spans g) ordered before it. */
+static bool g_rows_ready(sim_t *s, uint32_t owner, uint32_t r, size_t i, const span_t *g, size_t ng,
+                         uint32_t b, uint64_t row0, uint64_t end)
 {
+    const char *what = ovl_instr_name(s->plans[r].instr[i].kind);
     uint64_t next = row0;
 
     for (size_t w = 0; w < ng && next < end; w++) {
@@ -639,17 +849,33 @@ static bool g_rows_ready(sim_t *s, uint32_t r, size_t i, const span_t *g, size_t
             continue;
         if (g[w].row0 > next)
             break; /* a gap: reported below */
-        if (!hb(s, r, g[w].instr, r, i))
+        if (!hb(s, owner, g[w].instr, r, i))
             return violation(s,
-                             "r%u #%zu: GEMM reads G block %u rows %llu+ before #%zu "
+                             "r%u #%zu: %s reads r%u's G block %u rows %llu+ before #%zu "
                              "writes them",
-                             r, i, b, (unsigned long long)next, g[w].instr);
+                             r, i, what, owner, b, (unsigned long long)next, g[w].instr);
         next = g[w].row0 + g[w].rows;
     }
     if (next < end)
-        return violation(s, "r%u #%zu: GEMM reads G block %u row %llu, never written", r, i, b,
-                         (unsigned long long)next);
+        return violation(s, "r%u #%zu: %s reads r%u's G block %u row %llu, never written", r, i,
+                         what, owner, b, (unsigned long long)next);
     return true;
+}
+
+/* (b) across ranks: a PULL of rank r (#i) reads rows of a peer's G, which
+ * the peer wrote (received from another node) before it. */
+static bool peer_g_ready(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    uint64_t m = s->plans[r].params.m;
+    uint32_t owner = in->src.rank;
+
+    if (s->pspans_of != owner) {
+        s->npspans = collect_spans(s, owner, -1, s->pspans);
+        s->pspans_of = owner;
+    }
+    /* one block: check_operands proved it */
+    return g_rows_ready(s, owner, r, i, s->pspans, s->npspans, (uint32_t)(in->src.row / m),
+                        in->src.row % m, in->src.row % m + in->rows);
 }
 
 /* (a), (b), (f): C rows written exactly once; G rows at most once (exactly
@@ -676,6 +902,8 @@ static bool check_rows(sim_t *s)
         for (size_t i = 0; ok && i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
+            if (in->kind == OVL_I_PULL && in->src.buf == OVL_BUF_G)
+                ok = peer_g_ready(s, r, i, in);
             if (in->kind != OVL_I_GEMM || in->src.buf != OVL_BUF_G)
                 continue;
             reads_g = true;
@@ -686,7 +914,7 @@ static bool check_rows(sim_t *s)
                 while (ok && rows > 0) {
                     uint64_t at = row % m, len = m - at < rows ? m - at : rows;
 
-                    ok = g_rows_ready(s, r, i, g, ng, (uint32_t)(row / m), at, at + len);
+                    ok = g_rows_ready(s, r, r, i, g, ng, (uint32_t)(row / m), at, at + len);
                     row += len;
                     rows -= len;
                 }
@@ -727,7 +955,8 @@ static bool check_bufs(sim_t *s)
 
             if (in->kind == OVL_I_GEMM)
                 used[in->b.buf] = true;
-            if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_ALLGATHER)
+            if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_ALLGATHER ||
+                in->kind == OVL_I_RAIL)
                 used[in->src.buf] = used[in->dst.buf] = true;
         }
         for (int b = 0; b < OVL_BUF_COUNT; b++) {
@@ -750,22 +979,31 @@ static bool check_bufs(sim_t *s)
 
 /* How A moves and what each stream is for. naive and collective gather by
  * ALLGATHERs exactly when the params say NCCL, by PULLs otherwise; ring
- * always pulls. An ALLGATHER of whole shards is NCCL's all-gather, of
- * chunks send/recv. Stream 0 is the client's; another stream is for
- * communication if it carries ALLGATHERs, for copies if it carries PULLs,
- * for compute if it carries GEMMs only. */
+ * always pulls, and across nodes issues one RAIL per chunk (and only
+ * there). An ALLGATHER of whole shards is NCCL's all-gather, of chunks
+ * send/recv. Stream 0 is the client's; another stream is for
+ * communication if it carries ALLGATHERs or RAILs, for copies if it
+ * carries PULLs, for compute if it carries GEMMs only. */
 static bool check_transfers(sim_t *s)
 {
     for (uint32_t r = 0; r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
         bool nccl = p->params.algo != OVL_ALGO_RING && nccl_gather(&p->params);
+        bool rails = p->params.algo == OVL_ALGO_RING && s->nnodes > 1;
         bool ag[OVL_PLAN_MAX_STREAMS] = {false}, pull[OVL_PLAN_MAX_STREAMS] = {false};
         bool gemm[OVL_PLAN_MAX_STREAMS] = {false};
+        uint32_t nrail = 0;
 
         for (size_t i = 0; i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
             bool whole = in->src.row == 0 && in->rows == p->params.m;
 
+            if (in->kind == OVL_I_RAIL) {
+                if (!rails)
+                    return violation(s, "r%u #%zu: RAIL in a plan of one node or not ring", r, i);
+                ag[in->stream] = true;
+                nrail++;
+            }
             if (in->kind == OVL_I_ALLGATHER) {
                 if (!nccl)
                     return violation(s, "r%u #%zu: ALLGATHER where the params say pulls", r, i);
@@ -784,6 +1022,8 @@ static bool check_transfers(sim_t *s)
             if (in->kind == OVL_I_GEMM)
                 gemm[in->stream] = true;
         }
+        if (rails && nrail != p->chunks)
+            return violation(s, "r%u: %u RAILs for %u chunks", r, nrail, p->chunks);
         if (p->roles[0] != OVL_ROLE_CLIENT)
             return violation(s, "r%u: s0's role is %s", r, ovl_stream_role_name(p->roles[0]));
         for (uint32_t st = 1; st < p->nstreams; st++) {
@@ -825,8 +1065,11 @@ static bool check_collective(sim_t *s)
 }
 
 /* (g) ring: own shard first (every LOCAL GEMM issued before any GATHERED
- * one); with peers, exactly two GEMM streams, and the one whose first GEMM is
- * issued later starts with a SLEEP. */
+ * one), then across nodes the node's shards, then the remote ones; with
+ * peers, exactly two GEMM streams, and the one whose first GEMM is issued
+ * later starts with a SLEEP. Streams: 4 in one node; across nodes 5, the
+ * fifth for the RAILs, or 4 where the rank pulls nothing (no peer on its
+ * node, no a_out), the RAILs on stream 1. */
 static bool check_ring(sim_t *s)
 {
     for (uint32_t r = 0; r < s->world; r++) {
@@ -834,9 +1077,11 @@ static bool check_ring(sim_t *s)
         size_t first_gemm[OVL_PLAN_MAX_STREAMS];
         bool slept[OVL_PLAN_MAX_STREAMS] = {false};
         bool seen_gathered = false;
-        uint32_t gemm_streams = 0, second = 0;
+        uint32_t gemm_streams = 0, second = 0, want_streams = 4, stage = 0;
         size_t second_at = 0;
 
+        if (s->nnodes > 1 && (s->size[s->node[r]] > 1 || p->params.want_gathered))
+            want_streams = 5;
         for (uint32_t st = 0; st < OVL_PLAN_MAX_STREAMS; st++)
             first_gemm[st] = SIZE_MAX;
         for (size_t i = 0; i < p->ninstr; i++) {
@@ -850,6 +1095,16 @@ static bool check_ring(sim_t *s)
                 seen_gathered = true;
             else if (seen_gathered)
                 return violation(s, "r%u #%zu: own-shard GEMM after a peer's", r, i);
+            if (in->src.buf == OVL_BUF_G) {
+                /* 1: a shard of the node, 2: of another node */
+                uint32_t blk = (uint32_t)(in->dst.row / p->params.m);
+                uint32_t st = s->node[blk] == s->node[r] ? 1 : 2;
+
+                if (st < stage)
+                    return violation(s, "r%u #%zu: GEMM of the node's shard after a remote one", r,
+                                     i);
+                stage = st;
+            }
             if (first_gemm[in->stream] == SIZE_MAX) {
                 first_gemm[in->stream] = i;
                 gemm_streams++;
@@ -861,9 +1116,9 @@ static bool check_ring(sim_t *s)
         }
         if (s->world == 1)
             continue;
-        if (gemm_streams != 2 || p->nstreams != 4)
-            return violation(s, "r%u: %u GEMM streams of %u streams, want 2 of 4", r, gemm_streams,
-                             p->nstreams);
+        if (gemm_streams != 2 || p->nstreams != want_streams)
+            return violation(s, "r%u: %u GEMM streams of %u streams, want 2 of %u", r, gemm_streams,
+                             p->nstreams, want_streams);
         if (!slept[second])
             return violation(s, "r%u #%zu: no SLEEP ahead of the first GEMM on s%u", r, second_at,
                              second);
@@ -899,6 +1154,12 @@ static size_t sim_layout(sim_t *s, char *base)
     s->joint = carve(base, &off, s->ncomp, sizeof(*s->joint));
     s->cspans = carve(base, &off, s->maxspans, sizeof(*s->cspans));
     s->gspans = carve(base, &off, s->maxspans, sizeof(*s->gspans));
+    s->pspans = carve(base, &off, s->maxspans, sizeof(*s->pspans));
+    s->node = carve(base, &off, w, sizeof(*s->node));
+    s->local = carve(base, &off, w, sizeof(*s->local));
+    s->size = carve(base, &off, w, sizeof(*s->size));
+    s->rail_issue = carve(base, &off, (size_t)w * s->ncomp, sizeof(*s->rail_issue));
+    s->rail_hits = carve(base, &off, w, sizeof(*s->rail_hits));
     for (uint32_t r = 0; r < w; r++) {
         uint32_t *clock = carve(base, &off, s->plans[r].ninstr * s->ncomp, sizeof(uint32_t));
         uint32_t *evclock =
@@ -964,6 +1225,20 @@ static bool check_job(checker_t *ck, const ovl_plan_t *plans, uint32_t world)
     memset(s.pc, 0, world * sizeof(*s.pc));
     for (uint32_t r = 0; r < world; r++)
         memset(s.evrec[r], 0, plans[r].nevents * sizeof(bool));
+    s.pspans_of = UINT32_MAX;
+    /* the topology, from rank 0's params (check_fields holds every rank to
+     * it): nodes, each rank's node and its index among the node's ranks */
+    memset(s.size, 0, world * sizeof(*s.size));
+    s.nnodes = 1;
+    for (uint32_t q = 0; q < world; q++) {
+        uint32_t nd = plans[0].params.node_of ? plans[0].params.node_of[q] : 0;
+
+        assert_true(nd < world);
+        s.node[q] = nd;
+        s.local[q] = s.size[nd]++;
+        if (nd + 1 > s.nnodes)
+            s.nnodes = nd + 1;
+    }
 
     ok = check_fields(&s) && check_shape(&s) && check_bufs(&s) && check_transfers(&s) &&
          simulate(&s) && check_bracketed(&s) && check_shard_reads(&s) && check_rows(&s);
@@ -1409,6 +1684,300 @@ static void test_checker_catches(void **state)
     expect_violation(OVL_ALGO_RING, 2, 2, 0, wrong_used, "buffer B used is 0");
 }
 
+static void expect_invalid(const ovl_plan_params_t *p);
+
+/* ------------------------------------------------------------ nodes */
+
+/* The topologies the tests across nodes build, world ranks on `nodes`
+ * nodes (2 <= nodes <= world), into node_of:
+ *   0 node-major, as even as can be (uneven where nodes does not divide)
+ *   1 node-major, skewed: one rank on each node but the last
+ *   2 node-major, growing: 1, 2, 3, ... ranks, the last node the rest
+ *     (as 0 where they do not fit)
+ *   3 interleaved: rank r on node r % nodes
+ *   4 scrambled: ranks 0.. nodes-1 on nodes nodes-1 .. 0, then (7 r) % nodes */
+enum { TOPO_KINDS = 5 };
+
+static void make_topo(uint32_t world, uint32_t nodes, int kind, uint32_t *node_of)
+{
+    uint32_t size[8] = {0}, q = 0;
+
+    assert_true(nodes >= 2 && nodes <= world && nodes <= 8);
+    if (kind == 2 && nodes * (nodes - 1) / 2 >= world)
+        kind = 0;
+    for (uint32_t n = 0; n < nodes; n++)
+        size[n] = kind == 0   ? world / nodes + (n < world % nodes)
+                  : kind == 1 ? (n + 1 < nodes ? 1 : world - nodes + 1)
+                  : kind == 2 ? (n + 1 < nodes ? n + 1 : world - nodes * (nodes - 1) / 2)
+                              : 0;
+    for (uint32_t n = 0; kind <= 2 && n < nodes; n++)
+        for (uint32_t i = 0; i < size[n]; i++)
+            node_of[q++] = n;
+    for (uint32_t r = 0; kind == 3 && r < world; r++)
+        node_of[r] = r % nodes;
+    for (uint32_t r = 0; kind == 4 && r < world; r++)
+        node_of[r] = r < nodes ? nodes - 1 - r : (7 * r) % nodes;
+}
+
+/* Jobs across nodes: worlds 2 to 8 on 2 to 4 nodes, each topology kind
+ * (even, uneven, not node-major), every algorithm (naive and collective
+ * by NCCL, the only way across nodes; ring by the rail), chunks 1 to 4, m
+ * 3 and 64, with and without a_out, one B and three. */
+static void test_checker_nodes(void **state)
+{
+    static const uint64_t ms[] = {3, 64};
+    uint32_t node_of[8];
+    ovl_plan_t plans[8];
+    checker_t ck = {.arena = NULL};
+    unsigned jobs = 0;
+
+    (void)state;
+    for (uint32_t world = 2; world <= 8; world++)
+        for (uint32_t nodes = 2; nodes <= 4 && nodes <= world; nodes++)
+            for (int kind = 0; kind < TOPO_KINDS; kind++)
+                for (uint32_t chunks = 1; chunks <= 4; chunks++)
+                    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                        for (int wg = 0; wg <= 1; wg++)
+                            for (uint32_t nb = 1; nb <= 3; nb += 2)
+                                for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++) {
+                                    bool transb = (chunks + nb + (uint32_t)kind) % 2 == 1;
+
+                                    make_topo(world, nodes, kind, node_of);
+                                    build_topo = node_of;
+                                    build_nb = nb;
+                                    build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks, 2, wg,
+                                                 L_DENSE, transb);
+                                    build_nb = 1;
+                                    build_topo = NULL;
+                                    for (uint32_t r = 0; r < world; r++)
+                                        assert_int_equal(plans[r].nnodes, nodes);
+                                    if (!check_job(&ck, plans, world))
+                                        fail_msg("%s world=%u nodes=%u topology=%d chunks=%u "
+                                                 "m=%llu a_out=%d nb=%u: %s",
+                                                 ovl_algo_name((ovl_algo_t)a), world, nodes, kind,
+                                                 chunks, (unsigned long long)ms[mi], wg, nb,
+                                                 ck.why);
+                                    free_job(plans, world);
+                                    jobs++;
+                                }
+    /* 18 (world, nodes) pairs */
+    assert_int_equal(jobs, 18 * TOPO_KINDS * 4 * 2 * 2 * 2 * 3);
+    checker_free(&ck);
+}
+
+/* Replaces every RAIL's peer lists of plan with send[0..ns), recv[0..nr). */
+static void set_rail(ovl_plan_t *plan, const uint32_t *send, uint32_t ns, const uint32_t *recv,
+                     uint32_t nr)
+{
+    free(plan->peers);
+    plan->peers = calloc(ns + nr + 1, sizeof(*plan->peers));
+    assert_non_null(plan->peers);
+    for (uint32_t i = 0; i < ns; i++)
+        plan->peers[i] = send[i];
+    for (uint32_t i = 0; i < nr; i++)
+        plan->peers[ns + i] = recv[i];
+    plan->npeers = ns + nr;
+    for (size_t i = 0; i < plan->ninstr; i++)
+        if (plan->instr[i].kind == OVL_I_RAIL) {
+            plan->instr[i].peers = 0;
+            plan->instr[i].nsend = ns;
+            plan->instr[i].nrecv = nr;
+        }
+}
+
+static void insert_instr(ovl_plan_t *plan, size_t at, const ovl_instr_t *in)
+{
+    ovl_instr_t *v = realloc(plan->instr, (plan->ninstr + 1) * sizeof(*v));
+
+    assert_non_null(v);
+    memmove(&v[at + 1], &v[at], (plan->ninstr - at) * sizeof(*v));
+    v[at] = *in;
+    plan->instr = v;
+    plan->ninstr++;
+}
+
+/* The corruptions below are of a ring of 2 nodes x 2 ranks (r0 r1 | r2
+ * r3): r0 and r2 exchange, r1 and r3; r1 pulls r2's rows from r0's G. */
+
+/* r1 pulls from r0's G without waiting for r0's arrival event */
+static void drop_arrival_wait(ovl_plan_t *plans)
+{
+    remove_instr(&plans[1], find_wait(&plans[1], 1, 0, ovl_plan_arrival_event(0)));
+}
+
+/* r3, not r2, receives r0's rows (matched: r0 sends there) */
+static void wrong_receiver(ovl_plan_t *plans)
+{
+    static const uint32_t r0_send[] = {3}, r0_recv[] = {2}, r2_send[] = {0}, r3_send[] = {1},
+                          r3_recv[] = {1, 0};
+
+    set_rail(&plans[0], r0_send, 1, r0_recv, 1);
+    set_rail(&plans[2], r2_send, 1, NULL, 0);
+    set_rail(&plans[3], r3_send, 1, r3_recv, 2);
+}
+
+/* r0 sends nothing; r2 still receives from it */
+static void missing_send(ovl_plan_t *plans)
+{
+    static const uint32_t r0_recv[] = {2};
+
+    set_rail(&plans[0], NULL, 0, r0_recv, 1);
+}
+
+/* r1 pulls r2's shard from r2's A by the copy engine, across nodes */
+static void pull_across_nodes(ovl_plan_t *plans)
+{
+    ovl_instr_t *in = &plans[1].instr[find_instr(&plans[1], OVL_I_PULL, OVL_BUF_A, 0)];
+
+    in->src.rank = 2;
+    in->dst.row = 2 * plans[1].params.m + in->src.row;
+}
+
+/* r1 releases after its pulls of the node's A, before those of r0's G */
+static void release_before_g_pulls(ovl_plan_t *plans)
+{
+    ovl_plan_t *p = &plans[1];
+    size_t rel = 0, last_a = 0;
+
+    for (size_t i = 0; i < p->ninstr; i++) {
+        const ovl_instr_t *in = &p->instr[i];
+
+        if (in->kind == OVL_I_RECORD && in->event == OVL_EV_RELEASE)
+            rel = i;
+        if (in->kind == OVL_I_PULL && in->src.buf == OVL_BUF_A)
+            last_a = i;
+    }
+    assert_true(rel > last_a);
+    ovl_instr_t in = p->instr[rel];
+    remove_instr(p, rel);
+    insert_instr(p, last_a + 1, &in);
+}
+
+/* r2's first RAIL moves a row fewer */
+static void rail_rows_differ(ovl_plan_t *plans)
+{
+    plans[2].instr[find_instr(&plans[2], OVL_I_RAIL, -1, 0)].rows--;
+}
+
+/* r3 waits on an event of r1, on another node */
+static void wait_across_nodes(ovl_plan_t *plans)
+{
+    plans[3].instr[find_wait(&plans[3], 1, 2, OVL_EV_READY)].peer = 1;
+}
+
+/* r1's first GEMM of rows r1 received itself (remote), with its wait for
+ * their arrival, moved ahead of the node's pulls and GEMMs: still ordered
+ * after the rows arrive, but out of the order own, node, remote */
+static void remote_gemm_first(ovl_plan_t *plans)
+{
+    ovl_plan_t *p = &plans[1];
+    size_t g = SIZE_MAX, at = find_instr(p, OVL_I_PULL, OVL_BUF_A, 0) - 1;
+
+    for (size_t i = 0; i < p->ninstr && g == SIZE_MAX; i++)
+        if (p->instr[i].kind == OVL_I_GEMM && p->instr[i].src.buf == OVL_BUF_G &&
+            p->instr[i].dst.row / p->params.m >= 2)
+            g = i;
+    assert_true(g != SIZE_MAX && g > at);
+    assert_int_equal(p->instr[g - 1].kind, OVL_I_WAIT); /* its arrival */
+    assert_int_equal(p->instr[at].kind, OVL_I_WAIT);    /* the peer's READY */
+    ovl_instr_t wait = p->instr[g - 1], gemm = p->instr[g];
+    remove_instr(p, g);
+    remove_instr(p, g - 1);
+    insert_instr(p, at, &gemm);
+    insert_instr(p, at, &wait);
+}
+
+/* r3 drops its RAILs: r1 would wait for ever for what r3 sends */
+static void drop_rails(ovl_plan_t *plans)
+{
+    ovl_plan_t *p = &plans[3];
+
+    for (size_t i = p->ninstr; i-- > 0;)
+        if (p->instr[i].kind == OVL_I_RAIL)
+            remove_instr(p, i);
+}
+
+static void test_checker_catches_nodes(void **state)
+{
+    static const uint32_t two_by_two[] = {0, 0, 1, 1};
+
+    (void)state;
+    build_topo = two_by_two;
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, drop_arrival_wait, "PULL reads r0's G block");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, wrong_receiver, "which the rail sends node 1's");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, missing_send, "which does not send to it");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, pull_across_nodes, "PULL crosses nodes");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, release_before_g_pulls,
+                     "may complete while its G is read");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, rail_rows_differ, "RAIL rows differ");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, wait_across_nodes, "of another node");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, remote_gemm_first, "after a remote one");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, drop_rails, "0 RAILs for 2 chunks");
+    build_topo = NULL;
+}
+
+/* A topology is checked (ids dense, below the world), one node given as
+ * node_of plans exactly what no node_of plans, and what only the copy
+ * engine can gather is refused across nodes. */
+static void test_topology_params(void **state)
+{
+    static const uint32_t zeros[4] = {0}, gap[4] = {0, 0, 2, 2}, big[4] = {0, 4, 1, 1},
+                          two[4] = {0, 1, 1, 0};
+    ovl_plan_params_t p = params_of(OVL_ALGO_RING, 4, 1, 64, 2, 0, false);
+    ovl_plan_t plan, one;
+    char *a, *b;
+
+    (void)state;
+    p.node_of = gap;
+    expect_invalid(&p);
+    p.node_of = big;
+    expect_invalid(&p);
+    for (int a_ = OVL_ALGO_NAIVE; a_ < OVL_ALGO_COUNT; a_++) {
+        p.algo = (ovl_algo_t)a_;
+        p.node_of = two;
+        for (int l = L_STRIDED; l < L_COUNT; l++) {
+            set_layout(&p, (layout_t)l);
+            if (l == L_STRIDED || l == L_COPY || l == L_SHARED) {
+                expect_invalid(&p);
+                continue;
+            }
+            assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+            ovl_plan_free(&plan);
+        }
+        set_layout(&p, L_DENSE);
+        /* every rank on node 0 is one node: byte for byte */
+        p.node_of = zeros;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        p.node_of = NULL;
+        assert_int_equal(ovl_plan_build(&p, &one), OVL_OK);
+        a = format_plan(&plan);
+        b = format_plan(&one);
+        assert_string_equal(a, b);
+        assert_null(plan.params.node_of);
+        assert_int_equal(plan.nnodes, 1);
+        free(a);
+        free(b);
+        ovl_plan_free(&plan);
+        ovl_plan_free(&one);
+    }
+    /* the plan keeps its own copy of the topology */
+    {
+        uint32_t mine[4] = {0, 1, 1, 0};
+
+        p.algo = OVL_ALGO_RING;
+        p.node_of = mine;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        mine[1] = 0;
+        assert_true(plan.params.node_of != mine);
+        assert_int_equal(plan.params.node_of[1], 1);
+        a = format_plan(&plan);
+        assert_non_null(strstr(a, "plan format=3 algo=ring "));
+        assert_non_null(strstr(a, "\ntopology nodes=2 sizes=2,2 node_of=0,1,1,0\n"));
+        free(a);
+        ovl_plan_free(&plan);
+    }
+}
+
 static char *format_plan(const ovl_plan_t *plan)
 {
     size_t need = ovl_plan_format(plan, NULL, 0);
@@ -1420,9 +1989,10 @@ static char *format_plan(const ovl_plan_t *plan)
     return text;
 }
 
-static void check_golden_as(ovl_algo_t algo, layout_t layout, const char *name)
+static void check_golden_full(ovl_algo_t algo, layout_t layout, uint32_t world, uint32_t rank,
+                              uint32_t chunks, const char *name)
 {
-    ovl_plan_params_t p = params_of(algo, 4, 1, 1024, 4, 2, false);
+    ovl_plan_params_t p = params_of(algo, world, rank, 1024, chunks, 2, false);
     const char *update = getenv("OVL_UPDATE_GOLDEN");
     char path[4096];
     ovl_plan_t plan;
@@ -1431,6 +2001,7 @@ static void check_golden_as(ovl_algo_t algo, layout_t layout, const char *name)
     FILE *f;
 
     set_layout(&p, layout);
+    p.node_of = build_topo;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     text = format_plan(&plan);
     snprintf(path, sizeof(path), "%s/%s", OVL_GOLDEN_DIR, name);
@@ -1461,9 +2032,40 @@ static void check_golden_as(ovl_algo_t algo, layout_t layout, const char *name)
     ovl_plan_free(&plan);
 }
 
+static void check_golden_as(ovl_algo_t algo, layout_t layout, const char *name)
+{
+    check_golden_full(algo, layout, 4, 1, 4, name);
+}
+
+static void check_golden_shape(ovl_algo_t algo, uint32_t world, uint32_t rank, uint32_t chunks,
+                               const char *name)
+{
+    check_golden_full(algo, L_DENSE, world, rank, chunks, name);
+}
+
 static void check_golden(ovl_algo_t algo, const char *name)
 {
     check_golden_as(algo, L_DENSE, name);
+}
+
+/* Goldens across nodes: the standard shape but for the world, the rank,
+ * the chunks and the topology (ovlctl plan --nodes / --local-ranks). */
+static void check_golden_nodes(ovl_algo_t algo, uint32_t world, uint32_t rank, uint32_t chunks,
+                               const uint32_t *node_of, const char *name)
+{
+    build_topo = node_of;
+    check_golden_shape(algo, world, rank, chunks, name);
+    build_topo = NULL;
+}
+
+static void test_golden_nodes(void **state)
+{
+    static const uint32_t two_by_two[] = {0, 0, 1, 1}, uneven[] = {0, 1, 1, 2, 2, 2};
+
+    (void)state;
+    check_golden_nodes(OVL_ALGO_RING, 4, 1, 4, two_by_two, "plan_ring_2x2.txt");
+    check_golden_nodes(OVL_ALGO_RING, 6, 1, 2, uneven, "plan_ring_1+2+3.txt");
+    check_golden_nodes(OVL_ALGO_COLLECTIVE, 4, 1, 4, two_by_two, "plan_collective_2x2.txt");
 }
 
 static void test_golden_naive(void **state)
@@ -1763,15 +2365,27 @@ static void test_free_and_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_naive),       cmocka_unit_test(test_golden_collective),
-        cmocka_unit_test(test_golden_ring),        cmocka_unit_test(test_golden_copy),
-        cmocka_unit_test(test_checker_all_shapes), cmocka_unit_test(test_scratch),
-        cmocka_unit_test(test_checker_large),      cmocka_unit_test(test_checker_catches),
-        cmocka_unit_test(test_checker_multi_b),    cmocka_unit_test(test_checker_catches_multi_b),
-        cmocka_unit_test(test_format_multi_b),     cmocka_unit_test(test_invalid_params),
-        cmocka_unit_test(test_format_truncation),  cmocka_unit_test(test_uneven_chunks),
-        cmocka_unit_test(test_defaults),           cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_golden_naive),
+        cmocka_unit_test(test_golden_collective),
+        cmocka_unit_test(test_golden_ring),
+        cmocka_unit_test(test_golden_copy),
+        cmocka_unit_test(test_checker_all_shapes),
+        cmocka_unit_test(test_scratch),
+        cmocka_unit_test(test_checker_large),
+        cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_checker_multi_b),
+        cmocka_unit_test(test_checker_catches_multi_b),
+        cmocka_unit_test(test_format_multi_b),
+        cmocka_unit_test(test_invalid_params),
+        cmocka_unit_test(test_format_truncation),
+        cmocka_unit_test(test_uneven_chunks),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_choose),
         cmocka_unit_test(test_free_and_names),
+        cmocka_unit_test(test_checker_nodes),
+        cmocka_unit_test(test_checker_catches_nodes),
+        cmocka_unit_test(test_topology_params),
+        cmocka_unit_test(test_golden_nodes),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
