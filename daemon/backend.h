@@ -3,11 +3,10 @@
  *
  * A backend owns devices, streams, events, doorbells, client memory mappings
  * and the primitive operations a host program is made of: wait for the
- * client's doorbell, record/wait events, all-gather, copy, GEMM, sleep, ring
- * done. It knows nothing about algorithms (exec.c walks the plan) nor about
- * sockets and jobs (server.c, job.c). Two exist: host (backend_host.c and
- * host_*.c: CPU threads and shared memory) and cuda (backend_cuda.c and
- * cuda_*.c).
+ * client's doorbell, record/wait events, all-gather, rail (send/recv
+ * between nodes), copy, GEMM, sleep, ring done. It knows nothing about algorithms (exec.c walks the
+ * plan) nor about sockets and jobs (server.c, job.c). Two exist: host (backend_host.c and host_*.c:
+ * CPU threads and shared memory) and cuda (backend_cuda.c and cuda_*.c).
  *
  * Threads: every function is called from the loop thread, except where a
  * comment says otherwise. Calls that enqueue work return once it is queued;
@@ -80,6 +79,25 @@ typedef struct ovld_allgather_part {
     ovld_view_t dst; /* rank 0's block of this rank's gathered matrix */
 } ovld_allgather_part_t;
 
+/* One rank's part of a rail (a ring's exchange between nodes): its rows x
+ * cols from src go to each rank of send[0..nsend), and the rows of each
+ * rank q of recv[0..nrecv) land in its own matrix at dst's rows
+ * [q*stride, q*stride + rows). Ranks are the job's (global) ranks: the
+ * ranks of the job's communicator, which may be served by other daemons
+ * (exec.c resolves the views from the plan's names; the lists are the
+ * plan's, valid during the call only). */
+typedef struct ovld_rail_part {
+    ovld_rank_t *rank;
+    uint32_t global; /* this part's rank in the job */
+    uint32_t stream;
+    ovld_view_t src; /* this rank's rows */
+    ovld_view_t dst; /* rank 0's block of this rank's gathered matrix */
+    const uint32_t *send;
+    uint32_t nsend;
+    const uint32_t *recv;
+    uint32_t nrecv;
+} ovld_rail_part_t;
+
 /* End of a job_setup, on the loop thread. */
 typedef void (*ovld_setup_cb)(void *arg, ovl_status_t status, const char *message);
 
@@ -143,9 +161,10 @@ typedef struct ovld_backend_ops {
      * nothing: one asked for what it cannot do (a method it does not have,
      * a layout the method cannot move) fails with words in last_error,
      * never a substitute. With issue_parallel, exec.c may call all of them
-     * but set_streams, done and allgather for different ranks from
+     * but set_streams, done, allgather and rail for different ranks from
      * different threads at once (each rank from one thread at a time);
-     * set_streams, done and allgather only from the loop thread. Ranks of
+     * set_streams, done, allgather and rail only from the loop thread (one
+     * call for every local rank's part, one NCCL group). Ranks of
      * one op that share a device are issued from one thread (exec.h,
      * serial), and ops are issued one at a time, so per-device state needs
      * no lock. reserve_events makes events [0, n) of a rank exist
@@ -173,6 +192,15 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*allgather)(ovld_backend_t *b, ovl_ag_method_t method,
                               const ovld_allgather_part_t *parts, uint32_t nparts,
                               ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+    /* The rail (plan.h, OVL_I_RAIL): every part's sends and receives in
+     * one call (one NCCL group: grouped ncclSend/ncclRecv), parts in the
+     * job's rank order, by exactly `method` (OVL_AG_NCCL_RAIL), in dense
+     * rows. A part's receives complete once their senders sent, wherever
+     * those are served; its sends once the rows have left src. NULL: the
+     * backend cannot move rows between nodes; plans across nodes fail. */
+    ovl_status_t (*rail)(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
+                         uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                         uint64_t stride);
     /* rows x cols elements from src to dst (2-D, each with its own ld). */
     ovl_status_t (*copy)(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                          uint64_t rows, uint64_t cols, size_t elem);

@@ -20,6 +20,9 @@
  *               dense shards) or grouped ncclSend/ncclRecv (dense chunks),
  *               all local ranks in one NCCL group; anything else is refused
  *               (plans gather strided layouts by PULLs)
+ *   RAIL        grouped ncclSend/ncclRecv between the ranks the plan names
+ *               (job ranks of the job's communicator), all local ranks'
+ *               in one NCCL group; dense rows only
  *   PULL        cudaMemcpy(2D)Async from the peer's mapping (copy engine)
  *   GEMM        cuBLASLt (cuda_gemm.c)
  *   SLEEP       kernels.cu
@@ -130,6 +133,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .record = cuda_record,
     .wait = cuda_wait,
     .allgather = cuda_allgather,
+    .rail = cuda_rail,
     .copy = cuda_copy,
     .gemm = cuda_gemm,
     .sleep = cuda_sleep,

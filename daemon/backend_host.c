@@ -2,7 +2,8 @@
  * backend_host.c: the host backend. Every "device" is host memory; a stream
  * is a worker thread with a FIFO of work; an event is a pair of counters
  * (records enqueued, records completed); an all-gather (either NCCL
- * method) is a barrier plus memcpy between the ranks' buffers; a GEMM is
+ * method) is a barrier plus memcpy between the ranks' buffers, a rail the
+ * same between each sender and its receivers; a GEMM is
  * hostgemm.c; the doorbell is a page of a memfd that the client maps too.
  * It runs the same plans as the CUDA backend and returns real results, so
  * that everything but the CUDA calls is exercised without a GPU.
@@ -112,6 +113,7 @@ static const ovld_backend_ops_t host_ops = {
     .record = host_record,
     .wait = host_wait,
     .allgather = host_allgather,
+    .rail = host_rail,
     .copy = host_copy,
     .gemm = host_gemm,
     .sleep = host_sleep,

@@ -9,7 +9,8 @@
  *                   wait_ready, record, wait, gemm, sleep
  *   cuda_mem.c      IPC import/release and its cache
  *   cuda_nccl.c     communicators, job_setup/teardown, the all-gather
- *                   (NCCL, by the method asked) and the copy-engine pulls
+ *                   (NCCL, by the method asked), the rail (grouped NCCL
+ *                   send/recv between nodes) and the copy-engine pulls
  *   cuda_done.c     completions (done, host functions), the watchdog,
  *                   restore_release
  *   cuda_gemm.c     cuBLASLt (its own header, cuda_gemm.h)
@@ -215,6 +216,9 @@ void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n)
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
                             const ovld_allgather_part_t *parts, uint32_t n, ovl_dtype_t dtype,
                             uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
+                       uint32_t n, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                       uint64_t stride);
 ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem);
 

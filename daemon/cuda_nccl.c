@@ -4,7 +4,9 @@
  * thread (job_setup) and finalized the same way (job_teardown); the
  * all-gather, by exactly the NCCL method the plan names (strided layouts
  * and jobs without NCCL are gathered by the plans' own pulls, never here);
- * and the pulls (cudaMemcpy(2D)Async from a peer's mapping).
+ * the rail between nodes (grouped ncclSend/ncclRecv between the ranks the
+ * plan names, on the job's communicator); and the pulls
+ * (cudaMemcpy(2D)Async from a peer's mapping).
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -267,7 +269,7 @@ static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather
         snprintf(cuda_last_err, sizeof(cuda_last_err), __VA_ARGS__);                               \
         return (st);                                                                               \
     } while (0)
-    if (!name)
+    if (!name || method == OVL_AG_NCCL_RAIL)
         REFUSE(OVL_ERR_UNSUPPORTED, "all-gather method %d: not one the CUDA backend has",
                (int)method);
     if (elem == 0)
@@ -305,6 +307,45 @@ static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather
     }
 #undef REFUSE
     return OVL_OK;
+}
+
+/* Part i's rank, whatever the parts' type (launch_wait). */
+typedef struct ovld_rank *(*part_rank_fn)(const void *parts, uint32_t i);
+
+static struct ovld_rank *allgather_rank(const void *parts, uint32_t i)
+{
+    return ((const ovld_allgather_part_t *)parts)[i].rank;
+}
+
+static struct ovld_rank *rail_rank(const void *parts, uint32_t i)
+{
+    return ((const ovld_rail_part_t *)parts)[i].rank;
+}
+
+/*
+ * After a grouped launch that said ncclInProgress: nonblocking comms take
+ * nothing else on their streams before the launch is complete (API-NOTES
+ * 1.3), so this waits for every part's communicator. It runs on the loop
+ * thread: a launch that is not complete within NCCL_LAUNCH_LIMIT_NS (a GPU
+ * that no longer moves) fails the op rather than hold every client up for
+ * ever (ncclInProgress then).
+ */
+static ncclResult_t launch_wait(const void *parts, uint32_t n, part_rank_fn rank_of)
+{
+    uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
+    struct ovld_rank *rk[NCCL_WAIT_BATCH];
+    uint32_t done = 0;
+    ncclResult_t r = ncclSuccess;
+    while (done < n) {
+        uint32_t c = 0;
+        for (; c < NCCL_WAIT_BATCH && done + c < n; c++)
+            rk[c] = rank_of(parts, done + c);
+        r = nccl_wait(rk, c, deadline);
+        if (r != ncclSuccess)
+            break;
+        done += c;
+    }
+    return r;
 }
 
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
@@ -348,25 +389,8 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess)
         r = e;
-    if (r == ncclInProgress) {
-        /* Nonblocking comms: nothing else goes on their streams before the
-         * launch is complete (API-NOTES 1.3). This runs on the loop thread:
-         * a launch that is not complete within NCCL_LAUNCH_LIMIT_NS (a GPU
-         * that no longer moves) fails the op rather than hold every client
-         * up for ever. */
-        uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
-        struct ovld_rank *rk[NCCL_WAIT_BATCH];
-        uint32_t done = 0;
-        while (done < n) {
-            uint32_t c = 0;
-            for (; c < NCCL_WAIT_BATCH && done + c < n; c++)
-                rk[c] = parts[done + c].rank;
-            r = nccl_wait(rk, c, deadline);
-            if (r != ncclSuccess)
-                break;
-            done += c;
-        }
-    }
+    if (r == ncclInProgress)
+        r = launch_wait(parts, n, allgather_rank);
     if (r != ncclSuccess) {
         if (ce != cudaSuccess)
             snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: the own rows' copy: %s", name,
@@ -375,6 +399,102 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
             snprintf(cuda_last_err, sizeof(cuda_last_err), "%s of %" PRIu64 " rows: %s", name, rows,
                      r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
                                          : ncclGetErrorString(r));
+        return OVL_ERR_BACKEND;
+    }
+    return OVL_OK;
+}
+
+/* Refuses, with words, a rail NCCL cannot do as asked: dense rows (one
+ * piece per peer), blocks that do not overlap, and every part on a
+ * communicator of the job whose rank is the part's job rank, its peers
+ * ranks of that communicator other than its own. Matching sends with
+ * receives is the plans' (the checker proves it): NCCL cannot tell a
+ * missing one from a late one. */
+static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *parts, uint32_t n,
+                               size_t elem, uint64_t rows, uint64_t cols, uint64_t stride)
+{
+#define REFUSE(st, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(cuda_last_err, sizeof(cuda_last_err), __VA_ARGS__);                               \
+        return (st);                                                                               \
+    } while (0)
+    if (method != OVL_AG_NCCL_RAIL)
+        REFUSE(OVL_ERR_UNSUPPORTED, "rail method %d: not one the CUDA backend has", (int)method);
+    if (elem == 0)
+        REFUSE(OVL_ERR_INVALID, "nccl-rail: unknown dtype");
+    if (stride < rows)
+        REFUSE(OVL_ERR_INVALID, "nccl-rail: blocks overlap: stride %" PRIu64 ", rows %" PRIu64,
+               stride, rows);
+    if (cols != 0 && rows > SIZE_MAX / cols / elem)
+        REFUSE(OVL_ERR_LIMIT, "nccl-rail: %" PRIu64 " x %" PRIu64 " elements do not fit in memory",
+               rows, cols);
+    for (uint32_t i = 0; i < n; i++) {
+        const ovld_rail_part_t *x = &parts[i];
+        int count = 0, rank = -1;
+        if (x->src.ld != cols || x->dst.ld != cols)
+            REFUSE(OVL_ERR_INVALID,
+                   "nccl-rail moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
+                   " for %" PRIu64 " columns",
+                   x->global, x->src.ld, x->dst.ld, cols);
+        if (!x->rank->nccl)
+            REFUSE(OVL_ERR_UNSUPPORTED, "nccl-rail: rank %u has no NCCL communicator", x->global);
+        ncclResult_t r = ncclCommCount(x->rank->nccl, &count);
+        if (r == ncclSuccess)
+            r = ncclCommUserRank(x->rank->nccl, &rank);
+        if (r != ncclSuccess)
+            REFUSE(OVL_ERR_BACKEND, "nccl-rail: rank %u's communicator: %s", x->global,
+                   ncclGetErrorString(r));
+        if (rank < 0 || (uint32_t)rank != x->global)
+            REFUSE(OVL_ERR_INTERNAL, "nccl-rail: part of rank %u is rank %d of its communicator",
+                   x->global, rank);
+        for (uint32_t k = 0; k < x->nsend + x->nrecv; k++) {
+            uint32_t peer = k < x->nsend ? x->send[k] : x->recv[k - x->nsend];
+            if (peer == x->global || peer >= (uint32_t)count)
+                REFUSE(OVL_ERR_INTERNAL, "nccl-rail: rank %u names rank %u of a communicator of %d",
+                       x->global, peer, count);
+        }
+        if (!cuda_stream(x->rank, x->stream))
+            return OVL_ERR_INVALID; /* cuda_stream said why */
+    }
+#undef REFUSE
+    return OVL_OK;
+}
+
+ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
+                       uint32_t n, ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
+{
+    (void)b;
+    size_t elem = ovl_dtype_size(dtype);
+    ovl_status_t st = rail_check(method, parts, n, elem, rows, cols, stride);
+    if (st != OVL_OK)
+        return st;
+    size_t count = (size_t)(rows * cols);
+    ncclDataType_t t = nccl_type(dtype);
+    /* Every local part's sends and receives in one group: NCCL matches
+     * them with each other and with other processes' (other nodes') in
+     * any order, and a rank that sends to a peer which receives later in
+     * the group does not wait for it. */
+    ncclResult_t r = ncclGroupStart();
+    for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
+        const ovld_rail_part_t *x = &parts[i];
+        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+        for (uint32_t k = 0; r == ncclSuccess && k < x->nsend; k++)
+            r = ncclSend(x->src.ptr, count, t, (int)x->send[k], x->rank->nccl, s);
+        for (uint32_t k = 0; r == ncclSuccess && k < x->nrecv; k++) {
+            /* rank q's rows land stride*q rows into dst */
+            void *dst = ovld_view_rows(x->dst, (uint64_t)x->recv[k] * stride, elem).ptr;
+            r = ncclRecv(dst, count, t, (int)x->recv[k], x->rank->nccl, s);
+        }
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = e;
+    if (r == ncclInProgress)
+        r = launch_wait(parts, n, rail_rank);
+    if (r != ncclSuccess) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err), "nccl-rail of %" PRIu64 " rows: %s", rows,
+                 r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
+                                     : ncclGetErrorString(r));
         return OVL_ERR_BACKEND;
     }
     return OVL_OK;

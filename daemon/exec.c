@@ -41,7 +41,7 @@ static ovl_status_t resolve(const ovld_exec_op_t *op, uint32_t r, ovl_ref_t ref,
     return OVL_OK;
 }
 
-/* Issues one instruction of rank r (not an ALLGATHER). A failure of the
+/* Issues one instruction of rank r (not an ALLGATHER or a RAIL). A failure of the
  * executor's own (a name it cannot resolve) leaves words in why; a
  * backend's leaves why empty (its last_error has them). */
 static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t r,
@@ -87,7 +87,7 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         ops->done(x->rank, in->stream, op->seq, OVL_OK, NULL, x->cookie);
         return OVL_OK;
     case OVL_I_ALLGATHER:
-    case OVL_I_RAIL: /* not issued yet: the backends have no rail */
+    case OVL_I_RAIL:
         break;
     }
     snprintf(why, whylen, "not an instruction this call issues");
@@ -118,10 +118,11 @@ static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op,
         method = "an unknown method"; /* the backend refuses it */
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_instr_t *in = &op->ranks[r].plan->instr[pc[r]];
-        if (in->method != first->method || in->rows != first->rows || in->cols != first->cols ||
-            in->stride != first->stride || in->src.buf != first->src.buf ||
-            in->src.row != first->src.row || in->dst.buf != first->dst.buf ||
-            in->dst.row != first->dst.row || op->ranks[r].plan->params.dtype != dtype) {
+        if (in->kind != OVL_I_ALLGATHER || in->method != first->method || in->rows != first->rows ||
+            in->cols != first->cols || in->stride != first->stride ||
+            in->src.buf != first->src.buf || in->src.row != first->src.row ||
+            in->dst.buf != first->dst.buf || in->dst.row != first->dst.row ||
+            op->ranks[r].plan->params.dtype != dtype) {
             snprintf(err, errlen, "plans disagree on all-gather %zu of rank %u", pc[r], r);
             return OVL_ERR_INTERNAL;
         }
@@ -143,6 +144,70 @@ static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op,
                                         first->cols, first->stride);
     if (st != OVL_OK)
         snprintf(err, errlen, "all-gather %s rows %llu+%llu: %s", method,
+                 (unsigned long long)first->src.row, (unsigned long long)first->rows,
+                 why_failed(b, "", st));
+    return st;
+}
+
+/* Issues the RAIL every rank stands at (pc), as one backend call: one NCCL
+ * group for every rank's sends and receives. OVL_ERR_INTERNAL, with words
+ * in err, where plans disagree on its rows or name what the op does not
+ * have (a buffer, a rank past the world, a list past the plan's). */
+static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
+                               ovld_rail_part_t *parts, char *err, size_t errlen)
+{
+    const ovl_instr_t *first = &op->ranks[0].plan->instr[pc[0]];
+    const char *method = ovl_ag_method_name(first->method);
+    ovl_dtype_t dtype = op->ranks[0].plan->params.dtype;
+    size_t elem = ovl_dtype_size(dtype);
+    char why[160];
+    if (!method)
+        method = "an unknown method"; /* the backend refuses it */
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        const ovl_instr_t *in = &p->instr[pc[r]];
+        if (in->kind != OVL_I_RAIL || in->method != first->method || in->rows != first->rows ||
+            in->cols != first->cols || in->stride != first->stride ||
+            in->src.buf != first->src.buf || in->src.row != first->src.row ||
+            in->dst.buf != first->dst.buf || in->dst.row != first->dst.row ||
+            p->params.dtype != dtype) {
+            snprintf(err, errlen, "plans disagree on rail %zu of rank %u", pc[r], r);
+            return OVL_ERR_INTERNAL;
+        }
+        /* the lists lie in the plan's, and name ranks of the job */
+        uint64_t end = (uint64_t)in->peers + in->nsend + in->nrecv;
+        bool ok = end <= p->npeers;
+        for (uint64_t i = in->peers; ok && i < end; i++)
+            ok = p->peers[i] < op->world;
+        if (!ok) {
+            snprintf(err, errlen, "rank %u, instruction %zu (RAIL): names ranks it may not", r,
+                     pc[r]);
+            return OVL_ERR_INTERNAL;
+        }
+        parts[r] = (ovld_rail_part_t){.rank = op->ranks[r].rank,
+                                      .global = r,
+                                      .stream = in->stream,
+                                      .send = p->peers + in->peers,
+                                      .nsend = in->nsend,
+                                      .recv = p->peers + in->peers + in->nsend,
+                                      .nrecv = in->nrecv};
+        ovl_status_t st = resolve(op, r, in->src, true, elem, &parts[r].src, why, sizeof(why));
+        if (st == OVL_OK)
+            st = resolve(op, r, in->dst, true, elem, &parts[r].dst, why, sizeof(why));
+        if (st != OVL_OK) {
+            snprintf(err, errlen, "rank %u, instruction %zu (RAIL): %s", r, pc[r], why);
+            return st;
+        }
+    }
+    if (!b->ops->rail) {
+        snprintf(err, errlen, "rail (%s): the %s backend cannot move rows between nodes", method,
+                 b->ops->name);
+        return OVL_ERR_UNSUPPORTED;
+    }
+    ovl_status_t st = b->ops->rail(b, first->method, parts, op->world, dtype, first->rows,
+                                   first->cols, first->stride);
+    if (st != OVL_OK)
+        snprintf(err, errlen, "rail %s rows %llu+%llu: %s", method,
                  (unsigned long long)first->src.row, (unsigned long long)first->rows,
                  why_failed(b, "", st));
     return st;
@@ -175,7 +240,8 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
     size_t *pc = calloc(w, sizeof(*pc));
     bool *recorded = calloc((size_t)w * (maxev ? maxev : 1), sizeof(*recorded));
     ovld_allgather_part_t *parts = calloc(w, sizeof(*parts));
-    if (!pc || !recorded || !parts) {
+    ovld_rail_part_t *rparts = calloc(w, sizeof(*rparts));
+    if (!pc || !recorded || !parts || !rparts) {
         st = OVL_ERR_NOMEM;
         snprintf(err, errlen, "executor: out of memory");
         goto fail;
@@ -183,12 +249,12 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
 
     for (;;) {
         bool progress = false, finished = true;
-        uint32_t at_gather = 0;
+        uint32_t at_gather = 0; /* ranks standing at an ALLGATHER or a RAIL */
         for (uint32_t r = 0; r < w; r++) {
             const ovl_plan_t *p = op->ranks[r].plan;
             while (pc[r] < p->ninstr) {
                 const ovl_instr_t *in = &p->instr[pc[r]];
-                if (in->kind == OVL_I_ALLGATHER) {
+                if (in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL) {
                     at_gather++;
                     break;
                 }
@@ -220,7 +286,11 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
         if (finished)
             break;
         if (at_gather == w) {
-            st = issue_allgather(b, op, pc, parts, err, errlen);
+            /* issue_rail refuses ranks that stand at different kinds */
+            if (op->ranks[0].plan->instr[pc[0]].kind == OVL_I_RAIL)
+                st = issue_rail(b, op, pc, rparts, err, errlen);
+            else
+                st = issue_allgather(b, op, pc, parts, err, errlen);
             if (st != OVL_OK)
                 goto fail;
             for (uint32_t r = 0; r < w; r++)
@@ -236,6 +306,7 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
     free(pc);
     free(recorded);
     free(parts);
+    free(rparts);
     return OVL_OK;
 
 fail:
@@ -247,6 +318,7 @@ fail:
     free(pc);
     free(recorded);
     free(parts);
+    free(rparts);
     return st;
 }
 
@@ -254,12 +326,14 @@ fail:
 
 /*
  * With a backend that allows it (issue_parallel), more than one rank and
- * plans without an ALLGATHER (ring, and gathers by the copy engine), each
- * rank's program is issued by a thread of its own: the calling thread takes
- * rank 0, a pool of threads the others. Plans with ALLGATHERs stay serial: every rank meets the
- * others at each of them and one thread issues the NCCL group for all, so threads bought nothing
- * there (measured on 2 x H200, docs/performance.md). What the serial walk gets from its order, the
- * threads get from one mutex and condition:
+ * plans without an ALLGATHER or a RAIL (ring inside a node, and gathers by
+ * the copy engine), each rank's program is issued by a thread of its own:
+ * the calling thread takes rank 0, a pool of threads the others. Plans with
+ * ALLGATHERs stay serial: every rank meets the others at each of them and
+ * one thread issues the NCCL group for all, so threads bought nothing there
+ * (measured on 2 x H200, docs/performance.md); so do plans with RAILs (a
+ * ring across nodes), for the same reason, unmeasured. What the serial walk gets from its order,
+ * the threads get from one mutex and condition:
  *  - a wait on a peer's event waits until the peer's thread has issued that
  *    record in this op;
  *  - every rank stops at its DONE, which the calling thread (the loop
@@ -509,7 +583,7 @@ static bool pool_submit(ovld_exec_pool_t *pool, xtask_t *tasks, uint32_t n)
 
 /* Whether the threads can take the op: every rank's program ends with its
  * one DONE (the loop thread rings it after the threads), has no ALLGATHER
- * (see above) and records each event at most once. */
+ * or RAIL (see above) and records each event at most once. */
 static bool parallel_fits(const ovld_exec_op_t *op)
 {
     for (uint32_t r = 0; r < op->world; r++) {
@@ -518,7 +592,7 @@ static bool parallel_fits(const ovld_exec_op_t *op)
             return false;
         for (size_t i = 0; i + 1 < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
-            if (in->kind == OVL_I_DONE || in->kind == OVL_I_ALLGATHER)
+            if (in->kind == OVL_I_DONE || in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL)
                 return false;
             /* an event recorded twice: a peer's wait would race the second
              * record (the planner never does it) */

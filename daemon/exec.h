@@ -9,13 +9,19 @@
  * takes priorities. Issue order: ranks advance round-robin; a rank stops at
  * a WAIT on a peer's event that the peer has not recorded yet in this op
  * (so that the wait refers to this op's record, as cudaStreamWaitEvent
- * requires), and at an ALLGATHER until every rank has reached its matching
- * ALLGATHER, which is then issued for all ranks in one backend call (one
- * NCCL group). Where the backend allows it and no plan has an ALLGATHER
- * (ring, and gathers by the copy engine), each rank is issued by a thread
- * of its own under the same rules, and the caller rings every rank's DONE
- * after them (exec.c). Either way the call returns once the whole op is
- * issued.
+ * requires), and at an ALLGATHER or a RAIL until every rank has reached
+ * its matching one, which is then issued for all ranks in one backend call
+ * (one NCCL group; a RAIL's parts carry the plan's send and receive lists).
+ * Where the backend allows it and no plan has an ALLGATHER or a RAIL (ring
+ * inside a node, and gathers by the copy engine), each rank is issued by a
+ * thread of its own under the same rules, and the caller rings every
+ * rank's DONE after them (exec.c). Either way the call returns once the
+ * whole op is issued.
+ *
+ * Every rank of the op is served here: a job across nodes runs here whole
+ * only where one daemon serves all its ranks (tests, a simulated
+ * topology); a RAIL's part names the job's ranks, so that a backend can
+ * match them with ranks other daemons serve.
  */
 #ifndef OVLD_EXEC_H
 #define OVLD_EXEC_H

@@ -8,7 +8,7 @@
  *                   item), events, scratch, the doorbell; wait_ready,
  *                   record, wait, gemm, sleep, done
  *   host_mem.c      memfd import/release
- *   host_coll.c     the all-gather and the pulls (copy)
+ *   host_coll.c     the all-gather, the rail and the pulls (copy)
  *
  * Stream roles mean nothing here (threads have no priorities): a rank's
  * streams are threads made as the plans first use them.
@@ -37,7 +37,7 @@ typedef struct host_event {
     uint64_t completed; /* under hb->mu */
 } host_event_t;
 
-/* Shared by the parts of one all-gather (host_coll.c). */
+/* Shared by the parts of one all-gather or rail (host_coll.c). */
 typedef struct host_coll host_coll_t;
 
 typedef enum work_kind {
@@ -174,12 +174,16 @@ void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 /* host_coll.c */
 /* rows x cols elements from src to dst, row by row (a stream thread). */
 void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem);
-/* Part index of the all-gather c, on its stream's thread: waits for every
- * part, gathers, waits until every part has read; frees c after the last. */
+/* Part index of the all-gather or rail c, on its stream's thread: waits
+ * for every part, gathers (a rail: from its senders), waits until every
+ * part has read; frees c after the last. */
 void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index);
 ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method,
                             const ovld_allgather_part_t *parts, uint32_t nparts, ovl_dtype_t dtype,
                             uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
+                       uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                       uint64_t stride);
 ovl_status_t host_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem);
 

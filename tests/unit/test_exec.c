@@ -12,7 +12,8 @@
  *    (what cudaStreamWaitEvent needs), a wait on the rank's own event after
  *    its own record;
  *  - each ALLGATHER is one call for every rank, by the method and with the
- *    rows the plans name;
+ *    rows the plans name; so is each RAIL (a ring across nodes), whose
+ *    parts carry exactly the plan's send and receive lists;
  *  - every rank's calls other than ALLGATHER follow its program in order;
  *  - before any of them, each rank's streams get exactly its plan's roles
  *    (set_streams), and no call names a stream beyond them;
@@ -24,7 +25,9 @@
  *    NULL, and never reach the backend.
  * Layouts vary: dense (NCCL methods across ranks), strided (A and a_out
  * with ld > k: gathered by pulls), and the daemon's preferences copy and
- * nccl (an ALLGATHER at world 1 too).
+ * nccl (an ALLGATHER at world 1 too); and topologies: one node, and jobs
+ * across nodes (even, uneven, not node-major; dense layouts only, what
+ * crosses nodes is NCCL's).
  * Then each call in turn is made to fail: the executor must return that
  * status with a message naming the failed instruction (or the all-gather),
  * ring every rank's done exactly once (OK only for a rank whose program
@@ -33,8 +36,12 @@
  * had under way.
  *
  * All of it twice: the backend issued serially, and with issue_parallel
- * (a thread per rank for plans without ALLGATHER, i.e. ring; done rung by
- * the calling thread).
+ * (a thread per rank for plans without ALLGATHER or RAIL, i.e. ring in one
+ * node; done rung by the calling thread).
+ *
+ * Last, a ring across nodes runs whole on the real host backend, every
+ * rank of a simulated topology served here, its results checked against a
+ * reference GEMM (test_host_rail_ring).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,11 +49,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "config.h"
+#include "doorbell.h"
 #include "exec.h"
 #include "plan.h"
 
@@ -63,8 +75,17 @@ typedef enum {
     C_COPY,
     C_GEMM,
     C_SLEEP,
-    C_DONE
+    C_DONE,
+    C_RAIL
 } call_t;
+
+/* One part of a RAIL call, with copies of its lists (the plan's). */
+typedef struct rail_log {
+    int rank;
+    uint32_t global, stream, nsend, nrecv;
+    ovld_view_t src, dst;
+    uint32_t send[MAXW], recv[MAXW];
+} rail_log_t;
 
 typedef struct entry {
     pthread_t thread; /* the thread that made the call */
@@ -82,6 +103,7 @@ typedef struct entry {
     ovld_gemm_args_t gemm;                             /* GEMM */
     ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS + 1]; /* STREAMS */
     uint32_t nroles;                                   /* STREAMS */
+    rail_log_t rail[MAXW];                             /* RAIL */
 } entry_t;
 
 struct ovld_rank {
@@ -159,6 +181,40 @@ static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method,
     return logc(e);
 }
 
+static ovl_status_t m_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
+                           uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                           uint64_t stride)
+{
+    (void)b;
+    entry_t e = {.call = C_RAIL,
+                 .rank = -1,
+                 .method = method,
+                 .rows = rows,
+                 .cols = cols,
+                 .stride = stride,
+                 .nparts = nparts,
+                 .elem = ovl_dtype_size(dtype)};
+    /* the loop thread alone calls it: assertions are safe */
+    assert_true(nparts <= MAXW);
+    for (uint32_t i = 0; i < nparts; i++) {
+        const ovld_rail_part_t *x = &parts[i];
+        assert_int_equal(x->rank->id, (int)i); /* in rank order */
+        assert_true(x->nsend <= MAXW && x->nrecv <= MAXW);
+        e.rail[i] = (rail_log_t){.rank = x->rank->id,
+                                 .global = x->global,
+                                 .stream = x->stream,
+                                 .nsend = x->nsend,
+                                 .nrecv = x->nrecv,
+                                 .src = x->src,
+                                 .dst = x->dst};
+        for (uint32_t k = 0; k < x->nsend; k++)
+            e.rail[i].send[k] = x->send[k];
+        for (uint32_t k = 0; k < x->nrecv; k++)
+            e.rail[i].recv[k] = x->recv[k];
+    }
+    return logc(e);
+}
+
 static ovl_status_t m_copy(ovld_rank_t *r, uint32_t s, ovld_view_t dst, ovld_view_t src,
                            uint64_t rows, uint64_t cols, size_t elem)
 {
@@ -225,6 +281,7 @@ static ovld_backend_ops_t mock_ops = {
     .record = m_record,
     .wait = m_wait,
     .allgather = m_allgather,
+    .rail = m_rail,
     .copy = m_copy,
     .gemm = m_gemm,
     .sleep = m_sleep,
@@ -277,6 +334,9 @@ static uint64_t fake_ld(const ovl_plan_t *p, uint32_t r, int b, layout_t layout)
  * of n 48, B 1 of 16, B 2 of 24, each B i and C i a buffer of its own. */
 static uint32_t setup_nb = 1;
 
+/* The topology of the op setup_make makes (NULL: one node). */
+static const uint32_t *setup_topo = NULL;
+
 static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout,
                        layout_t layout, bool transb)
 {
@@ -297,7 +357,8 @@ static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chu
                                             : layout == L_NCCL ? OVL_AG_NCCL
                                                                : OVL_AG_AUTO,
                                .nb = setup_nb,
-                               .n_more = {16, 24}};
+                               .n_more = {16, 24},
+                               .node_of = setup_topo};
         assert_int_equal(ovl_plan_build(&p, &s->plans[r]), OVL_OK);
         s->ranks[r].id = (int)r;
         s->xr[r] =
@@ -385,8 +446,8 @@ static call_t call_of(ovl_instr_kind_t k)
         return C_SLEEP;
     case OVL_I_DONE:
         return C_DONE;
-    case OVL_I_RAIL: /* no plan here has one */
-        break;
+    case OVL_I_RAIL:
+        return C_RAIL;
     }
     fail_msg("unknown instruction kind %d", (int)k);
     return C_DONE;
@@ -413,6 +474,39 @@ static void check_allgather(const setup_t *s, const size_t *pc, const entry_t *e
         assert_view(e->parts[r].dst, named_view(s, in->dst), call, "an all-gather's destination");
         assert_int_equal(e->parts[r].src.ld, e->cols);
         assert_int_equal(e->parts[r].dst.ld, e->cols);
+    }
+}
+
+/* A RAIL call: one for every rank, each standing at its RAIL, by the
+ * method, with the geometry, the views and exactly the send and receive
+ * lists (job ranks) its instruction names, in dense rows. */
+static void check_rail(const setup_t *s, const size_t *pc, const entry_t *e, size_t call)
+{
+    uint32_t w = s->op.world;
+    assert_int_equal(e->nparts, w); /* all ranks, in rank order */
+    for (uint32_t r = 0; r < w; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        const rail_log_t *x = &e->rail[r];
+        assert_true(pc[r] < p->ninstr);
+        const ovl_instr_t *in = &p->instr[pc[r]];
+        assert_int_equal(in->kind, OVL_I_RAIL);
+        assert_int_equal(in->method, e->method);
+        assert_int_equal(in->rows, e->rows);
+        assert_int_equal(in->cols, e->cols);
+        assert_int_equal(in->stride, e->stride);
+        assert_int_equal(e->elem, ovl_dtype_size(p->params.dtype));
+        assert_int_equal(x->global, r);
+        assert_int_equal(x->stream, in->stream);
+        assert_view(x->src, named_view(s, in->src), call, "a rail's source");
+        assert_view(x->dst, named_view(s, in->dst), call, "a rail's destination");
+        assert_int_equal(x->src.ld, e->cols);
+        assert_int_equal(x->dst.ld, e->cols);
+        assert_int_equal(x->nsend, in->nsend);
+        assert_int_equal(x->nrecv, in->nrecv);
+        for (uint32_t k = 0; k < in->nsend; k++)
+            assert_int_equal(x->send[k], p->peers[in->peers + k]);
+        for (uint32_t k = 0; k < in->nrecv; k++)
+            assert_int_equal(x->recv[k], p->peers[in->peers + in->nsend + k]);
     }
 }
 
@@ -443,14 +537,17 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
     for (size_t i = 0; i < M.n; i++) {
         const entry_t *e = &M.log[i];
         bool after = failed && i >= failed; /* past the failed call */
-        if (e->call == C_ALLGATHER) {
+        if (e->call == C_ALLGATHER || e->call == C_RAIL) {
             if (after)
                 assert_true(threads); /* a serial walk stops at the failure */
             for (uint32_t r = 0; r < w; r++) {
                 assert_false(joining[r]);
                 assert_true(nstreams[r] > 0);
             }
-            check_allgather(s, pc, e, i);
+            if (e->call == C_RAIL)
+                check_rail(s, pc, e, i);
+            else
+                check_allgather(s, pc, e, i);
             for (uint32_t r = 0; r < w; r++)
                 pc[r]++;
             continue;
@@ -536,7 +633,8 @@ typedef struct shape {
     bool aout;
     layout_t layout;
     bool transb;
-    uint32_t nb; /* 0: one B */
+    uint32_t nb;             /* 0: one B */
+    const uint32_t *node_of; /* NULL: one node */
 } shape_t;
 
 /* One run; fail_at: 1-based call to fail (0: none). The log's length. */
@@ -544,8 +642,10 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
 {
     setup_t s;
     setup_nb = sh->nb;
+    setup_topo = sh->node_of;
     setup_make(&s, sh->algo, sh->world, sh->chunks, sh->aout, sh->layout, sh->transb);
     setup_nb = 1;
+    setup_topo = NULL;
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = fail_at;
@@ -562,6 +662,7 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
         assert_int_equal(st, OVL_ERR_BACKEND);
         call_t c = M.log[failed - 1].call;
         assert_non_null(strstr(err, c == C_ALLGATHER ? "all-gather"
+                                    : c == C_RAIL    ? "rail"
                                     : c == C_STREAMS ? "streams"
                                                      : "instruction"));
         /* the failing thread's own words */
@@ -571,8 +672,16 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
             fail_msg("\"%s\" does not contain \"%s\"", err, want);
     }
     check_log(&s, failed, threads);
-    /* a good ring op of several ranks is issued by a thread per rank */
-    if (threads && !failed && sh->algo == OVL_ALGO_RING && sh->world > 1) {
+    /* a good ring across nodes moves rows between them by RAILs */
+    if (!failed && sh->node_of && sh->algo == OVL_ALGO_RING) {
+        bool rail = false;
+        for (size_t i = 0; i < M.n; i++)
+            rail |= M.log[i].call == C_RAIL;
+        assert_true(rail);
+    }
+    /* a good ring op of several ranks is issued by a thread per rank (in
+     * one node: across nodes its RAILs keep it serial) */
+    if (threads && !failed && sh->algo == OVL_ALGO_RING && sh->world > 1 && !sh->node_of) {
         bool off_caller = false;
         for (size_t i = 0; i < M.n; i++)
             off_caller |= M.log[i].rank > 0 && !pthread_equal(M.log[i].thread, pthread_self());
@@ -582,35 +691,72 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
     return M.n;
 }
 
+/* The topologies of jobs across nodes the runs use, by world (NULL ends
+ * a world's list): two nodes of one rank; 1+2 and 2+1; 2+2, 1+3, and two
+ * nodes not node-major (0 1 0 1); three nodes of 1+1+2. */
+static const uint32_t topo2a[] = {0, 1}, topo3a[] = {0, 1, 1}, topo3b[] = {0, 0, 1},
+                      topo4a[] = {0, 0, 1, 1}, topo4b[] = {0, 1, 1, 1}, topo4c[] = {0, 1, 0, 1},
+                      topo4d[] = {0, 1, 2, 2};
+static const uint32_t *const topos[MAXW + 1][5] = {
+    [2] = {topo2a, NULL},
+    [3] = {topo3a, topo3b, NULL},
+    [4] = {topo4a, topo4b, topo4c, topo4d, NULL},
+};
+
+/* Whether layout l can be planned across nodes (only what NCCL moves). */
+static bool layout_crosses(int l)
+{
+    return l == L_DENSE || l == L_NCCL;
+}
+
 static void good_runs(bool threads)
 {
     for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
         for (uint32_t w = 1; w <= MAXW; w++)
-            for (uint32_t c = 0; c <= 3; c++)
-                for (int aout = 0; aout < 2; aout++)
-                    for (int l = 0; l < L_COUNT; l++) {
-                        /* one B, or 2 or 3: every GEMM's B and C views
-                         * are those its names resolve to */
-                        shape_t sh = {
-                            (ovl_algo_t)a,         w, c, aout, (layout_t)l, (c + l) % 2 == 1,
-                            (c + aout + l) % 3 + 1};
-                        run(&sh, 0, threads);
-                    }
+            for (int t = -1; t < 0 || (w <= MAXW && topos[w][t]); t++)
+                for (uint32_t c = 0; c <= 3; c++)
+                    for (int aout = 0; aout < 2; aout++)
+                        for (int l = 0; l < L_COUNT; l++) {
+                            /* one B, or 2 or 3: every GEMM's B and C views
+                             * are those its names resolve to */
+                            shape_t sh = {(ovl_algo_t)a,
+                                          w,
+                                          c,
+                                          aout,
+                                          (layout_t)l,
+                                          (c + l) % 2 == 1,
+                                          (c + aout + l) % 3 + 1,
+                                          t < 0 ? NULL : topos[w][t]};
+                            if (t >= 0 && !layout_crosses(l))
+                                continue;
+                            run(&sh, 0, threads);
+                        }
 }
 
 static void every_call_failing(bool threads)
 {
     for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
         for (uint32_t w = 1; w <= MAXW; w++)
-            for (uint32_t c = 0; c <= 2; c++)
-                for (int l = 0; l < L_COUNT; l += L_STRIDED) {
-                    /* dense (NCCL) and strided (pulls): the good run's
-                     * length bounds the calls to fail */
-                    shape_t sh = {(ovl_algo_t)a, w, c, false, (layout_t)l, false, c % 2 ? 2 : 1};
-                    size_t n = run(&sh, 0, threads);
-                    for (size_t at = 1; at <= n; at++)
-                        run(&sh, at, threads);
-                }
+            for (int t = -1; t < 0 || (w <= MAXW && topos[w][t]); t++)
+                for (uint32_t c = 0; c <= 2; c++)
+                    for (int l = 0; l < L_COUNT; l += L_STRIDED) {
+                        /* dense (NCCL) and strided (pulls): the good run's
+                         * length bounds the calls to fail; across nodes
+                         * dense only, every rail call failing in turn */
+                        shape_t sh = {(ovl_algo_t)a,
+                                      w,
+                                      c,
+                                      false,
+                                      (layout_t)l,
+                                      false,
+                                      c % 2 ? 2 : 1,
+                                      t < 0 ? NULL : topos[w][t]};
+                        if (t >= 0 && !layout_crosses(l))
+                            continue;
+                        size_t n = run(&sh, 0, threads);
+                        for (size_t at = 1; at <= n; at++)
+                            run(&sh, at, threads);
+                    }
 }
 
 static void test_good_runs(void **state)
@@ -689,16 +835,19 @@ static void test_handmade_plans(void **state)
 }
 
 /* A plan that names what the op does not have (a buffer, a peer's buffer
- * to write, a buffer or a stream that does not exist): the executor refuses
+ * to write, a buffer or a stream that does not exist, a RAIL peer past the
+ * world): the executor refuses
  * to issue it (OVL_ERR_INTERNAL, saying what), never hands the backend a
  * NULL view, a peer's buffer to write or an unknown stream, and rings
  * every rank's done once. */
 static void run_bad_names(bool threads, int how)
 {
     setup_t s;
+    setup_topo = how == 5 ? topo2a : NULL; /* 5: a ring across two nodes */
     setup_make(&s, OVL_ALGO_RING, 2, 0, false, L_DENSE, false);
+    setup_topo = NULL;
     size_t at = 0;
-    while (s.plans[1].instr[at].kind != OVL_I_PULL)
+    while (how != 5 && s.plans[1].instr[at].kind != OVL_I_PULL)
         at++;
     const char *want = "which the op does not have";
     if (how == 0)
@@ -721,6 +870,11 @@ static void run_bad_names(bool threads, int how)
         want = "which it may not";
     if (how == 3)
         want = "stream 9 of 4";
+    if (how == 5) {
+        /* a RAIL that sends to a rank past the world */
+        s.plans[1].peers[0] = 9;
+        want = "(RAIL): names ranks it may not";
+    }
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = 0;
@@ -731,7 +885,8 @@ static void run_bad_names(bool threads, int how)
     int dones[2] = {0};
     for (size_t i = 0; i < M.n; i++) {
         /* nothing of rank 1 past its bad pull */
-        if (M.log[i].rank == 1 && M.log[i].call == (how == 4 ? C_GEMM : C_COPY))
+        if (M.log[i].call == C_RAIL ||
+            (M.log[i].rank == 1 && M.log[i].call == (how == 4 ? C_GEMM : C_COPY)))
             fail_msg("threads %d, case %d: rank 1's bad pull reached the backend", threads, how);
         if (M.log[i].call == C_DONE)
             dones[M.log[i].rank]++;
@@ -744,10 +899,219 @@ static void run_bad_names(bool threads, int how)
 static void test_bad_names(void **state)
 {
     (void)state;
-    for (int how = 0; how < 5; how++) {
+    for (int how = 0; how < 6; how++) {
         run_bad_names(false, how);
         run_bad_names(true, how);
     }
+}
+
+/* ------------------------------------ a ring across nodes, for real */
+
+#define HMAX 8 /* ranks of the host runs */
+
+/* The completions of the host runs (the loop thread delivers them). */
+typedef struct host_dones {
+    uint32_t n;
+    ovl_status_t st[HMAX];
+    char msg[HMAX][200];
+} host_dones_t;
+
+static void host_done_cb(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
+                         const char *message)
+{
+    host_dones_t *h = arg;
+    uint32_t r = (uint32_t)((uintptr_t)cookie - 1);
+    (void)seq;
+    assert_true(r < HMAX);
+    h->st[r] = status;
+    snprintf(h->msg[r], sizeof(h->msg[r]), "%s", message ? message : "");
+    h->n++;
+}
+
+/* Small integers, exact in fp32 products and sums: A_q of op seq, B i of
+ * rank r. */
+static float a_val(uint64_t seq, uint32_t q, uint64_t i, uint64_t l)
+{
+    return (float)((int)((seq * 5 + q * 3 + i * 2 + l) % 7) - 3);
+}
+
+static float b_val(uint32_t bi, uint32_t r, uint64_t l, uint64_t j)
+{
+    return (float)((int)((bi * 2 + r + l * 3 + j) % 5) - 2);
+}
+
+/*
+ * One job of `world` ranks laid out as node_of, every rank served by one
+ * host backend (the topology simulated inside one daemon): two ops in a
+ * row, each checked against a reference GEMM on every rank (every C i,
+ * and a_out where given). m 5 and chunks up to 3 make uneven chunks; B is
+ * stored transposed where transb; nb Bs.
+ */
+static void host_job(ovl_algo_t algo, const uint32_t *node_of, uint32_t world, uint32_t chunks,
+                     bool aout, bool transb, uint32_t nb)
+{
+    enum { M = 5, K = 4 };
+    static const uint64_t ns[3] = {6, 3, 5};
+    uv_loop_t loop;
+    ovld_config_t cfg;
+    ovld_backend_t *b = NULL;
+    host_dones_t h = {0};
+    char err[256] = "";
+    ovld_rank_t *rk[HMAX];
+    struct ovl_doorbell *db[HMAX];
+    ovl_plan_t plans[HMAX];
+    ovld_exec_rank_t xr[HMAX];
+    float *a[HMAX], *g[HMAX], *bm[HMAX][3], *c[HMAX][3];
+
+    assert_true(world <= HMAX && nb >= 1 && nb <= 3);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    ovld_config_defaults(&cfg);
+    cfg.host_devices = world;
+    ovl_status_t st =
+        ovld_backend_host_create(&loop, &cfg, host_done_cb, &h, NULL, &b, err, sizeof(err));
+    if (st != OVL_OK)
+        fail_msg("host backend: %s", err);
+    for (uint32_t r = 0; r < world; r++) {
+        ovld_doorbell_export_t dx = {.fd = -1};
+        ovl_plan_params_t p = {.algo = algo,
+                               .world = world,
+                               .rank = r,
+                               .m = M,
+                               .n = ns[0],
+                               .k = K,
+                               .dtype = OVL_DTYPE_FP32,
+                               .chunks = chunks,
+                               .want_gathered = aout,
+                               .transb = transb,
+                               .nb = nb,
+                               .n_more = {ns[1], ns[2]},
+                               .node_of = node_of};
+        assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        assert_int_equal(plans[r].nnodes > 1, node_of != NULL);
+        st = b->ops->rank_create(b, r, &rk[r], &dx, err, sizeof(err));
+        if (st != OVL_OK)
+            fail_msg("rank %u: %s", r, err);
+        /* the client's side of the doorbell: this test writes ready */
+        db[r] = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, dx.fd,
+                     (off_t)dx.offset);
+        assert_true(db[r] != MAP_FAILED);
+        close(dx.fd);
+        a[r] = calloc(M * K, sizeof(float));
+        assert_non_null(a[r]);
+        xr[r] = (ovld_exec_rank_t){
+            .rank = rk[r], .plan = &plans[r], .cookie = (void *)(uintptr_t)(r + 1)};
+        xr[r].buf[OVL_BUF_A] = (ovld_view_t){a[r], K};
+        for (uint32_t bi = 0; bi < nb; bi++) {
+            bm[r][bi] = calloc(K * ns[bi], sizeof(float));
+            c[r][bi] = calloc((size_t)world * M * ns[bi], sizeof(float));
+            assert_non_null(bm[r][bi]);
+            assert_non_null(c[r][bi]);
+            for (uint64_t l = 0; l < K; l++)
+                for (uint64_t j = 0; j < ns[bi]; j++)
+                    bm[r][bi][transb ? j * K + l : l * ns[bi] + j] = b_val(bi, r, l, j);
+            xr[r].buf[ovl_buf_b(bi)] = (ovld_view_t){bm[r][bi], transb ? K : ns[bi]};
+            xr[r].buf[ovl_buf_c(bi)] = (ovld_view_t){c[r][bi], ns[bi]};
+        }
+        g[r] = NULL;
+        if (aout) {
+            g[r] = calloc((size_t)world * M * K, sizeof(float));
+            assert_non_null(g[r]);
+        } else if (plans[r].scratch_bytes) {
+            void *ptr = NULL;
+            st = b->ops->rank_scratch(b, rk[r], plans[r].scratch_bytes, &ptr, err, sizeof(err));
+            if (st != OVL_OK)
+                fail_msg("scratch: %s", err);
+            g[r] = ptr;
+        }
+        if (g[r])
+            xr[r].buf[OVL_BUF_G] = (ovld_view_t){g[r], K};
+    }
+    for (uint64_t seq = 1; seq <= 2; seq++) {
+        ovld_exec_op_t op = {.seq = seq, .world = world, .ranks = xr};
+        for (uint32_t r = 0; r < world; r++) {
+            for (uint64_t i = 0; i < M; i++)
+                for (uint64_t l = 0; l < K; l++)
+                    a[r][i * K + l] = a_val(seq, r, i, l);
+            for (uint32_t bi = 0; bi < nb; bi++)
+                for (uint64_t x = 0; x < world * M * ns[bi]; x++)
+                    c[r][bi][x] = NAN; /* a row no GEMM writes shows */
+            __atomic_store_n(&db[r]->ready, seq, __ATOMIC_RELEASE);
+        }
+        h.n = 0;
+        st = ovld_exec_run(NULL, b, &op, err, sizeof(err));
+        if (st != OVL_OK)
+            fail_msg("op %llu: %s: %s", (unsigned long long)seq, ovl_strerror(st), err);
+        while (h.n < world)
+            uv_run(&loop, UV_RUN_ONCE);
+        for (uint32_t r = 0; r < world; r++) {
+            if (h.st[r] != OVL_OK)
+                fail_msg("op %llu, rank %u: %s: %s", (unsigned long long)seq, r,
+                         ovl_strerror(h.st[r]), h.msg[r]);
+            for (uint32_t bi = 0; bi < nb; bi++)
+                for (uint32_t q = 0; q < world; q++)
+                    for (uint64_t i = 0; i < M; i++)
+                        for (uint64_t j = 0; j < ns[bi]; j++) {
+                            float want = 0;
+                            for (uint64_t l = 0; l < K; l++)
+                                want += a_val(seq, q, i, l) * b_val(bi, r, l, j);
+                            float got = c[r][bi][(q * M + i) * ns[bi] + j];
+                            if (got != want)
+                                fail_msg("%s op %llu: rank %u's C%u[%llu][%llu] (shard %u) is %g, "
+                                         "not %g",
+                                         ovl_algo_name(algo), (unsigned long long)seq, r, bi,
+                                         (unsigned long long)(q * M + i), (unsigned long long)j, q,
+                                         got, want);
+                        }
+            for (uint32_t q = 0; aout && q < world; q++)
+                for (uint64_t i = 0; i < M; i++)
+                    for (uint64_t l = 0; l < K; l++)
+                        if (g[r][(q * M + i) * K + l] != a_val(seq, q, i, l))
+                            fail_msg("op %llu: rank %u's a_out row %llu is not shard %u's",
+                                     (unsigned long long)seq, r, (unsigned long long)(q * M + i),
+                                     q);
+        }
+    }
+    for (uint32_t r = 0; r < world; r++) {
+        b->ops->rank_destroy(b, rk[r]);
+        munmap(db[r], OVL_DOORBELL_SIZE);
+        ovl_plan_free(&plans[r]);
+        free(a[r]);
+        if (aout)
+            free(g[r]);
+        for (uint32_t bi = 0; bi < nb; bi++) {
+            free(bm[r][bi]);
+            free(c[r][bi]);
+        }
+    }
+    b->ops->destroy(b);
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* A ring across nodes on the real host backend (its rail standing in for
+ * NCCL's send/recv between nodes): 2 x 2, the uneven 1+2+3, 3 nodes not
+ * node-major, 2 nodes of one rank; chunks 1 to 3, with and without a_out,
+ * one B and three; and collective across nodes (NCCL's all-gather, the
+ * host's) for comparison. Every C row against the reference. */
+static void test_host_rail_ring(void **state)
+{
+    static const uint32_t t22[] = {0, 0, 1, 1}, t123[] = {0, 1, 1, 2, 2, 2},
+                          tmix[] = {2, 0, 1, 0, 2}, t11[] = {1, 0};
+    static const struct {
+        const uint32_t *node_of;
+        uint32_t world;
+    } jobs[] = {{t22, 4}, {t123, 6}, {tmix, 5}, {t11, 2}};
+
+    (void)state;
+    for (size_t t = 0; t < sizeof(jobs) / sizeof(jobs[0]); t++)
+        for (uint32_t chunks = 1; chunks <= 3; chunks++)
+            for (int aout = 0; aout <= 1; aout++)
+                host_job(OVL_ALGO_RING, jobs[t].node_of, jobs[t].world, chunks, aout,
+                         (chunks + (uint32_t)aout) % 2 == 1, aout ? 3 : 1);
+    host_job(OVL_ALGO_COLLECTIVE, t123, 6, 2, true, false, 1);
+    host_job(OVL_ALGO_NAIVE, t22, 4, 0, false, true, 3);
+    /* and the ring inside one node, the same way, as the reference point */
+    host_job(OVL_ALGO_RING, NULL, 4, 2, true, false, 1);
 }
 
 /* The issuing threads, as ovld's context owns them: made once, joined at
@@ -772,6 +1136,7 @@ int main(void)
         cmocka_unit_test(test_good_runs),         cmocka_unit_test(test_every_call_failing),
         cmocka_unit_test(test_good_runs_threads), cmocka_unit_test(test_every_call_failing_threads),
         cmocka_unit_test(test_handmade_plans),    cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_host_rail_ring),
     };
     return cmocka_run_group_tests_name("exec", tests, pool_setup, pool_teardown);
 }
