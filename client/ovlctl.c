@@ -56,6 +56,9 @@ static void usage(FILE *f)
             "  --allgather auto|nccl|copy  how A is gathered (default auto)\n"
             "  --more-n N1,N2,...       several Bs: the n of each B after the first (-n);\n"
             "                           up to 7\n"
+            "  --nodes N                the job spans N nodes, node-major, world/N ranks each\n"
+            "  --local-ranks L1,L2,...  the job spans nodes of L1, L2, ... ranks, node-major\n"
+            "                           (they add up to the world)\n"
             "  --daemon                 ask ovld which plan it would run (its defaults, its\n"
             "                           allgather setting and its choice for auto) for a\n"
             "                           dense op, instead of planning here; takes --transb\n"
@@ -371,6 +374,91 @@ static bool daemon_planned(const char *text, const ovl_plan_params_t *p)
     return strncmp(nl + 1, want, len) == 0;
 }
 
+/* --local-ranks: comma-separated node sizes, each > 0, at most
+ * OVL_PLAN_MAX_WORLD of them. 0, or -1 after saying why. */
+static int parse_sizes(const char *arg, uint64_t *sizes, uint32_t *ret_n)
+{
+    char *list = strdup(arg), *save = NULL;
+    uint32_t n = 0;
+    int bad = 0;
+    if (!list) {
+        fprintf(stderr, "ovlctl: out of memory\n");
+        return -1;
+    }
+    for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+        if (n == OVL_PLAN_MAX_WORLD) {
+            fprintf(stderr, "ovlctl: --local-ranks: at most %d nodes\n", OVL_PLAN_MAX_WORLD);
+            bad = -1;
+            break;
+        }
+        bad = parse_u64("--local-ranks", t, &sizes[n]);
+        if (!bad && (sizes[n] == 0 || sizes[n] > OVL_PLAN_MAX_WORLD)) {
+            fprintf(stderr, "ovlctl: --local-ranks: every node has 1 to %d ranks\n",
+                    OVL_PLAN_MAX_WORLD);
+            bad = -1;
+        }
+        n++;
+    }
+    free(list);
+    if (!bad && n == 0) {
+        fprintf(stderr, "ovlctl: --local-ranks: no node\n");
+        bad = -1;
+    }
+    *ret_n = n;
+    return bad;
+}
+
+/* The plan's node_of for --nodes (node-major, world/nodes each) or
+ * --local-ranks (node-major, the sizes given) into *ret (the caller frees
+ * it); 0, or EXIT_USAGE after saying why. */
+static int plan_topology(uint32_t world, uint64_t nodes, const uint64_t *sizes, uint32_t nsizes,
+                         bool daemon, uint32_t **ret)
+{
+    uint64_t total = 0;
+    if (nodes && nsizes) {
+        fprintf(stderr, "ovlctl plan: --nodes or --local-ranks, not both\n");
+        return EXIT_USAGE;
+    }
+    if (daemon) {
+        /* the Plan request has no topology: ovld plans for its own */
+        fprintf(stderr, "ovlctl plan: --nodes and --local-ranks plan here only, not with "
+                        "--daemon\n");
+        return EXIT_USAGE;
+    }
+    if (world == 0 || world > OVL_PLAN_MAX_WORLD) {
+        fprintf(stderr, "ovlctl plan: a topology needs a world of 1 to %d\n", OVL_PLAN_MAX_WORLD);
+        return EXIT_USAGE;
+    }
+    if (nodes && (nodes > world || world % nodes != 0)) {
+        fprintf(stderr, "ovlctl plan: --nodes %llu does not divide the world (%u)\n",
+                (unsigned long long)nodes, world);
+        return EXIT_USAGE;
+    }
+    for (uint32_t i = 0; i < nsizes; i++)
+        total += sizes[i];
+    if (nsizes && total != world) {
+        fprintf(stderr, "ovlctl plan: --local-ranks add up to %llu, not the world (%u)\n",
+                (unsigned long long)total, world);
+        return EXIT_USAGE;
+    }
+    uint32_t *node_of = malloc(world * sizeof(*node_of));
+    if (!node_of) {
+        fprintf(stderr, "ovlctl: out of memory\n");
+        return 1;
+    }
+    for (uint32_t q = 0, n = 0, left = nodes ? world / (uint32_t)nodes : (uint32_t)sizes[0];
+         q < world; q++) {
+        if (left == 0) {
+            n++;
+            left = nodes ? world / (uint32_t)nodes : (uint32_t)sizes[n];
+        }
+        node_of[q] = n;
+        left--;
+    }
+    *ret = node_of;
+    return 0;
+}
+
 static int cmd_plan(int argc, char **argv)
 {
     enum {
@@ -386,7 +474,9 @@ static int cmd_plan(int argc, char **argv)
         O_SHARED_GPU,
         O_ALLGATHER,
         O_MORE_N,
-        O_DAEMON
+        O_DAEMON,
+        O_NODES,
+        O_LOCAL_RANKS
     };
     static const struct option opts[] = {
         {"algo", required_argument, NULL, O_ALGO},
@@ -402,12 +492,18 @@ static int cmd_plan(int argc, char **argv)
         {"allgather", required_argument, NULL, O_ALLGATHER},
         {"more-n", required_argument, NULL, O_MORE_N},
         {"daemon", no_argument, NULL, O_DAEMON},
+        {"nodes", required_argument, NULL, O_NODES},
+        {"local-ranks", required_argument, NULL, O_LOCAL_RANKS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     ovl_plan_params_t p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16};
     uint64_t world = 0, rank = 0, chunks = 0, streams = 0;
     bool have_world = false, have_rank = false, daemon = false, local_only = false;
+    /* the topology: --nodes (nodes > 0), or --local-ranks' sizes */
+    uint64_t nodes = 0, sizes[OVL_PLAN_MAX_WORLD];
+    uint32_t nsizes = 0;
+    uint32_t *node_of = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1) {
@@ -498,6 +594,16 @@ static int cmd_plan(int argc, char **argv)
         case O_DAEMON:
             daemon = true;
             break;
+        case O_NODES:
+            bad = parse_u64("--nodes", optarg, &nodes);
+            if (!bad && nodes == 0) {
+                fprintf(stderr, "ovlctl: --nodes: at least 1\n");
+                bad = -1;
+            }
+            break;
+        case O_LOCAL_RANKS:
+            bad = parse_sizes(optarg, sizes, &nsizes);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -533,6 +639,12 @@ static int cmd_plan(int argc, char **argv)
     p.rank = (uint32_t)rank;
     p.chunks = (uint32_t)chunks;
     p.streams = (uint32_t)streams;
+    if (nodes || nsizes) {
+        int bad = plan_topology(p.world, nodes, sizes, nsizes, daemon, &node_of);
+        if (bad)
+            return bad;
+        p.node_of = node_of;
+    }
 
     if (daemon) {
         ovl_client_t *cl;
@@ -586,9 +698,12 @@ static int cmd_plan(int argc, char **argv)
         p.algo = ovl_plan_choose(&p);
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
+    bool nodes_given = node_of != NULL;
+    free(node_of); /* the plan keeps a copy */
     if (st != OVL_OK) {
-        fprintf(stderr, "ovlctl plan: %s (world %u, rank %u, chunks <= %d, streams <= %d)\n",
-                ovl_strerror(st), p.world, p.rank, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS);
+        fprintf(stderr, "ovlctl plan: %s (world %u, rank %u, chunks <= %d, streams <= %d%s)\n",
+                ovl_strerror(st), p.world, p.rank, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
+                nodes_given ? "; across nodes: not strided, shared-gpu or allgather copy" : "");
         return EXIT_USAGE;
     }
     size_t len = ovl_plan_format(&plan, NULL, 0);
