@@ -45,6 +45,21 @@ def test_plan_offline_matches_golden():
     gemms = [l for l in p.stdout.splitlines() if " GEMM " in l]
     assert [l.split(" @ ")[1].split()[0] for l in gemms[:3]] == ["B", "B1", "B2"], gemms
     assert len(gemms) == 3 * len([l for l in gemms if " @ B n " in l]), gemms
+    # across nodes: --nodes (even, node-major) and --local-ranks (uneven)
+    for algo, name in (("ring", "plan_ring_2x2.txt"), ("collective", "plan_collective_2x2.txt")):
+        p = ctl("plan", "--algo", algo, "--nodes", "2", *PLAN_ARGS)
+        with open(os.path.join(GOLDEN, name)) as f:
+            assert p.stdout == f.read(), "ovlctl plan --nodes 2 --algo %s differs" % algo
+    uneven = list(PLAN_ARGS)
+    uneven[uneven.index("--world") + 1] = "6"
+    uneven[uneven.index("--chunks") + 1] = "2"
+    p = ctl("plan", "--algo", "ring", "--local-ranks", "1,2,3", *uneven)
+    with open(os.path.join(GOLDEN, "plan_ring_1+2+3.txt")) as f:
+        assert p.stdout == f.read(), "ovlctl plan --local-ranks 1,2,3 differs"
+    # one node is one node, however it is said
+    p = ctl("plan", "--algo", "ring", "--nodes", "1", *PLAN_ARGS)
+    with open(os.path.join(GOLDEN, "plan_ring.txt")) as f:
+        assert p.stdout == f.read(), "ovlctl plan --nodes 1 differs from one node's plan"
 
 
 def test_plan_usage_errors():
@@ -59,7 +74,7 @@ def test_plan_usage_errors():
     assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "version"], usage
     for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
                 "--dtype", "--a-out", "--transb", "--strided", "--shared-gpu", "--allgather",
-                "--more-n", "--daemon",
+                "--more-n", "--nodes", "--local-ranks", "--daemon",
                 "--socket", "--help", "--json", "--prometheus",
                 "--watch", "--reset"):
         assert re.search(r"(^|[ \[|])%s\b" % re.escape(opt), usage, re.M), (opt, usage)
@@ -93,6 +108,21 @@ def test_plan_usage_errors():
             (["plan", "--chunks", "65", *shape],
              "ovlctl plan: invalid argument (world 2, rank 0, chunks <= 64, streams <= 8)\n"),
             (["plan", *shape, "extra"], "ovlctl plan: unexpected argument 'extra'\n"),
+            (["plan", "--nodes", "3", *PLAN_ARGS],
+             "ovlctl plan: --nodes 3 does not divide the world (4)\n"),
+            (["plan", "--nodes", "0", *PLAN_ARGS], "ovlctl: --nodes: at least 1\n"),
+            (["plan", "--local-ranks", "1,2", *PLAN_ARGS],
+             "ovlctl plan: --local-ranks add up to 3, not the world (4)\n"),
+            (["plan", "--local-ranks", "2,0,2", *PLAN_ARGS],
+             "ovlctl: --local-ranks: every node has 1 to 1024 ranks\n"),
+            (["plan", "--nodes", "2", "--local-ranks", "2,2", *PLAN_ARGS],
+             "ovlctl plan: --nodes or --local-ranks, not both\n"),
+            (["plan", "--daemon", "--nodes", "2", *PLAN_ARGS],
+             "ovlctl plan: --nodes and --local-ranks plan here only, not with --daemon\n"),
+            # across nodes only NCCL moves rows: a strided layout cannot be planned
+            (["plan", "--nodes", "2", "--strided", *PLAN_ARGS],
+             "ovlctl plan: invalid argument (world 4, rank 1, chunks <= 64, streams <= 8; across "
+             "nodes: not strided, shared-gpu or allgather copy)\n"),
             (["plan", "--bogus"], "plan: unrecognized option '--bogus'\n"),
             (["frobnicate"], "ovlctl: unknown command 'frobnicate'\n" + usage),
             (["--bogus", "status"], "ovlctl: unknown option '--bogus'\n" + usage),
