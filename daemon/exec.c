@@ -103,6 +103,16 @@ static const char *why_failed(ovld_backend_t *b, const char *own, ovl_status_t s
     return why && why[0] ? why : ovl_strerror(st);
 }
 
+/* Whether in is the collective transfer first is, of the given kind:
+ * every rank issues the same one (method, rows, layout). */
+static bool same_transfer(const ovl_instr_t *in, const ovl_instr_t *first, ovl_instr_kind_t kind)
+{
+    return in->kind == kind && in->method == first->method && in->rows == first->rows &&
+           in->cols == first->cols && in->stride == first->stride &&
+           in->src.buf == first->src.buf && in->src.row == first->src.row &&
+           in->dst.buf == first->dst.buf && in->dst.row == first->dst.row;
+}
+
 /* Issues the ALLGATHER every rank stands at (pc), as one backend call;
  * OVL_ERR_INTERNAL, with words in err, where plans disagree or name what the
  * op does not have. */
@@ -118,10 +128,7 @@ static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op,
         method = "an unknown method"; /* the backend refuses it */
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_instr_t *in = &op->ranks[r].plan->instr[pc[r]];
-        if (in->kind != OVL_I_ALLGATHER || in->method != first->method || in->rows != first->rows ||
-            in->cols != first->cols || in->stride != first->stride ||
-            in->src.buf != first->src.buf || in->src.row != first->src.row ||
-            in->dst.buf != first->dst.buf || in->dst.row != first->dst.row ||
+        if (!same_transfer(in, first, OVL_I_ALLGATHER) ||
             op->ranks[r].plan->params.dtype != dtype) {
             snprintf(err, errlen, "plans disagree on all-gather %zu of rank %u", pc[r], r);
             return OVL_ERR_INTERNAL;
@@ -166,11 +173,7 @@ static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, cons
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         const ovl_instr_t *in = &p->instr[pc[r]];
-        if (in->kind != OVL_I_RAIL || in->method != first->method || in->rows != first->rows ||
-            in->cols != first->cols || in->stride != first->stride ||
-            in->src.buf != first->src.buf || in->src.row != first->src.row ||
-            in->dst.buf != first->dst.buf || in->dst.row != first->dst.row ||
-            p->params.dtype != dtype) {
+        if (!same_transfer(in, first, OVL_I_RAIL) || p->params.dtype != dtype) {
             snprintf(err, errlen, "plans disagree on rail %zu of rank %u", pc[r], r);
             return OVL_ERR_INTERNAL;
         }
