@@ -113,6 +113,22 @@ static bool same_transfer(const ovl_instr_t *in, const ovl_instr_t *first, ovl_i
            in->dst.buf == first->dst.buf && in->dst.row == first->dst.row;
 }
 
+/* Rank r's part of a collective transfer (instruction pc): the views of
+ * its src and dst. */
+static ovl_status_t resolve_ends(const ovld_exec_op_t *op, uint32_t r, size_t pc,
+                                 const ovl_instr_t *in, size_t elem, ovld_view_t *src,
+                                 ovld_view_t *dst, char *err, size_t errlen)
+{
+    char why[160];
+    ovl_status_t st = resolve(op, r, in->src, true, elem, src, why, sizeof(why));
+    if (st == OVL_OK)
+        st = resolve(op, r, in->dst, true, elem, dst, why, sizeof(why));
+    if (st != OVL_OK)
+        snprintf(err, errlen, "rank %u, instruction %zu (%s): %s", r, pc, ovl_instr_name(in->kind),
+                 why);
+    return st;
+}
+
 /* Issues the ALLGATHER every rank stands at (pc), as one backend call;
  * OVL_ERR_INTERNAL, with words in err, where plans disagree or name what the
  * op does not have. */
@@ -123,7 +139,6 @@ static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op,
     const char *method = ovl_ag_method_name(first->method);
     ovl_dtype_t dtype = op->ranks[0].plan->params.dtype;
     size_t elem = ovl_dtype_size(dtype);
-    char why[160];
     if (!method)
         method = "an unknown method"; /* the backend refuses it */
     for (uint32_t r = 0; r < op->world; r++) {
@@ -134,13 +149,10 @@ static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op,
             return OVL_ERR_INTERNAL;
         }
         parts[r] = (ovld_allgather_part_t){.rank = op->ranks[r].rank, .stream = in->stream};
-        ovl_status_t st = resolve(op, r, in->src, true, elem, &parts[r].src, why, sizeof(why));
-        if (st == OVL_OK)
-            st = resolve(op, r, in->dst, true, elem, &parts[r].dst, why, sizeof(why));
-        if (st != OVL_OK) {
-            snprintf(err, errlen, "rank %u, instruction %zu (ALLGATHER): %s", r, pc[r], why);
+        ovl_status_t st =
+            resolve_ends(op, r, pc[r], in, elem, &parts[r].src, &parts[r].dst, err, errlen);
+        if (st != OVL_OK)
             return st;
-        }
     }
     if (!b->ops->allgather) {
         snprintf(err, errlen, "all-gather (%s): the %s backend has no collective", method,
@@ -167,7 +179,6 @@ static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, cons
     const char *method = ovl_ag_method_name(first->method);
     ovl_dtype_t dtype = op->ranks[0].plan->params.dtype;
     size_t elem = ovl_dtype_size(dtype);
-    char why[160];
     if (!method)
         method = "an unknown method"; /* the backend refuses it */
     for (uint32_t r = 0; r < op->world; r++) {
@@ -194,13 +205,10 @@ static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, cons
                                       .nsend = in->nsend,
                                       .recv = p->peers + in->peers + in->nsend,
                                       .nrecv = in->nrecv};
-        ovl_status_t st = resolve(op, r, in->src, true, elem, &parts[r].src, why, sizeof(why));
-        if (st == OVL_OK)
-            st = resolve(op, r, in->dst, true, elem, &parts[r].dst, why, sizeof(why));
-        if (st != OVL_OK) {
-            snprintf(err, errlen, "rank %u, instruction %zu (RAIL): %s", r, pc[r], why);
+        ovl_status_t st =
+            resolve_ends(op, r, pc[r], in, elem, &parts[r].src, &parts[r].dst, err, errlen);
+        if (st != OVL_OK)
             return st;
-        }
     }
     if (!b->ops->rail) {
         snprintf(err, errlen, "rail (%s): the %s backend cannot move rows between nodes", method,
