@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "config.h" /* OVLD_ADDR_TEXT_MAX */
 #include "ovl.h"
