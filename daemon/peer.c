@@ -229,11 +229,13 @@ struct ovld_peers {
 /* ------------------------------------------------------------ UCX's log */
 
 /* UCX's log handler takes no argument, so where its lines go is the one
- * piece of process state here: the reporter of the transport that runs
- * (there is one per daemon), set by start and cleared by close. Lines go
- * through it so that they reach ovld's log at their level, in ovld's
- * format, instead of UCX's own lines on stderr. */
+ * piece of process state here: the reporter of the first transport that
+ * runs (ovld has one; a test may have several), and how many run. Loop
+ * thread only, as every call here. Lines go through it so that they reach
+ * ovld's log at their level, in ovld's format, instead of UCX's own lines
+ * on stderr. */
 static const ovld_reporter_t *ucx_log_to;
+static unsigned ucx_log_users;
 
 static ucs_log_func_rc_t ucx_log(const char *file, unsigned line, const char *function,
                                  ucs_log_level_t level, const ucs_log_component_config_t *comp_conf,
@@ -1686,19 +1688,21 @@ static void ucx_release(ovld_peers_t *ps)
     if (ps->ctx)
         ucp_cleanup(ps->ctx);
     ps->ctx = NULL;
-    if (ps->log_pushed) {
+    if (ps->log_pushed && --ucx_log_users == 0) {
         ucs_log_pop_handler();
         __atomic_store_n(&ucx_log_to, NULL, __ATOMIC_RELEASE);
-        ps->log_pushed = false;
     }
+    ps->log_pushed = false;
 }
 
 static ovl_status_t ucx_start(ovld_peers_t *ps, char *err, size_t errlen)
 {
     ucs_status_t st;
     ucp_config_t *uc = NULL;
-    __atomic_store_n(&ucx_log_to, ps->report, __ATOMIC_RELEASE);
-    ucs_log_push_handler(ucx_log);
+    if (ucx_log_users++ == 0) {
+        __atomic_store_n(&ucx_log_to, ps->report, __ATOMIC_RELEASE);
+        ucs_log_push_handler(ucx_log);
+    }
     ps->log_pushed = true;
     if ((st = ucp_config_read(NULL, NULL, &uc)) != UCS_OK) {
         set_err(err, errlen, "UCX: cannot read its configuration: %s", ucs_status_string(st));
