@@ -895,7 +895,7 @@ static void link_fail(link_t *l, ovl_status_t st, const char *why, const char *r
     if (l->state == L_UP) {
         say(ps, OVLD_REPORT_WARN, "peer %s: down: %s", p->name, why);
         OVLD_COUNT(ps->counters, peer_errors, 1);
-    } else if (st == OVL_ERR_CONNECT) {
+    } else if (st == OVL_ERR_CONNECT || l->state == L_CONNECTING) {
         say(ps, OVLD_REPORT_WARN, "%s: could not connect: %s", link_label(l, label, sizeof(label)),
             why);
         OVLD_COUNT(ps->counters, peer_errors, 1);
@@ -1625,6 +1625,14 @@ static void on_tick(uv_timer_t *h)
     for (link_t *l = ps->links; l; l = l->next) {
         switch (l->state) {
         case L_CONNECTING:
+            if (now >= l->deadline) {
+                snprintf(why, sizeof(why),
+                         "timeout: no TCP connection to %s within %" PRIu32
+                         " ms (peer_timeout_ms): is the host up and the port open?",
+                         l->peer->name, ps->timeout_ms);
+                link_fail(l, OVL_ERR_TIMEOUT, why, NULL);
+            }
+            break;
         case L_HELLO:
         case L_ACCEPTED:
         case L_PROVING:

@@ -6,7 +6,8 @@
  * bodies in order (up to OVLD_PEER_MAX_BODY), sends queued while
  * connecting, the limits of ovld_peer_send, on_down once per episode,
  * sends failing once down, a get that reconnects, a peer that comes back
- * as a new instance, a wrong key refused on both sides.
+ * as a new instance, a wrong key refused on both sides; and that UCX's
+ * signal handlers are gone after ovld_peers_process_init.
  *
  * Every wait is bounded (run_until); the test takes a few seconds.
  */
@@ -17,7 +18,9 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +385,29 @@ static void test_wrong_key(void **state)
     run_until(never, NULL, 200);
 }
 
+/* libucs put its own handlers in when it loaded; ovld_peers_process_init
+ * (run by setup) put back what was there: the default, or the sanitizer's,
+ * never libucs's. */
+static void test_signals_are_ours(void **state)
+{
+    (void)state;
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGHUP};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        struct sigaction sa;
+        assert_int_equal(sigaction(sigs[i], NULL, &sa), 0);
+        void *h = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+        if (h == (void *)SIG_DFL || h == (void *)SIG_IGN)
+            continue;
+        Dl_info di;
+        if (dladdr(h, &di) && di.dli_fname)
+            if (strstr(di.dli_fname, "libucs"))
+                fail_msg("signal %d is handled by %s", sigs[i], di.dli_fname);
+    }
+    struct sigaction sa;
+    assert_int_equal(sigaction(SIGHUP, NULL, &sa), 0);
+    assert_true(sa.sa_handler == SIG_DFL); /* nobody else here takes it */
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -407,6 +433,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_signals_are_ours),
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_queue_limit),
         cmocka_unit_test(test_wrong_key),
