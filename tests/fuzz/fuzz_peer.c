@@ -145,10 +145,10 @@ static void tcp_stream(const uint8_t *p, size_t n)
     while (n >= OVLD_PEER_FRAME_HDR) {
         uint32_t type = 0, len = 0;
         ovl_status_t st = ovld_peer_frame_check(p, &type, &len, err, sizeof(err));
-        uint32_t t = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24;
-        uint32_t l = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
-                     (uint32_t)p[7] << 24;
+        uint32_t t =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        uint32_t l =
+            (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
         bool ok = t >= 1 && t <= 4 && l <= OVLD_PEER_MAX_FRAME;
         CHECK((st == OVL_OK) == ok);
         if (!ok) {
@@ -187,10 +187,10 @@ static void am(const uint8_t *p, size_t n)
         return;
     }
     CHECK(memcmp(sess, hdr + 8, sizeof(sess)) == 0);
-    uint32_t t = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                 (uint32_t)hdr[3] << 24;
-    uint32_t l = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 |
-                 (uint32_t)hdr[7] << 24;
+    uint32_t t =
+        (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    uint32_t l =
+        (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 | (uint32_t)hdr[7] << 24;
     bool travels = (t >= 5 && t <= 7) || t >= 16;
     ovl_status_t want = len > OVLD_PEER_MAX_BODY ? OVL_ERR_LIMIT
                         : l != len || !travels   ? OVL_ERR_PROTOCOL
