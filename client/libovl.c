@@ -302,6 +302,8 @@ static Ovl__Response__BodyCase reply_case(Ovl__Request__BodyCase q)
         return OVL__RESPONSE__BODY_PLAN;
     case OVL__REQUEST__BODY_STATS:
         return OVL__RESPONSE__BODY_STATS;
+    case OVL__REQUEST__BODY_PEER_PING:
+        return OVL__RESPONSE__BODY_PEER_PING;
     case OVL__REQUEST__BODY_COMM_DESTROY:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
         return OVL__RESPONSE__BODY_OK;

@@ -19,6 +19,13 @@
 
 /* s as a JSON string, escaped (common/text.h: control characters, and
  * invalid UTF-8 as U+FFFD). */
+static void json_str(FILE *f, const char *s);
+
+void libovl_json_string(FILE *f, const char *s)
+{
+    json_str(f, s);
+}
+
 static void json_str(FILE *f, const char *s)
 {
     if (!s)
@@ -79,6 +86,22 @@ const libovl_stat_field_t libovl_stat_fields[] = {
        LIBOVL_F_U64, connections_accepted),
     SF("connections_refused", "connections_refused_total", "counter",
        "connections refused (limits, shutdown)", LIBOVL_F_U64, connections_refused),
+    SF("peer_msgs_in", "peer_messages_received_total", "counter",
+       "messages from other nodes' ovld, heartbeats included", LIBOVL_F_U64, peer_msgs_in),
+    SF("peer_msgs_out", "peer_messages_sent_total", "counter",
+       "messages to other nodes' ovld, heartbeats included", LIBOVL_F_U64, peer_msgs_out),
+    SF("peer_bytes_in", "peer_received_bytes_total", "counter",
+       "bytes of messages from other nodes' ovld", LIBOVL_F_U64, peer_bytes_in),
+    SF("peer_bytes_out", "peer_sent_bytes_total", "counter",
+       "bytes of messages to other nodes' ovld", LIBOVL_F_U64, peer_bytes_out),
+    SF("peer_errors", "peer_errors_total", "counter",
+       "links to other nodes that failed or timed out, and their protocol errors", LIBOVL_F_U64,
+       peer_errors),
+    SF("peer_dropped", "peer_dropped_messages_total", "counter",
+       "messages to other nodes dropped: their peer went down, or its queue was full", LIBOVL_F_U64,
+       peer_dropped),
+    SF("peer_auth_refused", "peer_auth_refused_total", "counter",
+       "handshakes with other nodes' ovld refused, either side", LIBOVL_F_U64, peer_auth_refused),
 };
 const size_t libovl_stat_nfields = sizeof(libovl_stat_fields) / sizeof(libovl_stat_fields[0]);
 
@@ -197,6 +220,23 @@ void libovl_status_json_write(FILE *f, const Ovl__StatusReply *s)
         json_str(f, c->job);
         fprintf(f, ",\"rank\":%d,\"buffers\":%u,\"mapped_bytes\":%" PRIu64 "}", c->rank, c->buffers,
                 c->mapped_bytes);
+    }
+    fprintf(f, "],\"peer_self\":");
+    json_str(f, s->peer_self);
+    fprintf(f, ",\"peers\":[");
+    for (size_t i = 0; i < s->n_peers; i++) {
+        const Ovl__PeerInfo *p = s->peers[i];
+        fprintf(f, "%s{\"address\":", i ? "," : "");
+        json_str(f, p->address);
+        fprintf(f, ",\"state\":");
+        json_str(f, p->state);
+        fprintf(f,
+                ",\"rtt_s\":%.9g,\"msgs_in\":%" PRIu64 ",\"msgs_out\":%" PRIu64
+                ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"errors\":%" PRIu64
+                ",\"last_error\":",
+                p->rtt_s, p->msgs_in, p->msgs_out, p->bytes_in, p->bytes_out, p->errors);
+        json_str(f, p->last_error);
+        fputc('}', f);
     }
     fprintf(f, "]}\n");
 }

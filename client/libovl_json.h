@@ -41,6 +41,9 @@ void libovl_stat_print(FILE *f, const Ovl__StatsBlock *b, const libovl_stat_fiel
 /* A device's UUID as nvidia-smi writes it ("GPU-...", host: "HOST-..."). */
 void libovl_uuid_text(const Ovl__Device *d, const char *backend, char *buf, size_t len);
 
+/* s as a JSON string (quoted, escaped: always valid UTF-8 and JSON). */
+void libovl_json_string(FILE *f, const char *s);
+
 /* The JSON texts (one line each, with a final newline). */
 void libovl_status_json_write(FILE *f, const Ovl__StatusReply *s);
 void libovl_stats_json_write(FILE *f, const Ovl__StatsReply *r);

@@ -36,12 +36,16 @@ static void usage(FILE *f)
             "Usage: ovlctl [--socket PATH] COMMAND [OPTIONS]\n"
             "\n"
             "Commands:\n"
-            "  status [--json]          the daemon, its devices, jobs and clients\n"
+            "  status [--json]          the daemon, its devices, jobs, clients and peers\n"
             "  stats [--json|--prometheus] [--watch SECONDS] [--reset]\n"
             "                           counters since start and since the last reset, op\n"
             "                           latency and issue-time percentiles; --reset: root or\n"
             "                           ovld's user\n"
             "  plan [OPTIONS]           print the host program of one AG-GEMM for one rank\n"
+            "  peer ping [--json] ADDRESS:PORT\n"
+            "                           ovld connects to the ovld of another node (with the\n"
+            "                           cluster key) and measures a round trip; root or\n"
+            "                           ovld's user\n"
             "  version                  versions of ovlctl and of the daemon\n"
             "\n"
             "Options of plan:\n"
@@ -286,6 +290,24 @@ static void print_status_table(const Ovl__StatusReply *s)
     if (s->restricted)
         printf("\n(%u job%s and %u client%s of other users not shown)\n", s->other_jobs,
                s->other_jobs == 1 ? "" : "s", s->other_clients, s->other_clients == 1 ? "" : "s");
+    /* Only an ovld with links to other nodes (peer_listen) has peers. */
+    if (!s->peer_self || !s->peer_self[0])
+        return;
+    printf("\nPEERS (%zu), this node: %s\n", s->n_peers, term(s->peer_self));
+    if (s->n_peers)
+        printf("  %-24s  %-10s  %12s  %10s  %10s  %6s  %s\n", "ADDRESS", "STATE", "ROUND TRIP",
+               "MSGS IN", "MSGS OUT", "ERRORS", "LAST ERROR");
+    for (size_t i = 0; i < s->n_peers; i++) {
+        const Ovl__PeerInfo *p = s->peers[i];
+        char rtt[32];
+        if (p->rtt_s > 0)
+            snprintf(rtt, sizeof(rtt), "%.3f ms", p->rtt_s * 1e3);
+        else
+            snprintf(rtt, sizeof(rtt), "-");
+        printf("  %s  %s  %12s  %10" PRIu64 "  %10" PRIu64 "  %6" PRIu64 "  %s\n",
+               cell(p->address, 24), cell(p->state, 10), rtt, p->msgs_in, p->msgs_out, p->errors,
+               term_or_dash(p->last_error, 0));
+    }
 }
 
 /* ---------------------------------------------------------- commands */
@@ -877,6 +899,76 @@ static int cmd_stats(int argc, char **argv)
     return rc;
 }
 
+/* ---------------------------------------------------------------- peer */
+
+/* `peer ping ADDRESS:PORT`: ovld connects to that node's ovld
+ * (authenticating with the cluster key) and measures a round trip. */
+static int cmd_peer(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    bool json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+        if (c == 'j')
+            json = true;
+        else if (c == 'h') {
+            usage(stdout);
+            return 0;
+        } else
+            return EXIT_USAGE;
+    }
+    if (optind + 2 != argc || strcmp(argv[optind], "ping") != 0) {
+        fprintf(stderr, "ovlctl peer: usage: ovlctl peer ping [--json] ADDRESS:PORT\n");
+        return EXIT_USAGE;
+    }
+    const char *addr = argv[optind + 1];
+    size_t len = strlen(addr);
+    if (len == 0 || len > 63) {
+        fprintf(stderr, "ovlctl peer ping: '%s' is not ADDRESS:PORT\n", term(addr));
+        return EXIT_USAGE;
+    }
+    ovl_client_t *cl;
+    if (connect_or_die(&cl))
+        return 1;
+    /* ovld answers within its peer_timeout_ms (at most 60 s) */
+    ovl_set_timeout(cl, 75000);
+    Ovl__PeerPing pp = OVL__PEER_PING__INIT;
+    pp.address.data = (uint8_t *)addr;
+    pp.address.len = len;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_PEER_PING;
+    q.peer_ping = &pp;
+    Ovl__Response *r;
+    if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK) {
+        fprintf(stderr, "ovlctl: peer ping: %s\n", term(ovl_last_error(cl)));
+        ovl_disconnect(cl);
+        return 1;
+    }
+    const Ovl__PeerPingReply *pr = r->peer_ping;
+    char inst[2 * 16 + 1] = "";
+    for (size_t i = 0; i < pr->instance.len && i < 16; i++)
+        snprintf(inst + 2 * i, 3, "%02x", pr->instance.data[i]);
+    if (json) {
+        char *a = NULL;
+        size_t alen = 0;
+        FILE *f = open_memstream(&a, &alen);
+        if (f) {
+            libovl_json_string(f, pr->address);
+            fclose(f);
+        }
+        printf("{\"address\":%s,\"rtt_s\":%.9g,\"instance\":\"%s\"}\n", a ? a : "\"\"", pr->rtt_s,
+               inst);
+        free(a);
+    } else {
+        printf("%s: round trip %.3f ms (instance %s)\n", term(pr->address), pr->rtt_s * 1e3, inst);
+    }
+    libovl_response_free(r);
+    ovl_disconnect(cl);
+    return 0;
+}
+
 static int cmd_version(void)
 {
     printf("ovlctl %s (protocol %d)\n", OVL_VERSION_STRING, OVL_PROTOCOL_VERSION);
@@ -927,6 +1019,8 @@ int main(int argc, char **argv)
         return cmd_version();
     if (strcmp(cmd, "stats") == 0)
         return cmd_stats(sub_argc, sub_argv);
+    if (strcmp(cmd, "peer") == 0)
+        return cmd_peer(sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

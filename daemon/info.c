@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "log.h"
+#include "peer.h"
 /* ------------------------------------------------------------ devices */
 
 static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_info_t *info)
@@ -136,6 +137,39 @@ static void add_job(const ovld_job_info_t *j, void *arg)
     ji->rank_devices = t->devs[t->n - 1];
 }
 
+/* Status's peer list, built by ovld_peers_foreach (peer.h). The strings
+ * point into the peers' records, which live until the reply is sent. */
+typedef struct peer_rows {
+    Ovl__PeerInfo *rows;
+    Ovl__PeerInfo **prows;
+    size_t n, max;
+} peer_rows_t;
+
+static void count_peer(const ovld_peer_info_t *i, void *arg)
+{
+    (void)i;
+    (*(size_t *)arg)++;
+}
+
+static void add_peer(const ovld_peer_info_t *i, void *arg)
+{
+    peer_rows_t *t = arg;
+    if (t->n >= t->max)
+        return;
+    Ovl__PeerInfo *pi = &t->rows[t->n];
+    t->prows[t->n++] = pi;
+    ovl__peer_info__init(pi);
+    pi->address = (char *)i->name;
+    pi->state = (char *)i->state;
+    pi->rtt_s = i->rtt_s;
+    pi->msgs_in = i->msgs_in;
+    pi->msgs_out = i->msgs_out;
+    pi->bytes_in = i->bytes_in;
+    pi->bytes_out = i->bytes_out;
+    pi->errors = i->errors;
+    pi->last_error = (char *)i->last_error;
+}
+
 void ovld_info_status(ovld_conn_t *c, uint64_t id)
 {
     ovld_t *d = c->d;
@@ -148,7 +182,13 @@ void ovld_info_status(ovld_conn_t *c, uint64_t id)
     Ovl__ClientInfo *cls = calloc(nc + 1, sizeof(*cls));
     Ovl__ClientInfo **pcls = calloc(nc + 1, sizeof(*pcls));
     int32_t **devs = calloc(nj + 1, sizeof(*devs));
-    if (!have_devs || !jobs || !pjobs || !cls || !pcls || !devs) {
+    size_t np = 0;
+    if (d->peers)
+        ovld_peers_foreach(d->peers, count_peer, &np);
+    peer_rows_t pr = {.rows = calloc(np + 1, sizeof(Ovl__PeerInfo)),
+                      .prows = calloc(np + 1, sizeof(Ovl__PeerInfo *)),
+                      .max = np};
+    if (!have_devs || !jobs || !pjobs || !cls || !pcls || !devs || !pr.rows || !pr.prows) {
         ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -210,6 +250,13 @@ void ovld_info_status(ovld_conn_t *c, uint64_t id)
     sr.restricted = restricted;
     sr.other_jobs = other_jobs;
     sr.other_clients = other_clients;
+    if (d->peers) {
+        /* Every user sees the links: they are the node's, not a user's. */
+        ovld_peers_foreach(d->peers, add_peer, &pr);
+        sr.peer_self = (char *)ovld_peers_self(d->peers);
+    }
+    sr.n_peers = pr.n;
+    sr.peers = pr.prows;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_STATUS;
@@ -225,6 +272,8 @@ out:
     for (size_t q = 0; devs && q < nj_max; q++) /* calloc'd: unused ones are NULL */
         free(devs[q]);
     free(devs);
+    free(pr.rows);
+    free(pr.prows);
 }
 
 /* ----------------------------------------------------------------- stats */
@@ -315,6 +364,13 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     b->errors = m->perrs;
     b->connections_accepted = s->conns_accepted;
     b->connections_refused = s->conns_refused;
+    b->peer_msgs_in = s->peer_msgs_in;
+    b->peer_msgs_out = s->peer_msgs_out;
+    b->peer_bytes_in = s->peer_bytes_in;
+    b->peer_bytes_out = s->peer_bytes_out;
+    b->peer_errors = s->peer_errors;
+    b->peer_dropped = s->peer_dropped;
+    b->peer_auth_refused = s->peer_auth_refused;
     (void)d;
 }
 

@@ -17,6 +17,7 @@
 #include "job.h"
 #include "log.h"
 #include "ovld.h"
+#include "peer.h"
 #include "sdnotify.h"
 #include "stall.h"
 #include "clock.h"
@@ -95,6 +96,10 @@ static void finish_shutdown(ovld_t *d)
         log_error("shutdown: %u ops still running after %d ms; leaving them", left,
                   DRAIN_TIMEOUT_MS);
     ovld_server_close(d);
+    /* after the connections: a ping still waiting fails, and frees its
+     * connection */
+    ovld_peers_close(d->peers);
+    d->peers = NULL;
     if (left == 0 && ovld_jobs_empty(&d->jobs) && d->backend) {
         d->backend->ops->destroy(d->backend);
         d->backend = NULL;
@@ -184,6 +189,11 @@ static void reload(ovld_t *d)
         nc.backend != d->cfg.backend || nc.host_devices != d->cfg.host_devices)
         log_warn("SIGHUP: socket, socket_group, socket_mode, backend and host_devices take "
                  "effect only at restart");
+    if (strcmp(nc.peer_listen, d->cfg.peer_listen) != 0 ||
+        strcmp(nc.peer_advertise, d->cfg.peer_advertise) != 0 ||
+        strcmp(nc.peer_key_file, d->cfg.peer_key_file) != 0 ||
+        nc.peer_timeout_ms != d->cfg.peer_timeout_ms)
+        log_warn("SIGHUP: the peer_* settings take effect only at restart");
     ovld_config_t keep = d->cfg;
     d->cfg = nc;
     memcpy(d->cfg.socket_path, keep.socket_path, sizeof(keep.socket_path));
@@ -191,6 +201,10 @@ static void reload(ovld_t *d)
     d->cfg.socket_mode = keep.socket_mode;
     d->cfg.backend = keep.backend;
     d->cfg.host_devices = keep.host_devices;
+    memcpy(d->cfg.peer_listen, keep.peer_listen, sizeof(keep.peer_listen));
+    memcpy(d->cfg.peer_advertise, keep.peer_advertise, sizeof(keep.peer_advertise));
+    memcpy(d->cfg.peer_key_file, keep.peer_key_file, sizeof(keep.peer_key_file));
+    d->cfg.peer_timeout_ms = keep.peer_timeout_ms;
     ovld_log_set_level(d->cfg.log_level);
     ovld_server_apply_config(d);
     log_info("configuration re-read from %s", d->config_path);
@@ -206,6 +220,23 @@ static void on_signal(uv_signal_t *s, int signum)
     }
     log_info("received %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
     ovld_shutdown(d);
+}
+
+/* What the other nodes' ovld say. Nothing runs across nodes yet: a
+ * message is noted and dropped; peer.c logs a peer's going down itself. */
+static void on_peer_message(void *arg, ovld_peer_t *p, uint32_t type, const uint8_t *body,
+                            size_t len)
+{
+    (void)arg;
+    (void)body;
+    log_debug("peer %s: message of type %u (%zu bytes) dropped: nothing runs across nodes yet",
+              ovld_peer_name(p), (unsigned)type, len);
+}
+
+static void on_peer_down(void *arg, ovld_peer_t *p, ovl_status_t st, const char *why)
+{
+    (void)arg;
+    log_debug("peer %s: down (%s): %s", ovld_peer_name(p), ovl_strerror(st), why);
 }
 
 /* Detaches: the parent exits once the child reports (through a pipe) that
@@ -302,6 +333,10 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* Before anything installs a signal handler (UCX's own went in when
+     * its library loaded: peer.h). */
+    ovld_peers_process_init();
+
     static ovld_t daemon; /* the one context; static only to keep it off the stack */
     ovld_t *d = &daemon;
     ovld_config_defaults(&d->cfg);
@@ -376,6 +411,18 @@ int main(int argc, char **argv)
     }
     d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
     d->drain_timer.data = d;
+    /* After the fork of daemonize (UCX must not be forked), before the
+     * socket listens: an ovld whose peers cannot start does not start. */
+    if (d->cfg.peer_listen[0]) {
+        const ovld_peers_cb_t pcb = {.on_message = on_peer_message, .on_down = on_peer_down};
+        st = ovld_peers_start(d->loop, &d->cfg, &pcb, &to_log, &d->counters, &d->peers, err,
+                              sizeof(err));
+        if (st != OVL_OK) {
+            log_error("cannot start the links to other nodes: %s", err);
+            report_ready(&ready_fd, 1);
+            return 1;
+        }
+    }
     st = ovld_server_start(d, err, sizeof(err));
     if (st != OVL_OK) {
         log_error("%s", err);

@@ -58,6 +58,8 @@ typedef struct ovld {
     uint64_t hits_at_reset, misses_at_reset; /* the backend's cache counts at the last reset */
 
     ovld_jobs_t jobs;
+    /* links to the ovld of other nodes (peer.h); NULL without peer_listen */
+    struct ovld_peers *peers;
     uint32_t works; /* requests being served on workers (imports, unmaps) */
 
     uv_signal_t sig_term, sig_int, sig_hup;

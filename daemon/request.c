@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "config.h" /* OVLD_ADDR_TEXT_MAX */
 #include "plan.h"
 #include "text.h"
 
@@ -167,6 +168,18 @@ static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errl
     return check_more_bs(q->n_more_n, plan_more_n, q, err, errlen);
 }
 
+static ovl_status_t check_peer_ping(const Ovl__PeerPing *q, char *err, size_t errlen)
+{
+    /* the form here; what address it is, the handler says (peer_wire.h) */
+    if (q->address.len == 0 || q->address.len >= OVLD_ADDR_TEXT_MAX)
+        return bad(err, errlen, "peer address must be 1 to %d bytes, not %zu",
+                   OVLD_ADDR_TEXT_MAX - 1, q->address.len);
+    if (memchr(q->address.data, 0, q->address.len) ||
+        !ovl_text_is_clean(q->address.data, q->address.len))
+        return bad(err, errlen, "peer address must be text without control characters");
+    return OVL_OK;
+}
+
 ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
 {
     if (errlen)
@@ -182,6 +195,8 @@ ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
         return check_ag_gemm(q->ag_gemm, err, errlen);
     case OVL__REQUEST__BODY_PLAN:
         return check_plan(q->plan, err, errlen);
+    case OVL__REQUEST__BODY_PEER_PING:
+        return check_peer_ping(q->peer_ping, err, errlen);
     case OVL__REQUEST__BODY_STATUS:
     case OVL__REQUEST__BODY_COMM_DESTROY:
     case OVL__REQUEST__BODY_COMM_CHECK:

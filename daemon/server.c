@@ -32,6 +32,7 @@
 #include "job.h"
 #include "log.h"
 #include "ovl.pb-c.h"
+#include "peer.h"
 #include "plan.h"
 #include "request.h"
 #include "text.h"
@@ -596,6 +597,92 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
     ovl_plan_free(&plan);
 }
 
+/* A PeerPing waiting for its round trip (peer.h): the connection's later
+ * requests wait with it, as for an import; at most peer_timeout_ms. */
+typedef struct ping_work {
+    ovld_conn_t *c;
+    uint64_t id;
+    char addr[OVLD_ADDR_TEXT_MAX];
+} ping_work_t;
+
+static void peer_ping_done(void *arg, ovl_status_t st, double rtt_s, const uint8_t *instance,
+                           const char *why)
+{
+    ping_work_t *w = arg;
+    ovld_conn_t *c = w->c;
+    c->d->works--;
+    c->busy = false;
+    if (st == OVL_OK)
+        log_debug("client %" PRIu64 ": peer ping %s: %.3f ms", c->id, w->addr, rtt_s * 1e3);
+    else
+        log_info("client %" PRIu64 " (pid %d, uid %u): peer ping %s failed: %s", c->id, (int)c->pid,
+                 (unsigned)c->uid, w->addr, why);
+    if (!c->closing) {
+        if (st == OVL_OK) {
+            Ovl__PeerPingReply pr = OVL__PEER_PING_REPLY__INIT;
+            pr.address = w->addr;
+            pr.rtt_s = rtt_s;
+            pr.instance.data = (uint8_t *)instance;
+            pr.instance.len = OVLD_PEER_INSTANCE_LEN;
+            Ovl__Response r = OVL__RESPONSE__INIT;
+            r.id = w->id;
+            r.body_case = OVL__RESPONSE__BODY_PEER_PING;
+            r.peer_ping = &pr;
+            ovld_reply(c, &r, NULL, 0);
+        } else {
+            ovld_reply_error(c, w->id, st, "%s: %s", w->addr, why);
+        }
+        if (!c->closing) {
+            ovld_conn_update_poll(c);
+            process_frames(c);
+        }
+    }
+    free(w);
+    conn_put(c);
+}
+
+static void on_peer_ping(ovld_conn_t *c, uint64_t id, const Ovl__PeerPing *q)
+{
+    ovld_t *d = c->d;
+    /* It makes ovld open connections to other machines: an operator's
+     * tool, not a user's. */
+    if (c->uid != 0 && c->uid != getuid()) {
+        ovld_reply_error(c, id, OVL_ERR_PERMISSION,
+                         "only root or ovld's own user (uid %u) may ping peers",
+                         (unsigned)getuid());
+        return;
+    }
+    if (!d->peers) {
+        ovld_reply_error(c, id, OVL_ERR_UNSUPPORTED,
+                         "this ovld has no links to other nodes: peer_listen is not set "
+                         "(docs/multinode.md)");
+        return;
+    }
+    char text[OVLD_ADDR_TEXT_MAX], err[256];
+    memcpy(text, q->address.data, q->address.len); /* 1..63 bytes, checked */
+    text[q->address.len] = '\0';
+    struct sockaddr_storage ss;
+    ping_work_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        return;
+    }
+    ovl_status_t st = ovld_peer_addr_parse(text, &ss, w->addr, err, sizeof(err));
+    if (st == OVL_OK)
+        st = ovld_peers_ping(d->peers, &ss, peer_ping_done, w, err, sizeof(err));
+    if (st != OVL_OK) {
+        free(w);
+        ovld_reply_error(c, id, st, "%s: %s", text, err);
+        return;
+    }
+    w->c = c;
+    w->id = id;
+    c->busy = true;
+    c->refs++;
+    d->works++;
+    ovld_conn_update_poll(c);
+}
+
 static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
 {
     Ovl__Request *q = ovl__request__unpack(NULL, len, body);
@@ -676,6 +763,9 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         break;
     case OVL__REQUEST__BODY_STATS:
         ovld_info_stats(c, id, q->stats);
+        break;
+    case OVL__REQUEST__BODY_PEER_PING:
+        on_peer_ping(c, id, q->peer_ping);
         break;
     default:
         ovld_conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request");

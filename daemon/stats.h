@@ -39,6 +39,12 @@ typedef struct ovld_stats {
     uint64_t deregistrations;
     uint64_t errors[OVLD_STATUS_KINDS]; /* failed ops and refused requests, by status */
     uint64_t conns_accepted, conns_refused;
+    /* Links to the ovld of other nodes (peer.h): messages and their bytes
+     * (header and body; heartbeats too), links that failed or timed out
+     * and protocol errors, messages dropped (queued for a peer that went
+     * down, or refused for a full queue), handshakes refused either way. */
+    uint64_t peer_msgs_in, peer_msgs_out, peer_bytes_in, peer_bytes_out;
+    uint64_t peer_errors, peer_dropped, peer_auth_refused;
 } ovld_stats_t;
 
 void ovld_stats_reset(ovld_stats_t *s, uint64_t now_ns);

@@ -19,7 +19,9 @@
  *   bytes and a UUID of 0 or 16 bytes; AgGemm and PlanRequest have
  *   dtype <= 2, algo <= 3 (each with a name), m, n, k > 0, chunks <= 64,
  *   streams <= 8, at most 7 Bs after the first (more_bs, more_n), each
- *   with n > 0, and a plan world 1..1024 with rank < world;
+ *   with n > 0, and a plan world 1..1024 with rank < world; a
+ *   PeerPing's address is 1..63 bytes of clean text without NUL (the
+ *   handler copies it into a 64-byte buffer);
  * - the verdict is the one the specification gives (a reference check
  *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
  *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h" /* OVLD_ADDR_TEXT_MAX */
 #include "ovl.h"
 #include "ovl.pb-c.h"
 #include "plan.h"
@@ -169,6 +172,12 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
                 return OVL_ERR_INVALID;
         return OVL_OK;
     }
+    case OVL__REQUEST__BODY_PEER_PING: {
+        const ProtobufCBinaryData *a = &q->peer_ping->address;
+        if (a->len < 1 || a->len > 63 || memchr(a->data, 0, a->len) || !ref_clean(a->data, a->len))
+            return OVL_ERR_INVALID;
+        return OVL_OK;
+    }
     default:
         return OVL_ERR_PROTOCOL;
     }
@@ -226,6 +235,14 @@ static void check_accepted(const Ovl__Request *q)
         CHECK(m > 0 && n > 0 && k > 0);
         CHECK(chunks <= OVL_PLAN_MAX_CHUNKS);
         CHECK(streams <= OVL_PLAN_MAX_STREAMS);
+        break;
+    }
+    case OVL__REQUEST__BODY_PEER_PING: {
+        /* on_peer_ping copies it into a buffer of OVLD_ADDR_TEXT_MAX bytes */
+        const ProtobufCBinaryData *a = &q->peer_ping->address;
+        CHECK(a->len >= 1 && a->len < OVLD_ADDR_TEXT_MAX);
+        CHECK(memchr(a->data, 0, a->len) == NULL);
+        CHECK(ovl_text_is_clean(a->data, a->len));
         break;
     }
     case OVL__REQUEST__BODY_HELLO:
@@ -609,6 +626,27 @@ static void others(void)
     sr.reset = true;
     q.body_case = OVL__REQUEST__BODY_STATS;
     q.stats = &sr;
+    run_request(&q);
+    /* peer addresses: the form here, the address itself in the handler */
+    static const char *const addrs[] = {
+        "",
+        "10.0.0.5:7411",
+        "[fd00::5]:7411",
+        "0.0.0.0:1",
+        "x\x1b[2J:1",
+        "\xff:1",
+        "012345678901234567890123456789012345678901234567890123456789012",
+        "0123456789012345678901234567890123456789012345678901234567890123"};
+    Ovl__PeerPing pp = OVL__PEER_PING__INIT;
+    q.body_case = OVL__REQUEST__BODY_PEER_PING;
+    q.peer_ping = &pp;
+    for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        pp.address.data = (uint8_t *)addrs[i];
+        pp.address.len = strlen(addrs[i]);
+        run_request(&q);
+    }
+    pp.address.data = (uint8_t *)"1.2.3.4\0:5";
+    pp.address.len = 11;
     run_request(&q);
 }
 

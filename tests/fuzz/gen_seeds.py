@@ -4,7 +4,9 @@
     tests/fuzz/gen_seeds.py [FUZZ_DIR]     (default: this script's directory)
 
 Writes seed_*.bin into corpus_request/ (framed Requests, encoded here by
-hand from proto/ovl.proto: standard library only), corpus_doorbell/
+hand from proto/ovl.proto: standard library only), corpus_peer/
+(handshake frames and active messages of proto/peer.proto for
+fuzz_peer.c), corpus_doorbell/
 (scripts for fuzz_doorbell.c) and seed_*.conf into corpus_config/
 (deploy/ovld.conf and variants). Files the fuzzer added (named by their
 SHA-1) are left alone. Run it again after changing the schema or a target's
@@ -131,6 +133,9 @@ def request_seeds():
     s["plan_9_bs"] = frame(request(8, 10, plan(more_ns=(1,) * 8)))
     s["plan_b2_n_zero"] = frame(request(8, 10, plan(more_ns=(8, 0))))
     s["stats_reset"] = frame(request(9, 11, f_varint(1, 1)))
+    s["peer_ping"] = frame(request(10, 12, f_bytes(1, "10.0.0.5:7411")))
+    s["peer_ping_64"] = frame(request(10, 12, f_bytes(1, "1" * 64)))
+    s["peer_ping_esc"] = frame(request(10, 12, f_bytes(1, b"10.0.0.5\x1b:7411")))
     s["no_body"] = frame(f_varint(1, 10))
     s["empty"] = frame(b"")
     s["session"] = b"".join(
@@ -153,6 +158,66 @@ def request_seeds():
     out["seed_session_bytewise.bin"] = b"\x01" + s["session"]
     out["seed_session_socket.bin"] = b"\x83" + s["session"]
     return out
+
+
+# ------------------------------------------------------------- peers
+
+# daemon/peer_wire.h: handshake frames on TCP (type, length: u32 LE each),
+# active messages over UCX (type, length, 16-byte session id)
+HELLO, CHALLENGE, AUTH, REFUSE, PING, PONG, BYE = range(1, 8)
+UCX_ADDR = bytes(range(256)) * 2  # a stand-in for a UCX worker address
+
+
+def peer_frame(t, body):
+    return struct.pack("<II", t, len(body)) + body
+
+
+def peer_am(t, body, hdr_len=24, session=b"S" * 16, length=None):
+    hdr = struct.pack("<II", t, len(body) if length is None else length) + session
+    return b"\x01" + bytes([hdr_len]) + hdr[:hdr_len] + body
+
+
+def peer_hello(version=1, nonce=b"n" * 32, inst=b"i" * 16, addr="10.0.0.5:7411", ucx=UCX_ADDR):
+    return (f_varint(1, version) + f_bytes(2, nonce) + f_bytes(3, inst) + f_bytes(4, addr)
+            + f_bytes(5, ucx))
+
+
+def peer_challenge(version=1, addr="10.0.0.6:7411", mac=b"m" * 32):
+    return (f_varint(1, version) + f_bytes(2, b"n" * 32) + f_bytes(3, b"j" * 16) + f_bytes(4, addr)
+            + f_bytes(5, mac) + f_bytes(6, UCX_ADDR))
+
+
+def peer_seeds():
+    s = {}
+    hs = [peer_frame(HELLO, peer_hello()), peer_frame(CHALLENGE, peer_challenge()),
+          peer_frame(AUTH, f_bytes(1, b"m" * 32))]
+    s["handshake"] = b"\x00" + b"".join(hs)
+    s["hello_v2"] = b"\x00" + peer_frame(HELLO, peer_hello(version=2))
+    s["hello_v_wide"] = b"\x00" + peer_frame(HELLO, peer_hello(version=(1 << 32) + 1))
+    s["hello_wildcard"] = b"\x00" + peer_frame(HELLO, peer_hello(addr="0.0.0.0:7411"))
+    s["hello_ipv6"] = b"\x00" + peer_frame(HELLO, peer_hello(addr="[fd00::5]:7411"))
+    s["hello_name"] = b"\x00" + peer_frame(HELLO, peer_hello(addr="node1:7411"))
+    s["hello_nonce_31"] = b"\x00" + peer_frame(HELLO, peer_hello(nonce=b"n" * 31))
+    s["hello_no_ucx"] = b"\x00" + peer_frame(HELLO, peer_hello(ucx=b""))
+    s["hello_ucx_max"] = b"\x00" + peer_frame(HELLO, peer_hello(ucx=b"u" * 32768))
+    s["hello_ucx_over"] = b"\x00" + peer_frame(HELLO, peer_hello(ucx=b"u" * 32769))
+    s["frame_over"] = b"\x00" + struct.pack("<II", HELLO, 65537)
+    s["frame_type_ping"] = b"\x00" + peer_frame(PING, f_varint(1, 1))
+    s["frame_type_0"] = b"\x00" + peer_frame(0, b"")
+    s["refuse"] = b"\x00" + peer_frame(REFUSE, f_varint(1, (1 << 64) - 9) + f_bytes(2, "wrong key"))
+    s["refuse_long"] = b"\x00" + peer_frame(REFUSE, f_bytes(2, "r" * 201))
+    s["refuse_esc"] = b"\x00" + peer_frame(REFUSE, f_bytes(2, b"a\x1b[2Jb\xff"))
+    s["garbage"] = b"\x00GET / HTTP/1.0\r\n\r\n"
+    s["am_ping"] = peer_am(PING, f_varint(1, 7))
+    s["am_pong"] = peer_am(PONG, f_varint(1, (1 << 64) - 1))
+    s["am_bye"] = peer_am(BYE, f_bytes(1, "shutting down") + f_varint(2, (1 << 64) - 19))
+    s["am_user"] = peer_am(16, b"\x00\x01\x02")
+    s["am_user_max"] = peer_am(0xFFFFFFFF, b"")
+    s["am_hello"] = peer_am(HELLO, peer_hello())
+    s["am_type_8"] = peer_am(8, b"")
+    s["am_hdr_8"] = peer_am(PING, b"", hdr_len=8)
+    s["am_len_lies"] = peer_am(16, b"abc", length=2)
+    return {"seed_" + k + ".bin": v for k, v in s.items()}
 
 
 # ------------------------------------------------------------- doorbell
@@ -239,6 +304,7 @@ def main():
     write(os.path.join(here, "corpus_request"), request_seeds())
     write(os.path.join(here, "corpus_doorbell"), doorbell_seeds())
     write(os.path.join(here, "corpus_config"), config_seeds(root))
+    write(os.path.join(here, "corpus_peer"), peer_seeds())
 
 
 if __name__ == "__main__":

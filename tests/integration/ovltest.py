@@ -20,7 +20,9 @@ DEMO = os.environ.get("OVL_DEMO_BIN", "ovl-demo")
 class Daemon:
     """An ovld in the foreground on a socket in its own temporary directory."""
 
-    def __init__(self, *args, config=None, backend="host"):
+    def __init__(self, *args, config=None, backend="host", env=None):
+        """config: the configuration file's text (none if None); env: variables
+        added to ovld's environment (UCX_TLS for the tests of peers)."""
         self.dir = tempfile.mkdtemp(prefix="ovl-test-")
         self.socket = os.path.join(self.dir, "ovld.sock")
         self.log_path = os.path.join(self.dir, "ovld.log")
@@ -33,7 +35,11 @@ class Daemon:
             cmd += ["--config", cfg]
         cmd += list(args)
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        penv = None
+        if env:
+            penv = dict(os.environ)
+            penv.update(env)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=penv)
         self.wait_ready()
 
     def wait_ready(self, timeout=10.0):

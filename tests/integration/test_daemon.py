@@ -60,7 +60,8 @@ def test_status_json_fields():
             "devices": [{"index": i, "uuid": "HOST-6f766c2d-686f-7374-0000-%012x" % i,
                          "name": "host-%d" % i, "total_memory": mem, "streams": 0,
                          "held_bytes": 0, "mps": False} for i in range(3)],
-            "jobs": []}, s
+            "jobs": [],
+            "peer_self": "", "peers": []}, s  # no peer_listen: no links to other nodes
         assert len(clients) == 1, clients
         c = clients[0]
         assert c.pop("id") > 0 and c.pop("pid") > 0, c

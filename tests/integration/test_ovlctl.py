@@ -71,7 +71,7 @@ def test_plan_usage_errors():
     assert ctl("-h").stdout == ctl("help").stdout == usage
     assert usage.startswith("Usage: ovlctl [--socket PATH] COMMAND [OPTIONS]\n"), usage
     commands = usage[usage.index("Commands:\n"):usage.index("\nOptions of plan:")]
-    assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "version"], usage
+    assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "peer", "version"], usage
     for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
                 "--dtype", "--a-out", "--transb", "--strided", "--shared-gpu", "--allgather",
                 "--more-n", "--nodes", "--local-ranks", "--daemon",

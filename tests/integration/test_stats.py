@@ -439,7 +439,7 @@ def sample(fams, fam, series=None, **labels):
 NUM = "number"
 STATUS_FIELDS = {"version": str, "protocol_version": int, "pid": int, "uptime_s": NUM,
                  "backend": str, "socket": str, "config_file": str, "connections": int,
-                 "devices": list, "jobs": list, "clients": list}
+                 "devices": list, "jobs": list, "clients": list, "peer_self": str, "peers": list}
 DEVICE_FIELDS = {"index": int, "uuid": str, "name": str, "total_memory": int, "streams": int,
                  "held_bytes": int, "mps": bool}
 JOB_FIELDS = {"id": str, "owner_uid": int, "world": int, "local_ranks": int, "state": str,
@@ -454,7 +454,10 @@ BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathe
                 "connections_accepted": int, "connections_refused": int, "tflops": NUM,
                 "ops": list, "errors": list, "latency_count": int, "latency_sum_s": NUM,
                 "latency_buckets": list, "issue_s": NUM, "issue_p50_s": NUM,
-                "issue_p99_s": NUM, "issue_max_s": NUM, "issue_count": int}
+                "issue_p99_s": NUM, "issue_max_s": NUM, "issue_count": int,
+                "peer_msgs_in": int, "peer_msgs_out": int, "peer_bytes_in": int,
+                "peer_bytes_out": int, "peer_errors": int, "peer_dropped": int,
+                "peer_auth_refused": int}
 OP_FIELDS = {"algo": str, "dtype": str, "count": int}
 ERROR_FIELDS = {"status": int, "name": str, "count": int}
 BUCKET_FIELDS = {"le_s": NUM, "count": int}
@@ -613,6 +616,11 @@ def test_prometheus_format():
                 "ovl_registry_misses_total": "counter",
                 "ovl_connections_accepted_total": "counter",
                 "ovl_connections_refused_total": "counter", "ovl_errors_total": "counter",
+                "ovl_peer_messages_received_total": "counter",
+                "ovl_peer_messages_sent_total": "counter",
+                "ovl_peer_received_bytes_total": "counter", "ovl_peer_sent_bytes_total": "counter",
+                "ovl_peer_errors_total": "counter", "ovl_peer_dropped_messages_total": "counter",
+                "ovl_peer_auth_refused_total": "counter",
                 "ovl_op_latency_seconds": "histogram"}
         assert {f: x["type"] for f, x in fams.items()} == want, fams.keys()
         for a in ALGOS:

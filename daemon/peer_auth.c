@@ -1,0 +1,147 @@
+/*
+ * peer_auth.c: see peer_auth.h.
+ */
+#include "peer_auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static ovl_status_t key_bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static ovl_status_t key_bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *err, size_t errlen)
+{
+    ovl_status_t st = OVL_OK;
+    uint8_t buf[OVLD_PEER_KEY_FILE_MAX + 1];
+    size_t len = 0;
+    memset(ret, 0, sizeof(*ret));
+    /* O_NONBLOCK: a FIFO put in the key's place must not hang the start;
+     * it is refused below as not a regular file. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return key_bad(errno == EACCES ? OVL_ERR_CONFIG : OVL_ERR_SYSTEM, err, errlen,
+                       "peer_key_file %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = key_bad(OVL_ERR_SYSTEM, err, errlen, "peer_key_file %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = key_bad(OVL_ERR_CONFIG, err, errlen, "peer_key_file %s is not a regular file", path);
+        goto out;
+    }
+    if (sb.st_uid != geteuid()) {
+        st = key_bad(OVL_ERR_CONFIG, err, errlen,
+                     "peer_key_file %s is owned by uid %u; it must be owned by ovld's user "
+                     "(uid %u)",
+                     path, (unsigned)sb.st_uid, (unsigned)geteuid());
+        goto out;
+    }
+    if (sb.st_mode & 077) {
+        st = key_bad(OVL_ERR_CONFIG, err, errlen,
+                     "peer_key_file %s has mode %04o: group and others must have no access "
+                     "(0600 or stricter: chmod 600 %s)",
+                     path, (unsigned)(sb.st_mode & 07777), path);
+        goto out;
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            st =
+                key_bad(OVL_ERR_SYSTEM, err, errlen, "peer_key_file %s: %s", path, strerror(errno));
+            goto out;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof(buf)) {
+            st = key_bad(OVL_ERR_CONFIG, err, errlen,
+                         "peer_key_file %s is larger than %d bytes; a key is %d to %d bytes", path,
+                         OVLD_PEER_KEY_FILE_MAX, OVLD_PEER_KEY_MIN, OVLD_PEER_KEY_MAX);
+            goto out;
+        }
+    }
+    /* The whitespace that editors and `base64` leave at the end is not key. */
+    while (len > 0 && (buf[len - 1] == ' ' || buf[len - 1] == '\t' || buf[len - 1] == '\n' ||
+                       buf[len - 1] == '\r' || buf[len - 1] == '\v' || buf[len - 1] == '\f'))
+        len--;
+    if (len < OVLD_PEER_KEY_MIN || len > OVLD_PEER_KEY_MAX) {
+        st = key_bad(OVL_ERR_CONFIG, err, errlen,
+                     "peer_key_file %s holds %zu bytes of key (trailing whitespace trimmed); a key "
+                     "is %d to %d bytes (head -c 32 /dev/urandom | base64 > %s)",
+                     path, len, OVLD_PEER_KEY_MIN, OVLD_PEER_KEY_MAX, path);
+        goto out;
+    }
+    memcpy(ret->bytes, buf, len);
+    ret->len = len;
+out:
+    ovl_wipe(buf, sizeof(buf));
+    close(fd);
+    return st;
+}
+
+/* HMAC(key, label || 0x00 || the transcript) (peer_auth.h). */
+static void transcript_mac(const ovld_peer_key_t *key, const char *label,
+                           const ovld_peer_transcript_t *t, uint8_t out[OVL_SHA256_LEN])
+{
+    ovl_hmac_sha256_t c;
+    ovl_hmac_sha256_init(&c, key->bytes, key->len);
+    /* the label with its NUL: a label is never the prefix of another input */
+    ovl_hmac_sha256_update(&c, label, strlen(label) + 1);
+    ovl_hmac_sha256_update(&c, t->nonce_c, OVLD_PEER_NONCE_LEN);
+    ovl_hmac_sha256_update(&c, t->nonce_s, OVLD_PEER_NONCE_LEN);
+    ovl_hmac_sha256_update(&c, t->inst_c, OVLD_PEER_INSTANCE_LEN);
+    ovl_hmac_sha256_update(&c, t->inst_s, OVLD_PEER_INSTANCE_LEN);
+    /* each variable field behind its length, so that the splits between
+     * them are part of what is proven */
+    const char *addrs[2] = {t->addr_c, t->addr_s};
+    for (int i = 0; i < 2; i++) {
+        size_t n = strnlen(addrs[i], 255);
+        uint8_t l = (uint8_t)n;
+        ovl_hmac_sha256_update(&c, &l, 1);
+        ovl_hmac_sha256_update(&c, addrs[i], n);
+    }
+    const uint8_t *ucx[2] = {t->ucx_c, t->ucx_s};
+    size_t ucx_len[2] = {t->ucx_c_len, t->ucx_s_len};
+    for (int i = 0; i < 2; i++) {
+        uint32_t n = (uint32_t)ucx_len[i];
+        uint8_t l[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+        ovl_hmac_sha256_update(&c, l, 4);
+        ovl_hmac_sha256_update(&c, ucx[i], n);
+    }
+    ovl_hmac_sha256_final(&c, out);
+}
+
+void ovld_peer_mac(const ovld_peer_key_t *key, ovld_peer_role_t role,
+                   const ovld_peer_transcript_t *t, uint8_t out[OVLD_PEER_MAC_LEN])
+{
+    transcript_mac(
+        key, role == OVLD_PEER_ACCEPTOR ? "ovl-peer-v1 acceptor" : "ovl-peer-v1 connector", t, out);
+}
+
+void ovld_peer_session(const ovld_peer_key_t *key, const ovld_peer_transcript_t *t,
+                       uint8_t out[OVLD_PEER_SESSION_LEN])
+{
+    uint8_t mac[OVL_SHA256_LEN];
+    transcript_mac(key, "ovl-peer-v1 session", t, mac);
+    memcpy(out, mac, OVLD_PEER_SESSION_LEN);
+    ovl_wipe(mac, sizeof(mac));
+}
