@@ -194,6 +194,31 @@ static void test_key_owner(void **state)
 
 /* ------------------------------------------------------------- proofs */
 
+/* A proof's input as docs/multinode.md writes it, built by hand: the label
+ * with its NUL, the nonces, the instances, the addresses "10.0.0.1:7411"
+ * and "10.0.0.2:7411" behind one byte of length, the UCX addresses behind
+ * four (big-endian). Returns its length. */
+static size_t doc_input(uint8_t *msg, const char *label, const uint8_t *nc, const uint8_t *ns,
+                        const uint8_t *ic, const uint8_t *is, const uint8_t *uc, size_t ucl,
+                        const uint8_t *us, size_t usl)
+{
+    size_t n = strlen(label) + 1;
+    memcpy(msg, label, n);
+    memcpy(msg + n, nc, 32), n += 32;
+    memcpy(msg + n, ns, 32), n += 32;
+    memcpy(msg + n, ic, 16), n += 16;
+    memcpy(msg + n, is, 16), n += 16;
+    msg[n++] = 13;
+    memcpy(msg + n, "10.0.0.1:7411", 13), n += 13;
+    msg[n++] = 13;
+    memcpy(msg + n, "10.0.0.2:7411", 13), n += 13;
+    msg[n++] = 0, msg[n++] = 0, msg[n++] = 0, msg[n++] = (uint8_t)ucl;
+    memcpy(msg + n, uc, ucl), n += ucl;
+    msg[n++] = 0, msg[n++] = 0, msg[n++] = 0, msg[n++] = (uint8_t)usl;
+    memcpy(msg + n, us, usl), n += usl;
+    return n;
+}
+
 static void test_proofs(void **state)
 {
     (void)state;
@@ -260,38 +285,12 @@ static void test_proofs(void **state)
      * label with its NUL, the nonces, the instances, the addresses behind
      * one byte of length, the UCX addresses behind four (big-endian). */
     uint8_t msg[1024], want[32];
-    size_t n = 0;
-    memcpy(msg + n, "ovl-peer-v1 acceptor", 21);
-    n += 21;
-    memcpy(msg + n, nc, 32), n += 32;
-    memcpy(msg + n, ns, 32), n += 32;
-    memcpy(msg + n, ic, 16), n += 16;
-    memcpy(msg + n, is, 16), n += 16;
-    msg[n++] = 13;
-    memcpy(msg + n, "10.0.0.1:7411", 13), n += 13;
-    msg[n++] = 13;
-    memcpy(msg + n, "10.0.0.2:7411", 13), n += 13;
-    msg[n++] = 0, msg[n++] = 0, msg[n++] = 0, msg[n++] = sizeof(uc);
-    memcpy(msg + n, uc, sizeof(uc)), n += sizeof(uc);
-    msg[n++] = 0, msg[n++] = 0, msg[n++] = 0, msg[n++] = sizeof(us);
-    memcpy(msg + n, us, sizeof(us)), n += sizeof(us);
+    size_t n =
+        doc_input(msg, "ovl-peer-v1 acceptor", nc, ns, ic, is, uc, sizeof(uc), us, sizeof(us));
     ovl_hmac_sha256(k.bytes, k.len, msg, n, want);
     assert_memory_equal(a, want, 32);
     /* the session id: the first 16 bytes of the same with its own label */
-    n = 0;
-    memcpy(msg + n, "ovl-peer-v1 session", 20), n += 20;
-    memcpy(msg + n, nc, 32), n += 32;
-    memcpy(msg + n, ns, 32), n += 32;
-    memcpy(msg + n, ic, 16), n += 16;
-    memcpy(msg + n, is, 16), n += 16;
-    msg[n++] = 13;
-    memcpy(msg + n, "10.0.0.1:7411", 13), n += 13;
-    msg[n++] = 13;
-    memcpy(msg + n, "10.0.0.2:7411", 13), n += 13;
-    msg[n++] = 0, msg[n++] = 0, msg[n++] = 0, msg[n++] = sizeof(uc);
-    memcpy(msg + n, uc, sizeof(uc)), n += sizeof(uc);
-    msg[n++] = 0, msg[n++] = 0, msg[n++] = 0, msg[n++] = sizeof(us);
-    memcpy(msg + n, us, sizeof(us)), n += sizeof(us);
+    n = doc_input(msg, "ovl-peer-v1 session", nc, ns, ic, is, uc, sizeof(uc), us, sizeof(us));
     ovl_hmac_sha256(k.bytes, k.len, msg, n, want);
     assert_memory_equal(s1, want, 16);
 }
