@@ -322,22 +322,33 @@ static int connect_or_die(ovl_client_t **cl)
     return 0;
 }
 
-static int cmd_status(int argc, char **argv)
+/* The options of a command that takes --json and --help only: -1 to go
+ * on (*json set), else the exit status (0 after --help, EXIT_USAGE). */
+static int json_options(int argc, char **argv, bool *json)
 {
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    bool json = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-        if (c == 'j')
-            json = true;
-        else if (c == 'h') {
+        if (c == 'j') {
+            *json = true;
+        } else if (c == 'h') {
             usage(stdout);
             return 0;
-        } else
+        } else {
             return EXIT_USAGE;
+        }
     }
+    return -1;
+}
+
+static int cmd_status(int argc, char **argv)
+{
+    bool json = false;
+    int rc = json_options(argc, argv, &json);
+    if (rc >= 0)
+        return rc;
     if (optind < argc) {
         fprintf(stderr, "ovlctl status: unexpected argument '%s'\n", argv[optind]);
         return EXIT_USAGE;
@@ -905,20 +916,10 @@ static int cmd_stats(int argc, char **argv)
  * (authenticating with the cluster key) and measures a round trip. */
 static int cmd_peer(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     bool json = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-        if (c == 'j')
-            json = true;
-        else if (c == 'h') {
-            usage(stdout);
-            return 0;
-        } else
-            return EXIT_USAGE;
-    }
+    int rc = json_options(argc, argv, &json);
+    if (rc >= 0)
+        return rc;
     if (optind + 2 != argc || strcmp(argv[optind], "ping") != 0) {
         fprintf(stderr, "ovlctl peer: usage: ovlctl peer ping [--json] ADDRESS:PORT\n");
         return EXIT_USAGE;
