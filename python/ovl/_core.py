@@ -467,9 +467,10 @@ class Comm:
         legacy default stream), returns at once.
 
         Returns out, or (out, a_out) if return_a."""
-        if self._fast is not None and out is not None:
+        key = None  # what the fast path compares (torch tensors, out given)
+        if out is not None:
             key = _fast_key(a, b, out, a_out, return_a, transb, algo, chunks, streams)
-            if key is not None and key == self._fast[0]:
+            if key is not None and self._fast is not None and key == self._fast[0]:
                 return self._submit_fast(a, b, out, a_out, return_a, stream)
         bs = list(b) if isinstance(b, (list, tuple)) else [b]
         single = not isinstance(b, (list, tuple))
@@ -568,13 +569,11 @@ class Comm:
                 # drops its arrays (CUDA: the stream orders their reuse)
                 self._pending.append((a, bs, outs, a_out))
             self._fast = None
-            if cuda and out is not None:
+            if cuda and key is not None:
                 # Checked and sent: the next op on the same tensors (same
                 # pointers, shapes, strides and dtypes, which are all the
                 # desc and every check above depend on) reuses this desc.
-                key = _fast_key(a, b, out, a_out, return_a, transb, algo, chunks, streams)
-                if key is not None:
-                    self._fast = (key, d, more)
+                self._fast = (key, d, more)
         res = outs[0] if single else outs
         return (res, a_out) if return_a else res
 
