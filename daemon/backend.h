@@ -71,9 +71,12 @@ typedef struct ovld_doorbell_export {
 
 /* One rank's part of an all-gather: its rows x cols from src, and where
  * every rank's rows land in its own matrix: rank b's at dst's rows
- * [b*stride, b*stride + rows) (exec.c resolves both from the plan's names). */
+ * [b*stride, b*stride + rows) (exec.c resolves both from the plan's names).
+ * The parts of one call are the ranks this daemon serves; in a job across
+ * nodes the others' rows come from the other daemons. */
 typedef struct ovld_allgather_part {
     ovld_rank_t *rank;
+    uint32_t global; /* this part's rank in the job (its block in dst) */
     uint32_t stream;
     ovld_view_t src; /* this rank's rows */
     ovld_view_t dst; /* rank 0's block of this rank's gathered matrix */
@@ -97,6 +100,36 @@ typedef struct ovld_rail_part {
     const uint32_t *recv;
     uint32_t nrecv;
 } ovld_rail_part_t;
+
+/* Which transfer of an op a collective call is (an all-gather or a rail):
+ * the op's number and the call's place among the op's collective calls
+ * (0, 1, ...), the same on every node, so that the daemons of a job across
+ * nodes match their parts without talking (NCCL matches by issue order;
+ * the host backend's rows between nodes by this, xfer.h). */
+typedef struct ovld_coll_tag {
+    uint64_t seq;
+    uint32_t index;
+} ovld_coll_tag_t;
+
+#define OVLD_NCCL_ID_LEN 128 /* bytes of a job key: the size of ncclUniqueId */
+
+struct ovld_xfer_job; /* xfer.h: the host backend's rows to and from other nodes */
+
+/* A job across nodes, as job_setup sees it: where its ranks are. The
+ * arrays are valid during the call only (the backend copies what it
+ * keeps); xfer lives until job_teardown returned. */
+typedef struct ovld_job_net {
+    uint32_t world;          /* the job's ranks, on every node */
+    const uint32_t *global;  /* n entries: each local rank's rank in the job */
+    const uint32_t *node_of; /* world entries: each rank's node, dense from 0 */
+    uint32_t self_node;      /* this daemon's node */
+    uint32_t nnodes;
+    /* the coordinator's job_key (OVLD_NCCL_ID_LEN bytes: CUDA, the
+     * ncclUniqueId of the job's communicator); NULL where its backend
+     * made none */
+    const uint8_t *key;
+    struct ovld_xfer_job *xfer; /* rows to and from other nodes (host backend) */
+} ovld_job_net_t;
 
 /* End of a job_setup, on the loop thread. */
 typedef void (*ovld_setup_cb)(void *arg, ovl_status_t status, const char *message);
@@ -138,10 +171,28 @@ typedef struct ovld_backend_ops {
      * plans may gather with the backend's collective (CUDA: one NCCL
      * communicator per rank, created in one group); false where they never
      * will (the job's ranks share a device, which NCCL cannot serve). The
-     * ranks stay alive until cb ran. NULL: nothing to prepare, the job is
-     * ready at once. */
+     * ranks stay alive until cb ran. net: NULL for a job whose ranks this
+     * daemon serves all (ranks[i] is rank i, n the world); else where the
+     * job's ranks are (ranks are the local ones, net->global[i] their ranks
+     * in the job), and the communicators span every node. NULL: nothing to
+     * prepare, the job is ready at once (a backend without job_setup
+     * cannot run jobs across nodes). */
     ovl_status_t (*job_setup)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                              bool collective, ovld_setup_cb cb, void *arg);
+                              const ovld_job_net_t *net, bool collective, ovld_setup_cb cb,
+                              void *arg);
+    /* What the daemon coordinating a job across nodes hands to every node
+     * for job_setup (net->key): CUDA, an ncclUniqueId (whose bootstrap
+     * root this process then serves). Loop thread; fast. NULL: nothing. */
+    ovl_status_t (*job_key)(ovld_backend_t *b, uint8_t out[OVLD_NCCL_ID_LEN], char *err,
+                            size_t errlen);
+    /* A job across nodes lost a node: make whatever of the ranks' work
+     * waits on the other nodes stop waiting (CUDA: ncclCommAbort on their
+     * communicators, off the loop thread), so that their issued ops
+     * complete (with an error) and nothing hangs; later collective calls of
+     * these ranks fail at once. Must not block the loop. NULL: nothing of
+     * the backend's waits on other nodes (the host backend's transfers
+     * fail through xfer). */
+    void (*job_abort)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
     /* The rank's client is gone: make the rank's queued work stop waiting
      * for it (its doorbell's ready), so that issued ops run to completion;
      * seq_hi is the last op the client submitted (nothing waits beyond it).
@@ -185,12 +236,14 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
     ovl_status_t (*record)(ovld_rank_t *r, uint32_t stream, uint32_t event);
     ovl_status_t (*wait)(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
-    /* All parts in one call (one NCCL group), in rank order (part i is the
-     * job's rank i), by exactly `method` (plan.h says what each one can
-     * move). NULL: the backend has no collective; plans then gather by
-     * pulls (the daemon asks for the copy engine). */
-    ovl_status_t (*allgather)(ovld_backend_t *b, ovl_ag_method_t method,
-                              const ovld_allgather_part_t *parts, uint32_t nparts,
+    /* Every local part in one call (one NCCL group), in rank order, of a
+     * job of `world` ranks (nparts == world for a job on one daemon; fewer
+     * across nodes, the others' parts issued by their daemons with the same
+     * tag), by exactly `method` (plan.h says what each one can move). NULL:
+     * the backend has no collective; plans then gather by pulls (the daemon
+     * asks for the copy engine). */
+    ovl_status_t (*allgather)(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                              const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                               ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
     /* The rail (plan.h, OVL_I_RAIL): every part's sends and receives in
      * one call (one NCCL group: grouped ncclSend/ncclRecv), parts in the
@@ -198,9 +251,9 @@ typedef struct ovld_backend_ops {
      * rows. A part's receives complete once their senders sent, wherever
      * those are served; its sends once the rows have left src. NULL: the
      * backend cannot move rows between nodes; plans across nodes fail. */
-    ovl_status_t (*rail)(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
-                         uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
-                         uint64_t stride);
+    ovl_status_t (*rail)(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                         const ovld_rail_part_t *parts, uint32_t nparts, uint32_t world,
+                         ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
     /* rows x cols elements from src to dst (2-D, each with its own ld). */
     ovl_status_t (*copy)(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                          uint64_t rows, uint64_t cols, size_t elem);

@@ -211,14 +211,15 @@ ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
 
 /* cuda_nccl.c */
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                            bool collective, ovld_setup_cb cb, void *arg);
+                            const ovld_job_net_t *net, bool collective, ovld_setup_cb cb,
+                            void *arg);
 void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
-ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
-                            const ovld_allgather_part_t *parts, uint32_t n, ovl_dtype_t dtype,
-                            uint64_t rows, uint64_t cols, uint64_t stride);
-ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
-                       uint32_t n, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
-                       uint64_t stride);
+ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                            const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
+                            ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                       const ovld_rail_part_t *parts, uint32_t n, uint32_t world, ovl_dtype_t dtype,
+                       uint64_t rows, uint64_t cols, uint64_t stride);
 ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem);
 

@@ -121,9 +121,11 @@ static void setup_after(uv_work_t *req, int status)
 }
 
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                            bool collective, ovld_setup_cb cb, void *arg)
+                            const ovld_job_net_t *net, bool collective, ovld_setup_cb cb, void *arg)
 {
     cuda_backend_t *be = (cuda_backend_t *)b;
+    if (net)
+        return OVL_ERR_UNSUPPORTED; /* jobs across nodes: not yet */
     setup_work_t *w = calloc(1, sizeof(*w));
     if (!w || !(w->ranks = calloc(n, sizeof(*w->ranks)))) {
         free(w);
@@ -348,10 +350,15 @@ static ncclResult_t launch_wait(const void *parts, uint32_t n, part_rank_fn rank
     return r;
 }
 
-ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method,
-                            const ovld_allgather_part_t *parts, uint32_t n, ovl_dtype_t dtype,
-                            uint64_t rows, uint64_t cols, uint64_t stride)
+ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                            const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
+                            ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
+    (void)tag;
+    if (n != world) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err), "all-gather across daemons: not yet");
+        return OVL_ERR_UNSUPPORTED;
+    }
     (void)b;
     size_t elem = ovl_dtype_size(dtype);
     ovl_status_t st = allgather_check(method, parts, n, elem, rows, cols, stride);
@@ -460,10 +467,13 @@ static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *p
     return OVL_OK;
 }
 
-ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
-                       uint32_t n, ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
+ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                       const ovld_rail_part_t *parts, uint32_t n, uint32_t world, ovl_dtype_t dtype,
+                       uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
+    (void)tag;
+    (void)world;
     size_t elem = ovl_dtype_size(dtype);
     ovl_status_t st = rail_check(method, parts, n, elem, rows, cols, stride);
     if (st != OVL_OK)

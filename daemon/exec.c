@@ -31,6 +31,11 @@ static ovl_status_t resolve(const ovld_exec_op_t *op, uint32_t r, ovl_ref_t ref,
                  ref.rank);
         return OVL_ERR_INTERNAL;
     }
+    if (!op->ranks[ref.rank].plan) {
+        snprintf(why, whylen, "names buffer %s of rank %u, which another daemon serves", name,
+                 ref.rank);
+        return OVL_ERR_INTERNAL;
+    }
     ovld_view_t v = op->ranks[ref.rank].buf[ref.buf];
     if (!v.ptr) {
         snprintf(why, whylen, "names buffer %s of rank %u, which the op does not have", name,
@@ -113,6 +118,16 @@ static bool same_transfer(const ovl_instr_t *in, const ovl_instr_t *first, ovl_i
            in->dst.buf == first->dst.buf && in->dst.row == first->dst.row;
 }
 
+/* The first rank of the op this daemon serves (ovld_exec_run checked that
+ * there is one). */
+static uint32_t first_local(const ovld_exec_op_t *op)
+{
+    uint32_t r = 0;
+    while (r < op->world && !op->ranks[r].plan)
+        r++;
+    return r;
+}
+
 /* Rank r's part of a collective transfer (instruction pc): the views of
  * its src and dst. */
 static ovl_status_t resolve_ends(const ovld_exec_op_t *op, uint32_t r, size_t pc,
@@ -133,34 +148,40 @@ static ovl_status_t resolve_ends(const ovld_exec_op_t *op, uint32_t r, size_t pc
  * OVL_ERR_INTERNAL, with words in err, where plans disagree or name what the
  * op does not have. */
 static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
-                                    ovld_allgather_part_t *parts, char *err, size_t errlen)
+                                    ovld_coll_tag_t tag, ovld_allgather_part_t *parts, char *err,
+                                    size_t errlen)
 {
-    const ovl_instr_t *first = &op->ranks[0].plan->instr[pc[0]];
+    uint32_t r0 = first_local(op), n = 0;
+    const ovl_instr_t *first = &op->ranks[r0].plan->instr[pc[r0]];
     const char *method = ovl_ag_method_name(first->method);
-    ovl_dtype_t dtype = op->ranks[0].plan->params.dtype;
+    ovl_dtype_t dtype = op->ranks[r0].plan->params.dtype;
     size_t elem = ovl_dtype_size(dtype);
     if (!method)
         method = "an unknown method"; /* the backend refuses it */
-    for (uint32_t r = 0; r < op->world; r++) {
+    for (uint32_t r = r0; r < op->world; r++) {
+        if (!op->ranks[r].plan)
+            continue; /* another daemon's */
         const ovl_instr_t *in = &op->ranks[r].plan->instr[pc[r]];
         if (!same_transfer(in, first, OVL_I_ALLGATHER) ||
             op->ranks[r].plan->params.dtype != dtype) {
             snprintf(err, errlen, "plans disagree on all-gather %zu of rank %u", pc[r], r);
             return OVL_ERR_INTERNAL;
         }
-        parts[r] = (ovld_allgather_part_t){.rank = op->ranks[r].rank, .stream = in->stream};
+        parts[n] =
+            (ovld_allgather_part_t){.rank = op->ranks[r].rank, .global = r, .stream = in->stream};
         ovl_status_t st =
-            resolve_ends(op, r, pc[r], in, elem, &parts[r].src, &parts[r].dst, err, errlen);
+            resolve_ends(op, r, pc[r], in, elem, &parts[n].src, &parts[n].dst, err, errlen);
         if (st != OVL_OK)
             return st;
+        n++;
     }
     if (!b->ops->allgather) {
         snprintf(err, errlen, "all-gather (%s): the %s backend has no collective", method,
                  b->ops->name);
         return OVL_ERR_UNSUPPORTED;
     }
-    ovl_status_t st = b->ops->allgather(b, first->method, parts, op->world, dtype, first->rows,
-                                        first->cols, first->stride);
+    ovl_status_t st = b->ops->allgather(b, first->method, tag, parts, n, op->world, dtype,
+                                        first->rows, first->cols, first->stride);
     if (st != OVL_OK)
         snprintf(err, errlen, "all-gather %s rows %llu+%llu: %s", method,
                  (unsigned long long)first->src.row, (unsigned long long)first->rows,
@@ -173,16 +194,20 @@ static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op,
  * in err, where plans disagree on its rows or name what the op does not
  * have (a buffer, a rank past the world, a list past the plan's). */
 static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
-                               ovld_rail_part_t *parts, char *err, size_t errlen)
+                               ovld_coll_tag_t tag, ovld_rail_part_t *parts, char *err,
+                               size_t errlen)
 {
-    const ovl_instr_t *first = &op->ranks[0].plan->instr[pc[0]];
+    uint32_t r0 = first_local(op), n = 0;
+    const ovl_instr_t *first = &op->ranks[r0].plan->instr[pc[r0]];
     const char *method = ovl_ag_method_name(first->method);
-    ovl_dtype_t dtype = op->ranks[0].plan->params.dtype;
+    ovl_dtype_t dtype = op->ranks[r0].plan->params.dtype;
     size_t elem = ovl_dtype_size(dtype);
     if (!method)
         method = "an unknown method"; /* the backend refuses it */
-    for (uint32_t r = 0; r < op->world; r++) {
+    for (uint32_t r = r0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
+        if (!p)
+            continue; /* another daemon's */
         const ovl_instr_t *in = &p->instr[pc[r]];
         if (!same_transfer(in, first, OVL_I_RAIL) || p->params.dtype != dtype) {
             snprintf(err, errlen, "plans disagree on rail %zu of rank %u", pc[r], r);
@@ -198,7 +223,7 @@ static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, cons
                      pc[r]);
             return OVL_ERR_INTERNAL;
         }
-        parts[r] = (ovld_rail_part_t){.rank = op->ranks[r].rank,
+        parts[n] = (ovld_rail_part_t){.rank = op->ranks[r].rank,
                                       .global = r,
                                       .stream = in->stream,
                                       .send = p->peers + in->peers,
@@ -206,16 +231,17 @@ static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, cons
                                       .recv = p->peers + in->peers + in->nsend,
                                       .nrecv = in->nrecv};
         ovl_status_t st =
-            resolve_ends(op, r, pc[r], in, elem, &parts[r].src, &parts[r].dst, err, errlen);
+            resolve_ends(op, r, pc[r], in, elem, &parts[n].src, &parts[n].dst, err, errlen);
         if (st != OVL_OK)
             return st;
+        n++;
     }
     if (!b->ops->rail) {
         snprintf(err, errlen, "rail (%s): the %s backend cannot move rows between nodes", method,
                  b->ops->name);
         return OVL_ERR_UNSUPPORTED;
     }
-    ovl_status_t st = b->ops->rail(b, first->method, parts, op->world, dtype, first->rows,
+    ovl_status_t st = b->ops->rail(b, first->method, tag, parts, n, op->world, dtype, first->rows,
                                    first->cols, first->stride);
     if (st != OVL_OK)
         snprintf(err, errlen, "rail %s rows %llu+%llu: %s", method,
@@ -232,8 +258,8 @@ static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t 
     const ovld_backend_ops_t *ops = b->ops;
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
-        if (pc[r] == p->ninstr)
-            continue; /* its DONE was issued */
+        if (!p || pc[r] == p->ninstr)
+            continue; /* another daemon's, or its DONE was issued */
         for (uint32_t s = 1; s < p->nstreams; s++) {
             if (ops->record(op->ranks[r].rank, s, p->nevents + s) == OVL_OK)
                 (void)ops->wait(op->ranks[r].rank, 0, op->ranks[r].rank, p->nevents + s);
@@ -258,12 +284,16 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
         goto fail;
     }
 
+    uint32_t nlocal = 0, r0 = first_local(op);
+    for (uint32_t r = 0; r < w; r++)
+        nlocal += op->ranks[r].plan != NULL;
+    ovld_coll_tag_t tag = {.seq = op->seq, .index = 0};
     for (;;) {
         bool progress = false, finished = true;
         uint32_t at_gather = 0; /* ranks standing at an ALLGATHER or a RAIL */
         for (uint32_t r = 0; r < w; r++) {
             const ovl_plan_t *p = op->ranks[r].plan;
-            while (pc[r] < p->ninstr) {
+            while (p && pc[r] < p->ninstr) {
                 const ovl_instr_t *in = &p->instr[pc[r]];
                 if (in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL) {
                     at_gather++;
@@ -291,21 +321,22 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
                 pc[r]++;
                 progress = true;
             }
-            if (pc[r] < p->ninstr)
+            if (p && pc[r] < p->ninstr)
                 finished = false;
         }
         if (finished)
             break;
-        if (at_gather == w) {
+        if (at_gather == nlocal) {
             /* issue_rail refuses ranks that stand at different kinds */
-            if (op->ranks[0].plan->instr[pc[0]].kind == OVL_I_RAIL)
-                st = issue_rail(b, op, pc, rparts, err, errlen);
+            if (op->ranks[r0].plan->instr[pc[r0]].kind == OVL_I_RAIL)
+                st = issue_rail(b, op, pc, tag, rparts, err, errlen);
             else
-                st = issue_allgather(b, op, pc, parts, err, errlen);
+                st = issue_allgather(b, op, pc, tag, parts, err, errlen);
             if (st != OVL_OK)
                 goto fail;
+            tag.index++;
             for (uint32_t r = 0; r < w; r++)
-                pc[r]++;
+                pc[r] += op->ranks[r].plan != NULL;
             progress = true;
         }
         if (!progress) {
@@ -325,7 +356,8 @@ fail:
         fail_rest(b, op, pc, st, err);
     else
         for (uint32_t r = 0; r < w; r++)
-            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+            if (op->ranks[r].plan)
+                b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
     free(pc);
     free(recorded);
     free(parts);
@@ -599,7 +631,7 @@ static bool parallel_fits(const ovld_exec_op_t *op)
 {
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
-        if (p->ninstr == 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE)
+        if (!p || p->ninstr == 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE)
             return false;
         for (size_t i = 0; i + 1 < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
@@ -719,6 +751,8 @@ static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_st
                              const char *err)
 {
     for (uint32_t q = 0; q < op->world; q++) {
+        if (!op->ranks[q].plan)
+            continue;
         ovld_exec_ring_t ring = {.rank = op->ranks[q].rank, .cookie = op->ranks[q].cookie};
         ovld_exec_fail(b, &ring, 1, op->seq, st, err);
     }
@@ -728,11 +762,17 @@ static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_st
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
                            char *err, size_t errlen)
 {
-    uint32_t maxev = 0;
+    uint32_t maxev = 0, r0 = first_local(op);
+    if (r0 == op->world) {
+        snprintf(err, errlen, "executor: the op has no rank served here");
+        return OVL_ERR_INTERNAL; /* no doorbell to ring */
+    }
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
+        if (!p)
+            continue; /* another daemon's */
         if (p->params.world != op->world || p->params.rank != r ||
-            p->params.dtype != op->ranks[0].plan->params.dtype ||
+            p->params.dtype != op->ranks[r0].plan->params.dtype ||
             p->nstreams > OVL_PLAN_MAX_STREAMS) {
             snprintf(err, errlen, "executor: rank %u's plan is not for this op", r);
             return fail_all(b, op, OVL_ERR_INTERNAL, err);
@@ -751,6 +791,8 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
      * takes their priorities from them. */
     for (uint32_t r = 0; b->ops->set_streams && r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
+        if (!p)
+            continue;
         ovl_status_t st = b->ops->set_streams(op->ranks[r].rank, p->roles, p->nstreams);
         if (st != OVL_OK) {
             char why[160] = "";

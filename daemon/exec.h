@@ -18,10 +18,12 @@
  * rank's DONE after them (exec.c). Either way the call returns once the
  * whole op is issued.
  *
- * Every rank of the op is served here: a job across nodes runs here whole
- * only where one daemon serves all its ranks (tests, a simulated
- * topology); a RAIL's part names the job's ranks, so that a backend can
- * match them with ranks other daemons serve.
+ * A job across nodes runs its ranks on the daemon of each node: an op's
+ * ranks this daemon does not serve have no plan (ovld_exec_rank_t.plan
+ * NULL), and the collective calls (ALLGATHER, RAIL) are made for the local
+ * ranks, tagged with the op's number and their place in the op
+ * (ovld_coll_tag_t), so that the backend's parts on every node match. A
+ * plan never names another node's buffers or events (plan.h).
  */
 #ifndef OVLD_EXEC_H
 #define OVLD_EXEC_H
@@ -45,8 +47,9 @@ typedef struct ovld_exec_rank {
     void *cookie; /* given back with this rank's completion */
 } ovld_exec_rank_t;
 
-/* One op: its number and every rank's part, by rank. Every rank's plan is
- * for this world and its own rank, with the same dtype. */
+/* One op: its number and every rank's part, by rank. Every local rank's
+ * plan is for this world and its own rank, with the same dtype; the ranks
+ * of other nodes have none (plan NULL), and at least one rank is local. */
 typedef struct ovld_exec_op {
     uint64_t seq;
     uint32_t world;

@@ -115,11 +115,21 @@ fail:
     return st;
 }
 
-ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method,
-                            const ovld_allgather_part_t *parts, uint32_t nparts, ovl_dtype_t dtype,
-                            uint64_t rows, uint64_t cols, uint64_t stride)
+ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                            const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
+                            ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
+    (void)tag;
+    if (nparts != world)
+        return host_fail(OVL_ERR_UNSUPPORTED,
+                         "all-gather: %u of the job's %u ranks are served here; the host backend "
+                         "gathers between its own ranks only",
+                         nparts, world);
+    for (uint32_t i = 0; i < nparts; i++)
+        if (parts[i].global != i)
+            return host_fail(OVL_ERR_INVALID, "all-gather: part %u is rank %u's", i,
+                             parts[i].global);
     /* What NCCL can move, and nothing else (cuda_nccl.c refuses the same). */
     if (method != OVL_AG_NCCL_ALLGATHER && method != OVL_AG_NCCL_SENDRECV)
         return host_fail(OVL_ERR_UNSUPPORTED, "all-gather method %d: not one the host backend has",
@@ -206,10 +216,12 @@ static ovl_status_t rail_check(const ovld_rail_part_t *parts, uint32_t n)
     return OVL_OK;
 }
 
-ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
-                       uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
-                       uint64_t stride)
+ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                       const ovld_rail_part_t *parts, uint32_t nparts, uint32_t world,
+                       ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
+    (void)tag;
+    (void)world;
     (void)b;
     /* What grouped ncclSend/ncclRecv can move, and nothing else
      * (cuda_nccl.c refuses the same). */

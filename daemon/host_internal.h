@@ -178,12 +178,12 @@ void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t co
  * for every part, gathers (a rail: from its senders), waits until every
  * part has read; frees c after the last. */
 void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index);
-ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method,
-                            const ovld_allgather_part_t *parts, uint32_t nparts, ovl_dtype_t dtype,
-                            uint64_t rows, uint64_t cols, uint64_t stride);
-ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
-                       uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
-                       uint64_t stride);
+ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                            const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
+                            ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                       const ovld_rail_part_t *parts, uint32_t nparts, uint32_t world,
+                       ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
 ovl_status_t host_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem);
 

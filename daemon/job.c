@@ -171,8 +171,8 @@ static void job_start(ovld_jobs_t *js, ovld_job_t *j)
         sc->j = j;
         j->state = OVLD_JOB_SETUP;
         j->setup_pending = true;
-        st =
-            js->backend->ops->job_setup(js->backend, ranks, j->world, !j->shared_gpu, on_setup, sc);
+        st = js->backend->ops->job_setup(js->backend, ranks, j->world, NULL, !j->shared_gpu,
+                                         on_setup, sc);
     }
     free(ranks);
     if (st != OVL_OK) {

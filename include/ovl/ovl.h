@@ -192,6 +192,28 @@ typedef struct ovl_comm ovl_comm_t;
 ovl_status_t ovl_comm_init(ovl_client_t *client, const char *job_id, uint32_t world, uint32_t rank,
                            int device, ovl_comm_t **ret_comm);
 
+/*
+ * Jobs across nodes, as with NCCL's ncclUniqueId: one rank asks its ovld
+ * for a job id (ovl_job_id_create), passes the bytes to the job's other
+ * ranks out of band (MPI, torch.distributed, a file), and every rank, the
+ * first included, joins with them (ovl_comm_init_id) through the ovld of
+ * its own node. The ovld that made the id coordinates the job. Both need
+ * ovld's peer_listen (docs/multinode.md). The id is opaque; an id that
+ * ovld did not make, or made before it restarted, is refused at the join.
+ * ovl_comm_init_id returns once the coordinator admitted the rank (not
+ * once every rank joined: the first op waits for them, as with
+ * ovl_comm_init).
+ */
+#define OVL_JOB_ID_BYTES 128
+
+typedef struct ovl_job_id {
+    unsigned char bytes[OVL_JOB_ID_BYTES];
+} ovl_job_id_t;
+
+ovl_status_t ovl_job_id_create(ovl_client_t *client, ovl_job_id_t *ret_id);
+ovl_status_t ovl_comm_init_id(ovl_client_t *client, const ovl_job_id_t *id, uint32_t world,
+                              uint32_t rank, int device, ovl_comm_t **ret_comm);
+
 /* Waits for the comm's ops, leaves the job and frees the comm. Accepts NULL. */
 ovl_status_t ovl_comm_destroy(ovl_comm_t *comm);
 

@@ -159,11 +159,13 @@ static ovl_status_t m_wait(ovld_rank_t *r, uint32_t s, ovld_rank_t *owner, uint3
         (entry_t){.call = C_WAIT, .rank = r->id, .owner = owner->id, .stream = s, .event = ev});
 }
 
-static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method,
-                                const ovld_allgather_part_t *parts, uint32_t nparts,
+static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                                const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                                 ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
+    (void)tag;
+    assert_int_equal(nparts, world);
     entry_t e = {.call = C_ALLGATHER,
                  .rank = -1,
                  .method = method,
@@ -181,11 +183,13 @@ static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method,
     return logc(e);
 }
 
-static ovl_status_t m_rail(ovld_backend_t *b, ovl_ag_method_t method, const ovld_rail_part_t *parts,
-                           uint32_t nparts, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
-                           uint64_t stride)
+static ovl_status_t m_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                           const ovld_rail_part_t *parts, uint32_t nparts, uint32_t world,
+                           ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
+    (void)tag;
+    assert_int_equal(nparts, world);
     entry_t e = {.call = C_RAIL,
                  .rank = -1,
                  .method = method,

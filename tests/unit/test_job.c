@@ -230,9 +230,11 @@ static void m_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
 }
 
 static ovl_status_t m_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
-                                bool collective, ovld_setup_cb cb, void *arg)
+                                const ovld_job_net_t *net, bool collective, ovld_setup_cb cb,
+                                void *arg)
 {
     (void)b;
+    assert_null(net);
     M.setup_calls++;
     assert_true(n <= MAXCL);
     M.setup_n = n;
@@ -334,11 +336,13 @@ static ovl_status_t m_wait(ovld_rank_t *r, uint32_t s, ovld_rank_t *owner, uint3
     return prim(P_WAIT, r);
 }
 
-static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method,
-                                const ovld_allgather_part_t *parts, uint32_t nparts,
+static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                                const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                                 ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
+    (void)tag;
+    assert_int_equal(nparts, world);
     (void)method;
     (void)dtype;
     (void)rows;
