@@ -7,6 +7,7 @@
 #define OVLD_DESC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <sys/types.h>
@@ -83,6 +84,23 @@ typedef struct ovld_op_desc {
      * a buffer not given or not resolved. */
     ovld_buf_use_t use[OVLD_BUF_COUNT];
 } ovld_op_desc_t;
+
+/* What every rank of a job must submit alike for an op to run: matched
+ * between the ranks of a daemon (opq.c) and between the nodes of a job
+ * (cluster.c). */
+typedef struct ovld_op_fields {
+    uint64_t m, n, k;
+    uint32_t dtype, algo, chunks, streams;
+    bool transb, has_aout;
+    uint32_t nb;                      /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
+    uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n, i >= 1 */
+} ovld_op_fields_t;
+
+/* The first field in which a and b differ, in the order ranks are told of
+ * it: false if none; else its name ("m", ..., "a_out (given or not)", "n
+ * of B 2") in what and a's and b's values. (request.c) */
+bool ovld_op_fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
+                           size_t whatlen, uint64_t *ret_a, uint64_t *ret_b);
 
 /* What the boundary found wrong with an op: its fields (request.c; then
  * nothing else of it is compared), or its buffers (server.c, against the

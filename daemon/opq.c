@@ -50,12 +50,7 @@ typedef struct ovld_op {
                          and the ringer ends the op (op_rung) */
     ovl_status_t st;  /* why it fails, if it does */
     char msg[256];
-    /* what every rank must agree on, from the first submission */
-    uint64_t m, n, k;
-    uint32_t dtype, algo, chunks, streams;
-    bool transb, has_aout;
-    uint32_t nb;                      /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
-    uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n, i >= 1 */
+    ovld_op_fields_t f; /* what every rank must agree on, from the first submission */
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
     uint64_t ready_ns;   /* when the last rank's submission came in */
@@ -218,28 +213,28 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_
                       ovl_plan_params_t *pp)
 {
     *pp = (ovl_plan_params_t){
-        .algo = (ovl_algo_t)op->algo,
+        .algo = (ovl_algo_t)op->f.algo,
         .world = j->world,
-        .m = op->m,
-        .n = op->n,
-        .k = op->k,
-        .dtype = (ovl_dtype_t)op->dtype,
-        .chunks = op->chunks,
-        .streams = op->streams,
-        .want_gathered = op->has_aout,
-        .transb = op->transb,
+        .m = op->f.m,
+        .n = op->f.n,
+        .k = op->f.k,
+        .dtype = (ovl_dtype_t)op->f.dtype,
+        .chunks = op->f.chunks,
+        .streams = op->f.streams,
+        .want_gathered = op->f.has_aout,
+        .transb = op->f.transb,
         .shared_gpu = j->shared_gpu,
-        .nb = op->nb,
+        .nb = op->f.nb,
     };
     _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
-    memcpy(pp->n_more, op->n_more, sizeof(pp->n_more));
+    memcpy(pp->n_more, op->f.n_more, sizeof(pp->n_more));
     /* NCCL moves a rank's rows only as one dense piece: an A or a_out of
      * any rank whose leading dimension is not k makes the plans gather by
      * the copy engine. */
     for (uint32_t r = 0; r < j->world; r++) {
         const ovld_sub_t *s = &op->subs[r];
-        if ((s->use[OVLD_BUF_A].hold && s->use[OVLD_BUF_A].view.ld != op->k) ||
-            (s->use[OVLD_BUF_AOUT].hold && s->use[OVLD_BUF_AOUT].view.ld != op->k))
+        if ((s->use[OVLD_BUF_A].hold && s->use[OVLD_BUF_A].view.ld != op->f.k) ||
+            (s->use[OVLD_BUF_AOUT].hold && s->use[OVLD_BUF_AOUT].view.ld != op->f.k))
             pp->strided = true;
     }
     ovld_plan_resolve(js->cfg, js->backend->ops->allgather != NULL, pp);
@@ -298,7 +293,7 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
         log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
     } else {
         log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
-                  j->id, op->seq, ovl_algo_name(pp.algo), op->m, op->n, op->k);
+                  j->id, op->seq, ovl_algo_name(pp.algo), op->f.m, op->f.n, op->f.k);
     }
     plans_free(plans, j->world);
     free(xr);
@@ -454,11 +449,11 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         j->ops_done++;
     if (!op->refusal) { /* a refusal was counted as an error when it was made */
         /* the flops of every B: their columns together (saturating) */
-        uint64_t n = op->n;
-        for (uint32_t i = 1; i < op->nb && i < OVLD_MAX_BS; i++)
-            n = op->n_more[i - 1] > UINT64_MAX - n ? UINT64_MAX : n + op->n_more[i - 1];
-        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->dtype, j->world, op->m, n, op->k,
-                      ovl_mono_ns() - op->ready_ns, op->st);
+        uint64_t n = op->f.n;
+        for (uint32_t i = 1; i < op->f.nb && i < OVLD_MAX_BS; i++)
+            n = op->f.n_more[i - 1] > UINT64_MAX - n ? UINT64_MAX : n + op->f.n_more[i - 1];
+        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->f.dtype, j->world, op->f.m, n,
+                      op->f.k, ovl_mono_ns() - op->ready_ns, op->st);
     }
     j->in_flight--;
     op_unlink(j, op);
@@ -521,14 +516,16 @@ static void refuse(ovld_jobs_t *js, ovld_member_t *m, uint64_t seq, ovl_status_t
     ovld_exec_fail(js->backend, &ring, 1, seq, st, msg);
 }
 
-static void disagree(ovld_op_t *op, uint32_t r, const char *field, uint64_t mine, uint64_t theirs)
+static void disagree(ovld_op_t *op, uint32_t r, const ovld_op_fields_t *mine)
 {
-    if (mine == theirs || op->st != OVL_OK)
+    char what[32];
+    uint64_t a, b;
+    if (op->st != OVL_OK || !ovld_op_fields_differ(mine, &op->f, what, sizeof(what), &a, &b))
         return;
     op->st = OVL_ERR_MISMATCH;
     snprintf(op->msg, sizeof(op->msg),
-             "ranks disagree on %s: rank %u has %" PRIu64 ", rank %u has %" PRIu64, field, r, mine,
-             op->first_rank, theirs);
+             "ranks disagree on %s: rank %u has %" PRIu64 ", rank %u has %" PRIu64, what, r, a,
+             op->first_rank, b);
 }
 
 /* Lets go of the buffers of a submission that will not be kept. */
@@ -562,6 +559,19 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
         return OVL_OK;
     }
 
+    /* in range when valid; an invalid op only fails, and its fields are
+     * never compared (op->st is set below) */
+    ovld_op_fields_t mine = {.m = q->m,
+                             .n = q->n,
+                             .k = q->k,
+                             .dtype = v->fields == OVL_OK ? q->dtype : UINT32_MAX,
+                             .algo = v->fields == OVL_OK ? q->algo : UINT32_MAX,
+                             .chunks = q->chunks,
+                             .streams = q->streams,
+                             .transb = q->transb,
+                             .has_aout = q->buf[OVLD_BUF_AOUT].given,
+                             .nb = q->nb ? q->nb : 1};
+    memcpy(mine.n_more, q->n_more, sizeof(mine.n_more));
     ovld_op_t *op = j->ops;
     while (op && (op->seq != q->seq || op->refusal))
         op = op->next;
@@ -598,43 +608,15 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
             refuse(js, m, q->seq, OVL_ERR_NOMEM, "ovld: out of memory");
             return OVL_OK;
         }
-        op->m = q->m;
-        op->n = q->n;
-        op->k = q->k;
-        /* in range when valid; an invalid op only fails, and its fields
-         * are never compared (op->st is set below) */
-        op->dtype = v->fields == OVL_OK ? q->dtype : UINT32_MAX;
-        op->algo = v->fields == OVL_OK ? q->algo : UINT32_MAX;
-        op->chunks = q->chunks;
-        op->streams = q->streams;
-        op->transb = q->transb;
-        op->has_aout = q->buf[OVLD_BUF_AOUT].given;
-        op->nb = q->nb ? q->nb : 1;
-        memcpy(op->n_more, q->n_more, sizeof(op->n_more));
+        op->f = mine;
     } else {
         if (op->subs[m->rank].in) { /* cannot happen: seq is checked above */
             snprintf(err, errlen, "op %" PRIu64 " submitted twice", q->seq);
             uses_put(q);
             return OVL_ERR_INTERNAL;
         }
-        if (v->fields == OVL_OK) { /* an invalid op fails below, as itself */
-            disagree(op, m->rank, "m", q->m, op->m);
-            disagree(op, m->rank, "n", q->n, op->n);
-            disagree(op, m->rank, "k", q->k, op->k);
-            disagree(op, m->rank, "dtype", (uint64_t)q->dtype, op->dtype);
-            disagree(op, m->rank, "transb", q->transb, op->transb);
-            disagree(op, m->rank, "algo", (uint64_t)q->algo, op->algo);
-            disagree(op, m->rank, "chunks", q->chunks, op->chunks);
-            disagree(op, m->rank, "streams", q->streams, op->streams);
-            disagree(op, m->rank, "a_out (given or not)", q->buf[OVLD_BUF_AOUT].given,
-                     op->has_aout);
-            disagree(op, m->rank, "nb", q->nb ? q->nb : 1, op->nb);
-            for (uint32_t i = 1; i < op->nb && i < OVLD_MAX_BS && op->st == OVL_OK; i++) {
-                char what[16];
-                snprintf(what, sizeof(what), "n of B %u", i);
-                disagree(op, m->rank, what, q->n_more[i - 1], op->n_more[i - 1]);
-            }
-        }
+        if (v->fields == OVL_OK) /* an invalid op fails below, as itself */
+            disagree(op, m->rank, &mine);
     }
     ovld_sub_t *s = &op->subs[m->rank];
     s->in = true;

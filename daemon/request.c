@@ -266,3 +266,38 @@ const char *ovld_buf_name(int which)
     _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
     return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : "?";
 }
+
+bool ovld_op_fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
+                           size_t whatlen, uint64_t *ret_a, uint64_t *ret_b)
+{
+    const struct {
+        const char *name;
+        uint64_t a, b;
+    } f[] = {
+        {"m", a->m, b->m},
+        {"n", a->n, b->n},
+        {"k", a->k, b->k},
+        {"dtype", a->dtype, b->dtype},
+        {"transb", a->transb, b->transb},
+        {"algo", a->algo, b->algo},
+        {"chunks", a->chunks, b->chunks},
+        {"streams", a->streams, b->streams},
+        {"a_out (given or not)", a->has_aout, b->has_aout},
+        {"nb", a->nb, b->nb},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].a != f[i].b) {
+            snprintf(what, whatlen, "%s", f[i].name);
+            *ret_a = f[i].a;
+            *ret_b = f[i].b;
+            return true;
+        }
+    for (uint32_t i = 1; i < a->nb && i < OVLD_MAX_BS; i++)
+        if (a->n_more[i - 1] != b->n_more[i - 1]) {
+            snprintf(what, whatlen, "n of B %u", i);
+            *ret_a = a->n_more[i - 1];
+            *ret_b = b->n_more[i - 1];
+            return true;
+        }
+    return false;
+}
