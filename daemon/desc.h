@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "gemm_args.h" /* ovld_view_t */
+#include "jobid.h"
 #include "uuid.h"
 
 #define OVLD_JOB_ID_MAX 63
@@ -115,7 +116,10 @@ typedef struct ovld_op_verdict {
 
 /* A CommInit that passed ovld_request_check. */
 typedef struct ovld_join_desc {
-    char job_id[OVLD_JOB_ID_MAX + 1]; /* clean text, NUL-terminated */
+    /* clean text, NUL-terminated; a job across nodes: its name (x-...) */
+    char job_id[OVLD_JOB_ID_MAX + 1];
+    bool across; /* a job across nodes, known by blob.nonce */
+    ovld_job_blob_t blob;
     uint32_t world, rank;
     uint8_t device_uuid[OVLD_UUID_LEN];
     uid_t uid; /* who asks: the connection's peer (server.c fills these) */

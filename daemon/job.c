@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "job_internal.h"
 #include "log.h"
+#include "xfer.h"
 
 void ovld_jobs_init(ovld_jobs_t *js, ovld_backend_t *backend, const ovld_config_t *cfg,
                     ovld_counters_t *counters, ovld_exec_pool_t *pool)
@@ -79,6 +81,13 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
     if (ranks && js->backend->ops->job_teardown)
         js->backend->ops->job_teardown(js->backend, ranks, j->world);
     free(ranks);
+    if (j->across) {
+        /* after the backend's teardown: nothing of it moves rows any more */
+        if (j->xfer)
+            ovld_xfer_job_release(j->xfer);
+        ovld_cluster_forget(js->cluster, j->nonce);
+    }
+    free(j->node_of);
     free(j->members);
     free(j);
 }
@@ -111,10 +120,24 @@ void ovld_job_maybe_free(ovld_jobs_t *js, ovld_job_t *j)
     job_free(js, j);
 }
 
-static ovld_job_t *job_find(ovld_jobs_t *js, uid_t owner, const char *id)
+/* The live job a join names: by owner and id, or across nodes by nonce
+ * (whose coordinator checks the owner). */
+static ovld_job_t *job_find(ovld_jobs_t *js, const ovld_join_desc_t *req)
+{
+    for (ovld_job_t *j = js->live; j; j = j->next) {
+        if (j->across != req->across)
+            continue;
+        if (j->across ? memcmp(j->nonce, req->blob.nonce, OVLD_JOB_NONCE_LEN) == 0
+                      : j->owner == req->uid && strcmp(j->id, req->job_id) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+static ovld_job_t *job_find_nonce(ovld_jobs_t *js, const uint8_t *nonce)
 {
     for (ovld_job_t *j = js->live; j; j = j->next)
-        if (j->owner == owner && strcmp(j->id, id) == 0)
+        if (j->across && memcmp(j->nonce, nonce, OVLD_JOB_NONCE_LEN) == 0)
             return j;
     return NULL;
 }
@@ -145,15 +168,16 @@ static void on_setup(void *arg, ovl_status_t st, const char *msg)
     ovld_job_maybe_free(js, j);
 }
 
-/* Every rank is in: let the backend prepare what the ranks share. */
-static void job_start(ovld_jobs_t *js, ovld_job_t *j)
+/* Every rank is in (net: a job across nodes, whose ranks here are in):
+ * let the backend prepare what the ranks share. */
+static void job_start(ovld_jobs_t *js, ovld_job_t *j, ovld_job_net_t *net)
 {
     /* Ranks of a job may share a device (several ranks on one GPU): NCCL
      * cannot make their communicator, so the plans gather by the copy
      * engine (plan.h, shared_gpu) and the backend makes none. */
     for (uint32_t r = 0; r < j->world && !j->shared_gpu; r++)
-        for (uint32_t q = 0; q < r; q++)
-            if (j->members[q]->device == j->members[r]->device) {
+        for (uint32_t q = 0; q < r && j->members[r]; q++)
+            if (j->members[q] && j->members[q]->device == j->members[r]->device) {
                 j->shared_gpu = true;
                 break;
             }
@@ -161,20 +185,27 @@ static void job_start(ovld_jobs_t *js, ovld_job_t *j)
         j->state = OVLD_JOB_READY;
         return;
     }
+    uint32_t n = 0;
     ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
+    uint32_t *global = calloc(j->world, sizeof(*global));
     setup_ctx_t *sc = calloc(1, sizeof(*sc));
     ovl_status_t st = OVL_ERR_NOMEM;
-    if (ranks && sc) {
+    if (ranks && global && sc) {
         for (uint32_t r = 0; r < j->world; r++)
-            ranks[r] = j->members[r]->brank;
+            if (j->members[r]) {
+                global[n] = r;
+                ranks[n++] = j->members[r]->brank;
+            }
+        if (net)
+            net->global = global;
         sc->js = js;
         sc->j = j;
         j->state = OVLD_JOB_SETUP;
         j->setup_pending = true;
-        st = js->backend->ops->job_setup(js->backend, ranks, j->world, NULL, !j->shared_gpu,
-                                         on_setup, sc);
+        st = js->backend->ops->job_setup(js->backend, ranks, n, net, !j->shared_gpu, on_setup, sc);
     }
     free(ranks);
+    free(global);
     if (st != OVL_OK) {
         free(sc);
         j->setup_pending = false;
@@ -196,8 +227,10 @@ static uint32_t uid_ranks(const ovld_jobs_t *js, uid_t uid)
     return n;
 }
 
-ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_member_t **ret_member,
-                           ovld_doorbell_export_t *ret_db, char *err, size_t errlen)
+/* What a join would refuse before anything is made; *ret_j the job it
+ * joins (NULL: a new one), *ret_dev the device. */
+static ovl_status_t join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_job_t **ret_j,
+                               uint32_t *ret_dev, char *err, size_t errlen)
 {
     /* The boundary checked the forms and ranges (request.h): the id is
      * 1..OVLD_JOB_ID_MAX bytes of clean text, rank < world <= the planner's
@@ -229,8 +262,9 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     }
     /* Job ids are a namespace of each uid: another user's "train" is
      * another job, so that nobody can claim an id before its owner does. */
-    ovld_job_t *j = job_find(js, req->uid, id);
-    bool created = false;
+    ovld_job_t *j = job_find(js, req);
+    *ret_j = j;
+    *ret_dev = dev;
     if (j) {
         if (j->world != world) {
             snprintf(err, errlen, "job '%s' has world %u, not %u", id, j->world, world);
@@ -259,6 +293,30 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
                      mine, js->cfg->max_jobs_per_uid);
             return OVL_ERR_LIMIT;
         }
+    }
+    return OVL_OK;
+}
+
+ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, char *err,
+                                 size_t errlen)
+{
+    ovld_job_t *j;
+    uint32_t dev;
+    return join_check(js, req, &j, &dev, err, errlen);
+}
+
+ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_member_t **ret_member,
+                           ovld_doorbell_export_t *ret_db, char *err, size_t errlen)
+{
+    ovld_job_t *j;
+    uint32_t dev, world = req->world, rank = req->rank;
+    ovl_status_t st = join_check(js, req, &j, &dev, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    const char *id = req->job_id;
+    size_t idlen = strlen(id);
+    bool created = false;
+    if (!j) {
         j = calloc(1, sizeof(*j));
         if (!j || !(j->members = calloc(world, sizeof(*j->members)))) {
             free(j);
@@ -267,6 +325,9 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
         }
         memcpy(j->id, id, idlen + 1);
         j->owner = req->uid;
+        j->across = req->across;
+        if (req->across)
+            memcpy(j->nonce, req->blob.nonce, OVLD_JOB_NONCE_LEN);
         j->world = world;
         j->state = OVLD_JOB_FORMING;
         j->next = js->live;
@@ -276,7 +337,7 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     }
 
     ovld_member_t *m = calloc(1, sizeof(*m));
-    ovl_status_t st = OVL_ERR_NOMEM;
+    st = OVL_ERR_NOMEM;
     if (!m) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -307,8 +368,8 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     m->comm_id = ++js->next_comm_id;
     j->members[rank] = m;
     j->joined++;
-    if (j->joined == j->world)
-        job_start(js, j);
+    if (j->joined == j->world && !j->across)
+        job_start(js, j, NULL); /* a job across nodes starts when its coordinator says so */
     log_info("job '%s': rank %u/%u joined on device %u (pid %d, uid %u)%s", j->id, m->rank,
              j->world, dev, (int)req->pid, (unsigned)req->uid,
              j->state == OVLD_JOB_READY ? "; all ranks in" : "");
@@ -360,7 +421,12 @@ void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *
         int32_t devs[OVL_PLAN_MAX_WORLD];
         for (uint32_t r = 0; r < j->world; r++)
             devs[r] = j->members[r] ? (int32_t)j->members[r]->device : -1;
+        const char *const *nodes = NULL;
+        uint32_t nnodes = j->across ? ovld_cluster_job_nodes(js->cluster, j->nonce, &nodes) : 0;
         ovld_job_info_t info = {.rank_devices = devs,
+                                .nnodes = nnodes,
+                                .self_node = j->self_node,
+                                .nodes = nodes,
                                 .id = j->id,
                                 .owner = j->owner,
                                 .world = j->world,
@@ -379,9 +445,27 @@ void ovld_job_end(ovld_job_t *j, ovld_job_state_t state, const char *why)
     snprintf(j->last_error, sizeof(j->last_error), "%s", why);
 }
 
+/* A rank of a job across nodes leaves before the job started: its place is
+ * free again, here and at the coordinator, and the job forms on. */
+static void leave_forming(ovld_jobs_t *js, ovld_member_t *m, const char *why)
+{
+    ovld_job_t *j = m->job;
+    log_info("job '%s': rank %u left before the job started (%s)", j->id, m->rank, why);
+    ovld_cluster_leave(js->cluster, j->nonce, m->rank, false, why);
+    j->members[m->rank] = NULL;
+    j->joined--;
+    js->backend->ops->rank_destroy(js->backend, m->brank);
+    free(m);
+    ovld_job_maybe_free(js, j);
+}
+
 void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why)
 {
     ovld_job_t *j = m->job;
+    if (j->across && !j->started && j->state == OVLD_JOB_FORMING && !ovld_opq_pending(j)) {
+        leave_forming(js, m, why);
+        return;
+    }
     m->attached = false;
     /* Its client will never say ready for ops already issued: let them run
      * (on whatever its buffers hold) so that they complete and peers are
@@ -392,6 +476,8 @@ void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why)
         js->backend->ops->rank_release(js->backend, m->brank, m->next_seq - 1);
     bool others = ovld_job_has_clients(j); /* m is detached by now */
     bool pending = ovld_opq_pending(j);
+    if (j->across) /* the other nodes end (or abort) the job too */
+        ovld_cluster_leave(js->cluster, j->nonce, m->rank, pending, why);
     bool live =
         j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP || j->state == OVLD_JOB_READY;
     if (others && !pending && live) {
@@ -414,5 +500,130 @@ void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why)
     } else {
         log_info("job '%s': rank %u left (%s)", j->id, m->rank, why);
     }
+    ovld_job_maybe_free(js, j);
+}
+
+/* ------------------------------------------------------ across nodes */
+
+void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
+                           bool tell)
+{
+    bool was = j->state == OVLD_JOB_ABORTED;
+    if (!was) {
+        ovld_job_end(j, OVLD_JOB_ABORTED, why);
+        log_warn("job '%s': aborted: %s", j->id, why);
+    }
+    if (tell)
+        ovld_cluster_leave(js->cluster, j->nonce, UINT32_MAX, true, why);
+    if (was)
+        return;
+    /* What waits on the other nodes stops waiting: the issued ops complete
+     * (failed), and nothing hangs. */
+    if (j->xfer)
+        ovld_xfer_job_abort(j->xfer, status, why);
+    if (js->backend->ops->job_abort && j->started) {
+        ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
+        uint32_t n = 0;
+        for (uint32_t r = 0; ranks && r < j->world; r++)
+            if (j->members[r])
+                ranks[n++] = j->members[r]->brank;
+        if (ranks)
+            js->backend->ops->job_abort(js->backend, ranks, n);
+        else
+            log_error("job '%s': out of memory aborting its communicators", j->id);
+        free(ranks);
+    }
+    char msg[300];
+    snprintf(msg, sizeof(msg), "job aborted: %s", why);
+    j->pins++;
+    ovld_opq_fail_waiting(j, status, msg);
+    ovld_opq_progress(js, j);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
+}
+
+void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
+                        const ovld_cluster_start_t *s)
+{
+    ovld_jobs_t *js = arg;
+    ovld_job_t *j = job_find_nonce(js, nonce);
+    if (!j) {
+        /* every rank of it left here meanwhile (the coordinator hears it) */
+        if (s->xfer)
+            ovld_xfer_job_release(s->xfer);
+        return;
+    }
+    j->xfer = s->xfer;
+    char why[200] = "";
+    /* The coordinator admitted exactly the ranks that joined here. */
+    uint32_t nlocal = 0;
+    for (uint32_t q = 0; q < j->world && !why[0]; q++) {
+        bool mine = s->world == j->world && s->node_of[q] == s->self_node;
+        if (mine != (j->members[q] != NULL))
+            snprintf(why, sizeof(why),
+                     "the coordinator's start %s rank %u on this node, which %s it",
+                     mine ? "places" : "does not place", q, mine ? "does not have" : "has");
+        nlocal += mine;
+    }
+    if (!why[0] && !(j->node_of = malloc(j->world * sizeof(*j->node_of))))
+        snprintf(why, sizeof(why), "out of memory");
+    if (why[0] || j->state != OVLD_JOB_FORMING) {
+        ovld_job_abort_across(js, j, OVL_ERR_INTERNAL,
+                              why[0] ? why : "the job ended here before it started", true);
+        return;
+    }
+    memcpy(j->node_of, s->node_of, j->world * sizeof(*j->node_of));
+    j->nnodes = s->nnodes;
+    j->self_node = s->self_node;
+    j->nlocal = nlocal;
+    j->started = true;
+    log_info("job '%s': all %u ranks in, %u of them here, on %u nodes", j->id, j->world, nlocal,
+             s->nnodes);
+    ovld_job_net_t net = {.world = j->world,
+                          .node_of = j->node_of,
+                          .self_node = s->self_node,
+                          .nnodes = s->nnodes,
+                          .key = s->key,
+                          .xfer = s->xfer};
+    j->pins++;
+    job_start(js, j, &net);
+    ovld_opq_progress(js, j);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
+}
+
+void ovld_jobs_on_go(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                     const ovld_cluster_go_t *go)
+{
+    ovld_jobs_t *js = arg;
+    ovld_job_t *j = job_find_nonce(js, nonce);
+    if (j)
+        ovld_opq_go(js, j, seq, go);
+}
+
+void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool abort,
+                      ovl_status_t status, const char *why)
+{
+    ovld_jobs_t *js = arg;
+    ovld_job_t *j = job_find_nonce(js, nonce);
+    if (!j) {
+        ovld_cluster_forget(js->cluster, nonce);
+        return;
+    }
+    if (abort) {
+        ovld_job_abort_across(js, j, status, why, false);
+        return;
+    }
+    if (j->state == OVLD_JOB_ABORTED || j->state == OVLD_JOB_ENDING)
+        return;
+    /* Ops still waiting for their go never get one: they fail. */
+    ovld_job_end(j, OVLD_JOB_ENDING, why);
+    log_info("job '%s': takes no more ops: %s", j->id, why);
+    char msg[300];
+    snprintf(msg, sizeof(msg), "job ended: %s", why);
+    j->pins++;
+    ovld_opq_fail_waiting(j, OVL_ERR_ABORTED, msg);
+    ovld_opq_progress(js, j);
+    j->pins--;
     ovld_job_maybe_free(js, j);
 }

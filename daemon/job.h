@@ -36,7 +36,8 @@ struct ovld_job;
 /* Every job of the daemon, and what they run on. */
 typedef struct ovld_jobs {
     ovld_backend_t *backend;
-    const ovld_config_t *cfg; /* read at each use: a reload changes it */
+    struct ovld_cluster *cluster; /* jobs across nodes (cluster.h); NULL: none */
+    const ovld_config_t *cfg;     /* read at each use: a reload changes it */
     ovld_counters_t *counters;
     ovld_exec_pool_t *pool; /* NULL: every rank is issued from the loop */
     struct ovld_job *live;  /* by id, for joining and status */
@@ -56,6 +57,24 @@ bool ovld_jobs_empty(const ovld_jobs_t *js);
  * name the limit or the conflict in err. */
 ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_member_t **ret_member,
                            ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
+
+/* What ovld_job_join would refuse before anything is made (the device, the
+ * limits, the job's state here), for a join across nodes to ask before it
+ * asks the coordinator. */
+ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, char *err,
+                                 size_t errlen);
+
+/* The cluster's callbacks (cluster.h): a job across nodes starts, an op of
+ * it may run (or fails) on every node, the job ends. arg is the
+ * ovld_jobs_t. */
+struct ovld_cluster_start;
+struct ovld_cluster_go;
+void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
+                        const struct ovld_cluster_start *s);
+void ovld_jobs_on_go(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                     const struct ovld_cluster_go *go);
+void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool abort,
+                      ovl_status_t status, const char *why);
 
 /* Leaves (CommDestroy, or the connection closed: why says which). The
  * member is the job's from now on: the caller forgets it. */
@@ -119,6 +138,10 @@ typedef struct ovld_job_info {
     uint32_t in_flight;
     const char *last_error;
     const int32_t *rank_devices; /* world entries: each rank's device, -1 if not joined */
+    /* a job across nodes: its nodes (addresses) once started, this one's
+     * index among them; nnodes 0 for a job of this node alone */
+    uint32_t nnodes, self_node;
+    const char *const *nodes;
 } ovld_job_info_t;
 
 /* Calls fn for every live job, in the order status lists them; info lives

@@ -41,6 +41,15 @@ typedef struct ovld_job {
     uint32_t pins;          /* callers on the stack that still use the job */
     bool detached;          /* every rank left; on dead until its ops are done */
     char last_error[256];
+    /* A job across nodes (cluster.h): known by its nonce; this daemon runs
+     * the ranks of its own node (nlocal of world, known at the start). */
+    bool across;
+    uint8_t nonce[OVLD_JOB_NONCE_LEN];
+    bool started;      /* the coordinator's start came */
+    uint32_t nlocal;   /* ranks served here */
+    uint32_t *node_of; /* world entries, from the start */
+    uint32_t nnodes, self_node;
+    struct ovld_xfer_job *xfer; /* the host backend's rows to other nodes */
     struct ovld_job *next;
 } ovld_job_t;
 
@@ -55,6 +64,14 @@ void ovld_job_maybe_free(ovld_jobs_t *js, ovld_job_t *j);
 /* Ends the job for new ops (state ENDING or ABORTED) with why as its last
  * error. */
 void ovld_job_end(ovld_job_t *j, ovld_job_state_t state, const char *why);
+/* A job across nodes cannot go on (a node lost, an op failed here after
+ * its go, which would leave the other nodes waiting for this one): aborts
+ * it here (pending ops fail, the backend's and xfer's waits on other nodes
+ * end) and, with tell, on every node through the coordinator. */
+void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
+                           bool tell);
+/* A job across nodes: the coordinator gave op seq its go (or its failure). */
+void ovld_opq_go(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const struct ovld_cluster_go *go);
 
 /* opq.c */
 

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "exec.h"
 #include "job.h"
 #include "log.h"
@@ -20,6 +21,7 @@
 #include "peer.h"
 #include "sdnotify.h"
 #include "stall.h"
+#include "xfer.h"
 #include "clock.h"
 
 #define DRAIN_POLL_MS    20
@@ -98,6 +100,11 @@ static void finish_shutdown(ovld_t *d)
     ovld_server_close(d);
     /* after the connections: a ping still waiting fails, and frees its
      * connection */
+    ovld_cluster_close(d->cluster);
+    d->cluster = NULL;
+    d->jobs.cluster = NULL;
+    ovld_xfer_destroy(d->xfer);
+    d->xfer = NULL;
     ovld_peers_close(d->peers);
     d->peers = NULL;
     if (left == 0 && ovld_jobs_empty(&d->jobs) && d->backend) {
@@ -224,19 +231,32 @@ static void on_signal(uv_signal_t *s, int signum)
 
 /* What the other nodes' ovld say. Nothing runs across nodes yet: a
  * message is noted and dropped; peer.c logs a peer's going down itself. */
+/* The links' messages and downs go to what runs over them: the jobs
+ * across nodes (cluster.h, types 16..31) and the host backend's rows
+ * between nodes (xfer.h, 32..47). */
 static void on_peer_message(void *arg, ovld_peer_t *p, uint32_t type, const uint8_t *body,
                             size_t len)
 {
-    (void)arg;
-    (void)body;
-    log_debug("peer %s: message of type %u (%zu bytes) dropped: nothing runs across nodes yet",
-              ovld_peer_name(p), (unsigned)type, len);
+    ovld_t *d = arg;
+    if (type >= OVLD_CLUSTER_TYPE_FIRST && type <= OVLD_CLUSTER_TYPE_LAST && d->cluster) {
+        ovld_cluster_on_message(d->cluster, p, type, body, len);
+    } else if (type >= OVLD_XFER_TYPE_FIRST && type <= OVLD_XFER_TYPE_LAST && d->xfer) {
+        ovld_xfer_on_message(d->xfer, p, type, body, len);
+    } else {
+        log_warn("peer %s: message of type %u (%zu bytes) dropped: no such type", ovld_peer_name(p),
+                 (unsigned)type, len);
+        OVLD_COUNT(&d->counters, peer_errors, 1);
+    }
 }
 
 static void on_peer_down(void *arg, ovld_peer_t *p, ovl_status_t st, const char *why)
 {
-    (void)arg;
+    ovld_t *d = arg;
     log_debug("peer %s: down (%s): %s", ovld_peer_name(p), ovl_strerror(st), why);
+    if (d->xfer)
+        ovld_xfer_on_down(d->xfer, p, why);
+    if (d->cluster)
+        ovld_cluster_on_down(d->cluster, p, why);
 }
 
 /* Detaches: the parent exits once the child reports (through a pipe) that
@@ -414,9 +434,24 @@ int main(int argc, char **argv)
     /* After the fork of daemonize (UCX must not be forked), before the
      * socket listens: an ovld whose peers cannot start does not start. */
     if (d->cfg.peer_listen[0]) {
-        const ovld_peers_cb_t pcb = {.on_message = on_peer_message, .on_down = on_peer_down};
+        const ovld_peers_cb_t pcb = {
+            .on_message = on_peer_message, .on_down = on_peer_down, .arg = d};
         st = ovld_peers_start(d->loop, &d->cfg, &pcb, &to_log, &d->counters, &d->peers, err,
                               sizeof(err));
+        if (st == OVL_OK)
+            st = ovld_xfer_create(d->loop, d->peers, &d->counters, &d->xfer, err, sizeof(err));
+        if (st == OVL_OK) {
+            const ovld_cluster_cb_t ccb = {.on_start = ovld_jobs_on_start,
+                                           .on_go = ovld_jobs_on_go,
+                                           .on_end = ovld_jobs_on_end,
+                                           .arg = &d->jobs};
+            st = ovld_cluster_create(d->loop, d->peers, d->xfer, d->backend, &d->cfg, &d->counters,
+                                     &ccb, &d->cluster);
+            if (st != OVL_OK)
+                snprintf(err, sizeof(err), "jobs across nodes: %s", ovl_strerror(st));
+            else
+                d->jobs.cluster = d->cluster;
+        }
         if (st != OVL_OK) {
             log_error("cannot start the links to other nodes: %s", err);
             report_ready(&ready_fd, 1);

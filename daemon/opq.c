@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "buffers.h"
+#include "cluster.h"
 #include "clock.h"
 #include "doorbell.h"
 #include "exec.h"
@@ -51,6 +52,12 @@ typedef struct ovld_op {
     ovl_status_t st;  /* why it fails, if it does */
     char msg[256];
     ovld_op_fields_t f; /* what every rank must agree on, from the first submission */
+    /* A job across nodes: told the coordinator (every local rank in), and
+     * its go came (with the parameters every node runs, or the failure in
+     * st and msg). */
+    bool asked, go;
+    bool planner_refused;        /* the same on every node: not a reason to abort */
+    ovld_cluster_go_t go_params; /* reason not kept (it is in msg) */
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
     uint64_t ready_ns;   /* when the last rank's submission came in */
@@ -141,6 +148,7 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
     ovl_status_t st = ovl_plan_build(&p, plan);
     if (st != OVL_OK) {
         snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
+        op->planner_refused = true;
         return st;
     }
     for (int b = 0; b < OVLD_BUF_COUNT; b++)
@@ -208,6 +216,20 @@ static void plans_free(ovl_plan_t *plans, uint32_t n)
     free(plans);
 }
 
+/* NCCL moves a rank's rows only as one dense piece: an A or a_out of any
+ * rank here whose leading dimension is not k makes the plans gather by the
+ * copy engine. */
+static bool op_strided(const ovld_job_t *j, const ovld_op_t *op)
+{
+    for (uint32_t r = 0; r < j->world; r++) {
+        const ovld_sub_t *s = &op->subs[r];
+        if ((s->use[OVLD_BUF_A].hold && s->use[OVLD_BUF_A].view.ld != op->f.k) ||
+            (s->use[OVLD_BUF_AOUT].hold && s->use[OVLD_BUF_AOUT].view.ld != op->f.k))
+            return true;
+    }
+    return false;
+}
+
 /* op's plan parameters, resolved: the one place they are made. */
 static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_t *op,
                       ovl_plan_params_t *pp)
@@ -228,16 +250,28 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_
     };
     _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
     memcpy(pp->n_more, op->f.n_more, sizeof(pp->n_more));
-    /* NCCL moves a rank's rows only as one dense piece: an A or a_out of
-     * any rank whose leading dimension is not k makes the plans gather by
-     * the copy engine. */
-    for (uint32_t r = 0; r < j->world; r++) {
-        const ovld_sub_t *s = &op->subs[r];
-        if ((s->use[OVLD_BUF_A].hold && s->use[OVLD_BUF_A].view.ld != op->f.k) ||
-            (s->use[OVLD_BUF_AOUT].hold && s->use[OVLD_BUF_AOUT].view.ld != op->f.k))
-            pp->strided = true;
+    pp->strided = op_strided(j, op);
+    if (j->across) {
+        /* resolved once, by the coordinator, for every node */
+        pp->algo = (ovl_algo_t)op->go_params.algo;
+        pp->chunks = op->go_params.chunks;
+        pp->streams = op->go_params.streams;
+        pp->allgather = (ovl_ag_pref_t)op->go_params.allgather;
+        pp->strided = op->go_params.strided;
+        pp->shared_gpu = op->go_params.shared_gpu;
+        pp->node_of = j->node_of;
+        return;
     }
     ovld_plan_resolve(js->cfg, js->backend->ops->allgather != NULL, pp);
+}
+
+/* An op of a job across nodes failed here after its go: the other nodes
+ * would wait for this one's rows for ever, so the job aborts everywhere. */
+static void across_failed(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const char *msg)
+{
+    char why[300];
+    snprintf(why, sizeof(why), "op %" PRIu64 " failed on node %u: %s", seq, j->self_node, msg);
+    ovld_job_abort_across(js, j, OVL_ERR_ABORTED, why, true);
 }
 
 static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan_params_t *params)
@@ -261,17 +295,21 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
         snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
         goto fail;
     }
+    uint32_t nlocal = 0;
     for (uint32_t r = 0; r < j->world; r++) {
+        if (!j->members[r])
+            continue; /* another node's */
         op->st = op_prepare_rank(js, j, op, r, &pp, &plans[r], &xr[r]);
         if (op->st != OVL_OK)
             goto fail;
+        nlocal++;
     }
     /* Ranks on one device are issued from one thread: a backend's state of
      * a device is not shared between threads (backend.h). */
     ovld_exec_op_t x = {.seq = op->seq, .world = j->world, .ranks = xr, .serial = j->shared_gpu};
     op->issued = true;
     op->windowed = true;
-    op->nrung = j->world;
+    op->nrung = nlocal;
     j->running++;
     if (scratch > j->scratch_bytes)
         j->scratch_bytes = scratch; /* every rank holds it now */
@@ -297,12 +335,17 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     }
     plans_free(plans, j->world);
     free(xr);
+    bool failed = op->st != OVL_OK;
     op_rung(js, j, op);
+    if (failed && j->across)
+        across_failed(js, j, op->seq, op->msg);
     return;
 fail:
     plans_free(plans, j->world);
     free(xr);
     op_fail(js, j, op);
+    if (j->across && !op->planner_refused)
+        across_failed(js, j, op->seq, op->msg);
 }
 
 /* Scratch may be freed or moved only while no issued op can use it: an op
@@ -331,6 +374,55 @@ static bool needs_scratch_growth(const ovld_job_t *j, const ovl_plan_params_t *p
  * see the other clients close, nor release their waits. Failed ops and
  * refusals are stream work too (their doorbells ring on stream 0), so they
  * queue here like the rest. */
+/* A job across nodes: each op whose ranks here are all in goes to the
+ * coordinator, in order, with what they agree on or why it fails here. */
+static void across_ask(ovld_jobs_t *js, ovld_job_t *j)
+{
+    if (j->state != OVLD_JOB_READY || !js->cluster)
+        return;
+    uint32_t first = 0;
+    while (first < j->world && !j->members[first])
+        first++;
+    for (ovld_op_t *op = j->ops; op; op = op->next) {
+        if (op->refusal || op->issued || op->asked)
+            continue;
+        if (op->nin < j->nlocal)
+            break; /* in order */
+        op->asked = true;
+        ovld_cluster_ready_t r = {.status = op->st,
+                                  .reason = op->msg,
+                                  .first_rank = first,
+                                  .f = op->f,
+                                  .strided = op_strided(j, op),
+                                  .shared_gpu = j->shared_gpu};
+        ovld_cluster_op_ready(js->cluster, j->nonce, op->seq, &r);
+    }
+}
+
+void ovld_opq_go(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const ovld_cluster_go_t *go)
+{
+    ovld_op_t *op = j->ops;
+    while (op && (op->seq != seq || op->refusal))
+        op = op->next;
+    if (!op || !op->asked || op->go) {
+        char why[160];
+        snprintf(why, sizeof(why), "the coordinator gave op %" PRIu64 " a go it was not asked for",
+                 seq);
+        ovld_job_abort_across(js, j, OVL_ERR_PROTOCOL, why, true);
+        return;
+    }
+    op->go = true;
+    op->go_params = *go;
+    op->go_params.reason = NULL;
+    if (go->status != OVL_OK) {
+        /* the same failure on every node (the first node's, or a
+         * disagreement naming the ranks) */
+        op->st = go->status;
+        snprintf(op->msg, sizeof(op->msg), "%s", go->reason);
+    }
+    ovld_opq_progress(js, j);
+}
+
 _Static_assert(OVLD_MAX_ISSUED + 2 <= OVL_READY_SLOTS,
                "a dying client's late ready writes must not reach a waiting op's slot");
 
@@ -340,6 +432,8 @@ void ovld_opq_progress(ovld_jobs_t *js, ovld_job_t *j)
      * and run this again, under the call: the job stays, and the scan starts
      * over after each op it runs or fails. */
     j->pins++;
+    if (j->across)
+        across_ask(js, j);
     ovld_op_t *op = j->ops;
     while (op) {
         if (op->issued) {
@@ -351,6 +445,9 @@ void ovld_opq_progress(ovld_jobs_t *js, ovld_job_t *j)
                 op->st = OVL_ERR_ABORTED;
                 snprintf(op->msg, sizeof(op->msg), "job aborted: %s", j->last_error);
             }
+        } else if (!op->refusal && j->across) {
+            if (!op->go || j->state != OVLD_JOB_READY)
+                break; /* its go (or its failure) comes from the coordinator */
         } else if (!op->refusal && (op->nin < j->world || j->state != OVLD_JOB_READY)) {
             break; /* later ops wait for this one */
         }
@@ -433,6 +530,8 @@ static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op
             snprintf(op->msg, sizeof(op->msg), "%s", message);
             snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", seq, message);
         }
+        if (j->across && j->state != OVLD_JOB_ABORTED)
+            across_failed(js, j, seq, message);
     }
     if (++op->ndone < op->nrung || !op->issued || op->ringing)
         return;

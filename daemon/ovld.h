@@ -60,7 +60,9 @@ typedef struct ovld {
     ovld_jobs_t jobs;
     /* links to the ovld of other nodes (peer.h); NULL without peer_listen */
     struct ovld_peers *peers;
-    uint32_t works; /* requests being served on workers (imports, unmaps) */
+    struct ovld_xfer *xfer;       /* the host backend's rows between nodes (xfer.h) */
+    struct ovld_cluster *cluster; /* jobs across nodes (cluster.h); NULL without peers */
+    uint32_t works;               /* requests being served on workers (imports, unmaps) */
 
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;

@@ -67,9 +67,18 @@ static ovl_status_t check_job_id(const ProtobufCBinaryData *id, char *err, size_
 
 static ovl_status_t check_comm_init(const Ovl__CommInit *q, char *err, size_t errlen)
 {
-    ovl_status_t st = check_job_id(&q->job_id, err, errlen);
-    if (st != OVL_OK)
+    ovl_status_t st;
+    if (q->job_blob.len > 0) {
+        /* a job across nodes: its id, and not a name besides */
+        if (q->job_id.len > 0)
+            return bad(err, errlen, "CommInit names a job by id and by job id bytes: one only");
+        ovld_job_blob_t b;
+        char why[160];
+        if (ovld_job_blob_decode(q->job_blob.data, q->job_blob.len, &b, why, sizeof(why)) != OVL_OK)
+            return bad(err, errlen, "not a job id of ovl_job_id_create: %s", why);
+    } else if ((st = check_job_id(&q->job_id, err, errlen)) != OVL_OK) {
         return st;
+    }
     RANGE("world", q->world, 1, OVL_PLAN_MAX_WORLD);
     if (q->rank >= q->world)
         return bad(err, errlen, "rank %" PRIu64 " out of range for world %" PRIu64, q->rank,
@@ -198,6 +207,7 @@ ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
     case OVL__REQUEST__BODY_PEER_PING:
         return check_peer_ping(q->peer_ping, err, errlen);
     case OVL__REQUEST__BODY_STATUS:
+    case OVL__REQUEST__BODY_JOB_ID_CREATE:
     case OVL__REQUEST__BODY_COMM_DESTROY:
     case OVL__REQUEST__BODY_COMM_CHECK:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
@@ -254,8 +264,15 @@ void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret)
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)
 {
     *ret = (ovld_join_desc_t){.world = (uint32_t)q->world, .rank = (uint32_t)q->rank};
-    memcpy(ret->job_id, q->job_id.data, q->job_id.len); /* 1..63 bytes, checked */
-    ret->job_id[q->job_id.len] = '\0';
+    if (q->job_blob.len > 0) {
+        char why[160];
+        ret->across = ovld_job_blob_decode(q->job_blob.data, q->job_blob.len, &ret->blob, why,
+                                           sizeof(why)) == OVL_OK; /* checked */
+        ovld_job_blob_name(&ret->blob, ret->job_id);
+    } else {
+        memcpy(ret->job_id, q->job_id.data, q->job_id.len); /* 1..63 bytes, checked */
+        ret->job_id[q->job_id.len] = '\0';
+    }
     memcpy(ret->device_uuid, q->device_uuid.data, OVLD_UUID_LEN);
 }
 

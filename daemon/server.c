@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "buffers.h"
+#include "cluster.h"
 #include "conn.h"
 #include "job.h"
 #include "log.h"
@@ -36,6 +37,9 @@
 #include "plan.h"
 #include "request.h"
 #include "text.h"
+
+static void process_frames(ovld_conn_t *c);
+static void conn_put(ovld_conn_t *c);
 
 /* ------------------------------------------------------------ requests */
 
@@ -90,7 +94,22 @@ static void conn_leave(ovld_conn_t *c, ovld_conn_comm_t *k, const char *why)
     ovld_job_leave(&c->d->jobs, m, why);
 }
 
-static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
+/* A join refused: said to the client, and logged (a refusal for the
+ * client's own reasons is news at info; one because ovld or the device
+ * failed is a warning). */
+static void join_refused(ovld_conn_t *c, uint64_t id, ovl_status_t st, const char *err)
+{
+    bool ours = st == OVL_ERR_BACKEND || st == OVL_ERR_SYSTEM || st == OVL_ERR_NOMEM ||
+                st == OVL_ERR_INTERNAL;
+    if (ours)
+        log_warn("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
+    else
+        log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
+    ovld_reply_error(c, id, st, "%s", err);
+}
+
+/* Joins the rank here and answers; the status of the join. */
+static ovl_status_t comm_join(ovld_conn_t *c, uint64_t id, const ovld_join_desc_t *jd)
 {
     ovld_member_t *m;
     ovld_doorbell_export_t db = {.fd = -1};
@@ -98,25 +117,13 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     ovld_conn_comm_t *k = calloc(1, sizeof(*k));
     if (!k) {
         ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
-        return;
+        return OVL_ERR_NOMEM;
     }
-    ovld_join_desc_t jd;
-    ovld_request_join_desc(q, &jd);
-    jd.uid = c->uid;
-    jd.pid = c->pid;
-    ovl_status_t st = ovld_job_join(&c->d->jobs, &jd, &m, &db, err, sizeof(err));
+    ovl_status_t st = ovld_job_join(&c->d->jobs, jd, &m, &db, err, sizeof(err));
     if (st != OVL_OK) {
         free(k);
-        /* A refusal for the client's own reasons is news at info; one
-         * because ovld or the device failed is a warning. */
-        bool ours = st == OVL_ERR_BACKEND || st == OVL_ERR_SYSTEM || st == OVL_ERR_NOMEM ||
-                    st == OVL_ERR_INTERNAL;
-        if (ours)
-            log_warn("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
-        else
-            log_info("client %" PRIu64 " (pid %d): join refused: %s", c->id, (int)c->pid, err);
-        ovld_reply_error(c, id, st, "%s", err);
-        return;
+        join_refused(c, id, st, err);
+        return st;
     }
     k->m = m;
     k->comm_id = ovld_member_comm_id(m);
@@ -132,6 +139,116 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     r.body_case = OVL__RESPONSE__BODY_COMM_INIT;
     r.comm_init = &cr;
     ovld_reply(c, &r, db.fd >= 0 ? &db.fd : NULL, db.fd >= 0 ? 1 : 0);
+    return OVL_OK;
+}
+
+/* A join of a job across nodes waiting for its coordinator's word
+ * (cluster.h): the connection's later requests wait with it, as for an
+ * import. */
+typedef struct admit_work {
+    ovld_conn_t *c;
+    uint64_t id;
+    ovld_join_desc_t jd;
+} admit_work_t;
+
+static void admit_done(void *arg, ovl_status_t st, const char *why)
+{
+    admit_work_t *w = arg;
+    ovld_conn_t *c = w->c;
+    ovld_t *d = c->d;
+    d->works--;
+    c->busy = false;
+    if (st != OVL_OK) {
+        if (!c->closing) {
+            char err[320];
+            snprintf(err, sizeof(err), "%s", why);
+            join_refused(c, w->id, st, err);
+        }
+    } else if (c->closing) {
+        ovld_cluster_leave(d->cluster, w->jd.blob.nonce, w->jd.rank, false,
+                           "its client went away while it joined");
+    } else if (comm_join(c, w->id, &w->jd) != OVL_OK) {
+        ovld_cluster_leave(d->cluster, w->jd.blob.nonce, w->jd.rank, false,
+                           "it could not join on its node");
+    }
+    if (!c->closing) {
+        ovld_conn_update_poll(c);
+        process_frames(c);
+    }
+    free(w);
+    conn_put(c);
+}
+
+static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
+{
+    ovld_t *d = c->d;
+    ovld_join_desc_t jd;
+    ovld_request_join_desc(q, &jd);
+    jd.uid = c->uid;
+    jd.pid = c->pid;
+    if (!jd.across) {
+        (void)comm_join(c, id, &jd);
+        return;
+    }
+    char err[256] = "";
+    if (!d->cluster) {
+        ovld_reply_error(c, id, OVL_ERR_UNSUPPORTED,
+                         "a job across nodes needs links to the other nodes: peer_listen is not "
+                         "set on this node (docs/multinode.md)");
+        return;
+    }
+    /* What this node would refuse anyway, before the coordinator counts
+     * the rank in. */
+    ovl_status_t st = ovld_job_join_check(&d->jobs, &jd, err, sizeof(err));
+    if (st != OVL_OK) {
+        join_refused(c, id, st, err);
+        return;
+    }
+    admit_work_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        return;
+    }
+    *w = (admit_work_t){.c = c, .id = id, .jd = jd};
+    st = ovld_cluster_admit(d->cluster, &jd.blob, jd.world, jd.rank, jd.uid, admit_done, w, err,
+                            sizeof(err));
+    if (st != OVL_OK) {
+        free(w);
+        join_refused(c, id, st, err);
+        return;
+    }
+    c->busy = true;
+    c->refs++;
+    d->works++;
+    ovld_conn_update_poll(c);
+}
+
+static void on_job_id_create(ovld_conn_t *c, uint64_t id)
+{
+    ovld_t *d = c->d;
+    if (!d->cluster) {
+        ovld_reply_error(c, id, OVL_ERR_UNSUPPORTED,
+                         "jobs across nodes need links to the other nodes: peer_listen is not "
+                         "set on this node (docs/multinode.md)");
+        return;
+    }
+    uint8_t blob[OVLD_JOB_BLOB_LEN];
+    char err[256] = "";
+    ovl_status_t st = ovld_cluster_job_id_create(d->cluster, c->uid, blob, err, sizeof(err));
+    if (st != OVL_OK) {
+        log_info("client %" PRIu64 " (pid %d, uid %u): job id refused: %s", c->id, (int)c->pid,
+                 (unsigned)c->uid, err);
+        ovld_reply_error(c, id, st, "%s", err);
+        return;
+    }
+    Ovl__JobIdCreateReply jr = OVL__JOB_ID_CREATE_REPLY__INIT;
+    jr.id.data = blob;
+    jr.id.len = sizeof(blob);
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_JOB_ID_CREATE;
+    r.job_id_create = &jr;
+    ovld_reply(c, &r, NULL, 0);
 }
 
 static void on_comm_destroy(ovld_conn_t *c, uint64_t id, const Ovl__CommDestroy *q)
@@ -166,9 +283,6 @@ static void on_comm_check(ovld_conn_t *c, uint64_t id, const Ovl__CommCheck *q)
     r.comm_check = &cr;
     ovld_reply(c, &r, NULL, 0);
 }
-
-static void process_frames(ovld_conn_t *c);
-static void conn_put(ovld_conn_t *c);
 
 /* One registration: import (maybe on a worker thread), then the reply. */
 typedef struct import_work {
@@ -766,6 +880,9 @@ static bool handle_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         break;
     case OVL__REQUEST__BODY_PEER_PING:
         on_peer_ping(c, id, q->peer_ping);
+        break;
+    case OVL__REQUEST__BODY_JOB_ID_CREATE:
+        on_job_id_create(c, id);
         break;
     default:
         ovld_conn_fail(c, id, OVL_ERR_PROTOCOL, "unknown request");

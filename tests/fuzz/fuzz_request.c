@@ -44,7 +44,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "config.h" /* OVLD_ADDR_TEXT_MAX */
+#include "jobid.h"
 #include "ovl.h"
 #include "ovl.pb-c.h"
 #include "plan.h"
@@ -124,13 +128,23 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
     case OVL__REQUEST__BODY_COMM_CHECK:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
     case OVL__REQUEST__BODY_STATS:
+    case OVL__REQUEST__BODY_JOB_ID_CREATE:
         return OVL_OK;
     case OVL__REQUEST__BODY_COMM_INIT: {
         const Ovl__CommInit *c = q->comm_init;
         const ProtobufCBinaryData *id = &c->job_id;
-        if (id->len < 1 || id->len > 63 || memchr(id->data, 0, id->len) ||
-            !ref_clean(id->data, id->len))
+        if (c->job_blob.len > 0) {
+            /* a job across nodes: its id alone, well formed (test_jobid
+             * checks the blob's own rules) */
+            ovld_job_blob_t b;
+            char why[160];
+            if (id->len > 0 || ovld_job_blob_decode(c->job_blob.data, c->job_blob.len, &b, why,
+                                                    sizeof(why)) != OVL_OK)
+                return OVL_ERR_INVALID;
+        } else if (id->len < 1 || id->len > 63 || memchr(id->data, 0, id->len) ||
+                   !ref_clean(id->data, id->len)) {
             return OVL_ERR_INVALID;
+        }
         if (c->world < 1 || c->world > 1024 || c->rank >= c->world)
             return OVL_ERR_INVALID;
         if (c->device_uuid.len != UUID_LEN)
@@ -191,9 +205,13 @@ static void check_accepted(const Ovl__Request *q)
     switch (q->body_case) {
     case OVL__REQUEST__BODY_COMM_INIT: {
         const Ovl__CommInit *c = q->comm_init;
-        CHECK(c->job_id.len >= 1 && c->job_id.len <= OVLD_JOB_ID_MAX);
-        CHECK(memchr(c->job_id.data, 0, c->job_id.len) == NULL);
-        CHECK(ovl_text_is_clean(c->job_id.data, c->job_id.len));
+        if (c->job_blob.len > 0) {
+            CHECK(c->job_id.len == 0 && c->job_blob.len == OVLD_JOB_BLOB_LEN);
+        } else {
+            CHECK(c->job_id.len >= 1 && c->job_id.len <= OVLD_JOB_ID_MAX);
+            CHECK(memchr(c->job_id.data, 0, c->job_id.len) == NULL);
+            CHECK(ovl_text_is_clean(c->job_id.data, c->job_id.len));
+        }
         CHECK(c->world >= 1 && c->world <= OVL_PLAN_MAX_WORLD);
         CHECK(c->rank < c->world);
         CHECK((uint64_t)(uint32_t)c->world == c->world && (uint64_t)(uint32_t)c->rank == c->rank);
@@ -251,6 +269,7 @@ static void check_accepted(const Ovl__Request *q)
     case OVL__REQUEST__BODY_COMM_CHECK:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
     case OVL__REQUEST__BODY_STATS:
+    case OVL__REQUEST__BODY_JOB_ID_CREATE:
         break;
     default:
         CHECK(!"an unknown body passed the check");
@@ -488,6 +507,37 @@ static void comm_inits(void)
         c.device_uuid.len = len;
         run_request(&q);
     }
+    c.device_uuid.len = UUID_LEN;
+    /* a job across nodes: a well-formed id, with a name besides, cut
+     * short, one bit flipped in each byte */
+    ovld_job_blob_t jb = {0};
+    struct sockaddr_in *sin = (struct sockaddr_in *)&jb.coordinator;
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(7411);
+    sin->sin_addr.s_addr = htonl(0x7f000001);
+    memset(jb.nonce, 0xa5, sizeof(jb.nonce));
+    uint8_t blob[OVLD_JOB_BLOB_LEN];
+    CHECK(ovld_job_blob_encode(&jb, blob) == OVL_OK);
+    c.job_blob.data = blob;
+    c.job_id.len = 0;
+    for (size_t len = OVLD_JOB_BLOB_LEN - 1; len <= OVLD_JOB_BLOB_LEN; len++) {
+        c.job_blob.len = len;
+        run_request(&q);
+    }
+    c.job_id.len = 5;
+    run_request(&q);
+    c.job_id.len = 0;
+    for (size_t i = 0; i < OVLD_JOB_BLOB_LEN; i++) {
+        blob[i] ^= 0x10;
+        run_request(&q);
+        blob[i] ^= 0x10;
+    }
+    c.job_blob.len = 0;
+    Ovl__Request jq = OVL__REQUEST__INIT;
+    Ovl__JobIdCreate jc = OVL__JOB_ID_CREATE__INIT;
+    jq.body_case = OVL__REQUEST__BODY_JOB_ID_CREATE;
+    jq.job_id_create = &jc;
+    run_request(&jq);
 }
 
 static void mem_registers(void)
