@@ -208,6 +208,11 @@ void libovl_status_json_write(FILE *f, const Ovl__StatusReply *s)
         fprintf(f, ",\"rank_devices\":[");
         for (size_t r = 0; r < j->n_rank_devices; r++)
             fprintf(f, "%s%d", r ? "," : "", j->rank_devices[r]);
+        fprintf(f, "],\"self_node\":%u,\"nodes\":[", j->self_node);
+        for (size_t n = 0; n < j->n_nodes; n++) {
+            fprintf(f, "%s", n ? "," : "");
+            json_str(f, j->nodes[n]);
+        }
         fprintf(f, "]}");
     }
     fprintf(f, "],\"clients\":[");

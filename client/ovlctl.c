@@ -271,6 +271,10 @@ static void print_status_table(const Ovl__StatusReply *s)
         printf("  %s  %6u  %5u  %5u  %-16s  %s  %10" PRIu64 "  %9u  %s\n", cell(j->id, 20),
                j->owner_uid, j->world, j->local_ranks, devs, cell(j->state, 8), j->ops_done,
                j->ops_in_flight, term_or_dash(j->last_error, 0));
+        /* a job across nodes: where its other ranks are */
+        for (size_t n = 0; n < j->n_nodes; n++)
+            printf("  %s node %zu: %s%s\n", n ? "         " : "  across", n, term(j->nodes[n]),
+                   n == j->self_node ? " (this node)" : "");
     }
     printf("\nCLIENTS (%zu)\n", s->n_clients);
     if (s->n_clients)

@@ -135,6 +135,10 @@ static void add_job(const ovld_job_info_t *j, void *arg)
     memcpy(t->devs[t->n - 1], j->rank_devices, j->world * sizeof(int32_t));
     ji->n_rank_devices = j->world;
     ji->rank_devices = t->devs[t->n - 1];
+    /* the cluster's strings, which live as long as the job */
+    ji->n_nodes = j->nnodes;
+    ji->nodes = (char **)(uintptr_t)j->nodes;
+    ji->self_node = j->self_node;
 }
 
 /* Status's peer list, built by ovld_peers_foreach (peer.h). The strings
