@@ -114,7 +114,7 @@ struct ovld_rank {
     cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
-    bool setup_pending; /* its communicator is being made on a worker (loop thread) */
+    bool setup_pending;            /* its communicator is being made on a worker (loop thread) */
     struct cuda_setup_work *setup; /* that setup, while setup_pending */
     /* Its job's communicator: NULL where none was made, and from job_abort
      * on (the abort worker has it then). Who may use it when: cuda_nccl.c. */
@@ -154,7 +154,7 @@ struct cuda_backend {
     /* Teardowns waiting for an abort of their ranks' communicators to end
      * (loop thread; cuda_nccl.c). */
     struct cuda_setup_work *deferred;
-    bool cq_closed;                /* destroyed: freed when the last work is done */
+    bool cq_closed; /* destroyed: freed when the last work is done */
 };
 
 /* ------------------------------------------------- errors, in one place */

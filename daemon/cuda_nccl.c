@@ -712,8 +712,9 @@ static ovl_status_t part_check(const char *name, const struct ovld_rank *rk, uin
     if (!rk->nccl)
         REFUSE(OVL_ERR_UNSUPPORTED, "%s: rank %u has no NCCL communicator", name, global);
     if (rk->global != global || rk->world != world)
-        REFUSE(OVL_ERR_INTERNAL, "%s: the part of job rank %u of %u is rank %u of a communicator of %u",
-               name, global, world, rk->global, rk->world);
+        REFUSE(OVL_ERR_INTERNAL,
+               "%s: the part of job rank %u of %u is rank %u of a communicator of %u", name, global,
+               world, rk->global, rk->world);
     if (!cuda_stream((struct ovld_rank *)rk, stream))
         return OVL_ERR_INVALID; /* cuda_stream said why */
     return OVL_OK;
