@@ -5,7 +5,10 @@
  * lowest), events, a doorbell (a host page the two share, whose slots both
  * processes' streams wait on; proto/doorbell.h), a cuBLASLt workspace per
  * stream index; per job one NCCL communicator per local rank, created
- * nonblocking in one group off the loop thread. Client
+ * nonblocking in one group off the loop thread; for a job across nodes
+ * the communicators span every node (the id from the coordinating
+ * daemon's job_key, each local rank at its job rank), and job_abort ends
+ * them (ncclCommAbort, off the loop thread) when the job loses a node. Client
  * buffers arrive as CUDA IPC handles, opened once per (device, handle) and
  * kept in a reference-counted cache.
  *
@@ -17,9 +20,11 @@
  *               (cuda_rank_release; proto/doorbell.h says why slots)
  *   RECORD/WAIT cudaEventRecord / cudaStreamWaitEvent (across devices too)
  *   ALLGATHER   exactly the method the plan names: ncclAllGather (whole
- *               dense shards) or grouped ncclSend/ncclRecv (dense chunks),
- *               all local ranks in one NCCL group; anything else is refused
- *               (plans gather strided layouts by PULLs)
+ *               dense shards) or grouped ncclSend/ncclRecv with every other
+ *               rank of the job (dense chunks), the parts of all local
+ *               ranks in one NCCL group (across nodes the other daemons
+ *               issue the others'); anything else is refused (plans gather
+ *               strided layouts by PULLs)
  *   RAIL        grouped ncclSend/ncclRecv between the ranks the plan names
  *               (job ranks of the job's communicator), all local ranks'
  *               in one NCCL group; dense rows only
@@ -127,6 +132,8 @@ static const ovld_backend_ops_t cuda_ops = {
     .rank_destroy = cuda_rank_destroy,
     .rank_release = cuda_rank_release,
     .job_setup = cuda_job_setup,
+    .job_key = cuda_job_key,
+    .job_abort = cuda_job_abort,
     .job_teardown = cuda_job_teardown,
     .rank_scratch = cuda_rank_scratch,
     .wait_ready = cuda_wait_ready,

@@ -222,9 +222,14 @@ void cuda_on_watchdog(uv_timer_t *t)
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         restore_release(r);
         ncclResult_t nr = ncclSuccess;
-        /* A worker may be creating or aborting the communicator right now. */
-        if (r->nccl && !r->setup_pending)
-            ncclCommGetAsyncError(r->nccl, &nr);
+        /* A worker may be creating the communicator right now; an aborted
+         * rank's is a worker's, or gone (cuda_nccl.c says who may use it). A
+         * failing query is an error of the communicator too. */
+        if (!r->setup_pending && !r->aborted && r->nccl) {
+            ncclResult_t q = ncclCommGetAsyncError(r->nccl, &nr);
+            if (q != ncclSuccess)
+                nr = q;
+        }
         for (cuda_done_t *d = r->inflight; d; d = d->next) {
             if (atomic_load(&d->state) != 0 || now - d->issued_ns < STUCK_CHECK_NS)
                 continue;

@@ -8,9 +8,12 @@
  *                   doorbell registration, scratch, release; set_streams,
  *                   wait_ready, record, wait, gemm, sleep
  *   cuda_mem.c      IPC import/release and its cache
- *   cuda_nccl.c     communicators, job_setup/teardown, the all-gather
- *                   (NCCL, by the method asked), the rail (grouped NCCL
- *                   send/recv between nodes) and the copy-engine pulls
+ *   cuda_nccl.c     communicators (job_key, job_setup, job_abort,
+ *                   job_teardown; one per local rank, spanning every node
+ *                   of a job across nodes), the all-gather (NCCL, by the
+ *                   method asked, for the local ranks' parts), the rail
+ *                   (grouped NCCL send/recv between nodes) and the
+ *                   copy-engine pulls
  *   cuda_done.c     completions (done, host functions), the watchdog,
  *                   restore_release
  *   cuda_gemm.c     cuBLASLt (its own header, cuda_gemm.h)
@@ -34,6 +37,7 @@
 #include "plan.h"
 
 typedef struct cuda_backend cuda_backend_t;
+struct cuda_setup_work; /* cuda_nccl.c: a job's setup or teardown on a worker */
 
 typedef struct cuda_dev {
     int ordinal;
@@ -110,8 +114,20 @@ struct ovld_rank {
     cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
-    bool setup_pending; /* its communicator is being made on a worker (loop thread) */
+    bool setup_pending;            /* its communicator is being made on a worker (loop thread) */
+    struct cuda_setup_work *setup; /* that setup, while setup_pending */
+    /* Its job's communicator: NULL where none was made, and from job_abort
+     * on (the abort worker has it then). Who may use it when: cuda_nccl.c. */
     ncclComm_t nccl;
+    /* Its place in the job (job_setup): its job rank, which is its rank in
+     * nccl, and the job's ranks on every node; the collectives check their
+     * parts against these. */
+    uint32_t global, world;
+    bool across_nodes; /* the job spans nodes (for words) */
+    /* The job lost a node (job_abort, loop thread): collective calls fail
+     * at once; nccl is gone or going. */
+    bool aborted;
+    uint32_t abort_pending; /* aborts of its communicator still running (loop thread) */
     void *scratch;
     size_t scratch_bytes;
     cuda_done_t *inflight; /* loop thread only */
@@ -134,8 +150,11 @@ struct cuda_backend {
     pthread_mutex_t ipc_mu;
     ipc_entry_t *ipc;
     uint64_t ipc_hits, ipc_misses; /* under ipc_mu */
-    _Atomic uint32_t works;        /* uv_work items in flight */
-    bool cq_closed;                /* destroyed: freed when the last work is done */
+    _Atomic uint32_t works;        /* uv_work items in flight (and teardowns deferred) */
+    /* Teardowns waiting for an abort of their ranks' communicators to end
+     * (loop thread; cuda_nccl.c). */
+    struct cuda_setup_work *deferred;
+    bool cq_closed; /* destroyed: freed when the last work is done */
 };
 
 /* ------------------------------------------------- errors, in one place */
@@ -214,6 +233,9 @@ ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32
                             const ovld_job_net_t *net, bool collective, ovld_setup_cb cb,
                             void *arg);
 void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
+ovl_status_t cuda_job_key(ovld_backend_t *b, uint8_t out[OVLD_NCCL_ID_LEN], char *err,
+                          size_t errlen);
+void cuda_job_abort(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);

@@ -1,133 +1,356 @@
 /*
- * cuda_nccl.c: communication in the CUDA backend: per job one NCCL
- * communicator per local rank, created nonblocking in one group off the loop
- * thread (job_setup) and finalized the same way (job_teardown); the
- * all-gather, by exactly the NCCL method the plan names (strided layouts
- * and jobs without NCCL are gathered by the plans' own pulls, never here);
- * the rail between nodes (grouped ncclSend/ncclRecv between the ranks the
- * plan names, on the job's communicator); and the pulls
- * (cudaMemcpy(2D)Async from a peer's mapping).
+ * cuda_nccl.c: communication in the CUDA backend: a job's NCCL
+ * communicators and what moves rows over them.
+ *
+ *   job_key       ncclGetUniqueId into the 128 bytes that the daemon
+ *                 coordinating a job across nodes hands to every node (this
+ *                 process then serves the id's bootstrap root).
+ *   job_setup     one NCCL communicator per local rank, all created
+ *                 nonblocking in one group on a worker. Without net the
+ *                 daemon serves the whole job: the worker makes the id, and
+ *                 rank i of the call is rank i of n. With net the
+ *                 communicator spans every node: net->world ranks, the
+ *                 coordinator's id (net->key), each local rank at its job
+ *                 rank (net->global[i]). Each rank record keeps its job rank
+ *                 and the world (global, world), which the collectives check
+ *                 their parts against. Without collective nothing is made
+ *                 (the ranks share a GPU and the plans gather by pulls);
+ *                 with net that is refused (below).
+ *   job_abort     a job across nodes lost a node: every given rank's
+ *                 communicator is taken off the rank on the loop thread and
+ *                 aborted (ncclCommAbort) on a worker, its ops in flight
+ *                 complete with OVL_ERR_ABORTED (the completion and the
+ *                 doorbell's error word), and its later collective calls
+ *                 fail at once. A setup in progress is stopped instead
+ *                 (its worker aborts what it made).
+ *   job_teardown  finalize, then destroy (abort where the communicator
+ *                 failed or the job was aborted), on a worker, once every
+ *                 abort of the same ranks is over; then the ranks are freed.
+ *   allgather     exactly the NCCL method the plan names, for the parts of
+ *                 the local ranks (part.global is the communicator rank):
+ *                 ncclAllGather, or grouped ncclSend/ncclRecv with every
+ *                 other rank of the job (the own rows by a local copy), all
+ *                 local parts in one group. Strided layouts and jobs
+ *                 without NCCL are gathered by the plans' own pulls, never
+ *                 here.
+ *   rail          grouped ncclSend/ncclRecv between the job ranks the plan
+ *                 names, on the job's communicator (its ranks are the job's).
+ *   copy          the pulls (cudaMemcpy(2D)Async from a peer's mapping).
+ *
+ * Who may be inside NCCL on a rank's communicator (r->nccl), so that no two
+ * threads ever are at once (API-NOTES 1.3; a safe abort needs it):
+ *   - the setup worker, while r->setup_pending (code on the loop leaves the
+ *     communicator alone then: the watchdog, job_abort);
+ *   - then the loop thread: launches and their waits, the watchdog's
+ *     ncclCommGetAsyncError;
+ *   - an abort worker: job_abort (loop thread) moves the handle from the
+ *     rank into the work item (r->nccl = NULL), so that nothing on the loop
+ *     reaches it again, and sets r->aborted, so that collective calls fail
+ *     at once with words;
+ *   - the teardown worker, once the ranks are unlinked (the watchdog sees
+ *     them no more) and every abort of them is over (abort_pending; a
+ *     teardown that comes earlier waits on the backend's deferred list).
+ * Give job_abort every local rank of a job in one call: NCCL frees the
+ * communicators of one process together, when the last is aborted or
+ * destroyed, and two workers aborting siblings at once would race there.
+ *
+ * Refused, with words through job_setup's callback: a job across nodes
+ * whose ranks on this daemon share a GPU (net with collective false). NCCL
+ * cannot put two ranks of one GPU into one communicator of a process, and
+ * plans across nodes cannot gather by the copy engine (plan.h refuses
+ * shared_gpu there), so no plan of such a job could run; a communicator
+ * per local index for the rail would serve none either.
+ *
+ * Launches run on the loop thread, and a grouped launch on nonblocking
+ * communicators always says ncclInProgress (NCCL finishes it on a thread of
+ * its own), so launch_wait spins until every communicator took it, up to
+ * NCCL_LAUNCH_LIMIT_NS. Across nodes a launch that needs a new connection
+ * (the first use of a peer, or of an algorithm) completes only once the
+ * other nodes' daemons issued their matching call too.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 #include "clock.h"
+#include "doorbell.h"
 
 #define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch on the loop thread */
 #define NCCL_WAIT_BATCH      64 /* communicators whose launch one nccl_wait call polls */
+#define NCCL_SPIN_NS         (50ull * 1000 * 1000) /* a worker's wait spins this long, then naps */
+#define NCCL_NAP_NS          (1000ull * 1000)      /* between its polls after that */
+
+_Static_assert(sizeof(ncclUniqueId) == OVLD_NCCL_ID_LEN, "a job key is an ncclUniqueId");
+
+/* --------------------------------------------------------------- words */
+
+/* NCCL's last warning, as "; NCCL's last warning: ..." to end a message
+ * with, or "" where there is none. ncclGetLastError reads one buffer of
+ * the process (its argument is unused in 2.28), so the warning may be
+ * another communicator's: the words say "last". */
+static void nccl_last_words(char *buf, size_t len)
+{
+    const char *w = ncclGetLastError(NULL);
+    if (w && w[0])
+        snprintf(buf, len, "; NCCL's last warning: %.160s", w);
+    else if (len)
+        buf[0] = '\0';
+}
 
 /* --------------------------------------------------------------- NCCL */
 
-typedef struct setup_work {
+/* A job's setup or teardown on a worker. */
+typedef struct cuda_setup_work {
     uv_work_t req;
     cuda_backend_t *cb;
     struct ovld_rank **ranks;
     uint32_t n;
     ovld_setup_cb done;
     void *arg;
-    ovl_status_t st;
+    ovl_status_t st; /* setup: set beforehand where it is refused */
     char msg[256];
-    bool teardown;
     bool no_comms; /* setup: the job's plans never use the collective */
+    /* setup: the communicator's ranks, each local rank's place in it, and
+     * its id (have_id: the coordinator's; else the worker makes one) */
+    uint32_t world;
+    uint32_t *global;
+    ncclUniqueId id;
+    bool have_id;
+    atomic_bool abort;            /* setup: job_abort came meanwhile */
+    struct cuda_setup_work *next; /* teardown: on the backend's deferred list */
 } setup_work_t;
 
-/* Waits for nonblocking communicators to leave ncclInProgress, until
- * deadline_ns (CLOCK_MONOTONIC; 0: no limit), after which it returns
- * ncclInProgress. */
-static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n, uint64_t deadline_ns)
+/* Communicators taken off their ranks by job_abort, aborted on a worker. */
+typedef struct abort_work {
+    uv_work_t req;
+    cuda_backend_t *cb;
+    uint32_t n;
+    struct ovld_rank **ranks; /* whose comms[i] it was (alive: teardown waits) */
+    ncclComm_t *comms;
+} abort_work_t;
+
+/*
+ * Waits for nonblocking communicators to leave ncclInProgress, until
+ * deadline_ns (CLOCK_MONOTONIC; 0: no limit) or until *stop is set (NULL:
+ * never), after which it returns ncclInProgress. A failure is returned at
+ * once, with its communicator's index in *ret_bad. Without a deadline the
+ * caller is a worker that may wait long (a job's other nodes joining): it
+ * naps between polls after NCCL_SPIN_NS rather than hold a core.
+ */
+static ncclResult_t nccl_wait(struct ovld_rank **ranks, uint32_t n, uint64_t deadline_ns,
+                              atomic_bool *stop, uint32_t *ret_bad)
 {
+    uint64_t start = ovl_mono_ns();
     for (;;) {
         bool busy = false;
         for (uint32_t i = 0; i < n; i++) {
             ncclResult_t r = ncclSuccess;
             ncclResult_t q = ncclCommGetAsyncError(ranks[i]->nccl, &r);
-            if (q != ncclSuccess)
-                return q;
-            if (r == ncclInProgress)
-                busy = true;
-            else if (r != ncclSuccess)
-                return r;
+            if (q != ncclSuccess || (r != ncclSuccess && r != ncclInProgress)) {
+                *ret_bad = i;
+                return q != ncclSuccess ? q : r;
+            }
+            busy |= r == ncclInProgress;
         }
         if (!busy)
             return ncclSuccess;
-        if (deadline_ns && ovl_mono_ns() > deadline_ns)
+        uint64_t now = ovl_mono_ns();
+        if ((deadline_ns && now > deadline_ns) || (stop && atomic_load(stop)))
             return ncclInProgress;
-        sched_yield();
+        if (!deadline_ns && now - start > NCCL_SPIN_NS) {
+            struct timespec nap = {0, NCCL_NAP_NS};
+            nanosleep(&nap, NULL);
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* Aborts what a failed or stopped setup made, reporting what NCCL says
+ * (the setup's own words go to its callback). */
+static void setup_abort_made(setup_work_t *w)
+{
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ovld_rank *rk = w->ranks[i];
+        if (!rk->nccl)
+            continue;
+        ncclResult_t e = ncclCommAbort(rk->nccl);
+        if (e != ncclSuccess)
+            ovld_report(&w->cb->base.report, OVLD_REPORT_WARN,
+                        "device %d: ncclCommAbort (a failed setup, job rank %u): %s",
+                        rk->dev->ordinal, rk->global, ncclGetErrorString(e));
+        rk->nccl = NULL;
     }
 }
 
 static void setup_run(uv_work_t *req)
 {
     setup_work_t *w = req->data;
-    if (w->no_comms)
-        return; /* the plans will not ask for the collective (backend.h) */
-    ncclUniqueId id;
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) {
-        w->st = OVL_ERR_BACKEND;
-        snprintf(w->msg, sizeof(w->msg), "ncclGetUniqueId: %s", ncclGetErrorString(r));
-        return;
+    if (w->st != OVL_OK || w->no_comms)
+        return; /* refused (the callback says why), or the plans will not ask (backend.h) */
+    char nccl_says[200];
+    ncclResult_t r;
+    if (!w->have_id) {
+        r = ncclGetUniqueId(&w->id);
+        if (r != ncclSuccess) {
+            nccl_last_words(nccl_says, sizeof(nccl_says));
+            w->st = OVL_ERR_BACKEND;
+            snprintf(w->msg, sizeof(w->msg), "ncclGetUniqueId: %s%s", ncclGetErrorString(r),
+                     nccl_says);
+            return;
+        }
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* so that a fault can be detected and aborted */
     /* Not ncclCommInitAll, which takes no config (API-NOTES 0.3). */
+    const char *what = "ncclGroupStart";
+    cudaError_t ce = cudaSuccess;
+    uint32_t bad = 0;
     r = ncclGroupStart();
-    for (uint32_t i = 0; r == ncclSuccess && i < w->n; i++) {
-        if (cudaSetDevice(w->ranks[i]->dev->ordinal) != cudaSuccess) {
-            r = ncclUnhandledCudaError;
-            break;
-        }
-        r = ncclCommInitRankConfig(&w->ranks[i]->nccl, (int)w->n, id, (int)i, &cfg);
-        if (r == ncclInProgress)
-            r = ncclSuccess;
-    }
-    ncclResult_t e = ncclGroupEnd();
-    if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress)
-        r = e;
-    if (r == ncclSuccess)
-        r = nccl_wait(w->ranks, w->n, 0); /* a worker: setup takes what it takes */
-    if (r != ncclSuccess) {
-        w->st = OVL_ERR_BACKEND;
-        snprintf(w->msg, sizeof(w->msg), "NCCL communicator setup for %u ranks: %s", w->n,
-                 ncclGetErrorString(r));
-        for (uint32_t i = 0; i < w->n; i++)
-            if (w->ranks[i]->nccl) {
-                ncclCommAbort(w->ranks[i]->nccl);
-                w->ranks[i]->nccl = NULL;
+    if (r == ncclSuccess) {
+        for (uint32_t i = 0; r == ncclSuccess && i < w->n; i++) {
+            struct ovld_rank *rk = w->ranks[i];
+            bad = i;
+            if ((ce = cudaSetDevice(rk->dev->ordinal)) != cudaSuccess) {
+                what = "cudaSetDevice";
+                r = ncclUnhandledCudaError;
+                break;
             }
+            what = "ncclCommInitRankConfig";
+            r = ncclCommInitRankConfig(&rk->nccl, (int)w->world, w->id, (int)w->global[i], &cfg);
+            if (r == ncclInProgress)
+                r = ncclSuccess;
+        }
+        /* What was queued is launched (or, after a failure, undone) here. */
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress) {
+            what = "ncclGroupEnd";
+            r = e;
+        }
     }
+    if (r == ncclSuccess) {
+        what = "the communicator's setup";
+        r = nccl_wait(w->ranks, w->n, 0, &w->abort, &bad); /* a worker: setup takes what it takes */
+    }
+    if (r == ncclSuccess)
+        return; /* an abort that comes now is setup_after's */
+    if (r == ncclInProgress && atomic_load(&w->abort)) {
+        w->st = OVL_ERR_ABORTED;
+        snprintf(w->msg, sizeof(w->msg),
+                 "the job was aborted (it lost a node) while its NCCL communicators were made");
+    } else if (ce != cudaSuccess) {
+        w->st = OVL_ERR_BACKEND;
+        snprintf(w->msg, sizeof(w->msg), "device %d: cudaSetDevice: %s",
+                 w->ranks[bad]->dev->ordinal, cudaGetErrorString(ce));
+    } else {
+        nccl_last_words(nccl_says, sizeof(nccl_says));
+        w->st = OVL_ERR_BACKEND;
+        snprintf(w->msg, sizeof(w->msg),
+                 "NCCL communicator of %u ranks (job rank %u on device %d): %s: %s%s", w->world,
+                 w->global[bad], w->ranks[bad]->dev->ordinal, what, ncclGetErrorString(r),
+                 nccl_says);
+    }
+    setup_abort_made(w);
 }
+
+static void abort_start(cuda_backend_t *cb, struct ovld_rank *const *ranks, uint32_t n);
 
 static void setup_after(uv_work_t *req, int status)
 {
     setup_work_t *w = req->data;
     cuda_backend_t *cb = w->cb;
-    if (!w->teardown)
-        for (uint32_t i = 0; i < w->n; i++)
-            w->ranks[i]->setup_pending = false;
+    bool aborted = false;
+    for (uint32_t i = 0; i < w->n; i++) {
+        w->ranks[i]->setup_pending = false;
+        w->ranks[i]->setup = NULL;
+        aborted |= w->ranks[i]->aborted;
+    }
     if (status == UV_ECANCELED && w->st == OVL_OK) {
         w->st = OVL_ERR_SHUTDOWN;
         snprintf(w->msg, sizeof(w->msg), "cancelled");
     }
+    if (aborted) {
+        /* job_abort came while the worker made the communicators, too late
+         * for it to stop: what it made is aborted now, as job_abort does. */
+        abort_start(cb, w->ranks, w->n);
+        if (w->st == OVL_OK) {
+            w->st = OVL_ERR_ABORTED;
+            snprintf(w->msg, sizeof(w->msg), "the job was aborted (it lost a node) during setup");
+        }
+    }
     if (w->done)
         w->done(w->arg, w->st, w->msg);
+    free(w->global);
     free(w->ranks);
     free(w);
     cuda_work_done(cb);
+}
+
+/* Says in w why a setup cannot be done, before anything is made (the
+ * worker then does nothing and the callback carries the words). */
+static void setup_check(setup_work_t *w, const ovld_job_net_t *net, bool collective)
+{
+#define REFUSE(status, ...)                                                                        \
+    do {                                                                                           \
+        w->st = (status);                                                                          \
+        snprintf(w->msg, sizeof(w->msg), __VA_ARGS__);                                             \
+        return;                                                                                    \
+    } while (0)
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->ranks[i]->aborted)
+            REFUSE(OVL_ERR_ABORTED, "the job was aborted (it lost a node) before its setup");
+    if (!net)
+        return;
+    if (!collective)
+        REFUSE(OVL_ERR_UNSUPPORTED,
+               "ranks of a job across nodes that share a GPU are not supported yet: NCCL "
+               "cannot make one communicator of two ranks on one GPU, and across nodes the "
+               "plans cannot gather by the copy engine");
+    if (net->world == 0 || net->world > INT_MAX || w->n > net->world || !net->global)
+        REFUSE(OVL_ERR_INTERNAL, "a job across nodes of %u ranks, %u of them here%s", net->world,
+               w->n, net->global ? "" : ", without their job ranks");
+    if (!net->key)
+        REFUSE(OVL_ERR_UNSUPPORTED,
+               "no NCCL id for the job: the coordinating daemon's backend made no job key "
+               "(do all nodes run the CUDA backend?)");
+    for (uint32_t i = 0; i < w->n; i++) {
+        uint32_t g = net->global[i];
+        if (g >= net->world)
+            REFUSE(OVL_ERR_INTERNAL, "local rank %u is job rank %u of %u", i, g, net->world);
+        for (uint32_t k = 0; k < i; k++) {
+            if (net->global[k] == g)
+                REFUSE(OVL_ERR_INTERNAL, "local ranks %u and %u are both job rank %u", k, i, g);
+            if (w->ranks[k]->dev == w->ranks[i]->dev)
+                REFUSE(OVL_ERR_UNSUPPORTED,
+                       "job ranks %u and %u share device %d: NCCL cannot make one "
+                       "communicator of two ranks on one GPU",
+                       net->global[k], g, w->ranks[i]->dev->ordinal);
+        }
+    }
+    memcpy(&w->id, net->key, sizeof(w->id));
+    w->have_id = true;
+#undef REFUSE
 }
 
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
                             const ovld_job_net_t *net, bool collective, ovld_setup_cb cb, void *arg)
 {
     cuda_backend_t *be = (cuda_backend_t *)b;
-    if (net)
-        return OVL_ERR_UNSUPPORTED; /* jobs across nodes: not yet */
+    if (n == 0 || !ranks)
+        return OVL_ERR_INTERNAL; /* job.c never asks for a job of no ranks */
+    for (uint32_t i = 0; i < n; i++)
+        if (!ranks[i])
+            return OVL_ERR_INTERNAL;
     setup_work_t *w = calloc(1, sizeof(*w));
-    if (!w || !(w->ranks = calloc(n, sizeof(*w->ranks)))) {
+    if (!w || !(w->ranks = calloc(n, sizeof(*w->ranks))) ||
+        !(w->global = calloc(n, sizeof(*w->global)))) {
+        if (w)
+            free(w->ranks);
         free(w);
         return OVL_ERR_NOMEM;
     }
@@ -138,14 +361,26 @@ ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32
     w->done = cb;
     w->arg = arg;
     w->no_comms = !collective;
-    for (uint32_t i = 0; i < n; i++)
+    atomic_init(&w->abort, false);
+    setup_check(w, net, collective);
+    w->world = net ? net->world : n;
+    for (uint32_t i = 0; i < n; i++) {
+        w->global[i] = w->st == OVL_OK && net ? net->global[i] : i;
+        ranks[i]->global = w->global[i];
+        ranks[i]->world = w->world;
+        ranks[i]->across_nodes = net && net->nnodes > 1;
         ranks[i]->setup_pending = true;
+        ranks[i]->setup = w;
+    }
     atomic_fetch_add(&be->works, 1);
     int rc = uv_queue_work(be->loop, &w->req, setup_run, setup_after);
     if (rc != 0) {
         atomic_fetch_sub(&be->works, 1);
-        for (uint32_t i = 0; i < n; i++)
+        for (uint32_t i = 0; i < n; i++) {
             ranks[i]->setup_pending = false;
+            ranks[i]->setup = NULL;
+        }
+        free(w->global);
         free(w->ranks);
         free(w);
         return OVL_ERR_SYSTEM;
@@ -153,45 +388,238 @@ ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32
     return OVL_OK;
 }
 
+ovl_status_t cuda_job_key(ovld_backend_t *b, uint8_t out[OVLD_NCCL_ID_LEN], char *err,
+                          size_t errlen)
+{
+    (void)b;
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+        char nccl_says[200];
+        nccl_last_words(nccl_says, sizeof(nccl_says));
+        snprintf(err, errlen, "ncclGetUniqueId: %s%s", ncclGetErrorString(r), nccl_says);
+        return OVL_ERR_BACKEND;
+    }
+    memcpy(out, &id, OVLD_NCCL_ID_LEN);
+    return OVL_OK;
+}
+
+/* ---------------------------------------------------------------- abort */
+
+/* Ends the ops of an aborted rank that the GPU has not finished, as
+ * failed: their NCCL kernels quit when the communicator is aborted (NCCL
+ * polls its abort flag on the GPU), so what follows them computes on rows
+ * that never came. Each completion says so (loop thread: the deliveries
+ * read it there, later), and the doorbell's error word too, by a CPU
+ * store, as cuda_done does where the GPU cannot ring: no GPU write of it is
+ * queued while error_written is false. Ops the GPU just finished but whose
+ * host function has not run yet are failed with them; the job is lost
+ * anyway. */
+static void abort_inflight(struct ovld_rank *r)
+{
+    uint64_t first = 0;
+    bool any = false;
+    for (cuda_done_t *d = r->inflight; d; d = d->next) {
+        if (atomic_load(&d->state) != 0)
+            continue;
+        if (d->node.status == OVL_OK) {
+            d->node.status = OVL_ERR_ABORTED;
+            snprintf(d->node.message, sizeof(d->node.message),
+                     "device %d: the job was aborted (it lost a node) while op %" PRIu64
+                     " was in flight",
+                     r->dev->ordinal, d->node.seq);
+        }
+        if (!any || d->node.seq < first)
+            first = d->node.seq;
+        any = true;
+    }
+    if (!any || r->error_written || !r->db)
+        return;
+    r->error_written = true;
+    if (__atomic_load_n(&r->db->error, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&r->db->error_seq, first, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_ABORTED, __ATOMIC_RELEASE);
+    }
+}
+
+static void abort_run(uv_work_t *req)
+{
+    abort_work_t *w = req->data;
+    /* One after the other: NCCL frees a process's communicators of one
+     * job together, in the abort of the last one. */
+    for (uint32_t i = 0; i < w->n; i++) {
+        ncclResult_t e = ncclCommAbort(w->comms[i]);
+        if (e != ncclSuccess)
+            ovld_report(&w->cb->base.report, OVLD_REPORT_WARN,
+                        "device %d: ncclCommAbort (job rank %u, the job lost a node): %s",
+                        w->ranks[i]->dev->ordinal, w->ranks[i]->global, ncclGetErrorString(e));
+    }
+}
+
+static void teardown_resume(cuda_backend_t *cb);
+
+static void abort_after(uv_work_t *req, int status)
+{
+    abort_work_t *w = req->data;
+    cuda_backend_t *cb = w->cb;
+    if (status == UV_ECANCELED)
+        abort_run(req); /* never ran (nothing cancels these today): the handles are ours alone */
+    for (uint32_t i = 0; i < w->n; i++)
+        w->ranks[i]->abort_pending--;
+    teardown_resume(cb);
+    free(w->comms);
+    free(w->ranks);
+    free(w);
+    cuda_work_done(cb);
+}
+
+/* Moves the communicators of ranks (those that have one and whose setup is
+ * not in progress) into a work item that aborts them off the loop thread
+ * (loop thread). Out of memory, the communicators stay on their ranks,
+ * which are aborted all the same: teardown aborts them then. */
+static void abort_start(cuda_backend_t *cb, struct ovld_rank *const *ranks, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += ranks[i] && !ranks[i]->setup_pending && ranks[i]->nccl;
+    if (k == 0)
+        return;
+    abort_work_t *w = calloc(1, sizeof(*w));
+    if (!w || !(w->ranks = calloc(k, sizeof(*w->ranks))) ||
+        !(w->comms = calloc(k, sizeof(*w->comms)))) {
+        if (w)
+            free(w->ranks);
+        free(w);
+        ovld_report(&cb->base.report, OVLD_REPORT_ERROR,
+                    "out of memory aborting %u NCCL communicators: they are aborted at the "
+                    "job's teardown",
+                    k);
+        return;
+    }
+    w->req.data = w;
+    w->cb = cb;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ovld_rank *r = ranks[i];
+        if (!r || r->setup_pending || !r->nccl)
+            continue;
+        w->ranks[w->n] = r;
+        w->comms[w->n++] = r->nccl;
+        r->nccl = NULL; /* the work's alone from now on */
+        r->abort_pending++;
+    }
+    atomic_fetch_add(&cb->works, 1);
+    if (uv_queue_work(cb->loop, &w->req, abort_run, abort_after) != 0)
+        abort_after(&w->req, UV_ECANCELED); /* aborts here, blocking: the loop cannot queue */
+}
+
+void cuda_job_abort(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n)
+{
+    cuda_backend_t *be = (cuda_backend_t *)b;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ovld_rank *r = ranks[i];
+        if (!r)
+            continue;
+        if (!r->aborted) {
+            r->aborted = true;
+            abort_inflight(r);
+        }
+        /* Its communicator is the setup worker's: tell it to stop waiting;
+         * setup_after aborts what it made. */
+        if (r->setup_pending && r->setup)
+            atomic_store(&r->setup->abort, true);
+    }
+    abort_start(be, ranks, n);
+}
+
+/* ------------------------------------------------------------- teardown */
+
 static void teardown_run(uv_work_t *req)
 {
     setup_work_t *w = req->data;
     /* ncclCommDestroy is collective within the node: finalize all, then
      * destroy all (NCCL's own single-process example). A communicator that
-     * failed is aborted instead, as NCCL asks. */
+     * failed is aborted instead, as NCCL asks, and so is one of an aborted
+     * job (whose abort found no memory): finalizing it would wait for
+     * peers that are gone. */
     for (uint32_t i = 0; i < w->n; i++) {
         struct ovld_rank *rk = w->ranks[i];
-        if (!rk->nccl)
+        if (!rk->nccl || rk->aborted)
             continue;
-        ncclResult_t e = cudaSetDevice(rk->dev->ordinal) == cudaSuccess ? ncclCommFinalize(rk->nccl)
-                                                                        : ncclUnhandledCudaError;
+        cudaError_t ce = cudaSetDevice(rk->dev->ordinal);
+        ncclResult_t e = ce == cudaSuccess ? ncclCommFinalize(rk->nccl) : ncclUnhandledCudaError;
         if (e != ncclSuccess && e != ncclInProgress)
             ovld_report(&w->cb->base.report, OVLD_REPORT_WARN, "device %d: ncclCommFinalize: %s",
-                        rk->dev->ordinal, ncclGetErrorString(e));
+                        rk->dev->ordinal,
+                        ce != cudaSuccess ? cudaGetErrorString(ce) : ncclGetErrorString(e));
     }
     for (uint32_t i = 0; i < w->n; i++) {
         struct ovld_rank *rk = w->ranks[i];
         if (!rk->nccl)
             continue;
-        ncclResult_t r = ncclSuccess, q;
-        while ((q = ncclCommGetAsyncError(rk->nccl, &r)) == ncclSuccess && r == ncclInProgress)
-            sched_yield();
-        if (q != ncclSuccess)
-            r = q;
-        ncclResult_t e = r == ncclSuccess ? ncclCommDestroy(rk->nccl) : ncclCommAbort(rk->nccl);
+        ncclResult_t r = ncclSuccess, q = ncclSuccess;
+        if (!rk->aborted) {
+            while ((q = ncclCommGetAsyncError(rk->nccl, &r)) == ncclSuccess && r == ncclInProgress)
+                sched_yield();
+            if (q != ncclSuccess)
+                r = q;
+        }
+        bool destroy = !rk->aborted && r == ncclSuccess;
+        ncclResult_t e = destroy ? ncclCommDestroy(rk->nccl) : ncclCommAbort(rk->nccl);
         if (r != ncclSuccess)
             ovld_report(&w->cb->base.report, OVLD_REPORT_WARN,
                         "device %d: the job's communicator failed (%s): aborted", rk->dev->ordinal,
                         ncclGetErrorString(r));
         if (e != ncclSuccess)
             ovld_report(&w->cb->base.report, OVLD_REPORT_WARN, "device %d: %s: %s",
-                        rk->dev->ordinal, r == ncclSuccess ? "ncclCommDestroy" : "ncclCommAbort",
+                        rk->dev->ordinal, destroy ? "ncclCommDestroy" : "ncclCommAbort",
                         ncclGetErrorString(e));
         rk->nccl = NULL;
     }
     for (uint32_t i = 0; i < w->n; i++) {
         cuda_rank_free_resources(w->ranks[i]);
         free(w->ranks[i]);
+    }
+}
+
+static void teardown_after(uv_work_t *req, int status)
+{
+    setup_work_t *w = req->data;
+    cuda_backend_t *cb = w->cb;
+    if (status == UV_ECANCELED)
+        teardown_run(req); /* never ran (nothing cancels these today) */
+    free(w->ranks);
+    free(w);
+    cuda_work_done(cb);
+}
+
+/* Queues a teardown whose work is counted already (be->works). */
+static void teardown_queue(cuda_backend_t *be, setup_work_t *w)
+{
+    if (uv_queue_work(be->loop, &w->req, teardown_run, teardown_after) != 0)
+        teardown_after(&w->req, UV_ECANCELED); /* here, blocking: the loop cannot queue */
+}
+
+/* Whether an abort of one of w's ranks is still running. */
+static bool teardown_blocked(const setup_work_t *w)
+{
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->ranks[i]->abort_pending)
+            return true;
+    return false;
+}
+
+/* Queues the deferred teardowns whose aborts are over (loop thread). */
+static void teardown_resume(cuda_backend_t *cb)
+{
+    for (setup_work_t **pp = &cb->deferred; *pp;) {
+        setup_work_t *w = *pp;
+        if (teardown_blocked(w)) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        w->next = NULL;
+        teardown_queue(cb, w);
     }
 }
 
@@ -216,14 +644,15 @@ void cuda_job_teardown(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n)
     w->cb = be;
     w->ranks = copy;
     w->n = k;
-    w->teardown = true;
     atomic_fetch_add(&be->works, 1);
-    if (uv_queue_work(be->loop, &w->req, teardown_run, setup_after) != 0) {
-        atomic_fetch_sub(&be->works, 1);
-        teardown_run(&w->req);
-        free(copy);
-        free(w);
+    if (teardown_blocked(w)) {
+        /* An abort of these communicators is running: the ranks (streams,
+         * memory) go once it is over (abort_after). */
+        w->next = be->deferred;
+        be->deferred = w;
+        return;
     }
+    teardown_queue(be, w);
 }
 
 /* ------------------------------------------------- all-gather and pulls */
@@ -258,58 +687,120 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
     return OVL_OK;
 }
 
-/* Refuses, with words, an all-gather NCCL cannot do as asked: its rows
- * must be dense (one piece per rank), ncclAllGather's shards back to back,
- * and part i the communicator's rank i of n. */
-static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather_part_t *parts,
-                                    uint32_t n, size_t elem, uint64_t rows, uint64_t cols,
-                                    uint64_t stride)
-{
-    const char *name = ovl_ag_method_name(method);
 #define REFUSE(st, ...)                                                                            \
     do {                                                                                           \
         snprintf(cuda_last_err, sizeof(cuda_last_err), __VA_ARGS__);                               \
         return (st);                                                                               \
     } while (0)
-    if (!name || method == OVL_AG_NCCL_RAIL)
-        REFUSE(OVL_ERR_UNSUPPORTED, "all-gather method %d: not one the CUDA backend has",
-               (int)method);
+
+/* What every part of a collective call must be: on a rank of the call's
+ * communicator, not aborted, that is the part's job rank among `world`
+ * (the record job_setup kept: the communicator was made with those), with
+ * the stream it names; parts in rank order (backend.h), each rank once.
+ * prev: the previous part's rank, or -1. */
+static ovl_status_t part_check(const char *name, const struct ovld_rank *rk, uint32_t global,
+                               int64_t prev, uint32_t world, uint32_t stream)
+{
+    if (global >= world)
+        REFUSE(OVL_ERR_INTERNAL, "%s: a part of job rank %u in a job of %u", name, global, world);
+    if ((int64_t)global <= prev)
+        REFUSE(OVL_ERR_INTERNAL, "%s: parts out of rank order: job rank %u after %" PRId64, name,
+               global, prev);
+    if (rk->aborted)
+        REFUSE(OVL_ERR_ABORTED, "%s: rank %u's communicator was aborted (the job lost a node)",
+               name, global);
+    if (!rk->nccl)
+        REFUSE(OVL_ERR_UNSUPPORTED, "%s: rank %u has no NCCL communicator", name, global);
+    if (rk->global != global || rk->world != world)
+        REFUSE(OVL_ERR_INTERNAL,
+               "%s: the part of job rank %u of %u is rank %u of a communicator of %u", name, global,
+               world, rk->global, rk->world);
+    if (!cuda_stream((struct ovld_rank *)rk, stream))
+        return OVL_ERR_INVALID; /* cuda_stream said why */
+    return OVL_OK;
+}
+
+/* The layout checks of an all-gather and a rail: dense rows (one piece per
+ * rank), blocks that do not overlap, sizes that fit. */
+static ovl_status_t layout_check(const char *name, size_t elem, uint32_t nparts, uint32_t world,
+                                 uint64_t rows, uint64_t cols, uint64_t stride)
+{
     if (elem == 0)
         REFUSE(OVL_ERR_INVALID, "%s: unknown dtype", name);
-    if (method == OVL_AG_NCCL_ALLGATHER && stride != rows)
-        REFUSE(OVL_ERR_INVALID, "%s places shards back to back: stride %" PRIu64 ", rows %" PRIu64,
-               name, stride, rows);
+    if (nparts == 0 || nparts > world || world > INT_MAX)
+        REFUSE(OVL_ERR_INTERNAL, "%s: %u parts of a job of %u ranks", name, nparts, world);
     if (stride < rows)
         REFUSE(OVL_ERR_INVALID, "%s: blocks overlap: stride %" PRIu64 ", rows %" PRIu64, name,
                stride, rows);
     if (cols != 0 && rows > SIZE_MAX / cols / elem)
         REFUSE(OVL_ERR_LIMIT, "%s: %" PRIu64 " x %" PRIu64 " elements do not fit in memory", name,
                rows, cols);
-    for (uint32_t i = 0; i < n; i++) {
+    return OVL_OK;
+}
+
+/* Refuses, with words, an all-gather NCCL cannot do as asked: its rows
+ * must be dense (one piece per rank), ncclAllGather's shards back to back,
+ * and each part on a rank of the job's communicator at its job rank. */
+static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather_part_t *parts,
+                                    uint32_t n, uint32_t world, size_t elem, uint64_t rows,
+                                    uint64_t cols, uint64_t stride)
+{
+    const char *name = ovl_ag_method_name(method);
+    if (!name || method == OVL_AG_NCCL_RAIL)
+        REFUSE(OVL_ERR_UNSUPPORTED, "all-gather method %d: not one the CUDA backend has",
+               (int)method);
+    if (method == OVL_AG_NCCL_ALLGATHER && stride != rows)
+        REFUSE(OVL_ERR_INVALID, "%s places shards back to back: stride %" PRIu64 ", rows %" PRIu64,
+               name, stride, rows);
+    ovl_status_t st = layout_check(name, elem, n, world, rows, cols, stride);
+    int64_t prev = -1;
+    for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
         const ovld_allgather_part_t *x = &parts[i];
-        int count = 0, rank = -1;
         if (x->src.ld != cols || x->dst.ld != cols)
             REFUSE(OVL_ERR_INVALID,
                    "%s moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
                    " for %" PRIu64 " columns",
-                   name, i, x->src.ld, x->dst.ld, cols);
-        if (!x->rank->nccl)
-            REFUSE(OVL_ERR_UNSUPPORTED, "%s: rank %u has no NCCL communicator", name, i);
-        ncclResult_t r = ncclCommCount(x->rank->nccl, &count);
-        if (r == ncclSuccess)
-            r = ncclCommUserRank(x->rank->nccl, &rank);
-        if (r != ncclSuccess)
-            REFUSE(OVL_ERR_BACKEND, "%s: rank %u's communicator: %s", name, i,
-                   ncclGetErrorString(r));
-        if (count != (int)n || rank != (int)i)
-            REFUSE(OVL_ERR_INTERNAL, "%s: part %u of %u is rank %d of a communicator of %d", name,
-                   i, n, rank, count);
-        if (!cuda_stream(x->rank, x->stream))
-            return OVL_ERR_INVALID; /* cuda_stream said why */
+                   name, x->global, x->src.ld, x->dst.ld, cols);
+        st = part_check(name, x->rank, x->global, prev, world, x->stream);
+        prev = x->global;
     }
-#undef REFUSE
-    return OVL_OK;
+    return st;
 }
+
+/* Refuses, with words, a rail NCCL cannot do as asked: dense rows (one
+ * piece per peer), blocks that do not overlap, and every part on a rank of
+ * the job's communicator at its job rank, its peers ranks of that
+ * communicator other than its own. Matching sends with receives is the
+ * plans' (the checker proves it): NCCL cannot tell a missing one from a
+ * late one. */
+static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *parts, uint32_t n,
+                               uint32_t world, size_t elem, uint64_t rows, uint64_t cols,
+                               uint64_t stride)
+{
+    if (method != OVL_AG_NCCL_RAIL)
+        REFUSE(OVL_ERR_UNSUPPORTED, "rail method %d: not one the CUDA backend has", (int)method);
+    ovl_status_t st = layout_check("nccl-rail", elem, n, world, rows, cols, stride);
+    int64_t prev = -1;
+    for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
+        const ovld_rail_part_t *x = &parts[i];
+        if (x->src.ld != cols || x->dst.ld != cols)
+            REFUSE(OVL_ERR_INVALID,
+                   "nccl-rail moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
+                   " for %" PRIu64 " columns",
+                   x->global, x->src.ld, x->dst.ld, cols);
+        st = part_check("nccl-rail", x->rank, x->global, prev, world, x->stream);
+        prev = x->global;
+        for (uint32_t k = 0; st == OVL_OK && k < x->nsend + x->nrecv; k++) {
+            uint32_t peer = k < x->nsend ? x->send[k] : x->recv[k - x->nsend];
+            if (peer == x->global || peer >= world)
+                REFUSE(OVL_ERR_INTERNAL, "nccl-rail: rank %u names rank %u of a job of %u",
+                       x->global, peer, world);
+        }
+    }
+    return st;
+}
+
+#undef REFUSE
 
 /* Part i's rank, whatever the parts' type (launch_wait). */
 typedef struct ovld_rank *(*part_rank_fn)(const void *parts, uint32_t i);
@@ -329,142 +820,131 @@ static struct ovld_rank *rail_rank(const void *parts, uint32_t i)
  * nothing else on their streams before the launch is complete (API-NOTES
  * 1.3), so this waits for every part's communicator. It runs on the loop
  * thread: a launch that is not complete within NCCL_LAUNCH_LIMIT_NS (a GPU
- * that no longer moves) fails the op rather than hold every client up for
- * ever (ncclInProgress then).
+ * that no longer moves, or across nodes a connection whose other end's
+ * daemon has not issued its part) fails the op rather than hold every
+ * client up for ever (ncclInProgress then). *ret_bad: the index of the part
+ * whose communicator failed.
  */
-static ncclResult_t launch_wait(const void *parts, uint32_t n, part_rank_fn rank_of)
+static ncclResult_t launch_wait(const void *parts, uint32_t n, part_rank_fn rank_of,
+                                uint32_t *ret_bad)
 {
     uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
     struct ovld_rank *rk[NCCL_WAIT_BATCH];
     uint32_t done = 0;
     ncclResult_t r = ncclSuccess;
     while (done < n) {
-        uint32_t c = 0;
+        uint32_t c = 0, bad = 0;
         for (; c < NCCL_WAIT_BATCH && done + c < n; c++)
             rk[c] = rank_of(parts, done + c);
-        r = nccl_wait(rk, c, deadline);
-        if (r != ncclSuccess)
+        r = nccl_wait(rk, c, deadline, NULL, &bad);
+        if (r != ncclSuccess) {
+            *ret_bad = done + bad;
             break;
+        }
         done += c;
     }
     return r;
+}
+
+/* The words of a failed grouped launch (cuda_last_err): the method, its
+ * rows, what failed and how; a launch not complete in time says where it
+ * may wait. */
+static void launch_words(const char *name, uint64_t rows, const char *what, ncclResult_t r,
+                         const struct ovld_rank *rk)
+{
+    char nccl_says[200], who[48] = "";
+    nccl_last_words(nccl_says, sizeof(nccl_says));
+    if (rk)
+        snprintf(who, sizeof(who), " (job rank %u, device %d)", rk->global, rk->dev->ordinal);
+    if (r == ncclInProgress)
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "%s of %" PRIu64 " rows: launch not complete after 5 s (%s)", name, rows,
+                 rk && rk->across_nodes
+                     ? "does another node's ovld issue its part? is the GPU stalled?"
+                     : "is the GPU stalled?");
+    else
+        snprintf(cuda_last_err, sizeof(cuda_last_err), "%s of %" PRIu64 " rows: %s%s: %s%s", name,
+                 rows, what, who, ncclGetErrorString(r), nccl_says);
 }
 
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
-    (void)tag;
-    if (n != world) {
-        snprintf(cuda_last_err, sizeof(cuda_last_err), "all-gather across daemons: not yet");
-        return OVL_ERR_UNSUPPORTED;
-    }
     (void)b;
+    (void)tag; /* NCCL matches the nodes' calls by issue order */
     size_t elem = ovl_dtype_size(dtype);
-    ovl_status_t st = allgather_check(method, parts, n, elem, rows, cols, stride);
+    ovl_status_t st = allgather_check(method, parts, n, world, elem, rows, cols, stride);
     if (st != OVL_OK)
         return st;
     const char *name = ovl_ag_method_name(method);
     size_t count = (size_t)(rows * cols);
     ncclDataType_t t = nccl_type(dtype);
-    cudaError_t ce = cudaSuccess; /* the own chunk's copy, inside the group */
-    ncclResult_t r = ncclGroupStart();
-    for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
+    /* nccl-sendrecv: the own rows by a local copy, queued before the
+     * group (on the stream that the group's kernels then follow, as
+     * ncclGroupEnd launches them): a copy that fails leaves no NCCL call
+     * queued, whereas a failed NCCL call inside a group makes ncclGroupEnd
+     * launch nothing of it (NCCL keeps the group's error). */
+    for (uint32_t i = 0; method == OVL_AG_NCCL_SENDRECV && i < n; i++) {
         const ovld_allgather_part_t *x = &parts[i];
-        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
-        if (method == OVL_AG_NCCL_ALLGATHER) {
-            r = ncclAllGather(x->src.ptr, x->dst.ptr, count, t, x->rank->nccl, s);
-            continue;
+        void *dst = ovld_view_rows(x->dst, (uint64_t)x->global * stride, elem).ptr;
+        cudaError_t ce = cudaSetDevice(x->rank->dev->ordinal);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(dst, x->src.ptr, count * elem, cudaMemcpyDeviceToDevice,
+                                 cuda_stream(x->rank, x->stream)); /* checked above */
+        if (ce != cudaSuccess) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err),
+                     "%s: the own rows' copy (job rank %u, device %d): %s", name, x->global,
+                     x->rank->dev->ordinal, cudaGetErrorString(ce));
+            return OVL_ERR_BACKEND;
         }
-        /* send/recv: rank p's rows land stride*p rows into dst */
-        for (uint32_t p = 0; r == ncclSuccess && p < n; p++) {
-            void *dst = ovld_view_rows(x->dst, p * stride, elem).ptr;
-            if (p == i) {
-                ce = cudaSetDevice(x->rank->dev->ordinal);
-                if (ce == cudaSuccess)
-                    ce =
-                        cudaMemcpyAsync(dst, x->src.ptr, count * elem, cudaMemcpyDeviceToDevice, s);
-                if (ce != cudaSuccess)
-                    r = ncclUnhandledCudaError;
+    }
+    const char *what = "ncclGroupStart";
+    const struct ovld_rank *at = NULL; /* the part whose call failed */
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) {
+        for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
+            const ovld_allgather_part_t *x = &parts[i];
+            cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+            at = x->rank;
+            if (method == OVL_AG_NCCL_ALLGATHER) {
+                /* every rank's count elements land back to back from dst:
+                 * rank q's at q*stride rows, stride == rows */
+                what = "ncclAllGather";
+                r = ncclAllGather(x->src.ptr, x->dst.ptr, count, t, x->rank->nccl, s);
                 continue;
             }
-            r = ncclSend(x->src.ptr, count, t, (int)p, x->rank->nccl, s);
-            if (r == ncclSuccess)
-                r = ncclRecv(dst, count, t, (int)p, x->rank->nccl, s);
+            /* send/recv with every other rank of the job, on this node or
+             * another: rank p's rows land stride*p rows into dst */
+            for (uint32_t p = 0; r == ncclSuccess && p < world; p++) {
+                if (p == x->global)
+                    continue; /* copied above */
+                void *dst = ovld_view_rows(x->dst, (uint64_t)p * stride, elem).ptr;
+                what = "ncclSend";
+                r = ncclSend(x->src.ptr, count, t, (int)p, x->rank->nccl, s);
+                if (r == ncclSuccess) {
+                    what = "ncclRecv";
+                    r = ncclRecv(dst, count, t, (int)p, x->rank->nccl, s);
+                }
+            }
+        }
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess && e != ncclSuccess) {
+            what = "ncclGroupEnd";
+            at = NULL;
+            r = e;
         }
     }
-    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclInProgress) {
+        uint32_t bad = 0;
+        what = "the launch";
+        r = launch_wait(parts, n, allgather_rank, &bad);
+        at = parts[bad].rank;
+    }
     if (r == ncclSuccess)
-        r = e;
-    if (r == ncclInProgress)
-        r = launch_wait(parts, n, allgather_rank);
-    if (r != ncclSuccess) {
-        if (ce != cudaSuccess)
-            snprintf(cuda_last_err, sizeof(cuda_last_err), "%s: the own rows' copy: %s", name,
-                     cudaGetErrorString(ce));
-        else
-            snprintf(cuda_last_err, sizeof(cuda_last_err), "%s of %" PRIu64 " rows: %s", name, rows,
-                     r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
-                                         : ncclGetErrorString(r));
-        return OVL_ERR_BACKEND;
-    }
-    return OVL_OK;
-}
-
-/* Refuses, with words, a rail NCCL cannot do as asked: dense rows (one
- * piece per peer), blocks that do not overlap, and every part on a
- * communicator of the job whose rank is the part's job rank, its peers
- * ranks of that communicator other than its own. Matching sends with
- * receives is the plans' (the checker proves it): NCCL cannot tell a
- * missing one from a late one. */
-static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *parts, uint32_t n,
-                               size_t elem, uint64_t rows, uint64_t cols, uint64_t stride)
-{
-#define REFUSE(st, ...)                                                                            \
-    do {                                                                                           \
-        snprintf(cuda_last_err, sizeof(cuda_last_err), __VA_ARGS__);                               \
-        return (st);                                                                               \
-    } while (0)
-    if (method != OVL_AG_NCCL_RAIL)
-        REFUSE(OVL_ERR_UNSUPPORTED, "rail method %d: not one the CUDA backend has", (int)method);
-    if (elem == 0)
-        REFUSE(OVL_ERR_INVALID, "nccl-rail: unknown dtype");
-    if (stride < rows)
-        REFUSE(OVL_ERR_INVALID, "nccl-rail: blocks overlap: stride %" PRIu64 ", rows %" PRIu64,
-               stride, rows);
-    if (cols != 0 && rows > SIZE_MAX / cols / elem)
-        REFUSE(OVL_ERR_LIMIT, "nccl-rail: %" PRIu64 " x %" PRIu64 " elements do not fit in memory",
-               rows, cols);
-    for (uint32_t i = 0; i < n; i++) {
-        const ovld_rail_part_t *x = &parts[i];
-        int count = 0, rank = -1;
-        if (x->src.ld != cols || x->dst.ld != cols)
-            REFUSE(OVL_ERR_INVALID,
-                   "nccl-rail moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
-                   " for %" PRIu64 " columns",
-                   x->global, x->src.ld, x->dst.ld, cols);
-        if (!x->rank->nccl)
-            REFUSE(OVL_ERR_UNSUPPORTED, "nccl-rail: rank %u has no NCCL communicator", x->global);
-        ncclResult_t r = ncclCommCount(x->rank->nccl, &count);
-        if (r == ncclSuccess)
-            r = ncclCommUserRank(x->rank->nccl, &rank);
-        if (r != ncclSuccess)
-            REFUSE(OVL_ERR_BACKEND, "nccl-rail: rank %u's communicator: %s", x->global,
-                   ncclGetErrorString(r));
-        if (rank < 0 || (uint32_t)rank != x->global)
-            REFUSE(OVL_ERR_INTERNAL, "nccl-rail: part of rank %u is rank %d of its communicator",
-                   x->global, rank);
-        for (uint32_t k = 0; k < x->nsend + x->nrecv; k++) {
-            uint32_t peer = k < x->nsend ? x->send[k] : x->recv[k - x->nsend];
-            if (peer == x->global || peer >= (uint32_t)count)
-                REFUSE(OVL_ERR_INTERNAL, "nccl-rail: rank %u names rank %u of a communicator of %d",
-                       x->global, peer, count);
-        }
-        if (!cuda_stream(x->rank, x->stream))
-            return OVL_ERR_INVALID; /* cuda_stream said why */
-    }
-#undef REFUSE
-    return OVL_OK;
+        return OVL_OK;
+    launch_words(name, rows, what, r, at);
+    return OVL_ERR_BACKEND;
 }
 
 ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
@@ -472,42 +952,54 @@ ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
                        uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
-    (void)tag;
-    (void)world;
+    (void)tag; /* NCCL matches the nodes' calls by issue order */
     size_t elem = ovl_dtype_size(dtype);
-    ovl_status_t st = rail_check(method, parts, n, elem, rows, cols, stride);
+    ovl_status_t st = rail_check(method, parts, n, world, elem, rows, cols, stride);
     if (st != OVL_OK)
         return st;
     size_t count = (size_t)(rows * cols);
     ncclDataType_t t = nccl_type(dtype);
+    const char *what = "ncclGroupStart";
+    const struct ovld_rank *at = NULL;
     /* Every local part's sends and receives in one group: NCCL matches
      * them with each other and with other processes' (other nodes') in
      * any order, and a rank that sends to a peer which receives later in
-     * the group does not wait for it. */
+     * the group does not wait for it. The lists name job ranks, which are
+     * the ranks of the job's communicator. */
     ncclResult_t r = ncclGroupStart();
-    for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
-        const ovld_rail_part_t *x = &parts[i];
-        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
-        for (uint32_t k = 0; r == ncclSuccess && k < x->nsend; k++)
-            r = ncclSend(x->src.ptr, count, t, (int)x->send[k], x->rank->nccl, s);
-        for (uint32_t k = 0; r == ncclSuccess && k < x->nrecv; k++) {
-            /* rank q's rows land stride*q rows into dst */
-            void *dst = ovld_view_rows(x->dst, (uint64_t)x->recv[k] * stride, elem).ptr;
-            r = ncclRecv(dst, count, t, (int)x->recv[k], x->rank->nccl, s);
+    if (r == ncclSuccess) {
+        for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
+            const ovld_rail_part_t *x = &parts[i];
+            cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+            at = x->rank;
+            what = "ncclSend";
+            for (uint32_t k = 0; r == ncclSuccess && k < x->nsend; k++)
+                r = ncclSend(x->src.ptr, count, t, (int)x->send[k], x->rank->nccl, s);
+            if (r == ncclSuccess)
+                what = "ncclRecv";
+            for (uint32_t k = 0; r == ncclSuccess && k < x->nrecv; k++) {
+                /* rank q's rows land stride*q rows into dst */
+                void *dst = ovld_view_rows(x->dst, (uint64_t)x->recv[k] * stride, elem).ptr;
+                r = ncclRecv(dst, count, t, (int)x->recv[k], x->rank->nccl, s);
+            }
+        }
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess && e != ncclSuccess) {
+            what = "ncclGroupEnd";
+            at = NULL;
+            r = e;
         }
     }
-    ncclResult_t e = ncclGroupEnd();
-    if (r == ncclSuccess)
-        r = e;
-    if (r == ncclInProgress)
-        r = launch_wait(parts, n, rail_rank);
-    if (r != ncclSuccess) {
-        snprintf(cuda_last_err, sizeof(cuda_last_err), "nccl-rail of %" PRIu64 " rows: %s", rows,
-                 r == ncclInProgress ? "launch not complete after 5 s (is the GPU stalled?)"
-                                     : ncclGetErrorString(r));
-        return OVL_ERR_BACKEND;
+    if (r == ncclInProgress) {
+        uint32_t bad = 0;
+        what = "the launch";
+        r = launch_wait(parts, n, rail_rank, &bad);
+        at = parts[bad].rank;
     }
-    return OVL_OK;
+    if (r == ncclSuccess)
+        return OVL_OK;
+    launch_words("nccl-rail", rows, what, r, at);
+    return OVL_ERR_BACKEND;
 }
 
 ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
