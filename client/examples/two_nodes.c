@@ -545,8 +545,10 @@ int main(int argc, char **argv)
      * 128 bytes for every rank. */
     ovl_job_id_t id;
     if (rank == 0) {
-        if (ovl_job_id_create(cl, &id) != OVL_OK) {
-            fprintf(stderr, "rank 0: ovl_job_id_create: %s\n", ovl_last_error(cl));
+        ovl_status_t st = ovl_job_id_create(cl, &id);
+        if (st != OVL_OK) {
+            fprintf(stderr, "rank 0: ovl_job_id_create: %s: %s\n", ovl_strerror(st),
+                    ovl_last_error(cl));
             goto out;
         }
         if (write_id(o.id_file, &id) != 0)
@@ -571,9 +573,10 @@ int main(int argc, char **argv)
     }
     /* Through this node's ovld; returns once the coordinator admitted the
      * rank. The op below waits for the other ranks. */
-    if (ovl_comm_init_id(cl, &id, o.world, rank, device, &comm) != OVL_OK) {
-        fprintf(stderr, "rank %u: ovl_comm_init_id (world %u, device %d): %s\n", rank, o.world,
-                device, ovl_last_error(cl));
+    ovl_status_t st = ovl_comm_init_id(cl, &id, o.world, rank, device, &comm);
+    if (st != OVL_OK) {
+        fprintf(stderr, "rank %u: ovl_comm_init_id (world %u, device %d): %s: %s\n", rank, o.world,
+                device, ovl_strerror(st), ovl_last_error(cl));
         goto out;
     }
 
