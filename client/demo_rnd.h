@@ -2,7 +2,8 @@
  * demo_rnd.h: the reproducible random numbers of ovl-demo and the GPU tests:
  * element i of matrix `which` of rank r is a hash of (seed, r, which, i), so
  * any process (and the GPU) can rebuild any rank's data. One definition, for
- * the host and for CUDA kernels; and the error the checks accept.
+ * the host and for CUDA kernels; a host matrix filled with them; and the
+ * error the checks accept.
  */
 #ifndef OVL_DEMO_RND_H
 #define OVL_DEMO_RND_H
@@ -39,5 +40,20 @@ OVL_HD static inline double ovl_demo_tolerance(ovl_dtype_t dt)
 {
     return dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2;
 }
+
+#ifndef __CUDACC__
+#include "half.h"
+
+/* Fills rows x cols at ld (elements of dt) in host memory with
+ * ovl_demo_value(seed, r, which, i * cols + j): the host's twin of
+ * ovl_demo_fill (demo_cuda.h), for ovl-demo and the examples. */
+static inline void ovl_demo_fill_host(ovl_dtype_t dt, void *base, uint64_t rows, uint64_t cols,
+                                      uint64_t ld, uint64_t seed, uint32_t r, int which)
+{
+    for (uint64_t i = 0; i < rows; i++)
+        for (uint64_t j = 0; j < cols; j++)
+            ovl_store_elem(dt, base, i * ld + j, ovl_demo_value(seed, r, which, i * cols + j));
+}
+#endif
 
 #endif /* OVL_DEMO_RND_H */

@@ -304,6 +304,8 @@ static Ovl__Response__BodyCase reply_case(Ovl__Request__BodyCase q)
         return OVL__RESPONSE__BODY_STATS;
     case OVL__REQUEST__BODY_PEER_PING:
         return OVL__RESPONSE__BODY_PEER_PING;
+    case OVL__REQUEST__BODY_JOB_ID_CREATE:
+        return OVL__RESPONSE__BODY_JOB_ID_CREATE;
     case OVL__REQUEST__BODY_COMM_DESTROY:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
         return OVL__RESPONSE__BODY_OK;
@@ -1101,27 +1103,26 @@ static ovl_status_t comm_destroy_call(ovl_client_t *cl, uint64_t comm_id)
     return st;
 }
 
-OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_t world,
-                                   uint32_t rank, int device, ovl_comm_t **ret_comm)
+/*
+ * The join, whichever way the job is named: ci holds the job's name (job_id
+ * or job_blob) and the caller's world and rank; this adds the device, sends
+ * CommInit with the client's timeout, and makes the comm of the reply: maps
+ * its doorbell (on a GPU, registers it with CUDA) and starts the watcher. A
+ * rank ovld took but that cannot be used is given back (CommDestroy), so
+ * that a retry does not find it taken. *ret_comm is set only on OVL_OK.
+ */
+static ovl_status_t comm_join(ovl_client_t *cl, Ovl__CommInit *ci, int device,
+                              ovl_comm_t **ret_comm)
 {
-    if (!cl)
-        return OVL_ERR_INVALID;
-    if (!job_id || !ret_comm)
-        return fail(cl, OVL_ERR_INVALID, "ovl_comm_init: job_id and ret_comm are required");
     uint8_t uuid[UUID_LEN];
     ovl_status_t st = device_uuid(cl, device, uuid);
     if (st != OVL_OK)
         return st;
-    Ovl__CommInit ci = OVL__COMM_INIT__INIT;
-    ci.job_id.data = (uint8_t *)job_id;
-    ci.job_id.len = strlen(job_id);
-    ci.world = world;
-    ci.rank = rank;
-    ci.device_uuid.data = uuid;
-    ci.device_uuid.len = UUID_LEN;
+    ci->device_uuid.data = uuid;
+    ci->device_uuid.len = UUID_LEN;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_COMM_INIT;
-    q.comm_init = &ci;
+    q.comm_init = ci;
     Ovl__Response *r = NULL;
     if ((st = libovl_call(cl, &q, NULL, 0, &r)) != OVL_OK)
         return st;
@@ -1162,8 +1163,8 @@ OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_
         goto out;
     cm->id = cr->comm_id;
     cm->window = cr->max_in_flight ? cr->max_in_flight : 1;
-    cm->world = world;
-    cm->rank = rank;
+    cm->world = (uint32_t)ci->world;
+    cm->rank = (uint32_t)ci->rank;
     pthread_mutex_lock(&cl->comms_mu);
     cm->next = cl->comms;
     cl->comms = cm;
@@ -1187,6 +1188,77 @@ out:
         memcpy(cl->err, why, sizeof(why));
     }
     return st;
+}
+
+OVL_API ovl_status_t ovl_comm_init(ovl_client_t *cl, const char *job_id, uint32_t world,
+                                   uint32_t rank, int device, ovl_comm_t **ret_comm)
+{
+    if (!cl)
+        return OVL_ERR_INVALID;
+    if (!job_id || !ret_comm)
+        return fail(cl, OVL_ERR_INVALID, "ovl_comm_init: job_id and ret_comm are required");
+    /* world and rank are ovld's to check (docs/protocol.md): it answers
+     * with the same words to every client, libovl or not. */
+    Ovl__CommInit ci = OVL__COMM_INIT__INIT;
+    ci.job_id.data = (uint8_t *)job_id;
+    ci.job_id.len = strlen(job_id);
+    ci.world = world;
+    ci.rank = rank;
+    return comm_join(cl, &ci, device, ret_comm);
+}
+
+OVL_API ovl_status_t ovl_job_id_create(ovl_client_t *cl, ovl_job_id_t *ret_id)
+{
+    if (!cl)
+        return OVL_ERR_INVALID;
+    if (!ret_id)
+        return fail(cl, OVL_ERR_INVALID, "ovl_job_id_create: ret_id is required");
+    Ovl__JobIdCreate jc = OVL__JOB_ID_CREATE__INIT;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_JOB_ID_CREATE;
+    q.job_id_create = &jc;
+    Ovl__Response *r = NULL;
+    ovl_status_t st = libovl_call(cl, &q, NULL, 0, &r);
+    if (st != OVL_OK)
+        return st;
+    /* A well-formed answer of the wrong size: the stream is fine, the id
+     * is not (every rank must join with the same OVL_JOB_ID_BYTES). */
+    size_t len = r->job_id_create->id.len;
+    if (len != OVL_JOB_ID_BYTES)
+        st = fail(cl, OVL_ERR_PROTOCOL, "ovld answered JobIdCreate with an id of %zu bytes, not %d",
+                  len, OVL_JOB_ID_BYTES);
+    else
+        memcpy(ret_id->bytes, r->job_id_create->id.data, OVL_JOB_ID_BYTES);
+    ovl__response__free_unpacked(r, NULL);
+    return st;
+}
+
+OVL_API ovl_status_t ovl_comm_init_id(ovl_client_t *cl, const ovl_job_id_t *id, uint32_t world,
+                                      uint32_t rank, int device, ovl_comm_t **ret_comm)
+{
+    if (!cl)
+        return OVL_ERR_INVALID;
+    if (!id || !ret_comm)
+        return fail(cl, OVL_ERR_INVALID, "ovl_comm_init_id: id and ret_comm are required");
+    /* Checked here too, not only by ovld: its answer to a job id may cost
+     * a round trip to the coordinating ovld on another node. The words
+     * are those ovld uses (daemon/request.c). */
+    if (world == 0)
+        return fail(cl, OVL_ERR_INVALID, "ovl_comm_init_id: world 0 out of range (1 or more)");
+    if (rank >= world)
+        return fail(cl, OVL_ERR_INVALID, "ovl_comm_init_id: rank %u out of range for world %u",
+                    rank, world);
+    /* The same join as ovl_comm_init's, with the id in place of the name,
+     * and the same deadline (the client's timeout, ovl_set_timeout): ovld
+     * answers once the coordinating ovld admitted the rank or refused it,
+     * and gives up on one it cannot reach after its peer_timeout_ms (2 s by
+     * default, at most 60 s) with OVL_ERR_CONNECT or OVL_ERR_TIMEOUT. */
+    Ovl__CommInit ci = OVL__COMM_INIT__INIT;
+    ci.job_blob.data = (uint8_t *)id->bytes;
+    ci.job_blob.len = OVL_JOB_ID_BYTES;
+    ci.world = world;
+    ci.rank = rank;
+    return comm_join(cl, &ci, device, ret_comm);
 }
 
 const struct ovl_doorbell *libovl_comm_doorbell(const ovl_comm_t *cm)

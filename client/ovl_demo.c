@@ -59,16 +59,6 @@ static void usage(FILE *f)
         OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1);
 }
 
-/* ------------------------------------------------------------ data */
-
-static void fill(ovl_dtype_t dt, void *base, uint64_t rows, uint64_t cols, uint64_t ld,
-                 uint64_t seed, uint32_t r, int which)
-{
-    for (uint64_t i = 0; i < rows; i++)
-        for (uint64_t j = 0; j < cols; j++)
-            ovl_store_elem(dt, base, i * ld + j, ovl_demo_value(seed, r, which, i * cols + j));
-}
-
 /* ------------------------------------------------------------ a rank */
 
 static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
@@ -117,7 +107,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         fprintf(stderr, "rank %u: ovl_host_alloc: %s\n", rank, ovl_last_error(cl));
         goto out;
     }
-    fill(dt, a, m, k, lda, o->seed, rank, 0);
+    ovl_demo_fill_host(dt, a, m, k, lda, o->seed, rank, 0);
     /* B i is matrix 1 + i of the rank (B 0 the demo's one B), dense */
     for (uint32_t i = 0; i < o->nb; i++) {
         uint64_t n = ovl_demo_bn(o, i), ldb = o->transb ? k : n;
@@ -128,7 +118,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
             fprintf(stderr, "rank %u: ovl_host_alloc (B %u): %s\n", rank, i, ovl_last_error(cl));
             goto out;
         }
-        fill(dt, b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
+        ovl_demo_fill_host(dt, b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
         if (i > 0)
             more[i - 1] = ovl_demo_b(o, i, b[i], c[i]);
     }
@@ -140,7 +130,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         goto out;
     }
     for (uint32_t r = 0; r < W; r++)
-        fill(dt, (char *)ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
+        ovl_demo_fill_host(dt, (char *)ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
     ovl_status_t st;
     for (uint32_t i = 0; i < o->nb; i++) {
         uint64_t n = ovl_demo_bn(o, i);

@@ -210,7 +210,25 @@ typedef struct ovl_job_id {
     unsigned char bytes[OVL_JOB_ID_BYTES];
 } ovl_job_id_t;
 
+/*
+ * Asks the client's ovld for a new job id; on OVL_OK *ret_id holds its
+ * OVL_JOB_ID_BYTES bytes (an answer of another size is OVL_ERR_PROTOCOL).
+ * An ovld without peer_listen refuses with OVL_ERR_UNSUPPORTED.
+ */
 ovl_status_t ovl_job_id_create(ovl_client_t *client, ovl_job_id_t *ret_id);
+
+/*
+ * Joins the job of `id` as rank `rank` of `world`, bound to local device
+ * `device` (as ovl_comm_init). libovl refuses a NULL id or ret_comm, world
+ * 0 and rank >= world itself (OVL_ERR_INVALID). ovld's refusals, with its
+ * words in ovl_last_error: bytes that are not an id of ovld's form:
+ * OVL_ERR_INVALID; an id the coordinator did not issue (forged, or made
+ * before that ovld restarted): OVL_ERR_NOT_FOUND or OVL_ERR_PERMISSION; a
+ * world other than the job's: OVL_ERR_MISMATCH; a rank taken:
+ * OVL_ERR_EXISTS; the coordinator not reachable: OVL_ERR_CONNECT or
+ * OVL_ERR_TIMEOUT; no peer_listen: OVL_ERR_UNSUPPORTED. The call waits up
+ * to the client's timeout (ovl_set_timeout), as ovl_comm_init does.
+ */
 ovl_status_t ovl_comm_init_id(ovl_client_t *client, const ovl_job_id_t *id, uint32_t world,
                               uint32_t rank, int device, ovl_comm_t **ret_comm);
 

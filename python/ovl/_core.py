@@ -274,6 +274,21 @@ class Client:
         """A fresh job id (give it to every rank of the job)."""
         return "%s-%s" % (prefix, uuid.uuid4().hex)
 
+    def job_id_create(self):
+        """The id of a new job across nodes (ovl_job_id_create): 128 bytes
+        that this client's ovld made and will coordinate the job with. One
+        rank asks, hands the bytes to the others out of band
+        (torch.distributed, MPI, a file), and every rank, this one included,
+        joins with them: Client.comm(id, world, rank, device). Needs ovld's
+        peer_listen (docs/multinode.md): without it, Unsupported."""
+        f = _lib.optional(self._lib, "ovl_job_id_create")
+        jid = _lib.JobId()
+        with self._mu:
+            st = f(self._handle(), ctypes.byref(jid))
+            if st != _lib.OK:
+                raise self._error(st)
+        return bytes(jid.bytes)
+
     def empty(self, shape, dtype="fp32"):
         """An uninitialized numpy array in memory shared with ovld
         (ovl_host_alloc): what the host backend's ops take. bf16 arrays are
@@ -323,8 +338,10 @@ class Client:
         return False
 
     def comm(self, job, world, rank, device=0):
-        """Joins job `job` as rank `rank` of `world` on device `device`
-        (ovl_comm_init): a Comm."""
+        """Joins job `job` as rank `rank` of `world` on device `device`: a
+        Comm. job: a name (str, ovl_comm_init: a job of this node's ovld),
+        or the 128 bytes of job_id_create (ovl_comm_init_id: a job across
+        nodes, joined through this client's ovld)."""
         return Comm(self, job, world, rank, device)
 
     def close(self):
@@ -379,13 +396,21 @@ def _host_free(client, ptr):
 
 
 class Comm:
-    """One rank of a job (ovl_comm_init). Errors of an op surface at the next
-    call that sees them (all_gather_matmul, check, synchronize, close), as
-    ovl_comm_check reports them; once an op failed, the comm stays failed."""
+    """One rank of a job (ovl_comm_init; ovl_comm_init_id for a job id of
+    bytes). Errors of an op surface at the next call that sees them
+    (all_gather_matmul, check, synchronize, close), as ovl_comm_check
+    reports them; once an op failed, the comm stays failed."""
 
     def __init__(self, client, job, world, rank, device=0):
-        if not isinstance(job, str) or not job:
-            raise InvalidArgument("job: a non-empty string")
+        if isinstance(job, (bytes, bytearray)):
+            if len(job) != _lib.JOB_ID_BYTES:
+                raise InvalidArgument("job: a job id of bytes is the %d bytes of "
+                                      "Client.job_id_create, got %d bytes" % (
+                                          _lib.JOB_ID_BYTES, len(job)))
+            job = bytes(job)
+        elif not isinstance(job, str) or not job:
+            raise InvalidArgument("job: a non-empty string, or the %d bytes of "
+                                  "Client.job_id_create" % _lib.JOB_ID_BYTES)
         for n, v in (("world", world), ("rank", rank), ("device", device)):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise InvalidArgument("%s: an int, got %r" % (n, v))
@@ -395,9 +420,13 @@ class Comm:
             client, job, world, rank, device)
         self._lib = client._lib
         h = ctypes.c_void_p()
+        if isinstance(job, bytes):  # a job across nodes
+            init = _lib.optional(self._lib, "ovl_comm_init_id")
+            name = ctypes.byref(_lib.JobId.from_buffer_copy(job))
+        else:
+            init, name = self._lib.ovl_comm_init, job.encode()
         with client._mu:
-            st = self._lib.ovl_comm_init(client._handle(), job.encode(), world, rank, device,
-                                         ctypes.byref(h))
+            st = init(client._handle(), name, world, rank, device, ctypes.byref(h))
             if st != _lib.OK:
                 raise client._error(st)
         self._h = h

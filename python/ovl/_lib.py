@@ -71,6 +71,16 @@ class AgGemmDesc(ctypes.Structure):
 # How many Bs one op takes (OVL_MAX_BS): A is gathered once for all of them.
 MAX_BS = 8
 
+# The id of a job across nodes (OVL_JOB_ID_BYTES, ovl_job_id_t): opaque bytes
+# that one rank gets from its ovld and hands to the others.
+JOB_ID_BYTES = 128
+
+
+class JobId(ctypes.Structure):
+    """ovl_job_id_t."""
+    _fields_ = [("bytes", ctypes.c_ubyte * JOB_ID_BYTES)]
+
+
 _lock = threading.Lock()
 _lib = None
 _path = None
@@ -118,6 +128,29 @@ def _declare(lib):
         f = getattr(lib, name)
         f.restype = res
         f.argtypes = args
+    # Newer than the soname: a libovl.so.1 from before jobs across nodes
+    # still loads, and only these calls are refused (optional()).
+    later = {
+        "ovl_job_id_create": (c.c_int, [P, c.POINTER(JobId)]),
+        "ovl_comm_init_id": (c.c_int, [P, c.POINTER(JobId), c.c_uint32, c.c_uint32, c.c_int,
+                                       c.POINTER(P)]),
+    }
+    for name, (res, args) in later.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype = res
+            f.argtypes = args
+
+
+def optional(lib, name):
+    """A function of libovl that an older libovl.so.1 lacks, or Unsupported
+    naming the library loaded."""
+    f = getattr(lib, name, None)
+    if f is None:
+        from .errors import Unsupported
+        raise Unsupported("%s: the libovl loaded (%s) is older than this package and lacks it"
+                          % (name, _path), -16)
+    return f
 
 
 def lib():

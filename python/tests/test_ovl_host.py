@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
 import numpy as np  # noqa: E402
 
 import ovl  # noqa: E402
-from ovltest import OVLCTL, Daemon, run_tests  # noqa: E402
+from ovltest import OVLCTL, Daemon, Skip, run_tests  # noqa: E402
 
 # max |C - ref| / max |ref|, ref in double from the inputs as stored: C is
 # accumulated in fp32 and rounded once to its dtype (fp16: 2^-11, bf16: 2^-8)
@@ -342,6 +342,51 @@ def test_bad_inputs_leave_comm_usable():
         comm.synchronize()
 
 
+def forged_job_id(port=1):
+    """An id of the form ovld makes (daemon/jobid.h: "OVLJ", version 1,
+    IPv4 127.0.0.1 and port, a nonce, an instance) that no ovld issued: an
+    application's ids are opaque, but a test of refusals needs one that
+    fails no check of its form."""
+    return (b"OVLJ" + bytes([1, 4]) + port.to_bytes(2, "big") + bytes([127, 0, 0, 1]) +
+            bytes(12) + bytes(range(1, 17)) + bytes(range(17, 33)) + bytes(72))
+
+
+def test_job_id_daemon():
+    """Jobs across nodes on an ovld without peer_listen (docs/protocol.md):
+    job_id_create and a join by a job id are refused with Unsupported and
+    words, and the client goes on. Until ovld's side of jobs across nodes
+    lands, ovld does not know JobIdCreate (a protocol error that closes the
+    connection) nor CommInit.job_blob (it sees no job id): then this test
+    says so and is skipped. The argument checks are test_job_id.py's."""
+    d = daemon()
+    pending = []
+    with ovl.connect(d.socket) as c:
+        try:
+            c.job_id_create()
+            raise AssertionError("job_id_create worked without peer_listen")
+        except ovl.Unsupported as e:
+            assert "peer_listen" in e.message, e
+        except ovl.ProtocolError as e:
+            assert "unknown request" in e.message, e
+            pending.append("JobIdCreate: %s" % e.message)
+    with ovl.connect(d.socket) as c:
+        try:
+            c.comm(forged_job_id(), 2, 0, 0)
+            raise AssertionError("joined by a job id without peer_listen")
+        except ovl.Unsupported as e:
+            assert "peer_listen" in e.message, e
+        except ovl.InvalidArgument as e:
+            assert "job id must be 1 to 63 bytes, not 0" in e.message, e
+            pending.append("CommInit.job_blob: %s" % e.message)
+        # the connection goes on, and a named job works as ever
+        with c.comm(c.new_job_id(), 1, 0, 0) as comm:
+            a, a64 = fill(c, (2, 3), "fp32", 5)
+            b, b64 = fill(c, (3, 4), "fp32", 6)
+            assert np.allclose(comm.all_gather_matmul(a, b), a64 @ b64, rtol=1e-5, atol=1e-5)
+    if pending:
+        raise Skip("ovld's side of jobs across nodes has not landed: " + "; ".join(pending))
+
+
 class FakeCuda:
     """A __cuda_array_interface__ object (never dereferenced)."""
 
@@ -493,7 +538,8 @@ if __name__ == "__main__":
         run_tests([test_library_and_info, test_status_mapping, test_library_not_found,
                    test_connect_refused,
                    test_world_1, test_world_2, test_world_3, test_world_4,
-                   test_bad_inputs_leave_comm_usable, test_cuda_stream_arguments,
+                   test_bad_inputs_leave_comm_usable, test_job_id_daemon,
+                   test_cuda_stream_arguments,
                    test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job,
                    test_daemon_stops_clean])
     finally:

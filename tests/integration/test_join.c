@@ -4,7 +4,8 @@
  * twice, a rank out of range, a world that disagrees, bad job ids (through
  * libovl, and hostile bytes and integers on a raw CommInit), unknown
  * devices, one device for two ranks, another user's job (job ids are a
- * namespace per uid).
+ * namespace per uid); libovl's own refusals of the arguments of a join by
+ * a job id across nodes.
  *
  * Ranks of one job mostly live in this one process, one ovl_client_t (one
  * connection) each. Where another uid matters a forked child joins; children
@@ -207,6 +208,42 @@ static void test_join_hostile_fields(void **state)
     TEST_PASSED();
 }
 
+/* Jobs across nodes (ovl_job_id_create, ovl_comm_init_id): libovl refuses
+ * bad arguments itself, with words, before anything is sent, so that the
+ * connection goes on and nothing was made. What ovld answers to the id is
+ * docs/protocol.md's (peer_listen), not tested here. */
+static void test_join_id_arguments(void **state)
+{
+    test_daemon_t *d = *state;
+    ovl_client_t *cl = connect_ok(d);
+    ovl_job_id_t id;
+    memset(&id, 0x5a, sizeof(id));
+    ovl_comm_t *comm = NULL;
+    assert_int_equal(sizeof(id.bytes), OVL_JOB_ID_BYTES);
+    assert_status(ovl_job_id_create(NULL, &id), OVL_ERR_INVALID);
+    assert_status(ovl_job_id_create(cl, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "ovl_job_id_create: ret_id is required");
+    assert_status(ovl_comm_init_id(NULL, &id, 2, 0, 0, &comm), OVL_ERR_INVALID);
+    assert_status(ovl_comm_init_id(cl, NULL, 2, 0, 0, &comm), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "ovl_comm_init_id: id and ret_comm are required");
+    assert_status(ovl_comm_init_id(cl, &id, 2, 0, 0, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "id and ret_comm are required");
+    assert_status(ovl_comm_init_id(cl, &id, 0, 0, 0, &comm), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "ovl_comm_init_id: world 0 out of range");
+    assert_status(ovl_comm_init_id(cl, &id, 2, 2, 0, &comm), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "ovl_comm_init_id: rank 2 out of range for world 2");
+    assert_status(ovl_comm_init_id(cl, &id, 3, UINT32_MAX, 0, &comm), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(cl), "rank 4294967295 out of range for world 3");
+    assert_null(comm);
+    /* nothing went to ovld: the connection is in step, and no job exists */
+    Ovl__Response *r = status_call(cl);
+    assert_int_equal(r->status->n_jobs, 0);
+    libovl_response_free(r);
+    ovl_disconnect(cl);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
 static void test_join_bad_device(void **state)
 {
     test_daemon_t *d = *state;
@@ -397,6 +434,7 @@ int main(int argc, char **argv)
         T(test_join_bad_job_id),
         T(test_join_bad_device),
         T(test_join_hostile_fields),
+        T(test_join_id_arguments),
         T(test_join_same_device_shared),
         /* root only (skipped otherwise): a child becomes nobody */
         TC(test_join_other_uid, "socket_mode = 0666\n"),
