@@ -156,7 +156,14 @@ static void on_setup(void *arg, ovl_status_t st, const char *msg)
     ovld_job_t *j = sc->j;
     free(sc);
     j->setup_pending = false;
-    if (st != OVL_OK) {
+    if (st != OVL_OK && j->across) {
+        /* the other nodes would wait for this one's ops for ever */
+        char why[300];
+        snprintf(why, sizeof(why), "backend setup failed on node %u: %s", j->self_node, msg);
+        j->pins++; /* abort_across may free it: not before this function is done */
+        ovld_job_abort_across(js, j, st, why, true);
+        j->pins--;
+    } else if (st != OVL_OK) {
         j->state = OVLD_JOB_ABORTED;
         snprintf(j->last_error, sizeof(j->last_error), "backend setup failed: %s", msg);
         log_error("job '%s': %s", j->id, j->last_error);
