@@ -319,10 +319,15 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     ovld_count_issue(js->counters, ovl_mono_ns() - t0);
     if (st != OVL_OK) {
         /* The executor rang every doorbell with the error; their
-         * completions say nothing new (on_done_op). */
+         * completions say nothing new (on_done_op). A client that sees its
+         * doorbell's error asks CommCheck at once, maybe before those
+         * completions reach this thread: the words are its now. */
         op->st = st;
         op->rung_failed = true;
         snprintf(op->msg, sizeof(op->msg), "%s", err);
+        for (uint32_t r = 0; r < j->world; r++)
+            if (j->members[r])
+                ovld_member_fail(j->members[r], op->seq, st, op->msg);
     }
     if (op->st != OVL_OK) {
         /* The executor's failure, or one that a completion delivered at

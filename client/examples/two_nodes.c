@@ -61,7 +61,8 @@ typedef struct opts {
     ovl_algo_t algo;
     int device; /* -1: rank mod the devices of this node */
     uint64_t seed;
-    uint64_t wait_s; /* how long ranks other than 0 wait for the id file */
+    uint64_t wait_s;   /* how long ranks other than 0 wait for the id file */
+    uint64_t delay_ms; /* a test's: held back this long after joining */
 } opts_t;
 
 static void usage(FILE *f)
@@ -88,6 +89,8 @@ static void usage(FILE *f)
             "      --device D      the device of this node to use (default: R mod the devices)\n"
             "      --seed S        the data's seed, the same on every rank (default 1)\n"
             "      --wait S        how long ranks other than 0 wait for PATH (default 60 s)\n"
+            "      --delay-op MS   wait MS ms after joining before the op (for tests of faults:\n"
+            "                      the other ranks' op waits for this one's)\n"
             "  -h, --help          show this help\n",
             MAX_WORLD, OVL_DEFAULT_SOCKET, MAX_DIM);
 }
@@ -399,7 +402,7 @@ static int cuda_device(const opts_t *o, int *ret_dev)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    enum { O_DEVICE = 1, O_SEED, O_WAIT };
+    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY };
     static const struct option lo[] = {
         {"rank", required_argument, NULL, 'r'},
         {"world", required_argument, NULL, 'w'},
@@ -410,6 +413,7 @@ static int parse(int argc, char **argv, opts_t *o)
         {"device", required_argument, NULL, O_DEVICE},
         {"seed", required_argument, NULL, O_SEED},
         {"wait", required_argument, NULL, O_WAIT},
+        {"delay-op", required_argument, NULL, O_DELAY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -451,6 +455,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_DEVICE:
         case O_SEED:
         case O_WAIT:
+        case O_DELAY:
             if (ovl_parse_u64(optarg, &v) != 0) {
                 fprintf(stderr, "ovl-example-two-nodes: '%s' is not a number\n", optarg);
                 return 2;
@@ -471,6 +476,8 @@ static int parse(int argc, char **argv, opts_t *o)
                 o->device = v > 1024 ? 1024 : (int)v;
             } else if (ch == O_SEED) {
                 o->seed = v;
+            } else if (ch == O_DELAY) {
+                o->delay_ms = v > 3600000 ? 3600000 : v;
             } else {
                 o->wait_s = v > 86400 ? 86400 : v;
             }
@@ -578,6 +585,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %u: ovl_comm_init_id (world %u, device %d): %s: %s\n", rank, o.world,
                 device, ovl_strerror(st), ovl_last_error(cl));
         goto out;
+    }
+
+    if (o.delay_ms) {
+        struct timespec ts = {.tv_sec = (time_t)(o.delay_ms / 1000),
+                              .tv_nsec = (long)(o.delay_ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
     }
 
     double err = INFINITY;
