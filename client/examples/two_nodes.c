@@ -366,15 +366,16 @@ out:
         (void)ovl_mem_deregister(cl, mem);
     if (lt)
         ovld_lt_destroy(lt);
-    cudaFree(ws);
-    cudaFree(acc);
-    cudaFree(ref);
-    cudaFree(b32);
-    cudaFree(ga32);
-    cudaFree(ga);
-    cudaFree(arena);
+    /* nothing to do about a failure to free */
+    (void)cudaFree(ws);
+    (void)cudaFree(acc);
+    (void)cudaFree(ref);
+    (void)cudaFree(b32);
+    (void)cudaFree(ga32);
+    (void)cudaFree(ga);
+    (void)cudaFree(arena);
     if (s)
-        cudaStreamDestroy(s);
+        (void)cudaStreamDestroy(s);
     return rc;
 }
 
