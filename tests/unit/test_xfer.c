@@ -10,6 +10,12 @@
  * fail what is pending and what is posted later, with words; the pending
  * limit; shutdown; and forged or stray messages dropped and counted.
  *
+ * Then whole ops across the two daemons on the real host backend (one
+ * backend each, serving its node's ranks, ops issued by the executor on
+ * each side): ring (rails), collective and naive (all-gathers), every C row
+ * against a reference GEMM; and an abort that fails the next op on every
+ * rank with its words.
+ *
  * Every wait is bounded (run_until); the test takes a few seconds.
  */
 #include <stdarg.h>
@@ -28,9 +34,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <math.h>
+#include <sys/mman.h>
 #include <uv.h>
 
+#include "backend.h"
+#include "doorbell.h"
+#include "exec.h"
 #include "peer.h"
+#include "plan.h"
 #include "xfer.h"
 #include "xfer_wire.h"
 
@@ -723,6 +735,309 @@ static void test_wire(void **state)
                      OVL_ERR_PROTOCOL);
 }
 
+/* ------------------------------------------ ops across the two daemons */
+
+enum { HW = 4, HM = 5, HK = 4, HN = 6 };
+
+/* One daemon's host backend, serving the ranks of its node. */
+typedef struct hside {
+    side_t *s;
+    uint32_t node;
+    ovld_backend_t *b;
+    uint32_t ndone;
+    ovl_status_t st[HW];
+    char msg[HW][256];
+    ovld_exec_rank_t xr[HW]; /* every rank; another node's have no plan */
+    ovl_plan_t plans[HW];
+    struct ovl_doorbell *db[HW];
+    float a[HW][HM * HK], bm[HW][HK * HN], c[HW][HW * HM * HN];
+} hside_t;
+
+static void h_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message)
+{
+    hside_t *h = arg;
+    uint32_t r = (uint32_t)((uintptr_t)cookie - 1);
+    (void)seq;
+    assert_true(r < HW);
+    h->st[r] = status;
+    snprintf(h->msg[r], sizeof(h->msg[r]), "%s", message ? message : "");
+    h->ndone++;
+}
+
+static void h_setup_done(void *arg, ovl_status_t st, const char *msg)
+{
+    ovl_status_t *ret = arg;
+    *ret = st;
+    (void)msg;
+}
+
+/* Small integers, exact in fp32: A_q of op seq, B of rank r. */
+static float ha(uint64_t seq, uint32_t q, uint64_t i, uint64_t l)
+{
+    return (float)((int)((seq * 5 + q * 3 + i * 2 + l) % 7) - 3);
+}
+
+static float hb(uint32_t r, uint64_t l, uint64_t j)
+{
+    return (float)((int)((r + l * 3 + j) % 5) - 2);
+}
+
+static void hside_start(hside_t *h, side_t *s, uint32_t node, const uint32_t *node_of)
+{
+    char err[256];
+    ovld_config_t cfg;
+    ovld_config_defaults(&cfg);
+    cfg.host_devices = HW;
+    memset(h, 0, sizeof(*h));
+    h->s = s;
+    h->node = node;
+    if (ovld_backend_host_create(&loop, &cfg, h_done, h, NULL, &h->b, err, sizeof(err)) != OVL_OK)
+        fail_msg("host backend: %s", err);
+    ovld_rank_t *local[HW];
+    uint32_t global[HW], n = 0;
+    for (uint32_t r = 0; r < HW; r++) {
+        h->xr[r].cookie = (void *)(uintptr_t)(r + 1);
+        if (node_of[r] != node)
+            continue;
+        ovld_doorbell_export_t dx = {.fd = -1};
+        if (h->b->ops->rank_create(h->b, r, &h->xr[r].rank, &dx, err, sizeof(err)) != OVL_OK)
+            fail_msg("rank %u: %s", r, err);
+        h->db[r] = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, dx.fd,
+                        (off_t)dx.offset);
+        assert_true(h->db[r] != MAP_FAILED);
+        close(dx.fd);
+        for (uint64_t l = 0; l < HK; l++)
+            for (uint64_t j = 0; j < HN; j++)
+                h->bm[r][l * HN + j] = hb(r, l, j);
+        h->xr[r].buf[OVL_BUF_A] = (ovld_view_t){h->a[r], HK};
+        h->xr[r].buf[ovl_buf_b(0)] = (ovld_view_t){h->bm[r], HN};
+        h->xr[r].buf[ovl_buf_c(0)] = (ovld_view_t){h->c[r], HN};
+        local[n] = h->xr[r].rank;
+        global[n++] = r;
+    }
+    ovld_job_net_t net = {.world = HW,
+                          .global = global,
+                          .node_of = node_of,
+                          .self_node = node,
+                          .nnodes = 2,
+                          .xfer = s->xj};
+    ovl_status_t st = OVL_ERR_AGAIN;
+    assert_int_equal(h->b->ops->job_setup(h->b, local, n, &net, true, h_setup_done, &st), OVL_OK);
+    assert_int_equal(st, OVL_ERR_AGAIN); /* never from inside the call */
+    while (st == OVL_ERR_AGAIN)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(st, OVL_OK);
+}
+
+/* Plans op seq of algo on h's ranks, with A and a fresh C. */
+static void hside_plan(hside_t *h, ovl_algo_t algo, uint64_t seq, const uint32_t *node_of)
+{
+    char err[256];
+    for (uint32_t r = 0; r < HW; r++) {
+        if (!h->xr[r].rank)
+            continue;
+        if (h->xr[r].plan)
+            ovl_plan_free(&h->plans[r]);
+        ovl_plan_params_t p = {.algo = algo,
+                               .world = HW,
+                               .rank = r,
+                               .m = HM,
+                               .n = HN,
+                               .k = HK,
+                               .dtype = OVL_DTYPE_FP32,
+                               .chunks = 2,
+                               .nb = 1,
+                               .node_of = node_of};
+        assert_int_equal(ovl_plan_build(&p, &h->plans[r]), OVL_OK);
+        h->xr[r].plan = &h->plans[r];
+        if (h->plans[r].scratch_bytes) {
+            void *ptr;
+            if (h->b->ops->rank_scratch(h->b, h->xr[r].rank, h->plans[r].scratch_bytes, &ptr, err,
+                                        sizeof(err)) != OVL_OK)
+                fail_msg("scratch: %s", err);
+            h->xr[r].buf[OVL_BUF_G] = (ovld_view_t){ptr, HK};
+        }
+        for (uint64_t i = 0; i < HM; i++)
+            for (uint64_t l = 0; l < HK; l++)
+                h->a[r][i * HK + l] = ha(seq, r, i, l);
+        for (size_t x = 0; x < HW * HM * HN; x++)
+            h->c[r][x] = NAN;
+        __atomic_store_n(&h->db[r]->ready, seq, __ATOMIC_RELEASE);
+    }
+}
+
+static uint32_t hside_nlocal(const hside_t *h)
+{
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < HW; r++)
+        n += h->xr[r].rank != NULL;
+    return n;
+}
+
+typedef struct hpair {
+    hside_t *h[2];
+} hpair_t;
+
+static bool hpair_done(void *arg)
+{
+    hpair_t *p = arg;
+    return p->h[0]->ndone == hside_nlocal(p->h[0]) && p->h[1]->ndone == hside_nlocal(p->h[1]);
+}
+
+/* Runs op seq on both sides (each issues its own ranks) until every rank
+ * is done. */
+static void hpair_run(hpair_t *p, ovl_algo_t algo, uint64_t seq, const uint32_t *node_of)
+{
+    char err[256];
+    for (int i = 0; i < 2; i++) {
+        hside_plan(p->h[i], algo, seq, node_of);
+        p->h[i]->ndone = 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        ovld_exec_op_t op = {.seq = seq, .world = HW, .ranks = p->h[i]->xr};
+        ovl_status_t st = ovld_exec_run(NULL, p->h[i]->b, &op, err, sizeof(err));
+        if (st != OVL_OK)
+            fail_msg("%s op %llu on side %d: %s", ovl_algo_name(algo), (unsigned long long)seq, i,
+                     err);
+    }
+    assert_true(run_until(hpair_done, p, 10000));
+}
+
+static void hside_check(const hside_t *h, ovl_algo_t algo, uint64_t seq)
+{
+    for (uint32_t r = 0; r < HW; r++) {
+        if (!h->xr[r].rank)
+            continue;
+        if (h->st[r] != OVL_OK)
+            fail_msg("%s op %llu, rank %u: %s: %s", ovl_algo_name(algo), (unsigned long long)seq, r,
+                     ovl_strerror(h->st[r]), h->msg[r]);
+        for (uint32_t q = 0; q < HW; q++)
+            for (uint64_t i = 0; i < HM; i++)
+                for (uint64_t j = 0; j < HN; j++) {
+                    float want = 0;
+                    for (uint64_t l = 0; l < HK; l++)
+                        want += ha(seq, q, i, l) * hb(r, l, j);
+                    float got = h->c[r][(q * HM + i) * HN + j];
+                    if (got != want)
+                        fail_msg("%s op %llu: rank %u's C[%llu][%llu] (shard %u) is %g, not %g",
+                                 ovl_algo_name(algo), (unsigned long long)seq, r,
+                                 (unsigned long long)(q * HM + i), (unsigned long long)j, q, got,
+                                 want);
+                }
+    }
+}
+
+static void hside_stop(hside_t *h)
+{
+    for (uint32_t r = 0; r < HW; r++) {
+        if (!h->xr[r].rank)
+            continue;
+        h->b->ops->rank_destroy(h->b, h->xr[r].rank);
+        munmap(h->db[r], OVL_DOORBELL_SIZE);
+        if (h->xr[r].plan)
+            ovl_plan_free(&h->plans[r]);
+    }
+    h->b->ops->destroy(h->b);
+}
+
+/* Whole ops of a job of 4 ranks on the two daemons, laid out node-major
+ * and not: each algorithm twice, results checked; then both jobs abort
+ * (as the coordinator would on a node's loss) and the next op fails on
+ * every rank, saying why. */
+static void test_host_across(void **state)
+{
+    (void)state;
+    static const uint32_t layouts[2][HW] = {{0, 0, 1, 1}, {1, 0, 0, 1}};
+    static const ovl_algo_t algos[] = {OVL_ALGO_RING, OVL_ALGO_COLLECTIVE, OVL_ALGO_NAIVE};
+    static hside_t ha_, hb_;
+    for (int t = 0; t < 2; t++) {
+        const uint32_t *node_of = layouts[t];
+        char err[256];
+        start_both();
+        /* the job of this test: 4 ranks, not start_both's 2 */
+        ovld_xfer_job_release(A.xj);
+        ovld_xfer_job_release(B.xj);
+        const uint8_t key[OVLD_JOB_NONCE_LEN] = "four ranks, two.";
+        ovld_peer_t *pa[2] = {NULL, A.other}, *pb[2] = {B.other, NULL};
+        assert_int_equal(
+            ovld_xfer_job_create(A.x, key, HW, node_of, 0, pa, 2, &A.xj, err, sizeof(err)), OVL_OK);
+        assert_int_equal(
+            ovld_xfer_job_create(B.x, key, HW, node_of, 1, pb, 2, &B.xj, err, sizeof(err)), OVL_OK);
+        hside_start(&ha_, &A, 0, node_of);
+        hside_start(&hb_, &B, 1, node_of);
+        hpair_t p = {{&ha_, &hb_}};
+        uint64_t seq = 1;
+        for (size_t k = 0; k < sizeof(algos) / sizeof(algos[0]); k++)
+            for (int twice = 0; twice < 2; twice++, seq++) {
+                hpair_run(&p, algos[k], seq, node_of);
+                hside_check(&ha_, algos[k], seq);
+                hside_check(&hb_, algos[k], seq);
+            }
+        assert_true(A.counters.total.xfer_sends > 0 && B.counters.total.xfer_recvs > 0);
+        assert_int_equal(A.counters.total.xfer_errors + B.counters.total.xfer_errors, 0);
+        ovld_xfer_job_abort(A.xj, OVL_ERR_ABORTED, "node 1 lost rank 3");
+        ovld_xfer_job_abort(B.xj, OVL_ERR_ABORTED, "node 1 lost rank 3");
+        hpair_run(&p, OVL_ALGO_COLLECTIVE, seq, node_of);
+        for (int i = 0; i < 2; i++)
+            for (uint32_t r = 0; r < HW; r++) {
+                if (!p.h[i]->xr[r].rank)
+                    continue;
+                assert_int_equal(p.h[i]->st[r], OVL_ERR_ABORTED);
+                assert_non_null(strstr(p.h[i]->msg[r], "node 1 lost rank 3"));
+                assert_non_null(strstr(p.h[i]->msg[r], "host backend: all-gather"));
+            }
+        hside_stop(&ha_);
+        hside_stop(&hb_);
+        stop_both();
+    }
+}
+
+/* A job on one daemon: its setup changes nothing and answers on the
+ * loop's next turn; an all-gather of fewer parts than ranks is refused as
+ * before. */
+static void test_host_one_daemon(void **state)
+{
+    (void)state;
+    char err[256];
+    ovld_config_t cfg;
+    ovld_config_defaults(&cfg);
+    cfg.host_devices = 2;
+    hside_t *h = calloc(1, sizeof(*h));
+    assert_non_null(h);
+    assert_int_equal(
+        ovld_backend_host_create(&loop, &cfg, h_done, h, NULL, &h->b, err, sizeof(err)), OVL_OK);
+    ovld_rank_t *rk[2];
+    for (uint32_t r = 0; r < 2; r++) {
+        ovld_doorbell_export_t dx = {.fd = -1};
+        assert_int_equal(h->b->ops->rank_create(h->b, r, &rk[r], &dx, err, sizeof(err)), OVL_OK);
+        close(dx.fd);
+    }
+    ovl_status_t st = OVL_ERR_AGAIN;
+    assert_int_equal(h->b->ops->job_setup(h->b, rk, 2, NULL, true, h_setup_done, &st), OVL_OK);
+    assert_int_equal(st, OVL_ERR_AGAIN);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(st, OVL_OK);
+    /* a job across nodes without a mover: refused, on the next turn */
+    uint32_t global[2] = {0, 1}, node_of[3] = {0, 0, 1};
+    ovld_job_net_t net = {.world = 3, .global = global, .node_of = node_of, .nnodes = 2};
+    st = OVL_ERR_AGAIN;
+    assert_int_equal(h->b->ops->job_setup(h->b, rk, 2, &net, true, h_setup_done, &st), OVL_OK);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(st, OVL_ERR_INVALID);
+    float buf[2][8];
+    ovld_allgather_part_t parts[1] = {
+        {.rank = rk[0], .global = 0, .src = {buf[0], 2}, .dst = {buf[1], 2}}};
+    assert_int_equal(h->b->ops->allgather(h->b, OVL_AG_NCCL_ALLGATHER, (ovld_coll_tag_t){1, 0},
+                                          parts, 1, 2, OVL_DTYPE_FP32, 2, 2, 2),
+                     OVL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(h->b->ops->last_error(h->b), "gathers between its own ranks only"));
+    for (uint32_t r = 0; r < 2; r++)
+        h->b->ops->rank_destroy(h->b, rk[r]);
+    h->b->ops->destroy(h->b);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    free(h);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -748,11 +1063,12 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wire),    cmocka_unit_test(test_rows),
-        cmocka_unit_test(test_threads), cmocka_unit_test(test_mismatch),
-        cmocka_unit_test(test_abort),   cmocka_unit_test(test_peer_down),
-        cmocka_unit_test(test_limit),   cmocka_unit_test(test_shutdown),
-        cmocka_unit_test(test_forged),
+        cmocka_unit_test(test_wire),        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_threads),     cmocka_unit_test(test_mismatch),
+        cmocka_unit_test(test_abort),       cmocka_unit_test(test_peer_down),
+        cmocka_unit_test(test_limit),       cmocka_unit_test(test_shutdown),
+        cmocka_unit_test(test_forged),      cmocka_unit_test(test_host_one_daemon),
+        cmocka_unit_test(test_host_across),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
