@@ -3,7 +3,8 @@
  * is a worker thread with a FIFO of work; an event is a pair of counters
  * (records enqueued, records completed); an all-gather (either NCCL
  * method) is a barrier plus memcpy between the ranks' buffers, a rail the
- * same between each sender and its receivers; a GEMM is
+ * same between each sender and its receivers (rows of ranks that other
+ * daemons serve move through the job's mover, xfer.h); a GEMM is
  * hostgemm.c; the doorbell is a page of a memfd that the client maps too.
  * It runs the same plans as the CUDA backend and returns real results, so
  * that everything but the CUDA calls is exercised without a GPU.
@@ -44,21 +45,138 @@ static const char *host_last_error(ovld_backend_t *b)
 
 /* ------------------------------------------------------------ the ops */
 
-static void on_cq_closed(ovld_cq_t *q)
+static void handle_gone(host_backend_t *hb)
 {
-    host_backend_t *hb = (host_backend_t *)((char *)q - offsetof(host_backend_t, cq));
+    if (--hb->handles > 0)
+        return;
     pthread_mutex_destroy(&hb->mu);
     pthread_cond_destroy(&hb->cv);
     free(hb);
 }
 
+static void on_cq_closed(ovld_cq_t *q)
+{
+    handle_gone((host_backend_t *)((char *)q - offsetof(host_backend_t, cq)));
+}
+
+static void on_setup_closed(uv_handle_t *h)
+{
+    handle_gone(h->data);
+}
+
+/* A job_setup's callback, for the loop's next turn. */
+typedef struct host_setup {
+    struct host_setup *next;
+    ovld_setup_cb cb;
+    void *arg;
+    ovl_status_t status;
+    char message[200];
+} host_setup_t;
+
 static void host_destroy(ovld_backend_t *b)
 {
     host_backend_t *hb = (host_backend_t *)b;
+    /* Whatever still waits (an event, a collective, a transfer) stops
+     * waiting. */
+    pthread_mutex_lock(&hb->mu);
     atomic_store(&hb->stopping, true);
-    /* hb is freed once the async handle is closed (on_cq_closed), which the
-     * loop does before uv_run returns. */
+    pthread_cond_broadcast(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+    /* Nobody is left to hear of a setup (ovld destroys the backend once its
+     * jobs are gone). */
+    while (hb->setups) {
+        host_setup_t *su = hb->setups;
+        hb->setups = su->next;
+        free(su);
+    }
+    /* hb is freed once both async handles are closed (handle_gone), which
+     * the loop does before uv_run returns. */
+    uv_close((uv_handle_t *)&hb->setup_async, on_setup_closed);
     ovld_cq_close(&hb->cq, on_cq_closed);
+}
+
+static void on_setup_async(uv_async_t *h)
+{
+    host_backend_t *hb = h->data;
+    /* in the order of the calls: the list is last first */
+    host_setup_t *su = NULL;
+    while (hb->setups) {
+        host_setup_t *next = hb->setups->next;
+        hb->setups->next = su;
+        su = hb->setups;
+        hb->setups = next;
+    }
+    while (su) {
+        host_setup_t *next = su->next;
+        su->cb(su->arg, su->status, su->message);
+        free(su);
+        su = next;
+    }
+}
+
+/* Checks what a job across nodes says of its local ranks; words in why. */
+static ovl_status_t net_check(ovld_rank_t *const *ranks, uint32_t n, const ovld_job_net_t *net,
+                              char *why, size_t whylen)
+{
+    if (!net->xfer) {
+        snprintf(why, whylen,
+                 "a job across nodes without a mover: the host backend moves the rows of other "
+                 "nodes' ranks with xfer.h's");
+        return OVL_ERR_INVALID;
+    }
+    if (n == 0 || n > net->world || net->self_node >= net->nnodes) {
+        snprintf(why, whylen, "%u of %u ranks here, node %u of %u", n, net->world, net->self_node,
+                 net->nnodes);
+        return OVL_ERR_INVALID;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t g = net->global[i];
+        if (g >= net->world || net->node_of[g] != net->self_node || !ranks[i]) {
+            snprintf(why, whylen, "local rank %u is rank %u of %u, on node %u (this is node %u)", i,
+                     g, net->world, g < net->world ? net->node_of[g] : 0, net->self_node);
+            return OVL_ERR_INVALID;
+        }
+        for (uint32_t k = 0; k < i; k++)
+            if (net->global[k] == g) {
+                snprintf(why, whylen, "rank %u is here twice", g);
+                return OVL_ERR_INVALID;
+            }
+    }
+    return OVL_OK;
+}
+
+/*
+ * Nothing to make: the collectives are the backend's own threads. A job
+ * across nodes has its ranks learn where they are in it and its mover;
+ * one on this daemon alone stays as it is. Either way cb runs on the
+ * loop's next turn (a refusal there too, with words).
+ */
+static ovl_status_t host_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,
+                                   const ovld_job_net_t *net, bool collective, ovld_setup_cb cb,
+                                   void *arg)
+{
+    host_backend_t *hb = (host_backend_t *)b;
+    (void)collective;
+    host_setup_t *su = calloc(1, sizeof(*su));
+    if (!su)
+        return OVL_ERR_NOMEM;
+    su->cb = cb;
+    su->arg = arg;
+    if (net && (su->status = net_check(ranks, n, net, su->message, sizeof(su->message))) == OVL_OK)
+        for (uint32_t i = 0; i < n; i++) {
+            ranks[i]->global = net->global[i];
+            ranks[i]->world = net->world;
+            ranks[i]->xfer = net->xfer;
+        }
+    su->next = hb->setups;
+    hb->setups = su;
+    int rc = uv_async_send(&hb->setup_async);
+    if (rc != 0) {
+        hb->setups = su->next;
+        free(su);
+        return OVL_ERR_SYSTEM;
+    }
+    return OVL_OK;
 }
 
 static uint32_t host_device_count(ovld_backend_t *b)
@@ -105,6 +223,7 @@ static const ovld_backend_ops_t host_ops = {
     .rank_create = host_rank_create,
     .rank_destroy = host_rank_destroy,
     .rank_release = host_rank_release,
+    .job_setup = host_job_setup,
     .rank_scratch = host_rank_scratch,
     .issue_parallel = true,
     .reserve_events = host_reserve_events,
@@ -148,6 +267,14 @@ ovl_status_t ovld_backend_host_create(uv_loop_t *loop, const ovld_config_t *cfg,
         free(hb);
         return OVL_ERR_SYSTEM;
     }
+    hb->handles = 1;
+    if ((rc = uv_async_init(loop, &hb->setup_async, on_setup_async)) != 0) {
+        snprintf(err, errlen, "host backend: uv_async_init: %s", uv_strerror(rc));
+        ovld_cq_close(&hb->cq, on_cq_closed); /* frees hb */
+        return OVL_ERR_SYSTEM;
+    }
+    hb->setup_async.data = hb;
+    hb->handles = 2;
     *ret = &hb->base;
     return OVL_OK;
 }

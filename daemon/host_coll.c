@@ -4,16 +4,24 @@
  * thread, standing in for both NCCL methods (it moves what they move and
  * refuses what they cannot, so that a plan the CUDA backend would refuse
  * fails here too); a rail is the same barrier plus memcpy from each sender
- * to its receivers, standing in for grouped ncclSend/ncclRecv between the
- * ranks of one daemon (a topology simulated inside one node); a pull
+ * to its receivers, standing in for grouped ncclSend/ncclRecv; a pull
  * (copy) is a memcpy of rows.
+ *
+ * In a job across nodes the parts are this daemon's ranks only: their
+ * rows move among them as above, and to and from the ranks other daemons
+ * serve through the job's mover (xfer.h), under the call's tag, as point
+ * to point sends and receives of dense blocks. Each part posts its own
+ * from its stream thread once its stream reaches the call (its src and
+ * dst are then what the plan says), and waits for them before it leaves.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "host_internal.h"
+#include "xfer.h"
 
 /* Shared by the parts of one all-gather or rail. */
 struct host_coll {
@@ -21,12 +29,30 @@ struct host_coll {
     ovl_dtype_t dtype;
     uint64_t rows, cols, stride;
     /* A rail: part i receives from the parts from[first[i] .. first[i] +
-     * nfrom[i]) (indices into parts), each sender's rows landing
-     * global[sender] * stride rows into i's dst. NULL for an all-gather:
-     * every part from every part, part b's rows b * stride rows in. */
-    uint32_t *first, *nfrom, *from, *global;
+     * nfrom[i]) (indices into parts). NULL for an all-gather: every part
+     * from every part. Part b's rows land parts[b].global * stride rows
+     * into the receiver's dst. */
+    uint32_t *first, *nfrom, *from;
+    /* A job across nodes (else NULL): part i sends its rows to the ranks
+     * xs[xs_at[i] .. xs_at[i] + xs_n[i]) and receives the rows of the
+     * ranks xr[xr_at[i] .. + xr_n[i]) (ranks of the job, served by other
+     * daemons), through xfer under tag. One block, xs_at first. */
+    struct ovld_xfer_job *xfer;
+    ovld_coll_tag_t tag;
+    uint32_t *xs_at, *xs_n, *xr_at, *xr_n, *xs, *xr;
     ovld_allgather_part_t parts[];
 };
+
+/* One part's transfers to and from other nodes, on its stream thread:
+ * the thread waits (hb->cv) until every done ran. Freed by the last of the
+ * thread and the dones (the thread stops waiting at shutdown). */
+typedef struct host_xwait {
+    host_backend_t *hb;
+    uint32_t left; /* posted, done not run */
+    uint32_t refs; /* the thread, and each done owed */
+    ovl_status_t st;
+    char why[200]; /* the first failure's words */
+} host_xwait_t;
 
 void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem)
 {
@@ -36,8 +62,106 @@ void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t co
                row_bytes);
 }
 
+/* Under hb->mu: the first failure of w, kept. */
+static void xwait_fail(host_xwait_t *w, ovl_status_t st, const char *why)
+{
+    if (w->st != OVL_OK)
+        return;
+    w->st = st;
+    snprintf(w->why, sizeof(w->why), "%s", why);
+}
+
+/* A transfer's done, on the loop thread. */
+static void on_xfer_done(void *arg, ovl_status_t st, const char *why)
+{
+    host_xwait_t *w = arg;
+    host_backend_t *hb = w->hb;
+    pthread_mutex_lock(&hb->mu);
+    if (st != OVL_OK)
+        xwait_fail(w, st, why);
+    w->left--;
+    bool last = --w->refs == 0;
+    pthread_cond_broadcast(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+    if (last)
+        free(w);
+}
+
+/* Posts one transfer of w: a send of buf to rank `other`, or a receive
+ * from it into buf. */
+static void xfer_post(host_xwait_t *w, const host_coll_t *c, uint32_t me, uint32_t other, bool send,
+                      void *buf, size_t bytes)
+{
+    host_backend_t *hb = w->hb;
+    char why[200];
+    /* counted first: its done may run before the post returns */
+    pthread_mutex_lock(&hb->mu);
+    w->left++;
+    w->refs++;
+    pthread_mutex_unlock(&hb->mu);
+    ovl_status_t st = send ? ovld_xfer_send(c->xfer, c->tag, me, other, buf, bytes, on_xfer_done, w,
+                                            why, sizeof(why))
+                           : ovld_xfer_recv(c->xfer, c->tag, other, me, buf, bytes, on_xfer_done, w,
+                                            why, sizeof(why));
+    if (st == OVL_OK)
+        return;
+    pthread_mutex_lock(&hb->mu);
+    w->left--;
+    w->refs--;
+    xwait_fail(w, st, why);
+    pthread_mutex_unlock(&hb->mu);
+}
+
+/* Part index's rows to and from other nodes: posted now, while the other
+ * parts gather here. NULL (and the failure on the rank) where nothing can
+ * be posted. */
+static host_xwait_t *xfer_start(host_backend_t *hb, host_coll_t *c, uint32_t index)
+{
+    const ovld_allgather_part_t *me = &c->parts[index];
+    size_t elem = ovl_dtype_size(c->dtype);
+    size_t bytes = (size_t)(c->rows * c->cols) * elem; /* dense: checked at the call */
+    const char *what = c->from ? "rail" : "all-gather";
+    if (bytes == 0 || c->xs_n[index] + c->xr_n[index] == 0)
+        return NULL;
+    host_xwait_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        host_rank_fail(me->rank, OVL_ERR_NOMEM, "%s: rows to and from other nodes: out of memory",
+                       what);
+        return NULL;
+    }
+    w->hb = hb;
+    w->refs = 1;
+    for (uint32_t k = 0; k < c->xr_n[index]; k++) {
+        uint32_t q = c->xr[c->xr_at[index] + k];
+        xfer_post(w, c, me->global, q, false, ovld_view_rows(me->dst, q * c->stride, elem).ptr,
+                  bytes);
+    }
+    for (uint32_t k = 0; k < c->xs_n[index]; k++)
+        xfer_post(w, c, me->global, c->xs[c->xs_at[index] + k], true, me->src.ptr, bytes);
+    return w;
+}
+
+/* Waits for w's transfers (or shutdown); a failure fails the rank's op
+ * with the transfer's words. */
+static void xfer_wait(host_backend_t *hb, const host_coll_t *c, uint32_t index, host_xwait_t *w)
+{
+    char why[200];
+    pthread_mutex_lock(&hb->mu);
+    while (w->left > 0 && !atomic_load(&hb->stopping))
+        pthread_cond_wait(&hb->cv, &hb->mu);
+    ovl_status_t st = w->left > 0 ? OVL_ERR_SHUTDOWN : w->st;
+    snprintf(why, sizeof(why), "%s", w->left > 0 ? "ovld is shutting down" : w->why);
+    bool last = --w->refs == 0;
+    pthread_mutex_unlock(&hb->mu);
+    if (last)
+        free(w);
+    if (st != OVL_OK)
+        host_rank_fail(c->parts[index].rank, st, "%s: %s", c->from ? "rail" : "all-gather", why);
+}
+
 void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
 {
+    host_xwait_t *w = c->xfer ? xfer_start(hb, c, index) : NULL;
     pthread_mutex_lock(&hb->mu);
     c->arrived++;
     pthread_cond_broadcast(&hb->cv);
@@ -52,10 +176,12 @@ void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
     uint32_t n = c->from ? c->nfrom[index] : c->nparts;
     for (uint32_t x = 0; x < n; x++) {
         uint32_t b = c->from ? c->from[c->first[index] + x] : x;
-        uint64_t at = c->from ? c->global[b] : b;
-        host_copy_rows(ovld_view_rows(me->dst, at * c->stride, elem), c->parts[b].src, c->rows,
-                       c->cols, elem);
+        host_copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem),
+                       c->parts[b].src, c->rows, c->cols, elem);
     }
+    /* Its rows from other nodes are in, and its own were read there. */
+    if (w)
+        xfer_wait(hb, c, index, w);
 
     /* Nobody completes before everybody has read: a shard may be reused by
      * its owner once its all-gather is done, as with NCCL. */
@@ -68,6 +194,7 @@ void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
     pthread_mutex_unlock(&hb->mu);
     if (last) {
         free(c->first); /* a rail's lists, one block */
+        free(c->xs_at); /* the lists of other nodes' ranks, one block */
         free(c);
     }
 }
@@ -111,8 +238,44 @@ fail:
     free(ws);
     free(ss);
     free(c->first);
+    free(c->xs_at);
     free(c);
     return st;
+}
+
+/* Part i of a call in a job across nodes, whose mover is xfer: its rank
+ * says what job_setup gave it (this job, this world, this rank), and the
+ * parts come in rank order. */
+static ovl_status_t net_part_check(const char *what, uint32_t i, const struct ovld_rank *r,
+                                   uint32_t global, int64_t prev, const struct ovld_xfer_job *xfer,
+                                   uint32_t world)
+{
+    if (r->xfer != xfer || r->world != world || r->global != global)
+        return host_fail(OVL_ERR_INVALID,
+                         "%s: part %u is rank %u of %u, but its rank is rank %u of %u%s", what, i,
+                         global, world, r->global, r->world,
+                         r->xfer != xfer ? " of another job (or of one on this daemon)" : "");
+    if (global >= world || (int64_t)global <= prev)
+        return host_fail(OVL_ERR_INVALID, "%s: part %u is rank %u of %u, out of rank order", what,
+                         i, global, world);
+    return OVL_OK;
+}
+
+/* The lists of other nodes' ranks: 4 * nparts counts and offsets, then
+ * nsend + nrecv ranks (c->xs_at owns the block). */
+static ovl_status_t xlists_new(host_coll_t *c, size_t nsend, size_t nrecv, const char *what)
+{
+    size_t n = c->nparts;
+    uint32_t *block = calloc(4 * n + nsend + nrecv + 1, sizeof(*block));
+    if (!block)
+        return host_fail(OVL_ERR_NOMEM, "%s: out of memory", what);
+    c->xs_at = block;
+    c->xs_n = block + n;
+    c->xr_at = block + 2 * n;
+    c->xr_n = block + 3 * n;
+    c->xs = block + 4 * n;
+    c->xr = c->xs + nsend;
+    return OVL_OK;
 }
 
 ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
@@ -120,16 +283,23 @@ ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
     (void)b;
-    (void)tag;
-    if (nparts != world)
+    struct ovld_xfer_job *xfer = nparts ? parts[0].rank->xfer : NULL;
+    if (!xfer && nparts != world)
         return host_fail(OVL_ERR_UNSUPPORTED,
                          "all-gather: %u of the job's %u ranks are served here; the host backend "
                          "gathers between its own ranks only",
                          nparts, world);
-    for (uint32_t i = 0; i < nparts; i++)
-        if (parts[i].global != i)
+    for (uint32_t i = 0; i < nparts; i++) {
+        if (xfer) {
+            ovl_status_t st = net_part_check("all-gather", i, parts[i].rank, parts[i].global,
+                                             i ? (int64_t)parts[i - 1].global : -1, xfer, world);
+            if (st != OVL_OK)
+                return st;
+        } else if (parts[i].global != i) {
             return host_fail(OVL_ERR_INVALID, "all-gather: part %u is rank %u's", i,
                              parts[i].global);
+        }
+    }
     /* What NCCL can move, and nothing else (cuda_nccl.c refuses the same). */
     if (method != OVL_AG_NCCL_ALLGATHER && method != OVL_AG_NCCL_SENDRECV)
         return host_fail(OVL_ERR_UNSUPPORTED, "all-gather method %d: not one the host backend has",
@@ -156,8 +326,28 @@ ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
                        .dtype = dtype,
                        .rows = rows,
                        .cols = cols,
-                       .stride = stride};
+                       .stride = stride,
+                       .xfer = xfer,
+                       .tag = tag};
     memcpy(c->parts, parts, nparts * sizeof(parts[0]));
+    if (xfer) {
+        /* every part sends to and receives from every rank not here: one
+         * list (the parts are in rank order) */
+        uint32_t nremote = world - nparts;
+        if (xlists_new(c, nremote, 0, "all-gather") != OVL_OK) {
+            free(c);
+            return OVL_ERR_NOMEM;
+        }
+        c->xr = c->xs;
+        for (uint32_t q = 0, i = 0, k = 0; q < world; q++) {
+            if (i < nparts && parts[i].global == q)
+                i++;
+            else
+                c->xs[k++] = q;
+        }
+        for (uint32_t i = 0; i < nparts; i++)
+            c->xs_n[i] = c->xr_n[i] = nremote;
+    }
     return coll_queue(c, "all-gather");
 }
 
@@ -181,9 +371,12 @@ static uint32_t count_of(const uint32_t *v, uint32_t n, uint32_t x)
 
 /* Refuses, with words, a rail NCCL could not complete: a part's sends and
  * receives must match exactly (a send without its receive, or the
- * converse, waits for ever), within the parts given: the host backend
- * moves rows between the ranks of this daemon only. */
-static ovl_status_t rail_check(const ovld_rail_part_t *parts, uint32_t n)
+ * converse, waits for ever). Between the parts given that is checked both
+ * ways; a rank other daemons serve (a job across nodes, across only) is
+ * sent to and received from at most once, and its daemon checks its own
+ * side. */
+static ovl_status_t rail_check(const ovld_rail_part_t *parts, uint32_t n, bool across,
+                               uint32_t world)
 {
     for (uint32_t i = 0; i < n; i++) {
         const ovld_rail_part_t *x = &parts[i];
@@ -196,11 +389,19 @@ static ovl_status_t rail_check(const ovld_rail_part_t *parts, uint32_t n)
             if (peer == x->global)
                 return host_fail(OVL_ERR_INVALID, "rail: rank %u %s itself", x->global,
                                  sends ? "sends to" : "receives from");
-            if (j < 0)
+            if (j < 0 && !across)
                 return host_fail(OVL_ERR_UNSUPPORTED,
                                  "rail: rank %u %s rank %u, which this daemon does not serve (the "
                                  "host backend moves rows between its own ranks only)",
                                  x->global, sends ? "sends to" : "receives from", peer);
+            if (j < 0) {
+                if (peer >= world ||
+                    count_of(sends ? x->send : x->recv, sends ? x->nsend : x->nrecv, peer) != 1)
+                    return host_fail(OVL_ERR_INVALID, "rail: rank %u %s rank %u %s", x->global,
+                                     sends ? "sends to" : "receives from", peer,
+                                     peer >= world ? "past the job's ranks" : "twice");
+                continue;
+            }
             const ovld_rail_part_t *y = &parts[j];
             if (sends ? count_of(x->send, x->nsend, peer) != 1 ||
                             count_of(y->recv, y->nrecv, x->global) != 1
@@ -220,9 +421,8 @@ ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
                        const ovld_rail_part_t *parts, uint32_t nparts, uint32_t world,
                        ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
 {
-    (void)tag;
-    (void)world;
     (void)b;
+    struct ovld_xfer_job *xfer = nparts ? parts[0].rank->xfer : NULL;
     /* What grouped ncclSend/ncclRecv can move, and nothing else
      * (cuda_nccl.c refuses the same). */
     if (method != OVL_AG_NCCL_RAIL)
@@ -231,23 +431,37 @@ ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
     if (stride < rows)
         return host_fail(OVL_ERR_INVALID, "rail blocks overlap: stride %llu, rows %llu",
                          (unsigned long long)stride, (unsigned long long)rows);
-    for (uint32_t i = 0; i < nparts; i++)
+    for (uint32_t i = 0; i < nparts; i++) {
         if (parts[i].src.ld != cols || parts[i].dst.ld != cols)
             return host_fail(OVL_ERR_INVALID,
                              "nccl-rail moves dense rows only: rank %u has ld %llu and %llu, %llu "
                              "columns",
                              parts[i].global, (unsigned long long)parts[i].src.ld,
                              (unsigned long long)parts[i].dst.ld, (unsigned long long)cols);
-    ovl_status_t st = rail_check(parts, nparts);
+        ovl_status_t st = xfer ? net_part_check("rail", i, parts[i].rank, parts[i].global,
+                                                i ? (int64_t)parts[i - 1].global : -1, xfer, world)
+                               : OVL_OK;
+        if (st != OVL_OK)
+            return st;
+    }
+    ovl_status_t st = rail_check(parts, nparts, xfer != NULL, world);
     if (st != OVL_OK)
         return st;
-    /* the plan's lists live only during the call: the parts' receives, as
-     * part indices, go into one block with the other lists */
-    size_t total = 0;
-    for (uint32_t i = 0; i < nparts; i++)
-        total += parts[i].nrecv;
+    /* the plan's lists live only during the call: the parts' receives from
+     * parts here, as part indices, go into one block, and those from and to
+     * other nodes' ranks into another */
+    size_t local = 0, xsend = 0, xrecv = 0;
+    for (uint32_t i = 0; i < nparts; i++) {
+        for (uint32_t k = 0; k < parts[i].nrecv; k++) {
+            bool here = part_of(parts, nparts, parts[i].recv[k]) >= 0;
+            local += here;
+            xrecv += !here;
+        }
+        for (uint32_t k = 0; k < parts[i].nsend; k++)
+            xsend += part_of(parts, nparts, parts[i].send[k]) < 0;
+    }
     host_coll_t *c = calloc(1, sizeof(*c) + nparts * sizeof(c->parts[0]));
-    uint32_t *block = calloc(3 * (size_t)nparts + total + 1, sizeof(*block));
+    uint32_t *block = calloc(2 * (size_t)nparts + local + 1, sizeof(*block));
     if (!c || !block) {
         free(c);
         free(block);
@@ -261,18 +475,40 @@ ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
                        .stride = stride,
                        .first = block,
                        .nfrom = block + nparts,
-                       .global = block + 2 * (size_t)nparts,
-                       .from = block + 3 * (size_t)nparts};
-    for (uint32_t i = 0, at = 0; i < nparts; i++) {
+                       .from = block + 2 * (size_t)nparts,
+                       .xfer = xfer,
+                       .tag = tag};
+    if (xfer && xlists_new(c, xsend, xrecv, "rail") != OVL_OK) {
+        free(c);
+        free(block);
+        return OVL_ERR_NOMEM;
+    }
+    for (uint32_t i = 0, at = 0, xs = 0, xr = 0; i < nparts; i++) {
         c->parts[i] = (ovld_allgather_part_t){.rank = parts[i].rank,
+                                              .global = parts[i].global,
                                               .stream = parts[i].stream,
                                               .src = parts[i].src,
                                               .dst = parts[i].dst};
-        c->global[i] = parts[i].global;
         c->first[i] = at;
-        c->nfrom[i] = parts[i].nrecv;
-        for (uint32_t k = 0; k < parts[i].nrecv; k++) /* found: rail_check */
-            c->from[at++] = (uint32_t)part_of(parts, nparts, parts[i].recv[k]);
+        if (xfer) {
+            c->xs_at[i] = xs;
+            c->xr_at[i] = xr;
+        }
+        for (uint32_t k = 0; k < parts[i].nrecv; k++) {
+            int64_t j = part_of(parts, nparts, parts[i].recv[k]);
+            if (j >= 0)
+                c->from[at++] = (uint32_t)j;
+            else /* across nodes: rail_check */
+                c->xr[xr++] = parts[i].recv[k];
+        }
+        for (uint32_t k = 0; xfer && k < parts[i].nsend; k++)
+            if (part_of(parts, nparts, parts[i].send[k]) < 0)
+                c->xs[xs++] = parts[i].send[k];
+        c->nfrom[i] = at - c->first[i];
+        if (xfer) {
+            c->xs_n[i] = xs - c->xs_at[i];
+            c->xr_n[i] = xr - c->xr_at[i];
+        }
     }
     return coll_queue(c, "rail");
 }

@@ -8,7 +8,8 @@
  *                   item), events, scratch, the doorbell; wait_ready,
  *                   record, wait, gemm, sleep, done
  *   host_mem.c      memfd import/release
- *   host_coll.c     the all-gather, the rail and the pulls (copy)
+ *   host_coll.c     the all-gather, the rail and the pulls (copy); rows
+ *                   to and from other nodes through the job's mover (xfer.h)
  *
  * Stream roles mean nothing here (threads have no priorities): a rank's
  * streams are threads made as the plans first use them.
@@ -110,7 +111,13 @@ struct ovld_rank {
     /* the first failure of the op in progress, taken by its done */
     pthread_mutex_t err_mu;
     ovl_status_t op_error;
-    char op_msg[200];
+    char op_msg[256];
+    /* A job across nodes (job_setup's net; set before its first op, read
+     * by the loop and the rank's streams after): its rank in the job, the
+     * job's world, and the mover of its rows to and from other nodes. xfer
+     * NULL: a job whose ranks this daemon serves all. */
+    uint32_t global, world;
+    struct ovld_xfer_job *xfer;
 };
 
 struct host_backend {
@@ -124,6 +131,10 @@ struct host_backend {
     pthread_cond_t cv;
     _Atomic bool stopping;
     struct ovld_rank *ranks;
+    /* job_setup's callbacks, for the loop's next turn (loop thread only) */
+    uv_async_t setup_async;
+    struct host_setup *setups;
+    unsigned handles; /* open: hb is freed when both are closed */
 };
 
 /* ------------------------------------------- calls across the backend's files */
@@ -136,6 +147,11 @@ ovl_status_t host_fail(ovl_status_t st, const char *fmt, ...) __attribute__((for
 
 /* The vtable's entries (backend_host.c's host_ops) have their contracts in
  * backend.h; the others have theirs here. */
+
+/* host_rank.c: the first failure of r's op in progress, in words
+ * ("host backend: " and fmt), for its done (any thread). */
+void host_rank_fail(struct ovld_rank *r, ovl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* host_rank.c: ranks */
 ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **ret_rank,

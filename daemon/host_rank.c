@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,12 +41,16 @@ static void db_ring(struct ovld_rank *r, uint64_t seq, ovl_status_t status)
     futex_wake_all(&r->db->wake);
 }
 
-static void rank_fail(struct ovld_rank *r, ovl_status_t st, const char *what)
+void host_rank_fail(struct ovld_rank *r, ovl_status_t st, const char *fmt, ...)
 {
     pthread_mutex_lock(&r->err_mu);
     if (r->op_error == OVL_OK) {
         r->op_error = st;
-        snprintf(r->op_msg, sizeof(r->op_msg), "host backend: %s: %s", what, ovl_strerror(st));
+        int n = snprintf(r->op_msg, sizeof(r->op_msg), "host backend: ");
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->op_msg + n, sizeof(r->op_msg) - (size_t)n, fmt, ap);
+        va_end(ap);
     }
     pthread_mutex_unlock(&r->err_mu);
 }
@@ -102,7 +107,7 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
                                g->a.ld, g->b.ptr, g->b.ld, g->transb,
                                ovld_view_rows(g->c, row, elem).ptr, g->c.ld);
             if (st != OVL_OK) {
-                rank_fail(r, st, "gemm");
+                host_rank_fail(r, st, "gemm: %s", ovl_strerror(st));
                 break;
             }
         }

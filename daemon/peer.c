@@ -29,9 +29,13 @@
  * before a message of its next episode) and after it.
  *
  * Lifetimes. A peer record lives until ovld_peers_close. A link lives
- * until its TCP handle is closed, its UCX endpoint closed, and every write
- * and send posted on it completed (UCP_ERR_HANDLING_MODE_PEER guarantees
- * that sends complete). A send buffer lives until UCX is done with it.
+ * until its TCP handle is closed, its UCX endpoint closed, and every write,
+ * send and read posted on it completed (UCP_ERR_HANDLING_MODE_PEER
+ * guarantees that they complete, with an error once the endpoint fails or
+ * is closed by force). A send buffer lives until UCX is done with it. A
+ * read's remote key is unpacked on the endpoint it goes on, for it alone,
+ * and destroyed as it completes, while that endpoint still exists (ucp.h
+ * wants it so); no key outlives its endpoint, so reconnects need no care.
  */
 #include "peer.h"
 
@@ -188,6 +192,26 @@ typedef struct pingw {
     char why[WHY_MAX];
 } pingw_t;
 
+/* A read of ovld_peer_get. */
+typedef struct getw {
+    struct getw *next;
+    ovld_peer_t *peer;
+    link_t *link;    /* posted on (counted in its sends); NULL once completed */
+    ucp_rkey_h rkey; /* unpacked on link's endpoint; destroyed when the read completes */
+    ovld_peer_get_fn done;
+    void *arg;
+    bool finished;
+    ovl_status_t st;
+    char why[WHY_MAX];
+} getw_t;
+
+/* A range mapped for peers to read. */
+struct ovld_peer_mem {
+    ucp_mem_h memh;
+    void *rkey; /* ucp_rkey_pack's */
+    size_t rkey_len;
+};
+
 /* session id -> link. Open addressing, linear probing, grown at half
  * full; the ids are HMAC output, so their first bytes hash well. */
 typedef struct sessmap {
@@ -223,6 +247,7 @@ struct ovld_peers {
     ovld_peer_t *peers;
     unsigned npeers;
     pingw_t *pings;
+    getw_t *gets;
     uint64_t seq; /* of Pings */
 };
 
@@ -1545,6 +1570,17 @@ static void reap(ovld_peers_t *ps)
         free(w);
         pp = &ps->pings; /* the callback may have added pings: from the start */
     }
+    for (getw_t **gp = &ps->gets; *gp;) {
+        getw_t *g = *gp;
+        if (!g->finished) {
+            gp = &g->next;
+            continue;
+        }
+        *gp = g->next;
+        g->done(g->arg, g->st, g->why);
+        free(g);
+        gp = &ps->gets; /* the callback may have added reads: from the start */
+    }
     ps->in_reap = false;
 }
 
@@ -1946,10 +1982,30 @@ void ovld_peers_close(ovld_peers_t *ps)
     progress_until(ps, closes_done, CLOSE_WAIT_MS);
     if (!closes_done(ps))
         say(ps, OVLD_REPORT_WARN, "peers: UCX did not finish closing within %d ms", CLOSE_WAIT_MS);
+    /* Reads UCX has not completed: their keys go before the worker. */
+    for (getw_t *g = ps->gets; g; g = g->next) {
+        if (g->finished)
+            continue;
+        ucp_rkey_destroy(g->rkey);
+        g->rkey = NULL;
+        g->link = NULL;
+        g->finished = true;
+        g->st = OVL_ERR_SHUTDOWN;
+        snprintf(g->why, sizeof(g->why), "reading from peer %s: ovld is shutting down",
+                 g->peer->name);
+    }
     /* The poll handle goes before the worker closes its event fd; the
      * worker before what its callbacks could reach. */
     uv_close((uv_handle_t *)&ps->poll, on_handle_closed);
     ucx_release(ps);
+    /* With the worker gone nothing writes into the reads' buffers any
+     * more: their owners hear of them now. */
+    while (ps->gets) {
+        getw_t *g = ps->gets;
+        ps->gets = g->next;
+        g->done(g->arg, g->st, g->why);
+        free(g);
+    }
     ovl_wipe(&ps->key, sizeof(ps->key));
     for (ovld_peer_t *p = ps->peers, *next; p; p = next) {
         next = p->next;
@@ -2140,5 +2196,153 @@ ovl_status_t ovld_peers_ping(ovld_peers_t *ps, const struct sockaddr_storage *ad
         send_ping(p->tx, w->seq);
     }
     kick(ps);
+    return OVL_OK;
+}
+
+/* ------------------------------------------------------- remote reads */
+
+ovl_status_t ovld_peers_mem_map(ovld_peers_t *ps, void *addr, size_t len, ovld_peer_mem_t **ret,
+                                char *err, size_t errlen)
+{
+    if (ps->closing || !ps->ctx) {
+        set_err(err, errlen, "ovld is shutting down");
+        return OVL_ERR_SHUTDOWN;
+    }
+    if (!addr || len == 0) {
+        set_err(err, errlen, "nothing to map (%zu bytes at %p)", len, addr);
+        return OVL_ERR_INVALID;
+    }
+    ovld_peer_mem_t *m = calloc(1, sizeof(*m));
+    if (!m) {
+        set_err(err, errlen, "out of memory");
+        return OVL_ERR_NOMEM;
+    }
+    /* Peers read it, and nothing more: no remote write access. */
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_PROT,
+        .address = addr,
+        .length = len,
+        .prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_REMOTE_READ,
+    };
+    ucs_status_t us = ucp_mem_map(ps->ctx, &mp, &m->memh);
+    if (us != UCS_OK) {
+        free(m);
+        set_err(err, errlen, "UCX: ucp_mem_map of %zu bytes: %s", len, ucs_status_string(us));
+        return OVL_ERR_SYSTEM;
+    }
+    us = ucp_rkey_pack(ps->ctx, m->memh, &m->rkey, &m->rkey_len);
+    if (us != UCS_OK) {
+        (void)ucp_mem_unmap(ps->ctx, m->memh);
+        free(m);
+        set_err(err, errlen, "UCX: ucp_rkey_pack: %s", ucs_status_string(us));
+        return OVL_ERR_SYSTEM;
+    }
+    *ret = m;
+    return OVL_OK;
+}
+
+const void *ovld_peer_mem_rkey(const ovld_peer_mem_t *m, size_t *ret_len)
+{
+    *ret_len = m->rkey_len;
+    return m->rkey;
+}
+
+void ovld_peers_mem_unmap(ovld_peers_t *ps, ovld_peer_mem_t *m)
+{
+    if (!m)
+        return;
+    ucp_rkey_buffer_release(m->rkey);
+    /* Without a context (closed), the mapping went with it. */
+    if (ps->ctx) {
+        ucs_status_t us = ucp_mem_unmap(ps->ctx, m->memh);
+        if (us != UCS_OK)
+            say(ps, OVLD_REPORT_WARN, "peers: ucp_mem_unmap: %s", ucs_status_string(us));
+    }
+    free(m);
+}
+
+/* A read completed (inside progress, or at once): its key goes now, while
+ * the endpoint it was unpacked on exists; reap calls done. */
+static void get_complete(getw_t *g, ucs_status_t status)
+{
+    ucp_rkey_destroy(g->rkey);
+    g->rkey = NULL;
+    g->link->sends--;
+    g->link = NULL;
+    g->finished = true;
+    if (status == UCS_OK) {
+        g->st = OVL_OK;
+    } else {
+        g->st = OVL_ERR_CLOSED;
+        snprintf(g->why, sizeof(g->why), "reading from peer %s: UCX: %s", g->peer->name,
+                 ucs_status_string(status));
+    }
+    kick(g->peer->ps);
+}
+
+static void on_got(void *req, ucs_status_t status, void *user_data)
+{
+    get_complete(user_data, status);
+    ucp_request_free(req);
+}
+
+ovl_status_t ovld_peer_get(ovld_peer_t *p, uint64_t remote_addr, const void *rkey, size_t rkey_len,
+                           void *dst, size_t len, ovld_peer_get_fn done, void *arg, char *err,
+                           size_t errlen)
+{
+    ovld_peers_t *ps = p->ps;
+    if (ps->closing) {
+        set_err(err, errlen, "ovld is shutting down");
+        return OVL_ERR_SHUTDOWN;
+    }
+    if (!dst || len == 0 || !rkey || rkey_len == 0) {
+        set_err(err, errlen, "reading from peer %s: nothing to read (%zu bytes, a key of %zu)",
+                p->name, len, rkey_len);
+        return OVL_ERR_INVALID;
+    }
+    link_t *l = p->tx;
+    if (p->state != PEER_UP || !l || !l->ep || l->ep_failed) {
+        set_err(err, errlen, "reading from peer %s: it is not up", p->name);
+        return OVL_ERR_CLOSED;
+    }
+    getw_t *g = calloc(1, sizeof(*g));
+    if (!g) {
+        set_err(err, errlen, "out of memory");
+        return OVL_ERR_NOMEM;
+    }
+    /* UCX parses the key without its length (ucp.h): keys come from
+     * authenticated peers only. */
+    ucs_status_t us = ucp_ep_rkey_unpack(l->ep, rkey, &g->rkey);
+    if (us != UCS_OK) {
+        free(g);
+        set_err(err, errlen, "reading from peer %s: its memory key is refused (%s)", p->name,
+                ucs_status_string(us));
+        return OVL_ERR_PROTOCOL;
+    }
+    g->peer = p;
+    g->link = l;
+    g->done = done;
+    g->arg = arg;
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = on_got,
+        .user_data = g,
+    };
+    l->sends++; /* the link stays until the read completed */
+    ucs_status_ptr_t r = ucp_get_nbx(l->ep, dst, len, remote_addr, g->rkey, &rp);
+    kick(ps);
+    if (UCS_PTR_IS_ERR(r)) {
+        l->sends--;
+        ucp_rkey_destroy(g->rkey);
+        free(g);
+        set_err(err, errlen, "reading from peer %s: ucp_get_nbx: %s", p->name,
+                ucs_status_string(UCS_PTR_STATUS(r)));
+        return OVL_ERR_CLOSED;
+    }
+    g->next = ps->gets;
+    ps->gets = g;
+    if (r == NULL)
+        get_complete(g, UCS_OK);
     return OVL_OK;
 }

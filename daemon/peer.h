@@ -15,7 +15,7 @@
  *
  * Everything here runs on the loop thread; the callbacks are called from
  * the loop, on_message from inside UCX's progress (it may send and get,
- * not close), on_down and ping completions outside it. Every resource is
+ * not close), on_down, ping and read completions outside it. Every resource is
  * bounded (OVLD_PEERS_MAX, OVLD_PEERS_MAX_UNAUTH, OVLD_PEER_QUEUE_MAX,
  * OVLD_PEER_MAX_BODY), and a refusal names its limit.
  *
@@ -129,5 +129,47 @@ typedef void (*ovld_peers_ping_fn)(void *arg, ovl_status_t st, double rtt_s,
                                    const uint8_t *instance, const char *why);
 ovl_status_t ovld_peers_ping(ovld_peers_t *ps, const struct sockaddr_storage *addr,
                              ovld_peers_ping_fn done, void *arg, char *err, size_t errlen);
+
+/*
+ * Remote reads (UCX RMA), for the host backend's rows between nodes
+ * (xfer.h). The owner of some memory maps it and tells a peer where it is
+ * and its packed key (in a message of its own); the peer reads it with
+ * ovld_peer_get. Loop thread, as everything here.
+ */
+typedef struct ovld_peer_mem ovld_peer_mem_t; /* a range of this process that peers may read */
+
+/*
+ * Maps [addr, addr + len) of this process, memory that exists and stays
+ * valid until the unmap, for peers to read (ucp_mem_map on the range, with
+ * local and remote read access only; nothing is allocated), and packs its
+ * remote key (ucp_rkey_pack). OVL_ERR_INVALID for len 0 or a NULL addr,
+ * OVL_ERR_SHUTDOWN once closing, OVL_ERR_SYSTEM with UCX's words.
+ */
+ovl_status_t ovld_peers_mem_map(ovld_peers_t *ps, void *addr, size_t len, ovld_peer_mem_t **ret,
+                                char *err, size_t errlen);
+/* The packed remote key of m (*ret_len bytes), valid until the unmap. */
+const void *ovld_peer_mem_rkey(const ovld_peer_mem_t *m, size_t *ret_len);
+/* Unmaps m (a read of it from then on fails on the reader's side, or reads
+ * what is there: the caller unmaps once no peer will read); NULL is
+ * nothing. Before ovld_peers_close. */
+void ovld_peers_mem_unmap(ovld_peers_t *ps, ovld_peer_mem_t *m);
+
+/*
+ * Reads len bytes at remote_addr of p's process, mapped there under the
+ * packed key rkey (rkey_len bytes, copied), into dst, which must stay valid
+ * until done. The key is unpacked on p's current endpoint for this read
+ * alone (an endpoint of another episode could not use it) and destroyed
+ * when the read completes. done is called once, on the loop outside UCX's
+ * progress, never from inside this call: OVL_OK once the bytes are in dst;
+ * OVL_ERR_CLOSED naming p when the read fails or its endpoint does (p goes
+ * down; UCX's words); OVL_ERR_SHUTDOWN from ovld_peers_close, after the
+ * worker is gone (so that nothing writes into dst after any done). A read
+ * that cannot start (p not up, a key UCX refuses, len 0) is refused here
+ * with err, and done is not called.
+ */
+typedef void (*ovld_peer_get_fn)(void *arg, ovl_status_t st, const char *why);
+ovl_status_t ovld_peer_get(ovld_peer_t *p, uint64_t remote_addr, const void *rkey, size_t rkey_len,
+                           void *dst, size_t len, ovld_peer_get_fn done, void *arg, char *err,
+                           size_t errlen);
 
 #endif /* OVLD_PEER_H */

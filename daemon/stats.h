@@ -45,6 +45,13 @@ typedef struct ovld_stats {
      * down, or refused for a full queue), handshakes refused either way. */
     uint64_t peer_msgs_in, peer_msgs_out, peer_bytes_in, peer_bytes_out;
     uint64_t peer_errors, peer_dropped, peer_auth_refused;
+    /* The host backend's rows between nodes (xfer.h): transfers done each
+     * way and their bytes, transfers that failed, and peers' rows messages
+     * dropped (malformed, of a job this node does not have, naming ranks
+     * their sender may not, answering nothing). Not in ovlctl's output
+     * yet. */
+    uint64_t xfer_sends, xfer_recvs, xfer_bytes_out, xfer_bytes_in;
+    uint64_t xfer_errors, xfer_dropped;
 } ovld_stats_t;
 
 void ovld_stats_reset(ovld_stats_t *s, uint64_t now_ns);
