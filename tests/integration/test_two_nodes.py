@@ -150,7 +150,9 @@ def test_refusals():
         id_file = os.path.join(tmp, "job.id")
         first = start_rank(nodes[1], 1, 2, id_file, ["-m", "4", "-n", "4", "-k", "4"])
         second = start_rank(nodes[0], 1, 2, id_file, ["-m", "4", "-n", "4", "-k", "4"])
-        zero = start_rank(nodes[0], 0, 2, id_file, ["-m", "4", "-n", "4", "-k", "4"])
+        # rank 0 holds the job (and its id file) until both rank 1s read the id
+        zero = start_rank(nodes[0], 0, 2, id_file, ["-m", "4", "-n", "4", "-k", "4",
+                                                    "--delay-op", "3000"])
         res = finish([zero, first, second], nodes, fail_fast=False)
         taken = [r for r in res if r[0] != 0]
         assert len(taken) == 1, res  # one of the two rank 1s, whichever came second
