@@ -354,37 +354,26 @@ def forged_job_id(port=1):
 def test_job_id_daemon():
     """Jobs across nodes on an ovld without peer_listen (docs/protocol.md):
     job_id_create and a join by a job id are refused with Unsupported and
-    words, and the client goes on. Until ovld's side of jobs across nodes
-    lands, ovld does not know JobIdCreate (a protocol error that closes the
-    connection) nor CommInit.job_blob (it sees no job id): then this test
-    says so and is skipped. The argument checks are test_job_id.py's."""
+    words, and the client goes on. The argument checks are
+    test_job_id.py's."""
     d = daemon()
-    pending = []
     with ovl.connect(d.socket) as c:
         try:
             c.job_id_create()
             raise AssertionError("job_id_create worked without peer_listen")
         except ovl.Unsupported as e:
             assert "peer_listen" in e.message, e
-        except ovl.ProtocolError as e:
-            assert "unknown request" in e.message, e
-            pending.append("JobIdCreate: %s" % e.message)
     with ovl.connect(d.socket) as c:
         try:
             c.comm(forged_job_id(), 2, 0, 0)
             raise AssertionError("joined by a job id without peer_listen")
         except ovl.Unsupported as e:
             assert "peer_listen" in e.message, e
-        except ovl.InvalidArgument as e:
-            assert "job id must be 1 to 63 bytes, not 0" in e.message, e
-            pending.append("CommInit.job_blob: %s" % e.message)
         # the connection goes on, and a named job works as ever
         with c.comm(c.new_job_id(), 1, 0, 0) as comm:
             a, a64 = fill(c, (2, 3), "fp32", 5)
             b, b64 = fill(c, (3, 4), "fp32", 6)
             assert np.allclose(comm.all_gather_matmul(a, b), a64 @ b64, rtol=1e-5, atol=1e-5)
-    if pending:
-        raise Skip("ovld's side of jobs across nodes has not landed: " + "; ".join(pending))
 
 
 class FakeCuda:
