@@ -831,6 +831,10 @@ static void on_join(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobJoin 
         st = OVL_ERR_PERMISSION;
         snprintf(why, sizeof(why), "job %s belongs to uid %u; rank %" PRIu64 " joins as uid %u",
                  name, (unsigned)c->owner, q->rank, (unsigned)q->uid);
+    } else if (c->world && q->world == c->world && c->rank_node[q->rank] >= 0) {
+        st = OVL_ERR_EXISTS;
+        snprintf(why, sizeof(why), "rank %" PRIu64 " of job %s already joined, on %s", q->rank,
+                 name, c->nodes[c->rank_node[q->rank]].name);
     } else if (c->state != C_FORMING) {
         st = OVL_ERR_ABORTED;
         snprintf(why, sizeof(why), "job %s is %s", name,
@@ -842,10 +846,6 @@ static void on_join(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobJoin 
         st = OVL_ERR_MISMATCH;
         snprintf(why, sizeof(why), "job %s runs on the %s backend; %s has %s", name, c->backend,
                  fromname, backend);
-    } else if (c->world && c->rank_node[q->rank] >= 0) {
-        st = OVL_ERR_EXISTS;
-        snprintf(why, sizeof(why), "rank %" PRIu64 " of job %s already joined, on %s", q->rank,
-                 name, c->nodes[c->rank_node[q->rank]].name);
     }
     if (st == OVL_OK && !c->world) {
         c->rank_node = malloc(q->world * sizeof(*c->rank_node));
