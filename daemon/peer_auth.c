@@ -5,25 +5,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static ovl_status_t key_bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static ovl_status_t key_bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
+#include "errf.h"
 
 ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *err, size_t errlen)
 {
@@ -35,29 +22,29 @@ ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *er
      * it is refused below as not a regular file. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
-        return key_bad(errno == EACCES ? OVL_ERR_CONFIG : OVL_ERR_SYSTEM, err, errlen,
-                       "peer_key_file %s: %s", path, strerror(errno));
+        return ovl_errf(errno == EACCES ? OVL_ERR_CONFIG : OVL_ERR_SYSTEM, err, errlen,
+                        "peer_key_file %s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = key_bad(OVL_ERR_SYSTEM, err, errlen, "peer_key_file %s: %s", path, strerror(errno));
+        st = ovl_errf(OVL_ERR_SYSTEM, err, errlen, "peer_key_file %s: %s", path, strerror(errno));
         goto out;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = key_bad(OVL_ERR_CONFIG, err, errlen, "peer_key_file %s is not a regular file", path);
+        st = ovl_errf(OVL_ERR_CONFIG, err, errlen, "peer_key_file %s is not a regular file", path);
         goto out;
     }
     if (sb.st_uid != geteuid()) {
-        st = key_bad(OVL_ERR_CONFIG, err, errlen,
-                     "peer_key_file %s is owned by uid %u; it must be owned by ovld's user "
-                     "(uid %u)",
-                     path, (unsigned)sb.st_uid, (unsigned)geteuid());
+        st = ovl_errf(OVL_ERR_CONFIG, err, errlen,
+                      "peer_key_file %s is owned by uid %u; it must be owned by ovld's user "
+                      "(uid %u)",
+                      path, (unsigned)sb.st_uid, (unsigned)geteuid());
         goto out;
     }
     if (sb.st_mode & 077) {
-        st = key_bad(OVL_ERR_CONFIG, err, errlen,
-                     "peer_key_file %s has mode %04o: group and others must have no access "
-                     "(0600 or stricter: chmod 600 %s)",
-                     path, (unsigned)(sb.st_mode & 07777), path);
+        st = ovl_errf(OVL_ERR_CONFIG, err, errlen,
+                      "peer_key_file %s has mode %04o: group and others must have no access "
+                      "(0600 or stricter: chmod 600 %s)",
+                      path, (unsigned)(sb.st_mode & 07777), path);
         goto out;
     }
     for (;;) {
@@ -65,17 +52,17 @@ ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *er
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            st =
-                key_bad(OVL_ERR_SYSTEM, err, errlen, "peer_key_file %s: %s", path, strerror(errno));
+            st = ovl_errf(OVL_ERR_SYSTEM, err, errlen, "peer_key_file %s: %s", path,
+                          strerror(errno));
             goto out;
         }
         if (n == 0)
             break;
         len += (size_t)n;
         if (len == sizeof(buf)) {
-            st = key_bad(OVL_ERR_CONFIG, err, errlen,
-                         "peer_key_file %s is larger than %d bytes; a key is %d to %d bytes", path,
-                         OVLD_PEER_KEY_FILE_MAX, OVLD_PEER_KEY_MIN, OVLD_PEER_KEY_MAX);
+            st = ovl_errf(OVL_ERR_CONFIG, err, errlen,
+                          "peer_key_file %s is larger than %d bytes; a key is %d to %d bytes", path,
+                          OVLD_PEER_KEY_FILE_MAX, OVLD_PEER_KEY_MIN, OVLD_PEER_KEY_MAX);
             goto out;
         }
     }
@@ -84,7 +71,8 @@ ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *er
                        buf[len - 1] == '\r' || buf[len - 1] == '\v' || buf[len - 1] == '\f'))
         len--;
     if (len < OVLD_PEER_KEY_MIN || len > OVLD_PEER_KEY_MAX) {
-        st = key_bad(OVL_ERR_CONFIG, err, errlen,
+        st =
+            ovl_errf(OVL_ERR_CONFIG, err, errlen,
                      "peer_key_file %s holds %zu bytes of key (trailing whitespace trimmed); a key "
                      "is %d to %d bytes (head -c 32 /dev/urandom | base64 > %s)",
                      path, len, OVLD_PEER_KEY_MIN, OVLD_PEER_KEY_MAX, path);

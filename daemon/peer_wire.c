@@ -6,28 +6,14 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "errf.h"
 #include "peer.pb-c.h"
 #include "text.h"
-
-static ovl_status_t bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static ovl_status_t bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 const char *ovld_peer_type_name(uint32_t type, char *buf, size_t len)
 {
@@ -64,13 +50,14 @@ ovl_status_t ovld_peer_frame_check(const uint8_t hdr[OVLD_PEER_FRAME_HDR], uint3
     uint32_t type = get_le32(hdr), len = get_le32(hdr + 4);
     char tb[32];
     if (type < OVLD_PEER_HELLO || type > OVLD_PEER_REFUSE)
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: a %s where a handshake message was expected",
-                   ovld_peer_type_name(type, tb, sizeof(tb)));
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: a %s where a handshake message was expected",
+                        ovld_peer_type_name(type, tb, sizeof(tb)));
     if (len > OVLD_PEER_MAX_FRAME)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "a %s of %" PRIu32 " bytes, over the limit of %u bytes (OVLD_PEER_MAX_FRAME)",
-                   ovld_peer_type_name(type, tb, sizeof(tb)), len, OVLD_PEER_MAX_FRAME);
+        return ovl_errf(OVL_ERR_LIMIT, err, errlen,
+                        "a %s of %" PRIu32
+                        " bytes, over the limit of %u bytes (OVLD_PEER_MAX_FRAME)",
+                        ovld_peer_type_name(type, tb, sizeof(tb)), len, OVLD_PEER_MAX_FRAME);
     *ret_type = type;
     *ret_len = len;
     return OVL_OK;
@@ -90,9 +77,9 @@ ovl_status_t ovld_peer_am_check(const void *hdr, size_t hdr_len, size_t len, uin
 {
     const uint8_t *h = hdr;
     if (hdr_len != OVLD_PEER_AM_HDR)
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: a message header of %zu bytes, not %d", hdr_len,
-                   OVLD_PEER_AM_HDR);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: a message header of %zu bytes, not %d", hdr_len,
+                        OVLD_PEER_AM_HDR);
     uint32_t type = get_le32(h), hlen = get_le32(h + 4);
     memcpy(ret_session, h + 8, OVLD_PEER_SESSION_LEN);
     char tb[32];
@@ -100,16 +87,16 @@ ovl_status_t ovld_peer_am_check(const void *hdr, size_t hdr_len, size_t len, uin
     /* The limit first: it is what an oversized message is refused for,
      * whatever its header says. */
     if (len > OVLD_PEER_MAX_BODY)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "a %s of %zu bytes, over the limit of %u bytes (OVLD_PEER_MAX_BODY)", name, len,
-                   OVLD_PEER_MAX_BODY);
+        return ovl_errf(OVL_ERR_LIMIT, err, errlen,
+                        "a %s of %zu bytes, over the limit of %u bytes (OVLD_PEER_MAX_BODY)", name,
+                        len, OVLD_PEER_MAX_BODY);
     if (hlen != len)
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: a %s whose header says %" PRIu32 " bytes, %zu came", name, hlen,
-                   len);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: a %s whose header says %" PRIu32 " bytes, %zu came", name,
+                        hlen, len);
     if (type < OVLD_PEER_PING || (type > OVLD_PEER_BYE && type < OVLD_PEER_TYPE_USER))
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: a %s, which does not travel over UCX", name);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: a %s, which does not travel over UCX", name);
     *ret_type = type;
     return OVL_OK;
 }
@@ -147,10 +134,10 @@ ovl_status_t ovld_peer_addr_parse(const char *text, struct sockaddr_storage *ret
     char why[128];
     struct sockaddr_storage ss;
     if (ovld_config_addr_parse(text, &ss, why, sizeof(why)) != OVL_OK)
-        return bad(OVL_ERR_INVALID, err, errlen, "not a peer address: %s", why);
+        return ovl_errf(OVL_ERR_INVALID, err, errlen, "not a peer address: %s", why);
     if (ovld_config_addr_is_any(&ss))
-        return bad(OVL_ERR_INVALID, err, errlen,
-                   "not a peer address: the wildcard address names no one node");
+        return ovl_errf(OVL_ERR_INVALID, err, errlen,
+                        "not a peer address: the wildcard address names no one node");
     *ret_ss = ss;
     ovld_peer_addr_format(&ss, ret_name, OVLD_ADDR_TEXT_MAX);
     return OVL_OK;
@@ -161,8 +148,8 @@ static ovl_status_t take_fixed(const ProtobufCBinaryData *b, uint8_t *out, size_
                                const char *msg, const char *field, char *err, size_t errlen)
 {
     if (b->len != n)
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: %s of %zu bytes, not %zu",
-                   msg, field, b->len, n);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: %s of %zu bytes, not %zu", msg, field, b->len, n);
     memcpy(out, b->data, n);
     return OVL_OK;
 }
@@ -174,18 +161,18 @@ static ovl_status_t take_address(const ProtobufCBinaryData *b, char out[OVLD_ADD
 {
     char text[OVLD_ADDR_TEXT_MAX];
     if (b->len == 0 || b->len >= sizeof(text))
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: %s: an address of %zu bytes, not 1 to %d", msg, b->len,
-                   OVLD_ADDR_TEXT_MAX - 1);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: an address of %zu bytes, not 1 to %d", msg, b->len,
+                        OVLD_ADDR_TEXT_MAX - 1);
     if (memchr(b->data, 0, b->len) || !ovl_text_is_clean(b->data, b->len))
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: %s: the address is not clean text", msg);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: the address is not clean text", msg);
     memcpy(text, b->data, b->len);
     text[b->len] = '\0';
     struct sockaddr_storage ss;
     char why[160];
     if (ovld_peer_addr_parse(text, &ss, out, why, sizeof(why)) != OVL_OK)
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: %s", msg, why);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: %s", msg, why);
     return OVL_OK;
 }
 
@@ -193,9 +180,9 @@ static ovl_status_t take_reason(const ProtobufCBinaryData *b, char *out, const c
                                 size_t errlen)
 {
     if (b->len > OVLD_PEER_REASON_MAX)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "%s: a reason of %zu bytes, over the limit of %d (OVLD_PEER_REASON_MAX)", msg,
-                   b->len, OVLD_PEER_REASON_MAX);
+        return ovl_errf(OVL_ERR_LIMIT, err, errlen,
+                        "%s: a reason of %zu bytes, over the limit of %d (OVLD_PEER_REASON_MAX)",
+                        msg, b->len, OVLD_PEER_REASON_MAX);
     /* Shown in the log: cleaned, never refused for its bytes. */
     ovl_text_sanitize(out, OVLD_PEER_REASON_MAX + 1, b->data, b->len);
     return OVL_OK;
@@ -205,13 +192,14 @@ static ovl_status_t take_ucx(const ProtobufCBinaryData *b, ovld_peer_msg_t *ret,
                              char *err, size_t errlen)
 {
     if (b->len == 0)
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: no UCX address", msg);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: no UCX address", msg);
     if (b->len > OVLD_PEER_UCX_ADDR_MAX)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "%s: a UCX address of %zu bytes, over the limit of %u (OVLD_PEER_UCX_ADDR_MAX)",
-                   msg, b->len, OVLD_PEER_UCX_ADDR_MAX);
+        return ovl_errf(
+            OVL_ERR_LIMIT, err, errlen,
+            "%s: a UCX address of %zu bytes, over the limit of %u (OVLD_PEER_UCX_ADDR_MAX)", msg,
+            b->len, OVLD_PEER_UCX_ADDR_MAX);
     if (!(ret->ucx_addr = malloc(b->len)))
-        return bad(OVL_ERR_NOMEM, err, errlen, "out of memory");
+        return ovl_errf(OVL_ERR_NOMEM, err, errlen, "out of memory");
     memcpy(ret->ucx_addr, b->data, b->len);
     ret->ucx_len = b->len;
     return OVL_OK;
@@ -220,9 +208,9 @@ static ovl_status_t take_ucx(const ProtobufCBinaryData *b, ovld_peer_msg_t *ret,
 static ovl_status_t take_version(uint64_t v, const char *msg, char *err, size_t errlen)
 {
     if (v != OVLD_PEER_VERSION)
-        return bad(OVL_ERR_VERSION, err, errlen,
-                   "%s: peer protocol version %" PRIu64 ", this ovld speaks version %d", msg, v,
-                   OVLD_PEER_VERSION);
+        return ovl_errf(OVL_ERR_VERSION, err, errlen,
+                        "%s: peer protocol version %" PRIu64 ", this ovld speaks version %d", msg,
+                        v, OVLD_PEER_VERSION);
     return OVL_OK;
 }
 
@@ -238,15 +226,15 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     if (type >= OVLD_PEER_TYPE_USER)
         return OVL_OK;
     if (type == 0 || type > OVLD_PEER_BYE)
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: unknown transport message type %" PRIu32, type);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: unknown transport message type %" PRIu32, type);
     ovl_status_t st = OVL_OK;
     const uint8_t *b = body;
     switch ((ovld_peer_type_t)type) {
     case OVLD_PEER_HELLO: {
         Ovlpeer__Hello *m = ovlpeer__hello__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Hello");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Hello");
         if ((st = take_version(m->version, name, err, errlen)) == OVL_OK &&
             (st = take_fixed(&m->nonce, ret->nonce, OVLD_PEER_NONCE_LEN, name, "nonce", err,
                              errlen)) == OVL_OK &&
@@ -260,7 +248,7 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_PEER_CHALLENGE: {
         Ovlpeer__Challenge *m = ovlpeer__challenge__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Challenge");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Challenge");
         if ((st = take_version(m->version, name, err, errlen)) == OVL_OK &&
             (st = take_fixed(&m->nonce, ret->nonce, OVLD_PEER_NONCE_LEN, name, "nonce", err,
                              errlen)) == OVL_OK &&
@@ -276,7 +264,7 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_PEER_AUTH: {
         Ovlpeer__Auth *m = ovlpeer__auth__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Auth");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Auth");
         st = take_fixed(&m->mac, ret->mac, OVLD_PEER_MAC_LEN, name, "MAC", err, errlen);
         ovlpeer__auth__free_unpacked(m, NULL);
         break;
@@ -284,7 +272,7 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_PEER_REFUSE: {
         Ovlpeer__Refuse *m = ovlpeer__refuse__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Refuse");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Refuse");
         /* a status this ovld does not know still refuses: as a protocol
          * error, with the sender's words */
         ret->status = m->status < 0 && m->status >= OVL_ERR_INTERNAL ? (ovl_status_t)m->status
@@ -296,7 +284,7 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_PEER_PING: {
         Ovlpeer__Ping *m = ovlpeer__ping__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Ping");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Ping");
         ret->seq = m->seq;
         ovlpeer__ping__free_unpacked(m, NULL);
         break;
@@ -304,7 +292,7 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_PEER_PONG: {
         Ovlpeer__Pong *m = ovlpeer__pong__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Pong");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Pong");
         ret->seq = m->seq;
         ovlpeer__pong__free_unpacked(m, NULL);
         break;
@@ -312,7 +300,7 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_PEER_BYE: {
         Ovlpeer__Bye *m = ovlpeer__bye__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Bye");
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed Bye");
         ret->status = m->status < 0 && m->status >= OVL_ERR_INTERNAL ? (ovl_status_t)m->status
                                                                      : OVL_ERR_PROTOCOL;
         st = take_reason(&m->reason, ret->reason, name, err, errlen);

@@ -24,9 +24,10 @@
  * Threads: ovld_xfer_send and _recv run on any thread. They check what is
  * fixed (the ranks' nodes), then under mu what changes (shutdown, abort, a
  * node down), and queue the entry for the loop (uv_async). All else is the
- * loop thread's; done callbacks are called from the async callback (or
- * from destroy), never from inside a call of this module's callers, nor
- * from inside UCX's progress.
+ * loop thread's. Done callbacks are called from the async callback, never
+ * from inside a caller's call nor from inside UCX's progress; once the
+ * mover is destroyed (no async any more), at the end of the call that
+ * finished them (destroy itself, a read's completion, a release).
  */
 #include "xfer.h"
 

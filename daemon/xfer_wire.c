@@ -4,28 +4,14 @@
 #include "xfer_wire.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
 #include "text.h"
 #include "xfer.h" /* OVLD_XFER_RKEY_MAX */
 #include "xfer.pb-c.h"
-
-static ovl_status_t bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static ovl_status_t bad(ovl_status_t st, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 const char *ovld_xfer_type_name(uint32_t type, char *buf, size_t len)
 {
@@ -53,8 +39,8 @@ static ovl_status_t take_u32(uint64_t v, uint32_t *out, const char *msg, const c
                              char *err, size_t errlen)
 {
     if (v > UINT32_MAX)
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: %s %" PRIu64 " (32 bits)",
-                   msg, field, v);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: %s %" PRIu64 " (32 bits)", msg, field, v);
     *out = (uint32_t)v;
     return OVL_OK;
 }
@@ -64,11 +50,12 @@ static ovl_status_t take_transfer(const Ovlxfer__Transfer *t, ovld_xfer_msg_t *r
 {
     ovl_status_t st;
     if (!t)
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: no transfer named", msg);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: no transfer named",
+                        msg);
     if (t->job.len != OVLD_JOB_NONCE_LEN)
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: %s: a job key of %zu bytes, not %d", msg, t->job.len,
-                   OVLD_JOB_NONCE_LEN);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: a job key of %zu bytes, not %d", msg, t->job.len,
+                        OVLD_JOB_NONCE_LEN);
     memcpy(ret->job, t->job.data, OVLD_JOB_NONCE_LEN);
     ret->seq = t->seq;
     if ((st = take_u32(t->index, &ret->index, msg, "index", err, errlen)) != OVL_OK ||
@@ -85,9 +72,9 @@ static ovl_status_t take_status(int64_t status, const ProtobufCBinaryData *reaso
     ret->status =
         status <= 0 && status >= OVL_ERR_INTERNAL ? (ovl_status_t)status : OVL_ERR_PROTOCOL;
     if (reason->len > OVLD_XFER_REASON_MAX)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "%s: a reason of %zu bytes, over the limit of %d (OVLD_XFER_REASON_MAX)", msg,
-                   reason->len, OVLD_XFER_REASON_MAX);
+        return ovl_errf(OVL_ERR_LIMIT, err, errlen,
+                        "%s: a reason of %zu bytes, over the limit of %d (OVLD_XFER_REASON_MAX)",
+                        msg, reason->len, OVLD_XFER_REASON_MAX);
     ovl_text_sanitize(ret->reason, sizeof(ret->reason), reason->data, reason->len);
     return OVL_OK;
 }
@@ -99,21 +86,21 @@ static ovl_status_t take_ready(const Ovlxfer__RowsReady *m, ovld_xfer_msg_t *ret
     if (st != OVL_OK)
         return st;
     if (m->bytes == 0)
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: 0 bytes", msg);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: %s: 0 bytes", msg);
     if (m->bytes > OVLD_XFER_MAX_BYTES)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "%s: %" PRIu64 " bytes, over the limit of %llu (OVLD_XFER_MAX_BYTES)", msg,
-                   m->bytes, (unsigned long long)OVLD_XFER_MAX_BYTES);
+        return ovl_errf(OVL_ERR_LIMIT, err, errlen,
+                        "%s: %" PRIu64 " bytes, over the limit of %llu (OVLD_XFER_MAX_BYTES)", msg,
+                        m->bytes, (unsigned long long)OVLD_XFER_MAX_BYTES);
     if (m->addr > UINT64_MAX - m->bytes)
-        return bad(OVL_ERR_PROTOCOL, err, errlen,
-                   "protocol error: %s: %" PRIu64 " bytes at 0x%" PRIx64 " wrap around", msg,
-                   m->bytes, m->addr);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: %" PRIu64 " bytes at 0x%" PRIx64 " wrap around", msg,
+                        m->bytes, m->addr);
     if (m->rkey.len == 0 || m->rkey.len > OVLD_XFER_RKEY_MAX)
-        return bad(OVL_ERR_LIMIT, err, errlen,
-                   "%s: a memory key of %zu bytes (1 to %u, OVLD_XFER_RKEY_MAX)", msg, m->rkey.len,
-                   OVLD_XFER_RKEY_MAX);
+        return ovl_errf(OVL_ERR_LIMIT, err, errlen,
+                        "%s: a memory key of %zu bytes (1 to %u, OVLD_XFER_RKEY_MAX)", msg,
+                        m->rkey.len, OVLD_XFER_RKEY_MAX);
     if (!(ret->rkey = malloc(m->rkey.len)))
-        return bad(OVL_ERR_NOMEM, err, errlen, "out of memory");
+        return ovl_errf(OVL_ERR_NOMEM, err, errlen, "out of memory");
     memcpy(ret->rkey, m->rkey.data, m->rkey.len);
     ret->rkey_len = m->rkey.len;
     ret->addr = m->addr;
@@ -134,33 +121,26 @@ ovl_status_t ovld_xfer_decode(uint32_t type, const void *body, size_t len, ovld_
     case OVLD_XFER_ROWS_READY: {
         Ovlxfer__RowsReady *m = ovlxfer__rows_ready__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed %s", name);
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed %s", name);
         st = take_ready(m, ret, name, err, errlen);
         ovlxfer__rows_ready__free_unpacked(m, NULL);
         break;
     }
-    case OVLD_XFER_ROWS_TAKEN: {
-        Ovlxfer__RowsTaken *m = ovlxfer__rows_taken__unpack(NULL, len, b);
-        if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed %s", name);
-        if ((st = take_transfer(m->xfer, ret, name, err, errlen)) == OVL_OK)
-            st = take_status(m->status, &m->reason, ret, name, err, errlen);
-        ovlxfer__rows_taken__free_unpacked(m, NULL);
-        break;
-    }
+    case OVLD_XFER_ROWS_TAKEN:
     case OVLD_XFER_ROWS_WITHDRAWN: {
-        Ovlxfer__RowsWithdrawn *m = ovlxfer__rows_withdrawn__unpack(NULL, len, b);
+        Ovlxfer__RowsStatus *m = ovlxfer__rows_status__unpack(NULL, len, b);
         if (!m)
-            return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed %s", name);
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a malformed %s", name);
         if ((st = take_transfer(m->xfer, ret, name, err, errlen)) == OVL_OK &&
             (st = take_status(m->status, &m->reason, ret, name, err, errlen)) == OVL_OK &&
-            ret->status == OVL_OK)
-            st = bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a %s of status 0", name);
-        ovlxfer__rows_withdrawn__free_unpacked(m, NULL);
+            type == OVLD_XFER_ROWS_WITHDRAWN && ret->status == OVL_OK)
+            st = ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a %s of status 0", name);
+        ovlxfer__rows_status__free_unpacked(m, NULL);
         break;
     }
     default:
-        return bad(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a %s, not one of rows", name);
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "protocol error: a %s, not one of rows",
+                        name);
     }
     if (st != OVL_OK)
         ovld_xfer_msg_clear(ret);
@@ -203,15 +183,9 @@ ovl_status_t ovld_xfer_encode(const ovld_xfer_msg_t *m, uint8_t **ret_body, size
         r.rkey = (ProtobufCBinaryData){m->rkey_len, m->rkey};
         return pack(&r.base, ret_body, ret_len);
     }
-    case OVLD_XFER_ROWS_TAKEN: {
-        Ovlxfer__RowsTaken r = OVLXFER__ROWS_TAKEN__INIT;
-        r.xfer = &t;
-        r.status = m->status;
-        r.reason = reason;
-        return pack(&r.base, ret_body, ret_len);
-    }
+    case OVLD_XFER_ROWS_TAKEN:
     case OVLD_XFER_ROWS_WITHDRAWN: {
-        Ovlxfer__RowsWithdrawn r = OVLXFER__ROWS_WITHDRAWN__INIT;
+        Ovlxfer__RowsStatus r = OVLXFER__ROWS_STATUS__INIT;
         r.xfer = &t;
         r.status = m->status;
         r.reason = reason;

@@ -6,7 +6,8 @@
 Writes seed_*.bin into corpus_request/ (framed Requests, encoded here by
 hand from proto/ovl.proto: standard library only), corpus_peer/
 (handshake frames and active messages of proto/peer.proto for
-fuzz_peer.c), corpus_doorbell/
+fuzz_peer.c), corpus_xfer/ (the bodies of proto/xfer.proto for
+fuzz_xfer.c), corpus_doorbell/
 (scripts for fuzz_doorbell.c) and seed_*.conf into corpus_config/
 (deploy/ovld.conf and variants). Files the fuzzer added (named by their
 SHA-1) are left alone. Run it again after changing the schema or a target's
@@ -220,6 +221,50 @@ def peer_seeds():
     return {"seed_" + k + ".bin": v for k, v in s.items()}
 
 
+# ----------------------------------------------------------------- xfer
+
+# daemon/xfer_wire.h: a type byte (type - 32, mod 16), then the body
+READY, TAKEN, WITHDRAWN = 0, 1, 2
+
+
+def xfer_transfer(job=b"0123456789abcdef", seq=5, index=1, frm=0, to=3):
+    return (f_bytes(1, job) + f_varint(2, seq) + f_varint(3, index) + f_varint(4, frm)
+            + f_varint(5, to))
+
+
+def xfer_ready(t=None, addr=0x7F0000001000, nbytes=81920, rkey=b"k" * 40):
+    return (f_bytes(1, xfer_transfer() if t is None else t) + f_varint(2, addr)
+            + f_varint(3, nbytes) + f_bytes(4, rkey))
+
+
+def xfer_status(status=0, reason=b"", t=None):
+    return f_bytes(1, xfer_transfer() if t is None else t) + f_varint(2, status) + f_bytes(3, reason)
+
+
+def xfer_seeds():
+    s = {}
+    s["ready"] = bytes([READY]) + xfer_ready()
+    s["ready_0_bytes"] = bytes([READY]) + xfer_ready(nbytes=0)
+    s["ready_over"] = bytes([READY]) + xfer_ready(nbytes=(1 << 40) + 1)
+    s["ready_wraps"] = bytes([READY]) + xfer_ready(addr=(1 << 64) - 100)
+    s["ready_no_key"] = bytes([READY]) + xfer_ready(rkey=b"")
+    s["ready_key_max"] = bytes([READY]) + xfer_ready(rkey=b"k" * 16384)
+    s["ready_key_over"] = bytes([READY]) + xfer_ready(rkey=b"k" * 16385)
+    s["ready_job_15"] = bytes([READY]) + xfer_ready(t=xfer_transfer(job=b"x" * 15))
+    s["ready_rank_wide"] = bytes([READY]) + xfer_ready(t=xfer_transfer(to=1 << 32))
+    s["ready_no_transfer"] = bytes([READY]) + f_varint(3, 8)
+    s["taken"] = bytes([TAKEN]) + xfer_status()
+    s["taken_mismatch"] = bytes([TAKEN]) + xfer_status((1 << 64) - 13, b"rank 0 sends 8 bytes")
+    s["taken_unknown"] = bytes([TAKEN]) + xfer_status((1 << 64) - 1000, b"what")
+    s["taken_positive"] = bytes([TAKEN]) + xfer_status(5)
+    s["taken_long"] = bytes([TAKEN]) + xfer_status((1 << 64) - 17, b"r" * 201)
+    s["taken_esc"] = bytes([TAKEN]) + xfer_status((1 << 64) - 17, b"a\x1b[2Jb\xff")
+    s["withdrawn"] = bytes([WITHDRAWN]) + xfer_status((1 << 64) - 17, b"rank 3 left")
+    s["withdrawn_0"] = bytes([WITHDRAWN]) + xfer_status(0)
+    s["type_35"] = bytes([3]) + xfer_status()
+    return {"seed_" + k + ".bin": v for k, v in s.items()}
+
+
 # ------------------------------------------------------------- doorbell
 
 # opcodes of fuzz_doorbell.c
@@ -305,6 +350,7 @@ def main():
     write(os.path.join(here, "corpus_doorbell"), doorbell_seeds())
     write(os.path.join(here, "corpus_config"), config_seeds(root))
     write(os.path.join(here, "corpus_peer"), peer_seeds())
+    write(os.path.join(here, "corpus_xfer"), xfer_seeds())
 
 
 if __name__ == "__main__":

@@ -18,28 +18,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <uv.h>
-
-#include "peer.h"
+#include "peers_fixture.h"
 
 #define TIMEOUT_MS 1000 /* peer_timeout_ms of every transport here */
 #define NMSG       64
 #define KEY_MAX    (16u << 10) /* bytes of a packed key (xfer.h, OVLD_XFER_RKEY_MAX) */
-
-static uv_loop_t loop;
-static char dir[64];
 
 /* What one transport saw. */
 typedef struct side {
@@ -108,46 +94,10 @@ static void on_down(void *arg, ovld_peer_t *p, ovl_status_t st, const char *why)
     snprintf(s->down_why, sizeof(s->down_why), "%s", why);
 }
 
-/* A free port on 127.0.0.1 (bound and closed: good enough on a test box). */
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t l = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static const char *write_key(const char *name, const char *text)
-{
-    static char path[2][128];
-    static int next;
-    char *p = path[next++ % 2];
-    snprintf(p, sizeof(path[0]), "%s/%s", dir, name);
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    return p;
-}
-
 static void start(side_t *s, const ovld_reporter_t *rep, const char *key, uint16_t port)
 {
     char err[512];
-    ovld_config_defaults(&s->cfg);
-    snprintf(s->cfg.peer_listen, sizeof(s->cfg.peer_listen), "127.0.0.1:%u", port);
-    snprintf(s->cfg.peer_key_file, sizeof(s->cfg.peer_key_file), "%s", key);
-    s->cfg.peer_timeout_ms = TIMEOUT_MS;
-    ovld_stats_reset(&s->counters.total, 0);
-    ovld_stats_reset(&s->counters.window, 0);
-    struct sockaddr_in *a = (struct sockaddr_in *)&s->addr;
-    memset(&s->addr, 0, sizeof(s->addr));
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    peer_side_config(&s->cfg, &s->addr, &s->counters, key, port, TIMEOUT_MS);
     s->nmsg = 0;
     s->bodies_ok = true;
     s->downs = 0;
@@ -163,38 +113,6 @@ static void stop(side_t *s)
 {
     ovld_peers_close(s->ps);
     s->ps = NULL;
-}
-
-static void on_cap(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-/* Turns the loop until cond(arg) or ms pass; returns cond's last value. */
-static bool run_until(bool (*cond)(void *), void *arg, unsigned ms)
-{
-    bool expired = false;
-    uv_timer_t t;
-    uv_timer_init(&loop, &t);
-    t.data = &expired;
-    uv_timer_start(&t, on_cap, ms, 0);
-    bool ok;
-    while (!(ok = cond(arg)) && !expired)
-        uv_run(&loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool never(void *arg)
-{
-    (void)arg;
-    return false;
-}
-
-static bool is_up(void *arg)
-{
-    return ovld_peer_is_up(arg);
 }
 
 static bool got_n(void *arg)
@@ -387,25 +305,6 @@ static void test_wrong_key(void **state)
     run_until(never, NULL, 200);
 }
 
-typedef struct get_res {
-    bool done;
-    ovl_status_t st;
-    char why[400];
-} get_res_t;
-
-static void get_done(void *arg, ovl_status_t st, const char *why)
-{
-    get_res_t *r = arg;
-    r->done = true;
-    r->st = st;
-    snprintf(r->why, sizeof(r->why), "%s", why ? why : "");
-}
-
-static bool get_finished(void *arg)
-{
-    return ((get_res_t *)arg)->done;
-}
-
 /* Remote reads: B maps a buffer, A reads it (large, and a piece of it),
  * with the key B packed; a read of a peer not up (yet, or any more) is
  * refused at once, and its done never called. */
@@ -432,30 +331,30 @@ static void test_remote_read(void **state)
     memcpy(k, packed, klen); /* what a message would carry */
     ovld_peer_t *pb;
     assert_int_equal(ovld_peers_get(A.ps, &B.addr, &pb, err, sizeof(err)), OVL_OK);
-    get_res_t r = {0};
+    res_t r = {0};
     /* not up yet: refused, done never called */
     assert_int_equal(
-        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, len, get_done, &r, err, sizeof(err)),
+        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, len, res_done, &r, err, sizeof(err)),
         OVL_ERR_CLOSED);
     assert_non_null(strstr(err, "not up"));
     assert_true(run_until(is_up, pb, 3 * TIMEOUT_MS));
     assert_int_equal(
-        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, 0, get_done, &r, err, sizeof(err)),
+        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, 0, res_done, &r, err, sizeof(err)),
         OVL_ERR_INVALID);
     assert_int_equal(
-        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, len, get_done, &r, err, sizeof(err)),
+        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, len, res_done, &r, err, sizeof(err)),
         OVL_OK);
-    assert_false(r.done); /* never from inside the call */
-    assert_true(run_until(get_finished, &r, 5000));
+    assert_int_equal(r.calls, 0); /* never from inside the call */
+    assert_true(run_until(res_finished, &r, 5000));
     assert_int_equal(r.st, OVL_OK);
     assert_memory_equal(src, dst, len);
     /* a piece from the middle */
     memset(dst, 0, len);
-    r = (get_res_t){0};
-    assert_int_equal(ovld_peer_get(pb, (uintptr_t)(src + 1000), k, klen, dst, 333, get_done, &r,
+    r = (res_t){0};
+    assert_int_equal(ovld_peer_get(pb, (uintptr_t)(src + 1000), k, klen, dst, 333, res_done, &r,
                                    err, sizeof(err)),
                      OVL_OK);
-    assert_true(run_until(get_finished, &r, 5000));
+    assert_true(run_until(res_finished, &r, 5000));
     assert_int_equal(r.st, OVL_OK);
     assert_memory_equal(src + 1000, dst, 333);
     /* B goes: later reads are refused at once. (Not tested: a read in
@@ -467,11 +366,11 @@ static void test_remote_read(void **state)
     stop(&B);
     A.downs = 0;
     assert_true(run_until(got_down, &A, 2 * TIMEOUT_MS));
-    r = (get_res_t){0};
+    r = (res_t){0};
     assert_int_equal(
-        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, len, get_done, &r, err, sizeof(err)),
+        ovld_peer_get(pb, (uintptr_t)src, k, klen, dst, len, res_done, &r, err, sizeof(err)),
         OVL_ERR_CLOSED);
-    assert_false(r.done);
+    assert_int_equal(r.calls, 0);
     stop(&A);
     run_until(never, NULL, 200);
     free(src);
@@ -504,23 +403,13 @@ static void test_signals_are_ours(void **state)
 static int setup(void **state)
 {
     (void)state;
-    /* as the integration tests and docs/multinode.md run it on one host */
-    setenv("UCX_TLS", "tcp,self", 1);
-    ovld_peers_process_init();
-    snprintf(dir, sizeof(dir), "/tmp/ovl-test-peers-XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    return uv_loop_init(&loop);
+    return peers_fixture_setup("test-peers");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    uv_run(&loop, UV_RUN_DEFAULT); /* the transports' handles close */
-    int rc = uv_loop_close(&loop);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return rc == 0 && system(cmd) == 0 ? 0 : -1;
+    return peers_fixture_teardown();
 }
 
 int main(void)

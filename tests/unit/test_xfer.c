@@ -24,34 +24,19 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <math.h>
 #include <sys/mman.h>
-#include <uv.h>
 
 #include "backend.h"
 #include "doorbell.h"
 #include "exec.h"
-#include "peer.h"
+#include "peers_fixture.h"
 #include "plan.h"
 #include "xfer.h"
 #include "xfer_wire.h"
 
 #define TIMEOUT_MS 1000 /* peer_timeout_ms of both transports */
 #define NTAGS      8
-
-static uv_loop_t loop;
-static char dir[64];
-static pthread_t loop_thread;
 
 /* One daemon: its transport, its mover, its job's mover, its peer. */
 typedef struct side {
@@ -95,64 +80,10 @@ static void on_down(void *arg, ovld_peer_t *p, ovl_status_t st, const char *why)
         ovld_xfer_on_down(s->x, p, why);
 }
 
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t l = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void on_cap(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-/* Turns the loop until cond(arg) or ms pass; returns cond's last value. */
-static bool run_until(bool (*cond)(void *), void *arg, unsigned ms)
-{
-    bool expired = false;
-    uv_timer_t t;
-    uv_timer_init(&loop, &t);
-    t.data = &expired;
-    uv_timer_start(&t, on_cap, ms, 0);
-    bool ok;
-    while (!(ok = cond(arg)) && !expired)
-        uv_run(&loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool never(void *arg)
-{
-    (void)arg;
-    return false;
-}
-
-static bool is_up(void *arg)
-{
-    return ovld_peer_is_up(arg);
-}
-
 static void start_side(side_t *s, const ovld_reporter_t *rep, const char *key, uint16_t port)
 {
     char err[512];
-    ovld_config_defaults(&s->cfg);
-    snprintf(s->cfg.peer_listen, sizeof(s->cfg.peer_listen), "127.0.0.1:%u", port);
-    snprintf(s->cfg.peer_key_file, sizeof(s->cfg.peer_key_file), "%s", key);
-    s->cfg.peer_timeout_ms = TIMEOUT_MS;
-    ovld_stats_reset(&s->counters.total, 0);
-    ovld_stats_reset(&s->counters.window, 0);
-    struct sockaddr_in *a = (struct sockaddr_in *)&s->addr;
-    memset(&s->addr, 0, sizeof(s->addr));
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    peer_side_config(&s->cfg, &s->addr, &s->counters, key, port, TIMEOUT_MS);
     s->downs = 0;
     s->x = NULL;
     s->xj = NULL;
@@ -167,13 +98,8 @@ static void start_side(side_t *s, const ovld_reporter_t *rep, const char *key, u
 /* Both daemons up, linked, each with the job (rank 0 on A, rank 1 on B). */
 static void start_both(void)
 {
-    char path[128], err[256];
-    snprintf(path, sizeof(path), "%s/key", dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    const char *text = "0123456789abcdef0123456789abcdef-cluster\n";
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    char err[256];
+    const char *path = write_key("key", "0123456789abcdef0123456789abcdef-cluster\n");
     start_side(&A, &rep_a, path, free_port());
     start_side(&B, &rep_b, path, free_port());
     assert_int_equal(ovld_peers_get(A.ps, &B.addr, &A.other, err, sizeof(err)), OVL_OK);
@@ -212,23 +138,6 @@ static void stop_both(void)
     run_until(never, NULL, 200);
 }
 
-/* One transfer's end, as its done saw it. */
-typedef struct res {
-    unsigned calls;
-    bool on_loop;
-    ovl_status_t st;
-    char why[400];
-} res_t;
-
-static void done(void *arg, ovl_status_t st, const char *why)
-{
-    res_t *r = arg;
-    r->calls++;
-    r->on_loop = pthread_equal(pthread_self(), loop_thread);
-    r->st = st;
-    snprintf(r->why, sizeof(r->why), "%s", why ? why : "");
-}
-
 typedef struct wait_for {
     res_t *r;
     unsigned n;
@@ -238,7 +147,7 @@ static bool all_done(void *arg)
 {
     wait_for_t *w = arg;
     for (unsigned i = 0; i < w->n; i++)
-        if (!w->r[i].calls)
+        if (!res_finished(&w->r[i]))
             return false;
     return true;
 }
@@ -247,6 +156,22 @@ static void wait_done(res_t *r, unsigned n)
 {
     wait_for_t w = {r, n};
     assert_true(run_until(all_done, &w, 5000));
+}
+
+/* A refused post's words. */
+static char post_why[256];
+
+/* Posts a send (a receive) on s's job, its done into r. */
+static ovl_status_t xsend(side_t *s, ovld_coll_tag_t t, uint32_t from, uint32_t to, void *buf,
+                          size_t len, res_t *r)
+{
+    return ovld_xfer_send(s->xj, t, from, to, buf, len, res_done, r, post_why, sizeof(post_why));
+}
+
+static ovl_status_t xrecv(side_t *s, ovld_coll_tag_t t, uint32_t from, uint32_t to, void *buf,
+                          size_t len, res_t *r)
+{
+    return ovld_xfer_recv(s->xj, t, from, to, buf, len, res_done, r, post_why, sizeof(post_why));
 }
 
 static ovld_coll_tag_t tag_of(unsigned i)
@@ -271,7 +196,6 @@ static void test_rows(void **state)
 {
     (void)state;
     start_both();
-    char why[256];
     static uint8_t src[2][NTAGS][300u << 10], dst[2][NTAGS][300u << 10];
     res_t sr[2][NTAGS], rr[2][NTAGS];
     memset(sr, 0, sizeof(sr));
@@ -283,32 +207,20 @@ static void test_rows(void **state)
     /* odd tags: receives first; even: sends first, the receives a moment
      * later (their RowsReady waits) */
     for (unsigned i = 1; i < NTAGS; i += 2) {
-        assert_int_equal(ovld_xfer_recv(B.xj, tag_of(i), 0, 1, dst[0][i], len_of(i), done,
-                                        &rr[0][i], why, sizeof(why)),
-                         OVL_OK);
-        assert_int_equal(ovld_xfer_recv(A.xj, tag_of(i), 1, 0, dst[1][i], len_of(i), done,
-                                        &rr[1][i], why, sizeof(why)),
-                         OVL_OK);
+        assert_int_equal(xrecv(&B, tag_of(i), 0, 1, dst[0][i], len_of(i), &rr[0][i]), OVL_OK);
+        assert_int_equal(xrecv(&A, tag_of(i), 1, 0, dst[1][i], len_of(i), &rr[1][i]), OVL_OK);
     }
     for (unsigned i = 0; i < NTAGS; i++) {
-        assert_int_equal(ovld_xfer_send(A.xj, tag_of(i), 0, 1, src[0][i], len_of(i), done,
-                                        &sr[0][i], why, sizeof(why)),
-                         OVL_OK);
-        assert_int_equal(ovld_xfer_send(B.xj, tag_of(i), 1, 0, src[1][i], len_of(i), done,
-                                        &sr[1][i], why, sizeof(why)),
-                         OVL_OK);
+        assert_int_equal(xsend(&A, tag_of(i), 0, 1, src[0][i], len_of(i), &sr[0][i]), OVL_OK);
+        assert_int_equal(xsend(&B, tag_of(i), 1, 0, src[1][i], len_of(i), &sr[1][i]), OVL_OK);
     }
     assert_int_equal(sr[0][0].calls, 0); /* never from inside the call */
     run_until(never, NULL, 200);
     for (unsigned i = 0; i < NTAGS; i += 2)
         assert_int_equal(sr[0][i].calls + sr[1][i].calls, 0); /* nobody took them yet */
     for (unsigned i = 0; i < NTAGS; i += 2) {
-        assert_int_equal(ovld_xfer_recv(B.xj, tag_of(i), 0, 1, dst[0][i], len_of(i), done,
-                                        &rr[0][i], why, sizeof(why)),
-                         OVL_OK);
-        assert_int_equal(ovld_xfer_recv(A.xj, tag_of(i), 1, 0, dst[1][i], len_of(i), done,
-                                        &rr[1][i], why, sizeof(why)),
-                         OVL_OK);
+        assert_int_equal(xrecv(&B, tag_of(i), 0, 1, dst[0][i], len_of(i), &rr[0][i]), OVL_OK);
+        assert_int_equal(xrecv(&A, tag_of(i), 1, 0, dst[1][i], len_of(i), &rr[1][i]), OVL_OK);
     }
     wait_done(&sr[0][0], 2 * NTAGS);
     wait_done(&rr[0][0], 2 * NTAGS);
@@ -346,12 +258,12 @@ typedef struct poster {
 static void *post_main(void *arg)
 {
     poster_t *p = arg;
-    char why[256];
+    char why[256]; /* its own: the two threads post at once */
     for (unsigned i = 0; i < NTAGS; i++) {
         ovld_coll_tag_t t = {.seq = 7, .index = i};
-        p->st = p->send ? ovld_xfer_send(p->s->xj, t, 0, 1, p->buf + i * p->len, p->len, done,
+        p->st = p->send ? ovld_xfer_send(p->s->xj, t, 0, 1, p->buf + i * p->len, p->len, res_done,
                                          &p->r[i], why, sizeof(why))
-                        : ovld_xfer_recv(p->s->xj, t, 0, 1, p->buf + i * p->len, p->len, done,
+                        : ovld_xfer_recv(p->s->xj, t, 0, 1, p->buf + i * p->len, p->len, res_done,
                                          &p->r[i], why, sizeof(why));
         if (p->st != OVL_OK)
             break;
@@ -394,14 +306,11 @@ static void test_mismatch(void **state)
 {
     (void)state;
     start_both();
-    char why[256];
     static uint8_t buf[2][1000];
     res_t s = {0}, r = {0};
     ovld_coll_tag_t t = {.seq = 1, .index = 0};
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf[0], 100, done, &s, why, sizeof(why)),
-                     OVL_OK);
-    assert_int_equal(ovld_xfer_recv(B.xj, t, 0, 1, buf[1], 200, done, &r, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xsend(&A, t, 0, 1, buf[0], 100, &s), OVL_OK);
+    assert_int_equal(xrecv(&B, t, 0, 1, buf[1], 200, &r), OVL_OK);
     wait_done(&s, 1);
     wait_done(&r, 1);
     assert_int_equal(s.st, OVL_ERR_MISMATCH);
@@ -410,28 +319,21 @@ static void test_mismatch(void **state)
     assert_non_null(strstr(s.why, "rank 0 sends 100 bytes, rank 1 receives 200"));
     assert_non_null(strstr(s.why, "op 1, call 0"));
     /* refused here: the ranks of a send are this node's and another's */
-    assert_int_equal(ovld_xfer_send(B.xj, t, 0, 1, buf[0], 100, done, &s, why, sizeof(why)),
-                     OVL_ERR_INVALID);
-    assert_non_null(strstr(why, "this is node 1"));
-    assert_int_equal(ovld_xfer_recv(A.xj, t, 0, 1, buf[0], 100, done, &s, why, sizeof(why)),
-                     OVL_ERR_INVALID);
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 2, buf[0], 100, done, &s, why, sizeof(why)),
-                     OVL_ERR_INVALID);
-    assert_non_null(strstr(why, "out of its 2 ranks"));
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf[0], 0, done, &s, why, sizeof(why)),
-                     OVL_ERR_INVALID);
+    assert_int_equal(xsend(&B, t, 0, 1, buf[0], 100, &s), OVL_ERR_INVALID);
+    assert_non_null(strstr(post_why, "this is node 1"));
+    assert_int_equal(xrecv(&A, t, 0, 1, buf[0], 100, &s), OVL_ERR_INVALID);
+    assert_int_equal(xsend(&A, t, 0, 2, buf[0], 100, &s), OVL_ERR_INVALID);
+    assert_non_null(strstr(post_why, "out of its 2 ranks"));
+    assert_int_equal(xsend(&A, t, 0, 1, buf[0], 0, &s), OVL_ERR_INVALID);
     /* the same transfer posted twice: the second fails, the first goes on */
     res_t s1 = {0}, s2 = {0}, r1 = {0};
     t.seq = 2;
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf[0], 10, done, &s1, why, sizeof(why)),
-                     OVL_OK);
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf[0], 10, done, &s2, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xsend(&A, t, 0, 1, buf[0], 10, &s1), OVL_OK);
+    assert_int_equal(xsend(&A, t, 0, 1, buf[0], 10, &s2), OVL_OK);
     wait_done(&s2, 1);
     assert_int_equal(s2.st, OVL_ERR_INVALID);
     assert_non_null(strstr(s2.why, "posted twice"));
-    assert_int_equal(ovld_xfer_recv(B.xj, t, 0, 1, buf[1], 10, done, &r1, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xrecv(&B, t, 0, 1, buf[1], 10, &r1), OVL_OK);
     wait_done(&s1, 1);
     wait_done(&r1, 1);
     assert_int_equal(s1.st, OVL_OK);
@@ -446,25 +348,21 @@ static void test_abort(void **state)
 {
     (void)state;
     start_both();
-    char why[256];
     static uint8_t buf[2][64];
     res_t s = {0}, r = {0}, r2 = {0}, late = {0};
     /* B waits for rows that never come; its job aborts */
     ovld_coll_tag_t t1 = {.seq = 1, .index = 0}, t2 = {.seq = 2, .index = 0};
-    assert_int_equal(ovld_xfer_recv(B.xj, t1, 0, 1, buf[1], 64, done, &r, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xrecv(&B, t1, 0, 1, buf[1], 64, &r), OVL_OK);
     /* A announces rows B does not take yet; A's job aborts */
-    assert_int_equal(ovld_xfer_send(A.xj, t2, 0, 1, buf[0], 64, done, &s, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xsend(&A, t2, 0, 1, buf[0], 64, &s), OVL_OK);
     run_until(never, NULL, 100);
     ovld_xfer_job_abort(B.xj, OVL_ERR_ABORTED, "rank 3 left");
     wait_done(&r, 1);
     assert_int_equal(r.st, OVL_ERR_ABORTED);
     assert_non_null(strstr(r.why, "rank 3 left"));
     /* later posts fail at once, with the same words */
-    assert_int_equal(ovld_xfer_recv(B.xj, t2, 0, 1, buf[1], 64, done, &late, why, sizeof(why)),
-                     OVL_ERR_ABORTED);
-    assert_non_null(strstr(why, "rank 3 left"));
+    assert_int_equal(xrecv(&B, t2, 0, 1, buf[1], 64, &late), OVL_ERR_ABORTED);
+    assert_non_null(strstr(post_why, "rank 3 left"));
     assert_int_equal(late.calls, 0);
     /* B's abort answered A's announcement: A's send fails with B's words */
     wait_done(&s, 1);
@@ -484,15 +382,13 @@ static void test_abort(void **state)
     assert_int_equal(ovld_xfer_job_create(B.x, key2, 2, node_of, 1, pb, 2, &B.xj, err, sizeof(err)),
                      OVL_OK);
     s = (res_t){0};
-    assert_int_equal(ovld_xfer_send(A.xj, t1, 0, 1, buf[0], 64, done, &s, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xsend(&A, t1, 0, 1, buf[0], 64, &s), OVL_OK);
     run_until(never, NULL, 100);
     ovld_xfer_job_abort(A.xj, OVL_ERR_ABORTED, "rank 0's client died");
     wait_done(&s, 1);
     assert_int_equal(s.st, OVL_ERR_ABORTED);
     assert_non_null(strstr(s.why, "rank 0's client died"));
-    assert_int_equal(ovld_xfer_recv(B.xj, t1, 0, 1, buf[1], 64, done, &r2, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xrecv(&B, t1, 0, 1, buf[1], 64, &r2), OVL_OK);
     wait_done(&r2, 1);
     assert_int_equal(r2.st, OVL_ERR_ABORTED);
     assert_non_null(strstr(r2.why, "withdrawn by 127.0.0.1"));
@@ -505,12 +401,11 @@ static void test_peer_down(void **state)
 {
     (void)state;
     start_both();
-    char why[256];
     static uint8_t buf[2][64];
     res_t s = {0}, r = {0};
     ovld_coll_tag_t t = {.seq = 5, .index = 1};
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf[0], 64, done, &s, why, sizeof(why)), OVL_OK);
-    assert_int_equal(ovld_xfer_recv(A.xj, t, 1, 0, buf[1], 64, done, &r, why, sizeof(why)), OVL_OK);
+    assert_int_equal(xsend(&A, t, 0, 1, buf[0], 64, &s), OVL_OK);
+    assert_int_equal(xrecv(&A, t, 1, 0, buf[1], 64, &r), OVL_OK);
     run_until(never, NULL, 100);
     const char *bname = ovld_peers_self(B.ps);
     char bn[64];
@@ -523,9 +418,8 @@ static void test_peer_down(void **state)
     assert_non_null(strstr(s.why, bn));
     assert_non_null(strstr(r.why, "is down"));
     res_t late = {0};
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf[0], 64, done, &late, why, sizeof(why)),
-                     OVL_ERR_ABORTED);
-    assert_non_null(strstr(why, bn));
+    assert_int_equal(xsend(&A, t, 0, 1, buf[0], 64, &late), OVL_ERR_ABORTED);
+    assert_non_null(strstr(post_why, bn));
     stop_side(&A);
     run_until(never, NULL, 200);
 }
@@ -537,14 +431,12 @@ static void test_limit(void **state)
 {
     (void)state;
     start_both();
-    char why[256];
     static uint8_t buf[64];
     static res_t r[OVLD_XFER_MAX_PENDING + 1];
     memset(r, 0, sizeof(r));
     for (unsigned i = 0; i <= OVLD_XFER_MAX_PENDING; i++) {
         ovld_coll_tag_t t = {.seq = 1000 + i, .index = 0};
-        assert_int_equal(
-            ovld_xfer_recv(B.xj, t, 0, 1, buf, sizeof(buf), done, &r[i], why, sizeof(why)), OVL_OK);
+        assert_int_equal(xrecv(&B, t, 0, 1, buf, sizeof(buf), &r[i]), OVL_OK);
     }
     wait_done(&r[OVLD_XFER_MAX_PENDING], 1);
     assert_int_equal(r[OVLD_XFER_MAX_PENDING].st, OVL_ERR_LIMIT);
@@ -552,8 +444,7 @@ static void test_limit(void **state)
     assert_int_equal(r[0].calls, 0);
     res_t s = {0};
     ovld_coll_tag_t t = {.seq = 1, .index = 0};
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, buf, sizeof(buf), done, &s, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xsend(&A, t, 0, 1, buf, sizeof(buf), &s), OVL_OK);
     wait_done(&s, 1);
     assert_int_equal(s.st, OVL_ERR_LIMIT);
     assert_non_null(strstr(s.why, "OVLD_XFER_MAX_PENDING"));
@@ -573,22 +464,18 @@ static void test_shutdown(void **state)
 {
     (void)state;
     start_both();
-    char why[256];
     static uint8_t buf[64];
     res_t r = {0}, s = {0}, late = {0};
     ovld_coll_tag_t t = {.seq = 9, .index = 0};
-    assert_int_equal(ovld_xfer_recv(B.xj, t, 0, 1, buf, sizeof(buf), done, &r, why, sizeof(why)),
-                     OVL_OK);
-    assert_int_equal(ovld_xfer_send(B.xj, t, 1, 0, buf, sizeof(buf), done, &s, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xrecv(&B, t, 0, 1, buf, sizeof(buf), &r), OVL_OK);
+    assert_int_equal(xsend(&B, t, 1, 0, buf, sizeof(buf), &s), OVL_OK);
     run_until(never, NULL, 50);
     ovld_xfer_destroy(B.x);
     assert_int_equal(r.calls, 1);
     assert_int_equal(r.st, OVL_ERR_SHUTDOWN);
     assert_int_equal(s.calls, 1);
     assert_int_equal(s.st, OVL_ERR_SHUTDOWN);
-    assert_int_equal(ovld_xfer_recv(B.xj, t, 0, 1, buf, sizeof(buf), done, &late, why, sizeof(why)),
-                     OVL_ERR_SHUTDOWN);
+    assert_int_equal(xrecv(&B, t, 0, 1, buf, sizeof(buf), &late), OVL_ERR_SHUTDOWN);
     ovld_xfer_job_release(B.xj);
     B.xj = NULL;
     B.x = NULL;
@@ -655,13 +542,10 @@ static void test_forged(void **state)
     assert_int_equal(A.counters.total.xfer_dropped, 1);
     /* nothing was left behind under those names: the real ones go */
     res_t s = {0}, r = {0};
-    char why[256];
     ovld_coll_tag_t t = {.seq = 3, .index = 0};
     fill(src, sizeof(src), 5);
-    assert_int_equal(ovld_xfer_recv(B.xj, t, 0, 1, dst, sizeof(dst), done, &r, why, sizeof(why)),
-                     OVL_OK);
-    assert_int_equal(ovld_xfer_send(A.xj, t, 0, 1, src, sizeof(src), done, &s, why, sizeof(why)),
-                     OVL_OK);
+    assert_int_equal(xrecv(&B, t, 0, 1, dst, sizeof(dst), &r), OVL_OK);
+    assert_int_equal(xsend(&A, t, 0, 1, src, sizeof(src), &s), OVL_OK);
     wait_done(&s, 1);
     wait_done(&r, 1);
     assert_int_equal(s.st, OVL_OK);
@@ -1041,23 +925,13 @@ static void test_host_one_daemon(void **state)
 static int setup(void **state)
 {
     (void)state;
-    setenv("UCX_TLS", "tcp,self", 1);
-    ovld_peers_process_init();
-    loop_thread = pthread_self();
-    snprintf(dir, sizeof(dir), "/tmp/ovl-test-xfer-XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    return uv_loop_init(&loop);
+    return peers_fixture_setup("test-xfer");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    uv_run(&loop, UV_RUN_DEFAULT);
-    int rc = uv_loop_close(&loop);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return rc == 0 && system(cmd) == 0 ? 0 : -1;
+    return peers_fixture_teardown();
 }
 
 int main(void)
