@@ -7,9 +7,16 @@
  *   - through ovld: W forked rank processes (rank r on GPU r mod G, G the
  *     GPUs here) join one job and submit ovl_allgather_gemm back to back on
  *     their own stream, for every algorithm and chunk count asked for;
- *   - the baselines, in this process once the ranks have exited: NCCL's
- *     all-gather alone, the cuBLASLt GEMM alone (the same wrapper ovld uses),
- *     and the two in sequence ("unfused"); floor = max(all-gather, GEMM).
+ *   - with --torch-peer, PyTorch's own fused op
+ *     (torch.ops.symm_mem.fused_all_gather_matmul) and its unfused
+ *     all-gather + mm, timed the same way by bench/torch_peer.py, run from
+ *     here once the ranks have exited (one rank per GPU only);
+ *   - the baselines, in this process after those: NCCL's all-gather alone,
+ *     the copy engine's gather alone (each GPU pulls the other ranks'
+ *     shards, "ce-gather"), the cuBLASLt GEMM alone (the same wrapper ovld
+ *     uses), and NCCL's all-gather then the GEMM ("unfused"). The floor is
+ *     max(ce-gather, GEMM), the best an overlapped op could do with the
+ *     copy engine; "floor nccl" is max(all-gather, GEMM).
  *
  * With --bs N every op has N Bs of the shape's N columns each, C_i =
  * allgather(A) @ B_i, A gathered once: ovld gets one op of N Bs; the
@@ -21,6 +28,11 @@
  * one GPU): each rank's copies of every shard, "copy-gather". A time
  * measured so includes the other ranks' work on the same GPU: it is no
  * overlap figure, and the table and the summary say so.
+ *
+ * The summary gives, per shape, the best ovl config against unfused, both
+ * floors and PyTorch's fused op, then the targets: at most 1.10x the floor
+ * on every shape, never slower than unfused, 25% faster than PyTorch's
+ * fused op by geometric mean over the shapes.
  *
  * Every time is the median of `iters` back-to-back ops measured with CUDA
  * events on the stream that issues them (the application's view of one op in
@@ -114,6 +126,8 @@ typedef struct bopts {
     bool check;
     const char *label;
     int timeout_s;
+    const char *torch_peer; /* bench/torch_peer.py, or NULL: PyTorch's fused op not timed */
+    const char *python;     /* what runs it */
     char job[64];
 } bopts_t;
 
@@ -123,7 +137,9 @@ static void usage(FILE *f)
             "Usage: ovl-bench [OPTIONS]\n"
             "\n"
             "Times C = allgather(A) @ B through ovld against NCCL all-gather + cuBLASLt GEMM\n"
-            "on the same GPUs. ovld must be running with the CUDA backend.\n"
+            "(unfused), the floors max(GEMM, copy-engine gather) and max(GEMM, NCCL\n"
+            "all-gather), and with --torch-peer PyTorch's fused op, on the same GPUs.\n"
+            "ovld must be running with the CUDA backend.\n"
             "\n"
             "  --socket PATH     ovld's socket (default $OVL_SOCKET, else %s)\n"
             "  --world W         ranks (default: every GPU, one rank each); rank r runs on\n"
@@ -149,6 +165,11 @@ static void usage(FILE *f)
             "  --label TEXT      free text for the results header (e.g. a git commit)\n"
             "  --timeout S       seconds a shape may take before everything is stopped\n"
             "                    (default 300)\n"
+            "  --torch-peer FILE also time PyTorch's fused_all_gather_matmul and its unfused\n"
+            "                    all-gather + mm on the same GPUs with this script\n"
+            "                    (bench/torch_peer.py; one rank per GPU only)\n"
+            "  --python EXE      the Python with torch that runs it (default $OVL_PYTHON,\n"
+            "                    else python3)\n"
             "  -h, --help        show this help\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
@@ -213,7 +234,9 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         O_NOCHECK,
         O_LABEL,
         O_TIMEOUT,
-        O_BS
+        O_BS,
+        O_TORCH,
+        O_PYTHON
     };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, O_SOCKET},
@@ -230,6 +253,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         {"label", required_argument, NULL, O_LABEL},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"bs", required_argument, NULL, O_BS},
+        {"torch-peer", required_argument, NULL, O_TORCH},
+        {"python", required_argument, NULL, O_PYTHON},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -247,7 +272,9 @@ static int parse_args(int argc, char **argv, bopts_t *o)
                    .results = "bench/results.md",
                    .check = true,
                    .label = "",
-                   .timeout_s = 300};
+                   .timeout_s = 300,
+                   .python = getenv("OVL_PYTHON") && *getenv("OVL_PYTHON") ? getenv("OVL_PYTHON")
+                                                                           : "python3"};
     snprintf(o->job, sizeof(o->job), "bench-%d", (int)getpid());
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
@@ -280,6 +307,16 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             break;
         case O_LABEL:
             o->label = optarg;
+            break;
+        case O_TORCH:
+            if (access(optarg, R_OK) != 0) {
+                fprintf(stderr, "ovl-bench: --torch-peer %s: %s\n", optarg, strerror(errno));
+                return -1;
+            }
+            o->torch_peer = optarg;
+            break;
+        case O_PYTHON:
+            o->python = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -920,8 +957,13 @@ typedef struct cell {
 
 static cell_t g_cells[MAX_SHAPES][MAX_CFGS];
 
-/* Baselines per shape: all-gather, GEMM, unfused (ms, NAN until measured). */
-enum { BL_AG, BL_GEMM, BL_UNFUSED, BL_N };
+/* Baselines per shape (ms, NAN until measured): NCCL's all-gather (none
+ * where ranks share GPUs), the copy engine's gather of the other ranks'
+ * shards, the GEMM, unfused (the gather, then the GEMM), and PyTorch's
+ * fused op and its unfused all-gather + mm (the --torch-peer script's). */
+enum { BL_AG, BL_CE, BL_GEMM, BL_UNFUSED, BL_TORCH, BL_TORCH_UNF, BL_N };
+/* The baselines this process times itself: BL_AG to BL_UNFUSED. */
+#define BL_OWN (BL_UNFUSED + 1)
 static double g_bl[MAX_SHAPES][BL_N];
 
 static pid_t g_pids[MAX_WORLD];
@@ -1214,31 +1256,38 @@ static ncclDataType_t nccl_type(ovl_dtype_t dt)
     return dt == OVL_DTYPE_FP32 ? ncclFloat32 : dt == OVL_DTYPE_FP16 ? ncclFloat16 : ncclBfloat16;
 }
 
-/* The gather where ranks share GPUs: on each rank's stream, a copy of
- * every rank's shard (its own included, as NCCL's) into its G; across GPUs
- * a peer copy. The shards do not change while they are timed. */
-static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count)
+/* A gather by the copy engine: on each rank's stream, copies of the other
+ * ranks' shards into its G, the next rank's first (so that the GPUs pull
+ * from different peers at a time), across GPUs peer copies; with own, its
+ * own shard too, into G's own rows. The shards do not change while they
+ * are timed. */
+static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count, bool own)
 {
     int rc = -1;
     size_t bytes = count * ovl_dtype_size(o->dtype);
     for (uint32_t i = 0; i < o->world; i++) {
         PCUDA(cudaSetDevice(gp[i].dev));
-        for (uint32_t j = 0; j < o->world; j++)
+        for (uint32_t d = own ? 0 : 1; d < o->world; d++) {
+            uint32_t j = (i + d) % o->world;
             PCUDA(cudaMemcpyAsync((char *)gp[i].g + (size_t)j * bytes, gp[j].a, bytes,
                                   cudaMemcpyDefault, gp[i].s));
+        }
     }
     rc = 0;
 out:
     return rc;
 }
 
-/* One all-gather of the shards into G on every rank: NCCL's, as one group;
- * copies where ranks share GPUs (NCCL refuses two ranks on one GPU). */
-static int bl_allgather(const bopts_t *o, bgpu_t *gp, size_t count)
+/* One gather of the shards into G on every rank. BL_CE: the other ranks'
+ * shards by the copy engine (the floor's gather: a GEMM reads its own
+ * shard where it is). Otherwise the whole of G: NCCL's all-gather, as one
+ * group, or copies where ranks share GPUs (NCCL refuses two ranks on one
+ * GPU). */
+static int bl_gather(const bopts_t *o, bgpu_t *gp, size_t count, int what)
 {
     int rc = -1;
-    if (ranks_share(o))
-        return bl_copy_gather(o, gp, count);
+    if (what == BL_CE || ranks_share(o))
+        return bl_copy_gather(o, gp, count, what != BL_CE);
     PNCCL(ncclGroupStart());
     for (uint32_t i = 0; i < o->world; i++) {
         ncclResult_t r =
@@ -1312,7 +1361,7 @@ out:
 static int bl_iter(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, int slot)
 {
     int rc = -1;
-    if (bl_allgather(o, gp, (size_t)(sh.M / o->world * sh.K)) != 0)
+    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K), what) != 0)
         goto out;
     for (uint32_t i = 0; i < o->world; i++) {
         if (what == BL_UNFUSED && bl_gemm(o, &gp[i], sh) != 0)
@@ -1328,7 +1377,7 @@ out:
 }
 
 /*
- * Times one baseline (BL_AG, BL_GEMM or BL_UNFUSED) on one shape: warmup,
+ * Times one baseline (BL_AG, BL_CE, BL_GEMM or BL_UNFUSED) on one shape: warmup,
  * then iters back to back with events around each on every GPU; *ret_ms is
  * the max over ranks of the median per-op time.
  */
@@ -1432,8 +1481,8 @@ out:
     return rc;
 }
 
-/* Where ranks share GPUs (copy-gather): peer access between the GPUs used,
- * where it can be had, so that copies across GPUs go directly. */
+/* Peer access between the GPUs used, where it can be had, so that the
+ * copy-engine gathers' copies across GPUs go directly. */
 static int bl_peers(const bopts_t *o)
 {
     int rc = -1;
@@ -1459,12 +1508,12 @@ out:
 }
 
 /*
- * The baselines of every shape into g_bl: NCCL communicators for the W
- * local GPUs from this one thread (where ranks share GPUs, none: peer
- * access between the GPUs used instead, for copy-gather), then per shape
- * the buffers, the data (the ranks' A and B, from the same seed), and the
- * three timings. 0 on success; -1 with the reason in g_err. A watchdog
- * bounds each step.
+ * The baselines of every shape into g_bl: peer access between the GPUs
+ * used and NCCL communicators for the W local GPUs from this one thread
+ * (where ranks share GPUs, none), then per shape the buffers, the data (the
+ * ranks' A and B, from the same seed), and the timings of BL_AG (not where
+ * ranks share GPUs) to BL_UNFUSED. 0 on success; -1 with the reason in
+ * g_err. A watchdog bounds each step.
  */
 static int bl_phase(const bopts_t *o)
 {
@@ -1483,7 +1532,8 @@ static int bl_phase(const bopts_t *o)
     alarm((unsigned)o->timeout_s);
     for (uint32_t i = 0; i < o->world; i++)
         gp[i].dev = rank_device(o, i);
-    if ((ranks_share(o) ? bl_peers(o) : bl_comms(o, gp)) != 0)
+    /* peer access for the copy-engine gathers; NCCL where it can be had */
+    if (bl_peers(o) != 0 || (!ranks_share(o) && bl_comms(o, gp) != 0))
         goto out;
     for (uint32_t i = 0; i < o->world; i++) {
         bgpu_t *g = &gp[i];
@@ -1523,19 +1573,21 @@ static int bl_phase(const bopts_t *o)
                     ovl_demo_fill(o->dtype, g->b[j], sh.K, sh.N, sh.N, SEED, i, 1 + (int)j, g->s));
             }
         }
-        if (bl_sync(o, gp) != 0)
+        /* G whole before anything is timed: the GEMM alone reads it */
+        if (bl_gather(o, gp, (size_t)(m * sh.K), BL_UNFUSED) != 0 || bl_sync(o, gp) != 0)
             goto out;
-        /* The all-gather first: it also fills G for the GEMM alone. */
         char gemm[32];
         gemm_str(gemm, sizeof(gemm), o);
-        const char *names[BL_N] = {ranks_share(o) ? "copy-gather" : "all-gather", gemm, "unfused"};
-        for (int what = 0; what < BL_N; what++) {
+        const char *names[BL_OWN] = {"all-gather", "ce-gather", gemm, "unfused"};
+        for (int what = 0; what < BL_OWN; what++) {
+            if (what == BL_AG && ranks_share(o))
+                continue; /* NCCL cannot put two ranks on one GPU */
             snprintf(g_where, sizeof(g_where), "shape %s, %s", shp, names[what]);
             if (bl_time(o, gp, sh, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
         }
-        printf("  %-18s %s %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp, names[BL_AG],
-               g_bl[si][BL_AG], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        printf("  %-18s all-gather %.3f ms, ce-gather %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp,
+               g_bl[si][BL_AG], g_bl[si][BL_CE], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
@@ -1564,11 +1616,191 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------ PyTorch's fused op */
+
+/* What became of the PyTorch peer: why it has no figures, or what failed. */
+static char g_torch_note[512];
+static bool g_torch_failed;
+
+static void torch_note(bool failed, const char *fmt, ...)
+{
+    va_list ap;
+    if (g_torch_failed && !failed)
+        return; /* a failure's words stay */
+    g_torch_failed |= failed;
+    va_start(ap, fmt);
+    vsnprintf(g_torch_note, sizeof(g_torch_note), fmt, ap);
+    va_end(ap);
+}
+
+/* One line of the peer's output (bench/torch_peer.py says its format). */
+static void torch_line(const bopts_t *o, const char *line)
+{
+    static const char pre[] = "torch-peer: ";
+    char shp[64], name[64];
+    double f, u, e;
+    int used = 0;
+    if (strncmp(line, pre, sizeof(pre) - 1) != 0)
+        return;
+    line += sizeof(pre) - 1;
+    if (strncmp(line, "skip: ", 6) == 0) {
+        torch_note(false, "PyTorch's fused op not run: %s", line + 6);
+        return;
+    }
+    if (strncmp(line, "FAILED: ", 8) == 0) {
+        torch_note(true, "PyTorch's peer failed: %s", line + 8);
+        return;
+    }
+    if (sscanf(line, "shape %63s fused %lf unfused %lf rel_err %lf%n", shp, &f, &u, &e, &used) !=
+        4) {
+        if (strncmp(line, "shape ", 6) == 0)
+            torch_note(true, "PyTorch's peer: %s", line);
+        return;
+    }
+    bool fail = strstr(line + used, "FAIL") != NULL;
+    for (int si = 0; si < o->nshapes; si++) {
+        shape_str(name, sizeof(name), o->shapes[si]);
+        if (strcmp(name, shp) != 0)
+            continue;
+        g_bl[si][BL_TORCH] = fail || !(f > 0) ? NAN : f;
+        g_bl[si][BL_TORCH_UNF] = u > 0 ? u : NAN;
+    }
+    if (fail)
+        torch_note(true, "PyTorch's fused op failed its check at %s (rel. err %.2e)", shp, e);
+}
+
+/*
+ * Runs the --torch-peer script (o->python SCRIPT --world W --shapes ...
+ * --dtype --warmup --iters) in a process group of its own, its output
+ * echoed and read into g_bl[][BL_TORCH, BL_TORCH_UNF]; bounded by the
+ * shapes' timeouts. Not where ranks share GPUs: PyTorch's op needs a GPU
+ * per rank. Its failure or skip is said in g_torch_note.
+ */
+static void torch_phase(const bopts_t *o)
+{
+    char shapes[MAX_SHAPES * 64] = "", world[16], warmup[16], iters[16], shp[64];
+    if (ranks_share(o)) {
+        torch_note(false, "PyTorch's fused op not run: ranks share GPUs (it needs one per rank)");
+        return;
+    }
+    for (int si = 0; si < o->nshapes; si++) {
+        shape_str(shp, sizeof(shp), o->shapes[si]);
+        size_t n = strlen(shapes);
+        snprintf(shapes + n, sizeof(shapes) - n, "%s%s", si ? "," : "", shp);
+    }
+    snprintf(world, sizeof(world), "%u", o->world);
+    snprintf(warmup, sizeof(warmup), "%d", o->warmup);
+    snprintf(iters, sizeof(iters), "%d", o->iters);
+    char *argv[] = {(char *)o->python,
+                    (char *)o->torch_peer,
+                    "--world",
+                    world,
+                    "--shapes",
+                    shapes,
+                    "--dtype",
+                    (char *)ovl_dtype_name(o->dtype),
+                    "--warmup",
+                    warmup,
+                    "--iters",
+                    iters,
+                    NULL};
+    int fd[2];
+    if (pipe(fd) != 0) {
+        torch_note(true, "PyTorch's peer: pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0) {
+        torch_note(true, "PyTorch's peer: fork: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return;
+    }
+    if (pid == 0) {
+        setpgid(0, 0); /* its own group: a timeout ends the ranks it spawns too */
+        die_with_parent(parent);
+        close(fd[0]);
+        if (dup2(fd[1], 1) < 0)
+            _exit(127);
+        close(fd[1]);
+        execvp(argv[0], argv);
+        fprintf(stderr, "ovl-bench: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid); /* either side may win the race; both ask for the same */
+    close(fd[1]);
+    double until = ovl_mono_s() + (double)o->timeout_s * o->nshapes + 120;
+    char buf[4096];
+    size_t have = 0;
+    bool timed_out = false;
+    for (;;) {
+        double left = until - ovl_mono_s();
+        if (left <= 0) {
+            timed_out = true;
+            break;
+        }
+        struct pollfd pf = {.fd = fd[0], .events = POLLIN};
+        int pr = poll(&pf, 1, (int)fmin(left * 1000, 1000));
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pr <= 0)
+            continue;
+        ssize_t got = read(fd[0], buf + have, sizeof(buf) - 1 - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        buf[have] = '\0';
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n'))) {
+            *nl = '\0';
+            printf("  %s\n", line);
+            torch_line(o, line);
+            line = nl + 1;
+        }
+        have = strlen(line);
+        memmove(buf, line, have + 1);
+        if (have == sizeof(buf) - 1) { /* a line longer than buf: said, not read */
+            printf("  %s...\n", buf);
+            have = 0;
+        }
+    }
+    fflush(stdout);
+    close(fd[0]);
+    if (timed_out) {
+        kill(-pid, SIGKILL);
+        torch_note(true, "PyTorch's peer did not finish in %.0f s",
+                   (double)o->timeout_s * o->nshapes + 120);
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+        ;
+    kill(-pid, SIGKILL); /* its ranks, should any outlive it */
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 77) {
+        if (!g_torch_note[0])
+            torch_note(false, "PyTorch's fused op not run (its script exited 77)");
+    } else if (!timed_out && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) {
+        if (!g_torch_failed) {
+            if (WIFSIGNALED(ws))
+                torch_note(true, "PyTorch's peer died of signal %d", WTERMSIG(ws));
+            else
+                torch_note(true, "PyTorch's peer exited with status %d", WEXITSTATUS(ws));
+        }
+    }
+    for (int si = 0; si < o->nshapes; si++)
+        if (!g_torch_failed && !g_torch_note[0] && !isfinite(g_bl[si][BL_TORCH])) {
+            shape_str(shp, sizeof(shp), o->shapes[si]);
+            torch_note(true, "PyTorch's peer gave no figure for %s", shp);
+        }
+}
+
 /* ------------------------------------------------------------ the table */
 
 typedef struct row {
     char shape[48], what[32], chunks[8], tput[24], check[8];
-    double ms, xfloor, xunf;
+    double ms, xfloor, xunf, xtorch;
 } row_t;
 
 static void fmt_num(char *buf, size_t len, const char *fmt, double v)
@@ -1579,8 +1811,29 @@ static void fmt_num(char *buf, size_t len, const char *fmt, double v)
         snprintf(buf, len, "-");
 }
 
-/* Builds the table's rows in rows (room for nshapes * (4 + ncfgs)); returns
- * how many. */
+/* max(a, b), NAN unless both are measured. */
+static double max_of(double a, double b)
+{
+    return isfinite(a) && isfinite(b) ? fmax(a, b) : NAN;
+}
+
+/* The floors of shape si: max(GEMM, the copy engine's gather), what ovl
+ * measures itself against, and max(GEMM, NCCL's all-gather). */
+static double floor_ce(int si)
+{
+    return max_of(g_bl[si][BL_CE], g_bl[si][BL_GEMM]);
+}
+
+static double floor_nccl(int si)
+{
+    return max_of(g_bl[si][BL_AG], g_bl[si][BL_GEMM]);
+}
+
+/* The baseline rows of each shape, in table order. */
+#define NBROWS 8
+
+/* Builds the table's rows in rows (room for nshapes * (NBROWS + ncfgs));
+ * returns how many. */
 static int build_rows(const bopts_t *o, row_t *rows)
 {
     int n = 0;
@@ -1591,25 +1844,24 @@ static int build_rows(const bopts_t *o, row_t *rows)
         shape_t sh = o->shapes[si];
         /* every B's GEMM: the work of one op */
         double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K * (double)o->nb;
-        double ag = g_bl[si][BL_AG], gemm = g_bl[si][BL_GEMM], unf = g_bl[si][BL_UNFUSED];
-        double floor_ms = fmax(ag, gemm); /* NaN if either is missing */
-        if (!isfinite(ag) || !isfinite(gemm))
-            floor_ms = NAN;
-        const char *names[4] = {ranks_share(o) ? "copy-gather" : "allgather", gemm_name, "unfused",
-                                "floor"};
-        double t[4] = {ag, gemm, unf, floor_ms};
-        for (int k = 0; k < 4 + o->ncfgs; k++) {
+        double gbytes = (double)sh.M * (double)sh.K * (double)es / 1e9; /* G */
+        const double *bl = g_bl[si];
+        const char *names[NBROWS] = {"allgather", "ce-gather",  gemm_name,     "unfused",
+                                     "floor",     "floor nccl", "torch fused", "torch unfused"};
+        double t[NBROWS] = {bl[BL_AG],    bl[BL_CE],      bl[BL_GEMM],  bl[BL_UNFUSED],
+                            floor_ce(si), floor_nccl(si), bl[BL_TORCH], bl[BL_TORCH_UNF]};
+        for (int k = 0; k < NBROWS + o->ncfgs; k++) {
             row_t *r = &rows[n++];
             memset(r, 0, sizeof(*r));
             shape_str(r->shape, sizeof(r->shape), sh);
-            if (k < 4) {
+            if (k < NBROWS) {
                 snprintf(r->what, sizeof(r->what), "%s", names[k]);
                 snprintf(r->chunks, sizeof(r->chunks), "-");
                 snprintf(r->check, sizeof(r->check), "-");
                 r->ms = t[k];
             } else {
-                const cfg_t *c = &o->cfgs[k - 4];
-                const cell_t *cell = &g_cells[si][k - 4];
+                const cfg_t *c = &o->cfgs[k - NBROWS];
+                const cell_t *cell = &g_cells[si][k - NBROWS];
                 snprintf(r->what, sizeof(r->what), "ovl %s", ovl_algo_name(c->algo));
                 if (c->algo == OVL_ALGO_NAIVE)
                     snprintf(r->chunks, sizeof(r->chunks), "-");
@@ -1625,13 +1877,13 @@ static int build_rows(const bopts_t *o, row_t *rows)
                          : cell->check == CHECK_FAIL ? "FAIL"
                                                      : "-");
             }
-            if (k == 0)
-                fmt_num(r->tput, sizeof(r->tput), "%.0f GB/s",
-                        (double)sh.M * (double)sh.K * (double)es / (r->ms * 1e-3) / 1e9);
+            if (k == BL_AG || k == BL_CE) /* a gather: the bytes of G it makes per second */
+                fmt_num(r->tput, sizeof(r->tput), "%.0f GB/s", gbytes / (r->ms * 1e-3));
             else
                 fmt_num(r->tput, sizeof(r->tput), "%.1f", flop / (r->ms * 1e-3) / 1e12);
-            r->xfloor = r->ms / floor_ms;
-            r->xunf = r->ms / unf;
+            r->xfloor = r->ms / floor_ce(si);
+            r->xunf = r->ms / bl[BL_UNFUSED];
+            r->xtorch = r->ms / bl[BL_TORCH];
         }
     }
     return n;
@@ -1639,60 +1891,148 @@ static int build_rows(const bopts_t *o, row_t *rows)
 
 static void print_row(FILE *f, const row_t *r, bool md)
 {
-    char ms[24], xf[24], xu[24];
+    char ms[24], xf[24], xu[24], xt[24];
     fmt_num(ms, sizeof(ms), "%.3f", r->ms);
     fmt_num(xf, sizeof(xf), "%.2f", r->xfloor);
     fmt_num(xu, sizeof(xu), "%.2f", r->xunf);
+    fmt_num(xt, sizeof(xt), "%.2f", r->xtorch);
     if (md)
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r->shape, r->what, r->chunks, ms,
-                r->tput, xf, xu, r->check);
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r->shape, r->what, r->chunks,
+                ms, r->tput, xf, xu, xt, r->check);
     else
-        fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s  %s\n", r->shape, r->what, r->chunks, ms,
-                r->tput, xf, xu, r->check);
+        fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s %7s  %s\n", r->shape, r->what, r->chunks, ms,
+                r->tput, xf, xu, xt, r->check);
 }
 
 static void print_table(FILE *f, const row_t *rows, int n, bool md)
 {
     if (md) {
         fprintf(f, "| shape (MxKxN) | what | chunks | median ms | TFLOP/s | x floor | x unfused "
-                   "| check |\n|---|---|---|---|---|---|---|---|\n");
+                   "| x torch | check |\n|---|---|---|---|---|---|---|---|---|\n");
     } else {
-        fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s  %s\n", "shape (MxKxN)", "what", "chunks",
-                "median ms", "TFLOP/s", "x floor", "x unfused", "check");
+        fprintf(f, "%-18s %-16s %6s %10s %10s %8s %9s %7s  %s\n", "shape (MxKxN)", "what", "chunks",
+                "median ms", "TFLOP/s", "x floor", "x unfused", "x torch", "check");
     }
     for (int i = 0; i < n; i++)
         print_row(f, &rows[i], md);
 }
 
+/* The fastest ovl config of shape si that ran on every rank and did not
+ * fail its check, or -1. */
+static int best_cfg(const bopts_t *o, int si)
+{
+    int best = -1;
+    for (int ci = 0; ci < o->ncfgs; ci++) {
+        const cell_t *c = &g_cells[si][ci];
+        if (c->nranks == (int)o->world && c->check != CHECK_FAIL &&
+            (best < 0 || c->med < g_cells[si][best].med))
+            best = ci;
+    }
+    return best;
+}
+
 /* The summary: per shape, the fastest ovl config that did not fail its
- * check, against unfused and the floor. md: as a markdown list. */
+ * check, against unfused, both floors and PyTorch's fused op. md: as a
+ * markdown list. */
 static void print_summary(FILE *f, const bopts_t *o, bool md)
 {
     for (int si = 0; si < o->nshapes; si++) {
         char shp[64], cs[48];
         shape_str(shp, sizeof(shp), o->shapes[si]);
-        int best = -1;
-        for (int ci = 0; ci < o->ncfgs; ci++) {
-            const cell_t *c = &g_cells[si][ci];
-            if (c->nranks == (int)o->world && c->check != CHECK_FAIL &&
-                (best < 0 || c->med < g_cells[si][best].med))
-                best = ci;
-        }
+        int best = best_cfg(o, si);
         fprintf(f, "%s%-18s ", md ? "- " : "  ", shp);
         if (best < 0) {
             fprintf(f, "no ovl config both ran and passed its check\n");
             continue;
         }
         const cell_t *c = &g_cells[si][best];
-        double unf = g_bl[si][BL_UNFUSED], ag = g_bl[si][BL_AG], gemm = g_bl[si][BL_GEMM];
-        double fl = isfinite(ag) && isfinite(gemm) ? fmax(ag, gemm) : NAN;
-        char xu[24], sp[24], xf[24];
+        double unf = g_bl[si][BL_UNFUSED], tf = g_bl[si][BL_TORCH];
+        char xu[24], sp[24], xf[24], xn[24], xt[24];
         fmt_num(xu, sizeof(xu), "%.2fx", c->med / unf);
         fmt_num(sp, sizeof(sp), "%+.1f%%", (unf / c->med - 1) * 100);
-        fmt_num(xf, sizeof(xf), "%.2fx", c->med / fl);
+        fmt_num(xf, sizeof(xf), "%.2fx", c->med / floor_ce(si));
+        fmt_num(xn, sizeof(xn), "%.2fx", c->med / floor_nccl(si));
+        fmt_num(xt, sizeof(xt), "%.2fx", c->med / tf);
         cfg_str(cs, sizeof(cs), o->cfgs[best]);
-        fprintf(f, "best ovl %-20s %8.3f ms  %s unfused (%s speedup)  %s floor\n", cs, c->med, xu,
-                sp, xf);
+        fprintf(f,
+                "best ovl %-20s %8.3f ms  %s unfused (%s speedup)  %s floor  %s floor nccl  %s "
+                "torch fused\n",
+                cs, c->med, xu, sp, xf, xn, xt);
+    }
+}
+
+/* The targets, over the shapes, for a run with a GPU per rank and more
+ * than one rank (a shared GPU's times are no overlap figures): the best
+ * ovl at most 1.10x the copy-engine floor on every shape, never slower
+ * than unfused, and 25% faster than PyTorch's fused op by geometric mean.
+ * Says each as MET, MISS (naming the shapes) or not measured. */
+#define TARGET_XFLOOR 1.10
+#define TARGET_TORCH  1.25
+static void print_targets(FILE *f, const bopts_t *o, bool md)
+{
+    const char *pre = md ? "- " : "  ";
+    if (ranks_share(o) || o->world < 2) {
+        fprintf(f, "%stargets: not judged (%s)\n", pre,
+                o->world < 2 ? "world 1: nothing to gather" : "ranks share GPUs");
+        return;
+    }
+    char miss_f[512] = "", miss_u[512] = "", shp[64];
+    double worst_f = 0, worst_u = 0, logsum = 0;
+    int nf = 0, nu = 0, nt = 0, nshapes = 0, nmf = 0, nmu = 0;
+    for (int si = 0; si < o->nshapes; si++) {
+        int best = best_cfg(o, si);
+        if (best < 0)
+            continue;
+        nshapes++;
+        double ms = g_cells[si][best].med;
+        double xf = ms / floor_ce(si), xu = ms / g_bl[si][BL_UNFUSED];
+        double xt = g_bl[si][BL_TORCH] / ms;
+        shape_str(shp, sizeof(shp), o->shapes[si]);
+        if (isfinite(xf)) {
+            nf++;
+            worst_f = fmax(worst_f, xf);
+            if (xf > TARGET_XFLOOR) {
+                size_t n = strlen(miss_f);
+                snprintf(miss_f + n, sizeof(miss_f) - n, "%s%s %.2fx", nmf++ ? ", " : "", shp, xf);
+            }
+        }
+        if (isfinite(xu)) {
+            nu++;
+            worst_u = fmax(worst_u, xu);
+            if (xu > 1.0) {
+                size_t n = strlen(miss_u);
+                snprintf(miss_u + n, sizeof(miss_u) - n, "%s%s %.2fx", nmu++ ? ", " : "", shp, xu);
+            }
+        }
+        if (isfinite(xt)) {
+            nt++;
+            logsum += log(xt);
+        }
+    }
+    if (nf)
+        fprintf(f, "%starget best ovl <= %.2fx the copy-engine floor: %s (worst %.2fx%s%s%s)\n",
+                pre, TARGET_XFLOOR, nmf ? "MISS" : "MET", worst_f, nmf ? "; over it: " : "", miss_f,
+                nf < nshapes ? "; some shapes have no floor" : "");
+    else
+        fprintf(f, "%starget best ovl <= %.2fx the copy-engine floor: not measured\n", pre,
+                TARGET_XFLOOR);
+    if (nu)
+        fprintf(f, "%starget never slower than unfused: %s (worst %.2fx%s%s)\n", pre,
+                nmu ? "MISS" : "MET", worst_u, nmu ? "; slower: " : "", miss_u);
+    else
+        fprintf(f, "%starget never slower than unfused: not measured\n", pre);
+    if (nt) {
+        double g = exp(logsum / nt);
+        fprintf(f,
+                "%starget >= %.0f%% faster than PyTorch's fused op by geometric mean: %s "
+                "(%.2fx, %+.1f%%, over %d of %d shapes)\n",
+                pre, (TARGET_TORCH - 1) * 100, g >= TARGET_TORCH ? "MET" : "MISS", g, (g - 1) * 100,
+                nt, nshapes);
+    } else {
+        fprintf(f,
+                "%starget >= %.0f%% faster than PyTorch's fused op by geometric mean: not "
+                "measured (%s)\n",
+                pre, (TARGET_TORCH - 1) * 100, g_torch_note[0] ? g_torch_note : "no --torch-peer");
     }
 }
 
@@ -1701,8 +2041,9 @@ static void print_summary(FILE *f, const bopts_t *o, bool md)
 /* Said with every table and summary of a run whose ranks share GPUs. */
 #define SHARED_NOTE                                                                                \
     "ranks share GPUs: each time includes the other ranks' work on the same GPU, so it is no "     \
-    "overlap figure; ovld and the baselines gather by copies there (copy-gather: NCCL cannot "     \
-    "put two ranks on one GPU), and x floor / x unfused compare with those baselines."
+    "overlap figure; ovld and the baselines gather by copies there (NCCL cannot put two ranks "    \
+    "on one GPU: no allgather and floor nccl figures; unfused gathers by copies), and x floor / "  \
+    "x unfused compare with those baselines."
 
 static void version_str(char *buf, size_t len, int v)
 {
@@ -1844,7 +2185,15 @@ int main(int argc, char **argv)
     bool ovl_ok = ovl_phase(&o, why, sizeof(why));
     if (!ovl_ok)
         fprintf(stderr, "ovl-bench: ovl part failed: %s\n", why);
-    printf("  (%.1f s)\n\nbaselines (this process, NCCL + cuBLASLt):\n", ovl_mono_s() - t0);
+    printf("  (%.1f s)\n\n", ovl_mono_s() - t0);
+    if (o.torch_peer) { /* before the baselines: this process has no CUDA yet */
+        printf("PyTorch's fused op (%s %s):\n", o.python, o.torch_peer);
+        t0 = ovl_mono_s();
+        torch_phase(&o);
+        printf("  (%.1f s)%s%s\n\n", ovl_mono_s() - t0, g_torch_note[0] ? "\n  " : "",
+               g_torch_note);
+    }
+    printf("baselines (this process, NCCL + cuBLASLt + copy engine):\n");
     fflush(stdout);
 
     struct sigaction sa;
@@ -1857,7 +2206,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ovl-bench: %s\n", g_err);
     printf("  (%.1f s)\n\n", ovl_mono_s() - t0);
 
-    int nrows_max = o.nshapes * (4 + o.ncfgs);
+    int nrows_max = o.nshapes * (NBROWS + o.ncfgs);
     row_t *rows = calloc((size_t)nrows_max, sizeof(*rows));
     if (!rows) {
         fprintf(stderr, "ovl-bench: out of memory\n");
@@ -1891,6 +2240,9 @@ int main(int argc, char **argv)
         print_table(res, rows, nrows, true);
         fprintf(res, "\n");
         print_summary(res, &o, true);
+        print_targets(res, &o, true);
+        if (g_torch_note[0])
+            fprintf(res, "\n%s\n", g_torch_note);
     }
     if (res && fclose(res) != 0) {
         fprintf(stderr, "ovl-bench: writing %s: %s\n", o.results, strerror(errno));
@@ -1908,15 +2260,20 @@ int main(int argc, char **argv)
     if (ranks_share(&o))
         printf("  %s\n", SHARED_NOTE);
     print_summary(stdout, &o, false);
+    print_targets(stdout, &o, false);
+    if (g_torch_note[0])
+        printf("  %s\n", g_torch_note);
     if (!complete)
         printf("ovl-bench: FAILED: %s\n", !ovl_ok ? why : g_err);
     else if (nfailed)
         printf("ovl-bench: %d of %d checks FAILED (tolerance %.0e)\n", nfailed, nchecked,
                ovl_demo_tolerance(o.dtype));
+    else if (g_torch_failed)
+        printf("ovl-bench: FAILED: %s\n", g_torch_note);
     else if (o.check)
         printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked,
                ovl_demo_tolerance(o.dtype));
     else
         printf("ovl-bench: results not checked (--no-check)\n");
-    return complete && nfailed == 0 ? 0 : 1;
+    return complete && nfailed == 0 && !g_torch_failed ? 0 : 1;
 }
