@@ -183,6 +183,10 @@ def main(argv=None):
         skip("no torch (%s)" % ex)
     if not torch.cuda.is_available():
         skip("torch sees no GPU")
+    try:  # registers the torch.ops.symm_mem ops
+        import torch.distributed._symmetric_memory  # noqa: F401
+    except ImportError as ex:
+        skip("torch %s has no symmetric memory (%s)" % (torch.__version__, ex))
     if not hasattr(torch.ops, "symm_mem") or not hasattr(torch.ops.symm_mem,
                                                          "fused_all_gather_matmul"):
         skip("torch %s has no torch.ops.symm_mem.fused_all_gather_matmul" % torch.__version__)
