@@ -909,6 +909,70 @@ static void test_bad_names(void **state)
     }
 }
 
+/* The words of a collective call the executor refuses: a backend without
+ * the call (OVL_ERR_UNSUPPORTED), plans that disagree on its rows
+ * (OVL_ERR_INTERNAL); nothing reaches the backend's collective and every
+ * rank's done rings once. how: 0 an all-gather without the backend's, 1 a
+ * rail without it, 2 and 3 an all-gather and a rail whose rank 1 has other
+ * rows. */
+static void run_coll_words(int how)
+{
+    bool rail = how % 2 == 1;
+    setup_t s;
+    setup_topo = rail ? topo2a : NULL; /* a ring across two nodes: RAILs */
+    setup_make(&s, rail ? OVL_ALGO_RING : OVL_ALGO_NAIVE, 2, 0, false, L_NCCL, false);
+    setup_topo = NULL;
+    ovl_instr_kind_t kind = rail ? OVL_I_RAIL : OVL_I_ALLGATHER;
+    size_t at = 0;
+    while (s.plans[1].instr[at].kind != kind)
+        at++;
+    const char *method = ovl_ag_method_name(s.plans[1].instr[at].method);
+    assert_non_null(method);
+    char want[200];
+    ovl_status_t want_st = OVL_ERR_INTERNAL;
+    if (how == 0) {
+        mock_ops.allgather = NULL;
+        want_st = OVL_ERR_UNSUPPORTED;
+        snprintf(want, sizeof(want), "all-gather (%s): the mock backend has no collective", method);
+    } else if (how == 1) {
+        mock_ops.rail = NULL;
+        want_st = OVL_ERR_UNSUPPORTED;
+        snprintf(want, sizeof(want), "rail (%s): the mock backend cannot move rows between nodes",
+                 method);
+    } else {
+        s.plans[1].instr[at].rows++;
+        snprintf(want, sizeof(want), "plans disagree on %s %zu of rank 1",
+                 rail ? "rail" : "all-gather", at);
+    }
+    mock_ops.issue_parallel = false;
+    M.n = 0;
+    M.fail_at = 0;
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    mock_ops.allgather = m_allgather;
+    mock_ops.rail = m_rail;
+    if (st != want_st || strcmp(err, want) != 0)
+        fail_msg("case %d: %s: \"%s\", not %s: \"%s\"", how, ovl_strerror(st), err,
+                 ovl_strerror(want_st), want);
+    int dones[2] = {0};
+    for (size_t i = 0; i < M.n; i++) {
+        if (M.log[i].call == C_ALLGATHER || M.log[i].call == C_RAIL)
+            fail_msg("case %d: the refused call reached the backend", how);
+        if (M.log[i].call == C_DONE)
+            dones[M.log[i].rank]++;
+    }
+    assert_int_equal(dones[0], 1);
+    assert_int_equal(dones[1], 1);
+    setup_free(&s);
+}
+
+static void test_coll_words(void **state)
+{
+    (void)state;
+    for (int how = 0; how < 4; how++)
+        run_coll_words(how);
+}
+
 /* ------------------------------------ a ring across nodes, for real */
 
 #define HMAX 8 /* ranks of the host runs */
@@ -1140,7 +1204,7 @@ int main(void)
         cmocka_unit_test(test_good_runs),         cmocka_unit_test(test_every_call_failing),
         cmocka_unit_test(test_good_runs_threads), cmocka_unit_test(test_every_call_failing_threads),
         cmocka_unit_test(test_handmade_plans),    cmocka_unit_test(test_bad_names),
-        cmocka_unit_test(test_host_rail_ring),
+        cmocka_unit_test(test_host_rail_ring),    cmocka_unit_test(test_coll_words),
     };
     return cmocka_run_group_tests_name("exec", tests, pool_setup, pool_teardown);
 }
