@@ -102,6 +102,20 @@ const libovl_stat_field_t libovl_stat_fields[] = {
        peer_dropped),
     SF("peer_auth_refused", "peer_auth_refused_total", "counter",
        "handshakes with other nodes' ovld refused, either side", LIBOVL_F_U64, peer_auth_refused),
+    SF("xfer_sends", "xfer_sends_total", "counter",
+       "host backend: transfers of rows to other nodes done", LIBOVL_F_U64, xfer_sends),
+    SF("xfer_recvs", "xfer_recvs_total", "counter",
+       "host backend: transfers of rows from other nodes done", LIBOVL_F_U64, xfer_recvs),
+    SF("xfer_bytes_out", "xfer_sent_bytes_total", "counter",
+       "host backend: bytes of rows read by other nodes", LIBOVL_F_U64, xfer_bytes_out),
+    SF("xfer_bytes_in", "xfer_received_bytes_total", "counter",
+       "host backend: bytes of rows read from other nodes", LIBOVL_F_U64, xfer_bytes_in),
+    SF("xfer_errors", "xfer_errors_total", "counter",
+       "host backend: transfers of rows between nodes that failed", LIBOVL_F_U64, xfer_errors),
+    SF("xfer_dropped", "xfer_dropped_messages_total", "counter",
+       "host backend: rows messages from other nodes dropped (malformed, unknown job, ranks "
+       "their sender may not name)",
+       LIBOVL_F_U64, xfer_dropped),
 };
 const size_t libovl_stat_nfields = sizeof(libovl_stat_fields) / sizeof(libovl_stat_fields[0]);
 

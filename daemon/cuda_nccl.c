@@ -693,14 +693,21 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
         return (st);                                                                               \
     } while (0)
 
-/* What every part of a collective call must be: on a rank of the call's
+/* What every part of a collective call must be: dense rows (src and dst
+ * of ld cols: NCCL moves one piece per rank), on a rank of the call's
  * communicator, not aborted, that is the part's job rank among `world`
  * (the record job_setup kept: the communicator was made with those), with
  * the stream it names; parts in rank order (backend.h), each rank once.
  * prev: the previous part's rank, or -1. */
 static ovl_status_t part_check(const char *name, const struct ovld_rank *rk, uint32_t global,
-                               int64_t prev, uint32_t world, uint32_t stream)
+                               int64_t prev, uint32_t world, uint32_t stream, ovld_view_t src,
+                               ovld_view_t dst, uint64_t cols)
 {
+    if (src.ld != cols || dst.ld != cols)
+        REFUSE(OVL_ERR_INVALID,
+               "%s moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64 " for %" PRIu64
+               " columns",
+               name, global, src.ld, dst.ld, cols);
     if (global >= world)
         REFUSE(OVL_ERR_INTERNAL, "%s: a part of job rank %u in a job of %u", name, global, world);
     if ((int64_t)global <= prev)
@@ -756,12 +763,7 @@ static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather
     int64_t prev = -1;
     for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
         const ovld_allgather_part_t *x = &parts[i];
-        if (x->src.ld != cols || x->dst.ld != cols)
-            REFUSE(OVL_ERR_INVALID,
-                   "%s moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
-                   " for %" PRIu64 " columns",
-                   name, x->global, x->src.ld, x->dst.ld, cols);
-        st = part_check(name, x->rank, x->global, prev, world, x->stream);
+        st = part_check(name, x->rank, x->global, prev, world, x->stream, x->src, x->dst, cols);
         prev = x->global;
     }
     return st;
@@ -783,12 +785,8 @@ static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *p
     int64_t prev = -1;
     for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
         const ovld_rail_part_t *x = &parts[i];
-        if (x->src.ld != cols || x->dst.ld != cols)
-            REFUSE(OVL_ERR_INVALID,
-                   "nccl-rail moves dense rows only: rank %u has ld %" PRIu64 " and %" PRIu64
-                   " for %" PRIu64 " columns",
-                   x->global, x->src.ld, x->dst.ld, cols);
-        st = part_check("nccl-rail", x->rank, x->global, prev, world, x->stream);
+        st = part_check("nccl-rail", x->rank, x->global, prev, world, x->stream, x->src, x->dst,
+                        cols);
         prev = x->global;
         for (uint32_t k = 0; st == OVL_OK && k < x->nsend + x->nrecv; k++) {
             uint32_t peer = k < x->nsend ? x->send[k] : x->recv[k - x->nsend];

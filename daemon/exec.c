@@ -144,108 +144,110 @@ static ovl_status_t resolve_ends(const ovld_exec_op_t *op, uint32_t r, size_t pc
     return st;
 }
 
-/* Issues the ALLGATHER every rank stands at (pc), as one backend call;
- * OVL_ERR_INTERNAL, with words in err, where plans disagree or name what the
- * op does not have. */
-static ovl_status_t issue_allgather(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
-                                    ovld_coll_tag_t tag, ovld_allgather_part_t *parts, char *err,
-                                    size_t errlen)
-{
-    uint32_t r0 = first_local(op), n = 0;
-    const ovl_instr_t *first = &op->ranks[r0].plan->instr[pc[r0]];
-    const char *method = ovl_ag_method_name(first->method);
-    ovl_dtype_t dtype = op->ranks[r0].plan->params.dtype;
-    size_t elem = ovl_dtype_size(dtype);
-    if (!method)
-        method = "an unknown method"; /* the backend refuses it */
-    for (uint32_t r = r0; r < op->world; r++) {
-        if (!op->ranks[r].plan)
-            continue; /* another daemon's */
-        const ovl_instr_t *in = &op->ranks[r].plan->instr[pc[r]];
-        if (!same_transfer(in, first, OVL_I_ALLGATHER) ||
-            op->ranks[r].plan->params.dtype != dtype) {
-            snprintf(err, errlen, "plans disagree on all-gather %zu of rank %u", pc[r], r);
-            return OVL_ERR_INTERNAL;
-        }
-        parts[n] =
-            (ovld_allgather_part_t){.rank = op->ranks[r].rank, .global = r, .stream = in->stream};
-        ovl_status_t st =
-            resolve_ends(op, r, pc[r], in, elem, &parts[n].src, &parts[n].dst, err, errlen);
-        if (st != OVL_OK)
-            return st;
-        n++;
-    }
-    if (!b->ops->allgather) {
-        snprintf(err, errlen, "all-gather (%s): the %s backend has no collective", method,
-                 b->ops->name);
-        return OVL_ERR_UNSUPPORTED;
-    }
-    ovl_status_t st = b->ops->allgather(b, first->method, tag, parts, n, op->world, dtype,
-                                        first->rows, first->cols, first->stride);
-    if (st != OVL_OK)
-        snprintf(err, errlen, "all-gather %s rows %llu+%llu: %s", method,
-                 (unsigned long long)first->src.row, (unsigned long long)first->rows,
-                 why_failed(b, "", st));
-    return st;
-}
+/* A collective call (an ALLGATHER or a RAIL) that every local rank stands
+ * at, as walk_parts found it: the first local rank's instruction, whose
+ * rows and method every part shares, and the parts' count. */
+typedef struct coll_call {
+    const ovl_instr_t *first;
+    const char *method; /* first's method's name, for words */
+    ovl_dtype_t dtype;
+    uint32_t n;
+} coll_call_t;
 
-/* Issues the RAIL every rank stands at (pc), as one backend call: one NCCL
- * group for every rank's sends and receives. OVL_ERR_INTERNAL, with words
- * in err, where plans disagree on its rows or name what the op does not
- * have (a buffer, a rank past the world, a list past the plan's). */
-static ovl_status_t issue_rail(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
-                               ovld_coll_tag_t tag, ovld_rail_part_t *parts, char *err,
-                               size_t errlen)
+/* Walks the local ranks' parts of the collective call every rank stands at
+ * (pc): an ALLGATHER's into ag, or a RAIL's into rail (the other NULL), one
+ * per rank this daemon serves. OVL_ERR_INTERNAL, with words in err, where
+ * plans disagree on its rows or name what the op does not have (a buffer,
+ * and for a rail a rank past the world or a list past the plan's). */
+static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc,
+                               ovld_allgather_part_t *ag, ovld_rail_part_t *rail, coll_call_t *ret,
+                               char *err, size_t errlen)
 {
+    ovl_instr_kind_t kind = rail ? OVL_I_RAIL : OVL_I_ALLGATHER;
     uint32_t r0 = first_local(op), n = 0;
     const ovl_instr_t *first = &op->ranks[r0].plan->instr[pc[r0]];
-    const char *method = ovl_ag_method_name(first->method);
     ovl_dtype_t dtype = op->ranks[r0].plan->params.dtype;
     size_t elem = ovl_dtype_size(dtype);
-    if (!method)
-        method = "an unknown method"; /* the backend refuses it */
     for (uint32_t r = r0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (!p)
             continue; /* another daemon's */
         const ovl_instr_t *in = &p->instr[pc[r]];
-        if (!same_transfer(in, first, OVL_I_RAIL) || p->params.dtype != dtype) {
-            snprintf(err, errlen, "plans disagree on rail %zu of rank %u", pc[r], r);
+        if (!same_transfer(in, first, kind) || p->params.dtype != dtype) {
+            snprintf(err, errlen, "plans disagree on %s %zu of rank %u",
+                     rail ? "rail" : "all-gather", pc[r], r);
             return OVL_ERR_INTERNAL;
         }
-        /* the lists lie in the plan's, and name ranks of the job */
-        uint64_t end = (uint64_t)in->peers + in->nsend + in->nrecv;
-        bool ok = end <= p->npeers;
-        for (uint64_t i = in->peers; ok && i < end; i++)
-            ok = p->peers[i] < op->world;
-        if (!ok) {
-            snprintf(err, errlen, "rank %u, instruction %zu (RAIL): names ranks it may not", r,
-                     pc[r]);
-            return OVL_ERR_INTERNAL;
+        ovld_view_t *src, *dst;
+        if (rail) {
+            /* the lists lie in the plan's, and name ranks of the job */
+            uint64_t end = (uint64_t)in->peers + in->nsend + in->nrecv;
+            bool ok = end <= p->npeers;
+            for (uint64_t i = in->peers; ok && i < end; i++)
+                ok = p->peers[i] < op->world;
+            if (!ok) {
+                snprintf(err, errlen, "rank %u, instruction %zu (RAIL): names ranks it may not", r,
+                         pc[r]);
+                return OVL_ERR_INTERNAL;
+            }
+            rail[n] = (ovld_rail_part_t){.rank = op->ranks[r].rank,
+                                         .global = r,
+                                         .stream = in->stream,
+                                         .send = p->peers + in->peers,
+                                         .nsend = in->nsend,
+                                         .recv = p->peers + in->peers + in->nsend,
+                                         .nrecv = in->nrecv};
+            src = &rail[n].src;
+            dst = &rail[n].dst;
+        } else {
+            ag[n] = (ovld_allgather_part_t){
+                .rank = op->ranks[r].rank, .global = r, .stream = in->stream};
+            src = &ag[n].src;
+            dst = &ag[n].dst;
         }
-        parts[n] = (ovld_rail_part_t){.rank = op->ranks[r].rank,
-                                      .global = r,
-                                      .stream = in->stream,
-                                      .send = p->peers + in->peers,
-                                      .nsend = in->nsend,
-                                      .recv = p->peers + in->peers + in->nsend,
-                                      .nrecv = in->nrecv};
-        ovl_status_t st =
-            resolve_ends(op, r, pc[r], in, elem, &parts[n].src, &parts[n].dst, err, errlen);
+        ovl_status_t st = resolve_ends(op, r, pc[r], in, elem, src, dst, err, errlen);
         if (st != OVL_OK)
             return st;
         n++;
     }
-    if (!b->ops->rail) {
-        snprintf(err, errlen, "rail (%s): the %s backend cannot move rows between nodes", method,
-                 b->ops->name);
+    const char *method = ovl_ag_method_name(first->method);
+    /* an unknown method: the backend refuses it */
+    *ret = (coll_call_t){
+        .first = first, .method = method ? method : "an unknown method", .dtype = dtype, .n = n};
+    return OVL_OK;
+}
+
+/* Issues the collective call every rank stands at (pc) as one backend
+ * call: an ALLGATHER with its parts in ag, or a RAIL (one NCCL group for
+ * every rank's sends and receives) with its parts in rail (the other
+ * NULL). OVL_ERR_INTERNAL, with words in err, where plans disagree or name
+ * what the op does not have; OVL_ERR_UNSUPPORTED where the backend has no
+ * such call. */
+static ovl_status_t issue_coll(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
+                               ovld_coll_tag_t tag, ovld_allgather_part_t *ag,
+                               ovld_rail_part_t *rail, char *err, size_t errlen)
+{
+    const ovld_backend_ops_t *ops = b->ops;
+    const char *what = rail ? "rail" : "all-gather";
+    coll_call_t c;
+    ovl_status_t st = walk_parts(op, pc, ag, rail, &c, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    if (rail ? !ops->rail : !ops->allgather) {
+        snprintf(err, errlen, "%s (%s): the %s backend %s", what, c.method, ops->name,
+                 rail ? "cannot move rows between nodes" : "has no collective");
         return OVL_ERR_UNSUPPORTED;
     }
-    ovl_status_t st = b->ops->rail(b, first->method, tag, parts, n, op->world, dtype, first->rows,
-                                   first->cols, first->stride);
+    const ovl_instr_t *f = c.first;
+    if (rail)
+        st = ops->rail(b, f->method, tag, rail, c.n, op->world, c.dtype, f->rows, f->cols,
+                       f->stride);
+    else
+        st = ops->allgather(b, f->method, tag, ag, c.n, op->world, c.dtype, f->rows, f->cols,
+                            f->stride);
     if (st != OVL_OK)
-        snprintf(err, errlen, "rail %s rows %llu+%llu: %s", method,
-                 (unsigned long long)first->src.row, (unsigned long long)first->rows,
+        snprintf(err, errlen, "%s %s rows %llu+%llu: %s", what, c.method,
+                 (unsigned long long)f->src.row, (unsigned long long)f->rows,
                  why_failed(b, "", st));
     return st;
 }
@@ -327,11 +329,10 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
         if (finished)
             break;
         if (at_gather == nlocal) {
-            /* issue_rail refuses ranks that stand at different kinds */
-            if (op->ranks[r0].plan->instr[pc[r0]].kind == OVL_I_RAIL)
-                st = issue_rail(b, op, pc, tag, rparts, err, errlen);
-            else
-                st = issue_allgather(b, op, pc, tag, parts, err, errlen);
+            /* walk_parts refuses ranks that stand at different kinds */
+            bool is_rail = op->ranks[r0].plan->instr[pc[r0]].kind == OVL_I_RAIL;
+            st = issue_coll(b, op, pc, tag, is_rail ? NULL : parts, is_rail ? rparts : NULL, err,
+                            errlen);
             if (st != OVL_OK)
                 goto fail;
             tag.index++;

@@ -375,6 +375,12 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     b->peer_errors = s->peer_errors;
     b->peer_dropped = s->peer_dropped;
     b->peer_auth_refused = s->peer_auth_refused;
+    b->xfer_sends = s->xfer_sends;
+    b->xfer_recvs = s->xfer_recvs;
+    b->xfer_bytes_out = s->xfer_bytes_out;
+    b->xfer_bytes_in = s->xfer_bytes_in;
+    b->xfer_errors = s->xfer_errors;
+    b->xfer_dropped = s->xfer_dropped;
     (void)d;
 }
 

@@ -48,8 +48,7 @@ typedef struct ovld_stats {
     /* The host backend's rows between nodes (xfer.h): transfers done each
      * way and their bytes, transfers that failed, and peers' rows messages
      * dropped (malformed, of a job this node does not have, naming ranks
-     * their sender may not, answering nothing). Not in ovlctl's output
-     * yet. */
+     * their sender may not, answering nothing). */
     uint64_t xfer_sends, xfer_recvs, xfer_bytes_out, xfer_bytes_in;
     uint64_t xfer_errors, xfer_dropped;
 } ovld_stats_t;

@@ -4,11 +4,15 @@ UCX_TLS=tcp,self so that the rows between nodes go the network's way, not
 by shared memory), each rank a process of client/examples/two_nodes.c
 checking its C against the reference: world 4 over two daemons (node-major
 and interleaved) and world 6 over three (1+2+3 ranks), every algorithm and
-dtype; a daemon killed while the others' ranks wait for its rank (they
+dtype, with the rows each daemon moved to and from the others counted in
+`ovlctl stats` (xfer_*: exactly, for one naive op; both ends of every
+transfer, for the rest); a daemon killed while the others' ranks wait for its rank (they
 fail with OVL_ERR_ABORTED naming it within 2 s, their daemon runs the next
 job, and status showed the job's nodes while it ran); a node with another
 cluster key cannot join (its link is refused)."""
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +27,34 @@ ALGOS = ("naive", "collective", "ring")
 SHAPES = {"bf16": ["-m", "16", "-n", "24", "-k", "32"],
           "fp16": ["-m", "9", "-n", "13", "-k", "17"],
           "fp32": ["-m", "5", "-n", "7", "-k", "11"]}
+
+
+XFER = ("xfer_sends", "xfer_recvs", "xfer_bytes_out", "xfer_bytes_in", "xfer_errors",
+        "xfer_dropped")
+
+
+def xfer_stats(node):
+    """The node's xfer_* counters since start (`ovlctl stats --json`)."""
+    total = json.loads(node.ctl("stats", "--json").stdout)["total"]
+    return {k: total[k] for k in XFER}
+
+
+def check_xfer(nodes, before):
+    """Since before (each node's xfer_stats): every node sent and received
+    rows, nothing failed or was dropped, and each transfer was counted at
+    both its ends (sums over the nodes agree); the table shows them too."""
+    after = [xfer_stats(n) for n in nodes]
+    moved = [{k: a[k] - b[k] for k in XFER} for a, b in zip(after, before)]
+    for n, a, m in zip(nodes, after, moved):
+        assert m["xfer_sends"] > 0 and m["xfer_recvs"] > 0, (n.addr, m)
+        assert m["xfer_bytes_out"] > 0 and m["xfer_bytes_in"] > 0, (n.addr, m)
+        assert m["xfer_errors"] == 0 and m["xfer_dropped"] == 0, (n.addr, m)
+        text = n.ctl("stats").stdout  # since start, since reset (none)
+        row = re.search(r"^  xfer_bytes_out +(\d+) +(\d+)$", text, re.M)
+        assert row and int(row.group(1)) == int(row.group(2)) == a["xfer_bytes_out"], text
+    for out, into in (("xfer_sends", "xfer_recvs"), ("xfer_bytes_out", "xfer_bytes_in")):
+        assert sum(m[out] for m in moved) == sum(m[into] for m in moved), moved
+    return after
 
 
 def every_algo_and_dtype(nodes, placement):
@@ -46,8 +78,21 @@ def cluster(n):
 def test_world4_over_two():
     nodes = cluster(2)
     try:
+        zero = [xfer_stats(n) for n in nodes]
+        assert all(not any(z.values()) for z in zero), zero  # nothing moved yet
+        # naive, 2 + 2: each rank's A (5 x 11 fp32) all-gathered, so sent
+        # to both ranks of the other node and received from both
+        run_job(nodes, [0, 0, 1, 1], SHAPES["fp32"] + ["-d", "fp32", "-a", "naive"], "fp32")
+        shard = 5 * 11 * 4
+        for n in nodes:
+            assert xfer_stats(n) == {"xfer_sends": 4, "xfer_recvs": 4, "xfer_bytes_out": 4 * shard,
+                                     "xfer_bytes_in": 4 * shard, "xfer_errors": 0,
+                                     "xfer_dropped": 0}, (n.addr, xfer_stats(n))
+        before = check_xfer(nodes, zero)
         every_algo_and_dtype(nodes, [0, 0, 1, 1])
+        before = check_xfer(nodes, before)
         every_algo_and_dtype(nodes, [0, 1, 0, 1])  # not node-major
+        check_xfer(nodes, before)
         no_jobs_left(nodes)
         stop_clean(nodes)
     finally:
@@ -58,8 +103,11 @@ def test_world4_over_two():
 def test_world6_over_three():
     nodes = cluster(3)
     try:
+        before = [xfer_stats(n) for n in nodes]
         every_algo_and_dtype(nodes, [0, 1, 1, 2, 2, 2])  # 1 + 2 + 3
+        before = check_xfer(nodes, before)
         run_job(nodes, [2, 0, 1, 2, 1, 2], SHAPES["bf16"] + ["-a", "ring"], "bf16")
+        check_xfer(nodes, before)
         no_jobs_left(nodes)
         stop_clean(nodes)
     finally:

@@ -179,9 +179,13 @@ def test_ping_status_stats():
         assert after["peer_msgs_in"] >= before["peer_msgs_in"] + 4, (before, after)
         assert after["peer_bytes_out"] > before["peer_bytes_out"]
         assert after["peer_errors"] == after["peer_auth_refused"] == after["peer_dropped"] == 0
+        # links but no job: no rows moved (test_multinode.py moves some)
+        xfer = {k: v for k, v in after.items() if k.startswith("xfer_")}
+        assert len(xfer) == 6 and not any(xfer.values()), after
         assert a.peer(b.addr)["state"] == "up"
         text = a.ctl("stats").stdout
         assert re.search(r"^  peer_msgs_in +\d+ +\d+$", text, re.M), text
+        assert re.search(r"^  xfer_sends +0 +0$", text, re.M), text
         prom = a.ctl("stats", "--prometheus").stdout
         m = re.search(r"^ovl_peer_messages_sent_total (\d+)$", prom, re.M)
         assert m and int(m.group(1)) > 0, prom

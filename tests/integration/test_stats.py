@@ -457,7 +457,12 @@ BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathe
                 "issue_p99_s": NUM, "issue_max_s": NUM, "issue_count": int,
                 "peer_msgs_in": int, "peer_msgs_out": int, "peer_bytes_in": int,
                 "peer_bytes_out": int, "peer_errors": int, "peer_dropped": int,
-                "peer_auth_refused": int}
+                "peer_auth_refused": int, "xfer_sends": int, "xfer_recvs": int,
+                "xfer_bytes_out": int, "xfer_bytes_in": int, "xfer_errors": int,
+                "xfer_dropped": int}
+# What only an ovld with links to other nodes counts (test_peers.py and
+# test_multinode.py see them move): 0 on one node, ops or not.
+NODE_LINK_FIELDS = [k for k in BLOCK_FIELDS if k.startswith(("peer_", "xfer_"))]
 OP_FIELDS = {"algo": str, "dtype": str, "count": int}
 ERROR_FIELDS = {"status": int, "name": str, "count": int}
 BUCKET_FIELDS = {"le_s": NUM, "count": int}
@@ -593,6 +598,10 @@ def test_json_fields_and_types():
         errs = {e["status"]: e for e in st["total"]["errors"]}
         assert errs.get(-1) == {"status": -1, "name": "invalid argument", "count": 1}, errs
         assert set(errs) <= {-1, -17}, errs
+        # one node: no links, and the job's rows never left it
+        for block in ("total", "since_reset"):
+            moved = {k: st[block][k] for k in NODE_LINK_FIELDS if st[block][k]}
+            assert not moved, (block, moved)
         assert d.stop() == 0, d.log_text()[-4000:]
     finally:
         demo.kill()
@@ -621,6 +630,10 @@ def test_prometheus_format():
                 "ovl_peer_received_bytes_total": "counter", "ovl_peer_sent_bytes_total": "counter",
                 "ovl_peer_errors_total": "counter", "ovl_peer_dropped_messages_total": "counter",
                 "ovl_peer_auth_refused_total": "counter",
+                "ovl_xfer_sends_total": "counter", "ovl_xfer_recvs_total": "counter",
+                "ovl_xfer_sent_bytes_total": "counter",
+                "ovl_xfer_received_bytes_total": "counter", "ovl_xfer_errors_total": "counter",
+                "ovl_xfer_dropped_messages_total": "counter",
                 "ovl_op_latency_seconds": "histogram"}
         assert {f: x["type"] for f, x in fams.items()} == want, fams.keys()
         for a in ALGOS:

@@ -838,6 +838,19 @@ static void test_handmade_plans(void **state)
     }
 }
 
+/* The log rang the done of each of the op's world ranks exactly once. */
+static void assert_done_once(uint32_t world)
+{
+    int dones[MAXW] = {0};
+    assert_true(world <= MAXW);
+    for (size_t i = 0; i < M.n; i++)
+        if (M.log[i].call == C_DONE)
+            dones[M.log[i].rank]++;
+    for (uint32_t r = 0; r < world; r++)
+        if (dones[r] != 1)
+            fail_msg("rank %u's done rang %d times", r, dones[r]);
+}
+
 /* A plan that names what the op does not have (a buffer, a peer's buffer
  * to write, a buffer or a stream that does not exist, a RAIL peer past the
  * world): the executor refuses
@@ -886,17 +899,13 @@ static void run_bad_names(bool threads, int how)
     ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
     if (st != OVL_ERR_INTERNAL || !strstr(err, want) || !strstr(err, "rank 1"))
         fail_msg("threads %d, case %d: %s: %s", threads, how, ovl_strerror(st), err);
-    int dones[2] = {0};
     for (size_t i = 0; i < M.n; i++) {
         /* nothing of rank 1 past its bad pull */
         if (M.log[i].call == C_RAIL ||
             (M.log[i].rank == 1 && M.log[i].call == (how == 4 ? C_GEMM : C_COPY)))
             fail_msg("threads %d, case %d: rank 1's bad pull reached the backend", threads, how);
-        if (M.log[i].call == C_DONE)
-            dones[M.log[i].rank]++;
     }
-    assert_int_equal(dones[0], 1);
-    assert_int_equal(dones[1], 1);
+    assert_done_once(2);
     setup_free(&s);
 }
 
@@ -907,6 +916,65 @@ static void test_bad_names(void **state)
         run_bad_names(false, how);
         run_bad_names(true, how);
     }
+}
+
+/* The words of a collective call the executor refuses: a backend without
+ * the call (OVL_ERR_UNSUPPORTED), plans that disagree on its rows
+ * (OVL_ERR_INTERNAL); nothing reaches the backend's collective and every
+ * rank's done rings once. how: 0 an all-gather without the backend's, 1 a
+ * rail without it, 2 and 3 an all-gather and a rail whose rank 1 has other
+ * rows. */
+static void run_coll_words(int how)
+{
+    bool rail = how % 2 == 1;
+    setup_t s;
+    setup_topo = rail ? topo2a : NULL; /* a ring across two nodes: RAILs */
+    setup_make(&s, rail ? OVL_ALGO_RING : OVL_ALGO_NAIVE, 2, 0, false, L_NCCL, false);
+    setup_topo = NULL;
+    ovl_instr_kind_t kind = rail ? OVL_I_RAIL : OVL_I_ALLGATHER;
+    size_t at = 0;
+    while (s.plans[1].instr[at].kind != kind)
+        at++;
+    const char *method = ovl_ag_method_name(s.plans[1].instr[at].method);
+    assert_non_null(method);
+    char want[200];
+    ovl_status_t want_st = OVL_ERR_INTERNAL;
+    if (how == 0) {
+        mock_ops.allgather = NULL;
+        want_st = OVL_ERR_UNSUPPORTED;
+        snprintf(want, sizeof(want), "all-gather (%s): the mock backend has no collective", method);
+    } else if (how == 1) {
+        mock_ops.rail = NULL;
+        want_st = OVL_ERR_UNSUPPORTED;
+        snprintf(want, sizeof(want), "rail (%s): the mock backend cannot move rows between nodes",
+                 method);
+    } else {
+        s.plans[1].instr[at].rows++;
+        snprintf(want, sizeof(want), "plans disagree on %s %zu of rank 1",
+                 rail ? "rail" : "all-gather", at);
+    }
+    mock_ops.issue_parallel = false;
+    M.n = 0;
+    M.fail_at = 0;
+    char err[256] = "";
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    mock_ops.allgather = m_allgather;
+    mock_ops.rail = m_rail;
+    if (st != want_st || strcmp(err, want) != 0)
+        fail_msg("case %d: %s: \"%s\", not %s: \"%s\"", how, ovl_strerror(st), err,
+                 ovl_strerror(want_st), want);
+    for (size_t i = 0; i < M.n; i++)
+        if (M.log[i].call == C_ALLGATHER || M.log[i].call == C_RAIL)
+            fail_msg("case %d: the refused call reached the backend", how);
+    assert_done_once(2);
+    setup_free(&s);
+}
+
+static void test_coll_words(void **state)
+{
+    (void)state;
+    for (int how = 0; how < 4; how++)
+        run_coll_words(how);
 }
 
 /* ------------------------------------ a ring across nodes, for real */
@@ -1140,7 +1208,7 @@ int main(void)
         cmocka_unit_test(test_good_runs),         cmocka_unit_test(test_every_call_failing),
         cmocka_unit_test(test_good_runs_threads), cmocka_unit_test(test_every_call_failing_threads),
         cmocka_unit_test(test_handmade_plans),    cmocka_unit_test(test_bad_names),
-        cmocka_unit_test(test_host_rail_ring),
+        cmocka_unit_test(test_host_rail_ring),    cmocka_unit_test(test_coll_words),
     };
     return cmocka_run_group_tests_name("exec", tests, pool_setup, pool_teardown);
 }
