@@ -22,9 +22,10 @@
  *            cur-one   own shard in c GEMMs, every GEMM on one stream;
  *          each with one copy stream, then with the chunks' pulls on two.
  *
- * Ratios are to the floor max(gemm, pull). The data are constant (the
- * GEMMs' times do not depend on them much; ovl-bench uses random data, so
- * its GEMMs take a few percent longer). docs/performance.md reads it.
+ * Ratios are to the floor max(gemm, pull). The data are ovl-bench's random
+ * data (ovl_demo_fill, the same seed): a GEMM's time depends on its data
+ * (constant data made 16384x8192x2048 20% faster). docs/performance.md
+ * reads it.
  *
  * Usage: ovl-ring-lab [MxKxN ...]   (M even; default 65536x1024x1024
  * 16384x8192x2048 4096x4096x4096). Exit 0, 1 on a CUDA or cuBLASLt error,
@@ -38,6 +39,9 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_gemm.h"
+#include "demo_cuda.h"
+
+#define SEED 0x6f766c62656e6368ull /* ovl-bench's */
 
 /* A lab, not a service: the first error ends it, named. */
 #define CK(x)                                                                                      \
@@ -289,9 +293,13 @@ int main(int argc, char **argv)
             CK(cudaMalloc(&g->gb, M * K * 2));
             CK(cudaMalloc(&g->b, K * N * 2));
             CK(cudaMalloc(&g->c, M * N * 2));
-            CK(cudaMemset(g->a, 0x3c, m * K * 2));
-            CK(cudaMemset(g->gb, 0x3c, M * K * 2));
-            CK(cudaMemset(g->b, 0x3b, K * N * 2));
+            /* ovl-bench's random data: GEMM times depend on them */
+            CK(ovl_demo_fill(OVL_DTYPE_BF16, g->a, m, K, K, SEED, d, 0, g->main));
+            CK(ovl_demo_fill(OVL_DTYPE_BF16, g->b, K, N, N, SEED, d, 1, g->main));
+            for (int r = 0; r < 2; r++) /* G as gathered: both shards */
+                CK(ovl_demo_fill(OVL_DTYPE_BF16, (char *)g->gb + (size_t)r * m * K * 2, m, K, K,
+                                 SEED, r, 0, g->main));
+            CK(cudaStreamSynchronize(g->main));
         }
         ncopy = 1;
         double fg = measure(full_gemm, 0, 0, 0), pl = measure(pull_only, 0, 0, 0);
