@@ -14,12 +14,16 @@ gathered rows, each rank holding M/W of them) on random data:
 
 Each figure is ovl-bench's: `iters` ops back to back on the rank's current
 stream after `warmup` untimed ones, a CUDA event after each op, the median of
-the per-op times, the maximum over ranks. The fused op's C is checked against
-the unfused one (relative Frobenius error, ovl-bench's tolerance).
+the per-op times, the maximum over ranks; measured in --rounds rounds (fused
+and unfused alternating) of which the fastest counts, because PyTorch's
+fused op varies from run to run (2 x H200, 4096x4096x4096: 0.21 to 0.66 ms
+in five processes): ovl is compared with PyTorch at its best. The fused
+op's C is checked against the unfused one (relative Frobenius error,
+ovl-bench's tolerance).
 
 Output (stdout, rank 0), one line per shape, for ovl-bench to read:
 
-  torch-peer: shape MxKxN fused MS unfused MS rel_err E
+  torch-peer: shape MxKxN fused MS unfused MS rel_err E rounds F1/F2/...
   torch-peer: shape MxKxN error TEXT            (that shape failed)
 
 after a first line `torch-peer: torch VERSION, world W, GPU NAME`. Exit
@@ -37,6 +41,7 @@ import os
 import sys
 import tempfile
 import traceback
+import warnings
 
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5}  # ovl-bench's
 SEED = 0x746F726368
@@ -65,11 +70,13 @@ def parse_args(argv):
     ap.add_argument("--dtype", choices=sorted(TOLERANCE), default="bf16")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of both measurements; the fastest counts (default 3)")
     args = ap.parse_args(argv)
     if args.world < 1 or args.world > 64:
         ap.error("--world: 1 to 64")
-    if args.iters < 1 or args.warmup < 0:
-        ap.error("--iters >= 1, --warmup >= 0")
+    if args.iters < 1 or args.warmup < 0 or not 1 <= args.rounds <= 20:
+        ap.error("--iters >= 1, --warmup >= 0, --rounds 1 to 20")
     if not args.shapes:
         ap.error("--shapes: no shape")
     for M, _, _ in args.shapes:
@@ -111,11 +118,13 @@ def rank_main(rank, args, init_file):
     group = dist.group.WORLD
     gname = group.group_name
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-    if enable is not None:  # needed before 2.9, a no-op or deprecated after
-        try:
-            enable(gname)
-        except Exception:  # noqa: BLE001 - newer releases need no enabling
-            pass
+    if enable is not None:  # needed before 2.9, deprecated (and not needed) since
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            try:
+                enable(gname)
+            except Exception:  # noqa: BLE001 - newer releases need no enabling
+                pass
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     op = torch.ops.symm_mem.fused_all_gather_matmul
     gen = torch.Generator(device="cuda")
@@ -145,15 +154,23 @@ def rank_main(rank, args, init_file):
             ref = C.float()
             got = fused()[1][0].float()
             err = ((got - ref).norm() / ref.norm()).item()
-            t_fused = per_op_ms(torch, fused, args.warmup, args.iters)
-            t_unf = per_op_ms(torch, unfused, args.warmup, args.iters)
-            v = torch.tensor([t_fused, t_unf, err], device="cuda", dtype=torch.float64)
+            rounds = []
+            for _ in range(args.rounds):
+                t = [per_op_ms(torch, fused, args.warmup, args.iters),
+                     per_op_ms(torch, unfused, args.warmup, args.iters)]
+                v = torch.tensor(t, device="cuda", dtype=torch.float64)
+                dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
+                rounds.append(v.tolist())
+            v = torch.tensor([err], device="cuda", dtype=torch.float64)
             dist.all_reduce(v, op=dist.ReduceOp.MAX)
-            t_fused, t_unf, err = v.tolist()
+            err = v.item()
+            t_fused = min(r[0] for r in rounds)
+            t_unf = min(r[1] for r in rounds)
             ok = math.isfinite(err) and err <= TOLERANCE[args.dtype]
             failed |= not ok
-            line = "shape %s fused %.4f unfused %.4f rel_err %.3e%s" % (
-                name, t_fused, t_unf, err, "" if ok else " FAIL")
+            line = "shape %s fused %.4f unfused %.4f rel_err %.3e rounds %s%s" % (
+                name, t_fused, t_unf, err, "/".join("%.4f" % r[0] for r in rounds),
+                "" if ok else " FAIL")
             del A, B, Ag, C, ref, got
         except Exception as ex:  # noqa: BLE001 - one shape's failure is reported, then the next
             failed = True
