@@ -47,6 +47,7 @@ struct ovl_mem {
     bool host_alloc; /* from ovl_host_alloc: ours to unmap */
     size_t map_len;
     uint8_t handle[LIBOVL_IPC_HANDLE_LEN]; /* CUDA: the allocation's IPC handle, to notice reuse */
+    uint64_t buffer_id; /* CUDA: the driver's id of the allocation (libovl_cuda_buffer_id) */
     struct ovl_mem *next;
 };
 
@@ -882,10 +883,16 @@ OVL_API ovl_status_t ovl_daemon_info(const ovl_client_t *cl, ovl_daemon_info_t *
 
 /* ----------------------------------------------------------------- memory */
 
+/* Whether registration m holds [p, p+bytes). */
+static bool mem_holds(const struct ovl_mem *m, uintptr_t p, uint64_t bytes)
+{
+    return p >= m->base && p - m->base <= m->bytes && bytes <= m->bytes - (p - m->base);
+}
+
 static struct ovl_mem *mem_find(ovl_client_t *cl, uintptr_t p, uint64_t bytes)
 {
     for (struct ovl_mem *m = cl->mems; m; m = m->next)
-        if (p >= m->base && p - m->base <= m->bytes && bytes <= m->bytes - (p - m->base))
+        if (mem_holds(m, p, bytes))
             return m;
     return NULL;
 }
@@ -995,18 +1002,30 @@ OVL_API ovl_status_t ovl_host_free(ovl_client_t *cl, void *ptr)
 
 /*
  * Registers the whole allocation holding [ptr, ptr+bytes) (see
- * libovl_cuda_mem_alloc). A registration whose handle no longer matches
- * (the memory was freed and the address reused) is dropped and made anew,
- * as UCX's IPC cache does.
+ * libovl_cuda_mem_alloc). The submit path registers every matrix of every
+ * op, so a registration made before is found by the allocation's buffer id
+ * alone, one driver call: an id is never given to a later allocation, and
+ * an allocation's range does not change, so a registration of that id
+ * holding [ptr, ptr+bytes) is the memory's. Otherwise the allocation is
+ * looked up in full (range and IPC handle), and a registration at its base
+ * of another allocation (freed, the address handed out again) is dropped
+ * and made anew, as UCX's IPC cache does.
  */
 static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl_mem_t **ret_mem)
 {
+    uint64_t id = libovl_cuda_buffer_id(cl->cuda, ptr);
+    for (struct ovl_mem *m = id ? cl->mems : NULL; m; m = m->next)
+        if (m->buffer_id == id && mem_holds(m, (uintptr_t)ptr, bytes)) {
+            *ret_mem = m;
+            return OVL_OK;
+        }
     libovl_cuda_alloc_t a;
     ovl_status_t st = libovl_cuda_mem_alloc(cl, &cl->cuda, ptr, bytes, &a);
     if (st != OVL_OK)
         return st;
     struct ovl_mem *m = mem_find(cl, a.base, a.size);
-    if (m && m->base == a.base && memcmp(m->handle, a.handle, sizeof(a.handle)) == 0) {
+    if (m && m->base == a.base && m->buffer_id == a.buffer_id &&
+        memcmp(m->handle, a.handle, sizeof(a.handle)) == 0) {
         *ret_mem = m;
         return OVL_OK;
     }
@@ -1038,6 +1057,7 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
     m->id = r->mem_register->mem_id;
     m->base = a.base;
     m->bytes = a.size;
+    m->buffer_id = a.buffer_id;
     memcpy(m->handle, a.handle, sizeof(a.handle));
     m->next = cl->mems;
     cl->mems = m;

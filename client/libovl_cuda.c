@@ -101,10 +101,25 @@ ovl_status_t libovl_cuda_mem_alloc(ovl_client_t *cl, libovl_cuda_t **cu, const v
     cudaError_t ce = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
     if (ce != cudaSuccess)
         return cuda_fail(cl, ce, "cudaIpcGetMemHandle (memory from cudaMalloc is needed)");
+    unsigned long long id = 0;
+    cr = drv->pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, base);
+    if (cr != CUDA_SUCCESS || id == 0)
+        return libovl_fail(cl, OVL_ERR_BACKEND, "%p: no buffer id (cuPointerGetAttribute: %s)", ptr,
+                           cr != CUDA_SUCCESS ? ovl_cudrv_strerror(drv, cr) : "0");
+    ret->buffer_id = id;
     ret->base = (uintptr_t)base;
     ret->size = size;
     memcpy(ret->handle, &h, sizeof(h));
     return OVL_OK;
+}
+
+uint64_t libovl_cuda_buffer_id(const libovl_cuda_t *cu, const void *ptr)
+{
+    unsigned long long id = 0;
+    if (!cu || cu->drv.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                             (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+        return 0;
+    return id;
 }
 
 ovl_status_t libovl_cuda_mem_device_uuid(ovl_client_t *cl, const void *ptr,

@@ -45,14 +45,24 @@ ovl_status_t libovl_cuda_device_uuid(ovl_client_t *cl, int device, uint8_t uuid[
 
 /* The whole allocation holding [ptr, ptr+bytes) (caching allocators hand
  * out pointers inside larger blocks, and an IPC handle always names the
- * allocation's base: API-NOTES 3.1) and its IPC handle. Loads *cu first. */
+ * allocation's base: API-NOTES 3.1), its IPC handle and its buffer id
+ * (libovl_cuda_buffer_id). Loads *cu first. */
 typedef struct libovl_cuda_alloc {
     uintptr_t base;
     size_t size;
+    uint64_t buffer_id;
     uint8_t handle[LIBOVL_IPC_HANDLE_LEN];
 } libovl_cuda_alloc_t;
 ovl_status_t libovl_cuda_mem_alloc(ovl_client_t *cl, libovl_cuda_t **cu, const void *ptr,
                                    size_t bytes, libovl_cuda_alloc_t *ret);
+
+/* The driver's id of the allocation holding ptr
+ * (CU_POINTER_ATTRIBUTE_BUFFER_ID: unique within the process, never given
+ * to a later allocation, so an allocation freed and its address handed out
+ * again has another id), in *ret; 0 where ptr is no CUDA allocation or the
+ * driver is not loaded yet. One driver call, no IPC: what the submit path
+ * asks of a buffer it has registered before. */
+uint64_t libovl_cuda_buffer_id(const libovl_cuda_t *cu, const void *ptr);
 
 /* The UUID of the device that holds ptr. */
 ovl_status_t libovl_cuda_mem_device_uuid(ovl_client_t *cl, const void *ptr,

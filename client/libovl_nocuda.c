@@ -42,6 +42,13 @@ ovl_status_t libovl_cuda_mem_alloc(ovl_client_t *cl, libovl_cuda_t **cu, const v
     return unsupported(cl);
 }
 
+uint64_t libovl_cuda_buffer_id(const libovl_cuda_t *cu, const void *ptr)
+{
+    (void)cu;
+    (void)ptr;
+    return 0;
+}
+
 ovl_status_t libovl_cuda_mem_device_uuid(ovl_client_t *cl, const void *ptr,
                                          uint8_t uuid[LIBOVL_UUID_LEN])
 {

@@ -17,6 +17,7 @@ typedef struct ovl_cudrv {
     CUresult (*stream_write_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
     CUresult (*stream_write_value32)(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned flags);
     CUresult (*mem_get_address_range)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+    CUresult (*pointer_get_attribute)(void *data, CUpointer_attribute a, CUdeviceptr p);
     CUresult (*get_error_string)(CUresult r, const char **s);
 } ovl_cudrv_t;
 
