@@ -206,3 +206,81 @@ void gpu_daemon_cleanup(gpu_daemon_t *d)
     unlink(d->conf);
     rmdir(d->dir);
 }
+
+int gpu_run_rank(int (*rank_main)(int fd), double limit_s, gpu_rank_result_t *ret)
+{
+    *ret = (gpu_rank_result_t){.code = -1};
+    int p[2]; /* the rank's counts */
+    if (pipe(p) != 0) {
+        perror("pipe");
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        _exit(rank_main(p[1]));
+    }
+    close(p[1]);
+
+    double t0 = ovl_mono_s(), deadline = t0 + limit_s;
+    for (;;) {
+        int ws;
+        pid_t got = waitpid(pid, &ws, WNOHANG);
+        if (got < 0 && errno != EINTR) {
+            perror("waitpid");
+            break;
+        }
+        if (got == pid) {
+            ret->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+            break;
+        }
+        if (ovl_mono_s() > deadline) {
+            fprintf(stderr, "FAIL: the rank still running after %.0f s: killed\n",
+                    ovl_mono_s() - t0);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            ret->code = 128 + SIGKILL;
+            ret->timed_out = true;
+            break;
+        }
+        gpu_sleep_ms(20);
+    }
+
+    char buf[64] = "";
+    ssize_t got = 0, n;
+    while (got < (ssize_t)sizeof(buf) - 1 &&
+           (n = read(p[0], buf + got, sizeof(buf) - 1 - (size_t)got)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        got += n;
+    }
+    close(p[0]);
+    ret->counted = sscanf(buf, "%d %d", &ret->passed, &ret->failed) == 2;
+    return 0;
+}
+
+int gpu_rank_report(int fd, int rc, int passed, int failed)
+{
+    if (rc == 1 && failed == 0)
+        failed++; /* a setup step failed */
+    if (rc != GPU_SKIP_CODE) {
+        char line[64];
+        int len = snprintf(line, sizeof(line), "%d %d\n", passed, failed);
+        if (write(fd, line, (size_t)len) != len)
+            perror("writing the counts");
+    }
+    fflush(stdout);
+    fflush(stderr);
+    return rc;
+}

@@ -81,4 +81,27 @@ void gpu_daemon_print_log(const gpu_daemon_t *d, gpu_log_style_t style);
  * what; false if not, or if the log cannot be opened. */
 bool gpu_daemon_log_has(const gpu_daemon_t *d, const char *what);
 
+/* What became of a rank process that gpu_run_rank ran. */
+typedef struct gpu_rank_result {
+    int code;       /* its exit code (128 + the signal that ended it), -1 if unknown */
+    bool timed_out; /* still running after the limit: killed */
+    bool counted;   /* it wrote its counts */
+    int passed, failed;
+} gpu_rank_result_t;
+
+/*
+ * Forks a rank process that returns rank_main(fd) as its exit code and
+ * writes "PASSED FAILED\n" to fd (GPU_SKIP_CODE: it may write nothing);
+ * waits for it up to limit_s, polling every 20 ms, then kills it (SIGKILL,
+ * with a "FAIL: " line); reads its counts. 0, or -1 where the pipe or the
+ * fork failed (said with perror). stdout and stderr are flushed before the
+ * fork.
+ */
+int gpu_run_rank(int (*rank_main)(int fd), double limit_s, gpu_rank_result_t *ret);
+
+/* The end of a rank's rank_main: a failed setup (rc 1 without a failed
+ * check) counts as a failure; the counts go to fd unless the rank skips
+ * (rc GPU_SKIP_CODE); stdout and stderr are flushed. Returns rc. */
+int gpu_rank_report(int fd, int rc, int passed, int failed);
+
 #endif /* OVL_TEST_GPU_DAEMON_H */

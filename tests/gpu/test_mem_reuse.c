@@ -370,17 +370,7 @@ out:
     cudaFree(a);
     if (s)
         cudaStreamDestroy(s);
-    if (rc == 1 && failed == 0)
-        failed++; /* a setup step failed */
-    if (rc != GPU_SKIP_CODE) {
-        char line[64];
-        int len = snprintf(line, sizeof(line), "%d %d\n", passed, failed);
-        if (write(rfd, line, (size_t)len) != len)
-            perror("writing the counts");
-    }
-    fflush(stdout);
-    fflush(stderr);
-    return rc;
+    return gpu_rank_report(rfd, rc, passed, failed);
 }
 
 /* ------------------------------------------------------------ main */
@@ -397,67 +387,14 @@ int main(void)
     }
     setenv("OVL_SOCKET", d.sock, 1);
 
-    int p[2]; /* the rank's counts */
-    if (pipe(p) != 0) {
-        perror("pipe");
+    double t0 = ovl_mono_s();
+    gpu_rank_result_t rr;
+    if (gpu_run_rank(rank_main, TEST_LIMIT_S, &rr) != 0) {
         gpu_daemon_cleanup(&d);
         return 1;
     }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
-        gpu_daemon_cleanup(&d);
-        return 1;
-    }
-    if (pid == 0) {
-        close(p[0]);
-        _exit(rank_main(p[1]));
-    }
-    close(p[1]);
-
-    /* Wait, bounded. */
-    double t0 = ovl_mono_s(), deadline = t0 + TEST_LIMIT_S;
-    int code = -1;
-    bool timed_out = false;
-    for (;;) {
-        int ws;
-        pid_t got = waitpid(pid, &ws, WNOHANG);
-        if (got < 0 && errno != EINTR) {
-            perror("waitpid");
-            break;
-        }
-        if (got == pid) {
-            code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-            break;
-        }
-        if (ovl_mono_s() > deadline) {
-            fprintf(stderr, "FAIL: the rank still running after %.0f s: killed\n",
-                    ovl_mono_s() - t0);
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            code = 128 + SIGKILL;
-            timed_out = true;
-            break;
-        }
-        gpu_sleep_ms(20);
-    }
-
-    int rank_passed = 0, rank_failed = 0;
-    char buf[64] = "";
-    ssize_t got = 0, n;
-    while (got < (ssize_t)sizeof(buf) - 1 &&
-           (n = read(p[0], buf + got, sizeof(buf) - 1 - (size_t)got)) != 0) {
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        got += n;
-    }
-    close(p[0]);
-    bool counted = sscanf(buf, "%d %d", &rank_passed, &rank_failed) == 2;
+    int code = rr.code;
+    bool timed_out = rr.timed_out;
 
     bool stopped = gpu_daemon_stop(&d);
     if (code == GPU_SKIP_CODE && stopped) {
@@ -465,10 +402,10 @@ int main(void)
         return GPU_SKIP_CODE; /* the rank said why */
     }
 
-    passed = rank_passed;
-    failed = rank_failed;
-    if (!counted || code != 0) {
-        if (!counted || rank_failed == 0)
+    passed = rr.passed;
+    failed = rr.failed;
+    if (!rr.counted || code != 0) {
+        if (!rr.counted || rr.failed == 0)
             failed++; /* the rank died, timed out or skipped alone */
         fprintf(stderr, "FAIL: the rank exited %d\n", code);
     }
