@@ -1586,8 +1586,11 @@ static int bl_phase(const bopts_t *o)
             if (bl_time(o, gp, sh, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
         }
-        printf("  %-18s all-gather %.3f ms, ce-gather %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp,
-               g_bl[si][BL_AG], g_bl[si][BL_CE], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        char agms[24] = "-";
+        if (isfinite(g_bl[si][BL_AG])) /* none where ranks share GPUs */
+            snprintf(agms, sizeof(agms), "%.3f", g_bl[si][BL_AG]);
+        printf("  %-18s all-gather %s ms, ce-gather %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp,
+               agms, g_bl[si][BL_CE], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
