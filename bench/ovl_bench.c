@@ -1628,8 +1628,8 @@ static bool g_torch_failed;
 static void torch_note(bool failed, const char *fmt, ...)
 {
     va_list ap;
-    if (g_torch_failed && !failed)
-        return; /* a failure's words stay */
+    if (g_torch_failed)
+        return; /* the first failure's words stay */
     g_torch_failed |= failed;
     va_start(ap, fmt);
     vsnprintf(g_torch_note, sizeof(g_torch_note), fmt, ap);
@@ -1686,6 +1686,10 @@ static void torch_phase(const bopts_t *o)
         torch_note(false, "PyTorch's fused op not run: ranks share GPUs (it needs one per rank)");
         return;
     }
+    if (o->nb > 1) { /* the script times one B per op */
+        torch_note(false, "PyTorch's fused op not run: --bs %u (its script times one B)", o->nb);
+        return;
+    }
     for (int si = 0; si < o->nshapes; si++) {
         shape_str(shp, sizeof(shp), o->shapes[si]);
         size_t n = strlen(shapes);
@@ -1736,7 +1740,7 @@ static void torch_phase(const bopts_t *o)
     double until = ovl_mono_s() + (double)o->timeout_s * o->nshapes + 120;
     char buf[4096];
     size_t have = 0;
-    bool timed_out = false;
+    bool timed_out = false, skip_rest = false; /* skip_rest: the tail of a line too long */
     for (;;) {
         double left = until - ovl_mono_s();
         if (left <= 0) {
@@ -1759,8 +1763,12 @@ static void torch_phase(const bopts_t *o)
         char *line = buf, *nl;
         while ((nl = strchr(line, '\n'))) {
             *nl = '\0';
-            printf("  %s\n", line);
-            torch_line(o, line);
+            if (skip_rest) {
+                skip_rest = false;
+            } else {
+                printf("  %s\n", line);
+                torch_line(o, line);
+            }
             line = nl + 1;
         }
         have = strlen(line);
@@ -1768,18 +1776,34 @@ static void torch_phase(const bopts_t *o)
         if (have == sizeof(buf) - 1) { /* a line longer than buf: said, not read */
             printf("  %s...\n", buf);
             have = 0;
+            skip_rest = true;
         }
+    }
+    if (have > 0 && !skip_rest) { /* a last line without its newline */
+        printf("  %s\n", buf);
+        torch_line(o, buf);
     }
     fflush(stdout);
     close(fd[0]);
+    /* its end, bounded like its output: the pipe may close (or fail)
+     * before the process ends */
+    int ws = 0;
+    pid_t w = 0;
+    while (!timed_out && (w = waitpid(pid, &ws, WNOHANG)) == 0) {
+        if (ovl_mono_s() > until)
+            timed_out = true;
+        else
+            usleep(20000);
+    }
     if (timed_out) {
         kill(-pid, SIGKILL);
         torch_note(true, "PyTorch's peer did not finish in %.0f s",
                    (double)o->timeout_s * o->nshapes + 120);
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+            ;
+    } else if (w < 0) {
+        torch_note(true, "PyTorch's peer: waitpid: %s", strerror(errno));
     }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
     kill(-pid, SIGKILL); /* its ranks, should any outlive it */
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 77) {
         if (!g_torch_note[0])
@@ -1981,16 +2005,24 @@ static void print_targets(FILE *f, const bopts_t *o, bool md)
     }
     char miss_f[512] = "", miss_u[512] = "", shp[64];
     double worst_f = 0, worst_u = 0, logsum = 0;
-    int nf = 0, nu = 0, nt = 0, nshapes = 0, nmf = 0, nmu = 0;
+    int nf = 0, nu = 0, nt = 0, nmf = 0, nmu = 0;
     for (int si = 0; si < o->nshapes; si++) {
         int best = best_cfg(o, si);
-        if (best < 0)
+        shape_str(shp, sizeof(shp), o->shapes[si]);
+        if (best < 0) { /* a miss of the first two targets, whatever the others did */
+            size_t n = strlen(miss_f);
+            snprintf(miss_f + n, sizeof(miss_f) - n, "%s%s no valid ovl config", nmf++ ? ", " : "",
+                     shp);
+            n = strlen(miss_u);
+            snprintf(miss_u + n, sizeof(miss_u) - n, "%s%s no valid ovl config", nmu++ ? ", " : "",
+                     shp);
+            nf++;
+            nu++;
             continue;
-        nshapes++;
+        }
         double ms = g_cells[si][best].med;
         double xf = ms / floor_ce(si), xu = ms / g_bl[si][BL_UNFUSED];
         double xt = g_bl[si][BL_TORCH] / ms;
-        shape_str(shp, sizeof(shp), o->shapes[si]);
         if (isfinite(xf)) {
             nf++;
             worst_f = fmax(worst_f, xf);
@@ -2015,7 +2047,7 @@ static void print_targets(FILE *f, const bopts_t *o, bool md)
     if (nf)
         fprintf(f, "%starget best ovl <= %.2fx the copy-engine floor: %s (worst %.2fx%s%s%s)\n",
                 pre, TARGET_XFLOOR, nmf ? "MISS" : "MET", worst_f, nmf ? "; over it: " : "", miss_f,
-                nf < nshapes ? "; some shapes have no floor" : "");
+                nf < o->nshapes ? "; some shapes have no floor" : "");
     else
         fprintf(f, "%starget best ovl <= %.2fx the copy-engine floor: not measured\n", pre,
                 TARGET_XFLOOR);
@@ -2030,7 +2062,7 @@ static void print_targets(FILE *f, const bopts_t *o, bool md)
                 "%starget >= %.0f%% faster than PyTorch's fused op by geometric mean: %s "
                 "(%.2fx, %+.1f%%, over %d of %d shapes)\n",
                 pre, (TARGET_TORCH - 1) * 100, g >= TARGET_TORCH ? "MET" : "MISS", g, (g - 1) * 100,
-                nt, nshapes);
+                nt, o->nshapes);
     } else {
         fprintf(f,
                 "%starget >= %.0f%% faster than PyTorch's fused op by geometric mean: not "
@@ -2138,7 +2170,7 @@ int main(int argc, char **argv)
         return 2;
     }
     FILE *res = NULL;
-    if (strcmp(o.results, "-") != 0 && !(res = fopen(o.results, "a"))) {
+    if (strcmp(o.results, "-") != 0 && !(res = fopen(o.results, "ae"))) {
         fprintf(stderr, "ovl-bench: cannot append to %s: %s (--results - for none)\n", o.results,
                 strerror(errno));
         return 2;

@@ -27,7 +27,7 @@
  * (constant data made 16384x8192x2048 20% faster). docs/performance.md
  * reads it.
  *
- * Usage: ovl-ring-lab [MxKxN ...]   (M even; default 65536x1024x1024
+ * Usage: ovl-ring-lab [MxKxN ...]   (M a multiple of 32; default 65536x1024x1024
  * 16384x8192x2048 4096x4096x4096). Exit 0, 1 on a CUDA or cuBLASLt error,
  * 2 for bad arguments, 77 with fewer than two GPUs.
  */
@@ -224,10 +224,11 @@ int main(int argc, char **argv)
     const char **shapes = defaults;
     int nsh = 3, ngpu = 0;
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("Usage: ovl-ring-lab [MxKxN ...]\n"
-               "Times ovld's ring schedule of world 2 and variants of it in one process on\n"
-               "two GPUs (no ovld), against max(GEMM, copy-engine pull). M is the gathered\n"
-               "rows, even. Default: 65536x1024x1024 16384x8192x2048 4096x4096x4096.\n");
+        printf(
+            "Usage: ovl-ring-lab [MxKxN ...]\n"
+            "Times ovld's ring schedule of world 2 and variants of it in one process on\n"
+            "two GPUs (no ovld), against max(GEMM, copy-engine pull). M is the gathered\n"
+            "rows, a multiple of 32. Default: 65536x1024x1024 16384x8192x2048 4096x4096x4096.\n");
         return 0;
     }
     if (argc > 1) {
@@ -238,8 +239,11 @@ int main(int argc, char **argv)
         size_t a, b, c;
         int used = 0;
         if (sscanf(shapes[si], "%zux%zux%zu%n", &a, &b, &c, &used) != 3 || shapes[si][used] ||
-            a == 0 || a % 2 || b == 0 || c == 0 || a / 2 < 16) {
-            fprintf(stderr, "ovl-ring-lab: bad shape '%s' (MxKxN, M even, >= 32)\n", shapes[si]);
+            a == 0 || a % 32 || b == 0 || c == 0) {
+            fprintf(
+                stderr,
+                "ovl-ring-lab: bad shape '%s' (MxKxN, M a multiple of 32: 16 chunks per shard)\n",
+                shapes[si]);
             return 2;
         }
     }

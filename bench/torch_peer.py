@@ -161,12 +161,14 @@ def rank_main(rank, args, init_file):
                 v = torch.tensor(t, device="cuda", dtype=torch.float64)
                 dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
                 rounds.append(v.tolist())
-            v = torch.tensor([err], device="cuda", dtype=torch.float64)
+            # a NaN may vanish in a max reduction: every non-finite error is inf
+            v = torch.tensor([err if math.isfinite(err) else math.inf], device="cuda",
+                             dtype=torch.float64)
             dist.all_reduce(v, op=dist.ReduceOp.MAX)
             err = v.item()
             t_fused = min(r[0] for r in rounds)
             t_unf = min(r[1] for r in rounds)
-            ok = math.isfinite(err) and err <= TOLERANCE[args.dtype]
+            ok = math.isfinite(err) and err < TOLERANCE[args.dtype]  # ovl-bench's test
             failed |= not ok
             line = "shape %s fused %.4f unfused %.4f rel_err %.3e rounds %s%s" % (
                 name, t_fused, t_unf, err, "/".join("%.4f" % r[0] for r in rounds),
