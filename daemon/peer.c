@@ -192,12 +192,30 @@ typedef struct pingw {
     char why[WHY_MAX];
 } pingw_t;
 
-/* A read of ovld_peer_get. */
+/*
+ * A read of ovld_peer_get, in pieces of at most GET_PIECE bytes, at most
+ * GET_WINDOW of them in flight. One read of hundreds of MiB would hold the
+ * peer's other messages (heartbeats) behind it on a stream transport (TCP)
+ * for longer than peer_timeout_ms, and the link would be declared dead
+ * while it carried data (2 daemons, 256 MiB rows, UCX 1.13 over TCP: "not
+ * heard from for 1089 ms"). In pieces, each completed piece is heard from
+ * the peer (it is up: its memory was served), and the peer's messages pass
+ * between pieces.
+ */
+#define GET_PIECE  (4u << 20)
+#define GET_WINDOW 4u
 typedef struct getw {
     struct getw *next;
     ovld_peer_t *peer;
     link_t *link;    /* posted on (counted in its sends); NULL once completed */
     ucp_rkey_h rkey; /* unpacked on link's endpoint; destroyed when the read completes */
+    uint64_t raddr;  /* the whole read: from raddr into dst, len bytes */
+    char *dst;
+    size_t len;
+    size_t posted;     /* bytes posted so far, from the start */
+    unsigned inflight; /* pieces posted, not completed */
+    bool failed;       /* a piece failed (st, why say how): no more are posted */
+    bool more;         /* a piece completed: reap posts the next ones */
     ovld_peer_get_fn done;
     void *arg;
     bool finished;
@@ -1525,6 +1543,8 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 
 /* ------------------------------------------------------------- reaping */
 
+static void get_post(struct getw *g);
+
 static void reap(ovld_peers_t *ps)
 {
     if (ps->in_reap)
@@ -1570,6 +1590,9 @@ static void reap(ovld_peers_t *ps)
         free(w);
         pp = &ps->pings; /* the callback may have added pings: from the start */
     }
+    for (getw_t *g = ps->gets; g; g = g->next)
+        if (g->more && !g->finished)
+            get_post(g);
     for (getw_t **gp = &ps->gets; *gp;) {
         getw_t *g = *gp;
         if (!g->finished) {
@@ -2262,29 +2285,75 @@ void ovld_peers_mem_unmap(ovld_peers_t *ps, ovld_peer_mem_t *m)
     free(m);
 }
 
-/* A read completed (inside progress, or at once): its key goes now, while
- * the endpoint it was unpacked on exists; reap calls done. */
-static void get_complete(getw_t *g, ucs_status_t status)
+/* The whole read is over (its pieces completed, or one failed and the
+ * rest completed): its key goes now, while the endpoint it was unpacked on
+ * exists; reap calls done. */
+static void get_finish(getw_t *g)
 {
     ucp_rkey_destroy(g->rkey);
     g->rkey = NULL;
     g->link->sends--;
     g->link = NULL;
     g->finished = true;
-    if (status == UCS_OK) {
+    if (!g->failed)
         g->st = OVL_OK;
-    } else {
+    kick(g->peer->ps);
+}
+
+/* One piece completed (inside progress, or at once when posted): a piece
+ * served is the peer heard from, on every link of it. */
+static void get_piece_done(getw_t *g, ucs_status_t status)
+{
+    if (g->finished)
+        return; /* the transport closed under it (ovld_peers_close) */
+    g->inflight--;
+    if (status == UCS_OK) {
+        ovld_peers_t *ps = g->peer->ps;
+        uint64_t now = now_ms(ps);
+        for (link_t *l = ps->links; l; l = l->next)
+            if (l->peer == g->peer && l->state == L_UP)
+                l->heard = now;
+    } else if (!g->failed) {
+        g->failed = true;
         g->st = OVL_ERR_CLOSED;
         snprintf(g->why, sizeof(g->why), "reading from peer %s: UCX: %s", g->peer->name,
                  ucs_status_string(status));
     }
+    if (g->inflight == 0 && (g->failed || g->posted == g->len))
+        get_finish(g);
+    else
+        g->more = true;
     kick(g->peer->ps);
 }
 
 static void on_got(void *req, ucs_status_t status, void *user_data)
 {
-    get_complete(user_data, status);
+    get_piece_done(user_data, status);
     ucp_request_free(req);
+}
+
+/* Posts the read's next pieces, up to GET_WINDOW in flight (outside UCX's
+ * progress: ovld_peer_get, reap). A post refused fails the read. */
+static void get_post(getw_t *g)
+{
+    g->more = false;
+    while (!g->finished && !g->failed && g->posted < g->len && g->inflight < GET_WINDOW) {
+        size_t n = g->len - g->posted < GET_PIECE ? g->len - g->posted : GET_PIECE;
+        ucp_request_param_t rp = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.send = on_got,
+            .user_data = g,
+        };
+        ucs_status_ptr_t r =
+            ucp_get_nbx(g->link->ep, g->dst + g->posted, n, g->raddr + g->posted, g->rkey, &rp);
+        g->posted += n;
+        g->inflight++;
+        if (UCS_PTR_IS_ERR(r))
+            get_piece_done(g, UCS_PTR_STATUS(r));
+        else if (r == NULL)
+            get_piece_done(g, UCS_OK);
+    }
+    kick(g->peer->ps);
 }
 
 ovl_status_t ovld_peer_get(ovld_peer_t *p, uint64_t remote_addr, const void *rkey, size_t rkey_len,
@@ -2322,27 +2391,20 @@ ovl_status_t ovld_peer_get(ovld_peer_t *p, uint64_t remote_addr, const void *rke
     }
     g->peer = p;
     g->link = l;
+    g->raddr = remote_addr;
+    g->dst = dst;
+    g->len = len;
     g->done = done;
     g->arg = arg;
-    ucp_request_param_t rp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-        .cb.send = on_got,
-        .user_data = g,
-    };
     l->sends++; /* the link stays until the read completed */
-    ucs_status_ptr_t r = ucp_get_nbx(l->ep, dst, len, remote_addr, g->rkey, &rp);
-    kick(ps);
-    if (UCS_PTR_IS_ERR(r)) {
-        l->sends--;
-        ucp_rkey_destroy(g->rkey);
-        free(g);
-        set_err(err, errlen, "reading from peer %s: ucp_get_nbx: %s", p->name,
-                ucs_status_string(UCS_PTR_STATUS(r)));
-        return OVL_ERR_CLOSED;
-    }
     g->next = ps->gets;
     ps->gets = g;
-    if (r == NULL)
-        get_complete(g, UCS_OK);
+    get_post(g);
+    if (g->finished && g->failed) { /* refused at once, every piece: said here */
+        ps->gets = g->next;
+        set_err(err, errlen, "%s", g->why);
+        free(g);
+        return OVL_ERR_CLOSED;
+    }
     return OVL_OK;
 }

@@ -164,8 +164,11 @@ void ovld_peers_mem_unmap(ovld_peers_t *ps, ovld_peer_mem_t *m);
  * OVL_ERR_CLOSED naming p when the read fails or its endpoint does (p goes
  * down; UCX's words); OVL_ERR_SHUTDOWN from ovld_peers_close, after the
  * worker is gone (so that nothing writes into dst after any done). A read
- * that cannot start (p not up, a key UCX refuses, len 0) is refused here
- * with err, and done is not called.
+ * that cannot start (p not up, a key UCX refuses, len 0, UCX refusing to
+ * post it) is refused here with err, and done is not called. The read goes
+ * in pieces of a few MiB (peer.c, GET_PIECE), each completed one counting
+ * as the peer heard from, so that a long read cannot starve the link's
+ * heartbeats.
  */
 typedef void (*ovld_peer_get_fn)(void *arg, ovl_status_t st, const char *why);
 ovl_status_t ovld_peer_get(ovld_peer_t *p, uint64_t remote_addr, const void *rkey, size_t rkey_len,

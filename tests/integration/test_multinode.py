@@ -4,7 +4,8 @@ UCX_TLS=tcp,self so that the rows between nodes go the network's way, not
 by shared memory), each rank a process of client/examples/two_nodes.c
 checking its C against the reference: world 4 over two daemons (node-major
 and interleaved) and world 6 over three (1+2+3 ranks), every algorithm and
-dtype, with the rows each daemon moved to and from the others counted in
+dtype, and 256 MiB of rows each way in one op (the reads in pieces, the
+heartbeats between them), with the rows each daemon moved to and from the others counted in
 `ovlctl stats` (xfer_*: exactly, for one naive op; both ends of every
 transfer, for the rest); a daemon killed while the others' ranks wait for its rank (they
 fail with OVL_ERR_ABORTED naming it within 2 s, their daemon runs the next
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 from ovltest import log_excerpt, run_tests, status_json
@@ -115,6 +117,44 @@ def test_world6_over_three():
             n.cleanup()
 
 
+def test_large_rows():
+    """256 MiB of rows each way between two daemons in one op (world 2,
+    naive, fp32 16384 x 4096 shards): the reads go in pieces, so the links'
+    heartbeats pass between them and count them as heard; in one read the
+    link was declared dead behind it on UCX's TCP transport ("not heard
+    from for 1089 ms", peer_timeout_ms 1000) and the job aborted."""
+    nodes = cluster(2)
+    stop = threading.Event()
+
+    def watch():  # an operator watching the counters meanwhile, as in the failure seen
+        while not stop.is_set():
+            for n in nodes:
+                n.ctl("stats", "--json")
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    try:
+        before = [xfer_stats(n) for n in nodes]
+        watcher.start()
+        try:
+            run_job(nodes, [0, 1], ["-m", "16384", "-n", "4", "-k", "4096", "-d", "fp32", "-a",
+                                    "naive"], "fp32")
+        finally:
+            stop.set()
+            watcher.join()
+        shard = 16384 * 4096 * 4
+        for n, b in zip(nodes, before):
+            a = xfer_stats(n)
+            assert a["xfer_bytes_in"] - b["xfer_bytes_in"] == shard, (n.addr, a, b)
+            assert a["xfer_bytes_out"] - b["xfer_bytes_out"] == shard, (n.addr, a, b)
+            assert a["xfer_errors"] == b["xfer_errors"], (n.addr, a, b)
+        no_jobs_left(nodes)
+        stop_clean(nodes)
+    finally:
+        for n in nodes:
+            n.cleanup()
+
+
 def test_daemon_killed():
     """Rank 1's ovld dies while rank 0 waits for op 1 (rank 1 holds its op
     back): rank 0 fails with the node named, soon; its ovld goes on."""
@@ -186,5 +226,5 @@ def test_wrong_key():
 if __name__ == "__main__":
     if not os.path.exists(EXAMPLE):
         raise SystemExit("%s not built" % EXAMPLE)
-    run_tests([test_world4_over_two, test_world6_over_three, test_daemon_killed,
-               test_wrong_key])
+    run_tests([test_world4_over_two, test_world6_over_three, test_large_rows,
+               test_daemon_killed, test_wrong_key])
