@@ -865,6 +865,34 @@ static void launch_words(const char *name, uint64_t rows, const char *what, nccl
                  rows, what, who, ncclGetErrorString(r), nccl_says);
 }
 
+/* The end of a grouped launch, its calls' outcome in r (what failed, and
+ * at which part's rank): ncclGroupEnd where ncclGroupStart succeeded
+ * (started), the wait for a launch in progress, the words of a failure
+ * (name, rows). */
+static ovl_status_t group_finish(bool started, ncclResult_t r, const char *what,
+                                 const struct ovld_rank *at, const void *parts, uint32_t n,
+                                 part_rank_fn rank_of, const char *name, uint64_t rows)
+{
+    if (started) {
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess && e != ncclSuccess) {
+            what = "ncclGroupEnd";
+            at = NULL;
+            r = e;
+        }
+    }
+    if (r == ncclInProgress) {
+        uint32_t bad = 0;
+        what = "the launch";
+        r = launch_wait(parts, n, rank_of, &bad);
+        at = rank_of(parts, bad);
+    }
+    if (r == ncclSuccess)
+        return OVL_OK;
+    launch_words(name, rows, what, r, at);
+    return OVL_ERR_BACKEND;
+}
+
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
@@ -900,49 +928,33 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
     const char *what = "ncclGroupStart";
     const struct ovld_rank *at = NULL; /* the part whose call failed */
     ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess) {
-        for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
-            const ovld_allgather_part_t *x = &parts[i];
-            cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
-            at = x->rank;
-            if (method == OVL_AG_NCCL_ALLGATHER) {
-                /* every rank's count elements land back to back from dst:
-                 * rank q's at q*stride rows, stride == rows */
-                what = "ncclAllGather";
-                r = ncclAllGather(x->src.ptr, x->dst.ptr, count, t, x->rank->nccl, s);
-                continue;
-            }
-            /* send/recv with every other rank of the job, on this node or
-             * another: rank p's rows land stride*p rows into dst */
-            for (uint32_t p = 0; r == ncclSuccess && p < world; p++) {
-                if (p == x->global)
-                    continue; /* copied above */
-                void *dst = ovld_view_rows(x->dst, (uint64_t)p * stride, elem).ptr;
-                what = "ncclSend";
-                r = ncclSend(x->src.ptr, count, t, (int)p, x->rank->nccl, s);
-                if (r == ncclSuccess) {
-                    what = "ncclRecv";
-                    r = ncclRecv(dst, count, t, (int)p, x->rank->nccl, s);
-                }
+    bool started = r == ncclSuccess;
+    for (uint32_t i = 0; started && r == ncclSuccess && i < n; i++) {
+        const ovld_allgather_part_t *x = &parts[i];
+        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+        at = x->rank;
+        if (method == OVL_AG_NCCL_ALLGATHER) {
+            /* every rank's count elements land back to back from dst:
+             * rank q's at q*stride rows, stride == rows */
+            what = "ncclAllGather";
+            r = ncclAllGather(x->src.ptr, x->dst.ptr, count, t, x->rank->nccl, s);
+            continue;
+        }
+        /* send/recv with every other rank of the job, on this node or
+         * another: rank p's rows land stride*p rows into dst */
+        for (uint32_t p = 0; r == ncclSuccess && p < world; p++) {
+            if (p == x->global)
+                continue; /* copied above */
+            void *dst = ovld_view_rows(x->dst, (uint64_t)p * stride, elem).ptr;
+            what = "ncclSend";
+            r = ncclSend(x->src.ptr, count, t, (int)p, x->rank->nccl, s);
+            if (r == ncclSuccess) {
+                what = "ncclRecv";
+                r = ncclRecv(dst, count, t, (int)p, x->rank->nccl, s);
             }
         }
-        ncclResult_t e = ncclGroupEnd();
-        if (r == ncclSuccess && e != ncclSuccess) {
-            what = "ncclGroupEnd";
-            at = NULL;
-            r = e;
-        }
     }
-    if (r == ncclInProgress) {
-        uint32_t bad = 0;
-        what = "the launch";
-        r = launch_wait(parts, n, allgather_rank, &bad);
-        at = parts[bad].rank;
-    }
-    if (r == ncclSuccess)
-        return OVL_OK;
-    launch_words(name, rows, what, r, at);
-    return OVL_ERR_BACKEND;
+    return group_finish(started, r, what, at, parts, n, allgather_rank, name, rows);
 }
 
 ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
@@ -965,39 +977,23 @@ ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
      * the group does not wait for it. The lists name job ranks, which are
      * the ranks of the job's communicator. */
     ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess) {
-        for (uint32_t i = 0; r == ncclSuccess && i < n; i++) {
-            const ovld_rail_part_t *x = &parts[i];
-            cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
-            at = x->rank;
-            what = "ncclSend";
-            for (uint32_t k = 0; r == ncclSuccess && k < x->nsend; k++)
-                r = ncclSend(x->src.ptr, count, t, (int)x->send[k], x->rank->nccl, s);
-            if (r == ncclSuccess)
-                what = "ncclRecv";
-            for (uint32_t k = 0; r == ncclSuccess && k < x->nrecv; k++) {
-                /* rank q's rows land stride*q rows into dst */
-                void *dst = ovld_view_rows(x->dst, (uint64_t)x->recv[k] * stride, elem).ptr;
-                r = ncclRecv(dst, count, t, (int)x->recv[k], x->rank->nccl, s);
-            }
-        }
-        ncclResult_t e = ncclGroupEnd();
-        if (r == ncclSuccess && e != ncclSuccess) {
-            what = "ncclGroupEnd";
-            at = NULL;
-            r = e;
+    bool started = r == ncclSuccess;
+    for (uint32_t i = 0; started && r == ncclSuccess && i < n; i++) {
+        const ovld_rail_part_t *x = &parts[i];
+        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+        at = x->rank;
+        what = "ncclSend";
+        for (uint32_t k = 0; r == ncclSuccess && k < x->nsend; k++)
+            r = ncclSend(x->src.ptr, count, t, (int)x->send[k], x->rank->nccl, s);
+        if (r == ncclSuccess)
+            what = "ncclRecv";
+        for (uint32_t k = 0; r == ncclSuccess && k < x->nrecv; k++) {
+            /* rank q's rows land stride*q rows into dst */
+            void *dst = ovld_view_rows(x->dst, (uint64_t)x->recv[k] * stride, elem).ptr;
+            r = ncclRecv(dst, count, t, (int)x->recv[k], x->rank->nccl, s);
         }
     }
-    if (r == ncclInProgress) {
-        uint32_t bad = 0;
-        what = "the launch";
-        r = launch_wait(parts, n, rail_rank, &bad);
-        at = parts[bad].rank;
-    }
-    if (r == ncclSuccess)
-        return OVL_OK;
-    launch_words("nccl-rail", rows, what, r, at);
-    return OVL_ERR_BACKEND;
+    return group_finish(started, r, what, at, parts, n, rail_rank, "nccl-rail", rows);
 }
 
 ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
