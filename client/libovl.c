@@ -46,7 +46,6 @@ struct ovl_mem {
     size_t bytes;
     bool host_alloc; /* from ovl_host_alloc: ours to unmap */
     size_t map_len;
-    uint8_t handle[LIBOVL_IPC_HANDLE_LEN]; /* CUDA: the allocation's IPC handle, to notice reuse */
     uint64_t buffer_id; /* CUDA: the driver's id of the allocation (libovl_cuda_buffer_id) */
     struct ovl_mem *next;
 };
@@ -1024,8 +1023,7 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
     if (st != OVL_OK)
         return st;
     struct ovl_mem *m = mem_find(cl, a.base, a.size);
-    if (m && m->base == a.base && m->buffer_id == a.buffer_id &&
-        memcmp(m->handle, a.handle, sizeof(a.handle)) == 0) {
+    if (m && m->base == a.base && m->buffer_id == a.buffer_id) {
         *ret_mem = m;
         return OVL_OK;
     }
@@ -1058,7 +1056,6 @@ static ovl_status_t cuda_register(ovl_client_t *cl, void *ptr, size_t bytes, ovl
     m->base = a.base;
     m->bytes = a.size;
     m->buffer_id = a.buffer_id;
-    memcpy(m->handle, a.handle, sizeof(a.handle));
     m->next = cl->mems;
     cl->mems = m;
     ovl__response__free_unpacked(r, NULL);
