@@ -1993,6 +1993,32 @@ static void print_summary(FILE *f, const bopts_t *o, bool md)
  * ovl at most 1.10x the copy-engine floor on every shape, never slower
  * than unfused, and 25% faster than PyTorch's fused op by geometric mean.
  * Says each as MET, MISS (naming the shapes) or not measured. */
+/* One "at most limit" target over the shapes: the shapes judged, the
+ * worst ratio, the shapes over the limit (named with their ratio). */
+typedef struct target {
+    int n, nmiss;
+    double worst;
+    char miss[512];
+} target_t;
+
+/* Judges one shape's ratio x against limit; NAN: the shape has no valid
+ * ovl config, a miss. */
+static void target_judge(target_t *t, const char *shp, double x, double limit)
+{
+    size_t len = strlen(t->miss);
+    t->n++;
+    if (isfinite(x)) {
+        t->worst = fmax(t->worst, x);
+        if (x <= limit)
+            return;
+        snprintf(t->miss + len, sizeof(t->miss) - len, "%s%s %.2fx", t->nmiss ? ", " : "", shp, x);
+    } else {
+        snprintf(t->miss + len, sizeof(t->miss) - len, "%s%s no valid ovl config",
+                 t->nmiss ? ", " : "", shp);
+    }
+    t->nmiss++;
+}
+
 #define TARGET_XFLOOR 1.10
 #define TARGET_TORCH  1.25
 static void print_targets(FILE *f, const bopts_t *o, bool md)
@@ -2003,57 +2029,40 @@ static void print_targets(FILE *f, const bopts_t *o, bool md)
                 o->world < 2 ? "world 1: nothing to gather" : "ranks share GPUs");
         return;
     }
-    char miss_f[512] = "", miss_u[512] = "", shp[64];
-    double worst_f = 0, worst_u = 0, logsum = 0;
-    int nf = 0, nu = 0, nt = 0, nmf = 0, nmu = 0;
+    target_t fl = {0}, un = {0};
+    char shp[64];
+    double logsum = 0;
+    int nt = 0;
     for (int si = 0; si < o->nshapes; si++) {
         int best = best_cfg(o, si);
         shape_str(shp, sizeof(shp), o->shapes[si]);
         if (best < 0) { /* a miss of the first two targets, whatever the others did */
-            size_t n = strlen(miss_f);
-            snprintf(miss_f + n, sizeof(miss_f) - n, "%s%s no valid ovl config", nmf++ ? ", " : "",
-                     shp);
-            n = strlen(miss_u);
-            snprintf(miss_u + n, sizeof(miss_u) - n, "%s%s no valid ovl config", nmu++ ? ", " : "",
-                     shp);
-            nf++;
-            nu++;
+            target_judge(&fl, shp, NAN, TARGET_XFLOOR);
+            target_judge(&un, shp, NAN, 1.0);
             continue;
         }
         double ms = g_cells[si][best].med;
-        double xf = ms / floor_ce(si), xu = ms / g_bl[si][BL_UNFUSED];
         double xt = g_bl[si][BL_TORCH] / ms;
-        if (isfinite(xf)) {
-            nf++;
-            worst_f = fmax(worst_f, xf);
-            if (xf > TARGET_XFLOOR) {
-                size_t n = strlen(miss_f);
-                snprintf(miss_f + n, sizeof(miss_f) - n, "%s%s %.2fx", nmf++ ? ", " : "", shp, xf);
-            }
-        }
-        if (isfinite(xu)) {
-            nu++;
-            worst_u = fmax(worst_u, xu);
-            if (xu > 1.0) {
-                size_t n = strlen(miss_u);
-                snprintf(miss_u + n, sizeof(miss_u) - n, "%s%s %.2fx", nmu++ ? ", " : "", shp, xu);
-            }
-        }
+        if (isfinite(floor_ce(si)))
+            target_judge(&fl, shp, ms / floor_ce(si), TARGET_XFLOOR);
+        if (isfinite(g_bl[si][BL_UNFUSED]))
+            target_judge(&un, shp, ms / g_bl[si][BL_UNFUSED], 1.0);
         if (isfinite(xt)) {
             nt++;
             logsum += log(xt);
         }
     }
-    if (nf)
+    if (fl.n)
         fprintf(f, "%starget best ovl <= %.2fx the copy-engine floor: %s (worst %.2fx%s%s%s)\n",
-                pre, TARGET_XFLOOR, nmf ? "MISS" : "MET", worst_f, nmf ? "; over it: " : "", miss_f,
-                nf < o->nshapes ? "; some shapes have no floor" : "");
+                pre, TARGET_XFLOOR, fl.nmiss ? "MISS" : "MET", fl.worst,
+                fl.nmiss ? "; over it: " : "", fl.miss,
+                fl.n < o->nshapes ? "; some shapes have no floor" : "");
     else
         fprintf(f, "%starget best ovl <= %.2fx the copy-engine floor: not measured\n", pre,
                 TARGET_XFLOOR);
-    if (nu)
+    if (un.n)
         fprintf(f, "%starget never slower than unfused: %s (worst %.2fx%s%s)\n", pre,
-                nmu ? "MISS" : "MET", worst_u, nmu ? "; slower: " : "", miss_u);
+                un.nmiss ? "MISS" : "MET", un.worst, un.nmiss ? "; slower: " : "", un.miss);
     else
         fprintf(f, "%starget never slower than unfused: not measured\n", pre);
     if (nt) {
