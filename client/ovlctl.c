@@ -740,7 +740,8 @@ static int cmd_plan(int argc, char **argv)
     if (st != OVL_OK) {
         fprintf(stderr, "ovlctl plan: %s (world %u, rank %u, chunks <= %d, streams <= %d%s)\n",
                 ovl_strerror(st), p.world, p.rank, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
-                nodes_given ? "; across nodes: not strided, shared-gpu or allgather copy" : "");
+                nodes_given ? "; across nodes: not strided or allgather copy, shared-gpu ring only"
+                            : "");
         return EXIT_USAGE;
     }
     size_t len = ovl_plan_format(&plan, NULL, 0);

@@ -168,6 +168,67 @@ static uint32_t rail_recv(const topo_t *t, uint32_t x, uint32_t *out)
     return n;
 }
 
+/* The root of q in a union-find forest over parent (path halving). */
+static uint32_t uf_root(uint32_t *parent, uint32_t q)
+{
+    while (parent[q] != q) {
+        parent[q] = parent[parent[q]];
+        q = parent[q];
+    }
+    return q;
+}
+
+ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint32_t *group_of,
+                                  uint32_t *pos, uint32_t *ret_ngroups)
+{
+    ovl_plan_params_t p = {.world = world, .node_of = node_of};
+    uint32_t *parent, *list, *count, ngroups = 0;
+    topo_t t;
+    ovl_status_t st;
+
+    if (world == 0 || world > OVL_PLAN_MAX_WORLD || !node_of || !group_of || !pos || !ret_ngroups ||
+        count_nodes(&p) == 0)
+        return OVL_ERR_INVALID;
+    st = topo_make(&p, &t);
+    if (st != OVL_OK)
+        return st;
+    parent = calloc(3 * (size_t)world, sizeof(*parent));
+    if (!parent) {
+        topo_free(&t);
+        return OVL_ERR_NOMEM;
+    }
+    list = parent + world;
+    count = list + world;
+    for (uint32_t q = 0; q < world; q++)
+        parent[q] = q;
+    /* an edge for every send: its receive is the other side of the rule */
+    for (uint32_t q = 0; q < world; q++) {
+        uint32_t n = rail_send(&t, q, list);
+
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t a = uf_root(parent, q), b = uf_root(parent, list[i]);
+
+            if (a != b)
+                parent[a > b ? a : b] = a < b ? a : b; /* the lower rank roots it */
+        }
+    }
+    /* groups numbered in the order of their lowest ranks; each rank's place
+     * in its group in rank order */
+    for (uint32_t q = 0; q < world; q++) {
+        uint32_t root = uf_root(parent, q);
+
+        if (root == q)
+            group_of[q] = ngroups++;
+        else
+            group_of[q] = group_of[root]; /* root < q: numbered already */
+        pos[q] = count[group_of[q]]++;
+    }
+    *ret_ngroups = ngroups;
+    free(parent);
+    topo_free(&t);
+    return OVL_OK;
+}
+
 /* ------------------------------------------------------------ builder */
 
 /* Appends one instruction, growing the array geometrically. */
@@ -775,10 +836,14 @@ static bool params_valid(const ovl_plan_params_t *p)
     case 1:
         return true;
     default:
-        /* Across nodes only NCCL moves shards, and it moves dense rows of
-         * ranks on distinct GPUs only: what the copy engine alone can
-         * gather cannot be planned (docs/plans.md, "Several nodes"). */
-        return !p->strided && !p->shared_gpu && p->allgather != OVL_AG_COPY;
+        /* Across nodes only NCCL moves shards, and only dense rows: what
+         * the copy engine alone can gather cannot be planned. Ranks that
+         * share a GPU cannot be in one communicator: naive's and
+         * collective's all-gather over the job cannot run, ring's RAILs
+         * can, on a communicator per rail group (ovl_plan_rail_groups;
+         * docs/plans.md, "Several nodes"). */
+        return !p->strided && p->allgather != OVL_AG_COPY &&
+               (!p->shared_gpu || p->algo == OVL_ALGO_RING);
     }
 }
 
@@ -1000,6 +1065,9 @@ ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 
     if (!params || params->world <= 1)
         return OVL_ALGO_NAIVE;
+    /* across nodes with ranks sharing a GPU, ring is the one that runs */
+    if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && count_nodes(params) > 1)
+        return OVL_ALGO_RING;
     n = total_n(params); /* the GEMM work per gathered row, every B's */
     rows = mul_sat(params->m, params->world);
     flops = mul_sat(mul_sat(mul_sat(2, rows), n), params->k);

@@ -253,8 +253,9 @@ typedef struct ovl_plan_params {
      * size. A rank's local index is its place among its node's ranks in
      * rank order. NULL (or every rank on node 0) is one node: the zero
      * value plans what was always planned, byte for byte. Across nodes the
-     * copy engine cannot move shards, so a strided layout, ranks sharing a
-     * GPU or allgather = copy cannot be planned (OVL_ERR_INVALID).
+     * copy engine cannot move shards, so a strided layout or allgather =
+     * copy cannot be planned (OVL_ERR_INVALID), and ranks sharing a GPU
+     * only by ring (its RAILs need no communicator over the whole job).
      */
     const uint32_t *node_of;
 } ovl_plan_params_t;
@@ -312,8 +313,8 @@ typedef struct ovl_plan {
  * OVL_PLAN_MAX_BS or an n of B i 0, algo AUTO or
  * unknown, an unknown dtype or allgather preference, chunks over
  * OVL_PLAN_MAX_CHUNKS, streams over OVL_PLAN_MAX_STREAMS; a node_of with
- * a node id >= world or a gap in its ids, or several nodes with strided,
- * shared_gpu or allgather = copy), OVL_ERR_LIMIT when the scratch the plan
+ * a node id >= world or a gap in its ids, or several nodes with strided or
+ * allgather = copy, or with shared_gpu but for ring), OVL_ERR_LIMIT when the scratch the plan
  * needs is over 2^64-1 bytes, or OVL_ERR_NOMEM.
  */
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
@@ -326,6 +327,23 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
  * bytes (never a wrapped value).
  */
 ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes);
+
+/*
+ * The rail groups of a job across nodes (docs/plans.md, "ring across
+ * nodes"): the sets of ranks that ring's RAILs connect, directly or through
+ * each other. A RAIL of a rank only ever names ranks of its own group, so
+ * each group can have a communicator of its own, which a job whose ranks
+ * share a GPU needs (NCCL takes no two ranks of one GPU in one
+ * communicator; those ranks are in different groups where nodes are of
+ * equal size). node_of is as in ovl_plan_params_t (world entries, dense).
+ * Writes group_of[q] (groups numbered 0.. in the order of their lowest
+ * ranks) and pos[q] (q's place in its group, in rank order) for every rank
+ * q, and the number of groups. Returns OVL_OK, OVL_ERR_INVALID (world 0 or
+ * over OVL_PLAN_MAX_WORLD, a NULL argument, node_of not dense), or
+ * OVL_ERR_NOMEM.
+ */
+ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint32_t *group_of,
+                                  uint32_t *pos, uint32_t *ret_ngroups);
 
 /* Frees what ovl_plan_build allocated; accepts a zeroed plan. */
 void ovl_plan_free(ovl_plan_t *plan);

@@ -50,6 +50,10 @@ def test_plan_offline_matches_golden():
         p = ctl("plan", "--algo", algo, "--nodes", "2", *PLAN_ARGS)
         with open(os.path.join(GOLDEN, name)) as f:
             assert p.stdout == f.read(), "ovlctl plan --nodes 2 --algo %s differs" % algo
+    # ranks sharing GPUs across nodes: ring's plan, only its header says so
+    p = ctl("plan", "--algo", "ring", "--nodes", "2", "--shared-gpu", *PLAN_ARGS)
+    with open(os.path.join(GOLDEN, "plan_ring_2x2.txt")) as f:
+        assert p.stdout == f.read().replace(" shared_gpu=no ", " shared_gpu=yes ", 1), p.stdout
     uneven = list(PLAN_ARGS)
     uneven[uneven.index("--world") + 1] = "6"
     uneven[uneven.index("--chunks") + 1] = "2"
@@ -122,7 +126,11 @@ def test_plan_usage_errors():
             # across nodes only NCCL moves rows: a strided layout cannot be planned
             (["plan", "--nodes", "2", "--strided", *PLAN_ARGS],
              "ovlctl plan: invalid argument (world 4, rank 1, chunks <= 64, streams <= 8; across "
-             "nodes: not strided, shared-gpu or allgather copy)\n"),
+             "nodes: not strided or allgather copy, shared-gpu ring only)\n"),
+            # ranks sharing a GPU across nodes: ring only (its RAILs)
+            (["plan", "--nodes", "2", "--shared-gpu", "--algo", "naive", *PLAN_ARGS],
+             "ovlctl plan: invalid argument (world 4, rank 1, chunks <= 64, streams <= 8; across "
+             "nodes: not strided or allgather copy, shared-gpu ring only)\n"),
             (["plan", "--bogus"], "plan: unrecognized option '--bogus'\n"),
             (["frobnicate"], "ovlctl: unknown command 'frobnicate'\n" + usage),
             (["--bogus", "status"], "ovlctl: unknown option '--bogus'\n" + usage),

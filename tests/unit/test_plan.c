@@ -1937,11 +1937,25 @@ static void test_topology_params(void **state)
         p.node_of = two;
         for (int l = L_STRIDED; l < L_COUNT; l++) {
             set_layout(&p, (layout_t)l);
-            if (l == L_STRIDED || l == L_COPY || l == L_SHARED) {
+            if (l == L_STRIDED || l == L_COPY || (l == L_SHARED && a_ != OVL_ALGO_RING)) {
                 expect_invalid(&p);
                 continue;
             }
             assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+            if (l == L_SHARED) {
+                /* ring's plan across nodes is the same whether ranks
+                 * share GPUs or not: only its header says it */
+                set_layout(&p, L_NCCL);
+                assert_int_equal(ovl_plan_build(&p, &one), OVL_OK);
+                assert_true(plan.params.shared_gpu && !one.params.shared_gpu);
+                a = format_plan(&plan);
+                b = format_plan(&one);
+                assert_non_null(strstr(a, " shared_gpu=yes "));
+                assert_string_equal(strchr(a, '\n'), strchr(b, '\n'));
+                free(a);
+                free(b);
+                ovl_plan_free(&one);
+            }
             ovl_plan_free(&plan);
         }
         set_layout(&p, L_DENSE);
@@ -1976,6 +1990,118 @@ static void test_topology_params(void **state)
         free(a);
         ovl_plan_free(&plan);
     }
+}
+
+/* ovl_plan_rail_groups: three topologies by hand, then every topology the
+ * tests across nodes build, against the plans' own RAILs: each names only
+ * ranks of its rank's group, every group is connected by them, groups are
+ * numbered by their lowest ranks, places run in rank order, and where
+ * nodes are even there is one group per local index, with one rank of
+ * each node. (Uneven nodes of 2 and 3 ranks make 2 groups, of 3 and 2
+ * ranks: no formula simpler than the search.) */
+static void test_rail_groups(void **state)
+{
+    static const uint32_t two_by_two[] = {0, 0, 1, 1}, uneven[] = {0, 1, 1, 2, 2, 2},
+                          two_four[] = {1, 0, 1, 0, 1, 1}, gap[] = {0, 2, 2, 0};
+    uint32_t group[8], pos[8], n = 0, node_of[8], reach[8];
+    ovl_plan_t plans[8];
+
+    (void)state;
+    assert_int_equal(ovl_plan_rail_groups(4, two_by_two, group, pos, &n), OVL_OK);
+    assert_int_equal(n, 2);
+    assert_memory_equal(group, ((uint32_t[]){0, 1, 0, 1}), sizeof(uint32_t) * 4);
+    assert_memory_equal(pos, ((uint32_t[]){0, 0, 1, 1}), sizeof(uint32_t) * 4);
+    assert_int_equal(ovl_plan_rail_groups(6, uneven, group, pos, &n), OVL_OK);
+    assert_int_equal(n, 1);
+    assert_memory_equal(pos, ((uint32_t[]){0, 1, 2, 3, 4, 5}), sizeof(uint32_t) * 6);
+    /* 2 ranks on node 1 (r1 r3), 4 on node 0 (r0 r2 r4 r5): r1 with r0
+     * and r4, r3 with r2 and r5 */
+    assert_int_equal(ovl_plan_rail_groups(6, two_four, group, pos, &n), OVL_OK);
+    assert_int_equal(n, 2);
+    assert_memory_equal(group, ((uint32_t[]){0, 0, 1, 1, 0, 1}), sizeof(uint32_t) * 6);
+    assert_memory_equal(pos, ((uint32_t[]){0, 1, 0, 1, 2, 2}), sizeof(uint32_t) * 6);
+    /* one node: every rank alone (no RAIL connects anything) */
+    assert_int_equal(ovl_plan_rail_groups(3, (uint32_t[]){0, 0, 0}, group, pos, &n), OVL_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ovl_plan_rail_groups(4, gap, group, pos, &n), OVL_ERR_INVALID);
+    assert_int_equal(ovl_plan_rail_groups(0, two_by_two, group, pos, &n), OVL_ERR_INVALID);
+    assert_int_equal(ovl_plan_rail_groups(4, NULL, group, pos, &n), OVL_ERR_INVALID);
+    assert_int_equal(ovl_plan_rail_groups(OVL_PLAN_MAX_WORLD + 1, two_by_two, group, pos, &n),
+                     OVL_ERR_INVALID);
+
+    for (uint32_t world = 2; world <= 8; world++)
+        for (uint32_t nodes = 2; nodes <= 4 && nodes <= world; nodes++)
+            for (int kind = 0; kind < TOPO_KINDS; kind++) {
+                uint32_t size[8] = {0}, seen = 0;
+                bool even = true;
+
+                make_topo(world, nodes, kind, node_of);
+                assert_int_equal(ovl_plan_rail_groups(world, node_of, group, pos, &n), OVL_OK);
+                for (uint32_t q = 0; q < world; q++)
+                    size[node_of[q]]++;
+                for (uint32_t d = 1; d < nodes; d++)
+                    even &= size[d] == size[0];
+                /* even nodes: one group per local index, one rank of each
+                 * node in it */
+                if (even) {
+                    uint32_t per[8][8] = {{0}}; /* [group][node] */
+
+                    assert_int_equal(n, size[0]);
+                    for (uint32_t q = 0; q < world; q++)
+                        per[group[q]][node_of[q]]++;
+                    for (uint32_t x = 0; x < n; x++)
+                        for (uint32_t d = 0; d < nodes; d++)
+                            assert_int_equal(per[x][d], 1);
+                }
+                build_topo = node_of;
+                build_job_as(plans, OVL_ALGO_RING, world, 8, 2, 0, false, L_DENSE, false);
+                build_topo = NULL;
+                /* reach[q]: the ranks q's group has reached by RAILs, as
+                 * a mask; union over the plans until it settles */
+                for (uint32_t q = 0; q < world; q++)
+                    reach[q] = 1u << q;
+                for (int round = 0; round < 8; round++)
+                    for (uint32_t q = 0; q < world; q++)
+                        for (uint32_t i = 0; i < plans[q].npeers; i++) {
+                            uint32_t x = plans[q].peers[i];
+
+                            assert_int_equal(group[x], group[q]);
+                            reach[q] |= reach[x];
+                            reach[x] |= reach[q];
+                        }
+                for (uint32_t q = 0; q < world; q++) {
+                    uint32_t same = 0, before = 0;
+
+                    for (uint32_t x = 0; x < world; x++) {
+                        same |= (uint32_t)(group[x] == group[q]) << x;
+                        before += x < q && group[x] == group[q];
+                    }
+                    assert_int_equal(reach[q], same); /* connected, and nothing more */
+                    assert_int_equal(pos[q], before);
+                    /* numbered in the order of the groups' lowest ranks */
+                    if (before == 0)
+                        assert_int_equal(group[q], seen++);
+                }
+                free_job(plans, world);
+            }
+}
+
+/* AUTO across nodes with ranks sharing a GPU: ring, the one that runs,
+ * even where one node would take naive. */
+static void test_choose_shared_across_nodes(void **state)
+{
+    static const uint32_t two_by_two[] = {0, 0, 1, 1};
+    ovl_plan_params_t p = params_of(OVL_ALGO_AUTO, 4, 0, 4, 0, 0, false);
+
+    (void)state;
+    p.n = p.k = 8;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    p.node_of = two_by_two;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    p.shared_gpu = true;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
+    p.node_of = NULL;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
 }
 
 static char *format_plan(const ovl_plan_t *plan)
@@ -2385,6 +2511,8 @@ int main(void)
         cmocka_unit_test(test_checker_nodes),
         cmocka_unit_test(test_checker_catches_nodes),
         cmocka_unit_test(test_topology_params),
+        cmocka_unit_test(test_rail_groups),
+        cmocka_unit_test(test_choose_shared_across_nodes),
         cmocka_unit_test(test_golden_nodes),
     };
 
