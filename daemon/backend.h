@@ -128,6 +128,14 @@ typedef struct ovld_job_net {
      * ncclUniqueId of the job's communicator); NULL where its backend
      * made none */
     const uint8_t *key;
+    /* Instead of key where ranks of a node share a GPU (no communicator
+     * can span the job, docs/multinode.md): one key per rail group
+     * (nrail_keys of OVLD_NCCL_ID_LEN bytes, back to back), each rank's
+     * rail group and its place in it (world entries; ovl_plan_rail_groups).
+     * Every RAIL of a rank names ranks of its group only. */
+    const uint8_t *rail_keys;
+    uint32_t nrail_keys;
+    const uint32_t *rail_group, *rail_pos;
     struct ovld_xfer_job *xfer; /* rows to and from other nodes (host backend) */
 } ovld_job_net_t;
 
@@ -174,7 +182,9 @@ typedef struct ovld_backend_ops {
      * ranks stay alive until cb ran. net: NULL for a job whose ranks this
      * daemon serves all (ranks[i] is rank i, n the world); else where the
      * job's ranks are (ranks are the local ones, net->global[i] their ranks
-     * in the job), and the communicators span every node. NULL: nothing to
+     * in the job), and the communicators span every node: the job's
+     * (net->key), or one per rail group (net->rail_keys), whatever
+     * collective says. NULL: nothing to
      * prepare, the job is ready at once (a backend without job_setup
      * cannot run jobs across nodes). */
     ovl_status_t (*job_setup)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,

@@ -92,6 +92,7 @@ typedef struct cjob {
     char backend[BACKEND_NAME_MAX];
     uint32_t world;     /* 0 until the first join */
     int32_t *rank_node; /* world entries: the node of each rank, -1 if not in */
+    uint32_t *rank_dev; /* world entries: each rank's device on its node (as joined) */
     bool *rank_left;    /* world entries */
     uint32_t admitted, left;
     cnode_t *nodes;
@@ -284,8 +285,8 @@ static void mjob_end(ovld_cluster_t *cl, mjob_t *m, bool abort, ovl_status_t st,
 }
 
 ovl_status_t ovld_cluster_admit(ovld_cluster_t *cl, const ovld_job_blob_t *blob, uint32_t world,
-                                uint32_t rank, uid_t uid, ovld_cluster_admit_fn done, void *arg,
-                                char *err, size_t errlen)
+                                uint32_t rank, uint32_t device, uid_t uid,
+                                ovld_cluster_admit_fn done, void *arg, char *err, size_t errlen)
 {
     if (cl->closing) {
         snprintf(err, errlen, "ovld is shutting down");
@@ -332,6 +333,7 @@ ovl_status_t ovld_cluster_admit(ovld_cluster_t *cl, const ovld_job_blob_t *blob,
     q.rank = rank;
     q.uid = uid;
     q.backend = bin_str(cl->backend->ops->name);
+    q.device = device;
     ovl_status_t st = cl_send(cl, coord, T_JOIN, &q.base);
     if (st != OVL_OK) {
         free(a);
@@ -402,7 +404,10 @@ static void on_start(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobStar
     uint64_t world = s->world;
     bool ok = world >= 1 && world <= OVL_PLAN_MAX_WORLD && s->n_node_of == world &&
               s->n_nodes >= 1 && s->n_nodes <= world && s->self_node < s->n_nodes &&
-              (s->key.len == 0 || s->key.len == OVLD_NCCL_ID_LEN);
+              (s->key.len == 0 || s->key.len == OVLD_NCCL_ID_LEN) &&
+              (s->n_rail_keys == 0 || (s->key.len == 0 && s->n_rail_keys <= world));
+    for (size_t i = 0; ok && i < s->n_rail_keys; i++)
+        ok = s->rail_keys[i].len == OVLD_NCCL_ID_LEN;
     bool *seen = ok ? calloc(s->n_nodes, sizeof(*seen)) : NULL;
     for (size_t q = 0; ok && q < world; q++) {
         ok = s->node_of[q] < s->n_nodes;
@@ -420,11 +425,16 @@ static void on_start(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobStar
         return;
     }
     uint32_t nn = (uint32_t)s->n_nodes;
+    uint32_t nrail = (uint32_t)s->n_rail_keys;
     uint32_t *node_of = calloc(world, sizeof(*node_of));
+    /* with rail keys: each rank's rail group and place in it, the keys */
+    uint32_t *rail = nrail ? calloc(2 * world, sizeof(*rail)) : NULL;
+    uint8_t *rail_keys = nrail ? calloc(nrail, OVLD_NCCL_ID_LEN) : NULL;
     m->peers = calloc(nn, sizeof(*m->peers));
     m->names = calloc(nn, sizeof(*m->names));
     char err[256] = "";
-    ovl_status_t st = node_of && m->peers && m->names ? OVL_OK : OVL_ERR_NOMEM;
+    ovl_status_t st =
+        node_of && m->peers && m->names && (!nrail || (rail && rail_keys)) ? OVL_OK : OVL_ERR_NOMEM;
     if (st == OVL_OK)
         m->nnodes = nn;
     for (uint32_t n = 0; st == OVL_OK && n < nn; n++) {
@@ -446,12 +456,29 @@ static void on_start(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobStar
     if (st == OVL_OK) {
         for (uint64_t q = 0; q < world; q++)
             node_of[q] = (uint32_t)s->node_of[q];
+    }
+    if (st == OVL_OK && nrail) {
+        /* one key per rail group, as this node counts them too */
+        uint32_t ngroups = 0;
+        st = ovl_plan_rail_groups((uint32_t)world, node_of, rail, rail + world, &ngroups);
+        if (st == OVL_OK && ngroups != nrail) {
+            st = OVL_ERR_PROTOCOL;
+            snprintf(err, sizeof(err), "the coordinator sent %u rail keys for %u rail groups",
+                     nrail, ngroups);
+        }
+        for (uint32_t i = 0; st == OVL_OK && i < nrail; i++)
+            memcpy(rail_keys + (size_t)i * OVLD_NCCL_ID_LEN, s->rail_keys[i].data,
+                   OVLD_NCCL_ID_LEN);
+    }
+    if (st == OVL_OK) {
         if (cl->xfer)
             st = ovld_xfer_job_create(cl->xfer, m->nonce, (uint32_t)world, node_of,
                                       (uint32_t)s->self_node, m->peers, nn, &xj, err, sizeof(err));
     }
     if (st != OVL_OK) {
         free(node_of);
+        free(rail);
+        free(rail_keys);
         char why[320];
         snprintf(why, sizeof(why), "cannot start on this node: %s",
                  err[0] ? err : ovl_strerror(st));
@@ -468,9 +495,15 @@ static void on_start(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobStar
                                   .self_node = m->self_node,
                                   .nodes = (const char *const *)m->names,
                                   .key = s->key.len ? s->key.data : NULL,
+                                  .rail_keys = rail_keys,
+                                  .nrail_keys = nrail,
+                                  .rail_group = rail,
+                                  .rail_pos = rail ? rail + world : NULL,
                                   .xfer = xj};
     cl->cb.on_start(cl->cb.arg, m->nonce, &start);
     free(node_of);
+    free(rail);
+    free(rail_keys);
 }
 
 static void on_go(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__OpGo *g)
@@ -604,6 +637,7 @@ static void cjob_free(ovld_cluster_t *cl, cjob_t *c)
         tally_free(t);
     }
     free(c->rank_node);
+    free(c->rank_dev);
     free(c->rank_left);
     free(c->nodes);
     free(c);
@@ -723,6 +757,76 @@ static void cjob_maybe_free(ovld_cluster_t *cl, cjob_t *c)
     }
 }
 
+/* The first two ranks of c on one node and one device (*a < *b), if
+ * any: ranks that share a GPU. With groups (world entries), only two of one
+ * group count. */
+static bool cjob_shared_pair(const cjob_t *c, const uint32_t *groups, uint32_t *a, uint32_t *b)
+{
+    for (uint32_t r = 0; r < c->world; r++)
+        for (uint32_t q = 0; q < r; q++)
+            if (c->rank_node[q] == c->rank_node[r] && c->rank_dev[q] == c->rank_dev[r] &&
+                (!groups || groups[q] == groups[r])) {
+                *a = q;
+                *b = r;
+                return true;
+            }
+    return false;
+}
+
+/*
+ * The keys of a job whose backend makes them (CUDA: ncclUniqueIds) into
+ * *ret_keys (*ret_n of OVLD_NCCL_ID_LEN bytes each; the caller frees): one
+ * for the job's communicator, or, where ranks of a node share a GPU and no
+ * communicator can span the job, one per rail group (ovl_plan_rail_groups;
+ * docs/multinode.md, "Ranks that share a GPU"), *ret_rail set. Two ranks of
+ * one node on one GPU in one rail group (nodes of uneven size) cannot be
+ * served: refused with words naming them.
+ */
+static ovl_status_t cjob_keys(ovld_cluster_t *cl, const cjob_t *c, const uint64_t *node_of,
+                              uint8_t **ret_keys, uint32_t *ret_n, bool *ret_rail, char *err,
+                              size_t errlen)
+{
+    uint32_t a, b, n = 1;
+    uint32_t *node32 = NULL, *group = NULL, *pos = NULL;
+    bool rail = cjob_shared_pair(c, NULL, &a, &b);
+    ovl_status_t st = OVL_OK;
+    if (rail) {
+        node32 = calloc(c->world, sizeof(*node32));
+        group = calloc(c->world, sizeof(*group));
+        pos = calloc(c->world, sizeof(*pos));
+        st = node32 && group && pos ? OVL_OK : OVL_ERR_NOMEM;
+        for (uint32_t q = 0; st == OVL_OK && q < c->world; q++)
+            node32[q] = (uint32_t)node_of[q];
+        if (st == OVL_OK)
+            st = ovl_plan_rail_groups(c->world, node32, group, pos, &n);
+        if (st == OVL_OK && cjob_shared_pair(c, group, &a, &b)) {
+            st = OVL_ERR_UNSUPPORTED;
+            snprintf(err, errlen,
+                     "ranks %u and %u share device %u on %s and exchange rows with the same "
+                     "ranks (uneven nodes): NCCL takes no two ranks of one GPU in one "
+                     "communicator",
+                     a, b, c->rank_dev[a], c->nodes[c->rank_node[a]].name);
+        }
+    }
+    uint8_t *keys = st == OVL_OK ? calloc(n, OVLD_NCCL_ID_LEN) : NULL;
+    if (st == OVL_OK && !keys)
+        st = OVL_ERR_NOMEM;
+    for (uint32_t i = 0; st == OVL_OK && i < n; i++)
+        st = cl->backend->ops->job_key(cl->backend, keys + (size_t)i * OVLD_NCCL_ID_LEN, err,
+                                       errlen);
+    free(node32);
+    free(group);
+    free(pos);
+    if (st != OVL_OK) {
+        free(keys);
+        return st;
+    }
+    *ret_keys = keys;
+    *ret_n = n;
+    *ret_rail = rail;
+    return OVL_OK;
+}
+
 static void cjob_start(ovld_cluster_t *cl, cjob_t *c)
 {
     /* Nodes are numbered by their lowest rank, so that every node reads
@@ -731,8 +835,11 @@ static void cjob_start(ovld_cluster_t *cl, cjob_t *c)
     int32_t *renum = calloc(c->nnodes, sizeof(*renum));
     uint64_t *node_of = calloc(c->world, sizeof(*node_of));
     ProtobufCBinaryData *names = calloc(c->nnodes, sizeof(*names));
-    uint8_t key[OVLD_NCCL_ID_LEN];
-    char err[256] = "";
+    ProtobufCBinaryData *rail_keys = NULL;
+    uint8_t *keys = NULL;
+    uint32_t nkeys = 0;
+    bool rail = false;
+    char err[320] = "";
     ovl_status_t st = order && renum && node_of && names ? OVL_OK : OVL_ERR_NOMEM;
     uint32_t nn = 0;
     for (uint32_t i = 0; i < c->nnodes; i++)
@@ -746,22 +853,26 @@ static void cjob_start(ovld_cluster_t *cl, cjob_t *c)
         }
         node_of[q] = (uint64_t)renum[n];
     }
-    bool have_key = false;
-    if (st == OVL_OK && cl->backend->ops->job_key) {
-        st = cl->backend->ops->job_key(cl->backend, key, err, sizeof(err));
-        have_key = st == OVL_OK;
-    }
+    /* (node_of is the started job's numbering from here; c's nodes are
+     * renumbered below) */
+    if (st == OVL_OK && cl->backend->ops->job_key)
+        st = cjob_keys(cl, c, node_of, &keys, &nkeys, &rail, err, sizeof(err));
+    if (st == OVL_OK && rail && !(rail_keys = calloc(nkeys, sizeof(*rail_keys))))
+        st = OVL_ERR_NOMEM;
     if (st != OVL_OK) {
-        char why[320];
+        char why[400];
         snprintf(why, sizeof(why), "the coordinator cannot start the job: %s",
                  err[0] ? err : ovl_strerror(st));
         cjob_end(cl, c, true, st, why);
         goto out;
     }
+    for (uint32_t i = 0; rail && i < nkeys; i++)
+        rail_keys[i] = bin(keys + (size_t)i * OVLD_NCCL_ID_LEN, OVLD_NCCL_ID_LEN);
     for (uint32_t i = 0; i < nn; i++)
         names[i] = bin_str(c->nodes[order[i]].name);
     c->state = C_STARTED;
-    log_info("job %s: all %u ranks in, on %u nodes; starting", c->name, c->world, nn);
+    log_info("job %s: all %u ranks in, on %u nodes; starting%s", c->name, c->world, nn,
+             rail ? " (ranks share GPUs: a communicator per rail group)" : "");
     for (uint32_t i = 0; i < nn; i++) {
         Ovlcl__JobStart s = OVLCL__JOB_START__INIT;
         s.nonce = bin(c->nonce, OVLD_JOB_NONCE_LEN);
@@ -771,7 +882,9 @@ static void cjob_start(ovld_cluster_t *cl, cjob_t *c)
         s.n_nodes = nn;
         s.nodes = names;
         s.self_node = i;
-        s.key = have_key ? bin(key, sizeof(key)) : bin(NULL, 0);
+        s.key = keys && !rail ? bin(keys, OVLD_NCCL_ID_LEN) : bin(NULL, 0);
+        s.n_rail_keys = rail ? nkeys : 0;
+        s.rail_keys = rail_keys;
         (void)cl_send(cl, c->nodes[order[i]].peer, T_START, &s.base);
     }
     /* Node indices from here on are the started job's. */
@@ -792,6 +905,8 @@ out:
     free(renum);
     free(node_of);
     free(names);
+    free(rail_keys);
+    free(keys);
 }
 
 static void on_join(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobJoin *q)
@@ -800,7 +915,8 @@ static void on_join(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobJoin 
     const char *fromname = node_name(cl, from);
     if (q->nonce.len != OVLD_JOB_NONCE_LEN || q->instance.len != OVLD_INSTANCE_LEN ||
         q->world == 0 || q->world > OVL_PLAN_MAX_WORLD || q->rank >= q->world ||
-        q->uid > UINT32_MAX || q->backend.len == 0 || q->backend.len >= BACKEND_NAME_MAX) {
+        q->uid > UINT32_MAX || q->backend.len == 0 || q->backend.len >= BACKEND_NAME_MAX ||
+        q->device > UINT32_MAX) {
         count_drop(cl);
         reply_join(cl, from, q->req, OVL_ERR_PROTOCOL, "malformed join");
         return;
@@ -849,13 +965,16 @@ static void on_join(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobJoin 
     }
     if (st == OVL_OK && !c->world) {
         c->rank_node = malloc(q->world * sizeof(*c->rank_node));
+        c->rank_dev = calloc(q->world, sizeof(*c->rank_dev));
         c->rank_left = calloc(q->world, sizeof(*c->rank_left));
         c->nodes = calloc(q->world, sizeof(*c->nodes));
-        if (!c->rank_node || !c->rank_left || !c->nodes) {
+        if (!c->rank_node || !c->rank_dev || !c->rank_left || !c->nodes) {
             free(c->rank_node);
+            free(c->rank_dev);
             free(c->rank_left);
             free(c->nodes);
             c->rank_node = NULL;
+            c->rank_dev = NULL;
             c->rank_left = NULL;
             c->nodes = NULL;
             st = OVL_ERR_NOMEM;
@@ -884,6 +1003,7 @@ static void on_join(ovld_cluster_t *cl, ovld_peer_t *from, const Ovlcl__JobJoin 
         nd->first_rank = (uint32_t)q->rank;
     nd->ranks++;
     c->rank_node[q->rank] = n;
+    c->rank_dev[q->rank] = (uint32_t)q->device;
     c->admitted++;
     log_info("job %s: rank %" PRIu64 "/%u admitted, on %s", name, q->rank, c->world, fromname);
     reply_join(cl, from, q->req, OVL_OK, "");
@@ -947,8 +1067,23 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
     /* The one place of the defaults (job.h), with this ovld's config: the
      * same parameters go to every node. */
     ovld_plan_resolve(cl->cfg, cl->backend->ops->allgather != NULL, &pp);
-    snprintf(why, sizeof(why), "%s", "");
-    send_go(cl, c, t, OVL_OK, why, &pp);
+    uint32_t a, b;
+    if (pp.shared_gpu && c->nnodes > 1 && pp.algo != OVL_ALGO_RING) {
+        /* the planner refuses it too; here with words */
+        if (cjob_shared_pair(c, NULL, &a, &b))
+            snprintf(why, sizeof(why), "ranks %u and %u share device %u on %s", a, b,
+                     c->rank_dev[a], c->nodes[c->rank_node[a]].name);
+        else
+            snprintf(why, sizeof(why), "ranks share a GPU");
+        size_t len = strlen(why);
+        snprintf(why + len, sizeof(why) - len,
+                 ": across nodes only ring runs then (%s gathers by NCCL over every rank, and "
+                 "NCCL takes no two ranks of one GPU in one communicator)",
+                 ovl_algo_name(pp.algo));
+        send_go(cl, c, t, OVL_ERR_UNSUPPORTED, why, NULL);
+    } else {
+        send_go(cl, c, t, OVL_OK, "", &pp);
+    }
     free(node_of);
 }
 

@@ -62,6 +62,13 @@ typedef struct ovld_cluster_start {
     uint32_t nnodes, self_node;
     const char *const *nodes; /* nnodes advertised addresses */
     const uint8_t *key;       /* OVLD_NCCL_ID_LEN bytes, or NULL */
+    /* Ranks of a node share a GPU and the backend makes keys: instead of
+     * key, one per rail group (nrail_keys of OVLD_NCCL_ID_LEN bytes, back
+     * to back), each rank's group and its place in it (world entries,
+     * ovl_plan_rail_groups); NULL and 0 otherwise. */
+    const uint8_t *rail_keys;
+    uint32_t nrail_keys;
+    const uint32_t *rail_group, *rail_pos;
     struct ovld_xfer_job *xfer;
 } ovld_cluster_start_t;
 
@@ -117,7 +124,8 @@ ovl_status_t ovld_cluster_job_id_create(ovld_cluster_t *cl, uid_t uid,
 
 /*
  * Asks the job's coordinator to admit rank of world for uid, joining on
- * this node. done runs once, from the loop, never inside this call:
+ * this node on device (this ovld's numbering: the coordinator learns from
+ * it which ranks of a node share a GPU). done runs once, from the loop, never inside this call:
  * OVL_OK, or the refusal in words (an id not made there or by an earlier
  * run: OVL_ERR_NOT_FOUND; another uid's job: OVL_ERR_PERMISSION; world:
  * OVL_ERR_MISMATCH; rank taken: OVL_ERR_EXISTS; coordinator unreachable or
@@ -127,8 +135,8 @@ ovl_status_t ovld_cluster_job_id_create(ovld_cluster_t *cl, uid_t uid,
  */
 typedef void (*ovld_cluster_admit_fn)(void *arg, ovl_status_t status, const char *why);
 ovl_status_t ovld_cluster_admit(ovld_cluster_t *cl, const ovld_job_blob_t *blob, uint32_t world,
-                                uint32_t rank, uid_t uid, ovld_cluster_admit_fn done, void *arg,
-                                char *err, size_t errlen);
+                                uint32_t rank, uint32_t device, uid_t uid,
+                                ovld_cluster_admit_fn done, void *arg, char *err, size_t errlen);
 
 /* Op seq of the job is in on this node (ops in order). */
 void ovld_cluster_op_ready(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN],

@@ -123,6 +123,11 @@ struct ovld_rank {
      * nccl, and the job's ranks on every node; the collectives check their
      * parts against these. */
     uint32_t global, world;
+    /* Where ranks of the job share a GPU, nccl is its rail group's
+     * communicator, not the job's: a job rank q is rank comm_rank_of[q] of
+     * it (world entries; UINT32_MAX: q is of another group). NULL: nccl is
+     * the job's, its ranks the job's. */
+    uint32_t *comm_rank_of;
     bool across_nodes; /* the job spans nodes (for words) */
     /* The job lost a node (job_abort, loop thread): collective calls fail
      * at once; nccl is gone or going. */

@@ -11,11 +11,13 @@
  *                 rank i of the call is rank i of n. With net the
  *                 communicator spans every node: net->world ranks, the
  *                 coordinator's id (net->key), each local rank at its job
- *                 rank (net->global[i]). Each rank record keeps its job rank
+ *                 rank (net->global[i]); or, where ranks share a GPU, its
+ *                 rail group's (below). Each rank record keeps its job rank
  *                 and the world (global, world), which the collectives check
- *                 their parts against. Without collective nothing is made
- *                 (the ranks share a GPU and the plans gather by pulls);
- *                 with net that is refused (below).
+ *                 their parts against. Without collective and without net
+ *                 nothing is made (the ranks share a GPU and the plans
+ *                 gather by pulls); with net the communicators are made
+ *                 whatever collective says.
  *   job_abort     a job across nodes lost a node: every given rank's
  *                 communicator is taken off the rank on the loop thread and
  *                 aborted (ncclCommAbort) on a worker, its ops in flight
@@ -34,7 +36,9 @@
  *                 without NCCL are gathered by the plans' own pulls, never
  *                 here.
  *   rail          grouped ncclSend/ncclRecv between the job ranks the plan
- *                 names, on the job's communicator (its ranks are the job's).
+ *                 names, on the job's communicator (its ranks are the job's)
+ *                 or, where ranks share a GPU, on each rank's rail group's
+ *                 (comm_rank_of translates).
  *   copy          the pulls (cudaMemcpy(2D)Async from a peer's mapping).
  *
  * Who may be inside NCCL on a rank's communicator (r->nccl), so that no two
@@ -54,12 +58,16 @@
  * communicators of one process together, when the last is aborted or
  * destroyed, and two workers aborting siblings at once would race there.
  *
- * Refused, with words through job_setup's callback: a job across nodes
- * whose ranks on this daemon share a GPU (net with collective false). NCCL
- * cannot put two ranks of one GPU into one communicator of a process, and
- * plans across nodes cannot gather by the copy engine (plan.h refuses
- * shared_gpu there), so no plan of such a job could run; a communicator
- * per local index for the rail would serve none either.
+ * Ranks that share a GPU, across nodes. NCCL cannot put two ranks of one
+ * GPU into one communicator, so there is no communicator of the job: the
+ * coordinator sends one id per rail group instead (net->rail_keys), and
+ * each local rank joins its group's communicator at its place in the group
+ * (all in the same one group of inits). Ring's RAILs only name ranks of
+ * the own group; rail translates them (comm_rank_of). An all-gather over
+ * the job cannot run then (the planner plans none; here it is refused with
+ * words). Refused at setup, with words through job_setup's callback: two
+ * local ranks on one GPU in one communicator (the job's, or a rail group's
+ * where nodes are uneven; the coordinator refuses the latter first).
  *
  * Launches run on the loop thread, and a grouped launch on nonblocking
  * communicators always says ncclInProgress (NCCL finishes it on a thread of
@@ -115,11 +123,16 @@ typedef struct cuda_setup_work {
     ovl_status_t st; /* setup: set beforehand where it is refused */
     char msg[256];
     bool no_comms; /* setup: the job's plans never use the collective */
-    /* setup: the communicator's ranks, each local rank's place in it, and
-     * its id (have_id: the coordinator's; else the worker makes one) */
+    /* setup: the job's ranks and each local rank's job rank; each local
+     * rank's communicator: its ranks (comm_n), its place in it
+     * (comm_rank) and its id (ids[comm_id]): the job's, one id, the
+     * coordinator's or (have_id false) one the worker makes; or, where
+     * ranks share a GPU, its rail group's, one id per group */
     uint32_t world;
-    uint32_t *global;
-    ncclUniqueId id;
+    uint32_t *global; /* one block of 4 n: global, comm_n, comm_rank, comm_id */
+    uint32_t *comm_n, *comm_rank, *comm_id;
+    ncclUniqueId *ids;
+    uint32_t nids;
     bool have_id;
     atomic_bool abort;            /* setup: job_abort came meanwhile */
     struct cuda_setup_work *next; /* teardown: on the backend's deferred list */
@@ -196,7 +209,7 @@ static void setup_run(uv_work_t *req)
     char nccl_says[200];
     ncclResult_t r;
     if (!w->have_id) {
-        r = ncclGetUniqueId(&w->id);
+        r = ncclGetUniqueId(&w->ids[0]);
         if (r != ncclSuccess) {
             nccl_last_words(nccl_says, sizeof(nccl_says));
             w->st = OVL_ERR_BACKEND;
@@ -222,7 +235,8 @@ static void setup_run(uv_work_t *req)
                 break;
             }
             what = "ncclCommInitRankConfig";
-            r = ncclCommInitRankConfig(&rk->nccl, (int)w->world, w->id, (int)w->global[i], &cfg);
+            r = ncclCommInitRankConfig(&rk->nccl, (int)w->comm_n[i], w->ids[w->comm_id[i]],
+                                       (int)w->comm_rank[i], &cfg);
             if (r == ncclInProgress)
                 r = ncclSuccess;
         }
@@ -251,9 +265,9 @@ static void setup_run(uv_work_t *req)
         nccl_last_words(nccl_says, sizeof(nccl_says));
         w->st = OVL_ERR_BACKEND;
         snprintf(w->msg, sizeof(w->msg),
-                 "NCCL communicator of %u ranks (job rank %u on device %d): %s: %s%s", w->world,
-                 w->global[bad], w->ranks[bad]->dev->ordinal, what, ncclGetErrorString(r),
-                 nccl_says);
+                 "NCCL communicator of %u ranks (job rank %u on device %d%s): %s: %s%s",
+                 w->comm_n[bad], w->global[bad], w->ranks[bad]->dev->ordinal,
+                 w->nids > 1 ? ", its rail group's" : "", what, ncclGetErrorString(r), nccl_says);
     }
     setup_abort_made(w);
 }
@@ -286,14 +300,16 @@ static void setup_after(uv_work_t *req, int status)
     if (w->done)
         w->done(w->arg, w->st, w->msg);
     free(w->global);
+    free(w->ids);
     free(w->ranks);
     free(w);
     cuda_work_done(cb);
 }
 
 /* Says in w why a setup cannot be done, before anything is made (the
- * worker then does nothing and the callback carries the words). */
-static void setup_check(setup_work_t *w, const ovld_job_net_t *net, bool collective)
+ * worker then does nothing and the callback carries the words); else fills
+ * w's communicators (ids, and each local rank's comm_*). */
+static void setup_check(setup_work_t *w, const ovld_job_net_t *net)
 {
 #define REFUSE(status, ...)                                                                        \
     do {                                                                                           \
@@ -304,36 +320,74 @@ static void setup_check(setup_work_t *w, const ovld_job_net_t *net, bool collect
     for (uint32_t i = 0; i < w->n; i++)
         if (w->ranks[i]->aborted)
             REFUSE(OVL_ERR_ABORTED, "the job was aborted (it lost a node) before its setup");
-    if (!net)
+    if (w->no_comms)
         return;
-    if (!collective)
-        REFUSE(OVL_ERR_UNSUPPORTED,
-               "ranks of a job across nodes that share a GPU are not supported yet: NCCL "
-               "cannot make one communicator of two ranks on one GPU, and across nodes the "
-               "plans cannot gather by the copy engine");
+    if (!net) {
+        /* the job is all here: one communicator of its n ranks, an id the
+         * worker makes */
+        w->nids = 1;
+        if (!(w->ids = calloc(1, sizeof(*w->ids))))
+            REFUSE(OVL_ERR_NOMEM, "out of memory");
+        for (uint32_t i = 0; i < w->n; i++) {
+            w->comm_n[i] = w->n;
+            w->comm_rank[i] = i;
+        }
+        return;
+    }
     if (net->world == 0 || net->world > INT_MAX || w->n > net->world || !net->global)
         REFUSE(OVL_ERR_INTERNAL, "a job across nodes of %u ranks, %u of them here%s", net->world,
                w->n, net->global ? "" : ", without their job ranks");
-    if (!net->key)
+    bool rail = net->rail_keys != NULL;
+    if (!net->key && !rail)
         REFUSE(OVL_ERR_UNSUPPORTED,
                "no NCCL id for the job: the coordinating daemon's backend made no job key "
                "(do all nodes run the CUDA backend?)");
+    if (rail && (net->key || !net->rail_group || !net->rail_pos || net->nrail_keys == 0 ||
+                 net->nrail_keys > net->world))
+        REFUSE(OVL_ERR_INTERNAL, "a job across nodes with %u rail keys%s", net->nrail_keys,
+               net->key ? " and a job key" : "");
     for (uint32_t i = 0; i < w->n; i++) {
         uint32_t g = net->global[i];
         if (g >= net->world)
             REFUSE(OVL_ERR_INTERNAL, "local rank %u is job rank %u of %u", i, g, net->world);
+        uint32_t grp = rail ? net->rail_group[g] : 0;
+        if (grp >= (rail ? net->nrail_keys : 1))
+            REFUSE(OVL_ERR_INTERNAL, "job rank %u is in rail group %u of %u", g, grp,
+                   net->nrail_keys);
         for (uint32_t k = 0; k < i; k++) {
             if (net->global[k] == g)
                 REFUSE(OVL_ERR_INTERNAL, "local ranks %u and %u are both job rank %u", k, i, g);
-            if (w->ranks[k]->dev == w->ranks[i]->dev)
+            if (w->ranks[k]->dev == w->ranks[i]->dev && (!rail || w->comm_id[k] == grp))
                 REFUSE(OVL_ERR_UNSUPPORTED,
-                       "job ranks %u and %u share device %d: NCCL cannot make one "
+                       "job ranks %u and %u share device %d%s: NCCL cannot make one "
                        "communicator of two ranks on one GPU",
-                       net->global[k], g, w->ranks[i]->dev->ordinal);
+                       net->global[k], g, w->ranks[i]->dev->ordinal,
+                       rail ? " and one rail group" : "");
         }
+        w->comm_id[i] = grp;
+        w->comm_n[i] = rail ? 0 : net->world;
+        w->comm_rank[i] = rail ? net->rail_pos[g] : g;
+        for (uint32_t q = 0; rail && q < net->world; q++)
+            w->comm_n[i] += net->rail_group[q] == grp;
+        if (w->comm_rank[i] >= w->comm_n[i])
+            REFUSE(OVL_ERR_INTERNAL, "job rank %u is at %u of a rail group of %u", g,
+                   w->comm_rank[i], w->comm_n[i]);
     }
-    memcpy(&w->id, net->key, sizeof(w->id));
+    w->nids = rail ? net->nrail_keys : 1;
+    if (!(w->ids = calloc(w->nids, sizeof(*w->ids))))
+        REFUSE(OVL_ERR_NOMEM, "out of memory");
+    memcpy(w->ids, rail ? net->rail_keys : net->key, w->nids * sizeof(*w->ids));
     w->have_id = true;
+    /* each local rank's peers in its group's communicator, for its rails */
+    for (uint32_t i = 0; rail && i < w->n; i++) {
+        uint32_t *map = malloc(net->world * sizeof(*map));
+        if (!map)
+            REFUSE(OVL_ERR_NOMEM, "out of memory");
+        for (uint32_t q = 0; q < net->world; q++)
+            map[q] = net->rail_group[q] == w->comm_id[i] ? net->rail_pos[q] : UINT32_MAX;
+        free(w->ranks[i]->comm_rank_of);
+        w->ranks[i]->comm_rank_of = map;
+    }
 #undef REFUSE
 }
 
@@ -348,21 +402,26 @@ ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32
             return OVL_ERR_INTERNAL;
     setup_work_t *w = calloc(1, sizeof(*w));
     if (!w || !(w->ranks = calloc(n, sizeof(*w->ranks))) ||
-        !(w->global = calloc(n, sizeof(*w->global)))) {
+        !(w->global = calloc(4 * (size_t)n, sizeof(*w->global)))) {
         if (w)
             free(w->ranks);
         free(w);
         return OVL_ERR_NOMEM;
     }
+    w->comm_n = w->global + n;
+    w->comm_rank = w->comm_n + n;
+    w->comm_id = w->comm_rank + n;
     memcpy(w->ranks, ranks, n * sizeof(*ranks));
     w->req.data = w;
     w->cb = be;
     w->n = n;
     w->done = cb;
     w->arg = arg;
-    w->no_comms = !collective;
+    /* across nodes communicators are made whatever collective says: the
+     * job's, or one per rail group where ranks share a GPU */
+    w->no_comms = !collective && !net;
     atomic_init(&w->abort, false);
-    setup_check(w, net, collective);
+    setup_check(w, net);
     w->world = net ? net->world : n;
     for (uint32_t i = 0; i < n; i++) {
         w->global[i] = w->st == OVL_OK && net ? net->global[i] : i;
@@ -381,6 +440,7 @@ ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32
             ranks[i]->setup = NULL;
         }
         free(w->global);
+        free(w->ids);
         free(w->ranks);
         free(w);
         return OVL_ERR_SYSTEM;
@@ -701,7 +761,7 @@ static ovl_status_t copy_rows(struct ovld_rank *r, cudaStream_t s, ovld_view_t d
  * prev: the previous part's rank, or -1. */
 static ovl_status_t part_check(const char *name, const struct ovld_rank *rk, uint32_t global,
                                int64_t prev, uint32_t world, uint32_t stream, ovld_view_t src,
-                               ovld_view_t dst, uint64_t cols)
+                               ovld_view_t dst, uint64_t cols, bool job_comm)
 {
     if (src.ld != cols || dst.ld != cols)
         REFUSE(OVL_ERR_INVALID,
@@ -718,6 +778,11 @@ static ovl_status_t part_check(const char *name, const struct ovld_rank *rk, uin
                name, global);
     if (!rk->nccl)
         REFUSE(OVL_ERR_UNSUPPORTED, "%s: rank %u has no NCCL communicator", name, global);
+    if (job_comm && rk->comm_rank_of)
+        REFUSE(OVL_ERR_UNSUPPORTED,
+               "%s: ranks of the job share a GPU, so job rank %u has its rail group's NCCL "
+               "communicator, none over the job: only ring runs across nodes then",
+               name, global);
     if (rk->global != global || rk->world != world)
         REFUSE(OVL_ERR_INTERNAL,
                "%s: the part of job rank %u of %u is rank %u of a communicator of %u", name, global,
@@ -763,7 +828,8 @@ static ovl_status_t allgather_check(ovl_ag_method_t method, const ovld_allgather
     int64_t prev = -1;
     for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
         const ovld_allgather_part_t *x = &parts[i];
-        st = part_check(name, x->rank, x->global, prev, world, x->stream, x->src, x->dst, cols);
+        st = part_check(name, x->rank, x->global, prev, world, x->stream, x->src, x->dst, cols,
+                        true);
         prev = x->global;
     }
     return st;
@@ -786,13 +852,16 @@ static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *p
     for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
         const ovld_rail_part_t *x = &parts[i];
         st = part_check("nccl-rail", x->rank, x->global, prev, world, x->stream, x->src, x->dst,
-                        cols);
+                        cols, false);
         prev = x->global;
         for (uint32_t k = 0; st == OVL_OK && k < x->nsend + x->nrecv; k++) {
             uint32_t peer = k < x->nsend ? x->send[k] : x->recv[k - x->nsend];
             if (peer == x->global || peer >= world)
                 REFUSE(OVL_ERR_INTERNAL, "nccl-rail: rank %u names rank %u of a job of %u",
                        x->global, peer, world);
+            if (x->rank->comm_rank_of && x->rank->comm_rank_of[peer] == UINT32_MAX)
+                REFUSE(OVL_ERR_INTERNAL, "nccl-rail: rank %u names rank %u, of another rail group",
+                       x->global, peer);
         }
     }
     return st;
@@ -974,8 +1043,8 @@ ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
     /* Every local part's sends and receives in one group: NCCL matches
      * them with each other and with other processes' (other nodes') in
      * any order, and a rank that sends to a peer which receives later in
-     * the group does not wait for it. The lists name job ranks, which are
-     * the ranks of the job's communicator. */
+     * the group does not wait for it. The lists name job ranks: the ranks
+     * of the job's communicator, or translated into the rail group's. */
     ncclResult_t r = ncclGroupStart();
     bool started = r == ncclSuccess;
     for (uint32_t i = 0; started && r == ncclSuccess && i < n; i++) {
@@ -983,14 +1052,16 @@ ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
         cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
         at = x->rank;
         what = "ncclSend";
+        const uint32_t *to = x->rank->comm_rank_of; /* checked above */
         for (uint32_t k = 0; r == ncclSuccess && k < x->nsend; k++)
-            r = ncclSend(x->src.ptr, count, t, (int)x->send[k], x->rank->nccl, s);
+            r = ncclSend(x->src.ptr, count, t, (int)(to ? to[x->send[k]] : x->send[k]),
+                         x->rank->nccl, s);
         if (r == ncclSuccess)
             what = "ncclRecv";
         for (uint32_t k = 0; r == ncclSuccess && k < x->nrecv; k++) {
             /* rank q's rows land stride*q rows into dst */
             void *dst = ovld_view_rows(x->dst, (uint64_t)x->recv[k] * stride, elem).ptr;
-            r = ncclRecv(dst, count, t, (int)x->recv[k], x->rank->nccl, s);
+            r = ncclRecv(dst, count, t, (int)(to ? to[x->recv[k]] : x->recv[k]), x->rank->nccl, s);
         }
     }
     return group_finish(started, r, what, at, parts, n, rail_rank, "nccl-rail", rows);

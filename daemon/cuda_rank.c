@@ -72,6 +72,7 @@ void cuda_rank_free_resources(struct ovld_rank *r)
     free(r->slots);
     free(r->free_ev);
     free(r->events);
+    free(r->comm_rank_of);
     if (r->db_fd >= 0)
         close(r->db_fd);
     if (what)

@@ -304,12 +304,11 @@ static ovl_status_t join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, ovl
     return OVL_OK;
 }
 
-ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, char *err,
-                                 size_t errlen)
+ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, uint32_t *ret_dev,
+                                 char *err, size_t errlen)
 {
     ovld_job_t *j;
-    uint32_t dev;
-    return join_check(js, req, &j, &dev, err, errlen);
+    return join_check(js, req, &j, ret_dev, err, errlen);
 }
 
 ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_member_t **ret_member,
@@ -591,6 +590,10 @@ void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                           .self_node = s->self_node,
                           .nnodes = s->nnodes,
                           .key = s->key,
+                          .rail_keys = s->rail_keys,
+                          .nrail_keys = s->nrail_keys,
+                          .rail_group = s->rail_group,
+                          .rail_pos = s->rail_pos,
                           .xfer = s->xfer};
     j->pins++;
     job_start(js, j, &net);

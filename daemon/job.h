@@ -60,9 +60,9 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
 
 /* What ovld_job_join would refuse before anything is made (the device, the
  * limits, the job's state here), for a join across nodes to ask before it
- * asks the coordinator. */
-ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, char *err,
-                                 size_t errlen);
+ * asks the coordinator; *ret_dev: the device it would join on. */
+ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, uint32_t *ret_dev,
+                                 char *err, size_t errlen);
 
 /* The cluster's callbacks (cluster.h): a job across nodes starts, an op of
  * it may run (or fails) on every node, the job ends. arg is the

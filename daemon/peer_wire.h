@@ -18,7 +18,7 @@
 #include "ovl.h"
 #include "peer_auth.h"
 
-#define OVLD_PEER_VERSION      1            /* of this protocol; Hello and Challenge carry it */
+#define OVLD_PEER_VERSION      2            /* of this protocol; Hello and Challenge carry it */
 #define OVLD_PEER_AM_ID        7            /* the one UCX active message id ovld uses */
 #define OVLD_PEER_FRAME_HDR    8            /* a handshake frame's header: type, length */
 #define OVLD_PEER_AM_HDR       24           /* an AM's header: type, length, session id */

@@ -199,7 +199,8 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
     }
     /* What this node would refuse anyway, before the coordinator counts
      * the rank in. */
-    ovl_status_t st = ovld_job_join_check(&d->jobs, &jd, err, sizeof(err));
+    uint32_t dev = 0;
+    ovl_status_t st = ovld_job_join_check(&d->jobs, &jd, &dev, err, sizeof(err));
     if (st != OVL_OK) {
         join_refused(c, id, st, err);
         return;
@@ -210,8 +211,8 @@ static void on_comm_init(ovld_conn_t *c, uint64_t id, const Ovl__CommInit *q)
         return;
     }
     *w = (admit_work_t){.c = c, .id = id, .jd = jd};
-    st = ovld_cluster_admit(d->cluster, &jd.blob, jd.world, jd.rank, jd.uid, admit_done, w, err,
-                            sizeof(err));
+    st = ovld_cluster_admit(d->cluster, &jd.blob, jd.world, jd.rank, dev, jd.uid, admit_done, w,
+                            err, sizeof(err));
     if (st != OVL_OK) {
         free(w);
         join_refused(c, id, st, err);

@@ -178,12 +178,12 @@ def peer_am(t, body, hdr_len=24, session=b"S" * 16, length=None):
     return b"\x01" + bytes([hdr_len]) + hdr[:hdr_len] + body
 
 
-def peer_hello(version=1, nonce=b"n" * 32, inst=b"i" * 16, addr="10.0.0.5:7411", ucx=UCX_ADDR):
+def peer_hello(version=2, nonce=b"n" * 32, inst=b"i" * 16, addr="10.0.0.5:7411", ucx=UCX_ADDR):
     return (f_varint(1, version) + f_bytes(2, nonce) + f_bytes(3, inst) + f_bytes(4, addr)
             + f_bytes(5, ucx))
 
 
-def peer_challenge(version=1, addr="10.0.0.6:7411", mac=b"m" * 32):
+def peer_challenge(version=2, addr="10.0.0.6:7411", mac=b"m" * 32):
     return (f_varint(1, version) + f_bytes(2, b"n" * 32) + f_bytes(3, b"j" * 16) + f_bytes(4, addr)
             + f_bytes(5, mac) + f_bytes(6, UCX_ADDR))
 
@@ -193,7 +193,8 @@ def peer_seeds():
     hs = [peer_frame(HELLO, peer_hello()), peer_frame(CHALLENGE, peer_challenge()),
           peer_frame(AUTH, f_bytes(1, b"m" * 32))]
     s["handshake"] = b"\x00" + b"".join(hs)
-    s["hello_v2"] = b"\x00" + peer_frame(HELLO, peer_hello(version=2))
+    s["hello_v1"] = b"\x00" + peer_frame(HELLO, peer_hello(version=1))
+    s["hello_v3"] = b"\x00" + peer_frame(HELLO, peer_hello(version=3))
     s["hello_v_wide"] = b"\x00" + peer_frame(HELLO, peer_hello(version=(1 << 32) + 1))
     s["hello_wildcard"] = b"\x00" + peer_frame(HELLO, peer_hello(addr="0.0.0.0:7411"))
     s["hello_ipv6"] = b"\x00" + peer_frame(HELLO, peer_hello(addr="[fd00::5]:7411"))

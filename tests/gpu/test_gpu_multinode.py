@@ -8,8 +8,11 @@ memory, checking its C against the reference.
 
 Cases: world 2 over two daemons and world 4 over four, every algorithm
 (naive: NCCL all-gather; collective: NCCL send/recv; ring: the rail),
-bf16 on a mid-size shape, fp16 and fp32 on a small odd one; then two
-ranks on one daemon sharing a GPU (refused with words, nothing hangs); and
+bf16 on a mid-size shape, fp16 and fp32 on a small odd one; then world 4
+over two daemons with two ranks each, all on GPU 0 (ring on a communicator
+per rail group, every case; naive and collective refused with words; and
+1 + 2 ranks, which would put two ranks of one GPU in one rail group,
+refused when the job starts); and
 a daemon killed while the other ranks wait for its rank's op: they get
 OVL_ERR_ABORTED naming the node within 2 s of the kill, and their daemon
 serves the next job. Ranks go round-robin over the GPUs (rank r on GPU r
@@ -156,19 +159,40 @@ def test_world4_over_four():
     worlds(4)
 
 
-def test_shared_gpu_refused():
-    """Two ranks of one daemon on one GPU, in a job across nodes: NCCL
-    cannot serve them; the ranks are told, nothing hangs."""
+def test_shared_over_two():
+    """World 4 over two daemons, two ranks each, every rank on GPU 0: no
+    NCCL communicator can span the job (two ranks of one GPU), so each rail
+    group gets its own (ranks 0 and 2, ranks 1 and 3) and ring runs, every
+    case, and auto picks it; naive and collective are refused on every rank
+    with words naming the ranks and ring. Uneven (1 + 2 on GPU 0): the two
+    ranks of node 1 would share one rail group's communicator, so the job is
+    refused with words when it starts; nothing hangs."""
     cl = Cluster(2)
     try:
-        args = ["-m", "64", "-n", "64", "-k", "64", "--algo", "ring", "--device", "0"]
-        res = run_job(cl, [0, 0, 1, 1], args)
+        dev0 = ["--device", "0"]
+        for args, name in CASES:
+            t0 = time.monotonic()
+            res = run_job(cl, [0, 0, 1, 1], args + ["--algo", "ring"] + dev0)
+            check_ok(cl, res, "world 4 over 2 daemons sharing GPU 0, ring, %s (%.1f s)" % (
+                name, time.monotonic() - t0))
+        res = run_job(cl, [0, 1, 0, 1], CASES[0][0] + ["--algo", "auto"] + dev0)
+        check_ok(cl, res, "the same, ranks interleaved, auto")
+        for algo in ("naive", "collective"):
+            res = run_job(cl, [0, 0, 1, 1], CASES[1][0] + ["--algo", algo] + dev0)
+            for r, (rc, out, err) in enumerate(res):
+                assert rc != 0, "rank %d: %s ran with ranks sharing a GPU:\n%s" % (r, algo, out)
+                assert ("share device 0 on %s: across nodes only ring runs" % cl.nodes[0].addr
+                        in out + err), (algo, r, out, err)
+            print("  %s refused: %s" % (algo, (res[0][1] + res[0][2]).strip().splitlines()[-1]),
+                  flush=True)
+        res = run_job(cl, [0, 1, 1], CASES[1][0] + ["--algo", "ring"] + dev0)
         for r, (rc, out, err) in enumerate(res):
-            assert rc != 0, "rank %d: ran with two ranks of a daemon on one GPU:\n%s" % (r, out)
-        text = "".join(out + err for _, out, err in res)
-        assert "share" in text or "GPU" in text, text
-        print("  shared GPU across nodes refused: %s" % [l for l in text.splitlines()
-                                                          if "rank" in l][:2], flush=True)
+            assert rc != 0, "rank %d: ran with two ranks of one GPU in one rail group:\n%s" % (
+                r, out)
+            assert "share device 0 on %s and exchange rows" % cl.nodes[1].addr in out + err, (
+                r, out, err, cl.logs())
+        print("  uneven, refused: %s" % (res[0][1] + res[0][2]).strip().splitlines()[-1],
+              flush=True)
     finally:
         cl.close()
 
@@ -219,7 +243,7 @@ def main():
             print("SKIP: ovld cannot start the CUDA backend", flush=True)
             sys.exit(SKIP_CODE)
         raise
-    run_tests([test_world2_over_two, test_world4_over_four, test_shared_gpu_refused,
+    run_tests([test_world2_over_two, test_world4_over_four, test_shared_over_two,
                test_daemon_killed])
 
 

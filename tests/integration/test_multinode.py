@@ -9,7 +9,8 @@ heartbeats between them), with the rows each daemon moved to and from the others
 `ovlctl stats` (xfer_*: exactly, for one naive op; both ends of every
 transfer, for the rest); a daemon killed while the others' ranks wait for its rank (they
 fail with OVL_ERR_ABORTED naming it within 2 s, their daemon runs the next
-job, and status showed the job's nodes while it ran); a node with another
+job, and status showed the job's nodes while it ran); ranks sharing a
+device (ring runs; naive and collective refused with words); a node with another
 cluster key cannot join (its link is refused)."""
 import json
 import os
@@ -110,6 +111,43 @@ def test_world6_over_three():
         before = check_xfer(nodes, before)
         run_job(nodes, [2, 0, 1, 2, 1, 2], SHAPES["bf16"] + ["-a", "ring"], "bf16")
         check_xfer(nodes, before)
+        no_jobs_left(nodes)
+        stop_clean(nodes)
+    finally:
+        for n in nodes:
+            n.cleanup()
+
+
+def test_shared_gpu():
+    """Two ranks of each node on one device (world 4 over two daemons, every
+    rank on device 0): ring runs, every dtype, and auto picks it; naive and
+    collective fail on every rank, the words naming the two ranks, their
+    device and ring (across nodes their all-gather would need a
+    communicator over the job, which NCCL cannot make of two ranks of one
+    GPU); the daemons run the next job. Uneven (1 + 2 on one device): ring
+    too (the host backend makes no communicators)."""
+    nodes = cluster(2)
+    try:
+        dev0 = ["--device", "0"]
+        for dtype, shape in SHAPES.items():
+            run_job(nodes, [0, 0, 1, 1], shape + ["-d", dtype, "-a", "ring"] + dev0, dtype)
+        run_job(nodes, [0, 1, 0, 1], SHAPES["bf16"] + ["-a", "auto"] + dev0, "bf16")
+        for algo in ("naive", "collective"):
+            tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
+            try:
+                id_file = os.path.join(tmp, "job.id")
+                args = SHAPES["fp32"] + ["-d", "fp32", "-a", algo] + dev0
+                procs = [start_rank(nodes[n], r, 4, id_file, args)
+                         for r, n in reversed(list(enumerate([0, 0, 1, 1])))]
+                res = finish(procs[::-1], nodes, fail_fast=False)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            for r, (rc, so, se) in enumerate(res):
+                assert rc != 0, (algo, r, so)
+                assert ("ranks 0 and 1 share device 0 on %s: across nodes only ring runs then "
+                        "(%s gathers by NCCL" % (nodes[0].addr, algo)) in se, (algo, r, se)
+            print("  %s, ranks sharing a device: %s" % (algo, res[0][2].strip().splitlines()[-1]))
+        run_job(nodes, [1, 0, 0], SHAPES["fp16"] + ["-d", "fp16", "-a", "ring"] + dev0, "fp16")
         no_jobs_left(nodes)
         stop_clean(nodes)
     finally:
@@ -226,5 +264,5 @@ def test_wrong_key():
 if __name__ == "__main__":
     if not os.path.exists(EXAMPLE):
         raise SystemExit("%s not built" % EXAMPLE)
-    run_tests([test_world4_over_two, test_world6_over_three, test_large_rows,
+    run_tests([test_world4_over_two, test_world6_over_three, test_shared_gpu, test_large_rows,
                test_daemon_killed, test_wrong_key])

@@ -149,9 +149,9 @@ static void test_fields(void **state)
     /* wrong version */
     ovld_peer_msg_t m = sample(OVLD_PEER_HELLO);
     encode(&m, &b, &len);
-    b[1] = 2; /* field 1 (version), varint: 1 -> 2 */
+    b[1] = 3; /* field 1 (version), varint: 2 -> 3 */
     assert_int_equal(decode(OVLD_PEER_HELLO, b, len, &out), OVL_ERR_VERSION);
-    assert_non_null(strstr(err, "version 2, this ovld speaks version 1"));
+    assert_non_null(strstr(err, "version 3, this ovld speaks version 2"));
     free(b);
     /* addresses: wildcard, names, not text, too long, empty */
     static const char *const bad_addrs[] = {
