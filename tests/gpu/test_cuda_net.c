@@ -13,8 +13,10 @@
  *   1. rank 0 calls job_key; the 128 bytes go to the others by pipes; every
  *      rank calls job_setup(net = {world, global = {r}, node_of[q] = q,
  *      self_node = r, nnodes = world, key}); the callback must say OVL_OK.
- *   2. a second rank's job_setup with net and collective false must be
- *      refused through the callback (OVL_ERR_UNSUPPORTED, "share a GPU").
+ *   2. a job_setup of two more ranks of this process on its GPU in one
+ *      communicator, the job's (a key) or a rail group's (rail keys, nodes
+ *      of 1 + 2 ranks), must be refused through the callback
+ *      (OVL_ERR_UNSUPPORTED, "share device") before NCCL is called.
  *   3. allgather nccl-allgather of m = 64 rows x 32 fp32 columns from A
  *      into G (stride m): every block q of G must hold rank q's A.
  *   4. allgather nccl-sendrecv of the first m/2 rows, stride m: block q's
@@ -271,22 +273,52 @@ static int child(uint32_t r, uint32_t world, int key_in, const int *key_out, int
           ctx.setup_msg);
     bool ready = ctx.setup_done && ctx.setup_st == OVL_OK;
 
-    /* 2. ranks across nodes that share a GPU: refused, with words */
-    ovld_rank_t *rank2 = NULL;
-    ovld_doorbell_export_t dbx2;
-    if (ops->rank_create(b, (uint32_t)dev, &rank2, &dbx2, err, sizeof(err)) == OVL_OK) {
-        ctx_t c2 = {0};
-        st = ops->job_setup(b, &rank2, 1, &net, false, on_setup, &c2);
-        CHECK(st == OVL_OK, "job_setup (shared GPU): %s", ovl_strerror(st));
-        run_until(&loop, &c2.setup_done, 10000);
-        CHECK(c2.setup_done && c2.setup_st == OVL_ERR_UNSUPPORTED &&
-                  strstr(c2.setup_msg, "share a GPU"),
-              "shared GPU across nodes: %s: %s", ovl_strerror(c2.setup_st), c2.setup_msg);
-        ops->rank_destroy(b, rank2);
-        close(dbx2.fd);
-    } else {
-        CHECK(false, "a second rank: %s", err);
+    /* 2. two ranks of this node on one GPU in one communicator: the job's
+     * (a job key), or one rail group's (rail keys of a job of uneven nodes,
+     * 1 + 2 ranks, both of this node's in the one group): refused, with
+     * words, before NCCL is asked anything (the keys are never used) */
+    ovld_rank_t *pair[2] = {NULL, NULL};
+    ovld_doorbell_export_t dbp[2];
+    bool made = true, busy = false; /* busy: a setup of theirs never ended */
+    for (int i = 0; i < 2 && made; i++)
+        made = ops->rank_create(b, (uint32_t)dev, &pair[i], &dbp[i], err, sizeof(err)) == OVL_OK;
+    CHECK(made, "two more ranks: %s", err);
+    if (made) {
+        static const uint32_t two_globals[2] = {1, 2}, uneven[3] = {0, 1, 1}, one_group[3] = {0},
+                              places[3] = {0, 1, 2};
+        uint8_t junk[OVLD_NCCL_ID_LEN] = {0};
+        for (int rail = 0; rail < 2; rail++) {
+            ovld_job_net_t n2 = {.world = 3,
+                                 .global = two_globals,
+                                 .node_of = uneven,
+                                 .self_node = 1,
+                                 .nnodes = 2,
+                                 .key = rail ? NULL : junk,
+                                 .rail_keys = rail ? junk : NULL,
+                                 .nrail_keys = rail ? 1 : 0,
+                                 .rail_group = rail ? one_group : NULL,
+                                 .rail_pos = rail ? places : NULL};
+            ctx_t c2 = {0};
+            st = ops->job_setup(b, pair, 2, &n2, rail == 0, on_setup, &c2);
+            CHECK(st == OVL_OK, "job_setup (shared GPU): %s", ovl_strerror(st));
+            if (st == OVL_OK)
+                run_until(&loop, &c2.setup_done, 10000);
+            CHECK(c2.setup_done && c2.setup_st == OVL_ERR_UNSUPPORTED &&
+                      strstr(c2.setup_msg, "job ranks 1 and 2 share device") &&
+                      (!rail || strstr(c2.setup_msg, "and one rail group")),
+                  "shared GPU across nodes (%s): %s: %s", rail ? "rail group" : "job key",
+                  ovl_strerror(c2.setup_st), c2.setup_msg);
+            if (!c2.setup_done) {
+                busy = true; /* its ranks are the worker's still: leak them */
+                break;
+            }
+        }
     }
+    for (int i = 0; i < 2 && !busy; i++)
+        if (pair[i]) {
+            ops->rank_destroy(b, pair[i]);
+            close(dbp[i].fd);
+        }
 
     float *dA = NULL, *dG = NULL;
     size_t gbytes = (size_t)world * M * COLS * sizeof(float);
