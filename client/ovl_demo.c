@@ -53,6 +53,8 @@ static void usage(FILE *f)
         "      --more-n N1,... several Bs in every op: the n of each B after the first\n"
         "                      (-n is the first's), up to %d; each C is checked\n"
         "      --interior      CUDA: place the buffers inside one larger allocation\n"
+        "      --timing        also time each submit call: its p50 and p99 in us (the\n"
+        "                      worst rank's) in two more columns\n"
         "      --seed S        random seed (default: time)\n"
         "      --job ID        job id (default demo-PID)\n"
         "  -h, --help          show this help\n",
@@ -160,8 +162,8 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         if (aout)
             memset(aout, 0xff, W * m * ldo * es);
         double t0 = ovl_mono_s();
-        for (int it = 0; it < o->iters && st == OVL_OK; it++)
-            st = ovl_allgather_gemm(comm, &d, NULL);
+        if (st == OVL_OK)
+            st = ovl_demo_submit_loop(comm, &d, NULL, o->iters, o->timing, rs);
         if (st == OVL_OK)
             st = ovl_comm_synchronize(comm);
         rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
@@ -255,7 +257,17 @@ out:
 
 int main(int argc, char **argv)
 {
-    enum { O_CHUNKS = 1, O_STREAMS, O_TRANSB, O_AOUT, O_SEED, O_JOB, O_INTERIOR, O_MORE_N };
+    enum {
+        O_CHUNKS = 1,
+        O_STREAMS,
+        O_TRANSB,
+        O_AOUT,
+        O_SEED,
+        O_JOB,
+        O_INTERIOR,
+        O_MORE_N,
+        O_TIMING
+    };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, 's'},
         {"world", required_argument, NULL, 'w'},
@@ -268,6 +280,7 @@ int main(int argc, char **argv)
         {"a-out", no_argument, NULL, O_AOUT},
         {"interior", no_argument, NULL, O_INTERIOR},
         {"more-n", required_argument, NULL, O_MORE_N},
+        {"timing", no_argument, NULL, O_TIMING},
         {"seed", required_argument, NULL, O_SEED},
         {"job", required_argument, NULL, O_JOB},
         {"help", no_argument, NULL, 'h'},
@@ -307,6 +320,9 @@ int main(int argc, char **argv)
             break;
         case O_INTERIOR:
             o.interior = true;
+            break;
+        case O_TIMING:
+            o.timing = true;
             break;
         case O_MORE_N:
             if (parse_more_n(&o, optarg) != 0)
@@ -456,9 +472,10 @@ int main(int argc, char **argv)
         ntotal += (double)ovl_demo_bn(&o, i);
     double flop = 2.0 * (double)o.world * (double)o.m * ntotal * (double)o.k;
     double tol = ovl_demo_tolerance(o.dtype);
-    printf("\n%-12s %10s %10s %12s  %s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error", "check");
+    printf("\n%-12s %10s %10s %12s  %s%s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error",
+           o.timing ? "submit p50 us  submit p99 us  " : "", "check");
     for (int ai = 0; ai < o.nalgos; ai++) {
-        double err = 0, ms = 0, err_b[OVL_MAX_BS] = {0};
+        double err = 0, ms = 0, err_b[OVL_MAX_BS] = {0}, sub50 = 0, sub99 = 0;
         bool row_ok = true;
         const char *why = "";
         char why_b[32];
@@ -483,6 +500,10 @@ int main(int argc, char **argv)
             }
             if (rs->ms > ms)
                 ms = rs->ms;
+            if (rs->submit_p50_us > sub50)
+                sub50 = rs->submit_p50_us;
+            if (rs->submit_p99_us > sub99)
+                sub99 = rs->submit_p99_us;
         }
         if (!(err < tol)) {
             if (row_ok && o.nb > 1) {
@@ -498,8 +519,11 @@ int main(int argc, char **argv)
             row_ok = false;
         }
         ok = ok && row_ok;
-        printf("%-12s %10.3f %10.2f %12.3e  %s%s%s\n", ovl_algo_name(o.algos[ai]), ms,
-               ms > 0 ? flop / (ms * 1e-3) / 1e9 : 0.0, err, row_ok ? "OK" : "FAIL",
+        char sub[40] = "";
+        if (o.timing)
+            snprintf(sub, sizeof(sub), "%13.1f  %13.1f  ", sub50, sub99);
+        printf("%-12s %10.3f %10.2f %12.3e  %s%s%s%s\n", ovl_algo_name(o.algos[ai]), ms,
+               ms > 0 ? flop / (ms * 1e-3) / 1e9 : 0.0, err, sub, row_ok ? "OK" : "FAIL",
                row_ok ? "" : ": ", why);
         /* several Bs: each C under its algorithm (the row's error is the worst) */
         for (uint32_t i = 0; i < o.nb && o.nb > 1; i++) {

@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "ovl.h"
 
@@ -29,13 +31,16 @@ typedef struct opts {
      * of more_n[i-1]; C i = allgather(A) @ op(B i). */
     uint32_t nb;
     uint64_t more_n[OVL_MAX_BS - 1];
+    bool timing; /* time each submit call (--timing) */
 } opts_t;
 
 /* What each rank reports for one algorithm. */
 typedef struct result {
     int algo;
-    int status;                   /* ovl_status_t of the run */
-    double ms;                    /* mean per op, over iters */
+    int status;           /* ovl_status_t of the run */
+    double ms;            /* mean per op, over iters */
+    double submit_p50_us; /* --timing: the host time of one submit call */
+    double submit_p99_us;
     double rel_err;               /* the worst of rel_err_b */
     double rel_err_b[OVL_MAX_BS]; /* C i's, against its reference */
     bool a_out_ok;
@@ -90,5 +95,41 @@ static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const vo
  * res), 1 if it could not. Without CUDA it says so and returns 1. */
 int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                        result_t *res);
+
+static inline int ovl_demo_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Submits d iters times back to back on stream (NULL: the host backend's
+ * none), until the first failure. With timing, the p50 and p99 of each
+ * call's host time (ovl_allgather_gemm alone) go into rs (0 without). */
+static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *d,
+                                                void *stream, int iters, bool timing, result_t *rs)
+{
+    uint64_t *ns = timing ? (uint64_t *)malloc((size_t)iters * sizeof(*ns)) : NULL;
+    ovl_status_t st = OVL_OK;
+    int done = 0;
+    for (; done < iters && st == OVL_OK; done++) {
+        struct timespec t0, t1;
+        if (ns)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+        st = ovl_allgather_gemm(comm, d, stream);
+        if (ns) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            ns[done] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                       (uint64_t)t0.tv_nsec;
+        }
+    }
+    rs->submit_p50_us = rs->submit_p99_us = 0;
+    if (ns && done > 0) {
+        qsort(ns, (size_t)done, sizeof(*ns), ovl_demo_cmp_u64);
+        rs->submit_p50_us = (double)ns[(done - 1) / 2] / 1e3;
+        rs->submit_p99_us = (double)ns[(size_t)((done - 1) * 0.99)] / 1e3;
+    }
+    free(ns);
+    return st;
+}
 
 #endif /* OVL_DEMO_H */

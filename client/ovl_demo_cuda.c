@@ -114,8 +114,8 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
         if (aout)
             OVL_DEMO_CK(cudaMemsetAsync(aout, 0xff, W * m * ldo * es, s));
         OVL_DEMO_CK(cudaEventRecord(e0, s));
-        for (int it = 0; it < o->iters && st == OVL_OK; it++)
-            st = ovl_allgather_gemm(*comm, &d, s);
+        if (st == OVL_OK)
+            st = ovl_demo_submit_loop(*comm, &d, s, o->iters, o->timing, rs);
         OVL_DEMO_CK(cudaEventRecord(e1, s));
         if (st == OVL_OK)
             OVL_DEMO_CK(cudaStreamSynchronize(s));
