@@ -1156,6 +1156,23 @@ static ovld_peer_transcript_t transcript(const link_t *l, const char *peer_addr)
 }
 
 /* Takes the other side's UCX address out of m. */
+/* The handshake message of type (Hello or Challenge) that says who this
+ * ovld is: its nonce for the link, its instance, its address and its UCX
+ * worker's address. */
+static ovld_peer_msg_t self_msg(const ovld_peers_t *ps, ovld_peer_type_t type,
+                                const uint8_t nonce[OVLD_PEER_NONCE_LEN])
+{
+    ovld_peer_msg_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    memcpy(m.nonce, nonce, sizeof(m.nonce));
+    memcpy(m.instance, ps->instance, sizeof(m.instance));
+    snprintf(m.address, sizeof(m.address), "%s", ps->self);
+    m.ucx_addr = ps->ucx_addr;
+    m.ucx_len = ps->ucx_len;
+    return m;
+}
+
 static void take_ucx(link_t *l, ovld_peer_msg_t *m)
 {
     free(l->ucx_remote);
@@ -1181,14 +1198,7 @@ static void on_hello(link_t *l, ovld_peer_msg_t *m)
         link_fail(l, OVL_ERR_SYSTEM, "getrandom failed", "the acceptor has no random bytes");
         return;
     }
-    ovld_peer_msg_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = OVLD_PEER_CHALLENGE;
-    memcpy(c.nonce, l->nonce_s, sizeof(c.nonce));
-    memcpy(c.instance, ps->instance, sizeof(c.instance));
-    snprintf(c.address, sizeof(c.address), "%s", ps->self);
-    c.ucx_addr = ps->ucx_addr;
-    c.ucx_len = ps->ucx_len;
+    ovld_peer_msg_t c = self_msg(ps, OVLD_PEER_CHALLENGE, l->nonce_s);
     ovld_peer_transcript_t t = transcript(l, l->claimed);
     ovld_peer_mac(&ps->key, OVLD_PEER_ACCEPTOR, &t, c.mac);
     /* The session is known now: what the connector sends over UCX right
@@ -1398,14 +1408,7 @@ static void on_connected(uv_connect_t *req, int status)
         kick(ps);
         return;
     }
-    ovld_peer_msg_t h;
-    memset(&h, 0, sizeof(h));
-    h.type = OVLD_PEER_HELLO;
-    memcpy(h.nonce, l->nonce_c, sizeof(h.nonce));
-    memcpy(h.instance, ps->instance, sizeof(h.instance));
-    snprintf(h.address, sizeof(h.address), "%s", ps->self);
-    h.ucx_addr = ps->ucx_addr;
-    h.ucx_len = ps->ucx_len;
+    ovld_peer_msg_t h = self_msg(ps, OVLD_PEER_HELLO, l->nonce_c);
     l->state = L_HELLO;
     frame_send(l, &h);
     kick(ps);
