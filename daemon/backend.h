@@ -8,10 +8,14 @@
  * plan) nor about sockets and jobs (server.c, job.c). Two exist: host (backend_host.c and host_*.c:
  * CPU threads and shared memory) and cuda (backend_cuda.c and cuda_*.c).
  *
- * Threads: every function is called from the loop thread, except where a
- * comment says otherwise. Calls that enqueue work return once it is queued;
- * the work's completion is reported by ovld_backend_ops.done through the
- * completion callback given to the constructor, on the loop thread.
+ * Threads: every function is called from the loop thread, except the
+ * enqueue primitives (reserve_events to done, below), which the executor
+ * calls from an issuing thread (issuer.h): a rank's from one thread at a
+ * time, a device's never from two threads at once. Calls that enqueue work
+ * return once it is queued; the work's completion is reported by
+ * ovld_backend_ops.done through the completion callback given to the
+ * constructor, on the loop thread (never from the enqueueing call itself:
+ * a completion that must be reported at once is pushed to the loop too).
  *
  * Words: a backend logs nothing. A call that fails returns its status and
  * says why, naming the library call and its error, where the caller gets
@@ -224,8 +228,11 @@ typedef struct ovld_backend_ops {
      * never a substitute. With issue_parallel, exec.c may call all of them
      * but set_streams, done, allgather and rail for different ranks from
      * different threads at once (each rank from one thread at a time);
-     * set_streams, done, allgather and rail only from the loop thread (one
-     * call for every local rank's part, one NCCL group). Ranks of
+     * set_streams, done, allgather and rail only from the op's issuing
+     * thread (one call for every local rank's part, one NCCL group). They
+     * run beside the loop thread's calls (a completion's delivery, the
+     * watchdog, job_abort, rank_release), which the backend orders with
+     * its own locks. Ranks of
      * one op that share a device are issued from one thread (exec.h,
      * serial), and ops are issued one at a time, so per-device state needs
      * no lock. reserve_events makes events [0, n) of a rank exist

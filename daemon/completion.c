@@ -9,8 +9,18 @@ static void drain(ovld_cq_t *q)
         pthread_mutex_lock(&q->mu);
         ovld_cq_node_t *n = q->head;
         q->head = q->tail = NULL;
+        uint32_t k = q->nnomem;
+        void *cookie[OVLD_CQ_NOMEM_SLOTS];
+        uint64_t seq[OVLD_CQ_NOMEM_SLOTS];
+        for (uint32_t i = 0; i < k; i++) {
+            cookie[i] = q->nomem[i].cookie;
+            seq[i] = q->nomem[i].seq;
+        }
+        q->nnomem = 0;
         pthread_mutex_unlock(&q->mu);
-        if (!n)
+        for (uint32_t i = 0; i < k; i++)
+            q->cb(q->arg, cookie[i], seq[i], OVL_ERR_NOMEM, "ovld: out of memory tracking the op");
+        if (!n && k == 0)
             return;
         while (n) {
             ovld_cq_node_t *next = n->next;
@@ -30,6 +40,8 @@ static void on_async(uv_async_t *h)
 int ovld_cq_init(ovld_cq_t *q, uv_loop_t *loop, ovld_done_cb cb, void *arg)
 {
     q->head = q->tail = NULL;
+    q->nnomem = 0;
+    q->nomem_lost = 0;
     q->cb = cb;
     q->arg = arg;
     q->closed = NULL;
@@ -43,6 +55,23 @@ int ovld_cq_init(ovld_cq_t *q, uv_loop_t *loop, ovld_done_cb cb, void *arg)
     }
     q->async.data = q;
     return 0;
+}
+
+bool ovld_cq_push_nomem(ovld_cq_t *q, void *cookie, uint64_t seq)
+{
+    pthread_mutex_lock(&q->mu);
+    bool ok = q->nnomem < OVLD_CQ_NOMEM_SLOTS;
+    if (ok) {
+        q->nomem[q->nnomem].cookie = cookie;
+        q->nomem[q->nnomem].seq = seq;
+        q->nnomem++;
+    } else {
+        q->nomem_lost++;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (ok)
+        uv_async_send(&q->async);
+    return ok;
 }
 
 void ovld_cq_push(ovld_cq_t *q, ovld_cq_node_t *node)

@@ -8,6 +8,7 @@
 #define OVLD_COMPLETION_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <uv.h>
@@ -24,10 +25,20 @@ typedef struct ovld_cq_node {
     void (*release)(struct ovld_cq_node *node);
 } ovld_cq_node_t;
 
+/* Completions pushed without a node (ovld_cq_push_nomem): a few slots
+ * held in the queue itself, delivered with OVL_ERR_NOMEM. */
+#define OVLD_CQ_NOMEM_SLOTS 256
+
 typedef struct ovld_cq {
     uv_async_t async;
     pthread_mutex_t mu;
     ovld_cq_node_t *head, *tail;
+    struct {
+        void *cookie;
+        uint64_t seq;
+    } nomem[OVLD_CQ_NOMEM_SLOTS];
+    uint32_t nnomem;
+    uint64_t nomem_lost; /* slots were full: completions that never came */
     ovld_done_cb cb;
     void *arg;
     void (*closed)(struct ovld_cq *q);
@@ -36,6 +47,11 @@ typedef struct ovld_cq {
 int ovld_cq_init(ovld_cq_t *q, uv_loop_t *loop, ovld_done_cb cb, void *arg);
 /* Any thread. */
 void ovld_cq_push(ovld_cq_t *q, ovld_cq_node_t *node);
+/* Any thread: a completion that failed for want of memory for its node
+ * (the doorbell was rung by the CPU). false where every slot is taken
+ * (the loop has not drained OVLD_CQ_NOMEM_SLOTS of them): the completion
+ * is lost, and the op's job never ends; the caller reports it. */
+bool ovld_cq_push_nomem(ovld_cq_t *q, void *cookie, uint64_t seq);
 /* Loop thread: delivers what is queued, then closes the handle; `closed`
  * runs once it is closed (the owner frees the queue's memory there). */
 void ovld_cq_close(ovld_cq_t *q, void (*closed)(ovld_cq_t *q));

@@ -37,6 +37,7 @@ static void done_release(ovld_cq_node_t *node)
 {
     cuda_done_t *d = (cuda_done_t *)node;
     struct ovld_rank *r = d->rank;
+    pthread_mutex_lock(&r->mu);
     if (d->prev)
         d->prev->next = d->next;
     else if (r->inflight == d)
@@ -61,6 +62,7 @@ static void done_release(ovld_cq_node_t *node)
         d->ev = NULL;
     }
     d->prev = d->next = NULL;
+    pthread_mutex_unlock(&r->mu);
     /* A host function still queued (the watchdog delivered) frees it. */
     if (atomic_fetch_sub(&d->refs, 1) == 1)
         free(d);
@@ -109,9 +111,13 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
                                           CU_STREAM_WRITE_VALUE_DEFAULT);
     cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
-        char msg[80];
-        snprintf(msg, sizeof(msg), "ovld: out of memory tracking op %" PRIu64, seq);
-        cb->cq.cb(cb->cq.arg, cookie, seq, OVL_ERR_NOMEM, msg);
+        /* the completion, from the issuing thread to the loop, without a
+         * node of its own */
+        if (!ovld_cq_push_nomem(&cb->cq, cookie, seq))
+            ovld_report(&cb->base.report, OVLD_REPORT_ERROR,
+                        "device %d: out of memory tracking op %" PRIu64
+                        ", and for its completion: its job never ends",
+                        r->dev->ordinal, seq);
         return;
     }
     d->rank = r;
@@ -149,13 +155,15 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
         ovld_cq_push(&cb->cq, &d->node);
         return;
     }
+    pthread_mutex_lock(&r->mu);
     d->next = r->inflight;
     if (r->inflight)
         r->inflight->prev = d;
     r->inflight = d;
     if (r->nfree_ev > 0)
         d->ev = r->free_ev[--r->nfree_ev];
-    else if (cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess)
+    pthread_mutex_unlock(&r->mu);
+    if (!d->ev && cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess)
         d->ev = NULL;
     /* The host function goes on the completion stream, behind the event:
      * on stream 0 it would hold up the next op's start until the callback
@@ -188,7 +196,7 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
  * the release value again if it holds less than the op. A client that
  * overwrites it in a tight loop can still delay its own rank's ops; only
  * its own job waits on them. */
-static void restore_release(struct ovld_rank *r)
+static void restore_release(struct ovld_rank *r) /* under r->mu */
 {
     if (!r->release_value)
         return;
@@ -220,16 +228,22 @@ void cuda_on_watchdog(uv_timer_t *t)
     cuda_backend_t *cb = t->data;
     uint64_t now = ovl_mono_ns();
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
-        restore_release(r);
         ncclResult_t nr = ncclSuccess;
         /* A worker may be creating the communicator right now; an aborted
-         * rank's is a worker's, or gone (cuda_nccl.c says who may use it). A
-         * failing query is an error of the communicator too. */
-        if (!r->setup_pending && !r->aborted && r->nccl) {
-            ncclResult_t q = ncclCommGetAsyncError(r->nccl, &nr);
-            if (q != ncclSuccess)
-                nr = q;
+         * rank's is a worker's, or gone; an issuing thread inside NCCL on
+         * it holds nccl_mu, and polls its errors itself (cuda_nccl.c says
+         * who may use it). A failing query is an error of the
+         * communicator too. */
+        if (!r->setup_pending && !r->aborted && pthread_mutex_trylock(&r->nccl_mu) == 0) {
+            if (r->nccl) {
+                ncclResult_t q = ncclCommGetAsyncError(r->nccl, &nr);
+                if (q != ncclSuccess)
+                    nr = q;
+            }
+            pthread_mutex_unlock(&r->nccl_mu);
         }
+        pthread_mutex_lock(&r->mu);
+        restore_release(r);
         for (cuda_done_t *d = r->inflight; d; d = d->next) {
             if (atomic_load(&d->state) != 0 || now - d->issued_ns < STUCK_CHECK_NS)
                 continue;
@@ -269,5 +283,6 @@ void cuda_on_watchdog(uv_timer_t *t)
                 ovld_cq_push(&cb->cq, &d->node);
             }
         }
+        pthread_mutex_unlock(&r->mu);
     }
 }

@@ -111,14 +111,19 @@ struct ovld_rank {
     struct ovl_doorbell *db_dev; /* as the GPU sees it */
     int db_fd;
     cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
-    cudaEvent_t *free_ev; /* done events to reuse (loop thread) */
+    /* Guards inflight and free_ev: the issuing thread adds an op (DONE),
+     * the loop delivers and watches them. */
+    pthread_mutex_t mu;
+    cudaEvent_t *free_ev; /* done events to reuse (under mu) */
     uint32_t nfree_ev, cap_free_ev;
     bool error_written;
     bool setup_pending;            /* its communicator is being made on a worker (loop thread) */
     struct cuda_setup_work *setup; /* that setup, while setup_pending */
     /* Its job's communicator: NULL where none was made, and from job_abort
-     * on (the abort worker has it then). Who may use it when: cuda_nccl.c. */
+     * on (the abort worker takes it). Who may use it when: cuda_nccl.c;
+     * once the setup is over, only under nccl_mu. */
     ncclComm_t nccl;
+    pthread_mutex_t nccl_mu;
     /* Its place in the job (job_setup): its job rank, which is its rank in
      * nccl, and the job's ranks on every node; the collectives check their
      * parts against these. */
@@ -130,12 +135,13 @@ struct ovld_rank {
     uint32_t *comm_rank_of;
     bool across_nodes; /* the job spans nodes (for words) */
     /* The job lost a node (job_abort, loop thread): collective calls fail
-     * at once; nccl is gone or going. */
-    bool aborted;
+     * at once, a launch waiting on the issuing thread stops; nccl is gone
+     * or going. */
+    atomic_bool aborted;
     uint32_t abort_pending; /* aborts of its communicator still running (loop thread) */
     void *scratch;
     size_t scratch_bytes;
-    cuda_done_t *inflight; /* loop thread only */
+    cuda_done_t *inflight; /* under mu */
     /* Released (its client gone): the value every slot must hold, kept in
      * ovld's memory, since the page is the client's to write too. */
     uint64_t release_value; /* 0: not released */
@@ -184,8 +190,8 @@ extern _Thread_local char cuda_last_err[256];
         }                                                                                          \
     } while (0)
 
-/* Every enqueue makes the rank's device current first: the loop thread
- * drives all GPUs, and cuBLASLt, kernel launches and copies use the
+/* Every enqueue makes the rank's device current first: an issuing thread
+ * drives whichever GPUs its job uses, and cuBLASLt, kernel launches and copies use the
  * current device's context (cudaSetDevice costs well under a microsecond
  * when nothing changes). */
 #define USE_DEVICE(r)                                                                              \

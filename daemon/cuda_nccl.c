@@ -45,15 +45,19 @@
  * threads ever are at once (API-NOTES 1.3; a safe abort needs it):
  *   - the setup worker, while r->setup_pending (code on the loop leaves the
  *     communicator alone then: the watchdog, job_abort);
- *   - then the loop thread: launches and their waits, the watchdog's
- *     ncclCommGetAsyncError;
- *   - an abort worker: job_abort (loop thread) moves the handle from the
- *     rank into the work item (r->nccl = NULL), so that nothing on the loop
- *     reaches it again, and sets r->aborted, so that collective calls fail
- *     at once with words;
+ *   - then whoever holds r->nccl_mu: the issuing thread (issuer.h) for a
+ *     collective call, from its checks to the end of its launch wait (the
+ *     parts' ranks locked in part order); the watchdog's
+ *     ncclCommGetAsyncError, which only tries the lock (the issuing
+ *     thread polls the errors itself meanwhile);
+ *   - an abort worker: job_abort (loop thread) sets r->aborted, so that
+ *     collective calls fail at once with words and a launch wait stops,
+ *     and hands the ranks to a worker, which takes each handle under
+ *     nccl_mu (r->nccl = NULL) and aborts them;
  *   - the teardown worker, once the ranks are unlinked (the watchdog sees
- *     them no more) and every abort of them is over (abort_pending; a
- *     teardown that comes earlier waits on the backend's deferred list).
+ *     them no more), their job's lane is idle (no issue is left), and
+ *     every abort of them is over (abort_pending; a teardown that comes
+ *     earlier waits on the backend's deferred list).
  * Give job_abort every local rank of a job in one call: NCCL frees the
  * communicators of one process together, when the last is aborted or
  * destroyed, and two workers aborting siblings at once would race there.
@@ -69,12 +73,13 @@
  * local ranks on one GPU in one communicator (the job's, or a rail group's
  * where nodes are uneven; the coordinator refuses the latter first).
  *
- * Launches run on the loop thread, and a grouped launch on nonblocking
+ * Launches run on an issuing thread, and a grouped launch on nonblocking
  * communicators always says ncclInProgress (NCCL finishes it on a thread of
  * its own), so launch_wait spins until every communicator took it, up to
- * NCCL_LAUNCH_LIMIT_NS. Across nodes a launch that needs a new connection
- * (the first use of a peer, or of an algorithm) completes only once the
- * other nodes' daemons issued their matching call too.
+ * NCCL_LAUNCH_LIMIT_NS, or until the job is aborted. Across nodes a launch
+ * that needs a new connection (the first use of a peer, or of an
+ * algorithm) completes only once the other nodes' daemons issued their
+ * matching call too.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -88,7 +93,7 @@
 #include "clock.h"
 #include "doorbell.h"
 
-#define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch on the loop thread */
+#define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch's wait */
 #define NCCL_WAIT_BATCH      64 /* communicators whose launch one nccl_wait call polls */
 #define NCCL_SPIN_NS         (50ull * 1000 * 1000) /* a worker's wait spins this long, then naps */
 #define NCCL_NAP_NS          (1000ull * 1000)      /* between its polls after that */
@@ -479,6 +484,7 @@ static void abort_inflight(struct ovld_rank *r)
 {
     uint64_t first = 0;
     bool any = false;
+    pthread_mutex_lock(&r->mu);
     for (cuda_done_t *d = r->inflight; d; d = d->next) {
         if (atomic_load(&d->state) != 0)
             continue;
@@ -493,6 +499,7 @@ static void abort_inflight(struct ovld_rank *r)
             first = d->node.seq;
         any = true;
     }
+    pthread_mutex_unlock(&r->mu);
     if (!any || r->error_written || !r->db)
         return;
     r->error_written = true;
@@ -505,9 +512,20 @@ static void abort_inflight(struct ovld_rank *r)
 static void abort_run(uv_work_t *req)
 {
     abort_work_t *w = req->data;
+    /* The handles, once no issuing thread is inside NCCL on them: one that
+     * waits for a launch sees aborted and lets go (nccl_wait's stop). */
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct ovld_rank *r = w->ranks[i];
+        pthread_mutex_lock(&r->nccl_mu);
+        w->comms[i] = r->nccl;
+        r->nccl = NULL; /* the work's alone from now on */
+        pthread_mutex_unlock(&r->nccl_mu);
+    }
     /* One after the other: NCCL frees a process's communicators of one
      * job together, in the abort of the last one. */
     for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->comms[i])
+            continue;
         ncclResult_t e = ncclCommAbort(w->comms[i]);
         if (e != ncclSuccess)
             ovld_report(&w->cb->base.report, OVLD_REPORT_WARN,
@@ -533,15 +551,15 @@ static void abort_after(uv_work_t *req, int status)
     cuda_work_done(cb);
 }
 
-/* Moves the communicators of ranks (those that have one and whose setup is
- * not in progress) into a work item that aborts them off the loop thread
- * (loop thread). Out of memory, the communicators stay on their ranks,
- * which are aborted all the same: teardown aborts them then. */
+/* Hands the ranks whose setup is not in progress to a work item that
+ * takes their communicators (where they have one) and aborts them off the
+ * loop thread (loop thread). Out of memory, the communicators stay on
+ * their ranks, which are aborted all the same: teardown aborts them then. */
 static void abort_start(cuda_backend_t *cb, struct ovld_rank *const *ranks, uint32_t n)
 {
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++)
-        k += ranks[i] && !ranks[i]->setup_pending && ranks[i]->nccl;
+        k += ranks[i] && !ranks[i]->setup_pending;
     if (k == 0)
         return;
     abort_work_t *w = calloc(1, sizeof(*w));
@@ -560,11 +578,9 @@ static void abort_start(cuda_backend_t *cb, struct ovld_rank *const *ranks, uint
     w->cb = cb;
     for (uint32_t i = 0; i < n; i++) {
         struct ovld_rank *r = ranks[i];
-        if (!r || r->setup_pending || !r->nccl)
+        if (!r || r->setup_pending)
             continue;
-        w->ranks[w->n] = r;
-        w->comms[w->n++] = r->nccl;
-        r->nccl = NULL; /* the work's alone from now on */
+        w->ranks[w->n++] = r;
         r->abort_pending++;
     }
     atomic_fetch_add(&cb->works, 1);
@@ -885,17 +901,20 @@ static struct ovld_rank *rail_rank(const void *parts, uint32_t i)
 /*
  * After a grouped launch that said ncclInProgress: nonblocking comms take
  * nothing else on their streams before the launch is complete (API-NOTES
- * 1.3), so this waits for every part's communicator. It runs on the loop
- * thread: a launch that is not complete within NCCL_LAUNCH_LIMIT_NS (a GPU
- * that no longer moves, or across nodes a connection whose other end's
- * daemon has not issued its part) fails the op rather than hold every
- * client up for ever (ncclInProgress then). *ret_bad: the index of the part
- * whose communicator failed.
+ * 1.3), so this waits for every part's communicator, on the issuing
+ * thread (the job's lane waits with it, not the loop): a launch that is not
+ * complete within NCCL_LAUNCH_LIMIT_NS (a GPU that no longer moves, or
+ * across nodes a connection whose other end's daemon has not issued its
+ * part) fails the op rather than hold the job up for ever, and one whose
+ * job is aborted stops at once (ncclInProgress then, either way). *ret_bad:
+ * the index of the part whose communicator failed.
  */
 static ncclResult_t launch_wait(const void *parts, uint32_t n, part_rank_fn rank_of,
                                 uint32_t *ret_bad)
 {
     uint64_t deadline = ovl_mono_ns() + NCCL_LAUNCH_LIMIT_NS;
+    /* job_abort marks every local rank of the job at once */
+    atomic_bool *stop = &rank_of(parts, 0)->aborted;
     struct ovld_rank *rk[NCCL_WAIT_BATCH];
     uint32_t done = 0;
     ncclResult_t r = ncclSuccess;
@@ -903,7 +922,7 @@ static ncclResult_t launch_wait(const void *parts, uint32_t n, part_rank_fn rank
         uint32_t c = 0, bad = 0;
         for (; c < NCCL_WAIT_BATCH && done + c < n; c++)
             rk[c] = rank_of(parts, done + c);
-        r = nccl_wait(rk, c, deadline, NULL, &bad);
+        r = nccl_wait(rk, c, deadline, stop, &bad);
         if (r != ncclSuccess) {
             *ret_bad = done + bad;
             break;
@@ -923,7 +942,12 @@ static void launch_words(const char *name, uint64_t rows, const char *what, nccl
     nccl_last_words(nccl_says, sizeof(nccl_says));
     if (rk)
         snprintf(who, sizeof(who), " (job rank %u, device %d)", rk->global, rk->dev->ordinal);
-    if (r == ncclInProgress)
+    if (r == ncclInProgress && rk && atomic_load(&rk->aborted))
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "%s of %" PRIu64 " rows: the job was aborted (it lost a node) while the launch "
+                 "waited",
+                 name, rows);
+    else if (r == ncclInProgress)
         snprintf(cuda_last_err, sizeof(cuda_last_err),
                  "%s of %" PRIu64 " rows: launch not complete after 5 s (%s)", name, rows,
                  rk && rk->across_nodes
@@ -959,15 +983,28 @@ static ovl_status_t group_finish(bool started, ncclResult_t r, const char *what,
     if (r == ncclSuccess)
         return OVL_OK;
     launch_words(name, rows, what, r, at);
-    return OVL_ERR_BACKEND;
+    return r == ncclInProgress && at && atomic_load(&at->aborted) ? OVL_ERR_ABORTED
+                                                                  : OVL_ERR_BACKEND;
 }
 
-ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
-                            const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
-                            ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
+/* The communicators of a collective call's parts, held from its checks to
+ * the end of its launch (nccl_mu, in part order), so that no abort or
+ * watchdog query enters NCCL on them meanwhile. */
+static void comms_lock(const void *parts, uint32_t n, part_rank_fn rank_of, bool lock)
 {
-    (void)b;
-    (void)tag; /* NCCL matches the nodes' calls by issue order */
+    for (uint32_t i = 0; i < n; i++) {
+        struct ovld_rank *rk = rank_of(parts, i);
+        if (lock)
+            pthread_mutex_lock(&rk->nccl_mu);
+        else
+            pthread_mutex_unlock(&rk->nccl_mu);
+    }
+}
+
+static ovl_status_t allgather_locked(ovl_ag_method_t method, const ovld_allgather_part_t *parts,
+                                     uint32_t n, uint32_t world, ovl_dtype_t dtype, uint64_t rows,
+                                     uint64_t cols, uint64_t stride)
+{
     size_t elem = ovl_dtype_size(dtype);
     ovl_status_t st = allgather_check(method, parts, n, world, elem, rows, cols, stride);
     if (st != OVL_OK)
@@ -1026,12 +1063,10 @@ ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
     return group_finish(started, r, what, at, parts, n, allgather_rank, name, rows);
 }
 
-ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
-                       const ovld_rail_part_t *parts, uint32_t n, uint32_t world, ovl_dtype_t dtype,
-                       uint64_t rows, uint64_t cols, uint64_t stride)
+static ovl_status_t rail_locked(ovl_ag_method_t method, const ovld_rail_part_t *parts, uint32_t n,
+                                uint32_t world, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                                uint64_t stride)
 {
-    (void)b;
-    (void)tag; /* NCCL matches the nodes' calls by issue order */
     size_t elem = ovl_dtype_size(dtype);
     ovl_status_t st = rail_check(method, parts, n, world, elem, rows, cols, stride);
     if (st != OVL_OK)
@@ -1065,6 +1100,30 @@ ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
         }
     }
     return group_finish(started, r, what, at, parts, n, rail_rank, "nccl-rail", rows);
+}
+
+ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                            const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
+                            ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
+{
+    (void)b;
+    (void)tag; /* NCCL matches the nodes' calls by issue order */
+    comms_lock(parts, n, allgather_rank, true);
+    ovl_status_t st = allgather_locked(method, parts, n, world, dtype, rows, cols, stride);
+    comms_lock(parts, n, allgather_rank, false);
+    return st;
+}
+
+ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
+                       const ovld_rail_part_t *parts, uint32_t n, uint32_t world, ovl_dtype_t dtype,
+                       uint64_t rows, uint64_t cols, uint64_t stride)
+{
+    (void)b;
+    (void)tag; /* NCCL matches the nodes' calls by issue order */
+    comms_lock(parts, n, rail_rank, true);
+    ovl_status_t st = rail_locked(method, parts, n, world, dtype, rows, cols, stride);
+    comms_lock(parts, n, rail_rank, false);
+    return st;
 }
 
 ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,

@@ -94,6 +94,9 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         snprintf(err, errlen, "out of memory");
         return OVL_ERR_NOMEM;
     }
+    static const pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
+    r->mu = unlocked;
+    r->nccl_mu = unlocked;
     r->cb = cb;
     r->dev = &cb->devs[device];
     r->db_fd = -1;
@@ -226,12 +229,16 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
             /* Records stay on the list until the loop is done delivering
              * them: this call may come from the very completion that let
              * the job grow scratch. Delivered means the GPU is past it. */
-            for (cuda_done_t *dn = r->inflight; dn; dn = dn->next)
-                if (atomic_load(&dn->state) == 0) {
-                    snprintf(err, errlen, "device %d: scratch cannot grow while ops are in flight",
-                             r->dev->ordinal);
-                    return OVL_ERR_INTERNAL;
-                }
+            bool busy = false;
+            pthread_mutex_lock(&r->mu);
+            for (cuda_done_t *dn = r->inflight; dn && !busy; dn = dn->next)
+                busy = atomic_load(&dn->state) == 0;
+            pthread_mutex_unlock(&r->mu);
+            if (busy) {
+                snprintf(err, errlen, "device %d: scratch cannot grow while ops are in flight",
+                         r->dev->ordinal);
+                return OVL_ERR_INTERNAL;
+            }
             for (uint32_t i = 0; i < r->nslots; i++)
                 for (int c = 0; c < CUDA_PRIO_COUNT; c++) {
                     if (!r->slots[i].s[c])

@@ -254,10 +254,17 @@ static ovl_status_t issue_coll(ovld_backend_t *b, const ovld_exec_op_t *op, cons
 
 /* Failure half-way: join what each rank issued into stream 0 (events past
  * the plan's own) and ring done with the error on ranks not yet done. */
+static void failing(const ovld_exec_op_t *op, ovl_status_t status, const char *msg)
+{
+    if (op->failing)
+        op->failing(op->failing_arg, status, msg);
+}
+
 static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
                       ovl_status_t status, const char *msg)
 {
     const ovld_backend_ops_t *ops = b->ops;
+    failing(op, status, msg);
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (!p || pc[r] == p->ninstr)
@@ -353,12 +360,14 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
     return OVL_OK;
 
 fail:
-    if (pc)
+    if (pc) {
         fail_rest(b, op, pc, st, err);
-    else
+    } else {
+        failing(op, st, err);
         for (uint32_t r = 0; r < w; r++)
             if (op->ranks[r].plan)
                 b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+    }
     free(pc);
     free(recorded);
     free(parts);
@@ -697,6 +706,7 @@ static ovl_status_t exec_parallel(ovld_exec_pool_t *pool, ovld_backend_t *b,
     if (!tasks || !x.pc || !x.recorded || !x.stopped || !x.sleeping || !x.seen || !x.tid) {
         st = OVL_ERR_NOMEM;
         snprintf(err, errlen, "executor: out of memory");
+        failing(op, st, err);
         for (uint32_t r = 0; r < w; r++)
             b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
         goto out;
@@ -751,6 +761,7 @@ void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n
 static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
                              const char *err)
 {
+    failing(op, st, err);
     for (uint32_t q = 0; q < op->world; q++) {
         if (!op->ranks[q].plan)
             continue;

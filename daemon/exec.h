@@ -55,6 +55,12 @@ typedef struct ovld_exec_op {
     uint32_t world;
     ovld_exec_rank_t *ranks; /* world entries, by rank */
     bool serial; /* issue every rank from the calling thread (ranks that share a device) */
+    /* Called once on the issuing thread, before any doorbell rings with a
+     * failure of issuing, with the status and words that ring (so that a
+     * client who sees its doorbell's error finds the words at once); NULL:
+     * none. */
+    void (*failing)(void *arg, ovl_status_t status, const char *message);
+    void *failing_arg;
 } ovld_exec_op_t;
 
 /* The threads that issue ranks in parallel: made as needed (one per rank
@@ -90,7 +96,8 @@ typedef struct ovld_exec_ring {
  * failed before it could be issued): rings each rank's done once with
  * status and message, on stream 0. With ovld_exec_run, the only way an
  * op's doorbells ring: the executor owns "every rank's done rung exactly
- * once". Loop thread only.
+ * once". Both run on an issuing thread (issuer.h), never the loop: a ring
+ * is stream work, and may block where a stream is stalled.
  */
 void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n, uint64_t seq,
                     ovl_status_t status, const char *message);

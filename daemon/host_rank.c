@@ -6,10 +6,12 @@
  * rank's own streams: wait_ready, record, wait, gemm, sleep, done.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -586,5 +588,9 @@ void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
     /* Out of memory and of reserve items: ring from here rather than leave
      * the client waiting; stream order is lost only on this path. */
     db_ring(r, seq, OVL_ERR_NOMEM);
-    r->hb->cq.cb(r->hb->cq.arg, cookie, seq, OVL_ERR_NOMEM, "host backend: out of memory");
+    if (!ovld_cq_push_nomem(&r->hb->cq, cookie, seq))
+        ovld_report(&r->hb->base.report, OVLD_REPORT_ERROR,
+                    "host backend: out of memory for op %" PRIu64
+                    "'s completion, and no slot left: its job never ends",
+                    seq);
 }

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +15,10 @@
 #include "xfer.h"
 
 void ovld_jobs_init(ovld_jobs_t *js, ovld_backend_t *backend, const ovld_config_t *cfg,
-                    ovld_counters_t *counters, ovld_exec_pool_t *pool)
+                    ovld_counters_t *counters, ovld_exec_pool_t *pool, ovld_issuer_t *issuer)
 {
-    *js = (ovld_jobs_t){.backend = backend, .cfg = cfg, .counters = counters, .pool = pool};
+    *js = (ovld_jobs_t){
+        .backend = backend, .cfg = cfg, .counters = counters, .pool = pool, .issuer = issuer};
 }
 
 bool ovld_jobs_empty(const ovld_jobs_t *js)
@@ -41,13 +43,20 @@ const char *ovld_job_state_name(ovld_job_state_t s)
     return "?";
 }
 
+/* A member's first failure is written by the loop and by issuing threads
+ * (an op's failure, before its doorbells ring: exec.h, failing), and read
+ * by the loop: this leaf lock guards every member's err fields. */
+static pthread_mutex_t member_err_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void ovld_member_fail(ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg)
 {
-    if (m->err != OVL_OK)
-        return;
-    m->err = st;
-    m->err_seq = seq;
-    snprintf(m->err_msg, sizeof(m->err_msg), "%s", msg);
+    pthread_mutex_lock(&member_err_mu);
+    if (m->err == OVL_OK) {
+        m->err = st;
+        m->err_seq = seq;
+        snprintf(m->err_msg, sizeof(m->err_msg), "%s", msg);
+    }
+    pthread_mutex_unlock(&member_err_mu);
 }
 
 static void job_unlink(ovld_job_t **list, ovld_job_t *j)
@@ -87,6 +96,7 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
             ovld_xfer_job_release(j->xfer);
         ovld_cluster_forget(js->cluster, j->nonce);
     }
+    ovld_lane_free(j->lane);
     free(j->node_of);
     free(j->members);
     free(j);
@@ -115,7 +125,7 @@ void ovld_job_maybe_free(ovld_jobs_t *js, ovld_job_t *j)
         js->dead = j;
         log_info("job '%s': ended after %" PRIu64 " ops", j->id, j->ops_done);
     }
-    if (j->in_flight > 0 || j->setup_pending || j->pins > 0)
+    if (j->in_flight > 0 || j->setup_pending || j->pins > 0 || ovld_lane_busy(j->lane))
         return;
     job_free(js, j);
 }
@@ -324,7 +334,10 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     bool created = false;
     if (!j) {
         j = calloc(1, sizeof(*j));
-        if (!j || !(j->members = calloc(world, sizeof(*j->members)))) {
+        if (!j || !(j->members = calloc(world, sizeof(*j->members))) ||
+            ovld_lane_new(js->issuer, &j->lane) != OVL_OK) {
+            if (j)
+                free(j->members);
             free(j);
             snprintf(err, errlen, "out of memory");
             return OVL_ERR_NOMEM;
@@ -372,6 +385,7 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
         goto fail;
     }
     m->comm_id = ++js->next_comm_id;
+    ovld_lane_add_device(j->lane, dev);
     j->members[rank] = m;
     j->joined++;
     if (j->joined == j->world && !j->across)
@@ -415,9 +429,12 @@ const char *ovld_member_job_id(const ovld_member_t *m)
 void ovld_member_error(const ovld_member_t *m, ovl_status_t *ret_status, uint64_t *ret_seq,
                        const char **ret_msg)
 {
+    /* once set, the fields never change again */
+    pthread_mutex_lock(&member_err_mu);
     *ret_status = m->err;
     *ret_seq = m->err_seq;
-    *ret_msg = m->err_msg;
+    *ret_msg = m->err != OVL_OK ? m->err_msg : "";
+    pthread_mutex_unlock(&member_err_mu);
 }
 
 void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *info, void *arg),

@@ -39,6 +39,7 @@ typedef struct ovld_job {
     uint64_t scratch_bytes; /* gathered-A scratch every rank holds */
     bool setup_pending;     /* job_setup's callback has not run yet */
     uint32_t pins;          /* callers on the stack that still use the job */
+    ovld_lane_t *lane;      /* where its ops and failures are issued, in order */
     bool detached;          /* every rank left; on dead until its ops are done */
     char last_error[256];
     /* A job across nodes (cluster.h): known by its nonce; this daemon runs

@@ -84,7 +84,7 @@ static void raise_nofile(const ovld_t *d)
 /* Ops in flight, and requests being served on workers. */
 static uint32_t busy(const ovld_t *d)
 {
-    return ovld_job_running(&d->jobs) + d->works;
+    return ovld_job_running(&d->jobs) + d->works + ovld_issuer_busy(d->issuer);
 }
 
 /* Everything in flight is done (or waited for long enough): close down. */
@@ -107,6 +107,13 @@ static void finish_shutdown(ovld_t *d)
     d->xfer = NULL;
     ovld_peers_close(d->peers);
     d->peers = NULL;
+    if (left == 0) {
+        /* idle: its threads end at once (else they may be stuck in a
+         * stalled device's queue, and the process leaves them) */
+        ovld_issuer_close(d->issuer);
+        d->issuer = NULL;
+        d->jobs.issuer = NULL;
+    }
     if (left == 0 && ovld_jobs_empty(&d->jobs) && d->backend) {
         d->backend->ops->destroy(d->backend);
         d->backend = NULL;
@@ -410,7 +417,33 @@ int main(int argc, char **argv)
         report_ready(&ready_fd, 1);
         return 1;
     }
-    ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool);
+    /* Every op is issued off the loop, one thread per device (issuer.h).
+     * OVLD_TEST_ISSUE_STALL_MS makes every issue wait first: a fault for
+     * the tests that check the loop goes on while an issue stalls. */
+    ovld_issuer_cfg_t icfg = {.nthreads = d->backend->ops->device_count(d->backend),
+                              .pool = d->exec_pool};
+    const char *stall_env = getenv("OVLD_TEST_ISSUE_STALL_MS");
+    if (stall_env && stall_env[0]) {
+        char *end;
+        unsigned long v = strtoul(stall_env, &end, 10);
+        if (*end || v > 600000) {
+            log_error("OVLD_TEST_ISSUE_STALL_MS=%s: not a number of milliseconds up to 600000",
+                      stall_env);
+            report_ready(&ready_fd, 1);
+            return 1;
+        }
+        icfg.stall_ms = (uint32_t)v;
+        log_warn("OVLD_TEST_ISSUE_STALL_MS: every op waits %lu ms before it is issued (a fault "
+                 "for tests)",
+                 v);
+    }
+    st = ovld_issuer_create(d->loop, d->backend, &icfg, &to_log, &d->issuer, err, sizeof(err));
+    if (st != OVL_OK) {
+        log_error("cannot start the issuing threads: %s", err);
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
+    ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool, d->issuer);
     /* Signals first: a client may connect, and a signal come, as soon as
      * the socket listens (a SIGHUP before its handler would end ovld). */
     uint64_t wd_usec = ovld_sd_watchdog_usec();
@@ -489,9 +522,13 @@ int main(int argc, char **argv)
         if (rc != 0)
             log_debug("uv_loop_close: %s", uv_strerror(rc));
     }
-    /* Issuing is synchronous: no op is being issued once the loop ended. */
-    ovld_exec_pool_destroy(d->exec_pool);
-    d->exec_pool = NULL;
+    /* The issuer's threads were joined at shutdown when nothing ran (and
+     * with them every use of the pool); else they and the pool's are left
+     * to the process's exit, stuck in a device. */
+    if (!d->issuer) {
+        ovld_exec_pool_destroy(d->exec_pool);
+        d->exec_pool = NULL;
+    }
     if (d->self_pidfd >= 0)
         close(d->self_pidfd);
     log_info("stopped");

@@ -61,6 +61,15 @@ typedef struct ovld_op {
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
     uint64_t ready_ns;   /* when the last rank's submission came in */
+    /* While its issue is on the job's lane (ringing): the item, and what
+     * it walks or rings, freed in its callback. */
+    ovld_jobs_t *js;
+    ovld_job_t *job;
+    ovld_issue_t issue;
+    ovl_plan_t *plans;
+    ovld_exec_rank_t *xr;
+    ovld_exec_ring_t *rings;
+    uint64_t plan_ns; /* planning, before the issue */
     struct ovld_op *next;
     ovld_sub_t subs[];
 } ovld_op_t;
@@ -90,6 +99,8 @@ static void op_rung(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         op_complete(js, j, op);
 }
 
+static void op_fail_issued(ovld_issue_t *it);
+
 /* Rings done with op->st on every rank that submitted op (or every joined
  * rank when all did); completions come back through ovld_job_on_done. */
 static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
@@ -110,11 +121,14 @@ static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
     for (uint32_t r = 0; r < j->world; r++)
         op->nrung += op->subs[r].in && j->members[r];
     /* Its rings are stream work like an op's: they count against the same
-     * window (job_progress). A record always has a ring: it exists because
-     * a rank submitted, and members stay until the job is freed. */
+     * window (job_progress), and go through the job's lane, behind the
+     * ops before it. A record always has a ring: it exists because a rank
+     * submitted, and members stay until the job is freed. */
     op->windowed = true;
     j->running++;
     op->ringing = true;
+    op->rings = calloc(j->world, sizeof(*op->rings));
+    uint32_t n = 0;
     for (uint32_t r = 0; r < j->world; r++) {
         ovld_member_t *m = j->members[r];
         if (!op->subs[r].in || !m)
@@ -122,9 +136,40 @@ static void op_fail(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         ovld_member_fail(m, op->seq, op->st, op->msg);
         op->subs[r].ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = m, .op = op};
         ovld_exec_ring_t ring = {.rank = m->brank, .cookie = &op->subs[r].ticket};
-        ovld_exec_fail(js->backend, &ring, 1, op->seq, op->st, op->msg);
+        if (op->rings)
+            op->rings[n++] = ring;
+        else /* out of memory: rung from here, maybe ahead of ops on the lane */
+            ovld_exec_fail(js->backend, &ring, 1, op->seq, op->st, op->msg);
     }
+    if (!op->rings) {
+        op_rung(js, j, op);
+        return;
+    }
+    op->js = js;
+    op->job = j;
+    op->issue = (ovld_issue_t){.fail = true,
+                               .rings = op->rings,
+                               .nrings = n,
+                               .seq = op->seq,
+                               .status = op->st,
+                               .message = op->msg,
+                               .cb = op_fail_issued,
+                               .arg = op};
+    ovld_lane_submit(j->lane, js->backend, js->pool, &op->issue);
+}
+
+/* The rings of a failed op are queued on the streams (loop thread). */
+static void op_fail_issued(ovld_issue_t *it)
+{
+    ovld_op_t *op = it->arg;
+    ovld_jobs_t *js = op->js;
+    ovld_job_t *j = op->job;
+    free(op->rings);
+    op->rings = NULL;
+    j->pins++;
     op_rung(js, j, op);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
 }
 
 /* Resolves one rank's views and builds its plan. */
@@ -274,6 +319,21 @@ static void across_failed(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const ch
     ovld_job_abort_across(js, j, OVL_ERR_ABORTED, why, true);
 }
 
+/* An issuing thread is about to ring op's doorbells with a failure: the
+ * members' words first, so that a client that sees the error finds them
+ * (CommCheck). Members stay until the job is freed, which waits for the
+ * lane. */
+static void op_failing(void *arg, ovl_status_t st, const char *msg)
+{
+    ovld_op_t *op = arg;
+    ovld_job_t *j = op->job;
+    for (uint32_t r = 0; r < j->world; r++)
+        if (j->members[r])
+            ovld_member_fail(j->members[r], op->seq, st, msg);
+}
+
+static void op_issued(ovld_issue_t *it);
+
 static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan_params_t *params)
 {
     uint64_t t0 = ovl_mono_ns();
@@ -304,46 +364,29 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
             goto fail;
         nlocal++;
     }
-    /* Ranks on one device are issued from one thread: a backend's state of
-     * a device is not shared between threads (backend.h). */
-    ovld_exec_op_t x = {.seq = op->seq, .world = j->world, .ranks = xr, .serial = j->shared_gpu};
     op->issued = true;
     op->windowed = true;
     op->nrung = nlocal;
     j->running++;
     if (scratch > j->scratch_bytes)
         j->scratch_bytes = scratch; /* every rank holds it now */
-    char err[256] = "";
     op->ringing = true;
-    ovl_status_t st = ovld_exec_run(js->pool, js->backend, &x, err, sizeof(err));
-    ovld_count_issue(js->counters, ovl_mono_ns() - t0);
-    if (st != OVL_OK) {
-        /* The executor rang every doorbell with the error; their
-         * completions say nothing new (on_done_op). A client that sees its
-         * doorbell's error asks CommCheck at once, maybe before those
-         * completions reach this thread: the words are its now. */
-        op->st = st;
-        op->rung_failed = true;
-        snprintf(op->msg, sizeof(op->msg), "%s", err);
-        for (uint32_t r = 0; r < j->world; r++)
-            if (j->members[r])
-                ovld_member_fail(j->members[r], op->seq, st, op->msg);
-    }
-    if (op->st != OVL_OK) {
-        /* The executor's failure, or one that a completion delivered at
-         * once reported while it rang (on_done_op leaves those to us). */
-        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
-        log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
-    } else {
-        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
-                  j->id, op->seq, ovl_algo_name(pp.algo), op->f.m, op->f.n, op->f.k);
-    }
-    plans_free(plans, j->world);
-    free(xr);
-    bool failed = op->st != OVL_OK;
-    op_rung(js, j, op);
-    if (failed && j->across)
-        across_failed(js, j, op->seq, op->msg);
+    op->js = js;
+    op->job = j;
+    op->plans = plans;
+    op->xr = xr;
+    op->plan_ns = ovl_mono_ns() - t0;
+    /* Ranks on one device are issued from one thread: a backend's state of
+     * a device is not shared between threads (backend.h). */
+    op->issue = (ovld_issue_t){.op = {.seq = op->seq,
+                                      .world = j->world,
+                                      .ranks = xr,
+                                      .serial = j->shared_gpu,
+                                      .failing = op_failing,
+                                      .failing_arg = op},
+                               .cb = op_issued,
+                               .arg = op};
+    ovld_lane_submit(j->lane, js->backend, js->pool, &op->issue);
     return;
 fail:
     plans_free(plans, j->world);
@@ -351,6 +394,48 @@ fail:
     op_fail(js, j, op);
     if (j->across && !op->planner_refused)
         across_failed(js, j, op->seq, op->msg);
+}
+
+/* op's plans are on the streams, or failed half-way with every doorbell
+ * rung (loop thread). */
+static void op_issued(ovld_issue_t *it)
+{
+    ovld_op_t *op = it->arg;
+    ovld_jobs_t *js = op->js;
+    ovld_job_t *j = op->job;
+    ovl_status_t st = it->st;
+    ovld_count_issue(js->counters, op->plan_ns + it->issue_ns);
+    j->pins++;
+    if (st != OVL_OK) {
+        /* The executor rang every doorbell with the error (and told the
+         * members first, op_failing); their completions say nothing new
+         * (on_done_op). */
+        op->st = st;
+        op->rung_failed = true;
+        snprintf(op->msg, sizeof(op->msg), "%s", it->err);
+    }
+    if (op->st != OVL_OK) {
+        /* The executor's failure, or one that a completion delivered
+         * while it rang reported (on_done_op leaves those to us). */
+        snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
+        log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
+    } else {
+        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
+                  j->id, op->seq, ovl_algo_name(op->ran_algo), op->f.m, op->f.n, op->f.k);
+    }
+    plans_free(op->plans, j->world);
+    free(op->xr);
+    op->plans = NULL;
+    op->xr = NULL;
+    bool failed = op->st != OVL_OK;
+    uint64_t seq = op->seq;
+    char msg[sizeof(op->msg)];
+    snprintf(msg, sizeof(msg), "%s", op->msg);
+    op_rung(js, j, op); /* may free op */
+    if (failed && j->across)
+        across_failed(js, j, seq, msg);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
 }
 
 /* Scratch may be freed or moved only while no issued op can use it: an op
@@ -588,6 +673,24 @@ static ovld_op_t *op_append(ovld_job_t *j, uint64_t seq, uint32_t first_rank)
     return op;
 }
 
+/* A refusal rung without an op record (out of memory for one). */
+typedef struct refusal {
+    ovld_jobs_t *js;
+    ovld_job_t *j;
+    ovld_issue_t it;
+    ovld_exec_ring_t ring;
+    char msg[256];
+} refusal_t;
+
+static void refusal_issued(ovld_issue_t *it)
+{
+    refusal_t *rf = it->arg;
+    ovld_jobs_t *js = rf->js;
+    ovld_job_t *j = rf->j;
+    free(rf);
+    ovld_job_maybe_free(js, j);
+}
+
 /* Fails op seq for one rank alone. The refusal joins the job's queue as a
  * record of its own, so that its doorbell rings after the rank's earlier
  * ops and within the issue window (job_progress). Without memory for the
@@ -616,8 +719,25 @@ static void refuse(ovld_jobs_t *js, ovld_member_t *m, uint64_t seq, ovl_status_t
     }
     *t = (ovld_ticket_t){.kind = TICKET_REFUSAL, .m = m};
     j->in_flight++; /* the job outlives the completion */
-    ovld_exec_ring_t ring = {.rank = m->brank, .cookie = t};
-    ovld_exec_fail(js->backend, &ring, 1, seq, st, msg);
+    refusal_t *rf = calloc(1, sizeof(*rf));
+    if (!rf) { /* rung from here, maybe ahead of ops on the lane */
+        ovld_exec_ring_t ring = {.rank = m->brank, .cookie = t};
+        ovld_exec_fail(js->backend, &ring, 1, seq, st, msg);
+        return;
+    }
+    rf->js = js;
+    rf->j = j;
+    rf->ring = (ovld_exec_ring_t){.rank = m->brank, .cookie = t};
+    snprintf(rf->msg, sizeof(rf->msg), "%s", msg);
+    rf->it = (ovld_issue_t){.fail = true,
+                            .rings = &rf->ring,
+                            .nrings = 1,
+                            .seq = seq,
+                            .status = st,
+                            .message = rf->msg,
+                            .cb = refusal_issued,
+                            .arg = rf};
+    ovld_lane_submit(j->lane, js->backend, js->pool, &rf->it);
 }
 
 static void disagree(ovld_op_t *op, uint32_t r, const ovld_op_fields_t *mine)

@@ -30,6 +30,7 @@ typedef struct ovld {
     const char *arg_socket, *arg_backend, *arg_log_level;
     ovld_backend_t *backend;
     struct ovld_exec_pool *exec_pool; /* threads that issue a ring op's ranks (exec.h) */
+    struct ovld_issuer *issuer;       /* threads that issue every op (issuer.h) */
     uint64_t start_ns;
 
     int listen_fd;

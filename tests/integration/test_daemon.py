@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from ovltest import (OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, log_records,
+from ovltest import (DEMO, OVLCTL, OVLD, Daemon, demo_failed_row, frame, log_messages, log_records,
                      long_demo, run_tests, wait_job_going)
 
 
@@ -67,6 +67,47 @@ def test_status_json_fields():
         assert c.pop("id") > 0 and c.pop("pid") > 0, c
         assert c == {"uid": os.getuid(), "gid": os.getgid(), "name": "ovlctl", "job": "",
                      "rank": -1, "buffers": 0, "mapped_bytes": 0}, c
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+
+
+def test_status_while_issue_stalls():
+    """The loop only passes messages: with every op's issue stalled for
+    3 s on its thread (the fault OVLD_TEST_ISSUE_STALL_MS), `ovlctl status`
+    still answers at once, the job is seen waiting, the op then completes
+    with correct results, and the slow issue is reported."""
+    d = Daemon(config="host_devices = 2\n", env={"OVLD_TEST_ISSUE_STALL_MS": "3000"})
+    try:
+        demo = subprocess.Popen([DEMO, "-w", "2", "-m", "64", "-n", "64", "-k", "64", "-a", "ring",
+                                 "-i", "1", "--job", "stall"], env=d.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        # the first op reaches the issuer once both ranks are in
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "job 'stall': ready" not in d.log_text():
+            time.sleep(0.02)
+        assert "job 'stall': ready" in d.log_text(), d.log_text()
+        time.sleep(0.3)  # its first op is on an issuing thread, stalled
+        took = []
+        seen_waiting = False
+        for _ in range(5):
+            t0 = time.monotonic()
+            s = status(d)
+            took.append(time.monotonic() - t0)
+            jobs = [j for j in s["jobs"] if j["id"] == "stall"]
+            seen_waiting |= bool(jobs) and jobs[0]["ops_done"] == 0
+            time.sleep(0.2)
+        # ovlctl's own start is in these (an ASan build): far below the stall
+        assert max(took) < 1.5, took
+        assert seen_waiting, "the job was never seen with its op still issuing"
+        out, err = demo.communicate(timeout=120)
+        assert demo.returncode == 0, (out, err, d.log_text()[-3000:])
+        assert re.search(r"^ring +\d", out, re.M) and "all checks passed" in out, out
+        msgs = log_messages(d, "warn")
+        assert any(re.fullmatch(r"op \d+ took (\d+) ms to issue \(its plans\): a device whose "
+                                r"queue was full, or an NCCL launch waiting for a stalled GPU or "
+                                r"another node", m) for m in msgs), msgs
+        assert any(m.startswith("OVLD_TEST_ISSUE_STALL_MS: every op waits 3000 ms") for m in msgs), msgs
         assert d.stop() == 0
     finally:
         d.cleanup()
@@ -402,4 +443,5 @@ def test_detaches_when_not_in_foreground():
 if __name__ == "__main__":
     run_tests([test_status_json_fields, test_garbage_and_oversized_frames,
                test_sigint_during_work, test_stale_socket_and_second_daemon, test_sighup_reload,
-               test_bad_command_line_and_config, test_detaches_when_not_in_foreground])
+               test_bad_command_line_and_config, test_detaches_when_not_in_foreground,
+               test_status_while_issue_stalls])

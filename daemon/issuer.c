@@ -1,0 +1,350 @@
+/*
+ * issuer.c: see issuer.h.
+ *
+ * One mutex guards the queue of lanes with work, the devices held by items
+ * being issued, and the list of items done. A thread takes the first lane
+ * whose devices are all free, runs its head item, gives the devices back,
+ * and wakes the others (a lane it held back may run now) and the loop.
+ */
+#include "issuer.h"
+#include "clock.h"
+#include "threads.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ISSUER_MAX_THREADS 64
+#define ISSUE_SLOW_NS      (1000ull * 1000 * 1000) /* an item this slow is reported */
+
+struct ovld_lane {
+    ovld_issuer_t *is;
+    uint64_t devs;             /* devices its items use (bit d % 64) */
+    ovld_issue_t *head, *tail; /* waiting, in order (under mu) */
+    bool queued;               /* on the issuer's list of lanes with work */
+    bool running;              /* an item of it is on a thread */
+    uint32_t outstanding;      /* items submitted, not called back (loop thread) */
+    struct ovld_lane *next;    /* on the issuer's list */
+};
+
+struct ovld_issuer {
+    uv_loop_t *loop;
+    uv_async_t async;
+    ovld_backend_t *b;
+    ovld_exec_pool_t *pool;
+    uint32_t stall_ms;
+    ovld_reporter_t report;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ovld_lane_t *lanes, *lanes_tail; /* with items waiting, oldest first */
+    uint64_t busy_devs;              /* devices held by items on threads */
+    ovld_issue_t *done_head, *done_tail;
+    uint32_t waiting, running; /* items (under mu) */
+    bool stopping;
+    pthread_t *threads;
+    uint32_t nthreads;
+};
+
+static uint64_t dev_bit(uint32_t device)
+{
+    return 1ull << (device % 64);
+}
+
+/* ------------------------------------------------------------ running */
+
+static void stall(uint32_t ms);
+
+/* Runs the item; stall_ms: the test fault's wait first (counted as issuing). */
+static void issue_run(ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *it,
+                      uint32_t stall_ms)
+{
+    uint64_t t0 = ovl_mono_ns();
+    if (stall_ms)
+        stall(stall_ms);
+    it->err[0] = '\0';
+    if (it->fail) {
+        ovld_exec_fail(b, it->rings, it->nrings, it->seq, it->status, it->message);
+        it->st = OVL_OK;
+    } else {
+        it->st = ovld_exec_run(pool, b, &it->op, it->err, sizeof(it->err));
+    }
+    it->issue_ns = ovl_mono_ns() - t0;
+}
+
+/* The first lane with work whose devices are all free, taken off the list
+ * with its head item. Under mu. */
+static ovld_issue_t *take(ovld_issuer_t *is)
+{
+    ovld_lane_t *prev = NULL;
+    for (ovld_lane_t *l = is->lanes; l; prev = l, l = l->next) {
+        if (l->devs & is->busy_devs)
+            continue;
+        if (prev)
+            prev->next = l->next;
+        else
+            is->lanes = l->next;
+        if (is->lanes_tail == l)
+            is->lanes_tail = prev;
+        l->next = NULL;
+        l->queued = false;
+        l->running = true;
+        is->busy_devs |= l->devs;
+        ovld_issue_t *it = l->head;
+        l->head = it->next;
+        if (!l->head)
+            l->tail = NULL;
+        it->next = NULL;
+        is->waiting--;
+        is->running++;
+        return it;
+    }
+    return NULL;
+}
+
+/* A lane with items and none running goes to the back of the list. Under mu. */
+static void requeue(ovld_issuer_t *is, ovld_lane_t *l)
+{
+    if (l->queued || l->running || !l->head)
+        return;
+    l->queued = true;
+    l->next = NULL;
+    if (is->lanes_tail)
+        is->lanes_tail->next = l;
+    else
+        is->lanes = l;
+    is->lanes_tail = l;
+}
+
+static void stall(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void *issuer_main(void *arg)
+{
+    ovld_issuer_t *is = arg;
+    pthread_mutex_lock(&is->mu);
+    for (;;) {
+        ovld_issue_t *it = take(is);
+        if (!it) {
+            if (is->stopping && is->waiting == 0)
+                break;
+            pthread_cond_wait(&is->cv, &is->mu);
+            continue;
+        }
+        if (is->lanes)
+            pthread_cond_signal(&is->cv); /* another lane may run beside it */
+        pthread_mutex_unlock(&is->mu);
+        issue_run(is->b, is->pool, it, is->stall_ms);
+        if (it->issue_ns >= ISSUE_SLOW_NS)
+            ovld_report(&is->report, OVLD_REPORT_WARN,
+                        "op %llu took %llu ms to issue (%s): a device whose queue was full, or "
+                        "an NCCL launch waiting for a stalled GPU or another node",
+                        (unsigned long long)(it->fail ? it->seq : it->op.seq),
+                        (unsigned long long)(it->issue_ns / 1000000),
+                        it->fail ? "ringing its failure" : "its plans");
+        pthread_mutex_lock(&is->mu);
+        ovld_lane_t *l = it->lane;
+        is->busy_devs &= ~l->devs;
+        l->running = false;
+        is->running--;
+        requeue(is, l);
+        if (is->done_tail)
+            is->done_tail->next = it;
+        else
+            is->done_head = it;
+        is->done_tail = it;
+        pthread_cond_broadcast(&is->cv); /* devices came free */
+        uv_async_send(&is->async);
+    }
+    pthread_mutex_unlock(&is->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ delivery */
+
+void ovld_issuer_deliver(ovld_issuer_t *is)
+{
+    if (!is)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&is->mu);
+        ovld_issue_t *it = is->done_head;
+        is->done_head = is->done_tail = NULL;
+        pthread_mutex_unlock(&is->mu);
+        if (!it)
+            return;
+        while (it) {
+            ovld_issue_t *next = it->next;
+            it->lane->outstanding--;
+            it->cb(it); /* may free the item, and its lane */
+            it = next;
+        }
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    ovld_issuer_deliver(h->data);
+}
+
+uint32_t ovld_issuer_busy(ovld_issuer_t *is)
+{
+    if (!is)
+        return 0;
+    pthread_mutex_lock(&is->mu);
+    uint32_t n = is->waiting + is->running;
+    pthread_mutex_unlock(&is->mu);
+    return n;
+}
+
+/* ---------------------------------------------------------------- life */
+
+static void issuer_free(ovld_issuer_t *is)
+{
+    free(is->threads);
+    pthread_cond_destroy(&is->cv);
+    pthread_mutex_destroy(&is->mu);
+    free(is);
+}
+
+static void stop_threads(ovld_issuer_t *is)
+{
+    pthread_mutex_lock(&is->mu);
+    is->stopping = true;
+    pthread_cond_broadcast(&is->cv);
+    pthread_mutex_unlock(&is->mu);
+    for (uint32_t i = 0; i < is->nthreads; i++)
+        pthread_join(is->threads[i], NULL);
+    is->nthreads = 0;
+}
+
+ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_issuer_cfg_t *cfg,
+                                const ovld_reporter_t *report, ovld_issuer_t **ret, char *err,
+                                size_t errlen)
+{
+    uint32_t n = cfg->nthreads ? cfg->nthreads : 1;
+    if (n > ISSUER_MAX_THREADS)
+        n = ISSUER_MAX_THREADS;
+    ovld_issuer_t *is = calloc(1, sizeof(*is));
+    if (!is || !(is->threads = calloc(n, sizeof(*is->threads)))) {
+        free(is);
+        snprintf(err, errlen, "out of memory");
+        return OVL_ERR_NOMEM;
+    }
+    is->loop = loop;
+    is->b = b;
+    is->pool = cfg->pool;
+    is->stall_ms = cfg->stall_ms;
+    if (report)
+        is->report = *report;
+    int e;
+    if ((e = pthread_mutex_init(&is->mu, NULL)) != 0) {
+        free(is->threads);
+        free(is);
+        snprintf(err, errlen, "pthread_mutex_init: %s", strerror(e));
+        return OVL_ERR_SYSTEM;
+    }
+    if ((e = pthread_cond_init(&is->cv, NULL)) != 0) {
+        pthread_mutex_destroy(&is->mu);
+        free(is->threads);
+        free(is);
+        snprintf(err, errlen, "pthread_cond_init: %s", strerror(e));
+        return OVL_ERR_SYSTEM;
+    }
+    if ((e = uv_async_init(loop, &is->async, on_async)) != 0) {
+        issuer_free(is);
+        snprintf(err, errlen, "uv_async_init: %s", uv_strerror(e));
+        return OVL_ERR_SYSTEM;
+    }
+    is->async.data = is;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((e = ovl_thread_start(&is->threads[i], issuer_main, is)) != 0) {
+            stop_threads(is);
+            snprintf(err, errlen, "cannot start issuing thread %u of %u: %s", i + 1, n,
+                     strerror(e));
+            uv_close((uv_handle_t *)&is->async, NULL);
+            /* the handle's memory must outlive the close: kept until exit */
+            return OVL_ERR_SYSTEM;
+        }
+        is->nthreads++;
+    }
+    *ret = is;
+    return OVL_OK;
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    issuer_free(h->data);
+}
+
+void ovld_issuer_close(ovld_issuer_t *is)
+{
+    if (!is)
+        return;
+    stop_threads(is);
+    ovld_issuer_deliver(is);
+    uv_close((uv_handle_t *)&is->async, on_closed);
+}
+
+/* --------------------------------------------------------------- lanes */
+
+ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret)
+{
+    *ret = NULL;
+    if (!is)
+        return OVL_OK;
+    ovld_lane_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return OVL_ERR_NOMEM;
+    l->is = is;
+    *ret = l;
+    return OVL_OK;
+}
+
+void ovld_lane_add_device(ovld_lane_t *l, uint32_t device)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->is->mu);
+    l->devs |= dev_bit(device);
+    pthread_mutex_unlock(&l->is->mu);
+}
+
+void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *item)
+{
+    item->next = NULL;
+    item->lane = l;
+    if (!l) {
+        issue_run(b, pool, item, 0);
+        item->cb(item);
+        return;
+    }
+    ovld_issuer_t *is = l->is;
+    l->outstanding++;
+    pthread_mutex_lock(&is->mu);
+    if (l->tail)
+        l->tail->next = item;
+    else
+        l->head = item;
+    l->tail = item;
+    is->waiting++;
+    requeue(is, l);
+    pthread_cond_signal(&is->cv);
+    pthread_mutex_unlock(&is->mu);
+}
+
+bool ovld_lane_busy(const ovld_lane_t *l)
+{
+    return l && l->outstanding > 0;
+}
+
+void ovld_lane_free(ovld_lane_t *l)
+{
+    free(l);
+}

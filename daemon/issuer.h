@@ -1,0 +1,106 @@
+/*
+ * issuer.h: the threads that issue ops, so that the loop only passes
+ * messages. Everything an op puts on a device's streams (its plans walked
+ * by the executor: CUDA and NCCL calls, the host backend's queues) and
+ * every doorbell rung for an op that fails runs here, never on the loop
+ * thread: an enqueue that blocks in the driver (a stalled stream's full
+ * queue) or an NCCL launch that waits for a stalled GPU or a late node
+ * holds one issuing thread, while the loop goes on answering clients,
+ * peers and `ovlctl`.
+ *
+ * Lanes. Each job issues through a lane of its own: the lane's items run
+ * one at a time, in the order they were submitted, so that a rank's ops
+ * (and the failures rung in their place) reach its streams in op order,
+ * as the doorbell's monotonic done requires. A lane names the devices its
+ * ranks use; items of lanes that share no device run at once on different
+ * threads, items of lanes that share one wait for each other (the
+ * backend's state of a device is not shared between threads, backend.h).
+ * A lane's item waits for its devices in the issuer's queue, not on a
+ * thread, so that a device stalled for good holds one thread, not all.
+ *
+ * Threads: create, close, the lane calls and every callback are the loop
+ * thread's. An item's done callback runs on the loop thread, once, after
+ * the item ran; the callbacks of one lane in submission order.
+ */
+#ifndef OVLD_ISSUER_H
+#define OVLD_ISSUER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "backend.h"
+#include "exec.h"
+#include "report.h"
+
+typedef struct ovld_issuer ovld_issuer_t;
+typedef struct ovld_lane ovld_lane_t;
+typedef struct ovld_issue ovld_issue_t;
+
+/* An item is done: on the loop thread, with its results filled in. */
+typedef void (*ovld_issued_cb)(ovld_issue_t *item);
+
+/* What a lane runs: an op (run), or the rings of an op that fails without
+ * running (rings: ovld_exec_fail's). The caller owns the item and whatever
+ * it points to until its callback ran. */
+struct ovld_issue {
+    bool fail;
+    ovld_exec_op_t op;             /* !fail */
+    const ovld_exec_ring_t *rings; /* fail: nrings of them, rung with status */
+    uint32_t nrings;
+    uint64_t seq;
+    ovl_status_t status;
+    const char *message;
+    ovld_issued_cb cb;
+    void *arg;
+    /* Results, for the callback: the executor's status and words, and how
+     * long issuing took on its thread (not counting the wait for it). */
+    ovl_status_t st;
+    char err[256];
+    uint64_t issue_ns;
+    /* the issuer's */
+    struct ovld_issue *next;
+    ovld_lane_t *lane;
+};
+
+/* The issuer's threads: nthreads of them (at least 1; a device's items
+ * run one at a time, so one per device is enough). pool: the executor's
+ * threads for issuing an op's ranks in parallel (NULL: none). report
+ * (copied) hears of items slow to issue. stall_ms: every item first waits
+ * this long on its thread (a fault for tests that need an issue to stall,
+ * OVLD_TEST_ISSUE_STALL_MS; 0 in production). */
+typedef struct ovld_issuer_cfg {
+    uint32_t nthreads;
+    ovld_exec_pool_t *pool;
+    uint32_t stall_ms;
+} ovld_issuer_cfg_t;
+
+ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_issuer_cfg_t *cfg,
+                                const ovld_reporter_t *report, ovld_issuer_t **ret, char *err,
+                                size_t errlen);
+/* Stops the threads once they are idle (every lane freed) and closes the
+ * issuer's handle; the memory goes when the loop closed it. Accepts NULL. */
+void ovld_issuer_close(ovld_issuer_t *is);
+/* Delivers the callbacks of the items done so far (the loop does it anyway
+ * on the issuer's wakeup; a caller that must see them now calls this). */
+void ovld_issuer_deliver(ovld_issuer_t *is);
+/* Items being issued or waiting to be, over every lane (for status). */
+uint32_t ovld_issuer_busy(ovld_issuer_t *is);
+
+/* A lane, on no device yet. NULL when out of memory, or where is is NULL:
+ * a NULL lane issues each item at once on the calling thread (with
+ * ovld_issue_now). */
+ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret);
+/* The lane's items also use this device from now on. */
+void ovld_lane_add_device(ovld_lane_t *l, uint32_t device);
+/* Queues the item; its callback runs once it ran. A NULL lane runs it here
+ * and calls back before returning. */
+void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool,
+                      ovld_issue_t *item);
+/* Whether the lane has items not yet called back. */
+bool ovld_lane_busy(const ovld_lane_t *l);
+/* Frees an idle lane (ovld_lane_busy false). Accepts NULL. */
+void ovld_lane_free(ovld_lane_t *l);
+
+#endif /* OVLD_ISSUER_H */
