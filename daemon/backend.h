@@ -52,8 +52,9 @@ typedef struct ovld_device_info {
 } ovld_device_info_t;
 
 typedef struct ovld_backend ovld_backend_t;
-typedef struct ovld_rank ovld_rank_t; /* one rank of one job on one device */
-typedef struct ovld_bmem ovld_bmem_t; /* one imported client buffer */
+typedef struct ovld_rank ovld_rank_t;   /* one rank of one job on one device */
+typedef struct ovld_bmem ovld_bmem_t;   /* one imported client buffer */
+typedef struct ovld_graph ovld_graph_t; /* the captured body of an op (replay.h) */
 
 /* What a client hands over to register memory. */
 typedef struct ovld_mem_import {
@@ -286,6 +287,30 @@ typedef struct ovld_backend_ops {
      * there are none. Every failure of an enqueue primitive (and of
      * reserve_events) sets them, so that they never name an older one. */
     const char *(*last_error)(ovld_backend_t *b);
+    /* Replay (replay.h): the body of an op captured once and launched
+     * again for later ops, instead of every call issued anew. The ranks
+     * are the op's (all local, in rank order); ranks[0] is the origin,
+     * whose stream 0 the graph is captured from and launched on. Called
+     * from the op's issuing thread, like the enqueue primitives. NULL (all
+     * four): the backend cannot capture, every op is issued call by call.
+     *  - graph_capture: every enqueue primitive this thread calls from now
+     *    until graph_end is recorded into the graph, not run: the origin's
+     *    stream 0 begins the capture and every other rank's stream 0 joins
+     *    it (their other streams join through the plan's waits). A
+     *    primitive asked for a stream that is not in the capture fails
+     *    without enqueueing anything.
+     *  - graph_end: every other rank's stream 0 joins the origin's again
+     *    and the capture ends, made into *ret (ret NULL: the capture is
+     *    abandoned, as after a failure inside it). Either way the streams
+     *    are out of capture on return, and nothing of the capture ran.
+     *  - graph_launch: the graph runs on the origin's stream 0 after the
+     *    work queued so far on every rank's stream 0, and every rank's
+     *    stream 0 goes on only after it (the op's DONEs follow).
+     *  - graph_free: at once, or once its last launch ended. */
+    ovl_status_t (*graph_capture)(ovld_rank_t *const *ranks, uint32_t n);
+    ovl_status_t (*graph_end)(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t **ret);
+    ovl_status_t (*graph_launch)(ovld_graph_t *g, ovld_rank_t *const *ranks, uint32_t n);
+    void (*graph_free)(ovld_backend_t *b, ovld_graph_t *g);
     /* Imports that found their mapping already open (hits) and that opened
      * one (misses), since start; NULL where every import maps anew. */
     void (*mem_cache_stats)(ovld_backend_t *b, uint64_t *ret_hits, uint64_t *ret_misses);

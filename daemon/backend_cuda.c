@@ -36,11 +36,14 @@
  *               operations; a host function then reports the completion
  *               to the loop, and a watchdog timer catches what host
  *               functions cannot (they never run after a context error).
+ *   replay      an op's body captured once into a CUDA graph (stream
+ *               capture of the primitives above), launched for later ops
+ *               of the same key between the eager WAIT_READY and DONE
  *
  * The backend is split by subsystem, each file with its part: backend_cuda.c
  * (the vtable, create/destroy, devices), cuda_rank.c, cuda_mem.c,
- * cuda_nccl.c, cuda_done.c and cuda_gemm.c; cuda_internal.h is what they
- * share.
+ * cuda_nccl.c, cuda_done.c, cuda_graph.c and cuda_gemm.c; cuda_internal.h
+ * is what they share.
  *
  * Device memory is taken when ranks are created (workspaces, events) or when scratch grows between
  * ops, never between the launches of one collective: cudaMalloc and cudaFree may synchronize every
@@ -149,6 +152,10 @@ static const ovld_backend_ops_t cuda_ops = {
     .issue_parallel = true,
     .reserve_events = cuda_reserve_events,
     .set_streams = cuda_set_streams,
+    .graph_capture = cuda_graph_capture,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
     .mem_cache_stats = cuda_mem_cache_stats,
 };
 

@@ -4,12 +4,20 @@
 #include "buffers.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 void ovld_buffers_init(ovld_buffers_t *bs, ovld_backend_t *backend)
 {
-    *bs = (ovld_buffers_t){.backend = backend};
+    bs->backend = backend;
+    bs->idle = NULL;
+    atomic_init(&bs->unmapped, 0);
+}
+
+uint64_t ovld_buffers_generation(ovld_buffers_t *bs)
+{
+    return atomic_load_explicit(&bs->unmapped, memory_order_acquire);
 }
 
 ovld_reg_t *ovld_buf_new(ovld_buffers_t *bs)
@@ -24,6 +32,7 @@ static void unmap_free(ovld_reg_t *reg, bool may_block)
 {
     ovld_backend_t *b = reg->owner->backend;
     b->ops->mem_release(b, reg->bmem, may_block);
+    atomic_fetch_add_explicit(&reg->owner->unmapped, 1, memory_order_release);
     free(reg);
 }
 

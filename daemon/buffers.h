@@ -31,9 +31,17 @@
 typedef struct ovld_buffers {
     ovld_backend_t *backend;
     ovld_reg_t *idle; /* buffers whose deregistration may be answered now */
+    /* Buffers unmapped so far (the memory generation): a graph captured
+     * before an unmapping may name an address that maps other memory now
+     * (replay.h). Bumped by whichever thread unmaps. */
+    _Atomic uint64_t unmapped;
 } ovld_buffers_t;
 
 void ovld_buffers_init(ovld_buffers_t *bs, ovld_backend_t *backend);
+
+/* The memory generation: changes whenever a buffer is unmapped. Any
+ * thread. */
+uint64_t ovld_buffers_generation(ovld_buffers_t *bs);
 
 /* A buffer not yet mapped nor registered (refs 0), or NULL without memory.
  * Mapping it is the caller's (the backend's mem_import into ->bmem and

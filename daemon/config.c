@@ -94,6 +94,7 @@ static const key_spec_t keys[] = {
     {"default_algo", V_ALGO, FIELD(default_algo), 0, 0},
     {"default_chunks", V_UINT, FIELD(default_chunks), 0, OVL_PLAN_MAX_CHUNKS},
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
+    {"replay_cache", V_UINT, FIELD(replay_cache), 0, 256},
     {"allgather", V_ALLGATHER, FIELD(allgather), 0, 0},
     {"peer_listen", V_ADDR, FIELD(peer_listen), 0, 0},
     {"peer_advertise", V_ADDR, FIELD(peer_advertise), 0, 0},
@@ -146,6 +147,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->default_algo = OVL_ALGO_AUTO;
     cfg->default_chunks = 0;
     cfg->default_streams = 0;
+    cfg->replay_cache = 16;
     cfg->allgather = OVL_AG_AUTO;
     cfg->peer_timeout_ms = 2000;
 }

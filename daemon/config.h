@@ -65,6 +65,7 @@ typedef struct ovld_config {
     ovl_algo_t default_algo;   /* default_algo: auto|naive|collective|ring */
     uint32_t default_chunks;   /* default_chunks: 0 (planner's choice)..64 */
     uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */
+    uint32_t replay_cache;     /* replay_cache: ops captured per job, 0 (off)..256 */
     ovl_ag_pref_t allgather;   /* allgather: auto|nccl|copy, default auto */
     /* Jobs across nodes (docs/multinode.md). Read at start only. */
     char peer_listen[OVLD_ADDR_TEXT_MAX];    /* peer_listen: ADDRESS:PORT, "" = off (default) */

@@ -97,6 +97,10 @@ struct ovld_rank {
     cuda_stream_slot_t *slots;
     uint32_t nslots;
     cudaEvent_t chain_ev; /* orders an index's new stream after its old one */
+    /* Replay (cuda_graph.c): the other ranks' stream 0 joins the origin's
+     * (join_ev, each rank's own) and the origin's forks to theirs (fork_ev,
+     * the origin's). */
+    cudaEvent_t join_ev, fork_ev;
     void *workspace[CUDA_WORKSPACES];
     cudaEvent_t *events;
     uint32_t nevents;
@@ -238,6 +242,16 @@ ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
 ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
 ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
+
+/* cuda_graph.c */
+/* Whether this thread is capturing an op (between graph_capture and
+ * graph_end): cuda_stream then hands out only streams in the capture. */
+extern _Thread_local bool cuda_capturing;
+bool cuda_in_capture(cudaStream_t s);
+ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n);
+ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t **ret);
+ovl_status_t cuda_graph_launch(ovld_graph_t *g, ovld_rank_t *const *ranks, uint32_t n);
+void cuda_graph_free(ovld_backend_t *b, ovld_graph_t *g);
 
 /* cuda_nccl.c */
 ovl_status_t cuda_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n,

@@ -55,6 +55,10 @@ void cuda_rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaEventDestroy(r->events[i]));
         if (r->chain_ev)
             FREE_TRY(cudaEventDestroy(r->chain_ev));
+        if (r->join_ev)
+            FREE_TRY(cudaEventDestroy(r->join_ev));
+        if (r->fork_ev)
+            FREE_TRY(cudaEventDestroy(r->fork_ev));
         for (uint32_t i = 0; i < r->nfree_ev; i++)
             FREE_TRY(cudaEventDestroy(r->free_ev[i]));
         if (r->cstream) {
@@ -122,6 +126,10 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         what = "cudaEventCreateWithFlags";
         ce = cudaEventCreateWithFlags(&r->chain_ev, cudaEventDisableTiming);
     }
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&r->join_ev, cudaEventDisableTiming);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&r->fork_ev, cudaEventDisableTiming);
     /* A workspace for every stream a plan may run GEMMs on (collective
      * spreads them over all of its streams), taken now: none is allocated
      * between the launches of an op (API-NOTES 0). */
@@ -346,6 +354,26 @@ cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream)
                  "stream %u: no role given (set_streams made %u)", stream, r->nslots);
         return NULL;
     }
+    cudaStream_t s = r->slots[stream].s[r->slots[stream].cur];
+    if (cuda_capturing && !cuda_in_capture(s)) {
+        /* what is enqueued on it would run now, not when the graph does */
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "stream %u: not part of the capture (its first call is no wait on a captured "
+                 "event)",
+                 stream);
+        return NULL;
+    }
+    return s;
+}
+
+/* A wait is how a stream joins a capture: its stream is not checked. */
+static cudaStream_t wait_stream(struct ovld_rank *r, uint32_t stream)
+{
+    if (stream >= r->nslots || r->slots[stream].cur < 0) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "stream %u: no role given (set_streams made %u)", stream, r->nslots);
+        return NULL;
+    }
     return r->slots[stream].s[r->slots[stream].cur];
 }
 
@@ -431,8 +459,9 @@ ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
 {
     USE_DEVICE(r);
-    cudaStream_t s;
-    GET_STREAM(r, stream, s);
+    cudaStream_t s = wait_stream(r, stream);
+    if (!s)
+        return OVL_ERR_INVALID;
     cudaEvent_t ev;
     ovl_status_t st = event_get(owner, event, &ev);
     if (st != OVL_OK)

@@ -277,22 +277,52 @@ static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t 
     }
 }
 
-/* maxev: the most events any rank's plan uses (ovld_exec_run). */
-static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
-                                char *err, size_t errlen)
+/* What a walk of the op's programs needs, per rank: where each stands,
+ * the events recorded so far in this op, the parts of a collective call,
+ * and the backend ranks in rank order (replay). */
+typedef struct walk {
+    size_t *pc;
+    bool *recorded; /* [rank * maxev + event] */
+    ovld_allgather_part_t *parts;
+    ovld_rail_part_t *rparts;
+    ovld_rank_t **ranks;
+} walk_t;
+
+static void walk_free(walk_t *w)
+{
+    free(w->pc);
+    free(w->recorded);
+    free(w->parts);
+    free(w->rparts);
+    free(w->ranks);
+}
+
+static bool walk_alloc(walk_t *w, const ovld_exec_op_t *op, uint32_t maxev)
+{
+    uint32_t n = op->world;
+    *w = (walk_t){.pc = calloc(n, sizeof(*w->pc)),
+                  .recorded = calloc((size_t)n * (maxev ? maxev : 1), sizeof(*w->recorded)),
+                  .parts = calloc(n, sizeof(*w->parts)),
+                  .rparts = calloc(n, sizeof(*w->rparts)),
+                  .ranks = calloc(n, sizeof(*w->ranks))};
+    if (w->pc && w->recorded && w->parts && w->rparts && w->ranks)
+        return true;
+    walk_free(w);
+    return false;
+}
+
+/*
+ * Issues every local rank's program from w->pc on (advanced as it goes)
+ * until each rank has issued all of it, or, with before_done, all but its
+ * last instruction (its DONE). w->recorded holds what this op recorded so
+ * far. A failure returns its status with words in err and rings nothing
+ * (the caller does: fail_rest with w->pc).
+ */
+static ovl_status_t walk(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev, walk_t *wk,
+                         bool before_done, char *err, size_t errlen)
 {
     uint32_t w = op->world;
-    ovl_status_t st = OVL_OK;
-    size_t *pc = calloc(w, sizeof(*pc));
-    bool *recorded = calloc((size_t)w * (maxev ? maxev : 1), sizeof(*recorded));
-    ovld_allgather_part_t *parts = calloc(w, sizeof(*parts));
-    ovld_rail_part_t *rparts = calloc(w, sizeof(*rparts));
-    if (!pc || !recorded || !parts || !rparts) {
-        st = OVL_ERR_NOMEM;
-        snprintf(err, errlen, "executor: out of memory");
-        goto fail;
-    }
-
+    size_t *pc = wk->pc;
     uint32_t nlocal = 0, r0 = first_local(op);
     for (uint32_t r = 0; r < w; r++)
         nlocal += op->ranks[r].plan != NULL;
@@ -302,7 +332,8 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
         uint32_t at_gather = 0; /* ranks standing at an ALLGATHER or a RAIL */
         for (uint32_t r = 0; r < w; r++) {
             const ovl_plan_t *p = op->ranks[r].plan;
-            while (p && pc[r] < p->ninstr) {
+            size_t end = p ? p->ninstr - (before_done && p->ninstr > 0) : 0;
+            while (p && pc[r] < end) {
                 const ovl_instr_t *in = &p->instr[pc[r]];
                 if (in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL) {
                     at_gather++;
@@ -310,68 +341,73 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
                 }
                 if ((in->kind == OVL_I_WAIT || in->kind == OVL_I_RECORD) &&
                     (in->event >= maxev || (in->kind == OVL_I_WAIT && in->peer >= w))) {
-                    st = OVL_ERR_INTERNAL;
                     snprintf(err, errlen, "rank %u, instruction %zu: event or peer out of range", r,
                              pc[r]);
-                    goto fail;
+                    return OVL_ERR_INTERNAL;
                 }
                 if (in->kind == OVL_I_WAIT && in->peer != r &&
-                    !recorded[(size_t)in->peer * maxev + in->event])
+                    !wk->recorded[(size_t)in->peer * maxev + in->event])
                     break;
                 char why[160];
-                st = issue(b, op, r, in, why, sizeof(why));
+                ovl_status_t st = issue(b, op, r, in, why, sizeof(why));
                 if (st != OVL_OK) {
                     snprintf(err, errlen, "rank %u, instruction %zu (%s): %s", r, pc[r],
                              ovl_instr_name(in->kind), why_failed(b, why, st));
-                    goto fail;
+                    return st;
                 }
                 if (in->kind == OVL_I_RECORD)
-                    recorded[(size_t)r * maxev + in->event] = true;
+                    wk->recorded[(size_t)r * maxev + in->event] = true;
                 pc[r]++;
                 progress = true;
             }
-            if (p && pc[r] < p->ninstr)
+            if (p && pc[r] < end)
                 finished = false;
         }
         if (finished)
-            break;
+            return OVL_OK;
         if (at_gather == nlocal) {
             /* walk_parts refuses ranks that stand at different kinds */
             bool is_rail = op->ranks[r0].plan->instr[pc[r0]].kind == OVL_I_RAIL;
-            st = issue_coll(b, op, pc, tag, is_rail ? NULL : parts, is_rail ? rparts : NULL, err,
-                            errlen);
+            ovl_status_t st = issue_coll(b, op, pc, tag, is_rail ? NULL : wk->parts,
+                                         is_rail ? wk->rparts : NULL, err, errlen);
             if (st != OVL_OK)
-                goto fail;
+                return st;
             tag.index++;
             for (uint32_t r = 0; r < w; r++)
                 pc[r] += op->ranks[r].plan != NULL;
             progress = true;
         }
         if (!progress) {
-            st = OVL_ERR_INTERNAL;
             snprintf(err, errlen, "plans cannot be issued in any order (deadlock)");
-            goto fail;
+            return OVL_ERR_INTERNAL;
         }
     }
-    free(pc);
-    free(recorded);
-    free(parts);
-    free(rparts);
-    return OVL_OK;
+}
 
-fail:
-    if (pc) {
-        fail_rest(b, op, pc, st, err);
-    } else {
-        failing(op, st, err);
-        for (uint32_t r = 0; r < w; r++)
-            if (op->ranks[r].plan)
-                b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+/* Every local rank's done rung with the error, nothing of the op issued. */
+static void fail_unissued(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
+                          const char *err)
+{
+    failing(op, st, err);
+    for (uint32_t r = 0; r < op->world; r++)
+        if (op->ranks[r].plan)
+            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+}
+
+/* maxev: the most events any rank's plan uses (ovld_exec_run). */
+static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
+                                char *err, size_t errlen)
+{
+    walk_t wk;
+    if (!walk_alloc(&wk, op, maxev)) {
+        snprintf(err, errlen, "executor: out of memory");
+        fail_unissued(b, op, OVL_ERR_NOMEM, err);
+        return OVL_ERR_NOMEM;
     }
-    free(pc);
-    free(recorded);
-    free(parts);
-    free(rparts);
+    ovl_status_t st = walk(b, op, maxev, &wk, false, err, errlen);
+    if (st != OVL_OK)
+        fail_rest(b, op, wk.pc, st, err);
+    walk_free(&wk);
     return st;
 }
 
@@ -749,6 +785,187 @@ out:
     return st;
 }
 
+/* ------------------------------------------------------------- replay */
+
+/* Whether op's body may be captured (exec.h, ovld_exec_op_t.replay): every
+ * rank served here, each program WAIT_READY on stream 0, a body of
+ * neither doorbell instructions nor NCCL calls, DONE on stream 0. */
+static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
+{
+    if (!op->replay || !b->ops->graph_capture || !b->ops->graph_end || !b->ops->graph_launch ||
+        !b->ops->graph_free)
+        return false;
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        if (!p || p->ninstr < 2 || p->instr[0].kind != OVL_I_WAIT_READY ||
+            p->instr[0].stream != 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE ||
+            p->instr[p->ninstr - 1].stream != 0)
+            return false;
+        for (size_t i = 1; i + 1 < p->ninstr; i++) {
+            ovl_instr_kind_t k = p->instr[i].kind;
+            if (k == OVL_I_WAIT_READY || k == OVL_I_DONE || k == OVL_I_ALLGATHER || k == OVL_I_RAIL)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* The words of op's replay key: what its plans are (every field of the
+ * parameters they were built from: plans are a pure function of them),
+ * which backend rank runs each, and every view they name. Two ops of one
+ * key issue the same calls with the same arguments, but for the doorbell's
+ * values. */
+#define KEY_WORDS_PER_RANK (20 + OVL_PLAN_MAX_BS - 1 + 2 * OVL_BUF_COUNT)
+
+static size_t replay_key(const ovld_exec_op_t *op, uint64_t *key)
+{
+    size_t n = 0;
+    key[n++] = op->world;
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovld_exec_rank_t *x = &op->ranks[r];
+        const ovl_plan_params_t *p = &x->plan->params;
+        size_t at = n;
+        key[n++] = (uint64_t)(uintptr_t)x->rank;
+        key[n++] = (uint64_t)p->algo;
+        key[n++] = p->world;
+        key[n++] = p->rank;
+        key[n++] = p->m;
+        key[n++] = p->n;
+        key[n++] = p->k;
+        key[n++] = (uint64_t)p->dtype;
+        key[n++] = p->chunks;
+        key[n++] = p->streams;
+        key[n++] = p->want_gathered;
+        key[n++] = p->transb;
+        key[n++] = p->strided;
+        key[n++] = p->shared_gpu;
+        key[n++] = (uint64_t)p->allgather;
+        key[n++] = p->nb;
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
+            key[n++] = p->n_more[i];
+        key[n++] = (uint64_t)(uintptr_t)p->node_of; /* NULL: one node */
+        for (uint32_t i = 0; i < OVL_BUF_COUNT; i++) {
+            key[n++] = (uint64_t)(uintptr_t)x->buf[i].ptr;
+            key[n++] = x->buf[i].ld;
+        }
+        while (n < at + KEY_WORDS_PER_RANK)
+            key[n++] = 0;
+    }
+    return n;
+}
+
+/* Captures op's body into a graph, for the key ovld_replay_find asked
+ * about; every rank's WAIT_READY was issued (wk->pc 1). NULL if the
+ * capture failed, with words in err (nothing of it ran). */
+static ovld_graph_t *capture(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
+                             walk_t *wk, char *err, size_t errlen)
+{
+    const ovld_backend_ops_t *ops = b->ops;
+    ovld_graph_t *g = NULL;
+    ovl_status_t st = OVL_OK;
+    /* every event the body records, made now: nothing but its calls
+     * inside the capture */
+    for (uint32_t r = 0; ops->reserve_events && r < op->world && st == OVL_OK; r++)
+        st = ops->reserve_events(wk->ranks[r], maxev + OVL_PLAN_MAX_STREAMS);
+    if (st == OVL_OK)
+        st = ops->graph_capture(wk->ranks, op->world);
+    if (st != OVL_OK) {
+        snprintf(err, errlen, "%s", why_failed(b, "", st));
+        return NULL;
+    }
+    st = walk(b, op, maxev, wk, true, err, errlen);
+    if (st != OVL_OK) {
+        (void)ops->graph_end(wk->ranks, op->world, NULL);
+        return NULL;
+    }
+    st = ops->graph_end(wk->ranks, op->world, &g);
+    if (st != OVL_OK) {
+        snprintf(err, errlen, "%s", why_failed(b, "", st));
+        return NULL;
+    }
+    return g;
+}
+
+/*
+ * Issues a replayable op (replay_fits) as ovld_replay_find says: every
+ * rank's WAIT_READY, then its body from the key's graph (captured first
+ * where asked), then every rank's DONE. A capture that fails leaves the
+ * key to be issued call by call, and so is this op's body.
+ */
+static ovl_status_t exec_replayed(ovld_exec_pool_t *pool, ovld_backend_t *b,
+                                  const ovld_exec_op_t *op, uint32_t maxev, ovld_replay_how_t how,
+                                  ovld_graph_t *g, ovld_replay_how_t *ret_how, char *err,
+                                  size_t errlen)
+{
+    walk_t wk;
+    if (!walk_alloc(&wk, op, maxev)) {
+        if (how == OVLD_REPLAY_CAPTURE)
+            ovld_replay_refused(op->replay);
+        snprintf(err, errlen, "executor: out of memory");
+        fail_unissued(b, op, OVL_ERR_NOMEM, err);
+        return OVL_ERR_NOMEM;
+    }
+    ovl_status_t st = OVL_OK;
+    for (uint32_t r = 0; r < op->world; r++)
+        wk.ranks[r] = op->ranks[r].rank;
+    for (uint32_t r = 0; r < op->world && st == OVL_OK; r++) {
+        char why[160];
+        st = issue(b, op, r, &op->ranks[r].plan->instr[0], why, sizeof(why));
+        if (st != OVL_OK)
+            snprintf(err, errlen, "rank %u, instruction 0 (WAIT_READY): %s", r,
+                     why_failed(b, why, st));
+        else
+            wk.pc[r] = 1;
+    }
+    if (st != OVL_OK) {
+        if (how == OVLD_REPLAY_CAPTURE)
+            ovld_replay_refused(op->replay);
+        goto fail;
+    }
+    if (how == OVLD_REPLAY_CAPTURE) {
+        char why[256];
+        g = capture(b, op, maxev, &wk, why, sizeof(why));
+        if (!g) {
+            ovld_replay_refused(op->replay);
+            if (pool)
+                ovld_report(&pool->report, OVLD_REPORT_WARN,
+                            "op %llu: its body could not be captured for replay (%s): ops "
+                            "like it are issued call by call",
+                            (unsigned long long)op->seq, why);
+            /* nothing of the capture ran: the body again, call by call */
+            for (uint32_t r = 0; r < op->world; r++)
+                wk.pc[r] = 1;
+            memset(wk.recorded, 0, (size_t)op->world * (maxev ? maxev : 1) * sizeof(bool));
+            how = OVLD_REPLAY_EAGER;
+            st = walk(b, op, maxev, &wk, false, err, errlen);
+            if (st != OVL_OK)
+                goto fail;
+            goto out;
+        }
+        ovld_replay_captured(op->replay, g);
+    }
+    st = b->ops->graph_launch(g, wk.ranks, op->world);
+    if (st != OVL_OK) {
+        snprintf(err, errlen, "replay: %s", why_failed(b, "", st));
+        goto fail;
+    }
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        char why[160];
+        (void)issue(b, op, r, &p->instr[p->ninstr - 1], why, sizeof(why)); /* DONE: rings */
+        wk.pc[r] = p->ninstr;
+    }
+out:
+    *ret_how = how;
+    walk_free(&wk);
+    return OVL_OK;
+fail:
+    *ret_how = how;
+    fail_rest(b, op, wk.pc, st, err);
+    walk_free(&wk);
+    return st;
+}
+
 /* Fails the whole op before anything of it was issued: every rank's done
  * rings with the error, on stream 0 (which every rank has). */
 void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n, uint64_t seq,
@@ -772,8 +989,12 @@ static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_st
 }
 
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
-                           char *err, size_t errlen)
+                           ovld_replay_how_t *ret_how, char *err, size_t errlen)
 {
+    ovld_replay_how_t how_unused;
+    if (!ret_how)
+        ret_how = &how_unused;
+    *ret_how = OVLD_REPLAY_EAGER;
     uint32_t maxev = 0, r0 = first_local(op);
     if (r0 == op->world) {
         snprintf(err, errlen, "executor: the op has no rank served here");
@@ -810,6 +1031,18 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
             char why[160] = "";
             snprintf(err, errlen, "rank %u: streams: %s", r, why_failed(b, why, st));
             return fail_all(b, op, st, err);
+        }
+    }
+    if (replay_fits(b, op)) {
+        uint64_t *key = malloc((1 + (size_t)op->world * KEY_WORDS_PER_RANK) * sizeof(*key));
+        if (key) {
+            size_t n = replay_key(op, key);
+            ovld_graph_t *g = NULL;
+            ovld_replay_how_t how =
+                ovld_replay_find(op->replay, key, n * sizeof(*key), op->mem_gen, &g);
+            free(key);
+            if (how != OVLD_REPLAY_EAGER)
+                return exec_replayed(pool, b, op, maxev, how, g, ret_how, err, errlen);
         }
     }
     if (!pool || op->serial || op->world < 2 || !b->ops->issue_parallel ||

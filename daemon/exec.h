@@ -30,6 +30,7 @@
 
 #include "backend.h"
 #include "plan.h"
+#include "replay.h"
 
 /*
  * One rank of the op: its backend rank, its plan, and the views of the
@@ -61,6 +62,15 @@ typedef struct ovld_exec_op {
      * none. */
     void (*failing)(void *arg, ovl_status_t status, const char *message);
     void *failing_arg;
+    /* The job's captured ops (replay.h), and the memory generation at the
+     * op's start (buffers.h); NULL: every op is issued call by call. An op
+     * replays where the backend can capture (graph_*), every rank is
+     * served here, and every plan is WAIT_READY on stream 0, a body
+     * without ALLGATHERs or RAILs (NCCL calls stay outside graphs), and
+     * DONE on stream 0: the doorbell's values change with every op, so
+     * its wait and done are issued around the launch. */
+    ovld_replay_t *replay;
+    uint64_t mem_gen;
 } ovld_exec_op_t;
 
 /* The threads that issue ranks in parallel: made as needed (one per rank
@@ -80,10 +90,14 @@ void ovld_exec_pool_destroy(ovld_exec_pool_t *pool);
  * exactly once for op->seq (with the error if issuing failed half-way), so no
  * client waits forever. Returns the status of issuing, with a message in err.
  * pool: the threads for a parallel issue; NULL issues every rank from the
- * calling thread.
+ * calling thread. ret_how (may be NULL): how the op's body was issued,
+ * OVLD_REPLAY_EAGER (call by call: first seen, not replayable, or its
+ * capture failed), _CAPTURE (captured and launched) or _LAUNCH (replayed).
+ * A capture that fails is reported to the pool's reporter (WARN) and the
+ * op issued call by call.
  */
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
-                           char *err, size_t errlen);
+                           ovld_replay_how_t *ret_how, char *err, size_t errlen);
 
 /* One rank of an op that will not run, and what its completion names. */
 typedef struct ovld_exec_ring {

@@ -334,6 +334,8 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     b->issue_p50_s = (double)ovld_hist_quantile(&s->issue, 0.50) / 1e9;
     b->issue_p99_s = (double)ovld_hist_quantile(&s->issue, 0.99) / 1e9;
     b->issue_max_s = (double)s->issue.max_ns / 1e9;
+    b->ops_replayed = s->ops_replayed;
+    b->ops_captured = s->ops_captured;
     unsigned fine = 0;
     uint64_t cum = 0;
     for (unsigned i = 0; i < STATS_BUCKETS; i++) {

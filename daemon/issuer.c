@@ -69,7 +69,7 @@ static void issue_run(ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *i
         ovld_exec_fail(b, it->rings, it->nrings, it->seq, it->status, it->message);
         it->st = OVL_OK;
     } else {
-        it->st = ovld_exec_run(pool, b, &it->op, it->err, sizeof(it->err));
+        it->st = ovld_exec_run(pool, b, &it->op, &it->how, it->err, sizeof(it->err));
     }
     it->issue_ns = ovl_mono_ns() - t0;
 }

@@ -59,6 +59,7 @@ struct ovld_issue {
     ovl_status_t st;
     char err[256];
     uint64_t issue_ns;
+    ovld_replay_how_t how; /* run: how its body was issued (exec.h) */
     /* the issuer's */
     struct ovld_issue *next;
     ovld_lane_t *lane;

@@ -15,10 +15,15 @@
 #include "xfer.h"
 
 void ovld_jobs_init(ovld_jobs_t *js, ovld_backend_t *backend, const ovld_config_t *cfg,
-                    ovld_counters_t *counters, ovld_exec_pool_t *pool, ovld_issuer_t *issuer)
+                    ovld_counters_t *counters, ovld_exec_pool_t *pool, ovld_issuer_t *issuer,
+                    ovld_buffers_t *buffers)
 {
-    *js = (ovld_jobs_t){
-        .backend = backend, .cfg = cfg, .counters = counters, .pool = pool, .issuer = issuer};
+    *js = (ovld_jobs_t){.backend = backend,
+                        .cfg = cfg,
+                        .counters = counters,
+                        .pool = pool,
+                        .issuer = issuer,
+                        .buffers = buffers};
 }
 
 bool ovld_jobs_empty(const ovld_jobs_t *js)
@@ -76,6 +81,9 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
         job_unlink(&js->live, j);
         js->njobs--;
     }
+    /* its graphs before its ranks (their streams and memory) */
+    ovld_replay_destroy(j->replay);
+    j->replay = NULL;
     ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
     for (uint32_t r = 0; r < j->world; r++) {
         ovld_member_t *m = j->members[r];
@@ -343,6 +351,8 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
             return OVL_ERR_NOMEM;
         }
         memcpy(j->id, id, idlen + 1);
+        if (js->cfg->replay_cache > 0 && js->backend->ops->graph_launch)
+            j->replay = ovld_replay_create(js->backend, js->cfg->replay_cache); /* NULL: none */
         j->owner = req->uid;
         j->across = req->across;
         if (req->across)

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "buffers.h"
 #include "config.h"
 #include "desc.h"
 #include "exec.h"
@@ -40,16 +41,18 @@ typedef struct ovld_jobs {
     struct ovld_cluster *cluster; /* jobs across nodes (cluster.h); NULL: none */
     const ovld_config_t *cfg;     /* read at each use: a reload changes it */
     ovld_counters_t *counters;
-    ovld_exec_pool_t *pool; /* NULL: every rank is issued from one thread */
-    ovld_issuer_t *issuer;  /* NULL: ops are issued on the loop thread (unit tests) */
-    struct ovld_job *live;  /* by id, for joining and status */
-    struct ovld_job *dead;  /* ranks all gone, completions outstanding */
-    uint32_t njobs;         /* on live */
+    ovld_exec_pool_t *pool;  /* NULL: every rank is issued from one thread */
+    ovld_issuer_t *issuer;   /* NULL: ops are issued on the loop thread (unit tests) */
+    ovld_buffers_t *buffers; /* the memory generation (replay); NULL: never changes */
+    struct ovld_job *live;   /* by id, for joining and status */
+    struct ovld_job *dead;   /* ranks all gone, completions outstanding */
+    uint32_t njobs;          /* on live */
     uint64_t next_comm_id;
 } ovld_jobs_t;
 
 void ovld_jobs_init(ovld_jobs_t *js, ovld_backend_t *backend, const ovld_config_t *cfg,
-                    ovld_counters_t *counters, ovld_exec_pool_t *pool, ovld_issuer_t *issuer);
+                    ovld_counters_t *counters, ovld_exec_pool_t *pool, ovld_issuer_t *issuer,
+                    ovld_buffers_t *buffers);
 
 /* Whether no job is left, ended ones waiting for completions included. */
 bool ovld_jobs_empty(const ovld_jobs_t *js);

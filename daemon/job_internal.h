@@ -6,6 +6,7 @@
 #define OVLD_JOB_INTERNAL_H
 
 #include "job.h"
+#include "replay.h"
 
 struct ovld_member {
     struct ovld_job *job;
@@ -40,7 +41,10 @@ typedef struct ovld_job {
     bool setup_pending;     /* job_setup's callback has not run yet */
     uint32_t pins;          /* callers on the stack that still use the job */
     ovld_lane_t *lane;      /* where its ops and failures are issued, in order */
-    bool detached;          /* every rank left; on dead until its ops are done */
+    /* Its captured ops (replay.h), the lane's to use; NULL: none (no
+     * memory for it, or a backend that cannot capture). */
+    ovld_replay_t *replay;
+    bool detached; /* every rank left; on dead until its ops are done */
     char last_error[256];
     /* A job across nodes (cluster.h): known by its nonce; this daemon runs
      * the ranks of its own node (nlocal of world, known at the start). */

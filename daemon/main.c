@@ -443,7 +443,8 @@ int main(int argc, char **argv)
         report_ready(&ready_fd, 1);
         return 1;
     }
-    ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool, d->issuer);
+    ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool, d->issuer,
+                   &d->buffers);
     /* Signals first: a client may connect, and a signal come, as soon as
      * the socket listens (a SIGHUP before its handler would end ovld). */
     uint64_t wd_usec = ovld_sd_watchdog_usec();

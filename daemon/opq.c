@@ -378,14 +378,17 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     op->plan_ns = ovl_mono_ns() - t0;
     /* Ranks on one device are issued from one thread: a backend's state of
      * a device is not shared between threads (backend.h). */
-    op->issue = (ovld_issue_t){.op = {.seq = op->seq,
-                                      .world = j->world,
-                                      .ranks = xr,
-                                      .serial = j->shared_gpu,
-                                      .failing = op_failing,
-                                      .failing_arg = op},
-                               .cb = op_issued,
-                               .arg = op};
+    op->issue =
+        (ovld_issue_t){.op = {.seq = op->seq,
+                              .world = j->world,
+                              .ranks = xr,
+                              .serial = j->shared_gpu,
+                              .failing = op_failing,
+                              .failing_arg = op,
+                              .replay = j->replay,
+                              .mem_gen = js->buffers ? ovld_buffers_generation(js->buffers) : 0},
+                       .cb = op_issued,
+                       .arg = op};
     ovld_lane_submit(j->lane, js->backend, js->pool, &op->issue);
     return;
 fail:
@@ -405,6 +408,10 @@ static void op_issued(ovld_issue_t *it)
     ovld_job_t *j = op->job;
     ovl_status_t st = it->st;
     ovld_count_issue(js->counters, op->plan_ns + it->issue_ns);
+    if (it->how == OVLD_REPLAY_LAUNCH)
+        OVLD_COUNT(js->counters, ops_replayed, 1);
+    else if (it->how == OVLD_REPLAY_CAPTURE)
+        OVLD_COUNT(js->counters, ops_captured, 1);
     j->pins++;
     if (st != OVL_OK) {
         /* The executor rang every doorbell with the error (and told the

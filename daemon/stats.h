@@ -35,6 +35,8 @@ typedef struct ovld_stats {
     uint64_t busy_ns;        /* sum of op latencies */
     ovld_hist_t latency;     /* all ranks in -> every rank done */
     ovld_hist_t issue;       /* the loop's time to plan and enqueue one op, all ranks */
+    uint64_t ops_replayed;   /* ops whose body was a captured graph's launch (replay.h) */
+    uint64_t ops_captured;   /* ops whose body was captured (and launched) */
     uint64_t registrations;  /* buffers registered */
     uint64_t deregistrations;
     uint64_t errors[OVLD_STATUS_KINDS]; /* failed ops and refused requests, by status */

@@ -455,6 +455,7 @@ BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathe
                 "ops": list, "errors": list, "latency_count": int, "latency_sum_s": NUM,
                 "latency_buckets": list, "issue_s": NUM, "issue_p50_s": NUM,
                 "issue_p99_s": NUM, "issue_max_s": NUM, "issue_count": int,
+                "ops_replayed": int, "ops_captured": int,
                 "peer_msgs_in": int, "peer_msgs_out": int, "peer_bytes_in": int,
                 "peer_bytes_out": int, "peer_errors": int, "peer_dropped": int,
                 "peer_auth_refused": int, "xfer_sends": int, "xfer_recvs": int,
@@ -621,6 +622,7 @@ def test_prometheus_format():
                 "ovl_flops_total": "counter", "ovl_busy_seconds_total": "counter",
                 "ovl_op_latency_max_seconds": "gauge", "ovl_issue_seconds_total": "counter",
                 "ovl_op_issue_max_seconds": "gauge", "ovl_registrations_total": "counter",
+                "ovl_ops_replayed_total": "counter", "ovl_ops_captured_total": "counter",
                 "ovl_deregistrations_total": "counter", "ovl_registry_hits_total": "counter",
                 "ovl_registry_misses_total": "counter",
                 "ovl_connections_accepted_total": "counter",
@@ -677,6 +679,7 @@ def check_counts(st, demos, errors, ctl_calls, more_conns=(0, 0), more_regs=(0, 
                                                    more_regs)
     assert t["deregistrations"] == 0  # the host path unmaps at exit, never deregisters
     assert t["registry_hits"] + t["registry_misses"] == t["registrations"], t
+    assert t["ops_replayed"] == 0 and t["ops_captured"] == 0, t  # the host backend never replays
     got_err = sorted((e["status"], e["name"], e["count"]) for e in t["errors"])
     aborted = sum(c for s, _, c in got_err if s == -17)
     assert aborted <= aborted_max, "%d ops or joins aborted: %r" % (aborted, got_err)

@@ -47,6 +47,7 @@ static const char *const all_keys[] = {
     "default_algo",
     "default_chunks",
     "default_streams",
+    "replay_cache",
     "allgather",
     "max_connections_per_uid",
     "max_jobs_per_uid",
@@ -96,6 +97,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->default_algo, b->default_algo);
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
+    assert_int_equal(a->replay_cache, b->replay_cache);
     assert_int_equal(a->allgather, b->allgather);
     assert_string_equal(a->peer_listen, b->peer_listen);
     assert_string_equal(a->peer_advertise, b->peer_advertise);
@@ -573,6 +575,8 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->default_chunks;
     if (strcmp(key, "default_streams") == 0)
         return cfg->default_streams;
+    if (strcmp(key, "replay_cache") == 0)
+        return cfg->replay_cache;
     fail_msg("no numeric key %s", key);
     return 0;
 }
@@ -629,6 +633,9 @@ static void test_integer_ranges(void **state)
         {"default_streams", "0", true, 0},
         {"default_streams", "8", true, 8},
         {"default_streams", "9", false, 0},
+        {"replay_cache", "0", true, 0},
+        {"replay_cache", "256", true, 256},
+        {"replay_cache", "257", false, 0},
         {"max_connections_per_uid", "0", false, 0},
         {"max_connections_per_uid", "1", true, 1},
         {"max_connections_per_uid", "65536", true, 65536},
@@ -679,18 +686,12 @@ static void test_integer_syntax(void **state)
     assert_int_equal(parse_ok("max_jobs = 12 # x y\n").max_jobs, 12);
 
     /* every integer key takes the same syntax */
-    static const char *const ints[] = {"host_devices",
-                                       "max_connections",
-                                       "max_registrations",
-                                       "max_ops_in_flight",
-                                       "max_jobs",
-                                       "default_chunks",
-                                       "default_streams",
-                                       "max_connections_per_uid",
-                                       "max_jobs_per_uid",
-                                       "max_ranks_per_uid",
-                                       "max_registrations_per_uid",
-                                       "hello_timeout_ms"};
+    static const char *const ints[] = {
+        "host_devices",      "max_connections",   "max_registrations",
+        "max_ops_in_flight", "max_jobs",          "default_chunks",
+        "default_streams",   "replay_cache",      "max_connections_per_uid",
+        "max_jobs_per_uid",  "max_ranks_per_uid", "max_registrations_per_uid",
+        "hello_timeout_ms"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");
@@ -1224,6 +1225,7 @@ static void test_sample_defaults_are_real(void **state)
     cfg.default_algo = OVL_ALGO_RING;
     cfg.default_chunks = 3;
     cfg.default_streams = 3;
+    cfg.replay_cache = 3;
     cfg.allgather = OVL_AG_COPY;
     cfg.max_mappings = 3; /* the default, auto, is 0 */
     cfg.peer_timeout_ms = 3;

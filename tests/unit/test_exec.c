@@ -655,7 +655,7 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
     M.fail_at = fail_at;
     M.fail_status = OVL_ERR_BACKEND;
     char err[256] = "";
-    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, NULL, err, sizeof(err));
     size_t failed = 0;
     if (fail_at && fail_at <= M.n && M.log[fail_at - 1].call != C_DONE)
         failed = fail_at; /* a DONE cannot fail: then the run is good */
@@ -811,7 +811,7 @@ static void run_handmade(bool threads, bool bad)
     M.n = 0;
     M.fail_at = 0;
     char err[256] = "";
-    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, NULL, err, sizeof(err));
     if (st != OVL_ERR_INTERNAL || !strstr(err, bad ? "out of range" : "deadlock"))
         fail_msg("threads %d, bad %d: %s: %s", threads, bad, ovl_strerror(st), err);
     int dones[2] = {0};
@@ -896,7 +896,7 @@ static void run_bad_names(bool threads, int how)
     M.n = 0;
     M.fail_at = 0;
     char err[256] = "";
-    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, NULL, err, sizeof(err));
     if (st != OVL_ERR_INTERNAL || !strstr(err, want) || !strstr(err, "rank 1"))
         fail_msg("threads %d, case %d: %s: %s", threads, how, ovl_strerror(st), err);
     for (size_t i = 0; i < M.n; i++) {
@@ -957,7 +957,7 @@ static void run_coll_words(int how)
     M.n = 0;
     M.fail_at = 0;
     char err[256] = "";
-    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, err, sizeof(err));
+    ovl_status_t st = ovld_exec_run(g_pool, &mock, &s.op, NULL, err, sizeof(err));
     mock_ops.allgather = m_allgather;
     mock_ops.rail = m_rail;
     if (st != want_st || strcmp(err, want) != 0)
@@ -1110,7 +1110,7 @@ static void host_job(ovl_algo_t algo, const uint32_t *node_of, uint32_t world, u
             __atomic_store_n(&db[r]->ready, seq, __ATOMIC_RELEASE);
         }
         h.n = 0;
-        st = ovld_exec_run(NULL, b, &op, err, sizeof(err));
+        st = ovld_exec_run(NULL, b, &op, NULL, err, sizeof(err));
         if (st != OVL_OK)
             fail_msg("op %llu: %s: %s", (unsigned long long)seq, ovl_strerror(st), err);
         while (h.n < world)

@@ -818,7 +818,7 @@ static int setup(void **state)
     mock_ops = mock_ops_full;
     memset(&F, 0, sizeof(F));
     ovld_config_defaults(&F.cfg);
-    ovld_jobs_init(&F.jobs, &mock, &F.cfg, &F.counters, NULL, NULL);
+    ovld_jobs_init(&F.jobs, &mock, &F.cfg, &F.counters, NULL, NULL, NULL);
     ovld_buffers_init(&F.bs, &mock);
     return 0;
 }

@@ -289,7 +289,7 @@ static void test_exec_slow_issue_reported(void **state)
     capture_t c;
     capture_begin(&c);
     char err[256] = "";
-    ovl_status_t st = ovld_exec_run(pool, &b, &op, err, sizeof(err));
+    ovl_status_t st = ovld_exec_run(pool, &b, &op, NULL, err, sizeof(err));
     char *text = capture_end(&c);
     ovld_log_init(OVLD_LOG_INFO);
     ovld_exec_pool_destroy(pool);

@@ -779,7 +779,7 @@ static void hpair_run(hpair_t *p, ovl_algo_t algo, uint64_t seq, const uint32_t 
     }
     for (int i = 0; i < 2; i++) {
         ovld_exec_op_t op = {.seq = seq, .world = HW, .ranks = p->h[i]->xr};
-        ovl_status_t st = ovld_exec_run(NULL, p->h[i]->b, &op, err, sizeof(err));
+        ovl_status_t st = ovld_exec_run(NULL, p->h[i]->b, &op, NULL, err, sizeof(err));
         if (st != OVL_OK)
             fail_msg("%s op %llu on side %d: %s", ovl_algo_name(algo), (unsigned long long)seq, i,
                      err);

@@ -1,0 +1,426 @@
+/*
+ * issue_lab.c: ovl-issue-lab, what the host calls behind one op cost on
+ * this machine, without ovld: each CUDA runtime, driver and cuBLASLt call
+ * that libovl's submit and ovld's issue make per op, one at a time, and the
+ * world-1 ring op (docs/plans.md: WAIT_READY, RECORD, two GEMMs, DONE) as
+ * ovld issues it today, eagerly, against the same op replayed from a CUDA
+ * graph with the doorbell's wait and writes eager around the launch (issue
+ * 15: "replay, not rebuild"). Also the wake-up of a sleeping thread, which
+ * every hand-over between ovld's loop and its issuing threads pays.
+ *
+ * Each row: the host time of one call (ns; p50, p99 over many calls, the
+ * stream drained every DRAIN calls so that no queue fills, outside the
+ * timed calls), under MPS where MPS runs. The sequences' rows also give the
+ * GPU-bound rate: ops back to back with no drain, per op.
+ *
+ * Usage: ovl-issue-lab [ITERS]   (default 4000). Exit 0, 1 on a CUDA or
+ * cuBLASLt error, 2 for bad arguments, 77 without a GPU.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda_gemm.h"
+#include "cudrv.h"
+
+#define DRAIN 32 /* calls between drains of the stream */
+#define DIM   128
+
+static int iters = 4000;
+static ovl_cudrv_t drv;
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "issue-lab: %s: %s (line %d)\n", #x, cudaGetErrorString(e_),           \
+                    __LINE__);                                                                     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define DK(x)                                                                                      \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "issue-lab: %s: %s (line %d)\n", #x, ovl_cudrv_strerror(&drv, r_),     \
+                    __LINE__);                                                                     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void row(const char *what, uint64_t *ns, int n, double per_op_us)
+{
+    qsort(ns, (size_t)n, sizeof(*ns), cmp_u64);
+    printf("%-34s %9.2f %9.2f", what, ns[(n - 1) / 2] / 1e3, ns[(size_t)((n - 1) * 0.99)] / 1e3);
+    if (per_op_us > 0)
+        printf(" %12.2f", per_op_us);
+    printf("\n");
+}
+
+/* ------------------------------------------------------------ the state */
+
+static cudaStream_t s0, s1, cs; /* the op's stream, another, the completion stream */
+static cudaEvent_t ev_a, ev_b, ev_done;
+static ovld_lt_t *lt;
+static void *ws, *a, *b, *c;
+static uint64_t *page;    /* a host page mapped for the GPU (the doorbell) */
+static CUdeviceptr dpage; /* as the GPU sees it */
+static uint64_t seq;
+
+static void CUDART_CB noop(void *arg)
+{
+    (void)arg;
+}
+
+static void gemm(cudaStream_t s, uint64_t row0)
+{
+    ovld_gemm_args_t g = {
+        .dtype = OVL_DTYPE_BF16,
+        .rows = DIM / 2,
+        .n = DIM,
+        .k = DIM,
+        .nblocks = 1,
+        .a = {(char *)a + row0 * DIM * 2, DIM},
+        .b = {b, DIM},
+        .c = {(char *)c + row0 * DIM * 2, DIM},
+    };
+    char err[256];
+    if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
+        fprintf(stderr, "issue-lab: gemm: %s\n", err);
+        exit(1);
+    }
+}
+
+/* ovld's DONE: the slot and done written, an event, the host function
+ * behind it on the completion stream. */
+static void done_eager(uint64_t n)
+{
+    CK(cudaSetDevice(0));
+    DK(drv.stream_write_value64(s0, dpage + 8 * (1 + n % 8), n, CU_STREAM_WRITE_VALUE_DEFAULT));
+    DK(drv.stream_write_value64(s0, dpage, n, CU_STREAM_WRITE_VALUE_DEFAULT));
+    CK(cudaEventRecord(ev_done, s0));
+    CK(cudaStreamWaitEvent(cs, ev_done, 0));
+    CK(cudaLaunchHostFunc(cs, noop, NULL));
+}
+
+/* The world-1 ring op as ovld issues it now. */
+static void op_eager(void)
+{
+    uint64_t n = ++seq;
+    page[16] = n; /* ready: the client's doorbell, already rung */
+    CK(cudaSetDevice(0));
+    DK(drv.stream_wait_value64(s0, dpage + 8 * 16, n, CU_STREAM_WAIT_VALUE_GEQ));
+    CK(cudaEventRecord(ev_a, s0));
+    gemm(s0, 0);
+    gemm(s0, DIM / 2);
+    done_eager(n);
+}
+
+static cudaGraphExec_t gexec;
+
+/* The same op replayed: the wait and the writes eager, the rest a graph. */
+static void op_graph(void)
+{
+    uint64_t n = ++seq;
+    page[16] = n;
+    CK(cudaSetDevice(0));
+    DK(drv.stream_wait_value64(s0, dpage + 8 * 16, n, CU_STREAM_WAIT_VALUE_GEQ));
+    CK(cudaGraphLaunch(gexec, s0));
+    done_eager(n);
+}
+
+/* The replayed op without the host function: completion seen by polling
+ * the done word the stream writes (no CUDA call). */
+static void op_graph_poll(void)
+{
+    uint64_t n = ++seq;
+    page[16] = n;
+    CK(cudaSetDevice(0));
+    DK(drv.stream_wait_value64(s0, dpage + 8 * 16, n, CU_STREAM_WAIT_VALUE_GEQ));
+    CK(cudaGraphLaunch(gexec, s0));
+    DK(drv.stream_write_value64(s0, dpage + 8 * (1 + n % 8), n, CU_STREAM_WRITE_VALUE_DEFAULT));
+    DK(drv.stream_write_value64(s0, dpage, n, CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+static void capture(void)
+{
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    CK(cudaEventRecord(ev_a, s0));
+    gemm(s0, 0);
+    gemm(s0, DIM / 2);
+    CK(cudaStreamEndCapture(s0, &g));
+    CK(cudaGraphInstantiate(&gexec, g, 0));
+    CK(cudaGraphUpload(gexec, s0));
+    CK(cudaGraphDestroy(g));
+}
+
+/* Times fn() iters times, draining the streams every DRAIN calls. */
+static void time_calls(const char *what, void (*fn)(void))
+{
+    uint64_t *ns = malloc((size_t)iters * sizeof(*ns));
+    for (int i = 0; i < 50; i++)
+        fn();
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < iters; i++) {
+        if (i % DRAIN == 0)
+            CK(cudaDeviceSynchronize());
+        uint64_t t0 = now_ns();
+        fn();
+        ns[i] = now_ns() - t0;
+    }
+    CK(cudaDeviceSynchronize());
+    /* back to back: the rate the GPU and the host together allow */
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < iters; i++) {
+        fn();
+        if (i % 256 == 255)
+            CK(cudaStreamSynchronize(s0)); /* keep the queue bounded */
+    }
+    CK(cudaDeviceSynchronize());
+    double per = (now_ns() - t0) / 1e3 / iters;
+    row(what, ns, iters, per);
+    free(ns);
+}
+
+/* ------------------------------------------------------ single calls */
+
+static int devnum;
+static void c_get_device(void)
+{
+    CK(cudaGetDevice(&devnum));
+}
+static void c_set_device(void)
+{
+    CK(cudaSetDevice(0));
+}
+static void c_record(void)
+{
+    CK(cudaEventRecord(ev_a, s0));
+}
+static void c_wait_event(void)
+{
+    CK(cudaEventRecord(ev_b, s1));
+    CK(cudaStreamWaitEvent(s0, ev_b, 0));
+}
+static void c_wait_value(void)
+{
+    page[16] = ++seq;
+    DK(drv.stream_wait_value64(s0, dpage + 8 * 16, seq, CU_STREAM_WAIT_VALUE_GEQ));
+}
+static void c_write_value(void)
+{
+    DK(drv.stream_write_value64(s0, dpage, ++seq, CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+static void c_host_func(void)
+{
+    CK(cudaLaunchHostFunc(cs, noop, NULL));
+}
+static void c_gemm(void)
+{
+    gemm(s0, 0);
+}
+static void c_copy(void)
+{
+    CK(cudaMemcpy2DAsync(c, DIM * 2, a, DIM * 2, DIM * 2, DIM / 2, cudaMemcpyDeviceToDevice, s0));
+}
+static void c_graph_launch(void)
+{
+    CK(cudaGraphLaunch(gexec, s0));
+}
+static void c_buffer_id(void)
+{
+    unsigned long long id;
+    DK(drv.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)a));
+}
+static void c_addr_range(void)
+{
+    CUdeviceptr base;
+    size_t size;
+    DK(drv.mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)a));
+}
+static void c_ipc_handle(void)
+{
+    cudaIpcMemHandle_t h;
+    CK(cudaIpcGetMemHandle(&h, a));
+}
+static void c_event_query(void)
+{
+    (void)cudaEventQuery(ev_done);
+}
+
+/* ------------------------------------------------------- host only */
+
+static int sv[2];
+static void *drain_main(void *arg)
+{
+    (void)arg;
+    char buf[4096];
+    while (read(sv[1], buf, sizeof(buf)) > 0) {
+    }
+    return NULL;
+}
+static void c_sock_write(void)
+{
+    char msg[256] = {0};
+    if (write(sv[0], msg, sizeof(msg)) != (ssize_t)sizeof(msg)) {
+        fprintf(stderr, "issue-lab: write: %s\n", strerror(errno));
+        exit(1);
+    }
+}
+
+/* A ping-pong through a mutex and condition variable: what handing an item
+ * to a sleeping thread and getting it back costs (two wake-ups). */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int turn; /* 0: main's, 1: the other's, 2: stop */
+static void *pong_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        while (turn == 0)
+            pthread_cond_wait(&cv, &mu);
+        if (turn == 2)
+            break;
+        turn = 0;
+        pthread_cond_broadcast(&cv);
+    }
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+static void c_ping(void)
+{
+    pthread_mutex_lock(&mu);
+    turn = 1;
+    pthread_cond_broadcast(&cv);
+    while (turn != 0)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static void time_host(const char *what, void (*fn)(void))
+{
+    uint64_t *ns = malloc((size_t)iters * sizeof(*ns));
+    for (int i = 0; i < iters; i++) {
+        uint64_t t0 = now_ns();
+        fn();
+        ns[i] = now_ns() - t0;
+    }
+    row(what, ns, iters, 0);
+    free(ns);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 2 || (argc == 2 && (iters = atoi(argv[1])) < 100)) {
+        fprintf(stderr, "usage: ovl-issue-lab [ITERS >= 100]\n");
+        return 2;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "issue-lab: no GPU\n");
+        return 77;
+    }
+    char why[256];
+    if (ovl_cudrv_load(&drv, why, sizeof(why)) != 0) {
+        fprintf(stderr, "issue-lab: %s\n", why);
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaSetDevice(0));
+    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev_a, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&ev_b, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming));
+    CK(cudaMalloc(&ws, OVLD_LT_WORKSPACE));
+    CK(cudaMalloc(&a, DIM * DIM * 2));
+    CK(cudaMalloc(&b, DIM * DIM * 2));
+    CK(cudaMalloc(&c, DIM * DIM * 2));
+    CK(cudaMemset(a, 0, DIM * DIM * 2));
+    CK(cudaMemset(b, 0, DIM * DIM * 2));
+    CK(cudaHostAlloc((void **)&page, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+    memset(page, 0, 4096);
+    void *dp;
+    CK(cudaHostGetDevicePointer(&dp, page, 0));
+    dpage = (CUdeviceptr)(uintptr_t)dp;
+    if (ovld_lt_create(&lt, why, sizeof(why)) != OVL_OK) {
+        fprintf(stderr, "issue-lab: %s\n", why);
+        return 1;
+    }
+    gemm(s0, 0); /* the descriptors and the heuristic, cached */
+    gemm(s0, DIM / 2);
+    CK(cudaDeviceSynchronize());
+    capture();
+
+    printf("ovl-issue-lab: %s, %d calls per row, the stream drained every %d; bf16 GEMMs of "
+           "%dx%dx%d\n",
+           prop.name, iters, DRAIN, DIM / 2, DIM, DIM);
+    printf("%-34s %9s %9s %12s\n", "call", "p50 us", "p99 us", "b2b us/call");
+    time_calls("cudaGetDevice", c_get_device);
+    time_calls("cudaSetDevice (current)", c_set_device);
+    time_calls("cudaEventRecord", c_record);
+    time_calls("record + cudaStreamWaitEvent", c_wait_event);
+    time_calls("cuStreamWaitValue64 (host page)", c_wait_value);
+    time_calls("cuStreamWriteValue64 (host page)", c_write_value);
+    time_calls("cudaLaunchHostFunc", c_host_func);
+    time_calls("cudaEventQuery", c_event_query);
+    time_calls("cublasLtMatmul 64x128x128 (cached)", c_gemm);
+    time_calls("cudaMemcpy2DAsync 64 rows", c_copy);
+    time_calls("cudaGraphLaunch (record, 2 GEMMs)", c_graph_launch);
+    time_calls("cuPointerGetAttribute BUFFER_ID", c_buffer_id);
+    time_calls("cuMemGetAddressRange", c_addr_range);
+    time_calls("cudaIpcGetMemHandle", c_ipc_handle);
+    time_calls("op: eager (ovld today)", op_eager);
+    time_calls("op: graph + eager doorbell", op_graph);
+    time_calls("op: graph, no host function", op_graph_poll);
+
+    pthread_t t;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 ||
+        pthread_create(&t, NULL, drain_main, NULL) != 0) {
+        fprintf(stderr, "issue-lab: socketpair: %s\n", strerror(errno));
+        return 1;
+    }
+    time_host("write 256 B to a unix socket", c_sock_write);
+    close(sv[0]);
+    pthread_join(t, NULL);
+    close(sv[1]);
+    if (pthread_create(&t, NULL, pong_main, NULL) != 0)
+        return 1;
+    time_host("thread ping-pong (2 wake-ups)", c_ping);
+    pthread_mutex_lock(&mu);
+    turn = 2;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    pthread_join(t, NULL);
+
+    CK(cudaGraphExecDestroy(gexec));
+    ovld_lt_destroy(lt);
+    CK(cudaFreeHost(page));
+    return 0;
+}
