@@ -385,13 +385,17 @@ static ovl_status_t walk(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t m
 }
 
 /* Every local rank's done rung with the error, nothing of the op issued. */
-static void fail_unissued(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
-                          const char *err)
+static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
+                             const char *err)
 {
     failing(op, st, err);
-    for (uint32_t r = 0; r < op->world; r++)
-        if (op->ranks[r].plan)
-            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+    for (uint32_t q = 0; q < op->world; q++) {
+        if (!op->ranks[q].plan)
+            continue;
+        ovld_exec_ring_t ring = {.rank = op->ranks[q].rank, .cookie = op->ranks[q].cookie};
+        ovld_exec_fail(b, &ring, 1, op->seq, st, err);
+    }
+    return st;
 }
 
 /* maxev: the most events any rank's plan uses (ovld_exec_run). */
@@ -401,8 +405,7 @@ static ovl_status_t exec_serial(ovld_backend_t *b, const ovld_exec_op_t *op, uin
     walk_t wk;
     if (!walk_alloc(&wk, op, maxev)) {
         snprintf(err, errlen, "executor: out of memory");
-        fail_unissued(b, op, OVL_ERR_NOMEM, err);
-        return OVL_ERR_NOMEM;
+        return fail_all(b, op, OVL_ERR_NOMEM, err);
     }
     ovl_status_t st = walk(b, op, maxev, &wk, false, err, errlen);
     if (st != OVL_OK)
@@ -742,9 +745,7 @@ static ovl_status_t exec_parallel(ovld_exec_pool_t *pool, ovld_backend_t *b,
     if (!tasks || !x.pc || !x.recorded || !x.stopped || !x.sleeping || !x.seen || !x.tid) {
         st = OVL_ERR_NOMEM;
         snprintf(err, errlen, "executor: out of memory");
-        failing(op, st, err);
-        for (uint32_t r = 0; r < w; r++)
-            b->ops->done(op->ranks[r].rank, 0, op->seq, st, err, op->ranks[r].cookie);
+        fail_all(b, op, st, err);
         goto out;
     }
     pthread_mutex_init(&x.mu, NULL);
@@ -902,8 +903,7 @@ static ovl_status_t exec_replayed(ovld_exec_pool_t *pool, ovld_backend_t *b,
         if (how == OVLD_REPLAY_CAPTURE)
             ovld_replay_refused(op->replay);
         snprintf(err, errlen, "executor: out of memory");
-        fail_unissued(b, op, OVL_ERR_NOMEM, err);
-        return OVL_ERR_NOMEM;
+        return fail_all(b, op, OVL_ERR_NOMEM, err);
     }
     ovl_status_t st = OVL_OK;
     for (uint32_t r = 0; r < op->world; r++)
@@ -973,19 +973,6 @@ void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n
 {
     for (uint32_t i = 0; i < n; i++)
         b->ops->done(rings[i].rank, 0, seq, status, message, rings[i].cookie);
-}
-
-static ovl_status_t fail_all(ovld_backend_t *b, const ovld_exec_op_t *op, ovl_status_t st,
-                             const char *err)
-{
-    failing(op, st, err);
-    for (uint32_t q = 0; q < op->world; q++) {
-        if (!op->ranks[q].plan)
-            continue;
-        ovld_exec_ring_t ring = {.rank = op->ranks[q].rank, .cookie = op->ranks[q].cookie};
-        ovld_exec_fail(b, &ring, 1, op->seq, st, err);
-    }
-    return st;
 }
 
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
