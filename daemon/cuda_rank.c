@@ -347,15 +347,22 @@ ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n)
     return n ? event_get(r, n - 1, &ev) : OVL_OK;
 }
 
-cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream)
+/* The stream the current op calls `stream`, captured or not: a wait is how
+ * a stream joins a capture, so a wait takes its stream from here. */
+static cudaStream_t slot_stream(struct ovld_rank *r, uint32_t stream)
 {
     if (stream >= r->nslots || r->slots[stream].cur < 0) {
         snprintf(cuda_last_err, sizeof(cuda_last_err),
                  "stream %u: no role given (set_streams made %u)", stream, r->nslots);
         return NULL;
     }
-    cudaStream_t s = r->slots[stream].s[r->slots[stream].cur];
-    if (cuda_capturing && !cuda_in_capture(s)) {
+    return r->slots[stream].s[r->slots[stream].cur];
+}
+
+cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream)
+{
+    cudaStream_t s = slot_stream(r, stream);
+    if (s && cuda_capturing && !cuda_in_capture(s)) {
         /* what is enqueued on it would run now, not when the graph does */
         snprintf(cuda_last_err, sizeof(cuda_last_err),
                  "stream %u: not part of the capture (its first call is no wait on a captured "
@@ -364,17 +371,6 @@ cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream)
         return NULL;
     }
     return s;
-}
-
-/* A wait is how a stream joins a capture: its stream is not checked. */
-static cudaStream_t wait_stream(struct ovld_rank *r, uint32_t stream)
-{
-    if (stream >= r->nslots || r->slots[stream].cur < 0) {
-        snprintf(cuda_last_err, sizeof(cuda_last_err),
-                 "stream %u: no role given (set_streams made %u)", stream, r->nslots);
-        return NULL;
-    }
-    return r->slots[stream].s[r->slots[stream].cur];
 }
 
 /* Gets a stream of the rank that the current op names, or fails the
@@ -459,7 +455,7 @@ ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event)
 {
     USE_DEVICE(r);
-    cudaStream_t s = wait_stream(r, stream);
+    cudaStream_t s = slot_stream(r, stream);
     if (!s)
         return OVL_ERR_INVALID;
     cudaEvent_t ev;
