@@ -32,12 +32,22 @@ struct ovld_replay {
     entry_t *asked; /* the entry whose capture ovld_replay_find asked for */
 };
 
-/* FNV-1a, 64 bits: keys are a few hundred bytes, looked up once per op. */
+/* FNV-1a over 64-bit words (the executor's keys are words: a few hundred
+ * to a few thousand bytes, hashed once per op on the issuing thread), the
+ * tail byte by byte. */
 static uint64_t hash_of(const void *key, size_t len)
 {
     const unsigned char *p = key;
     uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h ^= w;
+        h *= 1099511628211ull;
+        h ^= h >> 32;
+    }
+    for (; i < len; i++) {
         h ^= p[i];
         h *= 1099511628211ull;
     }
