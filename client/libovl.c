@@ -1438,6 +1438,10 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     if (!cm)
         return OVL_ERR_INVALID;
     ovl_client_t *cl = cm->cl;
+    /* A comm with a failed op takes no more: its error now, not a queue of
+     * ops that ovld fails one by one (one load of the doorbell). */
+    if (cm->err != OVL_OK || __atomic_load_n(&cm->db->error, __ATOMIC_ACQUIRE) != 0)
+        return ovl_comm_check(cm);
     if (!d)
         return fail(cl, OVL_ERR_INVALID, "ovl_allgather_gemm: desc is NULL");
     size_t elem = ovl_dtype_size(d->dtype);

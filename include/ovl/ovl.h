@@ -330,7 +330,9 @@ typedef struct ovl_ag_gemm_desc {
  * max_ops_in_flight ops ahead of its completed ones: past that, with the
  * host backend, the call first waits (up to the client's timeout) for the
  * oldest to finish. Errors found later (a disagreement between ranks, a
- * failure while running) surface through ovl_comm_check.
+ * failure while running) surface through ovl_comm_check; once one has
+ * (an earlier op of the comm failed), the call submits nothing and returns
+ * ovl_comm_check's answer.
  */
 ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc, void *stream);
 

@@ -230,7 +230,9 @@ def test_sigint_during_work():
             wait_job_going(d, "interrupted", 5)
             t0 = time.monotonic()
             assert d.stop(signal.SIGINT) == 0, d.log_text()[-4000:]
-            assert time.monotonic() - t0 < 20, "SIGINT took %.1f s" % (time.monotonic() - t0)
+            # the ops issued drain; the ranks take no more once theirs failed
+            # (about 0.3 s here, 15-22 s when they went on submitting)
+            assert time.monotonic() - t0 < 10, "SIGINT took %.1f s" % (time.monotonic() - t0)
             out, err = demo.communicate(timeout=60)
         finally:
             if demo.poll() is None:

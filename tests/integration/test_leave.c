@@ -379,8 +379,10 @@ static void test_rank_killed_aborts_job(void **state)
     ovl_comm_t *comm = NULL;
     assert_status(ovl_comm_init(late, job, 2, 1, 1, &comm), OVL_ERR_ABORTED);
     assert_contains(ovl_last_error(late), "job 'killed' is aborted");
-    /* Ops on the aborted job fail at once. */
-    assert_status(rank_submit(&r0, 0, &s), OVL_OK);
+    /* Ops on the aborted job fail at once: the call itself, with the
+     * comm's error. */
+    assert_status(rank_submit(&r0, 0, &s), OVL_ERR_ABORTED);
+    assert_contains(ovl_last_error(r0.cl), "rank 1 left");
     assert_status(ovl_comm_synchronize(r0.comm), OVL_ERR_ABORTED);
 
     assert_status(rank_close(&r0), OVL_ERR_ABORTED);

@@ -707,22 +707,34 @@ static void mismatch_case(test_daemon_t *d, field_t f)
     memcpy(&c0, rk[0].c, sizeof(c0));
     assert_int_equal(c0, nan_bits);
 
-    /* Sticky: a good op 2 on both ranks still reports the mismatch. */
+    wait_job_in_flight(rk[0].cl, job, 0); /* op 1's completions are in */
+    Ovl__Response *resp = status_call(rk[0].cl);
+    const Ovl__JobInfo *j = find_job(resp, job);
+    assert_non_null(j);
+    uint64_t ops_done = j->ops_done;
+    libovl_response_free(resp);
+
+    /* Sticky: a good op 2 on both ranks is not submitted; the call says the
+     * mismatch, and so does every wait after it. */
     opspec_t good = base_spec;
     good.salt = 1;
     for (int r = 0; r < 2; r++) {
         rank_fill(&rk[r], 1, &good);
-        assert_status(rank_submit(&rk[r], 1, &good), OVL_OK);
+        assert_status(rank_submit(&rk[r], 1, &good), OVL_ERR_MISMATCH);
+        assert_contains(ovl_last_error(rk[r].cl), needle);
     }
     for (int r = 0; r < 2; r++) {
         assert_status(ovl_comm_synchronize(rk[r].comm), OVL_ERR_MISMATCH);
         assert_contains(ovl_last_error(rk[r].cl), needle);
     }
-    Ovl__Response *resp = status_call(rk[0].cl);
-    const Ovl__JobInfo *j = find_job(resp, job);
+    resp = status_call(rk[0].cl);
+    j = find_job(resp, job);
     assert_non_null(j);
     assert_string_equal(j->state, "ready"); /* a refused op does not end the job */
     assert_contains(j->last_error, needle);
+    /* op 2 never reached ovld (this status request would come after it) */
+    assert_int_equal(j->ops_done, ops_done);
+    assert_int_equal(j->ops_in_flight, 0);
     libovl_response_free(resp);
     assert_status(rank_close(&rk[0]), OVL_ERR_MISMATCH);
     assert_status(rank_close(&rk[1]), OVL_ERR_MISMATCH);
