@@ -230,6 +230,34 @@ static void c_wait_value(void)
     page[16] = ++seq;
     DK(drv.stream_wait_value64(s0, dpage + 8 * 16, seq, CU_STREAM_WAIT_VALUE_GEQ));
 }
+/* A world-8 op's doorbells on one stream: 8 waits, then 16 writes (slot
+ * and done of each rank), each set in one call (daemon/cuda_graph.c). */
+static void c_batch_wait8(void)
+{
+    CUstreamBatchMemOpParams w[8];
+    memset(w, 0, sizeof(w));
+    page[16] = ++seq;
+    for (int i = 0; i < 8; i++) {
+        w[i].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+        w[i].waitValue.address = dpage + 8 * 16;
+        w[i].waitValue.value64 = seq;
+        w[i].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    }
+    DK(drv.stream_batch_mem_op(s0, 8, w, 0));
+}
+static void c_batch_write16(void)
+{
+    CUstreamBatchMemOpParams w[16];
+    memset(w, 0, sizeof(w));
+    ++seq;
+    for (int i = 0; i < 16; i++) {
+        w[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        w[i].writeValue.address = dpage + 8 * (1 + i % 8);
+        w[i].writeValue.value64 = seq;
+        w[i].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    }
+    DK(drv.stream_batch_mem_op(s0, 16, w, 0));
+}
 static void c_write_value(void)
 {
     DK(drv.stream_write_value64(s0, dpage, ++seq, CU_STREAM_WRITE_VALUE_DEFAULT));
@@ -388,6 +416,8 @@ int main(int argc, char **argv)
     time_calls("record + cudaStreamWaitEvent", c_wait_event);
     time_calls("cuStreamWaitValue64 (host page)", c_wait_value);
     time_calls("cuStreamWriteValue64 (host page)", c_write_value);
+    time_calls("cuStreamBatchMemOp 8 waits", c_batch_wait8);
+    time_calls("cuStreamBatchMemOp 16 writes", c_batch_write16);
     time_calls("cudaLaunchHostFunc", c_host_func);
     time_calls("cudaEventQuery", c_event_query);
     time_calls("cublasLtMatmul 64x128x128 (cached)", c_gemm);

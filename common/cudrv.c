@@ -25,6 +25,7 @@ int ovl_cudrv_load(ovl_cudrv_t *d, char *err, size_t errlen)
     if (load("cuStreamWaitValue64", (void **)&d->stream_wait_value64, err, errlen) ||
         load("cuStreamWriteValue64", (void **)&d->stream_write_value64, err, errlen) ||
         load("cuStreamWriteValue32", (void **)&d->stream_write_value32, err, errlen) ||
+        load("cuStreamBatchMemOp", (void **)&d->stream_batch_mem_op, err, errlen) ||
         load("cuMemGetAddressRange", (void **)&d->mem_get_address_range, err, errlen) ||
         load("cuPointerGetAttribute", (void **)&d->pointer_get_attribute, err, errlen) ||
         load("cuGetErrorString", (void **)&d->get_error_string, err, errlen))

@@ -16,6 +16,9 @@ typedef struct ovl_cudrv {
     CUresult (*stream_wait_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
     CUresult (*stream_write_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
     CUresult (*stream_write_value32)(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned flags);
+    /* count < 256 waits and writes, enqueued in order by one call */
+    CUresult (*stream_batch_mem_op)(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
+                                    unsigned flags);
     CUresult (*mem_get_address_range)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
     CUresult (*pointer_get_attribute)(void *data, CUpointer_attribute a, CUdeviceptr p);
     CUresult (*get_error_string)(CUresult r, const char **s);

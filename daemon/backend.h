@@ -303,13 +303,18 @@ typedef struct ovld_backend_ops {
      *    and the capture ends, made into *ret (ret NULL: the capture is
      *    abandoned, as after a failure inside it). Either way the streams
      *    are out of capture on return, and nothing of the capture ran.
-     *  - graph_launch: the graph runs on the origin's stream 0 after the
-     *    work queued so far on every rank's stream 0, and every rank's
-     *    stream 0 goes on only after it (the op's DONEs follow).
+     *  - graph_run: op seq whole, the graph as its body: every rank's
+     *    WAIT_READY (ready >= seq), the graph, then every rank's DONE
+     *    (done = seq, OVL_OK, its completion with cookies[i], as done's);
+     *    after the work queued so far on every rank's stream 0, and before
+     *    any later work on them. On failure no done was rung (the caller
+     *    rings them, with the error); once it returns OVL_OK every rank's
+     *    completion comes.
      *  - graph_free: at once, or once its last launch ended. */
     ovl_status_t (*graph_capture)(ovld_rank_t *const *ranks, uint32_t n);
     ovl_status_t (*graph_end)(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t **ret);
-    ovl_status_t (*graph_launch)(ovld_graph_t *g, ovld_rank_t *const *ranks, uint32_t n);
+    ovl_status_t (*graph_run)(ovld_graph_t *g, ovld_rank_t *const *ranks, void *const *cookies,
+                              uint32_t n, uint64_t seq);
     void (*graph_free)(ovld_backend_t *b, ovld_graph_t *g);
     /* Imports that found their mapping already open (hits) and that opened
      * one (misses), since start; NULL where every import maps anew. */

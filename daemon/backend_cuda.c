@@ -154,7 +154,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .set_streams = cuda_set_streams,
     .graph_capture = cuda_graph_capture,
     .graph_end = cuda_graph_end,
-    .graph_launch = cuda_graph_launch,
+    .graph_run = cuda_graph_run,
     .graph_free = cuda_graph_free,
     .mem_cache_stats = cuda_mem_cache_stats,
 };

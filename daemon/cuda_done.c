@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 #include "doorbell.h"
@@ -19,11 +20,10 @@
 
 /* ---------------------------------------------------------- completion */
 
-static void CUDART_CB host_done(void *arg)
+/* The host function's part of one completion (no CUDA call). */
+static void host_done_one(cuda_done_t *d)
 {
-    cuda_done_t *d = arg;
     int expect = 0;
-    /* No CUDA call here: a queue push and uv_async_send. */
     if (atomic_compare_exchange_strong(&d->state, &expect, 1)) {
         ovld_cq_t *q = &d->rank->cb->cq;
         atomic_fetch_sub(&d->refs, 1); /* the delivery's reference remains */
@@ -31,6 +31,42 @@ static void CUDART_CB host_done(void *arg)
     } else if (atomic_fetch_sub(&d->refs, 1) == 1) {
         free(d); /* the watchdog delivered it, and the delivery is done */
     }
+}
+
+/* The completions of one ring: what its host function delivers. */
+typedef struct done_group {
+    uint32_t n;
+    cuda_done_t *d[];
+} done_group_t;
+
+static void CUDART_CB host_done(void *arg)
+{
+    done_group_t *g = arg;
+    /* No CUDA call here: queue pushes and uv_async_send. Each d is held
+     * for this function until its turn (refs). */
+    for (uint32_t i = 0; i < g->n; i++)
+        host_done_one(g->d[i]);
+    free(g);
+}
+
+/* Puts ev back into r's pool, or destroys it (loop thread). */
+static void event_put(struct ovld_rank *r, cudaEvent_t ev)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->nfree_ev == r->cap_free_ev) {
+        uint32_t cap = r->cap_free_ev ? 2 * r->cap_free_ev : 16;
+        cudaEvent_t *ne = realloc(r->free_ev, cap * sizeof(*ne));
+        if (ne) {
+            r->free_ev = ne;
+            r->cap_free_ev = cap;
+        }
+    }
+    bool kept = r->nfree_ev < r->cap_free_ev;
+    if (kept)
+        r->free_ev[r->nfree_ev++] = ev;
+    pthread_mutex_unlock(&r->mu);
+    if (!kept)
+        cudaEventDestroy(ev);
 }
 
 static void done_release(ovld_cq_node_t *node)
@@ -44,75 +80,37 @@ static void done_release(ovld_cq_node_t *node)
         r->inflight = d->next;
     if (d->next)
         d->next->prev = d->prev;
-    if (d->ev) {
-        /* Back to the pool: its last record is complete (or the stream is
-         * dead and the rank goes away anyway). */
-        if (r->nfree_ev == r->cap_free_ev) {
-            uint32_t cap = r->cap_free_ev ? 2 * r->cap_free_ev : 16;
-            cudaEvent_t *ne = realloc(r->free_ev, cap * sizeof(*ne));
-            if (ne) {
-                r->free_ev = ne;
-                r->cap_free_ev = cap;
-            }
-        }
-        if (r->nfree_ev < r->cap_free_ev)
-            r->free_ev[r->nfree_ev++] = d->ev;
-        else
-            cudaEventDestroy(d->ev);
-        d->ev = NULL;
-    }
     d->prev = d->next = NULL;
     pthread_mutex_unlock(&r->mu);
+    /* Back to the pool of the stream's rank: its last record is complete
+     * (or the stream is dead and the rank goes away anyway). */
+    if (d->ev)
+        event_put(d->ev_home, d->ev);
+    d->ev = NULL;
     /* A host function still queued (the watchdog delivered) frees it. */
     if (atomic_fetch_sub(&d->refs, 1) == 1)
         free(d);
 }
 
-void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
-               const char *message, void *cookie)
+/* The GPU cannot ring r's done: the CPU does, so that the client's waits
+ * end and report the error. d (NULL without memory) carries the failure. */
+static void ring_by_cpu(struct ovld_rank *r, cuda_done_t *d, void *cookie, uint64_t seq,
+                        const char *why)
 {
     cuda_backend_t *cb = r->cb;
-    cudaStream_t s = cuda_stream(r, stream);
-    if (!s) {
-        /* done must ring: on stream 0, which every rank has from its
-         * creation, and as the failure it is (a caller's bug). */
-        s = r->slots[0].s[r->slots[0].cur];
-        if (status == OVL_OK) {
-            status = OVL_ERR_INTERNAL;
-            message = cuda_last_err;
+    if (r->db) {
+        if (__atomic_load_n(&r->db->error, __ATOMIC_RELAXED) == 0) {
+            __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
+            __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
         }
+        /* the slot first, then done, as the stream writes them */
+        uint64_t *slot = &r->db->done_slot[seq % OVL_READY_SLOTS];
+        if (__atomic_load_n(slot, __ATOMIC_RELAXED) < seq)
+            __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
+            __atomic_store_n(&r->db->done, seq, __ATOMIC_RELEASE);
     }
-    CUresult cr = CUDA_SUCCESS;
-    bool nodev = cuda_set_device(r->cb, r->dev) != OVL_OK; /* its words: cuda_last_err */
-    if (nodev)
-        cr = CUDA_ERROR_INVALID_CONTEXT;
-    /* The first failure's status and op; later failures leave them be. */
-    if (cr == CUDA_SUCCESS && status != OVL_OK && !r->error_written) {
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db_dev->error_seq, seq,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT);
-        if (cr == CUDA_SUCCESS)
-            cr = cb->drv.stream_write_value32((CUstream)s, (CUdeviceptr)&r->db_dev->error,
-                                              (cuuint32_t)(int32_t)status,
-                                              CU_STREAM_WRITE_VALUE_DEFAULT);
-    }
-    if (status != OVL_OK)
-        r->error_written = true;
-    /* The default flag orders each write after all prior work's memory
-     * writes: the client sees C before it sees done. First the slot that the
-     * client's stream waits on (proto/doorbell.h), then done, which host-side
-     * waits read: once libovl sees done, the slot is written too, and the
-     * page may be unregistered (ovl_comm_destroy). */
-    if (cr == CUDA_SUCCESS)
-        cr = cb->drv.stream_write_value64((CUstream)s,
-                                          (CUdeviceptr)&r->db_dev->done_slot[seq % OVL_READY_SLOTS],
-                                          seq, CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (cr == CUDA_SUCCESS)
-        cr = cb->drv.stream_write_value64((CUstream)s, (CUdeviceptr)&r->db_dev->done, seq,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT);
-    cuda_done_t *d = calloc(1, sizeof(*d));
     if (!d) {
-        /* the completion, from the issuing thread to the loop, without a
-         * node of its own */
         if (!ovld_cq_push_nomem(&cb->cq, cookie, seq))
             ovld_report(&cb->base.report, OVLD_REPORT_ERROR,
                         "device %d: out of memory tracking op %" PRIu64
@@ -120,70 +118,173 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
                         r->dev->ordinal, seq);
         return;
     }
-    d->rank = r;
-    atomic_init(&d->refs, 1);
-    d->node.cookie = cookie;
-    d->node.seq = seq;
-    d->node.status = status;
-    d->node.release = done_release;
-    d->issued_ns = ovl_mono_ns();
-    snprintf(d->node.message, sizeof(d->node.message), "%s", message ? message : "");
-    if (cr != CUDA_SUCCESS) {
-        d->node.status = OVL_ERR_BACKEND;
-        if (nodev)
-            snprintf(d->node.message, sizeof(d->node.message), "cannot ring the doorbell: %s",
-                     cuda_last_err);
-        else
-            snprintf(d->node.message, sizeof(d->node.message),
-                     "cannot ring the doorbell (cuStreamWriteValue64): %s",
-                     ovl_cudrv_strerror(&cb->drv, cr));
-        /* The GPU cannot ring: the CPU does, so that the client's waits
-         * end and report the error. */
-        if (r->db) {
-            if (__atomic_load_n(&r->db->error, __ATOMIC_RELAXED) == 0) {
-                __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
-                __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
+    d->node.status = OVL_ERR_BACKEND;
+    snprintf(d->node.message, sizeof(d->node.message), "%s", why);
+    atomic_store(&d->state, 2);
+    ovld_cq_push(&cb->cq, &d->node);
+}
+
+static CUstreamBatchMemOpParams write_op(void *addr, uint64_t v, bool wide)
+{
+    CUstreamBatchMemOpParams p;
+    memset(&p, 0, sizeof(p));
+    p.writeValue.operation =
+        wide ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    p.writeValue.address = (CUdeviceptr)addr;
+    if (wide)
+        p.writeValue.value64 = v;
+    else
+        p.writeValue.value = (cuuint32_t)v;
+    /* The default flag orders each write after all prior work's memory
+     * writes: the client sees C before it sees done. */
+    p.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    return p;
+}
+
+#define RING_RANKS 16 /* ranks per batch call: at most 4 writes each, under the driver's 256 */
+
+/* ring, with `gpu_why` set where the GPU cannot be asked at all. */
+static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
+                 void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
+                 const char *message, const char *gpu_why)
+{
+    cuda_backend_t *cb = o->cb;
+    done_group_t *g = calloc(1, sizeof(*g) + (size_t)n * sizeof(g->d[0]));
+    CUstreamBatchMemOpParams ops[4 * RING_RANKS];
+    for (uint32_t i0 = 0; i0 < n; i0 += RING_RANKS) {
+        uint32_t i1 = n - i0 < RING_RANKS ? n : i0 + RING_RANKS, k = 0;
+        CUresult cr = CUDA_ERROR_INVALID_CONTEXT;
+        if (!gpu_why) {
+            for (uint32_t i = i0; i < i1; i++) {
+                struct ovld_rank *r = ranks[i];
+                /* The first failure's status and op; later failures leave
+                 * them be. */
+                if (status != OVL_OK && !r->error_written) {
+                    ops[k++] = write_op(&r->db_dev->error_seq, seq, true);
+                    ops[k++] = write_op(&r->db_dev->error, (uint32_t)(int32_t)status, false);
+                }
+                if (status != OVL_OK)
+                    r->error_written = true;
+                /* First the slot that the client's stream waits on
+                 * (proto/doorbell.h), then done, which host-side waits
+                 * read: once libovl sees done, the slot is written too, and
+                 * the page may be unregistered (ovl_comm_destroy). */
+                ops[k++] = write_op(&r->db_dev->done_slot[seq % OVL_READY_SLOTS], seq, true);
+                ops[k++] = write_op(&r->db_dev->done, seq, true);
             }
-            /* the slot first, then done, as the stream writes them */
-            uint64_t *slot = &r->db->done_slot[seq % OVL_READY_SLOTS];
-            if (__atomic_load_n(slot, __ATOMIC_RELAXED) < seq)
-                __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
-            if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
-                __atomic_store_n(&r->db->done, seq, __ATOMIC_RELEASE);
+            cr = cb->drv.stream_batch_mem_op((CUstream)s, k, ops, 0);
         }
-        atomic_store(&d->state, 2);
-        ovld_cq_push(&cb->cq, &d->node);
+        for (uint32_t i = i0; i < i1; i++) {
+            struct ovld_rank *r = ranks[i];
+            cuda_done_t *d = g ? calloc(1, sizeof(*d)) : NULL;
+            if (d) {
+                d->rank = r;
+                atomic_init(&d->refs, 1);
+                d->node.cookie = cookies[i];
+                d->node.seq = seq;
+                d->node.status = status;
+                d->node.release = done_release;
+                d->issued_ns = ovl_mono_ns();
+                snprintf(d->node.message, sizeof(d->node.message), "%s", message ? message : "");
+            }
+            if (cr != CUDA_SUCCESS) {
+                char why[256];
+                if (gpu_why)
+                    snprintf(why, sizeof(why), "cannot ring the doorbell: %s", gpu_why);
+                else
+                    snprintf(why, sizeof(why), "cannot ring the doorbell (cuStreamBatchMemOp): %s",
+                             ovl_cudrv_strerror(&cb->drv, cr));
+                ring_by_cpu(r, d, cookies[i], seq, why);
+                continue;
+            }
+            if (!d) {
+                /* the completion, from the issuing thread to the loop,
+                 * without a node of its own */
+                if (!ovld_cq_push_nomem(&cb->cq, cookies[i], seq))
+                    ovld_report(&cb->base.report, OVLD_REPORT_ERROR,
+                                "device %d: out of memory tracking op %" PRIu64
+                                ", and for its completion: its job never ends",
+                                r->dev->ordinal, seq);
+                continue;
+            }
+            /* Its event from the pool of the stream's rank (events belong
+             * to a device). */
+            d->ev_home = o;
+            pthread_mutex_lock(&r->mu);
+            d->next = r->inflight;
+            if (r->inflight)
+                r->inflight->prev = d;
+            r->inflight = d;
+            pthread_mutex_unlock(&r->mu);
+            pthread_mutex_lock(&o->mu);
+            if (o->nfree_ev > 0)
+                d->ev = o->free_ev[--o->nfree_ev];
+            pthread_mutex_unlock(&o->mu);
+            if (!d->ev && cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess)
+                d->ev = NULL;
+            g->d[g->n++] = d;
+        }
+    }
+    if (!g || g->n == 0) {
+        free(g);
         return;
     }
-    pthread_mutex_lock(&r->mu);
-    d->next = r->inflight;
-    if (r->inflight)
-        r->inflight->prev = d;
-    r->inflight = d;
-    if (r->nfree_ev > 0)
-        d->ev = r->free_ev[--r->nfree_ev];
-    pthread_mutex_unlock(&r->mu);
-    if (!d->ev && cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess)
-        d->ev = NULL;
-    /* The host function goes on the completion stream, behind the event:
+    /* The host function goes on the completion stream, behind the events:
      * on stream 0 it would hold up the next op's start until the callback
-     * thread ran it. */
+     * thread ran it. Each completion has its event, which the watchdog
+     * asks about. */
     cudaStream_t hs = s;
-    if (d->ev && cudaEventRecord(d->ev, s) == cudaSuccess &&
-        cudaStreamWaitEvent(r->cstream, d->ev, 0) == cudaSuccess)
-        hs = r->cstream;
-    atomic_store(&d->refs, 2); /* before the launch: it may run at once */
-    cudaError_t ce = cudaLaunchHostFunc(hs, host_done, d);
+    bool recorded = true;
+    for (uint32_t i = 0; i < g->n; i++)
+        recorded = recorded && g->d[i]->ev && cudaEventRecord(g->d[i]->ev, s) == cudaSuccess;
+    if (recorded && cudaStreamWaitEvent(o->cstream, g->d[g->n - 1]->ev, 0) == cudaSuccess)
+        hs = o->cstream;
+    for (uint32_t i = 0; i < g->n; i++)
+        atomic_store(&g->d[i]->refs, 2); /* before the launch: it may run at once */
+    cudaError_t ce = cudaLaunchHostFunc(hs, host_done, g);
     if (ce != cudaSuccess) {
-        atomic_store(&d->refs, 1);
-        int expect = 0;
-        if (atomic_compare_exchange_strong(&d->state, &expect, 2)) {
-            d->node.status = OVL_ERR_BACKEND;
-            snprintf(d->node.message, sizeof(d->node.message), "cudaLaunchHostFunc: %s",
-                     cudaGetErrorString(ce));
-            ovld_cq_push(&cb->cq, &d->node);
+        for (uint32_t i = 0; i < g->n; i++) {
+            cuda_done_t *d = g->d[i];
+            atomic_store(&d->refs, 1);
+            int expect = 0;
+            if (atomic_compare_exchange_strong(&d->state, &expect, 2)) {
+                d->node.status = OVL_ERR_BACKEND;
+                snprintf(d->node.message, sizeof(d->node.message), "cudaLaunchHostFunc: %s",
+                         cudaGetErrorString(ce));
+                ovld_cq_push(&cb->cq, &d->node);
+            }
         }
+        free(g);
     }
+}
+
+void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
+                    void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
+                    const char *message)
+{
+    ring(o, s, ranks, cookies, n, seq, status, message, NULL);
+}
+
+void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
+               const char *message, void *cookie)
+{
+    /* its words: cuda_last_err */
+    bool nodev = cuda_set_device(r->cb, r->dev) != OVL_OK;
+    cudaStream_t s = nodev ? NULL : cuda_stream(r, stream);
+    if (!s && !nodev) {
+        /* done must ring: on stream 0, which every rank has from its
+         * creation, and as the failure it is (a caller's bug). */
+        s = cuda_s0(r);
+        if (status == OVL_OK) {
+            status = OVL_ERR_INTERNAL;
+            message = cuda_last_err;
+        }
+        if (!s) /* it could not catch up with a replay's origin */
+            s = r->slots[0].s[r->slots[0].cur];
+    }
+    char why[sizeof(cuda_last_err)];
+    snprintf(why, sizeof(why), "%s", cuda_last_err);
+    ring(r, s, &r, &cookie, 1, seq, status, message, nodev ? why : NULL);
 }
 
 /* ------------------------------------------------------------ watchdog */

@@ -4,15 +4,22 @@
  * the origin rank's stream 0 begins it, the other ranks' stream 0 join it
  * by waiting on the origin's fork event, their other streams by the plan's
  * own waits, and everything joins the origin's stream 0 again before the
- * capture ends. The graph is instantiated once and launched on the origin's
- * stream 0, after every rank's stream 0 (their doorbell waits) and before
- * every rank's DONE. Measured on one H100 under MPS (bench/issue_lab.c): a
- * launch of the record and two GEMMs of a world-1 op costs 1.2 us of host
- * time, issuing them call by call 19 us.
+ * capture ends. The graph is instantiated once; each replayed op is then,
+ * all on the origin's stream 0: one batch of every rank's doorbell wait,
+ * the launch, one batch of every rank's done writes and one host function
+ * for all the completions (cuda_done.c). The other ranks' stream 0 wait
+ * for the origin's only when they next have eager work (cuda_s0), and the
+ * origin's for theirs only when they had some (s0_ahead), so that a run of
+ * replayed ops costs the same few calls at any world. Measured on one H100
+ * under MPS (bench/issue_lab.c): a launch of the record and two GEMMs of a
+ * world-1 op costs 1.2 us of host time, issuing them call by call 19 us.
  */
+#include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.h"
+#include "doorbell.h"
 
 struct ovld_graph {
     cudaGraphExec_t exec;
@@ -141,25 +148,69 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
     return OVL_OK;
 }
 
-ovl_status_t cuda_graph_launch(ovld_graph_t *g, ovld_rank_t *const *ranks, uint32_t n)
+#define WAIT_RANKS 64 /* waits per batch call, under the driver's 256 */
+
+ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *const *cookies,
+                            uint32_t n, uint64_t seq)
 {
     struct ovld_rank *o = ranks[0];
-    /* after every rank's stream 0 so far (its doorbell wait) */
+    /* After the work on every rank's stream 0 that the origin's has not
+     * waited for yet (eager ops since the last replay). */
     for (uint32_t i = 1; i < n; i++) {
+        if (!ranks[i]->s0_ahead) /* (then its lag is NULL: cuda_s0) */
+            continue;
         USE_DEVICE(ranks[i]);
         CUDA_TRY(o->cb, cudaEventRecord(ranks[i]->join_ev, s0_of(ranks[i])), "replay");
         USE_DEVICE(o);
         CUDA_TRY(o->cb, cudaStreamWaitEvent(s0_of(o), ranks[i]->join_ev, 0), "replay");
+        ranks[i]->s0_ahead = false;
     }
     USE_DEVICE(o);
-    CUDA_TRY(o->cb, cudaGraphLaunch(g->exec, s0_of(o)), "replay");
-    /* and every rank's stream 0 (its DONE) after the graph */
-    if (n > 1)
-        CUDA_TRY(o->cb, cudaEventRecord(o->fork_ev, s0_of(o)), "replay");
-    for (uint32_t i = 1; i < n; i++) {
-        USE_DEVICE(ranks[i]);
-        CUDA_TRY(o->cb, cudaStreamWaitEvent(s0_of(ranks[i]), o->fork_ev, 0), "replay");
+    cudaStream_t s = cuda_s0(o);
+    if (!s)
+        return OVL_ERR_BACKEND;
+    /* Every rank's doorbell wait, in batches (the pages are mapped on
+     * every device: cudaHostRegisterPortable). */
+    CUstreamBatchMemOpParams w[WAIT_RANKS];
+    for (uint32_t i0 = 0; i0 < n; i0 += WAIT_RANKS) {
+        uint32_t k = 0;
+        for (uint32_t i = i0; i < n && k < WAIT_RANKS; i++, k++) {
+            memset(&w[k], 0, sizeof(w[k]));
+            w[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            w[k].waitValue.address =
+                (CUdeviceptr)&ranks[i]->db_dev->ready_slot[seq % OVL_READY_SLOTS];
+            w[k].waitValue.value64 = seq;
+            w[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        }
+        CUresult cr = o->cb->drv.stream_batch_mem_op((CUstream)s, k, w, 0);
+        if (cr != CUDA_SUCCESS) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err),
+                     "replay: cuStreamBatchMemOp (doorbell ready): %s",
+                     ovl_cudrv_strerror(&o->cb->drv, cr));
+            return OVL_ERR_BACKEND;
+        }
     }
+    CUDA_TRY(o->cb, cudaGraphLaunch(g->exec, s), "replay");
+    /* From here on it rings, whatever fails. The other ranks' stream 0 go
+     * on after the origin's (cuda_s0, at their next eager work). */
+    cuda_done_ring(o, s, ranks, cookies, n, seq, OVL_OK, NULL);
+    if (n == 1)
+        return OVL_OK;
+    cudaError_t ce = cudaEventRecord(o->run_ev, s);
+    if (ce == cudaSuccess) {
+        for (uint32_t i = 1; i < n; i++)
+            ranks[i]->lag = o;
+        return OVL_OK;
+    }
+    /* No point for the others to wait on: the op is waited for here, on
+     * this device's issuing thread (a stream that never ends holds it, and
+     * only it). With a broken context this returns at once, as does all. */
+    ovld_report(&o->cb->base.report, OVLD_REPORT_WARN,
+                "device %d: op %" PRIu64 ": replay: cudaEventRecord: %s; the op is waited for "
+                "before the next is issued",
+                o->dev->ordinal, seq, cudaGetErrorString(ce));
+    (void)cudaStreamSynchronize(s);
+    (void)cudaGetLastError();
     return OVL_OK;
 }
 

@@ -55,6 +55,7 @@ typedef struct cuda_done {
     ovld_cq_node_t node; /* first */
     struct ovld_rank *rank;
     cudaEvent_t ev;
+    struct ovld_rank *ev_home; /* whose pool ev goes back to: the ringing stream's rank */
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
     _Atomic int refs;  /* the delivery, and the host function while it is queued */
@@ -101,6 +102,14 @@ struct ovld_rank {
      * (join_ev, each rank's own) and the origin's forks to theirs (fork_ev,
      * the origin's). */
     cudaEvent_t join_ev, fork_ev;
+    /* A replayed op runs every rank's part on the origin's stream 0
+     * (cuda_graph_run): lag is that origin while this rank's stream 0 has
+     * not caught up with it (its next work waits for the origin's first),
+     * s0_ahead says that this rank's stream 0 has work the origin's has
+     * not waited for. The op's issuing thread only. */
+    struct ovld_rank *lag;
+    bool s0_ahead;
+    cudaEvent_t run_ev; /* the origin's: the end of its last replayed op */
     void *workspace[CUDA_WORKSPACES];
     cudaEvent_t *events;
     uint32_t nevents;
@@ -234,6 +243,10 @@ ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes
                                char *err, size_t errlen);
 ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n);
 ovl_status_t cuda_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n);
+/* r's stream 0 for eager work: caught up with the origin of a replayed op
+ * first (cuda_graph_run), and marked as ahead of it. NULL with words in
+ * cuda_last_err if the catching up failed. */
+cudaStream_t cuda_s0(struct ovld_rank *r);
 /* The CUDA stream that the op being issued calls `stream` (the roles
  * cuda_set_streams was given), or NULL with words in cuda_last_err. */
 cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream);
@@ -250,7 +263,8 @@ extern _Thread_local bool cuda_capturing;
 bool cuda_in_capture(cudaStream_t s);
 ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n);
 ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t **ret);
-ovl_status_t cuda_graph_launch(ovld_graph_t *g, ovld_rank_t *const *ranks, uint32_t n);
+ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *const *cookies,
+                            uint32_t n, uint64_t seq);
 void cuda_graph_free(ovld_backend_t *b, ovld_graph_t *g);
 
 /* cuda_nccl.c */
@@ -273,6 +287,13 @@ ovl_status_t cuda_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_vi
 /* cuda_done.c */
 void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
                const char *message, void *cookie);
+/* Rings op seq's done on ranks[0, n) from stream s of rank o (current
+ * device: o's), as cuda_done does for one, in one batch of stream writes
+ * and with one host function for all n completions (cookies[i]). Never
+ * fails to ring: what the GPU cannot write, the CPU does. */
+void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
+                    void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
+                    const char *message);
 /* The watchdog timer's callback (loop thread; t->data is the backend). */
 void cuda_on_watchdog(uv_timer_t *t);
 

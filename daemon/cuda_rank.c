@@ -59,6 +59,8 @@ void cuda_rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaEventDestroy(r->join_ev));
         if (r->fork_ev)
             FREE_TRY(cudaEventDestroy(r->fork_ev));
+        if (r->run_ev)
+            FREE_TRY(cudaEventDestroy(r->run_ev));
         for (uint32_t i = 0; i < r->nfree_ev; i++)
             FREE_TRY(cudaEventDestroy(r->free_ev[i]));
         if (r->cstream) {
@@ -130,6 +132,8 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         ce = cudaEventCreateWithFlags(&r->join_ev, cudaEventDisableTiming);
     if (ce == cudaSuccess)
         ce = cudaEventCreateWithFlags(&r->fork_ev, cudaEventDisableTiming);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&r->run_ev, cudaEventDisableTiming);
     /* A workspace for every stream a plan may run GEMMs on (collective
      * spreads them over all of its streams), taken now: none is allocated
      * between the launches of an op (API-NOTES 0). */
@@ -347,8 +351,29 @@ ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n)
     return n ? event_get(r, n - 1, &ev) : OVL_OK;
 }
 
+cudaStream_t cuda_s0(struct ovld_rank *r)
+{
+    cudaStream_t s = r->slots[0].s[r->slots[0].cur];
+    struct ovld_rank *o = r->lag;
+    if (o) {
+        /* After the origin's last replayed op (its run_ev, recorded at
+         * the end of each; an event of another device is fine to wait on). */
+        cudaError_t ce = cudaStreamWaitEvent(s, o->run_ev, 0);
+        if (ce != cudaSuccess) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err),
+                     "stream 0: catching up with the replayed ops: cudaStreamWaitEvent: %s",
+                     cudaGetErrorString(ce));
+            return NULL;
+        }
+        r->lag = NULL;
+    }
+    r->s0_ahead = true;
+    return s;
+}
+
 /* The stream the current op calls `stream`, captured or not: a wait is how
- * a stream joins a capture, so a wait takes its stream from here. */
+ * a stream joins a capture, so a wait takes its stream from here. Eager
+ * work on stream 0 goes after a replayed op's (cuda_s0). */
 static cudaStream_t slot_stream(struct ovld_rank *r, uint32_t stream)
 {
     if (stream >= r->nslots || r->slots[stream].cur < 0) {
@@ -356,6 +381,8 @@ static cudaStream_t slot_stream(struct ovld_rank *r, uint32_t stream)
                  "stream %u: no role given (set_streams made %u)", stream, r->nslots);
         return NULL;
     }
+    if (stream == 0 && !cuda_capturing)
+        return cuda_s0(r);
     return r->slots[stream].s[r->slots[stream].cur];
 }
 

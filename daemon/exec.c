@@ -286,6 +286,7 @@ typedef struct walk {
     ovld_allgather_part_t *parts;
     ovld_rail_part_t *rparts;
     ovld_rank_t **ranks;
+    void **cookies; /* replay: the ranks' completion cookies, in rank order */
 } walk_t;
 
 static void walk_free(walk_t *w)
@@ -295,6 +296,7 @@ static void walk_free(walk_t *w)
     free(w->parts);
     free(w->rparts);
     free(w->ranks);
+    free(w->cookies);
 }
 
 static bool walk_alloc(walk_t *w, const ovld_exec_op_t *op, uint32_t maxev)
@@ -304,8 +306,9 @@ static bool walk_alloc(walk_t *w, const ovld_exec_op_t *op, uint32_t maxev)
                   .recorded = calloc((size_t)n * (maxev ? maxev : 1), sizeof(*w->recorded)),
                   .parts = calloc(n, sizeof(*w->parts)),
                   .rparts = calloc(n, sizeof(*w->rparts)),
-                  .ranks = calloc(n, sizeof(*w->ranks))};
-    if (w->pc && w->recorded && w->parts && w->rparts && w->ranks)
+                  .ranks = calloc(n, sizeof(*w->ranks)),
+                  .cookies = calloc(n, sizeof(*w->cookies))};
+    if (w->pc && w->recorded && w->parts && w->rparts && w->ranks && w->cookies)
         return true;
     walk_free(w);
     return false;
@@ -793,7 +796,7 @@ out:
  * neither doorbell instructions nor NCCL calls, DONE on stream 0. */
 static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
 {
-    if (!op->replay || !b->ops->graph_capture || !b->ops->graph_end || !b->ops->graph_launch ||
+    if (!op->replay || !b->ops->graph_capture || !b->ops->graph_end || !b->ops->graph_run ||
         !b->ops->graph_free)
         return false;
     for (uint32_t r = 0; r < op->world; r++) {
@@ -856,8 +859,8 @@ static size_t replay_key(const ovld_exec_op_t *op, uint64_t *key)
 }
 
 /* Captures op's body into a graph, for the key ovld_replay_find asked
- * about; every rank's WAIT_READY was issued (wk->pc 1). NULL if the
- * capture failed, with words in err (nothing of it ran). */
+ * about: every rank's program from wk->pc 1 to before its DONE. NULL if
+ * the capture failed, with words in err (nothing of it ran). */
 static ovld_graph_t *capture(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t maxev,
                              walk_t *wk, char *err, size_t errlen)
 {
@@ -888,10 +891,10 @@ static ovld_graph_t *capture(ovld_backend_t *b, const ovld_exec_op_t *op, uint32
 }
 
 /*
- * Issues a replayable op (replay_fits) as ovld_replay_find says: every
- * rank's WAIT_READY, then its body from the key's graph (captured first
- * where asked), then every rank's DONE. A capture that fails leaves the
- * key to be issued call by call, and so is this op's body.
+ * Issues a replayable op (replay_fits) as ovld_replay_find says: the whole
+ * op by graph_run, its body from the key's graph (captured first where
+ * asked). A capture that fails leaves the key to be issued call by call,
+ * and so is this op, whole.
  */
 static ovl_status_t exec_replayed(ovld_exec_pool_t *pool, ovld_backend_t *b,
                                   const ovld_exec_op_t *op, uint32_t maxev, ovld_replay_how_t how,
@@ -906,25 +909,17 @@ static ovl_status_t exec_replayed(ovld_exec_pool_t *pool, ovld_backend_t *b,
         return fail_all(b, op, OVL_ERR_NOMEM, err);
     }
     ovl_status_t st = OVL_OK;
-    for (uint32_t r = 0; r < op->world; r++)
+    for (uint32_t r = 0; r < op->world; r++) {
         wk.ranks[r] = op->ranks[r].rank;
-    for (uint32_t r = 0; r < op->world && st == OVL_OK; r++) {
-        char why[160];
-        st = issue(b, op, r, &op->ranks[r].plan->instr[0], why, sizeof(why));
-        if (st != OVL_OK)
-            snprintf(err, errlen, "rank %u, instruction 0 (WAIT_READY): %s", r,
-                     why_failed(b, why, st));
-        else
-            wk.pc[r] = 1;
-    }
-    if (st != OVL_OK) {
-        if (how == OVLD_REPLAY_CAPTURE)
-            ovld_replay_refused(op->replay);
-        goto fail;
+        wk.cookies[r] = op->ranks[r].cookie;
     }
     if (how == OVLD_REPLAY_CAPTURE) {
         char why[256];
+        for (uint32_t r = 0; r < op->world; r++)
+            wk.pc[r] = 1; /* the body: after WAIT_READY */
         g = capture(b, op, maxev, &wk, why, sizeof(why));
+        for (uint32_t r = 0; r < op->world; r++)
+            wk.pc[r] = 0;
         if (!g) {
             ovld_replay_refused(op->replay);
             if (pool)
@@ -932,9 +927,7 @@ static ovl_status_t exec_replayed(ovld_exec_pool_t *pool, ovld_backend_t *b,
                             "op %llu: its body could not be captured for replay (%s): ops "
                             "like it are issued call by call",
                             (unsigned long long)op->seq, why);
-            /* nothing of the capture ran: the body again, call by call */
-            for (uint32_t r = 0; r < op->world; r++)
-                wk.pc[r] = 1;
+            /* nothing of the capture ran: the op, call by call */
             memset(wk.recorded, 0, (size_t)op->world * (maxev ? maxev : 1) * sizeof(bool));
             how = OVLD_REPLAY_EAGER;
             st = walk(b, op, maxev, &wk, false, err, errlen);
@@ -944,17 +937,13 @@ static ovl_status_t exec_replayed(ovld_exec_pool_t *pool, ovld_backend_t *b,
         }
         ovld_replay_captured(op->replay, g);
     }
-    st = b->ops->graph_launch(g, wk.ranks, op->world);
+    st = b->ops->graph_run(g, wk.ranks, wk.cookies, op->world, op->seq);
     if (st != OVL_OK) {
         snprintf(err, errlen, "replay: %s", why_failed(b, "", st));
         goto fail;
     }
-    for (uint32_t r = 0; r < op->world; r++) {
-        const ovl_plan_t *p = op->ranks[r].plan;
-        char why[160];
-        (void)issue(b, op, r, &p->instr[p->ninstr - 1], why, sizeof(why)); /* DONE: rings */
-        wk.pc[r] = p->ninstr;
-    }
+    for (uint32_t r = 0; r < op->world; r++)
+        wk.pc[r] = op->ranks[r].plan->ninstr; /* every DONE rung */
 out:
     *ret_how = how;
     walk_free(&wk);

@@ -351,7 +351,7 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
             return OVL_ERR_NOMEM;
         }
         memcpy(j->id, id, idlen + 1);
-        if (js->cfg->replay_cache > 0 && js->backend->ops->graph_launch)
+        if (js->cfg->replay_cache > 0 && js->backend->ops->graph_run)
             j->replay = ovld_replay_create(js->backend, js->cfg->replay_cache); /* NULL: none */
         j->owner = req->uid;
         j->across = req->across;

@@ -6,10 +6,10 @@
  *
  * What must hold (exec.h, replay.h):
  *  - an op is issued call by call the first time its key is seen, captured
- *    (and launched) the second, replayed from then on: a replayed op's
- *    calls are every rank's WAIT_READY, one launch, every rank's DONE, and
- *    nothing else; a captured op's body calls are exactly the eager op's,
- *    all of them inside the capture;
+ *    (and run) the second, replayed from then on: a replayed op is one
+ *    graph_run (every rank's WAIT_READY, one launch, every rank's DONE)
+ *    and nothing else; a captured op's body calls are exactly the eager
+ *    op's, all of them inside the capture, before the run;
  *  - a different view or shape is another key; a change of the memory
  *    generation drops every key (and frees their graphs);
  *  - a capture that fails (at its end, or a call inside it) leaves nothing
@@ -173,11 +173,23 @@ static ovl_status_t m_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t **
     *ret = g;
     return OVL_OK;
 }
-static ovl_status_t m_launch(ovld_graph_t *g, ovld_rank_t *const *ranks, uint32_t n)
+/* The op whole, as a backend's graph_run does it: every rank's wait, the
+ * launch, every rank's done (none of them if the launch fails). */
+static ovl_status_t m_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *const *cookies,
+                          uint32_t n, uint64_t seq)
 {
     assert_false(M.capturing);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(ranks[i]->id, (int)i); /* in rank order */
+        assert_ptr_equal(cookies[i], ranks[i]); /* each rank's own cookie (setup_make) */
+        logc((entry_t){.call = C_WAIT_READY, .rank = ranks[i]->id, .seq = seq});
+    }
     logc((entry_t){.call = C_LAUNCH, .rank = ranks[0]->id, .n = n, .seq = (uint64_t)g->id});
-    return M.fail_launch ? OVL_ERR_BACKEND : OVL_OK;
+    if (M.fail_launch)
+        return OVL_ERR_BACKEND;
+    for (uint32_t i = 0; i < n; i++)
+        logc((entry_t){.call = C_DONE, .rank = ranks[i]->id, .seq = seq, .status = OVL_OK});
+    return OVL_OK;
 }
 static void m_free(ovld_backend_t *b, ovld_graph_t *g)
 {
@@ -200,7 +212,7 @@ static ovld_backend_ops_t mock_ops = {
     .last_error = m_last_error,
     .graph_capture = m_capture,
     .graph_end = m_end,
-    .graph_launch = m_launch,
+    .graph_run = m_run,
     .graph_free = m_free,
 };
 static ovld_backend_t mock = {.ops = &mock_ops};
@@ -373,9 +385,14 @@ static void test_replay_cycle(void **state)
         for (size_t i = 0; i < M.n; i++)
             if (M.log[i].call == C_CAPTURE || M.log[i].call == C_LAUNCH)
                 assert_int_equal(M.log[i].n, world);
-        /* the order: waits, capture, body, end, launch, dones */
-        assert_int_equal(M.log[0].call, C_WAIT_READY);
-        assert_int_equal(M.log[world].call, C_CAPTURE);
+        /* the order: capture, body, end, then the run: waits, launch, dones */
+        assert_int_equal(M.log[0].call, C_CAPTURE);
+        assert_int_equal(M.log[M.n - 2 * world - 2].call, C_END);
+        for (uint32_t r = 0; r < world; r++) {
+            assert_int_equal(M.log[M.n - 2 * world - 1 + r].call, C_WAIT_READY);
+            assert_int_equal(M.log[M.n - 1 - r].call, C_DONE);
+        }
+        assert_int_equal(M.log[M.n - world - 1].call, C_LAUNCH);
 
         for (uint64_t seq = 3; seq < 6; seq++) {
             assert_int_equal(run(&s, seq, OVL_OK), OVLD_REPLAY_LAUNCH);
@@ -513,7 +530,7 @@ static void test_replay_not_replayable(void **state)
     ovld_backend_ops_t plain = mock_ops;
     plain.graph_capture = NULL;
     plain.graph_end = NULL;
-    plain.graph_launch = NULL;
+    plain.graph_run = NULL;
     plain.graph_free = NULL;
     ovld_backend_t pb = {.ops = &plain};
     setup_make(&s, OVL_ALGO_RING, 1, false, 0, rp);
