@@ -84,6 +84,8 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
     /* its graphs before its ranks (their streams and memory) */
     ovld_replay_destroy(j->replay);
     j->replay = NULL;
+    ovld_plancache_destroy(j->plans);
+    j->plans = NULL;
     ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
     for (uint32_t r = 0; r < j->world; r++) {
         ovld_member_t *m = j->members[r];
@@ -353,6 +355,7 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
         memcpy(j->id, id, idlen + 1);
         if (js->cfg->replay_cache > 0 && js->backend->ops->graph_run)
             j->replay = ovld_replay_create(js->backend, js->cfg->replay_cache); /* NULL: none */
+        j->plans = ovld_plancache_create(js->cfg->replay_cache);                /* NULL: none */
         j->owner = req->uid;
         j->across = req->across;
         if (req->across)

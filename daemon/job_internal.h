@@ -6,6 +6,7 @@
 #define OVLD_JOB_INTERNAL_H
 
 #include "job.h"
+#include "plancache.h"
 #include "replay.h"
 
 struct ovld_member {
@@ -44,6 +45,9 @@ typedef struct ovld_job {
     /* Its captured ops (replay.h), the lane's to use; NULL: none (no
      * memory for it, or a backend that cannot capture). */
     ovld_replay_t *replay;
+    /* Its ops' plans by their parameters (plancache.h); NULL: planned
+     * anew for every op (replay_cache 0, or no memory for it). */
+    ovld_plancache_t *plans;
     bool detached; /* every rank left; on dead until its ops are done */
     char last_error[256];
     /* A job across nodes (cluster.h): known by its nonce; this daemon runs

@@ -66,7 +66,7 @@ typedef struct ovld_op {
     ovld_jobs_t *js;
     ovld_job_t *job;
     ovld_issue_t issue;
-    ovl_plan_t *plans;
+    ovld_plans_t *plans;
     ovld_exec_rank_t *xr;
     ovld_exec_ring_t *rings;
     uint64_t plan_ns; /* planning, before the issue */
@@ -175,8 +175,7 @@ static void op_fail_issued(ovld_issue_t *it)
 /* Resolves one rank's views and builds its plan. */
 
 static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, uint32_t r,
-                                    const ovl_plan_params_t *pp, ovl_plan_t *plan,
-                                    ovld_exec_rank_t *x)
+                                    const ovl_plan_t *plan, ovld_exec_rank_t *x)
 {
     /* The plan's name of each buffer an op gives. */
     ovl_buf_t plan_buf[OVLD_BUF_COUNT] = {
@@ -188,14 +187,7 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
         plan_buf[ovld_buf_c(i)] = ovl_buf_c(i);
     }
     ovld_sub_t *s = &op->subs[r];
-    ovl_plan_params_t p = *pp;
-    p.rank = r;
-    ovl_status_t st = ovl_plan_build(&p, plan);
-    if (st != OVL_OK) {
-        snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", r, ovl_strerror(st));
-        op->planner_refused = true;
-        return st;
-    }
+    ovl_status_t st;
     for (int b = 0; b < OVLD_BUF_COUNT; b++)
         if (s->use[b].hold)
             x->buf[plan_buf[b]] = s->use[b].view;
@@ -252,13 +244,6 @@ void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_
         p->algo = cfg->default_algo;
     if (p->algo == OVL_ALGO_AUTO)
         p->algo = ovl_plan_choose(p);
-}
-
-static void plans_free(ovl_plan_t *plans, uint32_t n)
-{
-    for (uint32_t r = 0; plans && r < n; r++)
-        ovl_plan_free(&plans[r]);
-    free(plans);
 }
 
 /* NCCL moves a rank's rows only as one dense piece: an A or a_out of any
@@ -340,11 +325,11 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     ovl_plan_params_t pp = *params;
     op->ran_algo = pp.algo;
 
-    /* Plans live only while the executor walks them: backends copy what they
-     * need into their own work items. */
+    /* The op holds its plans only while the executor walks them: backends
+     * copy what they need into their own work items. */
+    ovld_plans_t *plans = NULL;
     ovld_exec_rank_t *xr = calloc(j->world, sizeof(*xr));
-    ovl_plan_t *plans = calloc(j->world, sizeof(*plans));
-    if (!xr || !plans) {
+    if (!xr) {
         op->st = OVL_ERR_NOMEM;
         snprintf(op->msg, sizeof(op->msg), "out of memory");
         goto fail;
@@ -355,11 +340,23 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
         snprintf(op->msg, sizeof(op->msg), "gathered A does not fit in memory");
         goto fail;
     }
+    uint32_t refused = 0;
+    op->st = ovld_plans_get(j->plans, &pp, (const void *const *)j->members, &plans, &refused);
+    if (op->st != OVL_OK) {
+        if (op->st == OVL_ERR_NOMEM) {
+            snprintf(op->msg, sizeof(op->msg), "out of memory");
+        } else {
+            snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", refused,
+                     ovl_strerror(op->st));
+            op->planner_refused = true;
+        }
+        goto fail;
+    }
     uint32_t nlocal = 0;
     for (uint32_t r = 0; r < j->world; r++) {
         if (!j->members[r])
             continue; /* another node's */
-        op->st = op_prepare_rank(js, j, op, r, &pp, &plans[r], &xr[r]);
+        op->st = op_prepare_rank(js, j, op, r, &plans->plans[r], &xr[r]);
         if (op->st != OVL_OK)
             goto fail;
         nlocal++;
@@ -392,7 +389,7 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
     ovld_lane_submit(j->lane, js->backend, js->pool, &op->issue);
     return;
 fail:
-    plans_free(plans, j->world);
+    ovld_plans_put(plans);
     free(xr);
     op_fail(js, j, op);
     if (j->across && !op->planner_refused)
@@ -430,7 +427,7 @@ static void op_issued(ovld_issue_t *it)
         log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
                   j->id, op->seq, ovl_algo_name(op->ran_algo), op->f.m, op->f.n, op->f.k);
     }
-    plans_free(op->plans, j->world);
+    ovld_plans_put(op->plans);
     free(op->xr);
     op->plans = NULL;
     op->xr = NULL;

@@ -1053,6 +1053,30 @@ void ovl_plan_free(ovl_plan_t *plan)
     memset(plan, 0, sizeof(*plan));
 }
 
+/* node_of[q], NULL being node 0 for every rank. */
+static uint32_t node_at(const uint32_t *node_of, uint32_t q)
+{
+    return node_of ? node_of[q] : 0;
+}
+
+bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *b)
+{
+    if (a->algo != b->algo || a->world != b->world || a->rank != b->rank || a->m != b->m ||
+        a->n != b->n || a->k != b->k || a->dtype != b->dtype || a->chunks != b->chunks ||
+        a->streams != b->streams || a->want_gathered != b->want_gathered ||
+        a->transb != b->transb || a->strided != b->strided || a->shared_gpu != b->shared_gpu ||
+        a->allgather != b->allgather || a->nb != b->nb)
+        return false;
+    for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
+        if (a->n_more[i] != b->n_more[i])
+            return false;
+    if (a->node_of != b->node_of)
+        for (uint32_t q = 0; q < a->world; q++)
+            if (node_at(a->node_of, q) != node_at(b->node_of, q))
+                return false;
+    return true;
+}
+
 /* a * b, saturating at UINT64_MAX: AUTO compares sizes, it never needs more. */
 static uint64_t mul_sat(uint64_t a, uint64_t b)
 {

@@ -348,6 +348,10 @@ ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint3
 /* Frees what ovl_plan_build allocated; accepts a zeroed plan. */
 void ovl_plan_free(ovl_plan_t *plan);
 
+/* Whether a and b plan the same program: every field equal (node_of by
+ * its world entries, NULL being every rank on node 0). */
+bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *b);
+
 /*
  * The documented rule behind OVL_ALGO_AUTO (see docs/plans.md). Returns a
  * concrete algorithm; never AUTO.
