@@ -32,10 +32,11 @@
  *   GEMM        cuBLASLt (cuda_gemm.c)
  *   SLEEP       kernels.cu
  *   DONE        error word (if failed), then done_slot[seq % slots] = seq
- *               and done = seq in the shared page, by stream memory
- *               operations; a host function then reports the completion
- *               to the loop, and a watchdog timer catches what host
- *               functions cannot (they never run after a context error).
+ *               and done = seq in the shared page and seq in the rank's
+ *               own counter, in one batch of stream memory operations;
+ *               the poller thread reports the completion to the loop once
+ *               the counter reached it, and a watchdog timer catches what
+ *               the GPU will never write (a context error).
  *   replay      an op's body captured once into a CUDA graph (stream
  *               capture of the primitives above), launched for later ops
  *               of the same key between the eager WAIT_READY and DONE
@@ -168,6 +169,9 @@ static void free_backend(cuda_backend_t *cb)
         }
     free(cb->devs);
     pthread_mutex_destroy(&cb->ipc_mu);
+    pthread_mutex_destroy(&cb->ranks_mu);
+    pthread_mutex_destroy(&cb->poll_mu);
+    pthread_cond_destroy(&cb->poll_cv);
     free(cb);
 }
 
@@ -184,6 +188,7 @@ static void cuda_destroy(ovld_backend_t *b)
     cuda_backend_t *cb = (cuda_backend_t *)b;
     uv_timer_stop(&cb->watchdog);
     uv_close((uv_handle_t *)&cb->watchdog, NULL);
+    cuda_poller_stop(cb); /* before the queue it pushes to closes */
     ovld_cq_close(&cb->cq, on_cq_closed);
 }
 
@@ -214,6 +219,9 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
         cb->base.report = *report;
     cb->loop = loop;
     pthread_mutex_init(&cb->ipc_mu, NULL);
+    pthread_mutex_init(&cb->ranks_mu, NULL);
+    pthread_mutex_init(&cb->poll_mu, NULL);
+    pthread_cond_init(&cb->poll_cv, NULL);
     if (ovl_cudrv_load(&cb->drv, err, errlen) != 0)
         goto fail;
     for (int i = 0; i < n; i++) {
@@ -258,6 +266,10 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     if (ovld_cq_init(&cb->cq, loop, done_cb, done_arg) != 0) {
         snprintf(err, errlen, "completion queue");
         goto fail;
+    }
+    if (cuda_poller_start(cb, err, errlen) != OVL_OK) {
+        ovld_cq_close(&cb->cq, on_cq_closed); /* frees the backend once closed */
+        return OVL_ERR_SYSTEM;
     }
     uv_timer_init(loop, &cb->watchdog);
     cb->watchdog.data = cb;

@@ -6,8 +6,7 @@
  * own waits, and everything joins the origin's stream 0 again before the
  * capture ends. The graph is instantiated once; each replayed op is then,
  * all on the origin's stream 0: one batch of every rank's doorbell wait,
- * the launch, one batch of every rank's done writes and one host function
- * for all the completions (cuda_done.c). The other ranks' stream 0 wait
+ * the launch, one batch of every rank's done writes (cuda_done.c). The other ranks' stream 0 wait
  * for the origin's only when they next have eager work (cuda_s0), and the
  * origin's for theirs only when they had some (s0_ahead), so that a run of
  * replayed ops costs the same few calls at any world. Measured on one H100

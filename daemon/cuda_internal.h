@@ -14,7 +14,7 @@
  *                   method asked, for the local ranks' parts), the rail
  *                   (grouped NCCL send/recv between nodes) and the
  *                   copy-engine pulls
- *   cuda_done.c     completions (done, host functions), the watchdog,
+ *   cuda_done.c     completions (done, the poller), the watchdog,
  *                   restore_release
  *   cuda_gemm.c     cuBLASLt (its own header, cuda_gemm.h)
  */
@@ -49,7 +49,7 @@ typedef struct cuda_dev {
 /* One opened IPC handle on one device (cuda_mem.c). */
 typedef struct ipc_entry ipc_entry_t;
 
-/* A completion on its way: the host function pushes it; the watchdog may
+/* A completion on its way: the poller pushes it; the watchdog may
  * deliver it instead if the stream died. */
 typedef struct cuda_done {
     ovld_cq_node_t node; /* first */
@@ -57,8 +57,7 @@ typedef struct cuda_done {
     cudaEvent_t ev;
     struct ovld_rank *ev_home; /* whose pool ev goes back to: the ringing stream's rank */
     uint64_t issued_ns;
-    _Atomic int state; /* 0 waiting, 1 pushed by the host function, 2 by the watchdog */
-    _Atomic int refs;  /* the delivery, and the host function while it is queued */
+    _Atomic int state; /* 0 waiting, 1 pushed by the poller, 2 by the watchdog */
     bool warned;       /* reported as slow (loop thread) */
     struct cuda_done *prev, *next;
 } cuda_done_t;
@@ -123,7 +122,11 @@ struct ovld_rank {
     struct ovl_doorbell *db;     /* as the host sees it */
     struct ovl_doorbell *db_dev; /* as the GPU sees it */
     int db_fd;
-    cudaStream_t cstream; /* completions: host functions wait here, off stream 0 */
+    /* Its own completion counter: seq after each DONE, written by the GPU
+     * in the same batch as the doorbell; ovld's pinned memory, which the
+     * poller reads (cuda_done.c) and no client can write. */
+    uint64_t *done_own;
+    uint64_t *done_own_dev; /* as the GPU sees it */
     /* Guards inflight and free_ev: the issuing thread adds an op (DONE),
      * the loop delivers and watches them. */
     pthread_mutex_t mu;
@@ -170,7 +173,18 @@ struct cuda_backend {
     cuda_dev_t *devs;
     ovld_cq_t cq;
     uv_timer_t watchdog;
+    /* Its ranks: added and taken off by the loop thread, under ranks_mu,
+     * which the poller holds while it looks at them. */
     struct ovld_rank *ranks;
+    pthread_mutex_t ranks_mu;
+    /* The poller (cuda_done.c): poll_gen counts rings, so that it sleeps
+     * on poll_cv only when nothing new came. */
+    pthread_t poller;
+    bool poller_started;
+    pthread_mutex_t poll_mu;
+    pthread_cond_t poll_cv;
+    uint64_t poll_gen; /* under poll_mu, as the rest */
+    bool poll_idle, poll_stop;
     pthread_mutex_t ipc_mu;
     ipc_entry_t *ipc;
     uint64_t ipc_hits, ipc_misses; /* under ipc_mu */
@@ -289,11 +303,15 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
                const char *message, void *cookie);
 /* Rings op seq's done on ranks[0, n) from stream s of rank o (current
  * device: o's), as cuda_done does for one, in one batch of stream writes
- * and with one host function for all n completions (cookies[i]). Never
+ * with every completion left to the poller (cookies[i]). Never
  * fails to ring: what the GPU cannot write, the CPU does. */
 void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                     void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
                     const char *message);
+/* The poller thread: started once the completion queue exists, stopped
+ * before it closes. */
+ovl_status_t cuda_poller_start(cuda_backend_t *cb, char *err, size_t errlen);
+void cuda_poller_stop(cuda_backend_t *cb);
 /* The watchdog timer's callback (loop thread; t->data is the backend). */
 void cuda_on_watchdog(uv_timer_t *t);
 

@@ -477,8 +477,8 @@ ovl_status_t cuda_job_key(ovld_backend_t *b, uint8_t out[OVLD_NCCL_ID_LEN], char
  * that never came. Each completion says so (loop thread: the deliveries
  * read it there, later), and the doorbell's error word too, by a CPU
  * store, as cuda_done does where the GPU cannot ring: no GPU write of it is
- * queued while error_written is false. Ops the GPU just finished but whose
- * host function has not run yet are failed with them; the job is lost
+ * queued while error_written is false. Ops the GPU just finished but that
+ * the poller has not seen yet are failed with them; the job is lost
  * anyway. */
 static void abort_inflight(struct ovld_rank *r)
 {

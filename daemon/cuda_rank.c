@@ -63,10 +63,8 @@ void cuda_rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaEventDestroy(r->run_ev));
         for (uint32_t i = 0; i < r->nfree_ev; i++)
             FREE_TRY(cudaEventDestroy(r->free_ev[i]));
-        if (r->cstream) {
-            FREE_TRY(cudaStreamSynchronize(r->cstream));
-            FREE_TRY(cudaStreamDestroy(r->cstream));
-        }
+        if (r->done_own)
+            FREE_TRY(cudaFreeHost(r->done_own));
         if (r->db) {
             FREE_TRY(cudaHostUnregister(r->db));
             ovl_doorbell_destroy(r->db, -1); /* the fd: below */
@@ -142,8 +140,12 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         ce = cudaMalloc(&r->workspace[i], OVLD_LT_WORKSPACE);
     }
     if (ce == cudaSuccess) {
-        what = "cudaStreamCreateWithPriority (completions)";
-        ce = cudaStreamCreateWithPriority(&r->cstream, cudaStreamNonBlocking, r->dev->prio_lo);
+        what = "cudaHostAlloc (completion counter)";
+        ce = cudaHostAlloc((void **)&r->done_own, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+    }
+    if (ce == cudaSuccess) {
+        *r->done_own = 0;
+        ce = cudaHostGetDevicePointer((void **)&r->done_own_dev, r->done_own, 0);
     }
     if (ce == cudaSuccess) {
         what = "the doorbell (memfd)";
@@ -178,19 +180,23 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         return OVL_ERR_SYSTEM;
     }
     ret_db->offset = 0;
+    pthread_mutex_lock(&cb->ranks_mu);
     r->next = cb->ranks;
     cb->ranks = r;
+    pthread_mutex_unlock(&cb->ranks_mu);
     *ret_rank = r;
     return OVL_OK;
 }
 
 void cuda_rank_unlink(struct ovld_rank *r)
 {
+    pthread_mutex_lock(&r->cb->ranks_mu);
     for (struct ovld_rank **pp = &r->cb->ranks; *pp; pp = &(*pp)->next)
         if (*pp == r) {
             *pp = r->next;
-            return;
+            break;
         }
+    pthread_mutex_unlock(&r->cb->ranks_mu);
 }
 
 void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
