@@ -17,6 +17,7 @@
  * cuBLASLt error, 2 for bad arguments, 77 without a GPU.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,6 +112,33 @@ static void gemm(cudaStream_t s, uint64_t row0)
         fprintf(stderr, "issue-lab: gemm: %s\n", err);
         exit(1);
     }
+}
+
+/* A 2048^3 bf16 GEMM (about 25 us): the doorbell's round trip between
+ * GEMMs that fill the GPU, as in ovl-bench. */
+#define BIG 2048
+static void *ba, *bb, *bc;
+static void gemm_big(cudaStream_t s)
+{
+    ovld_gemm_args_t g = {
+        .dtype = OVL_DTYPE_BF16,
+        .rows = BIG,
+        .n = BIG,
+        .k = BIG,
+        .nblocks = 1,
+        .a = {ba, BIG},
+        .b = {bb, BIG},
+        .c = {bc, BIG},
+    };
+    char err[256];
+    if (ovld_lt_gemm(lt, s, ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err)) != OVL_OK) {
+        fprintf(stderr, "issue-lab: gemm: %s\n", err);
+        exit(1);
+    }
+}
+static void gemm_small(cudaStream_t s)
+{
+    gemm(s, 0);
 }
 
 /* ovld's DONE: the slot and done written, an event, the host function
@@ -258,6 +286,23 @@ static void c_batch_write16(void)
     }
     DK(drv.stream_batch_mem_op(s0, 16, w, 0));
 }
+/* libovl's submit as one call: the ready write, then the wait for done. */
+static void c_batch_submit(void)
+{
+    CUstreamBatchMemOpParams w[2];
+    memset(w, 0, sizeof(w));
+    ++seq;
+    page[1 + seq % 8] = seq; /* done: already rung */
+    w[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    w[0].writeValue.address = dpage + 8 * 16;
+    w[0].writeValue.value64 = seq;
+    w[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    w[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    w[1].waitValue.address = dpage + 8 * (1 + seq % 8);
+    w[1].waitValue.value64 = seq;
+    w[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    DK(drv.stream_batch_mem_op(s0, 2, w, 0));
+}
 static void c_write_value(void)
 {
     DK(drv.stream_write_value64(s0, dpage, ++seq, CU_STREAM_WRITE_VALUE_DEFAULT));
@@ -361,6 +406,71 @@ static void time_host(const char *what, void (*fn)(void))
     free(ns);
 }
 
+static float elapsed_ms(cudaEvent_t t0, cudaEvent_t t1)
+{
+    float ms;
+    CK(cudaEventSynchronize(t1));
+    CK(cudaEventElapsedTime(&ms, t0, t1));
+    return ms;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * The doorbell's round trip on the GPU: a "client" stream writes ready = i
+ * and waits done >= i, an "ovld" stream waits ready >= i and writes done =
+ * i (with work, that work between: a GEMM), i = 1..n back to back, timed by events
+ * on the client's stream: what every op of a stream-ordered submit pays
+ * between one op's last kernel and the next op's first, with the counters
+ * in a host page mapped for the GPU (ovl today) or in device memory.
+ */
+static void time_round_trip(const char *what, CUdeviceptr ready, CUdeviceptr done,
+                            void (*work)(cudaStream_t))
+{
+    enum { N = 2000, WARM = 100, ROUNDS = 7 };
+    cudaEvent_t t0, t1;
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    double extra[ROUNDS], alone[ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
+        alone[round] = 0;
+        if (work) { /* the work alone, back to back, just before */
+            CK(cudaEventRecord(t0, s1));
+            for (int i = 0; i < N; i++)
+                work(s1);
+            CK(cudaEventRecord(t1, s1));
+            alone[round] = elapsed_ms(t0, t1) * 1e3 / N;
+        }
+        CK(cudaMemset((void *)(uintptr_t)ready, 0, 8));
+        CK(cudaMemset((void *)(uintptr_t)done, 0, 8));
+        CK(cudaDeviceSynchronize());
+        for (int i = 1; i <= WARM + N; i++) {
+            if (i == WARM + 1)
+                CK(cudaEventRecord(t0, s0));
+            DK(drv.stream_wait_value64(s1, ready, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ));
+            if (work)
+                work(s1);
+            DK(drv.stream_write_value64(s1, done, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT));
+            DK(drv.stream_write_value64(s0, ready, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT));
+            DK(drv.stream_wait_value64(s0, done, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ));
+        }
+        CK(cudaEventRecord(t1, s0));
+        extra[round] = elapsed_ms(t0, t1) * 1e3 / N - alone[round];
+    }
+    qsort(extra, ROUNDS, sizeof(double), cmp_double);
+    qsort(alone, ROUNDS, sizeof(double), cmp_double);
+    printf("%-34s %9.2f %9.2f %12.2f", what, extra[0], extra[ROUNDS - 1], extra[ROUNDS / 2]);
+    if (work)
+        printf("   (work alone %.2f us)", alone[ROUNDS / 2]);
+    printf("\n");
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 || (argc == 2 && (iters = atoi(argv[1])) < 100)) {
@@ -418,6 +528,7 @@ int main(int argc, char **argv)
     time_calls("cuStreamWriteValue64 (host page)", c_write_value);
     time_calls("cuStreamBatchMemOp 8 waits", c_batch_wait8);
     time_calls("cuStreamBatchMemOp 16 writes", c_batch_write16);
+    time_calls("cuStreamBatchMemOp write + wait", c_batch_submit);
     time_calls("cudaLaunchHostFunc", c_host_func);
     time_calls("cudaEventQuery", c_event_query);
     time_calls("cublasLtMatmul 64x128x128 (cached)", c_gemm);
@@ -429,6 +540,26 @@ int main(int argc, char **argv)
     time_calls("op: eager (ovld today)", op_eager);
     time_calls("op: graph + eager doorbell", op_graph);
     time_calls("op: graph, no host function", op_graph_poll);
+
+    /* GPU time per round trip, us: min and max of 7 rounds, then the median */
+    void *dm;
+    CK(cudaMalloc(&dm, 4096));
+    CUdeviceptr dmem = (CUdeviceptr)(uintptr_t)dm;
+    CK(cudaMalloc(&ba, (size_t)BIG * BIG * 2));
+    CK(cudaMalloc(&bb, (size_t)BIG * BIG * 2));
+    CK(cudaMalloc(&bc, (size_t)BIG * BIG * 2));
+    CK(cudaMemset(ba, 0, (size_t)BIG * BIG * 2));
+    CK(cudaMemset(bb, 0, (size_t)BIG * BIG * 2));
+    time_round_trip("round trip, host page", dpage + 1024, dpage + 2048, NULL);
+    time_round_trip("round trip, device memory", dmem + 1024, dmem + 2048, NULL);
+    time_round_trip("round trip + small GEMM, host page", dpage + 1024, dpage + 2048, gemm_small);
+    time_round_trip("round trip + small GEMM, device", dmem + 1024, dmem + 2048, gemm_small);
+    time_round_trip("round trip + 2048^3 GEMM, host page", dpage + 1024, dpage + 2048, gemm_big);
+    time_round_trip("round trip + 2048^3 GEMM, device", dmem + 1024, dmem + 2048, gemm_big);
+    CK(cudaFree(ba));
+    CK(cudaFree(bb));
+    CK(cudaFree(bc));
+    CK(cudaFree(dm));
 
     pthread_t t;
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 ||
