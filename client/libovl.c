@@ -1531,14 +1531,20 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         return st;
     if (!cl->host) {
         /* On the caller's stream: ready = n once the work before it is done
-         * (A is written), then the request, then wait done >= n, so that
-         * work after the call sees C. No host synchronization. */
-        if ((st = libovl_cuda_submit_ready(cl, &cl->cuda, cm->cuda, stream, g.seq)) != OVL_OK)
+         * (A is written), then wait done >= n, so that work after the call
+         * sees C; then the request. No host synchronization. */
+        if ((st = libovl_cuda_submit(cl, &cl->cuda, cm->cuda, stream, g.seq)) != OVL_OK)
             return st;
-        if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
+        if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK) {
+            /* The stream waits for this op already: end that wait, and
+             * take no more ops (ovld may have the op or not, and op seq's
+             * slots are written: a later op cannot take its number). */
+            libovl_cuda_submit_undo(cm->cuda, g.seq);
+            cm->err = st;
             return st;
+        }
         __atomic_store_n(&cm->seq, g.seq, __ATOMIC_RELAXED);
-        return libovl_cuda_submit_wait(cl, cl->cuda, cm->cuda, stream, g.seq);
+        return OVL_OK;
     }
     /* Host mode: the caller is the stream, and its data is ready now. */
     __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);

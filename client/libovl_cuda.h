@@ -82,13 +82,17 @@ bool libovl_cuda_doorbell_idle(libovl_cuda_doorbell_t *cd);
  * read it: see libovl_cuda_doorbell_idle). NULL: nothing. */
 void libovl_cuda_doorbell_free(libovl_cuda_doorbell_t *cd, bool unregister);
 
-/* An op's two halves on the caller's stream, around its request: ready
- * slot = seq once the work before it is done (loading *cu first), then wait
- * until done slot >= seq, so that work after it sees C. No host
- * synchronization. */
-ovl_status_t libovl_cuda_submit_ready(ovl_client_t *cl, libovl_cuda_t **cu,
-                                      libovl_cuda_doorbell_t *cd, void *stream, uint64_t seq);
-ovl_status_t libovl_cuda_submit_wait(ovl_client_t *cl, libovl_cuda_t *cu,
-                                     libovl_cuda_doorbell_t *cd, void *stream, uint64_t seq);
+/* An op on the caller's stream, in one driver call (loading *cu first):
+ * ready slot = seq once the work before it is done, then wait until done
+ * slot >= seq, so that work after it sees C. No host synchronization. The
+ * caller sends the request after it; if that fails,
+ * libovl_cuda_submit_undo. */
+ovl_status_t libovl_cuda_submit(ovl_client_t *cl, libovl_cuda_t **cu, libovl_cuda_doorbell_t *cd,
+                                void *stream, uint64_t seq);
+
+/* Op seq's request never reached ovld whole: its done slot, by a CPU store,
+ * so that the caller's stream does not wait for ever on it (ovld may have
+ * the op or not: the comm is given up, and C is not to be read). */
+void libovl_cuda_submit_undo(libovl_cuda_doorbell_t *cd, uint64_t seq);
 
 #endif

@@ -80,8 +80,8 @@ void libovl_cuda_doorbell_free(libovl_cuda_doorbell_t *cd, bool unregister)
     (void)unregister;
 }
 
-ovl_status_t libovl_cuda_submit_ready(ovl_client_t *cl, libovl_cuda_t **cu,
-                                      libovl_cuda_doorbell_t *cd, void *stream, uint64_t seq)
+ovl_status_t libovl_cuda_submit(ovl_client_t *cl, libovl_cuda_t **cu, libovl_cuda_doorbell_t *cd,
+                                void *stream, uint64_t seq)
 {
     (void)cu;
     (void)cd;
@@ -90,12 +90,8 @@ ovl_status_t libovl_cuda_submit_ready(ovl_client_t *cl, libovl_cuda_t **cu,
     return libovl_cuda_present(cl);
 }
 
-ovl_status_t libovl_cuda_submit_wait(ovl_client_t *cl, libovl_cuda_t *cu,
-                                     libovl_cuda_doorbell_t *cd, void *stream, uint64_t seq)
+void libovl_cuda_submit_undo(libovl_cuda_doorbell_t *cd, uint64_t seq)
 {
-    (void)cu;
     (void)cd;
-    (void)stream;
     (void)seq;
-    return libovl_cuda_present(cl);
 }

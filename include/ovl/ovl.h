@@ -327,12 +327,14 @@ typedef struct ovl_ag_gemm_desc {
  * NULL and the caller waits with ovl_comm_synchronize.
  *
  * Returns once the request is sent. A rank may run at most the daemon's
- * max_ops_in_flight ops ahead of its completed ones: past that, with the
- * host backend, the call first waits (up to the client's timeout) for the
- * oldest to finish. Errors found later (a disagreement between ranks, a
- * failure while running) surface through ovl_comm_check; once one has
- * (an earlier op of the comm failed), the call submits nothing and returns
- * ovl_comm_check's answer.
+ * max_ops_in_flight ops ahead of its completed ones: past that, the call
+ * first waits on the host (up to the client's timeout) for the oldest to
+ * finish. Errors found later (a disagreement between ranks, a failure while
+ * running) surface through ovl_comm_check; once one has (an earlier op of
+ * the comm failed), the call submits nothing and returns ovl_comm_check's
+ * answer. A request that cannot be sent (the connection to ovld broke)
+ * fails the comm the same way: the call returns why, the stream does not
+ * wait for the op, and c is not to be read.
  */
 ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc, void *stream);
 
