@@ -39,8 +39,10 @@ typedef struct result {
     int algo;
     int status;           /* ovl_status_t of the run */
     double ms;            /* mean per op, over iters */
-    double submit_p50_us; /* --timing: the host time of one submit call */
-    double submit_p99_us;
+    double submit_p50_us; /* --timing: the host time of one submit call, */
+    double submit_p99_us; /* back to back (waits at the window included) */
+    double paced_p50_us;  /* --timing: the same, never more than PACE ahead */
+    double paced_p99_us;
     double rel_err;               /* the worst of rel_err_b */
     double rel_err_b[OVL_MAX_BS]; /* C i's, against its reference */
     bool a_out_ok;
@@ -102,9 +104,28 @@ static inline int ovl_demo_cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The p50 and p99 of ns[0..n) in us, into *p50, *p99 (0 if n is 0). */
+static inline void ovl_demo_percentiles(uint64_t *ns, int n, double *p50, double *p99)
+{
+    *p50 = *p99 = 0;
+    if (n <= 0)
+        return;
+    qsort(ns, (size_t)n, sizeof(*ns), ovl_demo_cmp_u64);
+    *p50 = (double)ns[(n - 1) / 2] / 1e3;
+    *p99 = (double)ns[(size_t)((n - 1) * 0.99)] / 1e3;
+}
+
+static inline uint64_t ovl_demo_elapsed_ns(const struct timespec *t0, const struct timespec *t1)
+{
+    return (uint64_t)(t1->tv_sec - t0->tv_sec) * 1000000000u + (uint64_t)t1->tv_nsec -
+           (uint64_t)t0->tv_nsec;
+}
+
 /* Submits d iters times back to back on stream (NULL: the host backend's
  * none), until the first failure. With timing, the p50 and p99 of each
- * call's host time (ovl_allgather_gemm alone) go into rs (0 without). */
+ * call's host time (ovl_allgather_gemm alone) go into rs (0 without): where
+ * ovld or the GPU is slower than the calls, that includes waiting at the
+ * submit window. */
 static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *d,
                                                 void *stream, int iters, bool timing, result_t *rs)
 {
@@ -118,16 +139,45 @@ static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, const ovl_ag_g
         st = ovl_allgather_gemm(comm, d, stream);
         if (ns) {
             clock_gettime(CLOCK_MONOTONIC, &t1);
-            ns[done] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
-                       (uint64_t)t0.tv_nsec;
+            ns[done] = ovl_demo_elapsed_ns(&t0, &t1);
         }
     }
-    rs->submit_p50_us = rs->submit_p99_us = 0;
-    if (ns && done > 0) {
-        qsort(ns, (size_t)done, sizeof(*ns), ovl_demo_cmp_u64);
-        rs->submit_p50_us = (double)ns[(done - 1) / 2] / 1e3;
-        rs->submit_p99_us = (double)ns[(size_t)((done - 1) * 0.99)] / 1e3;
+    ovl_demo_percentiles(ns, ns ? done : 0, &rs->submit_p50_us, &rs->submit_p99_us);
+    free(ns);
+    return st;
+}
+
+/* Ops submitted at most this far ahead of the done ones in the paced pass:
+ * far below any submit window (ovld's max_ops_in_flight, 64 by default). */
+#define OVL_DEMO_PACE 8
+
+/*
+ * The call's own cost: d submitted iters times, waiting on the host
+ * (ovl_comm_synchronize, outside the timed calls) after every
+ * OVL_DEMO_PACE, so that no call waits at the window; the p50 and p99 of
+ * each call's host time go into rs->paced_*. Every rank runs it (the ops
+ * are the job's).
+ */
+static inline ovl_status_t ovl_demo_paced_submits(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *d,
+                                                  void *stream, int iters, result_t *rs)
+{
+    uint64_t *ns = (uint64_t *)malloc((size_t)iters * sizeof(*ns));
+    if (!ns)
+        return OVL_ERR_NOMEM;
+    ovl_status_t st = OVL_OK;
+    int done = 0;
+    for (; done < iters && st == OVL_OK; done++) {
+        if (done % OVL_DEMO_PACE == 0 && (st = ovl_comm_synchronize(comm)) != OVL_OK)
+            break;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        st = ovl_allgather_gemm(comm, d, stream);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ns[done] = ovl_demo_elapsed_ns(&t0, &t1);
     }
+    if (st == OVL_OK)
+        st = ovl_comm_synchronize(comm);
+    ovl_demo_percentiles(ns, done, &rs->paced_p50_us, &rs->paced_p99_us);
     free(ns);
     return st;
 }

@@ -152,6 +152,11 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             OVL_DEMO_CK(cudaStreamSynchronize(s));
             rs->a_out_ok = ovl_demo_rel_error(h) == 0; /* a copy: exact */
         }
+        if (o->timing && (st = ovl_demo_paced_submits(*comm, &d, s, o->iters, rs)) != OVL_OK) {
+            rs->status = st;
+            snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
+            break;
+        }
     }
     rc = 0;
 out:
