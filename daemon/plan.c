@@ -21,6 +21,15 @@
 #define COLLECTIVE_STREAMS 2
 #define RING_CHUNKS        1
 #define RING_NARROW_N      1024 /* n at or under which ring pulls in two chunks */
+/*
+ * The default chunks split an op's GEMMs only while each chunk's GEMM keeps
+ * at least this much work (2 x rows x n x k): about 1.5 us on an H100 or
+ * H200. Below it, a chunk's GEMM is as short as the launches and waits that
+ * each chunk adds (a few us of host and GPU time), so overlap cannot repay
+ * them; tiny ops are issued whole (issue 15: at world 8, 128^3 ring went
+ * from 240 to 120 GEMMs and pulls per op).
+ */
+#define MIN_CHUNK_GEMM_FLOP (1ull << 30)
 /* ring's fixed streams: 0 client, 1 copy engine, 2 and 3 GEMMs; across
  * nodes 4 the RAILs (1 where the rank pulls nothing: ring_comm_stream) */
 #define RING_COPY_STREAM  1
@@ -887,6 +896,19 @@ ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *r
 }
 
 /*
+ * An algorithm's default chunk count c, halved while a chunk's GEMM (its
+ * ceil(m / c) rows of `ranks` ranks, all the Bs' columns) would do less
+ * than MIN_CHUNK_GEMM_FLOP.
+ */
+static uint32_t default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t ranks)
+{
+    double per_row = 2.0 * (double)ranks * (double)total_n(p) * (double)p->k;
+    while (c > 1 && (double)((p->m + c - 1) / c) * per_row < (double)MIN_CHUNK_GEMM_FLOP)
+        c /= 2;
+    return c;
+}
+
+/*
  * Fills the plan's chunking, stream count and roles from the params (the
  * rules of docs/plans.md): chunks are clamped to m and evened out so that
  * none is empty; streams are what the algorithm actually uses.
@@ -898,15 +920,17 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
 
     switch (p->algo) {
     case OVL_ALGO_COLLECTIVE:
-        c = c ? c : COLLECTIVE_CHUNKS;
+        /* a chunk's GEMM covers its rows of every rank */
+        c = c ? c : default_chunks(p, COLLECTIVE_CHUNKS, p->world);
         s = s ? s : COLLECTIVE_STREAMS;
         break;
     case OVL_ALGO_RING:
         /* Narrow outputs make each peer's GEMM short next to its pull: two
          * chunks let the first half's GEMM run while the second arrives
          * (2 x H200: 65536x1024x1024 about 13% faster with two; the wider
-         * shapes as fast or faster with one; docs/plans.md). */
-        c = c ? c : total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS;
+         * shapes as fast or faster with one; docs/plans.md). A chunk's
+         * GEMM covers its rows of one rank. */
+        c = c ? c : default_chunks(p, total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
         if (t->nnodes > 1) {

@@ -2407,11 +2407,32 @@ static void test_defaults(void **state)
     assert_true(plan.bufs[OVL_BUF_G].used);
     ovl_plan_free(&plan);
 
+    /* collective: 4 chunks while each chunk's GEMM (256 rows of 4 ranks
+     * here) keeps 2^30 flop, halved below that */
     p = params_of(OVL_ALGO_COLLECTIVE, 4, 0, 1024, 0, 0, false);
+    p.k = 8192;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.chunks, 4);
     assert_int_equal(plan.chunk_rows, 256);
     assert_int_equal(plan.nstreams, 2);
+    ovl_plan_free(&plan);
+    p.k = 2048; /* 2 x 1024 x 256 x 2048: 2^30 exactly, still 4 */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 4);
+    ovl_plan_free(&plan);
+    p.k = 1024; /* half that: 2 chunks of 512 rows */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2);
+    assert_int_equal(plan.chunk_rows, 512);
+    ovl_plan_free(&plan);
+    p.k = 512; /* a quarter: one chunk, and no stream without a chunk */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 1);
+    assert_int_equal(plan.nstreams, 1);
+    ovl_plan_free(&plan);
+    p.k = 512, p.chunks = 4; /* asked for: as asked */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 4);
     ovl_plan_free(&plan);
 
     /* collective: no more streams than chunks */
@@ -2421,11 +2442,21 @@ static void test_defaults(void **state)
     ovl_plan_free(&plan);
 
     p = params_of(OVL_ALGO_RING, 4, 0, 1024, 0, 1, false);
+    p.k = 8192;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.chunks, 2); /* n 256: narrow, two chunks */
     ovl_plan_free(&plan);
+    p.k = 512; /* a chunk's GEMM of 512 x 256 x 512: too short to split */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 1);
+    ovl_plan_free(&plan);
+    p.chunks = 2; /* asked for: as asked */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2);
+    ovl_plan_free(&plan);
     p = params_of(OVL_ALGO_RING, 4, 0, 1024, 0, 1, false);
     p.n = 1025;
+    p.k = 8192;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.chunks, 1);   /* wide: one pull per peer */
     assert_int_equal(plan.nstreams, 4); /* fixed: client, copy, two GEMM streams */
