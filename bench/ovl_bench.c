@@ -121,7 +121,8 @@ typedef struct bopts {
     cfg_t cfgs[MAX_CFGS];
     int ncfgs;
     int warmup, iters;
-    uint32_t nb; /* Bs of every op, 1..OVL_MAX_BS, each K x N */
+    int settle_ms; /* each measurement's own untimed load first (settle_ops) */
+    uint32_t nb;   /* Bs of every op, 1..OVL_MAX_BS, each K x N */
     const char *results;
     bool check;
     const char *label;
@@ -156,7 +157,11 @@ static void usage(FILE *f)
             "  --bs N            Bs of every op, each K x N: C_i = allgather(A) @ B_i with A\n"
             "                    gathered once; the baselines' GEMM is the N GEMMs (default\n"
             "                    1, at most %d)\n"
-            "  --warmup N        untimed ops per config (default 10)\n"
+            "  --warmup N        untimed ops per config, at least (default 10)\n"
+            "  --settle-ms T     and at least about T ms of them, estimated from the\n"
+            "                    shape's flop, so that every measurement (ovl's and the\n"
+            "                    baselines') starts on a GPU already at its sustained\n"
+            "                    clock (default 300; 0: --warmup alone)\n"
             "  --iters N         timed ops per config (default 100)\n"
             "  --results FILE    append the table as markdown (default bench/results.md;\n"
             "                    - for none)\n"
@@ -236,7 +241,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         O_TIMEOUT,
         O_BS,
         O_TORCH,
-        O_PYTHON
+        O_PYTHON,
+        O_SETTLE
     };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, O_SOCKET},
@@ -246,6 +252,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         {"algos", required_argument, NULL, O_ALGOS},
         {"chunks", required_argument, NULL, O_CHUNKS},
         {"warmup", required_argument, NULL, O_WARMUP},
+        {"settle-ms", required_argument, NULL, O_SETTLE},
         {"iters", required_argument, NULL, O_ITERS},
         {"results", required_argument, NULL, O_RESULTS},
         {"check", no_argument, NULL, O_CHECK},
@@ -267,6 +274,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
 
     *o = (bopts_t){.dtype = OVL_DTYPE_BF16,
                    .warmup = 10,
+                   .settle_ms = 300,
                    .iters = 100,
                    .nb = 1,
                    .results = "bench/results.md",
@@ -327,6 +335,13 @@ static int parse_args(int argc, char **argv, bopts_t *o)
                 return -1;
             }
             o->nb = (uint32_t)v;
+            break;
+        case O_SETTLE:
+            if (ovl_parse_u64(optarg, &v) != 0 || v > 60000) {
+                fprintf(stderr, "ovl-bench: --settle-ms '%s': 0 to 60000\n", optarg);
+                return -1;
+            }
+            o->settle_ms = (int)v;
             break;
         case O_WORLD:
         case O_WARMUP:
@@ -471,6 +486,30 @@ static cudaError_t op_times(cudaEvent_t *e, int n, float *tmp, double *med, doub
     }
     summarize(tmp, n, med, mn, mx);
     return cudaSuccess;
+}
+
+/*
+ * Untimed ops before a measurement: --warmup, raised to about --settle-ms
+ * of work at SETTLE_TFLOPS. A GPU under a sustained GEMM load does not keep
+ * its first clock: on one H100 the SM clock fell from 1980 MHz to 1470-1600
+ * within a fraction of a second of a 4096^3 bf16 loop and swung between the
+ * two (bench/results.md, 2026-11-24), so a 20 ms measurement taken first
+ * (the in-process GEMM) and one taken after 100 ms of load (an ovl config)
+ * compared two clocks. Every measurement of a shape, ovl's configs and the
+ * baselines alike, settles for the same count, which depends on the options
+ * and the shape only, so that every rank submits the same ops (ovld matches
+ * them by number).
+ */
+#define SETTLE_TFLOPS  800.0
+#define SETTLE_MAX_OPS 5000
+static int settle_ops(const bopts_t *o, shape_t sh)
+{
+    double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K * (double)o->nb;
+    double op_ms = flop / (SETTLE_TFLOPS * 1e12) * 1e3;
+    double n = op_ms > 0 ? ceil((double)o->settle_ms / op_ms) : 0;
+    if (n > SETTLE_MAX_OPS)
+        n = SETTLE_MAX_OPS;
+    return (int)n > o->warmup ? (int)n : o->warmup;
 }
 
 /* ------------------------------------------------------------ child -> parent */
@@ -698,7 +737,7 @@ static void *desc_c(const ovl_ag_gemm_desc_t *d, uint32_t i, size_t *ret_ldc)
 }
 
 /*
- * One config on one shape: warmup, then iters ops back to back with an event
+ * One config on one shape: warmup (settle_ops), then iters ops back to back with an event
  * before the first and after each, then the check of every C i against
  * ref[i] (the op's nb of them; the error is the worst). Fills *r.
  */
@@ -714,7 +753,8 @@ static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, float *const *
         void *c = desc_c(d, i, &ldc);
         RCUDA(cudaMemsetAsync(c, 0xff, M * ldc * ovl_dtype_size(d->dtype), x->s));
     }
-    for (int i = 0; i < o->warmup; i++) {
+    int nwarm = settle_ops(o, o->shapes[x->shape]);
+    for (int i = 0; i < nwarm; i++) {
         if (i > 0 && i % SUBMIT_WINDOW == 0)
             RCUDA(cudaStreamSynchronize(x->s));
         ROVL(ovl_allgather_gemm(x->comm, d, x->s));
@@ -1383,14 +1423,14 @@ out:
  */
 static int bl_time(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, float *tmp, double *ret_ms)
 {
-    int rc = -1;
+    int rc = -1, nwarm = settle_ops(o, sh);
     if (what == BL_GEMM) {
         for (uint32_t i = 0; i < o->world; i++)
-            for (int w = 0; w < o->warmup; w++)
+            for (int w = 0; w < nwarm; w++)
                 if (bl_gemm(o, &gp[i], sh) != 0)
                     goto out;
     } else {
-        for (int w = 0; w < o->warmup; w++)
+        for (int w = 0; w < nwarm; w++)
             if (bl_iter(o, gp, sh, what, -1) != 0)
                 goto out;
     }
@@ -1674,14 +1714,14 @@ static void torch_line(const bopts_t *o, const char *line)
 
 /*
  * Runs the --torch-peer script (o->python SCRIPT --world W --shapes ...
- * --dtype --warmup --iters) in a process group of its own, its output
+ * --dtype --warmup --settle-ms --iters) in a process group of its own, its output
  * echoed and read into g_bl[][BL_TORCH, BL_TORCH_UNF]; bounded by the
  * shapes' timeouts. Not where ranks share GPUs: PyTorch's op needs a GPU
  * per rank. Its failure or skip is said in g_torch_note.
  */
 static void torch_phase(const bopts_t *o)
 {
-    char shapes[MAX_SHAPES * 64] = "", world[16], warmup[16], iters[16], shp[64];
+    char shapes[MAX_SHAPES * 64] = "", world[16], warmup[16], settle[16], iters[16], shp[64];
     if (ranks_share(o)) {
         torch_note(false, "PyTorch's fused op not run: ranks share GPUs (it needs one per rank)");
         return;
@@ -1697,6 +1737,7 @@ static void torch_phase(const bopts_t *o)
     }
     snprintf(world, sizeof(world), "%u", o->world);
     snprintf(warmup, sizeof(warmup), "%d", o->warmup);
+    snprintf(settle, sizeof(settle), "%d", o->settle_ms);
     snprintf(iters, sizeof(iters), "%d", o->iters);
     char *argv[] = {(char *)o->python,
                     (char *)o->torch_peer,
@@ -1708,6 +1749,8 @@ static void torch_phase(const bopts_t *o)
                     (char *)ovl_dtype_name(o->dtype),
                     "--warmup",
                     warmup,
+                    "--settle-ms",
+                    settle,
                     "--iters",
                     iters,
                     NULL};
@@ -2218,9 +2261,10 @@ int main(int argc, char **argv)
         printf("ovl-bench: %s\n", SHARED_NOTE);
     if (o.nb > 1)
         printf("ovl-bench: %s\n", bs_note);
-    printf("ovl-bench: %d shape%s x %d config%s, warmup %d, iters %d, check %s%s%s\n", o.nshapes,
-           o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup, o.iters,
-           o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
+    printf("ovl-bench: %d shape%s x %d config%s, warmup %d (settle %d ms), iters %d, check "
+           "%s%s%s\n",
+           o.nshapes, o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup,
+           o.settle_ms, o.iters, o.check ? "on" : "off", o.label[0] ? ", label " : "", o.label);
     printf("\novl (job %s, one process per rank):\n", o.job);
     fflush(stdout);
 
@@ -2277,10 +2321,10 @@ int main(int argc, char **argv)
         if (o.nb > 1)
             fprintf(res, "%s\n\n", bs_note);
         fprintf(res,
-                "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d, iters %d; "
-                "check %s%s%s.\n\n",
-                drv, rt, nccl, p.ovld_version, o.warmup, o.iters, o.check ? "on" : "off",
-                o.label[0] ? "; label: " : "", o.label);
+                "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d (settle %d "
+                "ms), iters %d; check %s%s%s.\n\n",
+                drv, rt, nccl, p.ovld_version, o.warmup, o.settle_ms, o.iters,
+                o.check ? "on" : "off", o.label[0] ? "; label: " : "", o.label);
         print_table(res, rows, nrows, true);
         fprintf(res, "\n");
         print_summary(res, &o, true);

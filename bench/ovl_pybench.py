@@ -573,6 +573,9 @@ def run_c_bench(args, bench, socket, deadline):
         cmd = [bench, "--socket", socket, "--world", str(args.world), "--dtype", args.dtype,
                "--shapes", shape_str(args.shape), "--algos", args.algo,
                "--chunks", str(args.chunks), "--warmup", str(args.warmup),
+               # the Python path warms up by --warmup ops alone: so does the
+               # C path here, and the rounds alternate which runs first
+               "--settle-ms", "0",
                "--iters", str(args.iters), "--results", res, "--no-check",
                "--label", "ovl_pybench", "--timeout", str(max(1, int(left)))]
         t0 = time.monotonic()

@@ -69,14 +69,18 @@ def parse_args(argv):
                     help="MxKxN,... with M the gathered rows, divisible by the world")
     ap.add_argument("--dtype", choices=sorted(TOLERANCE), default="bf16")
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--settle-ms", type=int, default=300,
+                    help="and at least about this many ms of untimed ops per measurement, "
+                    "estimated from the shape's flop as ovl-bench does")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of both measurements; the fastest counts (default 3)")
     args = ap.parse_args(argv)
     if args.world < 1 or args.world > 64:
         ap.error("--world: 1 to 64")
-    if args.iters < 1 or args.warmup < 0 or not 1 <= args.rounds <= 20:
-        ap.error("--iters >= 1, --warmup >= 0, --rounds 1 to 20")
+    if args.iters < 1 or args.warmup < 0 or not 1 <= args.rounds <= 20 or \
+            not 0 <= args.settle_ms <= 60000:
+        ap.error("--iters >= 1, --warmup >= 0, --rounds 1 to 20, --settle-ms 0 to 60000")
     if not args.shapes:
         ap.error("--shapes: no shape")
     for M, _, _ in args.shapes:
@@ -88,6 +92,15 @@ def parse_args(argv):
 def skip(reason):
     print("torch-peer: skip: %s" % reason, flush=True)
     sys.exit(77)
+
+
+def settle_ops(args, M, K, N):
+    """ovl-bench's settle_ops: --warmup, raised to about --settle-ms of work
+    at 800 TFLOP/s, at most 5000 ops, so that every measurement starts on a
+    GPU at its sustained clock."""
+    op_ms = 2.0 * M * N * K / 800e12 * 1e3
+    n = min(math.ceil(args.settle_ms / op_ms), 5000) if op_ms > 0 else 0
+    return max(n, args.warmup)
 
 
 def per_op_ms(torch, fn, warmup, iters):
@@ -156,8 +169,9 @@ def rank_main(rank, args, init_file):
             err = ((got - ref).norm() / ref.norm()).item()
             rounds = []
             for _ in range(args.rounds):
-                t = [per_op_ms(torch, fused, args.warmup, args.iters),
-                     per_op_ms(torch, unfused, args.warmup, args.iters)]
+                warm = settle_ops(args, M, K, N)
+                t = [per_op_ms(torch, fused, warm, args.iters),
+                     per_op_ms(torch, unfused, warm, args.iters)]
                 v = torch.tensor(t, device="cuda", dtype=torch.float64)
                 dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
                 rounds.append(v.tolist())
