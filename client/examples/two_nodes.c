@@ -61,8 +61,9 @@ typedef struct opts {
     ovl_algo_t algo;
     int device; /* -1: rank mod the devices of this node */
     uint64_t seed;
-    uint64_t wait_s;   /* how long ranks other than 0 wait for the id file */
-    uint64_t delay_ms; /* a test's: held back this long after joining */
+    uint64_t wait_s;    /* how long ranks other than 0 wait for the id file */
+    uint64_t delay_ms;  /* a test's: held back this long after joining */
+    uint64_t timeout_s; /* ovl_set_timeout; 0: libovl's default */
 } opts_t;
 
 static void usage(FILE *f)
@@ -91,6 +92,8 @@ static void usage(FILE *f)
             "      --wait S        how long ranks other than 0 wait for PATH (default 60 s)\n"
             "      --delay-op MS   wait MS ms after joining before the op (for tests of faults:\n"
             "                      the other ranks' op waits for this one's)\n"
+            "      --timeout S     how long a call may wait for ovld, the op's completion\n"
+            "                      included (ovl_set_timeout; default libovl's, 30 s)\n"
             "  -h, --help          show this help\n",
             MAX_WORLD, OVL_DEFAULT_SOCKET, MAX_DIM);
 }
@@ -403,7 +406,7 @@ static int cuda_device(const opts_t *o, int *ret_dev)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY };
+    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY, O_TIMEOUT };
     static const struct option lo[] = {
         {"rank", required_argument, NULL, 'r'},
         {"world", required_argument, NULL, 'w'},
@@ -415,6 +418,7 @@ static int parse(int argc, char **argv, opts_t *o)
         {"seed", required_argument, NULL, O_SEED},
         {"wait", required_argument, NULL, O_WAIT},
         {"delay-op", required_argument, NULL, O_DELAY},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -457,6 +461,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_SEED:
         case O_WAIT:
         case O_DELAY:
+        case O_TIMEOUT:
             if (ovl_parse_u64(optarg, &v) != 0) {
                 fprintf(stderr, "ovl-example-two-nodes: '%s' is not a number\n", optarg);
                 return 2;
@@ -479,6 +484,8 @@ static int parse(int argc, char **argv, opts_t *o)
                 o->seed = v;
             } else if (ch == O_DELAY) {
                 o->delay_ms = v > 3600000 ? 3600000 : v;
+            } else if (ch == O_TIMEOUT) {
+                o->timeout_s = v > 86400 ? 86400 : v;
             } else {
                 o->wait_s = v > 86400 ? 86400 : v;
             }
@@ -542,6 +549,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %u: %s\n", rank, ovl_connect_error());
         goto out;
     }
+    if (o.timeout_s)
+        ovl_set_timeout(cl, (int)(o.timeout_s * 1000));
     ovl_daemon_info_t info;
     if (ovl_daemon_info(cl, &info) != OVL_OK || info.ndevices == 0) {
         fprintf(stderr, "rank %u: ovld has no devices\n", rank);

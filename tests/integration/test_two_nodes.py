@@ -58,9 +58,9 @@ def finish(procs, nodes, timeout=120, fail_fast=True):
     return [(p.returncode,) + p.communicate() for p in procs]
 
 
-def run_job(nodes, placement, args, dtype):
+def run_job(nodes, placement, args, dtype, timeout=120):
     """One job: rank r on nodes[placement[r]], the example's options args;
-    checks every rank's OK line."""
+    checks every rank's OK line; the ranks must end within timeout s."""
     world = len(placement)
     tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
     id_file = os.path.join(tmp, "job.id")
@@ -68,7 +68,7 @@ def run_job(nodes, placement, args, dtype):
         # the other ranks first: they wait for the file as on other nodes
         procs = {r: start_rank(nodes[placement[r]], r, world, id_file, args)
                  for r in range(world - 1, -1, -1)}
-        res = finish([procs[r] for r in range(world)], nodes)
+        res = finish([procs[r] for r in range(world)], nodes, timeout=timeout)
         for r, (rc, so, se) in enumerate(res):
             assert rc == 0, "rank %d (node %d) exited %d\nstdout:\n%s\nstderr:\n%s\nlogs:\n%s" % (
                 r, placement[r], rc, so, se, "\n".join(log_excerpt(n.d) for n in nodes))
