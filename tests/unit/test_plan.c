@@ -2463,6 +2463,23 @@ static void test_defaults(void **state)
     assert_true(plan.bufs[OVL_BUF_G].used);
     ovl_plan_free(&plan);
 
+    /* ring alone: one chunk by default (it pulls nothing, so chunks would
+     * only cut its GEMM); chunks asked for as asked. collective alone
+     * still copies A into G, which its chunks overlap: its default. */
+    p = params_of(OVL_ALGO_RING, 1, 0, 65536, 0, 0, false);
+    p.n = 1024, p.k = 1024;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 1);
+    ovl_plan_free(&plan);
+    p.chunks = 2;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2);
+    ovl_plan_free(&plan);
+    p.algo = OVL_ALGO_COLLECTIVE, p.chunks = 0;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 4);
+    ovl_plan_free(&plan);
+
     /* ring alone: the own shard straight from A, G untouched */
     p = params_of(OVL_ALGO_RING, 1, 0, 1024, 2, 3, false);
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
