@@ -263,44 +263,28 @@ static void c_wait_value(void)
 static void c_batch_wait8(void)
 {
     CUstreamBatchMemOpParams w[8];
-    memset(w, 0, sizeof(w));
     page[16] = ++seq;
-    for (int i = 0; i < 8; i++) {
-        w[i].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-        w[i].waitValue.address = dpage + 8 * 16;
-        w[i].waitValue.value64 = seq;
-        w[i].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-    }
+    for (int i = 0; i < 8; i++)
+        w[i] = ovl_cudrv_op_wait_geq(dpage + 8 * 16, seq);
     DK(drv.stream_batch_mem_op(s0, 8, w, 0));
 }
 static void c_batch_write16(void)
 {
     CUstreamBatchMemOpParams w[16];
-    memset(w, 0, sizeof(w));
     ++seq;
-    for (int i = 0; i < 16; i++) {
-        w[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-        w[i].writeValue.address = dpage + 8 * (1 + i % 8);
-        w[i].writeValue.value64 = seq;
-        w[i].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    }
+    for (int i = 0; i < 16; i++)
+        w[i] = ovl_cudrv_op_write(dpage + 8 * (1 + i % 8), seq, true);
     DK(drv.stream_batch_mem_op(s0, 16, w, 0));
 }
 /* libovl's submit as one call: the ready write, then the wait for done. */
 static void c_batch_submit(void)
 {
-    CUstreamBatchMemOpParams w[2];
-    memset(w, 0, sizeof(w));
     ++seq;
     page[1 + seq % 8] = seq; /* done: already rung */
-    w[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-    w[0].writeValue.address = dpage + 8 * 16;
-    w[0].writeValue.value64 = seq;
-    w[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    w[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    w[1].waitValue.address = dpage + 8 * (1 + seq % 8);
-    w[1].waitValue.value64 = seq;
-    w[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    CUstreamBatchMemOpParams w[2] = {
+        ovl_cudrv_op_write(dpage + 8 * 16, seq, true),
+        ovl_cudrv_op_wait_geq(dpage + 8 * (1 + seq % 8), seq),
+    };
     DK(drv.stream_batch_mem_op(s0, 2, w, 0));
 }
 static void c_write_value(void)

@@ -8,7 +8,10 @@
 #ifndef OVL_CUDRV_H
 #define OVL_CUDRV_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include <cuda.h>
 
@@ -29,5 +32,36 @@ int ovl_cudrv_load(ovl_cudrv_t *d, char *err, size_t errlen);
 
 /* The driver's words for r (never NULL). */
 const char *ovl_cudrv_strerror(const ovl_cudrv_t *d, CUresult r);
+
+/* One entry of a stream_batch_mem_op: write v (64 bits, or 32 where not
+ * wide) to addr, after all prior work's memory writes (the default flag:
+ * whoever sees the value sees what the stream wrote before it). */
+static inline CUstreamBatchMemOpParams ovl_cudrv_op_write(CUdeviceptr addr, uint64_t v, bool wide)
+{
+    CUstreamBatchMemOpParams p;
+    memset(&p, 0, sizeof(p));
+    p.writeValue.operation =
+        wide ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    p.writeValue.address = addr;
+    if (wide)
+        p.writeValue.value64 = v;
+    else
+        p.writeValue.value = (cuuint32_t)v;
+    p.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    return p;
+}
+
+/* One entry of a stream_batch_mem_op: wait until the 64 bits at addr are
+ * >= v (compared as the GPU does, cyclically). */
+static inline CUstreamBatchMemOpParams ovl_cudrv_op_wait_geq(CUdeviceptr addr, uint64_t v)
+{
+    CUstreamBatchMemOpParams p;
+    memset(&p, 0, sizeof(p));
+    p.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    p.waitValue.address = addr;
+    p.waitValue.value64 = v;
+    p.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    return p;
+}
 
 #endif /* OVL_CUDRV_H */

@@ -82,9 +82,7 @@ static void ring_by_cpu(struct ovld_rank *r, cuda_done_t *d, void *cookie, uint6
             __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
         }
         /* the slot first, then done, as the stream writes them */
-        uint64_t *slot = &r->db->done_slot[seq % OVL_READY_SLOTS];
-        if (__atomic_load_n(slot, __ATOMIC_RELAXED) < seq)
-            __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
+        ovl_doorbell_ring_slot(r->db, seq);
         if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
             __atomic_store_n(&r->db->done, seq, __ATOMIC_RELEASE);
     }
@@ -102,21 +100,11 @@ static void ring_by_cpu(struct ovld_rank *r, cuda_done_t *d, void *cookie, uint6
     ovld_cq_push(&cb->cq, &d->node);
 }
 
+/* A write of the done batch: after all prior work's memory writes, so
+ * that the client sees C before it sees done (ovl_cudrv_op_write). */
 static CUstreamBatchMemOpParams write_op(void *addr, uint64_t v, bool wide)
 {
-    CUstreamBatchMemOpParams p;
-    memset(&p, 0, sizeof(p));
-    p.writeValue.operation =
-        wide ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    p.writeValue.address = (CUdeviceptr)addr;
-    if (wide)
-        p.writeValue.value64 = v;
-    else
-        p.writeValue.value = (cuuint32_t)v;
-    /* The default flag orders each write after all prior work's memory
-     * writes: the client sees C before it sees done. */
-    p.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    return p;
+    return ovl_cudrv_op_write((CUdeviceptr)addr, v, wide);
 }
 
 #define RING_RANKS 16 /* ranks per batch call: at most 5 writes each, under the driver's 256 */
@@ -246,7 +234,7 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
             message = cuda_last_err;
         }
         if (!s) /* it could not catch up with a replay's origin */
-            s = r->slots[0].s[r->slots[0].cur];
+            s = cuda_s0_stream(r);
     }
     char why[sizeof(cuda_last_err)];
     snprintf(why, sizeof(why), "%s", cuda_last_err);

@@ -15,7 +15,6 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cuda_internal.h"
 #include "doorbell.h"
@@ -30,12 +29,6 @@ bool cuda_in_capture(cudaStream_t s)
 {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     return cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive;
-}
-
-/* Stream 0 of r: always the client's role, so always the same stream. */
-static cudaStream_t s0_of(struct ovld_rank *r)
-{
-    return r->slots[0].s[r->slots[0].cur];
 }
 
 /* Keeps the words of a failed call of the capture; clears the thread's
@@ -53,7 +46,7 @@ static void abandon(struct ovld_rank *o)
 {
     cudaGraph_t g = NULL;
     if (cudaSetDevice(o->dev->ordinal) == cudaSuccess &&
-        cudaStreamEndCapture(s0_of(o), &g) == cudaSuccess && g)
+        cudaStreamEndCapture(cuda_s0_stream(o), &g) == cudaSuccess && g)
         cudaGraphDestroy(g);
     (void)cudaGetLastError();
     cuda_capturing = false;
@@ -65,19 +58,19 @@ ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n)
     cudaError_t ce = cudaSetDevice(o->dev->ordinal);
     if (ce != cudaSuccess)
         return graph_fail(ce, "cudaSetDevice");
-    ce = cudaStreamBeginCapture(s0_of(o), cudaStreamCaptureModeThreadLocal);
+    ce = cudaStreamBeginCapture(cuda_s0_stream(o), cudaStreamCaptureModeThreadLocal);
     if (ce != cudaSuccess)
         return graph_fail(ce, "cudaStreamBeginCapture");
     cuda_capturing = true;
     const char *what = "cudaEventRecord (fork)";
     if (n > 1)
-        ce = cudaEventRecord(o->fork_ev, s0_of(o));
+        ce = cudaEventRecord(o->fork_ev, cuda_s0_stream(o));
     for (uint32_t i = 1; i < n && ce == cudaSuccess; i++) {
         what = "cudaSetDevice";
         ce = cudaSetDevice(ranks[i]->dev->ordinal);
         if (ce == cudaSuccess) {
             what = "cudaStreamWaitEvent (fork)";
-            ce = cudaStreamWaitEvent(s0_of(ranks[i]), o->fork_ev, 0);
+            ce = cudaStreamWaitEvent(cuda_s0_stream(ranks[i]), o->fork_ev, 0);
         }
     }
     if (ce != cudaSuccess) {
@@ -102,7 +95,7 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
         ce = cudaSetDevice(ranks[i]->dev->ordinal);
         if (ce == cudaSuccess) {
             what = "cudaEventRecord (join)";
-            ce = cudaEventRecord(ranks[i]->join_ev, s0_of(ranks[i]));
+            ce = cudaEventRecord(ranks[i]->join_ev, cuda_s0_stream(ranks[i]));
         }
         if (ce == cudaSuccess) {
             what = "cudaSetDevice";
@@ -110,7 +103,7 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
         }
         if (ce == cudaSuccess) {
             what = "cudaStreamWaitEvent (join)";
-            ce = cudaStreamWaitEvent(s0_of(o), ranks[i]->join_ev, 0);
+            ce = cudaStreamWaitEvent(cuda_s0_stream(o), ranks[i]->join_ev, 0);
         }
     }
     if (ce == cudaSuccess) {
@@ -123,7 +116,7 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
         return st;
     }
     cudaGraph_t g = NULL;
-    ce = cudaStreamEndCapture(s0_of(o), &g);
+    ce = cudaStreamEndCapture(cuda_s0_stream(o), &g);
     cuda_capturing = false;
     if (ce != cudaSuccess || !g) {
         if (g)
@@ -159,9 +152,9 @@ ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *co
         if (!ranks[i]->s0_ahead) /* (then its lag is NULL: cuda_s0) */
             continue;
         USE_DEVICE(ranks[i]);
-        CUDA_TRY(o->cb, cudaEventRecord(ranks[i]->join_ev, s0_of(ranks[i])), "replay");
+        CUDA_TRY(o->cb, cudaEventRecord(ranks[i]->join_ev, cuda_s0_stream(ranks[i])), "replay");
         USE_DEVICE(o);
-        CUDA_TRY(o->cb, cudaStreamWaitEvent(s0_of(o), ranks[i]->join_ev, 0), "replay");
+        CUDA_TRY(o->cb, cudaStreamWaitEvent(cuda_s0_stream(o), ranks[i]->join_ev, 0), "replay");
         ranks[i]->s0_ahead = false;
     }
     USE_DEVICE(o);
@@ -173,14 +166,9 @@ ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *co
     CUstreamBatchMemOpParams w[WAIT_RANKS];
     for (uint32_t i0 = 0; i0 < n; i0 += WAIT_RANKS) {
         uint32_t k = 0;
-        for (uint32_t i = i0; i < n && k < WAIT_RANKS; i++, k++) {
-            memset(&w[k], 0, sizeof(w[k]));
-            w[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-            w[k].waitValue.address =
-                (CUdeviceptr)&ranks[i]->db_dev->ready_slot[seq % OVL_READY_SLOTS];
-            w[k].waitValue.value64 = seq;
-            w[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-        }
+        for (uint32_t i = i0; i < n && k < WAIT_RANKS; i++, k++)
+            w[k] = ovl_cudrv_op_wait_geq(
+                (CUdeviceptr)&ranks[i]->db_dev->ready_slot[seq % OVL_READY_SLOTS], seq);
         CUresult cr = o->cb->drv.stream_batch_mem_op((CUstream)s, k, w, 0);
         if (cr != CUDA_SUCCESS) {
             snprintf(cuda_last_err, sizeof(cuda_last_err),

@@ -261,6 +261,12 @@ ovl_status_t cuda_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, ui
  * first (cuda_graph_run), and marked as ahead of it. NULL with words in
  * cuda_last_err if the catching up failed. */
 cudaStream_t cuda_s0(struct ovld_rank *r);
+/* r's stream 0 as it is (its role's stream: always the client's class),
+ * without catching up: for captures, replays and rings of last resort. */
+static inline cudaStream_t cuda_s0_stream(const struct ovld_rank *r)
+{
+    return r->slots[0].s[r->slots[0].cur];
+}
 /* The CUDA stream that the op being issued calls `stream` (the roles
  * cuda_set_streams was given), or NULL with words in cuda_last_err. */
 cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream);

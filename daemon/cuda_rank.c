@@ -359,7 +359,7 @@ ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n)
 
 cudaStream_t cuda_s0(struct ovld_rank *r)
 {
-    cudaStream_t s = r->slots[0].s[r->slots[0].cur];
+    cudaStream_t s = cuda_s0_stream(r);
     struct ovld_rank *o = r->lag;
     if (o) {
         /* After the origin's last replayed op (its run_ev, recorded at

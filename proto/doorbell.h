@@ -141,6 +141,17 @@ static inline void ovl_doorbell_release_ready(struct ovl_doorbell *db, struct ov
     __atomic_store_n(&db->ready, v, __ATOMIC_RELEASE);
 }
 
+/* Op seq's done slot rung by a CPU store, where no stream will write it
+ * (the GPU cannot, or the request never reached ovld): seq, unless the
+ * slot already holds as much, compared as the GPU's wait compares
+ * (cyclically), so that a release value stays. */
+static inline void ovl_doorbell_ring_slot(struct ovl_doorbell *db, uint64_t seq)
+{
+    uint64_t *slot = &db->done_slot[seq % OVL_READY_SLOTS];
+    if ((int64_t)(__atomic_load_n(slot, __ATOMIC_ACQUIRE) - seq) < 0)
+        __atomic_store_n(slot, seq, __ATOMIC_RELEASE);
+}
+
 /* ------------------------------------------- the page, and its releases */
 
 /*
