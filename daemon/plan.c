@@ -82,10 +82,16 @@ typedef struct builder {
 
 /* ------------------------------------------------------------ topology */
 
+/* node_of[q], NULL being node 0 for every rank. */
+static uint32_t node_at(const uint32_t *node_of, uint32_t q)
+{
+    return node_of ? node_of[q] : 0;
+}
+
 /* The node of rank q. */
 static uint32_t node_of(const topo_t *t, uint32_t q)
 {
-    return t->node_of ? t->node_of[q] : 0;
+    return node_at(t->node_of, q);
 }
 
 /* The nodes params.node_of names (1 for NULL), or 0 where it is not dense
@@ -929,14 +935,13 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
          * chunks let the first half's GEMM run while the second arrives
          * (2 x H200: 65536x1024x1024 about 13% faster with two; the wider
          * shapes as fast or faster with one; docs/plans.md). A chunk's
-         * GEMM covers its rows of one rank. */
-        c = c ? c : default_chunks(p, total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
-        /* Alone, ring pulls nothing: its chunks would only cut the GEMM
-         * (one H100, 65536x1024x1024: 0.231 ms in two GEMMs, 0.226 to
-         * 0.227 in one). naive and collective alone still copy A into G,
-         * which their chunks overlap. */
-        if (p->world == 1 && !p->chunks)
-            c = 1;
+         * GEMM covers its rows of one rank. Alone, ring pulls nothing: its
+         * chunks would only cut the GEMM (one H100, 65536x1024x1024: 0.231
+         * ms in two GEMMs, 0.226 to 0.227 in one); naive and collective
+         * alone still copy A into G, which their chunks overlap. */
+        if (!c)
+            c = p->world == 1 ? 1
+                              : default_chunks(p, total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
         if (t->nnodes > 1) {
@@ -1081,12 +1086,6 @@ void ovl_plan_free(ovl_plan_t *plan)
     /* the plan's own copy (ovl_plan_build), const only to its readers */
     free((void *)(uintptr_t)plan->params.node_of);
     memset(plan, 0, sizeof(*plan));
-}
-
-/* node_of[q], NULL being node 0 for every rank. */
-static uint32_t node_at(const uint32_t *node_of, uint32_t q)
-{
-    return node_of ? node_of[q] : 0;
 }
 
 bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *b)
