@@ -1,18 +1,21 @@
 /*
- * cuda_done.c: completions in the CUDA backend. DONE writes the error word
- * (if failed), then done_slot[seq % slots] = seq and done = seq in the
- * shared page, and seq into the rank's own counter (ovld's memory, which
- * no client can write), in one batch of stream memory operations. The
- * backend's poller thread watches the counters of ranks with ops in flight
- * and reports each completion to the loop once its counter has reached
- * it; a watchdog timer catches what the GPU will never write (a context
- * error) and restores a released rank's ready slots.
+ * cuda_done.c: completions in the CUDA backend. A done batch, on the
+ * ringing rank's stream 0, rings one rank (its DONE) or every rank of a
+ * replayed op: for each, the error word (if failed), then
+ * done_slot[seq % slots] = seq and done = seq in the shared page; then seq
+ * into the ringing rank's own counter (ovld's memory, which no client can
+ * write), all in one batch of stream memory operations, and one event
+ * behind it. The backend's poller thread watches the counters of the
+ * completions in flight and reports each to the loop once its counter has
+ * reached it; a watchdog timer asks the events about what the GPU will
+ * never write (a context error) and restores a released rank's ready slots.
  *
  * Polling, not a host function per op: cudaLaunchHostFunc with its event
  * and stream wait cost 5 to 6 us of the issuing thread per op (measured in
  * ovld on one H100 under MPS), a look at a counter nothing. The poller
- * sleeps POLL_NS between looks while anything is in flight, and on a
- * condition variable while nothing is.
+ * sleeps POLL_NS between looks while anything is in flight or was until
+ * POLL_LINGER ago, and on a condition variable after that. Records and
+ * events are kept for reuse: nothing is allocated per op once warm.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -30,30 +33,74 @@
 
 /* ---------------------------------------------------------- completion */
 
-/* Puts ev back into r's pool, or destroys it (loop thread). */
-static void event_put(struct ovld_rank *r, cudaEvent_t ev)
+#define FREE_DONE_MAX 64 /* completion records a rank keeps for reuse */
+
+/* Drops a reference to e: the last puts it back into its device's pool
+ * (home's), its record complete (or the stream dead, and the rank going
+ * away anyway). */
+static void done_ev_put(cuda_done_ev_t *e)
 {
-    pthread_mutex_lock(&r->mu);
-    if (r->nfree_ev == r->cap_free_ev) {
-        uint32_t cap = r->cap_free_ev ? 2 * r->cap_free_ev : 16;
-        cudaEvent_t *ne = realloc(r->free_ev, cap * sizeof(*ne));
-        if (ne) {
-            r->free_ev = ne;
-            r->cap_free_ev = cap;
+    if (!e || atomic_fetch_sub(&e->refs, 1) != 1)
+        return;
+    struct ovld_rank *h = e->home;
+    pthread_mutex_lock(&h->mu);
+    e->next = h->free_ev;
+    h->free_ev = e;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* An event recorded on o's stream s behind the batch just issued, with one
+ * reference (the caller's); NULL where none could be had (the watchdog
+ * then has no event to ask: the op is still delivered by its counter). */
+static cuda_done_ev_t *done_ev_record(struct ovld_rank *o, cudaStream_t s)
+{
+    pthread_mutex_lock(&o->mu);
+    cuda_done_ev_t *e = o->free_ev;
+    if (e)
+        o->free_ev = e->next;
+    pthread_mutex_unlock(&o->mu);
+    if (!e) {
+        if (!(e = malloc(sizeof(*e))))
+            return NULL;
+        e->home = o;
+        if (cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            free(e);
+            return NULL;
         }
     }
-    bool kept = r->nfree_ev < r->cap_free_ev;
-    if (kept)
-        r->free_ev[r->nfree_ev++] = ev;
+    e->next = NULL;
+    atomic_init(&e->refs, 1);
+    if (cudaEventRecord(e->ev, s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaEventDestroy(e->ev); /* never recorded: no use to the watchdog */
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* A zeroed completion record: one of r's kept ones, else a new one. */
+static cuda_done_t *done_get(struct ovld_rank *r)
+{
+    pthread_mutex_lock(&r->mu);
+    cuda_done_t *d = r->free_done;
+    if (d) {
+        r->free_done = d->next;
+        r->nfree_done--;
+    }
     pthread_mutex_unlock(&r->mu);
-    if (!kept)
-        cudaEventDestroy(ev);
+    if (!d)
+        return calloc(1, sizeof(*d));
+    memset(d, 0, sizeof(*d));
+    return d;
 }
 
 static void done_release(ovld_cq_node_t *node)
 {
     cuda_done_t *d = (cuda_done_t *)node;
     struct ovld_rank *r = d->rank;
+    cuda_done_ev_t *ev = d->ev;
     pthread_mutex_lock(&r->mu);
     if (d->prev)
         d->prev->next = d->next;
@@ -61,13 +108,17 @@ static void done_release(ovld_cq_node_t *node)
         r->inflight = d->next;
     if (d->next)
         d->next->prev = d->prev;
-    d->prev = d->next = NULL;
+    d->prev = NULL;
+    bool kept = r->nfree_done < FREE_DONE_MAX;
+    if (kept) {
+        d->next = r->free_done;
+        r->free_done = d;
+        r->nfree_done++;
+    }
     pthread_mutex_unlock(&r->mu);
-    /* Back to the pool of the stream's rank: its last record is complete
-     * (or the stream is dead and the rank goes away anyway). */
-    if (d->ev)
-        event_put(d->ev_home, d->ev);
-    free(d);
+    if (!kept)
+        free(d);
+    done_ev_put(ev);
 }
 
 /* The GPU cannot ring r's done: the CPU does, so that the client's waits
@@ -107,7 +158,8 @@ static CUstreamBatchMemOpParams write_op(void *addr, uint64_t v, bool wide)
     return ovl_cudrv_op_write((CUdeviceptr)addr, v, wide);
 }
 
-#define RING_RANKS 16 /* ranks per batch call: at most 5 writes each, under the driver's 256 */
+#define RING_RANKS                                                                                 \
+    16 /* ranks per batch call: at most 4 writes each and one, under the driver's 256 */
 
 /* Wakes the poller: completions are in flight. */
 static void poke_poller(cuda_backend_t *cb)
@@ -125,7 +177,7 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                  const char *message, const char *gpu_why)
 {
     cuda_backend_t *cb = o->cb;
-    CUstreamBatchMemOpParams ops[5 * RING_RANKS];
+    CUstreamBatchMemOpParams ops[4 * RING_RANKS + 1];
     bool tracked = false;
     for (uint32_t i0 = 0; i0 < n; i0 += RING_RANKS) {
         uint32_t i1 = n - i0 < RING_RANKS ? n : i0 + RING_RANKS, k = 0;
@@ -144,25 +196,32 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                 /* First the slot that the client's stream waits on
                  * (proto/doorbell.h), then done, which host-side waits
                  * read: once libovl sees done, the slot is written too, and
-                 * the page may be unregistered (ovl_comm_destroy). Then the
-                 * rank's own counter, which the poller reads. */
+                 * the page may be unregistered (ovl_comm_destroy). */
                 ops[k++] = write_op(&r->db_dev->done_slot[seq % OVL_READY_SLOTS], seq, true);
                 ops[k++] = write_op(&r->db_dev->done, seq, true);
-                ops[k++] = write_op(r->done_own_dev, seq, true);
             }
+            /* Then the ringing rank's own counter, which the poller reads
+             * for every completion of the batch. */
+            ops[k++] = write_op(o->done_own_dev, seq, true);
             cr = cb->drv.stream_batch_mem_op((CUstream)s, k, ops, 0);
         }
+        /* one event behind the batch, for all its completions, recorded
+         * before the poller may see any of them */
+        cuda_done_ev_t *ev = cr == CUDA_SUCCESS ? done_ev_record(o, s) : NULL;
+        uint64_t now = ovl_mono_ns();
         for (uint32_t i = i0; i < i1; i++) {
             struct ovld_rank *r = ranks[i];
-            cuda_done_t *d = calloc(1, sizeof(*d));
+            cuda_done_t *d = done_get(r);
             if (d) {
                 d->rank = r;
+                d->counter = o->done_own;
                 d->node.cookie = cookies[i];
                 d->node.seq = seq;
                 d->node.status = status;
                 d->node.release = done_release;
-                d->issued_ns = ovl_mono_ns();
-                snprintf(d->node.message, sizeof(d->node.message), "%s", message ? message : "");
+                d->issued_ns = now;
+                if (message)
+                    snprintf(d->node.message, sizeof(d->node.message), "%s", message);
             }
             if (cr != CUDA_SUCCESS) {
                 char why[256];
@@ -184,20 +243,9 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                                 r->dev->ordinal, seq);
                 continue;
             }
-            /* Its event, which the watchdog asks about, from the pool of
-             * the stream's rank (events belong to a device), recorded
-             * before the poller may see it. */
-            d->ev_home = o;
-            pthread_mutex_lock(&o->mu);
-            if (o->nfree_ev > 0)
-                d->ev = o->free_ev[--o->nfree_ev];
-            pthread_mutex_unlock(&o->mu);
-            if (!d->ev && cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) != cudaSuccess)
-                d->ev = NULL;
-            if (d->ev && cudaEventRecord(d->ev, s) != cudaSuccess) {
-                (void)cudaGetLastError();
-                cudaEventDestroy(d->ev); /* never recorded: no use to the watchdog */
-                d->ev = NULL;
+            if (ev) {
+                atomic_fetch_add(&ev->refs, 1);
+                d->ev = ev;
             }
             pthread_mutex_lock(&r->mu);
             d->next = r->inflight;
@@ -207,6 +255,7 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
             pthread_mutex_unlock(&r->mu);
             tracked = true;
         }
+        done_ev_put(ev); /* the batch's own reference */
     }
     if (tracked)
         poke_poller(cb);
@@ -243,9 +292,10 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
 
 /* ------------------------------------------------------------- poller */
 
-#define POLL_NS     10000ull  /* between looks while completions come */
-#define POLL_MAX_NS 100000ull /* at most, backing off while none does */
-#define POLL_BATCH  64        /* completions of a rank delivered per look */
+#define POLL_NS     10000ull   /* between looks while completions come */
+#define POLL_MAX_NS 100000ull  /* at most, backing off while none does */
+#define POLL_LINGER 1000000ull /* looks on this long after the last work, before it sleeps */
+#define POLL_BATCH  64         /* completions of a rank delivered per look */
 
 /* Delivers the completions that the ranks' own counters have reached,
  * oldest first; *ret_waiting: those still in flight. Returns how many it
@@ -256,13 +306,12 @@ static uint32_t poll_once(cuda_backend_t *cb, uint32_t *ret_waiting)
     pthread_mutex_lock(&cb->ranks_mu);
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        uint64_t done = __atomic_load_n(r->done_own, __ATOMIC_ACQUIRE);
         cuda_done_t *ready[POLL_BATCH];
         uint32_t n = 0;
         for (cuda_done_t *d = r->inflight; d; d = d->next) {
             if (atomic_load(&d->state) != 0)
                 continue; /* delivered, by this thread or the watchdog */
-            if (d->node.seq <= done && n < POLL_BATCH)
+            if (d->node.seq <= __atomic_load_n(d->counter, __ATOMIC_ACQUIRE) && n < POLL_BATCH)
                 ready[n++] = d;
             else
                 waiting++;
@@ -283,35 +332,51 @@ static uint32_t poll_once(cuda_backend_t *cb, uint32_t *ret_waiting)
     return delivered;
 }
 
+/*
+ * Looks while anything is in flight, and for POLL_LINGER after the last
+ * completion or ring, then sleeps on poll_cv until the next ring. The
+ * lingering keeps the wake-up (a futex call, microseconds) off the issuing
+ * thread for ops that come one after another rather than back to back:
+ * the ring finds the poller awake and only counts (poke_poller).
+ */
 static void *poll_main(void *arg)
 {
     cuda_backend_t *cb = arg;
     /* sleeps of POLL_NS, not the default 50 us of slack on top */
     (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-    uint64_t sleep_ns = POLL_NS;
+    uint64_t sleep_ns = POLL_NS, busy_ns = ovl_mono_ns();
     pthread_mutex_lock(&cb->poll_mu);
     while (!cb->poll_stop) {
         uint64_t gen = cb->poll_gen;
         pthread_mutex_unlock(&cb->poll_mu);
         uint32_t waiting;
-        if (poll_once(cb, &waiting) > 0)
+        if (poll_once(cb, &waiting) > 0) {
             sleep_ns = POLL_NS;
+            busy_ns = ovl_mono_ns();
+        }
+        bool linger = waiting == 0 && ovl_mono_ns() - busy_ns < POLL_LINGER;
         if (waiting > 0) {
             struct timespec ts = {0, (long)sleep_ns};
             nanosleep(&ts, NULL);
             /* an op that does not end (a client holding its stream): look
              * less often, not less surely */
             sleep_ns = sleep_ns * 2 > POLL_MAX_NS ? POLL_MAX_NS : sleep_ns * 2;
+        } else if (linger) {
+            /* at the first pace: the next op may come at any time */
+            struct timespec ts = {0, (long)POLL_NS};
+            nanosleep(&ts, NULL);
         }
         pthread_mutex_lock(&cb->poll_mu);
-        if (cb->poll_gen != gen)
+        if (cb->poll_gen != gen) {
             sleep_ns = POLL_NS; /* new ops: they may end soon */
-        else if (waiting == 0) {
+            busy_ns = ovl_mono_ns();
+        } else if (waiting == 0 && !linger) {
             cb->poll_idle = true;
             while (cb->poll_gen == gen && !cb->poll_stop)
                 pthread_cond_wait(&cb->poll_cv, &cb->poll_mu);
             cb->poll_idle = false;
             sleep_ns = POLL_NS;
+            busy_ns = ovl_mono_ns();
         }
     }
     pthread_mutex_unlock(&cb->poll_mu);
@@ -408,7 +473,7 @@ void cuda_on_watchdog(uv_timer_t *t)
                 snprintf(buf, sizeof(buf), "NCCL: %s", ncclGetErrorString(nr));
                 why = buf;
             } else if (d->ev) {
-                cudaError_t ce = cudaEventQuery(d->ev);
+                cudaError_t ce = cudaEventQuery(d->ev->ev);
                 if (ce != cudaSuccess && ce != cudaErrorNotReady) {
                     snprintf(buf, sizeof(buf), "CUDA: %s", cudaGetErrorString(ce));
                     why = buf;
@@ -425,7 +490,7 @@ void cuda_on_watchdog(uv_timer_t *t)
                             "): it waits for its client's ready, or for a peer",
                             r->dev->ordinal, d->node.seq,
                             (uint64_t)((now - d->issued_ns) / 1000000000u),
-                            d->ev ? cudaGetErrorString(cudaEventQuery(d->ev)) : "none",
+                            d->ev ? cudaGetErrorString(cudaEventQuery(d->ev->ev)) : "none",
                             __atomic_load_n(&r->db->ready_slot[d->node.seq % OVL_READY_SLOTS],
                                             __ATOMIC_RELAXED));
             }

@@ -49,13 +49,25 @@ typedef struct cuda_dev {
 /* One opened IPC handle on one device (cuda_mem.c). */
 typedef struct ipc_entry ipc_entry_t;
 
+/* The event a done batch records behind itself, which the watchdog asks
+ * whether the stream died: one for every completion of the batch (all
+ * ranks of a replayed op), back to home's pool with the last of them. */
+typedef struct cuda_done_ev {
+    cudaEvent_t ev;
+    struct ovld_rank *home; /* the ringing stream's rank: events belong to a device */
+    _Atomic uint32_t refs;
+    struct cuda_done_ev *next; /* home's pool (free_ev) */
+} cuda_done_ev_t;
+
 /* A completion on its way: the poller pushes it; the watchdog may
  * deliver it instead if the stream died. */
 typedef struct cuda_done {
     ovld_cq_node_t node; /* first */
     struct ovld_rank *rank;
-    cudaEvent_t ev;
-    struct ovld_rank *ev_home; /* whose pool ev goes back to: the ringing stream's rank */
+    /* The counter the batch that rang it writes last: the ringing stream's
+     * rank's own (done_own), which only that stream writes, in op order. */
+    const uint64_t *counter;
+    cuda_done_ev_t *ev; /* NULL: none could be recorded */
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the poller, 2 by the watchdog */
     bool warned;       /* reported as slow (loop thread) */
@@ -122,16 +134,18 @@ struct ovld_rank {
     struct ovl_doorbell *db;     /* as the host sees it */
     struct ovl_doorbell *db_dev; /* as the GPU sees it */
     int db_fd;
-    /* Its own completion counter: seq after each DONE, written by the GPU
-     * in the same batch as the doorbell; ovld's pinned memory, which the
-     * poller reads (cuda_done.c) and no client can write. */
+    /* Its own completion counter: seq after each done batch its stream 0
+     * rings (its own DONE, or every rank's of an op it replays), written
+     * by the GPU after the doorbells of the batch; ovld's pinned memory,
+     * which the poller reads (cuda_done.c) and no client can write. */
     uint64_t *done_own;
     uint64_t *done_own_dev; /* as the GPU sees it */
-    /* Guards inflight and free_ev: the issuing thread adds an op (DONE),
+    /* Guards inflight and the pools: the issuing thread adds an op (DONE),
      * the loop delivers and watches them. */
     pthread_mutex_t mu;
-    cudaEvent_t *free_ev; /* done events to reuse (under mu) */
-    uint32_t nfree_ev, cap_free_ev;
+    cuda_done_ev_t *free_ev;     /* done events of this device to reuse (under mu) */
+    struct cuda_done *free_done; /* completion records to reuse (under mu) */
+    uint32_t nfree_done;
     bool error_written;
     bool setup_pending;            /* its communicator is being made on a worker (loop thread) */
     struct cuda_setup_work *setup; /* that setup, while setup_pending */

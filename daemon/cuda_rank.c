@@ -61,8 +61,8 @@ void cuda_rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaEventDestroy(r->fork_ev));
         if (r->run_ev)
             FREE_TRY(cudaEventDestroy(r->run_ev));
-        for (uint32_t i = 0; i < r->nfree_ev; i++)
-            FREE_TRY(cudaEventDestroy(r->free_ev[i]));
+        for (cuda_done_ev_t *e = r->free_ev; e; e = e->next)
+            FREE_TRY(cudaEventDestroy(e->ev));
         if (r->done_own)
             FREE_TRY(cudaFreeHost(r->done_own));
         if (r->db) {
@@ -74,7 +74,16 @@ void cuda_rank_free_resources(struct ovld_rank *r)
     }
 #undef FREE_TRY
     free(r->slots);
-    free(r->free_ev);
+    while (r->free_ev) {
+        cuda_done_ev_t *e = r->free_ev;
+        r->free_ev = e->next;
+        free(e);
+    }
+    while (r->free_done) {
+        cuda_done_t *d = r->free_done;
+        r->free_done = d->next;
+        free(d);
+    }
     free(r->events);
     free(r->comm_rank_of);
     if (r->db_fd >= 0)
