@@ -820,6 +820,7 @@ static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
  * key issue the same calls with the same arguments, but for the doorbell's
  * values. */
 #define KEY_WORDS_PER_RANK (20 + OVL_PLAN_MAX_BS - 1 + 2 * OVL_BUF_COUNT)
+#define KEY_STACK_WORLD    8 /* keys of up to this many ranks are built on the stack */
 
 static size_t replay_key(const ovld_exec_op_t *op, uint64_t *key)
 {
@@ -996,8 +997,27 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
         if (p->nevents > maxev)
             maxev = p->nevents;
     }
-    /* The streams' roles, before anything of the op is issued: the backend
-     * takes their priorities from them. */
+    /* How its body goes: a replayed op is one launch on the origin's
+     * stream 0, and needs no other stream. */
+    ovld_replay_how_t how = OVLD_REPLAY_EAGER;
+    ovld_graph_t *g = NULL;
+    if (replay_fits(b, op)) {
+        /* on the stack up to world KEY_STACK_WORLD */
+        uint64_t stack[1 + KEY_STACK_WORLD * KEY_WORDS_PER_RANK];
+        uint64_t *key = op->world <= KEY_STACK_WORLD
+                            ? stack
+                            : malloc((1 + (size_t)op->world * KEY_WORDS_PER_RANK) * sizeof(*key));
+        if (key) {
+            size_t n = replay_key(op, key);
+            how = ovld_replay_find(op->replay, key, n * sizeof(*key), op->mem_gen, &g);
+            if (key != stack)
+                free(key);
+        }
+    }
+    if (how == OVLD_REPLAY_LAUNCH)
+        return exec_replayed(pool, b, op, maxev, how, g, ret_how, err, errlen);
+    /* The streams' roles, before anything of the op is issued (a capture
+     * records them): the backend takes their priorities from them. */
     for (uint32_t r = 0; b->ops->set_streams && r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (!p)
@@ -1009,18 +1029,8 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
             return fail_all(b, op, st, err);
         }
     }
-    if (replay_fits(b, op)) {
-        uint64_t *key = malloc((1 + (size_t)op->world * KEY_WORDS_PER_RANK) * sizeof(*key));
-        if (key) {
-            size_t n = replay_key(op, key);
-            ovld_graph_t *g = NULL;
-            ovld_replay_how_t how =
-                ovld_replay_find(op->replay, key, n * sizeof(*key), op->mem_gen, &g);
-            free(key);
-            if (how != OVLD_REPLAY_EAGER)
-                return exec_replayed(pool, b, op, maxev, how, g, ret_how, err, errlen);
-        }
-    }
+    if (how == OVLD_REPLAY_CAPTURE)
+        return exec_replayed(pool, b, op, maxev, how, g, ret_how, err, errlen);
     if (!pool || op->serial || op->world < 2 || !b->ops->issue_parallel ||
         !b->ops->reserve_events || !parallel_fits(op))
         return exec_serial(b, op, maxev, err, errlen);

@@ -6,7 +6,8 @@
  *
  * Before anything of the op, the executor tells the backend the role of
  * each stream of each rank's plan (set_streams), from which the backend
- * takes priorities. Issue order: ranks advance round-robin; a rank stops at
+ * takes priorities; not for an op replayed from a graph, which runs on
+ * stream 0 alone (ovld_exec_op_t.replay). Issue order: ranks advance round-robin; a rank stops at
  * a WAIT on a peer's event that the peer has not recorded yet in this op
  * (so that the wait refers to this op's record, as cudaStreamWaitEvent
  * requires), and at an ALLGATHER or a RAIL until every rank has reached

@@ -32,26 +32,43 @@ struct ovld_replay {
     entry_t *asked; /* the entry whose capture ovld_replay_find asked for */
 };
 
-/* FNV-1a over 64-bit words (the executor's keys are words: a few hundred
- * to a few thousand bytes, hashed once per op on the issuing thread), the
- * tail byte by byte. */
+/* FNV-1a over 64-bit words, four independent lanes so that the
+ * multiplications overlap (the executor's keys are words: a few hundred to
+ * a few thousand bytes, hashed once per op on the issuing thread), the
+ * lanes folded into one, then the tail byte by byte. */
 static uint64_t hash_of(const void *key, size_t len)
 {
     const unsigned char *p = key;
-    uint64_t h = 14695981039346656037ull;
+    const uint64_t prime = 1099511628211ull;
+    uint64_t h[4] = {14695981039346656037ull, 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
+                     0x165667b19e3779f9ull};
     size_t i = 0;
+    for (; i + 32 <= len; i += 32)
+        for (int l = 0; l < 4; l++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * l, 8);
+            h[l] ^= w;
+            h[l] *= prime;
+            h[l] ^= h[l] >> 32;
+        }
+    uint64_t f = h[0];
+    for (int l = 1; l < 4; l++) {
+        f ^= h[l];
+        f *= prime;
+        f ^= f >> 32;
+    }
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
-        h ^= w;
-        h *= 1099511628211ull;
-        h ^= h >> 32;
+        f ^= w;
+        f *= prime;
+        f ^= f >> 32;
     }
     for (; i < len; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
+        f ^= p[i];
+        f *= prime;
     }
-    return h;
+    return f;
 }
 
 static void entry_clear(ovld_replay_t *rp, entry_t *e)
