@@ -5,8 +5,12 @@
  * world-1 ring op (docs/plans.md: WAIT_READY, RECORD, two GEMMs, DONE) as
  * ovld issues it today, eagerly, against the same op replayed from a CUDA
  * graph with the doorbell's wait and writes eager around the launch (issue
- * 15: "replay, not rebuild"). Also the wake-up of a sleeping thread, which
- * every hand-over between ovld's loop and its issuing threads pays.
+ * 15: "replay, not rebuild"). Then what a graph's launch pays for: the
+ * body of a world-8 naive op with every rank on this GPU as ovld captures
+ * it, and variants of it (copy nodes or one copy kernel a rank, all-to-all
+ * waits, one barrier, none, one stream). Also the wake-up of a sleeping
+ * thread, which every hand-over between ovld's loop and its issuing
+ * threads pays.
  *
  * Each row: the host time of one call (ns; p50, p99 over many calls, the
  * stream drained every DRAIN calls so that no queue fills, outside the
@@ -32,6 +36,7 @@
 
 #include "cuda_gemm.h"
 #include "cudrv.h"
+#include "issue_lab_copies.h"
 
 #define DRAIN 32 /* calls between drains of the stream */
 #define DIM   128
@@ -203,6 +208,142 @@ static void capture(void)
     CK(cudaGraphInstantiate(&gexec, g, 0));
     CK(cudaGraphUpload(gexec, s0));
     CK(cudaGraphDestroy(g));
+}
+
+/* The body of a world-8 naive op of DIM rows a rank with every rank on
+ * this GPU, as ovld captures it (ovlctl plan --algo naive --world 8
+ * --shared-gpu): each rank's stream records its start and waits for every
+ * other's, pulls the 8 shards into its G, records, runs its GEMM and waits
+ * for every other rank's pulls before it joins. Variants, to see what a
+ * launch pays for: the pulls as 8 copies each (cudaMemcpy2DAsync: copy
+ * nodes) or as one lab_launch_copies kernel; the all-to-all waits as they
+ * are (56 edges each time), through one barrier node on the origin's
+ * stream (16), or none (the ranks independent, forked and joined); or the
+ * whole body on one stream. */
+#define W8 8
+typedef enum w8_shape { W8_COPIES, W8_KERNEL, W8_BARRIER, W8_NO_WAITS, W8_ONE_STREAM } w8_shape_t;
+static cudaStream_t rs[W8];
+static cudaEvent_t ev_start[W8], ev_pulled[W8], ev_join[W8], ev_fork, ev_bar;
+static void *w8_a[W8], *w8_g[W8];
+static cudaGraphExec_t g8[W8_ONE_STREAM + 1];
+
+static void w8_pulls(cudaStream_t s, int r, bool kernel)
+{
+    if (kernel) {
+        lab_copies_t c = {.n = W8};
+        for (int q = 0; q < W8; q++)
+            c.p[q] = (lab_copy_piece_t){.src = w8_a[q],
+                                        .dst = (char *)w8_g[r] + (size_t)q * DIM * DIM * 2,
+                                        .src_ld = DIM * 2,
+                                        .dst_ld = DIM * 2,
+                                        .rows = DIM,
+                                        .width = DIM * 2};
+        CK(lab_launch_copies(s, &c));
+        return;
+    }
+    for (int q = 0; q < W8; q++)
+        CK(cudaMemcpy2DAsync((char *)w8_g[r] + (size_t)q * DIM * DIM * 2, DIM * 2, w8_a[q], DIM * 2,
+                             DIM * 2, DIM, cudaMemcpyDeviceToDevice, s));
+}
+
+/* Every rank's stream waits for every other's ev[] (all-to-all), or for
+ * one barrier on s0 behind all of them. */
+static void w8_sync(cudaEvent_t *ev, w8_shape_t shape)
+{
+    if (shape == W8_NO_WAITS)
+        return;
+    if (shape == W8_BARRIER) {
+        for (int q = 0; q < W8; q++)
+            CK(cudaStreamWaitEvent(s0, ev[q], 0));
+        CK(cudaEventRecord(ev_bar, s0));
+        for (int r = 0; r < W8; r++)
+            CK(cudaStreamWaitEvent(rs[r], ev_bar, 0));
+        return;
+    }
+    for (int r = 0; r < W8; r++)
+        for (int q = 0; q < W8; q++)
+            if (q != r)
+                CK(cudaStreamWaitEvent(rs[r], ev[q], 0));
+}
+
+static cudaGraphExec_t capture_w8(w8_shape_t shape)
+{
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    if (shape == W8_ONE_STREAM) {
+        for (int r = 0; r < W8; r++) {
+            w8_pulls(s0, r, true);
+            gemm(s0, 0);
+        }
+    } else {
+        CK(cudaEventRecord(ev_fork, s0));
+        for (int r = 0; r < W8; r++) {
+            CK(cudaStreamWaitEvent(rs[r], ev_fork, 0));
+            CK(cudaEventRecord(ev_start[r], rs[r]));
+        }
+        w8_sync(ev_start, shape);
+        for (int r = 0; r < W8; r++) {
+            w8_pulls(rs[r], r, shape != W8_COPIES);
+            CK(cudaEventRecord(ev_pulled[r], rs[r]));
+            gemm(rs[r], 0);
+        }
+        w8_sync(ev_pulled, shape);
+        for (int r = 0; r < W8; r++) {
+            CK(cudaEventRecord(ev_join[r], rs[r]));
+            CK(cudaStreamWaitEvent(s0, ev_join[r], 0));
+        }
+    }
+    CK(cudaStreamEndCapture(s0, &g));
+    cudaGraphExec_t x;
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphUpload(x, s0));
+    CK(cudaGraphDestroy(g));
+    return x;
+}
+
+static void setup_w8(void)
+{
+    for (int r = 0; r < W8; r++) {
+        CK(cudaStreamCreateWithFlags(&rs[r], cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&ev_start[r], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&ev_pulled[r], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&ev_join[r], cudaEventDisableTiming));
+        CK(cudaMalloc(&w8_a[r], DIM * DIM * 2));
+        CK(cudaMalloc(&w8_g[r], (size_t)W8 * DIM * DIM * 2));
+        CK(cudaMemset(w8_a[r], r + 1, DIM * DIM * 2));
+    }
+    CK(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&ev_bar, cudaEventDisableTiming));
+    for (int v = 0; v <= W8_ONE_STREAM; v++)
+        g8[v] = capture_w8((w8_shape_t)v);
+    /* every variant gathers what the copies do */
+    size_t bytes = (size_t)W8 * DIM * DIM * 2;
+    unsigned char *want = malloc(bytes), *got = malloc(bytes);
+    CK(cudaGraphLaunch(g8[W8_COPIES], s0));
+    CK(cudaStreamSynchronize(s0));
+    CK(cudaMemcpy(want, w8_g[3], bytes, cudaMemcpyDeviceToHost));
+    if (want[0] != 1 || want[(size_t)7 * DIM * DIM * 2] != 8) {
+        fprintf(stderr, "issue-lab: the copies gathered other bytes than the shards\n");
+        exit(1);
+    }
+    for (int v = W8_KERNEL; v <= W8_ONE_STREAM; v++) {
+        CK(cudaMemset(w8_g[3], 0, bytes));
+        CK(cudaGraphLaunch(g8[v], s0));
+        CK(cudaStreamSynchronize(s0));
+        CK(cudaMemcpy(got, w8_g[3], bytes, cudaMemcpyDeviceToHost));
+        if (memcmp(want, got, bytes) != 0) {
+            fprintf(stderr, "issue-lab: world-8 variant %d gathered other bytes\n", v);
+            exit(1);
+        }
+    }
+    free(want);
+    free(got);
+}
+
+static w8_shape_t w8_now;
+static void c_graph_w8(void)
+{
+    CK(cudaGraphLaunch(g8[w8_now], s0));
 }
 
 /* Times fn() iters times, draining the streams every DRAIN calls. */
@@ -518,6 +659,18 @@ int main(int argc, char **argv)
     time_calls("cublasLtMatmul 64x128x128 (cached)", c_gemm);
     time_calls("cudaMemcpy2DAsync 64 rows", c_copy);
     time_calls("cudaGraphLaunch (record, 2 GEMMs)", c_graph_launch);
+    setup_w8();
+    static const char *w8_rows[] = {
+        [W8_COPIES] = "graph w8 naive: 64 copy nodes",
+        [W8_KERNEL] = "graph w8 naive: 8 copy kernels",
+        [W8_BARRIER] = "graph w8, kernels: barrier node",
+        [W8_NO_WAITS] = "graph w8, kernels: no cross waits",
+        [W8_ONE_STREAM] = "graph w8, kernels: one stream",
+    };
+    for (int v = 0; v <= W8_ONE_STREAM; v++) {
+        w8_now = (w8_shape_t)v;
+        time_calls(w8_rows[v], c_graph_w8);
+    }
     time_calls("cuPointerGetAttribute BUFFER_ID", c_buffer_id);
     time_calls("cuMemGetAddressRange", c_addr_range);
     time_calls("cudaIpcGetMemHandle", c_ipc_handle);
