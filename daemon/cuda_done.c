@@ -80,22 +80,6 @@ static cuda_done_ev_t *done_ev_record(struct ovld_rank *o, cudaStream_t s)
     return e;
 }
 
-/* A zeroed completion record: one of r's kept ones, else a new one. */
-static cuda_done_t *done_get(struct ovld_rank *r)
-{
-    pthread_mutex_lock(&r->mu);
-    cuda_done_t *d = r->free_done;
-    if (d) {
-        r->free_done = d->next;
-        r->nfree_done--;
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (!d)
-        return calloc(1, sizeof(*d));
-    memset(d, 0, sizeof(*d));
-    return d;
-}
-
 static void done_release(ovld_cq_node_t *node)
 {
     cuda_done_t *d = (cuda_done_t *)node;
@@ -119,6 +103,42 @@ static void done_release(ovld_cq_node_t *node)
     if (!kept)
         free(d);
     done_ev_put(ev);
+}
+
+/* A completion record for op seq of r, with cookie, status and message
+ * (NULL: none), on nothing's list yet: one of r's kept ones, else a new
+ * one; NULL without memory. Field by field, not zeroed whole: a kept
+ * record's lines were last written by the loop thread, and the message's
+ * 256 bytes need only their first. */
+static cuda_done_t *done_get(struct ovld_rank *r, struct ovld_rank *o, void *cookie, uint64_t seq,
+                             ovl_status_t status, const char *message, uint64_t now)
+{
+    pthread_mutex_lock(&r->mu);
+    cuda_done_t *d = r->free_done;
+    if (d) {
+        r->free_done = d->next;
+        r->nfree_done--;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!d && !(d = malloc(sizeof(*d))))
+        return NULL;
+    d->node.next = NULL;
+    d->node.cookie = cookie;
+    d->node.seq = seq;
+    d->node.status = status;
+    d->node.release = done_release;
+    if (message)
+        snprintf(d->node.message, sizeof(d->node.message), "%s", message);
+    else
+        d->node.message[0] = '\0';
+    d->rank = r;
+    d->counter = o->done_own; /* the ringing rank's */
+    d->ev = NULL;
+    d->issued_ns = now;
+    atomic_init(&d->state, 0);
+    d->warned = false;
+    d->prev = d->next = NULL;
+    return d;
 }
 
 /* The GPU cannot ring r's done: the CPU does, so that the client's waits
@@ -211,18 +231,7 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
         uint64_t now = ovl_mono_ns();
         for (uint32_t i = i0; i < i1; i++) {
             struct ovld_rank *r = ranks[i];
-            cuda_done_t *d = done_get(r);
-            if (d) {
-                d->rank = r;
-                d->counter = o->done_own;
-                d->node.cookie = cookies[i];
-                d->node.seq = seq;
-                d->node.status = status;
-                d->node.release = done_release;
-                d->issued_ns = now;
-                if (message)
-                    snprintf(d->node.message, sizeof(d->node.message), "%s", message);
-            }
+            cuda_done_t *d = done_get(r, o, cookies[i], seq, status, message, now);
             if (cr != CUDA_SUCCESS) {
                 char why[256];
                 if (gpu_why)
