@@ -987,13 +987,6 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
             snprintf(err, errlen, "executor: rank %u's plan is not for this op", r);
             return fail_all(b, op, OVL_ERR_INTERNAL, err);
         }
-        /* Streams the backend is told of (set_streams) and no others. */
-        for (size_t i = 0; i < p->ninstr; i++)
-            if (p->instr[i].stream >= p->nstreams) {
-                snprintf(err, errlen, "executor: rank %u, instruction %zu: stream %u of %u", r, i,
-                         p->instr[i].stream, p->nstreams);
-                return fail_all(b, op, OVL_ERR_INTERNAL, err);
-            }
         if (p->nevents > maxev)
             maxev = p->nevents;
     }
@@ -1016,6 +1009,19 @@ ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld
     }
     if (how == OVLD_REPLAY_LAUNCH)
         return exec_replayed(pool, b, op, maxev, how, g, ret_how, err, errlen);
+    /* Streams the backend is told of (set_streams) and no others: checked
+     * for every op issued call by call or captured (a key's plans are a
+     * pure function of its parameters, so a launch's were checked at its
+     * capture). */
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        for (size_t i = 0; p && i < p->ninstr; i++)
+            if (p->instr[i].stream >= p->nstreams) {
+                snprintf(err, errlen, "executor: rank %u, instruction %zu: stream %u of %u", r, i,
+                         p->instr[i].stream, p->nstreams);
+                return fail_all(b, op, OVL_ERR_INTERNAL, err);
+            }
+    }
     /* The streams' roles, before anything of the op is issued (a capture
      * records them): the backend takes their priorities from them. */
     for (uint32_t r = 0; b->ops->set_streams && r < op->world; r++) {
