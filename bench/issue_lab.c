@@ -21,6 +21,7 @@
  * cuBLASLt error, 2 for bad arguments, 77 without a GPU.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -344,6 +345,88 @@ static w8_shape_t w8_now;
 static void c_graph_w8(void)
 {
     CK(cudaGraphLaunch(g8[w8_now], s0));
+}
+
+/* Launches from several threads at once: 8 graphs of one rank's body
+ * each (one stream: the rank's copy kernel and a GEMM), each launched on
+ * that rank's stream, by one thread one after another, or by 8 threads at
+ * once (spinning on a start word, so that no wake-up is timed): the span
+ * from the first launch's start to the last one's end. Whether the driver
+ * lets launches into one context go in parallel, which a graph per rank
+ * launched from the ranks' own threads would need. */
+static cudaGraphExec_t g1[W8];
+static _Atomic uint64_t par_go; /* the round; UINT64_MAX: stop */
+static _Atomic int par_done;
+static uint64_t par_t0[W8], par_t1[W8];
+
+static void *par_main(void *arg)
+{
+    int r = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        while ((g = atomic_load_explicit(&par_go, memory_order_acquire)) == seen)
+            ;
+        if (g == UINT64_MAX)
+            return NULL;
+        seen = g;
+        par_t0[r] = now_ns();
+        CK(cudaGraphLaunch(g1[r], rs[r]));
+        par_t1[r] = now_ns();
+        atomic_fetch_add_explicit(&par_done, 1, memory_order_release);
+    }
+}
+
+static void setup_par(void)
+{
+    for (int r = 0; r < W8; r++) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(rs[r], cudaStreamCaptureModeThreadLocal));
+        w8_pulls(rs[r], r, true);
+        gemm(rs[r], 0);
+        CK(cudaStreamEndCapture(rs[r], &g));
+        CK(cudaGraphInstantiate(&g1[r], g, 0));
+        CK(cudaGraphUpload(g1[r], rs[r]));
+        CK(cudaGraphDestroy(g));
+    }
+}
+
+static void c_par_serial(void)
+{
+    for (int r = 0; r < W8; r++)
+        CK(cudaGraphLaunch(g1[r], rs[r]));
+}
+
+static void time_par_threads(const char *what)
+{
+    pthread_t t[W8];
+    for (int r = 0; r < W8; r++)
+        if (pthread_create(&t[r], NULL, par_main, (void *)(intptr_t)r) != 0) {
+            fprintf(stderr, "issue-lab: pthread_create failed\n");
+            exit(1);
+        }
+    uint64_t *ns = malloc((size_t)iters * sizeof(*ns));
+    for (int i = -50; i < iters; i++) {
+        if (i % DRAIN == 0)
+            CK(cudaDeviceSynchronize());
+        atomic_store(&par_done, 0);
+        atomic_store_explicit(&par_go, (uint64_t)(i + 51), memory_order_release);
+        while (atomic_load_explicit(&par_done, memory_order_acquire) < W8)
+            ;
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (int r = 0; r < W8; r++) {
+            lo = par_t0[r] < lo ? par_t0[r] : lo;
+            hi = par_t1[r] > hi ? par_t1[r] : hi;
+        }
+        if (i >= 0)
+            ns[i] = hi - lo;
+    }
+    atomic_store(&par_go, UINT64_MAX);
+    for (int r = 0; r < W8; r++)
+        pthread_join(t[r], NULL);
+    CK(cudaDeviceSynchronize());
+    row(what, ns, iters, 0);
+    free(ns);
 }
 
 /* Times fn() iters times, draining the streams every DRAIN calls. */
@@ -671,6 +754,9 @@ int main(int argc, char **argv)
         w8_now = (w8_shape_t)v;
         time_calls(w8_rows[v], c_graph_w8);
     }
+    setup_par();
+    time_calls("8 rank graphs, one thread", c_par_serial);
+    time_par_threads("8 rank graphs, 8 threads at once");
     time_calls("cuPointerGetAttribute BUFFER_ID", c_buffer_id);
     time_calls("cuMemGetAddressRange", c_addr_range);
     time_calls("cudaIpcGetMemHandle", c_ipc_handle);
