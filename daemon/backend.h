@@ -309,7 +309,8 @@ typedef struct ovld_backend_ops {
      *    after the work queued so far on every rank's stream 0, and before
      *    any later work on them. It uses stream 0 alone (the graph has the
      *    rest): no set_streams comes before it, and the streams keep the
-     *    roles of the last call. On failure no done was rung (the caller
+     *    roles of the last call (a failure's joins go to those streams,
+     *    which hold nothing of the op). On failure no done was rung (the caller
      *    rings them, with the error); once it returns OVL_OK every rank's
      *    completion comes.
      *  - graph_free: at once, or once its last launch ended. */

@@ -32,8 +32,9 @@
  *   GEMM        cuBLASLt (cuda_gemm.c)
  *   SLEEP       kernels.cu
  *   DONE        error word (if failed), then done_slot[seq % slots] = seq
- *               and done = seq in the shared page and seq in the rank's
- *               own counter, in one batch of stream memory operations;
+ *               and done = seq in the shared page, then seq in the
+ *               ringing rank's own counter (the origin's, for every rank
+ *               of a replayed op), in one batch of stream memory operations;
  *               the poller thread reports the completion to the loop once
  *               the counter reached it, and a watchdog timer catches what
  *               the GPU will never write (a context error).

@@ -13,8 +13,9 @@
  * Polling, not a host function per op: cudaLaunchHostFunc with its event
  * and stream wait cost 5 to 6 us of the issuing thread per op (measured in
  * ovld on one H100 under MPS), a look at a counter nothing. The poller
- * sleeps POLL_NS between looks while anything is in flight or was until
- * POLL_LINGER ago, and on a condition variable after that. Records and
+ * looks every POLL_NS while anything is in flight (backing off to
+ * POLL_MAX_NS while nothing of it ends) or was until POLL_LINGER ago, and
+ * sleeps on a condition variable after that. Records and
  * events are kept for reuse: nothing is allocated per op once warm.
  */
 #include <inttypes.h>
@@ -110,8 +111,8 @@ static void done_release(ovld_cq_node_t *node)
  * one; NULL without memory. Field by field, not zeroed whole: a kept
  * record's lines were last written by the loop thread, and the message's
  * 256 bytes need only their first. */
-static cuda_done_t *done_get(struct ovld_rank *r, struct ovld_rank *o, void *cookie, uint64_t seq,
-                             ovl_status_t status, const char *message, uint64_t now)
+static cuda_done_t *done_get(struct ovld_rank *r, const uint64_t *counter, void *cookie,
+                             uint64_t seq, ovl_status_t status, const char *message, uint64_t now)
 {
     pthread_mutex_lock(&r->mu);
     cuda_done_t *d = r->free_done;
@@ -132,7 +133,7 @@ static cuda_done_t *done_get(struct ovld_rank *r, struct ovld_rank *o, void *coo
     else
         d->node.message[0] = '\0';
     d->rank = r;
-    d->counter = o->done_own; /* the ringing rank's */
+    d->counter = counter;
     d->ev = NULL;
     d->issued_ns = now;
     atomic_init(&d->state, 0);
@@ -178,9 +179,6 @@ static CUstreamBatchMemOpParams write_op(void *addr, uint64_t v, bool wide)
     return ovl_cudrv_op_write((CUdeviceptr)addr, v, wide);
 }
 
-#define RING_RANKS                                                                                 \
-    16 /* ranks per batch call: at most 4 writes each and one, under the driver's 256 */
-
 /* Wakes the poller: completions are in flight. */
 static void poke_poller(cuda_backend_t *cb)
 {
@@ -197,10 +195,10 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                  const char *message, const char *gpu_why)
 {
     cuda_backend_t *cb = o->cb;
-    CUstreamBatchMemOpParams ops[4 * RING_RANKS + 1];
+    CUstreamBatchMemOpParams ops[4 * CUDA_RING_RANKS + 1];
     bool tracked = false;
-    for (uint32_t i0 = 0; i0 < n; i0 += RING_RANKS) {
-        uint32_t i1 = n - i0 < RING_RANKS ? n : i0 + RING_RANKS, k = 0;
+    for (uint32_t i0 = 0; i0 < n; i0 += CUDA_RING_RANKS) {
+        uint32_t i1 = n - i0 < CUDA_RING_RANKS ? n : i0 + CUDA_RING_RANKS, k = 0;
         CUresult cr = CUDA_ERROR_INVALID_CONTEXT;
         if (!gpu_why) {
             for (uint32_t i = i0; i < i1; i++) {
@@ -222,7 +220,7 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
             }
             /* Then the ringing rank's own counter, which the poller reads
              * for every completion of the batch. */
-            ops[k++] = write_op(o->done_own_dev, seq, true);
+            ops[k++] = write_op(&o->done_own_dev[i0 / CUDA_RING_RANKS], seq, true);
             cr = cb->drv.stream_batch_mem_op((CUstream)s, k, ops, 0);
         }
         /* one event behind the batch, for all its completions, recorded
@@ -231,7 +229,8 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
         uint64_t now = ovl_mono_ns();
         for (uint32_t i = i0; i < i1; i++) {
             struct ovld_rank *r = ranks[i];
-            cuda_done_t *d = done_get(r, o, cookies[i], seq, status, message, now);
+            cuda_done_t *d = done_get(r, &o->done_own[i0 / CUDA_RING_RANKS], cookies[i], seq,
+                                      status, message, now);
             if (cr != CUDA_SUCCESS) {
                 char why[256];
                 if (gpu_why)

@@ -49,6 +49,12 @@ typedef struct cuda_dev {
 /* One opened IPC handle on one device (cuda_mem.c). */
 typedef struct ipc_entry ipc_entry_t;
 
+/* Ranks per call of a done batch (cuda_done.c): at most 4 writes each and
+ * the counter's, under the driver's 256 per cuStreamBatchMemOp; and the
+ * groups a batch of the largest world takes, each with its counter. */
+#define CUDA_RING_RANKS  63
+#define CUDA_DONE_GROUPS ((OVL_PLAN_MAX_WORLD + CUDA_RING_RANKS - 1) / CUDA_RING_RANKS)
+
 /* The event a done batch records behind itself, which the watchdog asks
  * whether the stream died: one for every completion of the batch (all
  * ranks of a replayed op), back to home's pool with the last of them. */
@@ -64,8 +70,10 @@ typedef struct cuda_done_ev {
 typedef struct cuda_done {
     ovld_cq_node_t node; /* first */
     struct ovld_rank *rank;
-    /* The counter the batch that rang it writes last: the ringing stream's
-     * rank's own (done_own), which only that stream writes, in op order. */
+    /* The counter that the batch which rang it writes last: the ringing
+     * rank's own for that batch's group (done_own[g], CUDA_RING_RANKS ranks
+     * a group), which only that rank's stream 0 writes (plans put DONE
+     * there, and the executor's failures ring there), in op order. */
     const uint64_t *counter;
     cuda_done_ev_t *ev; /* NULL: none could be recorded */
     uint64_t issued_ns;
@@ -134,11 +142,12 @@ struct ovld_rank {
     struct ovl_doorbell *db;     /* as the host sees it */
     struct ovl_doorbell *db_dev; /* as the GPU sees it */
     int db_fd;
-    /* Its own completion counter: seq after each done batch its stream 0
-     * rings (its own DONE, or every rank's of an op it replays), written
-     * by the GPU after the doorbells of the batch; ovld's pinned memory,
-     * which the poller reads (cuda_done.c) and no client can write. */
-    uint64_t *done_own;
+    /* Its own completion counters, one per group of a done batch: seq after
+     * each batch its stream 0 rings (its own DONE, group 0; or every rank's
+     * of an op it replays, CUDA_RING_RANKS ranks a group), written by the
+     * GPU after the doorbells of the group; ovld's pinned memory, which the
+     * poller reads (cuda_done.c) and no client can write. */
+    uint64_t *done_own;     /* CUDA_DONE_GROUPS entries */
     uint64_t *done_own_dev; /* as the GPU sees it */
     /* Guards inflight and the pools: the issuing thread adds an op (DONE),
      * the loop delivers and watches them. */

@@ -150,10 +150,11 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     }
     if (ce == cudaSuccess) {
         what = "cudaHostAlloc (completion counter)";
-        ce = cudaHostAlloc((void **)&r->done_own, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+        ce = cudaHostAlloc((void **)&r->done_own, CUDA_DONE_GROUPS * sizeof(*r->done_own),
+                           cudaHostAllocMapped | cudaHostAllocPortable);
     }
     if (ce == cudaSuccess) {
-        *r->done_own = 0;
+        memset(r->done_own, 0, CUDA_DONE_GROUPS * sizeof(*r->done_own));
         ce = cudaHostGetDevicePointer((void **)&r->done_own_dev, r->done_own, 0);
     }
     if (ce == cudaSuccess) {

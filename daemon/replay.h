@@ -49,7 +49,9 @@ void ovld_replay_destroy(ovld_replay_t *rp);
  * Looks key (len bytes) up, at memory generation gen: LAUNCH with its
  * graph in *ret_graph; CAPTURE when it was seen once before (the caller
  * then reports with ovld_replay_captured or ovld_replay_refused, before
- * any other call); EAGER otherwise (a key seen for the first time is
+ * any other call; or with neither where the op fails before its capture
+ * begins: the key is then asked for again at its next sight); EAGER
+ * otherwise (a key seen for the first time is
  * remembered; without memory it is not, and stays EAGER).
  */
 ovld_replay_how_t ovld_replay_find(ovld_replay_t *rp, const void *key, size_t len, uint64_t gen,
