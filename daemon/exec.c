@@ -792,8 +792,9 @@ out:
 /* ------------------------------------------------------------- replay */
 
 /* Whether op's body may be captured (exec.h, ovld_exec_op_t.replay): every
- * rank served here, each program WAIT_READY on stream 0, a body of
- * neither doorbell instructions nor NCCL calls, DONE on stream 0. */
+ * rank served here, with a plan worth replaying (ovl_plan_t.replay), each
+ * program WAIT_READY on stream 0, a body of neither doorbell instructions
+ * nor NCCL calls, DONE on stream 0. */
 static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
 {
     if (!op->replay || !b->ops->graph_capture || !b->ops->graph_end || !b->ops->graph_run ||
@@ -801,7 +802,7 @@ static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
         return false;
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
-        if (!p || p->ninstr < 2 || p->instr[0].kind != OVL_I_WAIT_READY ||
+        if (!p || !p->replay || p->ninstr < 2 || p->instr[0].kind != OVL_I_WAIT_READY ||
             p->instr[0].stream != 0 || p->instr[p->ninstr - 1].kind != OVL_I_DONE ||
             p->instr[p->ninstr - 1].stream != 0)
             return false;

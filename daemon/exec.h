@@ -66,7 +66,8 @@ typedef struct ovld_exec_op {
     /* The job's captured ops (replay.h), and the memory generation at the
      * op's start (buffers.h); NULL: every op is issued call by call. An op
      * replays where the backend can capture (graph_*), every rank is
-     * served here, and every plan is WAIT_READY on stream 0, a body
+     * served here, and every plan is worth replaying (ovl_plan_t.replay:
+     * short GEMMs) and is WAIT_READY on stream 0, a body
      * without ALLGATHERs or RAILs (NCCL calls stay outside graphs), and
      * DONE on stream 0: the doorbell's values change with every op, so
      * its wait and done are issued around the launch. */

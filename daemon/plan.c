@@ -30,6 +30,19 @@
  * from 240 to 120 GEMMs and pulls per op).
  */
 #define MIN_CHUNK_GEMM_FLOP (1ull << 30)
+/*
+ * An op is worth replaying from a graph (ovl_plan_t.replay) while its GEMMs
+ * on one rank (all its gathered rows, every B) do less than this: about
+ * 100 us on an H100. Replay saves host time per op (its issue, 8 to 12 us
+ * at world 1 against 20 to 25 called one by one, and more at larger
+ * worlds) and costs GPU time: at world 1 on one H100 under MPS a replayed
+ * op took 9 to 12 us more than the same op issued call by call (4096^3:
+ * 0.206 to 0.209 ms against 0.197; 2048 x 8192 x 8192: 0.409 to 0.410
+ * against 0.395 to 0.403; bench/results.md, ~21:30 UTC). Below it, ovld's
+ * issue would set the pace of ops issued call by call; above it, the GPU
+ * does.
+ */
+#define REPLAY_MAX_GEMM_FLOP (1ull << 36)
 /* ring's fixed streams: 0 client, 1 copy engine, 2 and 3 GEMMs; across
  * nodes 4 the RAILs (1 where the rank pulls nothing: ring_comm_stream) */
 #define RING_COPY_STREAM  1
@@ -816,6 +829,13 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
 }
 
 /* The Bs' columns together (saturating): a GEMM's width per gathered row. */
+/* a * b, saturating at UINT64_MAX: AUTO and replay compare sizes, they
+ * never need more. */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
 static uint64_t total_n(const ovl_plan_params_t *p)
 {
     uint64_t n = 0;
@@ -1060,6 +1080,8 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     plan.npeers = b.npeers;
     plan.peers = b.peers;
     mark_used(&plan);
+    plan.replay = mul_sat(mul_sat(mul_sat(2, mul_sat(params->m, params->world)), total_n(params)),
+                          params->k) < REPLAY_MAX_GEMM_FLOP;
     /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
     if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
         r = OVL_ERR_INTERNAL;
@@ -1104,12 +1126,6 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
             if (node_at(a->node_of, q) != node_at(b->node_of, q))
                 return false;
     return true;
-}
-
-/* a * b, saturating at UINT64_MAX: AUTO compares sizes, it never needs more. */
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)

@@ -292,6 +292,11 @@ typedef struct ovl_plan {
     uint64_t chunk_rows; /* rows of every chunk but maybe the last */
     uint32_t nstreams;   /* streams used, stream 0 included */
     uint32_t nevents;    /* events used per rank */
+    /* Worth replaying from a graph once seen (exec.c): the rank's GEMMs
+     * are short enough that issuing them call by call would set the op's
+     * pace, where a graph's launch costs the GPU some microseconds more
+     * than the same work issued call by call (plan.c says how much). */
+    bool replay;
     /* What streams [0, nstreams) are for: the backend's priorities. */
     ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS];
     ovl_plan_buf_t bufs[OVL_BUF_COUNT];

@@ -2393,6 +2393,45 @@ static void test_uneven_chunks(void **state)
     ovl_plan_free(&plan);
 }
 
+/* Replay is for ops whose GEMMs on one rank (every gathered row, every B)
+ * do under 2^36 flop, whatever the algorithm; at 2^36 and above they are
+ * issued call by call (plan.c, REPLAY_MAX_GEMM_FLOP). */
+static void test_replay_rule(void **state)
+{
+    static const ovl_algo_t algos[] = {OVL_ALGO_NAIVE, OVL_ALGO_COLLECTIVE, OVL_ALGO_RING};
+    ovl_plan_t plan;
+    ovl_plan_params_t p;
+
+    (void)state;
+    for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
+        /* world 1, 2 x 2048 x 4096 x 4096 = 2^36: not replayed */
+        p = params_of(algos[a], 1, 0, 2048, 0, 0, false);
+        p.n = 4096, p.k = 4096;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        assert_false(plan.replay);
+        ovl_plan_free(&plan);
+        p.m = 2047; /* just under */
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        assert_true(plan.replay);
+        ovl_plan_free(&plan);
+        /* world 4: the gathered rows count, 4 x 512 = 2048 */
+        p = params_of(algos[a], 4, 1, 512, 0, 0, false);
+        p.n = 4096, p.k = 4096;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        assert_false(plan.replay);
+        ovl_plan_free(&plan);
+        /* every B's columns: 2048 + 2048 = 4096 */
+        p.n = 2048, p.nb = 2, p.n_more[0] = 2048;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        assert_false(plan.replay);
+        ovl_plan_free(&plan);
+        p.n_more[0] = 2047;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        assert_true(plan.replay);
+        ovl_plan_free(&plan);
+    }
+}
+
 static void test_defaults(void **state)
 {
     ovl_plan_t plan;
@@ -2554,6 +2593,7 @@ int main(void)
         cmocka_unit_test(test_format_truncation),
         cmocka_unit_test(test_uneven_chunks),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_replay_rule),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_free_and_names),
         cmocka_unit_test(test_checker_nodes),
