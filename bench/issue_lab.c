@@ -8,7 +8,8 @@
  * 15: "replay, not rebuild"). Then what a graph's launch pays for: the
  * body of a world-8 naive op with every rank on this GPU as ovld captures
  * it, and variants of it (copy nodes or one copy kernel a rank, all-to-all
- * waits, one barrier, none, one stream). Also the wake-up of a sleeping
+ * waits, one barrier, none, one stream), and the doorbell's round trip
+ * around a GEMM issued eagerly or launched as a graph. Also the wake-up of a sleeping
  * thread, which every hand-over between ovld's loop and its issuing
  * threads pays.
  *
@@ -145,6 +146,24 @@ static void gemm_big(cudaStream_t s)
 static void gemm_small(cudaStream_t s)
 {
     gemm(s, 0);
+}
+/* The 2048^3 GEMM as ovld replays a world-1 op's body: a graph of an event
+ * record and the GEMM, launched on the stream. */
+static cudaGraphExec_t g_big;
+static void gemm_big_graph(cudaStream_t s)
+{
+    CK(cudaGraphLaunch(g_big, s));
+}
+static void capture_big(void)
+{
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+    CK(cudaEventRecord(ev_b, s1));
+    gemm_big(s1);
+    CK(cudaStreamEndCapture(s1, &g));
+    CK(cudaGraphInstantiate(&g_big, g, 0));
+    CK(cudaGraphUpload(g_big, s1));
+    CK(cudaGraphDestroy(g));
 }
 
 /* ovld's DONE: the slot and done written, an event, the host function
@@ -779,6 +798,10 @@ int main(int argc, char **argv)
     time_round_trip("round trip + small GEMM, device", dmem + 1024, dmem + 2048, gemm_small);
     time_round_trip("round trip + 2048^3 GEMM, host page", dpage + 1024, dpage + 2048, gemm_big);
     time_round_trip("round trip + 2048^3 GEMM, device", dmem + 1024, dmem + 2048, gemm_big);
+    capture_big();
+    time_round_trip("round trip + 2048^3 graph, host page", dpage + 1024, dpage + 2048,
+                    gemm_big_graph);
+    CK(cudaGraphExecDestroy(g_big));
     CK(cudaFree(ba));
     CK(cudaFree(bb));
     CK(cudaFree(bc));
