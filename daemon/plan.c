@@ -828,7 +828,6 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
     return r;
 }
 
-/* The Bs' columns together (saturating): a GEMM's width per gathered row. */
 /* a * b, saturating at UINT64_MAX: AUTO and replay compare sizes, they
  * never need more. */
 static uint64_t mul_sat(uint64_t a, uint64_t b)
@@ -836,6 +835,7 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
     return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
+/* The Bs' columns together (saturating): a GEMM's width per gathered row. */
 static uint64_t total_n(const ovl_plan_params_t *p)
 {
     uint64_t n = 0;
@@ -843,6 +843,13 @@ static uint64_t total_n(const ovl_plan_params_t *p)
     for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++)
         n = ovl_plan_bn(p, i) > UINT64_MAX - n ? UINT64_MAX : n + ovl_plan_bn(p, i);
     return n;
+}
+
+/* The flop of one rank's GEMMs in an op (saturating): every gathered row
+ * (m of each of the world's ranks) times every B's columns times k, twice. */
+static uint64_t gemm_flop(const ovl_plan_params_t *p)
+{
+    return mul_sat(mul_sat(mul_sat(2, mul_sat(p->m, p->world)), total_n(p)), p->k);
 }
 
 static bool params_valid(const ovl_plan_params_t *p)
@@ -1080,8 +1087,7 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     plan.npeers = b.npeers;
     plan.peers = b.peers;
     mark_used(&plan);
-    plan.replay = mul_sat(mul_sat(mul_sat(2, mul_sat(params->m, params->world)), total_n(params)),
-                          params->k) < REPLAY_MAX_GEMM_FLOP;
+    plan.replay = gemm_flop(params) < REPLAY_MAX_GEMM_FLOP;
     /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
     if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
         r = OVL_ERR_INTERNAL;
@@ -1130,17 +1136,12 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
 
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 {
-    uint64_t rows, flops, n;
-
     if (!params || params->world <= 1)
         return OVL_ALGO_NAIVE;
     /* across nodes with ranks sharing a GPU, ring is the one that runs */
     if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && count_nodes(params) > 1)
         return OVL_ALGO_RING;
-    n = total_n(params); /* the GEMM work per gathered row, every B's */
-    rows = mul_sat(params->m, params->world);
-    flops = mul_sat(mul_sat(mul_sat(2, rows), n), params->k);
-    if (rows < AUTO_MIN_ROWS || flops < AUTO_MIN_FLOPS)
+    if (mul_sat(params->m, params->world) < AUTO_MIN_ROWS || gemm_flop(params) < AUTO_MIN_FLOPS)
         return OVL_ALGO_NAIVE;
     return OVL_ALGO_RING;
 }
