@@ -32,6 +32,16 @@ struct ovld_replay {
     entry_t *asked; /* the entry whose capture ovld_replay_find asked for */
 };
 
+#define FNV_PRIME 1099511628211ull
+
+/* One FNV-1a step over a 64-bit word, its high half folded down. */
+static inline uint64_t mix(uint64_t h, uint64_t w)
+{
+    h ^= w;
+    h *= FNV_PRIME;
+    return h ^ (h >> 32);
+}
+
 /* FNV-1a over 64-bit words, four independent lanes so that the
  * multiplications overlap (the executor's keys are words: a few hundred to
  * a few thousand bytes, hashed once per op on the issuing thread), the
@@ -39,7 +49,6 @@ struct ovld_replay {
 static uint64_t hash_of(const void *key, size_t len)
 {
     const unsigned char *p = key;
-    const uint64_t prime = 1099511628211ull;
     uint64_t h[4] = {14695981039346656037ull, 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
                      0x165667b19e3779f9ull};
     size_t i = 0;
@@ -47,26 +56,19 @@ static uint64_t hash_of(const void *key, size_t len)
         for (int l = 0; l < 4; l++) {
             uint64_t w;
             memcpy(&w, p + i + 8 * l, 8);
-            h[l] ^= w;
-            h[l] *= prime;
-            h[l] ^= h[l] >> 32;
+            h[l] = mix(h[l], w);
         }
     uint64_t f = h[0];
-    for (int l = 1; l < 4; l++) {
-        f ^= h[l];
-        f *= prime;
-        f ^= f >> 32;
-    }
+    for (int l = 1; l < 4; l++)
+        f = mix(f, h[l]);
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
-        f ^= w;
-        f *= prime;
-        f ^= f >> 32;
+        f = mix(f, w);
     }
     for (; i < len; i++) {
         f ^= p[i];
-        f *= prime;
+        f *= FNV_PRIME;
     }
     return f;
 }
