@@ -147,6 +147,19 @@ static void gemm_small(cudaStream_t s)
 {
     gemm(s, 0);
 }
+/* Ends the capture that began on s, and instantiates and uploads what it
+ * made. */
+static cudaGraphExec_t end_capture(cudaStream_t s)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphUpload(x, s));
+    CK(cudaGraphDestroy(g));
+    return x;
+}
+
 /* The 2048^3 GEMM as ovld replays a world-1 op's body: a graph of an event
  * record and the GEMM, launched on the stream. */
 static cudaGraphExec_t g_big;
@@ -156,14 +169,10 @@ static void gemm_big_graph(cudaStream_t s)
 }
 static void capture_big(void)
 {
-    cudaGraph_t g;
     CK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
     CK(cudaEventRecord(ev_b, s1));
     gemm_big(s1);
-    CK(cudaStreamEndCapture(s1, &g));
-    CK(cudaGraphInstantiate(&g_big, g, 0));
-    CK(cudaGraphUpload(g_big, s1));
-    CK(cudaGraphDestroy(g));
+    g_big = end_capture(s1);
 }
 
 /* ovld's DONE: the slot and done written, an event, the host function
@@ -219,15 +228,11 @@ static void op_graph_poll(void)
 
 static void capture(void)
 {
-    cudaGraph_t g;
     CK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
     CK(cudaEventRecord(ev_a, s0));
     gemm(s0, 0);
     gemm(s0, DIM / 2);
-    CK(cudaStreamEndCapture(s0, &g));
-    CK(cudaGraphInstantiate(&gexec, g, 0));
-    CK(cudaGraphUpload(gexec, s0));
-    CK(cudaGraphDestroy(g));
+    gexec = end_capture(s0);
 }
 
 /* The body of a world-8 naive op of DIM rows a rank with every rank on
@@ -288,7 +293,6 @@ static void w8_sync(cudaEvent_t *ev, w8_shape_t shape)
 
 static cudaGraphExec_t capture_w8(w8_shape_t shape)
 {
-    cudaGraph_t g;
     CK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
     if (shape == W8_ONE_STREAM) {
         for (int r = 0; r < W8; r++) {
@@ -313,12 +317,7 @@ static cudaGraphExec_t capture_w8(w8_shape_t shape)
             CK(cudaStreamWaitEvent(s0, ev_join[r], 0));
         }
     }
-    CK(cudaStreamEndCapture(s0, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
-    CK(cudaGraphUpload(x, s0));
-    CK(cudaGraphDestroy(g));
-    return x;
+    return end_capture(s0);
 }
 
 static void setup_w8(void)
@@ -399,14 +398,10 @@ static void *par_main(void *arg)
 static void setup_par(void)
 {
     for (int r = 0; r < W8; r++) {
-        cudaGraph_t g;
         CK(cudaStreamBeginCapture(rs[r], cudaStreamCaptureModeThreadLocal));
         w8_pulls(rs[r], r, true);
         gemm(rs[r], 0);
-        CK(cudaStreamEndCapture(rs[r], &g));
-        CK(cudaGraphInstantiate(&g1[r], g, 0));
-        CK(cudaGraphUpload(g1[r], rs[r]));
-        CK(cudaGraphDestroy(g));
+        g1[r] = end_capture(rs[r]);
     }
 }
 
