@@ -244,9 +244,19 @@ static void capture(void)
  * nodes) or as one lab_launch_copies kernel; the all-to-all waits as they
  * are (56 edges each time), through one barrier node on the origin's
  * stream (16), or none (the ranks independent, forked and joined); or the
- * whole body on one stream. */
+ * ranks' bodies (kernels) spread round-robin over 4 or 2 streams, the
+ * all-to-all waits between those streams only; or the whole body on one
+ * stream. */
 #define W8 8
-typedef enum w8_shape { W8_COPIES, W8_KERNEL, W8_BARRIER, W8_NO_WAITS, W8_ONE_STREAM } w8_shape_t;
+typedef enum w8_shape {
+    W8_COPIES,
+    W8_KERNEL,
+    W8_BARRIER,
+    W8_NO_WAITS,
+    W8_FOUR_STREAMS,
+    W8_TWO_STREAMS,
+    W8_ONE_STREAM
+} w8_shape_t;
 static cudaStream_t rs[W8];
 static cudaEvent_t ev_start[W8], ev_pulled[W8], ev_join[W8], ev_fork, ev_bar;
 static void *w8_a[W8], *w8_g[W8];
@@ -271,22 +281,22 @@ static void w8_pulls(cudaStream_t s, int r, bool kernel)
                              DIM * 2, DIM, cudaMemcpyDeviceToDevice, s));
 }
 
-/* Every rank's stream waits for every other's ev[] (all-to-all), or for
- * one barrier on s0 behind all of them. */
-static void w8_sync(cudaEvent_t *ev, w8_shape_t shape)
+/* Each of the first k streams waits for every other's ev[] (all-to-all),
+ * or for one barrier on s0 behind all of them. */
+static void w8_sync(cudaEvent_t *ev, w8_shape_t shape, int k)
 {
     if (shape == W8_NO_WAITS)
         return;
     if (shape == W8_BARRIER) {
-        for (int q = 0; q < W8; q++)
+        for (int q = 0; q < k; q++)
             CK(cudaStreamWaitEvent(s0, ev[q], 0));
         CK(cudaEventRecord(ev_bar, s0));
-        for (int r = 0; r < W8; r++)
+        for (int r = 0; r < k; r++)
             CK(cudaStreamWaitEvent(rs[r], ev_bar, 0));
         return;
     }
-    for (int r = 0; r < W8; r++)
-        for (int q = 0; q < W8; q++)
+    for (int r = 0; r < k; r++)
+        for (int q = 0; q < k; q++)
             if (q != r)
                 CK(cudaStreamWaitEvent(rs[r], ev[q], 0));
 }
@@ -300,21 +310,26 @@ static cudaGraphExec_t capture_w8(w8_shape_t shape)
             gemm(s0, 0);
         }
     } else {
+        /* the streams rank r's body goes on: rs[r % k] */
+        int k = shape == W8_FOUR_STREAMS ? 4 : shape == W8_TWO_STREAMS ? 2 : W8;
         CK(cudaEventRecord(ev_fork, s0));
-        for (int r = 0; r < W8; r++) {
-            CK(cudaStreamWaitEvent(rs[r], ev_fork, 0));
-            CK(cudaEventRecord(ev_start[r], rs[r]));
+        for (int q = 0; q < k; q++) {
+            CK(cudaStreamWaitEvent(rs[q], ev_fork, 0));
+            CK(cudaEventRecord(ev_start[q], rs[q]));
         }
-        w8_sync(ev_start, shape);
+        w8_sync(ev_start, shape, k);
         for (int r = 0; r < W8; r++) {
-            w8_pulls(rs[r], r, shape != W8_COPIES);
-            CK(cudaEventRecord(ev_pulled[r], rs[r]));
-            gemm(rs[r], 0);
+            w8_pulls(rs[r % k], r, shape != W8_COPIES);
+            if (k == W8) /* a stream a rank: its pulls are done here */
+                CK(cudaEventRecord(ev_pulled[r], rs[r]));
+            gemm(rs[r % k], 0);
         }
-        w8_sync(ev_pulled, shape);
-        for (int r = 0; r < W8; r++) {
-            CK(cudaEventRecord(ev_join[r], rs[r]));
-            CK(cudaStreamWaitEvent(s0, ev_join[r], 0));
+        for (int q = 0; k < W8 && q < k; q++) /* after every rank's body */
+            CK(cudaEventRecord(ev_pulled[q], rs[q]));
+        w8_sync(ev_pulled, shape, k);
+        for (int q = 0; q < k; q++) {
+            CK(cudaEventRecord(ev_join[q], rs[q]));
+            CK(cudaStreamWaitEvent(s0, ev_join[q], 0));
         }
     }
     return end_capture(s0);
@@ -762,6 +777,8 @@ int main(int argc, char **argv)
         [W8_KERNEL] = "graph w8 naive: 8 copy kernels",
         [W8_BARRIER] = "graph w8, kernels: barrier node",
         [W8_NO_WAITS] = "graph w8, kernels: no cross waits",
+        [W8_FOUR_STREAMS] = "graph w8, kernels: 4 streams",
+        [W8_TWO_STREAMS] = "graph w8, kernels: 2 streams",
         [W8_ONE_STREAM] = "graph w8, kernels: one stream",
     };
     for (int v = 0; v <= W8_ONE_STREAM; v++) {
