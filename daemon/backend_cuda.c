@@ -106,6 +106,9 @@ static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
         for (uint32_t i = 0; i < r->nslots; i++)
             for (int c = 0; c < CUDA_PRIO_COUNT; c++)
                 *streams += r->slots[i].s[c] != NULL;
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++)
+            for (int c = 0; c < CUDA_PRIO_COUNT; c++)
+                *streams += r->cap_pool[i].s[c] != NULL;
         for (uint32_t i = 0; i < CUDA_WORKSPACES; i++)
             *bytes += r->workspace[i] ? OVLD_LT_WORKSPACE : 0;
     }
@@ -198,7 +201,6 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
                                       const ovld_reporter_t *report, ovld_backend_t **ret,
                                       char *err, size_t errlen)
 {
-    (void)cfg;
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess) {
@@ -219,6 +221,7 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     if (report)
         cb->base.report = *report;
     cb->loop = loop;
+    cb->cap_streams = cfg ? cfg->capture_streams : 0;
     pthread_mutex_init(&cb->ipc_mu, NULL);
     pthread_mutex_init(&cb->ranks_mu, NULL);
     pthread_mutex_init(&cb->poll_mu, NULL);

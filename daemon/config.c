@@ -95,6 +95,7 @@ static const key_spec_t keys[] = {
     {"default_chunks", V_UINT, FIELD(default_chunks), 0, OVL_PLAN_MAX_CHUNKS},
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
     {"replay_cache", V_UINT, FIELD(replay_cache), 0, 256},
+    {"capture_streams", V_UINT, FIELD(capture_streams), 0, OVL_PLAN_MAX_STREAMS},
     {"allgather", V_ALLGATHER, FIELD(allgather), 0, 0},
     {"peer_listen", V_ADDR, FIELD(peer_listen), 0, 0},
     {"peer_advertise", V_ADDR, FIELD(peer_advertise), 0, 0},
@@ -148,6 +149,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->default_chunks = 0;
     cfg->default_streams = 0;
     cfg->replay_cache = 16;
+    cfg->capture_streams = 0;
     cfg->allgather = OVL_AG_AUTO;
     cfg->peer_timeout_ms = 2000;
 }

@@ -67,6 +67,10 @@ typedef struct ovld_config {
     uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */
     uint32_t replay_cache;     /* replay_cache: ops captured per job, 0 (off)..256 */
     ovl_ag_pref_t allgather;   /* allgather: auto|nccl|copy, default auto */
+    /* capture_streams: streams a captured op forks to on a GPU that several
+     * of its ranks share, 0 (each rank's own, the default) or 1..8. Read at
+     * start only. */
+    uint32_t capture_streams;
     /* Jobs across nodes (docs/multinode.md). Read at start only. */
     char peer_listen[OVLD_ADDR_TEXT_MAX];    /* peer_listen: ADDRESS:PORT, "" = off (default) */
     char peer_advertise[OVLD_ADDR_TEXT_MAX]; /* peer_advertise: ADDRESS:PORT, "" = peer_listen */

@@ -12,6 +12,25 @@
  * replayed ops costs the same few calls at any world. Measured on one H100
  * under MPS (bench/issue_lab.c): a launch of the record and two GEMMs of a
  * world-1 op costs 1.2 us of host time, issuing them call by call 19 us.
+ *
+ * A launch costs about 1.5 us of host time for every stream its graph
+ * forks to, whatever runs there (issue_lab, "graph w8": eight ranks' body
+ * on 8 streams 11-12 us, on 4 streams 6 us, on 2 3 us, on 1 2-3 us). So
+ * where the config asks it (capture_streams, cb->cap_streams) and ranks of
+ * an op share the origin's GPU, their streams are captured on that many of
+ * the origin's (cap_pool), or on as many as one rank's plan has streams
+ * where that is more: stream s of the L-th such rank goes to pool stream
+ * (L x its streams + s) mod that width, in its own priority class, so that
+ * a rank's own streams never share one, the ranks spread over the pool,
+ * and the ranks' same-role streams (ring's copies, its GEMMs) share the
+ * same pool streams rather than queue behind each other's other work
+ * (measured: mixing them was slower still). Sharing a stream only adds
+ * order between work that may run in any order, and every wait of a
+ * capture is on work captured before it, so no mapping can deadlock; but
+ * it takes concurrency from the GPU: on one H100, eight ranks' tiny ops on
+ * 4 streams were issued in 25-29 us rather than 25-66, and ran 10-40%
+ * slower (docs/performance.md). Off by default. Ranks on other GPUs keep
+ * their own streams.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -40,16 +59,88 @@ static ovl_status_t graph_fail(cudaError_t ce, const char *what)
     return OVL_ERR_BACKEND;
 }
 
+/* Every rank's streams back to its own for eager work. */
+static void pool_clear(ovld_rank_t *const *ranks, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t s = 0; s < ranks[i]->nslots; s++)
+            ranks[i]->slots[s].cap = NULL;
+}
+
 /* Ends the capture on the origin's stream 0, whatever state it is in, and
  * drops what it made. */
-static void abandon(struct ovld_rank *o)
+static void abandon(ovld_rank_t *const *ranks, uint32_t n)
 {
+    struct ovld_rank *o = ranks[0];
     cudaGraph_t g = NULL;
     if (cudaSetDevice(o->dev->ordinal) == cudaSuccess &&
         cudaStreamEndCapture(cuda_s0_stream(o), &g) == cudaSuccess && g)
         cudaGraphDestroy(g);
     (void)cudaGetLastError();
     cuda_capturing = false;
+    pool_clear(ranks, n);
+}
+
+/* The origin's pool stream k of class c, made where it is not yet (the
+ * current device is the origin's). */
+static cudaStream_t pool_stream(struct ovld_rank *o, uint32_t k, int c, cudaError_t *ce)
+{
+    if (k == 0 && c == o->slots[0].cur)
+        return cuda_s0_stream(o);
+    cudaStream_t *s = &o->cap_pool[k].s[c];
+    if (!*s) {
+        *ce = cudaStreamCreateWithPriority(s, cudaStreamNonBlocking,
+                                           c == CUDA_PRIO_HI ? o->dev->prio_hi : o->dev->prio_lo);
+        if (*ce != cudaSuccess) {
+            *s = NULL;
+            return NULL;
+        }
+    }
+    return *s;
+}
+
+/* Gives every stream of the ranks that share the origin's GPU, where
+ * there are two or more and the config asks it, its pool stream for this
+ * capture (above). */
+static cudaError_t pool_assign(ovld_rank_t *const *ranks, uint32_t n)
+{
+    struct ovld_rank *o = ranks[0];
+    uint32_t shared = 0, width = o->cb->cap_streams;
+    if (width == 0)
+        return cudaSuccess;
+    for (uint32_t i = 0; i < n; i++)
+        if (ranks[i]->dev == o->dev) {
+            shared++;
+            if (ranks[i]->nstreams > width)
+                width = ranks[i]->nstreams;
+        }
+    if (shared < 2)
+        return cudaSuccess;
+    if (width > OVL_PLAN_MAX_STREAMS)
+        width = OVL_PLAN_MAX_STREAMS; /* (the executor refuses more) */
+    uint32_t lane = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ovld_rank *r = ranks[i];
+        if (r->dev != o->dev)
+            continue;
+        for (uint32_t s = 0; s < r->nstreams && s < r->nslots; s++) {
+            if (r->slots[s].cur < 0)
+                continue; /* no role: its first use fails (cuda_stream) */
+            cudaError_t ce = cudaSuccess;
+            r->slots[s].cap =
+                pool_stream(o, (lane * r->nstreams + s) % width, r->slots[s].cur, &ce);
+            if (!r->slots[s].cap)
+                return ce;
+        }
+        lane++;
+    }
+    return cudaSuccess;
+}
+
+/* The stream rank r's stream 0 is captured on. */
+static cudaStream_t cap_s0(const struct ovld_rank *r)
+{
+    return r->slots[0].cap ? r->slots[0].cap : cuda_s0_stream(r);
 }
 
 ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n)
@@ -58,24 +149,34 @@ ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n)
     cudaError_t ce = cudaSetDevice(o->dev->ordinal);
     if (ce != cudaSuccess)
         return graph_fail(ce, "cudaSetDevice");
+    ce = pool_assign(ranks, n);
+    if (ce != cudaSuccess) {
+        pool_clear(ranks, n);
+        return graph_fail(ce, "cudaStreamCreateWithPriority (capture pool)");
+    }
     ce = cudaStreamBeginCapture(cuda_s0_stream(o), cudaStreamCaptureModeThreadLocal);
-    if (ce != cudaSuccess)
+    if (ce != cudaSuccess) {
+        pool_clear(ranks, n);
         return graph_fail(ce, "cudaStreamBeginCapture");
+    }
     cuda_capturing = true;
     const char *what = "cudaEventRecord (fork)";
     if (n > 1)
         ce = cudaEventRecord(o->fork_ev, cuda_s0_stream(o));
     for (uint32_t i = 1; i < n && ce == cudaSuccess; i++) {
+        cudaStream_t s = cap_s0(ranks[i]);
+        if (ranks[i]->slots[0].cap && cuda_in_capture(s))
+            continue; /* the origin's, or a pool stream already forked to */
         what = "cudaSetDevice";
         ce = cudaSetDevice(ranks[i]->dev->ordinal);
         if (ce == cudaSuccess) {
             what = "cudaStreamWaitEvent (fork)";
-            ce = cudaStreamWaitEvent(cuda_s0_stream(ranks[i]), o->fork_ev, 0);
+            ce = cudaStreamWaitEvent(s, o->fork_ev, 0);
         }
     }
     if (ce != cudaSuccess) {
         ovl_status_t st = graph_fail(ce, what);
-        abandon(o);
+        abandon(ranks, n);
         return st;
     }
     return OVL_OK;
@@ -85,12 +186,14 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
 {
     struct ovld_rank *o = ranks[0];
     if (!ret) {
-        abandon(o);
+        abandon(ranks, n);
         return OVL_OK;
     }
     cudaError_t ce = cudaSuccess;
     const char *what = "";
     for (uint32_t i = 1; i < n && ce == cudaSuccess; i++) {
+        if (ranks[i]->slots[0].cap)
+            continue; /* joined with the pool, below */
         what = "cudaSetDevice";
         ce = cudaSetDevice(ranks[i]->dev->ordinal);
         if (ce == cudaSuccess) {
@@ -110,14 +213,29 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
         what = "cudaSetDevice";
         ce = cudaSetDevice(o->dev->ordinal);
     }
+    /* Every pool stream the capture used, once (the origin's join_ev: a
+     * wait takes the event's state when it is issued). */
+    for (uint32_t k = 0; k < OVL_PLAN_MAX_STREAMS && ce == cudaSuccess; k++)
+        for (int c = 0; c < CUDA_PRIO_COUNT && ce == cudaSuccess; c++) {
+            cudaStream_t s = o->cap_pool[k].s[c];
+            if (!s || !cuda_in_capture(s))
+                continue;
+            what = "cudaEventRecord (join)";
+            ce = cudaEventRecord(o->join_ev, s);
+            if (ce == cudaSuccess) {
+                what = "cudaStreamWaitEvent (join)";
+                ce = cudaStreamWaitEvent(cuda_s0_stream(o), o->join_ev, 0);
+            }
+        }
     if (ce != cudaSuccess) {
         ovl_status_t st = graph_fail(ce, what);
-        abandon(o);
+        abandon(ranks, n);
         return st;
     }
     cudaGraph_t g = NULL;
     ce = cudaStreamEndCapture(cuda_s0_stream(o), &g);
     cuda_capturing = false;
+    pool_clear(ranks, n);
     if (ce != cudaSuccess || !g) {
         if (g)
             cudaGraphDestroy(g);

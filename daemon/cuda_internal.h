@@ -94,10 +94,13 @@ typedef enum cuda_prio {
 
 /* One stream index of a rank: a CUDA stream per priority class, each made
  * when a plan first gives the index a role of that class, and the class
- * the op being issued uses (cur; -1 before any). */
+ * the op being issued uses (cur; -1 before any). cap: while an op is being
+ * captured, the stream of the origin's capture pool the index's work goes
+ * to (cuda_graph.c); NULL: its own. */
 typedef struct cuda_stream_slot {
     cudaStream_t s[CUDA_PRIO_COUNT];
     int cur;
+    cudaStream_t cap;
 } cuda_stream_slot_t;
 
 /*
@@ -116,11 +119,16 @@ struct ovld_rank {
      * thread); stream 0 exists from the start, with the client's class. */
     cuda_stream_slot_t *slots;
     uint32_t nslots;
+    uint32_t nstreams;    /* of them, those the op being issued names (cuda_set_streams) */
     cudaEvent_t chain_ev; /* orders an index's new stream after its old one */
     /* Replay (cuda_graph.c): the other ranks' stream 0 joins the origin's
      * (join_ev, each rank's own) and the origin's forks to theirs (fork_ev,
      * the origin's). */
     cudaEvent_t join_ev, fork_ev;
+    /* As an origin: the streams that the ranks sharing its GPU are
+     * captured on (cuda_graph.c, capture_streams), made at the first such
+     * capture; index 0 of the client's class is its own stream 0. */
+    cuda_stream_slot_t cap_pool[OVL_PLAN_MAX_STREAMS];
     /* A replayed op runs every rank's part on the origin's stream 0
      * (cuda_graph_run): lag is that origin while this rank's stream 0 has
      * not caught up with it (its next work waits for the origin's first),
@@ -194,6 +202,7 @@ struct cuda_backend {
     ovl_cudrv_t drv;
     uint32_t ndev;
     cuda_dev_t *devs;
+    uint32_t cap_streams; /* capture_streams (config, read at start; cuda_graph.c) */
     ovld_cq_t cq;
     uv_timer_t watchdog;
     /* Its ranks: added and taken off by the loop thread, under ranks_mu,

@@ -48,6 +48,10 @@ void cuda_rank_free_resources(struct ovld_rank *r)
                     FREE_TRY(cudaStreamSynchronize(r->slots[i].s[c]));
                     FREE_TRY(cudaStreamDestroy(r->slots[i].s[c]));
                 }
+        for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++)
+            for (int c = 0; c < CUDA_PRIO_COUNT; c++)
+                if (r->cap_pool[i].s[c]) /* (only captured on: nothing runs there) */
+                    FREE_TRY(cudaStreamDestroy(r->cap_pool[i].s[c]));
         for (uint32_t i = 0; i < CUDA_WORKSPACES; i++)
             if (r->workspace[i])
                 FREE_TRY(cudaFree(r->workspace[i]));
@@ -126,6 +130,7 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     }
     if (ce == cudaSuccess) {
         r->nslots = 1;
+        r->nstreams = 1;
         r->slots[0].cur = CUDA_PRIO_HI;
         what = "cudaStreamCreateWithPriority";
         ce = cudaStreamCreateWithPriority(&r->slots[0].s[CUDA_PRIO_HI], cudaStreamNonBlocking,
@@ -397,8 +402,10 @@ static cudaStream_t slot_stream(struct ovld_rank *r, uint32_t stream)
                  "stream %u: no role given (set_streams made %u)", stream, r->nslots);
         return NULL;
     }
-    if (stream == 0 && !cuda_capturing)
-        return cuda_s0(r);
+    if (!cuda_capturing)
+        return stream == 0 ? cuda_s0(r) : r->slots[stream].s[r->slots[stream].cur];
+    if (r->slots[stream].cap)
+        return r->slots[stream].cap;
     return r->slots[stream].s[r->slots[stream].cur];
 }
 
@@ -467,6 +474,7 @@ ovl_status_t cuda_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, ui
         }
         slot->cur = c;
     }
+    r->nstreams = n;
     return OVL_OK;
 }
 

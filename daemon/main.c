@@ -200,9 +200,10 @@ static void reload(ovld_t *d)
     /* Settings fixed at start stay; say so rather than pretend. */
     if (strcmp(nc.socket_path, d->cfg.socket_path) != 0 ||
         strcmp(nc.socket_group, d->cfg.socket_group) != 0 || nc.socket_mode != d->cfg.socket_mode ||
-        nc.backend != d->cfg.backend || nc.host_devices != d->cfg.host_devices)
-        log_warn("SIGHUP: socket, socket_group, socket_mode, backend and host_devices take "
-                 "effect only at restart");
+        nc.backend != d->cfg.backend || nc.host_devices != d->cfg.host_devices ||
+        nc.capture_streams != d->cfg.capture_streams)
+        log_warn("SIGHUP: socket, socket_group, socket_mode, backend, host_devices and "
+                 "capture_streams take effect only at restart");
     if (strcmp(nc.peer_listen, d->cfg.peer_listen) != 0 ||
         strcmp(nc.peer_advertise, d->cfg.peer_advertise) != 0 ||
         strcmp(nc.peer_key_file, d->cfg.peer_key_file) != 0 ||
@@ -215,6 +216,7 @@ static void reload(ovld_t *d)
     d->cfg.socket_mode = keep.socket_mode;
     d->cfg.backend = keep.backend;
     d->cfg.host_devices = keep.host_devices;
+    d->cfg.capture_streams = keep.capture_streams;
     memcpy(d->cfg.peer_listen, keep.peer_listen, sizeof(keep.peer_listen));
     memcpy(d->cfg.peer_advertise, keep.peer_advertise, sizeof(keep.peer_advertise));
     memcpy(d->cfg.peer_key_file, keep.peer_key_file, sizeof(keep.peer_key_file));

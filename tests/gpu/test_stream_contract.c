@@ -3,8 +3,11 @@
  * CUDA backend. "The op starts after the work already on the stream, and the
  * work enqueued after the call sees c complete", with no host synchronization.
  *
- * Usage: test_stream_contract [WORLD] (2..8, default 2; ctest runs 2 and 4:
- * test_stream_contract_w2, _w4).
+ * Usage: test_stream_contract [WORLD [CAPTURE_STREAMS]] (WORLD 2..8, default
+ * 2; ctest runs 2, 4 and 8: test_stream_contract_w2, _w4, _w8; and world 4
+ * with CAPTURE_STREAMS 2, test_stream_contract_pool2_w4: ovld's
+ * capture_streams, 0..8, default 0, so that the ranks sharing a GPU are
+ * captured on that many streams, docs/config.md).
  *
  * The test starts its own ovld ($OVLD_BIN, CUDA backend, a socket in a
  * temporary directory: gpu_daemon.h) and forks WORLD rank processes of one
@@ -350,19 +353,25 @@ static void gate_fail(gate_t *g)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%u", &g_world) != 1 || g_world < 2 ||
-                                   g_world > MAX_WORLD))) {
-        fprintf(stderr, "usage: %s [WORLD] (2..%d, default 2)\n", argv[0], MAX_WORLD);
+    unsigned cap = 0;
+    if (argc > 3 ||
+        (argc >= 2 &&
+         (sscanf(argv[1], "%u", &g_world) != 1 || g_world < 2 || g_world > MAX_WORLD)) ||
+        (argc == 3 && (sscanf(argv[2], "%u", &cap) != 1 || cap > 8))) {
+        fprintf(stderr, "usage: %s [WORLD [CAPTURE_STREAMS]] (2..%d, default 2; 0..8, default 0)\n",
+                argv[0], MAX_WORLD);
         return 2;
     }
     const int W = (int)g_world;
-    printf("stream contract: world %d\n", W);
+    printf("stream contract: world %d, capture_streams %u\n", W, cap);
     /* A window much smaller than the loop: libovl must throttle the
      * 100 ops on the host (waiting only when a rank runs that far ahead)
      * without breaking the stream order, and ovld must never see a rank
      * more than the window ahead of the others. */
     gpu_daemon_t d;
-    int st = gpu_daemon_start(&d, "contract", "max_ops_in_flight = 8\n", GPU_LOG_TAIL);
+    char conf[96];
+    snprintf(conf, sizeof(conf), "max_ops_in_flight = 8\ncapture_streams = %u\n", cap);
+    int st = gpu_daemon_start(&d, "contract", conf, GPU_LOG_TAIL);
     if (st != 0) {
         gpu_daemon_cleanup(&d);
         return st;

@@ -356,8 +356,8 @@ def test_sighup_reload():
         cfg = os.path.realpath(os.path.join(d.dir, "ovld.conf"))
         reread = "configuration re-read from %s" % cfg
         assert daemon_plan(d) == offline_plan("ring", 2)
-        restart = ("SIGHUP: socket, socket_group, socket_mode, backend and host_devices take "
-                   "effect only at restart")
+        restart = ("SIGHUP: socket, socket_group, socket_mode, backend, host_devices and "
+                   "capture_streams take effect only at restart")
         debug_before = len(log_messages(d, "debug"))
         sighup(d, cfg, "default_algo = collective\ndefault_chunks = 3\n", "info", reread)
         assert daemon_plan(d) == offline_plan("collective", 3)
@@ -379,6 +379,13 @@ def test_sighup_reload():
         st = status(d)
         assert st["pid"] == d.proc.pid and len(st["devices"]) == 8, st
         assert log_messages(d).count(reread) == 2
+        # so does capture_streams (the backend took it at start)
+        sighup(d, cfg, "default_algo = naive\nhost_devices = 8\ncapture_streams = 4\n", "info",
+               reread)
+        msgs = log_messages(d)
+        assert msgs[-2:] == [restart, reread], msgs[-4:]
+        assert log_messages(d, "warn").count(restart) == 2
+        assert log_messages(d).count(reread) == 3
         assert d.stop() == 0
     finally:
         d.cleanup()

@@ -48,6 +48,7 @@ static const char *const all_keys[] = {
     "default_chunks",
     "default_streams",
     "replay_cache",
+    "capture_streams",
     "allgather",
     "max_connections_per_uid",
     "max_jobs_per_uid",
@@ -98,6 +99,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
     assert_int_equal(a->replay_cache, b->replay_cache);
+    assert_int_equal(a->capture_streams, b->capture_streams);
     assert_int_equal(a->allgather, b->allgather);
     assert_string_equal(a->peer_listen, b->peer_listen);
     assert_string_equal(a->peer_advertise, b->peer_advertise);
@@ -577,6 +579,8 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->default_streams;
     if (strcmp(key, "replay_cache") == 0)
         return cfg->replay_cache;
+    if (strcmp(key, "capture_streams") == 0)
+        return cfg->capture_streams;
     fail_msg("no numeric key %s", key);
     return 0;
 }
@@ -636,6 +640,10 @@ static void test_integer_ranges(void **state)
         {"replay_cache", "0", true, 0},
         {"replay_cache", "256", true, 256},
         {"replay_cache", "257", false, 0},
+        {"capture_streams", "0", true, 0},
+        {"capture_streams", "1", true, 1},
+        {"capture_streams", "8", true, 8},
+        {"capture_streams", "9", false, 0},
         {"max_connections_per_uid", "0", false, 0},
         {"max_connections_per_uid", "1", true, 1},
         {"max_connections_per_uid", "65536", true, 65536},
@@ -691,7 +699,7 @@ static void test_integer_syntax(void **state)
         "max_ops_in_flight", "max_jobs",          "default_chunks",
         "default_streams",   "replay_cache",      "max_connections_per_uid",
         "max_jobs_per_uid",  "max_ranks_per_uid", "max_registrations_per_uid",
-        "hello_timeout_ms"};
+        "hello_timeout_ms",  "capture_streams"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");
@@ -1226,6 +1234,7 @@ static void test_sample_defaults_are_real(void **state)
     cfg.default_chunks = 3;
     cfg.default_streams = 3;
     cfg.replay_cache = 3;
+    cfg.capture_streams = 3;
     cfg.allgather = OVL_AG_COPY;
     cfg.max_mappings = 3; /* the default, auto, is 0 */
     cfg.peer_timeout_ms = 3;
