@@ -107,8 +107,7 @@ static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
             for (int c = 0; c < CUDA_PRIO_COUNT; c++)
                 *streams += r->slots[i].s[c] != NULL;
         for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++)
-            for (int c = 0; c < CUDA_PRIO_COUNT; c++)
-                *streams += r->cap_pool[i].s[c] != NULL;
+            *streams += r->cap_pool[i] != NULL;
         for (uint32_t i = 0; i < CUDA_WORKSPACES; i++)
             *bytes += r->workspace[i] ? OVLD_LT_WORKSPACE : 0;
     }

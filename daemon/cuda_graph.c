@@ -18,13 +18,17 @@
  * on 8 streams 11-12 us, on 4 streams 6 us, on 2 3 us, on 1 2-3 us). So
  * where the config asks it (capture_streams, cb->cap_streams) and ranks of
  * an op share the origin's GPU, their streams are captured on that many of
- * the origin's (cap_pool), or on as many as one rank's plan has streams
- * where that is more: stream s of the L-th such rank goes to pool stream
- * (L x its streams + s) mod that width, in its own priority class, so that
- * a rank's own streams never share one, the ranks spread over the pool,
- * and the ranks' same-role streams (ring's copies, its GEMMs) share the
- * same pool streams rather than queue behind each other's other work
- * (measured: mixing them was slower still). Sharing a stream only adds
+ * the origin's (cap_pool; index 0 is its stream 0), or on as many as one
+ * rank's plan has streams where that is more: stream s of the L-th such
+ * rank goes to pool stream (L x its streams + s) mod that width, so that a
+ * rank's own streams never share one, the ranks spread over the pool, and
+ * where the width is a multiple of the plan's streams (ring's 4 with a
+ * width of 4 or 8) the ranks' same-role streams (ring's copies, its GEMMs)
+ * share pool streams rather than queue behind each other's other work
+ * (measured: mixing them, (L + s) mod 4, was slower still). The pool's
+ * streams are of one priority: a graph is instantiated without
+ * cudaGraphInstantiateFlagUseNodePriority, so all of it runs at the
+ * priority of the stream it is launched into anyway. Sharing a stream only adds
  * order between work that may run in any order, and every wait of a
  * capture is on work captured before it, so no mapping can deadlock; but
  * it takes concurrency from the GPU: on one H100, eight ranks' tiny ops on
@@ -81,16 +85,15 @@ static void abandon(ovld_rank_t *const *ranks, uint32_t n)
     pool_clear(ranks, n);
 }
 
-/* The origin's pool stream k of class c, made where it is not yet (the
- * current device is the origin's). */
-static cudaStream_t pool_stream(struct ovld_rank *o, uint32_t k, int c, cudaError_t *ce)
+/* The origin's pool stream k, made where it is not yet (the current
+ * device is the origin's). */
+static cudaStream_t pool_stream(struct ovld_rank *o, uint32_t k, cudaError_t *ce)
 {
-    if (k == 0 && c == o->slots[0].cur)
+    if (k == 0)
         return cuda_s0_stream(o);
-    cudaStream_t *s = &o->cap_pool[k].s[c];
+    cudaStream_t *s = &o->cap_pool[k];
     if (!*s) {
-        *ce = cudaStreamCreateWithPriority(s, cudaStreamNonBlocking,
-                                           c == CUDA_PRIO_HI ? o->dev->prio_hi : o->dev->prio_lo);
+        *ce = cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, o->dev->prio_hi);
         if (*ce != cudaSuccess) {
             *s = NULL;
             return NULL;
@@ -127,8 +130,7 @@ static cudaError_t pool_assign(ovld_rank_t *const *ranks, uint32_t n)
             if (r->slots[s].cur < 0)
                 continue; /* no role: its first use fails (cuda_stream) */
             cudaError_t ce = cudaSuccess;
-            r->slots[s].cap =
-                pool_stream(o, (lane * r->nstreams + s) % width, r->slots[s].cur, &ce);
+            r->slots[s].cap = pool_stream(o, (lane * r->nstreams + s) % width, &ce);
             if (!r->slots[s].cap)
                 return ce;
         }
@@ -215,18 +217,17 @@ ovl_status_t cuda_graph_end(ovld_rank_t *const *ranks, uint32_t n, ovld_graph_t 
     }
     /* Every pool stream the capture used, once (the origin's join_ev: a
      * wait takes the event's state when it is issued). */
-    for (uint32_t k = 0; k < OVL_PLAN_MAX_STREAMS && ce == cudaSuccess; k++)
-        for (int c = 0; c < CUDA_PRIO_COUNT && ce == cudaSuccess; c++) {
-            cudaStream_t s = o->cap_pool[k].s[c];
-            if (!s || !cuda_in_capture(s))
-                continue;
-            what = "cudaEventRecord (join)";
-            ce = cudaEventRecord(o->join_ev, s);
-            if (ce == cudaSuccess) {
-                what = "cudaStreamWaitEvent (join)";
-                ce = cudaStreamWaitEvent(cuda_s0_stream(o), o->join_ev, 0);
-            }
+    for (uint32_t k = 1; k < OVL_PLAN_MAX_STREAMS && ce == cudaSuccess; k++) {
+        cudaStream_t s = o->cap_pool[k];
+        if (!s || !cuda_in_capture(s))
+            continue;
+        what = "cudaEventRecord (join)";
+        ce = cudaEventRecord(o->join_ev, s);
+        if (ce == cudaSuccess) {
+            what = "cudaStreamWaitEvent (join)";
+            ce = cudaStreamWaitEvent(cuda_s0_stream(o), o->join_ev, 0);
         }
+    }
     if (ce != cudaSuccess) {
         ovl_status_t st = graph_fail(ce, what);
         abandon(ranks, n);

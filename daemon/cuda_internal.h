@@ -127,8 +127,8 @@ struct ovld_rank {
     cudaEvent_t join_ev, fork_ev;
     /* As an origin: the streams that the ranks sharing its GPU are
      * captured on (cuda_graph.c, capture_streams), made at the first such
-     * capture; index 0 of the client's class is its own stream 0. */
-    cuda_stream_slot_t cap_pool[OVL_PLAN_MAX_STREAMS];
+     * capture; index 0 is its own stream 0 (and stays NULL here). */
+    cudaStream_t cap_pool[OVL_PLAN_MAX_STREAMS];
     /* A replayed op runs every rank's part on the origin's stream 0
      * (cuda_graph_run): lag is that origin while this rank's stream 0 has
      * not caught up with it (its next work waits for the origin's first),

@@ -49,9 +49,8 @@ void cuda_rank_free_resources(struct ovld_rank *r)
                     FREE_TRY(cudaStreamDestroy(r->slots[i].s[c]));
                 }
         for (uint32_t i = 0; i < OVL_PLAN_MAX_STREAMS; i++)
-            for (int c = 0; c < CUDA_PRIO_COUNT; c++)
-                if (r->cap_pool[i].s[c]) /* (only captured on: nothing runs there) */
-                    FREE_TRY(cudaStreamDestroy(r->cap_pool[i].s[c]));
+            if (r->cap_pool[i]) /* (only captured on: nothing runs there) */
+                FREE_TRY(cudaStreamDestroy(r->cap_pool[i]));
         for (uint32_t i = 0; i < CUDA_WORKSPACES; i++)
             if (r->workspace[i])
                 FREE_TRY(cudaFree(r->workspace[i]));

@@ -6,8 +6,9 @@
  * Usage: test_stream_contract [WORLD [CAPTURE_STREAMS]] (WORLD 2..8, default
  * 2; ctest runs 2, 4 and 8: test_stream_contract_w2, _w4, _w8; and world 4
  * with CAPTURE_STREAMS 2, test_stream_contract_pool2_w4: ovld's
- * capture_streams, 0..8, default 0, so that the ranks sharing a GPU are
- * captured on that many streams, docs/config.md).
+ * capture_streams, 0..8, default 0, so that the ranks sharing the first
+ * rank's GPU are captured on that many streams, docs/config.md; on WORLD
+ * GPUs or more no rank shares one, and it is the plain test).
  *
  * The test starts its own ovld ($OVLD_BIN, CUDA backend, a socket in a
  * temporary directory: gpu_daemon.h) and forks WORLD rank processes of one
@@ -38,8 +39,11 @@
  * The ranks start the loop together: each reports at the parent's barrier
  * once set up, and the parent lets them all go once all reported (or tells
  * them a rank is gone, if one ends before). The parent prints "N passed, N
- * failed" (one test per rank) and exits 0 only if every rank passes; it
- * kills the ranks and fails after 180 s. It exits 77 (ctest's skip code)
+ * failed" (one test per rank) and exits 0 only if every rank passes and
+ * ovld's log says no op's capture for replay failed (the repeated ops are
+ * replayed from their second on; one that could not be captured would be
+ * issued call by call and pass unseen); it kills the ranks and fails after
+ * 180 s. It exits 77 (ctest's skip code)
  * when ovld cannot start the CUDA backend or there is no GPU (every rank
  * says so). The parent itself never touches CUDA: a process that
  * initialized CUDA must not fork children that use it.
@@ -471,7 +475,13 @@ int main(int argc, char **argv)
             failed++;
     }
     bool stopped = gpu_daemon_stop(&d);
-    if (skipped == W && stopped) {
+    /* The loop's ops repeat, so from the second on they are captured and
+     * replayed: a capture that failed would be issued call by call and
+     * pass the checks, so ovld's warning fails the test instead. */
+    bool refused = gpu_daemon_log_has(&d, "could not be captured");
+    if (refused)
+        fprintf(stderr, "FAIL: ovld could not capture an op for replay (its log says why)\n");
+    if (skipped == W && stopped && !refused) {
         gpu_daemon_cleanup(&d);
         return GPU_SKIP_CODE; /* the ranks said why */
     }
@@ -479,6 +489,8 @@ int main(int argc, char **argv)
     for (int r = 0; r < W; r++)
         printf("%s rank %d (exit %d)\n", codes[r] == 0 ? "PASS" : "FAIL", r, codes[r]);
     if (!stopped)
+        failed++;
+    if (refused)
         failed++;
     if (failed || timed_out)
         gpu_daemon_print_log(&d, GPU_LOG_TAIL);
