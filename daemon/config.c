@@ -149,7 +149,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->default_chunks = 0;
     cfg->default_streams = 0;
     cfg->replay_cache = 16;
-    cfg->capture_streams = 0;
+    cfg->capture_streams = 8;
     cfg->allgather = OVL_AG_AUTO;
     cfg->peer_timeout_ms = 2000;
 }

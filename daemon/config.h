@@ -68,7 +68,7 @@ typedef struct ovld_config {
     uint32_t replay_cache;     /* replay_cache: ops captured per job, 0 (off)..256 */
     ovl_ag_pref_t allgather;   /* allgather: auto|nccl|copy, default auto */
     /* capture_streams: streams a captured op forks to on a GPU that several
-     * of its ranks share, 0 (each rank's own, the default) or 1..8. Read at
+     * of its ranks share, 0 (each rank's own) or 1..8 (default 8). Read at
      * start only. */
     uint32_t capture_streams;
     /* Jobs across nodes (docs/multinode.md). Read at start only. */

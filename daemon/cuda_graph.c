@@ -32,9 +32,10 @@
  * order between work that may run in any order, and every wait of a
  * capture is on work captured before it, so no mapping can deadlock; but
  * it takes concurrency from the GPU: on one H100, eight ranks' tiny ops on
- * 4 streams were issued in 25-29 us rather than 25-66, and ran 10-40%
- * slower (docs/performance.md). Off by default. Ranks on other GPUs keep
- * their own streams.
+ * 4 streams were issued in 20-29 us rather than 25-66, but ran 10-40%
+ * slower; ring's on 8 streams rather than 32 were issued in 20-29 us
+ * rather than 41-82, and ran as fast or faster (docs/performance.md). The
+ * default is 8. Ranks on other GPUs keep their own streams.
  */
 #include <inttypes.h>
 #include <stdlib.h>

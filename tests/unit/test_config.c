@@ -224,6 +224,8 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.default_algo, OVL_ALGO_AUTO);
     assert_int_equal(cfg.default_chunks, 0);
     assert_int_equal(cfg.default_streams, 0);
+    assert_int_equal(cfg.replay_cache, 16);
+    assert_int_equal(cfg.capture_streams, 8);
     assert_int_equal(cfg.allgather, OVL_AG_AUTO);
 
     /* Defaults are fully determined, padding included. */
