@@ -708,75 +708,6 @@ static void time_round_trip(const char *what, CUdeviceptr ready, CUdeviceptr don
     CK(cudaEventDestroy(t1));
 }
 
-/*
- * The doorbells of n clients against one ovld stream, in one process: n
- * client streams each write their ready = r and wait their done >= r (one
- * batch, as libovl's submit), the ovld stream waits every ready >= r (one
- * batch) and writes every done = r (one batch), r = 1..R, no work between.
- * Everything is enqueued behind a gate on the host page before the GPU
- * starts, so that the host's calls are not what is timed: the GPU's time
- * per round, min / max / median of ROUNDS. ovld at world 8 on one GPU runs
- * 0.09 ms an op between eight client processes; this is what the same
- * round trips cost within one.
- */
-#define CL_MAX 8
-static cudaStream_t cl[CL_MAX];
-static void time_clients(int n)
-{
-    enum { R = 200, ROUNDS = 5 };
-    enum { GO = 0, READY = 64, DONE = 192 }; /* words of the page; a client every 8 words */
-    static uint64_t *pg;
-    static CUdeviceptr dpg;
-    if (!pg) {
-        CK(cudaHostAlloc((void **)&pg, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
-        void *dp;
-        CK(cudaHostGetDevicePointer(&dp, pg, 0));
-        dpg = (CUdeviceptr)(uintptr_t)dp;
-        for (int i = 0; i < CL_MAX; i++)
-            CK(cudaStreamCreateWithFlags(&cl[i], cudaStreamNonBlocking));
-    }
-    cudaEvent_t t0, t1;
-    CK(cudaEventCreate(&t0));
-    CK(cudaEventCreate(&t1));
-    double us[ROUNDS];
-    for (int round = 0; round < ROUNDS; round++) {
-        CK(cudaDeviceSynchronize());
-        memset(pg, 0, 4096);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        for (int i = 0; i < n; i++)
-            DK(drv.stream_wait_value64(cl[i], dpg + 8 * GO, 1, CU_STREAM_WAIT_VALUE_GEQ));
-        DK(drv.stream_wait_value64(s0, dpg + 8 * GO, 1, CU_STREAM_WAIT_VALUE_GEQ));
-        CK(cudaEventRecord(t0, s0));
-        for (uint64_t r = 1; r <= R; r++) {
-            CUstreamBatchMemOpParams op[CL_MAX];
-            for (int i = 0; i < n; i++) {
-                CUstreamBatchMemOpParams c[2] = {
-                    ovl_cudrv_op_write(dpg + 8 * (READY + 8 * i), r, true),
-                    ovl_cudrv_op_wait_geq(dpg + 8 * (DONE + 8 * i), r),
-                };
-                DK(drv.stream_batch_mem_op(cl[i], 2, c, 0));
-            }
-            for (int i = 0; i < n; i++)
-                op[i] = ovl_cudrv_op_wait_geq(dpg + 8 * (READY + 8 * i), r);
-            DK(drv.stream_batch_mem_op(s0, (unsigned)n, op, 0));
-            for (int i = 0; i < n; i++)
-                op[i] = ovl_cudrv_op_write(dpg + 8 * (DONE + 8 * i), r, true);
-            DK(drv.stream_batch_mem_op(s0, (unsigned)n, op, 0));
-        }
-        CK(cudaEventRecord(t1, s0));
-        __atomic_store_n(&pg[GO], 1, __ATOMIC_RELEASE);
-        us[round] = elapsed_ms(t0, t1) * 1e3 / R;
-    }
-    CK(cudaDeviceSynchronize());
-    qsort(us, ROUNDS, sizeof(double), cmp_double);
-    char what[64];
-    snprintf(what, sizeof(what), "doorbells of %d client%s, one process", n, n == 1 ? "" : "s");
-    printf("%-34s %9.2f %9.2f %12.2f   (GPU us per round: min, max, median)\n", what, us[0],
-           us[ROUNDS - 1], us[ROUNDS / 2]);
-    CK(cudaEventDestroy(t0));
-    CK(cudaEventDestroy(t1));
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 2 || (argc == 2 && (iters = atoi(argv[1])) < 100)) {
@@ -882,8 +813,6 @@ int main(int argc, char **argv)
     capture_big();
     time_round_trip("round trip + 2048^3 graph, host page", dpage + 1024, dpage + 2048,
                     gemm_big_graph);
-    for (int n = 1; n <= CL_MAX; n *= 2)
-        time_clients(n);
     CK(cudaGraphExecDestroy(g_big));
     CK(cudaFree(ba));
     CK(cudaFree(bb));
