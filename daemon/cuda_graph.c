@@ -140,12 +140,6 @@ static cudaError_t pool_assign(ovld_rank_t *const *ranks, uint32_t n)
     return cudaSuccess;
 }
 
-/* The stream rank r's stream 0 is captured on. */
-static cudaStream_t cap_s0(const struct ovld_rank *r)
-{
-    return r->slots[0].cap ? r->slots[0].cap : cuda_s0_stream(r);
-}
-
 ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n)
 {
     struct ovld_rank *o = ranks[0];
@@ -167,7 +161,7 @@ ovl_status_t cuda_graph_capture(ovld_rank_t *const *ranks, uint32_t n)
     if (n > 1)
         ce = cudaEventRecord(o->fork_ev, cuda_s0_stream(o));
     for (uint32_t i = 1; i < n && ce == cudaSuccess; i++) {
-        cudaStream_t s = cap_s0(ranks[i]);
+        cudaStream_t s = cuda_captured_stream(ranks[i], 0);
         if (ranks[i]->slots[0].cap && cuda_in_capture(s))
             continue; /* the origin's, or a pool stream already forked to */
         what = "cudaSetDevice";

@@ -299,6 +299,13 @@ static inline cudaStream_t cuda_s0_stream(const struct ovld_rank *r)
 {
     return r->slots[0].s[r->slots[0].cur];
 }
+/* The stream that r's stream index `stream` (given a role) is captured
+ * on: the origin's pool stream it was given (cuda_graph.c), else its own. */
+static inline cudaStream_t cuda_captured_stream(const struct ovld_rank *r, uint32_t stream)
+{
+    const cuda_stream_slot_t *slot = &r->slots[stream];
+    return slot->cap ? slot->cap : slot->s[slot->cur];
+}
 /* The CUDA stream that the op being issued calls `stream` (the roles
  * cuda_set_streams was given), or NULL with words in cuda_last_err. */
 cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream);

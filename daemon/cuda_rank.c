@@ -401,11 +401,9 @@ static cudaStream_t slot_stream(struct ovld_rank *r, uint32_t stream)
                  "stream %u: no role given (set_streams made %u)", stream, r->nslots);
         return NULL;
     }
-    if (!cuda_capturing)
-        return stream == 0 ? cuda_s0(r) : r->slots[stream].s[r->slots[stream].cur];
-    if (r->slots[stream].cap)
-        return r->slots[stream].cap;
-    return r->slots[stream].s[r->slots[stream].cur];
+    if (cuda_capturing)
+        return cuda_captured_stream(r, stream);
+    return stream == 0 ? cuda_s0(r) : r->slots[stream].s[r->slots[stream].cur];
 }
 
 cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream)
