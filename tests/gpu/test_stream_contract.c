@@ -5,10 +5,10 @@
  *
  * Usage: test_stream_contract [WORLD [CAPTURE_STREAMS]] (WORLD 2..8, default
  * 2; ctest runs 2, 4 and 8: test_stream_contract_w2, _w4, _w8; and world 4
- * with CAPTURE_STREAMS 2, test_stream_contract_pool2_w4: ovld's
- * capture_streams, 0..8, default 0, so that the ranks sharing the first
- * rank's GPU are captured on that many streams, docs/config.md; on WORLD
- * GPUs or more no rank shares one, and it is the plain test).
+ * with CAPTURE_STREAMS 2 and 0: test_stream_contract_pool2_w4, _pool0_w4).
+ * CAPTURE_STREAMS is ovld's capture_streams, 0..8 (without it, ovld's
+ * default): the ranks sharing the first rank's GPU are captured on that
+ * many streams (docs/config.md); on WORLD GPUs or more no rank shares one.
  *
  * The test starts its own ovld ($OVLD_BIN, CUDA backend, a socket in a
  * temporary directory: gpu_daemon.h) and forks WORLD rank processes of one
@@ -357,24 +357,29 @@ static void gate_fail(gate_t *g)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    unsigned cap = 0;
+    unsigned cap = 0; /* argc == 3 only */
     if (argc > 3 ||
         (argc >= 2 &&
          (sscanf(argv[1], "%u", &g_world) != 1 || g_world < 2 || g_world > MAX_WORLD)) ||
         (argc == 3 && (sscanf(argv[2], "%u", &cap) != 1 || cap > 8))) {
-        fprintf(stderr, "usage: %s [WORLD [CAPTURE_STREAMS]] (2..%d, default 2; 0..8, default 0)\n",
+        fprintf(stderr,
+                "usage: %s [WORLD [CAPTURE_STREAMS]] (2..%d, default 2; 0..8, default ovld's)\n",
                 argv[0], MAX_WORLD);
         return 2;
     }
     const int W = (int)g_world;
-    printf("stream contract: world %d, capture_streams %u\n", W, cap);
+    char caps[16] = "ovld's default";
+    if (argc == 3)
+        snprintf(caps, sizeof(caps), "%u", cap);
+    printf("stream contract: world %d, capture_streams %s\n", W, caps);
     /* A window much smaller than the loop: libovl must throttle the
      * 100 ops on the host (waiting only when a rank runs that far ahead)
      * without breaking the stream order, and ovld must never see a rank
      * more than the window ahead of the others. */
     gpu_daemon_t d;
-    char conf[96];
-    snprintf(conf, sizeof(conf), "max_ops_in_flight = 8\ncapture_streams = %u\n", cap);
+    char conf[96] = "max_ops_in_flight = 8\n";
+    if (argc == 3)
+        snprintf(conf, sizeof(conf), "max_ops_in_flight = 8\ncapture_streams = %u\n", cap);
     int st = gpu_daemon_start(&d, "contract", conf, GPU_LOG_TAIL);
     if (st != 0) {
         gpu_daemon_cleanup(&d);
