@@ -252,6 +252,12 @@ typedef struct ovld_backend_ops {
      * all). NULL: streams have no roles and exist when used. */
     ovl_status_t (*set_streams)(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n);
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+    /* Whether the rank's client has said ready for op seq (what wait_ready
+     * waits for, read by the CPU; a released doorbell reads as ready). Any
+     * thread, no lock, no driver call: the issuer asks it before it puts
+     * an op on a device that other jobs share (issuer.h, "Gates"). NULL:
+     * every op is issued at once. */
+    bool (*ready_seen)(ovld_rank_t *r, uint64_t seq);
     ovl_status_t (*record)(ovld_rank_t *r, uint32_t stream, uint32_t event);
     ovl_status_t (*wait)(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
     /* Every local part in one call (one NCCL group), in rank order, of a

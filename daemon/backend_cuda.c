@@ -144,6 +144,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .job_teardown = cuda_job_teardown,
     .rank_scratch = cuda_rank_scratch,
     .wait_ready = cuda_wait_ready,
+    .ready_seen = cuda_ready_seen,
     .record = cuda_record,
     .wait = cuda_wait,
     .allgather = cuda_allgather,

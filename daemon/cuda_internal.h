@@ -310,6 +310,7 @@ static inline cudaStream_t cuda_captured_stream(const struct ovld_rank *r, uint3
  * cuda_set_streams was given), or NULL with words in cuda_last_err. */
 cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream);
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+bool cuda_ready_seen(ovld_rank_t *r, uint64_t seq);
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
 ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);

@@ -487,6 +487,14 @@ ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
                      "cuStreamWaitValue64 (doorbell ready)");
 }
 
+bool cuda_ready_seen(ovld_rank_t *r, uint64_t seq)
+{
+    /* the client's stream writes the slot; a release stores past it
+     * (proto/doorbell.h); compared as the GPU's GEQ wait compares */
+    uint64_t v = __atomic_load_n(&r->db->ready_slot[seq % OVL_READY_SLOTS], __ATOMIC_ACQUIRE);
+    return (int64_t)(v - seq) >= 0;
+}
+
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 {
     USE_DEVICE(r);

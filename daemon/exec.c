@@ -959,6 +959,16 @@ fail:
 
 /* Fails the whole op before anything of it was issued: every rank's done
  * rings with the error, on stream 0 (which every rank has). */
+bool ovld_exec_ready(ovld_backend_t *b, const ovld_exec_op_t *op)
+{
+    if (!b->ops->ready_seen)
+        return true;
+    for (uint32_t r = 0; r < op->world; r++)
+        if (op->ranks[r].plan && !b->ops->ready_seen(op->ranks[r].rank, op->seq))
+            return false;
+    return true;
+}
+
 void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n, uint64_t seq,
                     ovl_status_t status, const char *message)
 {

@@ -101,6 +101,10 @@ void ovld_exec_pool_destroy(ovld_exec_pool_t *pool);
 ovl_status_t ovld_exec_run(ovld_exec_pool_t *pool, ovld_backend_t *b, const ovld_exec_op_t *op,
                            ovld_replay_how_t *ret_how, char *err, size_t errlen);
 
+/* Whether every local rank's client has said ready for the op (the
+ * backend's ready_seen; true where the backend cannot tell). Any thread. */
+bool ovld_exec_ready(ovld_backend_t *b, const ovld_exec_op_t *op);
+
 /* One rank of an op that will not run, and what its completion names. */
 typedef struct ovld_exec_ring {
     ovld_rank_t *rank;

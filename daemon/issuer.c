@@ -2,9 +2,11 @@
  * issuer.c: see issuer.h.
  *
  * One mutex guards the queue of lanes with work, the devices held by items
- * being issued, and the list of items done. A thread takes the first lane
- * whose devices are all free, runs its head item, gives the devices back,
- * and wakes the others (a lane it held back may run now) and the loop.
+ * being issued, how many lanes each device has, and the list of items
+ * done. A thread takes the first lane whose devices are all free and whose
+ * head item's gate is open (issuer.h), runs that item, gives the devices
+ * back, and wakes the others (a lane it held back may run now) and the
+ * loop. Where only gates hold items back, one thread polls them.
  */
 #include "issuer.h"
 #include "clock.h"
@@ -19,6 +21,10 @@
 
 #define ISSUER_MAX_THREADS 64
 #define ISSUE_SLOW_NS      (1000ull * 1000 * 1000) /* an item this slow is reported */
+#define GATE_SPIN_NS       (1000ull * 1000 * 1000) /* spin on gates while one opened this recently */
+#define GATE_SPIN_STEP_NS  1000ull                 /* a spinning poll's pause */
+#define GATE_SLOW_NS       (100ull * 1000)         /* a poll's sleep after that */
+#define ISSUER_DEVS        64                      /* devices told apart (by index mod 64) */
 
 struct ovld_lane {
     ovld_issuer_t *is;
@@ -41,11 +47,17 @@ struct ovld_issuer {
     pthread_cond_t cv;
     ovld_lane_t *lanes, *lanes_tail; /* with items waiting, oldest first */
     uint64_t busy_devs;              /* devices held by items on threads */
+    uint32_t dev_lanes[ISSUER_DEVS]; /* lanes on each device (bit) */
+    uint32_t gated;                  /* lanes whose head waits for its gate (last full look) */
+    bool polling;                    /* a thread polls the gates */
+    uint64_t gate_opened_ns;         /* when a gate last opened, or gating began */
     ovld_issue_t *done_head, *done_tail;
     uint32_t waiting, running; /* items (under mu) */
     bool stopping;
     pthread_t *threads;
     uint32_t nthreads;
+    uint32_t nlanes; /* not freed yet (loop thread) */
+    bool closed;     /* its handle closed: the last lane freed frees it (loop thread) */
 };
 
 static uint64_t dev_bit(uint32_t device)
@@ -74,14 +86,33 @@ static void issue_run(ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *i
     it->issue_ns = ovl_mono_ns() - t0;
 }
 
-/* The first lane with work whose devices are all free, taken off the list
- * with its head item. Under mu. */
+/* Whether another lane has ranks on one of the lane's devices. Under mu. */
+static bool lane_shared(const ovld_issuer_t *is, const ovld_lane_t *l)
+{
+    for (uint64_t m = l->devs; m; m &= m - 1)
+        if (is->dev_lanes[__builtin_ctzll(m)] > 1)
+            return true;
+    return false;
+}
+
+/* The first lane with work whose devices are all free and whose head item
+ * may be issued (its gate, issuer.h), taken off the list with that item.
+ * Where there is none, is->gated says how many lanes wait only for their
+ * gates. Under mu. */
 static ovld_issue_t *take(ovld_issuer_t *is)
 {
     ovld_lane_t *prev = NULL;
+    uint32_t gated = 0;
     for (ovld_lane_t *l = is->lanes; l; prev = l, l = l->next) {
         if (l->devs & is->busy_devs)
             continue;
+        if (!l->head->fail && lane_shared(is, l)) {
+            if (!ovld_exec_ready(is->b, &l->head->op)) {
+                gated++;
+                continue;
+            }
+            is->gate_opened_ns = ovl_mono_ns();
+        }
         if (prev)
             prev->next = l->next;
         else
@@ -101,6 +132,9 @@ static ovld_issue_t *take(ovld_issuer_t *is)
         is->running++;
         return it;
     }
+    if (gated && !is->gated)
+        is->gate_opened_ns = ovl_mono_ns(); /* gating begins */
+    is->gated = gated;
     return NULL;
 }
 
@@ -116,6 +150,30 @@ static void requeue(ovld_issuer_t *is, ovld_lane_t *l)
     else
         is->lanes = l;
     is->lanes_tail = l;
+}
+
+/* A pause of the CPU in a spin. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* The wait between two polls of the gates: a spin of GATE_SPIN_STEP_NS, or
+ * a sleep of GATE_SLOW_NS. */
+static void gate_pause(bool spin)
+{
+    if (spin) {
+        uint64_t until = ovl_mono_ns() + GATE_SPIN_STEP_NS;
+        while (ovl_mono_ns() < until)
+            cpu_relax();
+        return;
+    }
+    struct timespec ts = {0, (long)GATE_SLOW_NS};
+    nanosleep(&ts, NULL);
 }
 
 static void stall(uint32_t ms)
@@ -134,6 +192,16 @@ static void *issuer_main(void *arg)
         if (!it) {
             if (is->stopping && is->waiting == 0)
                 break;
+            if (is->gated && !is->polling) {
+                /* this thread polls the gates; the others sleep */
+                is->polling = true;
+                bool spin = ovl_mono_ns() - is->gate_opened_ns < GATE_SPIN_NS;
+                pthread_mutex_unlock(&is->mu);
+                gate_pause(spin);
+                pthread_mutex_lock(&is->mu);
+                is->polling = false;
+                continue;
+            }
             pthread_cond_wait(&is->cv, &is->mu);
             continue;
         }
@@ -280,7 +348,11 @@ ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_i
 
 static void on_closed(uv_handle_t *h)
 {
-    issuer_free(h->data);
+    ovld_issuer_t *is = h->data;
+    if (is->nlanes == 0)
+        issuer_free(is);
+    else
+        is->closed = true; /* a job still holds a lane: freed with the last */
 }
 
 void ovld_issuer_close(ovld_issuer_t *is)
@@ -303,6 +375,7 @@ ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret)
     if (!l)
         return OVL_ERR_NOMEM;
     l->is = is;
+    is->nlanes++;
     *ret = l;
     return OVL_OK;
 }
@@ -311,9 +384,13 @@ void ovld_lane_add_device(ovld_lane_t *l, uint32_t device)
 {
     if (!l)
         return;
-    pthread_mutex_lock(&l->is->mu);
-    l->devs |= dev_bit(device);
-    pthread_mutex_unlock(&l->is->mu);
+    ovld_issuer_t *is = l->is;
+    pthread_mutex_lock(&is->mu);
+    if (!(l->devs & dev_bit(device))) {
+        l->devs |= dev_bit(device);
+        is->dev_lanes[device % ISSUER_DEVS]++;
+    }
+    pthread_mutex_unlock(&is->mu);
 }
 
 void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *item)
@@ -346,5 +423,16 @@ bool ovld_lane_busy(const ovld_lane_t *l)
 
 void ovld_lane_free(ovld_lane_t *l)
 {
+    if (!l)
+        return;
+    ovld_issuer_t *is = l->is;
+    pthread_mutex_lock(&is->mu);
+    for (uint64_t m = l->devs; m; m &= m - 1)
+        is->dev_lanes[__builtin_ctzll(m)]--;
+    /* a device may be one lane's alone now: its gates no longer hold */
+    pthread_cond_broadcast(&is->cv);
+    pthread_mutex_unlock(&is->mu);
     free(l);
+    if (--is->nlanes == 0 && is->closed)
+        issuer_free(is);
 }

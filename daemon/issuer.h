@@ -18,6 +18,22 @@
  * A lane's item waits for its devices in the issuer's queue, not on a
  * thread, so that a device stalled for good holds one thread, not all.
  *
+ * Gates. An op begins with a wait for its clients' doorbells (WAIT_READY),
+ * which a stream may hold for as long as the application's work before the
+ * op takes. On a GPU, the streams of one process share a few hardware
+ * queues, and such a wait holds up whatever else was put in its queue
+ * behind it (measured: tests/gpu/test_gpu_isolation.py; docs/performance.md,
+ * "Isolation between jobs"). So an op is issued ahead of its doorbells only
+ * where its lane is the only one on each of its devices (a job alone on its
+ * GPUs waits on nothing but itself); on a device that lanes share, a lane's
+ * head op waits in the issuer, off every thread and queue, until the
+ * backend's ready_seen says every local rank's client rang its doorbell.
+ * One issuing thread at a time polls those gates: it spins (pausing the
+ * CPU) while gates open within GATE_SPIN_NS of each other, and sleeps
+ * GATE_SLOW_NS between polls after that, so that an op its client never
+ * readies costs a CPU only for a while. Failures to ring (fail items) have
+ * no gate: a done needs no ready.
+ *
  * Threads: create, close, the lane calls and every callback are the loop
  * thread's. An item's done callback runs on the loop thread, once, after
  * the item ran; the callbacks of one lane in submission order.
@@ -81,7 +97,8 @@ ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_i
                                 const ovld_reporter_t *report, ovld_issuer_t **ret, char *err,
                                 size_t errlen);
 /* Stops the threads once they are idle (every lane freed) and closes the
- * issuer's handle; the memory goes when the loop closed it. Accepts NULL. */
+ * issuer's handle; the memory goes when the loop closed it and the last
+ * lane was freed (a lane may outlive the close). Accepts NULL. */
 void ovld_issuer_close(ovld_issuer_t *is);
 /* Delivers the callbacks of the items done so far (the loop does it anyway
  * on the issuer's wakeup; a caller that must see them now calls this). */
@@ -93,7 +110,8 @@ uint32_t ovld_issuer_busy(ovld_issuer_t *is);
  * a NULL lane issues each item at once on the calling thread (with
  * ovld_issue_now). */
 ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret);
-/* The lane's items also use this device from now on. */
+/* The lane's items also use this device from now on (a device that
+ * several lanes use gates their ops: above). */
 void ovld_lane_add_device(ovld_lane_t *l, uint32_t device);
 /* Queues the item; its callback runs once it ran. A NULL lane runs it here
  * and calls back before returning. */
@@ -101,7 +119,8 @@ void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool,
                       ovld_issue_t *item);
 /* Whether the lane has items not yet called back. */
 bool ovld_lane_busy(const ovld_lane_t *l);
-/* Frees an idle lane (ovld_lane_busy false). Accepts NULL. */
+/* Frees an idle lane (ovld_lane_busy false); its devices count one lane
+ * fewer. Accepts NULL. */
 void ovld_lane_free(ovld_lane_t *l);
 
 #endif /* OVLD_ISSUER_H */
