@@ -213,6 +213,11 @@ typedef struct ovld_backend_ops {
      * seq_hi is the last op the client submitted (nothing waits beyond it).
      * Must not wait for the GPU. NULL: nothing waits on a client. */
     void (*rank_release)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t seq_hi);
+    /* The rank's op seq failed where no stream will say so (its job was
+     * aborted with the op issued, before rank_release lets it run): the
+     * doorbell's error word says status, error_seq seq, unless it names a
+     * failure already; CPU stores, loop thread. NULL: nothing to say it. */
+    void (*rank_fail)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t seq, ovl_status_t status);
     /* Destroys a job's ranks, with what job_setup made (off the loop thread
      * where that blocks). NULL: rank_destroy each. */
     void (*job_teardown)(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);

@@ -138,6 +138,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .rank_create = cuda_rank_create,
     .rank_destroy = cuda_rank_destroy,
     .rank_release = cuda_rank_release,
+    .rank_fail = cuda_rank_fail_op,
     .job_setup = cuda_job_setup,
     .job_key = cuda_job_key,
     .job_abort = cuda_job_abort,

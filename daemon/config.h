@@ -62,6 +62,7 @@ typedef struct ovld_config {
      * of vm.max_map_count, read at start and on reload). */
     uint32_t max_mappings;
     uint32_t hello_timeout_ms; /* hello_timeout_ms: 100..600000, default 5000 */
+    uint32_t hold_limit_ms;    /* hold_limit_ms: 0 (never)..3600000, default 10000 */
     ovl_algo_t default_algo;   /* default_algo: auto|naive|collective|ring */
     uint32_t default_chunks;   /* default_chunks: 0 (planner's choice)..64 */
     uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */

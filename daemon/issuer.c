@@ -6,7 +6,9 @@
  * done. A thread takes the first lane whose devices are all free and whose
  * head item's gate is open (issuer.h), runs that item, gives the devices
  * back, and wakes the others (a lane it held back may run now) and the
- * loop. Where only gates hold items back, one thread polls them.
+ * loop. Where only gates hold items back, one thread polls them. The
+ * hold timer (issuer.h, "Holds") runs on the loop thread, under the same
+ * mutex.
  */
 #include "issuer.h"
 #include "clock.h"
@@ -28,12 +30,22 @@
 
 struct ovld_lane {
     ovld_issuer_t *is;
-    uint64_t devs;             /* devices its items use (bit d % 64) */
-    ovld_issue_t *head, *tail; /* waiting, in order (under mu) */
-    bool queued;               /* on the issuer's list of lanes with work */
-    bool running;              /* an item of it is on a thread */
-    uint32_t outstanding;      /* items submitted, not called back (loop thread) */
-    struct ovld_lane *next;    /* on the issuer's list */
+    uint64_t devs;              /* devices its items use (bit d % 64) */
+    ovld_issue_t *head, *tail;  /* waiting, in order (under mu) */
+    bool queued;                /* on the issuer's list of lanes with work */
+    bool running;               /* an item of it is on a thread */
+    uint32_t outstanding;       /* items submitted, not called back (loop thread) */
+    struct ovld_lane *next;     /* on the issuer's list */
+    void *owner;                /* for on_hold */
+    struct ovld_lane *all_next; /* every lane (under mu) */
+    /* The last op issued ahead of its doorbells whose ready was not seen
+     * since (0: none), its local ranks, and when its device was first seen
+     * shared while it waited (0: not yet). Under mu. */
+    uint64_t ahead_seq;
+    ovld_rank_t **ahead_ranks;
+    uint32_t ahead_n, ahead_cap;
+    uint64_t hold_since;
+    bool hold_reported;
 };
 
 struct ovld_issuer {
@@ -56,8 +68,15 @@ struct ovld_issuer {
     bool stopping;
     pthread_t *threads;
     uint32_t nthreads;
-    uint32_t nlanes; /* not freed yet (loop thread) */
-    bool closed;     /* its handle closed: the last lane freed frees it (loop thread) */
+    uint32_t nlanes;       /* not freed yet (loop thread) */
+    uint32_t handles;      /* its handles not closed yet (loop thread) */
+    bool closed;           /* its handles closed: the last lane freed frees it (loop thread) */
+    ovld_lane_t *all;      /* every lane (under mu) */
+    uv_timer_t hold_timer; /* loop thread */
+    bool hold_timer_on;
+    uint32_t hold_ms;
+    ovld_hold_cb on_hold;
+    void *hold_arg;
 };
 
 static uint64_t dev_bit(uint32_t device)
@@ -95,6 +114,27 @@ static bool lane_shared(const ovld_issuer_t *is, const ovld_lane_t *l)
     return false;
 }
 
+/* The op goes ahead of its doorbells: the hold timer watches it from when
+ * its device is shared. False without memory to. Under mu. */
+static bool note_ahead(ovld_lane_t *l, const ovld_exec_op_t *op)
+{
+    if (l->ahead_cap < op->world) {
+        ovld_rank_t **p = realloc(l->ahead_ranks, op->world * sizeof(*p));
+        if (!p)
+            return false;
+        l->ahead_ranks = p;
+        l->ahead_cap = op->world;
+    }
+    l->ahead_n = 0;
+    for (uint32_t r = 0; r < op->world; r++)
+        if (op->ranks[r].plan)
+            l->ahead_ranks[l->ahead_n++] = op->ranks[r].rank;
+    l->ahead_seq = op->seq;
+    l->hold_since = 0;
+    l->hold_reported = false;
+    return true;
+}
+
 /* The first lane with work whose devices are all free and whose head item
  * may be issued (its gate, issuer.h), taken off the list with that item.
  * Where there is none, is->gated says how many lanes wait only for their
@@ -112,6 +152,10 @@ static ovld_issue_t *take(ovld_issuer_t *is)
                 continue;
             }
             is->gate_opened_ns = ovl_mono_ns();
+        } else if (!l->head->fail && !ovld_exec_ready(is->b, &l->head->op) &&
+                   !note_ahead(l, &l->head->op)) {
+            gated++; /* out of memory to watch it: it waits for its gate */
+            continue;
         }
         if (prev)
             prev->next = l->next;
@@ -271,6 +315,86 @@ uint32_t ovld_issuer_busy(ovld_issuer_t *is)
     return n;
 }
 
+/* --------------------------------------------------------------- holds */
+
+#define HOLD_REPORTS_MAX 16 /* reports of one tick; more wait for the next */
+
+static uint64_t hold_period_ms(uint32_t hold_ms)
+{
+    uint64_t p = hold_ms / 8;
+    return p < 10 ? 10 : p > 1000 ? 1000 : p;
+}
+
+static void on_hold_timer(uv_timer_t *t)
+{
+    ovld_issuer_t *is = t->data;
+    struct {
+        void *owner;
+        uint64_t seq, held_ms;
+    } rep[HOLD_REPORTS_MAX];
+    uint32_t n = 0;
+    bool watching = false;
+    pthread_mutex_lock(&is->mu);
+    uint64_t now = ovl_mono_ns();
+    for (ovld_lane_t *l = is->all; l; l = l->all_next) {
+        if (!l->ahead_seq)
+            continue;
+        bool ready = true;
+        for (uint32_t i = 0; i < l->ahead_n && ready; i++)
+            ready = is->b->ops->ready_seen(l->ahead_ranks[i], l->ahead_seq);
+        if (ready) {
+            l->ahead_seq = 0;
+            continue;
+        }
+        if (!lane_shared(is, l)) {
+            l->hold_since = 0; /* holds up nobody; sharing restarts the timer */
+            continue;
+        }
+        if (l->hold_reported)
+            continue;
+        watching = true;
+        if (!l->hold_since) {
+            l->hold_since = now;
+        } else if (is->hold_ms && now - l->hold_since >= (uint64_t)is->hold_ms * 1000000 &&
+                   n < HOLD_REPORTS_MAX) {
+            l->hold_reported = true;
+            rep[n].owner = l->owner;
+            rep[n].seq = l->ahead_seq;
+            rep[n].held_ms = (now - l->hold_since) / 1000000;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&is->mu);
+    if (!watching || !is->hold_ms) {
+        uv_timer_stop(&is->hold_timer);
+        is->hold_timer_on = false;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        is->on_hold(is->hold_arg, rep[i].owner, rep[i].seq, rep[i].held_ms);
+}
+
+/* Watches the holds, if there may be any to watch (loop thread). */
+static void hold_watch(ovld_issuer_t *is)
+{
+    if (is->hold_timer_on || !is->hold_ms || !is->on_hold || is->closed || !is->b->ops->ready_seen)
+        return;
+    uint64_t p = hold_period_ms(is->hold_ms);
+    if (uv_timer_start(&is->hold_timer, on_hold_timer, p, p) == 0)
+        is->hold_timer_on = true;
+}
+
+void ovld_issuer_set_hold(ovld_issuer_t *is, uint32_t hold_ms)
+{
+    if (!is)
+        return;
+    is->hold_ms = hold_ms;
+    if (is->hold_timer_on) {
+        uv_timer_stop(&is->hold_timer);
+        is->hold_timer_on = false;
+    }
+    hold_watch(is);
+}
+
 /* ---------------------------------------------------------------- life */
 
 static void issuer_free(ovld_issuer_t *is)
@@ -331,12 +455,25 @@ ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_i
         return OVL_ERR_SYSTEM;
     }
     is->async.data = is;
+    is->handles = 1;
+    if ((e = uv_timer_init(loop, &is->hold_timer)) != 0) {
+        uv_close((uv_handle_t *)&is->async, NULL);
+        /* the handle's memory must outlive the close: kept until exit */
+        snprintf(err, errlen, "uv_timer_init: %s", uv_strerror(e));
+        return OVL_ERR_SYSTEM;
+    }
+    is->hold_timer.data = is;
+    is->handles = 2;
+    is->hold_ms = cfg->hold_ms;
+    is->on_hold = cfg->on_hold;
+    is->hold_arg = cfg->hold_arg;
     for (uint32_t i = 0; i < n; i++) {
         if ((e = ovl_thread_start(&is->threads[i], issuer_main, is)) != 0) {
             stop_threads(is);
             snprintf(err, errlen, "cannot start issuing thread %u of %u: %s", i + 1, n,
                      strerror(e));
             uv_close((uv_handle_t *)&is->async, NULL);
+            uv_close((uv_handle_t *)&is->hold_timer, NULL);
             /* the handle's memory must outlive the close: kept until exit */
             return OVL_ERR_SYSTEM;
         }
@@ -349,6 +486,8 @@ ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_i
 static void on_closed(uv_handle_t *h)
 {
     ovld_issuer_t *is = h->data;
+    if (--is->handles > 0)
+        return;
     if (is->nlanes == 0)
         issuer_free(is);
     else
@@ -361,12 +500,16 @@ void ovld_issuer_close(ovld_issuer_t *is)
         return;
     stop_threads(is);
     ovld_issuer_deliver(is);
+    uv_timer_stop(&is->hold_timer);
+    is->hold_timer_on = false;
+    is->hold_ms = 0; /* no timer again */
     uv_close((uv_handle_t *)&is->async, on_closed);
+    uv_close((uv_handle_t *)&is->hold_timer, on_closed);
 }
 
 /* --------------------------------------------------------------- lanes */
 
-ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret)
+ovl_status_t ovld_lane_new(ovld_issuer_t *is, void *owner, ovld_lane_t **ret)
 {
     *ret = NULL;
     if (!is)
@@ -375,7 +518,12 @@ ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret)
     if (!l)
         return OVL_ERR_NOMEM;
     l->is = is;
+    l->owner = owner;
     is->nlanes++;
+    pthread_mutex_lock(&is->mu);
+    l->all_next = is->all;
+    is->all = l;
+    pthread_mutex_unlock(&is->mu);
     *ret = l;
     return OVL_OK;
 }
@@ -385,12 +533,15 @@ void ovld_lane_add_device(ovld_lane_t *l, uint32_t device)
     if (!l)
         return;
     ovld_issuer_t *is = l->is;
+    bool shared = false;
     pthread_mutex_lock(&is->mu);
     if (!(l->devs & dev_bit(device))) {
         l->devs |= dev_bit(device);
-        is->dev_lanes[device % ISSUER_DEVS]++;
+        shared = ++is->dev_lanes[device % ISSUER_DEVS] > 1;
     }
     pthread_mutex_unlock(&is->mu);
+    if (shared)
+        hold_watch(is); /* an op issued ahead on it may hold the newcomer up */
 }
 
 void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *item)
@@ -429,9 +580,15 @@ void ovld_lane_free(ovld_lane_t *l)
     pthread_mutex_lock(&is->mu);
     for (uint64_t m = l->devs; m; m &= m - 1)
         is->dev_lanes[__builtin_ctzll(m)]--;
+    for (ovld_lane_t **pp = &is->all; *pp; pp = &(*pp)->all_next)
+        if (*pp == l) {
+            *pp = l->all_next;
+            break;
+        }
     /* a device may be one lane's alone now: its gates no longer hold */
     pthread_cond_broadcast(&is->cv);
     pthread_mutex_unlock(&is->mu);
+    free(l->ahead_ranks);
     free(l);
     if (--is->nlanes == 0 && is->closed)
         issuer_free(is);

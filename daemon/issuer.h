@@ -34,6 +34,14 @@
  * readies costs a CPU only for a while. Failures to ring (fail items) have
  * no gate: a done needs no ready.
  *
+ * Holds. An op issued ahead while its lane was alone may still wait for
+ * its doorbells when another lane comes to share the device: from then on
+ * its wait can hold up the newcomer's work. The issuer watches such ops
+ * (a timer on the loop, running only while a shared device has one): one
+ * that still waits hold_ms after its device became shared is reported
+ * once, through on_hold, to the lane's owner (job.c aborts the job, which
+ * releases its doorbells and so ends the wait). hold_ms 0: never.
+ *
  * Threads: create, close, the lane calls and every callback are the loop
  * thread's. An item's done callback runs on the loop thread, once, after
  * the item ran; the callbacks of one lane in submission order.
@@ -56,6 +64,11 @@ typedef struct ovld_issue ovld_issue_t;
 
 /* An item is done: on the loop thread, with its results filled in. */
 typedef void (*ovld_issued_cb)(ovld_issue_t *item);
+
+/* A lane's op seq, issued ahead of its doorbells, has held a shared device
+ * for held_ms (above, "Holds"): on the loop thread, once per op. owner:
+ * the lane's (ovld_lane_new). */
+typedef void (*ovld_hold_cb)(void *arg, void *owner, uint64_t seq, uint64_t held_ms);
 
 /* What a lane runs: an op (run), or the rings of an op that fails without
  * running (rings: ovld_exec_fail's). The caller owns the item and whatever
@@ -91,6 +104,9 @@ typedef struct ovld_issuer_cfg {
     uint32_t nthreads;
     ovld_exec_pool_t *pool;
     uint32_t stall_ms;
+    uint32_t hold_ms; /* above, "Holds"; 0: never (ovld_issuer_set_hold) */
+    ovld_hold_cb on_hold;
+    void *hold_arg;
 } ovld_issuer_cfg_t;
 
 ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_issuer_cfg_t *cfg,
@@ -105,11 +121,13 @@ void ovld_issuer_close(ovld_issuer_t *is);
 void ovld_issuer_deliver(ovld_issuer_t *is);
 /* Items being issued or waiting to be, over every lane (for status). */
 uint32_t ovld_issuer_busy(ovld_issuer_t *is);
+/* A new hold limit (a reload), for holds not yet reported. */
+void ovld_issuer_set_hold(ovld_issuer_t *is, uint32_t hold_ms);
 
-/* A lane, on no device yet. NULL when out of memory, or where is is NULL:
- * a NULL lane issues each item at once on the calling thread (with
- * ovld_issue_now). */
-ovl_status_t ovld_lane_new(ovld_issuer_t *is, ovld_lane_t **ret);
+/* A lane, on no device yet; owner is given to on_hold. NULL when out of
+ * memory, or where is is NULL: a NULL lane issues each item at once on the
+ * calling thread. */
+ovl_status_t ovld_lane_new(ovld_issuer_t *is, void *owner, ovld_lane_t **ret);
 /* The lane's items also use this device from now on (a device that
  * several lanes use gates their ops: above). */
 void ovld_lane_add_device(ovld_lane_t *l, uint32_t device);
@@ -120,7 +138,8 @@ void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool,
 /* Whether the lane has items not yet called back. */
 bool ovld_lane_busy(const ovld_lane_t *l);
 /* Frees an idle lane (ovld_lane_busy false); its devices count one lane
- * fewer. Accepts NULL. */
+ * fewer. Before the ranks of its ops are destroyed: the issuer may read
+ * their doorbells until then. Accepts NULL. */
 void ovld_lane_free(ovld_lane_t *l);
 
 #endif /* OVLD_ISSUER_H */

@@ -81,6 +81,9 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
         job_unlink(&js->live, j);
         js->njobs--;
     }
+    /* the lane before the ranks: the issuer reads their doorbells until then */
+    ovld_lane_free(j->lane);
+    j->lane = NULL;
     /* its graphs before its ranks (their streams and memory) */
     ovld_replay_destroy(j->replay);
     j->replay = NULL;
@@ -106,7 +109,6 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
             ovld_xfer_job_release(j->xfer);
         ovld_cluster_forget(js->cluster, j->nonce);
     }
-    ovld_lane_free(j->lane);
     free(j->node_of);
     free(j->members);
     free(j);
@@ -345,7 +347,7 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     if (!j) {
         j = calloc(1, sizeof(*j));
         if (!j || !(j->members = calloc(world, sizeof(*j->members))) ||
-            ovld_lane_new(js->issuer, &j->lane) != OVL_OK) {
+            ovld_lane_new(js->issuer, j, &j->lane) != OVL_OK) {
             if (j)
                 free(j->members);
             free(j);
@@ -539,6 +541,53 @@ void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why)
     ovld_job_maybe_free(js, j);
 }
 
+/* The job takes no more ops: those waiting fail with status and
+ * "<what>: <why>", and the job goes once nothing holds it. */
+static void fail_rest(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *what,
+                      const char *why)
+{
+    char msg[300];
+    snprintf(msg, sizeof(msg), "%s: %s", what, why);
+    j->pins++;
+    ovld_opq_fail_waiting(j, status, msg);
+    ovld_opq_progress(js, j);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
+}
+
+void ovld_jobs_on_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms)
+{
+    ovld_jobs_t *js = arg;
+    ovld_job_t *j = owner;
+    char why[256];
+    snprintf(why, sizeof(why),
+             "op %" PRIu64 " waited %" PRIu64 " ms for its clients' doorbells on a GPU that "
+             "another job shares, holding that job's work up (hold_limit_ms is %u)",
+             seq, held_ms, js->cfg->hold_limit_ms);
+    /* What its clients see: the error word (the op's own done says OK),
+     * and CommCheck's words. Then the waits end: the op runs on what its
+     * buffers hold, and the client's stream goes on. */
+    for (uint32_t r = 0; r < j->world; r++) {
+        ovld_member_t *m = j->members[r];
+        if (!m)
+            continue;
+        ovld_member_fail(m, seq, OVL_ERR_LIMIT, why);
+        if (js->backend->ops->rank_fail)
+            js->backend->ops->rank_fail(js->backend, m->brank, seq, OVL_ERR_LIMIT);
+        if (js->backend->ops->rank_release)
+            js->backend->ops->rank_release(js->backend, m->brank, m->next_seq - 1);
+    }
+    if (j->across) {
+        ovld_job_abort_across(js, j, OVL_ERR_LIMIT, why, true);
+        return;
+    }
+    if (j->state != OVLD_JOB_ABORTED) {
+        ovld_job_end(j, OVLD_JOB_ABORTED, why);
+        log_warn("job '%s': aborted: %s", j->id, why);
+    }
+    fail_rest(js, j, OVL_ERR_LIMIT, "job aborted", why);
+}
+
 /* ------------------------------------------------------ across nodes */
 
 void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
@@ -569,13 +618,7 @@ void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, 
             log_error("job '%s': out of memory aborting its communicators", j->id);
         free(ranks);
     }
-    char msg[300];
-    snprintf(msg, sizeof(msg), "job aborted: %s", why);
-    j->pins++;
-    ovld_opq_fail_waiting(j, status, msg);
-    ovld_opq_progress(js, j);
-    j->pins--;
-    ovld_job_maybe_free(js, j);
+    fail_rest(js, j, status, "job aborted", why);
 }
 
 void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
@@ -659,11 +702,5 @@ void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool a
     /* Ops still waiting for their go never get one: they fail. */
     ovld_job_end(j, OVLD_JOB_ENDING, why);
     log_info("job '%s': takes no more ops: %s", j->id, why);
-    char msg[300];
-    snprintf(msg, sizeof(msg), "job ended: %s", why);
-    j->pins++;
-    ovld_opq_fail_waiting(j, OVL_ERR_ABORTED, msg);
-    ovld_opq_progress(js, j);
-    j->pins--;
-    ovld_job_maybe_free(js, j);
+    fail_rest(js, j, OVL_ERR_ABORTED, "job ended", why);
 }

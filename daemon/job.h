@@ -81,6 +81,14 @@ void ovld_jobs_on_go(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_
 void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool abort,
                       ovl_status_t status, const char *why);
 
+/* The issuer's on_hold (issuer.h, "Holds"; arg is the ovld_jobs_t, owner
+ * the job): op seq of the job, issued while it had its GPUs to itself, has
+ * waited held_ms for its clients' doorbells since another job came to
+ * share one, holding that job's work up. The job is aborted
+ * (OVL_ERR_LIMIT, naming hold_limit_ms) and its doorbells released, so
+ * that the wait ends; its ranks' clients see the failure. */
+void ovld_jobs_on_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms);
+
 /* Leaves (CommDestroy, or the connection closed: why says which). The
  * member is the job's from now on: the caller forgets it. */
 void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why);

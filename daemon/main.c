@@ -222,6 +222,7 @@ static void reload(ovld_t *d)
     memcpy(d->cfg.peer_key_file, keep.peer_key_file, sizeof(keep.peer_key_file));
     d->cfg.peer_timeout_ms = keep.peer_timeout_ms;
     ovld_log_set_level(d->cfg.log_level);
+    ovld_issuer_set_hold(d->issuer, d->cfg.hold_limit_ms);
     ovld_server_apply_config(d);
     log_info("configuration re-read from %s", d->config_path);
     ovld_sd_notify("READY=1");
@@ -423,7 +424,10 @@ int main(int argc, char **argv)
      * OVLD_TEST_ISSUE_STALL_MS makes every issue wait first: a fault for
      * the tests that check the loop goes on while an issue stalls. */
     ovld_issuer_cfg_t icfg = {.nthreads = d->backend->ops->device_count(d->backend),
-                              .pool = d->exec_pool};
+                              .pool = d->exec_pool,
+                              .hold_ms = d->cfg.hold_limit_ms,
+                              .on_hold = ovld_jobs_on_hold,
+                              .hold_arg = &d->jobs};
     const char *stall_env = getenv("OVLD_TEST_ISSUE_STALL_MS");
     if (stall_env && stall_env[0]) {
         char *end;

@@ -31,6 +31,16 @@ stalled job released, and its ops must complete, checked, within
 LIVE_LIMIT_S. A live job that finishes only after the release fails the
 test with "head-of-line blocking", and how long it took.
 
+With --stalled-first the stalled job comes first, alone on the GPU, so
+that ovld issues its ops ahead of their doorbells (a job alone on its GPUs
+waits on nothing but itself), and their waits stand in the GPU's queues
+when the live jobs come. ovld runs with hold_limit_ms = HOLD_LIMIT_MS: past
+it, a job whose op issued ahead still waits for its doorbells on a GPU
+another job shares is aborted (its doorbells released), so the live jobs'
+ops must still finish within LIVE_LIMIT_S, the stalled job's word still
+unset; after the release the stalled ranks must see the failure, naming
+hold_limit_ms.
+
 Each rank checks its results against a float32 torch product of every
 rank's shard (relative error below 2e-2, bf16). Skips (exit 77, ctest's skip
 code) without torch, without a GPU, or when ovld cannot start the CUDA
@@ -58,6 +68,7 @@ LIVE_OPS = 50
 LIVE_LIMIT_S = 30.0
 STALL_LIMIT_S = 150.0  # the stalled ranks release themselves after this
 SETUP_LIMIT_S = 120.0
+HOLD_LIMIT_MS = 2000  # ovld's hold_limit_ms with --stalled-first
 B_SETUP_LIMIT_S = 60.0  # live job B, set up while the stalled job's waits stand
 
 
@@ -115,8 +126,10 @@ class HostWord:
 
 
 def rank_main(sock, arg, world, rank, q):
-    """One rank of a job. arg: (job, role, go, release), role "live" or
-    "stalled"; go and release: the parent's events."""
+    """One rank of a job. arg: (job, role, go, release), role "live",
+    "stalled" (its ops must complete, checked, after the release) or
+    "aborted" (stalled, and its job must fail for its hold); go and release:
+    the parent's events."""
     job, role, go, release = arg
     word = None
     try:
@@ -128,7 +141,8 @@ def rank_main(sock, arg, world, rank, q):
         b = weights(torch, 31 if role == "live" else 37).to(cuda)
         b32 = b.float()
         s = torch.cuda.Stream()
-        with ovl.connect(sock) as client, client.comm(job, world, rank, dev) as comm:
+        with ovl.connect(sock) as client:
+            comm = client.comm(job, world, rank, dev)
             a = torch.empty((M, K), dtype=torch.bfloat16, device=cuda)
             for i in range(WARMUP):
                 with torch.cuda.stream(s):
@@ -138,7 +152,7 @@ def rank_main(sock, arg, world, rank, q):
                 comm.check()
                 err = rel_error(torch, c, world, i, b32, cuda)
                 assert err < TOL, "%s warm-up op %d: relative error %.3g" % (job, i, err)
-            if role == "stalled":
+            if role != "live":
                 word = HostWord()
                 srcs = [shard(torch, rank, WARMUP + j).to(cuda) for j in range(OPS)]
                 hist = torch.empty((OPS, world * M, N), dtype=torch.bfloat16, device=cuda)
@@ -153,6 +167,20 @@ def rank_main(sock, arg, world, rank, q):
                 released = release.wait(STALL_LIMIT_S)
                 word.set()
                 s.synchronize()
+                if role == "aborted":
+                    try:
+                        comm.check()
+                    except Exception as e:  # ovl.Error
+                        if "hold_limit_ms" not in str(e):
+                            raise AssertionError("%s failed, but not for its hold: %r" % (job, e))
+                    else:
+                        raise AssertionError("%s did not fail for its hold" % job)
+                    try:
+                        comm.close()
+                    except Exception:
+                        pass  # the same failure
+                    q.put((rank, ("released", released), None))
+                    return
                 comm.check()
                 for j in range(OPS):
                     err = rel_error(torch, hist[j], world, WARMUP + j, b32, cuda)
@@ -176,6 +204,7 @@ def rank_main(sock, arg, world, rank, q):
                 err = rel_error(torch, c, world, last, b32, cuda)
                 assert err < TOL, "%s op %d: relative error %.3g" % (job, LIVE_OPS - 1, err)
                 q.put((rank, ("done", elapsed), None))
+            comm.close()
     except BaseException as e:  # the parent reports it
         import traceback
         if word is not None:
@@ -241,6 +270,8 @@ def torch_or_skip():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=2, help="ranks of each job (default 2)")
+    ap.add_argument("--stalled-first", action="store_true",
+                    help="the stalled job first, alone on the GPU (above)")
     ap.add_argument("--ovld-env", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--conf", action="append", default=[], metavar="LINE")
     args = ap.parse_args()
@@ -248,7 +279,10 @@ def main():
     torch, mp = torch_or_skip()
     ngpu = torch.cuda.device_count()
     env = dict(kv.split("=", 1) for kv in args.ovld_env)
-    config = "".join(line + "\n" for line in args.conf) if args.conf else None
+    conf = list(args.conf)
+    if args.stalled_first:
+        conf.insert(0, "hold_limit_ms = %d" % HOLD_LIMIT_MS)
+    config = "".join(line + "\n" for line in conf) if conf else None
     try:
         d = Daemon(backend="cuda", config=config, env=env or None)
     except AssertionError as e:
@@ -260,59 +294,75 @@ def main():
     jobs = []
     t0 = time.monotonic()
     try:
-        print("3 jobs of world %d on %d GPU%s: %s%s%s" % (
+        print("3 jobs of world %d on %d GPU%s: %s; %s%s%s" % (
             world, ngpu, "" if ngpu == 1 else "s", share(world, ngpu),
+            "the stalled job first" if args.stalled_first else "live job A first",
             "; ovld env " + " ".join(args.ovld_env) if args.ovld_env else "",
-            "; conf " + "; ".join(args.conf) if args.conf else ""), flush=True)
+            "; conf " + "; ".join(conf) if conf else ""), flush=True)
         tag = "%d" % os.getpid()
-        a = Job(ctx, d, "live-a-" + tag, "live", world, go, release)
-        jobs.append(a)
-        assert a.collect(d, SETUP_LIMIT_S) is not None, "live job A did not set up"
-        st = Job(ctx, d, "stalled-" + tag, "stalled", world, go, release)
-        jobs.append(st)
-        assert st.collect(d, SETUP_LIMIT_S) is not None, "the stalled job did not set up"
-        time.sleep(0.5)  # its requests reach ovld, which enqueues their waits
-        b = Job(ctx, d, "live-b-" + tag, "live", world, go, release)
-        jobs.append(b)
-        if b.collect(d, B_SETUP_LIMIT_S) is None:
-            release.set()
-            late = b.collect(d, LIVE_LIMIT_S)
-            raise AssertionError(
-                "head-of-line blocking: live job B's warm-up did not complete in %.0f s while "
-                "the stalled job's doorbells stood%s" % (
-                    B_SETUP_LIMIT_S, ", and did once it was released" if late else ""))
-        print("live job A, the stalled job and live job B are set up (%.1f s); the stalled "
-              "job's %d ops wait" % (time.monotonic() - t0, OPS), flush=True)
-        go.set()
-        tg = time.monotonic()
-        live = {}
-        for j, name in ((a, "A"), (b, "B")):
-            got = j.collect(d, max(0.0, tg + LIVE_LIMIT_S - time.monotonic()))
-            if got is None:
+        # (name, role) in the order they start; each sets up before the next
+        order = [("live-a", "live"), ("stalled", "stalled"), ("live-b", "live")]
+        if args.stalled_first:
+            order = [("stalled", "aborted"), ("live-a", "live"), ("live-b", "live")]
+        byname = {}
+        for name, role in order:
+            j = Job(ctx, d, "%s-%s" % (name, tag), role, world, go, release)
+            jobs.append(j)
+            byname[name] = j
+            stalled_before = "stalled" in byname and name != "stalled"
+            limit = B_SETUP_LIMIT_S if stalled_before else SETUP_LIMIT_S
+            if j.collect(d, limit) is None:
+                if not stalled_before:
+                    raise AssertionError("job %s did not set up in %.0f s" % (name, limit))
                 release.set()
                 late = j.collect(d, LIVE_LIMIT_S)
                 raise AssertionError(
-                    "head-of-line blocking: live job %s's %d ops did not complete in %.0f s "
+                    "head-of-line blocking: job %s's warm-up did not complete in %.0f s while "
+                    "the stalled job's doorbells stood%s" % (
+                        name, limit, ", and did once it was released" if late else ""))
+            if name == "stalled":
+                time.sleep(0.5)  # its requests reach ovld, which enqueues their waits
+        print("%s set up (%.1f s); the stalled job's %d ops wait" % (
+            ", ".join(n for n, _ in order), time.monotonic() - t0, OPS), flush=True)
+        go.set()
+        tg = time.monotonic()
+        live = {}
+        for name in ("live-a", "live-b"):
+            j = byname[name]
+            got = j.collect(d, max(0.0, tg + LIVE_LIMIT_S - time.monotonic()))
+            if got is None:
+                release.set()
+                tr = time.monotonic()
+                late = j.collect(d, LIVE_LIMIT_S)
+                raise AssertionError(
+                    "head-of-line blocking: job %s's %d ops did not complete in %.0f s "
                     "while the stalled job's doorbells stood%s" % (
                         name, LIVE_OPS, LIVE_LIMIT_S,
-                        "; they did %.1f s after its release" % (time.monotonic() - tg)
+                        "; they did %.1f s after its release" % (time.monotonic() - tr)
                         if late else ""))
             live[name] = max(res[1] for res in got.values())
-        print("live jobs' %d ops each, the stalled job's waits standing: A %.3f s, B %.3f s "
-              "(%.0f and %.0f us an op)" % (LIVE_OPS, live["A"], live["B"],
-                                            1e6 * live["A"] / LIVE_OPS,
-                                            1e6 * live["B"] / LIVE_OPS), flush=True)
+        print("live jobs' %d ops each, the stalled job's word unset: A %.3f s, B %.3f s "
+              "(%.0f and %.0f us an op)" % (LIVE_OPS, live["live-a"], live["live-b"],
+                                            1e6 * live["live-a"] / LIVE_OPS,
+                                            1e6 * live["live-b"] / LIVE_OPS), flush=True)
         release.set()
-        got = st.collect(d, LIVE_LIMIT_S)
-        assert got is not None, "the stalled job's ops did not complete within %.0f s of " \
+        got = byname["stalled"].collect(d, LIVE_LIMIT_S)
+        assert got is not None, "the stalled job's ranks did not finish within %.0f s of " \
             "its release" % LIVE_LIMIT_S
         assert all(res[1] for res in got.values()), \
             "a stalled rank released itself (the stall outlived STALL_LIMIT_S)"
-        print("the stalled job's %d ops completed, checked, after its release" % OPS, flush=True)
+        if args.stalled_first:
+            assert "hold_limit_ms" in d.log_text(), "ovld did not log the stalled job's abort"
+            print("the stalled job failed for its hold (hold_limit_ms %d), as its ranks saw "
+                  "after the release" % HOLD_LIMIT_MS, flush=True)
+        else:
+            print("the stalled job's %d ops completed, checked, after its release" % OPS,
+                  flush=True)
         for j in jobs:
             j.end()
         assert d.stop() == 0, d.log_text()[-3000:]
-        print("PASS test_gpu_isolation world %d %.1f s" % (world, time.monotonic() - t0))
+        print("PASS test_gpu_isolation world %d%s %.1f s" % (
+            world, " stalled first" if args.stalled_first else "", time.monotonic() - t0))
     finally:
         release.set()
         go.set()

@@ -57,6 +57,7 @@ static const char *const all_keys[] = {
     "max_mapped_bytes_per_uid",
     "max_mappings",
     "hello_timeout_ms",
+    "hold_limit_ms",
     "peer_listen",
     "peer_advertise",
     "peer_key_file",
@@ -95,6 +96,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->max_mapped_bytes_per_uid, b->max_mapped_bytes_per_uid);
     assert_int_equal(a->max_mappings, b->max_mappings);
     assert_int_equal(a->hello_timeout_ms, b->hello_timeout_ms);
+    assert_int_equal(a->hold_limit_ms, b->hold_limit_ms);
     assert_int_equal(a->default_algo, b->default_algo);
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
@@ -221,6 +223,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_mappings, 0); /* auto */
     assert_int_equal(cfg.max_mappings, OVLD_MAX_MAPPINGS_AUTO);
     assert_int_equal(cfg.hello_timeout_ms, 5000);
+    assert_int_equal(cfg.hold_limit_ms, 10000);
     assert_int_equal(cfg.default_algo, OVL_ALGO_AUTO);
     assert_int_equal(cfg.default_chunks, 0);
     assert_int_equal(cfg.default_streams, 0);
@@ -583,6 +586,8 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->replay_cache;
     if (strcmp(key, "capture_streams") == 0)
         return cfg->capture_streams;
+    if (strcmp(key, "hold_limit_ms") == 0)
+        return cfg->hold_limit_ms;
     fail_msg("no numeric key %s", key);
     return 0;
 }
@@ -646,6 +651,9 @@ static void test_integer_ranges(void **state)
         {"capture_streams", "1", true, 1},
         {"capture_streams", "8", true, 8},
         {"capture_streams", "9", false, 0},
+        {"hold_limit_ms", "0", true, 0},
+        {"hold_limit_ms", "3600000", true, 3600000},
+        {"hold_limit_ms", "3600001", false, 0},
         {"max_connections_per_uid", "0", false, 0},
         {"max_connections_per_uid", "1", true, 1},
         {"max_connections_per_uid", "65536", true, 65536},
@@ -701,7 +709,7 @@ static void test_integer_syntax(void **state)
         "max_ops_in_flight", "max_jobs",          "default_chunks",
         "default_streams",   "replay_cache",      "max_connections_per_uid",
         "max_jobs_per_uid",  "max_ranks_per_uid", "max_registrations_per_uid",
-        "hello_timeout_ms",  "capture_streams"};
+        "hello_timeout_ms",  "capture_streams",   "hold_limit_ms"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");

@@ -17,7 +17,12 @@
  *  - a gate that opens after the poller slowed down (GATE_SPIN_NS without
  *    a gate opening) is still seen within a bound;
  *  - a lane that outlives the issuer's close frees it (ASan sees a leak or
- *    a use after free otherwise).
+ *    a use after free otherwise);
+ *  - holds: an op issued ahead while its lane was alone, still not ready
+ *    HOLD_LIMIT_MS after another lane came to share its device, is
+ *    reported once to its lane's owner (on_hold) with its seq; not where
+ *    its client rings in time, not while its lane is alone, not with the
+ *    limit 0, and the limit set anew (a reload) applies.
  * Every wait is bounded (WAIT_MS); the loop thread is this one.
  */
 #include <stdarg.h>
@@ -241,6 +246,28 @@ static void fail_init(op_t *o, int rank, uint64_t seq)
 static uv_loop_t loop;
 static ovld_issuer_t *is;
 
+#define HOLD_LIMIT_MS 50
+
+/* on_hold's calls */
+static struct {
+    int calls;
+    void *owner;
+    uint64_t seq, held_ms;
+    bool seen;
+} H;
+
+static void rec_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms)
+{
+    assert_ptr_equal(arg, &H);
+    H.calls++;
+    H.owner = owner;
+    H.seq = seq;
+    H.held_ms = held_ms;
+    H.seen = true;
+}
+
+static uint32_t setup_hold_ms; /* the hold limit setup gives the issuer */
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -279,7 +306,9 @@ static int setup(void **state)
                            .nb = 1};
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(uv_loop_init(&loop), 0);
-    ovld_issuer_cfg_t cfg = {.nthreads = 2};
+    memset(&H, 0, sizeof(H));
+    ovld_issuer_cfg_t cfg = {
+        .nthreads = 2, .hold_ms = setup_hold_ms, .on_hold = rec_hold, .hold_arg = &H};
     char err[256];
     assert_int_equal(ovld_issuer_create(&loop, &mock, &cfg, NULL, &is, err, sizeof(err)), OVL_OK);
     return 0;
@@ -296,10 +325,29 @@ static int teardown(void **state)
     return 0;
 }
 
+static int setup_hold(void **state)
+{
+    setup_hold_ms = HOLD_LIMIT_MS;
+    int rc = setup(state);
+    setup_hold_ms = 0;
+    return rc;
+}
+
+static int owners[4]; /* lane owners: distinct addresses */
+
+static ovld_lane_t *lane_of(uint32_t dev, void *owner)
+{
+    ovld_lane_t *l = NULL;
+    assert_int_equal(ovld_lane_new(is, owner, &l), OVL_OK);
+    assert_non_null(l);
+    ovld_lane_add_device(l, dev);
+    return l;
+}
+
 static ovld_lane_t *lane_on(uint32_t dev)
 {
     ovld_lane_t *l = NULL;
-    assert_int_equal(ovld_lane_new(is, &l), OVL_OK);
+    assert_int_equal(ovld_lane_new(is, NULL, &l), OVL_OK);
     assert_non_null(l);
     ovld_lane_add_device(l, dev);
     return l;
@@ -438,6 +486,69 @@ static void test_lane_outlives_close(void **state)
     ovld_lane_free(l);
 }
 
+/* A lane of owners[0] alone on device 0, which issues rank 0's op 1, not
+ * ready, ahead. */
+static ovld_lane_t *issue_ahead(op_t *a)
+{
+    ovld_lane_t *l = lane_of(0, &owners[0]);
+    op_init(a, 0, 1);
+    ovld_lane_submit(l, &mock, NULL, &a->it);
+    assert_true(wait_for(&a->issued, WAIT_MS));
+    return l;
+}
+
+/* Alone, lane 0 issues op 1 ahead; lane 1 comes to its device; op 1's
+ * client does not ring: reported once, after the limit, to lane 0's owner. */
+static void test_hold_reported(void **state)
+{
+    (void)state;
+    op_t a;
+    ovld_lane_t *l0 = issue_ahead(&a);
+    assert_false(wait_for(&H.seen, 2 * HOLD_LIMIT_MS)); /* alone: no hold */
+    uint64_t t0 = ovl_mono_ns();
+    ovld_lane_t *l1 = lane_of(0, &owners[1]);
+    assert_true(wait_for(&H.seen, WAIT_MS));
+    uint64_t took_ms = (ovl_mono_ns() - t0) / 1000000;
+    assert_true(took_ms >= HOLD_LIMIT_MS);
+    assert_int_equal(H.calls, 1);
+    assert_ptr_equal(H.owner, &owners[0]);
+    assert_int_equal(H.seq, 1);
+    assert_true(H.held_ms >= HOLD_LIMIT_MS);
+    H.seen = false;
+    assert_false(wait_for(&H.seen, 4 * HOLD_LIMIT_MS)); /* once */
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
+}
+
+/* The client rings before the limit: no report. */
+static void test_hold_cleared(void **state)
+{
+    (void)state;
+    op_t a;
+    ovld_lane_t *l0 = issue_ahead(&a);
+    ovld_lane_t *l1 = lane_of(0, &owners[1]);
+    atomic_store(&ready[0], 1);
+    assert_false(wait_for(&H.seen, 6 * HOLD_LIMIT_MS));
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
+}
+
+/* A limit of 0 never reports; set to HOLD_LIMIT_MS (a reload), it does. */
+static void test_hold_limit_zero_then_set(void **state)
+{
+    (void)state;
+    ovld_issuer_set_hold(is, 0);
+    op_t a;
+    ovld_lane_t *l0 = issue_ahead(&a);
+    ovld_lane_t *l1 = lane_of(0, &owners[1]);
+    assert_false(wait_for(&H.seen, 6 * HOLD_LIMIT_MS));
+    ovld_issuer_set_hold(is, HOLD_LIMIT_MS);
+    assert_true(wait_for(&H.seen, WAIT_MS));
+    assert_int_equal(H.seq, 1);
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +559,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_any_shared_device_gates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_gate_still_seen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lane_outlives_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hold_reported, setup_hold, teardown),
+        cmocka_unit_test_setup_teardown(test_hold_cleared, setup_hold, teardown),
+        cmocka_unit_test_setup_teardown(test_hold_limit_zero_then_set, setup_hold, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
