@@ -261,7 +261,9 @@ typedef struct ovld_backend_ops {
      * waits for, read by the CPU; a released doorbell reads as ready). Any
      * thread, no lock, no driver call: the issuer asks it before it puts
      * an op on a device that other jobs share (issuer.h, "Gates"). NULL:
-     * every op is issued at once. */
+     * a waiting op holds up nothing but its own rank (the host backend,
+     * whose streams are threads of their own), so every op is issued at
+     * once and none is watched for holds. */
     bool (*ready_seen)(ovld_rank_t *r, uint64_t seq);
     ovl_status_t (*record)(ovld_rank_t *r, uint32_t stream, uint32_t event);
     ovl_status_t (*wait)(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);

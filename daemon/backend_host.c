@@ -230,7 +230,6 @@ static const ovld_backend_ops_t host_ops = {
     .reserve_events = host_reserve_events,
     .set_streams = host_set_streams,
     .wait_ready = host_wait_ready,
-    .ready_seen = host_ready_seen,
     .record = host_record,
     .wait = host_wait,
     .allgather = host_allgather,

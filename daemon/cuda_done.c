@@ -426,7 +426,8 @@ void cuda_poller_stop(cuda_backend_t *cb)
  * its own job waits on them. */
 static void restore_release(struct ovld_rank *r) /* under r->mu */
 {
-    if (!r->release_value)
+    uint64_t release = __atomic_load_n(&r->release_value, __ATOMIC_ACQUIRE);
+    if (!release)
         return;
     for (cuda_done_t *d = r->inflight; d; d = d->next) {
         if (atomic_load(&d->state) != 0)
@@ -437,7 +438,7 @@ static void restore_release(struct ovld_rank *r) /* under r->mu */
         uint64_t *slot = &r->db->ready_slot[d->node.seq % OVL_READY_SLOTS];
         if ((int64_t)(__atomic_load_n(slot, __ATOMIC_RELAXED) - d->node.seq) >= 0)
             continue;
-        __atomic_store_n(slot, r->release_value, __ATOMIC_RELEASE);
+        __atomic_store_n(slot, release, __ATOMIC_RELEASE);
         if (!r->release_undone) {
             r->release_undone = true;
             ovld_report(&r->cb->base.report, OVLD_REPORT_WARN,

@@ -191,7 +191,7 @@ struct ovld_rank {
     cuda_done_t *inflight; /* under mu */
     /* Released (its client gone): the value every slot must hold, kept in
      * ovld's memory, since the page is the client's to write too. */
-    uint64_t release_value; /* 0: not released */
+    uint64_t release_value; /* 0: not released (atomic: the gates read it) */
     bool release_undone;    /* a slot was found written after the release (reported once) */
     struct ovld_rank *next;
 };

@@ -239,7 +239,9 @@ void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
      * slots whose waits they satisfy (proto/doorbell.h). The done slots
      * too: the dying client's stream, blocked waiting for done, is let go.
      * Not UINT64_MAX: the GPU compares cyclically (proto/doorbell.h). */
-    r->release_value = ovl_doorbell_release_slots(r->db, seq_hi);
+    /* read by the issuer's gates (cuda_ready_seen) on other threads */
+    __atomic_store_n(&r->release_value, ovl_doorbell_release_slots(r->db, seq_hi),
+                     __ATOMIC_RELEASE);
 }
 
 void cuda_rank_fail_op(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq, ovl_status_t status)
@@ -499,8 +501,14 @@ ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 
 bool cuda_ready_seen(ovld_rank_t *r, uint64_t seq)
 {
-    /* the client's stream writes the slot; a release stores past it
-     * (proto/doorbell.h); compared as the GPU's GEQ wait compares */
+    /* The client's stream writes the slot; a release stores past it
+     * (proto/doorbell.h). Compared as the GPU's GEQ wait compares. A
+     * released rank is ready whatever its page says: a process that keeps
+     * the page mapped may write a slot below the release again (the
+     * watchdog restores those of ops on the GPU; restore_release). */
+    uint64_t rel = __atomic_load_n(&r->release_value, __ATOMIC_ACQUIRE);
+    if (rel && (int64_t)(rel - seq) >= 0)
+        return true;
     uint64_t v = __atomic_load_n(&r->db->ready_slot[seq % OVL_READY_SLOTS], __ATOMIC_ACQUIRE);
     return (int64_t)(v - seq) >= 0;
 }

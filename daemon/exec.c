@@ -957,8 +957,6 @@ fail:
     return st;
 }
 
-/* Fails the whole op before anything of it was issued: every rank's done
- * rings with the error, on stream 0 (which every rank has). */
 bool ovld_exec_ready(ovld_backend_t *b, const ovld_exec_op_t *op)
 {
     if (!b->ops->ready_seen)
@@ -969,6 +967,8 @@ bool ovld_exec_ready(ovld_backend_t *b, const ovld_exec_op_t *op)
     return true;
 }
 
+/* Fails the whole op before anything of it was issued: every rank's done
+ * rings with the error, on stream 0 (which every rank has). */
 void ovld_exec_fail(ovld_backend_t *b, const ovld_exec_ring_t *rings, uint32_t n, uint64_t seq,
                     ovl_status_t status, const char *message)
 {

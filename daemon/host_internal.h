@@ -178,7 +178,6 @@ ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t host_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
 /* host_rank.c: the other work on a rank's streams */
 ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
-bool host_ready_seen(ovld_rank_t *r, uint64_t seq);
 ovl_status_t host_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
 ovl_status_t host_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
 void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,

@@ -513,11 +513,6 @@ ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
     return host_enqueue(r, stream, w);
 }
 
-bool host_ready_seen(ovld_rank_t *r, uint64_t seq)
-{
-    return ovl_doorbell_ready(r->db, &r->db_own, seq);
-}
-
 ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event)
 {
     host_event_t *ev = NULL;

@@ -77,6 +77,7 @@ struct ovld_issuer {
     uint32_t hold_ms;
     ovld_hold_cb on_hold;
     void *hold_arg;
+    ovld_owner_busy_fn owner_busy;
 };
 
 static uint64_t dev_bit(uint32_t device)
@@ -103,6 +104,18 @@ static void issue_run(ovld_backend_t *b, ovld_exec_pool_t *pool, ovld_issue_t *i
         it->st = ovld_exec_run(pool, b, &it->op, &it->how, it->err, sizeof(it->err));
     }
     it->issue_ns = ovl_mono_ns() - t0;
+}
+
+/* Whether another lane on one of the lane's devices has work: items
+ * queued or running, or ops in flight (owner_busy). Under mu, on the loop
+ * thread (owner_busy's). */
+static bool lane_contended(const ovld_issuer_t *is, const ovld_lane_t *l)
+{
+    for (const ovld_lane_t *m = is->all; m; m = m->all_next)
+        if (m != l && (m->devs & l->devs) &&
+            (m->head || m->running || !is->owner_busy || is->owner_busy(m->owner)))
+            return true;
+    return false;
 }
 
 /* Whether another lane has ranks on one of the lane's devices. Under mu. */
@@ -146,7 +159,9 @@ static ovld_issue_t *take(ovld_issuer_t *is)
     for (ovld_lane_t *l = is->lanes; l; prev = l, l = l->next) {
         if (l->devs & is->busy_devs)
             continue;
-        if (!l->head->fail && lane_shared(is, l)) {
+        if (is->stopping) {
+            /* no gates: the connections' close releases their waits */
+        } else if (!l->head->fail && lane_shared(is, l)) {
             if (!ovld_exec_ready(is->b, &l->head->op)) {
                 gated++;
                 continue;
@@ -166,8 +181,9 @@ static ovld_issue_t *take(ovld_issuer_t *is)
         l->next = NULL;
         l->queued = false;
         l->running = true;
-        is->busy_devs |= l->devs;
         ovld_issue_t *it = l->head;
+        it->devs = l->devs; /* a rank may join elsewhere while it runs */
+        is->busy_devs |= it->devs;
         l->head = it->next;
         if (!l->head)
             l->tail = NULL;
@@ -262,7 +278,7 @@ static void *issuer_main(void *arg)
                         it->fail ? "ringing its failure" : "its plans");
         pthread_mutex_lock(&is->mu);
         ovld_lane_t *l = it->lane;
-        is->busy_devs &= ~l->devs;
+        is->busy_devs &= ~it->devs;
         l->running = false;
         is->running--;
         requeue(is, l);
@@ -353,7 +369,9 @@ static void on_hold_timer(uv_timer_t *t)
         if (l->hold_reported)
             continue;
         watching = true;
-        if (!l->hold_since) {
+        if (!lane_contended(is, l)) {
+            l->hold_since = 0; /* the other lanes have nothing to be held up */
+        } else if (!l->hold_since) {
             l->hold_since = now;
         } else if (is->hold_ms && now - l->hold_since >= (uint64_t)is->hold_ms * 1000000 &&
                    n < HOLD_REPORTS_MAX) {
@@ -467,6 +485,7 @@ ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_i
     is->hold_ms = cfg->hold_ms;
     is->on_hold = cfg->on_hold;
     is->hold_arg = cfg->hold_arg;
+    is->owner_busy = cfg->owner_busy;
     for (uint32_t i = 0; i < n; i++) {
         if ((e = ovl_thread_start(&is->threads[i], issuer_main, is)) != 0) {
             stop_threads(is);
@@ -570,6 +589,20 @@ void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool,
 bool ovld_lane_busy(const ovld_lane_t *l)
 {
     return l && l->outstanding > 0;
+}
+
+void ovld_lane_remove_device(ovld_lane_t *l, uint32_t device)
+{
+    if (!l)
+        return;
+    ovld_issuer_t *is = l->is;
+    pthread_mutex_lock(&is->mu);
+    if (l->devs & dev_bit(device)) {
+        l->devs &= ~dev_bit(device);
+        is->dev_lanes[device % ISSUER_DEVS]--;
+        pthread_cond_broadcast(&is->cv); /* the device may be one lane's alone now */
+    }
+    pthread_mutex_unlock(&is->mu);
 }
 
 void ovld_lane_free(ovld_lane_t *l)

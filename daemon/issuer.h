@@ -38,9 +38,11 @@
  * its doorbells when another lane comes to share the device: from then on
  * its wait can hold up the newcomer's work. The issuer watches such ops
  * (a timer on the loop, running only while a shared device has one): one
- * that still waits hold_ms after its device became shared is reported
- * once, through on_hold, to the lane's owner (job.c aborts the job, which
- * releases its doorbells and so ends the wait). hold_ms 0: never.
+ * that still waits after hold_ms during which another lane on its device
+ * had work (items queued or running, or, as owner_busy says, ops in
+ * flight) is reported once, through on_hold, to the lane's owner (job.c
+ * aborts the job, which releases its doorbells and so ends the wait). A
+ * newcomer that only joined is held up by nothing. hold_ms 0: never.
  *
  * Threads: create, close, the lane calls and every callback are the loop
  * thread's. An item's done callback runs on the loop thread, once, after
@@ -69,6 +71,9 @@ typedef void (*ovld_issued_cb)(ovld_issue_t *item);
  * for held_ms (above, "Holds"): on the loop thread, once per op. owner:
  * the lane's (ovld_lane_new). */
 typedef void (*ovld_hold_cb)(void *arg, void *owner, uint64_t seq, uint64_t held_ms);
+/* Whether the lane's owner has ops in flight (on the loop thread; it must
+ * not call the issuer). */
+typedef bool (*ovld_owner_busy_fn)(void *owner);
 
 /* What a lane runs: an op (run), or the rings of an op that fails without
  * running (rings: ovld_exec_fail's). The caller owns the item and whatever
@@ -92,6 +97,7 @@ struct ovld_issue {
     /* the issuer's */
     struct ovld_issue *next;
     ovld_lane_t *lane;
+    uint64_t devs; /* the devices it holds while it runs */
 };
 
 /* The issuer's threads: nthreads of them (at least 1; a device's items
@@ -107,6 +113,7 @@ typedef struct ovld_issuer_cfg {
     uint32_t hold_ms; /* above, "Holds"; 0: never (ovld_issuer_set_hold) */
     ovld_hold_cb on_hold;
     void *hold_arg;
+    ovld_owner_busy_fn owner_busy; /* NULL: an owner counts as busy */
 } ovld_issuer_cfg_t;
 
 ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_issuer_cfg_t *cfg,
@@ -137,6 +144,8 @@ void ovld_lane_submit(ovld_lane_t *l, ovld_backend_t *b, ovld_exec_pool_t *pool,
                       ovld_issue_t *item);
 /* Whether the lane has items not yet called back. */
 bool ovld_lane_busy(const ovld_lane_t *l);
+/* The lane's items no longer use this device (its last rank there left). */
+void ovld_lane_remove_device(ovld_lane_t *l, uint32_t device);
 /* Frees an idle lane (ovld_lane_busy false); its devices count one lane
  * fewer. Before the ranks of its ops are destroyed: the issuer may read
  * their doorbells until then. Accepts NULL. */

@@ -492,6 +492,11 @@ static void leave_forming(ovld_jobs_t *js, ovld_member_t *m, const char *why)
     ovld_cluster_leave(js->cluster, j->nonce, m->rank, false, why);
     j->members[m->rank] = NULL;
     j->joined--;
+    bool dev_used = false; /* by another of the job's ranks */
+    for (uint32_t r = 0; r < j->world && !dev_used; r++)
+        dev_used = j->members[r] && j->members[r]->device == m->device;
+    if (!dev_used) /* the device is not the job's any more: no gate, no hold */
+        ovld_lane_remove_device(j->lane, m->device);
     js->backend->ops->rank_destroy(js->backend, m->brank);
     free(m);
     ovld_job_maybe_free(js, j);
@@ -553,6 +558,12 @@ static void fail_rest(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const
     ovld_opq_progress(js, j);
     j->pins--;
     ovld_job_maybe_free(js, j);
+}
+
+bool ovld_jobs_owner_busy(void *owner)
+{
+    const ovld_job_t *j = owner;
+    return j->in_flight > 0 || ovld_opq_pending(j);
 }
 
 void ovld_jobs_on_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms)

@@ -88,6 +88,9 @@ void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool a
  * (OVL_ERR_LIMIT, naming hold_limit_ms) and its doorbells released, so
  * that the wait ends; its ranks' clients see the failure. */
 void ovld_jobs_on_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms);
+/* The issuer's owner_busy: whether the job (owner) has ops in flight or
+ * pending. */
+bool ovld_jobs_owner_busy(void *owner);
 
 /* Leaves (CommDestroy, or the connection closed: why says which). The
  * member is the job's from now on: the caller forgets it. */

@@ -427,7 +427,8 @@ int main(int argc, char **argv)
                               .pool = d->exec_pool,
                               .hold_ms = d->cfg.hold_limit_ms,
                               .on_hold = ovld_jobs_on_hold,
-                              .hold_arg = &d->jobs};
+                              .hold_arg = &d->jobs,
+                              .owner_busy = ovld_jobs_owner_busy};
     const char *stall_env = getenv("OVLD_TEST_ISSUE_STALL_MS");
     if (stall_env && stall_env[0]) {
         char *end;

@@ -11,8 +11,9 @@
  *    it is issued once its doorbell says ready, its lane's next op stays
  *    behind it until that one's ready too, and op order holds;
  *  - a failure to ring (a fail item) is not gated;
- *  - a lane freed leaves the device to the other: its waiting op goes at
- *    once, ready or not;
+ *  - a lane freed, or its last rank on the device gone, leaves the device
+ *    to the other: its waiting op goes at once, ready or not;
+ *  - an issuer closed with an op at its gate issues it (its threads end);
  *  - a lane on two devices, one of which another lane shares, is gated;
  *  - a gate that opens after the poller slowed down (GATE_SPIN_NS without
  *    a gate opening) is still seen within a bound;
@@ -21,8 +22,9 @@
  *  - holds: an op issued ahead while its lane was alone, still not ready
  *    HOLD_LIMIT_MS after another lane came to share its device, is
  *    reported once to its lane's owner (on_hold) with its seq; not where
- *    its client rings in time, not while its lane is alone, not with the
- *    limit 0, and the limit set anew (a reload) applies.
+ *    its client rings in time, not while its lane is alone, not while the
+ *    newcomer has no work (owner_busy), not with the limit 0, and the limit
+ *    set anew (a reload) applies.
  * Every wait is bounded (WAIT_MS); the loop thread is this one.
  */
 #include <stdarg.h>
@@ -197,7 +199,9 @@ static ovld_backend_t mock = {.ops = &mock_ops};
 static struct ovld_rank ranks[NRANKS];
 static ovl_plan_t plan; /* world 1: every rank's op uses it */
 
-/* One op of rank `rank` (its own job: world 1) and its item. */
+/* One op of rank `rank` (its own job: world 1) and its item. Tests keep
+ * theirs static: a failed assertion leaves the test with items queued,
+ * which the teardown (the issuer's close) then issues. */
 typedef struct op {
     ovld_exec_rank_t xr;
     ovld_issue_t it;
@@ -225,10 +229,11 @@ static void op_init(op_t *o, int rank, uint64_t seq)
     o->it.arg = o;
 }
 
-/* An op that fails without running: its ring only. */
+/* An op that fails without running: its ring only. Its op is filled in
+ * too (rank's, not ready), so that a gate on it would hold it. */
 static void fail_init(op_t *o, int rank, uint64_t seq)
 {
-    memset(o, 0, sizeof(*o));
+    op_init(o, rank, seq);
     static ovld_exec_ring_t rings[NRANKS];
     rings[rank] = (ovld_exec_ring_t){.rank = &ranks[rank]};
     o->it.fail = true;
@@ -267,6 +272,15 @@ static void rec_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms)
 }
 
 static uint32_t setup_hold_ms; /* the hold limit setup gives the issuer */
+
+/* owner_busy: every owner has ops in flight, or none */
+static bool owners_busy;
+
+static bool owner_busy(void *owner)
+{
+    (void)owner;
+    return owners_busy;
+}
 
 static void sleep_ms(int ms)
 {
@@ -307,8 +321,12 @@ static int setup(void **state)
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(uv_loop_init(&loop), 0);
     memset(&H, 0, sizeof(H));
-    ovld_issuer_cfg_t cfg = {
-        .nthreads = 2, .hold_ms = setup_hold_ms, .on_hold = rec_hold, .hold_arg = &H};
+    owners_busy = true;
+    ovld_issuer_cfg_t cfg = {.nthreads = 2,
+                             .hold_ms = setup_hold_ms,
+                             .on_hold = rec_hold,
+                             .hold_arg = &H,
+                             .owner_busy = owner_busy};
     char err[256];
     assert_int_equal(ovld_issuer_create(&loop, &mock, &cfg, NULL, &is, err, sizeof(err)), OVL_OK);
     return 0;
@@ -360,7 +378,7 @@ static void test_alone_issues_ahead(void **state)
 {
     (void)state;
     ovld_lane_t *l = lane_on(0);
-    op_t a;
+    static op_t a;
     op_init(&a, 0, 1);
     ovld_lane_submit(l, &mock, NULL, &a.it);
     assert_true(wait_for(&a.issued, WAIT_MS));
@@ -375,7 +393,7 @@ static void test_shared_waits_for_ready(void **state)
 {
     (void)state;
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
-    op_t a1, a2, b1;
+    static op_t a1, a2, b1;
     op_init(&a1, 0, 1);
     op_init(&a2, 0, 2);
     op_init(&b1, 1, 1);
@@ -407,7 +425,7 @@ static void test_fail_not_gated(void **state)
 {
     (void)state;
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
-    op_t f;
+    static op_t f;
     fail_init(&f, 0, 1);
     ovld_lane_submit(l0, &mock, NULL, &f.it);
     assert_true(wait_for(&f.issued, WAIT_MS));
@@ -421,7 +439,7 @@ static void test_lane_freed_ungates(void **state)
 {
     (void)state;
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
-    op_t a;
+    static op_t a;
     op_init(&a, 0, 1);
     ovld_lane_submit(l0, &mock, NULL, &a.it);
     assert_false(wait_for(&a.issued, HOLD_MS));
@@ -429,6 +447,44 @@ static void test_lane_freed_ungates(void **state)
     assert_true(wait_for(&a.issued, WAIT_MS));
     assert_true(called(0, false, 1));
     ovld_lane_free(l0);
+}
+
+/* The other lane's last rank on the device left: its op goes, ready or
+ * not. */
+static void test_device_removed_ungates(void **state)
+{
+    (void)state;
+    ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
+    ovld_lane_add_device(l1, 1);
+    static op_t a;
+    op_init(&a, 0, 1);
+    ovld_lane_submit(l0, &mock, NULL, &a.it);
+    assert_false(wait_for(&a.issued, HOLD_MS));
+    ovld_lane_remove_device(l1, 0);
+    assert_true(wait_for(&a.issued, WAIT_MS));
+    assert_true(called(0, false, 1));
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
+}
+
+/* ovld closes the issuer only when nothing is left to issue; should an op
+ * still wait for its gate then, it is issued (the connections' close
+ * releases its waits) rather than keep the threads from ending. */
+static void test_close_opens_gates(void **state)
+{
+    (void)state;
+    ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
+    static op_t a;
+    op_init(&a, 0, 1);
+    ovld_lane_submit(l0, &mock, NULL, &a.it);
+    assert_false(wait_for(&a.issued, HOLD_MS));
+    ovld_issuer_close(is); /* its callbacks are delivered before it returns */
+    is = NULL;
+    assert_true(a.issued);
+    assert_true(called(0, true, 1));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
 }
 
 /* A lane on devices 0 and 1 is gated where another lane has device 1; a
@@ -439,7 +495,7 @@ static void test_any_shared_device_gates(void **state)
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(1), *l2 = lane_on(2);
     ovld_lane_add_device(l0, 1);
     ovld_lane_add_device(l0, 1); /* twice: counted once */
-    op_t a, c;
+    static op_t a, c;
     op_init(&a, 0, 1);
     op_init(&c, 2, 1);
     ovld_lane_submit(l0, &mock, NULL, &a.it);
@@ -459,7 +515,7 @@ static void test_slow_gate_still_seen(void **state)
 {
     (void)state;
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
-    op_t a;
+    static op_t a;
     op_init(&a, 0, 1);
     ovld_lane_submit(l0, &mock, NULL, &a.it);
     assert_false(wait_for(&a.issued, 1300));
@@ -502,7 +558,7 @@ static ovld_lane_t *issue_ahead(op_t *a)
 static void test_hold_reported(void **state)
 {
     (void)state;
-    op_t a;
+    static op_t a;
     ovld_lane_t *l0 = issue_ahead(&a);
     assert_false(wait_for(&H.seen, 2 * HOLD_LIMIT_MS)); /* alone: no hold */
     uint64_t t0 = ovl_mono_ns();
@@ -524,7 +580,7 @@ static void test_hold_reported(void **state)
 static void test_hold_cleared(void **state)
 {
     (void)state;
-    op_t a;
+    static op_t a;
     ovld_lane_t *l0 = issue_ahead(&a);
     ovld_lane_t *l1 = lane_of(0, &owners[1]);
     atomic_store(&ready[0], 1);
@@ -538,13 +594,32 @@ static void test_hold_limit_zero_then_set(void **state)
 {
     (void)state;
     ovld_issuer_set_hold(is, 0);
-    op_t a;
+    static op_t a;
     ovld_lane_t *l0 = issue_ahead(&a);
     ovld_lane_t *l1 = lane_of(0, &owners[1]);
     assert_false(wait_for(&H.seen, 6 * HOLD_LIMIT_MS));
     ovld_issuer_set_hold(is, HOLD_LIMIT_MS);
     assert_true(wait_for(&H.seen, WAIT_MS));
     assert_int_equal(H.seq, 1);
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
+}
+
+/* The newcomer only joined (no work queued, running or in flight): it is
+ * held up by nothing, and the clock starts once it has work. */
+static void test_hold_needs_a_busy_newcomer(void **state)
+{
+    (void)state;
+    owners_busy = false;
+    static op_t a;
+    ovld_lane_t *l0 = issue_ahead(&a);
+    ovld_lane_t *l1 = lane_of(0, &owners[1]);
+    assert_false(wait_for(&H.seen, 6 * HOLD_LIMIT_MS));
+    uint64_t t0 = ovl_mono_ns();
+    owners_busy = true;
+    assert_true(wait_for(&H.seen, WAIT_MS));
+    assert_true((ovl_mono_ns() - t0) / 1000000 >= HOLD_LIMIT_MS);
+    assert_ptr_equal(H.owner, &owners[0]);
     ovld_lane_free(l0);
     ovld_lane_free(l1);
 }
@@ -556,12 +631,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shared_waits_for_ready, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fail_not_gated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lane_freed_ungates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_removed_ungates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_opens_gates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_any_shared_device_gates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_gate_still_seen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lane_outlives_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hold_reported, setup_hold, teardown),
         cmocka_unit_test_setup_teardown(test_hold_cleared, setup_hold, teardown),
         cmocka_unit_test_setup_teardown(test_hold_limit_zero_then_set, setup_hold, teardown),
+        cmocka_unit_test_setup_teardown(test_hold_needs_a_busy_newcomer, setup_hold, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
