@@ -31,8 +31,11 @@
  * One issuing thread at a time polls those gates: it spins (pausing the
  * CPU) while gates open within GATE_SPIN_NS of each other, and sleeps
  * GATE_SLOW_NS between polls after that, so that an op its client never
- * readies costs a CPU only for a while. Failures to ring (fail items) have
- * no gate: a done needs no ready.
+ * readies costs a CPU only for a while (while gates keep opening, as on a
+ * busy shared GPU, that thread keeps a CPU). Failures to ring (fail items)
+ * have no gate: a done needs no ready; nor has a backend without
+ * ready_seen (the host backend's waits hold up nobody else), and once the
+ * issuer stops, every gate is open (its threads must end).
  *
  * Holds. An op issued ahead while its lane was alone may still wait for
  * its doorbells when another lane comes to share the device: from then on
