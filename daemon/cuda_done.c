@@ -149,10 +149,7 @@ static void ring_by_cpu(struct ovld_rank *r, cuda_done_t *d, void *cookie, uint6
 {
     cuda_backend_t *cb = r->cb;
     if (r->db) {
-        if (__atomic_load_n(&r->db->error, __ATOMIC_RELAXED) == 0) {
-            __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
-            __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_BACKEND, __ATOMIC_RELEASE);
-        }
+        ovl_doorbell_set_error(r->db, seq, (int32_t)OVL_ERR_BACKEND);
         /* the slot first, then done, as the stream writes them */
         ovl_doorbell_ring_slot(r->db, seq);
         if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)

@@ -503,10 +503,7 @@ static void abort_inflight(struct ovld_rank *r)
     if (!any || r->error_written || !r->db)
         return;
     r->error_written = true;
-    if (__atomic_load_n(&r->db->error, __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&r->db->error_seq, first, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->db->error, (int32_t)OVL_ERR_ABORTED, __ATOMIC_RELEASE);
-    }
+    ovl_doorbell_set_error(r->db, first, (int32_t)OVL_ERR_ABORTED);
 }
 
 static void abort_run(uv_work_t *req)

@@ -247,11 +247,8 @@ void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
 void cuda_rank_fail_op(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq, ovl_status_t status)
 {
     (void)b;
-    /* as ring_by_cpu (cuda_done.c) and the done batch write them */
-    if (r->db && ovl_doorbell_may_set_error(__atomic_load_n(&r->db->error, __ATOMIC_RELAXED))) {
-        __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->db->error, (int32_t)status, __ATOMIC_RELEASE);
-    }
+    if (r->db)
+        ovl_doorbell_set_error(r->db, seq, (int32_t)status);
 }
 
 ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,

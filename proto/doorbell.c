@@ -53,10 +53,7 @@ void ovl_doorbell_release_closed(struct ovl_doorbell *db, uint64_t seq_hi, int32
 {
     uint64_t done = __atomic_load_n(&db->done, __ATOMIC_ACQUIRE);
     uint64_t v = ovl_doorbell_release_value(seq_hi > done ? seq_hi : done);
-    if (ovl_doorbell_may_set_error(__atomic_load_n(&db->error, __ATOMIC_RELAXED))) {
-        __atomic_store_n(&db->error_seq, done + 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&db->error, status, __ATOMIC_RELEASE);
-    }
+    ovl_doorbell_set_error(db, done + 1, status);
     for (uint32_t i = 0; i < OVL_READY_SLOTS; i++)
         __atomic_store_n(&db->done_slot[i], v, __ATOMIC_RELEASE);
     __atomic_store_n(&db->done, v, __ATOMIC_RELEASE);

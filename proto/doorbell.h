@@ -102,6 +102,16 @@ static inline bool ovl_doorbell_may_set_error(int32_t error_word)
     return error_word == 0;
 }
 
+/* Records op seq's failure by CPU stores, unless a failure is recorded
+ * already: error_seq, then error (status, an ovl_status_t). */
+static inline void ovl_doorbell_set_error(struct ovl_doorbell *db, uint64_t seq, int32_t status)
+{
+    if (ovl_doorbell_may_set_error(__atomic_load_n(&db->error, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
+        __atomic_store_n(&db->error, status, __ATOMIC_RELEASE);
+    }
+}
+
 /* The ready wait's test, on the page and ovld's own record. */
 static inline bool ovl_doorbell_ready(const struct ovl_doorbell *db,
                                       const struct ovl_doorbell_own *own, uint64_t seq)
@@ -119,10 +129,8 @@ static inline bool ovl_doorbell_ready(const struct ovl_doorbell *db,
 static inline uint64_t ovl_doorbell_ring(struct ovl_doorbell *db, struct ovl_doorbell_own *own,
                                          uint64_t seq, int32_t status)
 {
-    if (status != 0 && ovl_doorbell_may_set_error(__atomic_load_n(&db->error, __ATOMIC_RELAXED))) {
-        __atomic_store_n(&db->error_seq, seq, __ATOMIC_RELAXED);
-        __atomic_store_n(&db->error, status, __ATOMIC_RELEASE);
-    }
+    if (status != 0)
+        ovl_doorbell_set_error(db, seq, status);
     uint64_t v = ovl_doorbell_done_value(own->done, seq);
     own->done = v;
     __atomic_store_n(&db->done, v, __ATOMIC_RELEASE);
