@@ -216,7 +216,9 @@ typedef struct ovld_backend_ops {
     /* The rank's op seq failed where no stream will say so (its job was
      * aborted with the op issued, before rank_release lets it run): the
      * doorbell's error word says status, error_seq seq, unless it names a
-     * failure already; CPU stores, loop thread. NULL: nothing to say it. */
+     * failure already; CPU stores, loop thread. Only a hold (issuer.h)
+     * aborts a job so, and a backend without ready_seen has none: NULL
+     * there. */
     void (*rank_fail)(ovld_backend_t *b, ovld_rank_t *rank, uint64_t seq, ovl_status_t status);
     /* Destroys a job's ranks, with what job_setup made (off the loop thread
      * where that blocks). NULL: rank_destroy each. */

@@ -223,7 +223,6 @@ static const ovld_backend_ops_t host_ops = {
     .rank_create = host_rank_create,
     .rank_destroy = host_rank_destroy,
     .rank_release = host_rank_release,
-    .rank_fail = host_rank_fail_op,
     .job_setup = host_job_setup,
     .rank_scratch = host_rank_scratch,
     .issue_parallel = true,

@@ -158,7 +158,6 @@ ovl_status_t host_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
                               ovld_doorbell_export_t *ret_db, char *err, size_t errlen);
 void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
 void host_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
-void host_rank_fail_op(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq, ovl_status_t status);
 ovl_status_t host_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
                                char *err, size_t errlen);
 /* host_rank.c: streams and their work items */

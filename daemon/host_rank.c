@@ -431,17 +431,6 @@ void host_rank_destroy(ovld_backend_t *b, ovld_rank_t *r)
     free(r);
 }
 
-void host_rank_fail_op(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq, ovl_status_t status)
-{
-    (void)b;
-    pthread_mutex_lock(&r->err_mu); /* as the rings, which set it under err_mu */
-    if (ovl_doorbell_may_set_error(__atomic_load_n(&r->db->error, __ATOMIC_RELAXED))) {
-        __atomic_store_n(&r->db->error_seq, seq, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->db->error, (int32_t)status, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&r->err_mu);
-}
-
 void host_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
 {
     (void)b;
