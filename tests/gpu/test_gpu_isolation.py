@@ -54,12 +54,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
-from ovltest import Daemon, share  # noqa: E402
+from ovltest import share  # noqa: E402
+from test_gpu_python import start_daemon, torch_or_skip  # noqa: E402
 
-SKIP_CODE = 77
 TOL = 2e-2
 M, K, N = 256, 512, 384  # per rank: A is M x K, B K x N
 WARMUP = 3
@@ -70,11 +71,6 @@ STALL_LIMIT_S = 150.0  # the stalled ranks release themselves after this
 SETUP_LIMIT_S = 120.0
 HOLD_LIMIT_MS = 2000  # ovld's hold_limit_ms with --stalled-first
 B_SETUP_LIMIT_S = 60.0  # live job B, set up while the stalled job's waits stand
-
-
-def skip(why):
-    print("SKIP: %s" % why, flush=True)
-    sys.exit(SKIP_CODE)
 
 
 def shard(torch, rank, i):
@@ -252,21 +248,6 @@ class Job:
                 p.join()
 
 
-def torch_or_skip():
-    try:
-        import torch
-        import torch.multiprocessing as mp
-    except ImportError as e:
-        skip("no torch (%s)" % e)
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        skip("no GPU visible to torch")
-    try:
-        import ovl  # noqa: F401
-    except Exception as e:
-        raise AssertionError("the ovl package does not load: %r" % e)
-    return torch, mp
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=2, help="ranks of each job (default 2)")
@@ -283,12 +264,7 @@ def main():
     if args.stalled_first:
         conf.insert(0, "hold_limit_ms = %d" % HOLD_LIMIT_MS)
     config = "".join(line + "\n" for line in conf) if conf else None
-    try:
-        d = Daemon(backend="cuda", config=config, env=env or None)
-    except AssertionError as e:
-        if "cannot start the cuda backend" in str(e):
-            skip("ovld cannot start the CUDA backend")
-        raise
+    d = start_daemon(config, env or None)
     ctx = mp.get_context("spawn")
     go, release = ctx.Event(), ctx.Event()
     jobs = []

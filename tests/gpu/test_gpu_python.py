@@ -33,8 +33,8 @@ class CudaDaemon(Daemon):
     """ovld on the CUDA backend: it makes a context per GPU before it
     listens, slower than the host backend."""
 
-    def __init__(self):
-        super().__init__(backend="cuda")
+    def __init__(self, config=None, env=None):
+        super().__init__(backend="cuda", config=config, env=env)
 
     def wait_ready(self, timeout=60.0):
         return super().wait_ready(timeout)
@@ -135,10 +135,12 @@ def torch_or_skip():
     return torch, mp
 
 
-def start_daemon():
-    """ovld on the CUDA backend, or a SKIP exit where it cannot start it."""
+def start_daemon(config=None, env=None):
+    """ovld on the CUDA backend (config: its configuration file's text, env:
+    added to its environment; as ovltest.Daemon's), or a SKIP exit where it
+    cannot start it."""
     try:
-        return CudaDaemon()
+        return CudaDaemon(config, env)
     except AssertionError as e:
         if "cannot start the cuda backend" in str(e):
             skip("ovld cannot start the CUDA backend")

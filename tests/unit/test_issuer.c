@@ -434,15 +434,22 @@ static void test_fail_not_gated(void **state)
     ovld_lane_free(l1);
 }
 
+/* Rank 0's op 1, not ready, on lane l of a shared device: it stays at its
+ * gate (HOLD_MS). */
+static void submit_gated(op_t *a, ovld_lane_t *l)
+{
+    op_init(a, 0, 1);
+    ovld_lane_submit(l, &mock, NULL, &a->it);
+    assert_false(wait_for(&a->issued, HOLD_MS));
+}
+
 /* The other lane gone, the device is the waiting lane's alone: its op goes. */
 static void test_lane_freed_ungates(void **state)
 {
     (void)state;
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
     static op_t a;
-    op_init(&a, 0, 1);
-    ovld_lane_submit(l0, &mock, NULL, &a.it);
-    assert_false(wait_for(&a.issued, HOLD_MS));
+    submit_gated(&a, l0);
     ovld_lane_free(l1);
     assert_true(wait_for(&a.issued, WAIT_MS));
     assert_true(called(0, false, 1));
@@ -457,9 +464,7 @@ static void test_device_removed_ungates(void **state)
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
     ovld_lane_add_device(l1, 1);
     static op_t a;
-    op_init(&a, 0, 1);
-    ovld_lane_submit(l0, &mock, NULL, &a.it);
-    assert_false(wait_for(&a.issued, HOLD_MS));
+    submit_gated(&a, l0);
     ovld_lane_remove_device(l1, 0);
     assert_true(wait_for(&a.issued, WAIT_MS));
     assert_true(called(0, false, 1));
@@ -475,9 +480,7 @@ static void test_close_opens_gates(void **state)
     (void)state;
     ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
     static op_t a;
-    op_init(&a, 0, 1);
-    ovld_lane_submit(l0, &mock, NULL, &a.it);
-    assert_false(wait_for(&a.issued, HOLD_MS));
+    submit_gated(&a, l0);
     ovld_issuer_close(is); /* its callbacks are delivered before it returns */
     is = NULL;
     assert_true(a.issued);
