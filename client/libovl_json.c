@@ -266,8 +266,8 @@ void libovl_status_json_write(FILE *f, const Ovl__StatusReply *s)
 
 void libovl_stats_json_write(FILE *f, const Ovl__StatsReply *r)
 {
-    fprintf(f, "{\"uptime_s\":%.3f,\"reset_done\":%s,\"total\":", r->uptime_s,
-            r->reset_done ? "true" : "false");
+    fprintf(f, "{\"uptime_s\":%.3f,\"reset_done\":%s,\"heap_bytes\":%" PRIu64 ",\"total\":",
+            r->uptime_s, r->reset_done ? "true" : "false", r->heap_bytes);
     stats_block_json(f, r->total);
     fprintf(f, ",\"since_reset\":");
     stats_block_json(f, r->since_reset);

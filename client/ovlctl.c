@@ -768,6 +768,9 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
     printf("# HELP ovl_uptime_seconds time since ovld started\n# TYPE ovl_uptime_seconds gauge\n"
            "ovl_uptime_seconds %.3f\n",
            r->uptime_s);
+    printf("# HELP ovl_heap_bytes bytes ovld's allocator holds for live allocations\n"
+           "# TYPE ovl_heap_bytes gauge\novl_heap_bytes %" PRIu64 "\n",
+           r->heap_bytes);
     printf("# HELP ovl_ops_total ops done, by algorithm and dtype\n# TYPE ovl_ops_total counter\n");
     for (size_t i = 0; i < b->n_ops; i++)
         printf("ovl_ops_total{algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n", prom_label(b->ops[i]->algo),
@@ -812,7 +815,8 @@ static void table_cell(char *buf, size_t len, const Ovl__StatsBlock *b,
 static void print_stats_table(const Ovl__StatsReply *r)
 {
     const Ovl__StatsBlock *t = r->total, *w = r->since_reset;
-    printf("ovld up %.1f s%s\n\n", r->uptime_s, r->reset_done ? " (counters reset now)" : "");
+    printf("ovld up %.1f s, heap in use %.1f MiB%s\n\n", r->uptime_s,
+           (double)r->heap_bytes / (1 << 20), r->reset_done ? " (counters reset now)" : "");
     printf("  %-24s %18s %18s\n", "", "since start", "since reset");
     for (size_t i = 0; i < libovl_stat_nfields; i++) {
         const libovl_stat_field_t *f = &libovl_stat_fields[i];

@@ -211,7 +211,7 @@ def test_library_and_info():
                                         capture_output=True, text=True, check=True).stdout)
         assert set(ctl) == set(st) and ctl["devices"] == st["devices"], (ctl, st)
         sts = c.stats()
-        assert set(sts) == {"uptime_s", "reset_done", "total", "since_reset"}, sts
+        assert set(sts) == {"uptime_s", "reset_done", "heap_bytes", "total", "since_reset"}, sts
         assert sts["reset_done"] is False and sts["total"]["ops_done"] == 0, sts
         assert c.stats(reset=True)["reset_done"] is True
         ids = {c.new_job_id() for _ in range(100)}

@@ -256,7 +256,7 @@ def normalize_status(text, d):
     return "\n".join(out + sorted(clients))
 
 
-RE_STATS_HEAD = re.compile(r"^ovld up ([0-9.]+) s")
+RE_STATS_HEAD = re.compile(r"^ovld up ([0-9.]+) s, heap in use ([0-9.]+) MiB")
 RE_STATS_ROW = re.compile(r"^  (.{24}) (.{18}) (.{18})$")  # "  %-24s %18s %18s"
 TIMING_ROWS = ("seconds", "busy_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
                "latency_max_s", "issue_s", "issue_p50_s", "issue_p99_s", "issue_max_s",
@@ -270,7 +270,7 @@ def normalize_stats(text):
     for line in text.split("\n"):
         m = RE_STATS_HEAD.match(line)
         if m:
-            line = put(line, m, 1, "<UPTIME>")
+            line = put_all(line, m, {1: "<UPTIME>", 2: "<HEAP>"})
         m = RE_STATS_ROW.match(line)
         if m and m.group(1).strip() in TIMING_ROWS:
             ph = "<MS> ms" if m.group(2).endswith(" ms") else "<S>"
@@ -446,7 +446,8 @@ JOB_FIELDS = {"id": str, "owner_uid": int, "world": int, "local_ranks": int, "st
               "ops_done": int, "ops_in_flight": int, "last_error": str, "rank_devices": list}
 CLIENT_FIELDS = {"id": int, "pid": int, "uid": int, "gid": int, "name": str, "job": str,
                  "rank": int, "buffers": int, "mapped_bytes": int}
-STATS_FIELDS = {"uptime_s": NUM, "reset_done": bool, "total": dict, "since_reset": dict}
+STATS_FIELDS = {"uptime_s": NUM, "reset_done": bool, "heap_bytes": int, "total": dict,
+                "since_reset": dict}
 BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathered": int,
                 "flops": int, "busy_s": NUM, "latency_p50_s": NUM, "latency_p90_s": NUM,
                 "latency_p99_s": NUM, "latency_max_s": NUM, "registrations": int,
@@ -592,6 +593,7 @@ def test_json_fields_and_types():
         st = stats_json(d)
         check_fields(st, STATS_FIELDS, "stats")
         assert st["reset_done"] is False
+        assert 0 < st["heap_bytes"] < 1 << 30, st["heap_bytes"]  # a live ovld's, not a stub's
         check_block(st["total"], "stats.total")
         check_block(st["since_reset"], "stats.since_reset")
         assert st["total"]["ops_done"] > 0 and st["total"]["registrations"] == 6
@@ -617,7 +619,8 @@ def test_prometheus_format():
             "-k", "8", check=False)  # one refused request: an ovl_errors_total sample
         text = ctl(d, "stats", "--prometheus").stdout
         fams = parse_prometheus(text)
-        want = {"ovl_uptime_seconds": "gauge", "ovl_ops_total": "counter",
+        want = {"ovl_uptime_seconds": "gauge", "ovl_heap_bytes": "gauge",
+                "ovl_ops_total": "counter",
                 "ovl_ops_failed_total": "counter", "ovl_gathered_bytes_total": "counter",
                 "ovl_flops_total": "counter", "ovl_busy_seconds_total": "counter",
                 "ovl_op_latency_max_seconds": "gauge", "ovl_issue_seconds_total": "counter",
