@@ -5,10 +5,13 @@
  * done_slot[seq % slots] = seq and done = seq in the shared page; then seq
  * into the ringing rank's own counter (ovld's memory, which no client can
  * write), all in one batch of stream memory operations, and one event
- * behind it. The backend's poller thread watches the counters of the
- * completions in flight and reports each to the loop once its counter has
- * reached it; a watchdog timer asks the events about what the GPU will
- * never write (a context error) and restores a released rank's ready slots.
+ * behind it. A replayed op's graph writes the same itself, in the same
+ * order (cuda_graph.c's ring kernel): then only the event and the
+ * tracking are done here (cuda_done_track). The backend's poller thread
+ * watches the counters of the completions in flight and reports each to
+ * the loop once its counter has reached it; a watchdog timer asks the
+ * events about what the GPU will never write (a context error) and
+ * restores a released rank's ready slots.
  *
  * Polling, not a host function per op: cudaLaunchHostFunc with its event
  * and stream wait cost 5 to 6 us of the issuing thread per op (measured in
@@ -186,18 +189,20 @@ static void poke_poller(cuda_backend_t *cb)
     pthread_mutex_unlock(&cb->poll_mu);
 }
 
-/* ring, with `gpu_why` set where the GPU cannot be asked at all. */
+/* ring, with `gpu_why` set where the GPU cannot be asked at all, and
+ * `rung` where the GPU rings already (a graph's ring kernel, enqueued on s
+ * just before): then only the event and the tracking. */
 static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                  void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
-                 const char *message, const char *gpu_why)
+                 const char *message, const char *gpu_why, bool rung)
 {
     cuda_backend_t *cb = o->cb;
     CUstreamBatchMemOpParams ops[4 * CUDA_RING_RANKS + 1];
     bool tracked = false;
     for (uint32_t i0 = 0; i0 < n; i0 += CUDA_RING_RANKS) {
         uint32_t i1 = n - i0 < CUDA_RING_RANKS ? n : i0 + CUDA_RING_RANKS, k = 0;
-        CUresult cr = CUDA_ERROR_INVALID_CONTEXT;
-        if (!gpu_why) {
+        CUresult cr = rung ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+        if (!gpu_why && !rung) {
             for (uint32_t i = i0; i < i1; i++) {
                 struct ovld_rank *r = ranks[i];
                 /* The first failure's status and op; later failures leave
@@ -270,7 +275,13 @@ void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ran
                     void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
                     const char *message)
 {
-    ring(o, s, ranks, cookies, n, seq, status, message, NULL);
+    ring(o, s, ranks, cookies, n, seq, status, message, NULL, false);
+}
+
+void cuda_done_track(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
+                     void *const *cookies, uint32_t n, uint64_t seq)
+{
+    ring(o, s, ranks, cookies, n, seq, OVL_OK, NULL, NULL, true);
 }
 
 void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
@@ -292,7 +303,7 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
     }
     char why[sizeof(cuda_last_err)];
     snprintf(why, sizeof(why), "%s", cuda_last_err);
-    ring(r, s, &r, &cookie, 1, seq, status, message, nodev ? why : NULL);
+    ring(r, s, &r, &cookie, 1, seq, status, message, nodev ? why : NULL, false);
 }
 
 /* ------------------------------------------------------------- poller */

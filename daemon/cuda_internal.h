@@ -55,6 +55,15 @@ typedef struct ipc_entry ipc_entry_t;
 #define CUDA_RING_RANKS  63
 #define CUDA_DONE_GROUPS ((OVL_PLAN_MAX_WORLD + CUDA_RING_RANKS - 1) / CUDA_RING_RANKS)
 
+/* The seqs of the ring kernels of one origin's stream 0 (kernels.h): more
+ * slots than ops of a job are ever issued at once (OVLD_MAX_ISSUED, 4),
+ * and the host checks that it never overwrites one not read yet. */
+#define CUDA_RING_SEQS 64
+typedef struct cuda_seq_ring {
+    uint64_t seq[CUDA_RING_SEQS];
+    uint64_t ran; /* ring kernels that ran, written by the last of them */
+} cuda_seq_ring_t;
+
 /* The event a done batch records behind itself, which the watchdog asks
  * whether the stream died: one for every completion of the batch (all
  * ranks of a replayed op), back to home's pool with the last of them. */
@@ -157,6 +166,14 @@ struct ovld_rank {
      * poller reads (cuda_done.c) and no client can write. */
     uint64_t *done_own;     /* CUDA_DONE_GROUPS entries */
     uint64_t *done_own_dev; /* as the GPU sees it */
+    /* As the origin of replayed ops whose graph rings their done itself
+     * (cuda_graph.c, kernels.h): the ring kernels that ran on its stream 0
+     * (device memory, zeroed on stream 0 before any), the seqs the host
+     * gives them and the mirror of that count (pinned), and the launches
+     * issued with one (the op's issuing thread). */
+    uint64_t *ring_ctr;
+    cuda_seq_ring_t *ring, *ring_dev;
+    uint64_t ring_next;
     /* Guards inflight and the pools: the issuing thread adds an op (DONE),
      * the loop delivers and watches them. */
     pthread_mutex_t mu;
@@ -355,6 +372,11 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
 void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                     void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
                     const char *message);
+/* The same completions of a replayed op (OVL_OK, n <= OVLD_RING_MAX_RANKS)
+ * whose graph rings them itself, its ring kernel launched on s just
+ * before, writing o's done_own[0] last: the poller's tracking alone. */
+void cuda_done_track(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
+                     void *const *cookies, uint32_t n, uint64_t seq);
 /* The poller thread: started once the completion queue exists, stopped
  * before it closes. */
 ovl_status_t cuda_poller_start(cuda_backend_t *cb, char *err, size_t errlen);

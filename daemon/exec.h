@@ -70,7 +70,7 @@ typedef struct ovld_exec_op {
      * short GEMMs) and is WAIT_READY on stream 0, a body
      * without ALLGATHERs or RAILs (NCCL calls stay outside graphs), and
      * DONE on stream 0: the doorbell's values change with every op, so
-     * its wait and done are issued around the launch. */
+     * its wait and done are graph_run's (backend.h), not the body's. */
     ovld_replay_t *replay;
     uint64_t mem_gen;
 } ovld_exec_op_t;

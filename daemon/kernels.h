@@ -4,6 +4,8 @@
 #ifndef OVLD_KERNELS_H
 #define OVLD_KERNELS_H
 
+#include <stdint.h>
+
 #include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
@@ -14,6 +16,36 @@ extern "C" {
  * ring plan puts one first on a GEMM stream, so that the two GEMM streams
  * start in the same order on every rank. Returns the launch's error. */
 cudaError_t ovld_launch_sleep(cudaStream_t s, unsigned ns);
+
+/* Ranks a ring kernel rings at most (one done group: cuda_internal.h). */
+#define OVLD_RING_MAX_RANKS 63
+
+/*
+ * The done ring of a replayed op, as a node of its graph (cuda_graph.c):
+ * a graph's values are fixed at capture, so the op's seq comes from a
+ * ring of slots in pinned memory, which the host fills before each launch
+ * (seqs[k % nseqs] for the stream's k-th such kernel; *ctr, in device
+ * memory, counts the kernels that ran on the stream, and *ran mirrors it
+ * in pinned memory for the host's check that it never overwrites a slot
+ * not read yet). For each of the n ranks, after a system-wide fence (C
+ * before done, as a stream write's default barrier): the done slot
+ * (db[i] + slot_off + 8 * (seq % db_slots)), then done (db[i] + done_off);
+ * then own = seq, after every rank's. The same writes, in the same order,
+ * as cuda_done.c's batch of stream memory operations.
+ */
+typedef struct ovld_ring_args {
+    uint64_t *ctr;
+    const uint64_t *seqs;
+    uint64_t *ran;
+    uint64_t *own;
+    uint32_t nseqs; /* a power of two */
+    uint32_t n;
+    uint32_t slot_off, done_off, db_slots;
+    void *db[OVLD_RING_MAX_RANKS];
+} ovld_ring_args_t;
+
+/* Launches the ring kernel on s (captured there); the launch's error. */
+cudaError_t ovld_launch_ring(cudaStream_t s, const ovld_ring_args_t *a);
 
 #ifdef __cplusplus
 }

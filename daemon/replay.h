@@ -3,8 +3,8 @@
  * before is not issued call by call again: the executor captures its body
  * (every instruction between each rank's WAIT_READY and its DONE) once
  * into a backend graph (backend.h, graph_*), and replays that graph for
- * every later op of the same key, the doorbell's wait and done issued
- * around the launch as before (their values change with every op).
+ * every later op of the same key; the doorbell's wait and done are
+ * graph_run's, since their values change with every op.
  *
  * The key is the executor's (exec.c: the op's plan parameters, its ranks
  * and every view its plans name); this module only keeps keys and their
