@@ -63,13 +63,17 @@ _Static_assert((CUDA_RING_SEQS & (CUDA_RING_SEQS - 1)) == 0, "a power of two");
  * everything else of the body: every rank's done slot and done, then the
  * origin's own counter, as cuda_done_ring's batch writes them, with the
  * seq the host leaves in the origin's ring before each launch. Where the
- * op has more ranks than one kernel rings, nothing: its done is rung by a
- * batch after each launch, as without. */
+ * op has one rank, or more than one kernel rings, nothing: its done is
+ * rung by a batch after each launch, as without. A batch's host time
+ * grows with the ranks (two writes each), the kernel's GPU time does not;
+ * at world 1 (a batch of three writes) the kernel took back-to-back ops
+ * 0 to 3 us longer on the GPU, which there sets the pace, while from two
+ * ranks on it made them faster (one H100 under MPS, bench/results.md). */
 static cudaError_t ring_capture(ovld_rank_t *const *ranks, uint32_t n, bool *rings)
 {
     struct ovld_rank *o = ranks[0];
     *rings = false;
-    if (n > OVLD_RING_MAX_RANKS)
+    if (n < 2 || n > OVLD_RING_MAX_RANKS)
         return cudaSuccess;
     ovld_ring_args_t a;
     memset(&a, 0, sizeof(a));
