@@ -57,7 +57,7 @@ struct ovld_graph {
 };
 
 _Static_assert(OVLD_RING_MAX_RANKS <= CUDA_RING_RANKS, "a ring kernel writes done_own[0] alone");
-_Static_assert((CUDA_RING_SEQS & (CUDA_RING_SEQS - 1)) == 0, "a power of two");
+_Static_assert(OVLD_RING_MAX_RANKS < OVLD_RING_SEQS, "a thread per slot rings a rank");
 
 /* Captures the ring kernel (kernels.h) on the origin's stream 0, after
  * everything else of the body: every rank's done slot and done, then the
@@ -65,10 +65,10 @@ _Static_assert((CUDA_RING_SEQS & (CUDA_RING_SEQS - 1)) == 0, "a power of two");
  * seq the host leaves in the origin's ring before each launch. Where the
  * op has one rank, or more than one kernel rings, nothing: its done is
  * rung by a batch after each launch, as without. A batch's host time
- * grows with the ranks (two writes each), the kernel's GPU time does not;
- * at world 1 (a batch of three writes) the kernel took back-to-back ops
- * 0 to 3 us longer on the GPU, which there sets the pace, while from two
- * ranks on it made them faster (one H100 under MPS, bench/results.md). */
+ * grows with the ranks (two writes each), the kernel's GPU time does not:
+ * from two ranks on it made back-to-back ops faster (one H100 under MPS,
+ * bench/results.md), while at world 1, where the GPU sets their pace, it
+ * was not shown to help. */
 static cudaError_t ring_capture(ovld_rank_t *const *ranks, uint32_t n, bool *rings)
 {
     struct ovld_rank *o = ranks[0];
@@ -77,11 +77,9 @@ static cudaError_t ring_capture(ovld_rank_t *const *ranks, uint32_t n, bool *rin
         return cudaSuccess;
     ovld_ring_args_t a;
     memset(&a, 0, sizeof(a));
-    a.ctr = o->ring_ctr;
     a.seqs = o->ring_dev->seq;
     a.ran = &o->ring_dev->ran;
     a.own = &o->done_own_dev[0];
-    a.nseqs = CUDA_RING_SEQS;
     a.n = n;
     a.slot_off = (uint32_t)offsetof(struct ovl_doorbell, done_slot);
     a.done_off = (uint32_t)offsetof(struct ovl_doorbell, done);
@@ -348,13 +346,13 @@ ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *co
          * still to run reads too. At most OVLD_MAX_ISSUED ops of a job are
          * issued at once, so this holds but for a bug. */
         uint64_t k = o->ring_next;
-        if (k - __atomic_load_n(&o->ring->ran, __ATOMIC_ACQUIRE) >= CUDA_RING_SEQS) {
+        if (k - __atomic_load_n(&o->ring->ran, __ATOMIC_ACQUIRE) >= OVLD_RING_SEQS) {
             snprintf(cuda_last_err, sizeof(cuda_last_err),
                      "replay: %d replayed ops of this origin have not rung yet (internal error)",
-                     CUDA_RING_SEQS);
+                     OVLD_RING_SEQS);
             return OVL_ERR_INTERNAL;
         }
-        __atomic_store_n(&o->ring->seq[k % CUDA_RING_SEQS], seq, __ATOMIC_RELEASE);
+        __atomic_store_n(&o->ring->seq[k % OVLD_RING_SEQS], seq, __ATOMIC_RELEASE);
     }
     CUDA_TRY(o->cb, cudaGraphLaunch(g->exec, s), "replay");
     /* From here on it rings, whatever fails. The other ranks' stream 0 go

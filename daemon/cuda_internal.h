@@ -34,6 +34,7 @@
 #include "completion.h"
 #include "cuda_gemm.h"
 #include "cudrv.h"
+#include "kernels.h"
 #include "plan.h"
 
 typedef struct cuda_backend cuda_backend_t;
@@ -58,9 +59,8 @@ typedef struct ipc_entry ipc_entry_t;
 /* The seqs of the ring kernels of one origin's stream 0 (kernels.h): more
  * slots than ops of a job are ever issued at once (OVLD_MAX_ISSUED, 4),
  * and the host checks that it never overwrites one not read yet. */
-#define CUDA_RING_SEQS 64
 typedef struct cuda_seq_ring {
-    uint64_t seq[CUDA_RING_SEQS];
+    uint64_t seq[OVLD_RING_SEQS];
     uint64_t ran; /* ring kernels that ran, written by the last of them */
 } cuda_seq_ring_t;
 
@@ -167,11 +167,9 @@ struct ovld_rank {
     uint64_t *done_own;     /* CUDA_DONE_GROUPS entries */
     uint64_t *done_own_dev; /* as the GPU sees it */
     /* As the origin of replayed ops whose graph rings their done itself
-     * (cuda_graph.c, kernels.h): the ring kernels that ran on its stream 0
-     * (device memory, zeroed on stream 0 before any), the seqs the host
-     * gives them and the mirror of that count (pinned), and the launches
+     * (cuda_graph.c, kernels.h): the seqs the host gives the ring kernels
+     * on its stream 0 and how many of them ran (pinned), and the launches
      * issued with one (the op's issuing thread). */
-    uint64_t *ring_ctr;
     cuda_seq_ring_t *ring, *ring_dev;
     uint64_t ring_next;
     /* Guards inflight and the pools: the issuing thread adds an op (DONE),

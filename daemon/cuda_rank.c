@@ -70,8 +70,6 @@ void cuda_rank_free_resources(struct ovld_rank *r)
             FREE_TRY(cudaFreeHost(r->done_own));
         if (r->ring)
             FREE_TRY(cudaFreeHost(r->ring));
-        if (r->ring_ctr)
-            FREE_TRY(cudaFree(r->ring_ctr));
         if (r->db) {
             FREE_TRY(cudaHostUnregister(r->db));
             ovl_doorbell_destroy(r->db, -1); /* the fd: below */
@@ -173,15 +171,6 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
     if (ce == cudaSuccess) {
         memset(r->ring, 0, sizeof(*r->ring));
         ce = cudaHostGetDevicePointer((void **)&r->ring_dev, r->ring, 0);
-    }
-    if (ce == cudaSuccess) {
-        what = "cudaMalloc (replay's ring counter)";
-        ce = cudaMalloc((void **)&r->ring_ctr, sizeof(*r->ring_ctr));
-    }
-    if (ce == cudaSuccess) {
-        /* on stream 0, before anything there: no device-wide sync */
-        what = "cudaMemsetAsync (replay's ring counter)";
-        ce = cudaMemsetAsync(r->ring_ctr, 0, sizeof(*r->ring_ctr), cuda_s0_stream(r));
     }
     if (ce == cudaSuccess) {
         what = "the doorbell (memfd)";

@@ -21,33 +21,34 @@ extern "C" cudaError_t ovld_launch_sleep(cudaStream_t s, unsigned ns)
 
 __global__ void ovld_ring_kernel(ovld_ring_args_t a)
 {
-    __shared__ unsigned long long seq, k;
-    if (threadIdx.x == 0) {
-        k = *(volatile unsigned long long *)a.ctr;
-        seq = *(volatile const unsigned long long *)&a.seqs[k & (a.nseqs - 1)];
-    }
+    __shared__ unsigned long long seqs[OVLD_RING_SEQS], k;
+    unsigned t = threadIdx.x;
+    /* every slot and the count in one go: independent loads */
+    if (t < OVLD_RING_SEQS)
+        seqs[t] = *(volatile const unsigned long long *)&a.seqs[t];
+    if (t == 0)
+        k = *(volatile unsigned long long *)a.ran;
     __syncthreads();
+    unsigned long long seq = seqs[k % OVLD_RING_SEQS];
     /* the op's writes (its C) before any of its doorbells */
     __threadfence_system();
-    unsigned i = threadIdx.x;
-    if (i < a.n) {
-        char *db = (char *)a.db[i];
+    if (t < a.n) {
+        char *db = (char *)a.db[t];
         *(volatile unsigned long long *)(db + a.slot_off + 8u * (unsigned)(seq % a.db_slots)) = seq;
         __threadfence_system(); /* the slot, then done: proto/doorbell.h */
         *(volatile unsigned long long *)(db + a.done_off) = seq;
     }
     __threadfence_system();
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (t == 0) {
         *(volatile unsigned long long *)a.own = seq;
-        *(volatile unsigned long long *)a.ctr = k + 1;
         *(volatile unsigned long long *)a.ran = k + 1;
     }
 }
 
 extern "C" cudaError_t ovld_launch_ring(cudaStream_t s, const ovld_ring_args_t *a)
 {
-    unsigned threads = (a->n + 31u) / 32u * 32u;
-    ovld_ring_kernel<<<1, threads ? threads : 32u, 0, s>>>(*a);
+    /* a thread per slot, and per rank (OVLD_RING_MAX_RANKS < OVLD_RING_SEQS) */
+    ovld_ring_kernel<<<1, OVLD_RING_SEQS, 0, s>>>(*a);
     return cudaGetLastError();
 }

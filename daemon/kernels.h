@@ -23,22 +23,24 @@ cudaError_t ovld_launch_sleep(cudaStream_t s, unsigned ns);
 /*
  * The done ring of a replayed op, as a node of its graph (cuda_graph.c):
  * a graph's values are fixed at capture, so the op's seq comes from a
- * ring of slots in pinned memory, which the host fills before each launch
- * (seqs[k % nseqs] for the stream's k-th such kernel; *ctr, in device
- * memory, counts the kernels that ran on the stream, and *ran mirrors it
- * in pinned memory for the host's check that it never overwrites a slot
- * not read yet). For each of the n ranks, after a system-wide fence (C
- * before done, as a stream write's default barrier): the done slot
- * (db[i] + slot_off + 8 * (seq % db_slots)), then done (db[i] + done_off);
- * then own = seq, after every rank's. The same writes, in the same order,
- * as cuda_done.c's batch of stream memory operations.
+ * ring of OVLD_RING_SEQS slots in pinned memory, which the host fills
+ * before each launch: seqs[k % OVLD_RING_SEQS] for the stream's k-th such
+ * kernel, where *ran (pinned too) counts the kernels that ran on the stream; the kernel
+ * reads every slot and the count at once (one round trip to the host's
+ * memory, not two), and the host reads the count to check that it never
+ * overwrites a slot not read yet. For each of the n ranks, after a
+ * system-wide fence (C before done, as a stream write's default barrier):
+ * the done slot (db[i] + slot_off + 8 * (seq % db_slots)), then done
+ * (db[i] + done_off); then own = seq, after every rank's, and *ran + 1.
+ * The same writes, in the same order, as cuda_done.c's batch of stream
+ * memory operations.
  */
+#define OVLD_RING_SEQS 64
+
 typedef struct ovld_ring_args {
-    uint64_t *ctr;
-    const uint64_t *seqs;
+    const uint64_t *seqs; /* OVLD_RING_SEQS of them */
     uint64_t *ran;
     uint64_t *own;
-    uint32_t nseqs; /* a power of two */
     uint32_t n;
     uint32_t slot_off, done_off, db_slots;
     void *db[OVLD_RING_MAX_RANKS];
