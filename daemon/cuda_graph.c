@@ -326,13 +326,17 @@ ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *co
     if (!s)
         return OVL_ERR_BACKEND;
     /* Every rank's doorbell wait, in batches (the pages are mapped on
-     * every device: cudaHostRegisterPortable). */
+     * every device: cudaHostRegisterPortable), but for the ranks already
+     * ready (cuda_wait_ready says why none is needed then). */
     CUstreamBatchMemOpParams w[WAIT_RANKS];
-    for (uint32_t i0 = 0; i0 < n; i0 += WAIT_RANKS) {
+    for (uint32_t i = 0; i < n;) {
         uint32_t k = 0;
-        for (uint32_t i = i0; i < n && k < WAIT_RANKS; i++, k++)
-            w[k] = ovl_cudrv_op_wait_geq(
-                (CUdeviceptr)&ranks[i]->db_dev->ready_slot[seq % OVL_READY_SLOTS], seq);
+        for (; i < n && k < WAIT_RANKS; i++)
+            if (!cuda_ready_seen(ranks[i], seq))
+                w[k++] = ovl_cudrv_op_wait_geq(
+                    (CUdeviceptr)&ranks[i]->db_dev->ready_slot[seq % OVL_READY_SLOTS], seq);
+        if (k == 0)
+            continue;
         CUresult cr = o->cb->drv.stream_batch_mem_op((CUstream)s, k, w, 0);
         if (cr != CUDA_SUCCESS) {
             snprintf(cuda_last_err, sizeof(cuda_last_err),

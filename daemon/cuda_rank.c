@@ -497,6 +497,13 @@ ovl_status_t cuda_set_streams(ovld_rank_t *r, const ovl_stream_role_t *roles, ui
 
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
 {
+    /* Ready already (a gated op always is, cuda_ready_seen): nothing to
+     * wait for. The client's stream wrote the slot after its own work,
+     * behind a system-wide barrier, so what ovld enqueues from now on sees
+     * that work; a client that stores the slot early by CPU fools the GPU's
+     * wait just as well. */
+    if (cuda_ready_seen(r, seq))
+        return OVL_OK;
     USE_DEVICE(r);
     cudaStream_t s;
     GET_STREAM(r, stream, s);
