@@ -5,8 +5,9 @@
  * by waiting on the origin's fork event, their other streams by the plan's
  * own waits, and everything joins the origin's stream 0 again before the
  * capture ends. The graph is instantiated once; each replayed op is then,
- * all on the origin's stream 0: one batch of every rank's doorbell wait,
- * then the launch. The graph's last node rings every rank's done itself
+ * all on the origin's stream 0: one batch of the doorbell waits of the
+ * ranks whose ready ovld does not see yet (cuda_wait_ready), then the
+ * launch. The graph's last node rings every rank's done itself
  * (ring_capture: a kernel reading the op's seq from the origin's ring,
  * which graph_run fills), so that no batch of done writes follows the
  * launch: that batch cost the issuing thread 3.7 us at world 1 and 6.5 us
@@ -310,6 +311,17 @@ ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *co
                             uint32_t n, uint64_t seq)
 {
     struct ovld_rank *o = ranks[0];
+    /* The slot this launch's ring kernel will read must not be one that a
+     * kernel still to run reads: checked before anything is enqueued. At
+     * most OVLD_MAX_ISSUED ops of a job are issued at once, so this holds
+     * but for a bug. */
+    if (g->rings &&
+        o->ring_next - __atomic_load_n(&o->ring->ran, __ATOMIC_ACQUIRE) >= OVLD_RING_SEQS) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "replay: %d replayed ops of this origin have not rung yet (internal error)",
+                 OVLD_RING_SEQS);
+        return OVL_ERR_INTERNAL;
+    }
     /* After the work on every rank's stream 0 that the origin's has not
      * waited for yet (eager ops since the last replay). */
     for (uint32_t i = 1; i < n; i++) {
@@ -345,19 +357,8 @@ ovl_status_t cuda_graph_run(ovld_graph_t *g, ovld_rank_t *const *ranks, void *co
             return OVL_ERR_BACKEND;
         }
     }
-    if (g->rings) {
-        /* The slot this launch's ring kernel reads: not one that a kernel
-         * still to run reads too. At most OVLD_MAX_ISSUED ops of a job are
-         * issued at once, so this holds but for a bug. */
-        uint64_t k = o->ring_next;
-        if (k - __atomic_load_n(&o->ring->ran, __ATOMIC_ACQUIRE) >= OVLD_RING_SEQS) {
-            snprintf(cuda_last_err, sizeof(cuda_last_err),
-                     "replay: %d replayed ops of this origin have not rung yet (internal error)",
-                     OVLD_RING_SEQS);
-            return OVL_ERR_INTERNAL;
-        }
-        __atomic_store_n(&o->ring->seq[k % OVLD_RING_SEQS], seq, __ATOMIC_RELEASE);
-    }
+    if (g->rings)
+        __atomic_store_n(&o->ring->seq[o->ring_next % OVLD_RING_SEQS], seq, __ATOMIC_RELEASE);
     CUDA_TRY(o->cb, cudaGraphLaunch(g->exec, s), "replay");
     /* From here on it rings, whatever fails. The other ranks' stream 0 go
      * on after the origin's (cuda_s0, at their next eager work). */

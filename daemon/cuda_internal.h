@@ -372,7 +372,7 @@ void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ran
                     const char *message);
 /* The same completions of a replayed op (OVL_OK, n <= OVLD_RING_MAX_RANKS)
  * whose graph rings them itself, its ring kernel launched on s just
- * before, writing o's done_own[0] last: the poller's tracking alone. */
+ * before, writing o's done_own[0] after every rank's done: the poller's tracking alone. */
 void cuda_done_track(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                      void *const *cookies, uint32_t n, uint64_t seq);
 /* The poller thread: started once the completion queue exists, stopped

@@ -13,20 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define OVLD_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define OVLD_ASAN 1
-#endif
-#endif
-#ifdef OVLD_ASAN
-/* the sanitizer runtime's (compiler-rt's sanitizer/allocator_interface.h,
- * which gcc does not install) */
-size_t __sanitizer_get_current_allocated_bytes(void);
-#else
-#define OVLD_ASAN 0
-#endif
+/* Every sanitizer runtime that replaces malloc has it (compiler-rt's
+ * sanitizer/allocator_interface.h, which gcc does not install); weak, so
+ * that it is NULL without one. */
+extern size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
 
 #include "clock.h"
 #include "conn.h"
@@ -403,16 +393,21 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
 }
 
 /* Bytes the allocator holds for live allocations: what a leak grows,
- * unlike RSS, which keeps the allocator's high-water mark. ASan's
- * allocator replaces glibc's, whose figures then say nothing. mallinfo2
- * walks every arena under its lock: a stats call's cost, not an op's. */
+ * unlike RSS, which keeps the allocator's high-water mark. A sanitizer's
+ * allocator replaces glibc's, whose figures then say nothing. glibc counts
+ * the chunks its per-thread caches keep (up to 7 per size class and
+ * thread) as in use. mallinfo walks every arena under its lock: a stats
+ * call's cost, not an op's. */
 static uint64_t heap_bytes(void)
 {
-#if OVLD_ASAN
-    return (uint64_t)__sanitizer_get_current_allocated_bytes();
-#else
+    if (__sanitizer_get_current_allocated_bytes)
+        return (uint64_t)__sanitizer_get_current_allocated_bytes();
+#ifdef OVL_HAVE_MALLINFO2
     struct mallinfo2 mi = mallinfo2();
     return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+#else
+    struct mallinfo mi = mallinfo(); /* ints: wraps past 2 GiB */
+    return (uint64_t)(unsigned)mi.uordblks + (uint64_t)(unsigned)mi.hblkhd;
 #endif
 }
 

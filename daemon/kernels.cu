@@ -13,8 +13,12 @@ __global__ void ovld_sleep_kernel(unsigned ns)
     __nanosleep(ns);
 }
 
+/* The launches' errors come from cudaGetLastError, which also returns one
+ * an earlier call left on the thread: cleared first, so that what they
+ * report is theirs. */
 extern "C" cudaError_t ovld_launch_sleep(cudaStream_t s, unsigned ns)
 {
+    (void)cudaGetLastError();
     ovld_sleep_kernel<<<1, 1, 0, s>>>(ns);
     return cudaGetLastError();
 }
@@ -49,6 +53,7 @@ __global__ void ovld_ring_kernel(ovld_ring_args_t a)
 extern "C" cudaError_t ovld_launch_ring(cudaStream_t s, const ovld_ring_args_t *a)
 {
     /* a thread per slot, and per rank (OVLD_RING_MAX_RANKS < OVLD_RING_SEQS) */
+    (void)cudaGetLastError();
     ovld_ring_kernel<<<1, OVLD_RING_SEQS, 0, s>>>(*a);
     return cudaGetLastError();
 }

@@ -28,13 +28,16 @@ IDLE_WAIT_S), it must hold:
   fixed set (log, listening socket, epoll, eventfd, pipes, pidfd), so any
   difference is a leak (or a fd closed twice), not noise;
 - the heap: `ovlctl stats`' heap_bytes (what ovld's allocator holds for
-  live allocations: ASan's count under ASan, glibc's mallinfo2 without)
-  at most HEAP_SLACK (256 KiB) above the baseline. Unlike RSS it does not
-  keep the allocator's high-water mark, which moves with how many jobs
-  ran at once and made an RSS bound flaky (a bound of 24 MiB on RSS
-  growth after the soak's first half failed once on an unchanged tree).
-  The 60 s soak runs some 13000 to 50000 ops and 430 to 920 connections:
-  a leak of 20 bytes per op, or of 600 bytes per connection, exceeds it;
+  live allocations: ASan's count under ASan, glibc's mallinfo2 without,
+  with glibc's per-thread caches turned off here by GLIBC_TUNABLES, since
+  it counts what they keep as in use and new executor threads come with
+  new caches) at most HEAP_SLACK (256 KiB) above the baseline. Unlike RSS
+  it does not keep the allocator's high-water mark, which moves with how
+  many jobs ran at once and made an RSS bound flaky (a bound of 24 MiB on
+  RSS growth after the soak's first half failed once on an unchanged
+  tree). The 60 s soak runs some 13000 to 50000 ops and 430 to 920
+  connections: a leak of 32 bytes per op, or of 1 KiB per connection,
+  exceeds it;
 - what is not malloc'd: ovld's memfd mappings (/proc/PID/maps: client
   buffers and doorbell pages, its only mmaps) exactly as before, like the
   fds; its threads (/proc/PID/status) at most MAX_PROCS more than before:
@@ -99,6 +102,10 @@ SHAPES = (8, 16, 24, 32, 40, 64)
 os.environ["ASAN_OPTIONS"] = ":".join(
     x for x in (os.environ.get("ASAN_OPTIONS", ""), "quarantine_size_mb=16",
                 "thread_local_quarantine_size_kb=256") if x)
+# glibc's per-thread caches off, for heap_bytes (see the docstring); a
+# no-op under ASan, whose allocator replaces glibc's.
+os.environ["GLIBC_TUNABLES"] = ":".join(
+    x for x in (os.environ.get("GLIBC_TUNABLES", ""), "glibc.malloc.tcache_count=0") if x)
 
 
 # ------------------------------------------------------------------ /proc
