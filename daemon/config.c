@@ -92,6 +92,7 @@ static const key_spec_t keys[] = {
     {"max_mappings", V_UINT_AUTO, FIELD(max_mappings), 1, 16 * MIB},
     {"hello_timeout_ms", V_UINT, FIELD(hello_timeout_ms), 100, 600000},
     {"hold_limit_ms", V_UINT, FIELD(hold_limit_ms), 0, 3600000},
+    {"gate_spin_ms", V_UINT, FIELD(gate_spin_ms), 0, 60000},
     {"default_algo", V_ALGO, FIELD(default_algo), 0, 0},
     {"default_chunks", V_UINT, FIELD(default_chunks), 0, OVL_PLAN_MAX_CHUNKS},
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
@@ -147,6 +148,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->max_mappings = OVLD_MAX_MAPPINGS_AUTO;
     cfg->hello_timeout_ms = 5000;
     cfg->hold_limit_ms = 10000;
+    cfg->gate_spin_ms = 1000;
     cfg->default_algo = OVL_ALGO_AUTO;
     cfg->default_chunks = 0;
     cfg->default_streams = 0;

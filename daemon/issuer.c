@@ -23,7 +23,6 @@
 
 #define ISSUER_MAX_THREADS 64
 #define ISSUE_SLOW_NS      (1000ull * 1000 * 1000) /* an item this slow is reported */
-#define GATE_SPIN_NS       (1000ull * 1000 * 1000) /* spin on gates while one opened this recently */
 #define GATE_SPIN_STEP_NS  1000ull                 /* a spinning poll's pause */
 #define GATE_SLOW_NS       (100ull * 1000)         /* a poll's sleep after that */
 #define ISSUER_DEVS        64                      /* devices told apart (by index mod 64) */
@@ -63,6 +62,7 @@ struct ovld_issuer {
     uint32_t gated;                  /* lanes whose head waits for its gate (last full look) */
     bool polling;                    /* a thread polls the gates */
     uint64_t gate_opened_ns;         /* when a gate last opened, or gating began */
+    uint64_t gate_spin_ns;           /* spin on gates while one opened this recently (mu) */
     ovld_issue_t *done_head, *done_tail;
     uint32_t waiting, running; /* items (under mu) */
     bool stopping;
@@ -255,7 +255,7 @@ static void *issuer_main(void *arg)
             if (is->gated && !is->polling) {
                 /* this thread polls the gates; the others sleep */
                 is->polling = true;
-                bool spin = ovl_mono_ns() - is->gate_opened_ns < GATE_SPIN_NS;
+                bool spin = ovl_mono_ns() - is->gate_opened_ns < is->gate_spin_ns;
                 pthread_mutex_unlock(&is->mu);
                 gate_pause(spin);
                 pthread_mutex_lock(&is->mu);
@@ -401,6 +401,15 @@ static void hold_watch(ovld_issuer_t *is)
         is->hold_timer_on = true;
 }
 
+void ovld_issuer_set_gate_spin(ovld_issuer_t *is, uint32_t gate_spin_ms)
+{
+    if (!is)
+        return;
+    pthread_mutex_lock(&is->mu);
+    is->gate_spin_ns = (uint64_t)gate_spin_ms * 1000000;
+    pthread_mutex_unlock(&is->mu);
+}
+
 void ovld_issuer_set_hold(ovld_issuer_t *is, uint32_t hold_ms)
 {
     if (!is)
@@ -483,6 +492,7 @@ ovl_status_t ovld_issuer_create(uv_loop_t *loop, ovld_backend_t *b, const ovld_i
     is->hold_timer.data = is;
     is->handles = 2;
     is->hold_ms = cfg->hold_ms;
+    is->gate_spin_ns = (uint64_t)cfg->gate_spin_ms * 1000000;
     is->on_hold = cfg->on_hold;
     is->hold_arg = cfg->hold_arg;
     is->owner_busy = cfg->owner_busy;

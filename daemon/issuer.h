@@ -29,10 +29,12 @@
  * head op waits in the issuer, off every thread and queue, until the
  * backend's ready_seen says every local rank's client rang its doorbell.
  * One issuing thread at a time polls those gates: it spins (pausing the
- * CPU) while gates open within GATE_SPIN_NS of each other, and sleeps
- * GATE_SLOW_NS between polls after that, so that an op its client never
- * readies costs a CPU only for a while (while gates keep opening, as on a
- * busy shared GPU, that thread keeps a CPU). Failures to ring (fail items)
+ * CPU) while gates open within gate_spin_ms of each other (the config's
+ * key; 1 s by default), and sleeps GATE_SLOW_NS (100 us) between polls
+ * after that, so that an op its client never readies costs a CPU only
+ * for a while (while gates keep opening, as on a busy shared GPU, that
+ * thread keeps a CPU: gate_spin_ms 0 trades it for up to 100 us more
+ * before each gated op is issued). Failures to ring (fail items)
  * have no gate: a done needs no ready; nor has a backend without
  * ready_seen (the host backend's waits hold up nobody else), and once the
  * issuer stops, every gate is open (its threads must end).
@@ -114,6 +116,9 @@ typedef struct ovld_issuer_cfg {
     ovld_exec_pool_t *pool;
     uint32_t stall_ms;
     uint32_t hold_ms; /* above, "Holds"; 0: never (ovld_issuer_set_hold) */
+    /* Gates are polled by spinning while one opened within gate_spin_ms,
+     * else every 100 us; 0: never spin (ovld_issuer_set_gate_spin). */
+    uint32_t gate_spin_ms;
     ovld_hold_cb on_hold;
     void *hold_arg;
     ovld_owner_busy_fn owner_busy; /* NULL: an owner counts as busy */
@@ -133,6 +138,8 @@ void ovld_issuer_deliver(ovld_issuer_t *is);
 uint32_t ovld_issuer_busy(ovld_issuer_t *is);
 /* A new hold limit (a reload), for holds not yet reported. */
 void ovld_issuer_set_hold(ovld_issuer_t *is, uint32_t hold_ms);
+/* A new gate_spin_ms (a reload), from the next poll on. */
+void ovld_issuer_set_gate_spin(ovld_issuer_t *is, uint32_t gate_spin_ms);
 
 /* A lane, on no device yet; owner is given to on_hold. NULL when out of
  * memory, or where is is NULL: a NULL lane issues each item at once on the

@@ -223,6 +223,7 @@ static void reload(ovld_t *d)
     d->cfg.peer_timeout_ms = keep.peer_timeout_ms;
     ovld_log_set_level(d->cfg.log_level);
     ovld_issuer_set_hold(d->issuer, d->cfg.hold_limit_ms);
+    ovld_issuer_set_gate_spin(d->issuer, d->cfg.gate_spin_ms);
     ovld_server_apply_config(d);
     log_info("configuration re-read from %s", d->config_path);
     ovld_sd_notify("READY=1");
@@ -426,6 +427,7 @@ int main(int argc, char **argv)
     ovld_issuer_cfg_t icfg = {.nthreads = d->backend->ops->device_count(d->backend),
                               .pool = d->exec_pool,
                               .hold_ms = d->cfg.hold_limit_ms,
+                              .gate_spin_ms = d->cfg.gate_spin_ms,
                               .on_hold = ovld_jobs_on_hold,
                               .hold_arg = &d->jobs,
                               .owner_busy = ovld_jobs_owner_busy};

@@ -58,6 +58,7 @@ static const char *const all_keys[] = {
     "max_mappings",
     "hello_timeout_ms",
     "hold_limit_ms",
+    "gate_spin_ms",
     "peer_listen",
     "peer_advertise",
     "peer_key_file",
@@ -97,6 +98,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->max_mappings, b->max_mappings);
     assert_int_equal(a->hello_timeout_ms, b->hello_timeout_ms);
     assert_int_equal(a->hold_limit_ms, b->hold_limit_ms);
+    assert_int_equal(a->gate_spin_ms, b->gate_spin_ms);
     assert_int_equal(a->default_algo, b->default_algo);
     assert_int_equal(a->default_chunks, b->default_chunks);
     assert_int_equal(a->default_streams, b->default_streams);
@@ -224,6 +226,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_mappings, OVLD_MAX_MAPPINGS_AUTO);
     assert_int_equal(cfg.hello_timeout_ms, 5000);
     assert_int_equal(cfg.hold_limit_ms, 10000);
+    assert_int_equal(cfg.gate_spin_ms, 1000);
     assert_int_equal(cfg.default_algo, OVL_ALGO_AUTO);
     assert_int_equal(cfg.default_chunks, 0);
     assert_int_equal(cfg.default_streams, 0);
@@ -588,6 +591,8 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->capture_streams;
     if (strcmp(key, "hold_limit_ms") == 0)
         return cfg->hold_limit_ms;
+    if (strcmp(key, "gate_spin_ms") == 0)
+        return cfg->gate_spin_ms;
     fail_msg("no numeric key %s", key);
     return 0;
 }
@@ -654,6 +659,9 @@ static void test_integer_ranges(void **state)
         {"hold_limit_ms", "0", true, 0},
         {"hold_limit_ms", "3600000", true, 3600000},
         {"hold_limit_ms", "3600001", false, 0},
+        {"gate_spin_ms", "0", true, 0},
+        {"gate_spin_ms", "60000", true, 60000},
+        {"gate_spin_ms", "60001", false, 0},
         {"max_connections_per_uid", "0", false, 0},
         {"max_connections_per_uid", "1", true, 1},
         {"max_connections_per_uid", "65536", true, 65536},

@@ -15,8 +15,10 @@
  *    to the other: its waiting op goes at once, ready or not;
  *  - an issuer closed with an op at its gate issues it (its threads end);
  *  - a lane on two devices, one of which another lane shares, is gated;
- *  - a gate that opens after the poller slowed down (GATE_SPIN_NS without
+ *  - a gate that opens after the poller slowed down (gate_spin_ms without
  *    a gate opening) is still seen within a bound;
+ *  - with gate_spin_ms 0 (a reload) the poller keeps the CPU mostly free
+ *    while an op waits at its gate, and still sees the gate open soon;
  *  - a lane that outlives the issuer's close frees it (ASan sees a leak or
  *    a use after free otherwise);
  *  - holds: an op issued ahead while its lane was alone, still not ready
@@ -324,6 +326,7 @@ static int setup(void **state)
     owners_busy = true;
     ovld_issuer_cfg_t cfg = {.nthreads = 2,
                              .hold_ms = setup_hold_ms,
+                             .gate_spin_ms = 1000, /* ovld's default */
                              .on_hold = rec_hold,
                              .hold_arg = &H,
                              .owner_busy = owner_busy};
@@ -512,7 +515,7 @@ static void test_any_shared_device_gates(void **state)
     ovld_lane_free(l2);
 }
 
-/* After GATE_SPIN_NS (1 s) without a gate opening the poller sleeps
+/* After gate_spin_ms (1 s) without a gate opening the poller sleeps
  * between polls; a gate that opens then is still seen soon. */
 static void test_slow_gate_still_seen(void **state)
 {
@@ -528,6 +531,41 @@ static void test_slow_gate_still_seen(void **state)
     uint64_t took_ms = (ovl_mono_ns() - t0) / 1000000;
     if (took_ms > 500)
         fail_msg("a gate that opened after the spin was seen after %llu ms",
+                 (unsigned long long)took_ms);
+    ovld_lane_free(l0);
+    ovld_lane_free(l1);
+}
+
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* gate_spin_ms 0: an op waits at its gate for 300 ms while the process
+ * uses under half of that in CPU time (a spinning poller uses all of it),
+ * and its gate is still seen open within 50 ms. */
+static void test_gate_spin_zero(void **state)
+{
+    (void)state;
+    ovld_issuer_set_gate_spin(is, 0);
+    ovld_lane_t *l0 = lane_on(0), *l1 = lane_on(0);
+    static op_t a;
+    op_init(&a, 0, 1);
+    ovld_lane_submit(l0, &mock, NULL, &a.it);
+    uint64_t c0 = cpu_ns();
+    assert_false(wait_for(&a.issued, 300));
+    uint64_t used_ms = (cpu_ns() - c0) / 1000000;
+    if (used_ms >= 150)
+        fail_msg("with gate_spin_ms 0 the gate's 300 ms wait used %llu ms of CPU",
+                 (unsigned long long)used_ms);
+    uint64_t t0 = ovl_mono_ns();
+    atomic_store(&ready[0], 1);
+    assert_true(wait_for(&a.issued, WAIT_MS));
+    uint64_t took_ms = (ovl_mono_ns() - t0) / 1000000;
+    if (took_ms > 50)
+        fail_msg("with gate_spin_ms 0 an open gate was seen after %llu ms",
                  (unsigned long long)took_ms);
     ovld_lane_free(l0);
     ovld_lane_free(l1);
@@ -638,6 +676,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_opens_gates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_any_shared_device_gates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_gate_still_seen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gate_spin_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lane_outlives_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hold_reported, setup_hold, teardown),
         cmocka_unit_test_setup_teardown(test_hold_cleared, setup_hold, teardown),
