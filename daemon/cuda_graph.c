@@ -11,11 +11,12 @@
  * (ring_capture: a kernel reading the op's seq from the origin's ring,
  * which graph_run fills), so that no batch of done writes follows the
  * launch: that batch cost the issuing thread 3.7 us at world 1 and 6.5 us
- * at world 8 (a timed copy of ovld on one H100 under MPS); an op of more
- * ranks than a kernel rings keeps it (cuda_done.c). The other ranks' stream 0 wait
- * for the origin's only when they next have eager work (cuda_s0), and the
- * origin's for theirs only when they had some (s0_ahead), so that a run of
- * replayed ops costs the same few calls at any world. Measured on one H100
+ * at world 8 (a timed copy of ovld on one H100 under MPS); an op of one
+ * rank, or of more than a kernel rings, keeps it (cuda_done.c). The other
+ * ranks' stream 0 wait for the origin's only when they next have eager
+ * work (cuda_s0), and the origin's for theirs only when they had some
+ * (s0_ahead), so that a run of replayed ops costs the same few calls at
+ * any world. Measured on one H100
  * under MPS (bench/issue_lab.c): a launch of the record and two GEMMs of a
  * world-1 op costs 1.2 us of host time, issuing them call by call 19 us.
  *
