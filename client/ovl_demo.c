@@ -57,6 +57,9 @@ static void usage(FILE *f)
         "                      worst rank's) back to back (waits at the submit window\n"
         "                      included), then in as many more calls at most %d ahead\n"
         "                      (the call alone): four more columns\n"
+        "      --idle SECONDS  no ops: every rank joins the job, stays SECONDS (1..86400;\n"
+        "                      until SIGTERM, which ends it with status 0) and leaves,\n"
+        "                      so that other jobs find the GPUs shared\n"
         "      --seed S        random seed (default: time)\n"
         "      --job ID        job id (default demo-PID)\n"
         "  -h, --help          show this help\n",
@@ -64,6 +67,40 @@ static void usage(FILE *f)
 }
 
 /* ------------------------------------------------------------ a rank */
+
+static volatile sig_atomic_t idle_stop;
+
+static void on_idle_term(int sig)
+{
+    (void)sig;
+    idle_stop = 1;
+}
+
+/* --idle: joins, stays, leaves; 0 once it joined and left, 1 otherwise. */
+static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevices)
+{
+    ovl_comm_t *comm = NULL;
+    if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % (uint32_t)ndevices), &comm) !=
+        OVL_OK) {
+        fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
+        return 1;
+    }
+    if (rank == 0) {
+        printf("ovl-demo: job '%s' joined, idle for %u s\n", o->job, o->idle_s);
+        fflush(stdout);
+    }
+    uint64_t until = ovl_mono_ns() + (uint64_t)o->idle_s * 1000000000u;
+    while (!idle_stop && ovl_mono_ns() < until) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    ovl_status_t st = ovl_comm_destroy(comm);
+    if (st != OVL_OK) {
+        fprintf(stderr, "rank %u: leaving job '%s': %s\n", rank, o->job, ovl_strerror(st));
+        return 1;
+    }
+    return 0;
+}
 
 static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
 {
@@ -95,6 +132,11 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     if (info.ndevices == 0) {
         fprintf(stderr, "rank %u: ovld has no devices\n", rank);
         goto out;
+    }
+    if (o->idle_s) {
+        rc = rank_idle(o, rank, cl, (int)info.ndevices);
+        ovl_disconnect(cl);
+        return rc;
     }
     if (strcmp(info.backend, "cuda") == 0) {
         rc = ovl_demo_rank_cuda(o, rank, cl, &comm, res);
@@ -228,6 +270,38 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
 
 /* ------------------------------------------------------------ main */
 
+/* --idle's parent: waits for its ranks, passing SIGTERM on to them (it
+ * looks every 50 ms, so that no signal slips in between its checks); 0 if
+ * every rank joined and left. */
+static int idle_wait(const pid_t *pids, uint32_t world)
+{
+    int rc = 0;
+    bool passed = false;
+    for (uint32_t left = world; left > 0;) {
+        if (idle_stop && !passed) {
+            for (uint32_t r = 0; r < world; r++)
+                kill(pids[r], SIGTERM);
+            passed = true;
+        }
+        int ws;
+        pid_t pid = waitpid(-1, &ws, WNOHANG);
+        if (pid == 0 || (pid < 0 && errno == EINTR)) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (pid < 0)
+            return 1;
+        left--;
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            rc = 1;
+            idle_stop = 1; /* the others leave too, as in a run */
+        }
+    }
+    printf("ovl-demo: job left%s\n", rc ? " (a rank failed)" : "");
+    return rc;
+}
+
 /* --more-n's comma-separated list into o's Bs after the first. 0, or -1
  * with one line on stderr. */
 static int parse_more_n(opts_t *o, const char *arg)
@@ -273,7 +347,8 @@ int main(int argc, char **argv)
         O_JOB,
         O_INTERIOR,
         O_MORE_N,
-        O_TIMING
+        O_TIMING,
+        O_IDLE
     };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, 's'},
@@ -288,6 +363,7 @@ int main(int argc, char **argv)
         {"interior", no_argument, NULL, O_INTERIOR},
         {"more-n", required_argument, NULL, O_MORE_N},
         {"timing", no_argument, NULL, O_TIMING},
+        {"idle", required_argument, NULL, O_IDLE},
         {"seed", required_argument, NULL, O_SEED},
         {"job", required_argument, NULL, O_JOB},
         {"help", no_argument, NULL, 'h'},
@@ -337,6 +413,14 @@ int main(int argc, char **argv)
             break;
         case O_JOB:
             snprintf(o.job, sizeof(o.job), "%s", optarg);
+            break;
+        case O_IDLE:
+            if (ovl_parse_u64(optarg, &v) != 0 || v == 0 || v > 86400) {
+                fprintf(stderr, "ovl-demo: --idle: '%s' is not a number of seconds in 1..86400\n",
+                        optarg);
+                return 2;
+            }
+            o.idle_s = (uint32_t)v;
             break;
         case 'h':
             usage(stdout);
@@ -414,10 +498,14 @@ int main(int argc, char **argv)
         if (len < sizeof(bs))
             snprintf(bs + len, sizeof(bs) - len, ")");
     }
-    printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
-           "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
-           o.job, o.world, o.m, o.n, o.k, bs, ovl_dtype_name(o.dtype), o.transb ? ", transb" : "",
-           o.a_out ? ", a_out" : "", o.iters, o.iters == 1 ? "" : "s", o.seed);
+    if (o.idle_s)
+        printf("ovl-demo: job '%s', world %u, idle: no ops\n", o.job, o.world);
+    else
+        printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
+               "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
+               o.job, o.world, o.m, o.n, o.k, bs, ovl_dtype_name(o.dtype),
+               o.transb ? ", transb" : "", o.a_out ? ", a_out" : "", o.iters,
+               o.iters == 1 ? "" : "s", o.seed);
     printf("ovl-demo: socket %s (%s)\n", o.socket, rule);
     fflush(stdout);
 
@@ -425,6 +513,16 @@ int main(int argc, char **argv)
     pid_t *pids = calloc(o.world, sizeof(*pids));
     if (!pipes || !pids)
         return 1;
+    if (o.idle_s) {
+        /* the ranks inherit it: SIGTERM ends their stay, and the parent
+         * passes its own on to them */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_idle_term;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+    }
     for (uint32_t r = 0; r < o.world; r++) {
         if (pipe(pipes[r]) != 0) {
             perror("pipe");
@@ -440,6 +538,14 @@ int main(int argc, char **argv)
             _exit(rank_main(&o, r, pipes[r][1]));
         }
         close(pipes[r][1]);
+    }
+    if (o.idle_s) {
+        for (uint32_t r = 0; r < o.world; r++)
+            close(pipes[r][0]);
+        int rc = idle_wait(pids, o.world);
+        free(pipes);
+        free(pids);
+        return rc;
     }
     result_t all[64][MAX_ALGOS + 1];
     memset(all, 0, sizeof(all));

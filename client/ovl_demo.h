@@ -32,6 +32,9 @@ typedef struct opts {
     uint32_t nb;
     uint64_t more_n[OVL_MAX_BS - 1];
     bool timing; /* time each submit call (--timing) */
+    /* --idle: every rank only joins the job, stays this many seconds (or
+     * until SIGTERM) and leaves; 0: a normal run. */
+    uint32_t idle_s;
 } opts_t;
 
 /* What each rank reports for one algorithm. */

@@ -14,9 +14,11 @@ test_join_same_device_shared; a join refused by max_ranks_per_uid with
 its exact counters, test_stats.py's test_stats_under_load."""
 import json
 import re
+import signal
 import subprocess
+import time
 
-from ovltest import DEMO, OVLCTL, Daemon, log_messages, run_tests
+from ovltest import DEMO, OVLCTL, Daemon, log_messages, run_tests, status_json, wait_no_job
 
 WORLDS = [1, 2, 3, 4, 8]
 # (m, n, k, extra args): every world runs every variant, in every dtype
@@ -148,5 +150,58 @@ def test_several_bs():
         d.cleanup()
 
 
+def test_demo_idle():
+    """ovl-demo --idle (what scripts/issue-cost --gated runs beside the
+    measured job): its ranks join and stay, with no op, while another job
+    runs and checks its results on the same devices; --idle's time ends it,
+    and so does SIGTERM to the parent (passed on to the ranks), with status
+    0 and every rank gone from ovld; a number of seconds out of 1..86400 is
+    refused before any rank starts (exit 2, one line naming the range)."""
+    d = Daemon(config="host_devices = 2\n")
+    idle = None
+    try:
+        idle = subprocess.Popen([DEMO, "-w", "2", "--idle", "60", "--job", "idle-job"],
+                                env=d.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.monotonic() + 30
+        while True:
+            jobs = {j["id"]: j for j in status_json(d)["jobs"]}
+            if "idle-job" in jobs and jobs["idle-job"]["local_ranks"] == 2:
+                break
+            assert idle.poll() is None, idle.communicate()
+            assert time.monotonic() < deadline, "the idle job never had its 2 ranks: %r" % jobs
+            time.sleep(0.05)
+        assert jobs["idle-job"]["ops_done"] == 0, jobs
+        p = demo(d, 2, 16, 8, 24, "fp32", [], "beside-idle")
+        assert "all checks passed" in p.stdout, p.stdout
+        jobs = {j["id"]: j for j in status_json(d)["jobs"]}
+        assert jobs["idle-job"]["ops_done"] == 0 and jobs["idle-job"]["local_ranks"] == 2, jobs
+        t0 = time.monotonic()
+        idle.send_signal(signal.SIGTERM)
+        out, err = idle.communicate(timeout=10)
+        assert idle.returncode == 0, (idle.returncode, out, err)
+        assert time.monotonic() - t0 < 5, time.monotonic() - t0
+        assert out.splitlines()[0] == "ovl-demo: job 'idle-job', world 2, idle: no ops", out
+        assert "ovl-demo: job 'idle-job' joined, idle for 60 s" in out, out
+        assert out.rstrip().endswith("ovl-demo: job left"), out
+        idle = None
+        wait_no_job(d)
+        # its own time ends it as well
+        p = d.run([DEMO, "-w", "1", "--idle", "1", "--job", "idle-short"], timeout=30)
+        assert p.stdout.rstrip().endswith("ovl-demo: job left"), p.stdout
+        for bad in ("0", "86401", "x"):
+            p = d.run([DEMO, "-w", "1", "--idle", bad, "--job", "idle-refused"], check=False)
+            assert (p.returncode, p.stdout, p.stderr) == (
+                2, "", "ovl-demo: --idle: '%s' is not a number of seconds in 1..86400\n" % bad), p
+        assert not [m for m in log_messages(d) if "idle-refused" in m], log_messages(d)
+        assert d.stop() == 0
+    finally:
+        if idle is not None:
+            idle.kill()
+            idle.communicate()
+        d.cleanup()
+
+
 if __name__ == "__main__":
-    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings, test_several_bs])
+    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings, test_several_bs,
+               test_demo_idle])
