@@ -69,7 +69,7 @@ const libovl_stat_field_t libovl_stat_fields[] = {
     SF("latency_max_s", "op_latency_max_seconds", "gauge", "longest op latency", LIBOVL_F_MS,
        latency_max_s),
     SF("issue_s", "issue_seconds_total", "counter",
-       "ovld's loop time spent planning and enqueueing ops", LIBOVL_F_DBL, issue_sum_s),
+       "ovld's time spent planning and enqueueing ops", LIBOVL_F_DBL, issue_sum_s),
     SF("issue_p50_s", NULL, NULL, "issue p50 (s)", LIBOVL_F_MS, issue_p50_s),
     SF("issue_p99_s", NULL, NULL, "issue p99 (s)", LIBOVL_F_MS, issue_p99_s),
     SF("issue_max_s", "op_issue_max_seconds", "gauge", "longest time to issue one op", LIBOVL_F_MS,
