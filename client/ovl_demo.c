@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,9 +58,10 @@ static void usage(FILE *f)
         "                      worst rank's) back to back (waits at the submit window\n"
         "                      included), then in as many more calls at most %d ahead\n"
         "                      (the call alone): four more columns\n"
-        "      --idle SECONDS  no ops: every rank joins the job, stays SECONDS (1..86400;\n"
-        "                      until SIGTERM, which ends it with status 0) and leaves,\n"
-        "                      so that other jobs find the GPUs shared\n"
+        "      --idle SECONDS  no ops: every rank joins the job (rank r on ovld's device\n"
+        "                      r mod its devices), stays SECONDS (1..86400; SIGTERM, or\n"
+        "                      the end of the ovl-demo process, ends it sooner) and\n"
+        "                      leaves, so that other jobs find the devices shared\n"
         "      --seed S        random seed (default: time)\n"
         "      --job ID        job id (default demo-PID)\n"
         "  -h, --help          show this help\n",
@@ -80,6 +82,7 @@ static void on_idle_term(int sig)
 static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevices)
 {
     ovl_comm_t *comm = NULL;
+    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % (uint32_t)ndevices), &comm) !=
         OVL_OK) {
         fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
@@ -90,7 +93,9 @@ static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevi
         fflush(stdout);
     }
     uint64_t until = ovl_mono_ns() + (uint64_t)o->idle_s * 1000000000u;
-    while (!idle_stop && ovl_mono_ns() < until) {
+    /* a parent gone (killed, crashed) ends the stay too: PR_SET_PDEATHSIG
+     * where it took, getppid() where the parent went before it did */
+    while (!idle_stop && ovl_mono_ns() < until && getppid() == o->parent) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -273,14 +278,15 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
 /* --idle's parent: waits for its ranks, passing SIGTERM on to them (it
  * looks every 50 ms, so that no signal slips in between its checks); 0 if
  * every rank joined and left. */
-static int idle_wait(const pid_t *pids, uint32_t world)
+static int idle_wait(pid_t *pids, uint32_t world)
 {
     int rc = 0;
     bool passed = false;
     for (uint32_t left = world; left > 0;) {
         if (idle_stop && !passed) {
             for (uint32_t r = 0; r < world; r++)
-                kill(pids[r], SIGTERM);
+                if (pids[r] > 0)
+                    kill(pids[r], SIGTERM);
             passed = true;
         }
         int ws;
@@ -292,6 +298,9 @@ static int idle_wait(const pid_t *pids, uint32_t world)
         }
         if (pid < 0)
             return 1;
+        for (uint32_t r = 0; r < world; r++)
+            if (pids[r] == pid)
+                pids[r] = 0; /* reaped: never signalled again */
         left--;
         if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
             rc = 1;
@@ -523,14 +532,15 @@ int main(int argc, char **argv)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
     }
+    o.parent = getpid();
     for (uint32_t r = 0; r < o.world; r++) {
-        if (pipe(pipes[r]) != 0) {
-            perror("pipe");
-            return 1;
-        }
-        pids[r] = fork();
-        if (pids[r] < 0) {
-            perror("fork");
+        if (pipe(pipes[r]) != 0 || (pids[r] = fork()) < 0) {
+            perror(pids[r] < 0 ? "fork" : "pipe");
+            if (o.idle_s) { /* the ranks made so far leave, and are waited for */
+                pids[r] = 0;
+                idle_stop = 1;
+                idle_wait(pids, r);
+            }
             return 1;
         }
         if (pids[r] == 0) {

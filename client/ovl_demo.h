@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "ovl.h"
@@ -35,6 +36,7 @@ typedef struct opts {
     /* --idle: every rank only joins the job, stays this many seconds (or
      * until SIGTERM) and leaves; 0: a normal run. */
     uint32_t idle_s;
+    pid_t parent; /* the ranks' parent (set before they are made) */
 } opts_t;
 
 /* What each rank reports for one algorithm. */

@@ -21,9 +21,10 @@
  *   the parser cannot read back);
  * - on error the config is byte for byte what it was, and the message is
  *   "NAME:LINE: ..." with the name given and a line number of the text;
- *   the lines before that line parse without error (the first bad line is
- *   the one named); a shorter buffer gets the same message cut to fit, and
- *   errlen 0 writes nothing.
+ *   the lines before that line have no error of their own (the first bad
+ *   line is the one named; their whole may fail only the checks across
+ *   the peer_* keys, which run on the whole file: across_keys); a shorter
+ *   buffer gets the same message cut to fit, and errlen 0 writes nothing.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -365,6 +366,11 @@ static void fuzz_builtin(void)
     run_text("peer_listen = 0.0.0.0:7000\npeer_key_file = /etc/ovl/cluster.key\n");
     run_text("peer_advertise = 10.0.0.2:7000\n");
     run_text("peer_listen = 127.0.0.1:7000\n");
+    /* an error after lines that fail only the checks across keys */
+    run_text("peer_advertise = 10.0.0.2:7000\npeer_listen = 127.0.0.1:7000\nmax_jobs = x\n");
+    run_text("peer_listen = 0.0.0.0:7000\npeer_key_file = /k\nmax_jobs = x\n");
+    run_text("peer_listen = [::]:7000\npeer_advertise = [::]:7000\npeer_key_file = /k\n"
+             "max_jobs = x\n");
     run_text("max_jobs = 1\nmax_jobs = 2\n");
     run_text("\n\n\n  \t \n# only comments\n#max_jobs = x\n");
     run_text("max_jobs\n");

@@ -13,6 +13,7 @@ device, every algorithm with exact results, test_join.c's
 test_join_same_device_shared; a join refused by max_ranks_per_uid with
 its exact counters, test_stats.py's test_stats_under_load."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -155,14 +156,15 @@ def test_demo_idle():
     measured job): its ranks join and stay, with no op, while another job
     runs and checks its results on the same devices; --idle's time ends it,
     and so does SIGTERM to the parent (passed on to the ranks), with status
-    0 and every rank gone from ovld; a number of seconds out of 1..86400 is
+    0 and every rank gone from ovld, and so does the parent's SIGKILL (the
+    ranks see it gone and leave); a number of seconds out of 1..86400 is
     refused before any rank starts (exit 2, one line naming the range)."""
     d = Daemon(config="host_devices = 2\n")
     idle = None
     try:
         idle = subprocess.Popen([DEMO, "-w", "2", "--idle", "60", "--job", "idle-job"],
                                 env=d.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, start_new_session=True)
         deadline = time.monotonic() + 30
         while True:
             jobs = {j["id"]: j for j in status_json(d)["jobs"]}
@@ -189,6 +191,19 @@ def test_demo_idle():
         # its own time ends it as well
         p = d.run([DEMO, "-w", "1", "--idle", "1", "--job", "idle-short"], timeout=30)
         assert p.stdout.rstrip().endswith("ovl-demo: job left"), p.stdout
+        # and so does the end of its parent, killed: the ranks leave
+        idle = subprocess.Popen([DEMO, "-w", "2", "--idle", "60", "--job", "idle-orphan"],
+                                env=d.env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not any(j["id"] == "idle-orphan" and j["local_ranks"] == 2
+                      for j in status_json(d)["jobs"]):
+            assert idle.poll() is None and time.monotonic() < deadline, "idle-orphan never joined"
+            time.sleep(0.05)
+        idle.kill()
+        idle.wait()
+        idle = None
+        wait_no_job(d, timeout=10)
         for bad in ("0", "86401", "x"):
             p = d.run([DEMO, "-w", "1", "--idle", bad, "--job", "idle-refused"], check=False)
             assert (p.returncode, p.stdout, p.stderr) == (
@@ -196,8 +211,11 @@ def test_demo_idle():
         assert not [m for m in log_messages(d) if "idle-refused" in m], log_messages(d)
         assert d.stop() == 0
     finally:
-        if idle is not None:
-            idle.kill()
+        if idle is not None:  # the whole group: the ranks hold its pipes
+            try:
+                os.killpg(idle.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             idle.communicate()
         d.cleanup()
 

@@ -717,7 +717,8 @@ static void test_integer_syntax(void **state)
         "max_ops_in_flight", "max_jobs",          "default_chunks",
         "default_streams",   "replay_cache",      "max_connections_per_uid",
         "max_jobs_per_uid",  "max_ranks_per_uid", "max_registrations_per_uid",
-        "hello_timeout_ms",  "capture_streams",   "hold_limit_ms"};
+        "hello_timeout_ms",  "capture_streams",   "hold_limit_ms",
+        "gate_spin_ms",      "peer_timeout_ms"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");

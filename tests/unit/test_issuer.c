@@ -545,7 +545,8 @@ static uint64_t cpu_ns(void)
 
 /* gate_spin_ms 0: an op waits at its gate for 300 ms while the process
  * uses under half of that in CPU time (a spinning poller uses all of it),
- * and its gate is still seen open within 50 ms. */
+ * and its gate is still seen open within 250 ms (a poll every 100 us, and
+ * this thread's look every 1 ms, on a loaded machine). */
 static void test_gate_spin_zero(void **state)
 {
     (void)state;
@@ -564,7 +565,7 @@ static void test_gate_spin_zero(void **state)
     atomic_store(&ready[0], 1);
     assert_true(wait_for(&a.issued, WAIT_MS));
     uint64_t took_ms = (ovl_mono_ns() - t0) / 1000000;
-    if (took_ms > 50)
+    if (took_ms > 250)
         fail_msg("with gate_spin_ms 0 an open gate was seen after %llu ms",
                  (unsigned long long)took_ms);
     ovld_lane_free(l0);
