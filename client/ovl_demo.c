@@ -58,8 +58,9 @@ static void usage(FILE *f)
         "                      worst rank's) back to back (waits at the submit window\n"
         "                      included), then in as many more calls at most %d ahead\n"
         "                      (the call alone): four more columns\n"
-        "      --idle SECONDS  no ops: every rank joins the job (rank r on ovld's device\n"
-        "                      r mod its devices), stays SECONDS (1..86400; SIGTERM, or\n"
+        "      --idle SECONDS  no ops: every rank joins the job (rank r on device r mod\n"
+        "                      the devices: this process's GPUs where ovld runs CUDA,\n"
+        "                      else ovld's), stays SECONDS (1..86400; SIGTERM, or\n"
         "                      the end of the ovl-demo process, ends it sooner) and\n"
         "                      leaves, so that other jobs find the devices shared\n"
         "      --seed S        random seed (default: time)\n"
@@ -139,7 +140,11 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         goto out;
     }
     if (o->idle_s) {
-        rc = rank_idle(o, rank, cl, (int)info.ndevices);
+        /* on CUDA a rank names its GPU as this process numbers them, which
+         * CUDA_VISIBLE_DEVICES may narrow below ovld's view */
+        int ndev = strcmp(info.backend, "cuda") == 0 ? ovl_demo_cuda_devices(rank)
+                                                       : (int)info.ndevices;
+        rc = ndev > 0 ? rank_idle(o, rank, cl, ndev) : 1;
         ovl_disconnect(cl);
         return rc;
     }
@@ -270,6 +275,15 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             "CUDA\n",
             rank);
     return 1;
+}
+
+int ovl_demo_cuda_devices(uint32_t rank)
+{
+    fprintf(stderr,
+            "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
+            "CUDA\n",
+            rank);
+    return 0;
 }
 #endif
 

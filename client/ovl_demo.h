@@ -103,6 +103,11 @@ static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const vo
 int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                        result_t *res);
 
+/* The GPUs this process sees (CUDA_VISIBLE_DEVICES applies): the ordinals a
+ * rank on the CUDA backend names when it joins. 0 (with a message) if there
+ * are none or CUDA cannot say; 0 without CUDA. */
+int ovl_demo_cuda_devices(uint32_t rank);
+
 static inline int ovl_demo_cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

@@ -24,6 +24,20 @@ static size_t place(size_t *cursor, size_t bytes, bool interior)
     return at;
 }
 
+int ovl_demo_cuda_devices(uint32_t rank)
+{
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess) {
+        fprintf(stderr, "rank %u: cudaGetDeviceCount: %s\n", rank, cudaGetErrorString(ce));
+        return 0;
+    }
+    if (ndev <= 0)
+        fprintf(stderr, "rank %u: ovld runs the CUDA backend, but this process sees no GPU\n",
+                rank);
+    return ndev > 0 ? ndev : 0;
+}
+
 int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                        result_t *res)
 {

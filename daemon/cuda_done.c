@@ -152,7 +152,8 @@ static void ring_by_cpu(struct ovld_rank *r, cuda_done_t *d, void *cookie, uint6
 {
     cuda_backend_t *cb = r->cb;
     if (r->db) {
-        ovl_doorbell_set_error(r->db, seq, (int32_t)OVL_ERR_BACKEND);
+        if (cuda_claim_error(r))
+            ovl_doorbell_set_error(r->db, seq, (int32_t)OVL_ERR_BACKEND);
         /* the slot first, then done, as the stream writes them */
         ovl_doorbell_ring_slot(r->db, seq);
         if (__atomic_load_n(&r->db->done, __ATOMIC_RELAXED) < seq)
@@ -207,12 +208,10 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                 struct ovld_rank *r = ranks[i];
                 /* The first failure's status and op; later failures leave
                  * them be. */
-                if (status != OVL_OK && !r->error_written) {
+                if (status != OVL_OK && cuda_claim_error(r)) {
                     ops[k++] = write_op(&r->db_dev->error_seq, seq, true);
                     ops[k++] = write_op(&r->db_dev->error, (uint32_t)(int32_t)status, false);
                 }
-                if (status != OVL_OK)
-                    r->error_written = true;
                 /* First the slot that the client's stream waits on
                  * (proto/doorbell.h), then done, which host-side waits
                  * read: once libovl sees done, the slot is written too, and

@@ -178,7 +178,9 @@ struct ovld_rank {
     cuda_done_ev_t *free_ev;     /* done events of this device to reuse (under mu) */
     struct cuda_done *free_done; /* completion records to reuse (under mu) */
     uint32_t nfree_done;
-    bool error_written;
+    /* Whether the doorbell's error pair (error_seq, error) was claimed: by
+     * the first failure, whichever thread records it (cuda_claim_error). */
+    atomic_bool error_written;
     bool setup_pending;            /* its communicator is being made on a worker (loop thread) */
     struct cuda_setup_work *setup; /* that setup, while setup_pending */
     /* Its job's communicator: NULL where none was made, and from job_abort
@@ -301,6 +303,15 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
 void cuda_rank_destroy(ovld_backend_t *b, ovld_rank_t *r);
 void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi);
 void cuda_rank_fail_op(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq, ovl_status_t status);
+
+/* True for the one caller that may write r's doorbell error pair: the first
+ * failure's, whether by a GPU write (cuda_done's ring) or a CPU store (a
+ * ring by CPU, an abort, a refused op), so that the two words of the pair
+ * always come from one failure. Any thread. */
+static inline bool cuda_claim_error(ovld_rank_t *r)
+{
+    return !atomic_exchange(&r->error_written, true);
+}
 ovl_status_t cuda_rank_scratch(ovld_backend_t *b, ovld_rank_t *r, uint64_t bytes, void **ret_ptr,
                                char *err, size_t errlen);
 ovl_status_t cuda_reserve_events(ovld_rank_t *r, uint32_t n);

@@ -477,7 +477,7 @@ ovl_status_t cuda_job_key(ovld_backend_t *b, uint8_t out[OVLD_NCCL_ID_LEN], char
  * that never came. Each completion says so (loop thread: the deliveries
  * read it there, later), and the doorbell's error word too, by a CPU
  * store, as cuda_done does where the GPU cannot ring: no GPU write of it is
- * queued while error_written is false. Ops the GPU just finished but that
+ * queued unless this claims the error pair (cuda_claim_error). Ops the GPU just finished but that
  * the poller has not seen yet are failed with them; the job is lost
  * anyway. */
 static void abort_inflight(struct ovld_rank *r)
@@ -500,9 +500,8 @@ static void abort_inflight(struct ovld_rank *r)
         any = true;
     }
     pthread_mutex_unlock(&r->mu);
-    if (!any || r->error_written || !r->db)
+    if (!any || !r->db || !cuda_claim_error(r))
         return;
-    r->error_written = true;
     ovl_doorbell_set_error(r->db, first, (int32_t)OVL_ERR_ABORTED);
 }
 

@@ -112,6 +112,7 @@ ovl_status_t cuda_rank_create(ovld_backend_t *b, uint32_t device, ovld_rank_t **
         snprintf(err, errlen, "out of memory");
         return OVL_ERR_NOMEM;
     }
+    atomic_init(&r->error_written, false);
     static const pthread_mutex_t unlocked = PTHREAD_MUTEX_INITIALIZER;
     r->mu = unlocked;
     r->nccl_mu = unlocked;
@@ -258,7 +259,7 @@ void cuda_rank_release(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq_hi)
 void cuda_rank_fail_op(ovld_backend_t *b, ovld_rank_t *r, uint64_t seq, ovl_status_t status)
 {
     (void)b;
-    if (r->db)
+    if (r->db && cuda_claim_error(r))
         ovl_doorbell_set_error(r->db, seq, (int32_t)status);
 }
 
