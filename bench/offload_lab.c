@@ -22,7 +22,8 @@
  *   offload dev        the same with both doorbell words in the server's
  *                      device memory (IPC) instead of a host page
  *
- * The variants take turns, shape by shape, in `rounds` rounds, each after
+ * The variants take turns, shape by shape, in `rounds` rounds (each round
+ * in another order, so that no variant always follows the same one), each after
  * its own untimed ops for about --settle-ms (the GPU's clock follows its
  * load: docs/performance.md, "Settling"); a row gives the median over the
  * rounds of each round's median, its spread, and the median over rounds of
@@ -30,8 +31,9 @@
  *
  * Then, with --algos N, the client times the first N algorithms that
  * cuBLASLt's heuristic offers for each shape (the same preferences as
- * cuda_gemm.c; it takes the first): how far the heuristic's pick is from
- * the fastest on this GPU. Timing only; the outputs are not compared.
+ * cuda_gemm.c, which takes the first) and ovld_lt_gemm itself, taking
+ * turns in rounds the same way: how far the heuristic's pick is from the
+ * fastest on this GPU. Timing only; the outputs are not compared.
  *
  * Usage: ovl-offload-lab [--shapes MxKxN,...] [--iters N] [--rounds R]
  *                        [--settle-ms T] [--dtype T] [--algos N]
@@ -399,19 +401,25 @@ static cudaDataType_t lt_type(void)
                                          : CUDA_R_16BF;
 }
 
-/* The heuristic's first `algos` algorithms for shape si, each timed. Its
- * descriptors are cuda_gemm.c's for a dense row-major A @ B: cuBLASLt's A
- * is our B, its B our A. */
-static void survey(cublasLtHandle_t h, int si, double op_ms)
+/* One shape's candidates: cuda_gemm.c's descriptors for a dense row-major
+ * A @ B (cuBLASLt's A is our B, its B our A) and the heuristic's first
+ * `algos` algorithms that fit the workspace. */
+typedef struct {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo[MAX_ALGOS];
+    int idx[MAX_ALGOS]; /* each one's place in the heuristic's list */
+    int n;
+} cands_t;
+
+static void cands_make(cublasLtHandle_t h, int si, cands_t *c)
 {
     shape_t sh = opt.shapes[si];
     cudaDataType_t dt = lt_type();
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LK(cublasLtMatrixLayoutCreate(&la, dt, sh.n, sh.k, (int64_t)sh.n));
-    LK(cublasLtMatrixLayoutCreate(&lb, dt, sh.k, sh.m, (int64_t)sh.k));
-    LK(cublasLtMatrixLayoutCreate(&lc, dt, sh.n, sh.m, (int64_t)sh.n));
+    LK(cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LK(cublasLtMatrixLayoutCreate(&c->la, dt, sh.n, sh.k, (int64_t)sh.n));
+    LK(cublasLtMatrixLayoutCreate(&c->lb, dt, sh.k, sh.m, (int64_t)sh.k));
+    LK(cublasLtMatrixLayoutCreate(&c->lc, dt, sh.n, sh.m, (int64_t)sh.n));
     cublasLtMatmulPreference_t pref;
     LK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t wsb = OVLD_LT_WORKSPACE;
@@ -428,44 +436,95 @@ static void survey(cublasLtHandle_t h, int si, double op_ms)
                                             sizeof al));
     cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
     int nres = 0;
-    LK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, opt.algos, res, &nres));
-    printf("  %" PRIu64 "x%" PRIu64 "x%" PRIu64 ": %d algorithm%s offered\n", sh.m, sh.k, sh.n,
-           nres, nres == 1 ? "" : "s");
-    float alpha = 1, beta = 0;
-    double first = 0;
-    for (int i = 0; i < nres; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > OVLD_LT_WORKSPACE)
-            continue;
-        int n = settle_ops(op_ms) + opt.iters;
-        bool bad = false;
-        for (int j = 0; j < n && !bad; j++) {
-            if (j >= n - opt.iters)
-                CK(cudaEventRecord(cev[j - (n - opt.iters)], cs));
-            cublasStatus_t st =
-                cublasLtMatmul(h, desc, &alpha, cb[si], la, ca[si], lb, &beta, cc[si], lc, cc[si],
-                               lc, &res[i].algo, cws, OVLD_LT_WORKSPACE, cs);
-            if (st != CUBLAS_STATUS_SUCCESS) {
-                printf("    #%d: cublasLtMatmul: cuBLAS status %d\n", i, (int)st);
-                bad = true;
-            }
-        }
-        CK(cudaEventRecord(cev[opt.iters], cs));
-        CK(cudaStreamSynchronize(cs));
-        if (bad)
-            continue;
-        double ms = median_ms(cev, opt.iters);
-        if (i == 0)
-            first = ms;
-        printf("    #%d%s: %.4f ms%s", i, i == 0 ? " (ovld's pick)" : "", ms,
-               first > 0 && i > 0 ? "" : "\n");
-        if (first > 0 && i > 0)
-            printf("  %.3fx the first\n", ms / first);
-    }
+    LK(cublasLtMatmulAlgoGetHeuristic(h, c->desc, c->la, c->lb, c->lc, c->lc, pref, opt.algos, res,
+                                      &nres));
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(desc);
+    c->n = 0;
+    for (int i = 0; i < nres && i < MAX_ALGOS; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= OVLD_LT_WORKSPACE) {
+            c->algo[c->n] = res[i].algo;
+            c->idx[c->n++] = i;
+        }
+}
+
+/* n ops of candidate j of shape si (j == c->n: ovld_lt_gemm, ovld's own
+ * call); the median per op in ms when timed (n <= iters), -1 if cuBLASLt
+ * refused to run it. */
+static float cand_run(cublasLtHandle_t h, const cands_t *c, int si, int j, int n)
+{
+    bool timed = n <= opt.iters;
+    float alpha = 1, beta = 0;
+    for (int i = 0; i < n; i++) {
+        if (timed)
+            CK(cudaEventRecord(cev[i], cs));
+        if (j == c->n) {
+            gemm(clt, cs, cws, opt.shapes[si], ca[si], cb[si], cc[si]);
+            continue;
+        }
+        cublasStatus_t st =
+            cublasLtMatmul(h, c->desc, &alpha, cb[si], c->la, ca[si], c->lb, &beta, cc[si], c->lc,
+                           cc[si], c->lc, &c->algo[j], cws, OVLD_LT_WORKSPACE, cs);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            CK(cudaStreamSynchronize(cs));
+            return -1;
+        }
+    }
+    if (timed)
+        CK(cudaEventRecord(cev[n], cs));
+    CK(cudaStreamSynchronize(cs));
+    return timed ? median_ms(cev, n) : 0;
+}
+
+/* Every shape's candidates and ovld's own call, taking turns in rounds as
+ * the variants do; per candidate the median over rounds of its time and of
+ * its ratio to the heuristic's first in the same round. */
+static void survey(const double *est)
+{
+    cublasLtHandle_t h;
+    LK(cublasLtCreate(&h));
+    static cands_t c[MAX_SHAPES];
+    static double t[MAX_ROUNDS][MAX_SHAPES][MAX_ALGOS + 1];
+    for (int si = 0; si < opt.nshapes; si++)
+        cands_make(h, si, &c[si]);
+    for (int r = 0; r < opt.rounds; r++)
+        for (int si = 0; si < opt.nshapes; si++)
+            for (int j0 = 0; j0 <= c[si].n; j0++) {
+                int j = (j0 + r) % (c[si].n + 1);
+                if (cand_run(h, &c[si], si, j, settle_ops(est[si])) < 0)
+                    t[r][si][j] = -1;
+                else
+                    t[r][si][j] = cand_run(h, &c[si], si, j, opt.iters);
+            }
+    printf("\ncuBLASLt's first %d algorithms for each shape, in the client, taking turns in %d "
+           "rounds (median ms of %d ops after about %d ms of their own; median over rounds)\n",
+           opt.algos, opt.rounds, opt.iters, opt.settle_ms);
+    for (int si = 0; si < opt.nshapes; si++) {
+        shape_t sh = opt.shapes[si];
+        printf("  %" PRIu64 "x%" PRIu64 "x%" PRIu64 ": %d fit the workspace\n", sh.m, sh.k, sh.n,
+               c[si].n);
+        for (int j = 0; j <= c[si].n; j++) {
+            double m[MAX_ROUNDS], x[MAX_ROUNDS];
+            int ok = 0;
+            for (int r = 0; r < opt.rounds; r++)
+                if (t[r][si][j] > 0 && c[si].n > 0 && t[r][si][0] > 0) {
+                    m[ok] = t[r][si][j];
+                    x[ok++] = t[r][si][j] / t[r][si][0];
+                }
+            if (j == c[si].n)
+                printf("    ovld_lt_gemm (ovld's call)");
+            else
+                printf("    heuristic #%-2d            ", c[si].idx[j]);
+            if (ok == 0)
+                printf("  refused\n");
+            else
+                printf("  %.4f ms  %.3fx #0\n", median_d(m, ok), median_d(x, ok));
+        }
+        cublasLtMatrixLayoutDestroy(c[si].la);
+        cublasLtMatrixLayoutDestroy(c[si].lb);
+        cublasLtMatrixLayoutDestroy(c[si].lc);
+        cublasLtMatmulDescDestroy(c[si].desc);
+    }
+    cublasLtDestroy(h);
 }
 
 static int client(int fd, volatile uint64_t *hpage)
@@ -527,7 +586,8 @@ static int client(int fd, volatile uint64_t *hpage)
     static double med[MAX_ROUNDS][MAX_SHAPES][NVAR];
     for (int r = 0; r < opt.rounds; r++)
         for (int si = 0; si < opt.nshapes; si++)
-            for (int v = 0; v < NVAR; v++) {
+            for (int v0 = 0; v0 < NVAR; v0++) {
+                int v = (v0 + r) % NVAR; /* each round in another order */
                 double op = v == V_RT ? 0.01 : est[si];
                 run(si, v, settle_ops(op));
                 med[r][si][v] = run(si, v, opt.iters);
@@ -555,16 +615,8 @@ static int client(int fd, volatile uint64_t *hpage)
     req_t q = {.cmd = CMD_QUIT};
     SEND(fd, q);
 
-    if (opt.algos > 0) {
-        cublasLtHandle_t h;
-        LK(cublasLtCreate(&h));
-        printf("\ncuBLASLt's first %d algorithms, in the client (median ms of %d ops after "
-               "about %d ms of their own)\n",
-               opt.algos, opt.iters, opt.settle_ms);
-        for (int si = 0; si < opt.nshapes; si++)
-            survey(h, si, est[si]);
-        cublasLtDestroy(h);
-    }
+    if (opt.algos > 0)
+        survey(est);
     return 0;
 }
 
