@@ -12,6 +12,12 @@
  *                      "gemm" at world 1: what the application does alone)
  *   gemm server own    the GEMM in the server, on memory it allocated
  *   gemm server ipc    the GEMM in the server, on the client's memory
+ *   gemm waited        the same, each after a stream wait that always holds
+ *   gemm rung          the same, each followed by ovld's done batch (three
+ *                      writes to the host page) and an event, without waits
+ *   gemm rung nb       the same, the writes without their memory barrier
+ *                      (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER): what the
+ *                      barrier costs (ovl needs it: C before done)
  *   round trip         the doorbells alone: the client's stream writes ready
  *                      and waits done (one batch, as libovl), the server's
  *                      waits ready, writes done, its slot and a counter (one
@@ -70,8 +76,20 @@
 #define MAX_ROUNDS 32
 #define MAX_ALGOS  32
 
-enum { V_GEMM_CLIENT, V_GEMM_OWN, V_GEMM_IPC, V_RT, V_OFFLOAD, V_OFFLOAD_DEV, NVAR };
+enum {
+    V_GEMM_CLIENT,
+    V_GEMM_OWN,
+    V_GEMM_IPC,
+    V_GEMM_WAITED,
+    V_GEMM_RUNG,
+    V_GEMM_RUNG_NB,
+    V_RT,
+    V_OFFLOAD,
+    V_OFFLOAD_DEV,
+    NVAR
+};
 static const char *const var_name[NVAR] = {"gemm client", "gemm server own", "gemm server ipc",
+                                           "gemm waited", "gemm rung",       "gemm rung nb",
                                            "round trip",  "offload",         "offload dev"};
 
 typedef struct {
@@ -148,7 +166,7 @@ static void xfer(int fd, void *p, size_t len, bool out)
 
 /* Words of the shared host page, and of the server's device page (each on
  * its own 128 bytes). */
-enum { W_READY = 0, W_DONE = 16, W_SLOT = 32, W_OWN = 48, PAGE = 4096 };
+enum { W_READY = 0, W_DONE = 16, W_SLOT = 32, W_OWN = 48, W_ZERO = 64, PAGE = 4096 };
 
 static CUdeviceptr word(CUdeviceptr page, int w)
 {
@@ -223,6 +241,13 @@ static void gemm(ovld_lt_t *lt, cudaStream_t s, void *ws, shape_t sh, void *a, v
 
 /* ------------------------------------------------------------- server */
 
+/* The variants the server times on its own stream (the client idle). */
+static bool server_timed(int v)
+{
+    return v == V_GEMM_OWN || v == V_GEMM_IPC || v == V_GEMM_WAITED || v == V_GEMM_RUNG ||
+           v == V_GEMM_RUNG_NB;
+}
+
 static void server(int fd, volatile uint64_t *hpage)
 {
     who = "offload-lab server";
@@ -244,6 +269,7 @@ static void server(int fd, volatile uint64_t *hpage)
     CK(cudaHostRegister((void *)hpage, PAGE, cudaHostRegisterMapped | cudaHostRegisterPortable));
     void *hdev;
     CK(cudaHostGetDevicePointer(&hdev, (void *)hpage, 0));
+    CUdeviceptr hdev_w = (CUdeviceptr)(uintptr_t)hdev;
     void *dpage;
     CK(cudaMalloc(&dpage, PAGE));
     CK(cudaMemset(dpage, 0, PAGE));
@@ -287,7 +313,7 @@ static void server(int fd, volatile uint64_t *hpage)
         }
         shape_t sh = opt.shapes[q.shape];
         bufs_t *b = &bufs[q.shape];
-        bool timed = q.n <= opt.iters && (q.variant == V_GEMM_OWN || q.variant == V_GEMM_IPC);
+        bool timed = q.n <= opt.iters && server_timed(q.variant);
         CUdeviceptr pg = q.variant == V_OFFLOAD_DEV ? (CUdeviceptr)(uintptr_t)dpage
                                                     : (CUdeviceptr)(uintptr_t)hdev;
         /* Answered before enqueueing: with long runs both processes' queues
@@ -304,6 +330,26 @@ static void server(int fd, volatile uint64_t *hpage)
             case V_GEMM_IPC:
                 gemm(lt, s, ws, sh, b->a, b->b, b->c);
                 break;
+            case V_GEMM_WAITED: /* a wait that always holds, before each GEMM */
+                DK(drv.stream_wait_value64((CUstream)s, word(hdev_w, W_ZERO), 0,
+                                           CU_STREAM_WAIT_VALUE_GEQ));
+                gemm(lt, s, ws, sh, b->a, b->b, b->c);
+                break;
+            case V_GEMM_RUNG:
+            case V_GEMM_RUNG_NB: { /* ovld's done batch after each GEMM, no wait */
+                gemm(lt, s, ws, sh, b->a, b->b, b->c);
+                CUstreamBatchMemOpParams w[3] = {
+                    ovl_cudrv_op_write(word(hdev_w, W_SLOT), seq, true),
+                    ovl_cudrv_op_write(word(hdev_w, W_DONE), seq, true),
+                    ovl_cudrv_op_write(word(hdev_w, W_OWN), seq, true),
+                };
+                if (q.variant == V_GEMM_RUNG_NB)
+                    for (int x = 0; x < 3; x++)
+                        w[x].writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+                DK(drv.stream_batch_mem_op((CUstream)s, 3, w, 0));
+                CK(cudaEventRecord(watch, s));
+                break;
+            }
             case V_RT:
             case V_OFFLOAD:
             case V_OFFLOAD_DEV: {
