@@ -15,10 +15,6 @@
  *   gemm waited        the same, each after a stream wait that always holds
  *   gemm rung          the same, each followed by ovld's done batch (three
  *                      writes to the host page) and an event, without waits
- *   gemm rung nb       the same, the writes without their memory barrier
- *                      (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, one call
- *                      each: a batch refuses the flag): what the barrier
- *                      costs (ovl needs it: C before done)
  *   round trip         the doorbells alone: the client's stream writes ready
  *                      and waits done (one batch, as libovl), the server's
  *                      waits ready, writes done, its slot and a counter (one
@@ -83,7 +79,6 @@ enum {
     V_GEMM_IPC,
     V_GEMM_WAITED,
     V_GEMM_RUNG,
-    V_GEMM_RUNG_NB,
     V_RT,
     V_OFFLOAD,
     V_OFFLOAD_DEV,
@@ -245,8 +240,7 @@ static void gemm(ovld_lt_t *lt, cudaStream_t s, void *ws, shape_t sh, void *a, v
 /* The variants the server times on its own stream (the client idle). */
 static bool server_timed(int v)
 {
-    return v == V_GEMM_OWN || v == V_GEMM_IPC || v == V_GEMM_WAITED || v == V_GEMM_RUNG ||
-           v == V_GEMM_RUNG_NB;
+    return v == V_GEMM_OWN || v == V_GEMM_IPC || v == V_GEMM_WAITED || v == V_GEMM_RUNG;
 }
 
 static void server(int fd, volatile uint64_t *hpage)
@@ -336,21 +330,14 @@ static void server(int fd, volatile uint64_t *hpage)
                                            CU_STREAM_WAIT_VALUE_GEQ));
                 gemm(lt, s, ws, sh, b->a, b->b, b->c);
                 break;
-            case V_GEMM_RUNG:
-            case V_GEMM_RUNG_NB: { /* ovld's done batch after each GEMM, no wait */
+            case V_GEMM_RUNG: { /* ovld's done batch after each GEMM, no wait */
                 gemm(lt, s, ws, sh, b->a, b->b, b->c);
                 CUstreamBatchMemOpParams w[3] = {
                     ovl_cudrv_op_write(word(hdev_w, W_SLOT), seq, true),
                     ovl_cudrv_op_write(word(hdev_w, W_DONE), seq, true),
                     ovl_cudrv_op_write(word(hdev_w, W_OWN), seq, true),
                 };
-                /* a batch refuses the flag: one call a write */
-                for (int x = 0; x < 3 && q.variant == V_GEMM_RUNG_NB; x++)
-                    DK(drv.stream_write_value64((CUstream)s, w[x].writeValue.address,
-                                                w[x].writeValue.value64,
-                                                CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
-                if (q.variant == V_GEMM_RUNG)
-                    DK(drv.stream_batch_mem_op((CUstream)s, 3, w, 0));
+                DK(drv.stream_batch_mem_op((CUstream)s, 3, w, 0));
                 CK(cudaEventRecord(watch, s));
                 break;
             }
