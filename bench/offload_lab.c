@@ -85,8 +85,8 @@ enum {
     NVAR
 };
 static const char *const var_name[NVAR] = {"gemm client", "gemm server own", "gemm server ipc",
-                                           "gemm waited", "gemm rung",       "gemm rung nb",
-                                           "round trip",  "offload",         "offload dev"};
+                                           "gemm waited", "gemm rung",       "round trip",
+                                           "offload",     "offload dev"};
 
 typedef struct {
     uint64_t m, k, n;
