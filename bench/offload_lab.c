@@ -15,6 +15,10 @@
  *   gemm waited        the same, each after a stream wait that always holds
  *   gemm rung          the same, each followed by ovld's done batch (three
  *                      writes to the host page) and an event, without waits
+ *   gemm k-waited      "gemm waited" with the wait done by a one-thread
+ *                      kernel that polls the word (offload_lab_kernels.cu)
+ *   gemm k-rung        "gemm rung" with the writes done by a one-thread
+ *                      kernel after a system-wide fence
  *   round trip         the doorbells alone: the client's stream writes ready
  *                      and waits done (one batch, as libovl), the server's
  *                      waits ready, writes done, its slot and a counter (one
@@ -24,6 +28,8 @@
  *                      without ovld's host side
  *   offload dev        the same with both doorbell words in the server's
  *                      device memory (IPC) instead of a host page
+ *   offload k          "offload" with the server's wait and writes by kernels
+ *   offload kk         and the client's as well
  *
  * The variants take turns, shape by shape, in `rounds` rounds (each round
  * in another order, so that no variant always follows the same one), each after
@@ -66,6 +72,7 @@
 #include "cuda_gemm.h"
 #include "cudrv.h"
 #include "demo_cuda.h"
+#include "offload_lab_kernels.h"
 #include "ovl.h"
 
 #define MAX_SHAPES 8
@@ -79,14 +86,19 @@ enum {
     V_GEMM_IPC,
     V_GEMM_WAITED,
     V_GEMM_RUNG,
+    V_GEMM_KWAITED,
+    V_GEMM_KRUNG,
     V_RT,
     V_OFFLOAD,
     V_OFFLOAD_DEV,
+    V_OFFLOAD_K,
+    V_OFFLOAD_KK,
     NVAR
 };
 static const char *const var_name[NVAR] = {"gemm client", "gemm server own", "gemm server ipc",
-                                           "gemm waited", "gemm rung",       "round trip",
-                                           "offload",     "offload dev"};
+                                           "gemm waited", "gemm rung",       "gemm k-waited",
+                                           "gemm k-rung", "round trip",      "offload",
+                                           "offload dev", "offload k",       "offload kk"};
 
 typedef struct {
     uint64_t m, k, n;
@@ -169,6 +181,11 @@ static CUdeviceptr word(CUdeviceptr page, int w)
     return page + (CUdeviceptr)w * 8;
 }
 
+static uint64_t *hword(void *page, int w)
+{
+    return (uint64_t *)page + w;
+}
+
 /* -------------------------------------------------------------- timing */
 
 static int cmp_f(const void *a, const void *b)
@@ -240,7 +257,8 @@ static void gemm(ovld_lt_t *lt, cudaStream_t s, void *ws, shape_t sh, void *a, v
 /* The variants the server times on its own stream (the client idle). */
 static bool server_timed(int v)
 {
-    return v == V_GEMM_OWN || v == V_GEMM_IPC || v == V_GEMM_WAITED || v == V_GEMM_RUNG;
+    return v == V_GEMM_OWN || v == V_GEMM_IPC || v == V_GEMM_WAITED || v == V_GEMM_RUNG ||
+           v == V_GEMM_KWAITED || v == V_GEMM_KRUNG;
 }
 
 static void server(int fd, volatile uint64_t *hpage)
@@ -341,6 +359,24 @@ static void server(int fd, volatile uint64_t *hpage)
                 CK(cudaEventRecord(watch, s));
                 break;
             }
+            case V_GEMM_KWAITED:
+                CK(lab_launch_wait(s, hword(hdev, W_ZERO), 0));
+                gemm(lt, s, ws, sh, b->a, b->b, b->c);
+                break;
+            case V_GEMM_KRUNG:
+                gemm(lt, s, ws, sh, b->a, b->b, b->c);
+                CK(lab_launch_write3(s, hword(hdev, W_SLOT), hword(hdev, W_DONE),
+                                     hword(hdev, W_OWN), seq));
+                CK(cudaEventRecord(watch, s));
+                break;
+            case V_OFFLOAD_K:
+            case V_OFFLOAD_KK:
+                CK(lab_launch_wait(s, hword(hdev, W_READY), seq));
+                gemm(lt, s, ws, sh, b->a, b->b, b->c);
+                CK(lab_launch_write3(s, hword(hdev, W_SLOT), hword(hdev, W_DONE),
+                                     hword(hdev, W_OWN), seq));
+                CK(cudaEventRecord(watch, s));
+                break;
             case V_RT:
             case V_OFFLOAD:
             case V_OFFLOAD_DEV: {
@@ -378,6 +414,7 @@ static void *cws;
 static cudaEvent_t cev[MAX_ITERS + 1];
 static void *ca[MAX_SHAPES], *cb[MAX_SHAPES], *cc[MAX_SHAPES];
 static CUdeviceptr chpage, cdpage;
+static void *chost; /* the host page, as the client's kernels reach it */
 
 /* Runs n ops of variant v on shape si; the per-op median in ms when timed
  * (n <= iters), else 0. */
@@ -392,7 +429,7 @@ static float run(int si, int v, int n)
         int32_t ok;
         RECV(sfd, ok);
     }
-    bool client_timed = v == V_GEMM_CLIENT || v == V_RT || v == V_OFFLOAD || v == V_OFFLOAD_DEV;
+    bool client_timed = !server_timed(v);
     CUdeviceptr pg = v == V_OFFLOAD_DEV ? cdpage : chpage;
     for (int i = 0; i < n && client_timed; i++) {
         uint64_t seq = q.seq0 + 1 + (uint64_t)i;
@@ -400,6 +437,12 @@ static float run(int si, int v, int n)
             CK(cudaEventRecord(cev[i], cs));
         if (v == V_GEMM_CLIENT) {
             gemm(clt, cs, cws, sh, ca[si], cb[si], cc[si]);
+            continue;
+        }
+        if (v == V_OFFLOAD_KK) {
+            uint64_t *r = hword(chost, W_READY);
+            CK(lab_launch_write3(cs, r, r, r, seq));
+            CK(lab_launch_wait(cs, hword(chost, W_DONE), seq));
             continue;
         }
         CUstreamBatchMemOpParams w[2] = {
@@ -583,6 +626,7 @@ static int client(int fd, volatile uint64_t *hpage)
     void *hdev, *dp;
     CK(cudaHostGetDevicePointer(&hdev, (void *)hpage, 0));
     chpage = (CUdeviceptr)(uintptr_t)hdev;
+    chost = hdev;
     cudaIpcMemHandle_t dh;
     RECV(fd, dh);
     CK(cudaIpcOpenMemHandle(&dp, dh, cudaIpcMemLazyEnablePeerAccess));
