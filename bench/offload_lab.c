@@ -95,10 +95,39 @@ enum {
     V_OFFLOAD_KK,
     NVAR
 };
-static const char *const var_name[NVAR] = {"gemm client", "gemm server own", "gemm server ipc",
-                                           "gemm waited", "gemm rung",       "gemm k-waited",
-                                           "gemm k-rung", "round trip",      "offload",
-                                           "offload dev", "offload k",       "offload kk"};
+
+/* How a step is done: not at all, by stream memory operations, or by a
+ * one-thread kernel (offload_lab_kernels.h). */
+enum { BY_NONE, BY_MEMOP, BY_KERNEL };
+
+/* What each side of a variant enqueues per op. The client: its GEMM
+ * (client_gemm), or its doorbell (write ready, wait done) `client` ways,
+ * or nothing (BY_NONE: the server times the variant). The server: a wait
+ * (for ready, else on a word that always holds), its GEMM on its own
+ * memory or the client's, then ovld's done batch and an event. */
+static const struct variant {
+    const char *name;
+    int client;
+    bool client_gemm;
+    int wait;
+    bool wait_ready;
+    int gemm; /* 0: none, 1: on its own memory, 2: on the client's */
+    int ring;
+    bool dev_page; /* the doorbell words in the server's device memory */
+} var[NVAR] = {
+    [V_GEMM_CLIENT] = {"gemm client", BY_NONE, true, BY_NONE, false, 0, BY_NONE, false},
+    [V_GEMM_OWN] = {"gemm server own", BY_NONE, false, BY_NONE, false, 1, BY_NONE, false},
+    [V_GEMM_IPC] = {"gemm server ipc", BY_NONE, false, BY_NONE, false, 2, BY_NONE, false},
+    [V_GEMM_WAITED] = {"gemm waited", BY_NONE, false, BY_MEMOP, false, 2, BY_NONE, false},
+    [V_GEMM_RUNG] = {"gemm rung", BY_NONE, false, BY_NONE, false, 2, BY_MEMOP, false},
+    [V_GEMM_KWAITED] = {"gemm k-waited", BY_NONE, false, BY_KERNEL, false, 2, BY_NONE, false},
+    [V_GEMM_KRUNG] = {"gemm k-rung", BY_NONE, false, BY_NONE, false, 2, BY_KERNEL, false},
+    [V_RT] = {"round trip", BY_MEMOP, false, BY_MEMOP, true, 0, BY_MEMOP, false},
+    [V_OFFLOAD] = {"offload", BY_MEMOP, false, BY_MEMOP, true, 2, BY_MEMOP, false},
+    [V_OFFLOAD_DEV] = {"offload dev", BY_MEMOP, false, BY_MEMOP, true, 2, BY_MEMOP, true},
+    [V_OFFLOAD_K] = {"offload k", BY_MEMOP, false, BY_KERNEL, true, 2, BY_KERNEL, false},
+    [V_OFFLOAD_KK] = {"offload kk", BY_KERNEL, false, BY_KERNEL, true, 2, BY_KERNEL, false},
+};
 
 typedef struct {
     uint64_t m, k, n;
@@ -181,9 +210,10 @@ static CUdeviceptr word(CUdeviceptr page, int w)
     return page + (CUdeviceptr)w * 8;
 }
 
-static uint64_t *hword(void *page, int w)
+/* The same word, as a kernel takes it. */
+static uint64_t *kword(CUdeviceptr page, int w)
 {
-    return (uint64_t *)page + w;
+    return (uint64_t *)(uintptr_t)word(page, w);
 }
 
 /* -------------------------------------------------------------- timing */
@@ -257,8 +287,36 @@ static void gemm(ovld_lt_t *lt, cudaStream_t s, void *ws, shape_t sh, void *a, v
 /* The variants the server times on its own stream (the client idle). */
 static bool server_timed(int v)
 {
-    return v == V_GEMM_OWN || v == V_GEMM_IPC || v == V_GEMM_WAITED || v == V_GEMM_RUNG ||
-           v == V_GEMM_KWAITED || v == V_GEMM_KRUNG;
+    return var[v].client == BY_NONE && !var[v].client_gemm;
+}
+
+/* The server's part of op seq of variant vr, on stream s: the doorbell
+ * words on page pg. */
+static void server_op(const struct variant *vr, cudaStream_t s, ovld_lt_t *lt, void *ws, shape_t sh,
+                      const bufs_t *b, CUdeviceptr pg, cudaEvent_t watch, uint64_t seq)
+{
+    int w = vr->wait_ready ? W_READY : W_ZERO; /* W_ZERO is never written: >= 0 holds */
+    uint64_t v = vr->wait_ready ? seq : 0;
+    if (vr->wait == BY_MEMOP)
+        DK(drv.stream_wait_value64((CUstream)s, word(pg, w), v, CU_STREAM_WAIT_VALUE_GEQ));
+    else if (vr->wait == BY_KERNEL)
+        CK(lab_launch_wait(s, kword(pg, w), v));
+    if (vr->gemm == 1)
+        gemm(lt, s, ws, sh, b->oa, b->ob, b->oc);
+    else if (vr->gemm == 2)
+        gemm(lt, s, ws, sh, b->a, b->b, b->c);
+    if (vr->ring == BY_MEMOP) {
+        CUstreamBatchMemOpParams op[3] = {
+            ovl_cudrv_op_write(word(pg, W_SLOT), seq, true),
+            ovl_cudrv_op_write(word(pg, W_DONE), seq, true),
+            ovl_cudrv_op_write(word(pg, W_OWN), seq, true),
+        };
+        DK(drv.stream_batch_mem_op((CUstream)s, 3, op, 0));
+    } else if (vr->ring == BY_KERNEL) {
+        CK(lab_launch_write3(s, kword(pg, W_SLOT), kword(pg, W_DONE), kword(pg, W_OWN), seq));
+    }
+    if (vr->ring != BY_NONE)
+        CK(cudaEventRecord(watch, s));
 }
 
 static void server(int fd, volatile uint64_t *hpage)
@@ -327,8 +385,7 @@ static void server(int fd, volatile uint64_t *hpage)
         shape_t sh = opt.shapes[q.shape];
         bufs_t *b = &bufs[q.shape];
         bool timed = q.n <= opt.iters && server_timed(q.variant);
-        CUdeviceptr pg = q.variant == V_OFFLOAD_DEV ? (CUdeviceptr)(uintptr_t)dpage
-                                                    : (CUdeviceptr)(uintptr_t)hdev;
+        CUdeviceptr pg = var[q.variant].dev_page ? (CUdeviceptr)(uintptr_t)dpage : hdev_w;
         /* Answered before enqueueing: with long runs both processes' queues
          * fill, and each side's ops must be coming while the other's wait. */
         SEND(fd, ok);
@@ -336,66 +393,7 @@ static void server(int fd, volatile uint64_t *hpage)
             uint64_t seq = q.seq0 + 1 + (uint64_t)i;
             if (timed)
                 CK(cudaEventRecord(ev[i], s));
-            switch (q.variant) {
-            case V_GEMM_OWN:
-                gemm(lt, s, ws, sh, b->oa, b->ob, b->oc);
-                break;
-            case V_GEMM_IPC:
-                gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                break;
-            case V_GEMM_WAITED: /* a wait that always holds, before each GEMM */
-                DK(drv.stream_wait_value64((CUstream)s, word(hdev_w, W_ZERO), 0,
-                                           CU_STREAM_WAIT_VALUE_GEQ));
-                gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                break;
-            case V_GEMM_RUNG: { /* ovld's done batch after each GEMM, no wait */
-                gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                CUstreamBatchMemOpParams w[3] = {
-                    ovl_cudrv_op_write(word(hdev_w, W_SLOT), seq, true),
-                    ovl_cudrv_op_write(word(hdev_w, W_DONE), seq, true),
-                    ovl_cudrv_op_write(word(hdev_w, W_OWN), seq, true),
-                };
-                DK(drv.stream_batch_mem_op((CUstream)s, 3, w, 0));
-                CK(cudaEventRecord(watch, s));
-                break;
-            }
-            case V_GEMM_KWAITED:
-                CK(lab_launch_wait(s, hword(hdev, W_ZERO), 0));
-                gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                break;
-            case V_GEMM_KRUNG:
-                gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                CK(lab_launch_write3(s, hword(hdev, W_SLOT), hword(hdev, W_DONE),
-                                     hword(hdev, W_OWN), seq));
-                CK(cudaEventRecord(watch, s));
-                break;
-            case V_OFFLOAD_K:
-            case V_OFFLOAD_KK:
-                CK(lab_launch_wait(s, hword(hdev, W_READY), seq));
-                gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                CK(lab_launch_write3(s, hword(hdev, W_SLOT), hword(hdev, W_DONE),
-                                     hword(hdev, W_OWN), seq));
-                CK(cudaEventRecord(watch, s));
-                break;
-            case V_RT:
-            case V_OFFLOAD:
-            case V_OFFLOAD_DEV: {
-                DK(drv.stream_wait_value64((CUstream)s, word(pg, W_READY), seq,
-                                           CU_STREAM_WAIT_VALUE_GEQ));
-                if (q.variant != V_RT)
-                    gemm(lt, s, ws, sh, b->a, b->b, b->c);
-                CUstreamBatchMemOpParams w[3] = {
-                    ovl_cudrv_op_write(word(pg, W_SLOT), seq, true),
-                    ovl_cudrv_op_write(word(pg, W_DONE), seq, true),
-                    ovl_cudrv_op_write(word(pg, W_OWN), seq, true),
-                };
-                DK(drv.stream_batch_mem_op((CUstream)s, 3, w, 0));
-                CK(cudaEventRecord(watch, s));
-                break;
-            }
-            default:
-                break;
-            }
+            server_op(&var[q.variant], s, lt, ws, sh, b, pg, watch, seq);
         }
         if (timed)
             CK(cudaEventRecord(ev[q.n], s));
@@ -414,7 +412,6 @@ static void *cws;
 static cudaEvent_t cev[MAX_ITERS + 1];
 static void *ca[MAX_SHAPES], *cb[MAX_SHAPES], *cc[MAX_SHAPES];
 static CUdeviceptr chpage, cdpage;
-static void *chost; /* the host page, as the client's kernels reach it */
 
 /* Runs n ops of variant v on shape si; the per-op median in ms when timed
  * (n <= iters), else 0. */
@@ -424,25 +421,26 @@ static float run(int si, int v, int n)
     shape_t sh = opt.shapes[si];
     req_t q = {.cmd = CMD_RUN, .shape = si, .variant = v, .n = n, .seq0 = seq_next};
     seq_next += (uint64_t)n;
-    if (v != V_GEMM_CLIENT) {
+    bool server_works = !var[v].client_gemm; /* the client's GEMM alone needs no server */
+    if (server_works) {
         SEND(sfd, q);
         int32_t ok;
         RECV(sfd, ok);
     }
     bool client_timed = !server_timed(v);
-    CUdeviceptr pg = v == V_OFFLOAD_DEV ? cdpage : chpage;
+    CUdeviceptr pg = var[v].dev_page ? cdpage : chpage;
     for (int i = 0; i < n && client_timed; i++) {
         uint64_t seq = q.seq0 + 1 + (uint64_t)i;
         if (timed)
             CK(cudaEventRecord(cev[i], cs));
-        if (v == V_GEMM_CLIENT) {
+        if (var[v].client_gemm) {
             gemm(clt, cs, cws, sh, ca[si], cb[si], cc[si]);
             continue;
         }
-        if (v == V_OFFLOAD_KK) {
-            uint64_t *r = hword(chost, W_READY);
+        if (var[v].client == BY_KERNEL) {
+            uint64_t *r = kword(pg, W_READY);
             CK(lab_launch_write3(cs, r, r, r, seq));
-            CK(lab_launch_wait(cs, hword(chost, W_DONE), seq));
+            CK(lab_launch_wait(cs, kword(pg, W_DONE), seq));
             continue;
         }
         CUstreamBatchMemOpParams w[2] = {
@@ -455,7 +453,7 @@ static float run(int si, int v, int n)
         CK(cudaEventRecord(cev[n], cs));
     CK(cudaStreamSynchronize(cs));
     float ms = 0;
-    if (v != V_GEMM_CLIENT) {
+    if (server_works) {
         req_t y = {.cmd = CMD_SYNC, .n = timed && !client_timed ? n : 0};
         SEND(sfd, y);
         RECV(sfd, ms);
@@ -626,7 +624,6 @@ static int client(int fd, volatile uint64_t *hpage)
     void *hdev, *dp;
     CK(cudaHostGetDevicePointer(&hdev, (void *)hpage, 0));
     chpage = (CUdeviceptr)(uintptr_t)hdev;
-    chost = hdev;
     cudaIpcMemHandle_t dh;
     RECV(fd, dh);
     CK(cudaIpcOpenMemHandle(&dp, dh, cudaIpcMemLazyEnablePeerAccess));
@@ -688,7 +685,7 @@ static int client(int fd, volatile uint64_t *hpage)
                 lo = m[r] < lo ? m[r] : lo;
                 hi = m[r] > hi ? m[r] : hi;
             }
-            printf("  %-16s %8.4f [%.4f, %.4f]   %+7.1f   %6.3fx\n", var_name[v],
+            printf("  %-16s %8.4f [%.4f, %.4f]   %+7.1f   %6.3fx\n", var[v].name,
                    median_d(m, opt.rounds), lo, hi, median_d(d, opt.rounds),
                    median_d(x, opt.rounds));
         }
