@@ -142,8 +142,8 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     if (o->idle_s) {
         /* on CUDA a rank names its GPU as this process numbers them, which
          * CUDA_VISIBLE_DEVICES may narrow below ovld's view */
-        int ndev = strcmp(info.backend, "cuda") == 0 ? ovl_demo_cuda_devices(rank)
-                                                       : (int)info.ndevices;
+        int ndev =
+            strcmp(info.backend, "cuda") == 0 ? ovl_demo_cuda_devices(rank) : (int)info.ndevices;
         rc = ndev > 0 ? rank_idle(o, rank, cl, ndev) : 1;
         ovl_disconnect(cl);
         return rc;
@@ -263,6 +263,14 @@ out:
 }
 
 #ifndef OVL_HAVE_CUDA
+static void no_cuda(uint32_t rank)
+{
+    fprintf(stderr,
+            "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
+            "CUDA\n",
+            rank);
+}
+
 int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                        result_t *res)
 {
@@ -270,19 +278,13 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     (void)cl;
     (void)comm;
     (void)res;
-    fprintf(stderr,
-            "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
-            "CUDA\n",
-            rank);
+    no_cuda(rank);
     return 1;
 }
 
 int ovl_demo_cuda_devices(uint32_t rank)
 {
-    fprintf(stderr,
-            "rank %u: ovld runs the CUDA backend, but this ovl-demo was built without "
-            "CUDA\n",
-            rank);
+    no_cuda(rank);
     return 0;
 }
 #endif

@@ -34,9 +34,9 @@
  * after that, so that an op its client never readies costs a CPU only
  * for a while (while gates keep opening, as on a busy shared GPU, that
  * thread keeps a CPU: gate_spin_ms 0 trades it for up to 100 to 150 us
- * more before each gated op is issued, the sleep and the timer slack). Failures to ring (fail items)
- * have no gate: a done needs no ready; nor has a backend without
- * ready_seen (the host backend's waits hold up nobody else), and once the
+ * more before each gated op is issued, the sleep and the timer slack).
+ * Failures to ring (fail items) have no gate: a done needs no ready; nor
+ * has a backend without ready_seen (the host backend's waits hold up nobody else), and once the
  * issuer stops, every gate is open (its threads must end).
  *
  * Holds. An op issued ahead while its lane was alone may still wait for
