@@ -31,9 +31,7 @@
 #include "cuda_internal.h"
 #include "doorbell.h"
 #include "clock.h"
-
-#define STUCK_CHECK_NS (1000ull * 1000 * 1000) /* look closer at ops older than 1 s */
-#define STUCK_WARN_NS  (5000ull * 1000 * 1000) /* and say so for ops older than 5 s */
+#include "op_age.h"
 
 /* ---------------------------------------------------------- completion */
 
@@ -462,7 +460,6 @@ static void restore_release(struct ovld_rank *r) /* under r->mu */
 void cuda_on_watchdog(uv_timer_t *t)
 {
     cuda_backend_t *cb = t->data;
-    uint64_t now = ovl_mono_ns();
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         ncclResult_t nr = ncclSuccess;
         /* A worker may be creating the communicator right now; an aborted
@@ -479,9 +476,14 @@ void cuda_on_watchdog(uv_timer_t *t)
             pthread_mutex_unlock(&r->nccl_mu);
         }
         pthread_mutex_lock(&r->mu);
+        /* Read under the lock that ring() puts ops on r->inflight under:
+         * every op found there had its issued_ns read before this (and
+         * ovld_op_age would judge a later one young all the same). */
+        uint64_t now = ovl_mono_ns();
         restore_release(r);
         for (cuda_done_t *d = r->inflight; d; d = d->next) {
-            if (atomic_load(&d->state) != 0 || now - d->issued_ns < STUCK_CHECK_NS)
+            ovld_op_age_t age = ovld_op_age(now, d->issued_ns);
+            if (atomic_load(&d->state) != 0 || age == OVLD_OP_FRESH)
                 continue;
             const char *why = NULL;
             char buf[200];
@@ -496,7 +498,7 @@ void cuda_on_watchdog(uv_timer_t *t)
                 }
             }
             int expect = 0;
-            if (!why && !d->warned && now - d->issued_ns >= STUCK_WARN_NS) {
+            if (!why && !d->warned && age == OVLD_OP_WARN) {
                 /* Not an error yet: a client may hold its stream on purpose.
                  * But a stream that never moves again is worth a line. */
                 d->warned = true;
@@ -505,7 +507,7 @@ void cuda_on_watchdog(uv_timer_t *t)
                             " s (its event: %s; its ready slot holds %" PRIu64
                             "): it waits for its client's ready, or for a peer",
                             r->dev->ordinal, d->node.seq,
-                            (uint64_t)((now - d->issued_ns) / 1000000000u),
+                            ovld_op_age_ns(now, d->issued_ns) / 1000000000u,
                             d->ev ? cudaGetErrorString(cudaEventQuery(d->ev->ev)) : "none",
                             __atomic_load_n(&r->db->ready_slot[d->node.seq % OVL_READY_SLOTS],
                                             __ATOMIC_RELAXED));
