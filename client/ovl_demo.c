@@ -5,7 +5,8 @@
  * computed in double precision from every rank's inputs (regenerated from
  * the shared seed). With --more-n every op has several Bs, each with its
  * own C, and every C is checked so. Prints one row per algorithm (and one
- * per C under it); exits 1 if any check fails.
+ * per C under it); exits 1 if any check fails. The ranks end with this
+ * process, however it ends (start_rank).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -83,7 +84,6 @@ static void on_idle_term(int sig)
 static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevices)
 {
     ovl_comm_t *comm = NULL;
-    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % (uint32_t)ndevices), &comm) !=
         OVL_OK) {
         fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
@@ -94,8 +94,9 @@ static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevi
         fflush(stdout);
     }
     uint64_t until = ovl_mono_ns() + (uint64_t)o->idle_s * 1000000000u;
-    /* a parent gone (killed, crashed) ends the stay too: PR_SET_PDEATHSIG
-     * where it took, getppid() where the parent went before it did */
+    /* a parent gone (killed, crashed) ends the stay too: its death's
+     * SIGTERM (start_rank) sets idle_stop; getppid() where that was not
+     * to be had */
     while (!idle_stop && ovl_mono_ns() < until && getppid() == o->parent) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -290,6 +291,21 @@ int ovl_demo_cuda_devices(uint32_t rank)
 #endif
 
 /* ------------------------------------------------------------ main */
+
+/* The child's side of fork for rank `rank`: never returns. A rank ends
+ * with its parent, however that ends (SIGKILL passes nothing on, and a
+ * rank left running would go on issuing ops to ovld for nobody): the
+ * parent's death sends it SIGTERM, which kills a rank that runs ops (ovld
+ * treats it as any client that disappears) and ends an idle one's stay
+ * (on_idle_term, inherited). A parent gone before prctl took would send
+ * nothing: the rank, reparented by then, sees another parent and ends. */
+static _Noreturn void start_rank(const opts_t *o, uint32_t rank, int out_fd)
+{
+    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != o->parent)
+        _exit(1);
+    _exit(rank_main(o, rank, out_fd));
+}
 
 /* --idle's parent: waits for its ranks, passing SIGTERM on to them (it
  * looks every 50 ms, so that no signal slips in between its checks); 0 if
@@ -561,7 +577,7 @@ int main(int argc, char **argv)
         }
         if (pids[r] == 0) {
             close(pipes[r][0]);
-            _exit(rank_main(&o, r, pipes[r][1]));
+            start_rank(&o, r, pipes[r][1]);
         }
         close(pipes[r][1]);
     }

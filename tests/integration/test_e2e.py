@@ -11,7 +11,9 @@ test_two_jobs_interleaved (results checked exactly) and, as ovl-demo
 processes of every dtype, test_soak.py's; ranks of one job sharing a
 device, every algorithm with exact results, test_join.c's
 test_join_same_device_shared; a join refused by max_ranks_per_uid with
-its exact counters, test_stats.py's test_stats_under_load."""
+its exact counters, test_stats.py's test_stats_under_load. An ovl-demo killed (SIGKILL, its
+process alone) takes its ranks with it, in --idle and running ops
+(test_demo_idle, test_demo_parent_killed)."""
 import json
 import os
 import re
@@ -19,7 +21,8 @@ import signal
 import subprocess
 import time
 
-from ovltest import DEMO, OVLCTL, Daemon, log_messages, run_tests, status_json, wait_no_job
+from ovltest import (DEMO, OVLCTL, Daemon, log_excerpt, log_messages, long_demo, run_tests,
+                     status_json, wait_job_going, wait_no_job)
 
 WORLDS = [1, 2, 3, 4, 8]
 # (m, n, k, extra args): every world runs every variant, in every dtype
@@ -220,6 +223,62 @@ def test_demo_idle():
         d.cleanup()
 
 
+def proc_stat(pid):
+    """(state, ppid) of process pid from /proc, or None once it is gone; a
+    zombie counts as gone (its new parent, maybe a PID 1 that never reaps,
+    holds only its exit status)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)"
+    except FileNotFoundError:
+        return None
+    return None if fields[0] in ("Z", "X") else (fields[0], int(fields[1]))
+
+
+def test_demo_parent_killed():
+    """ovl-demo running ops, its own process SIGKILLed (not its process
+    group, which would kill the ranks directly: SIGKILL passes nothing on):
+    its ranks end with it (client/ovl_demo.c's start_rank) within 5 s,
+    ovld ends their job once and frees what it held, its loop kept turning
+    and it serves a fresh job."""
+    d = Daemon()
+    demo = None
+    try:
+        demo = long_demo(d, ["-m", "16", "-n", "8", "-k", "24"], "orphan-run")
+        s = wait_job_going(d, "orphan-run", 5)
+        ranks = [c["pid"] for c in s["clients"] if c["job"] == "orphan-run"]
+        assert len(ranks) == 2, s
+        for pid in ranks:  # the demo's own ranks, running
+            st = proc_stat(pid)
+            assert st is not None and st[1] == demo.pid, (pid, st, demo.pid)
+        demo.kill()
+        demo.wait()
+        deadline = time.monotonic() + 5
+        while [pid for pid in ranks if proc_stat(pid) is not None]:
+            assert time.monotonic() < deadline, "the ranks outlived their parent: %r\n%s" % (
+                {pid: proc_stat(pid) for pid in ranks}, log_excerpt(d))
+            time.sleep(0.02)
+        demo.communicate(timeout=5)  # the ranks held its pipes: closed with them
+        demo = None
+        wait_no_job(d, timeout=10)
+        msgs = [m for m in log_messages(d) if m.startswith("job 'orphan-run': ")]
+        ended = [m for m in msgs if m.startswith("job 'orphan-run': ended after ")]
+        assert len(ended) == 1, [m for m in msgs if " op " not in m]
+        assert "event loop has not turned" not in d.log_text(), log_excerpt(d)
+        p = d.run([DEMO, "-w", "2", "-m", "16", "-n", "8", "-k", "24", "-i", "2", "--job",
+                   "after-orphan"], timeout=120)
+        assert "all checks passed" in p.stdout, p.stdout
+        assert d.stop() == 0
+    finally:
+        if demo is not None:  # the whole group: ranks left running end too
+            try:
+                os.killpg(demo.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            demo.communicate()
+        d.cleanup()
+
+
 if __name__ == "__main__":
     run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings, test_several_bs,
-               test_demo_idle])
+               test_demo_idle, test_demo_parent_killed])
