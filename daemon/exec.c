@@ -65,10 +65,13 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         return ops->record(x->rank, in->stream, in->event);
     case OVL_I_WAIT:
         return ops->wait(x->rank, in->stream, op->ranks[in->peer].rank, in->event);
-    case OVL_I_PULL: {
+    case OVL_I_PULL:
+    case OVL_I_PUSH: {
+        /* the peer's side: a PULL's source, a PUSH's destination */
+        bool push = in->kind == OVL_I_PUSH;
         ovld_view_t dst, src;
-        if ((st = resolve(op, r, in->dst, true, elem, &dst, why, whylen)) != OVL_OK ||
-            (st = resolve(op, r, in->src, false, elem, &src, why, whylen)) != OVL_OK)
+        if ((st = resolve(op, r, in->dst, !push, elem, &dst, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->src, push, elem, &src, why, whylen)) != OVL_OK)
             return st;
         return ops->copy(x->rank, in->stream, dst, src, in->rows, in->cols, elem);
     }

@@ -57,6 +57,16 @@
  * rank (PyTorch PR 137836); a few microseconds cost nothing next to a GEMM.
  */
 #define RING_SLEEP_NS 2000u
+/*
+ * From this world on, ring's copy engine pushes (each rank writes its shard
+ * into the peers' G) instead of pulling (each rank reads the peers'). On
+ * 4 x H200 (NVLink, every pair NV18) a gather by pulls in ring order moved
+ * 109 to 122 GB/s into each GPU and by pushes 331 to 362; ring with pulls
+ * took 2.7x the floor at 16384x8192x2048, with pushes 1.18x. At world 2
+ * both move about 362 GB/s and ring is as fast either way (ovl-gather-lab,
+ * bench/results/2026-11-28-gather-lab-h200x4.md), so world 2 keeps pulls.
+ */
+#define RING_PUSH_MIN_WORLD 3u
 
 /* AUTO's thresholds (docs/plans.md): below them overlap cannot pay off. */
 #define AUTO_MIN_ROWS  512u
@@ -364,6 +374,24 @@ static ovl_status_t emit_pull(builder_t *b, uint32_t stream, uint32_t peer, uint
         .stream = stream,
         .src = {.buf = OVL_BUF_A, .rank = peer, .row = row0},
         .dst = own(b, OVL_BUF_G, (uint64_t)peer * p->m + row0),
+        .rows = rows,
+        .cols = p->k,
+    };
+
+    return emit(b, &in);
+}
+
+/* Copies the own shard's rows [row0, row0+rows) into the own block of
+ * peer's G. */
+static ovl_status_t emit_push(builder_t *b, uint32_t stream, uint32_t peer, uint64_t row0,
+                              uint64_t rows)
+{
+    const ovl_plan_params_t *p = &b->plan->params;
+    ovl_instr_t in = {
+        .kind = OVL_I_PUSH,
+        .stream = stream,
+        .src = own(b, OVL_BUF_A, row0),
+        .dst = {.buf = OVL_BUF_G, .rank = peer, .row = (uint64_t)p->rank * p->m + row0},
         .rows = rows,
         .cols = p->k,
     };
@@ -763,6 +791,72 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
 }
 
 /*
+ * ring of one node from RING_PUSH_MIN_WORLD ranks on: as emit_ring, but the
+ * copy stream writes the own shard into the peers' G in ring order (r+1,
+ * r+2, ...: at each step every rank is written by one peer), chunk by
+ * chunk, each PUSH followed by its arrival event, numbered
+ * first + (t-1)*S + j on every rank for step t and chunk j. A rank's GEMM of
+ * the rows rank q = r-t pushed at step t waits for q's event. A PUSH into a
+ * peer waits for the peer's READY (its G is free: its previous op is done
+ * and its client ready). Nobody reads a peer's A, so no RELEASE: DONE
+ * follows the own pushes (the copy stream's join) and every push into the
+ * own G (the GEMMs that waited for them).
+ */
+static ovl_status_t emit_ring_push(builder_t *b, const ovl_plan_t *plan)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    uint32_t gemms = 0, first = b->next_event, nc = plan->chunks;
+    ovl_status_t r;
+
+    /* the arrival events: the same numbers on every rank */
+    b->next_event += (p->world - 1) * nc;
+    r = emit_prologue(b);
+    for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
+        r = emit_wait(b, s, p->rank, OVL_EV_READY);
+    if (r == OVL_OK)
+        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
+    for (uint32_t j = 0; r == OVL_OK && j < nc; j++, gemms++) {
+        uint64_t row0, rows;
+
+        chunk_range(plan, j, &row0, &rows);
+        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_BUF_A, p->rank, 1, row0, rows);
+    }
+    if (r == OVL_OK && p->want_gathered)
+        r = emit_pull(b, RING_COPY_STREAM, p->rank, 0, p->m);
+    for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
+        uint32_t peer = (p->rank + t) % p->world;
+
+        r = emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
+        for (uint32_t j = 0; r == OVL_OK && j < nc; j++) {
+            uint64_t row0, rows;
+
+            chunk_range(plan, j, &row0, &rows);
+            r = emit_push(b, RING_COPY_STREAM, peer, row0, rows);
+            if (r == OVL_OK)
+                r = emit_record(b, RING_COPY_STREAM, first + (t - 1) * nc + j);
+        }
+    }
+    for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
+        uint32_t from = (p->rank + p->world - t) % p->world;
+
+        for (uint32_t j = 0; r == OVL_OK && j < nc; j++, gemms++) {
+            uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
+            uint64_t row0, rows;
+
+            chunk_range(plan, j, &row0, &rows);
+            r = emit_wait(b, gs, from, first + (t - 1) * nc + j);
+            if (r == OVL_OK)
+                r = emit_gemm(b, gs, OVL_BUF_G, from, 1, row0, rows);
+        }
+    }
+    if (r == OVL_OK)
+        r = emit_joins(b, p->rank, RING_COPY_STREAM, RING_GEMM_STREAM1);
+    if (r == OVL_OK)
+        r = emit_simple(b, OVL_I_DONE, 0);
+    return r;
+}
+
+/*
  * ring (PyTorch async-TP, TransformerEngine P2P): the own shard is multiplied
  * first, straight from the client's A, while the copy stream pulls the peers'
  * shards in ring order (r+1, r+2, ...: at every step each rank reads from a
@@ -782,6 +876,8 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
         return emit_ring_single(b, plan);
     if (b->topo->nnodes > 1)
         return emit_ring_nodes(b, plan);
+    if (p->world >= RING_PUSH_MIN_WORLD)
+        return emit_ring_push(b, plan);
 
     r = emit_prologue(b);
     for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
@@ -1018,6 +1114,7 @@ static void mark_used(ovl_plan_t *plan)
             /* fall through */
         case OVL_I_ALLGATHER:
         case OVL_I_PULL:
+        case OVL_I_PUSH:
         case OVL_I_RAIL:
             plan->bufs[in->src.buf].used = true;
             plan->bufs[in->dst.buf].used = true;
@@ -1169,6 +1266,8 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
         return "DONE";
     case OVL_I_RAIL:
         return "RAIL";
+    case OVL_I_PUSH:
+        return "PUSH";
     }
     return "UNKNOWN";
 }
@@ -1295,10 +1394,13 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
         out_printf(o, " stride %" PRIu64 " cols %" PRIu64, in->stride, in->cols);
         break;
     case OVL_I_PULL:
+    case OVL_I_PUSH:
+        /* the peer's side carries its rank: a PULL's source, a PUSH's
+         * destination */
         out_printf(o, " ");
-        out_ref(o, in->dst, false, false, 0);
+        out_ref(o, in->dst, in->kind == OVL_I_PUSH, false, 0);
         out_printf(o, " <- ");
-        out_ref(o, in->src, true, true, in->rows);
+        out_ref(o, in->src, in->kind == OVL_I_PULL, true, in->rows);
         out_printf(o, " cols %" PRIu64, in->cols);
         break;
     case OVL_I_GEMM:

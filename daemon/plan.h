@@ -47,8 +47,9 @@
  * issues instructions so that every RECORD a WAIT refers to is issued first.
  *
  * Nodes. A job may span nodes (params.node_of says which rank is where;
- * docs/plans.md, "Several nodes"). Events and PULLs never cross a node: a
- * WAIT names a rank of the own node, a PULL reads a buffer of one. Data
+ * docs/plans.md, "Several nodes"). Events, PULLs and PUSHes never cross a
+ * node: a WAIT names a rank of the own node, a PULL reads a buffer of one,
+ * a PUSH writes one. Data
  * crosses nodes only by NCCL: ALLGATHERs (naive, collective) and RAILs
  * (ring), whose completion orders the receiving rank after the sending
  * ranks' matching instruction.
@@ -188,17 +189,24 @@ typedef enum ovl_instr_kind {
      * arrived and its sends have left its buffer: each receive only after
      * its sender issued the matching RAIL. */
     OVL_I_RAIL,
+    /* copy engine: rows x cols of the own src (A) into dst, a peer's
+     * buffer (G) on the same node. Writing a peer's G must follow a WAIT on
+     * (peer, OVL_EV_READY) (its previous op is done and its client ready),
+     * and the peer reads those rows only after a WAIT on the event this
+     * rank records after the PUSH. */
+    OVL_I_PUSH,
 } ovl_instr_kind_t;
 
-/* Not a kind: the number of kinds (one past the last, OVL_I_RAIL). Kept out
+/* Not a kind: the number of kinds (one past the last, OVL_I_PUSH). Kept out
  * of the enum so that switches over the kinds stay exhaustive; a new kind
  * moves it. */
-#define OVL_I_COUNT (OVL_I_RAIL + 1)
+#define OVL_I_COUNT (OVL_I_PUSH + 1)
 
 /* A row of a named buffer of one rank. */
 typedef struct ovl_ref {
     ovl_buf_t buf;
-    uint32_t rank; /* whose buffer: the own rank's, but for a PULL's source */
+    uint32_t
+        rank; /* whose buffer: the own rank's, but for a PULL's source and a PUSH's destination */
     uint64_t row;
 } ovl_ref_t;
 
@@ -208,18 +216,18 @@ typedef struct ovl_instr {
     uint32_t event;         /* RECORD, WAIT */
     uint32_t peer;          /* WAIT: the event's rank */
     ovl_ag_method_t method; /* ALLGATHER, RAIL */
-    ovl_ref_t src;          /* PULL, ALLGATHER, RAIL: the rows moved (sent); GEMM: A */
-    ovl_ref_t dst;          /* PULL, ALLGATHER, RAIL: where they land; GEMM: C */
+    ovl_ref_t src;          /* PULL, PUSH, ALLGATHER, RAIL: the rows moved (sent); GEMM: A */
+    ovl_ref_t dst;          /* PULL, PUSH, ALLGATHER, RAIL: where they land; GEMM: C */
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
-    uint64_t rows;          /* PULL, ALLGATHER, RAIL: rows moved (per rank); GEMM: rows per block */
-    uint64_t cols;          /* PULL, ALLGATHER, RAIL: elements per row */
-    uint64_t n, k;          /* GEMM: C's columns, the inner dimension */
-    uint32_t nblocks;       /* GEMM: blocks, stride rows apart in src and dst */
-    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL: rows between ranks' blocks */
-    bool transb;            /* GEMM: op(B) = B^T */
-    uint32_t sleep_ns;      /* SLEEP */
-    uint32_t peers;         /* RAIL: where its send list starts in plan->peers */
-    uint32_t nsend, nrecv;  /* RAIL: its sends, then its receives, in plan->peers */
+    uint64_t rows;    /* PULL, PUSH, ALLGATHER, RAIL: rows moved (per rank); GEMM: rows per block */
+    uint64_t cols;    /* PULL, PUSH, ALLGATHER, RAIL: elements per row */
+    uint64_t n, k;    /* GEMM: C's columns, the inner dimension */
+    uint32_t nblocks; /* GEMM: blocks, stride rows apart in src and dst */
+    uint64_t stride;  /* GEMM with nblocks > 1; ALLGATHER, RAIL: rows between ranks' blocks */
+    bool transb;      /* GEMM: op(B) = B^T */
+    uint32_t sleep_ns;     /* SLEEP */
+    uint32_t peers;        /* RAIL: where its send list starts in plan->peers */
+    uint32_t nsend, nrecv; /* RAIL: its sends, then its receives, in plan->peers */
 } ovl_instr_t;
 
 typedef struct ovl_plan_params {

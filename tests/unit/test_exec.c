@@ -401,7 +401,8 @@ static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, 
     size_t elem = ovl_dtype_size(s->plans[r].params.dtype);
     switch (e->call) {
     case C_COPY:
-        assert_int_equal(in->dst.rank, r); /* a pull writes the own buffer */
+        /* a pull writes the own buffer, a push reads it */
+        assert_int_equal(in->kind == OVL_I_PUSH ? in->src.rank : in->dst.rank, r);
         assert_view(e->dst, named_view(s, in->dst), call, "the copy's destination");
         assert_view(e->src, named_view(s, in->src), call, "the copy's source");
         assert_int_equal(e->rows, in->rows);
@@ -443,6 +444,7 @@ static call_t call_of(ovl_instr_kind_t k)
     case OVL_I_ALLGATHER:
         return C_ALLGATHER;
     case OVL_I_PULL:
+    case OVL_I_PUSH:
         return C_COPY;
     case OVL_I_GEMM:
         return C_GEMM;

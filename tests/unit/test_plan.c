@@ -139,11 +139,13 @@ static bool nccl_gather(const ovl_plan_params_t *p)
 
 /* ------------------------------------------------------------ checker */
 
-/* Rows [row0, row0+rows) of one block of C or G, written by instruction `instr`. */
+/* Rows [row0, row0+rows) of one block of C or G, written by instruction
+ * `instr` of rank `rank` (a PUSH writes a peer's G). */
 typedef struct span {
     uint32_t block;
     uint64_t row0, rows;
     size_t instr;
+    uint32_t rank;
 } span_t;
 
 /*
@@ -304,6 +306,18 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
             in->dst.row != (uint64_t)in->src.rank * m + in->src.row)
             return violation(s, "r%u #%zu: PULL geometry", r, i);
         break;
+    case OVL_I_PUSH:
+        /* the own shard's rows into the own block of a peer's G, on the node */
+        if (!ref_is(in->src, OVL_BUF_A, r) || in->dst.buf != OVL_BUF_G ||
+            in->dst.rank >= s->world || in->dst.rank == r)
+            return violation(s, "r%u #%zu: PUSH from other than A or into other than a peer's G", r,
+                             i);
+        if (s->node[in->dst.rank] != s->node[r])
+            return violation(s, "r%u #%zu: PUSH crosses nodes (to r%u)", r, i, in->dst.rank);
+        if (!rows_within(in->src.row, in->rows, m) || in->cols != pp->k ||
+            in->dst.row != (uint64_t)r * m + in->src.row)
+            return violation(s, "r%u #%zu: PUSH geometry", r, i);
+        break;
     case OVL_I_RAIL: {
         const ovl_plan_t *p = &s->plans[r];
 
@@ -405,6 +419,7 @@ static bool check_fields(sim_t *s)
                     return violation(s, "r%u #%zu: waits on r%u of another node", r, i, in->peer);
                 break;
             case OVL_I_PULL:
+            case OVL_I_PUSH:
             case OVL_I_ALLGATHER:
             case OVL_I_GEMM:
             case OVL_I_RAIL:
@@ -714,11 +729,14 @@ static bool check_bracketed(sim_t *s)
 }
 
 /* (e) Every read of rank b's shard A_b (a PULL of b, any rank's ALLGATHER,
- * b's own RAIL, which sends it) comes after b recorded READY and before
- * b's DONE: b's client may overwrite A_b once DONE rings. Every read of a
- * peer's G (a PULL of rows the peer received from another node) comes
- * before the peer's DONE, after which its next op may write G; that it
- * comes after the rows were written, check_rows proves. */
+ * b's own RAIL, which sends it, b's own PUSH) comes after b recorded READY
+ * and before b's DONE: b's client may overwrite A_b once DONE rings. Every
+ * read of a peer's G (a PULL of rows the peer received from another node)
+ * comes before the peer's DONE, after which its next op may write G; that
+ * it comes after the rows were written, check_rows proves. Every write of
+ * a peer's G (a PUSH) comes after the peer's READY (its previous op is
+ * done, its client ready: G, or its a_out, is free) and before its DONE
+ * (its client reads a_out then). */
 static bool check_shard_reads(sim_t *s)
 {
     for (uint32_t r = 0; r < s->world; r++)
@@ -735,9 +753,18 @@ static bool check_shard_reads(sim_t *s)
                 b1 = in->src.rank + 1;
             } else if (in->kind == OVL_I_ALLGATHER) {
                 b1 = s->world;
-            } else if (in->kind == OVL_I_RAIL) {
+            } else if (in->kind == OVL_I_RAIL || in->kind == OVL_I_PUSH) {
                 b0 = r;
                 b1 = r + 1;
+            }
+            if (in->kind == OVL_I_PUSH) {
+                uint32_t q = in->dst.rank;
+
+                if (!hb(s, q, s->rec_ready[q], r, i))
+                    return violation(s, "r%u #%zu: writes r%u's G before its READY", r, i, q);
+                if (!hb(s, r, i, q, s->done[q]))
+                    return violation(s, "r%u #%zu: r%u may complete while its G is written", r, i,
+                                     q);
             }
             for (uint32_t b = b0; b < b1; b++) {
                 if (!hb(s, b, s->rec_ready[b], r, i))
@@ -763,22 +790,24 @@ static int span_cmp(const void *a, const void *b)
 
 /* Appends to v[n..] the spans of rows [row, row+rows) of a (world*m)-row
  * buffer (C or G), cut at its blocks' bounds; returns the new count. */
-static size_t add_spans(const sim_t *s, uint64_t m, uint64_t row, uint64_t rows, size_t instr,
-                        span_t *v, size_t n)
+static size_t add_spans(const sim_t *s, uint64_t m, uint64_t row, uint64_t rows, uint32_t rank,
+                        size_t instr, span_t *v, size_t n)
 {
     while (rows > 0) {
         uint64_t at = row % m, len = m - at < rows ? m - at : rows;
 
         assert_true(n < s->maxspans);
-        v[n++] = (span_t){.block = (uint32_t)(row / m), .row0 = at, .rows = len, .instr = instr};
+        v[n++] = (span_t){
+            .block = (uint32_t)(row / m), .row0 = at, .rows = len, .instr = instr, .rank = rank};
         row += len;
         rows -= len;
     }
     return n;
 }
 
-/* Collects into v the row spans that rank r's instructions write into C i
- * (c >= 0) or G (c < 0), sorted by block and row. */
+/* Collects into v the row spans written into rank r's C i (c >= 0) or G
+ * (c < 0), sorted by block and row: by r's instructions, and into G by
+ * the peers' PUSHes too. */
 static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
 {
     const ovl_plan_t *p = &s->plans[r];
@@ -791,19 +820,26 @@ static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
 
         if (gemm && in->kind == OVL_I_GEMM && ovl_buf_c_index(in->dst.buf) == c) {
             for (uint32_t b = 0; b < in->nblocks; b++)
-                n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, i, v, n);
+                n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, r, i, v, n);
         } else if (!gemm && in->kind == OVL_I_ALLGATHER) {
             for (uint32_t b = 0; b < s->world; b++)
-                n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, i, v, n);
+                n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, r, i, v, n);
         } else if (!gemm && in->kind == OVL_I_PULL) {
-            n = add_spans(s, m, in->dst.row, in->rows, i, v, n);
+            n = add_spans(s, m, in->dst.row, in->rows, r, i, v, n);
         } else if (!gemm && in->kind == OVL_I_RAIL) {
             /* what it receives: each sender's rows into the sender's block */
             for (uint32_t x = 0; x < in->nrecv; x++)
-                n = add_spans(s, m, in->dst.row + rail_recvs(s, r, in)[x] * in->stride, in->rows, i,
-                              v, n);
+                n = add_spans(s, m, in->dst.row + rail_recvs(s, r, in)[x] * in->stride, in->rows, r,
+                              i, v, n);
         }
     }
+    for (uint32_t q = 0; !gemm && q < s->world; q++)
+        for (size_t i = 0; i < s->plans[q].ninstr; i++) {
+            const ovl_instr_t *in = &s->plans[q].instr[i];
+
+            if (in->kind == OVL_I_PUSH && in->dst.rank == r)
+                n = add_spans(s, m, in->dst.row, in->rows, q, i, v, n);
+        }
     qsort(v, n, sizeof(*v), span_cmp);
     return n;
 }
@@ -849,11 +885,11 @@ static bool g_rows_ready(sim_t *s, uint32_t owner, uint32_t r, size_t i, const s
             continue;
         if (g[w].row0 > next)
             break; /* a gap: reported below */
-        if (!hb(s, owner, g[w].instr, r, i))
+        if (!hb(s, g[w].rank, g[w].instr, r, i))
             return violation(s,
-                             "r%u #%zu: %s reads r%u's G block %u rows %llu+ before #%zu "
+                             "r%u #%zu: %s reads r%u's G block %u rows %llu+ before r%u #%zu "
                              "writes them",
-                             r, i, what, owner, b, (unsigned long long)next, g[w].instr);
+                             r, i, what, owner, b, (unsigned long long)next, g[w].rank, g[w].instr);
         next = g[w].row0 + g[w].rows;
     }
     if (next < end)
@@ -955,8 +991,8 @@ static bool check_bufs(sim_t *s)
 
             if (in->kind == OVL_I_GEMM)
                 used[in->b.buf] = true;
-            if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_ALLGATHER ||
-                in->kind == OVL_I_RAIL)
+            if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_PUSH ||
+                in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL)
                 used[in->src.buf] = used[in->dst.buf] = true;
         }
         for (int b = 0; b < OVL_BUF_COUNT; b++) {
@@ -979,8 +1015,9 @@ static bool check_bufs(sim_t *s)
 
 /* How A moves and what each stream is for. naive and collective gather by
  * ALLGATHERs exactly when the params say NCCL, by PULLs otherwise; ring
- * always pulls, and across nodes issues one RAIL per chunk (and only
- * there). An ALLGATHER of whole shards is NCCL's all-gather, of chunks
+ * moves A by the copy engine, in one node by PULLs at world 2 and by
+ * PUSHes from world 3 on, and across nodes issues one RAIL per chunk (and
+ * only there). An ALLGATHER of whole shards is NCCL's all-gather, of chunks
  * send/recv. Stream 0 is the client's; another stream is for
  * communication if it carries ALLGATHERs or RAILs, for copies if it
  * carries PULLs, for compute if it carries GEMMs only. */
@@ -1013,10 +1050,17 @@ static bool check_transfers(sim_t *s)
                                      (unsigned long long)in->src.row, (unsigned long long)in->rows);
                 ag[in->stream] = true;
             }
-            if (in->kind == OVL_I_PULL) {
+            if (in->kind == OVL_I_PULL || in->kind == OVL_I_PUSH) {
                 /* NCCL gathers every block, a_out's own included */
                 if (nccl)
-                    return violation(s, "r%u #%zu: PULL where the params say NCCL", r, i);
+                    return violation(s, "r%u #%zu: %s where the params say NCCL", r, i,
+                                     ovl_instr_name(in->kind));
+                /* ring of one node: pulls below RING_PUSH_MIN_WORLD (3), pushes from it
+                 * on; the own block of a_out is pulled from the own A either way */
+                if (p->params.algo == OVL_ALGO_RING && s->nnodes == 1 &&
+                    (in->kind == OVL_I_PUSH ? s->world < 3 : s->world >= 3 && in->src.rank != r))
+                    return violation(s, "r%u #%zu: ring at world %u moves A by %s", r, i, s->world,
+                                     ovl_instr_name(in->kind));
                 pull[in->stream] = true;
             }
             if (in->kind == OVL_I_GEMM)
@@ -1053,7 +1097,8 @@ static bool check_collective(sim_t *s)
         for (size_t i = 0; i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
-            if ((in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_PULL) && first == p->ninstr)
+            if ((in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_PULL || in->kind == OVL_I_PUSH) &&
+                first == p->ninstr)
                 first = i;
             if (in->kind == OVL_I_WAIT && in->event == OVL_EV_READY && i > first)
                 return violation(s, "r%u #%zu: initial wait after the first transfer", r, i);
@@ -1500,16 +1545,64 @@ static void duplicate_gemm(ovl_plan_t *plans)
     plans[0].instr[g1].dst.row = plans[0].instr[g0].dst.row;
 }
 
-/* ring: rank 0 stops waiting for rank 2's RELEASE */
+/* ring (world 2, which pulls): rank 0 stops waiting for rank 1's RELEASE */
 static void drop_release_wait(ovl_plan_t *plans)
 {
     for (size_t i = 0; i < plans[0].ninstr; i++)
         if (plans[0].instr[i].kind == OVL_I_WAIT && plans[0].instr[i].event == OVL_EV_RELEASE &&
-            plans[0].instr[i].peer == 2) {
+            plans[0].instr[i].peer == 1) {
             remove_instr(&plans[0], i);
             return;
         }
     fail_msg("no RELEASE wait");
+}
+
+/* ring pushing (world 3 and up): rank 1 pushes into rank 2 without waiting
+ * for rank 2's READY */
+static void push_drop_ready_wait(ovl_plan_t *plans)
+{
+    size_t at = find_instr(&plans[1], OVL_I_PUSH, -1, 0);
+
+    assert_int_equal(plans[1].instr[at - 1].kind, OVL_I_WAIT);
+    assert_int_equal(plans[1].instr[at - 1].event, OVL_EV_READY);
+    remove_instr(&plans[1], at - 1);
+}
+
+/* ring pushing: rank 1's first push lands in its block's next rows */
+static void push_wrong_block(ovl_plan_t *plans)
+{
+    plans[1].instr[find_instr(&plans[1], OVL_I_PUSH, -1, 0)].dst.row += 1;
+}
+
+/* ring pushing: rank 1 never records its first push's arrival, which a
+ * peer's GEMM waits for */
+static void push_drop_arrival_record(ovl_plan_t *plans)
+{
+    size_t at = find_instr(&plans[1], OVL_I_PUSH, -1, 0);
+
+    assert_int_equal(plans[1].instr[at + 1].kind, OVL_I_RECORD);
+    remove_instr(&plans[1], at + 1);
+}
+
+/* ring pushing: rank 1's pushes go into its peers' G after the pushes of
+ * rank 1 were recorded as arrived (the record moved ahead of the push) */
+static void push_record_early(ovl_plan_t *plans)
+{
+    size_t at = find_instr(&plans[1], OVL_I_PUSH, -1, 0);
+    ovl_instr_t push = plans[1].instr[at];
+
+    plans[1].instr[at] = plans[1].instr[at + 1];
+    plans[1].instr[at + 1] = push;
+}
+
+/* ring at world 2 pulls: a pull turned into a push of the own rows there */
+static void push_at_world2(ovl_plan_t *plans)
+{
+    ovl_instr_t *in = &plans[0].instr[find_instr(&plans[0], OVL_I_PULL, OVL_BUF_A, 0)];
+
+    in->kind = OVL_I_PUSH;
+    in->src = (ovl_ref_t){.buf = OVL_BUF_A, .rank = 0, .row = in->src.row};
+    in->dst = (ovl_ref_t){.buf = OVL_BUF_G, .rank = 1, .row = in->src.row};
 }
 
 /* collective: stream 1 is never joined into stream 0 */
@@ -1559,16 +1652,17 @@ static void mismatched_allgather(ovl_plan_t *plans)
     in->method = OVL_AG_NCCL_SENDRECV;
 }
 
-/* ring: rank 3 waits on its own event before recording it (a deadlock) */
+/* ring (world 2, which pulls): rank 1 waits on its own event before
+ * recording it (a deadlock) */
 static void wait_before_record(ovl_plan_t *plans)
 {
-    size_t g = find_instr(&plans[3], OVL_I_GEMM, OVL_BUF_G, 0);
-    ovl_instr_t wait = plans[3].instr[g - 1];
+    size_t g = find_instr(&plans[1], OVL_I_GEMM, OVL_BUF_G, 0);
+    ovl_instr_t wait = plans[1].instr[g - 1];
 
     /* move the wait ahead of the pull and record it follows */
-    plans[3].instr[g - 1] = plans[3].instr[g - 2];
-    plans[3].instr[g - 2] = plans[3].instr[g - 3];
-    plans[3].instr[g - 3] = wait;
+    plans[1].instr[g - 1] = plans[1].instr[g - 2];
+    plans[1].instr[g - 2] = plans[1].instr[g - 3];
+    plans[1].instr[g - 3] = wait;
 }
 
 /* Rank 0's first GEMM of B b (or SIZE_MAX). */
@@ -1662,13 +1756,19 @@ static void test_checker_catches(void **state)
     (void)state;
     expect_violation(OVL_ALGO_RING, 4, 4, 0, drop_gemm_wait, "before");
     expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, duplicate_gemm, "C block 0 row 0 written twice");
-    expect_violation(OVL_ALGO_RING, 3, 2, 0, drop_release_wait, "may complete");
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, drop_release_wait, "may complete");
+    expect_violation(OVL_ALGO_RING, 3, 2, 0, push_drop_ready_wait, "before its READY");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, push_wrong_block, "PUSH geometry");
+    expect_violation(OVL_ALGO_RING, 4, 2, 0, push_drop_arrival_record, "deadlock");
+    expect_violation(OVL_ALGO_RING, 3, 1, 0, push_record_early,
+                     "may complete while its G is written");
+    expect_violation(OVL_ALGO_RING, 2, 1, 0, push_at_world2, "ring at world 2 moves A by PUSH");
     expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, drop_join, "not joined before DONE");
     expect_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, late_initial_wait, "initial wait");
     expect_violation(OVL_ALGO_RING, 4, 1, 0, drop_sleep, "no SLEEP");
     expect_violation(OVL_ALGO_RING, 4, 2, 0, drop_ready_wait, "before its READY");
     expect_violation(OVL_ALGO_NAIVE, 2, 0, 0, mismatched_allgather, "ALLGATHER rows differ");
-    expect_violation(OVL_ALGO_RING, 4, 2, 0, wait_before_record, "before recording");
+    expect_violation(OVL_ALGO_RING, 2, 2, 0, wait_before_record, "before recording");
     expect_violation_as(OVL_ALGO_COLLECTIVE, 3, 4, 2, L_COPY, copy_drop_ready_wait,
                         "before its READY");
     expect_violation_as(OVL_ALGO_COLLECTIVE, 3, 4, 2, L_STRIDED, copy_drop_release_wait,
