@@ -595,12 +595,18 @@ static void *pool_main(void *arg)
         pthread_mutex_unlock(&pool->mu);
         xrun_t *x = t->x;
         xrank(x, t->rank);
+        /* Free again before the op hears that this rank is issued: its
+         * caller may submit the next op at once, which must find this
+         * thread free rather than start another (the pool grew past its
+         * need under churn, and ovld's thread count with it). */
+        pthread_mutex_lock(&pool->mu);
+        pool->free++;
+        pthread_mutex_unlock(&pool->mu);
         pthread_mutex_lock(&x->mu);
         if (--x->pending == 0)
             pthread_cond_broadcast(&x->cv);
         pthread_mutex_unlock(&x->mu);
         pthread_mutex_lock(&pool->mu);
-        pool->free++;
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;
