@@ -790,6 +790,30 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
     return r;
 }
 
+/* The head of ring in one node, pulling or pushing: the side streams wait
+ * for the own READY, the SLEEP heads GEMM stream 1, the own shard's GEMMs go
+ * on GEMM stream 0 (counted in *gemms), and with a_out the copy stream
+ * copies the own block. */
+static ovl_status_t emit_ring_head(builder_t *b, const ovl_plan_t *plan, uint32_t *gemms)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    ovl_status_t r = emit_prologue(b);
+
+    for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
+        r = emit_wait(b, s, p->rank, OVL_EV_READY);
+    if (r == OVL_OK)
+        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
+    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, (*gemms)++) {
+        uint64_t row0, rows;
+
+        chunk_range(plan, j, &row0, &rows);
+        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_BUF_A, p->rank, 1, row0, rows);
+    }
+    if (r == OVL_OK && p->want_gathered)
+        r = emit_pull(b, RING_COPY_STREAM, p->rank, 0, p->m);
+    return r;
+}
+
 /*
  * ring of one node from RING_PUSH_MIN_WORLD ranks on: as emit_ring, but the
  * copy stream writes the own shard into the peers' G in ring order (r+1,
@@ -810,19 +834,7 @@ static ovl_status_t emit_ring_push(builder_t *b, const ovl_plan_t *plan)
 
     /* the arrival events: the same numbers on every rank */
     b->next_event += (p->world - 1) * nc;
-    r = emit_prologue(b);
-    for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
-        r = emit_wait(b, s, p->rank, OVL_EV_READY);
-    if (r == OVL_OK)
-        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
-    for (uint32_t j = 0; r == OVL_OK && j < nc; j++, gemms++) {
-        uint64_t row0, rows;
-
-        chunk_range(plan, j, &row0, &rows);
-        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_BUF_A, p->rank, 1, row0, rows);
-    }
-    if (r == OVL_OK && p->want_gathered)
-        r = emit_pull(b, RING_COPY_STREAM, p->rank, 0, p->m);
+    r = emit_ring_head(b, plan, &gemms);
     for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
         uint32_t peer = (p->rank + t) % p->world;
 
@@ -879,21 +891,7 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
     if (p->world >= RING_PUSH_MIN_WORLD)
         return emit_ring_push(b, plan);
 
-    r = emit_prologue(b);
-    for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
-        r = emit_wait(b, s, p->rank, OVL_EV_READY);
-    if (r == OVL_OK)
-        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
-
-    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
-        uint64_t row0, rows;
-
-        chunk_range(plan, j, &row0, &rows);
-        r = emit_gemm(b, RING_GEMM_STREAM0, OVL_BUF_A, p->rank, 1, row0, rows);
-    }
-    if (r == OVL_OK && p->want_gathered)
-        r = emit_pull(b, RING_COPY_STREAM, p->rank, 0, p->m);
-
+    r = emit_ring_head(b, plan, &gemms);
     for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
         uint32_t peer = (p->rank + t) % p->world;
 
