@@ -53,27 +53,17 @@
 
 #include "cuda_gemm.h"
 #include "demo_cuda.h"
+#define LAB_WHO "ovl-gather-lab"
+#include "lab_check.h"
 
 #define SEED 0x6f766c62656e6368ull /* ovl-bench's */
 
-/* A lab, not a service: the first error ends it, named. */
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "ovl-gather-lab: %s (line %d): %s\n", #x, __LINE__,                    \
-                    cudaGetErrorString(e_));                                                       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+/* an NCCL call */
 #define NK(x)                                                                                      \
     do {                                                                                           \
         ncclResult_t e_ = (x);                                                                     \
-        if (e_ != ncclSuccess) {                                                                   \
-            fprintf(stderr, "ovl-gather-lab: %s (line %d): %s\n", #x, __LINE__,                    \
-                    ncclGetErrorString(e_));                                                       \
-            exit(1);                                                                               \
-        }                                                                                          \
+        if (e_ != ncclSuccess)                                                                     \
+            lab_fail(LAB_WHO, #x, __LINE__, ncclGetErrorString(e_));                               \
     } while (0)
 
 #define MAXW  8

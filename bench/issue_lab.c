@@ -46,23 +46,14 @@
 static int iters = 4000;
 static ovl_cudrv_t drv;
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "issue-lab: %s: %s (line %d)\n", #x, cudaGetErrorString(e_),           \
-                    __LINE__);                                                                     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define LAB_WHO "issue-lab"
+#include "lab_check.h"
+/* a CUDA driver call */
 #define DK(x)                                                                                      \
     do {                                                                                           \
         CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "issue-lab: %s: %s (line %d)\n", #x, ovl_cudrv_strerror(&drv, r_),     \
-                    __LINE__);                                                                     \
-            exit(1);                                                                               \
-        }                                                                                          \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            lab_fail(LAB_WHO, #x, __LINE__, ovl_cudrv_strerror(&drv, r_));                         \
     } while (0)
 
 static uint64_t now_ns(void)

@@ -142,29 +142,23 @@ static struct {
 static const char *who = "offload-lab";
 static ovl_cudrv_t drv;
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s: %s: %s (line %d)\n", who, #x, cudaGetErrorString(e_), __LINE__);  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define LAB_WHO who
+#include "lab_check.h"
+/* a CUDA driver call */
 #define DK(x)                                                                                      \
     do {                                                                                           \
         CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "%s: %s: %s (line %d)\n", who, #x, ovl_cudrv_strerror(&drv, r_),       \
-                    __LINE__);                                                                     \
-            exit(1);                                                                               \
-        }                                                                                          \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            lab_fail(LAB_WHO, #x, __LINE__, ovl_cudrv_strerror(&drv, r_));                         \
     } while (0)
+/* a cuBLAS call */
 #define LK(x)                                                                                      \
     do {                                                                                           \
         cublasStatus_t s_ = (x);                                                                   \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            fprintf(stderr, "%s: %s: cuBLAS status %d (line %d)\n", who, #x, (int)s_, __LINE__);   \
-            exit(1);                                                                               \
+            char why_[32];                                                                         \
+            snprintf(why_, sizeof(why_), "cuBLAS status %d", (int)s_);                             \
+            lab_fail(LAB_WHO, #x, __LINE__, why_);                                                 \
         }                                                                                          \
     } while (0)
 

@@ -40,19 +40,10 @@
 
 #include "cuda_gemm.h"
 #include "demo_cuda.h"
+#define LAB_WHO "ovl-ring-lab"
+#include "lab_check.h"
 
 #define SEED 0x6f766c62656e6368ull /* ovl-bench's */
-
-/* A lab, not a service: the first error ends it, named. */
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "ovl-ring-lab: %s (line %d): %s\n", #x, __LINE__,                      \
-                    cudaGetErrorString(e_));                                                       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define NR    4
 #define MAXC  16
