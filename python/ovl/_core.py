@@ -1,5 +1,7 @@
 """Client and Comm: ovld's client API over libovl (include/ovl/ovl.h)."""
 import ctypes
+import operator
+import os
 import sys
 import threading
 import uuid
@@ -29,6 +31,59 @@ _TORCH_DTYPES = {"torch.float32": _lib.DTYPE_FP32, "torch.float16": _lib.DTYPE_F
                  "torch.bfloat16": _lib.DTYPE_BF16}
 _TORCH_DTYPE_OBJS = {}  # torch.dtype -> code, filled from _TORCH_DTYPES as met
 _CAI_TYPESTRS = {"<f4": _lib.DTYPE_FP32, "<f2": _lib.DTYPE_FP16}
+
+# What the C types at the ctypes boundary hold. ctypes keeps the low bits of
+# a Python int that does not fit (world 2**32 + 1 would reach libovl as 1),
+# so every int is checked against these before it crosses.
+_U32_MAX = 2 ** 32 - 1
+_INT_MAX = 2 ** 31 - 1          # int (a device ordinal, a timeout)
+_U64_MAX = 2 ** 64 - 1          # uint64_t, size_t, a pointer
+_SIZE_MAX = sys.maxsize         # the most elements or bytes a numpy array holds
+
+# Job names (docs/protocol.md, CommInit.job_id; daemon/request.c's
+# check_job_id): 1 to 63 bytes of UTF-8, no NUL, no control character.
+_JOB_NAME_MAX = 63
+
+
+def _as_int(name, v):
+    """v as a Python int (an int or anything with __index__, not a bool)."""
+    if isinstance(v, bool):
+        raise InvalidArgument("%s: an int, got %r" % (name, v))
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise InvalidArgument("%s: an int, got %r" % (name, v)) from None
+
+
+def _int_arg(name, v, lo, hi):
+    """v as an int in lo..hi, checked before ctypes narrows it;
+    InvalidArgument otherwise."""
+    v = _as_int(name, v)
+    if not lo <= v <= hi:
+        raise InvalidArgument("%s %d out of range %d..%d" % (name, v, lo, hi))
+    return v
+
+
+def _job_name(job):
+    """The bytes libovl sends for a job name, refused here as ovld would
+    refuse them, and before libovl's C string would cut them at a NUL
+    ("a\x00b" would join job "a")."""
+    try:
+        raw = job.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgument("job %r: not encodable as UTF-8 (%s)" % (job, e.reason)) from None
+    if "\x00" in job:
+        raise InvalidArgument("job %r: holds a NUL at %d (job ids are text; libovl's C string "
+                              "would end there)" % (job, job.index("\x00")))
+    for i, ch in enumerate(job):
+        cp = ord(ch)
+        if cp < 0x20 or 0x7f <= cp <= 0x9f:
+            raise InvalidArgument("job %r: control character U+%04X at %d (job ids are text "
+                                  "shown to operators)" % (job, cp, i))
+    if not 1 <= len(raw) <= _JOB_NAME_MAX:
+        raise InvalidArgument("job %r: %d bytes of UTF-8; a job id is 1 to %d bytes" % (
+            job, len(raw), _JOB_NAME_MAX))
+    return raw
 
 
 def _numpy():
@@ -169,13 +224,17 @@ def _describe(name, x):
             raise InvalidArgument("%s: typestr %r; ovl takes <f4 and <f2 through "
                                   "__cuda_array_interface__ (bf16: a torch tensor)" % (
                                       name, cai["typestr"]))
-        shape = tuple(cai["shape"])
+        # what the object says crosses into the desc's uint64_t and size_t
+        shape = tuple(_int_arg("%s: dimension" % name, s, 0, _SIZE_MAX) for s in cai["shape"])
         item = _DTYPE_SIZES[code]
         strides = cai.get("strides")
         if strides is None and len(shape) == 2:
             strides = (shape[1] * item, item)
-        _check_2d_strides(name, shape, tuple(strides or ()), item)
+        strides = tuple(_int_arg("%s: stride" % name, s, -_SIZE_MAX, _SIZE_MAX)
+                        for s in (strides or ()))
+        _check_2d_strides(name, shape, strides, item)
         ptr, readonly = cai["data"]
+        ptr = _int_arg("%s: data pointer" % name, ptr, 0, _U64_MAX)
         return _Mat(name, x, ptr, shape[0], shape[1], strides[0], item, code, "cuda",
                     writeable=not readonly)
     raise InvalidArgument("%s: a %s; ovl takes numpy arrays from Client.empty (host backend), "
@@ -190,23 +249,46 @@ def _overlaps(p, q):
 class Client:
     """A connection to ovld (ovl_connect). Use as a context manager or call
     close(). One thread at a time uses libovl's client: calls are
-    serialized by a lock here."""
+    serialized by a lock here, so that any thread may close a comm or the
+    client while others run ops. The ranks of one job on one Client are
+    driven from one thread (see Comm._two_threads)."""
 
     def __init__(self, socket=None, timeout_ms=None):
+        self._h = self._conn = None
         self._lib = _lib.lib()
         self._mu = threading.RLock()
         self._allocs = {}  # address -> (bytes, weakref.finalize)
         self._comms = weakref.WeakSet()
+        # job -> its open comms of this client, a tuple replaced (under _mu)
+        # on every join and close, so that Comm._enter reads it without a
+        # lock, while another thread holds _mu
+        self._ranks = {}
+        if timeout_ms is not None:  # ovl_set_timeout's int
+            timeout_ms = _int_arg("timeout_ms", timeout_ms, -_INT_MAX - 1, _INT_MAX)
+        path = None
+        if socket is not None:
+            try:
+                path = os.fsencode(socket)
+            except TypeError:
+                raise InvalidArgument("socket: a path, got %r" % (socket,)) from None
+            if b"\0" in path:  # libovl's C string would end there: another socket
+                raise InvalidArgument("socket %r: holds a NUL" % (socket,))
         h = ctypes.c_void_p()
-        path = socket.encode() if isinstance(socket, str) else socket
         st = self._lib.ovl_connect(path, ctypes.byref(h))
         if st != _lib.OK:
             raise error_for(st, _lib.text(self._lib.ovl_connect_error()))
-        self._h = h
+        # _h: the client's calls, None once closed. _conn: the connection,
+        # which holds the memory of empty()'s arrays: it outlives close()
+        # while any of them is alive (_host_free disconnects at the last).
+        self._h = self._conn = h
         if timeout_ms is not None:
-            self._lib.ovl_set_timeout(h, int(timeout_ms))
+            self._lib.ovl_set_timeout(h, timeout_ms)
         self.socket = socket if socket else default_socket()[0]
-        self._info = self._read_info()
+        try:
+            self._info = self._read_info()
+        except BaseException:
+            self.close()
+            raise
         self._backend = _lib.text(self._info.backend)  # read on every op: decoded once
 
     # -- plumbing
@@ -293,13 +375,18 @@ class Client:
         """An uninitialized numpy array in memory shared with ovld
         (ovl_host_alloc): what the host backend's ops take. bf16 arrays are
         ml_dtypes.bfloat16 if that is importable, else uint16 bits. The memory
-        is freed when the array (and every view of it) is gone, or at close();
-        an array must not be used after its client is closed."""
+        is freed when the array (and every view of it) is gone; it stays
+        readable and writable after close(), which keeps the connection
+        (that holds it) open until then."""
         _numpy()
         code = _parse_dtype(dtype)
-        if isinstance(shape, int):
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
             shape = (shape,)
-        shape = tuple(int(s) for s in shape)
+        try:
+            shape = tuple(_as_int("empty: dimension", s) for s in shape)
+        except TypeError:
+            raise InvalidArgument("empty: shape %r: an int or a sequence of ints" % (shape,)) \
+                from None
         if any(s < 0 for s in shape):
             raise InvalidArgument("empty: negative dimension in %r" % (shape,))
         if self.backend != "host":
@@ -308,21 +395,33 @@ class Client:
                               % self.backend, -16)
         dt = _bf16_numpy_dtype() if code == _lib.DTYPE_BF16 else np.dtype(
             np.float32 if code == _lib.DTYPE_FP32 else np.float16)
+        # numpy's own limit (the bytes of the dimensions that are not 0),
+        # checked before ovl_host_alloc: its size_t would keep the low bits
+        # of a larger size (2**65 + 8 bytes: 8) and allocate that.
+        span = dt.itemsize
+        for s in shape:
+            span *= s or 1
+        if span > _SIZE_MAX:
+            raise InvalidArgument("empty: %r of %s is %d bytes, more than an array holds (%d)" % (
+                shape, _DTYPE_NAMES[code], span, _SIZE_MAX))
         count = 1
         for s in shape:
             count *= s
-        nbytes = count * dt.itemsize
+        size = max(count * dt.itemsize, 1)
         with self._mu:
             h = self._handle()
-            ptr = self._lib.ovl_host_alloc(h, max(nbytes, 1))
+            ptr = self._lib.ovl_host_alloc(h, size)
             if not ptr:
                 msg = _lib.text(self._lib.ovl_last_error(h))
                 raise error_for(_status_of_alloc_failure(msg), msg)
-            buf = (ctypes.c_char * max(nbytes, 1)).from_address(ptr)
-            fin = weakref.finalize(buf, _host_free, self, ptr)
-            self._allocs[ptr] = (max(nbytes, 1), fin)
-        arr = np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
-        return arr
+            try:
+                buf = (ctypes.c_char * size).from_address(ptr)
+                self._allocs[ptr] = (size, weakref.finalize(buf, _host_free, self, ptr))
+            except BaseException:
+                if self._allocs.pop(ptr, None) is None:
+                    self._lib.ovl_host_free(h, ptr)
+                raise
+        return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
 
     def zeros(self, shape, dtype="fp32"):
         a = self.empty(shape, dtype)
@@ -345,8 +444,12 @@ class Client:
         return Comm(self, job, world, rank, device)
 
     def close(self):
-        """Destroys this client's comms and disconnects (ovl_disconnect),
-        which unmaps every array from empty()."""
+        """Destroys this client's comms (leaving their jobs) and closes the
+        client: later calls raise Closed. The connection to ovld, which
+        holds the memory of empty()'s arrays, is closed (ovl_disconnect) now
+        or, while any of those arrays is alive, once the last is gone: an
+        array is never unmapped under its reader. Safe from another thread
+        while ops run: they complete first, or raise Closed."""
         with self._mu:
             if self._h is None:
                 return
@@ -355,10 +458,13 @@ class Client:
                     c.close()
                 except Exception:
                     pass
-            for _, fin in self._allocs.values():
-                fin.detach()  # ovl_disconnect unmaps them
-            self._allocs.clear()
-            h, self._h = self._h, None
+            self._h = None
+            if not self._allocs:
+                self._disconnect()
+
+    def _disconnect(self):
+        h, self._conn = self._conn, None
+        if h is not None:
             self._lib.ovl_disconnect(h)
 
     def __enter__(self):
@@ -390,9 +496,14 @@ def _status_of_alloc_failure(msg):
 
 
 def _host_free(client, ptr):
+    """The finalizer of an array's memory: frees it, and after close() the
+    last of them closes the connection."""
     with client._mu:
-        if client._allocs.pop(ptr, None) is not None and client._h is not None:
-            client._lib.ovl_host_free(client._h, ptr)
+        if client._allocs.pop(ptr, None) is None or client._conn is None:
+            return
+        client._lib.ovl_host_free(client._conn, ptr)
+        if client._h is None and not client._allocs:
+            client._disconnect()
 
 
 class Comm:
@@ -408,38 +519,91 @@ class Comm:
                                       "Client.job_id_create, got %d bytes" % (
                                           _lib.JOB_ID_BYTES, len(job)))
             job = bytes(job)
+            name = None
         elif not isinstance(job, str) or not job:
             raise InvalidArgument("job: a non-empty string, or the %d bytes of "
                                   "Client.job_id_create" % _lib.JOB_ID_BYTES)
-        for n, v in (("world", world), ("rank", rank), ("device", device)):
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise InvalidArgument("%s: an int, got %r" % (n, v))
-        if world < 1 or not 0 <= rank < world:
-            raise InvalidArgument("rank %d of world %d" % (rank, world))
+        else:
+            name = _job_name(job)
+        world, rank = _as_int("world", world), _as_int("rank", rank)
+        device = _as_int("device", device)
+        # ovl_comm_init takes uint32_t world and rank and an int device:
+        # checked here, as ctypes would keep their low bits (2**32 + 1: 1)
+        if not 1 <= world <= _U32_MAX or not 0 <= rank < world:
+            raise InvalidArgument("rank %d of world %d: world is 1 to 2^32-1, rank 0 to "
+                                  "world-1" % (rank, world))
+        if not 0 <= device <= _INT_MAX:
+            raise InvalidArgument("device %d out of range 0..%d" % (device, _INT_MAX))
         self.client, self.job, self.world, self.rank, self.device = (
             client, job, world, rank, device)
         self._lib = client._lib
+        self._h = None
+        self._thread = threading.current_thread()  # the thread that joined
+        self._busy = []     # threads in a call of this comm (see _enter)
+        self._shared = False  # whether the client has another rank of this job
+        me = self._thread
+        for o in client._ranks.get(job, ()):
+            if o._thread is not me and o._thread.is_alive():
+                raise self._two_threads(o, "joined by thread %r" % o._thread.name)
         h = ctypes.c_void_p()
-        if isinstance(job, bytes):  # a job across nodes
+        if name is None:  # a job across nodes
             init = _lib.optional(self._lib, "ovl_comm_init_id")
-            name = ctypes.byref(_lib.JobId.from_buffer_copy(job))
+            arg = ctypes.byref(_lib.JobId.from_buffer_copy(job))
         else:
-            init, name = self._lib.ovl_comm_init, job.encode()
+            init, arg = self._lib.ovl_comm_init, name
         with client._mu:
-            st = init(client._handle(), name, world, rank, device, ctypes.byref(h))
+            st = init(client._handle(), arg, world, rank, device, ctypes.byref(h))
             if st != _lib.OK:
                 raise client._error(st)
-        self._h = h
-        self._pending = []  # arrays of async_op ops, kept alive until synchronize()
-        # The last CUDA op's arguments (_fast_key) and its checked desc:
-        # an op on the same tensors reuses the desc (see _submit_fast).
-        self._fast = None
-        client._comms.add(self)
+            self._h = h
+            self._pending = []  # arrays of async_op ops, kept alive until synchronize()
+            # The last CUDA op's arguments (_fast_key) and its checked desc:
+            # an op on the same tensors reuses the desc (see _submit_fast).
+            self._fast = None
+            peers = client._ranks.get(job, ())
+            for o in peers:
+                o._shared = self._shared = True
+            client._ranks[job] = peers + (self,)
+            client._comms.add(self)
 
     def _handle(self):
         if self._h is None:
             raise Closed("the comm was closed", -8)
         return self._h
+
+    # Ranks of one job on one Client (two comms of one client with the same
+    # job) are driven from one thread. libovl takes a client's calls one at
+    # a time, and an op holds the client until it is done, which needs every
+    # rank's part of it: a rank in another thread, waiting for the client,
+    # would never send its part, and both would wait until the client's
+    # timeout. So a second thread is refused at once: at the join, while the
+    # thread that joined another rank of the job runs; at a call, while
+    # another thread is in a call of another rank of the job.
+
+    def _two_threads(self, other, what):
+        return InvalidArgument(
+            "job %r: rank %d of this Client is %s; the ranks of one job on one Client are "
+            "driven from one thread (an op holds the Client until every rank sent its part, so "
+            "ranks in two threads would wait for each other until the timeout): connect a "
+            "Client per thread" % (self.job, other.rank, what))
+
+    def _enter(self):
+        """Before a call that may wait on the job's other ranks: marks this
+        thread in it, or refuses it (above). True if _leave is owed. Marked
+        first, then checked, without a lock: of two threads that enter at
+        once, one at least sees the other."""
+        if not self._shared:
+            return False
+        me = threading.current_thread()
+        self._busy.append(me)
+        for o in self.client._ranks.get(self.job, ()):
+            if o is not self and any(t is not me for t in tuple(o._busy)):
+                self._busy.remove(me)
+                raise self._two_threads(o, "in a call from another thread")
+        return True
+
+    def _leave(self):
+        self._busy.remove(threading.current_thread())
 
     def _call(self, fn, *args):
         with self.client._mu:
@@ -449,21 +613,37 @@ class Comm:
 
     def check(self):
         """Raises the error of the first failed op (ovl_comm_check)."""
-        self._call(self._lib.ovl_comm_check)
+        owed = self._enter()
+        try:
+            self._call(self._lib.ovl_comm_check)
+        finally:
+            if owed:
+                self._leave()
 
     def synchronize(self):
         """Waits until every op submitted is done, then check()s."""
-        self._call(self._lib.ovl_comm_synchronize)
-        self._pending.clear()
+        owed = self._enter()
+        try:
+            self._call(self._lib.ovl_comm_synchronize)
+            self._pending.clear()
+        finally:
+            if owed:
+                self._leave()
 
     def close(self):
         """Waits for the ops, leaves the job (ovl_comm_destroy); raises an op's
-        error after the comm is gone."""
+        error after the comm is gone. Safe from another thread while ops run:
+        those complete first, or raise Closed."""
         with self.client._mu:
             if self._h is None:
                 return
             h, self._h = self._h, None
             self.client._comms.discard(self)
+            peers = tuple(o for o in self.client._ranks.get(self.job, ()) if o is not self)
+            if peers:
+                self.client._ranks[self.job] = peers
+            else:
+                self.client._ranks.pop(self.job, None)
             st = self._lib.ovl_comm_destroy(h)  # waits for the ops
             self._pending.clear()
             if st != _lib.OK:
@@ -496,6 +676,16 @@ class Comm:
         legacy default stream), returns at once.
 
         Returns out, or (out, a_out) if return_a."""
+        owed = self._enter()
+        try:
+            return self._all_gather_matmul(a, b, out, a_out, return_a, transb, algo, chunks,
+                                           streams, stream, async_op)
+        finally:
+            if owed:
+                self._leave()
+
+    def _all_gather_matmul(self, a, b, out, a_out, return_a, transb, algo, chunks, streams,
+                           stream, async_op):
         key = None  # what the fast path compares (torch tensors, out given)
         if out is not None:
             key = _fast_key(a, b, out, a_out, return_a, transb, algo, chunks, streams)
@@ -524,10 +714,10 @@ class Comm:
         else:
             raise InvalidArgument("algo: a name (%s), got %r" % (", ".join(_lib.ALGOS), algo))
         for n, v in (("chunks", chunks), ("streams", streams)):
-            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2 ** 32:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
                 raise InvalidArgument("%s: an int from 0 (the daemon chooses) to 2^32-1, got %r"
                                       % (n, v))
-        h = self._handle()
+        self._handle()  # a closed comm says so before the arguments are looked at
         cuda = self.client.backend != "host"
 
         A = _describe("a", a)
@@ -568,6 +758,9 @@ class Comm:
                 raise InvalidArgument("stream: the host backend takes no stream (pass None)")
             stream_ptr = None
         with self.client._mu:
+            # The handle is read under the client's lock, which close() and
+            # Client.close() take: read before it, it could be freed by then.
+            h = self._handle()
             st = self._lib.ovl_comm_check(h)  # an earlier op's error first
             if st != _lib.OK:
                 raise self.client._error(st)
@@ -703,11 +896,11 @@ def _cuda_stream(stream, mats):
             return torch.cuda.current_stream(torch_mats[0].obj.device).cuda_stream or None
         return None
     if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream or None
+        return _int_arg("stream", stream, 0, _U64_MAX) or None
     for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy, cuda-python
         v = getattr(stream, attr, None)
-        if isinstance(v, int):
-            return v or None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return _int_arg("stream.%s" % attr, v, 0, _U64_MAX) or None
     raise InvalidArgument("stream: an int (cudaStream_t), a torch.cuda.Stream or an object "
                           "with .ptr, got %r" % (stream,))
 

@@ -164,15 +164,36 @@ def lib():
         for name in names:
             try:
                 handle = ctypes.CDLL(name)
+            except OSError as e:
+                errors.append((name, str(e)))
+                continue
+            try:
                 _declare(handle)
-            except (OSError, AttributeError) as e:
-                errors.append("%s: %s" % (name, e))
+            except AttributeError as e:
+                errors.append((name, "loaded, but it is not libovl.so.1 (%s)" % e))
                 continue
             _lib, _path = handle, name
             return _lib
         from .errors import LibraryNotFound
-        where = "at $OVL_LIBRARY" if from_env else "next to the ovl package or on the system"
-        raise LibraryNotFound("libovl not found %s (tried: %s)" % (where, "; ".join(errors)))
+        if from_env:
+            raise LibraryNotFound(_env_failure(*errors[0]))
+        raise LibraryNotFound("libovl not found next to the ovl package or on the system "
+                              "(tried: %s); set $OVL_LIBRARY to its path"
+                              % "; ".join("%s: %s" % e for e in errors))
+
+
+def _env_failure(name, error):
+    """Why $OVL_LIBRARY's library did not load, naming the variable, its
+    value, whether that exists, and the loader's words."""
+    if not os.path.exists(name):
+        return ("libovl: $OVL_LIBRARY is set to %r, which does not exist (unset it to look "
+                "next to the package and on the system) [%s]" % (name, error))
+    hint = ""
+    if "asan" in error.lower() or "static TLS" in error:
+        hint = ("; a libovl built with -DOVL_SANITIZE=ON loads only with the ASan runtime "
+                "preloaded (LD_PRELOAD=$(gcc -print-file-name=libasan.so))")
+    return ("libovl: $OVL_LIBRARY is set to %r, which exists but could not be loaded: %s%s"
+            % (name, error, hint))
 
 
 def path():

@@ -25,8 +25,14 @@ torch is imported here, never by `import ovl`. See python/README.md.
 """
 import threading
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as _e:
+    raise ImportError(
+        "ovl.torch needs PyTorch 2.4 or later, which is not importable here (%s): install "
+        "torch (pip install 'ovl[torch]'); `import ovl` alone works without it" % _e,
+        name=__name__) from _e
 
 from . import _core
 

@@ -36,7 +36,8 @@ def closed_client():
     c._mu = threading.RLock()
     c._allocs = {}
     c._comms = weakref.WeakSet()
-    c._h = None
+    c._ranks = {}
+    c._h = c._conn = None
     return c
 
 

@@ -3,6 +3,8 @@ backend (tests/integration/ovltest.py's Daemon): results of worlds 1 to 4
 against numpy in double precision, every bad input refused before anything
 is sent (and the comm usable after), errors of ovld surfacing as the right
 ovl.Error, and ovld killed mid-job failing the next call in bounded time.
+Then test_misuse.py's tests (issue 32: misuse of the package), with their
+own ovld.
 
 Run by ctest (tests/CMakeLists.txt: test_python_host) with the package
 installed in scripts/test's venv, OVL_LIBRARY set to the built libovl.so
@@ -242,13 +244,14 @@ def test_status_mapping():
 
 
 def test_library_not_found():
-    """A bad $OVL_LIBRARY is named in the error (in a fresh interpreter)."""
+    """A bad $OVL_LIBRARY is named in the error (in a fresh interpreter);
+    test_misuse.py's test_library_env_named has the other cases."""
     env = dict(os.environ, OVL_LIBRARY="/nonexistent/libovl.so.1")
     p = subprocess.run([sys.executable, "-c", "import ovl\ntry:\n ovl.connect('/x')\n"
                         "except ovl.LibraryNotFound as e:\n print(e)"], env=env,
                        capture_output=True, text=True, timeout=60)
-    assert p.stdout.startswith("libovl not found at $OVL_LIBRARY (tried: /nonexistent/libovl"), (
-        p.stdout, p.stderr)
+    assert p.stdout.startswith("libovl: $OVL_LIBRARY is set to '/nonexistent/libovl.so.1', "
+                               "which does not exist"), (p.stdout, p.stderr)
 
 
 def test_connect_refused():
@@ -327,7 +330,7 @@ def test_bad_inputs_leave_comm_usable():
         expect(IA, c.empty, (2, 2), "int8", words="dtype")
         expect(IA, c.comm, "j", 2, 2, 0, words="rank 2 of world 2")
         expect(IA, c.comm, "", 1, 0, 0, words="job")
-        expect(IA, c.comm, "j" * 64, 1, 0, 0, words="1 to 63 bytes")  # ovld's refusal
+        expect(IA, c.comm, "j" * 64, 1, 0, 0, words="1 to 63 bytes")  # as ovld refuses it
         expect(ovl.Exists, other.comm, comm.job, 1, 0, 0, words="already joined")
         # the CUDA path's argument handling, without a GPU: a device array is
         # refused by the host backend, before anything is sent
@@ -523,6 +526,8 @@ def test_daemon_killed_mid_job():
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    import test_misuse  # the package against misuse (issue 32): its own ovld
     try:
         run_tests([test_library_and_info, test_status_mapping, test_library_not_found,
                    test_connect_refused,
@@ -530,7 +535,8 @@ if __name__ == "__main__":
                    test_bad_inputs_leave_comm_usable, test_job_id_daemon,
                    test_cuda_stream_arguments,
                    test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job,
-                   test_daemon_stops_clean])
+                   test_daemon_stops_clean] + test_misuse.TESTS)
     finally:
-        if D is not None:
-            D.cleanup()
+        for d in (D, test_misuse.D):
+            if d is not None:
+                d.cleanup()
