@@ -40,7 +40,14 @@ size_t ovl_utf8_next(const uint8_t *s, size_t n, uint32_t *ret_cp)
 
 bool ovl_text_is_control(uint32_t cp)
 {
-    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
+    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || ovl_text_is_bidi_control(cp);
+}
+
+bool ovl_text_is_bidi_control(uint32_t cp)
+{
+    /* ALM; LRM, RLM; LRE, RLE, PDF, LRO, RLO; LRI, RLI, FSI, PDI */
+    return cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069);
 }
 
 bool ovl_text_is_clean(const uint8_t *s, size_t n)
@@ -144,7 +151,7 @@ static size_t term_piece(const uint8_t *s, size_t l, uint32_t cp, bool bad, char
         return (size_t)snprintf(out, 16, "\\e");
     if (cp < 0x20 || cp == 0x7f)
         return (size_t)snprintf(out, 16, "\\x%02x", (unsigned)cp);
-    return plain_or_u(s, l, cp, out); /* C1 as \u0080..\u009f */
+    return plain_or_u(s, l, cp, out); /* C1 as \u0080..\u009f, bidi as \u202e... */
 }
 
 static size_t json_piece(const uint8_t *s, size_t l, uint32_t cp, bool bad, char out[16])

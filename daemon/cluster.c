@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "cluster.h"
 #include "cluster.pb-c.h"
@@ -284,6 +285,39 @@ static void mjob_end(ovld_cluster_t *cl, mjob_t *m, bool abort, ovl_status_t st,
     cl->cb.on_end(cl->cb.arg, m->nonce, abort, st, why);
 }
 
+/*
+ * Whether a job id of uid's may make this ovld connect to its coordinator
+ * at a (addr in words; the job's name): a job id is the application's
+ * input, and without this any user could have ovld open connections to any
+ * address and port, which is what `ovlctl peer ping` keeps to root and
+ * ovld's own user. With peer_allow set, the coordinator must be in one of
+ * its networks, whoever asks; unset, root and ovld's own user may name any
+ * node, others only one linked already (it proved it holds the key).
+ * OVL_ERR_PERMISSION with err naming the rule.
+ */
+static ovl_status_t coordinator_allowed(const ovld_cluster_t *cl, const struct sockaddr_storage *a,
+                                        const char *addr, const char *name, uid_t uid, char *err,
+                                        size_t errlen)
+{
+    if (cl->cfg->n_peer_allow > 0) {
+        if (ovld_config_peer_allowed(cl->cfg, a))
+            return OVL_OK;
+        snprintf(err, errlen,
+                 "job %s: its coordinator %s is in no network of peer_allow: ovld connects only "
+                 "to the nodes its configuration allows (docs/config.md)",
+                 name, addr);
+        return OVL_ERR_PERMISSION;
+    }
+    if (uid == 0 || uid == getuid() || ovld_peers_is_up_at(cl->ps, a))
+        return OVL_OK;
+    snprintf(err, errlen,
+             "job %s: its coordinator %s is not linked to this node, and with peer_allow unset "
+             "only root or ovld's own user (uid %u) may make ovld connect to a new node "
+             "(docs/config.md, peer_allow)",
+             name, addr, (unsigned)getuid());
+    return OVL_ERR_PERMISSION;
+}
+
 ovl_status_t ovld_cluster_admit(ovld_cluster_t *cl, const ovld_job_blob_t *blob, uint32_t world,
                                 uint32_t rank, uint32_t device, uid_t uid,
                                 ovld_cluster_admit_fn done, void *arg, char *err, size_t errlen)
@@ -297,7 +331,10 @@ ovl_status_t ovld_cluster_admit(ovld_cluster_t *cl, const ovld_job_blob_t *blob,
     ovld_job_blob_name(blob, name);
     ovld_peer_t *coord = NULL;
     if (strcmp(addr, ovld_peers_self(cl->ps)) != 0) {
-        ovl_status_t st = ovld_peers_get(cl->ps, &blob->coordinator, &coord, err, errlen);
+        ovl_status_t st = coordinator_allowed(cl, &blob->coordinator, addr, name, uid, err, errlen);
+        if (st != OVL_OK)
+            return st;
+        st = ovld_peers_get(cl->ps, &blob->coordinator, &coord, err, errlen);
         if (st != OVL_OK)
             return st;
     } else if (memcmp(blob->instance, ovld_peers_instance(cl->ps), OVLD_INSTANCE_LEN) != 0) {

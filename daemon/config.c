@@ -59,6 +59,7 @@ typedef enum value_kind {
     V_UINT_AUTO, /* "auto" (stored as 0) or a decimal integer; lo >= 1 */
     V_ADDR,      /* ADDRESS:PORT, numeric (ovld_config_addr_parse) */
     V_PATH,      /* an absolute path that fits the field */
+    V_NETS,      /* ADDRESS[/PREFIX], ... (peer_allow); hi: how many at most */
 } value_kind_t;
 
 typedef struct key_spec {
@@ -103,6 +104,7 @@ static const key_spec_t keys[] = {
     {"peer_advertise", V_ADDR, FIELD(peer_advertise), 0, 0},
     {"peer_key_file", V_PATH, FIELD(peer_key_file), 0, 0},
     {"peer_timeout_ms", V_UINT, FIELD(peer_timeout_ms), 500, 60000},
+    {"peer_allow", V_NETS, FIELD(peer_allow), 1, OVLD_PEER_ALLOW_MAX},
 };
 
 typedef struct named_value {
@@ -450,6 +452,86 @@ ovl_status_t ovld_config_addr_parse(const char *text, struct sockaddr_storage *r
     return addr_bad(err, errlen, "not a numeric IPv4 or [IPv6] address (names are not looked up)");
 }
 
+/* Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4, or IPv6 without brackets)
+ * into *ret, the bits past the prefix cleared. */
+static ovl_status_t net_parse(const char *text, ovld_net_t *ret, char *err, size_t errlen)
+{
+    char host[64];
+    const char *slash = strchr(text, '/');
+    size_t hl = slash ? (size_t)(slash - text) : strlen(text);
+    if (hl == 0 || hl >= sizeof(host))
+        return addr_bad(err, errlen, "not an ADDRESS or ADDRESS/PREFIX");
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    memset(ret, 0, sizeof(*ret));
+    unsigned bits;
+    if (inet_pton(AF_INET, host, ret->addr) == 1) {
+        ret->family = AF_INET;
+        bits = 32;
+    } else if (inet_pton(AF_INET6, host, ret->addr) == 1) {
+        ret->family = AF_INET6;
+        bits = 128;
+    } else {
+        return addr_bad(err, errlen,
+                        "not a numeric IPv4 or IPv6 address, with an optional /PREFIX (names "
+                        "are not looked up)");
+    }
+    uint64_t prefix = bits;
+    if (slash && (parse_uint(slash + 1, &prefix) != NUM_OK || prefix > bits))
+        return addr_bad(err, errlen,
+                        bits == 32 ? "the prefix must be 0..32" : "the prefix must be 0..128");
+    ret->prefix = (uint8_t)prefix;
+    for (unsigned b = (unsigned)prefix; b < bits; b++)
+        ret->addr[b / 8] &= (uint8_t) ~(0x80u >> (b % 8));
+    return OVL_OK;
+}
+
+static bool net_contains(const ovld_net_t *n, const struct sockaddr_storage *a)
+{
+    const uint8_t *bytes;
+    if (a->ss_family != n->family)
+        return false;
+    if (a->ss_family == AF_INET)
+        bytes = (const uint8_t *)&((const struct sockaddr_in *)a)->sin_addr;
+    else if (a->ss_family == AF_INET6)
+        bytes = ((const struct sockaddr_in6 *)a)->sin6_addr.s6_addr;
+    else
+        return false;
+    unsigned full = n->prefix / 8, rest = n->prefix % 8;
+    if (memcmp(bytes, n->addr, full) != 0)
+        return false;
+    if (rest == 0)
+        return true;
+    uint8_t mask = (uint8_t)(0xffu << (8 - rest));
+    return (bytes[full] & mask) == n->addr[full];
+}
+
+int ovld_config_peer_allowed(const ovld_config_t *cfg, const struct sockaddr_storage *a)
+{
+    for (uint32_t i = 0; i < cfg->n_peer_allow && i < OVLD_PEER_ALLOW_MAX; i++)
+        if (net_contains(&cfg->peer_allow[i], a))
+            return 1;
+    return 0;
+}
+
+void ovld_config_peer_allow_format(const ovld_config_t *cfg, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < cfg->n_peer_allow && i < OVLD_PEER_ALLOW_MAX && used < len; i++) {
+        const ovld_net_t *n = &cfg->peer_allow[i];
+        char host[INET6_ADDRSTRLEN];
+        if (!inet_ntop(n->family == AF_INET ? AF_INET : AF_INET6, n->addr, host, sizeof(host)))
+            snprintf(host, sizeof(host), "?");
+        int w = snprintf(buf + used, len - used, "%s%s/%u", i ? ", " : "", host, n->prefix);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
 int ovld_config_addr_is_any(const struct sockaddr_storage *a)
 {
     if (a->ss_family == AF_INET)
@@ -597,6 +679,39 @@ static ovl_status_t apply_value(const parser_t *p, ovld_config_t *cfg, const key
             return fail(p, "%s: path is %zu bytes; at most %zu", key->name, len, key->size - 1);
         memcpy((char *)cfg + key->offset, value, len + 1);
         return OVL_OK;
+
+    case V_NETS: {
+        /* networks separated by commas or blanks; the whole list replaces
+         * what was there, so that a reload drops a network taken out */
+        ovld_net_t nets[OVLD_PEER_ALLOW_MAX];
+        uint32_t n = 0;
+        char item[80], why[96];
+        memset(nets, 0, sizeof(nets));
+        for (const char *c = value; *c;) {
+            if (*c == ',' || *c == ' ' || *c == '\t') {
+                c++;
+                continue;
+            }
+            size_t il = strcspn(c, ", \t");
+            if (n == key->hi)
+                return fail(p, "%s: more than %llu networks", key->name,
+                            (unsigned long long)key->hi);
+            if (il >= sizeof(item))
+                return fail(p, "%s: '%.*s%s' is not an ADDRESS or ADDRESS/PREFIX", key->name,
+                            SHOW(c));
+            memcpy(item, c, il);
+            item[il] = '\0';
+            if (net_parse(item, &nets[n], why, sizeof(why)) != OVL_OK)
+                return fail(p, "%s: '%.*s%s': %s", key->name, SHOW(item), why);
+            n++;
+            c += il;
+        }
+        if (n < key->lo)
+            return fail(p, "%s: no network in '%.*s%s'", key->name, SHOW(value));
+        memcpy(cfg->peer_allow, nets, sizeof(nets));
+        cfg->n_peer_allow = n;
+        return OVL_OK;
+    }
 
     case V_UINT_AUTO:
         /* 0 stands for auto, which is why the range starts at 1: a written

@@ -35,6 +35,16 @@ typedef enum ovld_backend_kind {
 #define OVLD_CONFIG_KEYPATH_MAX 256 /* peer_key_file */
 #define OVLD_ADDR_TEXT_MAX      64  /* "[IPv6]:port" with room to spare */
 
+#define OVLD_PEER_ALLOW_MAX 32 /* peer_allow: networks listed */
+
+/* One network of peer_allow: an address and how many leading bits of it
+ * count (a host: 32 or 128); the bits past prefix are zero. */
+typedef struct ovld_net {
+    uint8_t family; /* AF_INET or AF_INET6 */
+    uint8_t prefix; /* 0..32 or 0..128 */
+    uint8_t addr[16];
+} ovld_net_t;
+
 /* ovld_config_t.max_mappings: "auto", resolved by the daemon */
 #define OVLD_MAX_MAPPINGS_AUTO 0u
 
@@ -78,6 +88,12 @@ typedef struct ovld_config {
     char peer_advertise[OVLD_ADDR_TEXT_MAX]; /* peer_advertise: ADDRESS:PORT, "" = peer_listen */
     char peer_key_file[OVLD_CONFIG_KEYPATH_MAX]; /* peer_key_file: absolute path */
     uint32_t peer_timeout_ms;                    /* peer_timeout_ms: 500..60000, default 2000 */
+    /* peer_allow: the networks whose ovld a job id may make this one
+     * connect to (1..OVLD_PEER_ALLOW_MAX of them); unset (0, the default):
+     * only root and ovld's own user may name a node not linked already
+     * (docs/config.md). Read at start and on reload. */
+    ovld_net_t peer_allow[OVLD_PEER_ALLOW_MAX];
+    uint32_t n_peer_allow;
 } ovld_config_t;
 
 /* Fills every field with its default. */
@@ -101,6 +117,12 @@ ovl_status_t ovld_config_load(ovld_config_t *cfg, const char *path, char *err, s
 struct sockaddr_storage;
 ovl_status_t ovld_config_addr_parse(const char *text, struct sockaddr_storage *ret, char *err,
                                     size_t errlen);
+/* Whether a is in one of cfg's peer_allow networks (false when none is
+ * listed). */
+int ovld_config_peer_allowed(const ovld_config_t *cfg, const struct sockaddr_storage *a);
+/* "10.0.0.0/8, fd00::/8": cfg's peer_allow as the parser reads it back;
+ * "" when unset. Cut to fit len. */
+void ovld_config_peer_allow_format(const ovld_config_t *cfg, char *buf, size_t len);
 /* Whether a parsed address is the wildcard (0.0.0.0 or ::). */
 int ovld_config_addr_is_any(const struct sockaddr_storage *a);
 

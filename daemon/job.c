@@ -295,6 +295,15 @@ static ovl_status_t join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, ovl
     *ret_j = j;
     *ret_dev = dev;
     if (j) {
+        /* A job across nodes is found by its nonce, whoever asks: its
+         * owner is checked first, before anything about it (its world,
+         * state, the pids of its ranks) is said to another user. */
+        if (j->owner != req->uid) {
+            snprintf(err, errlen,
+                     "job '%s' belongs to another user: only the uid that made a job may join it",
+                     id);
+            return OVL_ERR_PERMISSION;
+        }
         if (j->world != world) {
             snprintf(err, errlen, "job '%s' has world %u, not %u", id, j->world, world);
             return OVL_ERR_MISMATCH;

@@ -124,7 +124,8 @@ typedef struct link {
     uint8_t inst[OVLD_PEER_INSTANCE_LEN]; /* the other side's */
     char claimed[OVLD_ADDR_TEXT_MAX];     /* the address its Hello gave (acceptor) */
     char from[OVLD_ADDR_TEXT_MAX];        /* the address it came from (acceptor) */
-    uint8_t *ucx_remote;                  /* the other side's UCX worker address */
+    struct sockaddr_storage from_ss; /* the same, for the per-source count; family 0: unknown */
+    uint8_t *ucx_remote;             /* the other side's UCX worker address */
     size_t ucx_remote_len;
     uint64_t deadline; /* loop ms: up by (handshake); closed by (closing); TCP closed by (up) */
     uint64_t heard;    /* loop ms of its last message */
@@ -1414,6 +1415,61 @@ static void on_connected(uv_connect_t *req, int status)
     kick(ps);
 }
 
+/* Whether a and b are the same host: the same IPv4 or IPv6 address (an
+ * IPv4-mapped IPv6 address is not folded: a listener is one family). An
+ * unknown address (family 0) is a host of its own kind, counted together. */
+static bool same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    return true;
+}
+
+/* Accepted connections from the host of from still authenticating. */
+static unsigned unauth_from(const ovld_peers_t *ps, const struct sockaddr_storage *from)
+{
+    unsigned n = 0;
+    for (const link_t *l = ps->links; l; l = l->next)
+        if (l->unauth && same_source(&l->from_ss, from))
+            n++;
+    return n;
+}
+
+/* Refuses the oldest handshake of the sources that hold the most
+ * (OVLD_PEERS_MAX_UNAUTH reached), which frees its slot at once: a flood
+ * loses its own, a node with one connection keeps it. At most
+ * OVLD_PEERS_MAX_UNAUTH links are counted, so the quadratic walk is small. */
+static void unauth_evict(ovld_peers_t *ps)
+{
+    link_t *victim = NULL;
+    unsigned most = 0;
+    for (link_t *l = ps->links; l; l = l->next) {
+        if (!l->unauth)
+            continue;
+        unsigned n = unauth_from(ps, &l->from_ss);
+        /* of the sources holding the most, the oldest connection (links
+         * are newest first, so a later one of as many is as old or older) */
+        if (n > most || (n == most && victim && l->deadline <= victim->deadline)) {
+            most = n;
+            victim = l;
+        }
+    }
+    if (!victim)
+        return;
+    char why[WHY_MAX];
+    snprintf(why, sizeof(why),
+             "evicted: %d connections were authenticating (OVLD_PEERS_MAX_UNAUTH), and this was "
+             "the oldest of the address holding the most (%u)",
+             OVLD_PEERS_MAX_UNAUTH, most);
+    link_fail(victim, OVL_ERR_LIMIT, why, why);
+}
+
 static void on_accept(uv_stream_t *server, int status)
 {
     ovld_peers_t *ps = server->data;
@@ -1442,6 +1498,25 @@ static void on_accept(uv_stream_t *server, int status)
         link_close(l);
         return;
     }
+    if (flen > 0 && (size_t)flen <= sizeof(from))
+        l->from_ss = from;
+    /* One source may hold only a few handshakes at once, so that a flood
+     * of half-open connections from one host cannot take every slot. */
+    if (unauth_from(ps, &l->from_ss) >= OVLD_PEERS_MAX_UNAUTH_SOURCE) {
+        say(ps, OVLD_REPORT_WARN,
+            "peer connection from %s: refused: %d connections from this address are "
+            "authenticating already (OVLD_PEERS_MAX_UNAUTH_SOURCE)",
+            l->from, OVLD_PEERS_MAX_UNAUTH_SOURCE);
+        OVLD_COUNT(ps->counters, peer_auth_refused, 1);
+        link_close(l);
+        return;
+    }
+    /* Full (many sources): the newcomer gets the slot of the oldest
+     * handshake of the source holding the most, so that a node that holds
+     * the key still gets in while strangers keep the slots filled; theirs
+     * are the ones that wait, and lose them. */
+    if (ps->n_unauth >= OVLD_PEERS_MAX_UNAUTH)
+        unauth_evict(ps);
     if (ps->n_unauth >= OVLD_PEERS_MAX_UNAUTH) {
         say(ps, OVLD_REPORT_WARN,
             "peer connection from %s: refused: %d connections are authenticating already "
@@ -2065,6 +2140,14 @@ const char *ovld_peers_self(const ovld_peers_t *ps)
 const uint8_t *ovld_peers_instance(const ovld_peers_t *ps)
 {
     return ps->instance;
+}
+
+bool ovld_peers_is_up_at(const ovld_peers_t *ps, const struct sockaddr_storage *addr)
+{
+    char name[OVLD_ADDR_TEXT_MAX];
+    ovld_peer_addr_format(addr, name, sizeof(name));
+    const ovld_peer_t *p = peer_find(ps, name);
+    return p && p->state == PEER_UP;
 }
 
 ovl_status_t ovld_peers_get(ovld_peers_t *ps, const struct sockaddr_storage *addr,

@@ -16,8 +16,11 @@
  * Everything here runs on the loop thread; the callbacks are called from
  * the loop, on_message from inside UCX's progress (it may send and get,
  * not close), on_down, ping and read completions outside it. Every resource is
- * bounded (OVLD_PEERS_MAX, OVLD_PEERS_MAX_UNAUTH, OVLD_PEER_QUEUE_MAX,
- * OVLD_PEER_MAX_BODY), and a refusal names its limit.
+ * bounded (OVLD_PEERS_MAX, OVLD_PEERS_MAX_UNAUTH, OVLD_PEERS_MAX_UNAUTH_SOURCE,
+ * OVLD_PEER_QUEUE_MAX, OVLD_PEER_MAX_BODY), and a refusal names its limit. When
+ * OVLD_PEERS_MAX_UNAUTH handshakes run, a new connection evicts the oldest
+ * of the address holding the most, so that strangers cannot keep a node
+ * that holds the key out.
  *
  * This module reports through the reporter it is given (refusals, peers
  * up and down), and counts into the daemon's counters (stats.h).
@@ -38,9 +41,10 @@
 #include "report.h"
 #include "stats.h"
 
-#define OVLD_PEERS_MAX        1024       /* peer records */
-#define OVLD_PEERS_MAX_UNAUTH 64         /* accepted endpoints not authenticated yet */
-#define OVLD_PEER_QUEUE_MAX   (4u << 20) /* bytes queued or in flight to one peer */
+#define OVLD_PEERS_MAX               1024       /* peer records */
+#define OVLD_PEERS_MAX_UNAUTH        64         /* accepted endpoints not authenticated yet */
+#define OVLD_PEERS_MAX_UNAUTH_SOURCE 8          /* of those, from one address */
+#define OVLD_PEER_QUEUE_MAX          (4u << 20) /* bytes queued or in flight to one peer */
 
 typedef struct ovld_peers ovld_peers_t; /* the daemon's UCX context, worker, listener, peers */
 typedef struct ovld_peer ovld_peer_t;   /* one other ovld, known by its advertised ADDRESS:PORT */
@@ -96,6 +100,9 @@ const uint8_t *ovld_peers_instance(const ovld_peers_t *ps); /* 16 random bytes, 
  * peers, OVL_ERR_SHUTDOWN once closing; err says so. */
 ovl_status_t ovld_peers_get(ovld_peers_t *ps, const struct sockaddr_storage *addr,
                             ovld_peer_t **ret, char *err, size_t errlen);
+/* Whether the peer at addr is up now (authenticated: it holds the key).
+ * Connects to nothing. */
+bool ovld_peers_is_up_at(const ovld_peers_t *ps, const struct sockaddr_storage *addr);
 /* Queued while connecting (bounded), sent in order; fails once down
  * (OVL_ERR_CLOSED); OVL_ERR_LIMIT naming the limit when too large
  * (OVLD_PEER_MAX_BODY) or the queue is full (OVLD_PEER_QUEUE_MAX);

@@ -1070,6 +1070,10 @@ static void on_hello_timer(uv_timer_t *t)
         uv_timer_start(&d->hello_timer, on_hello_timer, next - now, 0);
 }
 
+/* Connections beyond max_connections that only root and ovld's own user
+ * may take: the operator's way in while users fill max_connections. */
+#define OVLD_CONNS_RESERVED 8
+
 void ovld_conn_accept(ovld_t *d, int fd, const struct ucred *peer)
 {
     struct ucred uc = *peer;
@@ -1077,13 +1081,26 @@ void ovld_conn_accept(ovld_t *d, int fd, const struct ucred *peer)
     uid_usage(d, uc.uid, &u, NULL);
     char why[160] = "";
     ovl_status_t refuse = OVL_OK;
+    /* Root and ovld's own user may go OVLD_CONNS_RESERVED past
+     * max_connections, so that users filling it cannot keep the operator
+     * from `ovlctl status` and the like. */
+    bool privileged = uc.uid == 0 || uc.uid == getuid();
     if (d->stopping) {
         refuse = OVL_ERR_SHUTDOWN;
         snprintf(why, sizeof(why), "ovld is shutting down");
-    } else if (d->nconns >= d->cfg.max_connections) {
+    } else if (d->nconns >= d->cfg.max_connections &&
+               (!privileged || d->nconns - d->cfg.max_connections >= OVLD_CONNS_RESERVED)) {
         refuse = OVL_ERR_LIMIT;
-        snprintf(why, sizeof(why), "too many connections (max_connections = %u)",
-                 d->cfg.max_connections);
+        if (privileged)
+            snprintf(why, sizeof(why),
+                     "too many connections (max_connections = %u, and the %d beyond it kept "
+                     "for root and ovld's own user are taken)",
+                     d->cfg.max_connections, OVLD_CONNS_RESERVED);
+        else
+            snprintf(why, sizeof(why),
+                     "too many connections (max_connections = %u; %d more are kept for root and "
+                     "ovld's own user)",
+                     d->cfg.max_connections, OVLD_CONNS_RESERVED);
     } else if (u.conns >= d->cfg.max_connections_per_uid) {
         refuse = OVL_ERR_LIMIT;
         snprintf(why, sizeof(why),

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "config.h"
 #include "ovl.h"
@@ -78,6 +79,9 @@ static void other_config(ovld_config_t *c)
     c->capture_streams = 2;
     c->allgather = OVL_AG_COPY;
     c->peer_timeout_ms = 1500;
+    c->n_peer_allow = 2;
+    c->peer_allow[0] = (ovld_net_t){.family = AF_INET, .prefix = 8, .addr = {10}};
+    c->peer_allow[1] = (ovld_net_t){.family = AF_INET6, .prefix = 128, .addr = {0xfd, [15] = 1}};
 }
 
 static bool terminated(const char *s, size_t cap)
@@ -131,13 +135,30 @@ static void check_in_range(const ovld_config_t *c)
     /* the peer_* keys go together (check_peer_keys) */
     CHECK(c->peer_listen[0] || !c->peer_advertise[0]);
     CHECK(!c->peer_listen[0] || c->peer_key_file[0] == '/');
+    /* peer_allow: at most OVLD_PEER_ALLOW_MAX networks, each a family with
+     * its prefix in range and no bit set past it; nothing past the last */
+    CHECK(c->n_peer_allow <= OVLD_PEER_ALLOW_MAX);
+    for (uint32_t i = 0; i < OVLD_PEER_ALLOW_MAX; i++) {
+        const ovld_net_t *n = &c->peer_allow[i];
+        if (i >= c->n_peer_allow) {
+            static const ovld_net_t zero;
+            CHECK(memcmp(n, &zero, sizeof(zero)) == 0);
+            continue;
+        }
+        CHECK(n->family == AF_INET || n->family == AF_INET6);
+        unsigned bits = n->family == AF_INET ? 32 : 128;
+        CHECK(n->prefix <= bits);
+        for (unsigned b = n->prefix; b < 128; b++)
+            CHECK(!(n->addr[b / 8] & (0x80u >> (b % 8))));
+    }
 }
 
 /* The config as a file, every key set (socket_group and the peer_* text
  * keys only when set: an empty value is an error). */
 static size_t render(const ovld_config_t *c, char *out, size_t cap)
 {
-    char mappings[24];
+    char mappings[24], allow[2048];
+    ovld_config_peer_allow_format(c, allow, sizeof(allow));
     if (c->max_mappings == OVLD_MAX_MAPPINGS_AUTO)
         snprintf(mappings, sizeof(mappings), "auto");
     else
@@ -154,7 +175,7 @@ static size_t render(const ovld_config_t *c, char *out, size_t cap)
         "\ndefault_algo = %s\n"
         "default_chunks = %" PRIu32 "\ndefault_streams = %" PRIu32 "\nhold_limit_ms = %" PRIu32
         "\ngate_spin_ms = %" PRIu32 "\nreplay_cache = %" PRIu32 "\ncapture_streams = %" PRIu32
-        "\nallgather = %s\npeer_timeout_ms = %" PRIu32 "\n%s%s%s%s%s%s%s%s%s",
+        "\nallgather = %s\npeer_timeout_ms = %" PRIu32 "\n%s%s%s%s%s%s%s%s%s%s%s%s",
         c->socket_path, c->socket_group[0] ? "socket_group = " : "", c->socket_group,
         c->socket_group[0] ? "\n" : "", c->socket_mode, ovld_log_level_name(c->log_level),
         ovld_backend_kind_name(c->backend), c->host_devices, c->max_frame_bytes, c->max_connections,
@@ -167,7 +188,8 @@ static size_t render(const ovld_config_t *c, char *out, size_t cap)
         c->peer_listen[0] ? "\n" : "", c->peer_advertise[0] ? "peer_advertise = " : "",
         c->peer_advertise, c->peer_advertise[0] ? "\n" : "",
         c->peer_key_file[0] ? "peer_key_file = " : "", c->peer_key_file,
-        c->peer_key_file[0] ? "\n" : "");
+        c->peer_key_file[0] ? "\n" : "", allow[0] ? "peer_allow = " : "", allow,
+        allow[0] ? "\n" : "");
     CHECK(n > 0 && (size_t)n < cap);
     return (size_t)n;
 }
@@ -243,7 +265,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_in_range(&cfg);
         check_in_range(&alt);
         /* Read back from text: the same config. */
-        static char out[4096];
+        static char out[8192];
         render(&cfg, out, sizeof(out));
         ovld_config_t back;
         ovld_config_defaults(&back);
@@ -321,7 +343,7 @@ static const char *const keys[] = {
     "max_ranks_per_uid", "max_registrations_per_uid", "max_mapped_bytes_per_uid", "max_mappings",
     "hello_timeout_ms", "default_algo", "default_chunks", "default_streams", "hold_limit_ms",
     "gate_spin_ms", "replay_cache", "capture_streams", "allgather", "peer_listen",
-    "peer_advertise", "peer_key_file", "peer_timeout_ms", "unknown_key"};
+    "peer_advertise", "peer_key_file", "peer_timeout_ms", "peer_allow", "unknown_key"};
 static const char *const values[] = {
     "0", "1", "2", "7", "8", "9", "63", "64", "65", "99", "100", "4095", "4096", "4097",
     "65535", "65536", "65537", "1048576", "1048577", "16777216", "16777217", "600000", "600001",
@@ -332,7 +354,9 @@ static const char *const values[] = {
     "debug", "INFO", "/run/ovl/ovld.sock", "/", "/run/ovl/", "relative", "ovl", "-ovl",
     "ovl.users_1", "ovl group", "\xc3\xa9", "", "=", "#", "a=b", "nccl", "copy", "3600000",
     "3600001", "60000", "60001", "256", "257", "127.0.0.1:7000", "0.0.0.0:7000", "[::1]:7000",
-    "host:7000", "127.0.0.1:0", "127.0.0.1:65536", "/etc/ovl/cluster.key"};
+    "host:7000", "127.0.0.1:0", "127.0.0.1:65536", "/etc/ovl/cluster.key", "10.0.0.0/8",
+    "10.1.2.3/8", "10.0.0.1/33", "10.0.0.1/", "::/0", "fd00::5/64, 127.0.0.1", "0.0.0.0/0",
+    "fe80::1/129", "10.0.0.1,,10.0.0.2", ",", "1.2.3.4 5.6.7.8\t9.9.9.9", "[::1]"};
 /* clang-format on */
 
 static void fuzz_builtin(void)

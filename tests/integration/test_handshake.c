@@ -677,33 +677,49 @@ static void test_connect_env_socket(void **state)
     TEST_PASSED();
 }
 
-/* max_connections = 2: a third connection is refused with an Error that
- * says why (then closed), a slot freed is usable again, and ovl_connect
- * reports the refusal as OVL_ERR_LIMIT with the daemon's words. */
+/* Connections past max_connections that root and ovld's own user may take
+ * (server.c); this test runs as ovld's own user. */
+#define CONNS_RESERVED 8
+
+/* max_connections = 2: past it and the reserve of ovld's own user, a
+ * connection is refused with an Error that names the limit (then closed),
+ * a slot freed is usable again, and ovl_connect reports the refusal as
+ * OVL_ERR_LIMIT with the daemon's words. */
 static void test_connection_limit(void **state)
 {
     test_daemon_t *d = *state;
     ovl_client_t *c1 = connect_ok(d);
     wait_connections(c1, 1); /* the fixture's start-up probe is gone */
     ovl_client_t *c2 = connect_ok(d);
+    ovl_client_t *reserve[CONNS_RESERVED];
+    for (int i = 0; i < CONNS_RESERVED; i++)
+        reserve[i] = connect_ok(d);
 
     raw_conn_t rc;
     open_raw(d, &rc);
-    expect_error(&rc, 0, OVL_ERR_LIMIT, "too many connections");
+    expect_error(&rc, 0, OVL_ERR_LIMIT,
+                 "too many connections (max_connections = 2, and the 8 beyond it kept for root "
+                 "and ovld's own user are taken)");
     expect_closed(&rc);
     raw_close(&rc);
 
+    for (int i = 0; i < CONNS_RESERVED; i++)
+        ovl_disconnect(reserve[i]);
     ovl_disconnect(c2);
     wait_connections(c1, 1);
     c2 = connect_ok(d);
     assert_alive_with(d, c1);
 
+    for (int i = 0; i < CONNS_RESERVED; i++)
+        reserve[i] = connect_ok(d);
     ovl_client_t *c3 = NULL;
     ovl_status_t st = ovl_connect(d->sock, &c3);
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", ovl_connect_error());
     if (st == OVL_OK)
         ovl_disconnect(c3);
+    for (int i = 0; i < CONNS_RESERVED; i++)
+        ovl_disconnect(reserve[i]);
     ovl_disconnect(c2);
     ovl_disconnect(c1);
     if (st != OVL_ERR_LIMIT || !strstr(msg, "too many connections"))

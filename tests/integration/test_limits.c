@@ -13,7 +13,8 @@
  *  - a Plan request's Bs are held to an op's limits (at most 8, each n
  *    positive), the refusal naming the limit;
  *  - descriptors passed ahead of their requests are refused as such;
- *  - what a user other than root sees in Status.
+ *  - what a user other than root sees in Status;
+ *  - users filling max_connections leave root a few connections more.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -557,6 +559,88 @@ static void test_status_restricted(void **state)
     TEST_PASSED();
 }
 
+/* ------------------------------------------------ the operator's reserve */
+
+typedef struct fill {
+    int stage; /* 0: done; 1: no CAP_SETUID */
+    int extra_st;
+    char extra_err[256];
+} fill_t;
+
+/* As nobody: takes every connection of max_connections (3), then asks for
+ * one more; holds them until told to go. */
+static void fill_child(test_daemon_t *d, int out, int go)
+{
+    fill_t v = {.stage = 1};
+    ovl_client_t *cl[3] = {0};
+    alarm(20);
+    if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+        goto out;
+    v.stage = 2;
+    for (int i = 0; i < 3; i++)
+        if (ovl_connect(d->sock, &cl[i]) != OVL_OK)
+            goto out;
+    v.stage = 0;
+    ovl_client_t *extra = NULL;
+    v.extra_st = ovl_connect(d->sock, &extra);
+    snprintf(v.extra_err, sizeof(v.extra_err), "%s", ovl_connect_error());
+out:
+    if (write(out, &v, sizeof(v)) != (ssize_t)sizeof(v))
+        _exit(3);
+    char c;
+    while (read(go, &c, 1) < 0 && errno == EINTR)
+        ;
+    _exit(0);
+}
+
+/* Users filling max_connections do not lock root out: 8 more
+ * (OVLD_CONNS_RESERVED, server.c) are root's and ovld's own user's; each
+ * refusal names the limit. */
+static void test_connections_reserved(void **state)
+{
+    test_daemon_t *d = *state;
+    if (geteuid() != 0) {
+        TEST_PASSED();
+        skip();
+    }
+    assert_int_equal(chmod(d->dir, 0711), 0);
+    int out, go;
+    pid_t pid = fixture_fork_child(d, fill_child, &out, &go);
+    assert_true(pid > 0);
+    fill_t v;
+    ssize_t got = read(out, &v, sizeof(v));
+    close(out);
+    if (got == (ssize_t)sizeof(v) && v.stage == 1) { /* no CAP_SETUID (a container) */
+        close(go);
+        waitpid(pid, NULL, 0);
+        TEST_PASSED();
+        skip();
+    }
+    assert_int_equal(got, sizeof(v));
+    assert_int_equal(v.stage, 0);
+    assert_int_equal(v.extra_st, OVL_ERR_LIMIT);
+    assert_contains(v.extra_err, "too many connections (max_connections = 3");
+    /* root: status still answers, on up to 8 connections past the limit */
+    ovl_client_t *cl[8];
+    for (int i = 0; i < 8; i++)
+        cl[i] = connect_ok(d);
+    assert_contains(v.extra_err, "too many connections (max_connections = 3; 8 more are kept "
+                                 "for root and ovld's own user)");
+    Ovl__Response *r = status_call(cl[7]);
+    assert_true(r->status->n_clients >= 11);
+    libovl_response_free(r);
+    ovl_client_t *extra = NULL;
+    assert_status(ovl_connect(d->sock, &extra), OVL_ERR_LIMIT);
+    assert_contains(ovl_connect_error(), "max_connections = 3, and the 8 beyond it kept for "
+                                         "root and ovld's own user are taken");
+    for (int i = 0; i < 8; i++)
+        ovl_disconnect(cl[i]);
+    close(go);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    TEST_PASSED();
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +657,7 @@ int main(int argc, char **argv)
         TC(test_plan_bs_refused, NULL),
         TC(test_fds_ahead_of_frames, NULL),
         TC(test_status_restricted, "socket_mode = 0666\n"),
+        TC(test_connections_reserved, "socket_mode = 0666\nmax_connections = 3\n"),
     };
     return RUN_TESTS("limits", tests, argc, argv);
 }

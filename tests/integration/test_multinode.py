@@ -11,12 +11,16 @@ transfer, for the rest); a daemon killed while the others' ranks wait for its ra
 fail with OVL_ERR_ABORTED naming it within 2 s, their daemon runs the next
 job, and status showed the job's nodes while it ran); ranks sharing a
 device (ring runs; naive and collective refused with words); a node with another
-cluster key cannot join (its link is refused)."""
+cluster key cannot join (its link is refused); another uid joining with
+root's id learns nothing of root's ranks; a job id makes ovld connect only
+where peer_allow (or, unset, the PeerPing rule) lets it."""
 import json
 import os
 import re
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -24,7 +28,8 @@ import time
 
 from ovltest import log_excerpt, run_tests, status_json
 from test_peers import OTHER_KEY, Node
-from test_two_nodes import EXAMPLE, finish, no_jobs_left, run_job, start_rank, stop_clean
+from test_two_nodes import (EXAMPLE, finish, forged_id, no_jobs_left, run_job, start_rank,
+                            stop_clean)
 
 ALGOS = ("naive", "collective", "ring")
 SHAPES = {"bf16": ["-m", "16", "-n", "24", "-k", "32"],
@@ -265,8 +270,145 @@ def test_wrong_key():
             n.cleanup()
 
 
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def run_as_nobody(node, rank, world, id_file, wait=5):
+    return subprocess.run([EXAMPLE, "--rank", str(rank), "--world", str(world), "--id-file",
+                           id_file, "--socket", node.d.socket, "--wait", str(wait)],
+                          capture_output=True, text=True, timeout=60, preexec_fn=as_nobody,
+                          cwd="/")
+
+
+def readable_copy(tmp, src, name):
+    """src's bytes in a file anyone may read."""
+    dst = os.path.join(tmp, name)
+    with open(src, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read())
+    os.chmod(dst, 0o644)
+    return dst
+
+
+def test_other_uid_learns_nothing():
+    """Another uid joining with root's job id, on the node that holds
+    root's ranks 0 and 1, is refused for being another user before anything
+    about the job (its ranks' pids, its world) is said; root's job runs on."""
+    if os.getuid() != 0:
+        print("  SKIP: it needs root to run a rank as another user")
+        return
+    nodes = cluster(2)
+    tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
+    try:
+        os.chmod(tmp, 0o755)
+        os.chmod(nodes[0].d.dir, 0o755)
+        id_file = os.path.join(tmp, "job.id")
+        args = SHAPES["fp32"] + ["-d", "fp32"]
+        one = start_rank(nodes[0], 1, 3, id_file, args)
+        zero = start_rank(nodes[0], 0, 3, id_file, args)
+        deadline = time.monotonic() + 30
+
+        def joined():
+            jobs = status_json(nodes[0].d)["jobs"]
+            return jobs and jobs[0]["local_ranks"] == 2
+
+        while not (os.path.exists(id_file) and joined()):
+            assert time.monotonic() < deadline and zero.poll() is None, "ranks 0, 1 not joined"
+            time.sleep(0.05)
+        theirs = readable_copy(tmp, id_file, "theirs.id")
+        for rank, world in ((1, 3), (1, 2), (2, 3)):
+            p = run_as_nobody(nodes[0], rank, world, theirs)
+            assert p.returncode == 1, p
+            assert "permission denied: job 'x-" in p.stderr and \
+                "belongs to another user: only the uid that made a job may join it" in p.stderr, \
+                p.stderr
+            assert "pid" not in p.stderr and "already" not in p.stderr, p.stderr
+        two = start_rank(nodes[1], 2, 3, id_file, args)
+        res = finish([zero, one, two], nodes)
+        assert [r[0] for r in res] == [0, 0, 0], res
+        no_jobs_left(nodes)
+        stop_clean(nodes)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for n in nodes:
+            n.cleanup()
+
+
+def connected(listener, timeout):
+    """Whether something connected to listener within timeout s."""
+    r, _, _ = select.select([listener], [], [], timeout)
+    if not r:
+        return False
+    listener.accept()[0].close()
+    return True
+
+
+def test_peer_allow():
+    """A job id names its coordinator's address and port, and is the
+    application's input: ovld connects only where its configuration lets
+    it. peer_allow unset: another uid's id naming a node not linked is
+    refused naming the rule, root's connects; peer_allow set: an address in
+    none of its networks is refused for root too, one in them links and
+    runs a job."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    target = "127.0.0.1:%d" % listener.getsockname()[1]
+    tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
+    os.chmod(tmp, 0o755)
+    forged = os.path.join(tmp, "forged.id")
+    with open(forged, "wb") as f:
+        f.write(forged_id(target))
+    os.chmod(forged, 0o644)
+    a = Node()
+    nodes = []
+    try:
+        if os.getuid() == 0:
+            os.chmod(a.d.dir, 0o755)
+            p = run_as_nobody(a, 1, 2, forged)
+            assert p.returncode == 1, p
+            assert re.search(r"permission denied: job x-[0-9a-f]{16}: its coordinator %s is not "
+                             r"linked to this node, and with peer_allow unset only root or "
+                             r"ovld's own user \(uid 0\) may make ovld connect to a new node"
+                             % re.escape(target), p.stderr), p.stderr
+            assert not connected(listener, 0.5), "ovld connected for another uid"
+        # root (or ovld's own user) may: ovld connects, and the handshake fails
+        rank = start_rank(a, 1, 2, forged, [])
+        try:
+            assert connected(listener, 10), "root's job id made no connection"
+        finally:
+            rank.kill()
+            rank.communicate()
+        assert a.d.stop() == 0
+        # peer_allow set: only its networks, whoever asks
+        b = Node(extra="peer_allow = 127.0.0.2/32, 10.0.0.0/8\n")
+        nodes.append(b)
+        p = subprocess.run([EXAMPLE, "--rank", "1", "--world", "2", "--id-file", forged,
+                            "--socket", b.d.socket, "--wait", "5"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 1, p
+        assert re.search(r"permission denied: job x-[0-9a-f]{16}: its coordinator %s is in no "
+                         r"network of peer_allow: ovld connects only to the nodes its "
+                         r"configuration allows" % re.escape(target), p.stderr), p.stderr
+        assert not connected(listener, 0.5), "ovld connected outside peer_allow"
+        assert "peer_allow" in b.log()
+        assert b.d.stop() == 0
+        # nodes that allow each other run a job
+        nodes += [Node(extra="peer_allow = 127.0.0.0/8\n"), Node(extra="peer_allow = 127.0.0.1\n")]
+        run_job(nodes[1:], [0, 1], SHAPES["fp32"] + ["-d", "fp32"], "fp32")
+        stop_clean(nodes[1:])
+    finally:
+        listener.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        a.cleanup()
+        for n in nodes:
+            n.cleanup()
+
+
 if __name__ == "__main__":
     if not os.path.exists(EXAMPLE):
         raise SystemExit("%s not built" % EXAMPLE)
     run_tests([test_world4_over_two, test_world6_over_three, test_shared_gpu, test_large_rows,
-               test_daemon_killed, test_wrong_key])
+               test_daemon_killed, test_wrong_key, test_other_uid_learns_nothing, test_peer_allow])

@@ -162,6 +162,11 @@ def log_text(d):
         return f.read().decode("utf-8")
 
 
+# the bidirectional formatting controls, escaped as the other controls
+BIDI = {0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068,
+        0x2069}
+
+
 def term_escape(b):
     """What ovlctl's tables make of bytes b (common/text.h,
     ovl_text_escape_term)."""
@@ -184,7 +189,7 @@ def term_escape(b):
             out.append(names[c])
         elif o < 0x20 or o == 0x7F:
             out.append("\\x%02x" % o)
-        elif 0x80 <= o <= 0x9F:
+        elif 0x80 <= o <= 0x9F or o in BIDI:
             out.append("\\u%04x" % o)
         else:
             out.append(c)
@@ -207,7 +212,8 @@ def assert_terminal_safe(out, what):
         text = out.decode("utf-8", errors="strict")
     except UnicodeDecodeError as e:
         raise AssertionError("%s is not UTF-8 (%s): %r" % (what, e, out)) from None
-    bad = [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
+    bad = [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or
+           ord(c) in BIDI]
     assert not bad, "%s holds control characters %r: %r" % (what, bad, text)
     return text
 
@@ -276,7 +282,10 @@ def test_hostile_job_ids():
                    (b"", "job id must be 1 to 63 bytes, not 0"),
                    (b"x" * 64, "job id must be 1 to 63 bytes, not 64"),
                    (b"\xc0\x80", text),      # an overlong NUL
-                   (b"\xed\xa0\x80", text)]  # a UTF-16 surrogate
+                   (b"\xed\xa0\x80", text),  # a UTF-16 surrogate
+                   # bidi controls: a right-to-left override, an isolate, ALM
+                   (b"job\xe2\x80\xaegnp.exe", text), (b"\xe2\x81\xa6x", text),
+                   (b"a\xd8\x9cb", text)]
         for rid, (job, why) in enumerate(bad_ids, start=2):
             # each on a connection of its own, which the refusal leaves open
             s, _ = hello(d, b"test_names")
@@ -363,11 +372,12 @@ def test_restricted_view():
 
 # ------------------------------------------------------- a hostile ovld
 
-EVIL = b"\x1b[31mX\x1b]0;t\x07\xff\xc2\x9b2J\r\t\\\"\x7f\xed\xa0\x80"
+# ends with a right-to-left override (U+202E), which reorders a line
+EVIL = b"\x1b[31mX\x1b]0;t\x07\xff\xc2\x9b2J\r\t\\\"\x7f\xed\xa0\x80\xe2\x80\xae"
 # what ovlctl's table makes of EVIL (common/text.h)
-EVIL_TERM = "\\e[31mX\\e]0;t\\x07\\xff\\u009b2J\\r\\t\\\\\"\\x7f\\xed\\xa0\\x80"
+EVIL_TERM = "\\e[31mX\\e]0;t\\x07\\xff\\u009b2J\\r\\t\\\\\"\\x7f\\xed\\xa0\\x80\\u202e"
 # and what JSON gives back once parsed: U+FFFD for each bad byte
-EVIL_JSON = "\x1b[31mX\x1b]0;t\x07\ufffd\u009b2J\r\t\\\"\x7f\ufffd\ufffd\ufffd"
+EVIL_JSON = "\x1b[31mX\x1b]0;t\x07\ufffd\u009b2J\r\t\\\"\x7f\ufffd\ufffd\ufffd\u202e"
 UUID = bytes(range(16))
 
 

@@ -37,7 +37,7 @@ def free_port():
 class Node:
     """An ovld with links to other nodes: its key file, port and Daemon."""
 
-    def __init__(self, key=KEY, extra="", port=None):
+    def __init__(self, key=KEY, extra="", port=None, timeout_ms=TIMEOUT_MS):
         self.keydir = tempfile.mkdtemp(prefix="ovl-test-key-")
         self.key = os.path.join(self.keydir, "cluster.key")
         with open(self.key, "w") as f:
@@ -46,7 +46,7 @@ class Node:
         self.port = port or free_port()
         self.addr = "127.0.0.1:%d" % self.port
         self.d = Daemon(config="peer_listen = %s\npeer_key_file = %s\npeer_timeout_ms = %d\n"
-                        "socket_mode = 0666\n%s" % (self.addr, self.key, TIMEOUT_MS, extra),
+                        "socket_mode = 0666\n%s" % (self.addr, self.key, timeout_ms, extra),
                         env=ENV)
 
     def ctl(self, *args, check=True, timeout=30, **kw):
@@ -373,6 +373,54 @@ def test_garbage_on_the_port():
         b.cleanup()
 
 
+def test_half_open_flood():
+    """Half-open connections to peer_listen (no key, nothing said): 70 from
+    127.0.0.2 and 8 from each of 127.0.0.3..127.0.0.10, held open for the
+    whole handshake deadline. A node holding the key, linking from
+    127.0.0.1 meanwhile, still gets in: one address holds at most
+    OVLD_PEERS_MAX_UNAUTH_SOURCE handshakes (the rest refused at once,
+    named in the log), and with OVLD_PEERS_MAX_UNAUTH of them running the
+    newcomer evicts the oldest of the address holding the most."""
+    a = Node(timeout_ms=20000)
+    b = Node()
+    flood = []
+    try:
+        def connect_from(src):
+            s = socket.socket()
+            s.bind((src, 0))
+            s.settimeout(5)
+            s.connect(("127.0.0.1", a.port))
+            flood.append(s)
+
+        for _ in range(70):
+            connect_from("127.0.0.2")
+        for i in range(3, 11):
+            for _ in range(8):
+                connect_from("127.0.0.%d" % i)
+        wait_for(lambda: sum(1 for st, lp, _ in tcp_sockets(a.d.proc.pid)
+                             if st == ESTABLISHED and lp == a.port) >= 64,
+                 10, "64 handshakes running")
+        # b holds the key: it links to a, and a to b, through the flood
+        b.ctl("peer", "ping", a.addr)
+        assert b.peer(a.addr)["state"] == "up"
+        a.ctl("peer", "ping", b.addr)
+        wait_for(lambda: sum(1 for m in log_messages(a.d, "warn")
+                             if "(OVLD_PEERS_MAX_UNAUTH_SOURCE)" in m) >= 62,
+                 10, "62 connections from 127.0.0.2 refused")
+        warns = log_messages(a.d, "warn")
+        refused = [m for m in warns if "(OVLD_PEERS_MAX_UNAUTH_SOURCE)" in m]
+        assert all(m.startswith("peer connection from 127.0.0.2:") for m in refused), refused
+        assert any("evicted: 64 connections were authenticating (OVLD_PEERS_MAX_UNAUTH)" in m
+                   for m in warns), "\n".join(warns)
+        assert a.status()["pid"] == a.d.proc.pid
+        assert a.d.stop() == 0 and b.d.stop() == 0
+    finally:
+        for s in flood:
+            s.close()
+        a.cleanup()
+        b.cleanup()
+
+
 def start_fails(cfg_text):
     """Runs ovld with cfg_text in the foreground; it must exit nonzero
     within 10 s. Returns its output."""
@@ -457,5 +505,6 @@ def test_ping_other_user():
 
 if __name__ == "__main__":
     run_tests([test_no_port_without_peer_listen, test_ping_status_stats, test_wrong_key,
-               test_peer_killed, test_peer_silent, test_garbage_on_the_port, test_key_file_refusals,
+               test_peer_killed, test_peer_silent, test_garbage_on_the_port, test_half_open_flood,
+               test_key_file_refusals,
                test_ping_other_user])

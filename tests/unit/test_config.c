@@ -63,6 +63,7 @@ static const char *const all_keys[] = {
     "peer_advertise",
     "peer_key_file",
     "peer_timeout_ms",
+    "peer_allow",
 };
 
 /* Keys whose default (unset) cannot be written as a value: the sample
@@ -70,7 +71,8 @@ static const char *const all_keys[] = {
 static bool default_unset(const char *key)
 {
     return strcmp(key, "socket_group") == 0 || strcmp(key, "peer_listen") == 0 ||
-           strcmp(key, "peer_advertise") == 0 || strcmp(key, "peer_key_file") == 0;
+           strcmp(key, "peer_advertise") == 0 || strcmp(key, "peer_key_file") == 0 ||
+           strcmp(key, "peer_allow") == 0;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -109,6 +111,8 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_string_equal(a->peer_advertise, b->peer_advertise);
     assert_string_equal(a->peer_key_file, b->peer_key_file);
     assert_int_equal(a->peer_timeout_ms, b->peer_timeout_ms);
+    assert_int_equal(a->n_peer_allow, b->n_peer_allow);
+    assert_memory_equal(a->peer_allow, b->peer_allow, sizeof(a->peer_allow));
 }
 
 /* Parses text over the defaults; asserts success and returns the result. */
@@ -313,6 +317,93 @@ static void test_every_key(void **state)
     assert_string_equal(cfg.peer_advertise, "10.1.2.3:7411");
     assert_string_equal(cfg.peer_key_file, "/etc/ovl/cluster.key");
     assert_int_equal(cfg.peer_timeout_ms, 900);
+}
+
+static struct sockaddr_storage addr_of(const char *text)
+{
+    struct sockaddr_storage ss;
+    char why[96];
+    if (ovld_config_addr_parse(text, &ss, why, sizeof(why)) != OVL_OK)
+        fail_msg("%s: %s", text, why);
+    return ss;
+}
+
+/* peer_allow: networks, their ranges, what they let in, and how they read
+ * back; unset lets nothing in by itself (the daemon's rule then). */
+static void test_peer_allow(void **state)
+{
+    (void)state;
+    char text[512];
+    ovld_config_t cfg = parse_ok("");
+    assert_int_equal(cfg.n_peer_allow, 0);
+    struct sockaddr_storage a = addr_of("10.1.2.3:7411");
+    assert_false(ovld_config_peer_allowed(&cfg, &a));
+    ovld_config_peer_allow_format(&cfg, text, sizeof(text));
+    assert_string_equal(text, "");
+
+    cfg = parse_ok("peer_allow = 10.0.0.0/8, 192.168.7.9\tfd00::/8,,127.1.2.3/16\n");
+    assert_int_equal(cfg.n_peer_allow, 4);
+    ovld_config_peer_allow_format(&cfg, text, sizeof(text));
+    /* host bits past the prefix are cleared; a host is /32 or /128 */
+    assert_string_equal(text, "10.0.0.0/8, 192.168.7.9/32, fd00::/8, 127.1.0.0/16");
+    static const struct {
+        const char *addr;
+        bool in;
+    } cases[] = {
+        {"10.0.0.1:1", true},           {"10.255.255.255:7411", true}, {"11.0.0.1:7411", false},
+        {"192.168.7.9:7411", true},     {"192.168.7.8:7411", false},   {"[fd12::1]:7411", true},
+        {"[fe00::1]:7411", false},      {"127.1.200.1:7411", true},    {"127.2.0.1:7411", false},
+        {"[::ffff:10.0.0.1]:1", false}, /* IPv4-mapped is IPv6 here */
+    };
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        a = addr_of(cases[i].addr);
+        if (ovld_config_peer_allowed(&cfg, &a) != cases[i].in)
+            fail_msg("%s: allowed %d, expected %d", cases[i].addr, !cases[i].in, cases[i].in);
+    }
+    /* read back: the same config */
+    char line[600];
+    snprintf(line, sizeof(line), "peer_allow = %s\n", text);
+    ovld_config_t back = parse_ok(line);
+    assert_config_equal(&back, &cfg);
+    /* everything, and the edges of each prefix */
+    cfg = parse_ok("peer_allow = 0.0.0.0/0, ::/0\n");
+    a = addr_of("1.2.3.4:5");
+    assert_true(ovld_config_peer_allowed(&cfg, &a));
+    cfg = parse_ok("peer_allow = 10.0.0.1/32, 10.0.0.128/25, fe80::1/128, 2001:db8::/127\n");
+    ovld_config_peer_allow_format(&cfg, text, sizeof(text));
+    assert_string_equal(text, "10.0.0.1/32, 10.0.0.128/25, fe80::1/128, 2001:db8::/127");
+    a = addr_of("[2001:db8::1]:5");
+    assert_true(ovld_config_peer_allowed(&cfg, &a));
+    a = addr_of("[2001:db8::2]:5");
+    assert_false(ovld_config_peer_allowed(&cfg, &a));
+    a = addr_of("10.0.0.127:5");
+    assert_false(ovld_config_peer_allowed(&cfg, &a));
+    /* OVLD_PEER_ALLOW_MAX networks, not one more */
+    size_t o = (size_t)snprintf(line, sizeof(line), "peer_allow =");
+    for (int i = 0; i < OVLD_PEER_ALLOW_MAX; i++)
+        o += (size_t)snprintf(line + o, sizeof(line) - o, " 10.0.%d.0/24", i);
+    snprintf(line + o, sizeof(line) - o, "\n");
+    cfg = parse_ok(line);
+    assert_int_equal(cfg.n_peer_allow, OVLD_PEER_ALLOW_MAX);
+    line[o] = '\0';
+    snprintf(line + o, sizeof(line) - o, " 10.1.0.0/16\n");
+    expect_error(line, 1, "peer_allow: more than 32 networks");
+    /* refusals, each naming the key and what is wrong */
+    expect_error("peer_allow = 10.0.0.0/33\n", 1,
+                 "peer_allow: '10.0.0.0/33': the prefix must be 0..32");
+    expect_error("peer_allow = fd00::/129\n", 1,
+                 "peer_allow: 'fd00::/129': the prefix must be 0..128");
+    expect_error("peer_allow = 10.0.0.0/\n", 1, "the prefix must be 0..32");
+    expect_error("peer_allow = 10.0.0.0/-1\n", 1, "the prefix must be 0..32");
+    expect_error("peer_allow = 10.0.0.0/8x\n", 1, "the prefix must be 0..32");
+    expect_error(
+        "peer_allow = node1\n", 1,
+        "peer_allow: 'node1': not a numeric IPv4 or IPv6 address, with an optional /PREFIX");
+    expect_error("peer_allow = 10.0.0.1:7411\n", 1, "not a numeric IPv4 or IPv6 address");
+    expect_error("peer_allow = [::1]\n", 1, "not a numeric IPv4 or IPv6 address");
+    expect_error("peer_allow = /8\n", 1, "peer_allow: '/8': not an ADDRESS or ADDRESS/PREFIX");
+    expect_error("peer_allow = ,\n", 1, "peer_allow: no network in ','");
+    expect_error("peer_allow = 10.0.0.1\npeer_allow = 10.0.0.2\n", 2, "duplicate key 'peer_allow'");
 }
 
 /* peer_*: addresses, and the keys that need each other. */
@@ -1316,6 +1407,7 @@ int main(void)
         cmocka_unit_test(test_error_buffers),
         cmocka_unit_test(test_untouched_on_error),
         cmocka_unit_test(test_peer_keys),
+        cmocka_unit_test(test_peer_allow),
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_load_size_limit),
         cmocka_unit_test(test_sample_parses),

@@ -83,8 +83,16 @@ static bool ref_valid_utf8(const uint8_t *s, size_t n)
     return true;
 }
 
+/* The bidirectional formatting controls (UAX #9): ALM, LRM, RLM, LRE, RLE,
+ * PDF, LRO, RLO, LRI, RLI, FSI, PDI. */
+static const uint32_t bidi_controls[] = {0x061c, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c,
+                                         0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069};
+
 static bool ref_control(uint32_t cp)
 {
+    for (size_t i = 0; i < sizeof(bidi_controls) / sizeof(bidi_controls[0]); i++)
+        if (cp == bidi_controls[i])
+            return true;
     return cp <= 0x1f || (cp >= 0x7f && cp <= 0x9f);
 }
 
@@ -134,7 +142,7 @@ static void ref_term_piece(const uint8_t *s, size_t l, uint32_t cp, bool bad, pi
         p->len = (size_t)snprintf(p->s, sizeof(p->s), "\\e");
     else if (cp <= 0x1f || cp == 0x7f)
         p->len = (size_t)snprintf(p->s, sizeof(p->s), "\\x%02x", (unsigned)cp);
-    else if (cp >= 0x80 && cp <= 0x9f)
+    else if (ref_control(cp)) /* C1, and the bidi controls */
         p->len = (size_t)snprintf(p->s, sizeof(p->s), "\\u%04x", (unsigned)cp);
     else {
         memcpy(p->s, s, l);
@@ -872,6 +880,38 @@ static void test_escape_term_cases(void **state)
     check_term("\"quoted\" 'x'", 64, "\"quoted\" 'x'");
 }
 
+/* A right-to-left override in a job id would reorder the rest of a status
+ * line on a terminal: every bidi control is refused as clean text, made '?'
+ * by the sanitizer and escaped by both escapers; its neighbours are not. */
+static void test_bidi_controls(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(bidi_controls) / sizeof(bidi_controls[0]); i++) {
+        uint32_t cp = bidi_controls[i];
+        assert_true(ovl_text_is_control(cp));
+        assert_true(ovl_text_is_bidi_control(cp));
+        uint8_t enc[4];
+        size_t el = encode(cp, enc);
+        char in[16], want[32], out[64];
+        snprintf(in, sizeof(in), "a%.*sb", (int)el, (const char *)enc);
+        assert_false(ovl_text_is_clean((const uint8_t *)in, strlen(in)));
+        ovl_text_sanitize(out, sizeof(out), (const uint8_t *)in, strlen(in));
+        assert_string_equal(out, "a?b");
+        snprintf(want, sizeof(want), "a\\u%04xb", (unsigned)cp);
+        check_term(in, 64, want);
+        ovl_text_escape_json(out, sizeof(out), in);
+        assert_string_equal(out, want);
+    }
+    /* the code points around them are text */
+    static const uint32_t kept[] = {0x061b, 0x061d, 0x200d, 0x2010, 0x2029, 0x202f, 0x2065, 0x206a};
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+        assert_false(ovl_text_is_control(kept[i]));
+        assert_false(ovl_text_is_bidi_control(kept[i]));
+    }
+    /* "ovlctl status" of a job named with an override: the escape shows it */
+    check_term("job\xe2\x80\xaegnp.exe", 64, "job\\u202egnp.exe");
+}
+
 static void test_escape_term_cut(void **state)
 {
     (void)state;
@@ -1098,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_escape_term_cases),    cmocka_unit_test(test_escape_term_cut),
         cmocka_unit_test(test_escape_term_random),   cmocka_unit_test(test_escape_json_cases),
         cmocka_unit_test(test_escape_json_cut),      cmocka_unit_test(test_escape_json_random),
+        cmocka_unit_test(test_bidi_controls),
     };
     return cmocka_run_group_tests_name("text", tests, NULL, NULL);
 }
