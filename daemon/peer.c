@@ -428,7 +428,7 @@ static link_t *sessmap_get(const sessmap_t *m, const uint8_t *s)
     for (size_t i = sess_hash(s, m->cap);; i = (i + 1) & (m->cap - 1)) {
         if (!m->slot[i])
             return NULL;
-        if (memcmp(m->slot[i]->session, s, OVLD_PEER_SESSION_LEN) == 0)
+        if (sodium_memcmp(m->slot[i]->session, s, OVLD_PEER_SESSION_LEN) == 0) /* a secret */
             return m->slot[i];
     }
 }
@@ -670,9 +670,9 @@ static void link_release(link_t *l)
     }
     free(l->rbuf);
     free(l->ucx_remote);
-    ovl_wipe(l->nonce_c, sizeof(l->nonce_c));
-    ovl_wipe(l->nonce_s, sizeof(l->nonce_s));
-    ovl_wipe(l->session, sizeof(l->session));
+    sodium_memzero(l->nonce_c, sizeof(l->nonce_c));
+    sodium_memzero(l->nonce_s, sizeof(l->nonce_s));
+    sodium_memzero(l->session, sizeof(l->session));
     free(l);
 }
 
@@ -1225,8 +1225,8 @@ static void on_challenge(link_t *l, ovld_peer_msg_t *m)
     ovld_peer_transcript_t t = transcript(l, m->address);
     uint8_t want[OVLD_PEER_MAC_LEN];
     ovld_peer_mac(&ps->key, OVLD_PEER_ACCEPTOR, &t, want);
-    bool ok = ovl_ct_equal(want, m->mac, sizeof(want));
-    ovl_wipe(want, sizeof(want));
+    bool ok = sodium_memcmp(want, m->mac, sizeof(want)) == 0; /* constant time */
+    sodium_memzero(want, sizeof(want));
     if (!ok) {
         snprintf(why, sizeof(why),
                  "wrong cluster key: the proof of %s does not match this node's key "
@@ -1274,8 +1274,8 @@ static void on_auth(link_t *l, const ovld_peer_msg_t *m)
     ovld_peer_transcript_t t = transcript(l, l->claimed);
     uint8_t want[OVLD_PEER_MAC_LEN];
     ovld_peer_mac(&ps->key, OVLD_PEER_CONNECTOR, &t, want);
-    bool ok = ovl_ct_equal(want, m->mac, sizeof(want));
-    ovl_wipe(want, sizeof(want));
+    bool ok = sodium_memcmp(want, m->mac, sizeof(want)) == 0; /* constant time */
+    sodium_memzero(want, sizeof(want));
     if (!ok) {
         /* It proved nothing: a node with another key stops at the
          * Challenge, so this one did not play by the protocol. */
@@ -1958,13 +1958,13 @@ ovl_status_t ovld_peers_start(uv_loop_t *loop, const ovld_config_t *cfg, const o
     }
     if (!fill_random(ps->instance, sizeof(ps->instance))) {
         set_err(err, errlen, "getrandom: %s", strerror(errno));
-        ovl_wipe(&ps->key, sizeof(ps->key));
+        sodium_memzero(&ps->key, sizeof(ps->key));
         free(ps);
         return OVL_ERR_SYSTEM;
     }
     if ((st = ucx_start(ps, err, errlen)) != OVL_OK) {
         ucx_release(ps);
-        ovl_wipe(&ps->key, sizeof(ps->key));
+        sodium_memzero(&ps->key, sizeof(ps->key));
         free(ps);
         return st;
     }
@@ -2004,7 +2004,7 @@ ovl_status_t ovld_peers_start(uv_loop_t *loop, const ovld_config_t *cfg, const o
         for (int i = made - 1; i >= 0; i--)
             uv_close(hs[i], on_handle_closed);
         ucx_release(ps);
-        ovl_wipe(&ps->key, sizeof(ps->key));
+        sodium_memzero(&ps->key, sizeof(ps->key));
         if (made == 0)
             free(ps);
         return uerr == UV_EADDRINUSE ? OVL_ERR_CONFIG : OVL_ERR_SYSTEM;
@@ -2107,7 +2107,7 @@ void ovld_peers_close(ovld_peers_t *ps)
         g->done(g->arg, g->st, g->why);
         free(g);
     }
-    ovl_wipe(&ps->key, sizeof(ps->key));
+    sodium_memzero(&ps->key, sizeof(ps->key));
     for (ovld_peer_t *p = ps->peers, *next; p; p = next) {
         next = p->next;
         peer_drop_queue(p);

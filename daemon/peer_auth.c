@@ -1,5 +1,9 @@
 /*
- * peer_auth.c: see peer_auth.h.
+ * peer_auth.c: see peer_auth.h. The MAC is libsodium's HMAC-SHA-256
+ * (crypto_auth_hmacsha256, any key length, RFC 2104), the same bytes as
+ * the hand-written HMAC this replaced (RFC 4231's vectors: test_hmac), so
+ * daemons of either kind still link; comparisons of secrets and wiping go
+ * through libsodium too (sodium_memcmp, sodium_memzero).
  */
 #include "peer_auth.h"
 
@@ -18,6 +22,11 @@ ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *er
     uint8_t buf[OVLD_PEER_KEY_FILE_MAX + 1];
     size_t len = 0;
     memset(ret, 0, sizeof(*ret));
+    /* before anything of libsodium's (sodium_init(3): idempotent and
+     * thread-safe); a key is what every later call here needs */
+    if (sodium_init() < 0)
+        return ovl_errf(OVL_ERR_SYSTEM, err, errlen,
+                        "peer_key_file %s: libsodium: sodium_init failed", path);
     /* O_NONBLOCK: a FIFO put in the key's place must not hang the start;
      * it is refused below as not a regular file. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -81,41 +90,46 @@ ovl_status_t ovld_peer_key_load(const char *path, ovld_peer_key_t *ret, char *er
     memcpy(ret->bytes, buf, len);
     ret->len = len;
 out:
-    ovl_wipe(buf, sizeof(buf));
+    sodium_memzero(buf, sizeof(buf));
     close(fd);
     return st;
 }
 
 /* HMAC(key, label || 0x00 || the transcript) (peer_auth.h). */
 static void transcript_mac(const ovld_peer_key_t *key, const char *label,
-                           const ovld_peer_transcript_t *t, uint8_t out[OVL_SHA256_LEN])
+                           const ovld_peer_transcript_t *t, uint8_t out[OVLD_PEER_MAC_LEN])
 {
-    ovl_hmac_sha256_t c;
-    ovl_hmac_sha256_init(&c, key->bytes, key->len);
+    crypto_auth_hmacsha256_state c;
+    /* no failure but a key length past size_t's, which the key's 4 KiB
+     * cap rules out */
+    (void)crypto_auth_hmacsha256_init(&c, key->bytes, key->len);
     /* the label with its NUL: a label is never the prefix of another input */
-    ovl_hmac_sha256_update(&c, label, strlen(label) + 1);
-    ovl_hmac_sha256_update(&c, t->nonce_c, OVLD_PEER_NONCE_LEN);
-    ovl_hmac_sha256_update(&c, t->nonce_s, OVLD_PEER_NONCE_LEN);
-    ovl_hmac_sha256_update(&c, t->inst_c, OVLD_PEER_INSTANCE_LEN);
-    ovl_hmac_sha256_update(&c, t->inst_s, OVLD_PEER_INSTANCE_LEN);
+    (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)label, strlen(label) + 1);
+    (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)t->nonce_c, OVLD_PEER_NONCE_LEN);
+    (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)t->nonce_s, OVLD_PEER_NONCE_LEN);
+    (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)t->inst_c,
+                                        OVLD_PEER_INSTANCE_LEN);
+    (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)t->inst_s,
+                                        OVLD_PEER_INSTANCE_LEN);
     /* each variable field behind its length, so that the splits between
      * them are part of what is proven */
     const char *addrs[2] = {t->addr_c, t->addr_s};
     for (int i = 0; i < 2; i++) {
         size_t n = strnlen(addrs[i], 255);
         uint8_t l = (uint8_t)n;
-        ovl_hmac_sha256_update(&c, &l, 1);
-        ovl_hmac_sha256_update(&c, addrs[i], n);
+        (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)&l, 1);
+        (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)addrs[i], n);
     }
     const uint8_t *ucx[2] = {t->ucx_c, t->ucx_s};
     size_t ucx_len[2] = {t->ucx_c_len, t->ucx_s_len};
     for (int i = 0; i < 2; i++) {
         uint32_t n = (uint32_t)ucx_len[i];
         uint8_t l[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
-        ovl_hmac_sha256_update(&c, l, 4);
-        ovl_hmac_sha256_update(&c, ucx[i], n);
+        (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)l, 4);
+        (void)crypto_auth_hmacsha256_update(&c, (const unsigned char *)ucx[i], n);
     }
-    ovl_hmac_sha256_final(&c, out);
+    (void)crypto_auth_hmacsha256_final(&c, out);
+    sodium_memzero(&c, sizeof(c));
 }
 
 void ovld_peer_mac(const ovld_peer_key_t *key, ovld_peer_role_t role,
@@ -128,8 +142,8 @@ void ovld_peer_mac(const ovld_peer_key_t *key, ovld_peer_role_t role,
 void ovld_peer_session(const ovld_peer_key_t *key, const ovld_peer_transcript_t *t,
                        uint8_t out[OVLD_PEER_SESSION_LEN])
 {
-    uint8_t mac[OVL_SHA256_LEN];
+    uint8_t mac[OVLD_PEER_MAC_LEN];
     transcript_mac(key, "ovl-peer-v1 session", t, mac);
     memcpy(out, mac, OVLD_PEER_SESSION_LEN);
-    ovl_wipe(mac, sizeof(mac));
+    sodium_memzero(mac, sizeof(mac));
 }

@@ -10,15 +10,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sodium.h>
+
 #include "ovl.h"
-#include "sha256.h"
 
 #define OVLD_PEER_KEY_MIN      32   /* bytes of key, whitespace at the end trimmed */
 #define OVLD_PEER_KEY_MAX      4096 /* bytes of key */
 #define OVLD_PEER_KEY_FILE_MAX 8192 /* bytes of file, trailing whitespace included */
 #define OVLD_PEER_NONCE_LEN    32
 #define OVLD_PEER_INSTANCE_LEN 16
-#define OVLD_PEER_MAC_LEN      OVL_SHA256_LEN
+#define OVLD_PEER_MAC_LEN      crypto_auth_hmacsha256_BYTES /* 32 */
 #define OVLD_PEER_SESSION_LEN  16
 
 typedef struct ovld_peer_key {

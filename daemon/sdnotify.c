@@ -1,6 +1,15 @@
 /*
  * sdnotify.c: see sdnotify.h. The protocols are documented in sd_notify(3)
  * and sd_listen_fds(3); both are stable interfaces of systemd.
+ *
+ * Why not libsystemd's sd_notify and sd_listen_fds: systemd documents both
+ * protocols for reimplementation (sd_notify(3) ships a self-contained
+ * example for programs that do not link libsystemd), what ovld needs of
+ * them is one datagram and two environment variables, and ovld runs where
+ * libsystemd is not installed at all: under Slurm or by hand on nodes
+ * without systemd, and on the GPU machines, whose builds carry every
+ * library as an unpacked Debian package. Linking libsystemd would buy
+ * nothing there but a dependency.
  */
 #include "sdnotify.h"
 
