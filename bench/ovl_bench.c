@@ -69,6 +69,7 @@
 #include <nccl.h>
 
 #include "cuda_gemm.h"
+#include "cudrv.h"
 #include "demo_cuda.h"
 #include "demo_rnd.h"
 #include "num.h"
@@ -572,7 +573,7 @@ static int probe_main(const bopts_t *o, int fd)
     memset(&p, 0, sizeof(p));
     cudaError_t ce = cudaGetDeviceCount(&p.ngpu);
     if (ce != cudaSuccess) {
-        snprintf(p.err, sizeof(p.err), "cudaGetDeviceCount: %s", cudaGetErrorString(ce));
+        snprintf(p.err, sizeof(p.err), "cudaGetDeviceCount: %s", ovl_cuda_why(ce));
         p.ngpu = 0;
     } else if (p.ngpu == 0) {
         snprintf(p.err, sizeof(p.err), "cudaGetDeviceCount found no device");

@@ -632,7 +632,7 @@ OVL_API ovl_status_t ovl_connect(const char *path, ovl_client_t **ret_client)
                                        : OVL_ERR_CONNECT;
         snprintf(connect_err, sizeof(connect_err), "cannot connect to %s%s%s%s: %s%s", p,
                  why[0] ? " (" : "", why, why[0] ? ")" : "", strerror(e),
-                 e == ENOENT   ? " (is ovld running?)"
+                 e == ENOENT || e == ECONNREFUSED ? " (is ovld running?)"
                  : e == EAGAIN ? " (its listen backlog stayed full: ovld is overloaded)"
                                : "");
         goto fail;

@@ -72,6 +72,37 @@ static void usage(FILE *f)
 
 /* ------------------------------------------------------------ a rank */
 
+/*
+ * The start of a run: each rank connects, then says so to the parent on
+ * connect_fd (one byte '+', or '-', ovl_connect_error's words and a
+ * newline, in one write) and waits for a byte on go_fd. The parent prints
+ * its header only once every rank connected, so that where there is no
+ * ovld (none started, or a stale socket) the first and only line printed
+ * is why, not a table of ranks that sent no result; and no rank prints
+ * before the header. ovld sees no connection but the ranks' own (its
+ * counters stay those of the ranks).
+ */
+static int connect_fd = -1, go_fd = -1;
+
+/* The rank's side: 0 to go on, -1 to end (no ovld, or the parent gone). */
+static int rank_connected(const char *err)
+{
+    char msg[512];
+    int len = err ? snprintf(msg, sizeof(msg), "-%.500s\n", err) : snprintf(msg, sizeof(msg), "+");
+    if (write(connect_fd, msg, (size_t)len) != len)
+        return -1;
+    close(connect_fd);
+    if (err)
+        return -1;
+    char go;
+    ssize_t n;
+    do
+        n = read(go_fd, &go, 1);
+    while (n < 0 && errno == EINTR);
+    close(go_fd);
+    return n == 1 ? 0 : -1;
+}
+
 static volatile sig_atomic_t idle_stop;
 
 static void on_idle_term(int sig)
@@ -131,9 +162,11 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     uint64_t lda = k, ldo = k;
 
     if (ovl_connect(o->socket, &cl) != OVL_OK) {
-        fprintf(stderr, "rank %u: %s\n", rank, ovl_connect_error());
+        rank_connected(ovl_connect_error()); /* the parent says it */
         goto out;
     }
+    if (rank_connected(NULL) != 0)
+        goto out;
     ovl_daemon_info_t info;
     ovl_daemon_info(cl, &info);
     if (info.ndevices == 0) {
@@ -539,21 +572,18 @@ int main(int argc, char **argv)
         if (len < sizeof(bs))
             snprintf(bs + len, sizeof(bs) - len, ")");
     }
-    if (o.idle_s)
-        printf("ovl-demo: job '%s', world %u, idle: no ops\n", o.job, o.world);
-    else
-        printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
-               "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
-               o.job, o.world, o.m, o.n, o.k, bs, ovl_dtype_name(o.dtype),
-               o.transb ? ", transb" : "", o.a_out ? ", a_out" : "", o.iters,
-               o.iters == 1 ? "" : "s", o.seed);
-    printf("ovl-demo: socket %s (%s)\n", o.socket, rule);
-    fflush(stdout);
-
     int(*pipes)[2] = calloc(o.world, sizeof(*pipes));
     pid_t *pids = calloc(o.world, sizeof(*pids));
+    int conn[2], go[2];
     if (!pipes || !pids)
         return 1;
+    if (pipe(conn) != 0 || pipe(go) != 0) {
+        perror("pipe");
+        return 1;
+    }
+    connect_fd = conn[1];
+    go_fd = go[0];
+    fflush(stdout); /* nothing buffered for the ranks to print again */
     if (o.idle_s) {
         /* the ranks inherit it: SIGTERM ends their stay, and the parent
          * passes its own on to them */
@@ -569,6 +599,7 @@ int main(int argc, char **argv)
         if (pipe(pipes[r]) != 0 || (pids[r] = fork()) < 0) {
             perror(pids[r] < 0 ? "fork" : "pipe");
             if (o.idle_s) { /* the ranks made so far leave, and are waited for */
+                close(go[1]);
                 pids[r] = 0;
                 idle_stop = 1;
                 idle_wait(pids, r);
@@ -577,10 +608,65 @@ int main(int argc, char **argv)
         }
         if (pids[r] == 0) {
             close(pipes[r][0]);
+            close(conn[0]);
+            close(go[1]);
             start_rank(&o, r, pipes[r][1]);
         }
         close(pipes[r][1]);
     }
+    close(conn[1]);
+    close(go[0]);
+    /* Every rank connected, or the first that could not says why. */
+    char cmsg[1024];
+    bool connected = true;
+    for (uint32_t nconn = 0; nconn < o.world && connected;) {
+        ssize_t n;
+        do
+            n = read(conn[0], cmsg, sizeof(cmsg) - 1);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0) {
+            connected = false;
+            fprintf(stderr, "ovl-demo: a rank ended before it connected to ovld\n");
+        }
+        /* one read may hold several ranks' bytes: "++-why" */
+        for (ssize_t i = 0; i < n && connected; i++) {
+            if (cmsg[i] == '+') {
+                nconn++;
+                continue;
+            }
+            connected = false;
+            cmsg[n] = '\0';
+            char *nl = strchr(cmsg + i + 1, '\n');
+            if (nl)
+                *nl = '\0';
+            fprintf(stderr, "ovl-demo: %s\n", cmsg + i + 1);
+        }
+    }
+    close(conn[0]);
+    if (!connected) {
+        close(go[1]); /* the connected ranks read EOF and end */
+        for (uint32_t r = 0; r < o.world; r++) {
+            kill(pids[r], SIGTERM);
+            waitpid(pids[r], NULL, 0);
+        }
+        free(pipes);
+        free(pids);
+        return 1;
+    }
+    if (o.idle_s)
+        printf("ovl-demo: job '%s', world %u, idle: no ops\n", o.job, o.world);
+    else
+        printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
+               "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
+               o.job, o.world, o.m, o.n, o.k, bs, ovl_dtype_name(o.dtype),
+               o.transb ? ", transb" : "", o.a_out ? ", a_out" : "", o.iters,
+               o.iters == 1 ? "" : "s", o.seed);
+    printf("ovl-demo: socket %s (%s)\n", o.socket, rule);
+    fflush(stdout);
+    for (uint32_t r = 0; r < o.world; r++)
+        if (write(go[1], "g", 1) != 1)
+            perror("write");
+    close(go[1]);
     if (o.idle_s) {
         for (uint32_t r = 0; r < o.world; r++)
             close(pipes[r][0]);

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_gemm.h"
+#include "cudrv.h"
 #include "demo_cuda.h"
 #include "ovl_demo.h"
 
@@ -29,7 +30,7 @@ int ovl_demo_cuda_devices(uint32_t rank)
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess) {
-        fprintf(stderr, "rank %u: cudaGetDeviceCount: %s\n", rank, cudaGetErrorString(ce));
+        fprintf(stderr, "rank %u: cudaGetDeviceCount: %s\n", rank, ovl_cuda_why(ce));
         return 0;
     }
     if (ndev <= 0)

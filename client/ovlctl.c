@@ -51,7 +51,9 @@ static void usage(FILE *f)
             "Options of plan:\n"
             "  --algo auto|naive|collective|ring (default auto)\n"
             "  --world W --rank R -m M -n N -k K (required)\n"
-            "  --chunks C --streams S   0: the planner's default (default 0)\n"
+            "  --chunks C --streams S   0: the planner's default (default 0); ring's streams\n"
+            "                           are fixed by its roles (client, copy, compute): it\n"
+            "                           ignores S, and ovlctl says so on stderr\n"
             "  --dtype bf16|fp16|fp32   (default bf16)\n"
             "  --a-out                  the client wants the gathered A\n"
             "  --transb                 B is n x k (a Linear weight's layout)\n"
@@ -496,6 +498,41 @@ static int plan_topology(uint32_t world, uint64_t nodes, const uint64_t *sizes, 
     return 0;
 }
 
+/*
+ * The plan's header line (docs/plans.md: "plan format=... chunks=C ...
+ * streams=S ...") against the --chunks and --streams asked for (0: the
+ * planner's choice): where the plan has other values, one line on stderr
+ * says so and why, so that nobody reads streams=4 as what --streams 2 made.
+ * stdout keeps the plan text as the planner wrote it.
+ */
+static void note_ignored(const char *text, uint32_t chunks, uint32_t streams)
+{
+    const char *nl = text ? strchr(text, '\n') : NULL;
+    const char *algo = text ? strstr(text, " algo=") : NULL;
+    const char *c = text ? strstr(text, " chunks=") : NULL;
+    const char *s = text ? strstr(text, " streams=") : NULL;
+    if (!nl || !algo || algo > nl)
+        return;
+    bool ring = strncmp(algo, " algo=ring ", 11) == 0;
+    if (streams && s && s < nl) {
+        unsigned long got = strtoul(s + 9, NULL, 10);
+        if (got != streams)
+            fprintf(stderr, "ovlctl plan: --streams %u not used: the plan has streams=%lu (%s)\n",
+                    streams, got,
+                    ring ? "ring's streams are fixed by its roles: the client's, a copy "
+                           "stream and compute streams"
+                         : "the planner's limits for this shape");
+    }
+    if (chunks && c && c < nl) {
+        unsigned long got = strtoul(c + 8, NULL, 10);
+        if (got != chunks)
+            fprintf(stderr,
+                    "ovlctl plan: --chunks %u not used: the plan has chunks=%lu (the planner's "
+                    "limits for this algorithm and shape)\n",
+                    chunks, got);
+    }
+}
+
 static int cmd_plan(int argc, char **argv)
 {
     enum {
@@ -724,6 +761,7 @@ static int cmd_plan(int argc, char **argv)
                             "ovlctl); plan here, without --daemon\n");
             rc = 1;
         } else {
+            note_ignored(r->plan->text, p.chunks, p.streams);
             print_lines(stdout, r->plan->text);
         }
         libovl_response_free(r);
@@ -752,6 +790,7 @@ static int cmd_plan(int argc, char **argv)
         return 1;
     }
     ovl_plan_format(&plan, text, len + 1);
+    note_ignored(text, p.chunks, p.streams);
     fputs(text, stdout);
     free(text);
     ovl_plan_free(&plan);
@@ -812,6 +851,18 @@ static void table_cell(char *buf, size_t len, const Ovl__StatsBlock *b,
         snprintf(buf, len, "%.3f", libovl_stat_dbl(b, f));
 }
 
+/* A row's name in the stats table: the JSON key, but a time the table shows
+ * in milliseconds is named so ("latency_p50_s" is "latency_p50_ms"), so that
+ * a row's name and its unit agree. */
+static void table_name(char *buf, size_t len, const libovl_stat_field_t *f)
+{
+    size_t n = strlen(f->key);
+    if (f->kind == LIBOVL_F_MS && n > 2 && strcmp(f->key + n - 2, "_s") == 0)
+        snprintf(buf, len, "%.*s_ms", (int)(n - 2), f->key);
+    else
+        snprintf(buf, len, "%s", f->key);
+}
+
 static void print_stats_table(const Ovl__StatsReply *r)
 {
     const Ovl__StatsBlock *t = r->total, *w = r->since_reset;
@@ -820,7 +871,9 @@ static void print_stats_table(const Ovl__StatsReply *r)
     printf("  %-24s %18s %18s\n", "", "since start", "since reset");
     for (size_t i = 0; i < libovl_stat_nfields; i++) {
         const libovl_stat_field_t *f = &libovl_stat_fields[i];
-        printf("  %-24s ", f->key);
+        char name[64];
+        table_name(name, sizeof(name), f);
+        printf("  %-24s ", name);
         char a[32], bb[32];
         table_cell(a, sizeof(a), t, f);
         table_cell(bb, sizeof(bb), w, f);
@@ -1004,7 +1057,13 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if ((strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0) && i + 1 < argc) {
+        if (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr,
+                        "ovlctl: option '%s' needs an argument: the path of ovld's socket\n",
+                        argv[i]);
+                return EXIT_USAGE;
+            }
             socket_opt = argv[++i];
         } else if (strncmp(argv[i], "--socket=", 9) == 0) {
             socket_opt = argv[i] + 9;

@@ -33,6 +33,21 @@ int ovl_cudrv_load(ovl_cudrv_t *d, char *err, size_t errlen)
     return 0;
 }
 
+const char *ovl_cuda_why(cudaError_t e)
+{
+    int v = -1;
+    if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&v) == cudaSuccess && v == 0)
+        return "no NVIDIA driver is installed, so no GPU can be used "
+               "(cudaErrorInsufficientDriver)";
+    if (e == cudaErrorInsufficientDriver)
+        return "the NVIDIA driver is older than this CUDA runtime needs "
+               "(cudaErrorInsufficientDriver)";
+    if (e == cudaErrorNoDevice)
+        return "no NVIDIA GPU found: the driver sees none, or CUDA_VISIBLE_DEVICES hides them "
+               "(cudaErrorNoDevice)";
+    return cudaGetErrorString(e);
+}
+
 const char *ovl_cudrv_strerror(const ovl_cudrv_t *d, CUresult r)
 {
     const char *s = NULL;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 
 typedef struct ovl_cudrv {
     CUresult (*stream_wait_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
@@ -29,6 +30,16 @@ typedef struct ovl_cudrv {
 
 /* Fills d; 0 on success, -1 with a message in err (no driver, too old). */
 int ovl_cudrv_load(ovl_cudrv_t *d, char *err, size_t errlen);
+
+/*
+ * The words for a CUDA runtime error e, for users (never NULL): where no
+ * NVIDIA driver is installed, CUDA says "CUDA driver version is
+ * insufficient for CUDA runtime version" (cudaErrorInsufficientDriver, with
+ * a driver version of 0), and where the driver sees no GPU "no CUDA-capable
+ * device is detected" (cudaErrorNoDevice): these say so plainly. Other
+ * errors are cudaGetErrorString's.
+ */
+const char *ovl_cuda_why(cudaError_t e);
 
 /* The driver's words for r (never NULL). */
 const char *ovl_cudrv_strerror(const ovl_cudrv_t *d, CUresult r);

@@ -205,7 +205,7 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess) {
-        snprintf(err, errlen, "cudaGetDeviceCount: %s", cudaGetErrorString(ce));
+        snprintf(err, errlen, "cudaGetDeviceCount: %s", ovl_cuda_why(ce));
         return OVL_ERR_UNSUPPORTED;
     }
     if (n == 0) {

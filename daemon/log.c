@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 static _Atomic int log_level = OVLD_LOG_INFO;
 static _Atomic int log_journal = 0;
+static _Atomic int log_syslog = 0;
 
 void ovld_log_init(ovld_log_level_t level)
 {
@@ -24,6 +26,20 @@ void ovld_log_init(ovld_log_level_t level)
 void ovld_log_set_level(ovld_log_level_t level)
 {
     atomic_store(&log_level, (int)level);
+}
+
+void ovld_log_to_file(void)
+{
+    atomic_store(&log_journal, 0);
+    atomic_store(&log_syslog, 0);
+}
+
+void ovld_log_to_syslog(void)
+{
+    /* LOG_NDELAY: the socket to syslogd opens now, while nothing runs on
+     * other threads; journald reads /dev/log too (journalctl -t ovld). */
+    openlog("ovld", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    atomic_store(&log_syslog, 1);
 }
 
 ovld_log_level_t ovld_log_get_level(void)
@@ -37,6 +53,15 @@ void ovld_log(ovld_log_level_t level, const char *fmt, ...)
         return;
     char line[2048];
     int n;
+    if (atomic_load(&log_syslog)) {
+        /* the level is a syslog priority already (config.h) */
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        syslog((int)level, "%s", line);
+        return;
+    }
     if (atomic_load(&log_journal)) {
         n = snprintf(line, sizeof(line), "<%d>", (int)level);
     } else {

@@ -43,13 +43,18 @@ static void usage(FILE *f)
             "  -b, --backend NAME     auto, host or cuda (overrides the file)\n"
             "  -l, --log-level LEVEL  error, warn, info or debug (overrides the file)\n"
             "  -f, --foreground       stay in the foreground (as under systemd); otherwise\n"
-            "                         ovld detaches once its socket listens\n"
+            "                         ovld detaches once its socket listens, and logs to\n"
+            "                         --log-file, else to syslog (ident ovld, facility\n"
+            "                         daemon: journalctl -t ovld), not to the terminal\n"
+            "      --log-file FILE    write the log (and stack reports) to FILE, appended,\n"
+            "                         instead of stderr or syslog\n"
             "  -h, --help             show this help\n"
             "  -V, --version          show the version\n"
             "\n"
             "Signals: SIGTERM/SIGINT stop (in-flight ops finish, the socket is removed);\n"
             "SIGHUP re-reads the configuration file. SIGUSR2 writes the stack of the\n"
-            "thread that takes it to stderr; ovld does so itself for its event loop\n"
+            "thread that takes it to stderr (--log-file's FILE; nowhere when detached\n"
+            "to syslog); ovld does so itself for its event loop\n"
             "when the loop has not turned for 3 s (a bug worth a report).\n",
             OVL_DEFAULT_SOCKET);
 }
@@ -271,8 +276,11 @@ static void on_peer_down(void *arg, ovld_peer_t *p, ovl_status_t st, const char 
 }
 
 /* Detaches: the parent exits once the child reports (through a pipe) that
- * its socket listens, with the child's start-up status as its own. */
-static int daemonize(int *ret_ready_fd)
+ * its socket listens, with the child's start-up status as its own (and,
+ * when that is a failure, says where the child's log went: `where`). The
+ * child's stderr is log_fd (--log-file) or /dev/null, its log then going
+ * to syslog: never the terminal that started it. */
+static int daemonize(int log_fd, const char *where, int *ret_ready_fd)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
@@ -287,6 +295,8 @@ static int daemonize(int *ret_ready_fd)
         do
             n = read(p[0], &status, 1);
         while (n < 0 && errno == EINTR);
+        if (n != 1 || status != 0)
+            fprintf(stderr, "ovld: did not start; its log: %s\n", where);
         _exit(n == 1 ? status : 1);
     }
     close(p[0]);
@@ -300,11 +310,14 @@ static int daemonize(int *ret_ready_fd)
     if (chdir("/") != 0)
         return -1;
     int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (nul >= 0) {
-        dup2(nul, STDIN_FILENO);
-        dup2(nul, STDOUT_FILENO);
-        close(nul);
-    }
+    if (nul < 0)
+        return -1;
+    dup2(nul, STDIN_FILENO);
+    dup2(nul, STDOUT_FILENO);
+    if (log_fd < 0)
+        ovld_log_to_syslog();
+    dup2(log_fd >= 0 ? log_fd : nul, STDERR_FILENO);
+    close(nul);
     *ret_ready_fd = p[1];
     return 0;
 }
@@ -321,12 +334,19 @@ static void report_ready(int *fd, char status)
 
 int main(int argc, char **argv)
 {
+    enum { O_LOG_FILE = 256 };
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},  {"socket", required_argument, NULL, 's'},
-        {"backend", required_argument, NULL, 'b'}, {"log-level", required_argument, NULL, 'l'},
-        {"foreground", no_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},       {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"socket", required_argument, NULL, 's'},
+        {"backend", required_argument, NULL, 'b'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"foreground", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"log-file", required_argument, NULL, O_LOG_FILE},
+        {NULL, 0, NULL, 0},
     };
+    const char *log_file = NULL;
     const char *config = NULL, *socket_arg = NULL, *backend_arg = NULL, *level_arg = NULL;
     bool foreground = false;
     int c;
@@ -346,6 +366,9 @@ int main(int argc, char **argv)
             break;
         case 'f':
             foreground = true;
+            break;
+        case O_LOG_FILE:
+            log_file = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -391,10 +414,28 @@ int main(int argc, char **argv)
     ovld_log_init(d->cfg.log_level);
     signal(SIGPIPE, SIG_IGN); /* a vanished client must not kill the daemon */
 
+    /* Opened here, so that a bad path is said on the terminal. */
+    int log_fd = -1;
+    char where[4096];
+    snprintf(where, sizeof(where), "syslog (journalctl -t ovld)");
+    if (log_file) {
+        log_fd = open(log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+        if (log_fd < 0) {
+            fprintf(stderr, "ovld: --log-file %s: %s\n", log_file, strerror(errno));
+            return 2;
+        }
+        snprintf(where, sizeof(where), "%s", log_file);
+        ovld_log_to_file();
+    }
     int ready_fd = -1;
-    if (!foreground && daemonize(&ready_fd) != 0) {
+    if (!foreground && daemonize(log_fd, where, &ready_fd) != 0) {
         fprintf(stderr, "ovld: cannot detach: %s\n", strerror(errno));
         return 1;
+    }
+    if (log_fd >= 0) {
+        if (foreground)
+            dup2(log_fd, STDERR_FILENO);
+        close(log_fd);
     }
 
     raise_nofile(d);

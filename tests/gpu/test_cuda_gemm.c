@@ -32,6 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_gemm.h"
+#include "cudrv.h"
 #include "half.h"
 #include "ovl.h"
 #include "demo_rnd.h"
@@ -458,7 +459,7 @@ int main(void)
 
     cudaError_t ce = cudaGetDeviceCount(&count);
     if (ce != cudaSuccess || count == 0) {
-        printf("SKIP: no GPU (%s)\n", ce != cudaSuccess ? cudaGetErrorName(ce) : "0 devices");
+        printf("SKIP: no GPU (%s)\n", ce != cudaSuccess ? ovl_cuda_why(ce) : "0 devices");
         return SKIP_CODE;
     }
     if ((ce = cudaSetDevice(0)) != cudaSuccess ||

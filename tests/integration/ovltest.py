@@ -4,6 +4,7 @@ and a closing 'N passed, N failed, N skipped' line."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,15 @@ class Daemon:
         """config: the configuration file's text (none if None); env: variables
         added to ovld's environment (UCX_TLS for the tests of peers)."""
         self.dir = tempfile.mkdtemp(prefix="ovl-test-")
+        try:
+            self._start(args, config, backend, env)
+        except BaseException:
+            # an ovld that does not start (a GPU test that then skips)
+            # leaves no directory behind
+            self.cleanup()
+            raise
+
+    def _start(self, args, config, backend, env):
         self.socket = os.path.join(self.dir, "ovld.sock")
         self.log_path = os.path.join(self.dir, "ovld.log")
         cmd = [OVLD, "--foreground", "--backend", backend, "--socket", self.socket,
@@ -89,18 +99,16 @@ class Daemon:
         return p
 
     def cleanup(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for name in os.listdir(self.dir):
-            try:
-                os.unlink(os.path.join(self.dir, name))
-            except OSError:
-                pass
-        try:
-            os.rmdir(self.dir)
-        except OSError:
-            pass
+        """Kills ovld if it runs and removes its directory; safe to call
+        again, and on a Daemon whose start failed."""
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log = getattr(self, "log", None)
+        if log is not None and not log.closed:
+            log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def log_excerpt(d, lines=80):

@@ -407,6 +407,8 @@ def test_bad_command_line_and_config():
     opts = re.findall(r"^  -(\w), --([\w-]+)", helptext, re.M)
     assert opts == [("c", "config"), ("s", "socket"), ("b", "backend"), ("l", "log-level"),
                     ("f", "foreground"), ("h", "help"), ("V", "version")], helptext
+    # where a detached ovld's log goes is said
+    assert "      --log-file FILE " in helptext and "journalctl -t ovld" in helptext, helptext
     version, protocol = versions()
     assert ovld_run("--version") == (0, "ovld %s (protocol %d)\n" % (version, protocol), "")
     assert ovld_run("-V") == ovld_run("--version")
@@ -449,8 +451,104 @@ def test_detaches_when_not_in_foreground():
         d.cleanup()
 
 
+def test_detached_leaves_the_terminal():
+    """A detached ovld writes nothing more to the stderr it was started
+    with (a terminal): with --log-file its log goes to that file, without
+    one to syslog. The parent returns once the socket listens, and the
+    stderr it was given is closed by then in every process (a pipe reads
+    EOF), so nothing can write to it; a bad --log-file is said on the
+    terminal (exit 2), and a start that fails says where its log went."""
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        for log_file in (os.path.join(tmp, "ovld.log"), None):
+            sock = os.path.join(tmp, "ovld.sock")
+            cmd = [OVLD, "--backend", "host", "--socket", sock, "--log-level", "debug"]
+            if log_file:
+                cmd += ["--log-file", log_file]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                # EOF on both pipes: no process holds them, the daemon included
+                out, err = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise AssertionError("a detached ovld kept the stderr it was started with open "
+                                     "(it would write its log to the terminal)")
+            try:
+                assert p.returncode == 0 and out == "" and err == "", (p.returncode, out, err)
+                r = subprocess.run([OVLCTL, "--socket", sock, "status", "--json"],
+                                   capture_output=True, text=True, timeout=10)
+                assert r.returncode == 0, r.stderr
+                pid = json.loads(r.stdout)["pid"]
+            finally:
+                if os.path.exists(sock):
+                    r = subprocess.run([OVLCTL, "--socket", sock, "status", "--json"],
+                                       capture_output=True, text=True, timeout=10)
+                    if r.returncode == 0:
+                        os.kill(json.loads(r.stdout)["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while os.path.exists(sock) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not os.path.exists(sock)
+            if log_file:
+                deadline = time.monotonic() + 10
+                text = ""
+                while "stopped" not in text and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    with open(log_file) as f:
+                        text = f.read()
+                msgs = [m for _, m in log_records(text, pid)]
+                assert any(m.startswith("ovld ") and " ready: host backend" in m
+                           for m in msgs), text
+                assert msgs[-1] == "stopped", text
+        # a --log-file that cannot be opened: said here, nothing started
+        bad = os.path.join(tmp, "no-such-dir", "ovld.log")
+        r = ovld_run("--backend", "host", "--socket", os.path.join(tmp, "x.sock"),
+                     "--log-file", bad)
+        assert r[0] == 2 and r[2] == "ovld: --log-file %s: No such file or directory\n" % bad, r
+        # a detached start that fails (the socket's directory is missing)
+        # says where its log went
+        log_file = os.path.join(tmp, "fail.log")
+        r = ovld_run("--backend", "host", "--socket", os.path.join(tmp, "nodir", "x.sock"),
+                     "--log-file", log_file)
+        assert r[0] == 1 and r[2] == "ovld: did not start; its log: %s\n" % log_file, r
+        assert " error: " in open(log_file).read()
+
+
+def test_cuda_without_driver_says_so():
+    """Where ovld is built with CUDA but the machine has no NVIDIA driver
+    (or no GPU), --backend cuda fails saying so, not with CUDA's "CUDA
+    driver version is insufficient for CUDA runtime version". Where the
+    CUDA backend starts (a GPU) or is not built, there is nothing to
+    check."""
+    bench = os.path.join(os.environ.get("OVL_BUILD_DIR", ""), "bench", "ovl-bench")
+    if os.environ.get("OVL_BUILD_DIR") and os.path.exists(bench):
+        # ovl-bench's probe says the same where it finds no GPU
+        p = subprocess.run([bench, "--socket", "/nonexistent/ovld.sock"], capture_output=True,
+                           text=True, timeout=120)
+        out = p.stdout + p.stderr
+        if "cudaGetDeviceCount" in out:
+            assert "insufficient" not in out, out
+            assert "no NVIDIA driver is installed" in out or "no NVIDIA GPU found" in out, out
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        sock = os.path.join(tmp, "ovld.sock")
+        p = subprocess.Popen([OVLD, "--foreground", "--backend", "cuda", "--socket", sock],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)  # it started: a GPU is here
+            p.communicate(timeout=30)
+            print("  (the CUDA backend started: a GPU is here, nothing to check)")
+            return
+        if "cudaGetDeviceCount" not in out:
+            print("  (no CUDA backend here: %s)" % out.strip().splitlines()[-1:])
+            return
+        assert "insufficient" not in out, out
+        assert ("no NVIDIA driver is installed" in out or "no NVIDIA GPU found" in out or
+                "older than this CUDA runtime" in out), out
+
+
 if __name__ == "__main__":
-    run_tests([test_status_json_fields, test_garbage_and_oversized_frames,
+    run_tests([test_detached_leaves_the_terminal, test_cuda_without_driver_says_so,test_status_json_fields, test_garbage_and_oversized_frames,
                test_sigint_during_work, test_stale_socket_and_second_daemon, test_sighup_reload,
                test_bad_command_line_and_config, test_detaches_when_not_in_foreground,
                test_status_while_issue_stalls])

@@ -18,7 +18,9 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
+import tempfile
 import time
 
 from ovltest import (DEMO, OVLCTL, Daemon, log_excerpt, log_messages, long_demo, run_tests,
@@ -279,6 +281,28 @@ def test_demo_parent_killed():
         d.cleanup()
 
 
+def test_demo_no_daemon():
+    """ovl-demo with no ovld (no socket, or a stale one nobody listens on):
+    its first and only line says why (the socket and 'is ovld running?'),
+    exit 1, no table of ranks that sent no result."""
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        missing = os.path.join(tmp, "none.sock")
+        stale = os.path.join(tmp, "stale.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(stale)
+        s.close()
+        for path, why in ((missing, "No such file or directory"), (stale, "Connection refused")):
+            for extra in ([], ["--idle", "5"]):
+                env = dict(os.environ, OVL_SOCKET=path)
+                p = subprocess.run([DEMO, "-w", "4", *extra], env=env, capture_output=True,
+                                   text=True, timeout=60)
+                out = p.stderr + p.stdout
+                assert p.returncode == 1, (p.returncode, out)
+                assert out == "ovl-demo: cannot connect to %s (from $OVL_SOCKET): %s (is ovld " \
+                    "running?)\n" % (path, why) or out == "ovl-demo: cannot connect to %s: %s " \
+                    "(is ovld running?)\n" % (path, why), out
+
+
 if __name__ == "__main__":
-    run_tests([test_matrix, test_auto_and_defaults, test_allgather_settings, test_several_bs,
+    run_tests([test_demo_no_daemon, test_matrix, test_auto_and_defaults, test_allgather_settings, test_several_bs,
                test_demo_idle, test_demo_parent_killed])

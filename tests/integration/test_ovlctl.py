@@ -4,11 +4,15 @@
 
 ovlctl status with a job, its table and JSON, are test_stats.py's
 (test_status_table_golden, test_json_fields_and_types)."""
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
+import tempfile
 
-from ovltest import OVLCTL, Daemon, run_tests
+from ovltest import OVLCTL, Daemon, long_demo, run_tests, wait_job_going, wait_no_job
 
 GOLDEN = os.environ.get("OVL_GOLDEN_DIR", os.path.join(os.path.dirname(__file__), "..", "golden"))
 PLAN_ARGS = ["--world", "4", "--rank", "1", "-m", "1024", "-k", "512", "-n", "256", "--chunks",
@@ -134,6 +138,10 @@ def test_plan_usage_errors():
             (["plan", "--bogus"], "plan: unrecognized option '--bogus'\n"),
             (["frobnicate"], "ovlctl: unknown command 'frobnicate'\n" + usage),
             (["--bogus", "status"], "ovlctl: unknown option '--bogus'\n" + usage),
+            # a global option without its value says so (it is not unknown)
+            (["--socket"], "ovlctl: option '--socket' needs an argument: the path of ovld's "
+                           "socket\n"),
+            (["-s"], "ovlctl: option '-s' needs an argument: the path of ovld's socket\n"),
             ([], usage)]:
         p = ctl(*args, check=False)
         assert (p.returncode, p.stdout, p.stderr) == (2, "", err), (args, p.returncode, p.stdout,
@@ -163,6 +171,85 @@ def test_unreachable_daemon_exit_1():
     assert re.fullmatch(r"ovlctl \d+\.\d+\.\d+ \(protocol \d+\)", lines[0]), p.stdout
     assert lines[1] == "ovld: unreachable (%s)" % (
         UNREACHABLE % "/nonexistent/env.sock (from $OVL_SOCKET)"), p.stdout
+
+
+def test_stale_socket_hint():
+    """A socket file that nobody listens on any more (an ovld killed
+    without removing it): the refused connection says what to check, as a
+    missing socket does."""
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        path = os.path.join(tmp, "ovld.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        s.close()  # the file stays: a stale socket
+        p = ctl("--socket", path, "status", check=False)
+        assert (p.returncode, p.stdout, p.stderr) == (
+            1, "", "ovlctl: cannot connect to %s: Connection refused (is ovld running?)\n" %
+            path), p
+
+
+def test_plan_streams_not_used():
+    """ring's streams are fixed by its roles: --streams 2 gives a plan with
+    streams=4, and ovlctl says on stderr that the value asked for was not
+    used (the plan on stdout stays the planner's text); the help says so
+    too. A value that is used says nothing."""
+    p = ctl("plan", "--algo", "ring", *PLAN_ARGS)
+    assert " streams=4 " in p.stdout.splitlines()[0], p.stdout
+    assert p.stderr == ("ovlctl plan: --streams 2 not used: the plan has streams=4 (ring's "
+                        "streams are fixed by its roles: the client's, a copy stream and compute "
+                        "streams)\n"), p.stderr
+    p = ctl("plan", "--algo", "collective", *PLAN_ARGS)
+    assert " streams=2 " in p.stdout.splitlines()[0] and p.stderr == "", (p.stdout, p.stderr)
+    p = ctl("plan", "--algo", "ring", *[a for a in PLAN_ARGS if a not in ("--streams", "2")])
+    assert p.stderr == "", p.stderr
+    assert "ring's streams\n                           are fixed by its roles" in \
+        ctl("--help").stdout
+
+
+def json_keys(v, out):
+    """Every key of every object in v, into the set out."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            out.add(k)
+            json_keys(x, out)
+    elif isinstance(v, list):
+        for x in v:
+            json_keys(x, out)
+    return out
+
+
+def test_json_keys_documented():
+    """Every key that status --json and stats --json write (with a job, a
+    client, a device, an op and its algorithm) is in docs/ovlctl.md's
+    block for that command."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                           "ovlctl.md")) as f:
+        doc = f.read()
+    blocks = {name: doc[doc.index("## `%s --json`" % name):] for name in ("status", "stats")}
+    for name in blocks:
+        b = blocks[name]
+        start = b.index("```")
+        blocks[name] = b[start:b.index("\n## ", start)]
+    d = Daemon()
+    demo = None
+    try:
+        demo = long_demo(d, ["-m", "16", "-n", "16", "-k", "16"], "docs-job")
+        status = wait_job_going(d, "docs-job", 1)
+        stats = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)
+        for name, got in (("status", status), ("stats", stats)):
+            missing = sorted(k for k in json_keys(got, set())
+                             if '"%s"' % k not in blocks[name])
+            assert not missing, "docs/ovlctl.md does not describe %s --json's %s" % (name,
+                                                                                    missing)
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.communicate(timeout=60)
+        wait_no_job(d)
+        assert d.stop() == 0
+    finally:
+        if demo and demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.communicate()
+        d.cleanup()
 
 
 def test_plan_from_daemon():
@@ -242,4 +329,6 @@ def test_plan_from_daemon_bs():
 
 if __name__ == "__main__":
     run_tests([test_plan_offline_matches_golden, test_plan_usage_errors,
-               test_unreachable_daemon_exit_1, test_plan_from_daemon, test_plan_from_daemon_bs])
+               test_unreachable_daemon_exit_1, test_stale_socket_hint, test_plan_streams_not_used,
+               test_json_keys_documented,
+               test_plan_from_daemon, test_plan_from_daemon_bs])

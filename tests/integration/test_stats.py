@@ -258,8 +258,9 @@ def normalize_status(text, d):
 
 RE_STATS_HEAD = re.compile(r"^ovld up ([0-9.]+) s, heap in use ([0-9.]+) MiB")
 RE_STATS_ROW = re.compile(r"^  (.{24}) (.{18}) (.{18})$")  # "  %-24s %18s %18s"
-TIMING_ROWS = ("seconds", "busy_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
-               "latency_max_s", "issue_s", "issue_p50_s", "issue_p99_s", "issue_max_s",
+# the table names a time it shows in milliseconds _ms (the JSON's key is _s)
+TIMING_ROWS = ("seconds", "busy_s", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
+               "latency_max_ms", "issue_s", "issue_p50_ms", "issue_p99_ms", "issue_max_ms",
                "tflops (per busy s)")
 
 
