@@ -1431,6 +1431,18 @@ static bool same_source(const struct sockaddr_storage *a, const struct sockaddr_
     return true;
 }
 
+/* Refuses an accepted connection before its handshake: says which limit
+ * (n connections `where`, the limit's name), counts it, closes it. */
+static void refuse_handshake(ovld_peers_t *ps, link_t *l, int n, const char *where,
+                             const char *limit)
+{
+    say(ps, OVLD_REPORT_WARN,
+        "peer connection from %s: refused: %d connections %sare authenticating already (%s)",
+        l->from, n, where, limit);
+    OVLD_COUNT(ps->counters, peer_auth_refused, 1);
+    link_close(l);
+}
+
 /* Accepted connections from the host of from still authenticating. */
 static unsigned unauth_from(const ovld_peers_t *ps, const struct sockaddr_storage *from)
 {
@@ -1503,12 +1515,8 @@ static void on_accept(uv_stream_t *server, int status)
     /* One source may hold only a few handshakes at once, so that a flood
      * of half-open connections from one host cannot take every slot. */
     if (unauth_from(ps, &l->from_ss) >= OVLD_PEERS_MAX_UNAUTH_SOURCE) {
-        say(ps, OVLD_REPORT_WARN,
-            "peer connection from %s: refused: %d connections from this address are "
-            "authenticating already (OVLD_PEERS_MAX_UNAUTH_SOURCE)",
-            l->from, OVLD_PEERS_MAX_UNAUTH_SOURCE);
-        OVLD_COUNT(ps->counters, peer_auth_refused, 1);
-        link_close(l);
+        refuse_handshake(ps, l, OVLD_PEERS_MAX_UNAUTH_SOURCE, "from this address ",
+                         "OVLD_PEERS_MAX_UNAUTH_SOURCE");
         return;
     }
     /* Full (many sources): the newcomer gets the slot of the oldest
@@ -1518,12 +1526,7 @@ static void on_accept(uv_stream_t *server, int status)
     if (ps->n_unauth >= OVLD_PEERS_MAX_UNAUTH)
         unauth_evict(ps);
     if (ps->n_unauth >= OVLD_PEERS_MAX_UNAUTH) {
-        say(ps, OVLD_REPORT_WARN,
-            "peer connection from %s: refused: %d connections are authenticating already "
-            "(OVLD_PEERS_MAX_UNAUTH)",
-            l->from, OVLD_PEERS_MAX_UNAUTH);
-        OVLD_COUNT(ps->counters, peer_auth_refused, 1);
-        link_close(l);
+        refuse_handshake(ps, l, OVLD_PEERS_MAX_UNAUTH, "", "OVLD_PEERS_MAX_UNAUTH");
         return;
     }
     l->unauth = true;
