@@ -255,12 +255,33 @@ static ovl_status_t issue_coll(ovld_backend_t *b, const ovld_exec_op_t *op, cons
     return st;
 }
 
-/* Failure half-way: join what each rank issued into stream 0 (events past
- * the plan's own) and ring done with the error on ranks not yet done. */
+/* Failure half-way: join what every local rank issued into the stream 0
+ * of each rank not yet done (events past the plan's own) and ring done
+ * with the error there. A rank's DONE waits for its peers' side streams
+ * too, not only its own: a PUSH writes the rank's G from a peer's copy
+ * stream, and those writes must end before the client is told the op did
+ * (or the rank's G is used again or freed). */
 static void failing(const ovld_exec_op_t *op, ovl_status_t status, const char *msg)
 {
     if (op->failing)
         op->failing(op->failing_arg, status, msg);
+}
+
+/* Without memory for fail_rest's bookkeeping: each rank not yet done joins
+ * its own streams only, as far as it can, and rings done. */
+static void fail_rest_own(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
+                          ovl_status_t status, const char *msg)
+{
+    const ovld_backend_ops_t *ops = b->ops;
+    for (uint32_t r = 0; r < op->world; r++) {
+        const ovl_plan_t *p = op->ranks[r].plan;
+        if (!p || pc[r] == p->ninstr)
+            continue; /* another daemon's, or its DONE was issued */
+        for (uint32_t s = 1; s < p->nstreams; s++)
+            if (ops->record(op->ranks[r].rank, s, p->nevents + s) == OVL_OK)
+                (void)ops->wait(op->ranks[r].rank, 0, op->ranks[r].rank, p->nevents + s);
+        ops->done(op->ranks[r].rank, 0, op->seq, status, msg, op->ranks[r].cookie);
+    }
 }
 
 static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
@@ -268,16 +289,38 @@ static void fail_rest(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t 
 {
     const ovld_backend_ops_t *ops = b->ops;
     failing(op, status, msg);
+    /* recorded[q * MAX_STREAMS + s]: rank q's join event of stream s; all
+     * recorded before any is waited for (a wait on an event not yet
+     * recorded waits for nothing). */
+    bool *recorded = calloc((size_t)op->world * OVL_PLAN_MAX_STREAMS, sizeof(*recorded));
+    if (!recorded) {
+        fail_rest_own(b, op, pc, status, msg);
+        return;
+    }
+    for (uint32_t q = 0; q < op->world; q++) {
+        const ovl_plan_t *p = op->ranks[q].plan;
+        if (!p)
+            continue; /* another daemon's */
+        for (uint32_t s = 1; s < p->nstreams; s++) {
+            recorded[(size_t)q * OVL_PLAN_MAX_STREAMS + s] =
+                ops->record(op->ranks[q].rank, s, p->nevents + s) == OVL_OK;
+        }
+    }
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (!p || pc[r] == p->ninstr)
             continue; /* another daemon's, or its DONE was issued */
-        for (uint32_t s = 1; s < p->nstreams; s++) {
-            if (ops->record(op->ranks[r].rank, s, p->nevents + s) == OVL_OK)
-                (void)ops->wait(op->ranks[r].rank, 0, op->ranks[r].rank, p->nevents + s);
+        for (uint32_t q = 0; q < op->world; q++) {
+            const ovl_plan_t *pq = op->ranks[q].plan;
+            if (!pq)
+                continue;
+            for (uint32_t s = 1; s < pq->nstreams; s++)
+                if (recorded[(size_t)q * OVL_PLAN_MAX_STREAMS + s])
+                    (void)ops->wait(op->ranks[r].rank, 0, op->ranks[q].rank, pq->nevents + s);
         }
         ops->done(op->ranks[r].rank, 0, op->seq, status, msg, op->ranks[r].cookie);
     }
+    free(recorded);
 }
 
 /* What a walk of the op's programs needs, per rank: where each stands,

@@ -523,16 +523,22 @@ static void check_rail(const setup_t *s, const size_t *pc, const entry_t *e, siz
  * stream beyond them. Per rank, calls follow its program (a wait on a
  * peer's event after that peer's record), with the views and geometry the
  * instructions name; after the failure a rank's program may go on only
- * with threads (what was under way), then come its joins (a record of a
- * side stream, a wait of stream 0, on events past the plan's) and one done
- * with the error. Each rank rings done once: OK as its program's DONE in a
- * good run or before the failure.
+ * with threads (what was under way), then come the joins (a record of each
+ * side stream of every rank, done or not; waits of a failing rank's stream
+ * 0 on those records, its own and its peers', each after its record; on
+ * events past the plans') and one done with the error. Each rank rings done once: OK as its
+ * program's DONE in a good run or before the failure.
  */
 static void check_log(const setup_t *s, size_t failed, bool threads)
 {
     uint32_t w = s->op.world;
     size_t pc[MAXW] = {0};
     bool joining[MAXW] = {false};
+    bool joinrec[MAXW * OVL_PLAN_MAX_STREAMS] = {false}; /* after a failure: joins recorded */
+    /* waited[r][q * MAX_STREAMS + s]: rank r's stream 0 waited for rank q's
+     * join of stream s */
+    static bool waited[MAXW][MAXW * OVL_PLAN_MAX_STREAMS];
+    memset(waited, 0, sizeof(waited));
     int dones[MAXW] = {0};
     uint32_t nstreams[MAXW] = {0}; /* set_streams' n; 0: not called yet */
     uint32_t maxev = 0;
@@ -560,7 +566,11 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
         }
         int r = e->rank;
         assert_true(r >= 0 && (uint32_t)r < w);
-        assert_int_equal(dones[r], 0); /* nothing for a rank after its done */
+        /* nothing for a rank after its done, but, after a failure, the
+         * records that join its side streams into the peers' failing done
+         * (a PUSH of it writes their G) */
+        if (!(after && e->call == C_RECORD && e->stream > 0 && e->event >= s->plans[r].nevents))
+            assert_int_equal(dones[r], 0);
         const ovl_plan_t *p = &s->plans[r];
         if (e->call == C_STREAMS) {
             /* once, first, with exactly the plan's roles */
@@ -614,14 +624,32 @@ static void check_log(const setup_t *s, size_t failed, bool threads)
             assert_int_equal(e->owner, r);
             assert_int_equal(e->status, M.fail_status);
             assert_int_equal(e->seq, s->op.seq);
+            /* after every side stream of every rank recorded so far: a
+             * peer's PUSH writes this rank's G */
+            for (size_t k = 0; k < (size_t)w * OVL_PLAN_MAX_STREAMS; k++)
+                if (joinrec[k] && !waited[r][k])
+                    fail_msg("call %zu: rank %d's failing done does not wait for rank %zu's "
+                             "stream %zu",
+                             i, r, k / OVL_PLAN_MAX_STREAMS, k % OVL_PLAN_MAX_STREAMS);
             dones[r]++;
         } else if (e->call == C_RECORD) {
             assert_true(e->stream > 0 && e->event >= p->nevents);
+            assert_true(e->event - p->nevents < OVL_PLAN_MAX_STREAMS);
+            joinrec[(size_t)r * OVL_PLAN_MAX_STREAMS + (e->event - p->nevents)] = true;
         } else {
+            /* stream 0 waits for a join of its own streams or of a peer's
+             * (a peer's PUSH writes this rank's G), recorded before */
             assert_int_equal(e->call, C_WAIT);
             assert_int_equal(e->stream, 0);
-            assert_int_equal(e->owner, r);
-            assert_true(e->event >= p->nevents);
+            assert_true(e->owner >= 0 && (uint32_t)e->owner < w);
+            const ovl_plan_t *po = &s->plans[e->owner];
+            assert_true(e->event >= po->nevents && e->event - po->nevents < OVL_PLAN_MAX_STREAMS);
+            size_t k = (size_t)e->owner * OVL_PLAN_MAX_STREAMS + (e->event - po->nevents);
+            if (!joinrec[k])
+                fail_msg("call %zu: rank %d waits on rank %d's join event %u before it was "
+                         "recorded",
+                         i, r, e->owner, e->event);
+            waited[r][k] = true;
         }
     }
     for (uint32_t r = 0; r < w; r++) {
