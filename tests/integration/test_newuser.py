@@ -135,6 +135,7 @@ add_test(NAME no_widget COMMAND sh -c "echo 'SKIP: no widget here'; exit 77")
 set_tests_properties(no_widget PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME bad COMMAND false)
 add_test(NAME ok2 COMMAND true)
+add_test(NAME missing COMMAND /nonexistent/ovl-no-such-program)
 """
 
 
@@ -157,9 +158,11 @@ def test_summary_lines():
         assert c.returncode != 0, c.stdout  # 'bad' failed
         p = subprocess.run([SUMMARY, junit], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stderr == "", p
+        # a test ctest could not run (its program missing) is a failure, as
+        # ctest counts it, not a skip
         assert p.stdout == ("Skipped (1):\n"
                             "  no_widget  no widget here\n"
-                            "tests: 2 passed, 1 failed, 1 skipped\n"), p.stdout
+                            "tests: 2 passed, 2 failed, 1 skipped\n"), p.stdout
         p = subprocess.run([SUMMARY, os.path.join(tmp, "none.xml")], capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 1 and p.stdout == "tests: 0 passed, 1 failed, 0 skipped\n", p
