@@ -1415,20 +1415,40 @@ static void on_connected(uv_connect_t *req, int status)
     kick(ps);
 }
 
-/* Whether a and b are the same host: the same IPv4 or IPv6 address (an
- * IPv4-mapped IPv6 address is not folded: a listener is one family). An
- * unknown address (family 0) is a host of its own kind, counted together. */
+/* The source an address counts under for the handshake limits: an IPv4
+ * address (an IPv4-mapped IPv6 one folded into it, as a dual-stack listener
+ * sees IPv4 peers), or an IPv6 address's /64, which one host usually holds
+ * whole (counting its addresses one by one would let it take every slot).
+ * Unknown families (0: the peer's name could not be read) count together. */
+typedef struct source {
+    int family;
+    uint8_t bytes[8];
+} source_t;
+
+static source_t source_of(const struct sockaddr_storage *a)
+{
+    source_t k = {.family = 0};
+    if (a->ss_family == AF_INET) {
+        k.family = AF_INET;
+        memcpy(k.bytes, &((const struct sockaddr_in *)a)->sin_addr, 4);
+    } else if (a->ss_family == AF_INET6) {
+        const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(v6)) {
+            k.family = AF_INET;
+            memcpy(k.bytes, v6->s6_addr + 12, 4);
+        } else {
+            k.family = AF_INET6;
+            memcpy(k.bytes, v6->s6_addr, 8);
+        }
+    }
+    return k;
+}
+
+/* Whether a and b count as the same source (source_of). */
 static bool same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
 {
-    if (a->ss_family != b->ss_family)
-        return false;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    if (a->ss_family == AF_INET6)
-        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
-    return true;
+    source_t x = source_of(a), y = source_of(b);
+    return x.family == y.family && memcmp(x.bytes, y.bytes, sizeof(x.bytes)) == 0;
 }
 
 /* Refuses an accepted connection before its handshake: says which limit
@@ -1501,21 +1521,22 @@ static void on_accept(uv_stream_t *server, int status)
         link_close(l);
         return;
     }
-    struct sockaddr_storage from;
+    struct sockaddr_storage from = {0};
     int flen = sizeof(from);
     snprintf(l->from, sizeof(l->from), "?");
-    if (uv_tcp_getpeername(&l->tcp, (struct sockaddr *)&from, &flen) == 0)
+    bool named = uv_tcp_getpeername(&l->tcp, (struct sockaddr *)&from, &flen) == 0;
+    if (named)
         ovld_peer_addr_format(&from, l->from, sizeof(l->from));
     if (ps->closing) {
         link_close(l);
         return;
     }
-    if (flen > 0 && (size_t)flen <= sizeof(from))
+    if (named && flen > 0 && (size_t)flen <= sizeof(from))
         l->from_ss = from;
     /* One source may hold only a few handshakes at once, so that a flood
      * of half-open connections from one host cannot take every slot. */
     if (unauth_from(ps, &l->from_ss) >= OVLD_PEERS_MAX_UNAUTH_SOURCE) {
-        refuse_handshake(ps, l, OVLD_PEERS_MAX_UNAUTH_SOURCE, "from this address ",
+        refuse_handshake(ps, l, OVLD_PEERS_MAX_UNAUTH_SOURCE, "from this source ",
                          "OVLD_PEERS_MAX_UNAUTH_SOURCE");
         return;
     }

@@ -41,9 +41,10 @@
 #include "report.h"
 #include "stats.h"
 
-#define OVLD_PEERS_MAX               1024       /* peer records */
-#define OVLD_PEERS_MAX_UNAUTH        64         /* accepted endpoints not authenticated yet */
-#define OVLD_PEERS_MAX_UNAUTH_SOURCE 8          /* of those, from one address */
+#define OVLD_PEERS_MAX        1024 /* peer records */
+#define OVLD_PEERS_MAX_UNAUTH 64   /* accepted endpoints not authenticated yet */
+/* of those, from one source (an IPv4 address, an IPv6 /64: peer.c, source_of) */
+#define OVLD_PEERS_MAX_UNAUTH_SOURCE 8
 #define OVLD_PEER_QUEUE_MAX          (4u << 20) /* bytes queued or in flight to one peer */
 
 typedef struct ovld_peers ovld_peers_t; /* the daemon's UCX context, worker, listener, peers */
