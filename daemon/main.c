@@ -47,7 +47,8 @@ static void usage(FILE *f)
             "                         --log-file, else to syslog (ident ovld, facility\n"
             "                         daemon: journalctl -t ovld), not to the terminal\n"
             "      --log-file FILE    write the log (and stack reports) to FILE, appended,\n"
-            "                         instead of stderr or syslog\n"
+            "                         instead of stderr or syslog; kept open, not reopened\n"
+            "                         on SIGHUP (rotate it with logrotate's copytruncate)\n"
             "  -h, --help             show this help\n"
             "  -V, --version          show the version\n"
             "\n"
@@ -332,8 +333,30 @@ static void report_ready(int *fd, char status)
     *fd = -1;
 }
 
+/* Gives /dev/null every standard descriptor (0 to 2) that the caller
+ * started ovld without, so that no file opened later (the log, the
+ * socket, the event loop's epoll) takes one of their numbers and is then
+ * written to as stderr or replaced by a dup2 onto it. 0, or -1 with errno. */
+static int fill_std_fds(void)
+{
+    for (;;) {
+        int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        if (fd > STDERR_FILENO) {
+            close(fd);
+            return 0;
+        }
+        /* a standard stream: keep it, without O_CLOEXEC, as it would be */
+        if (fcntl(fd, F_SETFD, 0) != 0)
+            return -1;
+    }
+}
+
 int main(int argc, char **argv)
 {
+    if (fill_std_fds() != 0)
+        return 1; /* nowhere to say why: stderr is what failed */
     enum { O_LOG_FILE = 256 };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

@@ -513,6 +513,32 @@ def test_detached_leaves_the_terminal():
         assert " error: " in open(log_file).read()
 
 
+def test_log_file_with_stderr_closed():
+    """Started with its stderr closed (a service manager's or a script's
+    `2>&-`), ovld in the foreground still writes its log to --log-file: the
+    file does not take descriptor 2, which ovld would then close as its
+    stderr, leaving the log nowhere (and descriptor 2 to the event loop)."""
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        sock, log_file = os.path.join(tmp, "ovld.sock"), os.path.join(tmp, "ovld.log")
+        p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", sock,
+                              "--log-file", log_file],
+                             stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(2))
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(sock) and time.monotonic() < deadline:
+                assert p.poll() is None, p.returncode
+                time.sleep(0.02)
+            r = subprocess.run([OVLCTL, "--socket", sock, "status"], capture_output=True,
+                               text=True, timeout=10)
+            assert r.returncode == 0, r.stderr
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=20) == 0
+        with open(log_file) as f:
+            text = f.read()
+        assert " ready: host backend" in text and "stopped" in text, text
+
+
 def test_cuda_without_driver_says_so():
     """Where ovld is built with CUDA but the machine has no NVIDIA driver
     (or no GPU), --backend cuda fails saying so, not with CUDA's "CUDA
@@ -548,7 +574,9 @@ def test_cuda_without_driver_says_so():
 
 
 if __name__ == "__main__":
-    run_tests([test_detached_leaves_the_terminal, test_cuda_without_driver_says_so,test_status_json_fields, test_garbage_and_oversized_frames,
+    run_tests([test_detached_leaves_the_terminal, test_log_file_with_stderr_closed,
+               test_cuda_without_driver_says_so, test_status_json_fields,
+               test_garbage_and_oversized_frames,
                test_sigint_during_work, test_stale_socket_and_second_daemon, test_sighup_reload,
                test_bad_command_line_and_config, test_detaches_when_not_in_foreground,
                test_status_while_issue_stalls])
