@@ -659,8 +659,10 @@ static void teardown_run(uv_work_t *req)
      * ovld's RSS 0.8 to 2.2 GB over idle with heap_bytes back at idle, the
      * growth all in anonymous mappings of 50 to 60 MiB
      * (bench/results/2026-11-28-soak-6b1b534-h200x4.md). malloc_trim(0)
-     * returns every free page of every arena (glibc 2.8 and later); on this
-     * worker it costs the loop nothing. */
+     * returns every free page of every arena (glibc 2.8 and later). It
+     * takes each arena's lock in turn while it walks it, so a thread
+     * allocating in that arena meanwhile waits: once per job's end, on this
+     * worker, not per op. */
 #ifdef __GLIBC__
     (void)malloc_trim(0);
 #endif

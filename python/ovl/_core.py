@@ -43,6 +43,10 @@ _SIZE_MAX = sys.maxsize         # the most elements or bytes a numpy array holds
 # Job names (docs/protocol.md, CommInit.job_id; daemon/request.c's
 # check_job_id): 1 to 63 bytes of UTF-8, no NUL, no control character.
 _JOB_NAME_MAX = 63
+# the bidirectional controls, which ovld refuses as controls (common/text.c,
+# ovl_text_is_control): they reorder a line on a terminal
+_BIDI_CONTROLS = frozenset([0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                            *range(0x2066, 0x206A)])
 
 
 def _as_int(name, v):
@@ -77,7 +81,7 @@ def _job_name(job):
                               "would end there)" % (job, job.index("\x00")))
     for i, ch in enumerate(job):
         cp = ord(ch)
-        if cp < 0x20 or 0x7f <= cp <= 0x9f:
+        if cp < 0x20 or 0x7f <= cp <= 0x9f or cp in _BIDI_CONTROLS:
             raise InvalidArgument("job %r: control character U+%04X at %d (job ids are text "
                                   "shown to operators)" % (job, cp, i))
     if not 1 <= len(raw) <= _JOB_NAME_MAX:

@@ -126,6 +126,9 @@ def test_job_names_checked():
                            ("del\x7f", "control character U+007F"),
                            ("c1\x85", "control character U+0085"),
                            ("esc\x1b[31m", "control character U+001B"),
+                           ("rlo\u202eevil", "control character U+202E at 3"),
+                           ("lri\u2066x", "control character U+2066"),
+                           ("alm\u061c", "control character U+061C"),
                            ("half\ud800", "not encodable as UTF-8"),
                            ("j" * 64, "64 bytes of UTF-8; a job id is 1 to 63 bytes"),
                            ("\u00e9" * 32, "64 bytes of UTF-8")):
