@@ -217,12 +217,18 @@ def test_demo_idle():
         assert d.stop() == 0
     finally:
         if idle is not None:  # the whole group: the ranks hold its pipes
-            try:
-                os.killpg(idle.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            idle.communicate()
+            kill_group(idle)
         d.cleanup()
+
+
+def kill_group(proc):
+    """SIGKILLs proc's whole process group (an ovl-demo and its ranks, which
+    hold its pipes) and reaps proc."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def proc_stat(pid):
@@ -273,11 +279,7 @@ def test_demo_parent_killed():
         assert d.stop() == 0
     finally:
         if demo is not None:  # the whole group: ranks left running end too
-            try:
-                os.killpg(demo.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            demo.communicate()
+            kill_group(demo)
         d.cleanup()
 
 
