@@ -5,6 +5,9 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -353,6 +356,33 @@ static int fill_std_fds(void)
     }
 }
 
+/* glibc's allocator, set for a daemon whose threads come and go with jobs
+ * (NCCL's and the driver's make their own; each gets an arena of up to
+ * 64 MiB). By default glibc raises its mmap threshold to the largest block
+ * freed (up to 32 MiB) and its trim threshold to twice that: blocks of
+ * megabytes then land in those arenas, and an arena's top is never given
+ * back while under 64 MiB, which malloc_trim does not reach either (it
+ * trims only the main arena's top). Under churn on 2 x H200 that held
+ * ovld's RSS 620 MiB over idle with heap_bytes at idle
+ * (bench/results/2026-11-28-soak-d267207-h200x2.md). Fixed thresholds turn
+ * the adjustment off: a block of 1 MiB or more is mapped on its own and
+ * unmapped when freed, and an arena's top over 4 MiB is given back on the
+ * free that grows it. An operator's own MALLOC_ or GLIBC_TUNABLES settings
+ * win. Nothing here is on an op's path: ops allocate no blocks that size. */
+static void malloc_policy(void)
+{
+#ifdef __GLIBC__
+    if (getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") ||
+        (getenv("GLIBC_TUNABLES") && strstr(getenv("GLIBC_TUNABLES"), "glibc.malloc."))) {
+        log_info("malloc: the environment's settings kept");
+        return;
+    }
+    /* mallopt returns 1 on success; a sanitizer's allocator ignores it */
+    if (mallopt(M_MMAP_THRESHOLD, 1 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 4 << 20) != 1)
+        log_info("malloc: thresholds not set (not glibc's allocator)");
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (fill_std_fds() != 0)
@@ -462,6 +492,7 @@ int main(int argc, char **argv)
     }
 
     raise_nofile(d);
+    malloc_policy(); /* before any thread of ours, NCCL's or the driver's */
     d->loop = uv_default_loop();
     d->listen_fd = -1;
     d->self_pidfd = -1;
