@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "heap.h"
 
 #define WATCHDOG_MS 100
 
@@ -197,11 +198,22 @@ static void cuda_destroy(ovld_backend_t *b)
     ovld_cq_close(&cb->cq, on_cq_closed);
 }
 
+/* How much the host heap grew since *mark, which moves to now: a part of
+ * the start's cost. Other threads (the driver's) move the same counter, so
+ * a figure for operators, not an account; a shrink counts as 0. */
+static uint64_t heap_grew(uint64_t *mark)
+{
+    uint64_t now = ovld_heap_bytes(), d = now > *mark ? now - *mark : 0;
+    *mark = now;
+    return d;
+}
+
 ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
                                       ovld_done_cb done_cb, void *done_arg,
                                       const ovld_reporter_t *report, ovld_backend_t **ret,
                                       char *err, size_t errlen)
 {
+    uint64_t heap_mark = ovld_heap_bytes(), heap_ctx = 0, heap_lt = 0, heap_peer = 0;
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess) {
@@ -229,6 +241,7 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     pthread_cond_init(&cb->poll_cv, NULL);
     if (ovl_cudrv_load(&cb->drv, err, errlen) != 0)
         goto fail;
+    uint64_t heap_drv = heap_grew(&heap_mark);
     for (int i = 0; i < n; i++) {
         cuda_dev_t *dev = &cb->devs[i];
         struct cudaDeviceProp prop;
@@ -252,8 +265,10 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
                         "ovld's context and every client's, and each op will wait for a time "
                         "slice (about 2 ms); start nvidia-cuda-mps-control (docs/performance.md)",
                         i, prop.name);
+        heap_ctx += heap_grew(&heap_mark);
         if (ovld_lt_create(&dev->lt, err, errlen) != OVL_OK)
             goto fail;
+        heap_lt += heap_grew(&heap_mark);
         cb->ndev++;
         /* Peer access both ways wherever the hardware allows: pulls and NCCL
          * go over NVLink. */
@@ -267,6 +282,7 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
                             cudaGetErrorString(ce));
             (void)cudaGetLastError();
         }
+        heap_peer += heap_grew(&heap_mark);
     }
     if (ovld_cq_init(&cb->cq, loop, done_cb, done_arg) != 0) {
         snprintf(err, errlen, "completion queue");
@@ -279,8 +295,13 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     uv_timer_init(loop, &cb->watchdog);
     cb->watchdog.data = cb;
     uv_timer_start(&cb->watchdog, cuda_on_watchdog, WATCHDOG_MS, WATCHDOG_MS);
-    ovld_report(&cb->base.report, OVLD_REPORT_INFO, "CUDA backend: %u device%s", cb->ndev,
-                cb->ndev == 1 ? "" : "s");
+    ovld_report(&cb->base.report, OVLD_REPORT_INFO,
+                "CUDA backend: %u device%s; host heap %.1f MiB, grown by %.1f MiB with the "
+                "driver, %.1f MiB with the contexts, %.1f MiB with cuBLASLt, %.1f MiB with peer "
+                "access",
+                cb->ndev, cb->ndev == 1 ? "" : "s", ovld_heap_bytes() / 1048576.0,
+                heap_drv / 1048576.0, heap_ctx / 1048576.0, heap_lt / 1048576.0,
+                heap_peer / 1048576.0);
     *ret = &cb->base;
     return OVL_OK;
 fail:

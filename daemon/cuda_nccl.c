@@ -93,6 +93,7 @@
 #include "cuda_internal.h"
 #include "clock.h"
 #include "doorbell.h"
+#include "heap.h"
 
 #define NCCL_LAUNCH_LIMIT_NS (5000ull * 1000 * 1000) /* a grouped launch's wait */
 #define NCCL_WAIT_BATCH      64 /* communicators whose launch one nccl_wait call polls */
@@ -224,6 +225,7 @@ static void setup_run(uv_work_t *req)
             return;
         }
     }
+    uint64_t heap0 = ovld_heap_bytes(); /* what communicators cost: said at debug */
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* so that a fault can be detected and aborted */
     /* Not ncclCommInitAll, which takes no config (API-NOTES 0.3). */
@@ -257,8 +259,15 @@ static void setup_run(uv_work_t *req)
         what = "the communicator's setup";
         r = nccl_wait(w->ranks, w->n, 0, &w->abort, &bad); /* a worker: setup takes what it takes */
     }
-    if (r == ncclSuccess)
+    if (r == ncclSuccess) {
+        uint64_t heap1 = ovld_heap_bytes();
+        ovld_report(&w->cb->base.report, OVLD_REPORT_DEBUG,
+                    "%u NCCL communicator%s made; host heap %.1f MiB, %+.1f MiB since they began "
+                    "(other jobs' threads move it too)",
+                    w->n, w->n == 1 ? "" : "s", heap1 / 1048576.0,
+                    ((double)heap1 - (double)heap0) / 1048576.0);
         return; /* an abort that comes now is setup_after's */
+    }
     if (r == ncclInProgress && atomic_load(&w->abort)) {
         w->st = OVL_ERR_ABORTED;
         snprintf(w->msg, sizeof(w->msg),

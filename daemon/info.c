@@ -7,18 +7,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* Every sanitizer runtime that replaces malloc has it (compiler-rt's
- * sanitizer/allocator_interface.h, which gcc does not install); weak, so
- * that it is NULL without one. */
-extern size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
-
 #include "clock.h"
+#include "heap.h"
 #include "conn.h"
 #include "log.h"
 #include "peer.h"
@@ -392,25 +387,6 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     (void)d;
 }
 
-/* Bytes the allocator holds for live allocations: what a leak grows,
- * unlike RSS, which keeps the allocator's high-water mark. A sanitizer's
- * allocator replaces glibc's, whose figures then say nothing. glibc counts
- * the chunks its per-thread caches keep (up to 7 per size class and
- * thread) as in use. mallinfo walks every arena under its lock: a stats
- * call's cost, not an op's. */
-static uint64_t heap_bytes(void)
-{
-    if (__sanitizer_get_current_allocated_bytes)
-        return (uint64_t)__sanitizer_get_current_allocated_bytes();
-#ifdef OVL_HAVE_MALLINFO2
-    struct mallinfo2 mi = mallinfo2();
-    return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
-#else
-    struct mallinfo mi = mallinfo(); /* ints: wraps past 2 GiB */
-    return (uint64_t)(unsigned)mi.uordblks + (uint64_t)(unsigned)mi.hblkhd;
-#endif
-}
-
 void ovld_info_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q)
 {
     ovld_t *d = c->d;
@@ -439,7 +415,7 @@ void ovld_info_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q)
     sr.total = &m[0].block;
     sr.since_reset = &m[1].block;
     sr.reset_done = q->reset;
-    sr.heap_bytes = heap_bytes();
+    sr.heap_bytes = ovld_heap_bytes();
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_STATS;
