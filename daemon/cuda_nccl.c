@@ -663,15 +663,13 @@ static void teardown_run(uv_work_t *req)
     }
     /* A job's communicators and ranks are gone: give the pages glibc keeps
      * free in its arenas back to the system. NCCL's and the driver's threads
-     * allocate in arenas of their own (64 MiB each), which glibc never
-     * shrinks below their last live chunk: on 4 x H200 a 90 s churn left
-     * ovld's RSS 0.8 to 2.2 GB over idle with heap_bytes back at idle, the
-     * growth all in anonymous mappings of 50 to 60 MiB
-     * (bench/results/2026-11-28-soak-6b1b534-h200x4.md). malloc_trim(0)
-     * returns every free page of every arena (glibc 2.8 and later). It
-     * takes each arena's lock in turn while it walks it, so a thread
-     * allocating in that arena meanwhile waits: once per job's end, on this
-     * worker, not per op. */
+     * allocate in arenas of their own (64 MiB each); malloc_trim(0) returns
+     * every free page of every arena (glibc 2.8 and later) but the tops of
+     * all arenas but the main one, which main.c's fixed trim threshold
+     * gives back (docs/performance.md, "ovld's own memory"). It takes each
+     * arena's lock in turn while it walks it, so a thread allocating in that
+     * arena meanwhile waits: once per job's end, on this worker, not per
+     * op. */
 #ifdef __GLIBC__
     (void)malloc_trim(0);
 #endif

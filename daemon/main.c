@@ -379,7 +379,7 @@ static void malloc_policy(void)
     }
     /* mallopt returns 1 on success; a sanitizer's allocator ignores it */
     if (mallopt(M_MMAP_THRESHOLD, 1 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 4 << 20) != 1)
-        log_info("malloc: thresholds not set (not glibc's allocator)");
+        log_debug("malloc: thresholds not set (not glibc's allocator)");
 #endif
 }
 

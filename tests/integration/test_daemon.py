@@ -539,6 +539,48 @@ def test_log_file_with_stderr_closed():
         assert " ready: host backend" in text and "stopped" in text, text
 
 
+def test_malloc_environment_kept():
+    """ovld fixes glibc's malloc thresholds at start (daemon/main.c), unless
+    its environment sets them: then the operator's settings stay, and the
+    log says so; with none set it never says so."""
+    def start_and_log(tmp, extra_env):
+        sock, log_file = os.path.join(tmp, "ovld.sock"), os.path.join(tmp, "ovld.log")
+        if os.path.exists(log_file):
+            os.unlink(log_file)
+        env = dict(os.environ, **extra_env)
+        for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+            if k not in extra_env:
+                env.pop(k, None)
+        if "GLIBC_TUNABLES" not in extra_env:
+            env.pop("GLIBC_TUNABLES", None)
+        p = subprocess.Popen([OVLD, "--foreground", "--backend", "host", "--socket", sock,
+                              "--log-level", "info", "--log-file", log_file], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(sock) and time.monotonic() < deadline:
+                assert p.poll() is None, p.returncode
+                time.sleep(0.02)
+            assert os.path.exists(sock)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=20) == 0
+        with open(log_file) as f:
+            return f.read()
+
+    kept = "malloc: the environment's settings kept"
+    with tempfile.TemporaryDirectory(prefix="ovl-test-") as tmp:
+        assert kept not in start_and_log(tmp, {})
+        for extra in ({"MALLOC_TRIM_THRESHOLD_": "8388608"},
+                      {"MALLOC_MMAP_THRESHOLD_": "262144"},
+                      {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=8388608"}):
+            text = start_and_log(tmp, extra)
+            assert kept in text, (extra, text)
+            assert " ready: host backend" in text, text
+        # a tunable of another namespace is not a malloc setting
+        assert kept not in start_and_log(tmp, {"GLIBC_TUNABLES": "glibc.rtld.nns=2"})
+
+
 def test_cuda_without_driver_says_so():
     """Where ovld is built with CUDA but the machine has no NVIDIA driver
     (or no GPU), --backend cuda fails saying so, not with CUDA's "CUDA
