@@ -24,7 +24,7 @@
  *     ring-seq   the own shard's GEMMs first on one GEMM stream, one copy
  *                stream pulling the peers chunk by chunk in ring order, each
  *                chunk's GEMM after its pull, GEMM streams alternating
- *                (daemon/plan.c's ring);
+ *                (daemon/plan/plan.c's ring);
  *     ring-par   the same GEMMs, the pulls on one copy stream per peer
  *                (chunk j of every peer before chunk j+1 of any), the
  *                peers' GEMMs in chunk-major, ring order;

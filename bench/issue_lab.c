@@ -503,7 +503,7 @@ static void c_wait_value(void)
     DK(drv.stream_wait_value64(s0, dpage + 8 * 16, seq, CU_STREAM_WAIT_VALUE_GEQ));
 }
 /* A world-8 op's doorbells on one stream: 8 waits, then 16 writes (slot
- * and done of each rank), each set in one call (daemon/cuda_graph.c). */
+ * and done of each rank), each set in one call (daemon/backend/cuda/cuda_graph.c). */
 static void c_batch_wait8(void)
 {
     CUstreamBatchMemOpParams w[8];

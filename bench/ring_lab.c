@@ -9,7 +9,7 @@
  *   gemm   one cuBLASLt GEMM of all M rows (the same wrapper ovld uses);
  *   pull   the copy engine pulling the peer's shard (one copy; and split in
  *          two copies on two streams);
- *   ring   ovld's ring schedule as daemon/plan.c emits it for world 2, with
+ *   ring   ovld's ring schedule as daemon/plan/plan.c emits it for world 2, with
  *          its cross-GPU order (each iteration starts after the peer's
  *          previous one; its end waits for the peer's pulls): the own
  *          shard's GEMMs on one GEMM stream while the copy stream pulls the

@@ -1259,7 +1259,7 @@ OVL_API ovl_status_t ovl_comm_init_id(ovl_client_t *cl, const ovl_job_id_t *id, 
         return fail(cl, OVL_ERR_INVALID, "ovl_comm_init_id: id and ret_comm are required");
     /* Checked here too, not only by ovld: its answer to a job id may cost
      * a round trip to the coordinating ovld on another node. The words
-     * are those ovld uses (daemon/request.c). */
+     * are those ovld uses (daemon/server/request.c). */
     if (world == 0)
         return fail(cl, OVL_ERR_INVALID, "ovl_comm_init_id: world 0 out of range (1 or more)");
     if (rank >= world)

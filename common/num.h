@@ -2,7 +2,7 @@
  * num.h: the one rule for a decimal number on a command line (ovlctl,
  * ovl-demo, ovl-bench): digits only, nothing before or after, no sign, and
  * within 64 bits. ovld's config file has its own parser with sizes and
- * ranges (daemon/config.c) and the same digits-only rule.
+ * ranges (daemon/util/config.c) and the same digits-only rule.
  */
 #ifndef OVL_NUM_H
 #define OVL_NUM_H

@@ -4,7 +4,7 @@
  * going to the threads that handle them. Faults (SIGSEGV, SIGBUS, SIGFPE,
  * SIGILL, SIGTRAP, SIGABRT) stay open: blocked, they would kill the process
  * without running a handler. SIGUSR2 stays open too: ovld asks threads for
- * their stacks with it (daemon/stall.c).
+ * their stacks with it (daemon/util/stall.c).
  */
 #ifndef OVL_THREADS_H
 #define OVL_THREADS_H

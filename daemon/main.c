@@ -111,7 +111,7 @@ static void finish_shutdown(ovld_t *d)
      * connection */
     ovld_cluster_close(d->cluster);
     d->cluster = NULL;
-    d->jobs.cluster = NULL;
+    d->jobs.across = (ovld_across_t){0};
     ovld_xfer_destroy(d->xfer);
     d->xfer = NULL;
     ovld_peers_close(d->peers);
@@ -588,7 +588,7 @@ int main(int argc, char **argv)
             if (st != OVL_OK)
                 snprintf(err, sizeof(err), "jobs across nodes: %s", ovl_strerror(st));
             else
-                d->jobs.cluster = d->cluster;
+                d->jobs.across = ovld_cluster_across(d->cluster);
         }
         if (st != OVL_OK) {
             log_error("cannot start the links to other nodes: %s", err);

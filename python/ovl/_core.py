@@ -40,7 +40,7 @@ _INT_MAX = 2 ** 31 - 1          # int (a device ordinal, a timeout)
 _U64_MAX = 2 ** 64 - 1          # uint64_t, size_t, a pointer
 _SIZE_MAX = sys.maxsize         # the most elements or bytes a numpy array holds
 
-# Job names (docs/protocol.md, CommInit.job_id; daemon/request.c's
+# Job names (docs/protocol.md, CommInit.job_id; daemon/server/request.c's
 # check_job_id): 1 to 63 bytes of UTF-8, no NUL, no control character.
 _JOB_NAME_MAX = 63
 # the bidirectional controls, which ovld refuses as controls (common/text.c,

@@ -346,7 +346,7 @@ def test_bad_inputs_leave_comm_usable():
 
 
 def forged_job_id(port=1):
-    """An id of the form ovld makes (daemon/jobid.h: "OVLJ", version 1,
+    """An id of the form ovld makes (daemon/util/jobid.h: "OVLJ", version 1,
     IPv4 127.0.0.1 and port, a nonce, an instance) that no ovld issued: an
     application's ids are opaque, but a test of refusals needs one that
     fails no check of its form."""

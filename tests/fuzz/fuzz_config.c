@@ -1,6 +1,6 @@
 /*
  * fuzz_config.c: libFuzzer target for ovld's configuration parser
- * (ovld_config_parse, daemon/config.c) over arbitrary text. The file is
+ * (ovld_config_parse, daemon/util/config.c) over arbitrary text. The file is
  * written by an operator, not a client, but it is read again on every
  * SIGHUP and a bad one must be refused whole, with a message that says
  * where.

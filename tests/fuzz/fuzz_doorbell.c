@@ -4,7 +4,7 @@
  * anything into, at any time, in any word.
  *
  * ovld reads the page in two places, both in the host backend
- * (daemon/host_rank.c) and both through proto/doorbell.h: the ready wait
+ * (daemon/backend/host/host_rank.c) and both through proto/doorbell.h: the ready wait
  * (ovl_doorbell_ready, polled by a stream thread) and the ring of done
  * (ovl_doorbell_ring, which reads the error word); the release
  * (ovl_doorbell_release_ready) only writes. This target runs those very

@@ -1,8 +1,8 @@
 /*
  * fuzz_peer.c: libFuzzer target for what another ovld, or anyone who
  * reaches peer_listen or a UCX port of ovld, sends: the handshake's frames
- * on TCP and the active messages over UCX (daemon/peer_wire.h), decoded
- * as daemon/peer.c decodes them.
+ * on TCP and the active messages over UCX (daemon/net/peer_wire.h), decoded
+ * as daemon/net/peer.c decodes them.
  *
  * Input: byte 0 chooses what the rest is.
  * - even: a TCP byte stream, read as peer.c's on_read does: frame after

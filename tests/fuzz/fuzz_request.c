@@ -1,7 +1,7 @@
 /*
  * fuzz_request.c: libFuzzer target for ovld's request boundary: the frame
  * reader (proto/wire.c), the protobuf decoding (ovl__request__unpack) and
- * the boundary's checks (ovld_request_check, daemon/request.c), in the
+ * the boundary's checks (ovld_request_check, daemon/server/request.c), in the
  * order server.c's handle_frame runs them.
  *
  * Input: one byte choosing how the rest is cut into pieces (as in

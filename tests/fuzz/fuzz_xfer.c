@@ -1,7 +1,7 @@
 /*
  * fuzz_xfer.c: libFuzzer target for the messages another ovld sends about
- * the host backend's rows between nodes (daemon/xfer_wire.h,
- * proto/xfer.proto), decoded as daemon/xfer.c decodes them.
+ * the host backend's rows between nodes (daemon/net/xfer_wire.h,
+ * proto/xfer.proto), decoded as daemon/net/xfer.c decodes them.
  *
  * Input: byte 0 chooses the message type (32 + byte % 16: the three of
  * the module and the rest of its range), the rest is the body.

@@ -163,7 +163,7 @@ def request_seeds():
 
 # ------------------------------------------------------------- peers
 
-# daemon/peer_wire.h: handshake frames on TCP (type, length: u32 LE each),
+# daemon/net/peer_wire.h: handshake frames on TCP (type, length: u32 LE each),
 # active messages over UCX (type, length, 16-byte session id)
 HELLO, CHALLENGE, AUTH, REFUSE, PING, PONG, BYE = range(1, 8)
 UCX_ADDR = bytes(range(256)) * 2  # a stand-in for a UCX worker address
@@ -224,7 +224,7 @@ def peer_seeds():
 
 # ----------------------------------------------------------------- xfer
 
-# daemon/xfer_wire.h: a type byte (type - 32, mod 16), then the body
+# daemon/net/xfer_wire.h: a type byte (type - 32, mod 16), then the body
 READY, TAKEN, WITHDRAWN = 0, 1, 2
 
 

@@ -1,5 +1,5 @@
 /*
- * test_cuda_gemm.c: ovld_lt_gemm (daemon/cuda_gemm.c) against a
+ * test_cuda_gemm.c: ovld_lt_gemm (daemon/gemm/cuda_gemm.c) against a
  * double-precision host reference, on GPU 0.
  *
  * Every case fills A and B (padding included) with random values from a

@@ -117,7 +117,7 @@ def log_excerpt(d, lines=80):
     return "\n".join(keep[-lines:])
 
 
-# One line of ovld's log as it writes it to stderr (daemon/log.c), not
+# One line of ovld's log as it writes it to stderr (daemon/util/log.c), not
 # under systemd: "<UTC time> ovld[<pid>] <level>: <message>".
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ovld\[(\d+)\] "
                       r"(error|warn|info|debug): (.*)$")
@@ -286,7 +286,7 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2):
     p = d.run([DEMO, "-w", str(world)] + fresh_shape + ["-i", "3", "--job", "after"],
               timeout=120)
     assert "all checks passed" in p.stdout, p.stdout
-    # ovld's loop never stopped turning (daemon/stall.c reports it)
+    # ovld's loop never stopped turning (daemon/util/stall.c reports it)
     assert "event loop has not turned" not in d.log_text(), log_excerpt(d)
     t0 = time.monotonic()
     assert d.stop() == 0

@@ -1,4 +1,4 @@
-"""The links between the ovld of different nodes (daemon/peer.c,
+"""The links between the ovld of different nodes (daemon/net/peer.c,
 docs/multinode.md), with several ovld (host backend) on this machine, each
 with peer_listen on 127.0.0.1 at a free port, UCX_TLS=tcp,self and
 peer_timeout_ms 1000: `ovlctl peer ping` both ways, the peers in `ovlctl

@@ -41,7 +41,7 @@ IDLE_WAIT_S), it must hold:
 - what is not malloc'd: ovld's memfd mappings (/proc/PID/maps: client
   buffers and doorbell pages, its only mmaps) exactly as before, like the
   fds; its threads (/proc/PID/status) at most MAX_PROCS more than before:
-  the executor's pool (daemon/exec.c) keeps the threads it made, one per
+  the executor's pool (daemon/issue/exec.c) keeps the threads it made, one per
   rank issued at once, and no more ranks than MAX_PROCS live at once,
   while a rank's stream threads that outlived it would add up over the
   soak's hundreds of ranks;

@@ -83,12 +83,12 @@ class Demo:
         return sum(self.ops().values())
 
     def flops(self):
-        # daemon/stats.c: 2 * (world*m) * n * k per op on every rank
+        # daemon/util/stats.c: 2 * (world*m) * n * k per op on every rank
         rows = self.world * self.m
         return self.nops() * 2 * rows * self.n * self.k * self.world
 
     def bytes_gathered(self):
-        # daemon/stats.c: (world*m) * k * dtype size per op on every rank
+        # daemon/util/stats.c: (world*m) * k * dtype size per op on every rank
         rows = self.world * self.m
         return self.nops() * rows * self.k * DTYPE_SIZE[self.dtype] * self.world
 

@@ -126,7 +126,7 @@ def test_world_3():
 
 
 def forged_id(addr):
-    """An id of the form ovld makes (daemon/jobid.h: "OVLJ", version 1,
+    """An id of the form ovld makes (daemon/util/jobid.h: "OVLJ", version 1,
     IPv4, port, address, nonce, instance) naming the ovld at addr, with a
     nonce and an instance it never had."""
     host, port = addr.rsplit(":", 1)

@@ -1,5 +1,5 @@
 /*
- * test_config.c: unit tests of ovld's configuration parser (daemon/config.c)
+ * test_config.c: unit tests of ovld's configuration parser (daemon/util/config.c)
  * and of the sample file deploy/ovld.conf, which must parse and whose
  * commented-out values must be the real defaults.
  *

@@ -1,5 +1,5 @@
 /*
- * test_exec.c: unit test of the executor (daemon/exec.c) against a backend
+ * test_exec.c: unit test of the executor (daemon/issue/exec.c) against a backend
  * that only records what it is asked to do, in order, and can be told to
  * fail its Nth call.
  *

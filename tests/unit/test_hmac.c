@@ -1,5 +1,5 @@
 /*
- * test_hmac.c: the MAC the daemons prove themselves with (daemon/peer_auth.c:
+ * test_hmac.c: the MAC the daemons prove themselves with (daemon/net/peer_auth.c:
  * libsodium's crypto_auth_hmacsha256, keys of any length) against RFC 4231
  * section 4 (all seven test cases; case 5 truncated to 128 bits as the RFC
  * gives it), in one piece and cut in two everywhere, as peer_auth.c feeds it

@@ -1,6 +1,6 @@
 /*
  * test_hostgemm.c: the 16-bit float conversions (common/half.h) and the host
- * backend's GEMM (daemon/hostgemm.c), checked against ovl_ref_gemm.
+ * backend's GEMM (daemon/gemm/hostgemm.c), checked against ovl_ref_gemm.
  *
  * No timing here: the tests run under sanitizers. Sizes are kept small enough
  * to finish in a few seconds under ASan on a 2-core machine, yet large enough

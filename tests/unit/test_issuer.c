@@ -1,5 +1,5 @@
 /*
- * test_issuer.c: unit test of the issuer's gates (daemon/issuer.h,
+ * test_issuer.c: unit test of the issuer's gates (daemon/issue/issuer.h,
  * "Gates"), on a real issuer with two threads and a mock backend whose
  * clients' doorbells the test sets (ready_seen reads them) and which logs
  * every rank's WAIT_READY and DONE. Each op is a real plan of world 1.

@@ -1,6 +1,6 @@
 /*
- * test_job.c: unit test of jobs and their op queues (daemon/job.c,
- * daemon/opq.c) against a backend that only records what it is asked to
+ * test_job.c: unit test of jobs and their op queues (daemon/core/job.c,
+ * daemon/core/opq.c) against a backend that only records what it is asked to
  * do and completes nothing by itself: the test delivers every completion
  * (ovld_job_on_done) when it wants and in the order it wants, decides when
  * and how a job's setup ends, and can make the Nth primitive fail.

@@ -1,5 +1,5 @@
 /*
- * test_jobid.c: the job id blob of jobs across nodes (daemon/jobid.c):
+ * test_jobid.c: the job id blob of jobs across nodes (daemon/util/jobid.c):
  * encode and decode round trips for IPv4 and IPv6, the exact layout, and
  * every malformed blob refused with its reason (the blob comes from the
  * application, so it is checked like any other input).

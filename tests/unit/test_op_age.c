@@ -1,6 +1,6 @@
 /*
  * test_op_age.c: the age rule of the CUDA backend's watchdog
- * (daemon/op_age.h), on a clock the test sets. An op issued after the
+ * (daemon/util/op_age.h), on a clock the test sets. An op issued after the
  * watchdog read its clock is young (age 0: neither checked nor reported),
  * not ~2^64 ns old as the plain unsigned difference has it; each threshold
  * belongs to the older class; a long wait is reported, with its true

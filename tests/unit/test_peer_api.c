@@ -1,5 +1,5 @@
 /*
- * test_peer_api.c: the transport between daemons (daemon/peer.c) through its
+ * test_peer_api.c: the transport between daemons (daemon/net/peer.c) through its
  * API, as the jobs across nodes will use it: two or three transports in
  * this process on one libuv loop, on 127.0.0.1 (UCX_TLS=tcp,self, as the
  * integration tests run it). What ovlctl cannot show: on_message with its

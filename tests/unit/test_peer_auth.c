@@ -1,5 +1,5 @@
 /*
- * test_peer_auth.c: unit tests of daemon/peer_auth.c: the cluster key
+ * test_peer_auth.c: unit tests of daemon/net/peer_auth.c: the cluster key
  * file's checks (what ovld refuses to start with, and the words it says
  * it with), and the handshake's proofs and session id (which inputs they
  * depend on, and that the two roles' proofs differ).

@@ -1,5 +1,5 @@
 /*
- * test_peer_wire.c: unit tests of daemon/peer_wire.c, the checks and the
+ * test_peer_wire.c: unit tests of daemon/net/peer_wire.c, the checks and the
  * decoder of what another ovld (or anyone who reaches peer_listen) sends:
  * handshake frame headers, active message headers, and each message's
  * body: every message encoded and decoded back, then truncated, oversized,

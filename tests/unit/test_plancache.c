@@ -1,5 +1,5 @@
 /*
- * test_plancache.c: unit test of a job's plan cache (daemon/plancache.h)
+ * test_plancache.c: unit test of a job's plan cache (daemon/core/plancache.h)
  * and of plan parameters' equality (plan.h, ovl_plan_params_equal).
  *
  * What must hold:

@@ -1,6 +1,6 @@
 /*
  * test_registry.c: unit tests of ovld's per-connection table of registered
- * buffers (daemon/registry.c) and of the range arithmetic every op goes
+ * buffers (daemon/core/registry.c) and of the range arithmetic every op goes
  * through before it touches client memory: ovl_matrix_extent
  * (common/matrix.h) and ovld_range_check. The range checks are the daemon's
  * only guard against a client naming bytes outside what it registered, so

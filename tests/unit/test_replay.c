@@ -1,6 +1,6 @@
 /*
- * test_replay.c: unit test of replay (daemon/replay.c, and the executor's
- * use of it in daemon/exec.c) against a backend that records what it is
+ * test_replay.c: unit test of replay (daemon/issue/replay.c, and the executor's
+ * use of it in daemon/issue/exec.c) against a backend that records what it is
  * asked, marks what it was asked while capturing, and can be told to fail
  * a capture, a call inside one, or a launch.
  *

@@ -1,7 +1,7 @@
 /*
  * test_report.c: unit test of the reports of ovld's silent modules
- * (daemon/report.c) and of their way into the log (ovld_log_report,
- * daemon/log.c): a report reaches its function once, formatted, at its
+ * (daemon/util/report.c) and of their way into the log (ovld_log_report,
+ * daemon/util/log.c): a report reaches its function once, formatted, at its
  * level, from any thread; a NULL reporter drops it; a long one is cut, not
  * overrun; every level becomes a log line at its own priority, and the log
  * level still filters them. The executor's slow-issue warning goes to its

@@ -1,5 +1,5 @@
 /*
- * test_stall.c: unit test of ovld's stall report (daemon/stall.c). A timer
+ * test_stall.c: unit test of ovld's stall report (daemon/util/stall.c). A timer
  * callback blocks the loop thread well past the threshold; the report must
  * say so, carry the loop thread's own stack (this file's stuck_in_callback
  * frame, named because the test is linked with exported symbols), and say

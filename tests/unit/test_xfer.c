@@ -1,5 +1,5 @@
 /*
- * test_xfer.c: the host backend's rows between nodes (daemon/xfer.c)
+ * test_xfer.c: the host backend's rows between nodes (daemon/net/xfer.c)
  * through its API: two daemons' transports and movers in this process on
  * one libuv loop, on 127.0.0.1 (UCX_TLS=tcp,self, as test_peer_api), wired
  * as main.c wires them (peer messages of types 32 to 47 to the mover, every
@@ -704,7 +704,8 @@ static void hside_start(hside_t *h, side_t *s, uint32_t node, const uint32_t *no
                           .node_of = node_of,
                           .self_node = node,
                           .nnodes = 2,
-                          .xfer = s->xj};
+                          .xfer = s->xj,
+                          .mover = &ovld_xfer_mover};
     ovl_status_t st = OVL_ERR_AGAIN;
     assert_int_equal(h->b->ops->job_setup(h->b, local, n, &net, true, h_setup_done, &st), OVL_OK);
     assert_int_equal(st, OVL_ERR_AGAIN); /* never from inside the call */

@@ -93,14 +93,6 @@ static cudaError_t ring_capture(ovld_rank_t *const *ranks, uint32_t n, bool *rin
     return ce;
 }
 
-_Thread_local bool cuda_capturing;
-
-bool cuda_in_capture(cudaStream_t s)
-{
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive;
-}
-
 /* Keeps the words of a failed call of the capture; clears the thread's
  * CUDA error, which a failed capture may leave (none of it is sticky). */
 static ovl_status_t graph_fail(cudaError_t ce, const char *what)

@@ -1000,3 +1000,5 @@ void ovld_xfer_on_message(ovld_xfer_t *x, ovld_peer_t *p, uint32_t type, const u
     ovld_xfer_msg_clear(&m);
     settle(x);
 }
+
+const ovld_rows_mover_t ovld_xfer_mover = {.send = ovld_xfer_send, .recv = ovld_xfer_recv};

@@ -93,12 +93,8 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
     case W_WAIT:
         event_wait(hb, w->u.event.ev, w->u.event.target);
         break;
-    case W_ALLGATHER:
-        host_coll_run(hb, w->u.ag.coll, w->u.ag.index);
-        break;
-    case W_COPY:
-        host_copy_rows(w->u.copy.dst, w->u.copy.src, w->u.copy.rows, w->u.copy.cols,
-                       w->u.copy.elem);
+    case W_RUN:
+        w->run(r, w);
         break;
     case W_GEMM: {
         const ovld_gemm_args_t *g = &w->u.gemm;

@@ -94,8 +94,12 @@ void ovld_xfer_job_abort(ovld_xfer_job_t *xj, ovl_status_t status, const char *w
  * it once no callback is owed. */
 void ovld_xfer_job_release(ovld_xfer_job_t *xj);
 
-/* Runs on the loop thread, once per transfer. */
-typedef void (*ovld_xfer_done_fn)(void *arg, ovl_status_t status, const char *why);
+/* Runs on the loop thread, once per transfer (backend.h). */
+typedef ovld_rows_done_fn ovld_xfer_done_fn;
+
+/* ovld_xfer_send and ovld_xfer_recv, as the backends take them
+ * (ovld_job_net_t's mover). */
+extern const ovld_rows_mover_t ovld_xfer_mover;
 
 /* Any thread. Rank `from`'s rows (src, bytes) to rank `to` of the job
  * (from served here, to elsewhere), or the converse for a receive into

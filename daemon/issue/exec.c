@@ -16,7 +16,7 @@
 
 /* An op whose threads have not issued it after this long is reported (the
  * pool's reporter: no request waits for the words, the op goes on), with
- * the stacks of the threads still at it (SIGUSR2, daemon/stall.c). */
+ * the stacks of the threads still at it (SIGUSR2, daemon/util/stall.c). */
 #define EXEC_SLOW_MS 3000
 
 /* The view of `ref` (a row of a named buffer of some rank) for rank r's

@@ -9,7 +9,7 @@
  *
  * In a job across nodes the parts are this daemon's ranks only: their
  * rows move among them as above, and to and from the ranks other daemons
- * serve through the job's mover (xfer.h), under the call's tag, as point
+ * serve through the job's mover (backend.h), under the call's tag, as point
  * to point sends and receives of dense blocks. Each part posts its own
  * from its stream thread once its stream reaches the call (its src and
  * dst are then what the plan says), and waits for them before it leaves.
@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "host_internal.h"
-#include "xfer.h"
 
 /* Shared by the parts of one all-gather or rail. */
 struct host_coll {
@@ -38,6 +37,7 @@ struct host_coll {
      * ranks xr[xr_at[i] .. + xr_n[i]) (ranks of the job, served by other
      * daemons), through xfer under tag. One block, xs_at first. */
     struct ovld_xfer_job *xfer;
+    const ovld_rows_mover_t *mover; /* its calls on xfer (backend.h) */
     ovld_coll_tag_t tag;
     uint32_t *xs_at, *xs_n, *xr_at, *xr_n, *xs, *xr;
     ovld_allgather_part_t parts[];
@@ -54,7 +54,8 @@ typedef struct host_xwait {
     char why[200]; /* the first failure's words */
 } host_xwait_t;
 
-void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem)
+/* rows x cols elements from src to dst, row by row (a stream thread). */
+static void copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem)
 {
     size_t row_bytes = (size_t)cols * elem;
     for (uint64_t i = 0; i < rows; i++)
@@ -99,10 +100,10 @@ static void xfer_post(host_xwait_t *w, const host_coll_t *c, uint32_t me, uint32
     w->left++;
     w->refs++;
     pthread_mutex_unlock(&hb->mu);
-    ovl_status_t st = send ? ovld_xfer_send(c->xfer, c->tag, me, other, buf, bytes, on_xfer_done, w,
-                                            why, sizeof(why))
-                           : ovld_xfer_recv(c->xfer, c->tag, other, me, buf, bytes, on_xfer_done, w,
-                                            why, sizeof(why));
+    ovl_status_t st = send ? c->mover->send(c->xfer, c->tag, me, other, buf, bytes, on_xfer_done,
+                                            w, why, sizeof(why))
+                           : c->mover->recv(c->xfer, c->tag, other, me, buf, bytes, on_xfer_done,
+                                            w, why, sizeof(why));
     if (st == OVL_OK)
         return;
     pthread_mutex_lock(&hb->mu);
@@ -159,7 +160,10 @@ static void xfer_wait(host_backend_t *hb, const host_coll_t *c, uint32_t index, 
         host_rank_fail(c->parts[index].rank, st, "%s: %s", c->from ? "rail" : "all-gather", why);
 }
 
-void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
+/* Part index of the all-gather or rail c, on its stream's thread: waits
+ * for every part, gathers (a rail: from its senders), waits until every
+ * part has read; frees c after the last. */
+static void coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
 {
     host_xwait_t *w = c->xfer ? xfer_start(hb, c, index) : NULL;
     pthread_mutex_lock(&hb->mu);
@@ -176,7 +180,7 @@ void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
     uint32_t n = c->from ? c->nfrom[index] : c->nparts;
     for (uint32_t x = 0; x < n; x++) {
         uint32_t b = c->from ? c->from[c->first[index] + x] : x;
-        host_copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem),
+        copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem),
                        c->parts[b].src, c->rows, c->cols, elem);
     }
     /* Its rows from other nodes are in, and its own were read there. */
@@ -203,6 +207,12 @@ void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
  * frees c (and a rail's lists) where that cannot be done whole, since a
  * collective queued on some ranks only would leave them waiting for
  * ever. */
+/* A part's work item, as the stream engine runs it (W_RUN). */
+static void coll_part_run(struct ovld_rank *r, host_work_t *w)
+{
+    coll_run(r->hb, w->u.ag.coll, w->u.ag.index);
+}
+
 static ovl_status_t coll_queue(host_coll_t *c, const char *what)
 {
     uint32_t n = c->nparts;
@@ -218,11 +228,12 @@ static ovl_status_t coll_queue(host_coll_t *c, const char *what)
         st = host_stream_get(c->parts[i].rank, c->parts[i].stream, &ss[i]);
         if (st != OVL_OK)
             goto fail;
-        ws[i] = host_work_new(W_ALLGATHER);
+        ws[i] = host_work_new(W_RUN);
         if (!ws[i]) {
             st = host_fail(OVL_ERR_NOMEM, "%s: out of memory", what);
             goto fail;
         }
+        ws[i]->run = coll_part_run;
         ws[i]->u.ag.coll = c;
         ws[i]->u.ag.index = i;
     }
@@ -328,6 +339,7 @@ ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
                        .cols = cols,
                        .stride = stride,
                        .xfer = xfer,
+                       .mover = nparts ? parts[0].rank->mover : NULL,
                        .tag = tag};
     memcpy(c->parts, parts, nparts * sizeof(parts[0]));
     if (xfer) {
@@ -477,6 +489,7 @@ ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
                        .nfrom = block + nparts,
                        .from = block + 2 * (size_t)nparts,
                        .xfer = xfer,
+                       .mover = nparts ? parts[0].rank->mover : NULL,
                        .tag = tag};
     if (xfer && xlists_new(c, xsend, xrecv, "rail") != OVL_OK) {
         free(c);
@@ -513,12 +526,19 @@ ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
     return coll_queue(c, "rail");
 }
 
+static void copy_run(struct ovld_rank *r, host_work_t *w)
+{
+    (void)r;
+    copy_rows(w->u.copy.dst, w->u.copy.src, w->u.copy.rows, w->u.copy.cols, w->u.copy.elem);
+}
+
 ovl_status_t host_copy(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                        uint64_t rows, uint64_t cols, size_t elem)
 {
-    host_work_t *w = host_work_new(W_COPY);
+    host_work_t *w = host_work_new(W_RUN);
     if (!w)
         return host_fail(OVL_ERR_NOMEM, "copy: out of memory");
+    w->run = copy_run;
     w->u.copy.dst = dst;
     w->u.copy.src = src;
     w->u.copy.rows = rows;

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
 #include "job_internal.h"
 #include "log.h"
 #include "xfer.h"
@@ -107,7 +106,7 @@ static void job_free(ovld_jobs_t *js, ovld_job_t *j)
         /* after the backend's teardown: nothing of it moves rows any more */
         if (j->xfer)
             ovld_xfer_job_release(j->xfer);
-        ovld_cluster_forget(js->cluster, j->nonce);
+        js->across.forget(js->across.ctx, j->nonce);
     }
     free(j->node_of);
     free(j->members);
@@ -469,7 +468,7 @@ void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *
         for (uint32_t r = 0; r < j->world; r++)
             devs[r] = j->members[r] ? (int32_t)j->members[r]->device : -1;
         const char *const *nodes = NULL;
-        uint32_t nnodes = j->across ? ovld_cluster_job_nodes(js->cluster, j->nonce, &nodes) : 0;
+        uint32_t nnodes = j->across ? js->across.job_nodes(js->across.ctx, j->nonce, &nodes) : 0;
         ovld_job_info_t info = {.rank_devices = devs,
                                 .nnodes = nnodes,
                                 .self_node = j->self_node,
@@ -498,7 +497,7 @@ static void leave_forming(ovld_jobs_t *js, ovld_member_t *m, const char *why)
 {
     ovld_job_t *j = m->job;
     log_info("job '%s': rank %u left before the job started (%s)", j->id, m->rank, why);
-    ovld_cluster_leave(js->cluster, j->nonce, m->rank, false, why);
+    js->across.leave(js->across.ctx, j->nonce, m->rank, false, why);
     j->members[m->rank] = NULL;
     j->joined--;
     bool dev_used = false; /* by another of the job's ranks */
@@ -529,7 +528,7 @@ void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why)
     bool others = ovld_job_has_clients(j); /* m is detached by now */
     bool pending = ovld_opq_pending(j);
     if (j->across) /* the other nodes end (or abort) the job too */
-        ovld_cluster_leave(js->cluster, j->nonce, m->rank, pending, why);
+        js->across.leave(js->across.ctx, j->nonce, m->rank, pending, why);
     bool live =
         j->state == OVLD_JOB_FORMING || j->state == OVLD_JOB_SETUP || j->state == OVLD_JOB_READY;
     if (others && !pending && live) {
@@ -619,7 +618,7 @@ void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, 
         log_warn("job '%s': aborted: %s", j->id, why);
     }
     if (tell)
-        ovld_cluster_leave(js->cluster, j->nonce, UINT32_MAX, true, why);
+        js->across.leave(js->across.ctx, j->nonce, UINT32_MAX, true, why);
     if (was)
         return;
     /* What waits on the other nodes stops waiting: the issued ops complete
@@ -687,7 +686,8 @@ void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                           .nrail_keys = s->nrail_keys,
                           .rail_group = s->rail_group,
                           .rail_pos = s->rail_pos,
-                          .xfer = s->xfer};
+                          .xfer = s->xfer,
+                          .mover = s->xfer ? &ovld_xfer_mover : NULL};
     j->pins++;
     job_start(js, j, &net);
     ovld_opq_progress(js, j);
@@ -710,7 +710,7 @@ void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool a
     ovld_jobs_t *js = arg;
     ovld_job_t *j = job_find_nonce(js, nonce);
     if (!j) {
-        ovld_cluster_forget(js->cluster, nonce);
+        js->across.forget(js->across.ctx, nonce);
         return;
     }
     if (abort) {

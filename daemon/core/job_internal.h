@@ -79,10 +79,10 @@ void ovld_job_end(ovld_job_t *j, ovld_job_state_t state, const char *why);
  * end) and, with tell, on every node through the coordinator. */
 void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
                            bool tell);
-/* A job across nodes: the coordinator gave op seq its go (or its failure). */
-void ovld_opq_go(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const struct ovld_cluster_go *go);
-
 /* opq.c */
+
+/* A job across nodes: the coordinator gave op seq its go (or its failure). */
+void ovld_opq_go(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const ovld_cluster_go_t *go);
 
 /* Runs (or fails) every op at the head of j's queue that can go. */
 void ovld_opq_progress(ovld_jobs_t *js, ovld_job_t *j);

@@ -286,6 +286,9 @@ extern _Thread_local char cuda_last_err[256];
 ovl_status_t cuda_set_device(cuda_backend_t *cb, cuda_dev_t *dev);
 /* After a work item: the backend may have been destroyed meanwhile. */
 void cuda_work_done(cuda_backend_t *cb);
+/* Frees what create made, once the completion queue closed and no work
+ * item is left (cuda_util.c). */
+void cuda_backend_free(cuda_backend_t *cb);
 
 /* cuda_mem.c */
 ovl_status_t cuda_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ovld_bmem_t **ret_mem,

@@ -118,7 +118,25 @@ typedef struct ovld_coll_tag {
 
 #define OVLD_NCCL_ID_LEN 128 /* bytes of a job key: the size of ncclUniqueId */
 
-struct ovld_xfer_job; /* xfer.h: the host backend's rows to and from other nodes */
+struct ovld_xfer_job; /* net/xfer.h: one job's rows to and from other nodes */
+
+/* Runs on the loop thread, once per transfer. */
+typedef void (*ovld_rows_done_fn)(void *arg, ovl_status_t status, const char *why);
+
+/* The mover of a job's rows to and from the ranks other daemons serve, for
+ * a backend with no transport of its own (the host backend): the job gives
+ * it (net/xfer.h's ovld_xfer_mover), so that no backend calls the daemons'
+ * transport by name. send and recv: any thread; under the call's tag;
+ * OVL_OK and done later, exactly once, or a failure now (words in why) and
+ * no done. */
+typedef struct ovld_rows_mover {
+    ovl_status_t (*send)(struct ovld_xfer_job *xj, ovld_coll_tag_t tag, uint32_t from,
+                         uint32_t to, const void *src, size_t bytes, ovld_rows_done_fn done,
+                         void *arg, char *why, size_t whylen);
+    ovl_status_t (*recv)(struct ovld_xfer_job *xj, ovld_coll_tag_t tag, uint32_t from,
+                         uint32_t to, void *dst, size_t bytes, ovld_rows_done_fn done, void *arg,
+                         char *why, size_t whylen);
+} ovld_rows_mover_t;
 
 /* A job across nodes, as job_setup sees it: where its ranks are. The
  * arrays are valid during the call only (the backend copies what it
@@ -141,7 +159,9 @@ typedef struct ovld_job_net {
     const uint8_t *rail_keys;
     uint32_t nrail_keys;
     const uint32_t *rail_group, *rail_pos;
-    struct ovld_xfer_job *xfer; /* rows to and from other nodes (host backend) */
+    /* rows to and from other nodes (host backend): mover's calls on xfer */
+    struct ovld_xfer_job *xfer;
+    const ovld_rows_mover_t *mover;
 } ovld_job_net_t;
 
 /* End of a job_setup, on the loop thread. */
@@ -359,7 +379,8 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
 #endif
 
 /* Picks the backend the config asks for (auto: cuda where a GPU answers;
- * why not, reported at INFO). */
+ * why not, reported at INFO). Defined above every backend, in
+ * daemon/backends.c. */
 ovl_status_t ovld_backend_create(uv_loop_t *loop, const ovld_config_t *cfg, ovld_done_cb done_cb,
                                  void *done_arg, const ovld_reporter_t *report,
                                  ovld_backend_t **ret, char *err, size_t errlen);

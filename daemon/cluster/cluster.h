@@ -37,6 +37,7 @@
 
 #include <uv.h>
 
+#include "across.h"
 #include "backend.h"
 #include "config.h"
 #include "desc.h"
@@ -52,43 +53,6 @@
 typedef struct ovld_cluster ovld_cluster_t;
 struct ovld_xfer;
 struct ovld_xfer_job;
-
-/* A job starts on this node: where its ranks are. Valid during the call;
- * xfer (host backend: the job's rows to and from other nodes; NULL
- * without) is the callee's from then on (ovld_xfer_job_release). */
-typedef struct ovld_cluster_start {
-    uint32_t world;
-    const uint32_t *node_of; /* world entries */
-    uint32_t nnodes, self_node;
-    const char *const *nodes; /* nnodes advertised addresses */
-    const uint8_t *key;       /* OVLD_NCCL_ID_LEN bytes, or NULL */
-    /* Ranks of a node share a GPU and the backend makes keys: instead of
-     * key, one per rail group (nrail_keys of OVLD_NCCL_ID_LEN bytes, back
-     * to back), each rank's group and its place in it (world entries,
-     * ovl_plan_rail_groups); NULL and 0 otherwise. */
-    const uint8_t *rail_keys;
-    uint32_t nrail_keys;
-    const uint32_t *rail_group, *rail_pos;
-    struct ovld_xfer_job *xfer;
-} ovld_cluster_start_t;
-
-/* An op's fate, the same on every node: status OVL_OK and the parameters
- * the coordinator resolved, or the failure's status and words. */
-typedef struct ovld_cluster_go {
-    ovl_status_t status;
-    const char *reason;
-    uint32_t algo, chunks, streams, allgather;
-    bool strided, shared_gpu;
-} ovld_cluster_go_t;
-
-/* What a node says of op seq once each of its ranks submitted it. */
-typedef struct ovld_cluster_ready {
-    ovl_status_t status; /* OVL_OK, or why the op fails on this node */
-    const char *reason;
-    uint32_t first_rank; /* the node's lowest rank */
-    ovld_op_fields_t f;
-    bool strided, shared_gpu;
-} ovld_cluster_ready_t;
 
 /* The jobs layer's ends (job.h), called from the loop. */
 typedef struct ovld_cluster_cb {
@@ -153,5 +117,9 @@ void ovld_cluster_forget(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_
  * 0 before. */
 uint32_t ovld_cluster_job_nodes(const ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                                 const char *const **ret_nodes);
+
+/* The four calls above as the jobs layer takes them (across.h): what main
+ * gives ovld_jobs_t once the module exists. */
+ovld_across_t ovld_cluster_across(ovld_cluster_t *cl);
 
 #endif /* OVLD_CLUSTER_H */

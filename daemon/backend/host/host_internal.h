@@ -9,7 +9,7 @@
  *                   record, wait, gemm, sleep, done
  *   host_mem.c      memfd import/release
  *   host_coll.c     the all-gather, the rail and the pulls (copy); rows
- *                   to and from other nodes through the job's mover (xfer.h)
+ *                   to and from other nodes through the job's mover (backend.h)
  *
  * Stream roles mean nothing here (threads have no priorities): a rank's
  * streams are threads made as the plans first use them.
@@ -45,8 +45,7 @@ typedef enum work_kind {
     W_WAIT_READY,
     W_RECORD,
     W_WAIT,
-    W_ALLGATHER,
-    W_COPY,
+    W_RUN, /* work of another file (host_coll.c): its run says what */
     W_GEMM,
     W_SLEEP,
     W_DONE,
@@ -57,6 +56,9 @@ typedef struct host_work {
     ovld_cq_node_t node; /* first: the done item is handed to the completion queue */
     struct host_work *next;
     work_kind_t kind;
+    /* W_RUN: called on the stream's thread with the item, whose union the
+     * maker filled (ag, copy); the stream engine knows no more of it */
+    void (*run)(struct ovld_rank *r, struct host_work *w);
     struct ovld_rank *reserve_of; /* a done item from its rank's reserve */
     union {
         uint64_t seq;
@@ -118,6 +120,7 @@ struct ovld_rank {
      * NULL: a job whose ranks this daemon serves all. */
     uint32_t global, world;
     struct ovld_xfer_job *xfer;
+    const ovld_rows_mover_t *mover; /* its calls on xfer (backend.h) */
 };
 
 struct host_backend {
@@ -188,12 +191,6 @@ ovl_status_t host_mem_import(ovld_backend_t *b, const ovld_mem_import_t *imp, ov
 void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 
 /* host_coll.c */
-/* rows x cols elements from src to dst, row by row (a stream thread). */
-void host_copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem);
-/* Part index of the all-gather or rail c, on its stream's thread: waits
- * for every part, gathers (a rail: from its senders), waits until every
- * part has read; frees c after the last. */
-void host_coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index);
 ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "across.h"
 #include "backend.h"
 #include "buffers.h"
 #include "config.h"
@@ -38,7 +39,7 @@ struct ovld_job;
 /* Every job of the daemon, and what they run on. */
 typedef struct ovld_jobs {
     ovld_backend_t *backend;
-    struct ovld_cluster *cluster; /* jobs across nodes (cluster.h); NULL: none */
+    ovld_across_t across; /* jobs across nodes (across.h); .ctx NULL: none */
     const ovld_config_t *cfg;     /* read at each use: a reload changes it */
     ovld_counters_t *counters;
     ovld_exec_pool_t *pool;  /* NULL: every rank is issued from one thread */
@@ -72,12 +73,10 @@ ovl_status_t ovld_job_join_check(ovld_jobs_t *js, const ovld_join_desc_t *req, u
 /* The cluster's callbacks (cluster.h): a job across nodes starts, an op of
  * it may run (or fails) on every node, the job ends. arg is the
  * ovld_jobs_t. */
-struct ovld_cluster_start;
-struct ovld_cluster_go;
 void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
-                        const struct ovld_cluster_start *s);
+                        const ovld_cluster_start_t *s);
 void ovld_jobs_on_go(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
-                     const struct ovld_cluster_go *go);
+                     const ovld_cluster_go_t *go);
 void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool abort,
                       ovl_status_t status, const char *why);
 

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "buffers.h"
-#include "cluster.h"
 #include "clock.h"
 #include "doorbell.h"
 #include "exec.h"
@@ -472,7 +471,7 @@ static bool needs_scratch_growth(const ovld_job_t *j, const ovl_plan_params_t *p
  * coordinator, in order, with what they agree on or why it fails here. */
 static void across_ask(ovld_jobs_t *js, ovld_job_t *j)
 {
-    if (j->state != OVLD_JOB_READY || !js->cluster)
+    if (j->state != OVLD_JOB_READY || !js->across.ctx)
         return;
     uint32_t first = 0;
     while (first < j->world && !j->members[first])
@@ -489,7 +488,7 @@ static void across_ask(ovld_jobs_t *js, ovld_job_t *j)
                                   .f = op->f,
                                   .strided = op_strided(j, op),
                                   .shared_gpu = j->shared_gpu};
-        ovld_cluster_op_ready(js->cluster, j->nonce, op->seq, &r);
+        js->across.op_ready(js->across.ctx, j->nonce, op->seq, &r);
     }
 }
 

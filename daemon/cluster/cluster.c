@@ -1516,3 +1516,35 @@ void ovld_cluster_close(ovld_cluster_t *cl)
     uv_close((uv_handle_t *)&cl->wake, on_handle_closed);
     uv_close((uv_handle_t *)&cl->tick, on_handle_closed);
 }
+
+static void across_op_ready(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                            const ovld_cluster_ready_t *r)
+{
+    ovld_cluster_op_ready(ctx, nonce, seq, r);
+}
+
+static void across_leave(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint32_t rank,
+                         bool abort, const char *why)
+{
+    ovld_cluster_leave(ctx, nonce, rank, abort, why);
+}
+
+static void across_forget(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN])
+{
+    ovld_cluster_forget(ctx, nonce);
+}
+
+static uint32_t across_job_nodes(const void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
+                                 const char *const **ret_nodes)
+{
+    return ovld_cluster_job_nodes(ctx, nonce, ret_nodes);
+}
+
+ovld_across_t ovld_cluster_across(ovld_cluster_t *cl)
+{
+    return (ovld_across_t){.ctx = cl,
+                           .op_ready = across_op_ready,
+                           .leave = across_leave,
+                           .forget = across_forget,
+                           .job_nodes = across_job_nodes};
+}

@@ -65,16 +65,6 @@
 
 /* ------------------------------------------------- errors, in one place */
 
-/* The last enqueue failure of this thread, in words: exec.c asks for it
- * (last_error) on the thread that issued the failed call. */
-_Thread_local char cuda_last_err[256];
-
-ovl_status_t cuda_set_device(cuda_backend_t *cb, cuda_dev_t *dev)
-{
-    CUDA_TRY(cb, cudaSetDevice(dev->ordinal), "device");
-    return OVL_OK;
-}
-
 static const char *cuda_last_error(ovld_backend_t *b)
 {
     (void)b;
@@ -115,15 +105,6 @@ static void cuda_device_usage(ovld_backend_t *b, uint32_t index, uint32_t *strea
 }
 
 /* -------------------------------------------------------------- lifetime */
-
-static void free_backend(cuda_backend_t *cb);
-
-/* After a work item: the backend may have been destroyed meanwhile. */
-void cuda_work_done(cuda_backend_t *cb)
-{
-    if (atomic_fetch_sub(&cb->works, 1) == 1 && cb->cq_closed)
-        free_backend(cb);
-}
 
 /* ------------------------------------------------------------ create */
 
@@ -166,27 +147,12 @@ static const ovld_backend_ops_t cuda_ops = {
     .mem_cache_stats = cuda_mem_cache_stats,
 };
 
-static void free_backend(cuda_backend_t *cb)
-{
-    for (uint32_t i = 0; i < cb->ndev; i++)
-        if (cb->devs[i].lt) {
-            cudaSetDevice(cb->devs[i].ordinal);
-            ovld_lt_destroy(cb->devs[i].lt);
-        }
-    free(cb->devs);
-    pthread_mutex_destroy(&cb->ipc_mu);
-    pthread_mutex_destroy(&cb->ranks_mu);
-    pthread_mutex_destroy(&cb->poll_mu);
-    pthread_cond_destroy(&cb->poll_cv);
-    free(cb);
-}
-
 static void on_cq_closed(ovld_cq_t *q)
 {
     cuda_backend_t *cb = (cuda_backend_t *)((char *)q - offsetof(cuda_backend_t, cq));
     cb->cq_closed = true;
     if (atomic_load(&cb->works) == 0)
-        free_backend(cb); /* else the last work item does */
+        cuda_backend_free(cb); /* else the last work item does */
 }
 
 static void cuda_destroy(ovld_backend_t *b)
@@ -305,6 +271,6 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
     *ret = &cb->base;
     return OVL_OK;
 fail:
-    free_backend(cb);
+    cuda_backend_free(cb);
     return OVL_ERR_BACKEND;
 }

@@ -4,7 +4,7 @@
  * (records enqueued, records completed); an all-gather (either NCCL
  * method) is a barrier plus memcpy between the ranks' buffers, a rail the
  * same between each sender and its receivers (rows of ranks that other
- * daemons serve move through the job's mover, xfer.h); a GEMM is
+ * daemons serve move through the job's mover, backend.h); a GEMM is
  * hostgemm.c; the doorbell is a page of a memfd that the client maps too.
  * It runs the same plans as the CUDA backend and returns real results, so
  * that everything but the CUDA calls is exercised without a GPU.
@@ -118,10 +118,10 @@ static void on_setup_async(uv_async_t *h)
 static ovl_status_t net_check(ovld_rank_t *const *ranks, uint32_t n, const ovld_job_net_t *net,
                               char *why, size_t whylen)
 {
-    if (!net->xfer) {
+    if (!net->xfer || !net->mover) {
         snprintf(why, whylen,
                  "a job across nodes without a mover: the host backend moves the rows of other "
-                 "nodes' ranks with xfer.h's");
+                 "nodes' ranks with the job's mover (net/xfer.h)");
         return OVL_ERR_INVALID;
     }
     if (n == 0 || n > net->world || net->self_node >= net->nnodes) {
@@ -167,6 +167,7 @@ static ovl_status_t host_job_setup(ovld_backend_t *b, ovld_rank_t *const *ranks,
             ranks[i]->global = net->global[i];
             ranks[i]->world = net->world;
             ranks[i]->xfer = net->xfer;
+            ranks[i]->mover = net->mover;
         }
     su->next = hb->setups;
     hb->setups = su;
