@@ -1,14 +1,14 @@
 /*
- * conn.h: a client's connection, and what the server's files share about
- * it: server.c (connections, frames, dispatch, the requests that change
- * state), listen.c (the socket, accepting), reply.c (answers), info.c
- * (what Hello, Status and Stats report). Nothing below the server includes
- * it: jobs and buffers never see a connection.
+ * conn.h: a client's connection, and what conn.c does with it: accepting,
+ * reading its frames, watching it, closing it. The bottom of the server's
+ * files: reply.c, info.c, dispatch.c, listen.c and server.c call it, it
+ * calls none of them by name (what it hands up goes through
+ * d->conn_calls, ovld.h). Nothing below the server includes it: jobs and
+ * buffers never see a connection.
  */
 #ifndef OVLD_CONN_H
 #define OVLD_CONN_H
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -52,7 +52,7 @@ typedef struct ovld_conn {
     struct ovld_conn *prev, *next;
 } ovld_conn_t;
 
-/* server.c */
+/* conn.c */
 
 /* Takes an accepted connection (listen.c): refuses it, with an Error that
  * names the limit, past max_connections or max_connections_per_uid, or
@@ -62,25 +62,29 @@ void ovld_conn_close(ovld_conn_t *c, const char *why);
 /* Watches the connection for what it waits for now (reads unless busy,
  * writes while replies are queued). */
 void ovld_conn_update_poll(ovld_conn_t *c);
+/* Handles the frames received, in order (each through d->conn_calls.frame),
+ * until none is complete, the connection closes or a request goes off the
+ * loop (busy): what a request served off the loop calls once it is done
+ * and the connection is not busy any more. */
+void ovld_conn_process_frames(ovld_conn_t *c);
+/* A work item is done with the connection (it took c->refs++). */
+void ovld_conn_put(ovld_conn_t *c);
+/* c leaves one of its comms (k, then freed). */
+void ovld_conn_leave(ovld_conn_t *c, ovld_conn_comm_t *k, const char *why);
 
-/* reply.c: each queues a response and tries to send it; false if the
- * connection had to be closed (the client does not read, or went away). */
-bool ovld_reply(ovld_conn_t *c, Ovl__Response *resp, const int *fds, unsigned nfds);
-bool ovld_reply_error(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-bool ovld_reply_ok(ovld_conn_t *c, uint64_t id);
-/* Logs, sends an Error where it can, and closes the connection. */
-void ovld_conn_fail(ovld_conn_t *c, uint64_t id, ovl_status_t status, const char *what);
+/* What one uid holds, over all its connections. */
+typedef struct ovld_uid_usage {
+    uint32_t conns;
+    uint64_t regs;
+    uint64_t bytes;
+} ovld_uid_usage_t;
+
+/* uid's usage, and the buffers mapped for everyone (*ret_all, unless NULL).
+ * A scan of the connections: at most max_connections, and only on a
+ * connect or a registration, which are rare next to ops. */
+void ovld_conn_uid_usage(const ovld_t *d, uid_t uid, ovld_uid_usage_t *u, uint64_t *ret_all);
+
 /* Answers a connection refused at accept with an Error, and closes fd. */
 void ovld_refuse_fd(int fd, ovl_status_t status, const char *msg);
-
-/* info.c */
-void ovld_info_hello(ovld_conn_t *c, uint64_t id);
-void ovld_info_status(ovld_conn_t *c, uint64_t id);
-void ovld_info_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q);
-
-/* listen.c: binds (or takes systemd's socket) and accepts; stops. */
-ovl_status_t ovld_listen_start(ovld_t *d, char *err, size_t errlen);
-void ovld_listen_stop(ovld_t *d);
 
 #endif /* OVLD_CONN_H */

@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "heap.h"
 #include "conn.h"
+#include "heap.h"
+#include "info.h"
 #include "log.h"
 #include "peer.h"
+#include "reply.h"
 /* ------------------------------------------------------------ devices */
 
 static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_info_t *info)

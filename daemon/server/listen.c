@@ -2,7 +2,7 @@
  * listen.c: the listening socket: bound here (replacing a stale socket
  * file, never a live one) or passed by systemd, accepted from with the
  * peer's credentials, and the accept backoff when ovld runs out of
- * descriptors. What to do with a connection is server.c's.
+ * descriptors. What to do with a connection is conn.c's (ovld_conn_accept).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "listen.h"
 #include "log.h"
 #include "sdnotify.h"
 
@@ -69,9 +70,6 @@ static void accept_starved(ovld_t *d, int err)
         uv_timer_start(&d->accept_timer, on_accept_resume, 100, 0);
     }
 }
-
-/* Closes the connections whose Hello is overdue, and arms the timer for the
- * next deadline. */
 
 static void on_accept(uv_poll_t *h, int status, int events)
 {

@@ -21,6 +21,17 @@
 
 struct ovld_conn;
 
+/* What a connection hands up (conn.c), through these and never by name:
+ * ovld_server_start fills them in before anything is accepted. */
+typedef struct ovld_conn_calls {
+    /* One complete frame of the connection, in order (dispatch.c); false
+     * once the connection is closing. */
+    bool (*frame)(struct ovld_conn *c, const uint8_t *body, uint32_t len);
+    /* Logs, sends an Error where it can, and closes the connection
+     * (reply.c's ovld_conn_fail). */
+    void (*fail)(struct ovld_conn *c, uint64_t id, ovl_status_t status, const char *what);
+} ovld_conn_calls_t;
+
 typedef struct ovld {
     uv_loop_t *loop;
     ovld_config_t cfg;
@@ -53,6 +64,7 @@ typedef struct ovld {
     ovld_buffers_t buffers;
     uv_check_t idle_check;
     struct ovld_conn *conns;
+    ovld_conn_calls_t conn_calls; /* set by ovld_server_start */
     uint32_t nconns;
     uint64_t next_conn_id;
     ovld_counters_t counters;

@@ -14,6 +14,7 @@
 
 #include "conn.h"
 #include "log.h"
+#include "reply.h"
 
 /* A client that stops reading its replies is dropped past this. */
 #define MAX_OUT_PENDING (64u << 20)
@@ -90,21 +91,4 @@ bool ovld_reply_ok(ovld_conn_t *c, uint64_t id)
     r.body_case = OVL__RESPONSE__BODY_OK;
     r.ok = &ok;
     return ovld_reply(c, &r, NULL, 0);
-}
-
-/* Answers a connection that is refused at once with an Error, and closes it. */
-void ovld_refuse_fd(int fd, ovl_status_t status, const char *msg)
-{
-    ovl_wire_out_t o;
-    ovl_wire_out_init(&o);
-    Ovl__Error e = OVL__ERROR__INIT;
-    e.status = status;
-    e.message = (char *)msg;
-    Ovl__Response r = OVL__RESPONSE__INIT;
-    r.body_case = OVL__RESPONSE__BODY_ERROR;
-    r.error = &e;
-    if (ovl_wire_out_append(&o, &r.base, 0, NULL, 0) == OVL_OK)
-        (void)ovl_wire_flush(fd, &o);
-    ovl_wire_out_free(&o);
-    close(fd);
 }

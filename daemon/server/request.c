@@ -44,7 +44,7 @@ static ovl_status_t check_hello(const Ovl__Hello *h, char *err, size_t errlen)
     /* A version over 32 bits is still a version: the handler answers it
      * with a mismatch naming both, as it does any other. wants is a bit
      * set whose unknown bits are ignored. The name is cleaned, not refused
-     * (server.c): it is only shown. */
+     * (dispatch.c): it is only shown. */
     (void)h;
     (void)err;
     (void)errlen;
