@@ -34,7 +34,7 @@
  * The variants take turns, shape by shape, in `rounds` rounds (each round
  * in another order, so that no variant always follows the same one), each after
  * its own untimed ops for about --settle-ms (the GPU's clock follows its
- * load: docs/performance.md, "Settling"); a row gives the median over the
+ * load: bench/README.md, "Settling"); a row gives the median over the
  * rounds of each round's median, its spread, and the median over rounds of
  * the difference to "gemm client" of the same round, in us and as a ratio.
  *

@@ -166,8 +166,8 @@ static void usage(FILE *f)
             "                    baselines') starts on a GPU already at its sustained\n"
             "                    clock (default 300; 0: --warmup alone)\n"
             "  --iters N         timed ops per config (default 100)\n"
-            "  --results FILE    append the table as markdown (default bench/results.md;\n"
-            "                    - for none)\n"
+            "  --results FILE    append the table as markdown to FILE (default -: none;\n"
+            "                    a run kept goes to bench/results/, one file a run)\n"
             "  --check           check every ovl result (default)\n"
             "  --no-check        do not\n"
             "  --label TEXT      free text for the results header (e.g. a git commit)\n"
@@ -280,7 +280,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
                    .settle_ms = 300,
                    .iters = 100,
                    .nb = 1,
-                   .results = "bench/results.md",
+                   .results = "-",
                    .check = true,
                    .label = "",
                    .timeout_s = 300,
@@ -496,7 +496,7 @@ static cudaError_t op_times(cudaEvent_t *e, int n, float *tmp, double *med, doub
  * of work at SETTLE_TFLOPS. A GPU under a sustained GEMM load does not keep
  * its first clock: on one H100 the SM clock fell from 1980 MHz to 1470-1600
  * within a fraction of a second of a 4096^3 bf16 loop and swung between the
- * two (bench/results.md, 2026-11-24), so a 20 ms measurement taken first
+ * two (bench/results/2026-11-24-offload-configs-798e606-h100.md), so a 20 ms measurement taken first
  * (the in-process GEMM) and one taken after 100 ms of load (an ovl config)
  * compared two clocks. Every measurement of a shape, ovl's configs and the
  * baselines alike, settles for the same count, which depends on the options

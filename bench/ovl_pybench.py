@@ -776,9 +776,9 @@ def parse_args(argv):
     ap.add_argument("--no-check", action="store_true",
                     help="do not check the Python path's C against a float64 reference "
                          "(default: checked after each measurement)")
-    ap.add_argument("--results", default="bench/results.md", metavar="FILE",
-                    help="append the table as markdown to FILE, - for none (default "
-                         "bench/results.md, relative to the current directory)")
+    ap.add_argument("--results", default="-", metavar="FILE",
+                    help="append the table as markdown to FILE (default -: none; a run kept "
+                         "goes to bench/results/, one file a run)")
     ap.add_argument("--label", metavar="TEXT",
                     help="free text for the results heading (default: git rev-parse --short "
                          "HEAD where that works)")

@@ -72,7 +72,7 @@ static void close_handle(uv_handle_t *h)
 /* Each connection holds a descriptor, and with the host backend each
  * registration one more while it is imported: the soft limit (often 1024)
  * goes up to the hard one, and a limit still short of max_connections is
- * said at start. Running out anyway is survived (server.c), not prevented. */
+ * said at start. Running out anyway is survived (server/listen.c), not prevented. */
 static void raise_nofile(const ovld_t *d)
 {
     struct rlimit rl;

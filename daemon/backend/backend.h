@@ -5,7 +5,7 @@
  * and the primitive operations a host program is made of: wait for the
  * client's doorbell, record/wait events, all-gather, rail (send/recv
  * between nodes), copy, GEMM, sleep, ring done. It knows nothing about algorithms (exec.c walks the
- * plan) nor about sockets and jobs (server.c, job.c). Two exist: host (backend_host.c and host_*.c:
+ * plan) nor about sockets and jobs (server/, core/job.c). Two exist: host (backend_host.c and host_*.c:
  * CPU threads and shared memory) and cuda (backend_cuda.c and cuda_*.c).
  *
  * Threads: every function is called from the loop thread, except the

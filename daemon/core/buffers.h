@@ -13,7 +13,7 @@
  * round (a completion that lets a buffer go never runs a connection's
  * requests from inside itself).
  *
- * The boundary (server.c) resolves the buffers an op names into views with
+ * The boundary (server/dispatch.c) resolves the buffers an op names into views with
  * ovld_buf_resolve; jobs below only hold and put what they were given.
  * Loop thread only, except ovld_buf_unmap_now (a worker). Nothing logs.
  */

@@ -12,8 +12,10 @@
 
 #include <sys/types.h>
 
+#include "config.h"
 #include "gemm_args.h" /* ovld_view_t */
 #include "jobid.h"
+#include "plan.h"
 #include "uuid.h"
 
 #define OVLD_JOB_ID_MAX 63
@@ -44,7 +46,8 @@ static inline int ovld_buf_c(uint32_t i)
     return i == 0 ? OVLD_BUF_C : OVLD_BUF_C1 + (int)i - 1;
 }
 
-/* Their names in messages: "a", "b", "c", "a_out", "b1".."b7", "c1".."c7". */
+/* Their names in messages: "a", "b", "c", "a_out", "b1".."b7", "c1".."c7"
+ * (desc.c). */
 const char *ovld_buf_name(int which);
 
 /* One of them: a registration of the client's connection, the offset of
@@ -99,12 +102,12 @@ typedef struct ovld_op_fields {
 
 /* The first field in which a and b differ, in the order ranks are told of
  * it: false if none; else its name ("m", ..., "a_out (given or not)", "n
- * of B 2") in what and a's and b's values. (request.c) */
+ * of B 2") in what and a's and b's values. (desc.c) */
 bool ovld_op_fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
                            size_t whatlen, uint64_t *ret_a, uint64_t *ret_b);
 
 /* What the boundary found wrong with an op: its fields (request.c; then
- * nothing else of it is compared), or its buffers (server.c, against the
+ * nothing else of it is compared), or its buffers (server/dispatch.c, against the
  * registrations; the fields are sound). OVL_OK where nothing. Either fails
  * the op on every rank. */
 typedef struct ovld_op_verdict {
@@ -122,8 +125,15 @@ typedef struct ovld_join_desc {
     ovld_job_blob_t blob;
     uint32_t world, rank;
     uint8_t device_uuid[OVLD_UUID_LEN];
-    uid_t uid; /* who asks: the connection's peer (server.c fills these) */
+    uid_t uid; /* who asks: the connection's peer (server/dispatch.c fills these) */
     pid_t pid;
 } ovld_join_desc_t;
+
+/* Fills in what an op or a Plan request left to ovld: how A is gathered
+ * (the config's allgather; by pulls where the backend has no collective),
+ * chunks and streams from the config when 0, AUTO from default_algo, then
+ * the planner's choice. The one place these defaults are applied. */
+/* (desc.c) */
+void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_params_t *p);
 
 #endif /* OVLD_DESC_H */

@@ -115,11 +115,6 @@ uint32_t ovld_job_running(const ovld_jobs_t *js);
 void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
                       const char *message);
 
-/* Fills in what an op or a Plan request left to ovld: how A is gathered
- * (the config's allgather; by pulls where the backend has no collective),
- * chunks and streams from the config when 0, AUTO from default_algo, then
- * the planner's choice. The one place these defaults are applied. */
-void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_params_t *p);
 
 /* ----------------------------------------------------- what callers see */
 

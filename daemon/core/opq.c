@@ -227,24 +227,6 @@ static ovl_status_t op_scratch(const ovl_plan_params_t *pp, uint64_t *ret)
     return st == OVL_ERR_LIMIT ? st : OVL_OK;
 }
 
-void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_params_t *p)
-{
-    /* How A is gathered: the operator's preference; a backend without a
-     * collective gathers by pulls. */
-    if (p->allgather == OVL_AG_AUTO)
-        p->allgather = cfg->allgather;
-    if (!have_collective)
-        p->allgather = OVL_AG_COPY;
-    if (!p->chunks)
-        p->chunks = cfg->default_chunks;
-    if (!p->streams)
-        p->streams = cfg->default_streams;
-    if (p->algo == OVL_ALGO_AUTO)
-        p->algo = cfg->default_algo;
-    if (p->algo == OVL_ALGO_AUTO)
-        p->algo = ovl_plan_choose(p);
-}
-
 /* NCCL moves a rank's rows only as one dense piece: an A or a_out of any
  * rank here whose leading dimension is not k makes the plans gather by the
  * copy engine. */

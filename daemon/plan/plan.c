@@ -38,7 +38,8 @@
  * worlds) and costs GPU time: at world 1 on one H100 under MPS a replayed
  * op took 9 to 12 us more than the same op issued call by call (4096^3:
  * 0.206 to 0.209 ms against 0.197; 2048 x 8192 x 8192: 0.409 to 0.410
- * against 0.395 to 0.403; bench/results.md, ~21:20 UTC). Below it, ovld's
+ * against 0.395 to 0.403; bench/results/2026-11-24-replay-ab-2f49a51-h100.md).
+ * Below it, ovld's
  * issue would set the pace of ops issued call by call; above it, the GPU
  * does.
  */

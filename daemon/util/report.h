@@ -5,7 +5,7 @@
  * reported here: its words go back with its status (an err buffer, or the
  * backend's last_error), and the caller that talks to the client logs it
  * once, with the message the client gets. Only the boundary (main.c,
- * server.c, job.c) logs; a module given a reporter hands it lines, and the
+ * server/, core/job.c) logs; a module given a reporter hands it lines, and the
  * daemon decides where they go (main.c: the log).
  */
 #ifndef OVLD_REPORT_H

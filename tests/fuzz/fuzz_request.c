@@ -2,7 +2,7 @@
  * fuzz_request.c: libFuzzer target for ovld's request boundary: the frame
  * reader (proto/wire.c), the protobuf decoding (ovl__request__unpack) and
  * the boundary's checks (ovld_request_check, daemon/server/request.c), in the
- * order server.c's handle_frame runs them.
+ * order dispatch.c's ovld_dispatch_frame runs them.
  *
  * Input: one byte choosing how the rest is cut into pieces (as in
  * fuzz_wire.c: whole, byte by byte, fixed or pseudo-random sizes, through
@@ -61,7 +61,7 @@
 #include "fuzz_split.h"
 
 #define FUZZ_MAX_BODY (64u * 1024u)
-#define ERR_LEN       256u /* as server.c */
+#define ERR_LEN       256u /* as dispatch.c */
 #define UUID_LEN      16u
 #define IPC_MAX       64u
 
@@ -303,7 +303,7 @@ static void check_hello_text(const Ovl__Hello *h)
         check_sanitize(h->client_name.data, h->client_name.len, 64);
 }
 
-/* ovld_request_check as server.c calls it, then again with short buffers:
+/* ovld_request_check as dispatch.c calls it, then again with short buffers:
  * returns the verdict. */
 static ovl_status_t check_request(const Ovl__Request *q)
 {
@@ -360,7 +360,7 @@ static ovl_status_t check_request(const Ovl__Request *q)
 
 /* --------------------------------------------------------------- stream */
 
-/* One frame as handle_frame takes it; false when ovld would close. */
+/* One frame as ovld_dispatch_frame takes it; false when ovld would close. */
 static bool handle_frame(const uint8_t *body, uint32_t len)
 {
     Ovl__Request *q = ovl__request__unpack(NULL, len, body);

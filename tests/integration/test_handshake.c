@@ -678,7 +678,7 @@ static void test_connect_env_socket(void **state)
 }
 
 /* Connections past max_connections that root and ovld's own user may take
- * (server.c); this test runs as ovld's own user. */
+ * (server/conn.c); this test runs as ovld's own user. */
 #define CONNS_RESERVED 8
 
 /* max_connections = 2: past it and the reserve of ovld's own user, a

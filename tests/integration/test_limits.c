@@ -594,7 +594,7 @@ out:
 }
 
 /* Users filling max_connections do not lock root out: 8 more
- * (OVLD_CONNS_RESERVED, server.c) are root's and ovld's own user's; each
+ * (OVLD_CONNS_RESERVED, server/conn.c) are root's and ovld's own user's; each
  * refusal names the limit. */
 static void test_connections_reserved(void **state)
 {

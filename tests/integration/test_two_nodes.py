@@ -9,9 +9,7 @@ reports: an id no ovld issued (forged), a rank taken twice, an ovld
 without peer_listen asked for an id, no id file within --wait; and its
 usage errors.
 
-Registered DISABLED in tests/CMakeLists.txt until ovld's side of jobs
-across nodes lands (JobIdCreate, CommInit.job_blob, the coordinator).
-By hand: OVLD_BIN=... OVLCTL_BIN=... OVL_TWO_NODES_BIN=build/client/ovl-example-two-nodes
+Registered in tests/CMakeLists.txt (label integration). By hand: OVLD_BIN=... OVLCTL_BIN=... OVL_TWO_NODES_BIN=build/client/ovl-example-two-nodes
 python3 tests/integration/test_two_nodes.py
 """
 import os

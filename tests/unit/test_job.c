@@ -6,7 +6,7 @@
  * and how a job's setup ends, and can make the Nth primitive fail.
  *
  * Buffers are real (buffers.c, registry.c): each client registers its A, B,
- * C and a_out in a table of its own and ops resolve them as server.c does,
+ * C and a_out in a table of its own and ops resolve them as server/dispatch.c does,
  * so every reference an op takes is counted, and the test checks that each
  * mapping is released exactly once, and only once nothing holds it.
  *
@@ -628,7 +628,7 @@ static opspec_t base(void)
     return (opspec_t){.m = 4, .n = 4, .k = 4, .dtype = OVL_DTYPE_FP32, .algo = OVL_ALGO_NAIVE};
 }
 
-/* Submits op seq of c as server.c's on_ag_gemm does. */
+/* Submits op seq of c as dispatch.c's on_ag_gemm does. */
 static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, size_t errlen)
 {
     ovld_op_desc_t q = {.comm_id = ovld_member_comm_id(c->m),
@@ -1364,7 +1364,7 @@ static void test_verdicts(void **state)
     opspec_t nob = base();
     nob.b_id = 99;
     submit(c0, 3, nob);
-    expect_refs(c0, 1); /* server.c let go of what it had resolved */
+    expect_refs(c0, 1); /* dispatch.c let go of what it had resolved */
     submit(c1, 3, base());
     expect_refs(c1, 1); /* the op failed: nothing is held */
     const char *msg = "rank 0: b: buffer 99 is not registered on this connection";

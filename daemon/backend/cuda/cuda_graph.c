@@ -41,7 +41,8 @@
  * it takes concurrency from the GPU: on one H100, eight ranks' tiny ops on
  * 4 streams were issued in 20-29 us rather than 25-66, but ran 10-40%
  * slower; ring's on 8 streams rather than 32 were issued in 20-29 us
- * rather than 41-82, and ran as fast or faster (docs/performance.md). The
+ * rather than 41-82, and ran as fast or faster (docs/history/
+ * performance-journal.md, "Issue 15, step 10"). The
  * default is 8. Ranks on other GPUs keep their own streams.
  */
 #include <inttypes.h>
@@ -69,7 +70,7 @@ _Static_assert(OVLD_RING_MAX_RANKS < OVLD_RING_SEQS, "a thread per slot rings a 
  * rung by a batch after each launch, as without. A batch's host time
  * grows with the ranks (two writes each), the kernel's GPU time does not:
  * from two ranks on it made back-to-back ops faster (one H100 under MPS,
- * bench/results.md), while at world 1, where the GPU sets their pace, it
+ * bench/results/2026-11-25-done-ring-ab-9c4bf08-h100.md), while at world 1, where the GPU sets their pace, it
  * was not shown to help. */
 static cudaError_t ring_capture(ovld_rank_t *const *ranks, uint32_t n, bool *rings)
 {
