@@ -383,10 +383,16 @@ static void malloc_policy(void)
 #endif
 }
 
-int main(int argc, char **argv)
+/* What the command line says; NULL or false where it says nothing. */
+typedef struct ovld_args {
+    const char *config, *socket, *backend, *level, *log_file;
+    bool foreground;
+} ovld_args_t;
+
+/* Parses argv into a. -1: go on; else the exit status (--help, --version,
+ * a bad option, said on stdout or stderr). */
+static int parse_args(int argc, char **argv, ovld_args_t *a)
 {
-    if (fill_std_fds() != 0)
-        return 1; /* nowhere to say why: stderr is what failed */
     enum { O_LOG_FILE = 256 };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -399,29 +405,27 @@ int main(int argc, char **argv)
         {"log-file", required_argument, NULL, O_LOG_FILE},
         {NULL, 0, NULL, 0},
     };
-    const char *log_file = NULL;
-    const char *config = NULL, *socket_arg = NULL, *backend_arg = NULL, *level_arg = NULL;
-    bool foreground = false;
+    *a = (ovld_args_t){0};
     int c;
     while ((c = getopt_long(argc, argv, "c:s:b:l:fhV", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            config = optarg;
+            a->config = optarg;
             break;
         case 's':
-            socket_arg = optarg;
+            a->socket = optarg;
             break;
         case 'b':
-            backend_arg = optarg;
+            a->backend = optarg;
             break;
         case 'l':
-            level_arg = optarg;
+            a->level = optarg;
             break;
         case 'f':
-            foreground = true;
+            a->foreground = true;
             break;
         case O_LOG_FILE:
-            log_file = optarg;
+            a->log_file = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -439,85 +443,83 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
-    /* Before anything installs a signal handler (UCX's own went in when
-     * its library loaded: peer.h). */
-    ovld_peers_process_init();
-
-    static ovld_t daemon; /* the one context; static only to keep it off the stack */
-    ovld_t *d = &daemon;
-    ovld_config_defaults(&d->cfg);
+/* The configuration: the file's, then the command line's over it. 0, or 2
+ * with the reason on stderr. */
+static int configure(ovld_t *d, const ovld_args_t *a)
+{
     char err[512] = "";
-    if (config) {
-        if (ovld_config_load(&d->cfg, config, err, sizeof(err)) != OVL_OK) {
+    ovld_config_defaults(&d->cfg);
+    if (a->config) {
+        if (ovld_config_load(&d->cfg, a->config, err, sizeof(err)) != OVL_OK) {
             fprintf(stderr, "ovld: %s\n", err);
             return 2;
         }
-        if (!realpath(config, d->config_path))
-            snprintf(d->config_path, sizeof(d->config_path), "%s", config);
+        if (!realpath(a->config, d->config_path))
+            snprintf(d->config_path, sizeof(d->config_path), "%s", a->config);
     }
-    d->arg_socket = socket_arg;
-    d->arg_backend = backend_arg;
-    d->arg_log_level = level_arg;
+    d->arg_socket = a->socket;
+    d->arg_backend = a->backend;
+    d->arg_log_level = a->level;
     if (apply_args(d, &d->cfg, err, sizeof(err)) != OVL_OK) {
         fprintf(stderr, "ovld: %s\n", err);
         return 2;
     }
+    return 0;
+}
 
-    ovld_log_init(d->cfg.log_level);
-    signal(SIGPIPE, SIG_IGN); /* a vanished client must not kill the daemon */
-
-    /* Opened here, so that a bad path is said on the terminal. */
+/* Opens --log-file (here, so that a bad path is said on the terminal) and,
+ * unless in the foreground, detaches (*ready_fd: where to say whether the
+ * start worked). 0, or the exit status with the reason on stderr. */
+static int open_log_and_detach(const ovld_args_t *a, int *ready_fd)
+{
     int log_fd = -1;
     char where[4096];
     snprintf(where, sizeof(where), "syslog (journalctl -t ovld)");
-    if (log_file) {
-        log_fd = open(log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (a->log_file) {
+        log_fd = open(a->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
         if (log_fd < 0) {
-            fprintf(stderr, "ovld: --log-file %s: %s\n", log_file, strerror(errno));
+            fprintf(stderr, "ovld: --log-file %s: %s\n", a->log_file, strerror(errno));
             return 2;
         }
-        snprintf(where, sizeof(where), "%s", log_file);
+        snprintf(where, sizeof(where), "%s", a->log_file);
         ovld_log_to_file();
     }
-    int ready_fd = -1;
-    if (!foreground && daemonize(log_fd, where, &ready_fd) != 0) {
+    if (!a->foreground && daemonize(log_fd, where, ready_fd) != 0) {
         fprintf(stderr, "ovld: cannot detach: %s\n", strerror(errno));
         return 1;
     }
     if (log_fd >= 0) {
-        if (foreground)
+        if (a->foreground)
             dup2(log_fd, STDERR_FILENO);
         close(log_fd);
     }
+    return 0;
+}
 
-    raise_nofile(d);
-    malloc_policy(); /* before any thread of ours, NCCL's or the driver's */
-    d->loop = uv_default_loop();
-    d->listen_fd = -1;
-    d->self_pidfd = -1;
-    d->spare_fd = -1;
-    d->start_ns = ovl_mono_ns();
-    ovld_stats_reset(&d->counters.total, d->start_ns);
-    ovld_stats_reset(&d->counters.window, d->start_ns);
-    /* What the backend and the executor see that answers no request goes
-     * to the log. */
-    const ovld_reporter_t to_log = {.fn = ovld_log_report, .arg = NULL};
+/* What the backend, the executor, the issuer and the peers see that
+ * answers no request goes to the log. */
+static const ovld_reporter_t to_log = {.fn = ovld_log_report, .arg = NULL};
+
+/* The backend, the executor's pool and the issuing threads (one per
+ * device, issuer.h), and the jobs on them. OVL_OK, or a failure logged. */
+static ovl_status_t start_issue(ovld_t *d)
+{
+    char err[512] = "";
     ovl_status_t st = ovld_backend_create(d->loop, &d->cfg, ovld_job_on_done, &d->jobs, &to_log,
                                           &d->backend, err, sizeof(err));
     if (st != OVL_OK) {
         log_error("cannot start the %s backend: %s", ovld_backend_kind_name(d->cfg.backend), err);
-        report_ready(&ready_fd, 1);
-        return 1;
+        return st;
     }
     st = ovld_exec_pool_create(&to_log, &d->exec_pool);
     if (st != OVL_OK) {
         log_error("cannot set up the issuing threads: %s", ovl_strerror(st));
-        report_ready(&ready_fd, 1);
-        return 1;
+        return st;
     }
-    /* Every op is issued off the loop, one thread per device (issuer.h).
-     * OVLD_TEST_ISSUE_STALL_MS makes every issue wait first: a fault for
+    /* OVLD_TEST_ISSUE_STALL_MS makes every issue wait first: a fault for
      * the tests that check the loop goes on while an issue stalls. */
     ovld_issuer_cfg_t icfg = {.nthreads = d->backend->ops->device_count(d->backend),
                               .pool = d->exec_pool,
@@ -533,8 +535,7 @@ int main(int argc, char **argv)
         if (*end || v > 600000) {
             log_error("OVLD_TEST_ISSUE_STALL_MS=%s: not a number of milliseconds up to 600000",
                       stall_env);
-            report_ready(&ready_fd, 1);
-            return 1;
+            return OVL_ERR_CONFIG;
         }
         icfg.stall_ms = (uint32_t)v;
         log_warn("OVLD_TEST_ISSUE_STALL_MS: every op waits %lu ms before it is issued (a fault "
@@ -544,14 +545,18 @@ int main(int argc, char **argv)
     st = ovld_issuer_create(d->loop, d->backend, &icfg, &to_log, &d->issuer, err, sizeof(err));
     if (st != OVL_OK) {
         log_error("cannot start the issuing threads: %s", err);
-        report_ready(&ready_fd, 1);
-        return 1;
+        return st;
     }
     ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool, d->issuer,
                    &d->buffers);
-    /* Signals first: a client may connect, and a signal come, as soon as
-     * the socket listens (a SIGHUP before its handler would end ovld). */
-    uint64_t wd_usec = ovld_sd_watchdog_usec();
+    return OVL_OK;
+}
+
+/* Signals and timers first: a client may connect, and a signal come, as
+ * soon as the socket listens (a SIGHUP before its handler would end ovld).
+ * 0, or a libuv error logged. */
+static int start_signals(ovld_t *d, uint64_t wd_usec)
+{
     int uerr; /* the callbacks run from uv_run on, after the data is set below */
     if ((uerr = uv_signal_init(d->loop, &d->sig_term)) != 0 ||
         (uerr = uv_signal_init(d->loop, &d->sig_int)) != 0 ||
@@ -564,61 +569,75 @@ int main(int argc, char **argv)
         (wd_usec >= 2000 &&
          (uerr = uv_timer_start(&d->sd_watchdog, on_sd_watchdog, 0, wd_usec / 2000)) != 0)) {
         log_error("cannot set up signal and timer handles: %s", uv_strerror(uerr));
-        report_ready(&ready_fd, 1);
-        return 1;
+        return uerr;
     }
     d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
     d->drain_timer.data = d;
-    /* After the fork of daemonize (UCX must not be forked), before the
-     * socket listens: an ovld whose peers cannot start does not start. */
-    if (d->cfg.peer_listen[0]) {
-        const ovld_peers_cb_t pcb = {
-            .on_message = on_peer_message, .on_down = on_peer_down, .arg = d};
-        st = ovld_peers_start(d->loop, &d->cfg, &pcb, &to_log, &d->counters, &d->peers, err,
-                              sizeof(err));
-        if (st == OVL_OK)
-            st = ovld_xfer_create(d->loop, d->peers, &d->counters, &d->xfer, err, sizeof(err));
-        if (st == OVL_OK) {
-            const ovld_cluster_cb_t ccb = {.on_start = ovld_jobs_on_start,
-                                           .on_go = ovld_jobs_on_go,
-                                           .on_end = ovld_jobs_on_end,
-                                           .arg = &d->jobs};
-            st = ovld_cluster_create(d->loop, d->peers, d->xfer, d->backend, &d->cfg, &d->counters,
-                                     &ccb, &d->cluster);
-            if (st != OVL_OK)
-                snprintf(err, sizeof(err), "jobs across nodes: %s", ovl_strerror(st));
-            else
-                d->jobs.across = ovld_cluster_across(d->cluster);
-        }
-        if (st != OVL_OK) {
-            log_error("cannot start the links to other nodes: %s", err);
-            report_ready(&ready_fd, 1);
-            return 1;
-        }
+    return 0;
+}
+
+/* The links to other nodes, their rows and jobs across nodes, where
+ * peer_listen is set: after the fork of daemonize (UCX must not be
+ * forked), before the socket listens (an ovld whose peers cannot start
+ * does not start). OVL_OK, or a failure logged. */
+static ovl_status_t start_peers(ovld_t *d)
+{
+    if (!d->cfg.peer_listen[0])
+        return OVL_OK;
+    char err[512] = "";
+    const ovld_peers_cb_t pcb = {.on_message = on_peer_message, .on_down = on_peer_down, .arg = d};
+    ovl_status_t st = ovld_peers_start(d->loop, &d->cfg, &pcb, &to_log, &d->counters, &d->peers,
+                                       err, sizeof(err));
+    if (st == OVL_OK)
+        st = ovld_xfer_create(d->loop, d->peers, &d->counters, &d->xfer, err, sizeof(err));
+    if (st == OVL_OK) {
+        const ovld_cluster_cb_t ccb = {.on_start = ovld_jobs_on_start,
+                                       .on_go = ovld_jobs_on_go,
+                                       .on_end = ovld_jobs_on_end,
+                                       .arg = &d->jobs};
+        st = ovld_cluster_create(d->loop, d->peers, d->xfer, d->backend, &d->cfg, &d->counters,
+                                 &ccb, &d->cluster);
+        if (st != OVL_OK)
+            snprintf(err, sizeof(err), "jobs across nodes: %s", ovl_strerror(st));
+        else
+            d->jobs.across = ovld_cluster_across(d->cluster);
     }
-    st = ovld_server_start(d, err, sizeof(err));
-    if (st != OVL_OK) {
+    if (st != OVL_OK)
+        log_error("cannot start the links to other nodes: %s", err);
+    return st;
+}
+
+/* Every module, in order, then the socket. 0, or a failure logged. */
+static int start(ovld_t *d)
+{
+    raise_nofile(d);
+    malloc_policy(); /* before any thread of ours, NCCL's or the driver's */
+    d->loop = uv_default_loop();
+    d->listen_fd = -1;
+    d->self_pidfd = -1;
+    d->spare_fd = -1;
+    d->start_ns = ovl_mono_ns();
+    ovld_stats_reset(&d->counters.total, d->start_ns);
+    ovld_stats_reset(&d->counters.window, d->start_ns);
+    uint64_t wd_usec = ovld_sd_watchdog_usec();
+    if (start_issue(d) != OVL_OK || start_signals(d, wd_usec) != 0 || start_peers(d) != OVL_OK)
+        return 1;
+    char err[512] = "";
+    if (ovld_server_start(d, err, sizeof(err)) != OVL_OK) {
         log_error("%s", err);
-        report_ready(&ready_fd, 1);
         return 1;
     }
-    if (wd_usec >= 2000) {
+    if (wd_usec >= 2000)
         log_info("systemd watchdog: WATCHDOG=1 every %" PRIu64 " ms", wd_usec / 2000);
-    }
-
-    /* Not fatal: it only reports a loop that should never block. */
+    int uerr; /* not fatal: it only reports a loop that should never block */
     if ((uerr = ovld_stall_start(&d->stall, d->loop, STALL_REPORT_MS)) != 0)
         log_warn("cannot watch the event loop for stalls: %s", uv_strerror(uerr));
+    return 0;
+}
 
-    uint32_t ndev = d->backend->ops->device_count(d->backend);
-    log_info("ovld %s ready: %s backend, %u device%s, pid %d", OVL_VERSION_STRING,
-             d->backend->ops->name, ndev, ndev == 1 ? "" : "s", (int)getpid());
-    char state[256];
-    snprintf(state, sizeof(state), "READY=1\nSTATUS=Serving: %s backend, %u devices\nMAINPID=%d",
-             d->backend->ops->name, ndev, (int)getpid());
-    ovld_sd_notify(state);
-    report_ready(&ready_fd, 0);
-
+/* Serves until a signal stops the loop, then lets go of what is left. */
+static void run_and_stop(ovld_t *d)
+{
     uv_run(d->loop, UV_RUN_DEFAULT);
     if (!d->stopped) /* the loop ran dry without a signal: should not happen */
         log_error("event loop ended unexpectedly");
@@ -637,5 +656,41 @@ int main(int argc, char **argv)
     if (d->self_pidfd >= 0)
         close(d->self_pidfd);
     log_info("stopped");
+}
+
+int main(int argc, char **argv)
+{
+    if (fill_std_fds() != 0)
+        return 1; /* nowhere to say why: stderr is what failed */
+    ovld_args_t args;
+    int rc = parse_args(argc, argv, &args);
+    if (rc >= 0)
+        return rc;
+    /* Before anything installs a signal handler (UCX's own went in when
+     * its library loaded: peer.h). */
+    ovld_peers_process_init();
+
+    static ovld_t daemon; /* the one context; static only to keep it off the stack */
+    ovld_t *d = &daemon;
+    if ((rc = configure(d, &args)) != 0)
+        return rc;
+    ovld_log_init(d->cfg.log_level);
+    signal(SIGPIPE, SIG_IGN); /* a vanished client must not kill the daemon */
+    int ready_fd = -1;
+    if ((rc = open_log_and_detach(&args, &ready_fd)) != 0)
+        return rc;
+    if (start(d) != 0) {
+        report_ready(&ready_fd, 1);
+        return 1;
+    }
+    uint32_t ndev = d->backend->ops->device_count(d->backend);
+    log_info("ovld %s ready: %s backend, %u device%s, pid %d", OVL_VERSION_STRING,
+             d->backend->ops->name, ndev, ndev == 1 ? "" : "s", (int)getpid());
+    char state[256];
+    snprintf(state, sizeof(state), "READY=1\nSTATUS=Serving: %s backend, %u devices\nMAINPID=%d",
+             d->backend->ops->name, ndev, (int)getpid());
+    ovld_sd_notify(state);
+    report_ready(&ready_fd, 0);
+    run_and_stop(d);
     return 0;
 }
