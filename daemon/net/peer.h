@@ -43,7 +43,7 @@
 
 #define OVLD_PEERS_MAX        1024 /* peer records */
 #define OVLD_PEERS_MAX_UNAUTH 64   /* accepted endpoints not authenticated yet */
-/* of those, from one source (an IPv4 address, an IPv6 /64: peer.c, source_of) */
+/* of those, from one source (an IPv4 address, an IPv6 /64: peer_handshake.c, source_of) */
 #define OVLD_PEERS_MAX_UNAUTH_SOURCE 8
 #define OVLD_PEER_QUEUE_MAX          (4u << 20) /* bytes queued or in flight to one peer */
 
@@ -174,7 +174,7 @@ void ovld_peers_mem_unmap(ovld_peers_t *ps, ovld_peer_mem_t *m);
  * worker is gone (so that nothing writes into dst after any done). A read
  * that cannot start (p not up, a key UCX refuses, len 0, UCX refusing to
  * post it) is refused here with err, and done is not called. The read goes
- * in pieces of a few MiB (peer.c, GET_PIECE), each completed one counting
+ * in pieces of a few MiB (peer_rma.c, GET_PIECE), each completed one counting
  * as the peer heard from, so that a long read cannot starve the link's
  * heartbeats.
  */

@@ -7,7 +7,8 @@ Writes seed_*.bin into corpus_request/ (framed Requests, encoded here by
 hand from proto/ovl.proto: standard library only), corpus_peer/
 (handshake frames and active messages of proto/peer.proto for
 fuzz_peer.c), corpus_xfer/ (the bodies of proto/xfer.proto for
-fuzz_xfer.c), corpus_doorbell/
+fuzz_xfer.c), corpus_cluster/ (the bodies of proto/cluster.proto for
+fuzz_cluster.c), corpus_doorbell/
 (scripts for fuzz_doorbell.c) and seed_*.conf into corpus_config/
 (deploy/ovld.conf and variants). Files the fuzzer added (named by their
 SHA-1) are left alone. Run it again after changing the schema or a target's
@@ -266,6 +267,137 @@ def xfer_seeds():
     return {"seed_" + k + ".bin": v for k, v in s.items()}
 
 
+# -------------------------------------------------------------- cluster
+
+# daemon/cluster/cluster_wire.h: a type byte (type - 16, mod 16), then the body
+JOIN, JOIN_REPLY, START, OP_READY, OP_GO, LEAVE, END = range(7)
+NONCE = b"0123456789abcdef"
+KEY = bytes(range(128))  # a stand-in for an ncclUniqueId
+
+
+def packed(num, values):
+    return f_bytes(num, b"".join(varint(v) for v in values))
+
+
+def cl_join(nonce=NONCE, instance=b"i" * 16, world=4, rank=1, uid=1000, backend=b"host", device=0):
+    return (f_varint(1, 7) + f_bytes(2, nonce) + f_bytes(3, instance) + f_varint(4, world)
+            + f_varint(5, rank) + f_varint(6, uid) + f_bytes(7, backend) + f_varint(8, device))
+
+
+def cl_reply(status=0, reason=b""):
+    return f_varint(1, 7) + f_varint(2, status) + f_bytes(3, reason)
+
+
+def cl_start(world=4, node_of=(0, 0, 1, 1), nodes=("10.0.0.5:7411", "10.0.0.6:7411"), self_node=1,
+             key=KEY, rail_keys=(), pack=True):
+    b = f_bytes(1, NONCE) + f_varint(2, world)
+    b += packed(3, node_of) if pack else b"".join(f_varint(3, n) for n in node_of)
+    b += b"".join(f_bytes(4, n) for n in nodes) + f_varint(5, self_node)
+    if key:
+        b += f_bytes(6, key)
+    return b + b"".join(f_bytes(7, k) for k in rail_keys)
+
+
+def cl_ready(seq=3, status=0, reason=b"", first_rank=2, dtype=1, algo=3, chunks=4, streams=2, nb=1,
+             more=(), nonce=NONCE):
+    return (f_bytes(1, nonce) + f_varint(2, seq) + f_varint(3, status) + f_bytes(4, reason)
+            + f_varint(5, first_rank) + f_varint(6, 1024) + f_varint(7, 256) + f_varint(8, 512)
+            + f_varint(9, dtype) + f_varint(10, algo) + f_varint(11, chunks) + f_varint(12, streams)
+            + f_varint(13, 1) + f_varint(14, 1) + f_varint(15, nb) + packed(16, more)
+            + f_varint(17, 0) + f_varint(18, 1))
+
+
+def cl_go(seq=3, status=0, reason=b"", algo=3, chunks=4, streams=2, allgather=0):
+    return (f_bytes(1, NONCE) + f_varint(2, seq) + f_varint(3, status) + f_bytes(4, reason)
+            + f_varint(5, algo) + f_varint(6, chunks) + f_varint(7, streams)
+            + f_varint(8, allgather) + f_varint(9, 1) + f_varint(10, 0))
+
+
+def cl_leave(rank=1, abort=0, reason=b"the client left"):
+    return f_bytes(1, NONCE) + f_varint(2, rank) + f_varint(3, abort) + f_bytes(4, reason)
+
+
+def cl_end(abort=1, status=-17, reason=b"rank 1 left the job"):
+    return f_bytes(1, NONCE) + f_varint(2, abort) + f_varint(3, status) + f_bytes(4, reason)
+
+
+def cluster_seeds():
+    s = {}
+    s["join"] = bytes([JOIN]) + cl_join()
+    s["join_world_max"] = bytes([JOIN]) + cl_join(world=1024, rank=1023, backend=b"cuda", device=7)
+    s["join_world_0"] = bytes([JOIN]) + cl_join(world=0, rank=0)
+    s["join_world_1025"] = bytes([JOIN]) + cl_join(world=1025, rank=0)
+    s["join_rank_eq_world"] = bytes([JOIN]) + cl_join(world=2, rank=2)
+    s["join_uid_wide"] = bytes([JOIN]) + cl_join(uid=1 << 32)
+    s["join_device_wide"] = bytes([JOIN]) + cl_join(device=1 << 32)
+    s["join_backend_15"] = bytes([JOIN]) + cl_join(backend=b"b" * 15)
+    s["join_backend_16"] = bytes([JOIN]) + cl_join(backend=b"b" * 16)
+    s["join_backend_empty"] = bytes([JOIN]) + cl_join(backend=b"")
+    s["join_backend_esc"] = bytes([JOIN]) + cl_join(backend=b"h\x1b[2J\xff")
+    s["join_nonce_15"] = bytes([JOIN]) + cl_join(nonce=NONCE[:15])
+    s["join_instance_17"] = bytes([JOIN]) + cl_join(instance=b"i" * 17)
+    s["reply"] = bytes([JOIN_REPLY]) + cl_reply()
+    s["reply_refused"] = bytes([JOIN_REPLY]) + cl_reply(-11, b"rank 1 of job 0123 already joined")
+    s["reply_unknown"] = bytes([JOIN_REPLY]) + cl_reply(-1000, b"what")
+    s["reply_positive"] = bytes([JOIN_REPLY]) + cl_reply(5)
+    s["reply_long"] = bytes([JOIN_REPLY]) + cl_reply(-4, "\u00e9".encode() * 150)
+    s["reply_esc"] = bytes([JOIN_REPLY]) + cl_reply(-4, b"a\x1b[2Jb\xff\xe2\x80\xae")
+    s["start"] = bytes([START]) + cl_start()
+    s["start_host"] = bytes([START]) + cl_start(key=b"")
+    s["start_unpacked"] = bytes([START]) + cl_start(pack=False)
+    s["start_ipv6"] = bytes([START]) + cl_start(nodes=("[fd00::5]:7411", "[fd00::6]:7411"))
+    s["start_rails"] = bytes([START]) + cl_start(key=b"", rail_keys=(KEY, KEY))
+    s["start_rails_3"] = bytes([START]) + cl_start(key=b"", rail_keys=(KEY, KEY, KEY))
+    s["start_rails_and_key"] = bytes([START]) + cl_start(rail_keys=(KEY, KEY))
+    s["start_rails_over"] = bytes([START]) + cl_start(key=b"", rail_keys=(KEY,) * 5)
+    s["start_rail_key_127"] = bytes([START]) + cl_start(key=b"", rail_keys=(KEY, KEY[:127]))
+    s["start_key_127"] = bytes([START]) + cl_start(key=KEY[:127])
+    s["start_world_0"] = bytes([START]) + cl_start(world=0, node_of=())
+    s["start_world_1025"] = bytes([START]) + cl_start(world=1025, node_of=(0,) * 1025)
+    s["start_node_of_short"] = bytes([START]) + cl_start(node_of=(0, 0, 1))
+    s["start_node_of_out"] = bytes([START]) + cl_start(node_of=(0, 0, 1, 2))
+    s["start_node_no_rank"] = bytes([START]) + cl_start(node_of=(0, 0, 0, 0))
+    s["start_self_out"] = bytes([START]) + cl_start(self_node=2)
+    s["start_addr_empty"] = bytes([START]) + cl_start(nodes=("10.0.0.5:7411", ""))
+    s["start_addr_63"] = bytes([START]) + cl_start(nodes=("10.0.0.5:7411", "1" * 63))
+    s["start_addr_64"] = bytes([START]) + cl_start(nodes=("10.0.0.5:7411", "1" * 64))
+    s["start_addr_esc"] = bytes([START]) + cl_start(nodes=("10.0.0.5:7411", b"10.0.0.6\x00:7411"))
+    s["start_nodes_over"] = bytes([START]) + cl_start(world=2, node_of=(0, 1),
+                                                       nodes=("a:1", "b:1", "c:1"))
+    s["ready"] = bytes([OP_READY]) + cl_ready()
+    s["ready_8_bs"] = bytes([OP_READY]) + cl_ready(nb=8, more=(1, 2, 3, 4, 5, 6, (1 << 64) - 1))
+    s["ready_9_bs"] = bytes([OP_READY]) + cl_ready(nb=9, more=(1,) * 8)
+    s["ready_0_bs"] = bytes([OP_READY]) + cl_ready(nb=0)
+    s["ready_more_short"] = bytes([OP_READY]) + cl_ready(nb=3, more=(64,))
+    s["ready_first_rank_wide"] = bytes([OP_READY]) + cl_ready(first_rank=1 << 32)
+    s["ready_dtype_wide"] = bytes([OP_READY]) + cl_ready(dtype=1 << 32)
+    s["ready_streams_wide"] = bytes([OP_READY]) + cl_ready(streams=(1 << 32) + 2)
+    s["ready_failed"] = bytes([OP_READY]) + cl_ready(status=-14, reason=b"B 1 outside its buffer")
+    s["ready_status_unknown"] = bytes([OP_READY]) + cl_ready(status=-22)
+    s["ready_status_positive"] = bytes([OP_READY]) + cl_ready(status=1)
+    s["ready_nonce_0"] = bytes([OP_READY]) + cl_ready(nonce=b"")
+    s["go"] = bytes([OP_GO]) + cl_go()
+    s["go_edges"] = bytes([OP_GO]) + cl_go(algo=3, chunks=64, streams=8, allgather=2)
+    s["go_auto"] = bytes([OP_GO]) + cl_go(algo=0)
+    s["go_algo_4"] = bytes([OP_GO]) + cl_go(algo=4)
+    s["go_chunks_65"] = bytes([OP_GO]) + cl_go(chunks=65)
+    s["go_streams_9"] = bytes([OP_GO]) + cl_go(streams=9)
+    s["go_allgather_bad"] = bytes([OP_GO]) + cl_go(allgather=99)
+    s["go_failed"] = bytes([OP_GO]) + cl_go(status=-13, reason=b"ranks disagree on m", algo=99)
+    s["go_status_unknown"] = bytes([OP_GO]) + cl_go(status=-99)
+    s["leave"] = bytes([LEAVE]) + cl_leave()
+    s["leave_no_rank"] = bytes([LEAVE]) + cl_leave(rank=(1 << 32) - 1, abort=1)
+    s["leave_rank_wide"] = bytes([LEAVE]) + cl_leave(rank=1 << 32)
+    s["leave_long"] = bytes([LEAVE]) + cl_leave(reason=b"r" * 300)
+    s["end"] = bytes([END]) + cl_end()
+    s["end_ended"] = bytes([END]) + cl_end(abort=0, status=-17, reason=b"")
+    s["end_status_0"] = bytes([END]) + cl_end(status=0)
+    s["end_unknown"] = bytes([END]) + cl_end(status=-1000)
+    s["type_23"] = bytes([7]) + cl_end()
+    s["garbage"] = bytes([START]) + b"\xff" * 12
+    return {"seed_" + k + ".bin": v for k, v in s.items()}
+
+
 # ------------------------------------------------------------- doorbell
 
 # opcodes of fuzz_doorbell.c
@@ -352,6 +484,7 @@ def main():
     write(os.path.join(here, "corpus_config"), config_seeds(root))
     write(os.path.join(here, "corpus_peer"), peer_seeds())
     write(os.path.join(here, "corpus_xfer"), xfer_seeds())
+    write(os.path.join(here, "corpus_cluster"), cluster_seeds())
 
 
 if __name__ == "__main__":
