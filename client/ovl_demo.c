@@ -140,6 +140,174 @@ static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevi
     return 0;
 }
 
+/* A rank's data on the host backend (rank_host). The buffers ovld maps
+ * (ovl_host_alloc, freed with the client): A, each B and its C (B i is
+ * matrix 1 + i of the rank, dense), a_out with --a-out. This process's:
+ * every rank's A, regenerated (the reference's input and a_out's check),
+ * and each C's reference in double precision. */
+typedef struct host_bufs {
+    void *a, *aout;
+    void *b[OVL_MAX_BS], *c[OVL_MAX_BS];  /* B i and C i */
+    ovl_ag_gemm_b_t more[OVL_MAX_BS - 1]; /* B 1 .. of the op */
+    void *ga;
+    double *ref[OVL_MAX_BS]; /* C i's reference */
+} host_bufs_t;
+
+/* hb's buffers that ovld maps, made and filled with the rank's data: 0, or
+ * -1 after saying why. */
+static int host_buffers(const opts_t *o, uint32_t rank, ovl_client_t *cl, host_bufs_t *hb)
+{
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, k = o->k;
+    uint64_t lda = k, ldo = k;
+
+    hb->a = ovl_host_alloc(cl, m * lda * es);
+    if (o->a_out)
+        hb->aout = ovl_host_alloc(cl, W * m * ldo * es);
+    if (!hb->a || (o->a_out && !hb->aout)) {
+        fprintf(stderr, "rank %u: ovl_host_alloc: %s\n", rank, ovl_last_error(cl));
+        return -1;
+    }
+    ovl_demo_fill_host(dt, hb->a, m, k, lda, o->seed, rank, 0);
+    /* B i is matrix 1 + i of the rank (B 0 the demo's one B), dense */
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i), ldb = o->transb ? k : n;
+        uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+        hb->b[i] = ovl_host_alloc(cl, brows * ldb * es);
+        hb->c[i] = ovl_host_alloc(cl, W * m * n * es);
+        if (!hb->b[i] || !hb->c[i]) {
+            fprintf(stderr, "rank %u: ovl_host_alloc (B %u): %s\n", rank, i, ovl_last_error(cl));
+            return -1;
+        }
+        ovl_demo_fill_host(dt, hb->b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
+        if (i > 0)
+            hb->more[i - 1] = ovl_demo_b(o, i, hb->b[i], hb->c[i]);
+    }
+    return 0;
+}
+
+/* Reference: every rank's shard, regenerated, times each of this rank's
+ * Bs (host_buffers made them), into hb's ga and ref (rank_host frees
+ * them). 0, or -1 after saying why. */
+static int host_reference(const opts_t *o, uint32_t rank, host_bufs_t *hb)
+{
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, k = o->k;
+
+    hb->ga = malloc(W * m * k * es);
+    if (!hb->ga) {
+        fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+        return -1;
+    }
+    for (uint32_t r = 0; r < W; r++)
+        ovl_demo_fill_host(dt, (char *)hb->ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i);
+        hb->ref[i] = malloc(W * m * n * sizeof(double));
+        if (!hb->ref[i]) {
+            fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+            return -1;
+        }
+        ovl_status_t st = ovl_ref_gemm(dt, W * m, n, k, hb->ga, k, hb->b[i], o->transb ? k : n,
+                                       o->transb, hb->ref[i], n);
+        if (st != OVL_OK) {
+            fprintf(stderr, "rank %u: reference (B %u): %s\n", rank, i, ovl_strerror(st));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Algorithm number ai on the host backend, into rs: one op untimed, then
+ * o->iters back to back, timed; every C (and a_out) checked; with --timing
+ * the paced submits. false once an op failed (rs says why): the comm's
+ * error is sticky, later runs would say the same. */
+static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
+                          const host_bufs_t *hb, int ai, result_t *rs)
+{
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, k = o->k;
+    uint64_t ldo = k;
+
+    rs->algo = o->algos[ai];
+    ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, hb->a, hb->b[0], hb->c[0], hb->aout, hb->more);
+    /* One op untimed first: plans, scratch and (on a GPU) communicators
+     * are made on first use. Then poison the outputs and time. */
+    ovl_status_t st = ovl_allgather_gemm(comm, &d, NULL);
+    if (st == OVL_OK)
+        st = ovl_comm_synchronize(comm);
+    for (uint32_t i = 0; i < o->nb; i++) /* NaN in every dtype: unwritten shows */
+        memset(hb->c[i], 0xff, W * m * ovl_demo_bn(o, i) * es);
+    if (hb->aout)
+        memset(hb->aout, 0xff, W * m * ldo * es);
+    double t0 = ovl_mono_s();
+    if (st == OVL_OK)
+        st = ovl_demo_submit_loop(comm, &d, NULL, o->iters, o->timing, rs);
+    if (st == OVL_OK)
+        st = ovl_comm_synchronize(comm);
+    rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
+    rs->status = st;
+    if (st != OVL_OK) {
+        snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
+        rs->rel_err = INFINITY;
+        for (uint32_t i = 0; i < o->nb; i++)
+            rs->rel_err_b[i] = INFINITY;
+        return false;
+    }
+    rs->rel_err = 0;
+    for (uint32_t i = 0; i < o->nb; i++) {
+        uint64_t n = ovl_demo_bn(o, i);
+        rs->rel_err_b[i] = ovl_rel_error(dt, W * m, n, hb->c[i], n, hb->ref[i], n);
+        if (!(rs->rel_err_b[i] <= rs->rel_err)) /* NaN counts as worse */
+            rs->rel_err = rs->rel_err_b[i];
+    }
+    rs->a_out_ok = true;
+    if (hb->aout)
+        for (uint64_t i = 0; i < W * m && rs->a_out_ok; i++)
+            rs->a_out_ok =
+                memcmp((char *)hb->aout + i * ldo * es, (char *)hb->ga + i * k * es, k * es) == 0;
+    if (o->timing && (st = ovl_demo_paced_submits(comm, &d, NULL, o->iters, rs)) != OVL_OK) {
+        rs->status = st;
+        snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
+        return false;
+    }
+    return true;
+}
+
+/* Runs one rank on the host backend (ovld's ndevices devices, rank r on
+ * device r mod ndevices): joins the job, makes and fills its data, computes
+ * the references, runs every algorithm. 0 if it ran (results in res), 1 if
+ * it could not (having said why). *comm is the job's, for the caller to
+ * destroy, as ovl_demo_rank_cuda's. */
+static int rank_host(const opts_t *o, uint32_t rank, ovl_client_t *cl, uint32_t ndevices,
+                     ovl_comm_t **comm, result_t *res)
+{
+    host_bufs_t hb;
+    int rc = 1;
+    memset(&hb, 0, sizeof(hb));
+    if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % ndevices), comm) != OVL_OK) {
+        fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
+        goto out;
+    }
+    if (host_buffers(o, rank, cl, &hb) != 0 || host_reference(o, rank, &hb) != 0)
+        goto out;
+    for (int ai = 0; ai < o->nalgos; ai++)
+        if (!host_run_algo(o, cl, *comm, &hb, ai, &res[ai]))
+            break;
+    rc = 0;
+out:
+    for (uint32_t i = 0; i < OVL_MAX_BS; i++)
+        free(hb.ref[i]);
+    free(hb.ga);
+    return rc;
+}
+
+/* A rank, from its connection to its results: these go to the parent on
+ * out_fd (every algorithm's, one write) where it ran (0), none where it
+ * could not (1). */
 static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
 {
     result_t res[MAX_ALGOS + 1];
@@ -150,16 +318,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
     }
     ovl_client_t *cl = NULL;
     ovl_comm_t *comm = NULL;
-    void *a = NULL, *aout = NULL;
-    void *b[OVL_MAX_BS] = {NULL}, *c[OVL_MAX_BS] = {NULL}; /* B i and C i */
-    ovl_ag_gemm_b_t more[OVL_MAX_BS - 1];                  /* B 1 .. of the op */
-    void *ga = NULL; /* every rank's A, regenerated: the reference's input and a_out's check */
-    double *ref[OVL_MAX_BS] = {NULL}; /* C i's reference */
     int rc = 1;
-    ovl_dtype_t dt = o->dtype;
-    size_t es = ovl_dtype_size(dt);
-    uint64_t W = o->world, m = o->m, k = o->k;
-    uint64_t lda = k, ldo = k;
 
     if (ovl_connect(o->socket, &cl) != OVL_OK) {
         rank_connected(ovl_connect_error()); /* the parent says it */
@@ -182,114 +341,15 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         ovl_disconnect(cl);
         return rc;
     }
-    if (strcmp(info.backend, "cuda") == 0) {
+    if (strcmp(info.backend, "cuda") == 0)
         rc = ovl_demo_rank_cuda(o, rank, cl, &comm, res);
-        goto out;
-    }
-    if (ovl_comm_init(cl, o->job, o->world, rank, (int)(rank % info.ndevices), &comm) != OVL_OK) {
-        fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
-        goto out;
-    }
-    a = ovl_host_alloc(cl, m * lda * es);
-    if (o->a_out)
-        aout = ovl_host_alloc(cl, W * m * ldo * es);
-    if (!a || (o->a_out && !aout)) {
-        fprintf(stderr, "rank %u: ovl_host_alloc: %s\n", rank, ovl_last_error(cl));
-        goto out;
-    }
-    ovl_demo_fill_host(dt, a, m, k, lda, o->seed, rank, 0);
-    /* B i is matrix 1 + i of the rank (B 0 the demo's one B), dense */
-    for (uint32_t i = 0; i < o->nb; i++) {
-        uint64_t n = ovl_demo_bn(o, i), ldb = o->transb ? k : n;
-        uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
-        b[i] = ovl_host_alloc(cl, brows * ldb * es);
-        c[i] = ovl_host_alloc(cl, W * m * n * es);
-        if (!b[i] || !c[i]) {
-            fprintf(stderr, "rank %u: ovl_host_alloc (B %u): %s\n", rank, i, ovl_last_error(cl));
-            goto out;
-        }
-        ovl_demo_fill_host(dt, b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
-        if (i > 0)
-            more[i - 1] = ovl_demo_b(o, i, b[i], c[i]);
-    }
-
-    /* Reference: every rank's shard, regenerated, times each of this rank's Bs. */
-    ga = malloc(W * m * k * es);
-    if (!ga) {
-        fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
-        goto out;
-    }
-    for (uint32_t r = 0; r < W; r++)
-        ovl_demo_fill_host(dt, (char *)ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
-    ovl_status_t st;
-    for (uint32_t i = 0; i < o->nb; i++) {
-        uint64_t n = ovl_demo_bn(o, i);
-        ref[i] = malloc(W * m * n * sizeof(double));
-        if (!ref[i]) {
-            fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
-            goto out;
-        }
-        st = ovl_ref_gemm(dt, W * m, n, k, ga, k, b[i], o->transb ? k : n, o->transb, ref[i], n);
-        if (st != OVL_OK) {
-            fprintf(stderr, "rank %u: reference (B %u): %s\n", rank, i, ovl_strerror(st));
-            goto out;
-        }
-    }
-
-    for (int ai = 0; ai < o->nalgos; ai++) {
-        result_t *rs = &res[ai];
-        rs->algo = o->algos[ai];
-        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b[0], c[0], aout, more);
-        /* One op untimed first: plans, scratch and (on a GPU) communicators
-         * are made on first use. Then poison the outputs and time. */
-        st = ovl_allgather_gemm(comm, &d, NULL);
-        if (st == OVL_OK)
-            st = ovl_comm_synchronize(comm);
-        for (uint32_t i = 0; i < o->nb; i++) /* NaN in every dtype: unwritten shows */
-            memset(c[i], 0xff, W * m * ovl_demo_bn(o, i) * es);
-        if (aout)
-            memset(aout, 0xff, W * m * ldo * es);
-        double t0 = ovl_mono_s();
-        if (st == OVL_OK)
-            st = ovl_demo_submit_loop(comm, &d, NULL, o->iters, o->timing, rs);
-        if (st == OVL_OK)
-            st = ovl_comm_synchronize(comm);
-        rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
-        rs->status = st;
-        if (st != OVL_OK) {
-            snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
-            rs->rel_err = INFINITY;
-            for (uint32_t i = 0; i < o->nb; i++)
-                rs->rel_err_b[i] = INFINITY;
-            break; /* the comm's error is sticky: later runs would say the same */
-        }
-        rs->rel_err = 0;
-        for (uint32_t i = 0; i < o->nb; i++) {
-            uint64_t n = ovl_demo_bn(o, i);
-            rs->rel_err_b[i] = ovl_rel_error(dt, W * m, n, c[i], n, ref[i], n);
-            if (!(rs->rel_err_b[i] <= rs->rel_err)) /* NaN counts as worse */
-                rs->rel_err = rs->rel_err_b[i];
-        }
-        rs->a_out_ok = true;
-        if (aout)
-            for (uint64_t i = 0; i < W * m && rs->a_out_ok; i++)
-                rs->a_out_ok =
-                    memcmp((char *)aout + i * ldo * es, (char *)ga + i * k * es, k * es) == 0;
-        if (o->timing && (st = ovl_demo_paced_submits(comm, &d, NULL, o->iters, rs)) != OVL_OK) {
-            rs->status = st;
-            snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
-            break;
-        }
-    }
-    rc = 0;
+    else
+        rc = rank_host(o, rank, cl, info.ndevices, &comm, res);
 out:
     if (rc == 0) {
         ssize_t w = write(out_fd, res, sizeof(res));
         (void)w;
     }
-    for (uint32_t i = 0; i < OVL_MAX_BS; i++)
-        free(ref[i]);
-    free(ga);
     if (comm)
         ovl_comm_destroy(comm);
     ovl_disconnect(cl);
@@ -410,20 +470,110 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+/* getopt_long's values for the options of ovl-demo that have no short
+ * form. */
+enum {
+    O_CHUNKS = 1,
+    O_STREAMS,
+    O_TRANSB,
+    O_AOUT,
+    O_SEED,
+    O_JOB,
+    O_INTERIOR,
+    O_MORE_N,
+    O_TIMING,
+    O_IDLE
+};
+
+/* One option (getopt_long's ch, and arg its optarg) into o, or *algo for
+ * --algo (read once every option is): -1 to go on, else the exit status (0
+ * after --help, 2 after saying why). */
+static int demo_option(opts_t *o, int ch, const char *arg, const char **algo)
 {
-    enum {
-        O_CHUNKS = 1,
-        O_STREAMS,
-        O_TRANSB,
-        O_AOUT,
-        O_SEED,
-        O_JOB,
-        O_INTERIOR,
-        O_MORE_N,
-        O_TIMING,
-        O_IDLE
-    };
+    uint64_t v;
+    switch (ch) {
+    case 's':
+        o->socket = arg;
+        break;
+    case 'a':
+        *algo = arg;
+        break;
+    case 'd':
+        if (ovl_dtype_parse(arg, &o->dtype) != OVL_OK) {
+            fprintf(stderr, "ovl-demo: unknown dtype '%s'\n", arg);
+            return 2;
+        }
+        break;
+    case O_TRANSB:
+        o->transb = true;
+        break;
+    case O_AOUT:
+        o->a_out = true;
+        break;
+    case O_INTERIOR:
+        o->interior = true;
+        break;
+    case O_TIMING:
+        o->timing = true;
+        break;
+    case O_MORE_N:
+        if (parse_more_n(o, arg) != 0)
+            return 2;
+        break;
+    case O_JOB:
+        snprintf(o->job, sizeof(o->job), "%s", arg);
+        break;
+    case O_IDLE:
+        if (ovl_parse_u64(arg, &v) != 0 || v == 0 || v > 86400) {
+            fprintf(stderr, "ovl-demo: --idle: '%s' is not a number of seconds in 1..86400\n", arg);
+            return 2;
+        }
+        o->idle_s = (uint32_t)v;
+        break;
+    case 'h':
+        usage(stdout);
+        return 0;
+    case 'w':
+    case 'm':
+    case 'n':
+    case 'k':
+    case 'i':
+    case O_CHUNKS:
+    case O_STREAMS:
+    case O_SEED:
+        if (ovl_parse_u64(arg, &v) != 0) {
+            fprintf(stderr, "ovl-demo: '%s' is not a number\n", arg);
+            return 2;
+        }
+        if (ch == 'w')
+            o->world = (uint32_t)v;
+        else if (ch == 'm')
+            o->m = v;
+        else if (ch == 'n')
+            o->n = v;
+        else if (ch == 'k')
+            o->k = v;
+        else if (ch == 'i')
+            o->iters = (int)v;
+        else if (ch == O_CHUNKS)
+            o->chunks = (uint32_t)v;
+        else if (ch == O_STREAMS)
+            o->streams = (uint32_t)v;
+        else
+            o->seed = v;
+        break;
+    default:
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* ovl-demo's options into *o (its defaults: usage's), checked, with the
+ * algorithms to run: -1 to go on, else the exit status (0 after --help, 2
+ * after saying why). o->socket stays NULL without --socket. */
+static int demo_options(int argc, char **argv, opts_t *o)
+{
     static const struct option lo[] = {
         {"socket", required_argument, NULL, 's'},
         {"world", required_argument, NULL, 'w'},
@@ -443,139 +593,77 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    opts_t o = {.world = 4,
-                .m = 256,
-                .n = 384,
-                .k = 512,
-                .dtype = OVL_DTYPE_BF16,
-                .iters = 3,
-                .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid(),
-                .nb = 1};
-    snprintf(o.job, sizeof(o.job), "demo-%d", (int)getpid());
+    *o = (opts_t){.world = 4,
+                  .m = 256,
+                  .n = 384,
+                  .k = 512,
+                  .dtype = OVL_DTYPE_BF16,
+                  .iters = 3,
+                  .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid(),
+                  .nb = 1};
+    snprintf(o->job, sizeof(o->job), "demo-%d", (int)getpid());
     const char *algo = "all";
-    int ch;
-    uint64_t v;
-    while ((ch = getopt_long(argc, argv, "s:w:m:n:k:d:a:i:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 's':
-            o.socket = optarg;
-            break;
-        case 'a':
-            algo = optarg;
-            break;
-        case 'd':
-            if (ovl_dtype_parse(optarg, &o.dtype) != OVL_OK) {
-                fprintf(stderr, "ovl-demo: unknown dtype '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case O_TRANSB:
-            o.transb = true;
-            break;
-        case O_AOUT:
-            o.a_out = true;
-            break;
-        case O_INTERIOR:
-            o.interior = true;
-            break;
-        case O_TIMING:
-            o.timing = true;
-            break;
-        case O_MORE_N:
-            if (parse_more_n(&o, optarg) != 0)
-                return 2;
-            break;
-        case O_JOB:
-            snprintf(o.job, sizeof(o.job), "%s", optarg);
-            break;
-        case O_IDLE:
-            if (ovl_parse_u64(optarg, &v) != 0 || v == 0 || v > 86400) {
-                fprintf(stderr, "ovl-demo: --idle: '%s' is not a number of seconds in 1..86400\n",
-                        optarg);
-                return 2;
-            }
-            o.idle_s = (uint32_t)v;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'w':
-        case 'm':
-        case 'n':
-        case 'k':
-        case 'i':
-        case O_CHUNKS:
-        case O_STREAMS:
-        case O_SEED:
-            if (ovl_parse_u64(optarg, &v) != 0) {
-                fprintf(stderr, "ovl-demo: '%s' is not a number\n", optarg);
-                return 2;
-            }
-            if (ch == 'w')
-                o.world = (uint32_t)v;
-            else if (ch == 'm')
-                o.m = v;
-            else if (ch == 'n')
-                o.n = v;
-            else if (ch == 'k')
-                o.k = v;
-            else if (ch == 'i')
-                o.iters = (int)v;
-            else if (ch == O_CHUNKS)
-                o.chunks = (uint32_t)v;
-            else if (ch == O_STREAMS)
-                o.streams = (uint32_t)v;
-            else
-                o.seed = v;
-            break;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc || o.world == 0 || o.world > 64 || o.m == 0 || o.n == 0 || o.k == 0 ||
-        o.iters <= 0 || o.iters > 100000) {
+    int ch, rc;
+    while ((ch = getopt_long(argc, argv, "s:w:m:n:k:d:a:i:h", lo, NULL)) != -1)
+        if ((rc = demo_option(o, ch, optarg, &algo)) >= 0)
+            return rc;
+    if (optind < argc || o->world == 0 || o->world > 64 || o->m == 0 || o->n == 0 || o->k == 0 ||
+        o->iters <= 0 || o->iters > 100000) {
         fprintf(stderr, "ovl-demo: bad arguments (world 1..64, m n k > 0, iters 1..100000)\n");
         return 2;
     }
     if (strcmp(algo, "all") == 0) {
-        o.algos[0] = OVL_ALGO_NAIVE;
-        o.algos[1] = OVL_ALGO_COLLECTIVE;
-        o.algos[2] = OVL_ALGO_RING;
-        o.nalgos = 3;
-    } else if (ovl_algo_parse(algo, &o.algos[0]) == OVL_OK) {
-        o.nalgos = 1;
+        o->algos[0] = OVL_ALGO_NAIVE;
+        o->algos[1] = OVL_ALGO_COLLECTIVE;
+        o->algos[2] = OVL_ALGO_RING;
+        o->nalgos = 3;
+    } else if (ovl_algo_parse(algo, &o->algos[0]) == OVL_OK) {
+        o->nalgos = 1;
     } else {
         fprintf(stderr, "ovl-demo: unknown algorithm '%s'\n", algo);
         return 2;
     }
+    return -1;
+}
 
-    /* Chosen once, here, so that every rank connects to the same ovld even
-     * if a per-user socket appears while they start. */
-    char sock[4096];
-    const char *rule = "--socket";
-    if (!o.socket) {
-        ovl_socket_rule_t r;
-        if (ovl_default_socket(sock, sizeof(sock), &r) != OVL_OK) {
-            fprintf(stderr, "ovl-demo: the default socket's path is too long\n");
-            return 2;
-        }
-        o.socket = sock;
-        rule = ovl_socket_rule_name(r);
+/* The socket of o: --socket's, else ovl_default_socket's, written into
+ * sock (len bytes) and chosen once, here, so that every rank connects to
+ * the same ovld even if a per-user socket appears while they start. *rule
+ * names the rule that chose it. 0, or 2 after saying why. */
+static int demo_socket(opts_t *o, char *sock, size_t len, const char **rule)
+{
+    *rule = "--socket";
+    if (o->socket)
+        return 0;
+    ovl_socket_rule_t r;
+    if (ovl_default_socket(sock, len, &r) != OVL_OK) {
+        fprintf(stderr, "ovl-demo: the default socket's path is too long\n");
+        return 2;
     }
+    o->socket = sock;
+    *rule = ovl_socket_rule_name(r);
+    return 0;
+}
 
-    char bs[256] = ""; /* ", 3 Bs (n=384,64,96)": at most 8 numbers of 20 digits */
-    if (o.nb > 1) {
-        size_t len = (size_t)snprintf(bs, sizeof(bs), ", %u Bs (n=%" PRIu64, o.nb, o.n);
-        for (uint32_t i = 1; i < o.nb && len < sizeof(bs); i++)
-            len += (size_t)snprintf(bs + len, sizeof(bs) - len, ",%" PRIu64, o.more_n[i - 1]);
-        if (len < sizeof(bs))
-            snprintf(bs + len, sizeof(bs) - len, ")");
-    }
-    int(*pipes)[2] = calloc(o.world, sizeof(*pipes));
-    pid_t *pids = calloc(o.world, sizeof(*pids));
+/* The ranks as their parent holds them (start_ranks); main frees pipes and
+ * pids. */
+typedef struct ranks {
+    int (*pipes)[2]; /* rank r's results: the parent reads pipes[r][0] */
+    pid_t *pids;     /* 0: none (not made, or reaped by idle_wait) */
+    int conn;        /* the read end of connect_fd's pipe */
+    int go;          /* the write end of go_fd's pipe */
+} ranks_t;
+
+/* Makes o's ranks (start_rank), each waiting for its byte on go_fd once it
+ * connected; sets o->parent, and with --idle the handler of SIGTERM and
+ * SIGINT that the ranks inherit. 0, or 1 after saying why (with --idle,
+ * the ranks made so far have left and been waited for). */
+static int start_ranks(opts_t *o, ranks_t *rk)
+{
     int conn[2], go[2];
-    if (!pipes || !pids)
+    rk->pipes = calloc(o->world, sizeof(*rk->pipes));
+    rk->pids = calloc(o->world, sizeof(*rk->pids));
+    if (!rk->pipes || !rk->pids)
         return 1;
     if (pipe(conn) != 0 || pipe(go) != 0) {
         perror("pipe");
@@ -584,7 +672,7 @@ int main(int argc, char **argv)
     connect_fd = conn[1];
     go_fd = go[0];
     fflush(stdout); /* nothing buffered for the ranks to print again */
-    if (o.idle_s) {
+    if (o->idle_s) {
         /* the ranks inherit it: SIGTERM ends their stay, and the parent
          * passes its own on to them */
         struct sigaction sa;
@@ -594,35 +682,43 @@ int main(int argc, char **argv)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
     }
-    o.parent = getpid();
-    for (uint32_t r = 0; r < o.world; r++) {
-        if (pipe(pipes[r]) != 0 || (pids[r] = fork()) < 0) {
-            perror(pids[r] < 0 ? "fork" : "pipe");
-            if (o.idle_s) { /* the ranks made so far leave, and are waited for */
+    o->parent = getpid();
+    for (uint32_t r = 0; r < o->world; r++) {
+        if (pipe(rk->pipes[r]) != 0 || (rk->pids[r] = fork()) < 0) {
+            perror(rk->pids[r] < 0 ? "fork" : "pipe");
+            if (o->idle_s) { /* the ranks made so far leave, and are waited for */
                 close(go[1]);
-                pids[r] = 0;
+                rk->pids[r] = 0;
                 idle_stop = 1;
-                idle_wait(pids, r);
+                idle_wait(rk->pids, r);
             }
             return 1;
         }
-        if (pids[r] == 0) {
-            close(pipes[r][0]);
+        if (rk->pids[r] == 0) {
+            close(rk->pipes[r][0]);
             close(conn[0]);
             close(go[1]);
-            start_rank(&o, r, pipes[r][1]);
+            start_rank(o, r, rk->pipes[r][1]);
         }
-        close(pipes[r][1]);
+        close(rk->pipes[r][1]);
     }
     close(conn[1]);
     close(go[0]);
-    /* Every rank connected, or the first that could not says why. */
+    rk->conn = conn[0];
+    rk->go = go[1];
+    return 0;
+}
+
+/* Whether every rank connected: reads their bytes (rank_connected) until
+ * all have, or the first that could not says why, which goes to stderr. */
+static bool ranks_connected(const opts_t *o, const ranks_t *rk)
+{
     char cmsg[1024];
     bool connected = true;
-    for (uint32_t nconn = 0; nconn < o.world && connected;) {
+    for (uint32_t nconn = 0; nconn < o->world && connected;) {
         ssize_t n;
         do
-            n = read(conn[0], cmsg, sizeof(cmsg) - 1);
+            n = read(rk->conn, cmsg, sizeof(cmsg) - 1);
         while (n < 0 && errno == EINTR);
         if (n <= 0) {
             connected = false;
@@ -642,146 +738,237 @@ int main(int argc, char **argv)
             fprintf(stderr, "ovl-demo: %s\n", cmsg + i + 1);
         }
     }
-    close(conn[0]);
-    if (!connected) {
-        close(go[1]); /* the connected ranks read EOF and end */
-        for (uint32_t r = 0; r < o.world; r++) {
-            kill(pids[r], SIGTERM);
-            waitpid(pids[r], NULL, 0);
-        }
-        free(pipes);
-        free(pids);
-        return 1;
+    return connected;
+}
+
+/* Ends the ranks before they run: the connected ones read EOF on go_fd and
+ * end, the others are sent SIGTERM; every one is waited for. */
+static void stop_ranks(const opts_t *o, const ranks_t *rk)
+{
+    close(rk->go);
+    for (uint32_t r = 0; r < o->world; r++) {
+        kill(rk->pids[r], SIGTERM);
+        waitpid(rk->pids[r], NULL, 0);
     }
-    if (o.idle_s)
-        printf("ovl-demo: job '%s', world %u, idle: no ops\n", o.job, o.world);
+}
+
+/* The run's header, once every rank connected: the job and its shapes (or
+ * --idle's), then the socket and the rule that chose it. */
+static void print_header(const opts_t *o, const char *rule)
+{
+    char bs[256] = ""; /* ", 3 Bs (n=384,64,96)": at most 8 numbers of 20 digits */
+    if (o->nb > 1) {
+        size_t len = (size_t)snprintf(bs, sizeof(bs), ", %u Bs (n=%" PRIu64, o->nb, o->n);
+        for (uint32_t i = 1; i < o->nb && len < sizeof(bs); i++)
+            len += (size_t)snprintf(bs + len, sizeof(bs) - len, ",%" PRIu64, o->more_n[i - 1]);
+        if (len < sizeof(bs))
+            snprintf(bs + len, sizeof(bs) - len, ")");
+    }
+    if (o->idle_s)
+        printf("ovl-demo: job '%s', world %u, idle: no ops\n", o->job, o->world);
     else
         printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
                "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
-               o.job, o.world, o.m, o.n, o.k, bs, ovl_dtype_name(o.dtype),
-               o.transb ? ", transb" : "", o.a_out ? ", a_out" : "", o.iters,
-               o.iters == 1 ? "" : "s", o.seed);
-    printf("ovl-demo: socket %s (%s)\n", o.socket, rule);
+               o->job, o->world, o->m, o->n, o->k, bs, ovl_dtype_name(o->dtype),
+               o->transb ? ", transb" : "", o->a_out ? ", a_out" : "", o->iters,
+               o->iters == 1 ? "" : "s", o->seed);
+    printf("ovl-demo: socket %s (%s)\n", o->socket, rule);
     fflush(stdout);
-    for (uint32_t r = 0; r < o.world; r++)
-        if (write(go[1], "g", 1) != 1)
+}
+
+/* Lets every rank go on (a byte each on go_fd). */
+static void release_ranks(const opts_t *o, const ranks_t *rk)
+{
+    for (uint32_t r = 0; r < o->world; r++)
+        if (write(rk->go, "g", 1) != 1)
             perror("write");
-    close(go[1]);
-    if (o.idle_s) {
-        for (uint32_t r = 0; r < o.world; r++)
-            close(pipes[r][0]);
-        int rc = idle_wait(pids, o.world);
-        free(pipes);
-        free(pids);
-        return rc;
-    }
-    result_t all[64][MAX_ALGOS + 1];
-    memset(all, 0, sizeof(all));
+    close(rk->go);
+}
+
+/* Waits for every rank and reads its results into all (a rank's that sent
+ * none say so). A rank that fails early leaves the others waiting for it
+ * forever (as NCCL ranks would), so the first failure ends the rest.
+ * Results are small: they wait in the pipes until every rank is gone.
+ * true if every rank ended well and sent its results. */
+static bool collect_results(const opts_t *o, const ranks_t *rk, result_t (*all)[MAX_ALGOS + 1])
+{
+    memset(all, 0, 64 * sizeof(*all));
     for (uint32_t r = 0; r < 64; r++)
         for (int i = 0; i <= MAX_ALGOS; i++) {
             all[r][i].status = OVL_ERR_AGAIN; /* no result unless a rank sends one */
             snprintf(all[r][i].msg, sizeof(all[r][i].msg), "rank %u sent no result", r);
         }
     bool ok = true;
-    /* A rank that fails early leaves the others waiting for it forever (as
-     * NCCL ranks would), so the first failure ends the rest. Results are
-     * small: they wait in the pipes until every rank is gone. */
-    for (uint32_t left = o.world; left > 0; left--) {
+    for (uint32_t left = o->world; left > 0; left--) {
         int ws;
         pid_t pid = waitpid(-1, &ws, 0);
         if (pid < 0)
             break;
         if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
             continue;
-        for (uint32_t r = 0; r < o.world; r++)
-            if (pids[r] == pid && ok)
+        for (uint32_t r = 0; r < o->world; r++)
+            if (rk->pids[r] == pid && ok)
                 fprintf(stderr, "ovl-demo: rank %u failed; stopping the others\n", r);
         if (ok)
-            for (uint32_t r = 0; r < o.world; r++)
-                if (pids[r] != pid)
-                    kill(pids[r], SIGTERM);
+            for (uint32_t r = 0; r < o->world; r++)
+                if (rk->pids[r] != pid)
+                    kill(rk->pids[r], SIGTERM);
         ok = false;
     }
-    for (uint32_t r = 0; r < o.world; r++) {
-        ssize_t got = read(pipes[r][0], all[r], sizeof(all[r]));
-        close(pipes[r][0]);
+    for (uint32_t r = 0; r < o->world; r++) {
+        ssize_t got = read(rk->pipes[r][0], all[r], sizeof(all[r]));
+        close(rk->pipes[r][0]);
         if (got != (ssize_t)sizeof(all[r]))
             ok = false;
     }
+    return ok;
+}
+
+/* One algorithm's row of the table: the worst of every rank's results. */
+typedef struct row {
+    double err, ms, err_b[OVL_MAX_BS];
+    double sub50, sub99, pace50, pace99; /* --timing's columns */
+    bool ok;
+    const char *why; /* where not ok: a rank's message, a fixed text or why_b */
+    char why_b[32];
+} row_t;
+
+/* Algorithm number ai's row from every rank's results in all, checked
+ * against the tolerance tol. */
+static void algo_row(const opts_t *o, result_t (*all)[MAX_ALGOS + 1], int ai, double tol,
+                     row_t *row)
+{
+    memset(row, 0, sizeof(*row));
+    row->ok = true;
+    row->why = "";
+    for (uint32_t r = 0; r < o->world; r++) {
+        const result_t *rs = &all[r][ai];
+        if (rs->status != OVL_OK) {
+            row->ok = false;
+            row->why = rs->msg[0] ? rs->msg : "no result";
+            row->err = INFINITY;
+            for (uint32_t i = 0; i < o->nb; i++)
+                row->err_b[i] = INFINITY;
+            continue;
+        }
+        for (uint32_t i = 0; i < o->nb; i++)
+            if (!(rs->rel_err_b[i] <= row->err_b[i])) /* NaN counts as worse */
+                row->err_b[i] = rs->rel_err_b[i];
+        if (!(rs->rel_err <= row->err))
+            row->err = rs->rel_err;
+        if (o->a_out && !rs->a_out_ok) {
+            row->ok = false;
+            row->why = "gathered A differs";
+        }
+        if (rs->ms > row->ms)
+            row->ms = rs->ms;
+        if (rs->submit_p50_us > row->sub50)
+            row->sub50 = rs->submit_p50_us;
+        if (rs->submit_p99_us > row->sub99)
+            row->sub99 = rs->submit_p99_us;
+        if (rs->paced_p50_us > row->pace50)
+            row->pace50 = rs->paced_p50_us;
+        if (rs->paced_p99_us > row->pace99)
+            row->pace99 = rs->paced_p99_us;
+    }
+    if (!(row->err < tol)) {
+        if (row->ok && o->nb > 1) {
+            /* the first C over it */
+            uint32_t i = 0;
+            while (i + 1 < o->nb && row->err_b[i] < tol)
+                i++;
+            snprintf(row->why_b, sizeof(row->why_b), "C%u's error above tolerance", i);
+            row->why = row->why_b;
+        } else if (row->ok) {
+            row->why = "error above tolerance";
+        }
+        row->ok = false;
+    }
+}
+
+/* Algorithm number ai's row (flop: the work of one op), and with several
+ * Bs each C's under it (the row's error is the worst). */
+static void print_row(const opts_t *o, int ai, const row_t *row, double flop, double tol)
+{
+    char sub[80] = "";
+    if (o->timing)
+        snprintf(sub, sizeof(sub), "%13.1f  %13.1f  %12.1f  %12.1f  ", row->sub50, row->sub99,
+                 row->pace50, row->pace99);
+    printf("%-12s %10.3f %10.2f %12.3e  %s%s%s%s\n", ovl_algo_name(o->algos[ai]), row->ms,
+           row->ms > 0 ? flop / (row->ms * 1e-3) / 1e9 : 0.0, row->err, sub,
+           row->ok ? "OK" : "FAIL", row->ok ? "" : ": ", row->why);
+    for (uint32_t i = 0; i < o->nb && o->nb > 1; i++) {
+        char name[48];
+        snprintf(name, sizeof(name), "C%u n=%" PRIu64, i, ovl_demo_bn(o, i));
+        printf("  %-21s %21s %12.3e  %s\n", name, "", row->err_b[i],
+               row->err_b[i] < tol ? "OK" : "FAIL");
+    }
+}
+
+/* The table of results, one row per algorithm, and the verdict; ok: the
+ * ranks ended well and sent their results (collect_results). true if
+ * every check passed. */
+static bool print_results(const opts_t *o, result_t (*all)[MAX_ALGOS + 1], bool ok)
+{
     double ntotal = 0; /* every B's columns: the work of one op */
-    for (uint32_t i = 0; i < o.nb; i++)
-        ntotal += (double)ovl_demo_bn(&o, i);
-    double flop = 2.0 * (double)o.world * (double)o.m * ntotal * (double)o.k;
-    double tol = ovl_demo_tolerance(o.dtype);
+    for (uint32_t i = 0; i < o->nb; i++)
+        ntotal += (double)ovl_demo_bn(o, i);
+    double flop = 2.0 * (double)o->world * (double)o->m * ntotal * (double)o->k;
+    double tol = ovl_demo_tolerance(o->dtype);
     printf("\n%-12s %10s %10s %12s  %s%s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error",
-           o.timing ? "submit p50 us  submit p99 us  paced p50 us  paced p99 us  " : "", "check");
-    for (int ai = 0; ai < o.nalgos; ai++) {
-        double err = 0, ms = 0, err_b[OVL_MAX_BS] = {0}, sub50 = 0, sub99 = 0, pace50 = 0,
-               pace99 = 0;
-        bool row_ok = true;
-        const char *why = "";
-        char why_b[32];
-        for (uint32_t r = 0; r < o.world; r++) {
-            const result_t *rs = &all[r][ai];
-            if (rs->status != OVL_OK) {
-                row_ok = false;
-                why = rs->msg[0] ? rs->msg : "no result";
-                err = INFINITY;
-                for (uint32_t i = 0; i < o.nb; i++)
-                    err_b[i] = INFINITY;
-                continue;
-            }
-            for (uint32_t i = 0; i < o.nb; i++)
-                if (!(rs->rel_err_b[i] <= err_b[i])) /* NaN counts as worse */
-                    err_b[i] = rs->rel_err_b[i];
-            if (!(rs->rel_err <= err))
-                err = rs->rel_err;
-            if (o.a_out && !rs->a_out_ok) {
-                row_ok = false;
-                why = "gathered A differs";
-            }
-            if (rs->ms > ms)
-                ms = rs->ms;
-            if (rs->submit_p50_us > sub50)
-                sub50 = rs->submit_p50_us;
-            if (rs->submit_p99_us > sub99)
-                sub99 = rs->submit_p99_us;
-            if (rs->paced_p50_us > pace50)
-                pace50 = rs->paced_p50_us;
-            if (rs->paced_p99_us > pace99)
-                pace99 = rs->paced_p99_us;
-        }
-        if (!(err < tol)) {
-            if (row_ok && o.nb > 1) {
-                /* the first C over it */
-                uint32_t i = 0;
-                while (i + 1 < o.nb && err_b[i] < tol)
-                    i++;
-                snprintf(why_b, sizeof(why_b), "C%u's error above tolerance", i);
-                why = why_b;
-            } else if (row_ok) {
-                why = "error above tolerance";
-            }
-            row_ok = false;
-        }
-        ok = ok && row_ok;
-        char sub[80] = "";
-        if (o.timing)
-            snprintf(sub, sizeof(sub), "%13.1f  %13.1f  %12.1f  %12.1f  ", sub50, sub99, pace50,
-                     pace99);
-        printf("%-12s %10.3f %10.2f %12.3e  %s%s%s%s\n", ovl_algo_name(o.algos[ai]), ms,
-               ms > 0 ? flop / (ms * 1e-3) / 1e9 : 0.0, err, sub, row_ok ? "OK" : "FAIL",
-               row_ok ? "" : ": ", why);
-        /* several Bs: each C under its algorithm (the row's error is the worst) */
-        for (uint32_t i = 0; i < o.nb && o.nb > 1; i++) {
-            char name[48];
-            snprintf(name, sizeof(name), "C%u n=%" PRIu64, i, ovl_demo_bn(&o, i));
-            printf("  %-21s %21s %12.3e  %s\n", name, "", err_b[i], err_b[i] < tol ? "OK" : "FAIL");
-        }
+           o->timing ? "submit p50 us  submit p99 us  paced p50 us  paced p99 us  " : "", "check");
+    for (int ai = 0; ai < o->nalgos; ai++) {
+        row_t row;
+        algo_row(o, all, ai, tol, &row);
+        ok = ok && row.ok;
+        print_row(o, ai, &row, flop, tol);
     }
     printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||%s, reference in double precision)\n",
-           ok ? "all checks passed" : "CHECKS FAILED", tol, o.nb > 1 ? " of every C" : "");
-    free(pipes);
-    free(pids);
-    return ok ? 0 : 1;
+           ok ? "all checks passed" : "CHECKS FAILED", tol, o->nb > 1 ? " of every C" : "");
+    return ok;
+}
+
+/* A run's end, once the ranks go on: their results, the table; the exit
+ * status (0 if every check passed). */
+static int run_results(const opts_t *o, const ranks_t *rk)
+{
+    result_t all[64][MAX_ALGOS + 1];
+    bool ok = collect_results(o, rk, all);
+    return print_results(o, all, ok) ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    ranks_t rk = {NULL, NULL, -1, -1};
+    char sock[4096];
+    const char *rule;
+    int rc = demo_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (demo_socket(&o, sock, sizeof(sock), &rule) != 0)
+        return 2;
+    rc = 1;
+    if (start_ranks(&o, &rk) != 0)
+        goto out;
+    /* Every rank connected, or the first that could not says why. */
+    bool connected = ranks_connected(&o, &rk);
+    close(rk.conn);
+    if (!connected) {
+        stop_ranks(&o, &rk);
+        goto out;
+    }
+    print_header(&o, rule);
+    release_ranks(&o, &rk);
+    if (o.idle_s) {
+        for (uint32_t r = 0; r < o.world; r++)
+            close(rk.pipes[r][0]);
+        rc = idle_wait(rk.pids, o.world);
+    } else {
+        rc = run_results(&o, &rk);
+    }
+out:
+    free(rk.pipes);
+    free(rk.pids);
+    return rc;
 }

@@ -447,11 +447,11 @@ static int parse_sizes(const char *arg, uint64_t *sizes, uint32_t *ret_n)
     return bad;
 }
 
-/* The plan's node_of for --nodes (node-major, world/nodes each) or
- * --local-ranks (node-major, the sizes given) into *ret (the caller frees
- * it); 0, or EXIT_USAGE after saying why. */
-static int plan_topology(uint32_t world, uint64_t nodes, const uint64_t *sizes, uint32_t nsizes,
-                         bool daemon, uint32_t **ret)
+/* The checks of the plan's topology, --nodes (node-major, world/nodes
+ * each) or --local-ranks (node-major, the sizes given): 0, or EXIT_USAGE
+ * after saying why. */
+static int plan_topology_check(uint32_t world, uint64_t nodes, const uint64_t *sizes,
+                               uint32_t nsizes, bool daemon)
 {
     uint64_t total = 0;
     if (nodes && nsizes) {
@@ -480,11 +480,17 @@ static int plan_topology(uint32_t world, uint64_t nodes, const uint64_t *sizes, 
                 (unsigned long long)total, world);
         return EXIT_USAGE;
     }
+    return 0;
+}
+
+/* The plan's node_of (world entries; the caller frees it) for a topology
+ * that plan_topology_check passed: --nodes (nodes > 0), else the sizes of
+ * --local-ranks. NULL if out of memory. */
+static uint32_t *plan_node_of(uint32_t world, uint64_t nodes, const uint64_t *sizes)
+{
     uint32_t *node_of = malloc(world * sizeof(*node_of));
-    if (!node_of) {
-        fprintf(stderr, "ovlctl: out of memory\n");
-        return 1;
-    }
+    if (!node_of)
+        return NULL;
     for (uint32_t q = 0, n = 0, left = nodes ? world / (uint32_t)nodes : (uint32_t)sizes[0];
          q < world; q++) {
         if (left == 0) {
@@ -494,8 +500,7 @@ static int plan_topology(uint32_t world, uint64_t nodes, const uint64_t *sizes, 
         node_of[q] = n;
         left--;
     }
-    *ret = node_of;
-    return 0;
+    return node_of;
 }
 
 /*
@@ -533,25 +538,202 @@ static void note_ignored(const char *text, uint32_t chunks, uint32_t streams)
     }
 }
 
-static int cmd_plan(int argc, char **argv)
+/* getopt_long's values for the options of `ovlctl plan` that have no
+ * short form. */
+enum {
+    O_ALGO = 1,
+    O_WORLD,
+    O_RANK,
+    O_CHUNKS,
+    O_STREAMS,
+    O_DTYPE,
+    O_AOUT,
+    O_TRANSB,
+    O_STRIDED,
+    O_SHARED_GPU,
+    O_ALLGATHER,
+    O_MORE_N,
+    O_DAEMON,
+    O_NODES,
+    O_LOCAL_RANKS
+};
+
+/* `ovlctl plan`'s options, read by plan_options. Once they passed its
+ * checks, p holds the op and the planner's knobs (world, rank, chunks and
+ * streams in range; node_of NULL: plan_here makes it from the topology). */
+typedef struct plan_opts {
+    ovl_plan_params_t p;
+    uint64_t world, rank, chunks, streams; /* as given, range-checked at the end */
+    bool have_world, have_rank;
+    bool daemon;     /* --daemon: ovld plans, not ovlctl */
+    bool local_only; /* --strided, --shared-gpu or --allgather: not with --daemon */
+    /* the topology: --nodes (nodes > 0), or --local-ranks' sizes */
+    uint64_t nodes, sizes[OVL_PLAN_MAX_WORLD];
+    uint32_t nsizes;
+} plan_opts_t;
+
+/* --more-n's comma-separated list (B 1's n, B 2's, ...) into p's Bs after
+ * the first. 0, or the exit status after saying why: EXIT_USAGE, or
+ * EXIT_FAILURE out of memory. */
+static int parse_more_n(const char *arg, ovl_plan_params_t *p)
 {
-    enum {
-        O_ALGO = 1,
-        O_WORLD,
-        O_RANK,
-        O_CHUNKS,
-        O_STREAMS,
-        O_DTYPE,
-        O_AOUT,
-        O_TRANSB,
-        O_STRIDED,
-        O_SHARED_GPU,
-        O_ALLGATHER,
-        O_MORE_N,
-        O_DAEMON,
-        O_NODES,
-        O_LOCAL_RANKS
-    };
+    char *list = strdup(arg), *save = NULL;
+    int bad = 0;
+    if (!list) {
+        fprintf(stderr, "ovlctl: out of memory\n");
+        return EXIT_FAILURE;
+    }
+    p->nb = 1;
+    for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+        if (p->nb >= OVL_PLAN_MAX_BS) {
+            fprintf(stderr, "ovlctl: --more-n: at most %d Bs after the first\n",
+                    OVL_PLAN_MAX_BS - 1);
+            bad = -1;
+            break;
+        }
+        bad = parse_u64("--more-n", t, &p->n_more[p->nb - 1]);
+        if (!bad && p->n_more[p->nb - 1] == 0) {
+            fprintf(stderr, "ovlctl: --more-n: every n must be positive\n");
+            bad = -1;
+        }
+        p->nb++;
+    }
+    free(list);
+    return bad ? EXIT_USAGE : 0;
+}
+
+/* One option of `ovlctl plan` (getopt_long's c, and arg its optarg) into
+ * o: -1 to go on, else the exit status (0 after --help; EXIT_USAGE, or
+ * EXIT_FAILURE out of memory, after saying why). */
+static int plan_option(plan_opts_t *o, int c, const char *arg)
+{
+    ovl_plan_params_t *p = &o->p;
+    int bad = 0;
+    switch (c) {
+    case O_ALGO:
+        if (ovl_algo_parse(arg, &p->algo) != OVL_OK) {
+            fprintf(stderr, "ovlctl: --algo: unknown algorithm '%s'\n", arg);
+            return EXIT_USAGE;
+        }
+        break;
+    case O_DTYPE:
+        if (ovl_dtype_parse(arg, &p->dtype) != OVL_OK) {
+            fprintf(stderr, "ovlctl: --dtype: unknown dtype '%s'\n", arg);
+            return EXIT_USAGE;
+        }
+        break;
+    case O_WORLD:
+        bad = parse_u64("--world", arg, &o->world);
+        o->have_world = true;
+        break;
+    case O_RANK:
+        bad = parse_u64("--rank", arg, &o->rank);
+        o->have_rank = true;
+        break;
+    case O_CHUNKS:
+        bad = parse_u64("--chunks", arg, &o->chunks);
+        break;
+    case O_STREAMS:
+        bad = parse_u64("--streams", arg, &o->streams);
+        break;
+    case 'm':
+        bad = parse_u64("-m", arg, &p->m);
+        break;
+    case 'n':
+        bad = parse_u64("-n", arg, &p->n);
+        break;
+    case 'k':
+        bad = parse_u64("-k", arg, &p->k);
+        break;
+    case O_AOUT:
+        p->want_gathered = true;
+        break;
+    case O_TRANSB:
+        p->transb = true;
+        break;
+    case O_STRIDED:
+        p->strided = true;
+        o->local_only = true;
+        break;
+    case O_SHARED_GPU:
+        p->shared_gpu = true;
+        o->local_only = true;
+        break;
+    case O_ALLGATHER:
+        if (ovl_ag_pref_parse(arg, &p->allgather) != OVL_OK) {
+            fprintf(stderr, "ovlctl: --allgather: '%s' is not one of auto, nccl, copy\n", arg);
+            return EXIT_USAGE;
+        }
+        o->local_only = true;
+        break;
+    case O_MORE_N: {
+        int rc = parse_more_n(arg, p);
+        if (rc)
+            return rc;
+        break;
+    }
+    case O_DAEMON:
+        o->daemon = true;
+        break;
+    case O_NODES:
+        bad = parse_u64("--nodes", arg, &o->nodes);
+        if (!bad && o->nodes == 0) {
+            fprintf(stderr, "ovlctl: --nodes: at least 1\n");
+            bad = -1;
+        }
+        break;
+    case O_LOCAL_RANKS:
+        bad = parse_sizes(arg, o->sizes, &o->nsizes);
+        break;
+    case 'h':
+        usage(stdout);
+        return 0;
+    default:
+        return EXIT_USAGE;
+    }
+    return bad ? EXIT_USAGE : -1;
+}
+
+/* The checks of `ovlctl plan`'s options together, once every one is read;
+ * they set o->p's world, rank, chunks and streams. -1 to go on, else
+ * EXIT_USAGE after saying why. */
+static int plan_check(plan_opts_t *o)
+{
+    ovl_plan_params_t *p = &o->p;
+    if (!o->have_world || !o->have_rank || !p->m || !p->n || !p->k) {
+        fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
+        return EXIT_USAGE;
+    }
+    if (o->daemon && o->local_only) {
+        /* The Plan request carries the op (shape, Bs, transb) and the
+         * algorithm's knobs; the daemon plans a dense op of a job whose
+         * ranks have GPUs of their own, gathered as its allgather setting
+         * says: those come from its jobs and its configuration. */
+        fprintf(stderr, "ovlctl plan: --strided, --shared-gpu and --allgather plan here only, not "
+                        "with --daemon (ovld takes them from its jobs and its allgather "
+                        "setting)\n");
+        return EXIT_USAGE;
+    }
+    if (o->world > UINT32_MAX || o->rank > UINT32_MAX || o->chunks > UINT32_MAX ||
+        o->streams > UINT32_MAX) {
+        fprintf(stderr, "ovlctl plan: a value is out of range\n");
+        return EXIT_USAGE;
+    }
+    p->world = (uint32_t)o->world;
+    p->rank = (uint32_t)o->rank;
+    p->chunks = (uint32_t)o->chunks;
+    p->streams = (uint32_t)o->streams;
+    if ((o->nodes || o->nsizes) &&
+        plan_topology_check(p->world, o->nodes, o->sizes, o->nsizes, o->daemon))
+        return EXIT_USAGE;
+    return -1;
+}
+
+/* `ovlctl plan`'s options into *o, checked: -1 to go on, else the exit
+ * status (0 after --help; EXIT_USAGE, or EXIT_FAILURE out of memory, after
+ * saying why). */
+static int plan_options(int argc, char **argv, plan_opts_t *o)
+{
     static const struct option opts[] = {
         {"algo", required_argument, NULL, O_ALGO},
         {"world", required_argument, NULL, O_WORLD},
@@ -571,204 +753,97 @@ static int cmd_plan(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    ovl_plan_params_t p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16};
-    uint64_t world = 0, rank = 0, chunks = 0, streams = 0;
-    bool have_world = false, have_rank = false, daemon = false, local_only = false;
-    /* the topology: --nodes (nodes > 0), or --local-ranks' sizes */
-    uint64_t nodes = 0, sizes[OVL_PLAN_MAX_WORLD];
-    uint32_t nsizes = 0;
-    uint32_t *node_of = NULL;
-    int c;
+    *o = (plan_opts_t){.p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16}};
+    int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case O_ALGO:
-            if (ovl_algo_parse(optarg, &p.algo) != OVL_OK) {
-                fprintf(stderr, "ovlctl: --algo: unknown algorithm '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case O_DTYPE:
-            if (ovl_dtype_parse(optarg, &p.dtype) != OVL_OK) {
-                fprintf(stderr, "ovlctl: --dtype: unknown dtype '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case O_WORLD:
-            bad = parse_u64("--world", optarg, &world);
-            have_world = true;
-            break;
-        case O_RANK:
-            bad = parse_u64("--rank", optarg, &rank);
-            have_rank = true;
-            break;
-        case O_CHUNKS:
-            bad = parse_u64("--chunks", optarg, &chunks);
-            break;
-        case O_STREAMS:
-            bad = parse_u64("--streams", optarg, &streams);
-            break;
-        case 'm':
-            bad = parse_u64("-m", optarg, &p.m);
-            break;
-        case 'n':
-            bad = parse_u64("-n", optarg, &p.n);
-            break;
-        case 'k':
-            bad = parse_u64("-k", optarg, &p.k);
-            break;
-        case O_AOUT:
-            p.want_gathered = true;
-            break;
-        case O_TRANSB:
-            p.transb = true;
-            break;
-        case O_STRIDED:
-            p.strided = true;
-            local_only = true;
-            break;
-        case O_SHARED_GPU:
-            p.shared_gpu = true;
-            local_only = true;
-            break;
-        case O_ALLGATHER:
-            if (ovl_ag_pref_parse(optarg, &p.allgather) != OVL_OK) {
-                fprintf(stderr, "ovlctl: --allgather: '%s' is not one of auto, nccl, copy\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
-            local_only = true;
-            break;
-        case O_MORE_N: {
-            /* comma-separated: B 1's n, B 2's, ... */
-            char *list = strdup(optarg), *save = NULL;
-            if (!list) {
-                fprintf(stderr, "ovlctl: out of memory\n");
-                return EXIT_FAILURE;
-            }
-            p.nb = 1;
-            for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
-                if (p.nb >= OVL_PLAN_MAX_BS) {
-                    fprintf(stderr, "ovlctl: --more-n: at most %d Bs after the first\n",
-                            OVL_PLAN_MAX_BS - 1);
-                    bad = -1;
-                    break;
-                }
-                bad = parse_u64("--more-n", t, &p.n_more[p.nb - 1]);
-                if (!bad && p.n_more[p.nb - 1] == 0) {
-                    fprintf(stderr, "ovlctl: --more-n: every n must be positive\n");
-                    bad = -1;
-                }
-                p.nb++;
-            }
-            free(list);
-            break;
-        }
-        case O_DAEMON:
-            daemon = true;
-            break;
-        case O_NODES:
-            bad = parse_u64("--nodes", optarg, &nodes);
-            if (!bad && nodes == 0) {
-                fprintf(stderr, "ovlctl: --nodes: at least 1\n");
-                bad = -1;
-            }
-            break;
-        case O_LOCAL_RANKS:
-            bad = parse_sizes(optarg, sizes, &nsizes);
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            return EXIT_USAGE;
-        }
-        if (bad)
-            return EXIT_USAGE;
-    }
+    while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1)
+        if ((rc = plan_option(o, c, optarg)) >= 0)
+            return rc;
     if (optind < argc) {
         fprintf(stderr, "ovlctl plan: unexpected argument '%s'\n", argv[optind]);
         return EXIT_USAGE;
     }
-    if (!have_world || !have_rank || !p.m || !p.n || !p.k) {
-        fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
-        return EXIT_USAGE;
+    return plan_check(o);
+}
+
+/* Asks ovld for its plan of p (a dense op of its jobs: p's topology,
+ * strided, shared_gpu and allgather are not sent): libovl_call's status,
+ * and *r the answer where it is OVL_OK (the caller frees it). */
+static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, Ovl__Response **r)
+{
+    Ovl__PlanRequest pr = OVL__PLAN_REQUEST__INIT;
+    pr.algo = (Ovl__Algo)p->algo;
+    pr.world = p->world;
+    pr.rank = p->rank;
+    pr.m = p->m;
+    pr.n = p->n;
+    pr.k = p->k;
+    pr.dtype = (Ovl__DType)p->dtype;
+    pr.chunks = p->chunks;
+    pr.streams = p->streams;
+    pr.want_gathered = p->want_gathered;
+    pr.transb = p->transb;
+    uint64_t more_n[OVL_PLAN_MAX_BS - 1];
+    if (p->nb > 1) {
+        /* parsed by parse_more_n: at most OVL_PLAN_MAX_BS Bs */
+        memcpy(more_n, p->n_more, (p->nb - 1) * sizeof(more_n[0]));
+        pr.n_more_n = p->nb - 1;
+        pr.more_n = more_n;
     }
-    if (daemon && local_only) {
-        /* The Plan request carries the op (shape, Bs, transb) and the
-         * algorithm's knobs; the daemon plans a dense op of a job whose
-         * ranks have GPUs of their own, gathered as its allgather setting
-         * says: those come from its jobs and its configuration. */
-        fprintf(stderr, "ovlctl plan: --strided, --shared-gpu and --allgather plan here only, not "
-                        "with --daemon (ovld takes them from its jobs and its allgather "
-                        "setting)\n");
-        return EXIT_USAGE;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_PLAN;
+    q.plan = &pr;
+    return libovl_call(cl, &q, NULL, 0, r);
+}
+
+/* ovld's plan text for p on stdout: 0, or 1 (with one line on stderr, and
+ * nothing on stdout) where it is not the plan of p (daemon_planned). */
+static int print_daemon_plan(const char *text, const ovl_plan_params_t *p)
+{
+    if ((p->transb || p->nb > 1) && !daemon_planned(text, p)) {
+        /* An ovld older than the Plan request's transb and more_n ignores
+         * them and plans one B without transb: not the plan asked for. */
+        fprintf(stderr, "ovlctl: plan: ovld ignored --transb or --more-n (it is older than "
+                        "ovlctl); plan here, without --daemon\n");
+        return 1;
     }
-    if (world > UINT32_MAX || rank > UINT32_MAX || chunks > UINT32_MAX || streams > UINT32_MAX) {
-        fprintf(stderr, "ovlctl plan: a value is out of range\n");
-        return EXIT_USAGE;
+    note_ignored(text, p->chunks, p->streams);
+    print_lines(stdout, text);
+    return 0;
+}
+
+/* `ovlctl plan --daemon`: ovld's plan of p, printed. The exit status. */
+static int plan_daemon(const ovl_plan_params_t *p)
+{
+    ovl_client_t *cl;
+    if (connect_or_die(&cl))
+        return 1;
+    Ovl__Response *r;
+    int rc = 1;
+    if (plan_request(cl, p, &r) != OVL_OK) {
+        fprintf(stderr, "ovlctl: plan: %s\n", term(ovl_last_error(cl)));
+    } else {
+        rc = print_daemon_plan(r->plan->text, p);
+        libovl_response_free(r);
     }
-    p.world = (uint32_t)world;
-    p.rank = (uint32_t)rank;
-    p.chunks = (uint32_t)chunks;
-    p.streams = (uint32_t)streams;
-    if (nodes || nsizes) {
-        int bad = plan_topology(p.world, nodes, sizes, nsizes, daemon, &node_of);
-        if (bad)
-            return bad;
+    ovl_disconnect(cl);
+    return rc;
+}
+
+/* `ovlctl plan`: the plan of o's options built here (the planner's choice
+ * for auto), printed. The exit status. */
+static int plan_here(const plan_opts_t *o)
+{
+    ovl_plan_params_t p = o->p;
+    uint32_t *node_of = NULL;
+    if (o->nodes || o->nsizes) {
+        node_of = plan_node_of(p.world, o->nodes, o->sizes);
+        if (!node_of) {
+            fprintf(stderr, "ovlctl: out of memory\n");
+            return 1;
+        }
         p.node_of = node_of;
     }
-
-    if (daemon) {
-        ovl_client_t *cl;
-        if (connect_or_die(&cl))
-            return 1;
-        Ovl__PlanRequest pr = OVL__PLAN_REQUEST__INIT;
-        pr.algo = (Ovl__Algo)p.algo;
-        pr.world = p.world;
-        pr.rank = p.rank;
-        pr.m = p.m;
-        pr.n = p.n;
-        pr.k = p.k;
-        pr.dtype = (Ovl__DType)p.dtype;
-        pr.chunks = p.chunks;
-        pr.streams = p.streams;
-        pr.want_gathered = p.want_gathered;
-        pr.transb = p.transb;
-        uint64_t more_n[OVL_PLAN_MAX_BS - 1];
-        if (p.nb > 1) {
-            /* parsed above: at most OVL_PLAN_MAX_BS Bs */
-            memcpy(more_n, p.n_more, (p.nb - 1) * sizeof(more_n[0]));
-            pr.n_more_n = p.nb - 1;
-            pr.more_n = more_n;
-        }
-        Ovl__Request q = OVL__REQUEST__INIT;
-        q.body_case = OVL__REQUEST__BODY_PLAN;
-        q.plan = &pr;
-        Ovl__Response *r;
-        if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK) {
-            fprintf(stderr, "ovlctl: plan: %s\n", term(ovl_last_error(cl)));
-            ovl_disconnect(cl);
-            return 1;
-        }
-        int rc = 0;
-        if ((p.transb || p.nb > 1) && !daemon_planned(r->plan->text, &p)) {
-            /* An ovld older than the Plan request's transb and more_n
-             * ignores them and plans one B without transb: not the plan
-             * asked for. */
-            fprintf(stderr, "ovlctl: plan: ovld ignored --transb or --more-n (it is older than "
-                            "ovlctl); plan here, without --daemon\n");
-            rc = 1;
-        } else {
-            note_ignored(r->plan->text, p.chunks, p.streams);
-            print_lines(stdout, r->plan->text);
-        }
-        libovl_response_free(r);
-        ovl_disconnect(cl);
-        return rc;
-    }
-
     if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.rank < p.world)
         p.algo = ovl_plan_choose(&p);
     ovl_plan_t plan;
@@ -795,6 +870,15 @@ static int cmd_plan(int argc, char **argv)
     free(text);
     ovl_plan_free(&plan);
     return 0;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    plan_opts_t o;
+    int rc = plan_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    return o.daemon ? plan_daemon(&o.p) : plan_here(&o);
 }
 
 /* ---------------------------------------------------------------- stats */
