@@ -240,6 +240,7 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
                         "protocol error: %s: status %" PRId64 ", not a status", msg, r->status);
     o->status = (ovl_status_t)r->status;
     text_of(&r->reason, o->reason, sizeof(o->reason));
+    o->f.kind = OVLD_KIND_AG_GEMM; /* the one kind OpReady carries in this protocol */
     o->f.m = r->m;
     o->f.n = r->n;
     o->f.k = r->k;

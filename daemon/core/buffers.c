@@ -2,6 +2,7 @@
  * buffers.c: see buffers.h.
  */
 #include "buffers.h"
+#include "kind.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -176,42 +177,32 @@ ovl_status_t ovld_buf_resolve(const ovld_registry_t *table, const char *name, ui
 ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, uint32_t device,
                                  ovld_op_desc_t *q, char *msg, size_t len)
 {
-    /* dtype, m, n, k passed the boundary (request.h); what is left depends
-     * on the job and the registrations */
+    /* the kind, dtype and the kind's fields passed the boundary
+     * (request.h); what is left depends on the job and the registrations */
+    const ovld_kind_t *kind = ovld_kind(q->kind);
+    if (!kind) {
+        snprintf(msg, len, "no op kind %u", q->kind);
+        return OVL_ERR_INVALID;
+    }
     size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
-    uint64_t rows_all;
-    if (__builtin_mul_overflow(q->m, (uint64_t)world, &rows_all)) {
-        snprintf(msg, len, "m * world overflows");
-        return OVL_ERR_RANGE;
-    }
-    uint64_t shape[OVLD_BUF_COUNT][2] = {
-        [OVLD_BUF_A] = {q->m, q->k},
-        [OVLD_BUF_AOUT] = {rows_all, q->k},
-    };
-    bool wanted[OVLD_BUF_COUNT] = {[OVLD_BUF_A] = true};
-    uint32_t nb = q->nb ? q->nb : 1; /* 1..OVLD_MAX_BS: request.c checked */
-    for (uint32_t i = 0; i < nb && i < OVLD_MAX_BS; i++) {
-        uint64_t n = i == 0 ? q->n : q->n_more[i - 1];
-        shape[ovld_buf_b(i)][0] = q->transb ? n : q->k;
-        shape[ovld_buf_b(i)][1] = q->transb ? q->k : n;
-        shape[ovld_buf_c(i)][0] = rows_all;
-        shape[ovld_buf_c(i)][1] = n;
-        wanted[ovld_buf_b(i)] = wanted[ovld_buf_c(i)] = true;
-    }
-    ovl_status_t st = OVL_OK;
+    ovld_buf_shape_t shape[OVLD_BUF_COUNT];
+    ovl_status_t st = kind->buf_shapes(q, world, shape, msg, len);
+    if (st != OVL_OK)
+        return st;
     for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
         const ovld_buf_ref_t *ref = &q->buf[b];
-        if (!wanted[b] && b != OVLD_BUF_AOUT)
-            continue; /* a B (or C) past the op's nb: not the op's */
+        if (!shape[b].required && !shape[b].optional)
+            continue; /* not the op's (a B or C past its nb) */
         if (!ref->given) {
-            if (b == OVLD_BUF_AOUT)
-                continue; /* optional: ovld gathers into its scratch */
-            snprintf(msg, len, "%s: no buffer given", ovld_buf_name(b));
+            if (shape[b].optional)
+                continue; /* the plans do without it */
+            snprintf(msg, len, "%s: no buffer given", kind->buf_name(b));
             st = OVL_ERR_INVALID;
             break;
         }
-        st = ovld_buf_resolve(table, ovld_buf_name(b), ref->mem_id, ref->offset, ref->ld,
-                              shape[b][0], shape[b][1], elem, (int)device, &q->use[b], msg, len);
+        st =
+            ovld_buf_resolve(table, kind->buf_name(b), ref->mem_id, ref->offset, ref->ld,
+                             shape[b].rows, shape[b].cols, elem, (int)device, &q->use[b], msg, len);
     }
     if (st != OVL_OK)
         for (int b = 0; b < OVLD_BUF_COUNT; b++) {

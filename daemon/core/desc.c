@@ -1,54 +1,33 @@
 /*
- * desc.c: what desc.h says of an op beyond its fields: its buffers' names,
- * where two ranks' ops differ, and the plan parameters it becomes. The one
- * place each is done: the server, the op queue and the cluster (matching
- * ranks on one node, and nodes at the coordinator) call these.
+ * desc.c: what desc.h says of an op beyond its fields, whatever its kind:
+ * its buffers' names and where two ranks' ops differ (each from the kind's
+ * entry, kind.h), and the configuration's defaults of plan parameters.
+ * The server, the op queue and the cluster (matching ranks on one node,
+ * and nodes at the coordinator) call these.
  */
 #include <stdio.h>
 
 #include "desc.h"
+#include "kind.h"
 
-const char *ovld_buf_name(int which)
+const char *ovld_buf_name(uint32_t kind, int which)
 {
-    static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1", "b2", "b3", "b4", "b5",
-                                        "b6", "b7", "c1", "c2",    "c3", "c4", "c5", "c6", "c7"};
-    _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
-    return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : "?";
+    const ovld_kind_t *k = ovld_kind(kind);
+    const char *name = k ? k->buf_name(which) : NULL;
+    return name ? name : "?";
 }
 
 bool ovld_op_fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
                            size_t whatlen, uint64_t *ret_a, uint64_t *ret_b)
 {
-    const struct {
-        const char *name;
-        uint64_t a, b;
-    } f[] = {
-        {"m", a->m, b->m},
-        {"n", a->n, b->n},
-        {"k", a->k, b->k},
-        {"dtype", a->dtype, b->dtype},
-        {"transb", a->transb, b->transb},
-        {"algo", a->algo, b->algo},
-        {"chunks", a->chunks, b->chunks},
-        {"streams", a->streams, b->streams},
-        {"a_out (given or not)", a->has_aout, b->has_aout},
-        {"nb", a->nb, b->nb},
-    };
-    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-        if (f[i].a != f[i].b) {
-            snprintf(what, whatlen, "%s", f[i].name);
-            *ret_a = f[i].a;
-            *ret_b = f[i].b;
-            return true;
-        }
-    for (uint32_t i = 1; i < a->nb && i < OVLD_MAX_BS; i++)
-        if (a->n_more[i - 1] != b->n_more[i - 1]) {
-            snprintf(what, whatlen, "n of B %u", i);
-            *ret_a = a->n_more[i - 1];
-            *ret_b = b->n_more[i - 1];
-            return true;
-        }
-    return false;
+    const ovld_kind_t *k = ovld_kind(a->kind);
+    if (a->kind != b->kind || !k) {
+        snprintf(what, whatlen, "kind");
+        *ret_a = a->kind;
+        *ret_b = b->kind;
+        return a->kind != b->kind;
+    }
+    return k->fields_differ(a, b, what, whatlen, ret_a, ret_b);
 }
 
 void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_params_t *p)

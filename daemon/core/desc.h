@@ -20,12 +20,20 @@
 
 #define OVLD_JOB_ID_MAX 63
 
+/* The kinds of op (kind.h: each one's entry). 0 names none: a descriptor
+ * of kind 0 is refused. */
+typedef enum ovld_kind_id {
+    OVLD_KIND_NONE = 0,
+    OVLD_KIND_AG_GEMM = 1, /* C = allgather(A) @ B */
+} ovld_kind_id_t;
+
 /* Bs of one op at most (OVL_MAX_BS). */
 #define OVLD_MAX_BS 8
 
-/* The buffers an op names: its shard, the weight, the output, and the
- * gathered A when the client wants it (a_out); with several Bs, B i and
- * C i for i = 1 .. nb-1 (B 0 and C 0 are B and C). */
+/* The slots of the buffers an op names. All-gather + GEMM: its shard, the
+ * weight, the output, and the gathered A when the client wants it (a_out);
+ * with several Bs, B i and C i for i = 1 .. nb-1 (B 0 and C 0 are B and
+ * C). Each kind names the slots it uses (kind.h). */
 enum {
     OVLD_BUF_A,
     OVLD_BUF_B,
@@ -46,9 +54,10 @@ static inline int ovld_buf_c(uint32_t i)
     return i == 0 ? OVLD_BUF_C : OVLD_BUF_C1 + (int)i - 1;
 }
 
-/* Their names in messages: "a", "b", "c", "a_out", "b1".."b7", "c1".."c7"
+/* Slot which's name in messages for ops of kind (all-gather + GEMM: "a",
+ * "b", "c", "a_out", "b1".."b7", "c1".."c7"); "?" where the kind has none
  * (desc.c). */
-const char *ovld_buf_name(int which);
+const char *ovld_buf_name(uint32_t kind, int which);
 
 /* One of them: a registration of the client's connection, the offset of
  * the matrix in it, and its leading dimension (elements). */
@@ -73,6 +82,7 @@ typedef struct ovld_buf_ref {
  * range; after a refusal only comm_id and seq mean anything (the rest is
  * narrowed with saturation, so nothing wraps into a valid value). */
 typedef struct ovld_op_desc {
+    uint32_t kind; /* an ovld_kind_id_t */
     uint64_t comm_id;
     uint64_t seq;
     uint64_t m, n, k;
@@ -91,8 +101,9 @@ typedef struct ovld_op_desc {
 
 /* What every rank of a job must submit alike for an op to run: matched
  * between the ranks of a daemon (opq.c) and between the nodes of a job
- * (cluster.c). */
+ * (cluster/cluster_coord.c). */
 typedef struct ovld_op_fields {
+    uint32_t kind; /* an ovld_kind_id_t: compared first */
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb, has_aout;

@@ -39,8 +39,8 @@ struct ovld_job;
 /* Every job of the daemon, and what they run on. */
 typedef struct ovld_jobs {
     ovld_backend_t *backend;
-    ovld_across_t across; /* jobs across nodes (across.h); .ctx NULL: none */
-    const ovld_config_t *cfg;     /* read at each use: a reload changes it */
+    ovld_across_t across;     /* jobs across nodes (across.h); .ctx NULL: none */
+    const ovld_config_t *cfg; /* read at each use: a reload changes it */
     ovld_counters_t *counters;
     ovld_exec_pool_t *pool;  /* NULL: every rank is issued from one thread */
     ovld_issuer_t *issuer;   /* NULL: ops are issued on the loop thread (unit tests) */
@@ -114,7 +114,6 @@ uint32_t ovld_job_running(const ovld_jobs_t *js);
 /* The backend's completion callback (arg is the ovld_jobs_t). */
 void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
                       const char *message);
-
 
 /* ----------------------------------------------------- what callers see */
 

@@ -15,6 +15,7 @@
 #include "doorbell.h"
 #include "exec.h"
 #include "job_internal.h"
+#include "kind.h"
 #include "log.h"
 #include "plan.h"
 
@@ -176,20 +177,15 @@ static void op_fail_issued(ovld_issue_t *it)
 static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, uint32_t r,
                                     const ovl_plan_t *plan, ovld_exec_rank_t *x)
 {
-    /* The plan's name of each buffer an op gives. */
-    ovl_buf_t plan_buf[OVLD_BUF_COUNT] = {
-        [OVLD_BUF_A] = OVL_BUF_A,
-        [OVLD_BUF_AOUT] = OVL_BUF_G,
-    };
-    for (uint32_t i = 0; i < OVLD_MAX_BS; i++) {
-        plan_buf[ovld_buf_b(i)] = ovl_buf_b(i);
-        plan_buf[ovld_buf_c(i)] = ovl_buf_c(i);
-    }
+    /* each buffer the op gives, under the plan's name for it */
+    const ovld_kind_t *kind = ovld_kind(op->f.kind);
     ovld_sub_t *s = &op->subs[r];
     ovl_status_t st;
-    for (int b = 0; b < OVLD_BUF_COUNT; b++)
-        if (s->use[b].hold)
-            x->buf[plan_buf[b]] = s->use[b].view;
+    for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+        int pb = s->use[b].hold ? kind->plan_buf(b) : -1;
+        if (pb >= 0)
+            x->buf[pb] = s->use[b].view;
+    }
     x->rank = j->members[r]->brank;
     x->plan = plan;
     s->ticket = (ovld_ticket_t){.kind = TICKET_OP, .m = j->members[r], .op = op};
@@ -227,17 +223,14 @@ static ovl_status_t op_scratch(const ovl_plan_params_t *pp, uint64_t *ret)
     return st == OVL_ERR_LIMIT ? st : OVL_OK;
 }
 
-/* NCCL moves a rank's rows only as one dense piece: an A or a_out of any
- * rank here whose leading dimension is not k makes the plans gather by the
- * copy engine. */
+/* Whether the buffers of any rank here force the plans to the copy engine
+ * (the kind says which layouts NCCL cannot move). */
 static bool op_strided(const ovld_job_t *j, const ovld_op_t *op)
 {
-    for (uint32_t r = 0; r < j->world; r++) {
-        const ovld_sub_t *s = &op->subs[r];
-        if ((s->use[OVLD_BUF_A].hold && s->use[OVLD_BUF_A].view.ld != op->f.k) ||
-            (s->use[OVLD_BUF_AOUT].hold && s->use[OVLD_BUF_AOUT].view.ld != op->f.k))
+    const ovld_kind_t *kind = ovld_kind(op->f.kind);
+    for (uint32_t r = 0; r < j->world; r++)
+        if (kind->strided(&op->f, op->subs[r].use))
             return true;
-    }
     return false;
 }
 
@@ -245,22 +238,8 @@ static bool op_strided(const ovld_job_t *j, const ovld_op_t *op)
 static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_t *op,
                       ovl_plan_params_t *pp)
 {
-    *pp = (ovl_plan_params_t){
-        .algo = (ovl_algo_t)op->f.algo,
-        .world = j->world,
-        .m = op->f.m,
-        .n = op->f.n,
-        .k = op->f.k,
-        .dtype = (ovl_dtype_t)op->f.dtype,
-        .chunks = op->f.chunks,
-        .streams = op->f.streams,
-        .want_gathered = op->f.has_aout,
-        .transb = op->f.transb,
-        .shared_gpu = j->shared_gpu,
-        .nb = op->f.nb,
-    };
-    _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
-    memcpy(pp->n_more, op->f.n_more, sizeof(pp->n_more));
+    ovld_kind(op->f.kind)->plan_params(&op->f, j->world, pp);
+    pp->shared_gpu = j->shared_gpu;
     pp->strided = op_strided(j, op);
     if (j->across) {
         /* resolved once, by the coordinator, for every node */
@@ -622,12 +601,9 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
     if (op->st == OVL_OK)
         j->ops_done++;
     if (!op->refusal) { /* a refusal was counted as an error when it was made */
-        /* the flops of every B: their columns together (saturating) */
-        uint64_t n = op->f.n;
-        for (uint32_t i = 1; i < op->f.nb && i < OVLD_MAX_BS; i++)
-            n = op->f.n_more[i - 1] > UINT64_MAX - n ? UINT64_MAX : n + op->f.n_more[i - 1];
-        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->f.dtype, j->world, op->f.m, n,
-                      op->f.k, ovl_mono_ns() - op->ready_ns, op->st);
+        ovld_op_count_t n = ovld_kind(op->f.kind)->count(&op->f, j->world);
+        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->f.dtype, n.flop, n.bytes,
+                      ovl_mono_ns() - op->ready_ns, op->st);
     }
     j->in_flight--;
     op_unlink(j, op);
@@ -769,18 +745,17 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
     }
 
     /* in range when valid; an invalid op only fails, and its fields are
-     * never compared (op->st is set below) */
-    ovld_op_fields_t mine = {.m = q->m,
-                             .n = q->n,
-                             .k = q->k,
-                             .dtype = v->fields == OVL_OK ? q->dtype : UINT32_MAX,
-                             .algo = v->fields == OVL_OK ? q->algo : UINT32_MAX,
-                             .chunks = q->chunks,
-                             .streams = q->streams,
-                             .transb = q->transb,
-                             .has_aout = q->buf[OVLD_BUF_AOUT].given,
-                             .nb = q->nb ? q->nb : 1};
-    memcpy(mine.n_more, q->n_more, sizeof(mine.n_more));
+     * never compared (op->st is set below). The boundary gives every op a
+     * kind of the table (request.c); one without is a broken caller's. */
+    const ovld_kind_t *kind = ovld_kind(q->kind);
+    if (!kind) {
+        snprintf(err, errlen, "op %" PRIu64 " on comm %" PRIu64 ": no op kind %u", q->seq,
+                 m->comm_id, q->kind);
+        uses_put(q);
+        return OVL_ERR_PROTOCOL;
+    }
+    ovld_op_fields_t mine;
+    kind->fields(q, v->fields == OVL_OK, &mine);
     ovld_op_t *op = j->ops;
     while (op && (op->seq != q->seq || op->refusal))
         op = op->next;

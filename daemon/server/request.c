@@ -234,6 +234,7 @@ static ovld_buf_ref_t buf_ref(const Ovl__BufRef *r, uint64_t ld)
 void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret)
 {
     *ret = (ovld_op_desc_t){
+        .kind = OVLD_KIND_AG_GEMM,
         .comm_id = q->comm_id,
         .seq = q->seq,
         .m = q->m,

@@ -69,8 +69,8 @@ void ovld_stats_error(ovld_stats_t *s, ovl_status_t status)
         s->errors[k]++;
 }
 
-void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world, uint64_t m,
-                   uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status)
+void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, double flop, double bytes,
+                   uint64_t latency_ns, ovl_status_t status)
 {
     if (status != OVL_OK) {
         s->ops_failed++;
@@ -79,12 +79,9 @@ void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t
     }
     if ((unsigned)algo < OVL_ALGO_COUNT && (unsigned)dtype < OVL_DTYPE_COUNT)
         s->ops[algo][dtype]++;
-    double rows = (double)world * (double)m;
-    /* Counters saturate rather than wrap; doubles avoid overflow in between. */
-    double g = rows * (double)k * (double)ovl_dtype_size(dtype) * world;
-    double f = 2.0 * rows * (double)n * (double)k * world;
-    s->bytes_gathered += g < 1.8e19 ? (uint64_t)g : 0;
-    s->flops += f < 1.8e19 ? (uint64_t)f : 0;
+    /* Counters saturate rather than wrap. */
+    s->bytes_gathered += bytes >= 0 && bytes < 1.8e19 ? (uint64_t)bytes : 0;
+    s->flops += flop >= 0 && flop < 1.8e19 ? (uint64_t)flop : 0;
     s->busy_ns += latency_ns;
     ovld_hist_add(&s->latency, latency_ns);
 }

@@ -65,9 +65,10 @@ uint64_t ovld_hist_quantile(const ovld_hist_t *h, double q);
 uint64_t ovld_hist_bucket_upper(unsigned i);
 unsigned ovld_hist_bucket_of(uint64_t ns);
 
-/* One op done on every rank. algo is the algorithm that ran. */
-void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, uint32_t world, uint64_t m,
-                   uint64_t n, uint64_t k, uint64_t latency_ns, ovl_status_t status);
+/* One op done on every rank. algo is the algorithm that ran; flop and
+ * bytes what the op's kind says it did (core/kind.h), counted saturating. */
+void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, double flop, double bytes,
+                   uint64_t latency_ns, ovl_status_t status);
 
 void ovld_stats_error(ovld_stats_t *s, ovl_status_t status);
 
@@ -85,11 +86,11 @@ typedef struct ovld_counters {
     } while (0)
 
 static inline void ovld_count_op(ovld_counters_t *c, ovl_algo_t algo, ovl_dtype_t dtype,
-                                 uint32_t world, uint64_t m, uint64_t n, uint64_t k,
-                                 uint64_t latency_ns, ovl_status_t status)
+                                 double flop, double bytes, uint64_t latency_ns,
+                                 ovl_status_t status)
 {
-    ovld_stats_op(&c->total, algo, dtype, world, m, n, k, latency_ns, status);
-    ovld_stats_op(&c->window, algo, dtype, world, m, n, k, latency_ns, status);
+    ovld_stats_op(&c->total, algo, dtype, flop, bytes, latency_ns, status);
+    ovld_stats_op(&c->window, algo, dtype, flop, bytes, latency_ns, status);
 }
 
 static inline void ovld_count_issue(ovld_counters_t *c, uint64_t ns)

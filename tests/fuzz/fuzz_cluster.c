@@ -392,7 +392,8 @@ static void fuzz_builtin(void)
     m.type = OVLD_CLUSTER_OP_READY;
     m.ready.seq = 42;
     m.ready.first_rank = 2;
-    m.ready.f = (ovld_op_fields_t){.m = 1024,
+    m.ready.f = (ovld_op_fields_t){.kind = OVLD_KIND_AG_GEMM,
+                                   .m = 1024,
                                    .n = 256,
                                    .k = 512,
                                    .dtype = 1,

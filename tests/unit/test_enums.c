@@ -219,7 +219,7 @@ static void test_stats_every_cell(void **state)
     for (int a = 0; a < OVL_ALGO_COUNT; a++)
         for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
             ovld_stats_t before = s;
-            ovld_stats_op(&s, (ovl_algo_t)a, (ovl_dtype_t)t, 2, 4, 5, 6, 1000, OVL_OK);
+            ovld_stats_op(&s, (ovl_algo_t)a, (ovl_dtype_t)t, 960.0, 384.0, 1000, OVL_OK);
             ops++;
             for (int a2 = 0; a2 < OVL_ALGO_COUNT; a2++)
                 for (int t2 = 0; t2 < OVL_DTYPE_COUNT; t2++)
@@ -229,7 +229,7 @@ static void test_stats_every_cell(void **state)
         }
     /* A failed op counts as failed, in no cell, and by its status. */
     ovld_stats_t before = s;
-    ovld_stats_op(&s, OVL_ALGO_RING, OVL_DTYPE_FP32, 2, 4, 5, 6, 1000, OVL_ERR_INTERNAL);
+    ovld_stats_op(&s, OVL_ALGO_RING, OVL_DTYPE_FP32, 960.0, 384.0, 1000, OVL_ERR_INTERNAL);
     assert_memory_equal(s.ops, before.ops, sizeof(s.ops));
     assert_int_equal(s.ops_failed, 1);
     assert_int_equal(s.errors[-OVL_ERR_INTERNAL], 1);

@@ -3,7 +3,8 @@
  * libsodium's crypto_auth_hmacsha256, keys of any length) against RFC 4231
  * section 4 (all seven test cases; case 5 truncated to 128 bits as the RFC
  * gives it), in one piece and cut in two everywhere, as peer_auth.c feeds it
- * field by field; and the comparison and wiping peer.c uses on secrets. The
+ * field by field; and the comparison and wiping the peer links use on secrets (net/peer_link.c,
+ * net/peer_handshake.c). The
  * vectors are those the hand-written HMAC this replaced passed, so daemons
  * before and after compute the same proofs.
  */
@@ -101,7 +102,7 @@ static void test_hmac_rfc4231(void **state)
     }
 }
 
-/* sodium_memcmp as peer.c uses it for MACs and session ids: 0 exactly
+/* sodium_memcmp as the peer links use it for MACs and session ids: 0 exactly
  * when equal, whichever bit differs; sodium_memzero wipes. */
 static void test_ct_equal(void **state)
 {

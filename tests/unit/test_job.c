@@ -527,8 +527,8 @@ static void expect_refs(const client_t *c, uint32_t refs)
 {
     for (int b = 0; b < TBUF; b++)
         if (c->reg[b]->refs != refs)
-            fail_msg("rank %u's %s has %u references, expected %u", c->rank, ovld_buf_name(b),
-                     c->reg[b]->refs, refs);
+            fail_msg("rank %u's %s has %u references, expected %u", c->rank,
+                     ovld_buf_name(OVLD_KIND_AG_GEMM, b), c->reg[b]->refs, refs);
 }
 
 static ovl_status_t join_as(client_t *c, const char *job, uint32_t world, uint32_t rank,
@@ -631,7 +631,8 @@ static opspec_t base(void)
 /* Submits op seq of c as dispatch.c's on_ag_gemm does. */
 static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, size_t errlen)
 {
-    ovld_op_desc_t q = {.comm_id = ovld_member_comm_id(c->m),
+    ovld_op_desc_t q = {.kind = OVLD_KIND_AG_GEMM,
+                        .comm_id = ovld_member_comm_id(c->m),
                         .seq = seq,
                         .m = s.m,
                         .n = s.n,
@@ -805,7 +806,7 @@ static void finish(void)
     for (int c = 0; c < MAXCL; c++)
         for (int b = 0; b < TBUF; b++)
             if (F.cl[c].released[b] != (F.cl[c].opened ? 1 : 0))
-                fail_msg("client %d's %s released %d times", c, ovld_buf_name(b),
+                fail_msg("client %d's %s released %d times", c, ovld_buf_name(OVLD_KIND_AG_GEMM, b),
                          F.cl[c].released[b]);
     check_doorbells();
     assert_int_equal(M.scratch_grown_under_work, 0);

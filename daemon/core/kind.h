@@ -1,0 +1,78 @@
+/*
+ * kind.h: op kinds as data. Each kind of op ovld runs is one entry of a
+ * table: its name, its named buffers and their shapes as functions of the
+ * op's fields and the job's world, what every rank must submit alike, how
+ * the op becomes the planner's parameters and buffers, and what it counts
+ * in the statistics. Above the planner, the core reaches a kind only
+ * through its entry (buffers.c resolves an op's buffers, opq.c matches,
+ * plans and counts ops, the cluster compares nodes' fields); below it the
+ * instruction IR and the backends' primitives are shared by every kind.
+ *
+ * Adding a kind is: its descriptor module (kind_<name>.c: one
+ * ovld_kind_t), its entry in kind.c, a planner emitter with the
+ * instructions it needs (plan/), and the backend primitives those need.
+ *
+ * Every function of an entry is pure: no state, any thread.
+ */
+#ifndef OVLD_KIND_H
+#define OVLD_KIND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "desc.h"
+#include "plan.h"
+
+/* The shape one buffer of an op must have, and whether the op must give
+ * it (required), may give it (optional: the plans do without), or does
+ * not use it (neither: a buffer given there is ignored). */
+typedef struct ovld_buf_shape {
+    uint64_t rows, cols;
+    bool required, optional;
+} ovld_buf_shape_t;
+
+/* What one op adds to the statistics, on every rank of its job. */
+typedef struct ovld_op_count {
+    double flop;  /* its GEMMs' floating-point operations */
+    double bytes; /* what its communication moves into ranks */
+} ovld_op_count_t;
+
+typedef struct ovld_kind {
+    ovld_kind_id_t id;
+    const char *name; /* in logs, stats and messages: "ag_gemm" */
+    /* Buffer slot which's name in messages; NULL where the kind has none. */
+    const char *(*buf_name)(int which);
+    /* The shapes of every slot (OVLD_BUF_COUNT entries) of op q in a job
+     * of world ranks. q's fields passed the boundary's checks. OVL_OK, or
+     * a range error with words in msg (a shape that overflows). */
+    ovl_status_t (*buf_shapes)(const ovld_op_desc_t *q, uint32_t world,
+                               ovld_buf_shape_t shape[OVLD_BUF_COUNT], char *msg, size_t len);
+    /* What every rank of the job must submit alike, from q (valid: q
+     * passed the boundary's checks; else its enumerations read as
+     * UINT32_MAX, so that nothing compares equal by accident). */
+    void (*fields)(const ovld_op_desc_t *q, bool valid, ovld_op_fields_t *f);
+    /* The first of a's and b's fields (of this kind) that differ: false
+     * if none; else its name in what and a's and b's values. */
+    bool (*fields_differ)(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
+                          size_t whatlen, uint64_t *ret_a, uint64_t *ret_b);
+    /* The planner's buffer that slot which is; -1 where the kind has none. */
+    int (*plan_buf)(int which);
+    /* The planner's parameters for f in a job of world ranks, before the
+     * configuration's defaults (ovld_plan_resolve) and before what the
+     * job knows of its ranks (shared_gpu, strided). */
+    void (*plan_params)(const ovld_op_fields_t *f, uint32_t world, ovl_plan_params_t *pp);
+    /* Whether one rank's buffers (its resolved slots) force the copy
+     * engine: a layout NCCL cannot move as one dense piece. */
+    bool (*strided)(const ovld_op_fields_t *f, const ovld_buf_use_t use[OVLD_BUF_COUNT]);
+    /* What one op of f adds to the statistics, in a job of world ranks. */
+    ovld_op_count_t (*count)(const ovld_op_fields_t *f, uint32_t world);
+} ovld_kind_t;
+
+/* The entry of kind id; NULL for an id that names no kind. */
+const ovld_kind_t *ovld_kind(uint32_t id);
+
+/* The kinds (kind_<name>.c). */
+extern const ovld_kind_t ovld_kind_ag_gemm;
+
+#endif /* OVLD_KIND_H */

@@ -1,0 +1,162 @@
+/*
+ * kind_ag_gemm.c: the all-gather + GEMM op kind, C = allgather(A) @ B
+ * (kind.h). Rank r gives its shard A (m x k) and B (k x n; n x k with
+ * transb) and gets C ((world*m) x n); with several Bs, each B i with its
+ * own n multiplies the same gathered A into its own C i; the gathered A
+ * itself (a_out, (world*m) x k) when the client wants it.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kind.h"
+
+static const char *buf_name(int which)
+{
+    static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1", "b2", "b3", "b4", "b5",
+                                        "b6", "b7", "c1", "c2",    "c3", "c4", "c5", "c6", "c7"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
+    return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : NULL;
+}
+
+static ovl_status_t buf_shapes(const ovld_op_desc_t *q, uint32_t world,
+                               ovld_buf_shape_t shape[OVLD_BUF_COUNT], char *msg, size_t len)
+{
+    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+        shape[b] = (ovld_buf_shape_t){0};
+    uint64_t rows_all;
+    if (__builtin_mul_overflow(q->m, (uint64_t)world, &rows_all)) {
+        snprintf(msg, len, "m * world overflows");
+        return OVL_ERR_RANGE;
+    }
+    shape[OVLD_BUF_A] = (ovld_buf_shape_t){.rows = q->m, .cols = q->k, .required = true};
+    /* optional: ovld gathers into its scratch */
+    shape[OVLD_BUF_AOUT] = (ovld_buf_shape_t){.rows = rows_all, .cols = q->k, .optional = true};
+    uint32_t nb = q->nb ? q->nb : 1; /* 1..OVLD_MAX_BS: request.c checked */
+    for (uint32_t i = 0; i < nb && i < OVLD_MAX_BS; i++) {
+        uint64_t n = i == 0 ? q->n : q->n_more[i - 1];
+        shape[ovld_buf_b(i)] = (ovld_buf_shape_t){
+            .rows = q->transb ? n : q->k, .cols = q->transb ? q->k : n, .required = true};
+        shape[ovld_buf_c(i)] = (ovld_buf_shape_t){.rows = rows_all, .cols = n, .required = true};
+    }
+    return OVL_OK;
+}
+
+static void fields(const ovld_op_desc_t *q, bool valid, ovld_op_fields_t *f)
+{
+    *f = (ovld_op_fields_t){.kind = OVLD_KIND_AG_GEMM,
+                            .m = q->m,
+                            .n = q->n,
+                            .k = q->k,
+                            .dtype = valid ? q->dtype : UINT32_MAX,
+                            .algo = valid ? q->algo : UINT32_MAX,
+                            .chunks = q->chunks,
+                            .streams = q->streams,
+                            .transb = q->transb,
+                            .has_aout = q->buf[OVLD_BUF_AOUT].given,
+                            .nb = q->nb ? q->nb : 1};
+    memcpy(f->n_more, q->n_more, sizeof(f->n_more));
+}
+
+static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
+                          size_t whatlen, uint64_t *ret_a, uint64_t *ret_b)
+{
+    const struct {
+        const char *name;
+        uint64_t a, b;
+    } f[] = {
+        {"m", a->m, b->m},
+        {"n", a->n, b->n},
+        {"k", a->k, b->k},
+        {"dtype", a->dtype, b->dtype},
+        {"transb", a->transb, b->transb},
+        {"algo", a->algo, b->algo},
+        {"chunks", a->chunks, b->chunks},
+        {"streams", a->streams, b->streams},
+        {"a_out (given or not)", a->has_aout, b->has_aout},
+        {"nb", a->nb, b->nb},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].a != f[i].b) {
+            snprintf(what, whatlen, "%s", f[i].name);
+            *ret_a = f[i].a;
+            *ret_b = f[i].b;
+            return true;
+        }
+    for (uint32_t i = 1; i < a->nb && i < OVLD_MAX_BS; i++)
+        if (a->n_more[i - 1] != b->n_more[i - 1]) {
+            snprintf(what, whatlen, "n of B %u", i);
+            *ret_a = a->n_more[i - 1];
+            *ret_b = b->n_more[i - 1];
+            return true;
+        }
+    return false;
+}
+
+static int plan_buf(int which)
+{
+    if (which == OVLD_BUF_A)
+        return OVL_BUF_A;
+    if (which == OVLD_BUF_AOUT)
+        return OVL_BUF_G;
+    for (uint32_t i = 0; i < OVLD_MAX_BS; i++) {
+        if (which == ovld_buf_b(i))
+            return ovl_buf_b(i);
+        if (which == ovld_buf_c(i))
+            return ovl_buf_c(i);
+    }
+    return -1;
+}
+
+static void plan_params(const ovld_op_fields_t *f, uint32_t world, ovl_plan_params_t *pp)
+{
+    *pp = (ovl_plan_params_t){
+        .algo = (ovl_algo_t)f->algo,
+        .world = world,
+        .m = f->m,
+        .n = f->n,
+        .k = f->k,
+        .dtype = (ovl_dtype_t)f->dtype,
+        .chunks = f->chunks,
+        .streams = f->streams,
+        .want_gathered = f->has_aout,
+        .transb = f->transb,
+        .nb = f->nb,
+    };
+    _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
+    memcpy(pp->n_more, f->n_more, sizeof(pp->n_more));
+}
+
+/* NCCL moves a rank's rows only as one dense piece: an A or a_out whose
+ * leading dimension is not k makes the plans gather by the copy engine. */
+static bool strided(const ovld_op_fields_t *f, const ovld_buf_use_t use[OVLD_BUF_COUNT])
+{
+    return (use[OVLD_BUF_A].hold && use[OVLD_BUF_A].view.ld != f->k) ||
+           (use[OVLD_BUF_AOUT].hold && use[OVLD_BUF_AOUT].view.ld != f->k);
+}
+
+/* On every rank: the GEMMs of every B over the gathered A, 2 (world*m) n
+ * k flop each (n: the Bs' columns together), and the gathered A, (world*m)
+ * k elements. Doubles: no overflow in between (the counters saturate). */
+static ovld_op_count_t count(const ovld_op_fields_t *f, uint32_t world)
+{
+    double n = (double)f->n;
+    for (uint32_t i = 1; i < f->nb && i < OVLD_MAX_BS; i++)
+        n += (double)f->n_more[i - 1];
+    double rows = (double)world * (double)f->m;
+    return (ovld_op_count_t){.flop = 2.0 * rows * n * (double)f->k * world,
+                             .bytes = rows * (double)f->k *
+                                      (double)ovl_dtype_size((ovl_dtype_t)f->dtype) * world};
+}
+
+const ovld_kind_t ovld_kind_ag_gemm = {
+    .id = OVLD_KIND_AG_GEMM,
+    .name = "ag_gemm",
+    .buf_name = buf_name,
+    .buf_shapes = buf_shapes,
+    .fields = fields,
+    .fields_differ = fields_differ,
+    .plan_buf = plan_buf,
+    .plan_params = plan_params,
+    .strided = strided,
+    .count = count,
+};

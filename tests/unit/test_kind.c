@@ -1,0 +1,205 @@
+/*
+ * test_kind.c: the table of op kinds (daemon/core/kind.h) and its one
+ * entry so far, all-gather + GEMM: ids that name no kind, every slot's
+ * shape (with transb, several Bs, and an m * world that overflows), the
+ * names the messages use, what ranks must agree on (the kind first), the
+ * planner's buffers and parameters, the layouts that force the copy
+ * engine, and what an op counts in the statistics.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kind.h"
+
+static const ovld_kind_t *ag(void)
+{
+    const ovld_kind_t *k = ovld_kind(OVLD_KIND_AG_GEMM);
+    assert_non_null(k);
+    return k;
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    assert_null(ovld_kind(OVLD_KIND_NONE));
+    assert_null(ovld_kind(2));
+    assert_null(ovld_kind(UINT32_MAX));
+    assert_ptr_equal(ag(), &ovld_kind_ag_gemm);
+    assert_int_equal(ag()->id, OVLD_KIND_AG_GEMM);
+    assert_string_equal(ag()->name, "ag_gemm");
+    /* names: the kind's own, "?" for what it does not have */
+    assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, OVLD_BUF_A), "a");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, OVLD_BUF_AOUT), "a_out");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, ovld_buf_b(7)), "b7");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, ovld_buf_c(1)), "c1");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, OVLD_BUF_COUNT), "?");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, -1), "?");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_NONE, OVLD_BUF_A), "?");
+}
+
+static ovld_op_desc_t op(uint64_t m, uint64_t n, uint64_t k, bool transb, uint32_t nb)
+{
+    ovld_op_desc_t q = {.kind = OVLD_KIND_AG_GEMM,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .dtype = OVL_DTYPE_BF16,
+                        .algo = OVL_ALGO_RING,
+                        .transb = transb,
+                        .nb = nb};
+    for (uint32_t i = 1; i < nb; i++)
+        q.n_more[i - 1] = 100 * i;
+    return q;
+}
+
+static void expect_shape(const ovld_buf_shape_t *s, uint64_t rows, uint64_t cols, bool required,
+                         bool optional)
+{
+    assert_int_equal(s->rows, rows);
+    assert_int_equal(s->cols, cols);
+    assert_int_equal(s->required, required);
+    assert_int_equal(s->optional, optional);
+}
+
+static void test_shapes(void **state)
+{
+    (void)state;
+    ovld_buf_shape_t sh[OVLD_BUF_COUNT];
+    char msg[128] = "";
+    ovld_op_desc_t q = op(4, 5, 6, false, 2);
+    assert_int_equal(ag()->buf_shapes(&q, 3, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_A], 4, 6, true, false);
+    expect_shape(&sh[OVLD_BUF_AOUT], 12, 6, false, true);
+    expect_shape(&sh[OVLD_BUF_B], 6, 5, true, false);
+    expect_shape(&sh[OVLD_BUF_C], 12, 5, true, false);
+    expect_shape(&sh[ovld_buf_b(1)], 6, 100, true, false);
+    expect_shape(&sh[ovld_buf_c(1)], 12, 100, true, false);
+    for (uint32_t i = 2; i < OVLD_MAX_BS; i++) { /* past nb: not the op's */
+        expect_shape(&sh[ovld_buf_b(i)], 0, 0, false, false);
+        expect_shape(&sh[ovld_buf_c(i)], 0, 0, false, false);
+    }
+    /* transb: B is n x k; nb 0 reads as one B */
+    q = op(4, 5, 6, true, 0);
+    assert_int_equal(ag()->buf_shapes(&q, 1, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_B], 5, 6, true, false);
+    expect_shape(&sh[OVLD_BUF_C], 4, 5, true, false);
+    expect_shape(&sh[ovld_buf_b(1)], 0, 0, false, false);
+    /* every slot the kind uses has a name */
+    q = op(4, 5, 6, false, OVLD_MAX_BS);
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    for (int b = 0; b < OVLD_BUF_COUNT; b++) {
+        assert_true(sh[b].required || sh[b].optional);
+        assert_non_null(ag()->buf_name(b));
+    }
+    /* m * world past 64 bits: refused with words, not wrapped */
+    q = op(UINT64_MAX / 2 + 1, 5, 6, false, 1);
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_ERR_RANGE);
+    assert_non_null(strstr(msg, "overflows"));
+}
+
+static void test_fields_and_agreement(void **state)
+{
+    (void)state;
+    ovld_op_desc_t q = op(4, 5, 6, true, 3);
+    q.buf[OVLD_BUF_AOUT].given = true;
+    ovld_op_fields_t a, b;
+    ag()->fields(&q, true, &a);
+    assert_int_equal(a.kind, OVLD_KIND_AG_GEMM);
+    assert_int_equal(a.dtype, OVL_DTYPE_BF16);
+    assert_true(a.has_aout);
+    assert_int_equal(a.nb, 3);
+    assert_int_equal(a.n_more[1], 200);
+    /* an invalid op's enumerations match nothing */
+    ag()->fields(&q, false, &b);
+    assert_int_equal(b.dtype, UINT32_MAX);
+    assert_int_equal(b.algo, UINT32_MAX);
+    char what[64];
+    uint64_t va, vb;
+    b = a;
+    assert_false(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
+    b.n_more[1] = 201;
+    assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
+    assert_string_equal(what, "n of B 2");
+    assert_int_equal(va, 200);
+    assert_int_equal(vb, 201);
+    b = a;
+    b.has_aout = false;
+    assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
+    assert_string_equal(what, "a_out (given or not)");
+    /* the kind is compared first, before any field of either */
+    b = a;
+    b.kind = OVLD_KIND_NONE;
+    b.m = 99;
+    assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
+    assert_string_equal(what, "kind");
+    assert_int_equal(va, OVLD_KIND_AG_GEMM);
+    assert_int_equal(vb, OVLD_KIND_NONE);
+}
+
+static void test_plan(void **state)
+{
+    (void)state;
+    assert_int_equal(ag()->plan_buf(OVLD_BUF_A), OVL_BUF_A);
+    assert_int_equal(ag()->plan_buf(OVLD_BUF_AOUT), OVL_BUF_G);
+    for (uint32_t i = 0; i < OVLD_MAX_BS; i++) {
+        assert_int_equal(ag()->plan_buf(ovld_buf_b(i)), ovl_buf_b(i));
+        assert_int_equal(ag()->plan_buf(ovld_buf_c(i)), ovl_buf_c(i));
+    }
+    assert_int_equal(ag()->plan_buf(OVLD_BUF_COUNT), -1);
+    ovld_op_desc_t q = op(4, 5, 6, true, 2);
+    q.chunks = 3;
+    q.streams = 2;
+    ovld_op_fields_t f;
+    ag()->fields(&q, true, &f);
+    ovl_plan_params_t pp;
+    ag()->plan_params(&f, 4, &pp);
+    assert_int_equal(pp.world, 4);
+    assert_int_equal(pp.m, 4);
+    assert_int_equal(pp.n, 5);
+    assert_int_equal(pp.k, 6);
+    assert_int_equal(pp.algo, OVL_ALGO_RING);
+    assert_int_equal(pp.chunks, 3);
+    assert_int_equal(pp.streams, 2);
+    assert_true(pp.transb);
+    assert_false(pp.want_gathered);
+    assert_int_equal(pp.nb, 2);
+    assert_int_equal(pp.n_more[0], 100);
+    /* a dense A is NCCL's; a strided A or a_out is the copy engine's */
+    ovld_buf_use_t use[OVLD_BUF_COUNT] = {0};
+    static int reg; /* any non-NULL hold */
+    use[OVLD_BUF_A] = (ovld_buf_use_t){.hold = (struct ovld_reg *)&reg, .view = {.ld = 6}};
+    assert_false(ag()->strided(&f, use));
+    use[OVLD_BUF_AOUT] = (ovld_buf_use_t){.hold = (struct ovld_reg *)&reg, .view = {.ld = 7}};
+    assert_true(ag()->strided(&f, use));
+    use[OVLD_BUF_AOUT].hold = NULL; /* not given: its ld means nothing */
+    assert_false(ag()->strided(&f, use));
+}
+
+static void test_count(void **state)
+{
+    (void)state;
+    /* world 2, m 4, Bs of 5 and 100 columns, k 6, bf16: on every rank
+     * 2 * 8 * 105 * 6 flop and 8 * 6 * 2 bytes gathered, times 2 ranks */
+    ovld_op_desc_t q = op(4, 5, 6, false, 2);
+    ovld_op_fields_t f;
+    ag()->fields(&q, true, &f);
+    ovld_op_count_t c = ag()->count(&f, 2);
+    assert_true(c.flop == 2.0 * 8 * 105 * 6 * 2);
+    assert_true(c.bytes == 8.0 * 6 * 2 * 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_fields_and_agreement),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_count),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
