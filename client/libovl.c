@@ -309,7 +309,7 @@ static Ovl__Response__BodyCase reply_case(Ovl__Request__BodyCase q)
     case OVL__REQUEST__BODY_COMM_DESTROY:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
         return OVL__RESPONSE__BODY_OK;
-    default: /* AgGemm is never answered */
+    default: /* an Op is never answered */
         return OVL__RESPONSE__BODY__NOT_SET;
     }
 }
@@ -1433,6 +1433,46 @@ static ovl_status_t bufref(ovl_client_t *cl, const char *name, const void *ptr, 
     return OVL_OK;
 }
 
+/* Every kind's submission after its own checks: the throttle, the
+ * doorbell's ready on the caller's stream (or now, on the host), the
+ * request, and the undo of the stream's wait when the request cannot be
+ * sent. */
+static ovl_status_t submit_op(ovl_comm_t *cm, Ovl__Op *op, void *stream)
+{
+    ovl_client_t *cl = cm->cl;
+    ovl_status_t st;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_OP;
+    q.op = op;
+    /* Throttle: ovld takes at most `window` ops in flight per rank (on a GPU
+     * this waits on the host only when the rank is that far ahead). */
+    if (op->seq > cm->window && (st = wait_done(cm, op->seq - cm->window)) != OVL_OK)
+        return st;
+    if (!cl->host) {
+        /* On the caller's stream: ready = n once the work before it is done
+         * (A is written), then wait done >= n, so that work after the call
+         * sees C; then the request. No host synchronization. */
+        if ((st = libovl_cuda_submit(cl, &cl->cuda, cm->cuda, stream, op->seq)) != OVL_OK)
+            return st;
+        if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK) {
+            /* The stream waits for this op already: end that wait, and
+             * take no more ops (ovld may have the op or not, and op seq's
+             * slots are written: a later op cannot take its number). */
+            libovl_cuda_submit_undo(cm->cuda, op->seq);
+            cm->err = st;
+            return st;
+        }
+        __atomic_store_n(&cm->seq, op->seq, __ATOMIC_RELAXED);
+        return OVL_OK;
+    }
+    /* Host mode: the caller is the stream, and its data is ready now. */
+    __atomic_store_n(&cm->db->ready, op->seq, __ATOMIC_RELEASE);
+    if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
+        return st;
+    __atomic_store_n(&cm->seq, op->seq, __ATOMIC_RELAXED);
+    return OVL_OK;
+}
+
 OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t *d, void *stream)
 {
     if (!cm)
@@ -1476,9 +1516,28 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         (d->a_out &&
          (st = bufref(cl, "a_out", d->a_out, rows_all, d->k, d->lda_out, elem, &aout)) != OVL_OK))
         return st;
+    /* The op's buffers in their slots (proto/ovl.proto, Op): a 0, b 1, c 2,
+     * a_out 3, B i 3 + i, C i 10 + i */
+    enum { SLOTS = 4 + 2 * (OVL_MAX_BS - 1) };
+    Ovl__OpBuf bufs[SLOTS], *pbufs[SLOTS];
+    size_t nbufs = 0;
+#define ADD_BUF(slot_, ref_, ld_)                                                                  \
+    do {                                                                                           \
+        ovl__op_buf__init(&bufs[nbufs]);                                                           \
+        bufs[nbufs].slot = (slot_);                                                                \
+        bufs[nbufs].ref = (ref_);                                                                  \
+        bufs[nbufs].ld = (ld_);                                                                    \
+        pbufs[nbufs] = &bufs[nbufs];                                                               \
+        nbufs++;                                                                                   \
+    } while (0)
+    ADD_BUF(0, &a, d->lda);
+    ADD_BUF(1, &b, d->ldb);
+    ADD_BUF(2, &c, d->ldc);
+    if (d->a_out)
+        ADD_BUF(3, &aout, d->lda_out);
     /* B i and C i, i >= 1: registered and checked as B and C are */
     Ovl__BufRef mb[OVL_MAX_BS - 1], mc[OVL_MAX_BS - 1];
-    Ovl__MoreB more[OVL_MAX_BS - 1], *pmore[OVL_MAX_BS - 1];
+    uint64_t more_n[OVL_MAX_BS - 1];
     for (uint32_t i = 1; i < nb; i++) {
         const ovl_ag_gemm_b_t *x = &d->more_bs[i - 1];
         char bn[8], cn[8];
@@ -1490,66 +1549,29 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
                          elem, &mb[i - 1])) != OVL_OK ||
             (st = bufref(cl, cn, x->c, rows_all, x->n, x->ldc, elem, &mc[i - 1])) != OVL_OK)
             return st;
-        ovl__more_b__init(&more[i - 1]);
-        more[i - 1].b = &mb[i - 1];
-        more[i - 1].ldb = x->ldb;
-        more[i - 1].c = &mc[i - 1];
-        more[i - 1].ldc = x->ldc;
-        more[i - 1].n = x->n;
-        pmore[i - 1] = &more[i - 1];
+        ADD_BUF(3 + i, &mb[i - 1], x->ldb);
+        ADD_BUF(10 + i, &mc[i - 1], x->ldc);
+        more_n[i - 1] = x->n;
     }
+#undef ADD_BUF
 
-    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
-    g.comm_id = cm->id;
-    g.seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED) + 1;
-    g.a = &a;
-    g.lda = d->lda;
-    g.b = &b;
-    g.ldb = d->ldb;
-    g.transb = d->transb != 0;
-    g.c = &c;
-    g.ldc = d->ldc;
-    if (d->a_out) {
-        g.a_out = &aout;
-        g.lda_out = d->lda_out;
-    }
+    Ovl__AgGemmParams g = OVL__AG_GEMM_PARAMS__INIT;
     g.m = d->m;
     g.n = d->n;
     g.k = d->k;
-    g.dtype = (Ovl__DType)d->dtype;
-    g.algo = (Ovl__Algo)d->algo;
+    g.dtype = (uint64_t)d->dtype;
+    g.algo = (uint64_t)d->algo;
     g.chunks = d->chunks;
     g.streams = d->streams;
-    g.n_more_bs = nb - 1;
-    g.more_bs = nb > 1 ? pmore : NULL;
-    Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
-    q.ag_gemm = &g;
-    /* Throttle: ovld takes at most `window` ops in flight per rank (on a GPU
-     * this waits on the host only when the rank is that far ahead). */
-    if (g.seq > cm->window && (st = wait_done(cm, g.seq - cm->window)) != OVL_OK)
-        return st;
-    if (!cl->host) {
-        /* On the caller's stream: ready = n once the work before it is done
-         * (A is written), then wait done >= n, so that work after the call
-         * sees C; then the request. No host synchronization. */
-        if ((st = libovl_cuda_submit(cl, &cl->cuda, cm->cuda, stream, g.seq)) != OVL_OK)
-            return st;
-        if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK) {
-            /* The stream waits for this op already: end that wait, and
-             * take no more ops (ovld may have the op or not, and op seq's
-             * slots are written: a later op cannot take its number). */
-            libovl_cuda_submit_undo(cm->cuda, g.seq);
-            cm->err = st;
-            return st;
-        }
-        __atomic_store_n(&cm->seq, g.seq, __ATOMIC_RELAXED);
-        return OVL_OK;
-    }
-    /* Host mode: the caller is the stream, and its data is ready now. */
-    __atomic_store_n(&cm->db->ready, g.seq, __ATOMIC_RELEASE);
-    if ((st = send_request(cl, &q, NULL, 0, deadline_of(cl))) != OVL_OK)
-        return st;
-    __atomic_store_n(&cm->seq, g.seq, __ATOMIC_RELAXED);
-    return OVL_OK;
+    g.transb = d->transb != 0;
+    g.n_more_n = nb - 1;
+    g.more_n = nb > 1 ? more_n : NULL;
+    Ovl__Op op = OVL__OP__INIT;
+    op.comm_id = cm->id;
+    op.seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED) + 1;
+    op.kind = OVL__OP_KIND__OP_KIND_AG_GEMM;
+    op.n_bufs = nbufs;
+    op.bufs = pbufs;
+    op.ag_gemm = &g;
+    return submit_op(cm, &op, stream);
 }

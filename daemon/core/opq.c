@@ -227,8 +227,8 @@ static ovl_status_t op_scratch(const ovl_plan_params_t *pp, uint64_t *ret)
  * (the kind says which layouts NCCL cannot move). */
 static bool op_strided(const ovld_job_t *j, const ovld_op_t *op)
 {
-    const ovld_kind_t *kind = ovld_kind(op->f.kind);
-    for (uint32_t r = 0; r < j->world; r++)
+    const ovld_kind_t *kind = ovld_kind(op->f.kind); /* NULL: a failing op's */
+    for (uint32_t r = 0; kind && r < j->world; r++)
         if (kind->strided(&op->f, op->subs[r].use))
             return true;
     return false;
@@ -601,7 +601,9 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
     if (op->st == OVL_OK)
         j->ops_done++;
     if (!op->refusal) { /* a refusal was counted as an error when it was made */
-        ovld_op_count_t n = ovld_kind(op->f.kind)->count(&op->f, j->world);
+        const ovld_kind_t *kind = ovld_kind(op->f.kind); /* NULL: a failed op's */
+        ovld_op_count_t n =
+            kind && op->st == OVL_OK ? kind->count(&op->f, j->world) : (ovld_op_count_t){0};
         ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->f.dtype, n.flop, n.bytes,
                       ovl_mono_ns() - op->ready_ns, op->st);
     }
@@ -745,17 +747,18 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
     }
 
     /* in range when valid; an invalid op only fails, and its fields are
-     * never compared (op->st is set below). The boundary gives every op a
-     * kind of the table (request.c); one without is a broken caller's. */
+     * never compared (op->st is set below). A valid op has a kind of the
+     * table (request.c checked it); an invalid one may have none. */
     const ovld_kind_t *kind = ovld_kind(q->kind);
-    if (!kind) {
+    if (!kind && v->fields == OVL_OK) {
         snprintf(err, errlen, "op %" PRIu64 " on comm %" PRIu64 ": no op kind %u", q->seq,
                  m->comm_id, q->kind);
         uses_put(q);
         return OVL_ERR_PROTOCOL;
     }
-    ovld_op_fields_t mine;
-    kind->fields(q, v->fields == OVL_OK, &mine);
+    ovld_op_fields_t mine = {.kind = q->kind, .dtype = UINT32_MAX, .algo = UINT32_MAX};
+    if (kind)
+        kind->fields(q, v->fields == OVL_OK, &mine);
     ovld_op_t *op = j->ops;
     while (op && (op->seq != q->seq || op->refusal))
         op = op->next;

@@ -6,7 +6,7 @@
  *
  * A connection's life: accepted (listen.c, SO_PEERCRED taken), Hello first
  * (version check), then requests in order, each answered in order
- * (reply.c) except AgGemm, which is answered through the doorbell. A
+ * (reply.c) except an Op, which is answered through the doorbell. A
  * malformed, oversized or out-of-order frame gets an Error (where it can
  * still be sent) and closes that connection only.
  *

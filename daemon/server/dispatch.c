@@ -580,8 +580,7 @@ static void on_mem_deregister(ovld_conn_t *c, uint64_t id, const Ovl__MemDeregis
     deregister_now(c, id, reg);
 }
 
-static void on_ag_gemm(ovld_conn_t *c, const Ovl__AgGemm *q, ovl_status_t invalid,
-                       const char *invalid_msg)
+static void on_op(ovld_conn_t *c, const Ovl__Op *q, ovl_status_t invalid, const char *invalid_msg)
 {
     ovld_conn_comm_t *k = conn_comm(c, q->comm_id);
     if (!k) {
@@ -757,7 +756,7 @@ bool ovld_dispatch_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         return false;
     }
     if (c->d->stopping && q->body_case != OVL__REQUEST__BODY_STATUS &&
-        q->body_case != OVL__REQUEST__BODY_STATS && q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
+        q->body_case != OVL__REQUEST__BODY_STATS && q->body_case != OVL__REQUEST__BODY_OP) {
         bool open = ovld_reply_error(c, id, OVL_ERR_SHUTDOWN, "ovld is shutting down");
         ovl__request__free_unpacked(q, NULL);
         return open;
@@ -769,7 +768,7 @@ bool ovld_dispatch_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
         ovl__request__free_unpacked(q, NULL);
         return false;
     }
-    if (chk != OVL_OK && q->body_case != OVL__REQUEST__BODY_AG_GEMM) {
+    if (chk != OVL_OK && q->body_case != OVL__REQUEST__BODY_OP) {
         /* Refused whole; an op is refused as an op, on its doorbell. A
          * descriptor that came with it goes, so that the next request's
          * is the next in the queue. */
@@ -815,8 +814,8 @@ bool ovld_dispatch_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
         on_mem_deregister(c, id, q->mem_deregister);
         break;
-    case OVL__REQUEST__BODY_AG_GEMM:
-        on_ag_gemm(c, q->ag_gemm, chk, why);
+    case OVL__REQUEST__BODY_OP:
+        on_op(c, q->op, chk, why);
         break;
     case OVL__REQUEST__BODY_PLAN:
         on_plan(c, id, q->plan);

@@ -145,7 +145,7 @@ static ovl_status_t check_more_bs(size_t count, uint64_t (*n_of)(const void *q, 
 
 static uint64_t ag_gemm_more_n(const void *q, size_t i)
 {
-    return ((const Ovl__AgGemm *)q)->more_bs[i]->n;
+    return ((const Ovl__AgGemmParams *)q)->more_n[i];
 }
 
 static uint64_t plan_more_n(const void *q, size_t i)
@@ -153,14 +153,41 @@ static uint64_t plan_more_n(const void *q, size_t i)
     return ((const Ovl__PlanRequest *)q)->more_n[i];
 }
 
-static ovl_status_t check_ag_gemm(const Ovl__AgGemm *q, char *err, size_t errlen)
+static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t errlen)
 {
     ovl_status_t st =
         check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
     if (st != OVL_OK)
         return st;
-    /* B 0 is the op's own fields; the others come in more_bs */
-    return check_more_bs(q->n_more_bs, ag_gemm_more_n, q, err, errlen);
+    /* B 0's n is the op's own; the others' come in more_n */
+    return check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen);
+}
+
+/* An op: a kind this ovld runs, its parameters there and nowhere else, its
+ * buffers each in a slot of the kind's, once, then the kind's checks. */
+static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
+{
+    if (q->kind != OVL__OP_KIND__OP_KIND_AG_GEMM)
+        return bad(err, errlen, "unknown op kind %" PRIu64, q->kind);
+    if (!q->ag_gemm)
+        return bad(err, errlen, "an op of kind ag_gemm without its parameters (ag_gemm)");
+    if (q->n_bufs > OVLD_BUF_COUNT)
+        return bad(err, errlen, "%zu buffers: an op names at most %d", q->n_bufs, OVLD_BUF_COUNT);
+    bool seen[OVLD_BUF_COUNT] = {false};
+    for (size_t i = 0; i < q->n_bufs; i++) {
+        const Ovl__OpBuf *b = q->bufs[i];
+        if (b->slot >= OVLD_BUF_COUNT)
+            return bad(err, errlen, "buffer slot %" PRIu64 " out of range (0 to %d)", b->slot,
+                       OVLD_BUF_COUNT - 1);
+        if (seen[b->slot])
+            return bad(err, errlen, "buffer slot %" PRIu64 " (%s) given twice", b->slot,
+                       ovld_buf_name(OVLD_KIND_AG_GEMM, (int)b->slot));
+        if (!b->ref)
+            return bad(err, errlen, "buffer slot %" PRIu64 " (%s) without a buffer", b->slot,
+                       ovld_buf_name(OVLD_KIND_AG_GEMM, (int)b->slot));
+        seen[b->slot] = true;
+    }
+    return check_ag_gemm(q->ag_gemm, err, errlen);
 }
 
 static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errlen)
@@ -200,8 +227,8 @@ ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
         return check_comm_init(q->comm_init, err, errlen);
     case OVL__REQUEST__BODY_MEM_REGISTER:
         return check_mem_register(q->mem_register, err, errlen);
-    case OVL__REQUEST__BODY_AG_GEMM:
-        return check_ag_gemm(q->ag_gemm, err, errlen);
+    case OVL__REQUEST__BODY_OP:
+        return check_op(q->op, err, errlen);
     case OVL__REQUEST__BODY_PLAN:
         return check_plan(q->plan, err, errlen);
     case OVL__REQUEST__BODY_PEER_PING:
@@ -231,35 +258,35 @@ static ovld_buf_ref_t buf_ref(const Ovl__BufRef *r, uint64_t ld)
     return (ovld_buf_ref_t){.given = true, .mem_id = r->mem_id, .offset = r->offset, .ld = ld};
 }
 
-void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret)
+void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
 {
     *ret = (ovld_op_desc_t){
-        .kind = OVLD_KIND_AG_GEMM,
+        .kind = q->kind == OVL__OP_KIND__OP_KIND_AG_GEMM ? OVLD_KIND_AG_GEMM : OVLD_KIND_NONE,
         .comm_id = q->comm_id,
         .seq = q->seq,
-        .m = q->m,
-        .n = q->n,
-        .k = q->k,
-        .dtype = narrow(q->dtype),
-        .algo = narrow(q->algo),
-        .chunks = narrow(q->chunks),
-        .streams = narrow(q->streams),
-        .transb = q->transb,
     };
-    ret->buf[OVLD_BUF_A] = buf_ref(q->a, q->lda);
-    ret->buf[OVLD_BUF_B] = buf_ref(q->b, q->ldb);
-    ret->buf[OVLD_BUF_C] = buf_ref(q->c, q->ldc);
-    ret->buf[OVLD_BUF_AOUT] = buf_ref(q->a_out, q->lda_out);
-    /* a refused op (too many Bs) keeps what fits: only comm_id and seq of
-     * it mean anything */
-    size_t more = q->n_more_bs < OVLD_MAX_BS - 1 ? q->n_more_bs : OVLD_MAX_BS - 1;
-    ret->nb = 1 + (uint32_t)more;
-    for (size_t i = 0; i < more; i++) {
-        const Ovl__MoreB *b = q->more_bs[i];
-        ret->n_more[i] = b->n;
-        ret->buf[ovld_buf_b((uint32_t)i + 1)] = buf_ref(b->b, b->ldb);
-        ret->buf[ovld_buf_c((uint32_t)i + 1)] = buf_ref(b->c, b->ldc);
+    /* a refused op keeps what fits: only comm_id and seq of it mean
+     * anything (a slot out of range or given twice: the first in range) */
+    for (size_t i = 0; i < q->n_bufs; i++) {
+        const Ovl__OpBuf *b = q->bufs[i];
+        if (b->slot < OVLD_BUF_COUNT && b->ref && !ret->buf[b->slot].given)
+            ret->buf[b->slot] = buf_ref(b->ref, b->ld);
     }
+    const Ovl__AgGemmParams *g = q->ag_gemm;
+    if (!g)
+        return;
+    ret->m = g->m;
+    ret->n = g->n;
+    ret->k = g->k;
+    ret->dtype = narrow(g->dtype);
+    ret->algo = narrow(g->algo);
+    ret->chunks = narrow(g->chunks);
+    ret->streams = narrow(g->streams);
+    ret->transb = g->transb;
+    size_t more = g->n_more_n < OVLD_MAX_BS - 1 ? g->n_more_n : OVLD_MAX_BS - 1;
+    ret->nb = 1 + (uint32_t)more;
+    for (size_t i = 0; i < more; i++)
+        ret->n_more[i] = g->more_n[i];
 }
 
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)

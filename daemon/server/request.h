@@ -26,13 +26,15 @@
  *   that puts the connection out of step (more descriptors announced than
  *   a request takes): the caller closes the connection;
  * - OVL_ERR_INVALID: a field outside its range or form.
- * An AgGemm that fails here is still an op of its comm: the caller fails
- * that op (its doorbell rings with the error), the connection stays.
+ * An Op that fails here is still an op of its comm: the caller fails that
+ * op (its doorbell rings with the error), the connection stays.
  */
 ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen);
 
 /* The descriptors (desc.h) of a request, for the core. */
-void ovld_request_op_desc(const Ovl__AgGemm *q, ovld_op_desc_t *ret);
+/* An op of an unknown kind reads as OVLD_KIND_NONE; after a refusal only
+ * comm_id and seq mean anything (the rest saturates, never wraps). */
+void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret);
 /* q must have passed ovld_request_check. */
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret);
 

@@ -48,7 +48,7 @@ extern "C" {
 
 /* The wire protocol's version. A daemon and a client of different protocol
  * versions refuse each other at the handshake, naming both versions. */
-#define OVL_PROTOCOL_VERSION 4
+#define OVL_PROTOCOL_VERSION 5
 
 /* The node-wide ovld's socket (ovld.service): what a client uses when given
  * none, $OVL_SOCKET is unset and there is no per-user socket (see

@@ -202,7 +202,7 @@ def test_library_and_info():
     with ovl.connect(d.socket) as c:
         i = c.info()
         assert i["backend"] == "host" and i["pid"] == d.proc.pid, i
-        assert i["protocol_version"] == 4 and i["version"] == ovl.__version__, i
+        assert i["protocol_version"] == 5 and i["version"] == ovl.__version__, i
         assert i["ndevices"] >= 1 and i["socket"] == d.socket, i
         st = c.status()  # the schema of `ovlctl status --json` (docs/ovlctl.md)
         assert st["pid"] == d.proc.pid and st["backend"] == "host", st

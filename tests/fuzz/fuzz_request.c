@@ -16,12 +16,13 @@
  *   job id is 1..63 bytes, no NUL, clean UTF-8 (common/text.h), world is
  *   1..1024 and rank < world, the device UUID 16 bytes; MemRegister
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
- *   bytes and a UUID of 0 or 16 bytes; AgGemm and PlanRequest have
+ *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm with its
+ *   parameters, names at most 18 buffers, each in a slot below 18, once,
+ *   each with a BufRef; its parameters and a PlanRequest have
  *   dtype <= 2, algo <= 3 (each with a name), m, n, k > 0, chunks <= 64,
- *   streams <= 8, at most 7 Bs after the first (more_bs, more_n), each
- *   with n > 0, and a plan world 1..1024 with rank < world; a
- *   PeerPing's address is 1..63 bytes of clean text without NUL (the
- *   handler copies it into a 64-byte buffer);
+ *   streams <= 8, at most 7 Bs after the first (more_n), each with n > 0, and a plan world 1..1024
+ * with rank < world; a PeerPing's address is 1..63 bytes of clean text without NUL (the handler
+ * copies it into a 64-byte buffer);
  * - the verdict is the one the specification gives (a reference check
  *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
  *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
@@ -52,6 +53,7 @@
 #include "ovl.h"
 #include "ovl.pb-c.h"
 #include "plan.h"
+#include "kind.h"
 #include "request.h"
 #include "text.h"
 #include "wire.h"
@@ -160,15 +162,24 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
             return OVL_ERR_INVALID;
         return OVL_OK;
     }
-    case OVL__REQUEST__BODY_AG_GEMM: {
-        const Ovl__AgGemm *g = q->ag_gemm;
+    case OVL__REQUEST__BODY_OP: {
+        const Ovl__Op *o = q->op;
+        if (o->kind != 1 || !o->ag_gemm || o->n_bufs > 18) /* kind 1: ag_gemm */
+            return OVL_ERR_INVALID;
+        bool seen[18] = {false};
+        for (size_t i = 0; i < o->n_bufs; i++) {
+            if (o->bufs[i]->slot >= 18 || seen[o->bufs[i]->slot] || !o->bufs[i]->ref)
+                return OVL_ERR_INVALID;
+            seen[o->bufs[i]->slot] = true;
+        }
+        const Ovl__AgGemmParams *g = o->ag_gemm;
         ovl_status_t st = ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
         if (st != OVL_OK)
             return st;
-        if (g->n_more_bs > 7) /* 8 Bs in all */
+        if (g->n_more_n > 7) /* 8 Bs in all */
             return OVL_ERR_INVALID;
-        for (size_t i = 0; i < g->n_more_bs; i++)
-            if (g->more_bs[i]->n == 0)
+        for (size_t i = 0; i < g->n_more_n; i++)
+            if (g->more_n[i] == 0)
                 return OVL_ERR_INVALID;
         return OVL_OK;
     }
@@ -226,16 +237,21 @@ static void check_accepted(const Ovl__Request *q)
         CHECK(r->device_uuid.len == 0 || r->device_uuid.len == UUID_LEN);
         break;
     }
-    case OVL__REQUEST__BODY_AG_GEMM:
+    case OVL__REQUEST__BODY_OP:
     case OVL__REQUEST__BODY_PLAN: {
         uint64_t dtype, algo, m, n, k, chunks, streams;
-        if (q->body_case == OVL__REQUEST__BODY_AG_GEMM) {
-            const Ovl__AgGemm *g = q->ag_gemm;
+        if (q->body_case == OVL__REQUEST__BODY_OP) {
+            const Ovl__Op *o = q->op;
+            CHECK(o->kind == OVLD_KIND_AG_GEMM && ovld_kind((uint32_t)o->kind) != NULL);
+            CHECK(o->ag_gemm != NULL && o->n_bufs <= OVLD_BUF_COUNT);
+            for (size_t i = 0; i < o->n_bufs; i++)
+                CHECK(o->bufs[i]->slot < OVLD_BUF_COUNT && o->bufs[i]->ref != NULL);
+            const Ovl__AgGemmParams *g = o->ag_gemm;
             dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
             chunks = g->chunks, streams = g->streams;
-            CHECK(g->n_more_bs <= OVLD_MAX_BS - 1);
-            for (size_t i = 0; i < g->n_more_bs; i++)
-                CHECK(g->more_bs[i]->n > 0);
+            CHECK(g->n_more_n <= OVLD_MAX_BS - 1);
+            for (size_t i = 0; i < g->n_more_n; i++)
+                CHECK(g->more_n[i] > 0);
         } else {
             const Ovl__PlanRequest *p = q->plan;
             CHECK(p->world >= 1 && p->world <= OVL_PLAN_MAX_WORLD);
@@ -320,22 +336,34 @@ static ovl_status_t check_request(const Ovl__Request *q)
     }
     if (st == OVL_OK && q->body_case == OVL__REQUEST__BODY_HELLO)
         check_hello_text(q->hello);
-    if (q->body_case == OVL__REQUEST__BODY_AG_GEMM) {
-        /* the descriptor, of any op (a refused one fails as an op): its Bs
-         * within the arrays, each B's n and buffers those of the request */
-        const Ovl__AgGemm *g = q->ag_gemm;
+    if (q->body_case == OVL__REQUEST__BODY_OP) {
+        /* the descriptor, of any op (a refused one fails as an op): its
+         * kind the table's or none, its Bs within the arrays, each B's n
+         * the request's, each buffer the first in its slot */
+        const Ovl__Op *o = q->op;
         ovld_op_desc_t d;
-        ovld_request_op_desc(g, &d);
-        CHECK(d.nb >= 1 && d.nb <= OVLD_MAX_BS);
-        if (st == OVL_OK)
-            CHECK(d.nb == 1 + g->n_more_bs);
-        for (uint32_t i = 1; i < d.nb; i++) {
-            CHECK(d.n_more[i - 1] == g->more_bs[i - 1]->n);
-            CHECK(d.buf[ovld_buf_b(i)].given == (g->more_bs[i - 1]->b != NULL));
-            CHECK(d.buf[ovld_buf_c(i)].given == (g->more_bs[i - 1]->c != NULL));
+        ovld_request_op_desc(o, &d);
+        CHECK(d.kind == OVLD_KIND_NONE || ovld_kind(d.kind) != NULL);
+        CHECK(d.kind != OVLD_KIND_NONE || o->kind != OVLD_KIND_AG_GEMM);
+        const Ovl__AgGemmParams *g = o->ag_gemm;
+        if (g) {
+            CHECK(d.nb >= 1 && d.nb <= OVLD_MAX_BS);
+            if (st == OVL_OK)
+                CHECK(d.nb == 1 + g->n_more_n);
+            for (uint32_t i = 1; i < d.nb; i++)
+                CHECK(d.n_more[i - 1] == g->more_n[i - 1]);
         }
-        for (uint32_t i = d.nb; i < OVLD_MAX_BS; i++)
-            CHECK(!d.buf[ovld_buf_b(i)].given && !d.buf[ovld_buf_c(i)].given);
+        bool first[OVLD_BUF_COUNT] = {false};
+        for (size_t i = 0; i < o->n_bufs; i++) {
+            const Ovl__OpBuf *b = o->bufs[i];
+            if (b->slot >= OVLD_BUF_COUNT || !b->ref || first[b->slot])
+                continue;
+            first[b->slot] = true;
+            CHECK(d.buf[b->slot].given && d.buf[b->slot].mem_id == b->ref->mem_id &&
+                  d.buf[b->slot].offset == b->ref->offset && d.buf[b->slot].ld == b->ld);
+        }
+        for (int b = 0; b < OVLD_BUF_COUNT; b++)
+            CHECK(first[b] == d.buf[b].given);
     }
     if (q->body_case == OVL__REQUEST__BODY_COMM_INIT) {
         const ProtobufCBinaryData *id = &q->comm_init->job_id;
@@ -575,17 +603,27 @@ static void ops(void)
 {
     Ovl__BufRef a = OVL__BUF_REF__INIT, b = OVL__BUF_REF__INIT, c = OVL__BUF_REF__INIT;
     a.mem_id = 1, b.mem_id = 2, c.mem_id = 3;
-    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
-    g.comm_id = 1, g.seq = 1, g.a = &a, g.b = &b, g.c = &c;
-    g.lda = 64, g.ldb = 64, g.ldc = 64, g.m = 16, g.n = 64, g.k = 64;
+    Ovl__OpBuf ob[4], *pob[4];
+    Ovl__BufRef *refs[4] = {&a, &b, &c, &a};
+    for (int i = 0; i < 4; i++) {
+        ovl__op_buf__init(&ob[i]);
+        ob[i].slot = (uint64_t)i;
+        ob[i].ref = refs[i];
+        ob[i].ld = 64;
+        pob[i] = &ob[i];
+    }
+    Ovl__AgGemmParams g = OVL__AG_GEMM_PARAMS__INIT;
+    g.m = 16, g.n = 64, g.k = 64;
+    Ovl__Op op = OVL__OP__INIT;
+    op.comm_id = 1, op.seq = 1, op.kind = 1, op.n_bufs = 3, op.bufs = pob, op.ag_gemm = &g;
     Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
     p.world = 4, p.rank = 3, p.m = 1024, p.n = 256, p.k = 512;
     Ovl__Request q = OVL__REQUEST__INIT;
     uint64_t *gf[] = {&g.dtype, &g.algo, &g.m, &g.n, &g.k, &g.chunks, &g.streams};
     uint64_t *pf[] = {&p.dtype,  &p.algo,    &p.m,     &p.n,   &p.k,
                       &p.chunks, &p.streams, &p.world, &p.rank};
-    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
-    q.ag_gemm = &g;
+    q.body_case = OVL__REQUEST__BODY_OP;
+    q.op = &op;
     for (size_t f = 0; f < sizeof(gf) / sizeof(gf[0]); f++) {
         uint64_t keep = *gf[f];
         for (size_t e = 0; e < NEDGE; e++) {
@@ -594,8 +632,29 @@ static void ops(void)
         }
         *gf[f] = keep;
     }
-    g.a_out = &a;
+    op.n_bufs = 4; /* a_out */
     run_request(&q);
+    /* the op's own form: kinds, slots given twice or out of range, a slot
+     * without a buffer, no parameters */
+    uint64_t kinds[] = {0, 2, UINT64_MAX};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        op.kind = kinds[i];
+        run_request(&q);
+    }
+    op.kind = 1;
+    ob[3].slot = 0;
+    run_request(&q);
+    ob[3].slot = 18;
+    run_request(&q);
+    ob[3].slot = UINT64_MAX;
+    run_request(&q);
+    ob[3].slot = 3;
+    ob[3].ref = NULL;
+    run_request(&q);
+    ob[3].ref = &a;
+    op.ag_gemm = NULL;
+    run_request(&q);
+    op.ag_gemm = &g;
     q.id = 3;
     q.body_case = OVL__REQUEST__BODY_PLAN;
     q.plan = &p;

@@ -34,7 +34,7 @@ def request(rid, field, body):
 UUID = b"ovl-host" + bytes(7) + b"\x01"
 
 
-def hello(version=4):
+def hello(version=5):
     return (f_varint(1, version) + f_bytes(2, "0.3.0") + f_varint(3, 1234)
             + f_bytes(4, "seed") + f_varint(5, 1))
 
@@ -56,24 +56,29 @@ def bufref(mem, off=0):
     return f_varint(1, mem) + f_varint(2, off)
 
 
-def more_b(mem, n):
-    # an AgGemm's MoreB: b, ldb, c, ldc, n
-    return (f_bytes(1, bufref(mem)) + f_varint(2, n) + f_bytes(3, bufref(mem, 1 << 16))
-            + f_varint(4, n) + f_varint(5, n))
+def op_buf(slot, mem, ld, off=0):
+    # an Op's OpBuf: slot, ref, ld
+    return f_varint(1, slot) + f_bytes(2, bufref(mem, off)) + f_varint(3, ld)
 
 
 def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out=True,
-            more_ns=()):
-    b = (f_varint(1, 1) + f_varint(2, seq) + f_bytes(3, bufref(1)) + f_varint(4, k)
-         + f_bytes(5, bufref(2)) + f_varint(6, n) + f_varint(7, 1) + f_bytes(8, bufref(3))
-         + f_varint(9, n))
-    if a_out:
-        b += f_bytes(10, bufref(4)) + f_varint(11, k)
-    b += (f_varint(12, m) + f_varint(13, n) + f_varint(14, k) + f_varint(15, dtype)
-          + f_varint(16, algo) + f_varint(17, chunks) + f_varint(18, streams))
+            more_ns=(), kind=1, slots=None):
+    # an Op of kind ag_gemm (1): A, B, C (and a_out) in slots 0 to 3, B i
+    # and C i in 3 + i and 10 + i, the parameters in field 5
+    bufs = [(0, 1, k), (1, 2, n), (2, 3, n)] + ([(3, 4, k)] if a_out else [])
     for i, mn in enumerate(more_ns):
-        b += f_bytes(19, more_b(5 + i, mn))
-    return b
+        if i < 7:
+            bufs += [(4 + i, 5 + i, mn), (11 + i, 5 + i, mn)]
+    if slots is not None:
+        bufs = [(sl, mem, ld) for (sl, (_, mem, ld)) in zip(slots, bufs)]
+    params = (f_varint(1, m) + f_varint(2, n) + f_varint(3, k) + f_varint(4, dtype)
+              + f_varint(5, algo) + f_varint(6, chunks) + f_varint(7, streams) + f_varint(8, 1))
+    if more_ns:
+        params += f_bytes(9, b"".join(varint(x) for x in more_ns))
+    b = f_varint(1, 1) + f_varint(2, seq) + f_varint(3, kind)
+    for slot, mem, ld in bufs:
+        b += f_bytes(4, op_buf(slot, mem, ld, 1 << 16 if slot >= 11 else 0))
+    return b + f_bytes(5, params)
 
 
 def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0, transb=False, more_ns=(),
@@ -117,16 +122,21 @@ def request_seeds():
     s["mem_register_ipc"] = frame(request(6, 7, mem_register(fd_count=0, ipc=bytes(64), uuid=UUID)))
     s["mem_register_ipc_long"] = frame(request(6, 7, mem_register(fd_count=0, ipc=bytes(65))))
     s["mem_deregister"] = frame(request(7, 8, f_varint(1, 1)))
-    s["ag_gemm"] = frame(request(0, 9, ag_gemm()))
-    s["ag_gemm_plain"] = frame(request(0, 9, ag_gemm(algo=0, chunks=0, streams=0, a_out=False)))
-    s["ag_gemm_dtype_bad"] = frame(request(0, 9, ag_gemm(dtype=3)))
-    s["ag_gemm_chunks_wrap"] = frame(request(0, 9, ag_gemm(chunks=(1 << 32) + 4)))
-    s["ag_gemm_streams_9"] = frame(request(0, 9, ag_gemm(streams=9)))
-    s["ag_gemm_m_zero"] = frame(request(0, 9, ag_gemm(m=0)))
-    s["ag_gemm_3_bs"] = frame(request(0, 9, ag_gemm(more_ns=(32, 96))))
-    s["ag_gemm_8_bs"] = frame(request(0, 9, ag_gemm(more_ns=(1,) * 7)))
-    s["ag_gemm_9_bs"] = frame(request(0, 9, ag_gemm(more_ns=(1,) * 8)))
-    s["ag_gemm_b2_n_zero"] = frame(request(0, 9, ag_gemm(more_ns=(8, 0))))
+    s["ag_gemm"] = frame(request(0, 14, ag_gemm()))
+    s["ag_gemm_plain"] = frame(request(0, 14, ag_gemm(algo=0, chunks=0, streams=0, a_out=False)))
+    s["ag_gemm_dtype_bad"] = frame(request(0, 14, ag_gemm(dtype=3)))
+    s["ag_gemm_chunks_wrap"] = frame(request(0, 14, ag_gemm(chunks=(1 << 32) + 4)))
+    s["ag_gemm_streams_9"] = frame(request(0, 14, ag_gemm(streams=9)))
+    s["ag_gemm_m_zero"] = frame(request(0, 14, ag_gemm(m=0)))
+    s["ag_gemm_3_bs"] = frame(request(0, 14, ag_gemm(more_ns=(32, 96))))
+    s["ag_gemm_8_bs"] = frame(request(0, 14, ag_gemm(more_ns=(1,) * 7)))
+    s["ag_gemm_9_bs"] = frame(request(0, 14, ag_gemm(more_ns=(1,) * 8)))
+    s["ag_gemm_b2_n_zero"] = frame(request(0, 14, ag_gemm(more_ns=(8, 0))))
+    s["op_kind_none"] = frame(request(0, 14, ag_gemm(kind=0)))
+    s["op_kind_unknown"] = frame(request(0, 14, ag_gemm(kind=2)))
+    s["op_slot_twice"] = frame(request(0, 14, ag_gemm(slots=(0, 1, 1, 3))))
+    s["op_slot_18"] = frame(request(0, 14, ag_gemm(slots=(0, 1, 2, 18))))
+    s["ag_gemm_old_field_9"] = frame(request(0, 9, b"\x08\x01"))
     s["plan"] = frame(request(8, 10, plan()))
     s["plan_world_1025"] = frame(request(8, 10, plan(world=1025, rank=0)))
     s["plan_algo_4"] = frame(request(8, 10, plan(algo=4)))
@@ -147,8 +157,8 @@ def request_seeds():
             request(3, 7, mem_register()),
             request(4, 7, mem_register()),
             request(5, 7, mem_register()),
-            request(0, 9, ag_gemm(seq=1)),
-            request(0, 9, ag_gemm(seq=2, algo=1)),
+            request(0, 14, ag_gemm(seq=1)),
+            request(0, 14, ag_gemm(seq=2, algo=1)),
             request(6, 6, f_varint(1, 1)),
             request(7, 10, plan()),
             request(8, 5, f_varint(1, 1)),

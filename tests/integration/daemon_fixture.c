@@ -481,7 +481,7 @@ int raw_send_frame(int fd, uint32_t announced, const void *body, size_t len)
 
 int raw_send_request(raw_conn_t *rc, Ovl__Request *q, const int *fds, unsigned nfds)
 {
-    if (q->id == 0 && q->body_case != OVL__REQUEST__BODY_AG_GEMM)
+    if (q->id == 0 && q->body_case != OVL__REQUEST__BODY_OP)
         q->id = ++rc->next_id;
     /* The writer takes ownership of the descriptors: give it copies. */
     int dups[OVL_WIRE_MAX_ATTACHED];

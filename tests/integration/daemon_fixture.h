@@ -112,7 +112,7 @@ int raw_send(int fd, const void *buf, size_t len);
 int raw_send_frame(int fd, uint32_t announced, const void *body, size_t len);
 
 /* Packs q into one frame and sends it with nfds descriptors (not closed:
- * the caller keeps its own). If q->id is 0 and it is not an AgGemm, the next
+ * the caller keeps its own). If q->id is 0 and it is not an Op, the next
  * id is assigned. 0 or -1. */
 int raw_send_request(raw_conn_t *rc, Ovl__Request *q, const int *fds, unsigned nfds);
 

@@ -446,37 +446,78 @@ void raw_wait_done(const raw_comm_t *c, uint64_t seq)
     }
 }
 
-void raw_gemm_init(Ovl__AgGemm *g, Ovl__BufRef refs[3], uint64_t comm, uint64_t seq, uint64_t mem)
+static void raw_op_relink(raw_op_t *o)
 {
-    ovl__ag_gemm__init(g);
-    for (int i = 0; i < 3; i++) {
-        ovl__buf_ref__init(&refs[i]);
-        refs[i].mem_id = mem;
-        refs[i].offset = (uint64_t)i * 256;
-    }
-    g->comm_id = comm;
-    g->seq = seq;
-    g->a = &refs[0];
-    g->lda = RAW_K;
-    g->b = &refs[1];
-    g->ldb = RAW_N;
-    g->c = &refs[2];
-    g->ldc = RAW_N;
-    g->m = RAW_M;
-    g->n = RAW_N;
-    g->k = RAW_K;
-    g->dtype = OVL__DTYPE__DTYPE_FP32;
-    g->algo = OVL__ALGO__ALGO_NAIVE;
+    o->op.n_bufs = 0;
+    for (int slot = 0; slot < RAW_SLOTS; slot++)
+        if (o->by_slot[slot])
+            o->pbufs[o->op.n_bufs++] = o->by_slot[slot];
+    o->op.bufs = o->pbufs;
 }
 
-void raw_submit(raw_conn_t *rc, const raw_comm_t *c, Ovl__AgGemm *g)
+void raw_op_buf(raw_op_t *o, uint64_t slot, uint64_t mem, uint64_t offset, uint64_t ld)
+{
+    assert_true(slot < RAW_SLOTS);
+    Ovl__OpBuf *b = &o->bufs[slot];
+    ovl__op_buf__init(b);
+    ovl__buf_ref__init(&o->refs[slot]);
+    o->refs[slot].mem_id = mem;
+    o->refs[slot].offset = offset;
+    b->slot = slot;
+    b->ref = &o->refs[slot];
+    b->ld = ld;
+    o->by_slot[slot] = b;
+    raw_op_relink(o);
+}
+
+void raw_op_drop(raw_op_t *o, uint64_t slot)
+{
+    assert_true(slot < RAW_SLOTS);
+    o->by_slot[slot] = NULL;
+    raw_op_relink(o);
+}
+
+void raw_op_init(raw_op_t *o, uint64_t comm, uint64_t seq, uint64_t mem)
+{
+    memset(o, 0, sizeof(*o));
+    ovl__op__init(&o->op);
+    ovl__ag_gemm_params__init(&o->g);
+    o->op.comm_id = comm;
+    o->op.seq = seq;
+    o->op.kind = OVL__OP_KIND__OP_KIND_AG_GEMM;
+    o->op.ag_gemm = &o->g;
+    raw_op_buf(o, 0, mem, 0, RAW_K);
+    raw_op_buf(o, 1, mem, 256, RAW_N);
+    raw_op_buf(o, 2, mem, 512, RAW_N);
+    o->g.m = RAW_M;
+    o->g.n = RAW_N;
+    o->g.k = RAW_K;
+    o->g.dtype = OVL__DTYPE__DTYPE_FP32;
+    o->g.algo = OVL__ALGO__ALGO_NAIVE;
+}
+
+void raw_op_more(raw_op_t *o, uint32_t count, uint64_t mem)
+{
+    assert_true(count <= 8);
+    for (uint32_t i = 1; i <= count; i++) {
+        o->more_n[i - 1] = RAW_N;
+        if (i > 7)
+            continue; /* no slot for a ninth B: refused on its count */
+        raw_op_buf(o, 3 + i, o->refs[1].mem_id, o->refs[1].offset, RAW_N);
+        raw_op_buf(o, 10 + i, mem, 1024 + (uint64_t)(i - 1) * 256, RAW_N);
+    }
+    o->g.n_more_n = count;
+    o->g.more_n = o->more_n;
+}
+
+void raw_submit(raw_conn_t *rc, const raw_comm_t *c, Ovl__Op *op)
 {
     /* Host mode: the client is the stream; its data is ready when sent. */
     if (c)
-        __atomic_store_n(&c->db->ready, g->seq, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->db->ready, op->seq, __ATOMIC_RELEASE);
     Ovl__Request q = OVL__REQUEST__INIT;
-    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
-    q.ag_gemm = g;
+    q.body_case = OVL__REQUEST__BODY_OP;
+    q.op = op;
     assert_int_equal(raw_send_request(rc, &q, NULL, 0), 0);
 }
 

@@ -154,11 +154,31 @@ void raw_wait_done(const raw_comm_t *c, uint64_t seq);
 #define RAW_N 3
 #define RAW_K 4
 
-/* A good naive fp32 op `seq` of comm on buffer mem, in that layout. */
-void raw_gemm_init(Ovl__AgGemm *g, Ovl__BufRef refs[3], uint64_t comm, uint64_t seq, uint64_t mem);
-/* cmocka: sends g as a raw AgGemm, its data marked ready on c's doorbell
- * first (host mode: the client is the stream) unless c is NULL. */
-void raw_submit(raw_conn_t *rc, const raw_comm_t *c, Ovl__AgGemm *g);
+/* An all-gather + GEMM Op of the wire (proto/ovl.proto) with the storage
+ * of its parts: refs[slot] and by_slot[slot] are the buffer in each slot
+ * (by_slot NULL: none). It points into itself: not to be copied. */
+#define RAW_SLOTS 18
+typedef struct raw_op {
+    Ovl__Op op;
+    Ovl__AgGemmParams g;
+    Ovl__OpBuf bufs[RAW_SLOTS], *pbufs[RAW_SLOTS], *by_slot[RAW_SLOTS];
+    Ovl__BufRef refs[RAW_SLOTS];
+    uint64_t more_n[8];
+} raw_op_t;
+
+/* A good naive fp32 op `seq` of comm on buffer mem, in that layout (A in
+ * slot 0, B in 1, C in 2). */
+void raw_op_init(raw_op_t *o, uint64_t comm, uint64_t seq, uint64_t mem);
+/* Puts a buffer in slot (replacing one there): mem at offset, ld. */
+void raw_op_buf(raw_op_t *o, uint64_t slot, uint64_t mem, uint64_t offset, uint64_t ld);
+/* Takes slot's buffer out. */
+void raw_op_drop(raw_op_t *o, uint64_t slot);
+/* count more Bs (more_n, each RAW_N) and, up to 7, B i (slot 3 + i, where
+ * B is) and C i (slot 10 + i, at 1024 + (i - 1) * 256 of mem). */
+void raw_op_more(raw_op_t *o, uint32_t count, uint64_t mem);
+/* cmocka: sends op, its data marked ready on c's doorbell first (host
+ * mode: the client is the stream) unless c is NULL. */
+void raw_submit(raw_conn_t *rc, const raw_comm_t *c, Ovl__Op *op);
 /* Packs q as one frame at out; returns its length. */
 size_t pack_frame(uint8_t *out, Ovl__Request *q);
 

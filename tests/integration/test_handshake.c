@@ -331,12 +331,12 @@ static void test_request_before_hello(void **state)
 
     /* An op before Hello (it has no id: the Error carries 0). */
     open_raw(d, &rc);
-    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
+    Ovl__Op g = OVL__OP__INIT;
     g.comm_id = 1;
     g.seq = 1;
     Ovl__Request qg = OVL__REQUEST__INIT;
-    qg.body_case = OVL__REQUEST__BODY_AG_GEMM;
-    qg.ag_gemm = &g;
+    qg.body_case = OVL__REQUEST__BODY_OP;
+    qg.op = &g;
     assert_int_equal(raw_send_request(&rc, &qg, NULL, 0), 0);
     expect_error(&rc, 0, OVL_ERR_PROTOCOL, "expected Hello first");
     expect_closed(&rc);

@@ -87,12 +87,12 @@ static void test_leave_right_after_refused_op(void **state)
         ovl__response__free_unpacked(r, NULL);
         raw_comm_unmap(&c1);
 
-        Ovl__AgGemm g = OVL__AG_GEMM__INIT;
+        Ovl__Op g = OVL__OP__INIT;
         g.comm_id = c0.id;
         g.seq = 1;
         Ovl__Request qg = OVL__REQUEST__INIT;
-        qg.body_case = OVL__REQUEST__BODY_AG_GEMM;
-        qg.ag_gemm = &g;
+        qg.body_case = OVL__REQUEST__BODY_OP;
+        qg.op = &g;
         Ovl__CommDestroy cd = OVL__COMM_DESTROY__INIT;
         cd.comm_id = c0.id;
         Ovl__Request qd = OVL__REQUEST__INIT;
@@ -156,17 +156,17 @@ static void test_deregister_then_leave_during_op(void **state)
         raw_comm_t c;
         raw_join(&rc, hello->hello, job, 0, &c);
 
-        Ovl__AgGemm g;
-        Ovl__BufRef refs[3];
-        raw_gemm_init(&g, refs, c.id, 1, mem);
-        for (int i = 0; i < 3; i++)
-            refs[i].offset = (uint64_t)i * mat;
-        g.m = g.n = g.k = BIG;
-        g.lda = g.ldb = g.ldc = BIG;
+        raw_op_t o;
+        raw_op_init(&o, c.id, 1, mem);
+        for (int i = 0; i < 3; i++) {
+            o.refs[i].offset = (uint64_t)i * mat;
+            o.by_slot[i]->ld = BIG;
+        }
+        o.g.m = o.g.n = o.g.k = BIG;
         __atomic_store_n(&c.db->ready, 1, __ATOMIC_RELEASE);
         Ovl__Request qg = OVL__REQUEST__INIT;
-        qg.body_case = OVL__REQUEST__BODY_AG_GEMM;
-        qg.ag_gemm = &g;
+        qg.body_case = OVL__REQUEST__BODY_OP;
+        qg.op = &o.op;
         Ovl__MemDeregister md = OVL__MEM_DEREGISTER__INIT;
         md.mem_id = mem;
         Ovl__Request qm = OVL__REQUEST__INIT;
@@ -225,10 +225,9 @@ static void test_last_rank_leaves_with_op_pending(void **state)
     close(fd);
     raw_comm_t c;
     raw_join2(&rc, hello->hello, "forming-leaver", 2, 0, 0, &c);
-    Ovl__AgGemm g;
-    Ovl__BufRef refs[3];
-    raw_gemm_init(&g, refs, c.id, 1, mem);
-    raw_submit(&rc, &c, &g);
+    raw_op_t o;
+    raw_op_init(&o, c.id, 1, mem);
+    raw_submit(&rc, &c, &o.op);
     /* a request after the op: the op is in before the hang-up */
     assert_alive(d);
     raw_comm_unmap(&c);
@@ -631,7 +630,7 @@ static void test_client_throttle(void **state)
 }
 
 /*
- * max_ops_in_flight = 2 and a rank that ignores the throttle (raw AgGemm
+ * max_ops_in_flight = 2 and a rank that ignores the throttle (raw Op
  * requests): its third op, with two still waiting for rank 1, is refused
  * with OVL_ERR_LIMIT and the job is aborted. Its doorbell must end with
  * done = 3 (counters only grow: a waiter for op 3 must not miss it) and an
@@ -654,10 +653,9 @@ static void test_daemon_ops_limit(void **state)
     raw_join2(&rc, hello->hello, "flood", 2, 0, 0, &c0);
 
     for (uint64_t seq = 1; seq <= 3; seq++) {
-        Ovl__AgGemm g;
-        Ovl__BufRef refs[3];
-        raw_gemm_init(&g, refs, c0.id, seq, mem);
-        raw_submit(&rc, &c0, &g);
+        raw_op_t o;
+        raw_op_init(&o, c0.id, seq, mem);
+        raw_submit(&rc, &c0, &o.op);
     }
     /* Settled: the daemon holds no op record of the job any more. */
     wait_job_in_flight(r1.cl, "flood", 0);

@@ -31,7 +31,7 @@ import threading
 
 from ovltest import OVLCTL, Daemon, Skip, f_bytes, f_varint, frame, log_records, run_tests, varint
 
-PROTOCOL_VERSION = 4  # include/ovl/ovl.h: OVL_PROTOCOL_VERSION
+PROTOCOL_VERSION = 5  # include/ovl/ovl.h: OVL_PROTOCOL_VERSION
 OVL_ERR_INVALID = -1
 TIMEOUT = 10.0
 

@@ -5,7 +5,7 @@
  *  - what libovl refuses before sending: ranges against its own
  *    registrations, a stream with the host backend, memory not from
  *    ovl_host_alloc, ovl_mem_register's own checks;
- *  - what the daemon refuses on its side, on a raw connection: AgGemm
+ *  - what the daemon refuses on its side, on a raw connection: Op
  *    requests with bad ranges, ids or fields (failed through the doorbell,
  *    the words in CommCheck), MemRegister and MemDeregister refusals, an op
  *    number out of order (a protocol error);
@@ -276,6 +276,9 @@ typedef enum raw_case {
     RC_B1_NOT_REGISTERED,
     RC_C2_MISSING,
     RC_C1_OUT_OF_RANGE,
+    RC_UNKNOWN_KIND,
+    RC_SLOT_TWICE,
+    RC_SLOT_OUT_OF_RANGE,
     RC_COUNT
 } raw_case_t;
 
@@ -303,11 +306,15 @@ static const struct {
     [RC_B1_NOT_REGISTERED] = {OVL_ERR_NOT_FOUND, "b1: buffer 999 is not registered"},
     [RC_C2_MISSING] = {OVL_ERR_INVALID, "c2: no buffer given"},
     [RC_C1_OUT_OF_RANGE] = {OVL_ERR_RANGE, "c1: 2 x 5 (ld 5) at offset 4080 lies outside"},
+    /* the op message's own form (protocol 5): its kind and slots */
+    [RC_UNKNOWN_KIND] = {OVL_ERR_INVALID, "unknown op kind 2"},
+    [RC_SLOT_TWICE] = {OVL_ERR_INVALID, "buffer slot 0 (a) given twice"},
+    [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 18 out of range (0 to 17)"},
 };
 
 /*
  * The daemon's own checks of an op, which libovl never lets through: raw
- * AgGemm requests on a raw connection, one world-1 comm per case (a comm's
+ * Op requests on a raw connection, one world-1 comm per case (a comm's
  * first error is sticky). Each fails through the doorbell (done rung, error
  * word and error_seq set) and CommCheck has the words. On the first comm a
  * good op afterwards still runs, correctly, with the error kept.
@@ -335,99 +342,89 @@ static void test_raw_op_checks(void **state)
         char job[32];
         snprintf(job, sizeof(job), "raw-%d", c);
         raw_join(&rc, hello->hello, job, (uint32_t)c % 8, &comms[c]);
-        Ovl__AgGemm g;
-        Ovl__BufRef refs[3];
-        raw_gemm_init(&g, refs, comms[c].id, 1, mem);
-        /* further Bs, where a case has them: B i is B, C i a C of its own */
-        Ovl__MoreB more[8], *pmore[8];
-        Ovl__BufRef mrefs[8][2];
-        for (int i = 0; i < 8; i++) {
-            ovl__more_b__init(&more[i]);
-            ovl__buf_ref__init(&mrefs[i][0]);
-            ovl__buf_ref__init(&mrefs[i][1]);
-            mrefs[i][0] = refs[1];
-            mrefs[i][1].mem_id = mem;
-            mrefs[i][1].offset = 1024 + (uint64_t)i * 256;
-            more[i].b = &mrefs[i][0];
-            more[i].ldb = RAW_N;
-            more[i].c = &mrefs[i][1];
-            more[i].ldc = RAW_N;
-            more[i].n = RAW_N;
-            pmore[i] = &more[i];
-        }
-        g.more_bs = pmore;
+        raw_op_t o;
+        raw_op_init(&o, comms[c].id, 1, mem);
         uint64_t seq = 1;
         switch ((raw_case_t)c) {
         case RC_C_OUT_OF_RANGE:
-            refs[2].offset = 4096 - 16;
+            o.refs[2].offset = 4096 - 16;
             break;
         case RC_A_OFFSET_PAST_END:
-            refs[0].offset = 1u << 20;
+            o.refs[0].offset = 1u << 20;
             break;
         case RC_LDA_BELOW_K:
-            g.lda = RAW_K - 1;
+            o.by_slot[0]->ld = RAW_K - 1;
             break;
         case RC_B_NOT_REGISTERED:
-            refs[1].mem_id = 999;
+            o.refs[1].mem_id = 999;
             break;
         case RC_BAD_DTYPE:
-            g.dtype = (Ovl__DType)7;
+            o.g.dtype = 7;
             break;
         case RC_BAD_ALGO:
-            g.algo = (Ovl__Algo)9;
+            o.g.algo = 9;
             break;
         case RC_ZERO_M:
-            g.m = 0;
+            o.g.m = 0;
             break;
         case RC_TOO_MANY_CHUNKS:
-            g.chunks = 65;
+            o.g.chunks = 65;
             break;
         case RC_NO_A:
-            g.a = NULL;
+            raw_op_drop(&o, 0);
             break;
         case RC_HUGE_M:
-            g.m = UINT64_MAX / 8;
+            o.g.m = UINT64_MAX / 8;
             break;
         case RC_WIDE_DTYPE:
-            g.dtype = (UINT64_C(1) << 32) + 2;
+            o.g.dtype = (UINT64_C(1) << 32) + 2;
             break;
         case RC_WIDE_CHUNKS:
-            g.chunks = (UINT64_C(1) << 32) + 1;
+            o.g.chunks = (UINT64_C(1) << 32) + 1;
             break;
         case RC_NINE_BS:
-            g.n_more_bs = 8;
+            raw_op_more(&o, 8, mem);
             break;
         case RC_B1_ZERO_N:
-            g.n_more_bs = 2;
-            more[0].n = 0;
+            raw_op_more(&o, 2, mem);
+            o.more_n[0] = 0;
             break;
         case RC_B1_NOT_REGISTERED:
-            g.n_more_bs = 1;
-            mrefs[0][0].mem_id = 999;
+            raw_op_more(&o, 1, mem);
+            o.refs[4].mem_id = 999;
             break;
         case RC_C2_MISSING:
-            g.n_more_bs = 2;
-            more[1].c = NULL;
+            raw_op_more(&o, 2, mem);
+            raw_op_drop(&o, 12);
             break;
         case RC_C1_OUT_OF_RANGE:
-            g.n_more_bs = 1;
-            more[0].n = more[0].ldb = more[0].ldc = 5; /* B1 4 x 5 fits where B 4 x 3 is */
-            mrefs[0][1].offset = 4096 - 16;
+            raw_op_more(&o, 1, mem);
+            o.more_n[0] = o.by_slot[4]->ld = o.by_slot[11]->ld = 5; /* B1 4 x 5 fits where B is */
+            o.refs[11].offset = 4096 - 16;
+            break;
+        case RC_UNKNOWN_KIND:
+            o.op.kind = 2;
+            break;
+        case RC_SLOT_TWICE:
+            o.op.n_bufs = 4;
+            o.pbufs[3] = o.pbufs[0];
+            break;
+        case RC_SLOT_OUT_OF_RANGE:
+            o.by_slot[2]->slot = RAW_SLOTS;
             break;
         case RC_COUNT:
             break;
         }
-        raw_submit(&rc, &comms[c], &g);
+        raw_submit(&rc, &comms[c], &o.op);
         raw_wait_done(&comms[c], seq);
         raw_check_comm(&rc, &comms[c], raw_case_want[c].status, seq, raw_case_want[c].needle);
     }
 
     /* Comm 0 failed op 1; op 2 is good: it runs, the first error stays. */
     memset(fc, 0xff, RAW_M * RAW_N * sizeof(float));
-    Ovl__AgGemm g;
-    Ovl__BufRef refs[3];
-    raw_gemm_init(&g, refs, comms[0].id, 2, mem);
-    raw_submit(&rc, &comms[0], &g);
+    raw_op_t o;
+    raw_op_init(&o, comms[0].id, 2, mem);
+    raw_submit(&rc, &comms[0], &o.op);
     raw_wait_done(&comms[0], 2);
     raw_check_comm(&rc, &comms[0], OVL_ERR_RANGE, 1, "outside its registration");
     for (int i = 0; i < RAW_M; i++)
@@ -440,8 +437,8 @@ static void test_raw_op_checks(void **state)
 
     /* An op for a comm that is not there: an Error with id 0, and the
      * connection goes on. */
-    raw_gemm_init(&g, refs, 424242, 1, mem);
-    raw_submit(&rc, NULL, &g);
+    raw_op_init(&o, 424242, 1, mem);
+    raw_submit(&rc, NULL, &o.op);
     Ovl__Response *r = NULL;
     assert_int_equal(raw_read_response(&rc, TIMEOUT_MS, &r), RAW_OK);
     assert_int_equal(r->id, 0);
@@ -580,12 +577,12 @@ static void test_raw_op_out_of_order(void **state)
     assert_int_equal(raw_hello(&rc, &hello), RAW_OK);
     raw_comm_t c;
     raw_join(&rc, hello->hello, "out-of-order", 0, &c);
-    Ovl__AgGemm g = OVL__AG_GEMM__INIT;
+    Ovl__Op g = OVL__OP__INIT;
     g.comm_id = c.id;
     g.seq = 5; /* expected: 1 */
     Ovl__Request qg = OVL__REQUEST__INIT;
-    qg.body_case = OVL__REQUEST__BODY_AG_GEMM;
-    qg.ag_gemm = &g;
+    qg.body_case = OVL__REQUEST__BODY_OP;
+    qg.op = &g;
     uint8_t buf[512];
     size_t len = pack_frame(buf, &qg);
     assert_int_equal(raw_send(rc.fd, buf, len), 0);

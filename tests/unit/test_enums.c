@@ -20,6 +20,7 @@
 #include "ovl.h"
 #include "ovl.pb-c.h"
 #include "plan.h"
+#include "kind.h"
 #include "request.h"
 #include "stats.h"
 
@@ -159,20 +160,30 @@ static void test_plan_tables(void **state)
             fail_msg("'%s' does not list %s", err, pref_name(v));
 }
 
-/* The request checks take exactly the values below the counts. */
-static ovl_status_t check_op(uint64_t dtype, uint64_t algo)
+/* The request checks take exactly the values below the counts: dtypes,
+ * algorithms, op kinds. */
+static ovl_status_t check_op_kind(uint64_t kind, uint64_t dtype, uint64_t algo)
 {
-    Ovl__AgGemm g;
+    Ovl__AgGemmParams g;
+    Ovl__Op op;
     Ovl__Request q;
     char err[256];
-    ovl__ag_gemm__init(&g);
+    ovl__ag_gemm_params__init(&g);
+    ovl__op__init(&op);
     ovl__request__init(&q);
     g.m = g.n = g.k = 1;
-    g.dtype = (Ovl__DType)dtype;
-    g.algo = (Ovl__Algo)algo;
-    q.body_case = OVL__REQUEST__BODY_AG_GEMM;
-    q.ag_gemm = &g;
+    g.dtype = dtype;
+    g.algo = algo;
+    op.kind = kind;
+    op.ag_gemm = &g;
+    q.body_case = OVL__REQUEST__BODY_OP;
+    q.op = &op;
     return ovld_request_check(&q, err, sizeof(err));
+}
+
+static ovl_status_t check_op(uint64_t dtype, uint64_t algo)
+{
+    return check_op_kind(OVL__OP_KIND__OP_KIND_AG_GEMM, dtype, algo);
 }
 
 static void test_request_ranges(void **state)
@@ -183,6 +194,12 @@ static void test_request_ranges(void **state)
             assert_int_equal(check_op((uint64_t)t, (uint64_t)a), OVL_OK);
     assert_int_equal(check_op(OVL_DTYPE_COUNT, OVL_ALGO_AUTO), OVL_ERR_INVALID);
     assert_int_equal(check_op(OVL_DTYPE_BF16, OVL_ALGO_COUNT), OVL_ERR_INVALID);
+    /* the wire's kinds are the core's: each one the table has, and no other */
+    assert_int_equal(OVL__OP_KIND__OP_KIND_AG_GEMM, OVLD_KIND_AG_GEMM);
+    assert_int_equal(check_op_kind(OVL__OP_KIND__OP_KIND_NONE, 0, 0), OVL_ERR_INVALID);
+    assert_int_equal(check_op_kind(OVL__OP_KIND__OP_KIND_AG_GEMM + 1, 0, 0), OVL_ERR_INVALID);
+    for (uint32_t k = 0; k < 64; k++)
+        assert_int_equal(check_op_kind(k, 0, 0) == OVL_OK, ovld_kind(k) != NULL);
 }
 
 /* Every algorithm a config names parses, and the refusal lists them all. */

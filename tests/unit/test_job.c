@@ -628,7 +628,7 @@ static opspec_t base(void)
     return (opspec_t){.m = 4, .n = 4, .k = 4, .dtype = OVL_DTYPE_FP32, .algo = OVL_ALGO_NAIVE};
 }
 
-/* Submits op seq of c as dispatch.c's on_ag_gemm does. */
+/* Submits op seq of c as dispatch.c's on_op does. */
 static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, size_t errlen)
 {
     ovld_op_desc_t q = {.kind = OVLD_KIND_AG_GEMM,
