@@ -10,6 +10,7 @@
 
 #include "cluster.pb-c.h"
 #include "errf.h"
+#include "kind.h"
 #include "plan.h"
 #include "text.h"
 
@@ -240,7 +241,12 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
                         "protocol error: %s: status %" PRId64 ", not a status", msg, r->status);
     o->status = (ovl_status_t)r->status;
     text_of(&r->reason, o->reason, sizeof(o->reason));
-    o->f.kind = OVLD_KIND_AG_GEMM; /* the one kind OpReady carries in this protocol */
+    /* absent: an ovld before the field, whose one kind was all-gather + GEMM */
+    uint64_t kind = r->kind ? r->kind : OVLD_KIND_AG_GEMM;
+    if (kind > UINT32_MAX || !ovld_kind((uint32_t)kind))
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: unknown op kind %" PRIu64, msg, kind);
+    o->f.kind = (uint32_t)kind;
     o->f.m = r->m;
     o->f.n = r->n;
     o->f.k = r->k;
@@ -444,6 +450,7 @@ static ovl_status_t encode_ready(const ovld_cluster_msg_t *m, uint8_t **ret_body
     q.status = o->status;
     q.reason = bin_text(o->reason, OVLD_CLUSTER_REASON_MAX);
     q.first_rank = o->first_rank;
+    q.kind = o->f.kind;
     q.m = o->f.m;
     q.n = o->f.n;
     q.k = o->f.k;

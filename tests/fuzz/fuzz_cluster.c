@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "cluster_wire.h"
+#include "kind.h"
 #include "plan.h"
 #include "text.h"
 
@@ -132,6 +133,7 @@ static void check_fields(const ovld_cluster_msg_t *m, uint32_t type)
         CHECK(r->f.nb >= 1 && r->f.nb <= OVLD_MAX_BS);
         for (uint32_t i = r->f.nb - 1; i < OVLD_MAX_BS - 1; i++)
             CHECK(r->f.n_more[i] == 0);
+        CHECK(ovld_kind(r->f.kind) != NULL); /* a kind of the table: absent reads as ag_gemm */
         break;
     }
     case OVLD_CLUSTER_OP_GO: {
@@ -173,7 +175,7 @@ static void check_same_start(const ovld_cluster_start_msg_t *a, const ovld_clust
 static void check_same_ready(const ovld_cluster_ready_msg_t *a, const ovld_cluster_ready_msg_t *b)
 {
     CHECK(a->seq == b->seq && a->status == b->status && strcmp(a->reason, b->reason) == 0);
-    CHECK(a->first_rank == b->first_rank);
+    CHECK(a->first_rank == b->first_rank && a->f.kind == b->f.kind);
     CHECK(a->f.m == b->f.m && a->f.n == b->f.n && a->f.k == b->f.k);
     CHECK(a->f.dtype == b->f.dtype && a->f.algo == b->f.algo && a->f.chunks == b->f.chunks &&
           a->f.streams == b->f.streams);
@@ -410,6 +412,15 @@ static void fuzz_builtin(void)
     m.ready.f.nb = OVLD_MAX_BS;
     for (int i = 0; i < OVLD_MAX_BS - 1; i++)
         m.ready.f.n_more[i] = UINT64_MAX - (uint64_t)i;
+    run_message(&m);
+
+    /* the kind: absent (an older ovld's) reads as ag_gemm, one the table
+     * does not have is refused */
+    m.ready.f.kind = OVLD_KIND_NONE;
+    run_message(&m);
+    m.ready.f.kind = 7;
+    run_message(&m);
+    m.ready.f.kind = UINT32_MAX;
     run_message(&m);
 
     memset(&m.ready, 0, sizeof(m.ready));
