@@ -177,14 +177,13 @@ ovl_status_t ovld_buf_resolve(const ovld_registry_t *table, const char *name, ui
 ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, uint32_t device,
                                  ovld_op_desc_t *q, char *msg, size_t len)
 {
-    /* the kind, dtype and the kind's fields passed the boundary
-     * (request.h); what is left depends on the job and the registrations */
+    /* the kind and its fields passed the boundary (request.h); what is
+     * left depends on the job and the registrations */
     const ovld_kind_t *kind = ovld_kind(q->kind);
     if (!kind) {
         snprintf(msg, len, "no op kind %u", q->kind);
         return OVL_ERR_INVALID;
     }
-    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
     ovld_buf_shape_t shape[OVLD_BUF_COUNT];
     ovl_status_t st = kind->buf_shapes(q, world, shape, msg, len);
     if (st != OVL_OK)
@@ -200,9 +199,9 @@ ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, u
             st = OVL_ERR_INVALID;
             break;
         }
-        st =
-            ovld_buf_resolve(table, kind->buf_name(b), ref->mem_id, ref->offset, ref->ld,
-                             shape[b].rows, shape[b].cols, elem, (int)device, &q->use[b], msg, len);
+        st = ovld_buf_resolve(table, kind->buf_name(b), ref->mem_id, ref->offset, ref->ld,
+                              shape[b].rows, shape[b].cols, shape[b].elem, (int)device, &q->use[b],
+                              msg, len);
     }
     if (st != OVL_OK)
         for (int b = 0; b < OVLD_BUF_COUNT; b++) {

@@ -78,20 +78,29 @@ typedef struct ovld_buf_ref {
     uint64_t ld;
 } ovld_buf_ref_t;
 
-/* An AgGemm. After ovld_request_check said OVL_OK every field is in its
- * range; after a refusal only comm_id and seq mean anything (the rest is
- * narrowed with saturation, so nothing wraps into a valid value). */
-typedef struct ovld_op_desc {
-    uint32_t kind; /* an ovld_kind_id_t */
-    uint64_t comm_id;
-    uint64_t seq;
+/* All-gather + GEMM's own fields (kind_ag_gemm.c): the shard's rows m,
+ * the columns n and inner dimension k, the dtype, the algorithm and its
+ * split; Bs: nb (1 .. OVLD_MAX_BS once checked; B 0's n is n), B i's n
+ * n_more[i-1]. */
+typedef struct ovld_ag_gemm_desc {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb;
-    /* Bs: nb (1 .. OVLD_MAX_BS once checked; B 0's n is n), B i's n
-     * n_more[i-1] */
     uint32_t nb;
     uint64_t n_more[OVLD_MAX_BS - 1];
+} ovld_ag_gemm_desc_t;
+
+/* An op: its kind, what every op has (comm, number, buffers by slot) and
+ * its kind's own fields. After ovld_request_check said OVL_OK every field
+ * is in its range; after a refusal only comm_id and seq mean anything (the
+ * rest is narrowed with saturation, so nothing wraps into a valid value). */
+typedef struct ovld_op_desc {
+    uint32_t kind; /* an ovld_kind_id_t: which member below holds its fields */
+    uint64_t comm_id;
+    uint64_t seq;
+    union {
+        ovld_ag_gemm_desc_t ag; /* OVLD_KIND_AG_GEMM */
+    };
     ovld_buf_ref_t buf[OVLD_BUF_COUNT];
     /* The buffers resolved against the connection's registrations by the
      * server (buffers.h): a reference held and the view; hold is NULL for

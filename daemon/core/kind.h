@@ -29,6 +29,7 @@
  * not use it (neither: a buffer given there is ignored). */
 typedef struct ovld_buf_shape {
     uint64_t rows, cols;
+    size_t elem; /* bytes of an element */
     bool required, optional;
 } ovld_buf_shape_t;
 

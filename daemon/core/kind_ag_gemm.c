@@ -18,9 +18,10 @@ static const char *buf_name(int which)
     return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : NULL;
 }
 
-static ovl_status_t buf_shapes(const ovld_op_desc_t *q, uint32_t world,
+static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
                                ovld_buf_shape_t shape[OVLD_BUF_COUNT], char *msg, size_t len)
 {
+    const ovld_ag_gemm_desc_t *q = &op->ag;
     for (int b = 0; b < OVLD_BUF_COUNT; b++)
         shape[b] = (ovld_buf_shape_t){0};
     uint64_t rows_all;
@@ -28,21 +29,28 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *q, uint32_t world,
         snprintf(msg, len, "m * world overflows");
         return OVL_ERR_RANGE;
     }
-    shape[OVLD_BUF_A] = (ovld_buf_shape_t){.rows = q->m, .cols = q->k, .required = true};
+    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype); /* every buffer's */
+    shape[OVLD_BUF_A] =
+        (ovld_buf_shape_t){.rows = q->m, .cols = q->k, .elem = elem, .required = true};
     /* optional: ovld gathers into its scratch */
-    shape[OVLD_BUF_AOUT] = (ovld_buf_shape_t){.rows = rows_all, .cols = q->k, .optional = true};
+    shape[OVLD_BUF_AOUT] =
+        (ovld_buf_shape_t){.rows = rows_all, .cols = q->k, .elem = elem, .optional = true};
     uint32_t nb = q->nb ? q->nb : 1; /* 1..OVLD_MAX_BS: request.c checked */
     for (uint32_t i = 0; i < nb && i < OVLD_MAX_BS; i++) {
         uint64_t n = i == 0 ? q->n : q->n_more[i - 1];
-        shape[ovld_buf_b(i)] = (ovld_buf_shape_t){
-            .rows = q->transb ? n : q->k, .cols = q->transb ? q->k : n, .required = true};
-        shape[ovld_buf_c(i)] = (ovld_buf_shape_t){.rows = rows_all, .cols = n, .required = true};
+        shape[ovld_buf_b(i)] = (ovld_buf_shape_t){.rows = q->transb ? n : q->k,
+                                                  .cols = q->transb ? q->k : n,
+                                                  .elem = elem,
+                                                  .required = true};
+        shape[ovld_buf_c(i)] =
+            (ovld_buf_shape_t){.rows = rows_all, .cols = n, .elem = elem, .required = true};
     }
     return OVL_OK;
 }
 
-static void fields(const ovld_op_desc_t *q, bool valid, ovld_op_fields_t *f)
+static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
 {
+    const ovld_ag_gemm_desc_t *q = &op->ag;
     *f = (ovld_op_fields_t){.kind = OVLD_KIND_AG_GEMM,
                             .m = q->m,
                             .n = q->n,
@@ -52,7 +60,7 @@ static void fields(const ovld_op_desc_t *q, bool valid, ovld_op_fields_t *f)
                             .chunks = q->chunks,
                             .streams = q->streams,
                             .transb = q->transb,
-                            .has_aout = q->buf[OVLD_BUF_AOUT].given,
+                            .has_aout = op->buf[OVLD_BUF_AOUT].given,
                             .nb = q->nb ? q->nb : 1};
     memcpy(f->n_more, q->n_more, sizeof(f->n_more));
 }

@@ -273,20 +273,21 @@ void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
             ret->buf[b->slot] = buf_ref(b->ref, b->ld);
     }
     const Ovl__AgGemmParams *g = q->ag_gemm;
-    if (!g)
+    if (!g || ret->kind != OVLD_KIND_AG_GEMM)
         return;
-    ret->m = g->m;
-    ret->n = g->n;
-    ret->k = g->k;
-    ret->dtype = narrow(g->dtype);
-    ret->algo = narrow(g->algo);
-    ret->chunks = narrow(g->chunks);
-    ret->streams = narrow(g->streams);
-    ret->transb = g->transb;
+    ovld_ag_gemm_desc_t *a = &ret->ag;
+    a->m = g->m;
+    a->n = g->n;
+    a->k = g->k;
+    a->dtype = narrow(g->dtype);
+    a->algo = narrow(g->algo);
+    a->chunks = narrow(g->chunks);
+    a->streams = narrow(g->streams);
+    a->transb = g->transb;
     size_t more = g->n_more_n < OVLD_MAX_BS - 1 ? g->n_more_n : OVLD_MAX_BS - 1;
-    ret->nb = 1 + (uint32_t)more;
+    a->nb = 1 + (uint32_t)more;
     for (size_t i = 0; i < more; i++)
-        ret->n_more[i] = g->more_n[i];
+        a->n_more[i] = g->more_n[i];
 }
 
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)

@@ -346,12 +346,12 @@ static ovl_status_t check_request(const Ovl__Request *q)
         CHECK(d.kind == OVLD_KIND_NONE || ovld_kind(d.kind) != NULL);
         CHECK(d.kind != OVLD_KIND_NONE || o->kind != OVLD_KIND_AG_GEMM);
         const Ovl__AgGemmParams *g = o->ag_gemm;
-        if (g) {
-            CHECK(d.nb >= 1 && d.nb <= OVLD_MAX_BS);
+        if (g && d.kind == OVLD_KIND_AG_GEMM) {
+            CHECK(d.ag.nb >= 1 && d.ag.nb <= OVLD_MAX_BS);
             if (st == OVL_OK)
-                CHECK(d.nb == 1 + g->n_more_n);
-            for (uint32_t i = 1; i < d.nb; i++)
-                CHECK(d.n_more[i - 1] == g->more_n[i - 1]);
+                CHECK(d.ag.nb == 1 + g->n_more_n);
+            for (uint32_t i = 1; i < d.ag.nb; i++)
+                CHECK(d.ag.n_more[i - 1] == g->more_n[i - 1]);
         }
         bool first[OVLD_BUF_COUNT] = {false};
         for (size_t i = 0; i < o->n_bufs; i++) {

@@ -634,22 +634,22 @@ static ovl_status_t submit_as(client_t *c, uint64_t seq, opspec_t s, char *err, 
     ovld_op_desc_t q = {.kind = OVLD_KIND_AG_GEMM,
                         .comm_id = ovld_member_comm_id(c->m),
                         .seq = seq,
-                        .m = s.m,
-                        .n = s.n,
-                        .k = s.k,
-                        .dtype = s.dtype,
-                        .algo = s.algo,
-                        .chunks = s.chunks,
-                        .streams = s.streams,
-                        .transb = s.transb};
+                        .ag = {.m = s.m,
+                               .n = s.n,
+                               .k = s.k,
+                               .dtype = s.dtype,
+                               .algo = s.algo,
+                               .chunks = s.chunks,
+                               .streams = s.streams,
+                               .transb = s.transb}};
     const uint64_t ld[TBUF] = {s.k, s.transb ? s.k : s.n, s.n, s.k};
     for (int b = 0; b < TBUF; b++)
         q.buf[b] = (ovld_buf_ref_t){
             .given = !(b == OVLD_BUF_AOUT && s.no_aout), .mem_id = c->reg[b]->id, .ld = ld[b]};
-    q.nb = s.nb;
+    q.ag.nb = s.nb;
     for (uint32_t i = 1; i < s.nb; i++) {
         uint64_t n = s.n_more[i - 1];
-        q.n_more[i - 1] = n;
+        q.ag.n_more[i - 1] = n;
         q.buf[ovld_buf_b(i)] = (ovld_buf_ref_t){
             .given = true, .mem_id = c->reg[OVLD_BUF_B]->id, .ld = s.transb ? s.k : n};
         q.buf[ovld_buf_c(i)] =

@@ -44,15 +44,15 @@ static void test_table(void **state)
 static ovld_op_desc_t op(uint64_t m, uint64_t n, uint64_t k, bool transb, uint32_t nb)
 {
     ovld_op_desc_t q = {.kind = OVLD_KIND_AG_GEMM,
-                        .m = m,
-                        .n = n,
-                        .k = k,
-                        .dtype = OVL_DTYPE_BF16,
-                        .algo = OVL_ALGO_RING,
-                        .transb = transb,
-                        .nb = nb};
+                        .ag = {.m = m,
+                               .n = n,
+                               .k = k,
+                               .dtype = OVL_DTYPE_BF16,
+                               .algo = OVL_ALGO_RING,
+                               .transb = transb,
+                               .nb = nb}};
     for (uint32_t i = 1; i < nb; i++)
-        q.n_more[i - 1] = 100 * i;
+        q.ag.n_more[i - 1] = 100 * i;
     return q;
 }
 
@@ -151,8 +151,8 @@ static void test_plan(void **state)
     }
     assert_int_equal(ag()->plan_buf(OVLD_BUF_COUNT), -1);
     ovld_op_desc_t q = op(4, 5, 6, true, 2);
-    q.chunks = 3;
-    q.streams = 2;
+    q.ag.chunks = 3;
+    q.ag.streams = 2;
     ovld_op_fields_t f;
     ag()->fields(&q, true, &f);
     ovl_plan_params_t pp;
