@@ -31,7 +31,18 @@ import threading
 
 from ovltest import OVLCTL, Daemon, Skip, f_bytes, f_varint, frame, log_records, run_tests, varint
 
-PROTOCOL_VERSION = 5  # include/ovl/ovl.h: OVL_PROTOCOL_VERSION
+
+def _protocol_version():
+    """OVL_PROTOCOL_VERSION, read from include/ovl/ovl.h: the one place."""
+    root = os.environ.get("OVL_SOURCE_DIR") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(root, "include", "ovl", "ovl.h"), encoding="utf-8") as f:
+        m = re.search(r"^#define OVL_PROTOCOL_VERSION ([0-9]+)$", f.read(), re.M)
+    assert m, "include/ovl/ovl.h defines no OVL_PROTOCOL_VERSION"
+    return int(m.group(1))
+
+
+PROTOCOL_VERSION = _protocol_version()
 OVL_ERR_INVALID = -1
 TIMEOUT = 10.0
 
