@@ -13,7 +13,8 @@
 #include <sys/random.h>
 
 #include "cluster_internal.h"
-#include "job.h" /* ovld_plan_resolve */
+#include "kind.h"
+#include "desc.h" /* ovld_plan_resolve */
 #include "log.h"
 #include "plan.h"
 
@@ -527,23 +528,20 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
     }
     for (uint32_t q = 0; q < c->world; q++)
         node_of[q] = (uint32_t)c->rank_node[q];
-    ovl_plan_params_t pp = {
-        .algo = (ovl_algo_t)t->f.algo,
-        .world = c->world,
-        .m = t->f.m,
-        .n = t->f.n,
-        .k = t->f.k,
-        .dtype = (ovl_dtype_t)t->f.dtype,
-        .chunks = t->f.chunks,
-        .streams = t->f.streams,
-        .want_gathered = t->f.has_aout,
-        .transb = t->f.transb,
-        .shared_gpu = t->shared_gpu,
-        .strided = t->strided,
-        .nb = t->f.nb,
-        .node_of = node_of,
-    };
-    memcpy(pp.n_more, t->f.n_more, sizeof(pp.n_more));
+    /* the op's kind makes its parameters (kind.h), as on every node;
+     * decoded OpReadys have a kind of the table (cluster_wire.c), and so
+     * do this node's own (opq.c) */
+    const ovld_kind_t *kind = ovld_kind(t->f.kind);
+    if (!kind) {
+        free(node_of);
+        send_go(cl, c, t, OVL_ERR_INTERNAL, "an op of no kind reached the coordinator", NULL);
+        return;
+    }
+    ovl_plan_params_t pp;
+    kind->plan_params(&t->f, c->world, &pp);
+    pp.shared_gpu = t->shared_gpu;
+    pp.strided = t->strided;
+    pp.node_of = node_of;
     /* The one place of the defaults (job.h), with this ovld's config: the
      * same parameters go to every node. */
     ovld_plan_resolve(cl->cfg, cl->backend->ops->allgather != NULL, &pp);

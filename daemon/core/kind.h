@@ -68,6 +68,8 @@ typedef struct ovld_kind {
     bool (*strided)(const ovld_op_fields_t *f, const ovld_buf_use_t use[OVLD_BUF_COUNT]);
     /* What one op of f adds to the statistics, in a job of world ranks. */
     ovld_op_count_t (*count)(const ovld_op_fields_t *f, uint32_t world);
+    /* f's shape for a log line, NUL-terminated in out ("m=16 n=64 k=64"). */
+    void (*describe)(const ovld_op_fields_t *f, char *out, size_t len);
 } ovld_kind_t;
 
 /* The entry of kind id; NULL for an id that names no kind. */

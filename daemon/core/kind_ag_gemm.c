@@ -5,6 +5,7 @@
  * own n multiplies the same gathered A into its own C i; the gathered A
  * itself (a_out, (world*m) x k) when the client wants it.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -156,6 +157,12 @@ static ovld_op_count_t count(const ovld_op_fields_t *f, uint32_t world)
                                       (double)ovl_dtype_size((ovl_dtype_t)f->dtype) * world};
 }
 
+static void describe(const ovld_op_fields_t *f, char *out, size_t len)
+{
+    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 "%s%s", f->m, f->n, f->k,
+             f->transb ? " transb" : "", f->nb > 1 ? " several Bs" : "");
+}
+
 const ovld_kind_t ovld_kind_ag_gemm = {
     .id = OVLD_KIND_AG_GEMM,
     .name = "ag_gemm",
@@ -167,4 +174,5 @@ const ovld_kind_t ovld_kind_ag_gemm = {
     .plan_params = plan_params,
     .strided = strided,
     .count = count,
+    .describe = describe,
 };

@@ -384,8 +384,12 @@ static void op_issued(ovld_issue_t *it)
         snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
         log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
     } else {
-        log_debug("job '%s': op %" PRIu64 " issued (%s, m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 ")",
-                  j->id, op->seq, ovl_algo_name(op->ran_algo), op->f.m, op->f.n, op->f.k);
+        const ovld_kind_t *kind = ovld_kind(op->f.kind); /* an issued op's: never NULL */
+        char shape[96] = "";
+        if (kind)
+            kind->describe(&op->f, shape, sizeof(shape));
+        log_debug("job '%s': op %" PRIu64 " issued (%s %s, %s)", j->id, op->seq,
+                  kind ? kind->name : "?", ovl_algo_name(op->ran_algo), shape);
     }
     ovld_plans_put(op->plans);
     free(op->xr);

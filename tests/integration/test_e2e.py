@@ -86,8 +86,8 @@ def test_auto_and_defaults():
             assert len(rows) == 1 and rows[0].endswith("  OK"), p.stdout
             assert "all checks passed" in p.stdout, p.stdout
             ops = [m for m in log_messages(d) if re.match(r"job '%s': op \d+ " % job, m)]
-            assert ops == ["job '%s': op %d issued (%s, m=96 n=32 k=48)" % (job, i, resolved)
-                           for i in range(1, 5)], ops
+            want = "job '%s': op %d issued (ag_gemm %s, m=96 n=32 k=48)"
+            assert ops == [want % (job, i, resolved) for i in range(1, 5)], ops
             ran[resolved] = ran.get(resolved, 0) + 4
         st = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)["total"]
         assert {(o["algo"], o["dtype"]): o["count"] for o in st["ops"]} == {

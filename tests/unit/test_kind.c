@@ -190,6 +190,11 @@ static void test_count(void **state)
     ovld_op_count_t c = ag()->count(&f, 2);
     assert_true(c.flop == 2.0 * 8 * 105 * 6 * 2);
     assert_true(c.bytes == 8.0 * 6 * 2 * 2);
+    char text[64];
+    ag()->describe(&f, text, sizeof(text));
+    assert_string_equal(text, "m=4 n=5 k=6 several Bs");
+    ag()->describe(&f, text, 6); /* cut to fit, terminated */
+    assert_string_equal(text, "m=4 n");
 }
 
 int main(void)
