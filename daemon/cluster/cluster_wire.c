@@ -231,10 +231,10 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
                         "protocol error: %s: %" PRIu64 " Bs with %zu more n", msg, r->nb,
                         r->n_n_more);
     if ((st = take_u32(r->first_rank, &o->first_rank, msg, "first rank", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->dtype, &o->f.dtype, msg, "dtype", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->algo, &o->f.algo, msg, "algo", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->chunks, &o->f.chunks, msg, "chunks", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->streams, &o->f.streams, msg, "streams", err, errlen)) != OVL_OK)
+        (st = take_u32(r->dtype, &o->f.ag.dtype, msg, "dtype", err, errlen)) != OVL_OK ||
+        (st = take_u32(r->algo, &o->f.ag.algo, msg, "algo", err, errlen)) != OVL_OK ||
+        (st = take_u32(r->chunks, &o->f.ag.chunks, msg, "chunks", err, errlen)) != OVL_OK ||
+        (st = take_u32(r->streams, &o->f.ag.streams, msg, "streams", err, errlen)) != OVL_OK)
         return st;
     if (status_of(r->status, OVL_ERR_PROTOCOL) != r->status)
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
@@ -247,14 +247,14 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
                         "protocol error: %s: unknown op kind %" PRIu64, msg, kind);
     o->f.kind = (uint32_t)kind;
-    o->f.m = r->m;
-    o->f.n = r->n;
-    o->f.k = r->k;
-    o->f.transb = r->transb;
-    o->f.has_aout = r->has_aout;
-    o->f.nb = (uint32_t)r->nb;
+    o->f.ag.m = r->m;
+    o->f.ag.n = r->n;
+    o->f.ag.k = r->k;
+    o->f.ag.transb = r->transb;
+    o->f.ag.has_aout = r->has_aout;
+    o->f.ag.nb = (uint32_t)r->nb;
     for (size_t i = 0; i < r->n_n_more; i++)
-        o->f.n_more[i] = r->n_more[i];
+        o->f.ag.n_more[i] = r->n_more[i];
     o->strided = r->strided;
     o->shared_gpu = r->shared_gpu;
     return OVL_OK;
@@ -451,19 +451,19 @@ static ovl_status_t encode_ready(const ovld_cluster_msg_t *m, uint8_t **ret_body
     q.reason = bin_text(o->reason, OVLD_CLUSTER_REASON_MAX);
     q.first_rank = o->first_rank;
     q.kind = o->f.kind;
-    q.m = o->f.m;
-    q.n = o->f.n;
-    q.k = o->f.k;
-    q.dtype = o->f.dtype;
-    q.algo = o->f.algo;
-    q.chunks = o->f.chunks;
-    q.streams = o->f.streams;
-    q.transb = o->f.transb;
-    q.has_aout = o->f.has_aout;
-    q.nb = o->f.nb;
+    q.m = o->f.ag.m;
+    q.n = o->f.ag.n;
+    q.k = o->f.ag.k;
+    q.dtype = o->f.ag.dtype;
+    q.algo = o->f.ag.algo;
+    q.chunks = o->f.ag.chunks;
+    q.streams = o->f.ag.streams;
+    q.transb = o->f.ag.transb;
+    q.has_aout = o->f.ag.has_aout;
+    q.nb = o->f.ag.nb;
     uint64_t more[OVLD_MAX_BS - 1];
-    q.n_n_more = o->f.nb > 1 && o->f.nb <= OVLD_MAX_BS ? o->f.nb - 1 : 0;
-    memcpy(more, o->f.n_more, sizeof(more));
+    q.n_n_more = o->f.ag.nb > 1 && o->f.ag.nb <= OVLD_MAX_BS ? o->f.ag.nb - 1 : 0;
+    memcpy(more, o->f.ag.n_more, sizeof(more));
     q.n_more = more;
     q.strided = o->strided;
     q.shared_gpu = o->shared_gpu;

@@ -111,13 +111,19 @@ typedef struct ovld_op_desc {
 /* What every rank of a job must submit alike for an op to run: matched
  * between the ranks of a daemon (opq.c) and between the nodes of a job
  * (cluster/cluster_coord.c). */
-typedef struct ovld_op_fields {
-    uint32_t kind; /* an ovld_kind_id_t: compared first */
+typedef struct ovld_ag_gemm_fields {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
     bool transb, has_aout;
     uint32_t nb;                      /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
     uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n, i >= 1 */
+} ovld_ag_gemm_fields_t;
+
+typedef struct ovld_op_fields {
+    uint32_t kind; /* an ovld_kind_id_t: compared first; which member below */
+    union {
+        ovld_ag_gemm_fields_t ag; /* OVLD_KIND_AG_GEMM */
+    };
 } ovld_op_fields_t;
 
 /* The first field in which a and b differ, in the order ranks are told of

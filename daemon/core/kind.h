@@ -35,8 +35,9 @@ typedef struct ovld_buf_shape {
 
 /* What one op adds to the statistics, on every rank of its job. */
 typedef struct ovld_op_count {
-    double flop;  /* its GEMMs' floating-point operations */
-    double bytes; /* what its communication moves into ranks */
+    double flop;    /* its GEMMs' floating-point operations */
+    double bytes;   /* what its communication moves into ranks */
+    uint32_t dtype; /* the ovl_dtype_t its cell of the table of ops is */
 } ovld_op_count_t;
 
 typedef struct ovld_kind {

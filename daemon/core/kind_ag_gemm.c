@@ -53,17 +53,17 @@ static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
 {
     const ovld_ag_gemm_desc_t *q = &op->ag;
     *f = (ovld_op_fields_t){.kind = OVLD_KIND_AG_GEMM,
-                            .m = q->m,
-                            .n = q->n,
-                            .k = q->k,
-                            .dtype = valid ? q->dtype : UINT32_MAX,
-                            .algo = valid ? q->algo : UINT32_MAX,
-                            .chunks = q->chunks,
-                            .streams = q->streams,
-                            .transb = q->transb,
-                            .has_aout = op->buf[OVLD_BUF_AOUT].given,
-                            .nb = q->nb ? q->nb : 1};
-    memcpy(f->n_more, q->n_more, sizeof(f->n_more));
+                            .ag = {.m = q->m,
+                                   .n = q->n,
+                                   .k = q->k,
+                                   .dtype = valid ? q->dtype : UINT32_MAX,
+                                   .algo = valid ? q->algo : UINT32_MAX,
+                                   .chunks = q->chunks,
+                                   .streams = q->streams,
+                                   .transb = q->transb,
+                                   .has_aout = op->buf[OVLD_BUF_AOUT].given,
+                                   .nb = q->nb ? q->nb : 1}};
+    memcpy(f->ag.n_more, q->n_more, sizeof(f->ag.n_more));
 }
 
 static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
@@ -73,16 +73,16 @@ static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, 
         const char *name;
         uint64_t a, b;
     } f[] = {
-        {"m", a->m, b->m},
-        {"n", a->n, b->n},
-        {"k", a->k, b->k},
-        {"dtype", a->dtype, b->dtype},
-        {"transb", a->transb, b->transb},
-        {"algo", a->algo, b->algo},
-        {"chunks", a->chunks, b->chunks},
-        {"streams", a->streams, b->streams},
-        {"a_out (given or not)", a->has_aout, b->has_aout},
-        {"nb", a->nb, b->nb},
+        {"m", a->ag.m, b->ag.m},
+        {"n", a->ag.n, b->ag.n},
+        {"k", a->ag.k, b->ag.k},
+        {"dtype", a->ag.dtype, b->ag.dtype},
+        {"transb", a->ag.transb, b->ag.transb},
+        {"algo", a->ag.algo, b->ag.algo},
+        {"chunks", a->ag.chunks, b->ag.chunks},
+        {"streams", a->ag.streams, b->ag.streams},
+        {"a_out (given or not)", a->ag.has_aout, b->ag.has_aout},
+        {"nb", a->ag.nb, b->ag.nb},
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         if (f[i].a != f[i].b) {
@@ -91,11 +91,11 @@ static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, 
             *ret_b = f[i].b;
             return true;
         }
-    for (uint32_t i = 1; i < a->nb && i < OVLD_MAX_BS; i++)
-        if (a->n_more[i - 1] != b->n_more[i - 1]) {
+    for (uint32_t i = 1; i < a->ag.nb && i < OVLD_MAX_BS; i++)
+        if (a->ag.n_more[i - 1] != b->ag.n_more[i - 1]) {
             snprintf(what, whatlen, "n of B %u", i);
-            *ret_a = a->n_more[i - 1];
-            *ret_b = b->n_more[i - 1];
+            *ret_a = a->ag.n_more[i - 1];
+            *ret_b = b->ag.n_more[i - 1];
             return true;
         }
     return false;
@@ -119,28 +119,28 @@ static int plan_buf(int which)
 static void plan_params(const ovld_op_fields_t *f, uint32_t world, ovl_plan_params_t *pp)
 {
     *pp = (ovl_plan_params_t){
-        .algo = (ovl_algo_t)f->algo,
+        .algo = (ovl_algo_t)f->ag.algo,
         .world = world,
-        .m = f->m,
-        .n = f->n,
-        .k = f->k,
-        .dtype = (ovl_dtype_t)f->dtype,
-        .chunks = f->chunks,
-        .streams = f->streams,
-        .want_gathered = f->has_aout,
-        .transb = f->transb,
-        .nb = f->nb,
+        .m = f->ag.m,
+        .n = f->ag.n,
+        .k = f->ag.k,
+        .dtype = (ovl_dtype_t)f->ag.dtype,
+        .chunks = f->ag.chunks,
+        .streams = f->ag.streams,
+        .want_gathered = f->ag.has_aout,
+        .transb = f->ag.transb,
+        .nb = f->ag.nb,
     };
     _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
-    memcpy(pp->n_more, f->n_more, sizeof(pp->n_more));
+    memcpy(pp->n_more, f->ag.n_more, sizeof(pp->n_more));
 }
 
 /* NCCL moves a rank's rows only as one dense piece: an A or a_out whose
  * leading dimension is not k makes the plans gather by the copy engine. */
 static bool strided(const ovld_op_fields_t *f, const ovld_buf_use_t use[OVLD_BUF_COUNT])
 {
-    return (use[OVLD_BUF_A].hold && use[OVLD_BUF_A].view.ld != f->k) ||
-           (use[OVLD_BUF_AOUT].hold && use[OVLD_BUF_AOUT].view.ld != f->k);
+    return (use[OVLD_BUF_A].hold && use[OVLD_BUF_A].view.ld != f->ag.k) ||
+           (use[OVLD_BUF_AOUT].hold && use[OVLD_BUF_AOUT].view.ld != f->ag.k);
 }
 
 /* On every rank: the GEMMs of every B over the gathered A, 2 (world*m) n
@@ -148,19 +148,20 @@ static bool strided(const ovld_op_fields_t *f, const ovld_buf_use_t use[OVLD_BUF
  * k elements. Doubles: no overflow in between (the counters saturate). */
 static ovld_op_count_t count(const ovld_op_fields_t *f, uint32_t world)
 {
-    double n = (double)f->n;
-    for (uint32_t i = 1; i < f->nb && i < OVLD_MAX_BS; i++)
-        n += (double)f->n_more[i - 1];
-    double rows = (double)world * (double)f->m;
-    return (ovld_op_count_t){.flop = 2.0 * rows * n * (double)f->k * world,
-                             .bytes = rows * (double)f->k *
-                                      (double)ovl_dtype_size((ovl_dtype_t)f->dtype) * world};
+    double n = (double)f->ag.n;
+    for (uint32_t i = 1; i < f->ag.nb && i < OVLD_MAX_BS; i++)
+        n += (double)f->ag.n_more[i - 1];
+    double rows = (double)world * (double)f->ag.m;
+    return (ovld_op_count_t){.flop = 2.0 * rows * n * (double)f->ag.k * world,
+                             .bytes = rows * (double)f->ag.k *
+                                      (double)ovl_dtype_size((ovl_dtype_t)f->ag.dtype) * world,
+                             .dtype = f->ag.dtype};
 }
 
 static void describe(const ovld_op_fields_t *f, char *out, size_t len)
 {
-    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 "%s%s", f->m, f->n, f->k,
-             f->transb ? " transb" : "", f->nb > 1 ? " several Bs" : "");
+    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 "%s%s", f->ag.m, f->ag.n, f->ag.k,
+             f->ag.transb ? " transb" : "", f->ag.nb > 1 ? " several Bs" : "");
 }
 
 const ovld_kind_t ovld_kind_ag_gemm = {

@@ -608,7 +608,8 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         const ovld_kind_t *kind = ovld_kind(op->f.kind); /* NULL: a failed op's */
         ovld_op_count_t n =
             kind && op->st == OVL_OK ? kind->count(&op->f, j->world) : (ovld_op_count_t){0};
-        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)op->f.dtype, n.flop, n.bytes,
+        /* a failed op counts as failed, by its status alone (stats.c) */
+        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)n.dtype, n.flop, n.bytes,
                       ovl_mono_ns() - op->ready_ns, op->st);
     }
     j->in_flight--;
@@ -760,7 +761,7 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
         uses_put(q);
         return OVL_ERR_PROTOCOL;
     }
-    ovld_op_fields_t mine = {.kind = q->kind, .dtype = UINT32_MAX, .algo = UINT32_MAX};
+    ovld_op_fields_t mine = {.kind = q->kind}; /* an invalid op's: never compared */
     if (kind)
         kind->fields(q, v->fields == OVL_OK, &mine);
     ovld_op_t *op = j->ops;

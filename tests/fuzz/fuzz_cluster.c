@@ -130,9 +130,9 @@ static void check_fields(const ovld_cluster_msg_t *m, uint32_t type)
         const ovld_cluster_ready_msg_t *r = &m->ready;
         CHECK(is_status(r->status));
         check_text(r->reason, sizeof(r->reason), 0, OVLD_CLUSTER_REASON_MAX);
-        CHECK(r->f.nb >= 1 && r->f.nb <= OVLD_MAX_BS);
-        for (uint32_t i = r->f.nb - 1; i < OVLD_MAX_BS - 1; i++)
-            CHECK(r->f.n_more[i] == 0);
+        CHECK(r->f.ag.nb >= 1 && r->f.ag.nb <= OVLD_MAX_BS);
+        for (uint32_t i = r->f.ag.nb - 1; i < OVLD_MAX_BS - 1; i++)
+            CHECK(r->f.ag.n_more[i] == 0);
         CHECK(ovld_kind(r->f.kind) != NULL); /* a kind of the table: absent reads as ag_gemm */
         break;
     }
@@ -176,11 +176,12 @@ static void check_same_ready(const ovld_cluster_ready_msg_t *a, const ovld_clust
 {
     CHECK(a->seq == b->seq && a->status == b->status && strcmp(a->reason, b->reason) == 0);
     CHECK(a->first_rank == b->first_rank && a->f.kind == b->f.kind);
-    CHECK(a->f.m == b->f.m && a->f.n == b->f.n && a->f.k == b->f.k);
-    CHECK(a->f.dtype == b->f.dtype && a->f.algo == b->f.algo && a->f.chunks == b->f.chunks &&
-          a->f.streams == b->f.streams);
-    CHECK(a->f.transb == b->f.transb && a->f.has_aout == b->f.has_aout && a->f.nb == b->f.nb);
-    CHECK(memcmp(a->f.n_more, b->f.n_more, sizeof(a->f.n_more)) == 0);
+    CHECK(a->f.ag.m == b->f.ag.m && a->f.ag.n == b->f.ag.n && a->f.ag.k == b->f.ag.k);
+    CHECK(a->f.ag.dtype == b->f.ag.dtype && a->f.ag.algo == b->f.ag.algo &&
+          a->f.ag.chunks == b->f.ag.chunks && a->f.ag.streams == b->f.ag.streams);
+    CHECK(a->f.ag.transb == b->f.ag.transb && a->f.ag.has_aout == b->f.ag.has_aout &&
+          a->f.ag.nb == b->f.ag.nb);
+    CHECK(memcmp(a->f.ag.n_more, b->f.ag.n_more, sizeof(a->f.ag.n_more)) == 0);
     CHECK(a->strided == b->strided && a->shared_gpu == b->shared_gpu);
 }
 
@@ -395,23 +396,23 @@ static void fuzz_builtin(void)
     m.ready.seq = 42;
     m.ready.first_rank = 2;
     m.ready.f = (ovld_op_fields_t){.kind = OVLD_KIND_AG_GEMM,
-                                   .m = 1024,
-                                   .n = 256,
-                                   .k = 512,
-                                   .dtype = 1,
-                                   .algo = 3,
-                                   .chunks = 4,
-                                   .streams = 2,
-                                   .has_aout = true,
-                                   .nb = 3,
-                                   .n_more = {64, 96}};
+                                   .ag = {.m = 1024,
+                                          .n = 256,
+                                          .k = 512,
+                                          .dtype = 1,
+                                          .algo = 3,
+                                          .chunks = 4,
+                                          .streams = 2,
+                                          .has_aout = true,
+                                          .nb = 3,
+                                          .n_more = {64, 96}}};
     m.ready.strided = true;
     run_message(&m);
     m.ready.status = OVL_ERR_RANGE;
     snprintf(m.ready.reason, sizeof(m.ready.reason), "rank 2: B 1 lies outside its buffer");
-    m.ready.f.nb = OVLD_MAX_BS;
+    m.ready.f.ag.nb = OVLD_MAX_BS;
     for (int i = 0; i < OVLD_MAX_BS - 1; i++)
-        m.ready.f.n_more[i] = UINT64_MAX - (uint64_t)i;
+        m.ready.f.ag.n_more[i] = UINT64_MAX - (uint64_t)i;
     run_message(&m);
 
     /* the kind: absent (an older ovld's) reads as ag_gemm, one the table

@@ -109,31 +109,31 @@ static void test_fields_and_agreement(void **state)
     ovld_op_fields_t a, b;
     ag()->fields(&q, true, &a);
     assert_int_equal(a.kind, OVLD_KIND_AG_GEMM);
-    assert_int_equal(a.dtype, OVL_DTYPE_BF16);
-    assert_true(a.has_aout);
-    assert_int_equal(a.nb, 3);
-    assert_int_equal(a.n_more[1], 200);
+    assert_int_equal(a.ag.dtype, OVL_DTYPE_BF16);
+    assert_true(a.ag.has_aout);
+    assert_int_equal(a.ag.nb, 3);
+    assert_int_equal(a.ag.n_more[1], 200);
     /* an invalid op's enumerations match nothing */
     ag()->fields(&q, false, &b);
-    assert_int_equal(b.dtype, UINT32_MAX);
-    assert_int_equal(b.algo, UINT32_MAX);
+    assert_int_equal(b.ag.dtype, UINT32_MAX);
+    assert_int_equal(b.ag.algo, UINT32_MAX);
     char what[64];
     uint64_t va, vb;
     b = a;
     assert_false(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
-    b.n_more[1] = 201;
+    b.ag.n_more[1] = 201;
     assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
     assert_string_equal(what, "n of B 2");
     assert_int_equal(va, 200);
     assert_int_equal(vb, 201);
     b = a;
-    b.has_aout = false;
+    b.ag.has_aout = false;
     assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
     assert_string_equal(what, "a_out (given or not)");
     /* the kind is compared first, before any field of either */
     b = a;
     b.kind = OVLD_KIND_NONE;
-    b.m = 99;
+    b.ag.m = 99;
     assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
     assert_string_equal(what, "kind");
     assert_int_equal(va, OVLD_KIND_AG_GEMM);
@@ -190,6 +190,7 @@ static void test_count(void **state)
     ovld_op_count_t c = ag()->count(&f, 2);
     assert_true(c.flop == 2.0 * 8 * 105 * 6 * 2);
     assert_true(c.bytes == 8.0 * 6 * 2 * 2);
+    assert_int_equal(c.dtype, OVL_DTYPE_BF16);
     char text[64];
     ag()->describe(&f, text, sizeof(text));
     assert_string_equal(text, "m=4 n=5 k=6 several Bs");
