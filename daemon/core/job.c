@@ -30,117 +30,6 @@ bool ovld_jobs_empty(const ovld_jobs_t *js)
     return !js->live && !js->dead;
 }
 
-const char *ovld_job_state_name(ovld_job_state_t s)
-{
-    switch (s) {
-    case OVLD_JOB_FORMING:
-        return "forming";
-    case OVLD_JOB_SETUP:
-        return "setup";
-    case OVLD_JOB_READY:
-        return "ready";
-    case OVLD_JOB_ENDING:
-        return "ending";
-    case OVLD_JOB_ABORTED:
-        return "aborted";
-    }
-    return "?";
-}
-
-/* A member's first failure is written by the loop and by issuing threads
- * (an op's failure, before its doorbells ring: exec.h, failing), and read
- * by the loop: this leaf lock guards every member's err fields. */
-static pthread_mutex_t member_err_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void ovld_member_fail(ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg)
-{
-    pthread_mutex_lock(&member_err_mu);
-    if (m->err == OVL_OK) {
-        m->err = st;
-        m->err_seq = seq;
-        snprintf(m->err_msg, sizeof(m->err_msg), "%s", msg);
-    }
-    pthread_mutex_unlock(&member_err_mu);
-}
-
-static void job_unlink(ovld_job_t **list, ovld_job_t *j)
-{
-    for (ovld_job_t **pp = list; *pp; pp = &(*pp)->next)
-        if (*pp == j) {
-            *pp = j->next;
-            return;
-        }
-}
-
-static void job_free(ovld_jobs_t *js, ovld_job_t *j)
-{
-    if (j->detached) {
-        job_unlink(&js->dead, j);
-    } else {
-        job_unlink(&js->live, j);
-        js->njobs--;
-    }
-    /* the lane before the ranks: the issuer reads their doorbells until then */
-    ovld_lane_free(j->lane);
-    j->lane = NULL;
-    /* its graphs before its ranks (their streams and memory) */
-    ovld_replay_destroy(j->replay);
-    j->replay = NULL;
-    ovld_plancache_destroy(j->plans);
-    j->plans = NULL;
-    ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
-    for (uint32_t r = 0; r < j->world; r++) {
-        ovld_member_t *m = j->members[r];
-        if (!m)
-            continue;
-        if (ranks && js->backend->ops->job_teardown)
-            ranks[r] = m->brank;
-        else
-            js->backend->ops->rank_destroy(js->backend, m->brank);
-        free(m);
-    }
-    if (ranks && js->backend->ops->job_teardown)
-        js->backend->ops->job_teardown(js->backend, ranks, j->world);
-    free(ranks);
-    if (j->across) {
-        /* after the backend's teardown: nothing of it moves rows any more */
-        if (j->xfer)
-            ovld_xfer_job_release(j->xfer);
-        js->across.forget(js->across.ctx, j->nonce);
-    }
-    free(j->node_of);
-    free(j->members);
-    free(j);
-}
-
-bool ovld_job_has_clients(const ovld_job_t *j)
-{
-    for (uint32_t r = 0; r < j->world; r++)
-        if (j->members[r] && j->members[r]->attached)
-            return true;
-    return false;
-}
-
-/* A job with nobody in it and nothing running goes away. */
-void ovld_job_maybe_free(ovld_jobs_t *js, ovld_job_t *j)
-{
-    if (ovld_job_has_clients(j))
-        return;
-    if (!j->detached) {
-        /* Nobody is left: the id is free for a new job at once, while this
-         * one waits on the side for its last completions. */
-        job_unlink(&js->live, j);
-        js->njobs--;
-        j->detached = true;
-        j->next = js->dead;
-        js->dead = j;
-        log_info("job '%s': ended after %" PRIu64 " ops", j->id, j->ops_done);
-    }
-    if (j->in_flight > 0 || j->setup_pending || j->pins > 0 || ovld_lane_busy(j->lane))
-        return;
-    job_free(js, j);
-}
-
 /* The live job a join names: by owner and id, or across nodes by nonce
  * (whose coordinator checks the owner). */
 static ovld_job_t *job_find(ovld_jobs_t *js, const ovld_join_desc_t *req)
@@ -420,7 +309,7 @@ ovl_status_t ovld_job_join(ovld_jobs_t *js, const ovld_join_desc_t *req, ovld_me
     return OVL_OK;
 fail:
     if (created)
-        job_free(js, j);
+        ovld_job_free(js, j);
     return st;
 }
 
@@ -449,17 +338,6 @@ const char *ovld_member_job_id(const ovld_member_t *m)
     return m->job->id;
 }
 
-void ovld_member_error(const ovld_member_t *m, ovl_status_t *ret_status, uint64_t *ret_seq,
-                       const char **ret_msg)
-{
-    /* once set, the fields never change again */
-    pthread_mutex_lock(&member_err_mu);
-    *ret_status = m->err;
-    *ret_seq = m->err_seq;
-    *ret_msg = m->err != OVL_OK ? m->err_msg : "";
-    pthread_mutex_unlock(&member_err_mu);
-}
-
 void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *info, void *arg),
                        void *arg)
 {
@@ -483,12 +361,6 @@ void ovld_jobs_foreach(const ovld_jobs_t *js, void (*fn)(const ovld_job_info_t *
                                 .last_error = j->last_error};
         fn(&info, arg);
     }
-}
-
-void ovld_job_end(ovld_job_t *j, ovld_job_state_t state, const char *why)
-{
-    j->state = state;
-    snprintf(j->last_error, sizeof(j->last_error), "%s", why);
 }
 
 /* A rank of a job across nodes leaves before the job started: its place is
@@ -556,18 +428,6 @@ void ovld_job_leave(ovld_jobs_t *js, ovld_member_t *m, const char *why)
 
 /* The job takes no more ops: those waiting fail with status and
  * "<what>: <why>", and the job goes once nothing holds it. */
-static void fail_rest(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *what,
-                      const char *why)
-{
-    char msg[300];
-    snprintf(msg, sizeof(msg), "%s: %s", what, why);
-    j->pins++;
-    ovld_opq_fail_waiting(j, status, msg);
-    ovld_opq_progress(js, j);
-    j->pins--;
-    ovld_job_maybe_free(js, j);
-}
-
 bool ovld_jobs_owner_busy(void *owner)
 {
     const ovld_job_t *j = owner;
@@ -604,41 +464,10 @@ void ovld_jobs_on_hold(void *arg, void *owner, uint64_t seq, uint64_t held_ms)
         ovld_job_end(j, OVLD_JOB_ABORTED, why);
         log_warn("job '%s': aborted: %s", j->id, why);
     }
-    fail_rest(js, j, OVL_ERR_LIMIT, "job aborted", why);
+    ovld_job_fail_rest(js, j, OVL_ERR_LIMIT, "job aborted", why);
 }
 
 /* ------------------------------------------------------ across nodes */
-
-void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
-                           bool tell)
-{
-    bool was = j->state == OVLD_JOB_ABORTED;
-    if (!was) {
-        ovld_job_end(j, OVLD_JOB_ABORTED, why);
-        log_warn("job '%s': aborted: %s", j->id, why);
-    }
-    if (tell)
-        js->across.leave(js->across.ctx, j->nonce, UINT32_MAX, true, why);
-    if (was)
-        return;
-    /* What waits on the other nodes stops waiting: the issued ops complete
-     * (failed), and nothing hangs. */
-    if (j->xfer)
-        ovld_xfer_job_abort(j->xfer, status, why);
-    if (js->backend->ops->job_abort && j->started) {
-        ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
-        uint32_t n = 0;
-        for (uint32_t r = 0; ranks && r < j->world; r++)
-            if (j->members[r])
-                ranks[n++] = j->members[r]->brank;
-        if (ranks)
-            js->backend->ops->job_abort(js->backend, ranks, n);
-        else
-            log_error("job '%s': out of memory aborting its communicators", j->id);
-        free(ranks);
-    }
-    fail_rest(js, j, status, "job aborted", why);
-}
 
 void ovld_jobs_on_start(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                         const ovld_cluster_start_t *s)
@@ -722,5 +551,5 @@ void ovld_jobs_on_end(void *arg, const uint8_t nonce[OVLD_JOB_NONCE_LEN], bool a
     /* Ops still waiting for their go never get one: they fail. */
     ovld_job_end(j, OVLD_JOB_ENDING, why);
     log_info("job '%s': takes no more ops: %s", j->id, why);
-    fail_rest(js, j, OVL_ERR_ABORTED, "job ended", why);
+    ovld_job_fail_rest(js, j, OVL_ERR_ABORTED, "job ended", why);
 }

@@ -62,7 +62,7 @@ typedef struct ovld_job {
     struct ovld_job *next;
 } ovld_job_t;
 
-/* job.c */
+/* jobrec.c: a job's record, below job.c and opq.c */
 
 /* Records m's first failure (for CommCheck). */
 void ovld_member_fail(ovld_member_t *m, uint64_t seq, ovl_status_t st, const char *msg);
@@ -73,13 +73,22 @@ void ovld_job_maybe_free(ovld_jobs_t *js, ovld_job_t *j);
 /* Ends the job for new ops (state ENDING or ABORTED) with why as its last
  * error. */
 void ovld_job_end(ovld_job_t *j, ovld_job_state_t state, const char *why);
+/* Frees j and what it holds (its lane, replays, plans, ranks, rows to
+ * other nodes), now: nothing may run of it. */
+void ovld_job_free(ovld_jobs_t *js, ovld_job_t *j);
+
+/* opq.c */
+
+/* Fails every op of j not yet issued ("what: why") and lets the queue
+ * ring them; j may be freed after (ovld_job_maybe_free). */
+void ovld_job_fail_rest(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *what,
+                        const char *why);
 /* A job across nodes cannot go on (a node lost, an op failed here after
  * its go, which would leave the other nodes waiting for this one): aborts
  * it here (pending ops fail, the backend's and xfer's waits on other nodes
  * end) and, with tell, on every node through the coordinator. */
 void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
                            bool tell);
-/* opq.c */
 
 /* A job across nodes: the coordinator gave op seq its go (or its failure). */
 void ovld_opq_go(ovld_jobs_t *js, ovld_job_t *j, uint64_t seq, const ovld_cluster_go_t *go);

@@ -18,6 +18,7 @@
 #include "kind.h"
 #include "log.h"
 #include "plan.h"
+#include "xfer.h"
 
 /* What a completion names (the backend's cookie): one rank's part of an op,
  * or an op refused for one rank alone before it had an op record. */
@@ -871,4 +872,49 @@ void ovld_opq_fail_waiting(ovld_job_t *j, ovl_status_t status, const char *msg)
             op->st = status;
             snprintf(op->msg, sizeof(op->msg), "%s", msg);
         }
+}
+
+/* ------------------------------------------ what is left of a job fails */
+
+void ovld_job_fail_rest(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *what,
+                        const char *why)
+{
+    char msg[300];
+    snprintf(msg, sizeof(msg), "%s: %s", what, why);
+    j->pins++;
+    ovld_opq_fail_waiting(j, status, msg);
+    ovld_opq_progress(js, j);
+    j->pins--;
+    ovld_job_maybe_free(js, j);
+}
+
+void ovld_job_abort_across(ovld_jobs_t *js, ovld_job_t *j, ovl_status_t status, const char *why,
+                           bool tell)
+{
+    bool was = j->state == OVLD_JOB_ABORTED;
+    if (!was) {
+        ovld_job_end(j, OVLD_JOB_ABORTED, why);
+        log_warn("job '%s': aborted: %s", j->id, why);
+    }
+    if (tell)
+        js->across.leave(js->across.ctx, j->nonce, UINT32_MAX, true, why);
+    if (was)
+        return;
+    /* What waits on the other nodes stops waiting: the issued ops complete
+     * (failed), and nothing hangs. */
+    if (j->xfer)
+        ovld_xfer_job_abort(j->xfer, status, why);
+    if (js->backend->ops->job_abort && j->started) {
+        ovld_rank_t **ranks = calloc(j->world, sizeof(*ranks));
+        uint32_t n = 0;
+        for (uint32_t r = 0; ranks && r < j->world; r++)
+            if (j->members[r])
+                ranks[n++] = j->members[r]->brank;
+        if (ranks)
+            js->backend->ops->job_abort(js->backend, ranks, n);
+        else
+            log_error("job '%s': out of memory aborting its communicators", j->id);
+        free(ranks);
+    }
+    ovld_job_fail_rest(js, j, status, "job aborted", why);
 }
