@@ -258,6 +258,18 @@ static void close_fds(const int *fds, unsigned nfds)
         close(fds[i]);
 }
 
+ovl_status_t ovl_wire_pack(const ProtobufCMessage *msg, uint8_t **ret_body, size_t *ret_len)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return OVL_ERR_NOMEM;
+    protobuf_c_message_pack(msg, buf);
+    *ret_body = buf;
+    *ret_len = n;
+    return OVL_OK;
+}
+
 ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg, uint32_t max_body,
                                  const int *fds, unsigned nfds)
 {

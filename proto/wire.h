@@ -129,6 +129,11 @@ void ovl_wire_out_free(ovl_wire_out_t *o);
 ovl_status_t ovl_wire_out_append(ovl_wire_out_t *o, const ProtobufCMessage *msg, uint32_t max_body,
                                  const int *fds, unsigned nfds);
 
+/* msg packed into a malloc'd buffer of *ret_len bytes, never NULL (one
+ * byte is allocated for an empty message): the bodies of the daemons'
+ * messages to each other. OVL_OK, or OVL_ERR_NOMEM. */
+ovl_status_t ovl_wire_pack(const ProtobufCMessage *msg, uint8_t **ret_body, size_t *ret_len);
+
 /* Bytes not yet sent. */
 size_t ovl_wire_out_pending(const ovl_wire_out_t *o);
 

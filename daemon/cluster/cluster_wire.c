@@ -13,6 +13,7 @@
 #include "kind.h"
 #include "plan.h"
 #include "text.h"
+#include "wire.h"
 
 const char *ovld_cluster_type_name(uint32_t type, char *buf, size_t len)
 {
@@ -395,19 +396,6 @@ static ProtobufCBinaryData bin_text(const char *s, size_t max)
     return bin(s, strnlen(s, max));
 }
 
-/* Packs msg into a malloc'd buffer (never NULL, even for 0 bytes). */
-static ovl_status_t pack(const ProtobufCMessage *msg, uint8_t **ret_body, size_t *ret_len)
-{
-    size_t n = protobuf_c_message_get_packed_size(msg);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return OVL_ERR_NOMEM;
-    protobuf_c_message_pack(msg, buf);
-    *ret_body = buf;
-    *ret_len = n;
-    return OVL_OK;
-}
-
 static ovl_status_t encode_start(const ovld_cluster_msg_t *m, uint8_t **ret_body, size_t *ret_len)
 {
     const ovld_cluster_start_msg_t *o = &m->start;
@@ -433,7 +421,7 @@ static ovl_status_t encode_start(const ovld_cluster_msg_t *m, uint8_t **ret_body
         s.key = o->has_key ? bin(o->key, OVLD_CLUSTER_KEY_LEN) : bin(NULL, 0);
         s.n_rail_keys = o->nrail_keys;
         s.rail_keys = rail;
-        st = pack(&s.base, ret_body, ret_len);
+        st = ovl_wire_pack(&s.base, ret_body, ret_len);
     }
     free(node_of);
     free(nodes);
@@ -467,7 +455,7 @@ static ovl_status_t encode_ready(const ovld_cluster_msg_t *m, uint8_t **ret_body
     q.n_more = more;
     q.strided = o->strided;
     q.shared_gpu = o->shared_gpu;
-    return pack(&q.base, ret_body, ret_len);
+    return ovl_wire_pack(&q.base, ret_body, ret_len);
 }
 
 ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body, size_t *ret_len)
@@ -485,14 +473,14 @@ ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body
         q.uid = m->join.uid;
         q.backend = bin_text(m->join.backend, OVLD_CLUSTER_BACKEND_MAX - 1);
         q.device = m->join.device;
-        return pack(&q.base, ret_body, ret_len);
+        return ovl_wire_pack(&q.base, ret_body, ret_len);
     }
     case OVLD_CLUSTER_JOB_JOIN_REPLY: {
         Ovlcl__JobJoinReply r = OVLCL__JOB_JOIN_REPLY__INIT;
         r.req = m->join_reply.req;
         r.status = m->join_reply.status;
         r.reason = bin_text(m->join_reply.reason, OVLD_CLUSTER_REASON_MAX);
-        return pack(&r.base, ret_body, ret_len);
+        return ovl_wire_pack(&r.base, ret_body, ret_len);
     }
     case OVLD_CLUSTER_JOB_START:
         return encode_start(m, ret_body, ret_len);
@@ -510,7 +498,7 @@ ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body
         g.allgather = m->go.allgather;
         g.strided = m->go.strided;
         g.shared_gpu = m->go.shared_gpu;
-        return pack(&g.base, ret_body, ret_len);
+        return ovl_wire_pack(&g.base, ret_body, ret_len);
     }
     case OVLD_CLUSTER_JOB_LEAVE: {
         Ovlcl__JobLeave l = OVLCL__JOB_LEAVE__INIT;
@@ -518,7 +506,7 @@ ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body
         l.rank = m->leave.rank;
         l.abort = m->leave.abort;
         l.reason = bin_text(m->leave.reason, OVLD_CLUSTER_REASON_MAX);
-        return pack(&l.base, ret_body, ret_len);
+        return ovl_wire_pack(&l.base, ret_body, ret_len);
     }
     case OVLD_CLUSTER_JOB_END: {
         Ovlcl__JobEnd e = OVLCL__JOB_END__INIT;
@@ -526,7 +514,7 @@ ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body
         e.abort = m->end.abort;
         e.status = m->end.status;
         e.reason = bin_text(m->end.reason, OVLD_CLUSTER_REASON_MAX);
-        return pack(&e.base, ret_body, ret_len);
+        return ovl_wire_pack(&e.base, ret_body, ret_len);
     }
     }
     return OVL_ERR_INVALID;

@@ -14,6 +14,7 @@
 #include "errf.h"
 #include "peer.pb-c.h"
 #include "text.h"
+#include "wire.h"
 
 const char *ovld_peer_type_name(uint32_t type, char *buf, size_t len)
 {
@@ -313,19 +314,23 @@ ovl_status_t ovld_peer_decode(uint32_t type, const void *body, size_t len, ovld_
     return st;
 }
 
-/* Packs msg into a malloc'd buffer. */
+/* Packs msg into a malloc'd buffer; NULL for an empty body
+ * (ovld_peer_encode's contract). */
 static ovl_status_t pack(const ProtobufCMessage *msg, uint8_t **ret_body, size_t *ret_len)
 {
-    size_t n = protobuf_c_message_get_packed_size(msg);
     *ret_body = NULL;
-    *ret_len = n;
-    if (n == 0)
+    *ret_len = 0;
+    uint8_t *buf;
+    size_t n;
+    ovl_status_t st = ovl_wire_pack(msg, &buf, &n);
+    if (st != OVL_OK)
+        return st;
+    if (n == 0) {
+        free(buf);
         return OVL_OK;
-    uint8_t *buf = malloc(n);
-    if (!buf)
-        return OVL_ERR_NOMEM;
-    protobuf_c_message_pack(msg, buf);
+    }
     *ret_body = buf;
+    *ret_len = n;
     return OVL_OK;
 }
 

@@ -10,6 +10,7 @@
 
 #include "errf.h"
 #include "text.h"
+#include "wire.h"
 #include "xfer.h" /* OVLD_XFER_RKEY_MAX */
 #include "xfer.pb-c.h"
 
@@ -147,20 +148,6 @@ ovl_status_t ovld_xfer_decode(uint32_t type, const void *body, size_t len, ovld_
     return st;
 }
 
-/* Packs msg into a malloc'd buffer (never empty: a Transfer is always
- * there). */
-static ovl_status_t pack(const ProtobufCMessage *msg, uint8_t **ret_body, size_t *ret_len)
-{
-    size_t n = protobuf_c_message_get_packed_size(msg);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return OVL_ERR_NOMEM;
-    protobuf_c_message_pack(msg, buf);
-    *ret_body = buf;
-    *ret_len = n;
-    return OVL_OK;
-}
-
 ovl_status_t ovld_xfer_encode(const ovld_xfer_msg_t *m, uint8_t **ret_body, size_t *ret_len)
 {
     Ovlxfer__Transfer t = OVLXFER__TRANSFER__INIT;
@@ -181,7 +168,7 @@ ovl_status_t ovld_xfer_encode(const ovld_xfer_msg_t *m, uint8_t **ret_body, size
         r.addr = m->addr;
         r.bytes = m->bytes;
         r.rkey = (ProtobufCBinaryData){m->rkey_len, m->rkey};
-        return pack(&r.base, ret_body, ret_len);
+        return ovl_wire_pack(&r.base, ret_body, ret_len);
     }
     case OVLD_XFER_ROWS_TAKEN:
     case OVLD_XFER_ROWS_WITHDRAWN: {
@@ -189,7 +176,7 @@ ovl_status_t ovld_xfer_encode(const ovld_xfer_msg_t *m, uint8_t **ret_body, size
         r.xfer = &t;
         r.status = m->status;
         r.reason = reason;
-        return pack(&r.base, ret_body, ret_len);
+        return ovl_wire_pack(&r.base, ret_body, ret_len);
     }
     }
     return OVL_ERR_INVALID;
