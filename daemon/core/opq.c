@@ -384,7 +384,7 @@ static void op_issued(ovld_issue_t *it)
          * while it rang reported (on_done_op leaves those to us). */
         snprintf(j->last_error, sizeof(j->last_error), "op %" PRIu64 ": %s", op->seq, op->msg);
         log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
-    } else {
+    } else if (ovld_log_get_level() >= OVLD_LOG_DEBUG) { /* no formatting per op otherwise */
         const ovld_kind_t *kind = ovld_kind(op->f.kind); /* an issued op's: never NULL */
         char shape[96] = "";
         if (kind)
