@@ -52,14 +52,20 @@ void libovl_uuid_text(const Ovl__Device *d, const char *backend, char *buf, size
 
 #define SF(key, prom, type, help, kind, field)                                                     \
     {                                                                                              \
-        key, prom, type, help, kind, offsetof(Ovl__StatsBlock, field)                              \
+        key, prom, type, help, kind, offsetof(Ovl__StatsBlock, field), false                       \
     }
 const libovl_stat_field_t libovl_stat_fields[] = {
     SF("seconds", NULL, NULL, "counting for (s)", LIBOVL_F_DBL, seconds),
     SF("ops_done", NULL, NULL, "ops done", LIBOVL_F_U64, ops_done),
     SF("ops_failed", "ops_failed_total", "counter", "ops that failed", LIBOVL_F_U64, ops_failed),
-    SF("bytes_gathered", "gathered_bytes_total", "counter",
-       "bytes of gathered A produced, summed over ranks", LIBOVL_F_U64, bytes_gathered),
+    SF("comm_bytes", "comm_bytes_total", "counter",
+       "bytes ops' communication moved into ranks (ag_gemm: the gathered A), summed over ranks",
+       LIBOVL_F_U64, comm_bytes),
+    /* comm_bytes by its name from when ag_gemm was the only kind: kept, as
+     * the JSON and Prometheus outputs only add fields (docs/ovlctl.md) */
+    {"bytes_gathered", "gathered_bytes_total", "counter",
+     "the same as comm_bytes_total (its name before op kinds; deprecated)", LIBOVL_F_U64,
+     offsetof(Ovl__StatsBlock, comm_bytes), true},
     SF("flops", "flops_total", "counter", "floating-point operations of ops done", LIBOVL_F_U64,
        flops),
     SF("busy_s", "busy_seconds_total", "counter", "sum of op latencies", LIBOVL_F_DBL, busy_s),
@@ -68,8 +74,8 @@ const libovl_stat_field_t libovl_stat_fields[] = {
     SF("latency_p99_s", NULL, NULL, "latency p99 (s)", LIBOVL_F_MS, latency_p99_s),
     SF("latency_max_s", "op_latency_max_seconds", "gauge", "longest op latency", LIBOVL_F_MS,
        latency_max_s),
-    SF("issue_s", "issue_seconds_total", "counter",
-       "ovld's time spent planning and enqueueing ops", LIBOVL_F_DBL, issue_sum_s),
+    SF("issue_s", "issue_seconds_total", "counter", "ovld's time spent planning and enqueueing ops",
+       LIBOVL_F_DBL, issue_sum_s),
     SF("issue_p50_s", NULL, NULL, "issue p50 (s)", LIBOVL_F_MS, issue_p50_s),
     SF("issue_p99_s", NULL, NULL, "issue p99 (s)", LIBOVL_F_MS, issue_p99_s),
     SF("issue_max_s", "op_issue_max_seconds", "gauge", "longest time to issue one op", LIBOVL_F_MS,
@@ -162,7 +168,9 @@ static void stats_block_json(FILE *f, const Ovl__StatsBlock *b)
     }
     fprintf(f, ",\"tflops\":%.6g,\"ops\":[", libovl_stats_tflops(b));
     for (size_t i = 0; i < b->n_ops; i++) {
-        fprintf(f, "%s{\"algo\":", i ? "," : "");
+        fprintf(f, "%s{\"kind\":", i ? "," : "");
+        json_str(f, b->ops[i]->kind);
+        fprintf(f, ",\"algo\":");
         json_str(f, b->ops[i]->algo);
         fprintf(f, ",\"dtype\":");
         json_str(f, b->ops[i]->dtype);
@@ -195,6 +203,13 @@ void libovl_status_json_write(FILE *f, const Ovl__StatusReply *s)
     json_str(f, s->socket);
     fprintf(f, ",\"config_file\":");
     json_str(f, s->config_file);
+    fprintf(f, ",\"op_kinds\":[");
+    for (size_t i = 0; i < s->n_op_kinds; i++) {
+        if (i)
+            fputc(',', f);
+        json_str(f, s->op_kinds[i]);
+    }
+    fputc(']', f);
     fprintf(f,
             ",\"connections\":%u,\"restricted\":%s,\"other_jobs\":%u,\"other_clients\":%u,"
             "\"devices\":[",

@@ -8,6 +8,7 @@
 #ifndef LIBOVL_JSON_H
 #define LIBOVL_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,9 @@ typedef struct libovl_stat_field {
     const char *help;
     int kind;
     size_t off;
+    /* another name of the field before it, kept for JSON and Prometheus
+     * readers of the older name; the table leaves it out */
+    bool alias;
 } libovl_stat_field_t;
 
 extern const libovl_stat_field_t libovl_stat_fields[];

@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "                           counters since start and since the last reset, op\n"
             "                           latency and issue-time percentiles; --reset: root or\n"
             "                           ovld's user\n"
-            "  plan [OPTIONS]           print the host program of one AG-GEMM for one rank\n"
+            "  plan [OPTIONS]           print the host program of one op for one rank\n"
             "  peer ping [--json] ADDRESS:PORT\n"
             "                           ovld connects to the ovld of another node (with the\n"
             "                           cluster key) and measures a round trip; root or\n"
@@ -49,6 +49,7 @@ static void usage(FILE *f)
             "  version                  versions of ovlctl and of the daemon\n"
             "\n"
             "Options of plan:\n"
+            "  --kind ag_gemm           the op's kind (default ag_gemm: C = allgather(A) @ B)\n"
             "  --algo auto|naive|collective|ring (default auto)\n"
             "  --world W --rank R -m M -n N -k K (required)\n"
             "  --chunks C --streams S   0: the planner's default (default 0); ring's streams\n"
@@ -244,6 +245,10 @@ static void print_status_table(const Ovl__StatusReply *s)
     printf("ovld %s (protocol %u), pid %d, up %.1f s\n", term(s->version), s->protocol_version,
            s->pid, s->uptime_s);
     printf("  backend:      %s\n", term(s->backend));
+    printf("  op kinds:    ");
+    for (size_t i = 0; i < s->n_op_kinds; i++)
+        printf(" %s", term(s->op_kinds[i]));
+    printf("%s\n", s->n_op_kinds ? "" : " -");
     printf("  socket:       %s\n", term_or_dash(s->socket, 0));
     printf("  config file:  %s\n", term_or_dash(s->config_file, 0));
     printf("  connections:  %u\n", s->connections);
@@ -555,7 +560,8 @@ enum {
     O_MORE_N,
     O_DAEMON,
     O_NODES,
-    O_LOCAL_RANKS
+    O_LOCAL_RANKS,
+    O_KIND
 };
 
 /* `ovlctl plan`'s options, read by plan_options. Once they passed its
@@ -610,6 +616,15 @@ static int plan_option(plan_opts_t *o, int c, const char *arg)
     ovl_plan_params_t *p = &o->p;
     int bad = 0;
     switch (c) {
+    case O_KIND:
+        if (ovl_op_kind_parse(arg, &p->kind) != OVL_OK) {
+            fprintf(stderr, "ovlctl: --kind: unknown op kind '%s' (ovlctl knows:", arg);
+            for (int k = 1; k < OVL_OP_KIND_COUNT; k++)
+                fprintf(stderr, " %s", ovl_op_kind_name((ovl_op_kind_t)k));
+            fprintf(stderr, ")\n");
+            return EXIT_USAGE;
+        }
+        break;
     case O_ALGO:
         if (ovl_algo_parse(arg, &p->algo) != OVL_OK) {
             fprintf(stderr, "ovlctl: --algo: unknown algorithm '%s'\n", arg);
@@ -735,6 +750,7 @@ static int plan_check(plan_opts_t *o)
 static int plan_options(int argc, char **argv, plan_opts_t *o)
 {
     static const struct option opts[] = {
+        {"kind", required_argument, NULL, O_KIND},
         {"algo", required_argument, NULL, O_ALGO},
         {"world", required_argument, NULL, O_WORLD},
         {"rank", required_argument, NULL, O_RANK},
@@ -753,7 +769,8 @@ static int plan_options(int argc, char **argv, plan_opts_t *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *o = (plan_opts_t){.p = {.algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16}};
+    *o = (plan_opts_t){
+        .p = {.kind = OVL_OP_AG_GEMM, .algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16}};
     int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1)
@@ -768,27 +785,36 @@ static int plan_options(int argc, char **argv, plan_opts_t *o)
 
 /* Asks ovld for its plan of p (a dense op of its jobs: p's topology,
  * strided, shared_gpu and allgather are not sent): libovl_call's status,
- * and *r the answer where it is OVL_OK (the caller frees it). */
+ * and *r the answer where it is OVL_OK (the caller frees it). The op goes
+ * as an Op carries it: its kind, and its kind's parameters. */
 static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, Ovl__Response **r)
 {
     Ovl__PlanRequest pr = OVL__PLAN_REQUEST__INIT;
-    pr.algo = (Ovl__Algo)p->algo;
+    Ovl__AgGemmParams ag = OVL__AG_GEMM_PARAMS__INIT;
+    uint64_t more_n[OVL_PLAN_MAX_BS - 1];
+    uint64_t given[1];
     pr.world = p->world;
     pr.rank = p->rank;
-    pr.m = p->m;
-    pr.n = p->n;
-    pr.k = p->k;
-    pr.dtype = (Ovl__DType)p->dtype;
-    pr.chunks = p->chunks;
-    pr.streams = p->streams;
-    pr.want_gathered = p->want_gathered;
-    pr.transb = p->transb;
-    uint64_t more_n[OVL_PLAN_MAX_BS - 1];
+    pr.kind = (uint64_t)p->kind; /* parsed: a kind ovlctl knows, ag_gemm the only one */
+    pr.ag_gemm = &ag;
+    ag.algo = (uint64_t)p->algo;
+    ag.m = p->m;
+    ag.n = p->n;
+    ag.k = p->k;
+    ag.dtype = (uint64_t)p->dtype;
+    ag.chunks = p->chunks;
+    ag.streams = p->streams;
+    ag.transb = p->transb;
     if (p->nb > 1) {
         /* parsed by parse_more_n: at most OVL_PLAN_MAX_BS Bs */
         memcpy(more_n, p->n_more, (p->nb - 1) * sizeof(more_n[0]));
-        pr.n_more_n = p->nb - 1;
-        pr.more_n = more_n;
+        ag.n_more_n = p->nb - 1;
+        ag.more_n = more_n;
+    }
+    if (p->want_gathered) {
+        given[0] = 3; /* the gathered A's slot (docs/protocol.md, "Ops") */
+        pr.n_given = 1;
+        pr.given = given;
     }
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_PLAN;
@@ -894,9 +920,11 @@ static void print_stats_prometheus(const Ovl__StatsReply *r)
     printf("# HELP ovl_heap_bytes bytes ovld's allocator holds for live allocations\n"
            "# TYPE ovl_heap_bytes gauge\novl_heap_bytes %" PRIu64 "\n",
            r->heap_bytes);
-    printf("# HELP ovl_ops_total ops done, by algorithm and dtype\n# TYPE ovl_ops_total counter\n");
+    printf("# HELP ovl_ops_total ops done, by kind, algorithm and dtype\n"
+           "# TYPE ovl_ops_total counter\n");
     for (size_t i = 0; i < b->n_ops; i++)
-        printf("ovl_ops_total{algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n", prom_label(b->ops[i]->algo),
+        printf("ovl_ops_total{kind=\"%s\",algo=\"%s\",dtype=\"%s\"} %" PRIu64 "\n",
+               prom_label(b->ops[i]->kind), prom_label(b->ops[i]->algo),
                prom_label(b->ops[i]->dtype), b->ops[i]->count);
     for (size_t i = 0; i < libovl_stat_nfields; i++) {
         const libovl_stat_field_t *f = &libovl_stat_fields[i];
@@ -955,6 +983,8 @@ static void print_stats_table(const Ovl__StatsReply *r)
     printf("  %-24s %18s %18s\n", "", "since start", "since reset");
     for (size_t i = 0; i < libovl_stat_nfields; i++) {
         const libovl_stat_field_t *f = &libovl_stat_fields[i];
+        if (f->alias)
+            continue;
         char name[64];
         table_name(name, sizeof(name), f);
         printf("  %-24s ", name);
@@ -965,10 +995,10 @@ static void print_stats_table(const Ovl__StatsReply *r)
     }
     printf("  %-24s %18.3f %18.3f\n", "tflops (per busy s)", libovl_stats_tflops(t),
            libovl_stats_tflops(w));
-    printf("\nOPS BY ALGORITHM (since start)\n");
+    printf("\nOPS BY KIND, ALGORITHM AND DTYPE (since start)\n");
     for (size_t i = 0; i < t->n_ops; i++)
-        printf("  %s %s %12" PRIu64 "\n", cell(t->ops[i]->algo, 12), cell(t->ops[i]->dtype, 6),
-               t->ops[i]->count);
+        printf("  %s %s %s %12" PRIu64 "\n", cell(t->ops[i]->kind, 12), cell(t->ops[i]->algo, 12),
+               cell(t->ops[i]->dtype, 6), t->ops[i]->count);
     printf("\nERRORS (since start)\n");
     for (size_t i = 0; i < t->n_errors; i++)
         printf("  %4d %s %12" PRIu64 "\n", t->errors[i]->status, cell(t->errors[i]->name, 40),

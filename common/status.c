@@ -77,6 +77,11 @@ static const char *const algo_names[] = {
 };
 _Static_assert(NELEM(algo_names) == OVL_ALGO_COUNT, "every algorithm has a name");
 
+static const char *const op_kind_names[] = {
+    [OVL_OP_AG_GEMM] = "ag_gemm",
+};
+_Static_assert(NELEM(op_kind_names) == OVL_OP_KIND_COUNT, "every op kind has a name");
+
 const char *ovl_dtype_name(ovl_dtype_t dtype)
 {
     return (unsigned)dtype < OVL_DTYPE_COUNT ? dtype_names[dtype] : NULL;
@@ -85,6 +90,22 @@ const char *ovl_dtype_name(ovl_dtype_t dtype)
 const char *ovl_algo_name(ovl_algo_t algo)
 {
     return (unsigned)algo < OVL_ALGO_COUNT ? algo_names[algo] : NULL;
+}
+
+/* 0 names no kind: its slot is NULL, and the name of 0 is NULL */
+const char *ovl_op_kind_name(ovl_op_kind_t kind)
+{
+    return (unsigned)kind < OVL_OP_KIND_COUNT ? op_kind_names[kind] : NULL;
+}
+
+ovl_status_t ovl_op_kind_parse(const char *name, ovl_op_kind_t *ret)
+{
+    for (unsigned i = 1; name && i < OVL_OP_KIND_COUNT; i++)
+        if (op_kind_names[i] && strcmp(name, op_kind_names[i]) == 0) {
+            *ret = (ovl_op_kind_t)i;
+            return OVL_OK;
+        }
+    return OVL_ERR_INVALID;
 }
 
 ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret)

@@ -179,14 +179,10 @@ ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, u
 {
     /* the kind and its fields passed the boundary (request.h); what is
      * left depends on the job and the registrations */
-    const ovld_kind_t *kind = ovld_kind(q->kind);
-    if (!kind) {
-        snprintf(msg, len, "no op kind %u", q->kind);
-        return OVL_ERR_INVALID;
-    }
     ovld_buf_shape_t shape[OVLD_BUF_COUNT];
-    ovl_status_t st = kind->buf_shapes(q, world, shape, msg, len);
-    if (st != OVL_OK)
+    ovl_status_t st;
+    const ovld_kind_t *kind = ovld_kind_shapes(q, world, shape, &st, msg, len);
+    if (!kind)
         return st;
     for (int b = 0; b < OVLD_BUF_COUNT && st == OVL_OK; b++) {
         const ovld_buf_ref_t *ref = &q->buf[b];

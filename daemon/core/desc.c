@@ -1,9 +1,10 @@
 /*
  * desc.c: what desc.h says of an op beyond its fields, whatever its kind:
- * its buffers' names and where two ranks' ops differ (each from the kind's
- * entry, kind.h), and the configuration's defaults of plan parameters.
- * The server, the op queue and the cluster (matching ranks on one node,
- * and nodes at the coordinator) call these.
+ * its buffers' names, where two ranks' ops differ and the plan parameters
+ * of a Plan request's op (each from the kind's entry, kind.h), and the
+ * configuration's defaults of plan parameters. The server, the op queue
+ * and the cluster (matching ranks on one node, and nodes at the
+ * coordinator) call these.
  */
 #include <stdio.h>
 
@@ -46,4 +47,29 @@ void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_
         p->algo = cfg->default_algo;
     if (p->algo == OVL_ALGO_AUTO)
         p->algo = ovl_plan_choose(p);
+}
+
+ovl_status_t ovld_op_plan_params(const ovld_config_t *cfg, bool have_collective,
+                                 const ovld_op_desc_t *q, uint32_t world, uint32_t rank,
+                                 ovl_plan_params_t *pp, char *msg, size_t len)
+{
+    ovld_buf_shape_t shape[OVLD_BUF_COUNT];
+    ovl_status_t st;
+    const ovld_kind_t *k = ovld_kind_shapes(q, world, shape, &st, msg, len);
+    if (!k)
+        return st;
+    /* a plan is of the buffers an op may leave out: the others it must
+     * give, or cannot */
+    for (int i = 0; i < OVLD_BUF_COUNT; i++)
+        if (q->buf[i].given && !shape[i].optional) {
+            snprintf(msg, len, "buffer slot %d (%s) is not one an op of kind %s may leave out", i,
+                     ovld_buf_name(q->kind, i), ovl_op_kind_name((ovl_op_kind_t)q->kind));
+            return OVL_ERR_INVALID;
+        }
+    ovld_op_fields_t f;
+    k->fields(q, true, &f);
+    k->plan_params(&f, world, pp);
+    pp->rank = rank;
+    ovld_plan_resolve(cfg, have_collective, pp);
+    return OVL_OK;
 }

@@ -20,11 +20,12 @@
 
 #define OVLD_JOB_ID_MAX 63
 
-/* The kinds of op (kind.h: each one's entry). 0 names none: a descriptor
- * of kind 0 is refused. */
+/* The kinds of op (kind.h: each one's entry), numbered as the public
+ * ovl_op_kind_t (whose names, ovl_op_kind_name, are theirs). 0 names none:
+ * a descriptor of kind 0 is refused. */
 typedef enum ovld_kind_id {
     OVLD_KIND_NONE = 0,
-    OVLD_KIND_AG_GEMM = 1, /* C = allgather(A) @ B */
+    OVLD_KIND_AG_GEMM = OVL_OP_AG_GEMM, /* C = allgather(A) @ B */
 } ovld_kind_id_t;
 
 /* Bs of one op at most (OVL_MAX_BS). */
@@ -161,5 +162,14 @@ typedef struct ovld_join_desc {
  * the planner's choice. The one place these defaults are applied. */
 /* (desc.c) */
 void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_params_t *p);
+
+/* The plan parameters of a Plan request's op q (fields checked at the
+ * boundary; buf[i].given for each slot it gives, which must be one its
+ * kind makes optional) for rank of a dense job of world ranks on GPUs of
+ * their own, resolved with cfg as an op's are. OVL_OK, or OVL_ERR_INVALID
+ * (or a shape's range error) with words in msg. (desc.c) */
+ovl_status_t ovld_op_plan_params(const ovld_config_t *cfg, bool have_collective,
+                                 const ovld_op_desc_t *q, uint32_t world, uint32_t rank,
+                                 ovl_plan_params_t *pp, char *msg, size_t len);
 
 #endif /* OVLD_DESC_H */

@@ -1,6 +1,8 @@
 /*
  * kind.c: the table of op kinds (kind.h).
  */
+#include <stdio.h>
+
 #include "kind.h"
 
 const ovld_kind_t *ovld_kind(uint32_t id)
@@ -9,4 +11,18 @@ const ovld_kind_t *ovld_kind(uint32_t id)
         [OVLD_KIND_AG_GEMM] = &ovld_kind_ag_gemm,
     };
     return id < sizeof(kinds) / sizeof(kinds[0]) ? kinds[id] : NULL;
+}
+
+const ovld_kind_t *ovld_kind_shapes(const ovld_op_desc_t *q, uint32_t world,
+                                    ovld_buf_shape_t shape[OVLD_BUF_COUNT], ovl_status_t *st,
+                                    char *msg, size_t len)
+{
+    const ovld_kind_t *k = ovld_kind(q->kind);
+    if (!k) {
+        snprintf(msg, len, "unknown op kind %u", q->kind);
+        *st = OVL_ERR_INVALID;
+        return NULL;
+    }
+    *st = k->buf_shapes(q, world, shape, msg, len);
+    return *st == OVL_OK ? k : NULL;
 }

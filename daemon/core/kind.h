@@ -41,8 +41,7 @@ typedef struct ovld_op_count {
 } ovld_op_count_t;
 
 typedef struct ovld_kind {
-    ovld_kind_id_t id;
-    const char *name; /* in logs, stats and messages: "ag_gemm" */
+    ovld_kind_id_t id; /* its name is ovl_op_kind_name(id): "ag_gemm" */
     /* Buffer slot which's name in messages; NULL where the kind has none. */
     const char *(*buf_name)(int which);
     /* The shapes of every slot (OVLD_BUF_COUNT entries) of op q in a job
@@ -75,6 +74,13 @@ typedef struct ovld_kind {
 
 /* The entry of kind id; NULL for an id that names no kind. */
 const ovld_kind_t *ovld_kind(uint32_t id);
+
+/* q's entry, with the shapes of its slots in a job of world ranks: NULL
+ * with *st and words in msg where q's kind is none (OVL_ERR_INVALID,
+ * "unknown op kind K") or a shape does not fit (buf_shapes' error). */
+const ovld_kind_t *ovld_kind_shapes(const ovld_op_desc_t *q, uint32_t world,
+                                    ovld_buf_shape_t shape[OVLD_BUF_COUNT], ovl_status_t *st,
+                                    char *msg, size_t len);
 
 /* The kinds (kind_<name>.c). */
 extern const ovld_kind_t ovld_kind_ag_gemm;

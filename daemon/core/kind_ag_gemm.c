@@ -119,6 +119,7 @@ static int plan_buf(int which)
 static void plan_params(const ovld_op_fields_t *f, uint32_t world, ovl_plan_params_t *pp)
 {
     *pp = (ovl_plan_params_t){
+        .kind = OVL_OP_AG_GEMM,
         .algo = (ovl_algo_t)f->ag.algo,
         .world = world,
         .m = f->ag.m,
@@ -166,7 +167,6 @@ static void describe(const ovld_op_fields_t *f, char *out, size_t len)
 
 const ovld_kind_t ovld_kind_ag_gemm = {
     .id = OVLD_KIND_AG_GEMM,
-    .name = "ag_gemm",
     .buf_name = buf_name,
     .buf_shapes = buf_shapes,
     .fields = fields,

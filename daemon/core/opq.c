@@ -386,11 +386,12 @@ static void op_issued(ovld_issue_t *it)
         log_error("job '%s': op %" PRIu64 ": %s", j->id, op->seq, op->msg);
     } else if (ovld_log_get_level() >= OVLD_LOG_DEBUG) { /* no formatting per op otherwise */
         const ovld_kind_t *kind = ovld_kind(op->f.kind); /* an issued op's: never NULL */
+        const char *kname = ovl_op_kind_name((ovl_op_kind_t)op->f.kind);
         char shape[96] = "";
         if (kind)
             kind->describe(&op->f, shape, sizeof(shape));
         log_debug("job '%s': op %" PRIu64 " issued (%s %s, %s)", j->id, op->seq,
-                  kind ? kind->name : "?", ovl_algo_name(op->ran_algo), shape);
+                  kname ? kname : "?", ovl_algo_name(op->ran_algo), shape);
     }
     ovld_plans_put(op->plans);
     free(op->xr);
@@ -610,8 +611,8 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         ovld_op_count_t n =
             kind && op->st == OVL_OK ? kind->count(&op->f, j->world) : (ovld_op_count_t){0};
         /* a failed op counts as failed, by its status alone (stats.c) */
-        ovld_count_op(js->counters, op->ran_algo, (ovl_dtype_t)n.dtype, n.flop, n.bytes,
-                      ovl_mono_ns() - op->ready_ns, op->st);
+        ovld_count_op(js->counters, (ovl_op_kind_t)op->f.kind, op->ran_algo, (ovl_dtype_t)n.dtype,
+                      n.flop, n.bytes, ovl_mono_ns() - op->ready_ns, op->st);
     }
     j->in_flight--;
     op_unlink(j, op);

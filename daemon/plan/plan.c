@@ -947,8 +947,17 @@ static uint64_t gemm_flop(const ovl_plan_params_t *p)
     return mul_sat(mul_sat(mul_sat(2, mul_sat(p->m, p->world)), total_n(p)), p->k);
 }
 
+/* p's kind, 0 read as all-gather + GEMM (plan.h). */
+static ovl_op_kind_t kind_of(const ovl_plan_params_t *p)
+{
+    return p->kind ? p->kind : OVL_OP_AG_GEMM;
+}
+
 static bool params_valid(const ovl_plan_params_t *p)
 {
+    /* every kind has its emitter; all-gather + GEMM's are below */
+    if (kind_of(p) != OVL_OP_AG_GEMM)
+        return false;
     if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
         return false;
     if (p->m == 0 || p->n == 0 || p->k == 0 || p->nb > OVL_PLAN_MAX_BS)
@@ -1140,6 +1149,7 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
         return OVL_ERR_INVALID;
 
     plan.params = *params;
+    plan.params.kind = kind_of(params);
     r = scratch_of(params, &plan.scratch_bytes);
     if (r != OVL_OK)
         return r;
@@ -1214,10 +1224,11 @@ void ovl_plan_free(ovl_plan_t *plan)
 
 bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *b)
 {
-    if (a->algo != b->algo || a->world != b->world || a->rank != b->rank || a->m != b->m ||
-        a->n != b->n || a->k != b->k || a->dtype != b->dtype || a->chunks != b->chunks ||
-        a->streams != b->streams || a->want_gathered != b->want_gathered ||
-        a->transb != b->transb || a->strided != b->strided || a->shared_gpu != b->shared_gpu ||
+    if (kind_of(a) != kind_of(b) || a->algo != b->algo || a->world != b->world ||
+        a->rank != b->rank || a->m != b->m || a->n != b->n || a->k != b->k ||
+        a->dtype != b->dtype || a->chunks != b->chunks || a->streams != b->streams ||
+        a->want_gathered != b->want_gathered || a->transb != b->transb ||
+        a->strided != b->strided || a->shared_gpu != b->shared_gpu ||
         a->allgather != b->allgather || a->nb != b->nb)
         return false;
     for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
@@ -1443,17 +1454,17 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
     if (!plan)
         return 0;
     p = &plan->params;
-    /* A plan across nodes is format 3: the topology line and RAILs are
-     * new; a plan of one node is what format 2 reads, and says 2. */
+    /* Format 4: the kind, second in the header, tells a reader how to
+     * read the rest (docs/plans.md, "Format history"). */
     out_printf(&o,
-               "plan format=%d algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64
-               " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32 " chunk_rows=%" PRIu64
-               " streams=%" PRIu32 " events=%" PRIu32
+               "plan format=4 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
+               " n=%" PRIu64 " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32
+               " chunk_rows=%" PRIu64 " streams=%" PRIu32 " events=%" PRIu32
                " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
-               plan->nnodes > 1 ? 3 : 2, name_or(ovl_algo_name(p->algo)), p->world, p->rank, p->m,
-               p->n, p->k, name_or(ovl_dtype_name(p->dtype)), p->transb ? "yes" : "no",
-               plan->chunks, plan->chunk_rows, plan->nstreams, plan->nevents,
-               p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
+               name_or(ovl_op_kind_name(kind_of(p))), name_or(ovl_algo_name(p->algo)), p->world,
+               p->rank, p->m, p->n, p->k, name_or(ovl_dtype_name(p->dtype)),
+               p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows, plan->nstreams,
+               plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
                p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
     if (plan->nnodes > 1 && p->node_of) {
         /* the topology: each node's ranks, and each rank's node */

@@ -231,6 +231,10 @@ typedef struct ovl_instr {
 } ovl_instr_t;
 
 typedef struct ovl_plan_params {
+    /* The op's kind: its emitter. OVL_OP_AG_GEMM, the only kind planned so
+     * far; 0 (the zero value) reads as it, so that params zeroed where
+     * they are not set plan what they always planned. */
+    ovl_op_kind_t kind;
     ovl_algo_t algo; /* AUTO is resolved by ovl_plan_choose before building */
     uint32_t world;
     uint32_t rank;

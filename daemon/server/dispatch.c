@@ -607,26 +607,18 @@ static void on_op(ovld_conn_t *c, const Ovl__Op *q, ovl_status_t invalid, const 
 
 static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
 {
-    ovl_plan_params_t p = {.algo = (ovl_algo_t)q->algo,
-                           .world = q->world,
-                           .rank = q->rank,
-                           .m = q->m,
-                           .n = q->n,
-                           .k = q->k,
-                           .dtype = (ovl_dtype_t)q->dtype,
-                           .chunks = q->chunks,
-                           .streams = q->streams,
-                           .want_gathered = q->want_gathered,
-                           .transb = q->transb};
-    /* Several Bs as an op has them (request.c checked at most OVL_PLAN_MAX_BS
-     * - 1, each n positive); none: one B, as an older client asks. */
-    if (q->n_more_n > 0) {
-        p.nb = 1 + (uint32_t)q->n_more_n;
-        for (size_t i = 0; i < q->n_more_n && i < OVL_PLAN_MAX_BS - 1; i++)
-            p.n_more[i] = q->more_n[i];
+    ovld_op_desc_t op;
+    uint32_t world, rank;
+    ovld_request_plan_desc(q, &op, &world, &rank);
+    ovl_plan_params_t p;
+    char why[200];
+    ovl_status_t pst = ovld_op_plan_params(&c->d->cfg, c->d->backend->ops->allgather != NULL, &op,
+                                           world, rank, &p, why, sizeof(why));
+    if (pst != OVL_OK) {
+        ovld_reply_error(c, id, pst, "cannot plan: %s", why);
+        return;
     }
     /* a shape it cannot plan is refused below */
-    ovld_plan_resolve(&c->d->cfg, c->d->backend->ops->allgather != NULL, &p);
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
     if (st != OVL_OK) {
@@ -646,6 +638,7 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
     ovl_plan_format(&plan, text, len + 1);
     Ovl__PlanReply pr = OVL__PLAN_REPLY__INIT;
     pr.algo = (char *)ovl_algo_name(plan.params.algo);
+    pr.kind = (char *)ovl_op_kind_name(plan.params.kind);
     pr.text = text;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;

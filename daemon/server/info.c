@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "heap.h"
 #include "info.h"
+#include "kind.h"
 #include "log.h"
 #include "peer.h"
 #include "reply.h"
@@ -254,6 +255,12 @@ void ovld_info_status(ovld_conn_t *c, uint64_t id)
     sr.jobs = pjobs;
     sr.n_clients = nc;
     sr.clients = pcls;
+    /* the kinds this ovld runs: those of the core's table */
+    char *kinds[OVL_OP_KIND_COUNT];
+    for (uint32_t k = 1; k < OVL_OP_KIND_COUNT; k++)
+        if (ovld_kind(k))
+            kinds[sr.n_op_kinds++] = (char *)ovl_op_kind_name((ovl_op_kind_t)k);
+    sr.op_kinds = kinds;
     sr.restricted = restricted;
     sr.other_jobs = other_jobs;
     sr.other_clients = other_clients;
@@ -290,8 +297,8 @@ out:
 
 typedef struct stats_msg {
     Ovl__StatsBlock block;
-    Ovl__OpCount ops[OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
-    Ovl__OpCount *pops[OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
+    Ovl__OpCount ops[OVL_OP_KIND_COUNT * OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
+    Ovl__OpCount *pops[OVL_OP_KIND_COUNT * OVL_ALGO_COUNT * OVL_DTYPE_COUNT];
     Ovl__ErrorCount errs[OVLD_STATUS_KINDS];
     Ovl__ErrorCount *perrs[OVLD_STATUS_KINDS];
     Ovl__HistBucket buckets[STATS_BUCKETS];
@@ -306,23 +313,27 @@ static void fill_stats(ovld_t *d, const ovld_stats_t *s, stats_msg_t *m, uint64_
     ovl__stats_block__init(b);
     b->seconds = (double)(now - s->since_ns) / 1e9;
     size_t n = 0;
-    /* every cell, AUTO's included: ops are counted as run, so AUTO's stay 0 */
-    for (int a = 0; a < OVL_ALGO_COUNT; a++)
-        for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
-            b->ops_done += s->ops[a][t];
-            if (!s->ops[a][t])
-                continue;
-            ovl__op_count__init(&m->ops[n]);
-            m->ops[n].algo = (char *)ovl_algo_name((ovl_algo_t)a);
-            m->ops[n].dtype = (char *)ovl_dtype_name((ovl_dtype_t)t);
-            m->ops[n].count = s->ops[a][t];
-            m->pops[n] = &m->ops[n];
-            n++;
-        }
+    /* every cell, AUTO's included: ops are counted as run, so AUTO's stay
+     * 0; kind 0 (none) has no name, and its cells stay 0 */
+    for (int k = 1; k < OVL_OP_KIND_COUNT; k++)
+        for (int a = 0; a < OVL_ALGO_COUNT; a++)
+            for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+                uint64_t cnt = s->ops[k][a][t];
+                b->ops_done += cnt;
+                if (!cnt)
+                    continue;
+                ovl__op_count__init(&m->ops[n]);
+                m->ops[n].kind = (char *)ovl_op_kind_name((ovl_op_kind_t)k);
+                m->ops[n].algo = (char *)ovl_algo_name((ovl_algo_t)a);
+                m->ops[n].dtype = (char *)ovl_dtype_name((ovl_dtype_t)t);
+                m->ops[n].count = cnt;
+                m->pops[n] = &m->ops[n];
+                n++;
+            }
     b->n_ops = n;
     b->ops = m->pops;
     b->ops_failed = s->ops_failed;
-    b->bytes_gathered = s->bytes_gathered;
+    b->comm_bytes = s->comm_bytes;
     b->flops = s->flops;
     b->busy_s = (double)s->busy_ns / 1e9;
     const ovld_hist_t *h = &s->latency;

@@ -109,7 +109,7 @@ static ovl_status_t check_mem_register(const Ovl__MemRegister *q, char *err, siz
     return OVL_OK;
 }
 
-/* What an op and a Plan request share: type, algorithm, shape, split. */
+/* An all-gather + GEMM's type, algorithm, shape and split. */
 static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_t n,
                                    uint64_t k, uint64_t chunks, uint64_t streams, char *err,
                                    size_t errlen)
@@ -148,11 +148,6 @@ static uint64_t ag_gemm_more_n(const void *q, size_t i)
     return ((const Ovl__AgGemmParams *)q)->more_n[i];
 }
 
-static uint64_t plan_more_n(const void *q, size_t i)
-{
-    return ((const Ovl__PlanRequest *)q)->more_n[i];
-}
-
 static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t errlen)
 {
     ovl_status_t st =
@@ -163,14 +158,26 @@ static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t 
     return check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen);
 }
 
-/* An op: a kind this ovld runs, its parameters there and nowhere else, its
- * buffers each in a slot of the kind's, once, then the kind's checks. */
+/* An op's kind and its parameters, as an Op and a Plan request carry them:
+ * a kind this ovld runs, its parameters in the field it names, and that
+ * kind's checks. */
+static ovl_status_t check_kind_params(uint64_t kind, const Ovl__AgGemmParams *ag, char *err,
+                                      size_t errlen)
+{
+    if (kind != OVL__OP_KIND__OP_KIND_AG_GEMM)
+        return bad(err, errlen, "unknown op kind %" PRIu64, kind);
+    if (!ag)
+        return bad(err, errlen, "an op of kind ag_gemm without its parameters (ag_gemm)");
+    return check_ag_gemm(ag, err, errlen);
+}
+
+/* An op: its kind and parameters, then its buffers each in a slot of the
+ * kind's, once. */
 static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
 {
-    if (q->kind != OVL__OP_KIND__OP_KIND_AG_GEMM)
-        return bad(err, errlen, "unknown op kind %" PRIu64, q->kind);
-    if (!q->ag_gemm)
-        return bad(err, errlen, "an op of kind ag_gemm without its parameters (ag_gemm)");
+    ovl_status_t st = check_kind_params(q->kind, q->ag_gemm, err, errlen);
+    if (st != OVL_OK)
+        return st;
     if (q->n_bufs > OVLD_BUF_COUNT)
         return bad(err, errlen, "%zu buffers: an op names at most %d", q->n_bufs, OVLD_BUF_COUNT);
     bool seen[OVLD_BUF_COUNT] = {false};
@@ -181,27 +188,42 @@ static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
                        OVLD_BUF_COUNT - 1);
         if (seen[b->slot])
             return bad(err, errlen, "buffer slot %" PRIu64 " (%s) given twice", b->slot,
-                       ovld_buf_name(OVLD_KIND_AG_GEMM, (int)b->slot));
+                       ovld_buf_name((uint32_t)q->kind, (int)b->slot));
         if (!b->ref)
             return bad(err, errlen, "buffer slot %" PRIu64 " (%s) without a buffer", b->slot,
-                       ovld_buf_name(OVLD_KIND_AG_GEMM, (int)b->slot));
+                       ovld_buf_name((uint32_t)q->kind, (int)b->slot));
         seen[b->slot] = true;
     }
-    return check_ag_gemm(q->ag_gemm, err, errlen);
+    return OVL_OK;
 }
 
+/* A Plan request: the job's world and the rank, the op as an Op has it,
+ * and the slots it gives, each in range and once (whether the kind makes
+ * them optional, the core says: ovld_op_plan_params). */
 static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errlen)
 {
     RANGE("world", q->world, 1, OVL_PLAN_MAX_WORLD);
     if (q->rank >= q->world)
         return bad(err, errlen, "rank %" PRIu64 " out of range for world %" PRIu64, q->rank,
                    q->world);
-    ovl_status_t st =
-        check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
+    ovl_status_t st = check_kind_params(q->kind, q->ag_gemm, err, errlen);
     if (st != OVL_OK)
         return st;
-    /* B 0 is the request's n; the others' come in more_n, as an op's */
-    return check_more_bs(q->n_more_n, plan_more_n, q, err, errlen);
+    if (q->n_given > OVLD_BUF_COUNT)
+        return bad(err, errlen, "%zu buffers given: an op names at most %d", q->n_given,
+                   OVLD_BUF_COUNT);
+    bool seen[OVLD_BUF_COUNT] = {false};
+    for (size_t i = 0; i < q->n_given; i++) {
+        uint64_t slot = q->given[i];
+        if (slot >= OVLD_BUF_COUNT)
+            return bad(err, errlen, "buffer slot %" PRIu64 " out of range (0 to %d)", slot,
+                       OVLD_BUF_COUNT - 1);
+        if (seen[slot])
+            return bad(err, errlen, "buffer slot %" PRIu64 " (%s) given twice", slot,
+                       ovld_buf_name((uint32_t)q->kind, (int)slot));
+        seen[slot] = true;
+    }
+    return OVL_OK;
 }
 
 static ovl_status_t check_peer_ping(const Ovl__PeerPing *q, char *err, size_t errlen)
@@ -258,22 +280,11 @@ static ovld_buf_ref_t buf_ref(const Ovl__BufRef *r, uint64_t ld)
     return (ovld_buf_ref_t){.given = true, .mem_id = r->mem_id, .offset = r->offset, .ld = ld};
 }
 
-void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
+/* The kind's own fields of a descriptor from the parameters the request
+ * carries for it; nothing for a kind ovld does not run. */
+static void kind_desc(uint32_t kind, const Ovl__AgGemmParams *g, ovld_op_desc_t *ret)
 {
-    *ret = (ovld_op_desc_t){
-        .kind = q->kind == OVL__OP_KIND__OP_KIND_AG_GEMM ? OVLD_KIND_AG_GEMM : OVLD_KIND_NONE,
-        .comm_id = q->comm_id,
-        .seq = q->seq,
-    };
-    /* a refused op keeps what fits: only comm_id and seq of it mean
-     * anything (a slot out of range or given twice: the first in range) */
-    for (size_t i = 0; i < q->n_bufs; i++) {
-        const Ovl__OpBuf *b = q->bufs[i];
-        if (b->slot < OVLD_BUF_COUNT && b->ref && !ret->buf[b->slot].given)
-            ret->buf[b->slot] = buf_ref(b->ref, b->ld);
-    }
-    const Ovl__AgGemmParams *g = q->ag_gemm;
-    if (!g || ret->kind != OVLD_KIND_AG_GEMM)
+    if (!g || kind != OVLD_KIND_AG_GEMM)
         return;
     ovld_ag_gemm_desc_t *a = &ret->ag;
     a->m = g->m;
@@ -288,6 +299,39 @@ void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
     a->nb = 1 + (uint32_t)more;
     for (size_t i = 0; i < more; i++)
         a->n_more[i] = g->more_n[i];
+}
+
+static uint32_t kind_id(uint64_t kind)
+{
+    return kind == OVL__OP_KIND__OP_KIND_AG_GEMM ? OVLD_KIND_AG_GEMM : OVLD_KIND_NONE;
+}
+
+void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
+{
+    *ret = (ovld_op_desc_t){
+        .kind = kind_id(q->kind),
+        .comm_id = q->comm_id,
+        .seq = q->seq,
+    };
+    /* a refused op keeps what fits: only comm_id and seq of it mean
+     * anything (a slot out of range or given twice: the first in range) */
+    for (size_t i = 0; i < q->n_bufs; i++) {
+        const Ovl__OpBuf *b = q->bufs[i];
+        if (b->slot < OVLD_BUF_COUNT && b->ref && !ret->buf[b->slot].given)
+            ret->buf[b->slot] = buf_ref(b->ref, b->ld);
+    }
+    kind_desc(ret->kind, q->ag_gemm, ret);
+}
+
+void ovld_request_plan_desc(const Ovl__PlanRequest *q, ovld_op_desc_t *ret, uint32_t *world,
+                            uint32_t *rank)
+{
+    *ret = (ovld_op_desc_t){.kind = kind_id(q->kind)};
+    for (size_t i = 0; i < q->n_given; i++)
+        ret->buf[q->given[i]].given = true; /* in range, checked */
+    kind_desc(ret->kind, q->ag_gemm, ret);
+    *world = (uint32_t)q->world; /* 1..OVL_PLAN_MAX_WORLD, checked */
+    *rank = (uint32_t)q->rank;
 }
 
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret)

@@ -35,6 +35,11 @@ ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
 /* An op of an unknown kind reads as OVLD_KIND_NONE; after a refusal only
  * comm_id and seq mean anything (the rest saturates, never wraps). */
 void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret);
+/* A Plan request's op (its kind, fields and the slots it gives, with no
+ * buffer behind them), world and rank. q must have passed
+ * ovld_request_check. */
+void ovld_request_plan_desc(const Ovl__PlanRequest *q, ovld_op_desc_t *ret, uint32_t *world,
+                            uint32_t *rank);
 /* q must have passed ovld_request_check. */
 void ovld_request_join_desc(const Ovl__CommInit *q, ovld_join_desc_t *ret);
 

@@ -69,18 +69,19 @@ void ovld_stats_error(ovld_stats_t *s, ovl_status_t status)
         s->errors[k]++;
 }
 
-void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, double flop, double bytes,
-                   uint64_t latency_ns, ovl_status_t status)
+void ovld_stats_op(ovld_stats_t *s, ovl_op_kind_t kind, ovl_algo_t algo, ovl_dtype_t dtype,
+                   double flop, double bytes, uint64_t latency_ns, ovl_status_t status)
 {
     if (status != OVL_OK) {
         s->ops_failed++;
         ovld_stats_error(s, status);
         return;
     }
-    if ((unsigned)algo < OVL_ALGO_COUNT && (unsigned)dtype < OVL_DTYPE_COUNT)
-        s->ops[algo][dtype]++;
+    if ((unsigned)kind < OVL_OP_KIND_COUNT && (unsigned)algo < OVL_ALGO_COUNT &&
+        (unsigned)dtype < OVL_DTYPE_COUNT)
+        s->ops[kind][algo][dtype]++;
     /* Counters saturate rather than wrap. */
-    s->bytes_gathered += bytes >= 0 && bytes < 1.8e19 ? (uint64_t)bytes : 0;
+    s->comm_bytes += bytes >= 0 && bytes < 1.8e19 ? (uint64_t)bytes : 0;
     s->flops += flop >= 0 && flop < 1.8e19 ? (uint64_t)flop : 0;
     s->busy_ns += latency_ns;
     ovld_hist_add(&s->latency, latency_ns);

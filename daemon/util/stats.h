@@ -27,17 +27,17 @@ typedef struct ovld_hist {
 
 typedef struct ovld_stats {
     uint64_t since_ns; /* monotonic time of start or last reset */
-    /* done, by algorithm (as run) and dtype */
-    uint64_t ops[OVL_ALGO_COUNT][OVL_DTYPE_COUNT];
+    /* done, by kind, algorithm (as run) and dtype; kind 0 (none) stays 0 */
+    uint64_t ops[OVL_OP_KIND_COUNT][OVL_ALGO_COUNT][OVL_DTYPE_COUNT];
     uint64_t ops_failed;
-    uint64_t bytes_gathered; /* per op: the gathered A's bytes on every rank */
-    uint64_t flops;          /* per op: 2*M*n*k on every rank, M = world*m */
-    uint64_t busy_ns;        /* sum of op latencies */
-    ovld_hist_t latency;     /* all ranks in -> every rank done */
-    ovld_hist_t issue;       /* the loop's time to plan and enqueue one op, all ranks */
-    uint64_t ops_replayed;   /* ops whose body was a captured graph's launch (replay.h) */
-    uint64_t ops_captured;   /* ops whose body was captured (and launched) */
-    uint64_t registrations;  /* buffers registered */
+    uint64_t comm_bytes;    /* per op: what its kind moves into ranks (ag_gemm: the gathered A) */
+    uint64_t flops;         /* per op: its kind's GEMM flop (ag_gemm: 2*M*n*k, M = world*m) */
+    uint64_t busy_ns;       /* sum of op latencies */
+    ovld_hist_t latency;    /* all ranks in -> every rank done */
+    ovld_hist_t issue;      /* the loop's time to plan and enqueue one op, all ranks */
+    uint64_t ops_replayed;  /* ops whose body was a captured graph's launch (replay.h) */
+    uint64_t ops_captured;  /* ops whose body was captured (and launched) */
+    uint64_t registrations; /* buffers registered */
     uint64_t deregistrations;
     uint64_t errors[OVLD_STATUS_KINDS]; /* failed ops and refused requests, by status */
     uint64_t conns_accepted, conns_refused;
@@ -65,10 +65,11 @@ uint64_t ovld_hist_quantile(const ovld_hist_t *h, double q);
 uint64_t ovld_hist_bucket_upper(unsigned i);
 unsigned ovld_hist_bucket_of(uint64_t ns);
 
-/* One op done on every rank. algo is the algorithm that ran; flop and
- * bytes what the op's kind says it did (core/kind.h), counted saturating. */
-void ovld_stats_op(ovld_stats_t *s, ovl_algo_t algo, ovl_dtype_t dtype, double flop, double bytes,
-                   uint64_t latency_ns, ovl_status_t status);
+/* One op done on every rank. kind is the op's, algo the algorithm that
+ * ran; flop and bytes what the kind says it did (core/kind.h). A value out
+ * of its enum's range counts in no cell (the op still counts as done). */
+void ovld_stats_op(ovld_stats_t *s, ovl_op_kind_t kind, ovl_algo_t algo, ovl_dtype_t dtype,
+                   double flop, double bytes, uint64_t latency_ns, ovl_status_t status);
 
 void ovld_stats_error(ovld_stats_t *s, ovl_status_t status);
 
@@ -85,12 +86,12 @@ typedef struct ovld_counters {
         (c)->window.field += (n);                                                                  \
     } while (0)
 
-static inline void ovld_count_op(ovld_counters_t *c, ovl_algo_t algo, ovl_dtype_t dtype,
-                                 double flop, double bytes, uint64_t latency_ns,
+static inline void ovld_count_op(ovld_counters_t *c, ovl_op_kind_t kind, ovl_algo_t algo,
+                                 ovl_dtype_t dtype, double flop, double bytes, uint64_t latency_ns,
                                  ovl_status_t status)
 {
-    ovld_stats_op(&c->total, algo, dtype, flop, bytes, latency_ns, status);
-    ovld_stats_op(&c->window, algo, dtype, flop, bytes, latency_ns, status);
+    ovld_stats_op(&c->total, kind, algo, dtype, flop, bytes, latency_ns, status);
+    ovld_stats_op(&c->window, kind, algo, dtype, flop, bytes, latency_ns, status);
 }
 
 static inline void ovld_count_issue(ovld_counters_t *c, uint64_t ns)

@@ -244,6 +244,18 @@ ovl_status_t ovl_comm_check(ovl_comm_t *comm);
  * returns ovl_comm_check's answer. */
 ovl_status_t ovl_comm_synchronize(ovl_comm_t *comm);
 
+/* ------------------------------------------------------------ op kinds */
+
+/* The kinds of op ovld runs, as ovlctl (plan --kind, stats, status) and the
+ * JSON of ovl_stats_json and ovl_status_json name them. 0 names none. */
+typedef enum ovl_op_kind {
+    OVL_OP_AG_GEMM = 1, /* "ag_gemm": C = allgather(A) @ B (ovl_allgather_gemm) */
+} ovl_op_kind_t;
+
+/* Not a value: one past the last kind (kept out of the enum, as
+ * OVL_DTYPE_COUNT). */
+#define OVL_OP_KIND_COUNT (OVL_OP_AG_GEMM + 1)
+
 /* ------------------------------------------------------------ AG-GEMM */
 
 typedef enum ovl_dtype {
@@ -352,9 +364,11 @@ void ovl_free(void *p);
 /* Names, for messages and command lines; NULL for an unknown value. */
 const char *ovl_dtype_name(ovl_dtype_t dtype);
 const char *ovl_algo_name(ovl_algo_t algo);
+const char *ovl_op_kind_name(ovl_op_kind_t kind);
 /* Parses a name; returns OVL_ERR_INVALID for an unknown one. */
 ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret);
 ovl_status_t ovl_algo_parse(const char *name, ovl_algo_t *ret);
+ovl_status_t ovl_op_kind_parse(const char *name, ovl_op_kind_t *ret);
 /* Bytes per element of a dtype (0 for an unknown one). */
 size_t ovl_dtype_size(ovl_dtype_t dtype);
 

@@ -333,14 +333,16 @@ class Client:
 
     def status(self):
         """ovld's status, as `ovlctl status --json` gives it (docs/ovlctl.md):
-        version, backend, devices, jobs (with each rank's device) and
-        clients; a user other than root and ovld's own sees only theirs."""
+        version, backend, the kinds of op it runs ("op_kinds"), devices,
+        jobs (with each rank's device) and clients; a user other than root
+        and ovld's own sees only theirs."""
         return self._json(lambda h, out: self._lib.ovl_status_json(h, out))
 
     def stats(self, reset=False):
         """ovld's counters, as `ovlctl stats --json` gives them
-        (docs/ovlctl.md): "total" since start and "since_reset"; reset=True
-        also zeroes the latter (root or ovld's own user only)."""
+        (docs/ovlctl.md): "total" since start and "since_reset", each with
+        its ops done by kind, algorithm and dtype ("ops"); reset=True also
+        zeroes the latter (root or ovld's own user only)."""
         return self._json(lambda h, out: self._lib.ovl_stats_json(h, 1 if reset else 0, out))
 
     def _json(self, call):

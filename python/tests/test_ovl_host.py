@@ -209,6 +209,7 @@ def test_library_and_info():
         assert st["socket"] == d.socket and st["restricted"] is False, st
         assert len(st["devices"]) == i["ndevices"], st
         assert len(st["clients"]) == 1 and st["clients"][0]["pid"] == os.getpid(), st
+        assert st["op_kinds"] == ["ag_gemm"], st
         ctl = json.loads(subprocess.run([OVLCTL, "--socket", d.socket, "status", "--json"],
                                         capture_output=True, text=True, check=True).stdout)
         assert set(ctl) == set(st) and ctl["devices"] == st["devices"], (ctl, st)
@@ -267,8 +268,25 @@ def test_world_1():
     check_results(1, run_world(daemon(), 1, cases_for(1)))
 
 
+def ops_by_kind(d):
+    """ovld's ops done since start by kind (Client.stats: docs/ovlctl.md)."""
+    with ovl.connect(d.socket) as c:
+        ops = c.stats()["total"]["ops"]
+    out = {}
+    for o in ops:
+        out[o["kind"]] = out.get(o["kind"], 0) + o["count"]
+    return out
+
+
 def test_world_2():
-    check_results(2, run_world(daemon(), 2, cases_for(2)))
+    d = daemon()
+    cases = cases_for(2)
+    before = ops_by_kind(d)
+    check_results(2, run_world(d, 2, cases))
+    after = ops_by_kind(d)
+    # every op counted once, as the all-gather + GEMM it is
+    assert set(after) == {"ag_gemm"}, after
+    assert after["ag_gemm"] - before.get("ag_gemm", 0) == len(cases), (before, after, len(cases))
 
 
 def test_world_3():

@@ -18,11 +18,12 @@
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
  *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm with its
  *   parameters, names at most 18 buffers, each in a slot below 18, once,
- *   each with a BufRef; its parameters and a PlanRequest have
- *   dtype <= 2, algo <= 3 (each with a name), m, n, k > 0, chunks <= 64,
- *   streams <= 8, at most 7 Bs after the first (more_n), each with n > 0, and a plan world 1..1024
- * with rank < world; a PeerPing's address is 1..63 bytes of clean text without NUL (the handler
- * copies it into a 64-byte buffer);
+ *   each with a BufRef; a PlanRequest is of kind ag_gemm with its
+ *   parameters, gives at most 18 slots, each below 18, once, with a world
+ *   1..1024 and rank < world; their parameters have dtype <= 2, algo <= 3
+ *   (each with a name), m, n, k > 0, chunks <= 64, streams <= 8, at most 7
+ *   Bs after the first (more_n), each with n > 0; a PeerPing's address is 1..63 bytes of clean text
+ * without NUL (the handler copies it into a 64-byte buffer);
  * - the verdict is the one the specification gives (a reference check
  *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
  *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
@@ -187,14 +188,25 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
         const Ovl__PlanRequest *p = q->plan;
         if (p->world < 1 || p->world > 1024 || p->rank >= p->world)
             return OVL_ERR_INVALID;
-        ovl_status_t st = ref_shape(p->dtype, p->algo, p->m, p->n, p->k, p->chunks, p->streams);
+        if (p->kind != 1 || !p->ag_gemm) /* kind 1: ag_gemm */
+            return OVL_ERR_INVALID;
+        const Ovl__AgGemmParams *g = p->ag_gemm;
+        ovl_status_t st = ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
         if (st != OVL_OK)
             return st;
-        if (p->n_more_n > 7) /* 8 Bs in all, as an op */
+        if (g->n_more_n > 7) /* 8 Bs in all, as an op */
             return OVL_ERR_INVALID;
-        for (size_t i = 0; i < p->n_more_n; i++)
-            if (p->more_n[i] == 0)
+        for (size_t i = 0; i < g->n_more_n; i++)
+            if (g->more_n[i] == 0)
                 return OVL_ERR_INVALID;
+        if (p->n_given > 18)
+            return OVL_ERR_INVALID;
+        bool seen[18] = {false};
+        for (size_t i = 0; i < p->n_given; i++) {
+            if (p->given[i] >= 18 || seen[p->given[i]])
+                return OVL_ERR_INVALID;
+            seen[p->given[i]] = true;
+        }
         return OVL_OK;
     }
     case OVL__REQUEST__BODY_PEER_PING: {
@@ -239,29 +251,30 @@ static void check_accepted(const Ovl__Request *q)
     }
     case OVL__REQUEST__BODY_OP:
     case OVL__REQUEST__BODY_PLAN: {
-        uint64_t dtype, algo, m, n, k, chunks, streams;
+        const Ovl__AgGemmParams *g;
         if (q->body_case == OVL__REQUEST__BODY_OP) {
             const Ovl__Op *o = q->op;
             CHECK(o->kind == OVLD_KIND_AG_GEMM && ovld_kind((uint32_t)o->kind) != NULL);
             CHECK(o->ag_gemm != NULL && o->n_bufs <= OVLD_BUF_COUNT);
             for (size_t i = 0; i < o->n_bufs; i++)
                 CHECK(o->bufs[i]->slot < OVLD_BUF_COUNT && o->bufs[i]->ref != NULL);
-            const Ovl__AgGemmParams *g = o->ag_gemm;
-            dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
-            chunks = g->chunks, streams = g->streams;
-            CHECK(g->n_more_n <= OVLD_MAX_BS - 1);
-            for (size_t i = 0; i < g->n_more_n; i++)
-                CHECK(g->more_n[i] > 0);
+            g = o->ag_gemm;
         } else {
+            /* ovld_request_plan_desc indexes buf[] by each slot given */
             const Ovl__PlanRequest *p = q->plan;
             CHECK(p->world >= 1 && p->world <= OVL_PLAN_MAX_WORLD);
             CHECK(p->rank < p->world);
-            dtype = p->dtype, algo = p->algo, m = p->m, n = p->n, k = p->k;
-            chunks = p->chunks, streams = p->streams;
-            CHECK(p->n_more_n <= OVL_PLAN_MAX_BS - 1);
-            for (size_t i = 0; i < p->n_more_n; i++)
-                CHECK(p->more_n[i] > 0);
+            CHECK(p->kind == OVLD_KIND_AG_GEMM && ovld_kind((uint32_t)p->kind) != NULL);
+            CHECK(p->ag_gemm != NULL && p->n_given <= OVLD_BUF_COUNT);
+            for (size_t i = 0; i < p->n_given; i++)
+                CHECK(p->given[i] < OVLD_BUF_COUNT);
+            g = p->ag_gemm;
         }
+        uint64_t dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
+        uint64_t chunks = g->chunks, streams = g->streams;
+        CHECK(g->n_more_n <= OVLD_MAX_BS - 1);
+        for (size_t i = 0; i < g->n_more_n; i++)
+            CHECK(g->more_n[i] > 0);
         CHECK(dtype < OVL_DTYPE_COUNT);
         CHECK(algo < OVL_ALGO_COUNT);
         CHECK(ovl_dtype_name((ovl_dtype_t)dtype) != NULL && ovl_dtype_size((ovl_dtype_t)dtype) > 0);
@@ -616,12 +629,14 @@ static void ops(void)
     g.m = 16, g.n = 64, g.k = 64;
     Ovl__Op op = OVL__OP__INIT;
     op.comm_id = 1, op.seq = 1, op.kind = 1, op.n_bufs = 3, op.bufs = pob, op.ag_gemm = &g;
+    Ovl__AgGemmParams pg = OVL__AG_GEMM_PARAMS__INIT;
+    pg.m = 1024, pg.n = 256, pg.k = 512;
     Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
-    p.world = 4, p.rank = 3, p.m = 1024, p.n = 256, p.k = 512;
+    p.world = 4, p.rank = 3, p.kind = 1, p.ag_gemm = &pg;
     Ovl__Request q = OVL__REQUEST__INIT;
     uint64_t *gf[] = {&g.dtype, &g.algo, &g.m, &g.n, &g.k, &g.chunks, &g.streams};
-    uint64_t *pf[] = {&p.dtype,  &p.algo,    &p.m,     &p.n,   &p.k,
-                      &p.chunks, &p.streams, &p.world, &p.rank};
+    uint64_t *pf[] = {&pg.dtype,  &pg.algo,    &pg.m,    &pg.n,   &pg.k,
+                      &pg.chunks, &pg.streams, &p.world, &p.rank, &p.kind};
     q.body_case = OVL__REQUEST__BODY_OP;
     q.op = &op;
     for (size_t f = 0; f < sizeof(gf) / sizeof(gf[0]); f++) {
@@ -669,15 +684,35 @@ static void ops(void)
     /* a plan's Bs after the first: 0 to 9 of them, the last one's n each
      * edge value, with and without transb */
     uint64_t more[9];
-    p.more_n = more;
+    pg.more_n = more;
     for (size_t count = 0; count <= 9; count++)
         for (size_t e = 0; e < NEDGE; e++) {
             for (size_t i = 0; i < count; i++)
                 more[i] = i + 1 == count ? edge[e] : 64;
-            p.n_more_n = count;
-            p.transb = e % 2;
+            pg.n_more_n = count;
+            pg.transb = e % 2;
             run_request(&q);
         }
+    pg.n_more_n = 0;
+    /* the slots a plan gives: none, a_out, each edge slot, one twice, more
+     * than there are slots; and no parameters */
+    uint64_t given[OVLD_BUF_COUNT + 1];
+    p.given = given;
+    for (size_t e = 0; e < NEDGE; e++) {
+        given[0] = 3, given[1] = edge[e];
+        p.n_given = 2;
+        run_request(&q);
+        p.n_given = 1;
+        given[0] = edge[e];
+        run_request(&q);
+    }
+    for (size_t i = 0; i <= OVLD_BUF_COUNT; i++)
+        given[i] = i % OVLD_BUF_COUNT;
+    p.n_given = OVLD_BUF_COUNT + 1;
+    run_request(&q);
+    p.n_given = 0;
+    p.ag_gemm = NULL;
+    run_request(&q);
 }
 
 static void others(void)

@@ -82,18 +82,24 @@ def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out
 
 
 def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0, transb=False, more_ns=(),
-         packed=True):
-    b = (f_varint(1, algo) + f_varint(2, world) + f_varint(3, rank) + f_varint(4, 1024)
-         + f_varint(5, 256) + f_varint(6, 512) + f_varint(7, dtype) + f_varint(8, chunks)
-         + f_varint(9, streams) + f_varint(10, 1))
+         packed=True, kind=1, given=(3,), params=True):
+    # a PlanRequest: world 2, rank 3, kind 13, its kind's parameters (as an
+    # Op's AgGemmParams) in 14, the optional slots it gives in 15
+    p = (f_varint(1, 1024) + f_varint(2, 256) + f_varint(3, 512) + f_varint(4, dtype)
+         + f_varint(5, algo) + f_varint(6, chunks) + f_varint(7, streams))
     if transb:
-        b += f_varint(11, 1)
+        p += f_varint(8, 1)
     # more_n: packed, as proto3 writes a repeated scalar; a parser takes
     # the unpacked form too
     if more_ns and packed:
-        b += f_bytes(12, b"".join(varint(n) for n in more_ns))
+        p += f_bytes(9, b"".join(varint(n) for n in more_ns))
     elif more_ns:
-        b += b"".join(f_varint(12, n) for n in more_ns)
+        p += b"".join(f_varint(9, n) for n in more_ns)
+    b = f_varint(2, world) + f_varint(3, rank) + f_varint(13, kind)
+    if params:
+        b += f_bytes(14, p)
+    if given:
+        b += f_bytes(15, b"".join(varint(x) for x in given))
     return b
 
 
@@ -144,6 +150,12 @@ def request_seeds():
     s["plan_8_bs_unpacked"] = frame(request(8, 10, plan(more_ns=(1,) * 7, packed=False)))
     s["plan_9_bs"] = frame(request(8, 10, plan(more_ns=(1,) * 8)))
     s["plan_b2_n_zero"] = frame(request(8, 10, plan(more_ns=(8, 0))))
+    s["plan_kind_none"] = frame(request(8, 10, plan(kind=0)))
+    s["plan_no_params"] = frame(request(8, 10, plan(params=False)))
+    s["plan_given_twice"] = frame(request(8, 10, plan(given=(3, 3))))
+    s["plan_given_18"] = frame(request(8, 10, plan(given=(18,))))
+    s["plan_given_a"] = frame(request(8, 10, plan(given=(0,))))
+    s["plan_old_fields"] = frame(request(8, 10, f_varint(1, 3) + f_varint(2, 4) + f_varint(4, 64)))
     s["stats_reset"] = frame(request(9, 11, f_varint(1, 1)))
     s["peer_ping"] = frame(request(10, 12, f_bytes(1, "10.0.0.5:7411")))
     s["peer_ping_64"] = frame(request(10, 12, f_bytes(1, "1" * 64)))

@@ -77,7 +77,8 @@ def test_auto_and_defaults():
                                       "--streams", "2", *SHAPE], capture_output=True, text=True,
                                      timeout=60)
             assert offline.returncode == 0 and plan == offline.stdout, (plan, offline)
-            resolved = re.match(r"plan format=2 algo=(\w+) ", plan).group(1)
+            resolved = re.match(r"plan format=4 kind=ag_gemm algo=(\w+) ",
+                                plan).group(1)
             assert resolved != "auto", plan
             job = "defaults-" + algo
             p = d.run([DEMO, "-w", "2", "-m", "96", "-n", "32", "-k", "48", "-a", algo, "-i", "3",
@@ -90,8 +91,8 @@ def test_auto_and_defaults():
             assert ops == [want % (job, i, resolved) for i in range(1, 5)], ops
             ran[resolved] = ran.get(resolved, 0) + 4
         st = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)["total"]
-        assert {(o["algo"], o["dtype"]): o["count"] for o in st["ops"]} == {
-            (a, "bf16"): n for a, n in ran.items()}, st["ops"]
+        assert {(o["kind"], o["algo"], o["dtype"]): o["count"] for o in st["ops"]} == {
+            ("ag_gemm", a, "bf16"): n for a, n in ran.items()}, st["ops"]
         assert st["ops_failed"] == 0 and st["errors"] == [], st
         assert d.stop() == 0
     finally:

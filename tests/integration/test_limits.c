@@ -334,14 +334,17 @@ static void test_plan_reply_too_large(void **state)
     assert_int_equal(raw_open(&rc, d->sock), 0);
     assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
     Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
-    p.algo = OVL_ALGO_RING;
+    Ovl__AgGemmParams g = OVL__AG_GEMM_PARAMS__INIT;
+    p.kind = OVL__OP_KIND__OP_KIND_AG_GEMM;
+    p.ag_gemm = &g;
+    g.algo = OVL_ALGO_RING;
     p.world = 1024;
     p.rank = 3;
-    p.m = 4096;
-    p.n = 64;
-    p.k = 64;
-    p.dtype = OVL_DTYPE_BF16;
-    p.chunks = 64;
+    g.m = 4096;
+    g.n = 64;
+    g.k = 64;
+    g.dtype = OVL_DTYPE_BF16;
+    g.chunks = 64;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_PLAN;
     q.plan = &p;
@@ -354,7 +357,7 @@ static void test_plan_reply_too_large(void **state)
     /* the connection goes on: a small plan is answered */
     p.world = 2;
     p.rank = 1;
-    p.chunks = 2;
+    g.chunks = 2;
     assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_PLAN);
     ovl__response__free_unpacked(r, NULL);
@@ -373,14 +376,17 @@ static void test_plan_bs_refused(void **state)
     assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
     uint64_t more[OVL_MAX_BS] = {1, 2, 3, 4, 5, 6, 7, 8};
     Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
-    p.algo = OVL_ALGO_COLLECTIVE;
+    Ovl__AgGemmParams g = OVL__AG_GEMM_PARAMS__INIT;
+    p.kind = OVL__OP_KIND__OP_KIND_AG_GEMM;
+    p.ag_gemm = &g;
+    g.algo = OVL_ALGO_COLLECTIVE;
     p.world = 2;
     p.rank = 1;
-    p.m = 64;
-    p.n = 32;
-    p.k = 16;
-    p.transb = true;
-    p.more_n = more;
+    g.m = 64;
+    g.n = 32;
+    g.k = 16;
+    g.transb = true;
+    g.more_n = more;
     Ovl__Request q = OVL__REQUEST__INIT;
     q.body_case = OVL__REQUEST__BODY_PLAN;
     q.plan = &p;
@@ -393,7 +399,7 @@ static void test_plan_bs_refused(void **state)
         {2, 0, "cannot plan: n of B 2 must be positive"},
     };
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-        p.n_more_n = refused[i].count;
+        g.n_more_n = refused[i].count;
         more[1] = refused[i].n1;
         Ovl__Response *r = NULL;
         assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
@@ -403,15 +409,89 @@ static void test_plan_bs_refused(void **state)
         ovl__response__free_unpacked(r, NULL);
     }
     /* 8 Bs, the widest n there is among them: planned, every B named */
-    p.n_more_n = OVL_MAX_BS - 1;
+    g.n_more_n = OVL_MAX_BS - 1;
     more[1] = UINT64_MAX;
     Ovl__Response *r = NULL;
     assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_PLAN);
     assert_string_equal(r->plan->algo, "collective");
+    assert_string_equal(r->plan->kind, "ag_gemm");
+    assert_contains(r->plan->text, "plan format=4 kind=ag_gemm algo=collective ");
     assert_contains(r->plan->text, " transb=yes ");
     assert_contains(r->plan->text, "\nbs nb=8 n=32,1,18446744073709551615,3,4,5,6,7\n");
     assert_contains(r->plan->text, " B7=7x16 ");
+    ovl__response__free_unpacked(r, NULL);
+    raw_close(&rc);
+    TEST_PASSED();
+}
+
+/* A Plan request's op is an Op's: a kind ovld runs, with its parameters,
+ * and of its buffers only those the kind makes optional, each in range and
+ * once; each refusal says which, and the connection goes on. The gathered
+ * A given (slot 3) is planned into a_out. */
+static void test_plan_kind_and_slots(void **state)
+{
+    test_daemon_t *d = *state;
+    raw_conn_t rc;
+    assert_int_equal(raw_open(&rc, d->sock), 0);
+    assert_int_equal(raw_hello(&rc, NULL), RAW_OK);
+    Ovl__AgGemmParams g = OVL__AG_GEMM_PARAMS__INIT;
+    g.algo = OVL_ALGO_RING;
+    g.m = 8;
+    g.n = 8;
+    g.k = 8;
+    uint64_t given[2];
+    static const struct {
+        uint64_t kind;
+        bool params;
+        size_t ngiven;
+        uint64_t given[2];
+        const char *want;
+    } refused[] = {
+        {0, true, 0, {0}, "unknown op kind 0"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM + 1, true, 0, {0}, "unknown op kind 2"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM, false, 0, {0}, "without its parameters (ag_gemm)"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM, true, 1, {99}, "buffer slot 99 out of range"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM, true, 2, {3, 3}, "buffer slot 3 (a_out) given twice"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM,
+         true,
+         1,
+         {0},
+         "cannot plan: buffer slot 0 (a) is not one an op of kind ag_gemm may leave out"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM,
+         true,
+         1,
+         {5},
+         "cannot plan: buffer slot 5 (b2) is not one an op of kind ag_gemm may leave out"},
+    };
+    Ovl__PlanRequest p = OVL__PLAN_REQUEST__INIT;
+    p.world = 2;
+    p.rank = 0;
+    p.given = given;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_PLAN;
+    q.plan = &p;
+    Ovl__Response *r = NULL;
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        p.kind = refused[i].kind;
+        p.ag_gemm = refused[i].params ? &g : NULL;
+        p.n_given = refused[i].ngiven;
+        memcpy(given, refused[i].given, sizeof(given));
+        assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+        assert_int_equal(r->body_case, OVL__RESPONSE__BODY_ERROR);
+        assert_int_equal(r->error->status, OVL_ERR_INVALID);
+        assert_contains(r->error->message, refused[i].want);
+        ovl__response__free_unpacked(r, NULL);
+    }
+    p.kind = OVL__OP_KIND__OP_KIND_AG_GEMM;
+    p.ag_gemm = &g;
+    p.n_given = 1;
+    given[0] = 3;
+    assert_int_equal(raw_call(&rc, &q, NULL, 0, &r), RAW_OK);
+    assert_int_equal(r->body_case, OVL__RESPONSE__BODY_PLAN);
+    assert_string_equal(r->plan->kind, "ag_gemm");
+    assert_contains(r->plan->text, " a_out=yes ");
+    assert_contains(r->plan->text, "(a_out)");
     ovl__response__free_unpacked(r, NULL);
     raw_close(&rc);
     TEST_PASSED();
@@ -655,6 +735,7 @@ int main(int argc, char **argv)
         TC(test_connect_full_backlog, "max_connections_per_uid = 4096\nmax_connections = 4096\n"),
         TC(test_plan_reply_too_large, NULL),
         TC(test_plan_bs_refused, NULL),
+        TC(test_plan_kind_and_slots, NULL),
         TC(test_fds_ahead_of_frames, NULL),
         TC(test_status_restricted, "socket_mode = 0666\n"),
         TC(test_connections_reserved, "socket_mode = 0666\nmax_connections = 3\n"),

@@ -415,10 +415,10 @@ def evil_response(rid, req):
               f_bytes(5, EVIL) + f_bytes(6, EVIL) + f_varint(7, 1) + f_bytes(8, evil_device()) +
               f_bytes(9, job) + f_bytes(9, job2) + f_bytes(10, client) +
               f_varint(11, PROTOCOL_VERSION) + f_varint(12, 1) + f_varint(13, 2) +
-              f_varint(14, 3))
+              f_varint(14, 3) + f_bytes(17, EVIL))
         return f_varint(1, rid) + f_bytes(4, sr)
     if 11 in req and not decode(req[11][0]).get(1, [0])[0]:  # Stats, without --reset
-        op = f_bytes(1, EVIL) + f_bytes(2, EVIL) + f_varint(3, 4)
+        op = f_bytes(1, EVIL) + f_bytes(2, EVIL) + f_varint(3, 4) + f_bytes(4, EVIL)
         bucket = f_double(1, 1e-3) + f_varint(2, 4)
         error = f_varint(1, -13) + f_bytes(2, EVIL) + f_varint(3, 1)
         block = (f_double(1, 2.0) + f_bytes(2, op) + f_varint(3, 4) + f_bytes(14, bucket) +
@@ -497,7 +497,8 @@ def test_ovlctl_escapes_a_hostile_daemon():
         assert s["restricted"] is True and s["other_jobs"] == 2 and s["other_clients"] == 3, s
         for v in (s["version"], s["backend"], s["socket"], s["config_file"],
                   s["devices"][0]["name"], s["jobs"][0]["id"], s["jobs"][0]["state"],
-                  s["jobs"][0]["last_error"], s["clients"][0]["name"], s["clients"][0]["job"]):
+                  s["jobs"][0]["last_error"], s["clients"][0]["name"], s["clients"][0]["job"],
+                  s["op_kinds"][0]):
             assert v == EVIL_JSON, (v, EVIL_JSON)
         assert term_escape(EVIL) == EVIL_TERM, (term_escape(EVIL), EVIL_TERM)
         p = ctl_bytes(d, "version")
@@ -522,7 +523,7 @@ def test_ovlctl_escapes_a_hostile_daemon():
         assert EVIL_TERM in out, out
         st = json.loads(ctl_bytes(d, "stats", "--json").stdout.decode("utf-8", errors="strict"))
         op, e = st["total"]["ops"][0], st["total"]["errors"][0]
-        assert op["algo"] == op["dtype"] == e["name"] == EVIL_JSON, st["total"]
+        assert op["kind"] == op["algo"] == op["dtype"] == e["name"] == EVIL_JSON, st["total"]
         out = assert_terminal_safe(ctl_bytes(d, "stats", "--prometheus").stdout, "prometheus")
         label = r'"(?:[^"\\\n]|\\[\\"n])*"'
         lines = [ln for ln in out.split("\n")
@@ -532,6 +533,7 @@ def test_ovlctl_escapes_a_hostile_daemon():
             assert re.fullmatch(r'ovl_\w+\{(\w+=%s,?)+\} \d+' % label, ln), ln
         prom = EVIL_TERM.replace("\\", "\\\\").replace('"', '\\"')
         assert 'algo="%s"' % prom in out and 'name="%s"' % prom in out, out
+        assert 'kind="%s"' % prom in out, out
         # an error from ovld, on stderr
         p = ctl_bytes(d, "stats", "--reset", check=False)
         assert p.returncode == 1, p

@@ -264,8 +264,8 @@ def test_plan_from_daemon():
         assert p.stderr == "" and p.stdout == ctl("plan", "--algo", "collective", "--chunks",
                                                   "2", "--allgather", "copy", *shape).stdout, \
             p.stdout
-        assert p.stdout.startswith("plan format=2 algo=collective world=2 rank=0 m=64 n=64 k=64 "
-                                   "dtype=bf16 transb=no chunks=2 "), p.stdout
+        assert p.stdout.startswith("plan format=4 kind=ag_gemm algo=collective world=2 rank=0 m=64 "
+                                   "n=64 k=64 dtype=bf16 transb=no chunks=2 "), p.stdout
         # the daemon's allgather setting: the copy engine, its ordering shown
         assert "allgather=copy" in p.stdout and "PULL" in p.stdout, p.stdout
         assert "ALLGATHER" not in p.stdout and "s1=copy" in p.stdout, p.stdout

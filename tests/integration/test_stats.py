@@ -29,6 +29,7 @@ UPDATE = os.environ.get("OVL_UPDATE_GOLDEN") == "1"
 
 DTYPE_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 ALGOS = ("naive", "collective", "ring")
+KINDS = ("ag_gemm",)
 
 
 # ------------------------------------------------------------------ helpers
@@ -77,7 +78,7 @@ class Demo:
 
     def ops(self):
         """{(algo, dtype): ops} this run adds."""
-        return {(a, self.dtype): self.iters + 1 for a in self.algos()}
+        return {("ag_gemm", a, self.dtype): self.iters + 1 for a in self.algos()}
 
     def nops(self):
         return sum(self.ops().values())
@@ -87,8 +88,9 @@ class Demo:
         rows = self.world * self.m
         return self.nops() * 2 * rows * self.n * self.k * self.world
 
-    def bytes_gathered(self):
-        # daemon/util/stats.c: (world*m) * k * dtype size per op on every rank
+    def comm_bytes(self):
+        # core/kind_ag_gemm.c: the gathered A, (world*m) * k * dtype size per
+        # op on every rank
         rows = self.world * self.m
         return self.nops() * rows * self.k * DTYPE_SIZE[self.dtype] * self.world
 
@@ -133,13 +135,13 @@ class Demo:
 
 
 def expected(demos):
-    ops, total = {}, dict(ops_done=0, flops=0, bytes_gathered=0, registrations=0, ranks=0)
+    ops, total = {}, dict(ops_done=0, flops=0, comm_bytes=0, registrations=0, ranks=0)
     for x in demos:
         for key, n in x.ops().items():
             ops[key] = ops.get(key, 0) + n
         total["ops_done"] += x.nops()
         total["flops"] += x.flops()
-        total["bytes_gathered"] += x.bytes_gathered()
+        total["comm_bytes"] += x.comm_bytes()
         total["registrations"] += x.registrations()
         total["ranks"] += x.world
     return ops, total
@@ -440,7 +442,8 @@ def sample(fams, fam, series=None, **labels):
 NUM = "number"
 STATUS_FIELDS = {"version": str, "protocol_version": int, "pid": int, "uptime_s": NUM,
                  "backend": str, "socket": str, "config_file": str, "connections": int,
-                 "devices": list, "jobs": list, "clients": list, "peer_self": str, "peers": list}
+                 "devices": list, "jobs": list, "clients": list, "peer_self": str, "peers": list,
+                 "op_kinds": list}
 DEVICE_FIELDS = {"index": int, "uuid": str, "name": str, "total_memory": int, "streams": int,
                  "held_bytes": int, "mps": bool}
 JOB_FIELDS = {"id": str, "owner_uid": int, "world": int, "local_ranks": int, "state": str,
@@ -449,7 +452,8 @@ CLIENT_FIELDS = {"id": int, "pid": int, "uid": int, "gid": int, "name": str, "jo
                  "rank": int, "buffers": int, "mapped_bytes": int}
 STATS_FIELDS = {"uptime_s": NUM, "reset_done": bool, "heap_bytes": int, "total": dict,
                 "since_reset": dict}
-BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathered": int,
+BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "comm_bytes": int,
+                "bytes_gathered": int,
                 "flops": int, "busy_s": NUM, "latency_p50_s": NUM, "latency_p90_s": NUM,
                 "latency_p99_s": NUM, "latency_max_s": NUM, "registrations": int,
                 "deregistrations": int, "registry_hits": int, "registry_misses": int,
@@ -466,7 +470,7 @@ BLOCK_FIELDS = {"seconds": NUM, "ops_done": int, "ops_failed": int, "bytes_gathe
 # What only an ovld with links to other nodes counts (test_peers.py and
 # test_multinode.py see them move): 0 on one node, ops or not.
 NODE_LINK_FIELDS = [k for k in BLOCK_FIELDS if k.startswith(("peer_", "xfer_"))]
-OP_FIELDS = {"algo": str, "dtype": str, "count": int}
+OP_FIELDS = {"kind": str, "algo": str, "dtype": str, "count": int}
 ERROR_FIELDS = {"status": int, "name": str, "count": int}
 BUCKET_FIELDS = {"le_s": NUM, "count": int}
 
@@ -492,7 +496,8 @@ def check_block(b, what):
     check_fields(b, BLOCK_FIELDS, what)
     for i, o in enumerate(b["ops"]):
         check_fields(o, OP_FIELDS, "%s.ops[%d]" % (what, i))
-        assert o["algo"] in ALGOS and o["dtype"] in DTYPE_SIZE and o["count"] > 0, o
+        assert o["kind"] in KINDS and o["algo"] in ALGOS and o["dtype"] in DTYPE_SIZE, o
+        assert o["count"] > 0, o
     for i, e in enumerate(b["errors"]):
         check_fields(e, ERROR_FIELDS, "%s.errors[%d]" % (what, i))
         assert e["status"] < 0 and e["name"] and e["count"] > 0, e
@@ -511,6 +516,8 @@ def check_block(b, what):
     assert cum[-1] <= b["latency_count"]
     # internal consistency of one block
     assert b["ops_done"] == sum(o["count"] for o in b["ops"]), b
+    # bytes_gathered is comm_bytes by its name from before op kinds
+    assert b["bytes_gathered"] == b["comm_bytes"], b
     assert b["latency_count"] == b["ops_done"], "latency_count %d != ops_done %d" % (
         b["latency_count"], b["ops_done"])
     assert math.isclose(b["busy_s"], b["latency_sum_s"], rel_tol=1e-6, abs_tol=1e-9), b
@@ -564,6 +571,7 @@ def test_json_fields_and_types():
         wait_for_job(d, "json-job", 2, demo=demo)
         s = status_json(d)
         check_fields(s, STATUS_FIELDS, "status")
+        assert s["op_kinds"] == list(KINDS), s["op_kinds"]
         assert s["backend"] == "host" and s["socket"] == d.socket and s["pid"] == d.proc.pid
         assert s["config_file"] == os.path.join(d.dir, "ovld.conf")
         assert s["connections"] == 3, s  # two ranks and this ovlctl
@@ -623,6 +631,7 @@ def test_prometheus_format():
         want = {"ovl_uptime_seconds": "gauge", "ovl_heap_bytes": "gauge",
                 "ovl_ops_total": "counter",
                 "ovl_ops_failed_total": "counter", "ovl_gathered_bytes_total": "counter",
+                "ovl_comm_bytes_total": "counter",
                 "ovl_flops_total": "counter", "ovl_busy_seconds_total": "counter",
                 "ovl_op_latency_max_seconds": "gauge", "ovl_issue_seconds_total": "counter",
                 "ovl_op_issue_max_seconds": "gauge", "ovl_registrations_total": "counter",
@@ -643,7 +652,7 @@ def test_prometheus_format():
                 "ovl_op_latency_seconds": "histogram"}
         assert {f: x["type"] for f, x in fams.items()} == want, fams.keys()
         for a in ALGOS:
-            assert sample(fams, "ovl_ops_total", algo=a, dtype="fp16") == 3
+            assert sample(fams, "ovl_ops_total", kind="ag_gemm", algo=a, dtype="fp16") == 3
         assert len(fams["ovl_ops_total"]["samples"]) == 3
         assert sample(fams, "ovl_errors_total", status="-1", name="invalid argument") == 1
         assert sample(fams, "ovl_op_latency_seconds", "ovl_op_latency_seconds_count") == 9
@@ -671,13 +680,12 @@ def check_counts(st, demos, errors, ctl_calls, more_conns=(0, 0), more_regs=(0, 
     ops, tot = expected(demos)
     t = st["total"]
     check_block(t, "total")
-    got_ops = {(o["algo"], o["dtype"]): o["count"] for o in t["ops"]}
-    assert got_ops == ops, "ops by (algo, dtype): %r, not %r" % (got_ops, ops)
+    got_ops = {(o["kind"], o["algo"], o["dtype"]): o["count"] for o in t["ops"]}
+    assert got_ops == ops, "ops by (kind, algo, dtype): %r, not %r" % (got_ops, ops)
     assert t["ops_done"] == tot["ops_done"], (t["ops_done"], tot["ops_done"])
     assert t["latency_count"] == tot["ops_done"]
     assert t["flops"] == tot["flops"], (t["flops"], tot["flops"])
-    assert t["bytes_gathered"] == tot["bytes_gathered"], (t["bytes_gathered"],
-                                                          tot["bytes_gathered"])
+    assert t["comm_bytes"] == tot["comm_bytes"], (t["comm_bytes"], tot["comm_bytes"])
     assert (tot["registrations"] + more_regs[0] <= t["registrations"] <=
             tot["registrations"] + more_regs[1]), (t["registrations"], tot["registrations"],
                                                    more_regs)
@@ -696,7 +704,7 @@ def check_counts(st, demos, errors, ctl_calls, more_conns=(0, 0), more_regs=(0, 
         t["connections_accepted"], base, more_conns)
     assert t["connections_refused"] == 0
     # no reset yet: both blocks count the same
-    for k in ("ops_done", "flops", "bytes_gathered", "registrations", "latency_count", "ops",
+    for k in ("ops_done", "flops", "comm_bytes", "registrations", "latency_count", "ops",
               "errors", "latency_buckets", "connections_accepted"):
         assert st["since_reset"][k] == t[k], k
 
@@ -723,8 +731,8 @@ def test_stats_under_load():
                       le="+Inf") == n
         assert sample(fams, "ovl_op_latency_seconds", "ovl_op_latency_seconds_count") == n
         assert sample(fams, "ovl_flops_total") == st["total"]["flops"]
-        for (algo, dtype), cnt in expected(demos)[0].items():
-            assert sample(fams, "ovl_ops_total", algo=algo, dtype=dtype) == cnt
+        for (kind, algo, dtype), cnt in expected(demos)[0].items():
+            assert sample(fams, "ovl_ops_total", kind=kind, algo=algo, dtype=dtype) == cnt
         buckets = [s for s in fams["ovl_op_latency_seconds"]["samples"]
                    if s[0].endswith("_bucket") and s[1]["le"] != "+Inf"]
         assert [(float(l["le"]), v) for _, l, v in buckets] == [
@@ -776,8 +784,9 @@ def test_reset():
         check_block(t, "total")
         check_block(w, "since_reset")
         assert t["ops_done"] == 3 and t["registrations"] == 6 and t["latency_count"] == 3
-        for k in ("ops_done", "ops_failed", "bytes_gathered", "flops", "busy_s", "registrations",
-                  "deregistrations", "registry_hits", "registry_misses", "latency_count",
+        for k in ("ops_done", "ops_failed", "comm_bytes", "bytes_gathered", "flops", "busy_s",
+                  "registrations", "deregistrations", "registry_hits", "registry_misses",
+                  "latency_count",
                   "latency_sum_s", "latency_max_s", "latency_p50_s"):
             assert w[k] == 0, "since_reset.%s is %r after --reset" % (k, w[k])
         assert w["ops"] == [] and w["errors"] == [], w

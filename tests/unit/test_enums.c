@@ -4,8 +4,8 @@
  * below a count has a name (and parses back), the count itself has none
  * (a value added past it without moving it fails here), the wire's enums
  * have as many values, the request checks accept exactly the values below
- * the counts, and the stats count an op of every algorithm and dtype in
- * exactly its own cell.
+ * the counts, and the stats count an op of every kind, algorithm and dtype
+ * in exactly its own cell.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,6 +42,29 @@ static void test_algo_names(void **state)
     assert_int_equal(ovl__algo__descriptor.n_values, OVL_ALGO_COUNT);
     for (unsigned i = 0; i < ovl__algo__descriptor.n_values; i++)
         assert_int_equal(ovl__algo__descriptor.values[i].value, (int)i);
+}
+
+static void test_op_kind_names(void **state)
+{
+    (void)state;
+    assert_null(ovl_op_kind_name((ovl_op_kind_t)0)); /* none */
+    for (int k = 1; k < OVL_OP_KIND_COUNT; k++) {
+        const char *name = ovl_op_kind_name((ovl_op_kind_t)k);
+        ovl_op_kind_t back = (ovl_op_kind_t)0;
+        if (!name)
+            fail_msg("op kind %d has no name", k);
+        assert_int_equal(ovl_op_kind_parse(name, &back), OVL_OK);
+        assert_int_equal(back, k);
+    }
+    assert_null(ovl_op_kind_name(OVL_OP_KIND_COUNT));
+    assert_null(ovl_op_kind_name((ovl_op_kind_t)-1));
+    ovl_op_kind_t back;
+    assert_int_equal(ovl_op_kind_parse("", &back), OVL_ERR_INVALID);
+    assert_int_equal(ovl_op_kind_parse(NULL, &back), OVL_ERR_INVALID);
+    /* The wire's enum has the same values, none (0) included. */
+    assert_int_equal(ovl__op_kind__descriptor.n_values, OVL_OP_KIND_COUNT);
+    for (unsigned i = 0; i < ovl__op_kind__descriptor.n_values; i++)
+        assert_int_equal(ovl__op_kind__descriptor.values[i].value, (int)i);
 }
 
 static void test_dtype_names(void **state)
@@ -223,30 +246,41 @@ static void test_config_algos(void **state)
             fail_msg("'%s' does not list %s", err, ovl_algo_name((ovl_algo_t)a));
 }
 
-/* An op of each algorithm and dtype lands in exactly its own cell: none
- * goes uncounted. */
+/* An op of each kind, algorithm and dtype lands in exactly its own cell:
+ * none goes uncounted. */
 static void test_stats_every_cell(void **state)
 {
     (void)state;
     ovld_stats_t s;
     ovld_stats_reset(&s, 0);
-    assert_int_equal(sizeof(s.ops) / sizeof(s.ops[0]), OVL_ALGO_COUNT);
-    assert_int_equal(sizeof(s.ops[0]) / sizeof(s.ops[0][0]), OVL_DTYPE_COUNT);
+    assert_int_equal(sizeof(s.ops) / sizeof(s.ops[0]), OVL_OP_KIND_COUNT);
+    assert_int_equal(sizeof(s.ops[0]) / sizeof(s.ops[0][0]), OVL_ALGO_COUNT);
+    assert_int_equal(sizeof(s.ops[0][0]) / sizeof(s.ops[0][0][0]), OVL_DTYPE_COUNT);
     uint64_t ops = 0;
-    for (int a = 0; a < OVL_ALGO_COUNT; a++)
-        for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
-            ovld_stats_t before = s;
-            ovld_stats_op(&s, (ovl_algo_t)a, (ovl_dtype_t)t, 960.0, 384.0, 1000, OVL_OK);
-            ops++;
-            for (int a2 = 0; a2 < OVL_ALGO_COUNT; a2++)
-                for (int t2 = 0; t2 < OVL_DTYPE_COUNT; t2++)
-                    assert_int_equal(s.ops[a2][t2],
-                                     before.ops[a2][t2] + (a2 == a && t2 == t ? 1 : 0));
-            assert_int_equal(s.latency.count, ops);
-        }
+    for (int k = 1; k < OVL_OP_KIND_COUNT; k++)
+        for (int a = 0; a < OVL_ALGO_COUNT; a++)
+            for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
+                ovld_stats_t before = s;
+                ovld_stats_op(&s, (ovl_op_kind_t)k, (ovl_algo_t)a, (ovl_dtype_t)t, 960.0, 384.0,
+                              1000, OVL_OK);
+                ops++;
+                for (int k2 = 0; k2 < OVL_OP_KIND_COUNT; k2++)
+                    for (int a2 = 0; a2 < OVL_ALGO_COUNT; a2++)
+                        for (int t2 = 0; t2 < OVL_DTYPE_COUNT; t2++)
+                            assert_int_equal(s.ops[k2][a2][t2],
+                                             before.ops[k2][a2][t2] +
+                                                 (k2 == k && a2 == a && t2 == t ? 1 : 0));
+                assert_int_equal(s.latency.count, ops);
+            }
+    /* A kind out of range is done but in no cell. */
+    ovld_stats_t out = s;
+    ovld_stats_op(&s, OVL_OP_KIND_COUNT, OVL_ALGO_RING, OVL_DTYPE_FP32, 960.0, 384.0, 1000, OVL_OK);
+    assert_memory_equal(s.ops, out.ops, sizeof(s.ops));
+    assert_int_equal(s.latency.count, ops + 1);
     /* A failed op counts as failed, in no cell, and by its status. */
     ovld_stats_t before = s;
-    ovld_stats_op(&s, OVL_ALGO_RING, OVL_DTYPE_FP32, 960.0, 384.0, 1000, OVL_ERR_INTERNAL);
+    ovld_stats_op(&s, OVL_OP_AG_GEMM, OVL_ALGO_RING, OVL_DTYPE_FP32, 960.0, 384.0, 1000,
+                  OVL_ERR_INTERNAL);
     assert_memory_equal(s.ops, before.ops, sizeof(s.ops));
     assert_int_equal(s.ops_failed, 1);
     assert_int_equal(s.errors[-OVL_ERR_INTERNAL], 1);
@@ -261,10 +295,11 @@ static void test_stats_every_cell(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_algo_names),       cmocka_unit_test(test_dtype_names),
-        cmocka_unit_test(test_status_names),     cmocka_unit_test(test_instr_names),
-        cmocka_unit_test(test_request_ranges),   cmocka_unit_test(test_config_algos),
-        cmocka_unit_test(test_stats_every_cell), cmocka_unit_test(test_plan_tables),
+        cmocka_unit_test(test_algo_names),   cmocka_unit_test(test_op_kind_names),
+        cmocka_unit_test(test_dtype_names),  cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_instr_names),  cmocka_unit_test(test_request_ranges),
+        cmocka_unit_test(test_config_algos), cmocka_unit_test(test_stats_every_cell),
+        cmocka_unit_test(test_plan_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -761,10 +761,14 @@ static uint64_t ops_failed(void)
     return F.counters.total.ops_failed;
 }
 
+/* Ops done of (algo, dtype): every op here is an all-gather + GEMM, and
+ * counts in that kind's cells. */
 static uint64_t ops_ok(ovl_algo_t algo, ovl_dtype_t dtype)
 {
-    assert_int_equal(F.counters.total.ops[algo][dtype], F.counters.window.ops[algo][dtype]);
-    return F.counters.total.ops[algo][dtype];
+    const ovld_stats_t *t = &F.counters.total, *w = &F.counters.window;
+    assert_int_equal(t->ops[OVL_OP_AG_GEMM][algo][dtype], w->ops[OVL_OP_AG_GEMM][algo][dtype]);
+    assert_int_equal(t->ops[0][algo][dtype], 0); /* kind none */
+    return t->ops[OVL_OP_AG_GEMM][algo][dtype];
 }
 
 /* Each backend rank's doorbell rung with strictly increasing op numbers:

@@ -30,7 +30,10 @@ static void test_table(void **state)
     assert_null(ovld_kind(UINT32_MAX));
     assert_ptr_equal(ag(), &ovld_kind_ag_gemm);
     assert_int_equal(ag()->id, OVLD_KIND_AG_GEMM);
-    assert_string_equal(ag()->name, "ag_gemm");
+    assert_string_equal(ovl_op_kind_name((ovl_op_kind_t)ag()->id), "ag_gemm");
+    /* every public kind has its entry, and every entry is a public kind */
+    for (uint32_t id = 0; id < OVL_OP_KIND_COUNT + 4; id++)
+        assert_int_equal(ovld_kind(id) != NULL, ovl_op_kind_name((ovl_op_kind_t)id) != NULL);
     /* names: the kind's own, "?" for what it does not have */
     assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, OVLD_BUF_A), "a");
     assert_string_equal(ovld_buf_name(OVLD_KIND_AG_GEMM, OVLD_BUF_AOUT), "a_out");

@@ -2085,7 +2085,7 @@ static void test_topology_params(void **state)
         assert_true(plan.params.node_of != mine);
         assert_int_equal(plan.params.node_of[1], 1);
         a = format_plan(&plan);
-        assert_non_null(strstr(a, "plan format=3 algo=ring "));
+        assert_non_null(strstr(a, "plan format=4 kind=ag_gemm algo=ring "));
         assert_non_null(strstr(a, "\ntopology nodes=2 sizes=2,2 node_of=0,1,1,0\n"));
         free(a);
         ovl_plan_free(&plan);
