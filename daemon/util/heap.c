@@ -1,3 +1,6 @@
+/*
+ * heap.c: see heap.h.
+ */
 #include "heap.h"
 
 #include <malloc.h>

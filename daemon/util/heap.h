@@ -1,4 +1,4 @@
-/* The allocator's live bytes, for `ovlctl stats` and for saying what a
+/* heap.h: the allocator's live bytes, for `ovlctl stats` and for saying what a
  * part of ovld costs (the CUDA backend logs its contexts' and cuBLASLt's
  * share at start, each job its NCCL communicators'). */
 #ifndef OVLD_HEAP_H
