@@ -1473,29 +1473,41 @@ static ovl_status_t submit_op(ovl_comm_t *cm, Ovl__Op *op, void *stream)
     return OVL_OK;
 }
 
+/* What every op's call checks first: a comm that takes ops (one with a
+ * failed op answers ovl_comm_check's error, not a queue of ops that ovld
+ * fails one by one: one load of the doorbell), a descriptor, a dtype and
+ * an algorithm that exist, positive m, n and k, and a stream only where
+ * there is a GPU. */
+static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, const void *d, ovl_dtype_t dtype,
+                             ovl_algo_t algo, uint64_t m, uint64_t n, uint64_t k, void *stream)
+{
+    ovl_client_t *cl = cm->cl;
+    if (cm->err != OVL_OK || __atomic_load_n(&cm->db->error, __ATOMIC_ACQUIRE) != 0)
+        return ovl_comm_check(cm);
+    if (!d)
+        return fail(cl, OVL_ERR_INVALID, "%s: desc is NULL", call);
+    if (ovl_dtype_size(dtype) == 0)
+        return fail(cl, OVL_ERR_INVALID, "unknown dtype %d", (int)dtype);
+    if (!ovl_algo_name(algo))
+        return fail(cl, OVL_ERR_INVALID, "unknown algorithm %d", (int)algo);
+    if (m == 0 || n == 0 || k == 0)
+        return fail(cl, OVL_ERR_INVALID, "m, n and k must be positive");
+    if (cl->host && stream)
+        return fail(cl, OVL_ERR_INVALID, "the host backend takes no stream (pass NULL)");
+    return cl->host ? OVL_OK : libovl_cuda_present(cl);
+}
+
 OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t *d, void *stream)
 {
     if (!cm)
         return OVL_ERR_INVALID;
     ovl_client_t *cl = cm->cl;
-    /* A comm with a failed op takes no more: its error now, not a queue of
-     * ops that ovld fails one by one (one load of the doorbell). */
-    if (cm->err != OVL_OK || __atomic_load_n(&cm->db->error, __ATOMIC_ACQUIRE) != 0)
-        return ovl_comm_check(cm);
-    if (!d)
-        return fail(cl, OVL_ERR_INVALID, "ovl_allgather_gemm: desc is NULL");
-    size_t elem = ovl_dtype_size(d->dtype);
-    if (elem == 0)
-        return fail(cl, OVL_ERR_INVALID, "unknown dtype %d", (int)d->dtype);
-    if (!ovl_algo_name(d->algo))
-        return fail(cl, OVL_ERR_INVALID, "unknown algorithm %d", (int)d->algo);
-    if (d->m == 0 || d->n == 0 || d->k == 0)
-        return fail(cl, OVL_ERR_INVALID, "m, n and k must be positive");
-    if (cl->host && stream)
-        return fail(cl, OVL_ERR_INVALID, "the host backend takes no stream (pass NULL)");
-    ovl_status_t st;
-    if (!cl->host && (st = libovl_cuda_present(cl)) != OVL_OK)
+    ovl_status_t st =
+        op_begin(cm, "ovl_allgather_gemm", d, d ? d->dtype : OVL_DTYPE_BF16,
+                 d ? d->algo : OVL_ALGO_AUTO, d ? d->m : 1, d ? d->n : 1, d ? d->k : 1, stream);
+    if (st != OVL_OK)
         return st;
+    size_t elem = ovl_dtype_size(d->dtype);
     uint64_t rows_all;
     if (__builtin_mul_overflow(d->m, (uint64_t)cm->world, &rows_all))
         return fail(cl, OVL_ERR_INVALID, "m * world overflows");
@@ -1573,5 +1585,63 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     op.n_bufs = nbufs;
     op.bufs = pbufs;
     op.ag_gemm = &g;
+    return submit_op(cm, &op, stream);
+}
+
+OVL_API ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *cm, const ovl_gemm_rs_desc_t *d,
+                                             void *stream)
+{
+    if (!cm)
+        return OVL_ERR_INVALID;
+    ovl_client_t *cl = cm->cl;
+    ovl_status_t st =
+        op_begin(cm, "ovl_gemm_reduce_scatter", d, d ? d->dtype : OVL_DTYPE_BF16,
+                 d ? d->algo : OVL_ALGO_AUTO, d ? d->m : 1, d ? d->n : 1, d ? d->k : 1, stream);
+    if (st != OVL_OK)
+        return st;
+    if (d->algo == OVL_ALGO_RING)
+        return fail(cl, OVL_ERR_INVALID, "algorithm ring: gemm_rs has auto, naive and collective");
+    if ((unsigned)d->reduce_op >= OVL_REDUCE_OP_COUNT)
+        return fail(cl, OVL_ERR_INVALID, "unknown reduce_op %d", (int)d->reduce_op);
+    if (d->m % cm->world != 0)
+        return fail(cl, OVL_ERR_INVALID,
+                    "m %llu is not a multiple of the world %u: each rank keeps m / world rows of "
+                    "the sum",
+                    (unsigned long long)d->m, cm->world);
+    size_t elem = ovl_dtype_size(d->dtype);
+    Ovl__BufRef a, b, c;
+    if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
+        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, elem,
+                     &b)) != OVL_OK ||
+        (st = bufref(cl, "c", d->c, d->m / cm->world, d->n, d->ldc, elem, &c)) != OVL_OK)
+        return st;
+    /* its buffers in their slots (proto/ovl.proto, GemmRsParams): a 0, b 1, c 2 */
+    Ovl__OpBuf bufs[3], *pbufs[3];
+    const Ovl__BufRef *refs[3] = {&a, &b, &c};
+    const size_t lds[3] = {d->lda, d->ldb, d->ldc};
+    for (int i = 0; i < 3; i++) {
+        ovl__op_buf__init(&bufs[i]);
+        bufs[i].slot = (uint64_t)i;
+        bufs[i].ref = (Ovl__BufRef *)refs[i];
+        bufs[i].ld = lds[i];
+        pbufs[i] = &bufs[i];
+    }
+    Ovl__GemmRsParams g = OVL__GEMM_RS_PARAMS__INIT;
+    g.m = d->m;
+    g.n = d->n;
+    g.k = d->k;
+    g.dtype = (uint64_t)d->dtype;
+    g.algo = (uint64_t)d->algo;
+    g.chunks = d->chunks;
+    g.streams = d->streams;
+    g.transb = d->transb != 0;
+    g.reduce_op = (uint64_t)d->reduce_op;
+    Ovl__Op op = OVL__OP__INIT;
+    op.comm_id = cm->id;
+    op.seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED) + 1;
+    op.kind = OVL__OP_KIND__OP_KIND_GEMM_RS;
+    op.n_bufs = 3;
+    op.bufs = pbufs;
+    op.gemm_rs = &g;
     return submit_op(cm, &op, stream);
 }

@@ -32,42 +32,50 @@
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f,
-        "Usage: ovl-demo [OPTIONS]\n"
-        "\n"
-        "Runs W client processes that join one job on ovld and check AG-GEMM results\n"
-        "(C = allgather(A) @ B) against a double-precision reference.\n"
-        "\n"
-        "  -s, --socket PATH   ovld's socket; default: $OVL_SOCKET, else the per-user\n"
-        "                      /run/ovl/UID/ovld.sock or $XDG_RUNTIME_DIR/ovl/ovld.sock if\n"
-        "                      it exists, else %s (ovl_default_socket in\n"
-        "                      <ovl/ovl.h>); the first line printed names the one used\n"
-        "  -w, --world W       ranks (processes), default 4\n"
-        "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384 512)\n"
-        "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
-        "  -a, --algo A        naive, collective, ring, auto or all (default all)\n"
-        "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
-        "      --chunks C      chunks (default 0: the daemon's choice)\n"
-        "      --streams S     streams (default 0: the daemon's choice)\n"
-        "      --transb        B is stored N x K (as a Linear weight)\n"
-        "      --a-out         also ask for the gathered A and check it\n"
-        "      --more-n N1,... several Bs in every op: the n of each B after the first\n"
-        "                      (-n is the first's), up to %d; each C is checked\n"
-        "      --interior      CUDA: place the buffers inside one larger allocation\n"
-        "      --timing        also time each submit call: its p50 and p99 in us (the\n"
-        "                      worst rank's) back to back (waits at the submit window\n"
-        "                      included), then in as many more calls at most %d ahead\n"
-        "                      (the call alone): four more columns\n"
-        "      --idle SECONDS  no ops: every rank joins the job (rank r on device r mod\n"
-        "                      the devices: this process's GPUs where ovld runs CUDA,\n"
-        "                      else ovld's), stays SECONDS (1..86400; SIGTERM, or\n"
-        "                      the end of the ovl-demo process, ends it sooner) and\n"
-        "                      leaves, so that other jobs find the devices shared\n"
-        "      --seed S        random seed (default: time)\n"
-        "      --job ID        job id (default demo-PID)\n"
-        "  -h, --help          show this help\n",
-        OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1, OVL_DEMO_PACE);
+    fprintf(f,
+            "Usage: ovl-demo [OPTIONS]\n"
+            "\n"
+            "Runs W client processes that join one job on ovld and check the results of\n"
+            "its ops against a double-precision reference: all-gather + GEMM\n"
+            "(C = allgather(A) @ B), or with --op rs GEMM + reduce-scatter (each rank's C is\n"
+            "its m rows of the sum over the ranks of A @ B).\n"
+            "\n"
+            "  -s, --socket PATH   ovld's socket; default: $OVL_SOCKET, else the per-user\n"
+            "                      /run/ovl/UID/ovld.sock or $XDG_RUNTIME_DIR/ovl/ovld.sock if\n"
+            "                      it exists, else %s (ovl_default_socket in\n"
+            "                      <ovl/ovl.h>); the first line printed names the one used\n"
+            "  -w, --world W       ranks (processes), default 4\n"
+            "  -m M -n N -k K      rows per rank (ag: of A; rs: of C), columns of C, inner\n"
+            "                      dimension (rs: each rank's) (default 256 384 512)\n"
+            "      --op ag|rs      all-gather + GEMM (default) or GEMM + reduce-scatter (the\n"
+            "                      host backend only so far)\n"
+            "      --reduce sum|avg  rs: how the ranks' products combine (default sum)\n"
+            "      --strided       rs: A and C are views into wider matrices (lda k + 3,\n"
+            "                      ldc n + 5); the columns past them must stay untouched\n"
+            "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
+            "  -a, --algo A        naive, collective, ring, auto or all (default all; rs has\n"
+            "                      no ring)\n"
+            "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
+            "      --chunks C      chunks (default 0: the daemon's choice)\n"
+            "      --streams S     streams (default 0: the daemon's choice)\n"
+            "      --transb        B is stored N x K (as a Linear weight)\n"
+            "      --a-out         also ask for the gathered A and check it\n"
+            "      --more-n N1,... several Bs in every op: the n of each B after the first\n"
+            "                      (-n is the first's), up to %d; each C is checked\n"
+            "      --interior      CUDA: place the buffers inside one larger allocation\n"
+            "      --timing        also time each submit call: its p50 and p99 in us (the\n"
+            "                      worst rank's) back to back (waits at the submit window\n"
+            "                      included), then in as many more calls at most %d ahead\n"
+            "                      (the call alone): four more columns\n"
+            "      --idle SECONDS  no ops: every rank joins the job (rank r on device r mod\n"
+            "                      the devices: this process's GPUs where ovld runs CUDA,\n"
+            "                      else ovld's), stays SECONDS (1..86400; SIGTERM, or\n"
+            "                      the end of the ovl-demo process, ends it sooner) and\n"
+            "                      leaves, so that other jobs find the devices shared\n"
+            "      --seed S        random seed (default: time)\n"
+            "      --job ID        job id (default demo-PID)\n"
+            "  -h, --help          show this help\n",
+            OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1, OVL_DEMO_PACE);
 }
 
 /* ------------------------------------------------------------ a rank */
@@ -277,6 +285,128 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
     return true;
 }
 
+/* ------------------------------------------------ GEMM + reduce-scatter */
+
+/* The rank's rows of the sum over every rank q of A_q @ op(B_q) (divided
+ * by the world for avg), each rank's A and B regenerated from the seed, in
+ * double precision, into ref (m x n). 0, or -1 after saying why. */
+static int rs_reference(const opts_t *o, uint32_t rank, double *ref)
+{
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+    void *a = malloc(W * m * k * es), *b = malloc(brows * bcols * es);
+    double *part = malloc(m * n * sizeof(double));
+    int rc = -1;
+    if (!a || !b || !part) {
+        fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+        goto out;
+    }
+    memset(ref, 0, m * n * sizeof(double));
+    for (uint32_t q = 0; q < W; q++) {
+        ovl_demo_fill_host(dt, a, W * m, k, k, o->seed, q, 0);
+        ovl_demo_fill_host(dt, b, brows, bcols, bcols, o->seed, q, 1);
+        /* rank q's product, rows of this rank's block only */
+        ovl_status_t st = ovl_ref_gemm(dt, m, n, k, (char *)a + rank * m * k * es, k, b, bcols,
+                                       o->transb, part, n);
+        if (st != OVL_OK) {
+            fprintf(stderr, "rank %u: reference: %s\n", rank, ovl_strerror(st));
+            goto out;
+        }
+        for (uint64_t i = 0; i < m * n; i++)
+            ref[i] += part[i];
+    }
+    if (o->reduce_op == OVL_REDUCE_AVG)
+        for (uint64_t i = 0; i < m * n; i++)
+            ref[i] /= (double)W;
+    rc = 0;
+out:
+    free(a);
+    free(b);
+    free(part);
+    return rc;
+}
+
+/* Runs every algorithm of --op rs on the host backend: each rank's A is
+ * (world*m) x k, its B k x n (n x k with transb), its C m x n; one op
+ * untimed, then o->iters back to back, C checked against rs_reference.
+ * 0 if it ran (results in res), 1 if it could not. */
+static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t *comm,
+                        result_t *res)
+{
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
+    /* --strided: A and C inside wider matrices, whose extra columns hold a
+     * pattern that must survive */
+    uint64_t lda = o->strided ? k + 3 : k, ldc = o->strided ? n + 5 : n;
+    void *a = ovl_host_alloc(cl, W * m * lda * es), *b = ovl_host_alloc(cl, brows * bcols * es);
+    void *c = ovl_host_alloc(cl, m * ldc * es);
+    double *ref = malloc(m * n * sizeof(double));
+    if (!a || !b || !c || !ref) {
+        fprintf(stderr, "rank %u: out of memory: %s\n", rank, ovl_last_error(cl));
+        free(ref);
+        return 1;
+    }
+    memset(a, 0x5a, W * m * lda * es);
+    ovl_demo_fill_host(dt, a, W * m, k, lda, o->seed, rank, 0);
+    ovl_demo_fill_host(dt, b, brows, bcols, bcols, o->seed, rank, 1);
+    if (rs_reference(o, rank, ref) != 0) {
+        free(ref);
+        return 1;
+    }
+    for (int ai = 0; ai < o->nalgos; ai++) {
+        result_t *rs = &res[ai];
+        rs->algo = o->algos[ai];
+        ovl_gemm_rs_desc_t d = {.a = a,
+                                .lda = lda,
+                                .b = b,
+                                .ldb = bcols,
+                                .transb = o->transb,
+                                .c = c,
+                                .ldc = ldc,
+                                .m = W * m,
+                                .n = n,
+                                .k = k,
+                                .dtype = dt,
+                                .reduce_op = o->reduce_op,
+                                .algo = o->algos[ai],
+                                .chunks = o->chunks,
+                                .streams = o->streams};
+        ovl_status_t st = ovl_gemm_reduce_scatter(comm, &d, NULL);
+        if (st == OVL_OK)
+            st = ovl_comm_synchronize(comm);
+        memset(c, 0xff, m * ldc * es);              /* NaN in every dtype: unwritten shows */
+        for (uint64_t i = 0; i < m && ldc > n; i++) /* the columns past C's */
+            memset((char *)c + (i * ldc + n) * es, 0xa5, (ldc - n) * es);
+        double t0 = ovl_mono_s();
+        for (int i = 0; st == OVL_OK && i < o->iters; i++)
+            st = ovl_gemm_reduce_scatter(comm, &d, NULL);
+        if (st == OVL_OK)
+            st = ovl_comm_synchronize(comm);
+        rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
+        rs->status = st;
+        rs->a_out_ok = true;
+        if (st != OVL_OK) {
+            snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
+            rs->rel_err = rs->rel_err_b[0] = INFINITY;
+            break; /* the comm's error is sticky: later runs would say the same */
+        }
+        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(dt, m, n, c, ldc, ref, n);
+        for (uint64_t i = 0; i < m && ldc > n; i++)
+            for (uint64_t j = n * es; j < ldc * es; j++)
+                if (((unsigned char *)c)[i * ldc * es + j] != 0xa5) {
+                    rs->a_out_ok = false; /* the row says: "wrote past C's columns" */
+                    i = m;
+                    break;
+                }
+    }
+    free(ref);
+    return 0;
+}
+
 /* Runs one rank on the host backend (ovld's ndevices devices, rank r on
  * device r mod ndevices): joins the job, makes and fills its data, computes
  * the references, runs every algorithm. 0 if it ran (results in res), 1 if
@@ -292,6 +422,8 @@ static int rank_host(const opts_t *o, uint32_t rank, ovl_client_t *cl, uint32_t 
         fprintf(stderr, "rank %u: joining job '%s': %s\n", rank, o->job, ovl_last_error(cl));
         goto out;
     }
+    if (o->op == OVL_OP_GEMM_RS)
+        return rank_host_rs(o, rank, cl, *comm, res);
     if (host_buffers(o, rank, cl, &hb) != 0 || host_reference(o, rank, &hb) != 0)
         goto out;
     for (int ai = 0; ai < o->nalgos; ai++)
@@ -341,7 +473,12 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         ovl_disconnect(cl);
         return rc;
     }
-    if (strcmp(info.backend, "cuda") == 0)
+    if (strcmp(info.backend, "cuda") == 0 && o->op == OVL_OP_GEMM_RS)
+        fprintf(stderr,
+                "rank %u: --op rs: the CUDA backend has no reduce-scatter yet (GEMM + "
+                "reduce-scatter runs on the host backend only)\n",
+                rank);
+    else if (strcmp(info.backend, "cuda") == 0)
         rc = ovl_demo_rank_cuda(o, rank, cl, &comm, res);
     else
         rc = rank_host(o, rank, cl, info.ndevices, &comm, res);
@@ -482,7 +619,10 @@ enum {
     O_INTERIOR,
     O_MORE_N,
     O_TIMING,
-    O_IDLE
+    O_IDLE,
+    O_OP,
+    O_REDUCE,
+    O_STRIDED
 };
 
 /* One option (getopt_long's ch, and arg its optarg) into o, or *algo for
@@ -522,6 +662,29 @@ static int demo_option(opts_t *o, int ch, const char *arg, const char **algo)
         break;
     case O_JOB:
         snprintf(o->job, sizeof(o->job), "%s", arg);
+        break;
+    case O_STRIDED:
+        o->strided = true;
+        break;
+    case O_OP:
+        if (strcmp(arg, "ag") == 0) {
+            o->op = OVL_OP_AG_GEMM;
+        } else if (strcmp(arg, "rs") == 0) {
+            o->op = OVL_OP_GEMM_RS;
+        } else {
+            fprintf(stderr, "ovl-demo: --op: '%s' is not ag or rs\n", arg);
+            return 2;
+        }
+        break;
+    case O_REDUCE:
+        if (strcmp(arg, "sum") == 0) {
+            o->reduce_op = OVL_REDUCE_SUM;
+        } else if (strcmp(arg, "avg") == 0) {
+            o->reduce_op = OVL_REDUCE_AVG;
+        } else {
+            fprintf(stderr, "ovl-demo: --reduce: '%s' is not sum or avg\n", arg);
+            return 2;
+        }
         break;
     case O_IDLE:
         if (ovl_parse_u64(arg, &v) != 0 || v == 0 || v > 86400) {
@@ -590,6 +753,9 @@ static int demo_options(int argc, char **argv, opts_t *o)
         {"idle", required_argument, NULL, O_IDLE},
         {"seed", required_argument, NULL, O_SEED},
         {"job", required_argument, NULL, O_JOB},
+        {"op", required_argument, NULL, O_OP},
+        {"reduce", required_argument, NULL, O_REDUCE},
+        {"strided", no_argument, NULL, O_STRIDED},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -600,7 +766,8 @@ static int demo_options(int argc, char **argv, opts_t *o)
                   .dtype = OVL_DTYPE_BF16,
                   .iters = 3,
                   .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid(),
-                  .nb = 1};
+                  .nb = 1,
+                  .op = OVL_OP_AG_GEMM};
     snprintf(o->job, sizeof(o->job), "demo-%d", (int)getpid());
     const char *algo = "all";
     int ch, rc;
@@ -612,11 +779,20 @@ static int demo_options(int argc, char **argv, opts_t *o)
         fprintf(stderr, "ovl-demo: bad arguments (world 1..64, m n k > 0, iters 1..100000)\n");
         return 2;
     }
+    bool rs = o->op == OVL_OP_GEMM_RS;
+    if (rs && (o->a_out || o->nb > 1 || o->interior)) {
+        fprintf(stderr, "ovl-demo: --op rs takes no --a-out, --more-n or --interior\n");
+        return 2;
+    }
+    if (!rs && o->strided) {
+        fprintf(stderr, "ovl-demo: --strided is --op rs's\n");
+        return 2;
+    }
     if (strcmp(algo, "all") == 0) {
         o->algos[0] = OVL_ALGO_NAIVE;
         o->algos[1] = OVL_ALGO_COLLECTIVE;
         o->algos[2] = OVL_ALGO_RING;
-        o->nalgos = 3;
+        o->nalgos = rs ? 2 : 3; /* rs has no ring */
     } else if (ovl_algo_parse(algo, &o->algos[0]) == OVL_OK) {
         o->nalgos = 1;
     } else {
@@ -767,11 +943,12 @@ static void print_header(const opts_t *o, const char *rule)
     if (o->idle_s)
         printf("ovl-demo: job '%s', world %u, idle: no ops\n", o->job, o->world);
     else
-        printf("ovl-demo: job '%s', world %u, m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
-               "%s, %s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
-               o->job, o->world, o->m, o->n, o->k, bs, ovl_dtype_name(o->dtype),
-               o->transb ? ", transb" : "", o->a_out ? ", a_out" : "", o->iters,
-               o->iters == 1 ? "" : "s", o->seed);
+        printf("ovl-demo: job '%s', world %u, %s m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
+               "%s, %s%s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
+               o->job, o->world, ovl_op_kind_name(o->op), o->m, o->n, o->k, bs,
+               ovl_dtype_name(o->dtype), o->transb ? ", transb" : "", o->a_out ? ", a_out" : "",
+               o->op == OVL_OP_GEMM_RS ? (o->reduce_op == OVL_REDUCE_AVG ? ", avg" : ", sum") : "",
+               o->iters, o->iters == 1 ? "" : "s", o->seed);
     printf("ovl-demo: socket %s (%s)\n", o->socket, rule);
     fflush(stdout);
 }
@@ -856,9 +1033,9 @@ static void algo_row(const opts_t *o, result_t (*all)[MAX_ALGOS + 1], int ai, do
                 row->err_b[i] = rs->rel_err_b[i];
         if (!(rs->rel_err <= row->err))
             row->err = rs->rel_err;
-        if (o->a_out && !rs->a_out_ok) {
+        if ((o->a_out || o->strided) && !rs->a_out_ok) {
             row->ok = false;
-            row->why = "gathered A differs";
+            row->why = o->a_out ? "gathered A differs" : "wrote past C's columns";
         }
         if (rs->ms > row->ms)
             row->ms = rs->ms;

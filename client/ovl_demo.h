@@ -33,6 +33,12 @@ typedef struct opts {
     uint32_t nb;
     uint64_t more_n[OVL_MAX_BS - 1];
     bool timing; /* time each submit call (--timing) */
+    /* --op: OVL_OP_AG_GEMM (ag), or OVL_OP_GEMM_RS (rs): every rank's A is
+     * (world*m) x k and its C m x n, rows [rank m, (rank+1) m) of the sum
+     * over the ranks of A @ op(B), or of its average (reduce_op). */
+    ovl_op_kind_t op;
+    ovl_reduce_op_t reduce_op;
+    bool strided; /* rs: A and C inside wider matrices (--strided) */
     /* --idle: every rank only joins the job, stays this many seconds (or
      * until SIGTERM) and leaves; 0: a normal run. */
     uint32_t idle_s;

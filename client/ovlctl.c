@@ -49,7 +49,11 @@ static void usage(FILE *f)
             "  version                  versions of ovlctl and of the daemon\n"
             "\n"
             "Options of plan:\n"
-            "  --kind ag_gemm           the op's kind (default ag_gemm: C = allgather(A) @ B)\n"
+            "  --kind ag_gemm|gemm_rs   the op's kind (default ag_gemm: C = allgather(A) @ B;\n"
+            "                           gemm_rs: C = reduce_scatter(A @ B), -m the rows of A\n"
+            "                           and of the sum, a multiple of the world, -k the\n"
+            "                           rank's inner dimension)\n"
+            "  --reduce sum|avg         gemm_rs: how the partials combine (default sum)\n"
             "  --algo auto|naive|collective|ring (default auto)\n"
             "  --world W --rank R -m M -n N -k K (required)\n"
             "  --chunks C --streams S   0: the planner's default (default 0); ring's streams\n"
@@ -561,7 +565,8 @@ enum {
     O_DAEMON,
     O_NODES,
     O_LOCAL_RANKS,
-    O_KIND
+    O_KIND,
+    O_REDUCE
 };
 
 /* `ovlctl plan`'s options, read by plan_options. Once they passed its
@@ -571,8 +576,9 @@ typedef struct plan_opts {
     ovl_plan_params_t p;
     uint64_t world, rank, chunks, streams; /* as given, range-checked at the end */
     bool have_world, have_rank;
-    bool daemon;     /* --daemon: ovld plans, not ovlctl */
-    bool local_only; /* --strided, --shared-gpu or --allgather: not with --daemon */
+    bool daemon;       /* --daemon: ovld plans, not ovlctl */
+    bool reduce_given; /* --reduce */
+    bool local_only;   /* --strided, --shared-gpu or --allgather: not with --daemon */
     /* the topology: --nodes (nodes > 0), or --local-ranks' sizes */
     uint64_t nodes, sizes[OVL_PLAN_MAX_WORLD];
     uint32_t nsizes;
@@ -624,6 +630,15 @@ static int plan_option(plan_opts_t *o, int c, const char *arg)
             fprintf(stderr, ")\n");
             return EXIT_USAGE;
         }
+        break;
+    case O_REDUCE:
+        if (strcmp(arg, "sum") == 0 || strcmp(arg, "avg") == 0) {
+            p->reduce_op = arg[0] == 's' ? OVL_REDUCE_SUM : OVL_REDUCE_AVG;
+        } else {
+            fprintf(stderr, "ovlctl: --reduce: '%s' is not sum or avg\n", arg);
+            return EXIT_USAGE;
+        }
+        o->reduce_given = true;
         break;
     case O_ALGO:
         if (ovl_algo_parse(arg, &p->algo) != OVL_OK) {
@@ -719,6 +734,24 @@ static int plan_check(plan_opts_t *o)
         fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
         return EXIT_USAGE;
     }
+    if (p->kind == OVL_OP_GEMM_RS &&
+        (p->want_gathered || p->nb > 1 || o->nodes || o->nsizes || p->algo == OVL_ALGO_RING)) {
+        fprintf(stderr, "ovlctl plan: --kind gemm_rs takes no --a-out, --more-n, --nodes, "
+                        "--local-ranks or --algo ring (its plans are of one node: naive and "
+                        "collective)\n");
+        return EXIT_USAGE;
+    }
+    if (p->kind != OVL_OP_GEMM_RS && o->reduce_given) {
+        fprintf(stderr, "ovlctl plan: --reduce is gemm_rs's\n");
+        return EXIT_USAGE;
+    }
+    if (p->kind == OVL_OP_GEMM_RS && o->have_world && o->world && p->m % o->world != 0) {
+        fprintf(stderr,
+                "ovlctl plan: gemm_rs: -m %" PRIu64 " is not a multiple of the world %" PRIu64
+                " (each rank keeps m / world rows of the sum)\n",
+                p->m, o->world);
+        return EXIT_USAGE;
+    }
     if (o->daemon && o->local_only) {
         /* The Plan request carries the op (shape, Bs, transb) and the
          * algorithm's knobs; the daemon plans a dense op of a job whose
@@ -751,6 +784,7 @@ static int plan_options(int argc, char **argv, plan_opts_t *o)
 {
     static const struct option opts[] = {
         {"kind", required_argument, NULL, O_KIND},
+        {"reduce", required_argument, NULL, O_REDUCE},
         {"algo", required_argument, NULL, O_ALGO},
         {"world", required_argument, NULL, O_WORLD},
         {"rank", required_argument, NULL, O_RANK},
@@ -791,11 +825,28 @@ static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, O
 {
     Ovl__PlanRequest pr = OVL__PLAN_REQUEST__INIT;
     Ovl__AgGemmParams ag = OVL__AG_GEMM_PARAMS__INIT;
+    Ovl__GemmRsParams rs = OVL__GEMM_RS_PARAMS__INIT;
     uint64_t more_n[OVL_PLAN_MAX_BS - 1];
     uint64_t given[1];
     pr.world = p->world;
     pr.rank = p->rank;
-    pr.kind = (uint64_t)p->kind; /* parsed: a kind ovlctl knows, ag_gemm the only one */
+    pr.kind = (uint64_t)p->kind; /* parsed: a kind ovlctl knows */
+    if (p->kind == OVL_OP_GEMM_RS) {
+        pr.gemm_rs = &rs;
+        rs.algo = (uint64_t)p->algo;
+        rs.m = p->m;
+        rs.n = p->n;
+        rs.k = p->k;
+        rs.dtype = (uint64_t)p->dtype;
+        rs.chunks = p->chunks;
+        rs.streams = p->streams;
+        rs.transb = p->transb;
+        rs.reduce_op = (uint64_t)p->reduce_op;
+        Ovl__Request q = OVL__REQUEST__INIT;
+        q.body_case = OVL__REQUEST__BODY_PLAN;
+        q.plan = &pr;
+        return libovl_call(cl, &q, NULL, 0, r);
+    }
     pr.ag_gemm = &ag;
     ag.algo = (uint64_t)p->algo;
     ag.m = p->m;

@@ -79,6 +79,7 @@ _Static_assert(NELEM(algo_names) == OVL_ALGO_COUNT, "every algorithm has a name"
 
 static const char *const op_kind_names[] = {
     [OVL_OP_AG_GEMM] = "ag_gemm",
+    [OVL_OP_GEMM_RS] = "gemm_rs",
 };
 _Static_assert(NELEM(op_kind_names) == OVL_OP_KIND_COUNT, "every op kind has a name");
 

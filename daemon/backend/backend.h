@@ -5,8 +5,8 @@
  * and the primitive operations a host program is made of: wait for the
  * client's doorbell, record/wait events, all-gather, rail (send/recv
  * between nodes), copy, GEMM, sleep, ring done. It knows nothing about algorithms (exec.c walks the
- * plan) nor about sockets and jobs (server/, core/job.c). Two exist: host (backend_host.c and host_*.c:
- * CPU threads and shared memory) and cuda (backend_cuda.c and cuda_*.c).
+ * plan) nor about sockets and jobs (server/, core/job.c). Two exist: host (backend_host.c and
+ * host_*.c: CPU threads and shared memory) and cuda (backend_cuda.c and cuda_*.c).
  *
  * Threads: every function is called from the loop thread, except the
  * enqueue primitives (reserve_events to done, below), which the executor
@@ -77,6 +77,9 @@ typedef struct ovld_doorbell_export {
 /* One rank's part of an all-gather: its rows x cols from src, and where
  * every rank's rows land in its own matrix: rank b's at dst's rows
  * [b*stride, b*stride + rows) (exec.c resolves both from the plan's names).
+ * A reduce-scatter's parts have the same form: src is rank 0's block of the
+ * rank's partials (rank b's block b*stride rows past it), dst where the
+ * rank's own block of the sum lands.
  * The parts of one call are the ranks this daemon serves; in a job across
  * nodes the others' rows come from the other daemons. */
 typedef struct ovld_allgather_part {
@@ -130,12 +133,12 @@ typedef void (*ovld_rows_done_fn)(void *arg, ovl_status_t status, const char *wh
  * OVL_OK and done later, exactly once, or a failure now (words in why) and
  * no done. */
 typedef struct ovld_rows_mover {
-    ovl_status_t (*send)(struct ovld_xfer_job *xj, ovld_coll_tag_t tag, uint32_t from,
-                         uint32_t to, const void *src, size_t bytes, ovld_rows_done_fn done,
-                         void *arg, char *why, size_t whylen);
-    ovl_status_t (*recv)(struct ovld_xfer_job *xj, ovld_coll_tag_t tag, uint32_t from,
-                         uint32_t to, void *dst, size_t bytes, ovld_rows_done_fn done, void *arg,
+    ovl_status_t (*send)(struct ovld_xfer_job *xj, ovld_coll_tag_t tag, uint32_t from, uint32_t to,
+                         const void *src, size_t bytes, ovld_rows_done_fn done, void *arg,
                          char *why, size_t whylen);
+    ovl_status_t (*recv)(struct ovld_xfer_job *xj, ovld_coll_tag_t tag, uint32_t from, uint32_t to,
+                         void *dst, size_t bytes, ovld_rows_done_fn done, void *arg, char *why,
+                         size_t whylen);
 } ovld_rows_mover_t;
 
 /* A job across nodes, as job_setup sees it: where its ranks are. The
@@ -298,6 +301,16 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*allgather)(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                               const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                               ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+    /* The reduce-scatter (plan.h, OVL_I_REDUCE_SCATTER): every local part
+     * in one call (one NCCL group), in rank order, of a job of `world`
+     * ranks: for each rank b, block b (rows x cols, b*stride rows past src)
+     * of every part's src, summed in fp32 (avg: divided by world) and
+     * stored in dtype once, lands in part b's dst. NULL: the backend has
+     * no reduce-scatter; GEMM + reduce-scatter ops fail on it. */
+    ovl_status_t (*reduce_scatter)(ovld_backend_t *b, ovld_coll_tag_t tag,
+                                   const ovld_allgather_part_t *parts, uint32_t nparts,
+                                   uint32_t world, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                                   uint64_t stride, bool avg);
     /* The rail (plan.h, OVL_I_RAIL): every part's sends and receives in
      * one call (one NCCL group: grouped ncclSend/ncclRecv), parts in the
      * job's rank order, by exactly `method` (OVL_AG_NCCL_RAIL), in dense

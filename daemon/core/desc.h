@@ -26,6 +26,7 @@
 typedef enum ovld_kind_id {
     OVLD_KIND_NONE = 0,
     OVLD_KIND_AG_GEMM = OVL_OP_AG_GEMM, /* C = allgather(A) @ B */
+    OVLD_KIND_GEMM_RS = OVL_OP_GEMM_RS, /* C = reduce_scatter(A @ B) */
 } ovld_kind_id_t;
 
 /* Bs of one op at most (OVL_MAX_BS). */
@@ -91,6 +92,17 @@ typedef struct ovld_ag_gemm_desc {
     uint64_t n_more[OVLD_MAX_BS - 1];
 } ovld_ag_gemm_desc_t;
 
+/* GEMM + reduce-scatter's own fields (kind_gemm_rs.c): the rows m of A
+ * and of the summed product (each rank keeps m / world of them), the
+ * columns n, this rank's inner dimension k, the dtype, the algorithm and
+ * its split, transb, and how the ranks' partials combine (an
+ * ovl_reduce_op_t). Its buffers: a (slot 0), b (1), c (2). */
+typedef struct ovld_gemm_rs_desc {
+    uint64_t m, n, k;
+    uint32_t dtype, algo, chunks, streams, reduce_op;
+    bool transb;
+} ovld_gemm_rs_desc_t;
+
 /* An op: its kind, what every op has (comm, number, buffers by slot) and
  * its kind's own fields. After ovld_request_check said OVL_OK every field
  * is in its range; after a refusal only comm_id and seq mean anything (the
@@ -101,6 +113,7 @@ typedef struct ovld_op_desc {
     uint64_t seq;
     union {
         ovld_ag_gemm_desc_t ag; /* OVLD_KIND_AG_GEMM */
+        ovld_gemm_rs_desc_t rs; /* OVLD_KIND_GEMM_RS */
     };
     ovld_buf_ref_t buf[OVLD_BUF_COUNT];
     /* The buffers resolved against the connection's registrations by the
@@ -124,6 +137,7 @@ typedef struct ovld_op_fields {
     uint32_t kind; /* an ovld_kind_id_t: compared first; which member below */
     union {
         ovld_ag_gemm_fields_t ag; /* OVLD_KIND_AG_GEMM */
+        ovld_gemm_rs_desc_t rs;   /* OVLD_KIND_GEMM_RS: every field is agreed on */
     };
 } ovld_op_fields_t;
 

@@ -70,7 +70,21 @@ typedef struct ovld_kind {
     ovld_op_count_t (*count)(const ovld_op_fields_t *f, uint32_t world);
     /* f's shape for a log line, NUL-terminated in out ("m=16 n=64 k=64"). */
     void (*describe)(const ovld_op_fields_t *f, char *out, size_t len);
+    /* Whether its plans span nodes (a job across nodes runs it); an op of
+     * a kind whose plans do not is refused there, with words. */
+    bool across;
 } ovld_kind_t;
+
+/* One field of two ranks' ops, by name, for fields_differ. */
+typedef struct ovld_field_pair {
+    const char *name;
+    uint64_t a, b;
+} ovld_field_pair_t;
+
+/* The first of f[0..n) whose a and b differ: true, with its name in what
+ * and its values in ret_a and ret_b; false if none (kind.c). */
+bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, size_t whatlen,
+                              uint64_t *ret_a, uint64_t *ret_b);
 
 /* The entry of kind id; NULL for an id that names no kind. */
 const ovld_kind_t *ovld_kind(uint32_t id);
@@ -84,5 +98,6 @@ const ovld_kind_t *ovld_kind_shapes(const ovld_op_desc_t *q, uint32_t world,
 
 /* The kinds (kind_<name>.c). */
 extern const ovld_kind_t ovld_kind_ag_gemm;
+extern const ovld_kind_t ovld_kind_gemm_rs;
 
 #endif /* OVLD_KIND_H */

@@ -69,10 +69,7 @@ static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
 static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, char *what,
                           size_t whatlen, uint64_t *ret_a, uint64_t *ret_b)
 {
-    const struct {
-        const char *name;
-        uint64_t a, b;
-    } f[] = {
+    const ovld_field_pair_t f[] = {
         {"m", a->ag.m, b->ag.m},
         {"n", a->ag.n, b->ag.n},
         {"k", a->ag.k, b->ag.k},
@@ -84,13 +81,8 @@ static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, 
         {"a_out (given or not)", a->ag.has_aout, b->ag.has_aout},
         {"nb", a->ag.nb, b->ag.nb},
     };
-    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-        if (f[i].a != f[i].b) {
-            snprintf(what, whatlen, "%s", f[i].name);
-            *ret_a = f[i].a;
-            *ret_b = f[i].b;
-            return true;
-        }
+    if (ovld_fields_first_differ(f, sizeof(f) / sizeof(f[0]), what, whatlen, ret_a, ret_b))
+        return true;
     for (uint32_t i = 1; i < a->ag.nb && i < OVLD_MAX_BS; i++)
         if (a->ag.n_more[i - 1] != b->ag.n_more[i - 1]) {
             snprintf(what, whatlen, "n of B %u", i);
@@ -176,4 +168,5 @@ const ovld_kind_t ovld_kind_ag_gemm = {
     .strided = strided,
     .count = count,
     .describe = describe,
+    .across = true,
 };

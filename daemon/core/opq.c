@@ -201,13 +201,14 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
         }
         char why[160] = "";
         st = js->backend->ops->rank_scratch(js->backend, x->rank, plan->scratch_bytes,
-                                            &x->buf[OVL_BUF_G].ptr, why, sizeof(why));
+                                            &x->buf[plan->scratch_buf].ptr, why, sizeof(why));
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
                      plan->scratch_bytes, why[0] ? why : ovl_strerror(st));
             return st;
         }
-        x->buf[OVL_BUF_G].ld = plan->bufs[OVL_BUF_G].cols; /* scratch is dense */
+        /* scratch is dense */
+        x->buf[plan->scratch_buf].ld = plan->bufs[plan->scratch_buf].cols;
     }
     return OVL_OK;
 }
@@ -823,6 +824,12 @@ ovl_status_t ovld_job_submit(ovld_jobs_t *js, ovld_member_t *m, const ovld_op_de
     if (v->bufs != OVL_OK && op->st == OVL_OK) {
         op->st = v->bufs;
         snprintf(op->msg, sizeof(op->msg), "rank %u: %s", m->rank, v->bufs_msg);
+    }
+    if (kind && j->across && !kind->across && op->st == OVL_OK) {
+        op->st = OVL_ERR_UNSUPPORTED;
+        snprintf(op->msg, sizeof(op->msg),
+                 "an op of kind %s cannot run in a job across nodes: its plans are of one node",
+                 ovl_op_kind_name((ovl_op_kind_t)kind->id));
     }
     if (op->st == OVL_OK)
         memcpy(s->use, q->use, sizeof(s->use)); /* the op holds them now */

@@ -46,7 +46,7 @@ static ovl_status_t resolve(const ovld_exec_op_t *op, uint32_t r, ovl_ref_t ref,
     return OVL_OK;
 }
 
-/* Issues one instruction of rank r (not an ALLGATHER or a RAIL). A failure of the
+/* Issues one instruction of rank r (not a collective call: is_coll). A failure of the
  * executor's own (a name it cannot resolve) leaves words in why; a
  * backend's leaves why empty (its last_error has them). */
 static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t r,
@@ -96,6 +96,7 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         return OVL_OK;
     case OVL_I_ALLGATHER:
     case OVL_I_RAIL:
+    case OVL_I_REDUCE_SCATTER:
         break;
     }
     snprintf(why, whylen, "not an instruction this call issues");
@@ -115,8 +116,8 @@ static const char *why_failed(ovld_backend_t *b, const char *own, ovl_status_t s
  * every rank issues the same one (method, rows, layout). */
 static bool same_transfer(const ovl_instr_t *in, const ovl_instr_t *first, ovl_instr_kind_t kind)
 {
-    return in->kind == kind && in->method == first->method && in->rows == first->rows &&
-           in->cols == first->cols && in->stride == first->stride &&
+    return in->kind == kind && in->method == first->method && in->avg == first->avg &&
+           in->rows == first->rows && in->cols == first->cols && in->stride == first->stride &&
            in->src.buf == first->src.buf && in->src.row == first->src.row &&
            in->dst.buf == first->dst.buf && in->dst.row == first->dst.row;
 }
@@ -147,9 +148,24 @@ static ovl_status_t resolve_ends(const ovld_exec_op_t *op, uint32_t r, size_t pc
     return st;
 }
 
-/* A collective call (an ALLGATHER or a RAIL) that every local rank stands
- * at, as walk_parts found it: the first local rank's instruction, whose
- * rows and method every part shares, and the parts' count. */
+/* Whether in is a collective call: one backend call for every local
+ * rank's part, issued once every local rank stands at it. */
+static bool is_coll(ovl_instr_kind_t kind)
+{
+    return kind == OVL_I_ALLGATHER || kind == OVL_I_RAIL || kind == OVL_I_REDUCE_SCATTER;
+}
+
+/* A collective call's name in words. */
+static const char *coll_what(ovl_instr_kind_t kind)
+{
+    return kind == OVL_I_RAIL             ? "rail"
+           : kind == OVL_I_REDUCE_SCATTER ? "reduce-scatter"
+                                          : "all-gather";
+}
+
+/* A collective call that every local rank stands at, as walk_parts found
+ * it: the first local rank's instruction, whose rows and method every part
+ * shares, and the parts' count. */
 typedef struct coll_call {
     const ovl_instr_t *first;
     const char *method; /* first's method's name, for words */
@@ -157,16 +173,17 @@ typedef struct coll_call {
     uint32_t n;
 } coll_call_t;
 
-/* Walks the local ranks' parts of the collective call every rank stands at
- * (pc): an ALLGATHER's into ag, or a RAIL's into rail (the other NULL), one
- * per rank this daemon serves. OVL_ERR_INTERNAL, with words in err, where
- * plans disagree on its rows or name what the op does not have (a buffer,
- * and for a rail a rank past the world or a list past the plan's). */
-static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc,
+/* Walks the local ranks' parts of the collective call of `kind` every rank
+ * stands at (pc): a RAIL's into rail, an ALLGATHER's or a
+ * REDUCE_SCATTER's into ag (the same form: a rank's src rows and its dst),
+ * one per rank this daemon serves. OVL_ERR_INTERNAL, with words in err,
+ * where plans disagree on its rows or name what the op does not have (a
+ * buffer, and for a rail a rank past the world or a list past the plan's). */
+static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc, ovl_instr_kind_t kind,
                                ovld_allgather_part_t *ag, ovld_rail_part_t *rail, coll_call_t *ret,
                                char *err, size_t errlen)
 {
-    ovl_instr_kind_t kind = rail ? OVL_I_RAIL : OVL_I_ALLGATHER;
+    bool is_rail = kind == OVL_I_RAIL;
     uint32_t r0 = first_local(op), n = 0;
     const ovl_instr_t *first = &op->ranks[r0].plan->instr[pc[r0]];
     ovl_dtype_t dtype = op->ranks[r0].plan->params.dtype;
@@ -177,12 +194,11 @@ static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc,
             continue; /* another daemon's */
         const ovl_instr_t *in = &p->instr[pc[r]];
         if (!same_transfer(in, first, kind) || p->params.dtype != dtype) {
-            snprintf(err, errlen, "plans disagree on %s %zu of rank %u",
-                     rail ? "rail" : "all-gather", pc[r], r);
+            snprintf(err, errlen, "plans disagree on %s %zu of rank %u", coll_what(kind), pc[r], r);
             return OVL_ERR_INTERNAL;
         }
         ovld_view_t *src, *dst;
-        if (rail) {
+        if (is_rail) {
             /* the lists lie in the plan's, and name ranks of the job */
             uint64_t end = (uint64_t)in->peers + in->nsend + in->nrecv;
             bool ok = end <= p->npeers;
@@ -213,38 +229,48 @@ static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc,
             return st;
         n++;
     }
-    const char *method = ovl_ag_method_name(first->method);
+    const char *method = kind == OVL_I_REDUCE_SCATTER ? (first->avg ? "avg" : "sum")
+                                                      : ovl_ag_method_name(first->method);
     /* an unknown method: the backend refuses it */
     *ret = (coll_call_t){
         .first = first, .method = method ? method : "an unknown method", .dtype = dtype, .n = n};
     return OVL_OK;
 }
 
-/* Issues the collective call every rank stands at (pc) as one backend
- * call: an ALLGATHER with its parts in ag, or a RAIL (one NCCL group for
- * every rank's sends and receives) with its parts in rail (the other
- * NULL). OVL_ERR_INTERNAL, with words in err, where plans disagree or name
- * what the op does not have; OVL_ERR_UNSUPPORTED where the backend has no
- * such call. */
+/* Issues the collective call of `kind` every rank stands at (pc) as one
+ * backend call: an ALLGATHER or a REDUCE_SCATTER with its parts in ag, or a
+ * RAIL (one NCCL group for every rank's sends and receives) with its parts
+ * in rail. OVL_ERR_INTERNAL, with words in err, where plans disagree or
+ * name what the op does not have; OVL_ERR_UNSUPPORTED where the backend
+ * has no such call. */
 static ovl_status_t issue_coll(ovld_backend_t *b, const ovld_exec_op_t *op, const size_t *pc,
-                               ovld_coll_tag_t tag, ovld_allgather_part_t *ag,
-                               ovld_rail_part_t *rail, char *err, size_t errlen)
+                               ovl_instr_kind_t kind, ovld_coll_tag_t tag,
+                               ovld_allgather_part_t *ag, ovld_rail_part_t *rail, char *err,
+                               size_t errlen)
 {
     const ovld_backend_ops_t *ops = b->ops;
-    const char *what = rail ? "rail" : "all-gather";
+    const char *what = coll_what(kind);
     coll_call_t c;
-    ovl_status_t st = walk_parts(op, pc, ag, rail, &c, err, errlen);
+    ovl_status_t st = walk_parts(op, pc, kind, ag, rail, &c, err, errlen);
     if (st != OVL_OK)
         return st;
-    if (rail ? !ops->rail : !ops->allgather) {
+    bool have = kind == OVL_I_RAIL             ? ops->rail != NULL
+                : kind == OVL_I_REDUCE_SCATTER ? ops->reduce_scatter != NULL
+                                               : ops->allgather != NULL;
+    if (!have) {
         snprintf(err, errlen, "%s (%s): the %s backend %s", what, c.method, ops->name,
-                 rail ? "cannot move rows between nodes" : "has no collective");
+                 kind == OVL_I_RAIL             ? "cannot move rows between nodes"
+                 : kind == OVL_I_REDUCE_SCATTER ? "has no reduce-scatter"
+                                                : "has no collective");
         return OVL_ERR_UNSUPPORTED;
     }
     const ovl_instr_t *f = c.first;
-    if (rail)
+    if (kind == OVL_I_RAIL)
         st = ops->rail(b, f->method, tag, rail, c.n, op->world, c.dtype, f->rows, f->cols,
                        f->stride);
+    else if (kind == OVL_I_REDUCE_SCATTER)
+        st = ops->reduce_scatter(b, tag, ag, c.n, op->world, c.dtype, f->rows, f->cols, f->stride,
+                                 f->avg);
     else
         st = ops->allgather(b, f->method, tag, ag, c.n, op->world, c.dtype, f->rows, f->cols,
                             f->stride);
@@ -378,13 +404,13 @@ static ovl_status_t walk(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t m
     ovld_coll_tag_t tag = {.seq = op->seq, .index = 0};
     for (;;) {
         bool progress = false, finished = true;
-        uint32_t at_gather = 0; /* ranks standing at an ALLGATHER or a RAIL */
+        uint32_t at_gather = 0; /* ranks standing at a collective call (is_coll) */
         for (uint32_t r = 0; r < w; r++) {
             const ovl_plan_t *p = op->ranks[r].plan;
             size_t end = p ? p->ninstr - (before_done && p->ninstr > 0) : 0;
             while (p && pc[r] < end) {
                 const ovl_instr_t *in = &p->instr[pc[r]];
-                if (in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL) {
+                if (is_coll(in->kind)) {
                     at_gather++;
                     break;
                 }
@@ -416,9 +442,8 @@ static ovl_status_t walk(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t m
             return OVL_OK;
         if (at_gather == nlocal) {
             /* walk_parts refuses ranks that stand at different kinds */
-            bool is_rail = op->ranks[r0].plan->instr[pc[r0]].kind == OVL_I_RAIL;
-            ovl_status_t st = issue_coll(b, op, pc, tag, is_rail ? NULL : wk->parts,
-                                         is_rail ? wk->rparts : NULL, err, errlen);
+            ovl_instr_kind_t kind = op->ranks[r0].plan->instr[pc[r0]].kind;
+            ovl_status_t st = issue_coll(b, op, pc, kind, tag, wk->parts, wk->rparts, err, errlen);
             if (st != OVL_OK)
                 return st;
             tag.index++;
@@ -739,7 +764,7 @@ static bool parallel_fits(const ovld_exec_op_t *op)
             return false;
         for (size_t i = 0; i + 1 < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
-            if (in->kind == OVL_I_DONE || in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL)
+            if (in->kind == OVL_I_DONE || is_coll(in->kind))
                 return false;
             /* an event recorded twice: a peer's wait would race the second
              * record (the planner never does it) */
@@ -860,7 +885,7 @@ static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
             return false;
         for (size_t i = 1; i + 1 < p->ninstr; i++) {
             ovl_instr_kind_t k = p->instr[i].kind;
-            if (k == OVL_I_WAIT_READY || k == OVL_I_DONE || k == OVL_I_ALLGATHER || k == OVL_I_RAIL)
+            if (k == OVL_I_WAIT_READY || k == OVL_I_DONE || is_coll(k))
                 return false;
         }
     }

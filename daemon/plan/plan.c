@@ -953,9 +953,14 @@ static ovl_op_kind_t kind_of(const ovl_plan_params_t *p)
     return p->kind ? p->kind : OVL_OP_AG_GEMM;
 }
 
+static bool rs_params_valid(const ovl_plan_params_t *p);
+
 static bool params_valid(const ovl_plan_params_t *p)
 {
-    /* every kind has its emitter; all-gather + GEMM's are below */
+    /* every kind has its emitter: GEMM + reduce-scatter's in its section
+     * below, all-gather + GEMM's above */
+    if (kind_of(p) == OVL_OP_GEMM_RS)
+        return rs_params_valid(p);
     if (kind_of(p) != OVL_OP_AG_GEMM)
         return false;
     if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
@@ -1025,10 +1030,14 @@ static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret)
     return OVL_OK;
 }
 
+static ovl_status_t rs_scratch(const ovl_plan_params_t *p, uint64_t *ret);
+
 ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes)
 {
     if (!params || !ret_bytes || !params_valid(params))
         return OVL_ERR_INVALID;
+    if (kind_of(params) == OVL_OP_GEMM_RS)
+        return rs_scratch(params, ret_bytes);
     return scratch_of(params, ret_bytes);
 }
 
@@ -1124,6 +1133,7 @@ static void mark_used(ovl_plan_t *plan)
         case OVL_I_PULL:
         case OVL_I_PUSH:
         case OVL_I_RAIL:
+        case OVL_I_REDUCE_SCATTER:
             plan->bufs[in->src.buf].used = true;
             plan->bufs[in->dst.buf].used = true;
             break;
@@ -1137,6 +1147,8 @@ static void mark_used(ovl_plan_t *plan)
     }
 }
 
+static ovl_status_t rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
+
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
 {
     builder_t b = {.next_event = OVL_EV_FIRST_FREE};
@@ -1147,9 +1159,12 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
 
     if (!params || !ret_plan || !params_valid(params))
         return OVL_ERR_INVALID;
+    if (kind_of(params) == OVL_OP_GEMM_RS)
+        return rs_build(params, ret_plan);
 
     plan.params = *params;
     plan.params.kind = kind_of(params);
+    plan.scratch_buf = OVL_BUF_G;
     r = scratch_of(params, &plan.scratch_bytes);
     if (r != OVL_OK)
         return r;
@@ -1211,6 +1226,195 @@ fail:
     return r;
 }
 
+/* ---------------------------------------------- GEMM + reduce-scatter */
+
+/*
+ * GEMM + reduce-scatter (docs/plans.md, "GEMM + reduce-scatter"): each rank
+ * holds A (m x k, its share of the inner dimension) and B (k x n); the
+ * partial product P = A @ op(B) (m x n) is summed over the ranks, and rank
+ * r keeps rows [r * m/W, (r+1) * m/W) of the sum in C. A chunk is a range
+ * of rows of one rank's block, taken in every block: its GEMM covers those
+ * rows of all W blocks (W blocks, m/W apart), and its REDUCE_SCATTER sums
+ * them into each rank's C.
+ */
+
+/* Rows of one rank's block of the product. */
+static uint64_t rs_block(const ovl_plan_params_t *p)
+{
+    return p->m / p->world;
+}
+
+static bool rs_params_valid(const ovl_plan_params_t *p)
+{
+    if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
+        return false;
+    if (p->m == 0 || p->n == 0 || p->k == 0 || p->m % p->world != 0)
+        return false;
+    /* one B, no gathered A, one node: what this kind's plans are */
+    if (ovl_plan_nb(p) != 1 || p->want_gathered || count_nodes(p) != 1)
+        return false;
+    if (p->algo != OVL_ALGO_NAIVE && p->algo != OVL_ALGO_COLLECTIVE)
+        return false;
+    if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT ||
+        (unsigned)p->reduce_op >= OVL_REDUCE_OP_COUNT)
+        return false;
+    return p->chunks <= OVL_PLAN_MAX_CHUNKS && p->streams <= OVL_PLAN_MAX_STREAMS;
+}
+
+/* P's bytes: m x n elements (OVL_ERR_LIMIT rather than a wrapped size). */
+static ovl_status_t rs_scratch(const ovl_plan_params_t *p, uint64_t *ret)
+{
+    uint64_t row;
+
+    *ret = 0;
+    if (__builtin_mul_overflow(p->n, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
+        __builtin_mul_overflow(p->m, row, ret))
+        return OVL_ERR_LIMIT;
+    return OVL_OK;
+}
+
+static void rs_buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
+{
+    bufs[OVL_BUF_A] = (ovl_plan_buf_t){.rows = p->m, .cols = p->k};
+    bufs[OVL_BUF_B] = p->transb ? (ovl_plan_buf_t){.rows = p->n, .cols = p->k}
+                                : (ovl_plan_buf_t){.rows = p->k, .cols = p->n};
+    bufs[OVL_BUF_C] = (ovl_plan_buf_t){.rows = rs_block(p), .cols = p->n};
+    bufs[OVL_BUF_P] = (ovl_plan_buf_t){.rows = p->m, .cols = p->n};
+}
+
+/* Chunks of a block's rows and streams (docs/plans.md): collective's
+ * defaults as all-gather + GEMM's, its chunks clamped to the block and
+ * evened out, a stream per chunk at most; naive one chunk on stream 0. */
+static void rs_plan_shape(ovl_plan_t *plan)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    uint64_t mb = rs_block(p);
+    uint32_t c = 1, s = NAIVE_STREAMS;
+
+    if (p->algo == OVL_ALGO_COLLECTIVE) {
+        /* default_chunks reads m as a rank's rows: a block's here */
+        ovl_plan_params_t q = *p;
+
+        q.m = mb;
+        c = p->chunks ? p->chunks : default_chunks(&q, COLLECTIVE_CHUNKS, p->world);
+        s = p->streams ? p->streams : COLLECTIVE_STREAMS;
+    }
+    if (c > mb)
+        c = (uint32_t)mb;
+    plan->chunk_rows = mb / c + (mb % c != 0);
+    plan->chunks = (uint32_t)(mb / plan->chunk_rows + (mb % plan->chunk_rows != 0));
+    if (s > plan->chunks)
+        s = plan->chunks;
+    plan->nstreams = s;
+    plan->roles[0] = OVL_ROLE_CLIENT;
+    for (uint32_t i = 1; i < s; i++)
+        plan->roles[i] = OVL_ROLE_COMM; /* each side stream reduces its chunks */
+}
+
+/* A chunk's GEMM (rows [row0, row0+rows) of every block of P) and then its
+ * REDUCE_SCATTER, on stream st. */
+static ovl_status_t rs_emit_chunk(builder_t *b, uint32_t st, uint64_t row0, uint64_t rows)
+{
+    const ovl_plan_params_t *p = &b->plan->params;
+    uint64_t mb = rs_block(p);
+    /* every row of every block, or one block: one GEMM of a block */
+    bool one = (row0 == 0 && rows == mb) || p->world == 1;
+    ovl_instr_t gemm = {
+        .kind = OVL_I_GEMM,
+        .stream = st,
+        .src = own(b, OVL_BUF_A, row0),
+        .dst = own(b, OVL_BUF_P, row0),
+        .b = own(b, OVL_BUF_B, 0),
+        .rows = one && rows == mb ? p->m : rows,
+        .n = p->n,
+        .k = p->k,
+        .nblocks = one ? 1 : p->world,
+        .stride = one ? 0 : mb,
+        .transb = p->transb,
+    };
+    ovl_instr_t rs = {
+        .kind = OVL_I_REDUCE_SCATTER,
+        .stream = st,
+        .src = own(b, OVL_BUF_P, row0),
+        .dst = own(b, OVL_BUF_C, row0),
+        .rows = rows,
+        .cols = p->n,
+        .stride = mb,
+        .avg = p->reduce_op == OVL_REDUCE_AVG,
+    };
+    ovl_status_t r = emit(b, &gemm);
+
+    return r == OVL_OK ? emit(b, &rs) : r;
+}
+
+/*
+ * naive (one chunk on stream 0) and collective (nvFuser's pattern for this
+ * direction): chunk j's GEMM and then its reduce-scatter on stream j % k,
+ * so that chunk j+1's GEMM overlaps chunk j's reduce-scatter. The side
+ * streams' waits on READY form a loop of their own ahead of the first
+ * chunk, as in all-gather + GEMM's collective. A REDUCE_SCATTER reads only
+ * the rank's own P (NCCL moves the rows between the ranks), so no rank
+ * waits on a peer's events.
+ */
+static ovl_status_t rs_emit(builder_t *b, const ovl_plan_t *plan)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    uint32_t k = plan->nstreams;
+    uint64_t mb = rs_block(p);
+    ovl_status_t r = emit_prologue(b);
+
+    for (uint32_t s = 1; r == OVL_OK && s < k; s++)
+        r = emit_wait(b, s, p->rank, OVL_EV_READY);
+    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
+        uint64_t row0 = (uint64_t)j * plan->chunk_rows;
+        uint64_t rows = mb - row0 < plan->chunk_rows ? mb - row0 : plan->chunk_rows;
+
+        r = rs_emit_chunk(b, j % k, row0, rows);
+    }
+    if (r == OVL_OK && k > 1)
+        r = emit_joins(b, p->rank, 1, k - 1);
+    if (r == OVL_OK)
+        r = emit_simple(b, OVL_I_DONE, 0);
+    return r;
+}
+
+static ovl_status_t rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
+{
+    builder_t b = {.next_event = OVL_EV_FIRST_FREE};
+    ovl_plan_t plan = {0};
+    topo_t topo = {0};
+    ovl_status_t r;
+
+    plan.params = *params;
+    plan.params.kind = OVL_OP_GEMM_RS;
+    plan.params.node_of = NULL; /* one node (rs_params_valid) */
+    plan.nnodes = 1;
+    plan.scratch_buf = OVL_BUF_P;
+    r = rs_scratch(params, &plan.scratch_bytes);
+    if (r != OVL_OK)
+        return r;
+    rs_plan_shape(&plan);
+    rs_buf_shapes(params, plan.bufs);
+    b.plan = &plan;
+    b.topo = &topo;
+    r = rs_emit(&b, &plan);
+    if (r == OVL_OK && b.max_stream + 1 != plan.nstreams)
+        r = OVL_ERR_INTERNAL; /* rs_plan_shape and rs_emit disagree: a planner bug */
+    if (r != OVL_OK) {
+        free(b.instr);
+        return r;
+    }
+    plan.nevents = b.max_event + 1;
+    plan.ninstr = b.n;
+    plan.instr = b.instr;
+    mark_used(&plan);
+    /* a REDUCE_SCATTER is a collective call, which the executor never
+     * captures (exec.c, replay_fits) */
+    plan.replay = false;
+    *ret_plan = plan;
+    return OVL_OK;
+}
+
 void ovl_plan_free(ovl_plan_t *plan)
 {
     if (!plan)
@@ -1229,7 +1433,7 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
         a->dtype != b->dtype || a->chunks != b->chunks || a->streams != b->streams ||
         a->want_gathered != b->want_gathered || a->transb != b->transb ||
         a->strided != b->strided || a->shared_gpu != b->shared_gpu ||
-        a->allgather != b->allgather || a->nb != b->nb)
+        a->allgather != b->allgather || a->nb != b->nb || a->reduce_op != b->reduce_op)
         return false;
     for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
         if (a->n_more[i] != b->n_more[i])
@@ -1243,7 +1447,8 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
 
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 {
-    if (!params || params->world <= 1)
+    /* GEMM + reduce-scatter: naive until its plans are measured on GPUs */
+    if (!params || params->world <= 1 || kind_of(params) == OVL_OP_GEMM_RS)
         return OVL_ALGO_NAIVE;
     /* across nodes with ranks sharing a GPU, ring is the one that runs */
     if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && count_nodes(params) > 1)
@@ -1278,12 +1483,14 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
         return "RAIL";
     case OVL_I_PUSH:
         return "PUSH";
+    case OVL_I_REDUCE_SCATTER:
+        return "REDUCE_SCATTER";
     }
     return "UNKNOWN";
 }
 
-static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2", "B3", "B4", "B5",
-                                        "B6", "B7", "C1", "C2", "C3", "C4", "C5", "C6", "C7"};
+static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2", "B3", "B4", "B5", "B6",
+                                        "B7", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "P"};
 _Static_assert(NELEM(buf_names) == OVL_BUF_COUNT, "every buffer has a name");
 
 static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv", "nccl-rail"};
@@ -1437,6 +1644,13 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
         /* no wrap: out_ranks checks the range against npeers */
         out_ranks(o, plan, in->peers + (uint64_t)in->nsend, in->nrecv);
         break;
+    case OVL_I_REDUCE_SCATTER:
+        out_printf(o, " %s ", in->avg ? "avg" : "sum");
+        out_ref(o, in->dst, false, false, 0);
+        out_printf(o, " <- ");
+        out_ref(o, in->src, false, true, in->rows);
+        out_printf(o, " stride %" PRIu64 " cols %" PRIu64, in->stride, in->cols);
+        break;
     case OVL_I_WAIT_READY:
     case OVL_I_DONE:
         break;
@@ -1456,16 +1670,28 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
     p = &plan->params;
     /* Format 4: the kind, second in the header, tells a reader how to
      * read the rest (docs/plans.md, "Format history"). */
-    out_printf(&o,
-               "plan format=4 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
-               " n=%" PRIu64 " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32
-               " chunk_rows=%" PRIu64 " streams=%" PRIu32 " events=%" PRIu32
-               " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
-               name_or(ovl_op_kind_name(kind_of(p))), name_or(ovl_algo_name(p->algo)), p->world,
-               p->rank, p->m, p->n, p->k, name_or(ovl_dtype_name(p->dtype)),
-               p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows, plan->nstreams,
-               plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
-               p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    if (kind_of(p) == OVL_OP_GEMM_RS)
+        out_printf(&o,
+                   "plan format=4 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
+                   " n=%" PRIu64 " k=%" PRIu64 " dtype=%s transb=%s reduce=%s chunks=%" PRIu32
+                   " chunk_rows=%" PRIu64 " streams=%" PRIu32 " events=%" PRIu32
+                   " strided=%s shared_gpu=%s\n",
+                   name_or(ovl_op_kind_name(kind_of(p))), name_or(ovl_algo_name(p->algo)), p->world,
+                   p->rank, p->m, p->n, p->k, name_or(ovl_dtype_name(p->dtype)),
+                   p->transb ? "yes" : "no", p->reduce_op == OVL_REDUCE_AVG ? "avg" : "sum",
+                   plan->chunks, plan->chunk_rows, plan->nstreams, plan->nevents,
+                   p->strided ? "yes" : "no", p->shared_gpu ? "yes" : "no");
+    else
+        out_printf(&o,
+                   "plan format=4 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
+                   " n=%" PRIu64 " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32
+                   " chunk_rows=%" PRIu64 " streams=%" PRIu32 " events=%" PRIu32
+                   " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
+                   name_or(ovl_op_kind_name(kind_of(p))), name_or(ovl_algo_name(p->algo)), p->world,
+                   p->rank, p->m, p->n, p->k, name_or(ovl_dtype_name(p->dtype)),
+                   p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows, plan->nstreams,
+                   plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
+                   p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
     if (plan->nnodes > 1 && p->node_of) {
         /* the topology: each node's ranks, and each rank's node */
         uint32_t size[OVL_PLAN_MAX_WORLD] = {0};
@@ -1494,7 +1720,9 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
         const ovl_plan_buf_t *pb = &plan->bufs[b];
 
         if (b >= OVL_BUF_B1 && !pb->used)
-            continue; /* B i and C i of i >= 1 only where the op has them */
+            continue; /* B i and C i of i >= 1, P, only where the op has them */
+        if (b == OVL_BUF_G && kind_of(p) == OVL_OP_GEMM_RS)
+            continue; /* its kind has none */
 
         out_printf(&o, " %s=", name_or(ovl_buf_name((ovl_buf_t)b)));
         if (!pb->used) {
@@ -1504,6 +1732,8 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
         out_printf(&o, "%" PRIu64 "x%" PRIu64, pb->rows, pb->cols);
         if (b == OVL_BUF_G)
             out_printf(&o, "(%s)", p->want_gathered ? "a_out" : "scratch");
+        if (b == OVL_BUF_P)
+            out_printf(&o, "(scratch)");
     }
     out_printf(&o, " scratch=%" PRIu64 "\n", plan->scratch_bytes);
     out_printf(&o, "roles");

@@ -85,7 +85,10 @@ typedef enum ovl_buf {
      * and "C1".."C7". */
     OVL_BUF_B1,
     OVL_BUF_C1 = OVL_BUF_B1 + OVL_PLAN_MAX_BS - 1,
-    OVL_BUF_COUNT = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
+    /* GEMM + reduce-scatter: this rank's partial products, m x n, in the
+     * op's dtype (ovld's scratch) */
+    OVL_BUF_P = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
+    OVL_BUF_COUNT,
 } ovl_buf_t;
 
 /* B i and C i of an op (i < OVL_PLAN_MAX_BS). */
@@ -106,9 +109,9 @@ static inline int ovl_buf_b_index(ovl_buf_t buf)
 }
 static inline int ovl_buf_c_index(ovl_buf_t buf)
 {
-    return buf == OVL_BUF_C                           ? 0
-           : buf >= OVL_BUF_C1 && buf < OVL_BUF_COUNT ? (int)(buf - OVL_BUF_C1) + 1
-                                                      : -1;
+    return buf == OVL_BUF_C                       ? 0
+           : buf >= OVL_BUF_C1 && buf < OVL_BUF_P ? (int)(buf - OVL_BUF_C1) + 1
+                                                  : -1;
 }
 
 /* How an ALLGATHER or a RAIL moves rows. The first two are NCCL-style
@@ -195,12 +198,19 @@ typedef enum ovl_instr_kind {
      * and the peer reads those rows only after a WAIT on the event this
      * rank records after the PUSH. */
     OVL_I_PUSH,
+    /* collective over all ranks (ncclReduceScatter): for every rank b, the
+     * rows [src.row + b*stride, +rows) x cols of every rank's src (P) are
+     * summed (avg: and divided by the world), accumulating in fp32, into
+     * rank b's dst rows [dst.row, +rows) (C). Every rank issues the same
+     * REDUCE_SCATTERs in the same order; one completes on a rank once every
+     * rank contributed and every rank's src was read. */
+    OVL_I_REDUCE_SCATTER,
 } ovl_instr_kind_t;
 
-/* Not a kind: the number of kinds (one past the last, OVL_I_PUSH). Kept out
- * of the enum so that switches over the kinds stay exhaustive; a new kind
- * moves it. */
-#define OVL_I_COUNT (OVL_I_PUSH + 1)
+/* Not a kind: the number of kinds (one past the last,
+ * OVL_I_REDUCE_SCATTER). Kept out of the enum so that switches over the
+ * kinds stay exhaustive; a new kind moves it. */
+#define OVL_I_COUNT (OVL_I_REDUCE_SCATTER + 1)
 
 /* A row of a named buffer of one rank. */
 typedef struct ovl_ref {
@@ -216,26 +226,37 @@ typedef struct ovl_instr {
     uint32_t event;         /* RECORD, WAIT */
     uint32_t peer;          /* WAIT: the event's rank */
     ovl_ag_method_t method; /* ALLGATHER, RAIL */
-    ovl_ref_t src;          /* PULL, PUSH, ALLGATHER, RAIL: the rows moved (sent); GEMM: A */
-    ovl_ref_t dst;          /* PULL, PUSH, ALLGATHER, RAIL: where they land; GEMM: C */
+    ovl_ref_t src;          /* PULL, PUSH, ALLGATHER, RAIL: the rows moved (sent); GEMM: A;
+                               REDUCE_SCATTER: rank 0's block of the summed rows (P) */
+    ovl_ref_t dst;          /* PULL, PUSH, ALLGATHER, RAIL: where they land; GEMM: C (or P);
+                               REDUCE_SCATTER: where the own block's sum lands (C) */
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
-    uint64_t rows;    /* PULL, PUSH, ALLGATHER, RAIL: rows moved (per rank); GEMM: rows per block */
-    uint64_t cols;    /* PULL, PUSH, ALLGATHER, RAIL: elements per row */
-    uint64_t n, k;    /* GEMM: C's columns, the inner dimension */
-    uint32_t nblocks; /* GEMM: blocks, stride rows apart in src and dst */
-    uint64_t stride;  /* GEMM with nblocks > 1; ALLGATHER, RAIL: rows between ranks' blocks */
-    bool transb;      /* GEMM: op(B) = B^T */
-    uint32_t sleep_ns;     /* SLEEP */
-    uint32_t peers;        /* RAIL: where its send list starts in plan->peers */
-    uint32_t nsend, nrecv; /* RAIL: its sends, then its receives, in plan->peers */
+    uint64_t rows;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: rows moved (per rank);
+                               GEMM: rows per block */
+    uint64_t cols;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: elements per row */
+    uint64_t n, k;          /* GEMM: C's columns, the inner dimension */
+    uint32_t nblocks;       /* GEMM: blocks, stride rows apart in src and dst */
+    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL, REDUCE_SCATTER: rows between
+                               ranks' blocks */
+    bool avg;               /* REDUCE_SCATTER: divide the sum by the world */
+    bool transb;            /* GEMM: op(B) = B^T */
+    uint32_t sleep_ns;      /* SLEEP */
+    uint32_t peers;         /* RAIL: where its send list starts in plan->peers */
+    uint32_t nsend, nrecv;  /* RAIL: its sends, then its receives, in plan->peers */
 } ovl_instr_t;
 
 typedef struct ovl_plan_params {
-    /* The op's kind: its emitter. OVL_OP_AG_GEMM, the only kind planned so
-     * far; 0 (the zero value) reads as it, so that params zeroed where
-     * they are not set plan what they always planned. */
+    /* The op's kind: its emitter. 0 (the zero value) reads as
+     * OVL_OP_AG_GEMM, so that params zeroed where they are not set plan
+     * what they always planned. For OVL_OP_GEMM_RS the fields below read
+     * (docs/plans.md, "GEMM + reduce-scatter"): m the rows of A and of the
+     * product (a multiple of world; each rank keeps m / world of them), k
+     * this rank's inner dimension, n, dtype, transb, algo (naive or
+     * collective), chunks and streams (of the rows of one rank's block),
+     * reduce_op, and the layout flags; one B, no a_out, one node. */
     ovl_op_kind_t kind;
-    ovl_algo_t algo; /* AUTO is resolved by ovl_plan_choose before building */
+    ovl_reduce_op_t reduce_op; /* gemm_rs: how the partials are combined */
+    ovl_algo_t algo;           /* AUTO is resolved by ovl_plan_choose before building */
     uint32_t world;
     uint32_t rank;
     uint64_t m, n, k;
@@ -312,9 +333,11 @@ typedef struct ovl_plan {
     /* What streams [0, nstreams) are for: the backend's priorities. */
     ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS];
     ovl_plan_buf_t bufs[OVL_BUF_COUNT];
-    /* Bytes ovld provides for G: rows x cols of G when G is used and the
-     * client gave no a_out, else 0. The scratch is dense (ld == cols). */
+    /* Bytes ovld provides for scratch_buf: rows x cols of G when G is used
+     * and the client gave no a_out (all-gather + GEMM), of P (GEMM +
+     * reduce-scatter), else 0. The scratch is dense (ld == cols). */
     uint64_t scratch_bytes;
+    ovl_buf_t scratch_buf;
     size_t ninstr;
     ovl_instr_t *instr;
     /* The ranks RAILs send to and receive from (global ranks), which each

@@ -158,24 +158,48 @@ static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t 
     return check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen);
 }
 
-/* An op's kind and its parameters, as an Op and a Plan request carry them:
- * a kind this ovld runs, its parameters in the field it names, and that
- * kind's checks. */
-static ovl_status_t check_kind_params(uint64_t kind, const Ovl__AgGemmParams *ag, char *err,
-                                      size_t errlen)
+/* GEMM + reduce-scatter's parameters: its algorithms are naive and
+ * collective (or auto); a reduce_op of ReduceOp. */
+static ovl_status_t check_gemm_rs(const Ovl__GemmRsParams *q, char *err, size_t errlen)
 {
-    if (kind != OVL__OP_KIND__OP_KIND_AG_GEMM)
+    ovl_status_t st =
+        check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    if (q->algo == OVL_ALGO_RING)
+        return bad(err, errlen, "algorithm ring: gemm_rs has auto, naive and collective");
+    if (q->reduce_op >= OVL_REDUCE_OP_COUNT)
+        return bad(err, errlen, "unknown reduce_op %" PRIu64 " (sum 0, avg 1)", q->reduce_op);
+    return OVL_OK;
+}
+
+/* An op's kind and its parameters, as an Op and a Plan request carry them:
+ * a kind this ovld runs, its parameters in the field it names (and no
+ * other kind's), and that kind's checks. */
+static ovl_status_t check_kind_params(uint64_t kind, const Ovl__AgGemmParams *ag,
+                                      const Ovl__GemmRsParams *rs, char *err, size_t errlen)
+{
+    switch (kind) {
+    case OVL__OP_KIND__OP_KIND_AG_GEMM:
+        if (!ag || rs)
+            return bad(err, errlen,
+                       "an op of kind ag_gemm carries its parameters in ag_gemm, and only there");
+        return check_ag_gemm(ag, err, errlen);
+    case OVL__OP_KIND__OP_KIND_GEMM_RS:
+        if (!rs || ag)
+            return bad(err, errlen,
+                       "an op of kind gemm_rs carries its parameters in gemm_rs, and only there");
+        return check_gemm_rs(rs, err, errlen);
+    default:
         return bad(err, errlen, "unknown op kind %" PRIu64, kind);
-    if (!ag)
-        return bad(err, errlen, "an op of kind ag_gemm without its parameters (ag_gemm)");
-    return check_ag_gemm(ag, err, errlen);
+    }
 }
 
 /* An op: its kind and parameters, then its buffers each in a slot of the
  * kind's, once. */
 static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
 {
-    ovl_status_t st = check_kind_params(q->kind, q->ag_gemm, err, errlen);
+    ovl_status_t st = check_kind_params(q->kind, q->ag_gemm, q->gemm_rs, err, errlen);
     if (st != OVL_OK)
         return st;
     if (q->n_bufs > OVLD_BUF_COUNT)
@@ -206,7 +230,7 @@ static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errl
     if (q->rank >= q->world)
         return bad(err, errlen, "rank %" PRIu64 " out of range for world %" PRIu64, q->rank,
                    q->world);
-    ovl_status_t st = check_kind_params(q->kind, q->ag_gemm, err, errlen);
+    ovl_status_t st = check_kind_params(q->kind, q->ag_gemm, q->gemm_rs, err, errlen);
     if (st != OVL_OK)
         return st;
     if (q->n_given > OVLD_BUF_COUNT)
@@ -282,8 +306,21 @@ static ovld_buf_ref_t buf_ref(const Ovl__BufRef *r, uint64_t ld)
 
 /* The kind's own fields of a descriptor from the parameters the request
  * carries for it; nothing for a kind ovld does not run. */
-static void kind_desc(uint32_t kind, const Ovl__AgGemmParams *g, ovld_op_desc_t *ret)
+static void kind_desc(uint32_t kind, const Ovl__AgGemmParams *g, const Ovl__GemmRsParams *rs,
+                      ovld_op_desc_t *ret)
 {
+    if (rs && kind == OVLD_KIND_GEMM_RS) {
+        ret->rs = (ovld_gemm_rs_desc_t){.m = rs->m,
+                                        .n = rs->n,
+                                        .k = rs->k,
+                                        .dtype = narrow(rs->dtype),
+                                        .algo = narrow(rs->algo),
+                                        .chunks = narrow(rs->chunks),
+                                        .streams = narrow(rs->streams),
+                                        .reduce_op = narrow(rs->reduce_op),
+                                        .transb = rs->transb};
+        return;
+    }
     if (!g || kind != OVLD_KIND_AG_GEMM)
         return;
     ovld_ag_gemm_desc_t *a = &ret->ag;
@@ -303,7 +340,14 @@ static void kind_desc(uint32_t kind, const Ovl__AgGemmParams *g, ovld_op_desc_t 
 
 static uint32_t kind_id(uint64_t kind)
 {
-    return kind == OVL__OP_KIND__OP_KIND_AG_GEMM ? OVLD_KIND_AG_GEMM : OVLD_KIND_NONE;
+    switch (kind) {
+    case OVL__OP_KIND__OP_KIND_AG_GEMM:
+        return OVLD_KIND_AG_GEMM;
+    case OVL__OP_KIND__OP_KIND_GEMM_RS:
+        return OVLD_KIND_GEMM_RS;
+    default:
+        return OVLD_KIND_NONE;
+    }
 }
 
 void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
@@ -320,7 +364,7 @@ void ovld_request_op_desc(const Ovl__Op *q, ovld_op_desc_t *ret)
         if (b->slot < OVLD_BUF_COUNT && b->ref && !ret->buf[b->slot].given)
             ret->buf[b->slot] = buf_ref(b->ref, b->ld);
     }
-    kind_desc(ret->kind, q->ag_gemm, ret);
+    kind_desc(ret->kind, q->ag_gemm, q->gemm_rs, ret);
 }
 
 void ovld_request_plan_desc(const Ovl__PlanRequest *q, ovld_op_desc_t *ret, uint32_t *world,
@@ -329,7 +373,7 @@ void ovld_request_plan_desc(const Ovl__PlanRequest *q, ovld_op_desc_t *ret, uint
     *ret = (ovld_op_desc_t){.kind = kind_id(q->kind)};
     for (size_t i = 0; i < q->n_given; i++)
         ret->buf[q->given[i]].given = true; /* in range, checked */
-    kind_desc(ret->kind, q->ag_gemm, ret);
+    kind_desc(ret->kind, q->ag_gemm, q->gemm_rs, ret);
     *world = (uint32_t)q->world; /* 1..OVL_PLAN_MAX_WORLD, checked */
     *rank = (uint32_t)q->rank;
 }

@@ -250,11 +250,19 @@ ovl_status_t ovl_comm_synchronize(ovl_comm_t *comm);
  * JSON of ovl_stats_json and ovl_status_json name them. 0 names none. */
 typedef enum ovl_op_kind {
     OVL_OP_AG_GEMM = 1, /* "ag_gemm": C = allgather(A) @ B (ovl_allgather_gemm) */
+    OVL_OP_GEMM_RS = 2, /* "gemm_rs": C = reduce_scatter(A @ B) (ovl_gemm_reduce_scatter) */
 } ovl_op_kind_t;
 
 /* Not a value: one past the last kind (kept out of the enum, as
  * OVL_DTYPE_COUNT). */
-#define OVL_OP_KIND_COUNT (OVL_OP_AG_GEMM + 1)
+#define OVL_OP_KIND_COUNT (OVL_OP_GEMM_RS + 1)
+
+/* How GEMM + reduce-scatter combines the ranks' partial products. */
+typedef enum ovl_reduce_op {
+    OVL_REDUCE_SUM = 0,
+    OVL_REDUCE_AVG = 1, /* the sum divided by the world */
+} ovl_reduce_op_t;
+#define OVL_REDUCE_OP_COUNT (OVL_REDUCE_AVG + 1)
 
 /* ------------------------------------------------------------ AG-GEMM */
 
@@ -349,6 +357,50 @@ typedef struct ovl_ag_gemm_desc {
  * wait for the op, and c is not to be read.
  */
 ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc, void *stream);
+
+/* ------------------------------------------------ GEMM + reduce-scatter */
+
+/*
+ * One GEMM + reduce-scatter (the row-parallel half of tensor parallelism).
+ * Row-major matrices, leading dimensions in elements.
+ *   a      m x k: this rank's share of the inner dimension, every row (lda >= k)
+ *   b      k x n (transb == 0, ldb >= n) or n x k (transb != 0, ldb >= k)
+ *   c      (m / world) x n: this rank's rows of the result (ldc >= n)
+ * Result on rank r: c = rows [r m/world, (r+1) m/world) of the sum over the
+ * ranks q of a_q @ op(b_q) (reduce_op OVL_REDUCE_AVG: of that sum divided
+ * by the world). m must be a multiple of the world. Each rank's partial
+ * product is rounded to dtype once, the partials are summed in fp32, and
+ * the sum is rounded to dtype once (docs/plans.md, "GEMM +
+ * reduce-scatter", states the error). algo: OVL_ALGO_AUTO, NAIVE or
+ * COLLECTIVE; chunks and streams split collective (0: the daemon's
+ * choice).
+ */
+typedef struct ovl_gemm_rs_desc {
+    const void *a;
+    size_t lda;
+    const void *b;
+    size_t ldb;
+    int transb;
+    void *c;
+    size_t ldc;
+    uint64_t m, n, k;
+    ovl_dtype_t dtype;
+    ovl_reduce_op_t reduce_op;
+    ovl_algo_t algo;
+    uint32_t chunks;
+    uint32_t streams;
+} ovl_gemm_rs_desc_t;
+
+/*
+ * Submits one GEMM + reduce-scatter on `comm`, with ovl_allgather_gemm's
+ * stream contract, throttle and errors. Every rank of the job must submit
+ * the same ops in the same order, agreeing on m, n, k, dtype, transb,
+ * reduce_op, algo, chunks and streams. It runs on the host backend; the
+ * CUDA backend has no reduce-scatter yet, and such an op fails there
+ * (OVL_ERR_UNSUPPORTED, through ovl_comm_check).
+ */
+ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *comm, const ovl_gemm_rs_desc_t *desc,
+                                     void *stream);
 
 /*
  * ovld's status and counters as JSON text, in the schemas of `ovlctl status

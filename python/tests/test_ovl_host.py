@@ -209,7 +209,7 @@ def test_library_and_info():
         assert st["socket"] == d.socket and st["restricted"] is False, st
         assert len(st["devices"]) == i["ndevices"], st
         assert len(st["clients"]) == 1 and st["clients"][0]["pid"] == os.getpid(), st
-        assert st["op_kinds"] == ["ag_gemm"], st
+        assert st["op_kinds"] == ["ag_gemm", "gemm_rs"], st
         ctl = json.loads(subprocess.run([OVLCTL, "--socket", d.socket, "status", "--json"],
                                         capture_output=True, text=True, check=True).stdout)
         assert set(ctl) == set(st) and ctl["devices"] == st["devices"], (ctl, st)

@@ -16,14 +16,15 @@
  *   job id is 1..63 bytes, no NUL, clean UTF-8 (common/text.h), world is
  *   1..1024 and rank < world, the device UUID 16 bytes; MemRegister
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
- *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm with its
- *   parameters, names at most 18 buffers, each in a slot below 18, once,
- *   each with a BufRef; a PlanRequest is of kind ag_gemm with its
- *   parameters, gives at most 18 slots, each below 18, once, with a world
- *   1..1024 and rank < world; their parameters have dtype <= 2, algo <= 3
- *   (each with a name), m, n, k > 0, chunks <= 64, streams <= 8, at most 7
- *   Bs after the first (more_n), each with n > 0; a PeerPing's address is 1..63 bytes of clean text
- * without NUL (the handler copies it into a 64-byte buffer);
+ *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm or gemm_rs
+ *   with its parameters (and not the other kind's; gemm_rs: no ring, a
+ *   reduce_op of 0 or 1), names at most 18 buffers, each in a slot below 18, once,
+ *   each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with
+ *   its parameters (and not the other kind's), gives at most 18 slots, each below 18, once, with a
+ * world 1..1024 and rank < world; their parameters have dtype <= 2, algo <= 3 (each with a name),
+ * m, n, k > 0, chunks <= 64, streams <= 8, at most 7 Bs after the first (more_n), each with n > 0;
+ * a PeerPing's address is 1..63 bytes of clean text without NUL (the handler copies it into a
+ * 64-byte buffer);
  * - the verdict is the one the specification gives (a reference check
  *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
  *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
@@ -121,6 +122,32 @@ static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_
     return OVL_OK;
 }
 
+/* An op's kind and parameters: kind 1 (ag_gemm) with ag_gemm alone, its
+ * shape, at most 7 more Bs each with n > 0; kind 2 (gemm_rs) with gemm_rs
+ * alone, its shape, an algorithm other than ring (3), reduce_op 0 or 1. */
+static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ovl__GemmRsParams *rs)
+{
+    if (kind == 1) {
+        if (!g || rs ||
+            ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams) != OVL_OK ||
+            g->n_more_n > 7)
+            return OVL_ERR_INVALID;
+        for (size_t i = 0; i < g->n_more_n; i++)
+            if (g->more_n[i] == 0)
+                return OVL_ERR_INVALID;
+        return OVL_OK;
+    }
+    if (kind == 2) {
+        if (!rs || g ||
+            ref_shape(rs->dtype, rs->algo, rs->m, rs->n, rs->k, rs->chunks, rs->streams) !=
+                OVL_OK ||
+            rs->algo == 3 || rs->reduce_op > 1)
+            return OVL_ERR_INVALID;
+        return OVL_OK;
+    }
+    return OVL_ERR_INVALID;
+}
+
 /* The verdict request.h and ovl.proto give for q. */
 static ovl_status_t ref_verdict(const Ovl__Request *q)
 {
@@ -165,7 +192,7 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
     }
     case OVL__REQUEST__BODY_OP: {
         const Ovl__Op *o = q->op;
-        if (o->kind != 1 || !o->ag_gemm || o->n_bufs > 18) /* kind 1: ag_gemm */
+        if (ref_kind(o->kind, o->ag_gemm, o->gemm_rs) != OVL_OK || o->n_bufs > 18)
             return OVL_ERR_INVALID;
         bool seen[18] = {false};
         for (size_t i = 0; i < o->n_bufs; i++) {
@@ -173,33 +200,13 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
                 return OVL_ERR_INVALID;
             seen[o->bufs[i]->slot] = true;
         }
-        const Ovl__AgGemmParams *g = o->ag_gemm;
-        ovl_status_t st = ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
-        if (st != OVL_OK)
-            return st;
-        if (g->n_more_n > 7) /* 8 Bs in all */
-            return OVL_ERR_INVALID;
-        for (size_t i = 0; i < g->n_more_n; i++)
-            if (g->more_n[i] == 0)
-                return OVL_ERR_INVALID;
         return OVL_OK;
     }
     case OVL__REQUEST__BODY_PLAN: {
         const Ovl__PlanRequest *p = q->plan;
         if (p->world < 1 || p->world > 1024 || p->rank >= p->world)
             return OVL_ERR_INVALID;
-        if (p->kind != 1 || !p->ag_gemm) /* kind 1: ag_gemm */
-            return OVL_ERR_INVALID;
-        const Ovl__AgGemmParams *g = p->ag_gemm;
-        ovl_status_t st = ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams);
-        if (st != OVL_OK)
-            return st;
-        if (g->n_more_n > 7) /* 8 Bs in all, as an op */
-            return OVL_ERR_INVALID;
-        for (size_t i = 0; i < g->n_more_n; i++)
-            if (g->more_n[i] == 0)
-                return OVL_ERR_INVALID;
-        if (p->n_given > 18)
+        if (ref_kind(p->kind, p->ag_gemm, p->gemm_rs) != OVL_OK || p->n_given > 18)
             return OVL_ERR_INVALID;
         bool seen[18] = {false};
         for (size_t i = 0; i < p->n_given; i++) {
@@ -251,30 +258,40 @@ static void check_accepted(const Ovl__Request *q)
     }
     case OVL__REQUEST__BODY_OP:
     case OVL__REQUEST__BODY_PLAN: {
+        uint64_t kind;
         const Ovl__AgGemmParams *g;
+        const Ovl__GemmRsParams *rs;
         if (q->body_case == OVL__REQUEST__BODY_OP) {
             const Ovl__Op *o = q->op;
-            CHECK(o->kind == OVLD_KIND_AG_GEMM && ovld_kind((uint32_t)o->kind) != NULL);
-            CHECK(o->ag_gemm != NULL && o->n_bufs <= OVLD_BUF_COUNT);
+            kind = o->kind, g = o->ag_gemm, rs = o->gemm_rs;
+            CHECK(o->n_bufs <= OVLD_BUF_COUNT);
             for (size_t i = 0; i < o->n_bufs; i++)
                 CHECK(o->bufs[i]->slot < OVLD_BUF_COUNT && o->bufs[i]->ref != NULL);
-            g = o->ag_gemm;
         } else {
             /* ovld_request_plan_desc indexes buf[] by each slot given */
             const Ovl__PlanRequest *p = q->plan;
+            kind = p->kind, g = p->ag_gemm, rs = p->gemm_rs;
             CHECK(p->world >= 1 && p->world <= OVL_PLAN_MAX_WORLD);
             CHECK(p->rank < p->world);
-            CHECK(p->kind == OVLD_KIND_AG_GEMM && ovld_kind((uint32_t)p->kind) != NULL);
-            CHECK(p->ag_gemm != NULL && p->n_given <= OVLD_BUF_COUNT);
+            CHECK(p->n_given <= OVLD_BUF_COUNT);
             for (size_t i = 0; i < p->n_given; i++)
                 CHECK(p->given[i] < OVLD_BUF_COUNT);
-            g = p->ag_gemm;
         }
-        uint64_t dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
-        uint64_t chunks = g->chunks, streams = g->streams;
-        CHECK(g->n_more_n <= OVLD_MAX_BS - 1);
-        for (size_t i = 0; i < g->n_more_n; i++)
-            CHECK(g->more_n[i] > 0);
+        /* a kind of the table, its parameters alone */
+        CHECK(kind < UINT32_MAX && ovld_kind((uint32_t)kind) != NULL);
+        CHECK(kind == OVLD_KIND_AG_GEMM ? g != NULL && rs == NULL : rs != NULL && g == NULL);
+        uint64_t dtype, algo, m, n, k, chunks, streams;
+        if (g) {
+            dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
+            chunks = g->chunks, streams = g->streams;
+            CHECK(g->n_more_n <= OVLD_MAX_BS - 1);
+            for (size_t i = 0; i < g->n_more_n; i++)
+                CHECK(g->more_n[i] > 0);
+        } else {
+            dtype = rs->dtype, algo = rs->algo, m = rs->m, n = rs->n, k = rs->k;
+            chunks = rs->chunks, streams = rs->streams;
+            CHECK(algo != OVL_ALGO_RING && rs->reduce_op < OVL_REDUCE_OP_COUNT);
+        }
         CHECK(dtype < OVL_DTYPE_COUNT);
         CHECK(algo < OVL_ALGO_COUNT);
         CHECK(ovl_dtype_name((ovl_dtype_t)dtype) != NULL && ovl_dtype_size((ovl_dtype_t)dtype) > 0);
@@ -713,6 +730,32 @@ static void ops(void)
     p.n_given = 0;
     p.ag_gemm = NULL;
     run_request(&q);
+    /* GEMM + reduce-scatter: every field at its edges, as an op and as a
+     * plan; both kinds' parameters at once; the other kind's alone */
+    Ovl__GemmRsParams rs = OVL__GEMM_RS_PARAMS__INIT;
+    rs.m = 1024, rs.n = 256, rs.k = 512, rs.algo = 2;
+    uint64_t *rf[] = {&rs.dtype, &rs.algo,   &rs.m,       &rs.n,
+                      &rs.k,     &rs.chunks, &rs.streams, &rs.reduce_op};
+    op.kind = 2, op.ag_gemm = NULL, op.gemm_rs = &rs;
+    p.kind = 2, p.gemm_rs = &rs;
+    for (int body = 0; body < 2; body++) {
+        q.body_case = body ? OVL__REQUEST__BODY_PLAN : OVL__REQUEST__BODY_OP;
+        for (size_t f = 0; f < sizeof(rf) / sizeof(rf[0]); f++) {
+            uint64_t keep = *rf[f];
+            for (size_t e = 0; e < NEDGE; e++) {
+                *rf[f] = edge[e];
+                run_request(&q);
+            }
+            *rf[f] = keep;
+        }
+    }
+    q.body_case = OVL__REQUEST__BODY_OP;
+    op.ag_gemm = &g;
+    run_request(&q); /* both */
+    op.gemm_rs = NULL;
+    run_request(&q); /* kind 2 with ag_gemm's */
+    op.kind = 1, op.gemm_rs = &rs;
+    run_request(&q); /* kind 1 with both */
 }
 
 static void others(void)

@@ -81,6 +81,21 @@ def ag_gemm(seq=1, dtype=0, algo=3, chunks=4, streams=2, m=16, n=64, k=64, a_out
     return b + f_bytes(5, params)
 
 
+def gemm_rs(seq=1, dtype=0, algo=2, chunks=2, streams=2, m=64, n=32, k=16, reduce_op=0,
+            kind=2, with_ag=False):
+    # an Op of kind gemm_rs (2): A, B, C in slots 0 to 2, the parameters in
+    # field 6 (with_ag: ag_gemm's in field 5 as well, which is refused)
+    params = (f_varint(1, m) + f_varint(2, n) + f_varint(3, k) + f_varint(4, dtype)
+              + f_varint(5, algo) + f_varint(6, chunks) + f_varint(7, streams) + f_varint(8, 1)
+              + f_varint(9, reduce_op))
+    b = f_varint(1, 1) + f_varint(2, seq) + f_varint(3, kind)
+    for slot, mem, ld in ((0, 1, k), (1, 2, n), (2, 3, n)):
+        b += f_bytes(4, op_buf(slot, mem, ld))
+    if with_ag:
+        b += f_bytes(5, f_varint(1, m) + f_varint(2, n) + f_varint(3, k))
+    return b + f_bytes(6, params)
+
+
 def plan(world=4, rank=3, algo=3, dtype=1, chunks=0, streams=0, transb=False, more_ns=(),
          packed=True, kind=1, given=(3,), params=True):
     # a PlanRequest: world 2, rank 3, kind 13, its kind's parameters (as an
@@ -155,6 +170,14 @@ def request_seeds():
     s["plan_given_twice"] = frame(request(8, 10, plan(given=(3, 3))))
     s["plan_given_18"] = frame(request(8, 10, plan(given=(18,))))
     s["plan_given_a"] = frame(request(8, 10, plan(given=(0,))))
+    s["gemm_rs"] = frame(request(0, 14, gemm_rs()))
+    s["gemm_rs_avg_transb"] = frame(request(0, 14, gemm_rs(reduce_op=1, dtype=2)))
+    s["gemm_rs_ring"] = frame(request(0, 14, gemm_rs(algo=3)))
+    s["gemm_rs_reduce_2"] = frame(request(0, 14, gemm_rs(reduce_op=2)))
+    s["gemm_rs_both_params"] = frame(request(0, 14, gemm_rs(with_ag=True)))
+    s["plan_gemm_rs"] = frame(request(8, 10, f_varint(2, 4) + f_varint(3, 1) + f_varint(13, 2)
+                                      + f_bytes(16, f_varint(1, 64) + f_varint(2, 8)
+                                                + f_varint(3, 8) + f_varint(5, 2))))
     s["plan_old_fields"] = frame(request(8, 10, f_varint(1, 3) + f_varint(2, 4) + f_varint(4, 64)))
     s["stats_reset"] = frame(request(9, 11, f_varint(1, 1)))
     s["peer_ping"] = frame(request(10, 12, f_bytes(1, "10.0.0.5:7411")))

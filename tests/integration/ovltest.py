@@ -162,12 +162,12 @@ def share(world, ngpu):
     return "%d to %d ranks per GPU, shared" % (lo, hi)
 
 
-def long_demo(d, shape, job, world=2):
-    """ovl-demo, in a session of its own: a ring job of `world` ranks and
-    `shape` (ovl-demo's -m/-n/-k arguments) that runs until something stops
-    it."""
-    return subprocess.Popen([DEMO, "-w", str(world)] + shape + ["-a", "ring", "-i", "100000",
-                                                               "--job", job], env=d.env(),
+def long_demo(d, shape, job, world=2, algo="ring", extra=()):
+    """ovl-demo, in a session of its own: a job of `world` ranks, `algo`
+    and `shape` (ovl-demo's -m/-n/-k arguments; extra: more of its options,
+    as --op rs) that runs until something stops it."""
+    return subprocess.Popen([DEMO, "-w", str(world)] + shape + list(extra) +
+                            ["-a", algo, "-i", "100000", "--job", job], env=d.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -213,7 +213,8 @@ def wait_no_job(d, timeout=30):
         time.sleep(0.1)
 
 
-def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2):
+def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2, algo="ring",
+                          extra=()):
     """ovl-demo runs a long ring job of `world` ranks and `shape`; once it
     has done ops_before_kill ops, the last rank's process (rank world - 1:
     rank 1 at world 2) is killed (SIGKILL) with ops in flight. ovl-demo must
@@ -227,7 +228,7 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2):
     fresh job of fresh_shape (`world` ranks too) correctly, and stop at once
     on SIGTERM."""
     v = world - 1  # the victim's rank
-    demo = long_demo(d, shape, "doomed", world)
+    demo = long_demo(d, shape, "doomed", world, algo, extra)
     try:
         s = wait_job_going(d, "doomed", ops_before_kill, world)
         victim = [c["pid"] for c in s["clients"] if c["job"] == "doomed" and c["rank"] == v][0]
@@ -239,7 +240,7 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2):
         assert demo.returncode == 1, (demo.returncode, out, err)
         # rank v wrote no result; the others', if they wrote one, come first
         # (the row names the last failing rank, and v is the last rank)
-        assert demo_failed_row(out, "ring") == "rank %d sent no result" % v, out
+        assert demo_failed_row(out, algo) == "rank %d sent no result" % v, out
         assert "ovl-demo: rank %d failed; stopping the others" % v in err.splitlines(), err
     finally:
         if demo.poll() is None:
@@ -283,7 +284,7 @@ def client_killed_mid_job(d, shape, fresh_shape, ops_before_kill=50, world=2):
     assert set(errors) <= {-17}, st["errors"]
     assert st["ops_failed"] <= errors.get(-17, 0), st
     # and serves a fresh job correctly
-    p = d.run([DEMO, "-w", str(world)] + fresh_shape + ["-i", "3", "--job", "after"],
+    p = d.run([DEMO, "-w", str(world)] + fresh_shape + list(extra) + ["-i", "3", "--job", "after"],
               timeout=120)
     assert "all checks passed" in p.stdout, p.stdout
     # ovld's loop never stopped turning (daemon/util/stall.c reports it)

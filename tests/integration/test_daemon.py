@@ -55,7 +55,7 @@ def test_status_json_fields():
             "version": version, "protocol_version": protocol, "pid": d.proc.pid,
             "backend": "host", "socket": d.socket,
             "config_file": os.path.realpath(os.path.join(d.dir, "ovld.conf")),
-            "op_kinds": ["ag_gemm"],
+            "op_kinds": ["ag_gemm", "gemm_rs"],
             "connections": 1,  # ovlctl itself
             "restricted": False, "other_jobs": 0, "other_clients": 0,
             "devices": [{"index": i, "uuid": "HOST-6f766c2d-686f-7374-0000-%012x" % i,

@@ -449,8 +449,13 @@ static void test_plan_kind_and_slots(void **state)
         const char *want;
     } refused[] = {
         {0, true, 0, {0}, "unknown op kind 0"},
-        {OVL__OP_KIND__OP_KIND_AG_GEMM + 1, true, 0, {0}, "unknown op kind 2"},
-        {OVL__OP_KIND__OP_KIND_AG_GEMM, false, 0, {0}, "without its parameters (ag_gemm)"},
+        {OVL__OP_KIND__OP_KIND_GEMM_RS + 1, true, 0, {0}, "unknown op kind 3"},
+        {OVL__OP_KIND__OP_KIND_GEMM_RS, true, 0, {0}, "carries its parameters in gemm_rs"},
+        {OVL__OP_KIND__OP_KIND_AG_GEMM,
+         false,
+         0,
+         {0},
+         "carries its parameters in ag_gemm, and only there"},
         {OVL__OP_KIND__OP_KIND_AG_GEMM, true, 1, {99}, "buffer slot 99 out of range"},
         {OVL__OP_KIND__OP_KIND_AG_GEMM, true, 2, {3, 3}, "buffer slot 3 (a_out) given twice"},
         {OVL__OP_KIND__OP_KIND_AG_GEMM,

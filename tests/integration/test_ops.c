@@ -307,7 +307,7 @@ static const struct {
     [RC_C2_MISSING] = {OVL_ERR_INVALID, "c2: no buffer given"},
     [RC_C1_OUT_OF_RANGE] = {OVL_ERR_RANGE, "c1: 2 x 5 (ld 5) at offset 4080 lies outside"},
     /* the op message's own form (protocol 5): its kind and slots */
-    [RC_UNKNOWN_KIND] = {OVL_ERR_INVALID, "unknown op kind 2"},
+    [RC_UNKNOWN_KIND] = {OVL_ERR_INVALID, "unknown op kind 3"},
     [RC_SLOT_TWICE] = {OVL_ERR_INVALID, "buffer slot 0 (a) given twice"},
     [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 18 out of range (0 to 17)"},
 };
@@ -403,7 +403,7 @@ static void test_raw_op_checks(void **state)
             o.refs[11].offset = 4096 - 16;
             break;
         case RC_UNKNOWN_KIND:
-            o.op.kind = 2;
+            o.op.kind = OVL_OP_KIND_COUNT; /* past the last kind */
             break;
         case RC_SLOT_TWICE:
             o.op.n_bufs = 4;

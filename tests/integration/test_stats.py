@@ -29,7 +29,7 @@ UPDATE = os.environ.get("OVL_UPDATE_GOLDEN") == "1"
 
 DTYPE_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 ALGOS = ("naive", "collective", "ring")
-KINDS = ("ag_gemm",)
+KINDS = ("ag_gemm", "gemm_rs")
 
 
 # ------------------------------------------------------------------ helpers

@@ -185,23 +185,38 @@ static void test_plan_tables(void **state)
 
 /* The request checks take exactly the values below the counts: dtypes,
  * algorithms, op kinds. */
-static ovl_status_t check_op_kind(uint64_t kind, uint64_t dtype, uint64_t algo)
+static ovl_status_t check_op_rs(uint64_t kind, uint64_t dtype, uint64_t algo, uint64_t reduce_op)
 {
     Ovl__AgGemmParams g;
+    Ovl__GemmRsParams rs;
     Ovl__Op op;
     Ovl__Request q;
     char err[256];
     ovl__ag_gemm_params__init(&g);
+    ovl__gemm_rs_params__init(&rs);
     ovl__op__init(&op);
     ovl__request__init(&q);
     g.m = g.n = g.k = 1;
     g.dtype = dtype;
     g.algo = algo;
+    rs.m = rs.n = rs.k = 1;
+    rs.dtype = dtype;
+    rs.algo = algo;
+    rs.reduce_op = reduce_op;
     op.kind = kind;
-    op.ag_gemm = &g;
+    /* each kind's parameters where it takes them */
+    if (kind == OVL__OP_KIND__OP_KIND_GEMM_RS)
+        op.gemm_rs = &rs;
+    else
+        op.ag_gemm = &g;
     q.body_case = OVL__REQUEST__BODY_OP;
     q.op = &op;
     return ovld_request_check(&q, err, sizeof(err));
+}
+
+static ovl_status_t check_op_kind(uint64_t kind, uint64_t dtype, uint64_t algo)
+{
+    return check_op_rs(kind, dtype, algo, OVL_REDUCE_SUM);
 }
 
 static ovl_status_t check_op(uint64_t dtype, uint64_t algo)
@@ -219,8 +234,22 @@ static void test_request_ranges(void **state)
     assert_int_equal(check_op(OVL_DTYPE_BF16, OVL_ALGO_COUNT), OVL_ERR_INVALID);
     /* the wire's kinds are the core's: each one the table has, and no other */
     assert_int_equal(OVL__OP_KIND__OP_KIND_AG_GEMM, OVLD_KIND_AG_GEMM);
+    assert_int_equal(OVL__OP_KIND__OP_KIND_GEMM_RS, OVLD_KIND_GEMM_RS);
     assert_int_equal(check_op_kind(OVL__OP_KIND__OP_KIND_NONE, 0, 0), OVL_ERR_INVALID);
-    assert_int_equal(check_op_kind(OVL__OP_KIND__OP_KIND_AG_GEMM + 1, 0, 0), OVL_ERR_INVALID);
+    assert_int_equal(check_op_kind(OVL_OP_KIND_COUNT, 0, 0), OVL_ERR_INVALID);
+    /* gemm_rs: every dtype and reduction, every algorithm but ring */
+    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
+        for (int a = 0; a < OVL_ALGO_COUNT; a++)
+            for (int r = 0; r < OVL_REDUCE_OP_COUNT; r++)
+                assert_int_equal(check_op_rs(OVL__OP_KIND__OP_KIND_GEMM_RS, (uint64_t)t,
+                                             (uint64_t)a, (uint64_t)r),
+                                 a == OVL_ALGO_RING ? OVL_ERR_INVALID : OVL_OK);
+    assert_int_equal(
+        check_op_rs(OVL__OP_KIND__OP_KIND_GEMM_RS, 0, OVL_ALGO_NAIVE, OVL_REDUCE_OP_COUNT),
+        OVL_ERR_INVALID);
+    /* the wire's reductions are the public ones */
+    assert_int_equal(ovl__reduce_op__descriptor.n_values, OVL_REDUCE_OP_COUNT);
+    assert_int_equal(OVL__REDUCE_OP__REDUCE_AVG, OVL_REDUCE_AVG);
     for (uint32_t k = 0; k < 64; k++)
         assert_int_equal(check_op_kind(k, 0, 0) == OVL_OK, ovld_kind(k) != NULL);
 }

@@ -76,7 +76,8 @@ typedef enum {
     C_GEMM,
     C_SLEEP,
     C_DONE,
-    C_RAIL
+    C_RAIL,
+    C_REDUCE_SCATTER /* never made: these tests run all-gather + GEMM plans */
 } call_t;
 
 /* One part of a RAIL call, with copies of its lists (the plan's). */
@@ -454,6 +455,8 @@ static call_t call_of(ovl_instr_kind_t k)
         return C_DONE;
     case OVL_I_RAIL:
         return C_RAIL;
+    case OVL_I_REDUCE_SCATTER:
+        return C_REDUCE_SCATTER;
     }
     fail_msg("unknown instruction kind %d", (int)k);
     return C_DONE;

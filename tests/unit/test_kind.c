@@ -26,7 +26,7 @@ static void test_table(void **state)
 {
     (void)state;
     assert_null(ovld_kind(OVLD_KIND_NONE));
-    assert_null(ovld_kind(2));
+    assert_null(ovld_kind(OVL_OP_KIND_COUNT));
     assert_null(ovld_kind(UINT32_MAX));
     assert_ptr_equal(ag(), &ovld_kind_ag_gemm);
     assert_int_equal(ag()->id, OVLD_KIND_AG_GEMM);
@@ -201,14 +201,87 @@ static void test_count(void **state)
     assert_string_equal(text, "m=4 n");
 }
 
+/* GEMM + reduce-scatter's entry: its three buffers, m a multiple of the
+ * world (refused with words otherwise), every field agreed on, its plan
+ * parameters and counts, and that its plans are of one node. */
+static void test_gemm_rs(void **state)
+{
+    (void)state;
+    const ovld_kind_t *k = ovld_kind(OVLD_KIND_GEMM_RS);
+    assert_ptr_equal(k, &ovld_kind_gemm_rs);
+    assert_string_equal(ovl_op_kind_name((ovl_op_kind_t)k->id), "gemm_rs");
+    assert_false(k->across);
+    assert_true(ovld_kind(OVLD_KIND_AG_GEMM)->across);
+    assert_string_equal(ovld_buf_name(OVLD_KIND_GEMM_RS, OVLD_BUF_C), "c");
+    assert_string_equal(ovld_buf_name(OVLD_KIND_GEMM_RS, OVLD_BUF_AOUT), "?");
+    ovld_op_desc_t q = {.kind = OVLD_KIND_GEMM_RS,
+                        .rs = {.m = 12,
+                               .n = 5,
+                               .k = 7,
+                               .dtype = OVL_DTYPE_FP32,
+                               .algo = OVL_ALGO_COLLECTIVE,
+                               .reduce_op = OVL_REDUCE_AVG}};
+    ovld_buf_shape_t sh[OVLD_BUF_COUNT];
+    char msg[160] = "";
+    assert_int_equal(k->buf_shapes(&q, 3, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_A], 12, 7, true, false);
+    expect_shape(&sh[OVLD_BUF_B], 7, 5, true, false);
+    expect_shape(&sh[OVLD_BUF_C], 4, 5, true, false);
+    for (int b = OVLD_BUF_AOUT; b < OVLD_BUF_COUNT; b++)
+        expect_shape(&sh[b], 0, 0, false, false);
+    q.rs.transb = true;
+    assert_int_equal(k->buf_shapes(&q, 1, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_B], 5, 7, true, false);
+    expect_shape(&sh[OVLD_BUF_C], 12, 5, true, false);
+    assert_int_equal(k->buf_shapes(&q, 5, sh, msg, sizeof(msg)), OVL_ERR_INVALID);
+    assert_non_null(strstr(msg, "m 12 is not a multiple of the world 5"));
+    /* fields: every one agreed on, the reduction included */
+    ovld_op_fields_t a, b;
+    k->fields(&q, true, &a);
+    assert_int_equal(a.kind, OVLD_KIND_GEMM_RS);
+    b = a;
+    char what[64];
+    uint64_t va, vb;
+    assert_false(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
+    b.rs.reduce_op = OVL_REDUCE_SUM;
+    assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
+    assert_string_equal(what, "reduce_op");
+    k->fields(&q, false, &b);
+    assert_int_equal(b.rs.dtype, UINT32_MAX);
+    /* an all-gather and a reduce-scatter of one shape differ by kind */
+    ovld_op_fields_t g = {.kind = OVLD_KIND_AG_GEMM};
+    assert_true(ovld_op_fields_differ(&a, &g, what, sizeof(what), &va, &vb));
+    assert_string_equal(what, "kind");
+    /* the planner's parameters: its kind and reduction */
+    ovl_plan_params_t pp;
+    k->plan_params(&a, 3, &pp);
+    assert_int_equal(pp.kind, OVL_OP_GEMM_RS);
+    assert_int_equal(pp.reduce_op, OVL_REDUCE_AVG);
+    assert_int_equal(pp.m, 12);
+    assert_int_equal(pp.world, 3);
+    assert_true(pp.transb);
+    /* counts on every rank: 2 m n k flop, m n partials */
+    ovld_op_count_t c = k->count(&a, 3);
+    assert_true(c.flop == 2.0 * 12 * 5 * 7 * 3);
+    assert_true(c.bytes == 12.0 * 5 * 4 * 3);
+    assert_int_equal(c.dtype, OVL_DTYPE_FP32);
+    k->describe(&a, msg, sizeof(msg));
+    assert_string_equal(msg, "m=12 n=5 k=7 avg transb");
+    /* a strided output says so */
+    ovld_buf_use_t use[OVLD_BUF_COUNT] = {0};
+    int dummy;
+    use[OVLD_BUF_C] = (ovld_buf_use_t){.hold = (struct ovld_reg *)&dummy, .view = {.ld = 5}};
+    assert_false(k->strided(&a, use));
+    use[OVLD_BUF_C].view.ld = 8;
+    assert_true(k->strided(&a, use));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_shapes),
-        cmocka_unit_test(test_fields_and_agreement),
-        cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_count),
+        cmocka_unit_test(test_table),  cmocka_unit_test(test_gemm_rs),
+        cmocka_unit_test(test_shapes), cmocka_unit_test(test_fields_and_agreement),
+        cmocka_unit_test(test_plan),   cmocka_unit_test(test_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

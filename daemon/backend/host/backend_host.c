@@ -234,6 +234,7 @@ static const ovld_backend_ops_t host_ops = {
     .wait = host_wait,
     .allgather = host_allgather,
     .rail = host_rail,
+    .reduce_scatter = host_reduce_scatter,
     .copy = host_copy,
     .gemm = host_gemm,
     .sleep = host_sleep,

@@ -4,7 +4,9 @@
  * thread, standing in for both NCCL methods (it moves what they move and
  * refuses what they cannot, so that a plan the CUDA backend would refuse
  * fails here too); a rail is the same barrier plus memcpy from each sender
- * to its receivers, standing in for grouped ncclSend/ncclRecv; a pull
+ * to its receivers, standing in for grouped ncclSend/ncclRecv; a
+ * reduce-scatter is the same barrier, then each part sums its block of
+ * every part's rows in fp32, standing in for ncclReduceScatter; a pull
  * (copy) is a memcpy of rows.
  *
  * In a job across nodes the parts are this daemon's ranks only: their
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "host_internal.h"
 
 /* Shared by the parts of one all-gather or rail. */
@@ -27,6 +30,7 @@ struct host_coll {
     uint32_t nparts, arrived, departed, refs;
     ovl_dtype_t dtype;
     uint64_t rows, cols, stride;
+    bool reduce, avg; /* a reduce-scatter (avg: the sum divided by nparts) */
     /* A rail: part i receives from the parts from[first[i] .. first[i] +
      * nfrom[i]) (indices into parts). NULL for an all-gather: every part
      * from every part. Part b's rows land parts[b].global * stride rows
@@ -100,10 +104,10 @@ static void xfer_post(host_xwait_t *w, const host_coll_t *c, uint32_t me, uint32
     w->left++;
     w->refs++;
     pthread_mutex_unlock(&hb->mu);
-    ovl_status_t st = send ? c->mover->send(c->xfer, c->tag, me, other, buf, bytes, on_xfer_done,
-                                            w, why, sizeof(why))
-                           : c->mover->recv(c->xfer, c->tag, other, me, buf, bytes, on_xfer_done,
-                                            w, why, sizeof(why));
+    ovl_status_t st = send ? c->mover->send(c->xfer, c->tag, me, other, buf, bytes, on_xfer_done, w,
+                                            why, sizeof(why))
+                           : c->mover->recv(c->xfer, c->tag, other, me, buf, bytes, on_xfer_done, w,
+                                            why, sizeof(why));
     if (st == OVL_OK)
         return;
     pthread_mutex_lock(&hb->mu);
@@ -160,6 +164,29 @@ static void xfer_wait(host_backend_t *hb, const host_coll_t *c, uint32_t index, 
         host_rank_fail(c->parts[index].rank, st, "%s: %s", c->from ? "rail" : "all-gather", why);
 }
 
+/* Part index's block of a reduce-scatter: row by row, each element the sum
+ * over the parts in rank order, in fp32 as NCCL's reduction of these
+ * dtypes is, divided by the parts for avg, stored in the dtype once. */
+static void reduce_rows(const host_coll_t *c, uint32_t index)
+{
+    const ovld_allgather_part_t *me = &c->parts[index];
+    size_t elem = ovl_dtype_size(c->dtype);
+    for (uint64_t i = 0; i < c->rows; i++) {
+        void *out = ovld_view_rows(me->dst, i, elem).ptr;
+        for (uint64_t j = 0; j < c->cols; j++) {
+            float sum = 0.0f;
+            for (uint32_t b = 0; b < c->nparts; b++) {
+                const void *in =
+                    ovld_view_rows(c->parts[b].src, me->global * c->stride + i, elem).ptr;
+                sum += ovl_load_elem(c->dtype, in, j);
+            }
+            if (c->avg)
+                sum /= (float)c->nparts;
+            ovl_store_elem(c->dtype, out, j, sum);
+        }
+    }
+}
+
 /* Part index of the all-gather or rail c, on its stream's thread: waits
  * for every part, gathers (a rail: from its senders), waits until every
  * part has read; frees c after the last. */
@@ -174,14 +201,17 @@ static void coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
     pthread_mutex_unlock(&hb->mu);
 
     /* Every rank's inputs are ready: gather them all into this rank's G
-     * (a rail: those of the ranks it receives from). */
+     * (a rail: those of the ranks it receives from), or sum this rank's
+     * block of them all into its rows (a reduce-scatter). */
     size_t elem = ovl_dtype_size(c->dtype);
     const ovld_allgather_part_t *me = &c->parts[index];
-    uint32_t n = c->from ? c->nfrom[index] : c->nparts;
+    uint32_t n = c->reduce ? 0 : c->from ? c->nfrom[index] : c->nparts;
+    if (c->reduce)
+        reduce_rows(c, index);
     for (uint32_t x = 0; x < n; x++) {
         uint32_t b = c->from ? c->from[c->first[index] + x] : x;
-        copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem),
-                       c->parts[b].src, c->rows, c->cols, elem);
+        copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem), c->parts[b].src,
+                  c->rows, c->cols, elem);
     }
     /* Its rows from other nodes are in, and its own were read there. */
     if (w)
@@ -524,6 +554,50 @@ ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_
         }
     }
     return coll_queue(c, "rail");
+}
+
+ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
+                                 const ovld_allgather_part_t *parts, uint32_t nparts,
+                                 uint32_t world, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                                 uint64_t stride, bool avg)
+{
+    (void)b;
+    if (nparts != world || (nparts && parts[0].rank->xfer))
+        return host_fail(OVL_ERR_UNSUPPORTED,
+                         "reduce-scatter: %u of the job's %u ranks are served here; the host "
+                         "backend reduces between its own ranks only",
+                         nparts, world);
+    for (uint32_t i = 0; i < nparts; i++)
+        if (parts[i].global != i)
+            return host_fail(OVL_ERR_INVALID, "reduce-scatter: part %u is rank %u's", i,
+                             parts[i].global);
+    if (stride < rows)
+        return host_fail(OVL_ERR_INVALID, "reduce-scatter blocks overlap: stride %llu, rows %llu",
+                         (unsigned long long)stride, (unsigned long long)rows);
+    /* What ncclReduceScatter reads: dense rows of partials, the blocks
+     * back to back or, for a chunk, stride apart in one dense matrix. Its
+     * output may be strided (a row at a time here, as the CUDA backend
+     * will through a dense staging buffer). */
+    for (uint32_t i = 0; i < nparts; i++)
+        if (parts[i].src.ld != cols)
+            return host_fail(OVL_ERR_INVALID,
+                             "reduce-scatter reads dense rows only: part %u's partials have ld "
+                             "%llu, %llu columns",
+                             i, (unsigned long long)parts[i].src.ld, (unsigned long long)cols);
+    host_coll_t *c = calloc(1, sizeof(*c) + nparts * sizeof(parts[0]));
+    if (!c)
+        return host_fail(OVL_ERR_NOMEM, "reduce-scatter: out of memory");
+    *c = (host_coll_t){.nparts = nparts,
+                       .refs = nparts,
+                       .dtype = dtype,
+                       .rows = rows,
+                       .cols = cols,
+                       .stride = stride,
+                       .reduce = true,
+                       .avg = avg,
+                       .tag = tag};
+    memcpy(c->parts, parts, nparts * sizeof(parts[0]));
+    return coll_queue(c, "reduce-scatter");
 }
 
 static void copy_run(struct ovld_rank *r, host_work_t *w)

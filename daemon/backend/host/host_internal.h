@@ -194,6 +194,10 @@ void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
+                                 const ovld_allgather_part_t *parts, uint32_t nparts,
+                                 uint32_t world, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
+                                 uint64_t stride, bool avg);
 ovl_status_t host_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                        const ovld_rail_part_t *parts, uint32_t nparts, uint32_t world,
                        ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
