@@ -287,47 +287,6 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
 
 /* ------------------------------------------------ GEMM + reduce-scatter */
 
-/* The rank's rows of the sum over every rank q of A_q @ op(B_q) (divided
- * by the world for avg), each rank's A and B regenerated from the seed, in
- * double precision, into ref (m x n). 0, or -1 after saying why. */
-static int rs_reference(const opts_t *o, uint32_t rank, double *ref)
-{
-    ovl_dtype_t dt = o->dtype;
-    size_t es = ovl_dtype_size(dt);
-    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
-    uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
-    void *a = malloc(W * m * k * es), *b = malloc(brows * bcols * es);
-    double *part = malloc(m * n * sizeof(double));
-    int rc = -1;
-    if (!a || !b || !part) {
-        fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
-        goto out;
-    }
-    memset(ref, 0, m * n * sizeof(double));
-    for (uint32_t q = 0; q < W; q++) {
-        ovl_demo_fill_host(dt, a, W * m, k, k, o->seed, q, 0);
-        ovl_demo_fill_host(dt, b, brows, bcols, bcols, o->seed, q, 1);
-        /* rank q's product, rows of this rank's block only */
-        ovl_status_t st = ovl_ref_gemm(dt, m, n, k, (char *)a + rank * m * k * es, k, b, bcols,
-                                       o->transb, part, n);
-        if (st != OVL_OK) {
-            fprintf(stderr, "rank %u: reference: %s\n", rank, ovl_strerror(st));
-            goto out;
-        }
-        for (uint64_t i = 0; i < m * n; i++)
-            ref[i] += part[i];
-    }
-    if (o->reduce_op == OVL_REDUCE_AVG)
-        for (uint64_t i = 0; i < m * n; i++)
-            ref[i] /= (double)W;
-    rc = 0;
-out:
-    free(a);
-    free(b);
-    free(part);
-    return rc;
-}
-
 /* Runs every algorithm of --op rs on the host backend: each rank's A is
  * (world*m) x k, its B k x n (n x k with transb), its C m x n; one op
  * untimed, then o->iters back to back, C checked against rs_reference.
@@ -353,7 +312,7 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
     memset(a, 0x5a, W * m * lda * es);
     ovl_demo_fill_host(dt, a, W * m, k, lda, o->seed, rank, 0);
     ovl_demo_fill_host(dt, b, brows, bcols, bcols, o->seed, rank, 1);
-    if (rs_reference(o, rank, ref) != 0) {
+    if (ovl_demo_rs_reference(o, rank, ref) != 0) {
         free(ref);
         return 1;
     }
@@ -511,6 +470,12 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     (void)res;
     no_cuda(rank);
     return 1;
+}
+
+int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
+                          result_t *res)
+{
+    return ovl_demo_rank_cuda(o, rank, cl, comm, res);
 }
 
 int ovl_demo_cuda_devices(uint32_t rank)

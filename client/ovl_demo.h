@@ -109,6 +109,19 @@ static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const vo
 int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                        result_t *res);
 
+/* --op rs on the CUDA backend (ovl_demo_cuda_rs.c): every algorithm, each
+ * rank's C checked against ovl_demo_rs_reference. 0 if it ran (results in
+ * res), 1 if it could not. */
+int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
+                          result_t *res);
+
+/* --op rs's reference (demo_rs_ref.c): rank's m rows of the sum over every
+ * rank q of A_q @ op(B_q) (divided by the world for avg), each rank's A
+ * ((world*m) x k, matrix 0 of rank q) and B (matrix 1) regenerated from
+ * the seed, in double precision, into ref (m x n). 0, or -1 after saying
+ * why. */
+int ovl_demo_rs_reference(const opts_t *o, uint32_t rank, double *ref);
+
 /* The GPUs this process sees (CUDA_VISIBLE_DEVICES applies): the ordinals a
  * rank on the CUDA backend names when it joins. 0 (with a message) if there
  * are none or CUDA cannot say; 0 without CUDA. */

@@ -11,7 +11,12 @@ holds M/2) in bf16 and fp16, fp32 on the two smallest; small odd shapes in
 every dtype, with and without a_out; a_out on 8192^3 bf16; pointers inside a
 larger allocation (--interior); B stored N x K (--transb) on 4096^3; ops of 3
 Bs of different n (--more-n), each C checked, small with transb and a_out and
-on 4096^3. Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
+on 4096^3. GEMM + reduce-scatter (ovl-demo --op rs, naive and collective,
+checked against the sum of every rank's product in double precision on the
+host): small odd shapes in every dtype, with transb, avg, chunks and wider
+A and C (--strided), and 256 x 384 x 512 a rank; where ranks share a GPU
+(no NCCL communicator between them) it must fail with words, not hang.
+Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
 device) prints "SKIP: ..." and exits 77, ctest's skip code.
 
 Budget: under 6 minutes on 2 x H200 at world 2 (most of a case is process and
@@ -99,10 +104,10 @@ def start_daemon():
                                                    names), flush=True)
     print("world %d on %d GPU%s: %s" % (WORLD, ndev, "" if ndev == 1 else "s",
                                         share(WORLD, ndev)), flush=True)
-    return d
+    return d, ndev
 
 
-def demo(d, name, m, n, k, dtype, extra, iters, seed):
+def demo(d, name, m, n, k, dtype, extra, iters, seed, algos=ALGOS, refused=None):
     cmd = [DEMO, "-w", str(WORLD), "-m", str(m), "-n", str(n), "-k", str(k), "-d", dtype,
            "-i", str(iters), "--seed", str(seed), "--job", "gpu-e2e-w%d-%d" % (WORLD, seed),
            *extra]
@@ -121,7 +126,15 @@ def demo(d, name, m, n, k, dtype, extra, iters, seed):
         msg = "%s: no answer within %.0f s\ncommand: %s\nstdout:\n%s\nstderr:\n%s\n" % (
             name, limit, " ".join(cmd), out, err)
         raise AssertionError(msg + "ovld log (tail):\n%s" % d.log_text()[-6000:]) from None
-    rows = {a: [l for l in out.splitlines() if l.startswith(a + " ")] for a in ALGOS}
+    rows = {a: [l for l in out.splitlines() if l.startswith(a + " ")] for a in algos}
+    if refused is not None:
+        # the op must fail with these words on every algorithm's row, and end
+        ok = p.returncode == 1 and refused in out and "CHECKS FAILED" in out
+        if not ok:
+            raise AssertionError("%s: not refused with '%s' (exit %d)\nstdout:\n%s\nstderr:\n%s"
+                                 % (name, refused, p.returncode, out, err))
+        print("  refused: %s" % refused, flush=True)
+        return
     ok = (p.returncode == 0 and "all checks passed" in out and
           all(len(r) == 1 and r[0].rstrip().endswith("OK") for r in rows.values()))
     if not ok:
@@ -129,8 +142,27 @@ def demo(d, name, m, n, k, dtype, extra, iters, seed):
                              "ovld log (tail):\n%s" % (name, p.returncode, " ".join(cmd), out,
                                                        err, d.log_text()[-6000:]))
     # the demo's ms/op per algorithm (run_tests prints the case's time next)
-    print("  ms/op: " + ", ".join("%s %s" % (a, rows[a][0].split()[1]) for a in ALGOS),
+    print("  ms/op: " + ", ".join("%s %s" % (a, rows[a][0].split()[1]) for a in algos),
           flush=True)
+
+
+RS_ALGOS = ("naive", "collective")
+# GEMM + reduce-scatter: (m per rank of C, n, k per rank of A, extra)
+RS_SMALL = [(5, 7, 9, []), (33, 31, 29, ["--chunks", "3", "--strided"]),
+            (10, 13, 17, ["--chunks", "4", "--transb", "--reduce", "avg"])]
+
+
+def rs_cases(shared):
+    """GEMM + reduce-scatter's cases: (name, m, n, k, dtype, extra, iters,
+    refused); refused: the words the op fails with where ranks share a GPU."""
+    refused = "has no NCCL communicator" if shared else None
+    out = []
+    for (m, n, k, extra) in RS_SMALL:
+        for dt in ("bf16", "fp16", "fp32"):
+            out.append(("rs-m%d-n%d-k%d-%s" % (m, n, k, dt), m, n, k, dt, ["--op", "rs"] + extra,
+                        2, refused))
+    out.append(("rs-m256-n384-k512-bf16", 256, 384, 512, "bf16", ["--op", "rs"], 3, refused))
+    return out
 
 
 def cases():
@@ -176,11 +208,17 @@ def main():
     global DEADLINE
     t0 = time.monotonic()
     DEADLINE = t0 + BUDGET
-    d = start_daemon()
+    d, ndev = start_daemon()
     tests = []
     for i, (name, m, n, k, dt, extra, iters) in enumerate(cases()):
         def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=1000 + i):
             demo(d, name, m, n, k, dt, extra, iters, seed)
+        t.__name__ = name
+        tests.append(t)
+    for i, (name, m, n, k, dt, extra, iters, refused) in enumerate(rs_cases(ndev < WORLD)):
+        def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=2000 + i,
+              refused=refused):
+            demo(d, name, m, n, k, dt, extra, iters, seed, RS_ALGOS, refused)
         t.__name__ = name
         tests.append(t)
 

@@ -132,6 +132,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .wait = cuda_wait,
     .allgather = cuda_allgather,
     .rail = cuda_rail,
+    .reduce_scatter = cuda_reduce_scatter,
     .copy = cuda_copy,
     .gemm = cuda_gemm,
     .sleep = cuda_sleep,

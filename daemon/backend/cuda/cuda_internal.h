@@ -368,6 +368,10 @@ void cuda_job_abort(ovld_backend_t *b, ovld_rank_t *const *ranks, uint32_t n);
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t cuda_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
+                                 const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
+                                 ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride,
+                                 bool avg);
 ovl_status_t cuda_rail(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                        const ovld_rail_part_t *parts, uint32_t n, uint32_t world, ovl_dtype_t dtype,
                        uint64_t rows, uint64_t cols, uint64_t stride);

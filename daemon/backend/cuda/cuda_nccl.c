@@ -901,6 +901,27 @@ static ovl_status_t rail_check(ovl_ag_method_t method, const ovld_rail_part_t *p
     return st;
 }
 
+/* Refuses, with words, a reduce-scatter NCCL cannot do as asked: dense
+ * partials (src; the blocks stride rows apart), the parts on ranks of the
+ * job's communicator at their job ranks. The output may be strided: it is
+ * then reduced in place into the own block of src and copied. */
+static ovl_status_t reduce_scatter_check(const ovld_allgather_part_t *parts, uint32_t n,
+                                         uint32_t world, size_t elem, uint64_t rows, uint64_t cols,
+                                         uint64_t stride)
+{
+    ovl_status_t st = layout_check("reduce-scatter", elem, n, world, rows, cols, stride);
+    int64_t prev = -1;
+    for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
+        const ovld_allgather_part_t *x = &parts[i];
+        /* part_check wants dense ends: the output's layout is handled here */
+        ovld_view_t dense_dst = {.ptr = x->dst.ptr, .ld = cols};
+        st = part_check("reduce-scatter", x->rank, x->global, prev, world, x->stream, x->src,
+                        dense_dst, cols, true);
+        prev = x->global;
+    }
+    return st;
+}
+
 #undef REFUSE
 
 /* Part i's rank, whatever the parts' type (launch_wait). */
@@ -1118,6 +1139,91 @@ static ovl_status_t rail_locked(ovl_ag_method_t method, const ovld_rail_part_t *
         }
     }
     return group_finish(started, r, what, at, parts, n, rail_rank, "nccl-rail", rows);
+}
+
+/*
+ * The reduce-scatter (backend.h): where the W blocks of a part's partials
+ * lie back to back (stride == rows) one ncclReduceScatter, else one
+ * ncclReduce per block, rooted at the block's rank, all in one group.
+ * Each lands in the part's C where C is dense, else in place in the own
+ * block of its partials (NCCL's in-place form), copied into C after the
+ * group on the same stream. NCCL sums 16-bit types in the type, one
+ * rounding per step of its algorithm: at world 2, one (docs/plans.md).
+ */
+static ovl_status_t reduce_scatter_locked(const ovld_allgather_part_t *parts, uint32_t n,
+                                          uint32_t world, ovl_dtype_t dtype, uint64_t rows,
+                                          uint64_t cols, uint64_t stride, bool avg)
+{
+    size_t elem = ovl_dtype_size(dtype);
+    ovl_status_t st = reduce_scatter_check(parts, n, world, elem, rows, cols, stride);
+    if (st != OVL_OK)
+        return st;
+    size_t count = (size_t)(rows * cols);
+    ncclDataType_t t = nccl_type(dtype);
+    ncclRedOp_t op = avg ? ncclAvg : ncclSum;
+    const char *what = "ncclGroupStart";
+    const struct ovld_rank *at = NULL;
+    ncclResult_t r = ncclGroupStart();
+    bool started = r == ncclSuccess;
+    for (uint32_t i = 0; started && r == ncclSuccess && i < n; i++) {
+        const ovld_allgather_part_t *x = &parts[i];
+        cudaStream_t s = cuda_stream(x->rank, x->stream); /* checked above */
+        /* the own block of the partials: the in-place destination */
+        void *own = ovld_view_rows(x->src, (uint64_t)x->global * stride, elem).ptr;
+        void *dst = x->dst.ld == cols ? x->dst.ptr : own;
+        at = x->rank;
+        if (stride == rows) {
+            what = "ncclReduceScatter";
+            r = ncclReduceScatter(x->src.ptr, dst, count, t, op, x->rank->nccl, s);
+            continue;
+        }
+        what = "ncclReduce";
+        for (uint32_t b = 0; r == ncclSuccess && b < world; b++)
+            r = ncclReduce(ovld_view_rows(x->src, (uint64_t)b * stride, elem).ptr,
+                           b == x->global ? dst : NULL, count, t, op, (int)b, x->rank->nccl, s);
+    }
+    st = group_finish(started, r, what, at, parts, n, allgather_rank, "reduce-scatter", rows);
+    for (uint32_t i = 0; st == OVL_OK && i < n; i++) {
+        const ovld_allgather_part_t *x = &parts[i];
+        if (x->dst.ld == cols)
+            continue;
+        ovld_view_t own = ovld_view_rows(x->src, (uint64_t)x->global * stride, elem);
+        cudaError_t ce = cudaSetDevice(x->rank->dev->ordinal);
+        if (ce != cudaSuccess) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "reduce-scatter: cudaSetDevice(%d): %s",
+                     x->rank->dev->ordinal, cudaGetErrorString(ce));
+            return OVL_ERR_BACKEND;
+        }
+        st = copy_rows(x->rank, cuda_stream(x->rank, x->stream), x->dst, own, rows, cols, elem);
+    }
+    return st;
+}
+
+ovl_status_t cuda_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
+                                 const ovld_allgather_part_t *parts, uint32_t n, uint32_t world,
+                                 ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride,
+                                 bool avg)
+{
+    (void)b;
+    (void)tag; /* NCCL matches the nodes' calls by issue order */
+    if (world == 1 && n == 1) {
+        /* one rank: its partials are the sum (and the average) */
+        const ovld_allgather_part_t *x = &parts[0];
+        cudaStream_t s = cuda_stream(x->rank, x->stream);
+        if (!s)
+            return OVL_ERR_INVALID; /* cuda_stream said why */
+        cudaError_t ce = cudaSetDevice(x->rank->dev->ordinal);
+        if (ce != cudaSuccess) {
+            snprintf(cuda_last_err, sizeof(cuda_last_err), "reduce-scatter: cudaSetDevice(%d): %s",
+                     x->rank->dev->ordinal, cudaGetErrorString(ce));
+            return OVL_ERR_BACKEND;
+        }
+        return copy_rows(x->rank, s, x->dst, x->src, rows, cols, ovl_dtype_size(dtype));
+    }
+    comms_lock(parts, n, allgather_rank, true);
+    ovl_status_t st = reduce_scatter_locked(parts, n, world, dtype, rows, cols, stride, avg);
+    comms_lock(parts, n, allgather_rank, false);
+    return st;
 }
 
 ovl_status_t cuda_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
