@@ -433,10 +433,7 @@ static int rank_main(const opts_t *o, uint32_t rank, int out_fd)
         return rc;
     }
     if (strcmp(info.backend, "cuda") == 0 && o->op == OVL_OP_GEMM_RS)
-        fprintf(stderr,
-                "rank %u: --op rs: the CUDA backend has no reduce-scatter yet (GEMM + "
-                "reduce-scatter runs on the host backend only)\n",
-                rank);
+        rc = ovl_demo_rank_cuda_rs(o, rank, cl, &comm, res);
     else if (strcmp(info.backend, "cuda") == 0)
         rc = ovl_demo_rank_cuda(o, rank, cl, &comm, res);
     else
