@@ -395,9 +395,9 @@ typedef struct ovl_gemm_rs_desc {
  * Submits one GEMM + reduce-scatter on `comm`, with ovl_allgather_gemm's
  * stream contract, throttle and errors. Every rank of the job must submit
  * the same ops in the same order, agreeing on m, n, k, dtype, transb,
- * reduce_op, algo, chunks and streams. It runs on the host backend; the
- * CUDA backend has no reduce-scatter yet, and such an op fails there
- * (OVL_ERR_UNSUPPORTED, through ovl_comm_check).
+ * reduce_op, algo, chunks and streams. On the CUDA backend it needs an
+ * NCCL communicator between the ranks: where ranks share a GPU, such an op
+ * fails (OVL_ERR_UNSUPPORTED, through ovl_comm_check).
  */
 ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *comm, const ovl_gemm_rs_desc_t *desc,
                                      void *stream);
