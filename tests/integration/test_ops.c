@@ -35,6 +35,87 @@
 
 /* ============================================================ client side */
 
+/* What libovl refuses of a GEMM + reduce-scatter before anything is sent
+ * (its own rules, then the checks it shares with all-gather + GEMM): an m
+ * that is not a multiple of the world, ring, an unknown reduction, a C
+ * past its allocation; then a good op runs, as op 1. World 1 keeps the
+ * job to this rank; the world's rule is checked on a second comm of
+ * world 2 that never forms (its refusals send nothing either). */
+static void test_rs_client_checks(void **state)
+{
+    test_daemon_t *d = *state;
+    rank_t rk;
+    rank_open(d, &rk, "rs-checks", 1, 0, 0, 1);
+    enum { M = 6, N = 4, K = 5 };
+    float *a = rk.a, *b = rk.b, *c = rk.c;
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)(i % 7) - 3;
+    for (int i = 0; i < K * N; i++)
+        b[i] = (float)(i % 5) - 2;
+    ovl_gemm_rs_desc_t good = {.a = a,
+                               .lda = K,
+                               .b = b,
+                               .ldb = N,
+                               .c = c,
+                               .ldc = N,
+                               .m = M,
+                               .n = N,
+                               .k = K,
+                               .dtype = OVL_DTYPE_FP32,
+                               .reduce_op = OVL_REDUCE_SUM,
+                               .algo = OVL_ALGO_COLLECTIVE},
+                       bad;
+    bad = good;
+    bad.algo = OVL_ALGO_RING;
+    assert_status(ovl_gemm_reduce_scatter(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl),
+                    "algorithm ring: gemm_rs has auto, naive and collective");
+    bad = good;
+    bad.reduce_op = (ovl_reduce_op_t)7;
+    assert_status(ovl_gemm_reduce_scatter(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "unknown reduce_op 7");
+    bad = good;
+    bad.c = (char *)rk.c + 4096 * 4 - 8; /* C's rows run past its allocation */
+    assert_status(ovl_gemm_reduce_scatter(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "c: ");
+    bad = good;
+    bad.k = 0;
+    assert_status(ovl_gemm_reduce_scatter(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "must be positive");
+    assert_status(ovl_gemm_reduce_scatter(rk.comm, NULL, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "ovl_gemm_reduce_scatter: desc is NULL");
+    {
+        /* a comm of world 2: m 5 is not a multiple */
+        rank_t r2;
+        rank_open(d, &r2, "rs-checks-2", 2, 0, 0, 1);
+        ovl_gemm_rs_desc_t odd = good;
+        odd.a = r2.a;
+        odd.b = r2.b;
+        odd.c = r2.c;
+        odd.m = 5;
+        assert_status(ovl_gemm_reduce_scatter(r2.comm, &odd, NULL), OVL_ERR_INVALID);
+        assert_contains(ovl_last_error(r2.cl),
+                        "m 5 is not a multiple of the world 2: each rank keeps m / world rows");
+        assert_status(ovl_comm_check(r2.comm), OVL_OK); /* nothing was sent */
+        (void)rank_close(&r2);
+    }
+    /* none reached the daemon: op 1 is the good one, C = A @ B exactly */
+    assert_status(ovl_comm_check(rk.comm), OVL_OK);
+    assert_status(ovl_gemm_reduce_scatter(rk.comm, &good, NULL), OVL_OK);
+    assert_status(ovl_comm_synchronize(rk.comm), OVL_OK);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float want = 0;
+            for (int l = 0; l < K; l++)
+                want += a[i * K + l] * b[l * N + j];
+            if (c[i * N + j] != want)
+                fail_msg("C[%d][%d] is %g, not %g", i, j, c[i * N + j], want);
+        }
+    assert_status(rank_close(&rk), OVL_OK);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
 /* What libovl refuses before anything is sent: no op number is used up, so
  * the next good op is op 1 and works. */
 static void test_op_client_checks(void **state)
@@ -757,11 +838,54 @@ MISMATCH_TEST(test_mismatch_a_out, F_AOUT)
 MISMATCH_TEST(test_mismatch_nb, F_NB)
 MISMATCH_TEST(test_mismatch_b1_n, F_B1_N)
 
+/* Two ranks of a GEMM + reduce-scatter disagreeing on the reduction: the op
+ * fails on both with OVL_ERR_MISMATCH naming reduce_op, C is not written,
+ * and the job goes on refusing (as for an all-gather + GEMM). */
+static void test_rs_mismatch_reduce_op(void **state)
+{
+    test_daemon_t *d = *state;
+    rank_t rk[2];
+    for (uint32_t r = 0; r < 2; r++)
+        rank_open(d, &rk[r], "rs-mismatch", 2, r, 0, 1);
+    for (int r = 0; r < 2; r++) {
+        memset(rk[r].c, 0xff, 4 * 4 * sizeof(float));
+        ovl_gemm_rs_desc_t d2 = {.a = rk[r].a,
+                                 .lda = 4,
+                                 .b = rk[r].b,
+                                 .ldb = 4,
+                                 .c = rk[r].c,
+                                 .ldc = 4,
+                                 .m = 8,
+                                 .n = 4,
+                                 .k = 4,
+                                 .dtype = OVL_DTYPE_FP32,
+                                 .reduce_op = r ? OVL_REDUCE_AVG : OVL_REDUCE_SUM,
+                                 .algo = OVL_ALGO_NAIVE};
+        assert_status(ovl_gemm_reduce_scatter(rk[r].comm, &d2, NULL), OVL_OK);
+    }
+    for (int r = 0; r < 2; r++) {
+        ovl_status_t st = ovl_comm_synchronize(rk[r].comm);
+        if (st != OVL_ERR_MISMATCH)
+            fail_msg("rank %d: %s (%s), not OVL_ERR_MISMATCH", r, ovl_strerror(st),
+                     ovl_last_error(rk[r].cl));
+        assert_contains(ovl_last_error(rk[r].cl), "reduce_op");
+        uint32_t c0;
+        memcpy(&c0, rk[r].c, sizeof(c0));
+        assert_int_equal(c0, 0xffffffffu); /* nothing written */
+    }
+    for (int r = 0; r < 2; r++)
+        (void)rank_close(&rk[r]);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         /* client side */
         T(test_op_client_checks),
+        T(test_rs_client_checks),
+        T(test_rs_mismatch_reduce_op),
         T(test_mem_register_checks),
         /* the daemon's side */
         T(test_raw_op_checks),

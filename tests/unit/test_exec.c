@@ -77,7 +77,7 @@ typedef enum {
     C_SLEEP,
     C_DONE,
     C_RAIL,
-    C_REDUCE_SCATTER /* never made: these tests run all-gather + GEMM plans */
+    C_REDUCE_SCATTER /* the mock has none: test_host_reduce_scatter runs the host's */
 } call_t;
 
 /* One part of a RAIL call, with copies of its lists (the plan's). */
@@ -1193,6 +1193,141 @@ static void host_job(ovl_algo_t algo, const uint32_t *node_of, uint32_t world, u
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/*
+ * GEMM + reduce-scatter through the executor on the real host backend:
+ * world ranks, each with its A (WM x K, WM = world * M) and B (of its own
+ * values), two ops in a row; each rank's C (M x N) checked exactly against
+ * the sum (or, for avg, the average: sums of small integers over a power of
+ * two worlds stay exact) of every rank's product of its block's rows.
+ */
+static void host_rs_job(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool transb, bool avg)
+{
+    enum { M = 5, K = 4, N = 6 };
+    uv_loop_t loop;
+    ovld_config_t cfg;
+    ovld_backend_t *b = NULL;
+    host_dones_t h = {0};
+    char err[256] = "";
+    ovld_rank_t *rk[HMAX];
+    struct ovl_doorbell *db[HMAX];
+    ovl_plan_t plans[HMAX];
+    ovld_exec_rank_t xr[HMAX];
+    float *a[HMAX], *bm[HMAX], *c[HMAX];
+    uint64_t wm = (uint64_t)world * M;
+
+    assert_true(world <= HMAX);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    ovld_config_defaults(&cfg);
+    cfg.host_devices = world;
+    ovl_status_t st =
+        ovld_backend_host_create(&loop, &cfg, host_done_cb, &h, NULL, &b, err, sizeof(err));
+    if (st != OVL_OK)
+        fail_msg("host backend: %s", err);
+    for (uint32_t r = 0; r < world; r++) {
+        ovld_doorbell_export_t dx = {.fd = -1};
+        ovl_plan_params_t p = {.kind = OVL_OP_GEMM_RS,
+                               .reduce_op = avg ? OVL_REDUCE_AVG : OVL_REDUCE_SUM,
+                               .algo = algo,
+                               .world = world,
+                               .rank = r,
+                               .m = wm,
+                               .n = N,
+                               .k = K,
+                               .dtype = OVL_DTYPE_FP32,
+                               .chunks = chunks,
+                               .streams = 2,
+                               .transb = transb};
+        assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        st = b->ops->rank_create(b, r, &rk[r], &dx, err, sizeof(err));
+        if (st != OVL_OK)
+            fail_msg("rank %u: %s", r, err);
+        db[r] = mmap(NULL, OVL_DOORBELL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, dx.fd,
+                     (off_t)dx.offset);
+        assert_true(db[r] != MAP_FAILED);
+        close(dx.fd);
+        a[r] = calloc(wm * K, sizeof(float));
+        bm[r] = calloc(K * N, sizeof(float));
+        c[r] = calloc(M * N, sizeof(float));
+        assert_true(a[r] && bm[r] && c[r]);
+        for (uint64_t l = 0; l < K; l++)
+            for (uint64_t j = 0; j < N; j++)
+                bm[r][transb ? j * K + l : l * N + j] = b_val(0, r, l, j);
+        xr[r] = (ovld_exec_rank_t){
+            .rank = rk[r], .plan = &plans[r], .cookie = (void *)(uintptr_t)(r + 1)};
+        xr[r].buf[OVL_BUF_A] = (ovld_view_t){a[r], K};
+        xr[r].buf[OVL_BUF_B] = (ovld_view_t){bm[r], transb ? K : N};
+        xr[r].buf[OVL_BUF_C] = (ovld_view_t){c[r], N};
+        void *ptr = NULL;
+        assert_int_equal(plans[r].scratch_buf, OVL_BUF_P);
+        st = b->ops->rank_scratch(b, rk[r], plans[r].scratch_bytes, &ptr, err, sizeof(err));
+        if (st != OVL_OK)
+            fail_msg("scratch: %s", err);
+        xr[r].buf[OVL_BUF_P] = (ovld_view_t){ptr, N};
+    }
+    for (uint64_t seq = 1; seq <= 2; seq++) {
+        ovld_exec_op_t op = {.seq = seq, .world = world, .ranks = xr};
+        for (uint32_t r = 0; r < world; r++) {
+            for (uint64_t i = 0; i < wm; i++)
+                for (uint64_t l = 0; l < K; l++)
+                    a[r][i * K + l] = a_val(seq, r, i, l);
+            for (uint64_t x = 0; x < M * N; x++)
+                c[r][x] = NAN; /* a row no reduction writes shows */
+            __atomic_store_n(&db[r]->ready, seq, __ATOMIC_RELEASE);
+        }
+        h.n = 0;
+        st = ovld_exec_run(NULL, b, &op, NULL, err, sizeof(err));
+        if (st != OVL_OK)
+            fail_msg("op %llu: %s: %s", (unsigned long long)seq, ovl_strerror(st), err);
+        while (h.n < world)
+            uv_run(&loop, UV_RUN_ONCE);
+        for (uint32_t r = 0; r < world; r++) {
+            if (h.st[r] != OVL_OK)
+                fail_msg("op %llu, rank %u: %s: %s", (unsigned long long)seq, r,
+                         ovl_strerror(h.st[r]), h.msg[r]);
+            for (uint64_t i = 0; i < M; i++)
+                for (uint64_t j = 0; j < N; j++) {
+                    float want = 0;
+                    for (uint32_t q = 0; q < world; q++)
+                        for (uint64_t l = 0; l < K; l++)
+                            want += a_val(seq, q, r * M + i, l) * b_val(0, q, l, j);
+                    if (avg)
+                        want /= (float)world;
+                    float got = c[r][i * N + j];
+                    if (got != want)
+                        fail_msg("gemm_rs %s op %llu world %u: rank %u's C[%llu][%llu] is %g, "
+                                 "not %g",
+                                 ovl_algo_name(algo), (unsigned long long)seq, world, r,
+                                 (unsigned long long)i, (unsigned long long)j, got, want);
+                }
+        }
+    }
+    for (uint32_t r = 0; r < world; r++) {
+        b->ops->rank_destroy(b, rk[r]);
+        munmap(db[r], OVL_DOORBELL_SIZE);
+        ovl_plan_free(&plans[r]);
+        free(a[r]);
+        free(bm[r]);
+        free(c[r]);
+    }
+    b->ops->destroy(b);
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* Every world to 8, naive and collective with chunks 1 to 3 (uneven
+ * chunks of 5 rows), transb, sum and avg (avg at worlds 1, 2, 4 and 8,
+ * where the average of integers is exact). */
+static void test_host_reduce_scatter(void **state)
+{
+    (void)state;
+    for (uint32_t world = 1; world <= HMAX; world++) {
+        bool pow2 = (world & (world - 1)) == 0;
+        host_rs_job(OVL_ALGO_NAIVE, world, 0, false, false);
+        for (uint32_t chunks = 1; chunks <= 3; chunks++)
+            host_rs_job(OVL_ALGO_COLLECTIVE, world, chunks, chunks == 2, pow2 && chunks == 3);
+    }
+}
+
 /* A ring across nodes on the real host backend (its rail standing in for
  * NCCL's send/recv between nodes): 2 x 2, the uneven 1+2+3, 3 nodes not
  * node-major, 2 nodes of one rank; chunks 1 to 3, with and without a_out,
@@ -1238,10 +1373,15 @@ static int pool_teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_runs),         cmocka_unit_test(test_every_call_failing),
-        cmocka_unit_test(test_good_runs_threads), cmocka_unit_test(test_every_call_failing_threads),
-        cmocka_unit_test(test_handmade_plans),    cmocka_unit_test(test_bad_names),
-        cmocka_unit_test(test_host_rail_ring),    cmocka_unit_test(test_coll_words),
+        cmocka_unit_test(test_good_runs),
+        cmocka_unit_test(test_every_call_failing),
+        cmocka_unit_test(test_good_runs_threads),
+        cmocka_unit_test(test_every_call_failing_threads),
+        cmocka_unit_test(test_handmade_plans),
+        cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_host_rail_ring),
+        cmocka_unit_test(test_coll_words),
+        cmocka_unit_test(test_host_reduce_scatter),
     };
     return cmocka_run_group_tests_name("exec", tests, pool_setup, pool_teardown);
 }
