@@ -805,6 +805,89 @@ class Comm:
         res = outs[0] if single else outs
         return (res, a_out) if return_a else res
 
+    def matmul_reduce_scatter(self, a, b, *, reduce_op="sum", out=None, transb=False,
+                              algo="auto", chunks=0, streams=0, stream=None, async_op=False):
+        """GEMM + reduce-scatter over the job's ranks (ovl_gemm_reduce_scatter):
+        out = rows [rank*M/world, (rank+1)*M/world) of the sum over the ranks
+        of a @ op(b) (reduce_op "avg": of that sum divided by the world).
+
+        a: this rank's M x k (its share k of the inner dimension; M a
+        multiple of the world). b: k x n (n x k with transb). out: (M/world)
+        x n, allocated if None as all_gather_matmul's. algo: "auto",
+        "naive" or "collective". Every rank's partial product is rounded to
+        the dtype once and the partials summed in fp32 (docs/plans.md, "GEMM
+        + reduce-scatter"). Stream and async_op as all_gather_matmul's.
+
+        Returns out."""
+        owed = self._enter()
+        try:
+            return self._matmul_reduce_scatter(a, b, reduce_op, out, transb, algo, chunks,
+                                               streams, stream, async_op)
+        finally:
+            if owed:
+                self._leave()
+
+    def _matmul_reduce_scatter(self, a, b, reduce_op, out, transb, algo, chunks, streams, stream,
+                               async_op):
+        if not isinstance(reduce_op, str) or reduce_op not in _lib.REDUCE_OPS:
+            raise InvalidArgument("reduce_op %r: one of %s" % (reduce_op,
+                                                                ", ".join(_lib.REDUCE_OPS)))
+        if not isinstance(algo, str) or algo not in _lib.ALGOS or algo == "ring":
+            raise InvalidArgument("algo %r: one of auto, naive, collective (GEMM + "
+                                  "reduce-scatter has no ring)" % (algo,))
+        for n, v in (("chunks", chunks), ("streams", streams)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
+                raise InvalidArgument("%s: an int from 0 (the daemon chooses) to 2^32-1, got %r"
+                                      % (n, v))
+        self._handle()  # a closed comm says so before the arguments are looked at
+        cuda = self.client.backend != "host"
+        A = _describe("a", a)
+        m, k = A.shape()
+        if m % self.world:
+            raise InvalidArgument("a: %d rows are not a multiple of the world %d: each rank "
+                                  "keeps rows / world rows of the sum" % (m, self.world))
+        B = _describe("b", b)
+        kb = B.cols if transb else B.rows
+        n = B.rows if transb else B.cols
+        if kb != k:
+            raise InvalidArgument("b: %d x %d does not fit a's %d columns%s" % (
+                B.rows, B.cols, k, " (transb: B is n x k)" if transb else ""))
+        self._check_in(A, A)
+        self._check_in(B, A)
+        if out is None:
+            out = self._alloc_like(A, (m // self.world, n))
+        C = self._check_out(_describe("out", out), (m // self.world, n), A)
+        for r in (A, B):
+            if _overlaps(C, r):
+                raise InvalidArgument("%s overlaps %s" % (C.name, r.name))
+        if cuda:
+            stream_ptr = _cuda_stream(stream, [A, B, C])
+        else:
+            if stream is not None:
+                raise InvalidArgument("stream: the host backend takes no stream (pass None)")
+            stream_ptr = None
+        with self.client._mu:
+            h = self._handle()
+            st = self._lib.ovl_comm_check(h)  # an earlier op's error first
+            if st != _lib.OK:
+                raise self.client._error(st)
+            d = _lib.GemmRsDesc(
+                a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1 if transb else 0, c=C.ptr,
+                ldc=C.ld, m=m, n=n, k=k, dtype=A.dtype, reduce_op=_lib.REDUCE_OPS[reduce_op],
+                algo=_lib.ALGOS[algo], chunks=chunks, streams=streams)
+            st = self._lib.ovl_gemm_reduce_scatter(h, ctypes.byref(d), stream_ptr)
+            if st != _lib.OK:
+                raise self.client._error(st)
+            if not cuda and not async_op:
+                st = self._lib.ovl_comm_synchronize(h)
+                if st != _lib.OK:
+                    raise self.client._error(st)
+                self._pending.clear()
+            elif not cuda:
+                self._pending.append((a, b, out))
+            self._fast = None  # the all-gather fast path's desc is not this op's
+        return out
+
     def _submit_fast(self, a, b, out, a_out, return_a, stream):
         """all_gather_matmul on the tensors of the last op: its desc again.
         What varies between such calls is the stream only."""

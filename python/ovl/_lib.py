@@ -19,6 +19,8 @@ OK = 0
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
 # ovl_algo_t
 ALGOS = {"auto": 0, "naive": 1, "collective": 2, "ring": 3}
+# How GEMM + reduce-scatter combines the ranks' products (ovl_reduce_op_t).
+REDUCE_OPS = {"sum": 0, "avg": 1}
 
 
 class DaemonInfo(ctypes.Structure):
@@ -65,6 +67,27 @@ class AgGemmDesc(ctypes.Structure):
         ("streams", ctypes.c_uint32),
         ("nb", ctypes.c_uint32),
         ("more_bs", ctypes.POINTER(MoreB)),
+    ]
+
+
+class GemmRsDesc(ctypes.Structure):
+    """ovl_gemm_rs_desc_t: one GEMM + reduce-scatter."""
+    _fields_ = [
+        ("a", ctypes.c_void_p),
+        ("lda", ctypes.c_size_t),
+        ("b", ctypes.c_void_p),
+        ("ldb", ctypes.c_size_t),
+        ("transb", ctypes.c_int),
+        ("c", ctypes.c_void_p),
+        ("ldc", ctypes.c_size_t),
+        ("m", ctypes.c_uint64),
+        ("n", ctypes.c_uint64),
+        ("k", ctypes.c_uint64),
+        ("dtype", ctypes.c_int),
+        ("reduce_op", ctypes.c_int),
+        ("algo", ctypes.c_int),
+        ("chunks", ctypes.c_uint32),
+        ("streams", ctypes.c_uint32),
     ]
 
 
@@ -120,6 +143,7 @@ def _declare(lib):
         "ovl_comm_check": (c.c_int, [P]),
         "ovl_comm_synchronize": (c.c_int, [P]),
         "ovl_allgather_gemm": (c.c_int, [P, c.POINTER(AgGemmDesc), P]),
+        "ovl_gemm_reduce_scatter": (c.c_int, [P, c.POINTER(GemmRsDesc), P]),
         "ovl_status_json": (c.c_int, [P, c.POINTER(c.c_void_p)]),
         "ovl_stats_json": (c.c_int, [P, c.c_int, c.POINTER(c.c_void_p)]),
         "ovl_free": (None, [P]),

@@ -543,6 +543,104 @@ def test_daemon_killed_mid_job():
         d.cleanup()
 
 
+RS_CASES = [  # (rows per rank, n, k per rank, dtype, transb, reduce_op, strided, algo)
+    (4, 7, 12, "fp32", False, "sum", False, "auto"),
+    (5, 6, 9, "fp16", True, "avg", True, "collective"),
+    (3, 9, 10, "bf16", False, "sum", True, "naive"),
+    (6, 5, 7, "fp32", True, "avg", False, "collective"),
+]
+
+
+def rs_rank_main(sock, job, world, rank, q):
+    """One rank of GEMM + reduce-scatter cases: each rank's A ((world*rows)
+    x k) and B from its seed; its out against the sum (or average) of every
+    rank's product of its rows, in double precision."""
+    os.environ["OVL_SOCKET"] = sock
+    out = []
+    try:
+        with ovl.connect() as client, client.comm(job, world, rank, 0) as comm:
+            for i, (mb, n, k, dtype, transb, red, strided, algo) in enumerate(RS_CASES):
+                m = world * mb
+                a, _ = fill(client, (m, k), dtype, shard_seed(rank, 50 + i), strided)
+                b, _ = fill(client, (n, k) if transb else (k, n), dtype, 7 + rank + 31 * i)
+                c = comm.matmul_reduce_scatter(a, b, reduce_op=red, transb=transb, algo=algo)
+                ref = np.zeros((mb, n))
+                for r in range(world):  # every rank's inputs, as it made them
+                    rng = np.random.default_rng(shard_seed(r, 50 + i))
+                    ar = rng.uniform(-1, 1, size=(m, k)).astype(np.float32)
+                    rng = np.random.default_rng(7 + r + 31 * i)
+                    br = rng.uniform(-1, 1, size=(n, k) if transb else (k, n)).astype(np.float32)
+                    if dtype == "bf16":
+                        ar = ovl.bf16_to_float32(ovl.float32_to_bf16(ar))
+                        br = ovl.bf16_to_float32(ovl.float32_to_bf16(br))
+                    elif dtype == "fp16":
+                        ar, br = ar.astype(np.float16), br.astype(np.float16)
+                    ar, br = ar.astype(np.float64), br.astype(np.float64)
+                    ref += ar[rank * mb:(rank + 1) * mb] @ (br.T if transb else br)
+                if red == "avg":
+                    ref /= world
+                err = np.max(np.abs(as_f64(c, dtype) - ref)) / max(np.max(np.abs(ref)), 1e-30)
+                out.append((i, float(err), c.shape))
+            comm.check()
+        q.put((rank, out, None))
+    except Exception as e:  # the parent reports it
+        import traceback
+        q.put((rank, out, "%r\n%s" % (e, traceback.format_exc())))
+
+
+def test_matmul_reduce_scatter():
+    """comm.matmul_reduce_scatter at worlds 1 to 4: every rank's out, its
+    rows of the sum (or average) of the ranks' products, against numpy in
+    double precision (a partial rounded to the dtype once per rank, so the
+    tolerance is the dtype's, as for all_gather_matmul)."""
+    d = daemon()
+    for world in (1, 2, 3, 4):
+        qu = SPAWN.Queue()
+        job = ovl.Client.new_job_id("pytest-rs-w%d" % world)
+        ps = [SPAWN.Process(target=rs_rank_main, args=(d.socket, job, world, r, qu))
+              for r in range(world)]
+        for p in ps:
+            p.start()
+        got = {}
+        try:
+            while len(got) < world:
+                r, res, err = qu.get(timeout=240)
+                assert err is None, "rank %d failed: %s\novld:\n%s" % (r, err,
+                                                                      d.log_text()[-3000:])
+                got[r] = res
+        finally:
+            for p in ps:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+        for r, res in got.items():
+            for i, err, shape in res:
+                mb, n, _, dtype = RS_CASES[i][:4]
+                assert shape == (mb, n), (world, r, i, shape)
+                assert err <= 2 * TOL[dtype], "world %d rank %d case %d: error %.3g" % (
+                    world, r, i, err)
+
+
+def test_matmul_reduce_scatter_refused():
+    """What the package refuses of a GEMM + reduce-scatter before anything
+    is sent, each in words, the comm usable after."""
+    d = daemon()
+    with ovl.connect(d.socket) as c:
+        job = ovl.Client.new_job_id("pytest-rs-bad")
+        with c.comm(job, 1, 0, 0) as comm:
+            a, _ = fill(c, (4, 3), "fp32", 1)
+            b, _ = fill(c, (3, 2), "fp32", 2)
+            IA = ovl.InvalidArgument
+            expect(IA, comm.matmul_reduce_scatter, a, b, reduce_op="max", words="reduce_op")
+            expect(IA, comm.matmul_reduce_scatter, a, b, algo="ring", words="no ring")
+            expect(IA, comm.matmul_reduce_scatter, a, b, transb=True, words="does not fit")
+            wrong, _ = fill(c, (3, 2), "fp32", 3)
+            expect(IA, comm.matmul_reduce_scatter, a, b, out=wrong, words="out")
+            out = comm.matmul_reduce_scatter(a, b)
+            want = as_f64(a, "fp32") @ as_f64(b, "fp32")
+            assert np.max(np.abs(as_f64(out, "fp32") - want)) < 1e-5, (out, want)
+
+
 if __name__ == "__main__":
     sys.path.insert(0, HERE)
     import test_misuse  # the package against misuse (issue 32): its own ovld
@@ -552,7 +650,9 @@ if __name__ == "__main__":
                    test_world_1, test_world_2, test_world_3, test_world_4,
                    test_bad_inputs_leave_comm_usable, test_job_id_daemon,
                    test_cuda_stream_arguments,
-                   test_async_op_and_lifetime, test_ranks_disagree, test_daemon_killed_mid_job,
+                   test_async_op_and_lifetime, test_ranks_disagree,
+                   test_matmul_reduce_scatter, test_matmul_reduce_scatter_refused,
+                   test_daemon_killed_mid_job,
                    test_daemon_stops_clean] + test_misuse.TESTS)
     finally:
         for d in (D, test_misuse.D):
