@@ -264,6 +264,77 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim=0, group_name="default", *, 
                                                  return_A=return_A)
 
 
+# -- the reduce-scatter op --------------------------------------------------
+
+SCHEMA_RS = ("fused_matmul_reduce_scatter(Tensor A, Tensor B, str reduce_op, int scatter_dim, "
+             "str group_name) -> Tensor")
+_LIB.define(SCHEMA_RS)
+
+
+def _rs_dims(A, B, reduce_op, scatter_dim, ws):
+    """The checks of fused_matmul_reduce_scatter's arguments; the scatter
+    dimension, normalized."""
+    nd = A.dim()
+    if nd < 2:
+        raise ValueError("fused_matmul_reduce_scatter: A needs 2 dimensions or more, got %d" % nd)
+    if B.dim() != 2 or B.shape[0] != A.shape[-1]:
+        raise ValueError("fused_matmul_reduce_scatter: B %s does not fit A's %d columns"
+                         % (tuple(B.shape), A.shape[-1]))
+    if reduce_op not in ("sum", "avg"):
+        raise ValueError("fused_matmul_reduce_scatter: reduce_op %r: sum or avg" % (reduce_op,))
+    if not -nd <= scatter_dim < nd:
+        raise ValueError("scatter_dim %d out of range for %d dimensions" % (scatter_dim, nd))
+    sd = scatter_dim % nd
+    if sd == nd - 1:
+        raise ValueError("fused_matmul_reduce_scatter: scatter_dim = the last dimension (the "
+                         "product's columns) is not supported by ovl yet")
+    if A.shape[sd] % ws:
+        raise ValueError("fused_matmul_reduce_scatter: dimension %d of A (%d) is not a multiple "
+                         "of the world %d" % (sd, A.shape[sd], ws))
+    return sd
+
+
+def _rs_fake(A, B, reduce_op, scatter_dim, group_name):
+    """The output of the CUDA impl: A @ B with dimension scatter_dim divided
+    by the world, contiguous with that dimension first, moved back."""
+    ws = _world_of(group_name)
+    sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
+    x = A.movedim(sd, 0)
+    return A.new_empty([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
+
+
+def _rs_cuda(A, B, reduce_op, scatter_dim, group_name):
+    """ONE ovl op: A with scatter_dim moved to the front, flattened to rows
+    x K (rank r keeps rows block r, which is its share of scatter_dim), times
+    B, summed (or averaged) over the group's ranks by ovld; the rows are
+    reshaped and moved back."""
+    comm = get_comm(group_name)
+    ws = comm.world
+    sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
+    if B.dtype != A.dtype:
+        raise ValueError("B: dtype %s, A's is %s" % (B.dtype, A.dtype))
+    x = A.movedim(sd, 0)
+    k = x.shape[-1]
+    x2 = _rows(x.reshape(-1, k))
+    (b,), transb = _b_args([B])
+    out = torch.empty((x2.shape[0] // ws, B.shape[1]), dtype=A.dtype, device=A.device)
+    comm.matmul_reduce_scatter(x2, b, reduce_op=reduce_op, out=out, transb=transb,
+                               stream=torch.cuda.current_stream(A.device))
+    return out.view([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
+
+
+_LIB.impl("fused_matmul_reduce_scatter", _rs_cuda, "CUDA")
+torch.library.register_fake("ovl::fused_matmul_reduce_scatter", _rs_fake, lib=_LIB)
+
+
+def fused_matmul_reduce_scatter(A, B, reduce_op="sum", scatter_dim=0, group_name="default"):
+    """torch.ops.ovl.fused_matmul_reduce_scatter (PyTorch's symm_mem op's
+    arguments): A @ B reduce-scattered along scatter_dim over the group of
+    `group_name` (reduce_op "sum" or "avg"): this rank's share of that
+    dimension of the sum of every rank's product."""
+    return torch.ops.ovl.fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
+
+
 # -- ColumnParallelLinear ---------------------------------------------------
 
 def _group_name_of(group):
@@ -272,6 +343,13 @@ def _group_name_of(group):
         if n in _COMMS:
             return n
     raise RuntimeError("ovl.torch: no ovl comm for this group (ovl.torch.init(group) first)")
+
+
+def _ovl_reduces(group):
+    """Whether ovl's GEMM + reduce-scatter serves the group: its ranks have
+    GPUs of their own (NCCL), which ovld's reduce-scatter needs; ranks that
+    share a GPU (gloo) keep the unfused path."""
+    return dist.get_world_size(group) == 1 or dist.get_backend(group) == "nccl"
 
 
 def _reduce_scatter_dim0(t, group):
@@ -296,7 +374,7 @@ class _ColumnParallel(torch.autograd.Function):
         A, (y,) = torch.ops.ovl.fused_all_gather_matmul(x, [weight.t()], gather_dim, group_name,
                                                         return_A=True)
         ctx.save_for_backward(A, weight)
-        ctx.gather_dim, ctx.group = gather_dim, group
+        ctx.gather_dim, ctx.group_name, ctx.group = gather_dim, group_name, group
         return y
 
     @staticmethod
@@ -304,7 +382,11 @@ class _ColumnParallel(torch.autograd.Function):
         A, weight = ctx.saved_tensors
         gd = ctx.gather_dim % A.dim()
         gx = gw = None
-        if ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0] and _ovl_reduces(ctx.group):
+            # ONE op: this rank's part of the gathered A's gradient, summed
+            # over the ranks and scattered back along gather_dim
+            gx = torch.ops.ovl.fused_matmul_reduce_scatter(gy, weight, "sum", gd, ctx.group_name)
+        elif ctx.needs_input_grad[0]:
             ga = (gy @ weight).movedim(gd, 0)            # the gathered A's, this rank's part
             shape = ga.shape
             gx = _reduce_scatter_dim0(ga.reshape(shape[0], -1), ctx.group)
@@ -393,10 +475,15 @@ class _RowParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, gather_dim, group_name, group):
         gd = gather_dim % x.dim()
-        p = torch.matmul(x, weight.t()).movedim(gd, 0)    # this rank's part of every row's sum
-        shape = p.shape
-        y = _reduce_scatter_dim0(p.reshape(shape[0], -1), group)
-        y = y.view((y.shape[0],) + tuple(shape[1:])).movedim(0, gd)
+        if _ovl_reduces(group):
+            # ONE op: this rank's part of every row's sum, summed over the
+            # ranks, this rank's rows back
+            y = torch.ops.ovl.fused_matmul_reduce_scatter(x, weight.t(), "sum", gd, group_name)
+        else:
+            p = torch.matmul(x, weight.t()).movedim(gd, 0)  # this rank's part of every row's sum
+            shape = p.shape
+            y = _reduce_scatter_dim0(p.reshape(shape[0], -1), group)
+            y = y.view((y.shape[0],) + tuple(shape[1:])).movedim(0, gd)
         if bias is not None:
             y = y + bias
         ctx.save_for_backward(x, weight)
@@ -433,8 +520,9 @@ class RowParallelLinear(torch.nn.Module):
     every rank (in rank order along gather_dim), this rank's in_local
     features (ColumnParallelLinear's output); the products of every rank are
     summed and this rank gets its own rows back (reduce-scatter along
-    gather_dim: reduce_scatter_tensor on NCCL, a float32 CPU all_reduce on
-    gloo), then the bias, which every rank holds whole. Backward: ONE ovl op
+    gather_dim: ONE ovl fused_matmul_reduce_scatter on NCCL groups, the
+    local product and a float32 CPU all_reduce on gloo), then the bias,
+    which every rank holds whole. Backward: ONE ovl op
     gathers grad_out of every rank's rows and multiplies it by W (the
     input's gradient); the gathered grad_out gives the weight's gradient
     (G^T @ x); the bias's (the sum of this rank's rows of grad_out) is

@@ -32,6 +32,13 @@ checks of fused_all_gather_matmul, ported):
   reference's slices (RowParallelLinear's bias whole), the input's gradient
   (step 0); after the steps the parameters, and RowParallelLinear's bias
   equal on every rank (its gradient all-reduced);
+- torch.ops.ovl.fused_matmul_reduce_scatter against matmul + reduce_scatter_tensor
+  (PyTorch's _fused_matmul_reduce_scatter_fallback), where torch.distributed
+  runs NCCL: 3-D A, scatter_dim 0 and 1, B row- and column-major, sum and
+  avg, float32 and bf16, the fake impl's shapes and strides those of the
+  result; scatter_dim = the last dimension refused with words. The MLP's
+  RowParallelLinear forward and ColumnParallelLinear's input gradient run it
+  there too;
 - the stream contract through the op: on a non-default current stream, 100
   iterations of a producer kernel writing A_shard (distinct data per
   iteration and rank), the op (two Bs, return_A), consumer kernels copying A
@@ -174,6 +181,66 @@ def check_op(torch, ref, gname, rank, world, dev, worst):
             worst["op large bf16"] = max(worst.get("op large bf16", 0.0), rel_err(o1, o0))
         n_cases += 1
     return n_cases
+
+
+def check_rs_op(torch, dist, gname, rank, world, dev, worst):
+    """torch.ops.ovl.fused_matmul_reduce_scatter against the unfused path
+    (matmul, then reduce_scatter_tensor along scatter_dim; PyTorch's
+    _fused_matmul_reduce_scatter_fallback): 3-D A (8 x 64 x 32/world: this
+    rank's share of K), scatter_dim 0 and 1, B row- and column-major, sum
+    and avg, float32 and bf16: outputs within tolerance, shapes and strides
+    as the fake impl says. NCCL only (ovld's reduce-scatter needs it)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    op = torch.ops.ovl.fused_matmul_reduce_scatter
+    tol = {torch.float32: dict(rtol=5e-3, atol=5e-3),
+           torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+    BATCH, M, N, K = 8, 64, 16, 32
+    n_cases = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        for sd in (0, 1):
+            for layout in ("row", "col"):
+                for red in ("sum", "avg"):
+                    torch.manual_seed(11 + rank)
+                    A = torch.rand(BATCH, M, K // world, device=dev).to(dtype)
+                    if layout == "row":
+                        B = torch.rand(K // world, N, device=dev).to(dtype)
+                    else:
+                        B = torch.rand(N, K // world, device=dev).to(dtype).t()
+                    what = "rs %s scatter_dim %d %s-major %s" % (str(dtype)[6:], sd, layout, red)
+                    p = torch.matmul(A, B).float().movedim(sd, 0).contiguous()
+                    want = p.new_empty((p.shape[0] // world,) + tuple(p.shape[1:]))
+                    if world > 1:
+                        dist.reduce_scatter_tensor(want, p)
+                    else:
+                        want.copy_(p)
+                    if red == "avg":
+                        want /= world
+                    want = want.movedim(0, sd).to(dtype)
+                    got = op(A, B, red, sd, gname)
+                    torch.cuda.synchronize()
+                    assert got.shape == want.shape, "%s: shape %s, not %s" % (
+                        what, tuple(got.shape), tuple(want.shape))
+                    with FakeTensorMode() as mode:
+                        fake = op(mode.from_tensor(A), mode.from_tensor(B), red, sd, gname)
+                    assert fake.shape == got.shape and fake.stride() == got.stride(), (
+                        "%s: fake %s %s, real %s %s" % (what, tuple(fake.shape), fake.stride(),
+                                                        tuple(got.shape), got.stride()))
+                    torch.testing.assert_close(got, want, **tol[dtype],
+                                               msg=lambda m: "%s: %s" % (what, m))
+                    key = "rs op " + str(dtype)[6:]
+                    worst[key] = max(worst.get(key, 0.0), rel_err(got, want))
+                    n_cases += 1
+    # refusals, in words: the product's columns scattered, a dimension
+    # that does not split over the ranks (world > 1)
+    A = torch.rand(4, 2 * world, 8, device=dev)
+    B = torch.rand(8, 6, device=dev)
+    try:
+        op(A, B, "sum", 2, gname)
+        raise AssertionError("scatter_dim = last dimension accepted")
+    except (ValueError, RuntimeError) as e:
+        assert "last dimension" in str(e), e
+    return n_cases
+
 
 
 def check_fake(torch, gname, world, dev):
@@ -408,6 +475,8 @@ def rank_main(sock, store, world, rank, q):
             assert otorch.get_comm(gname) is comm and otorch.get_comm("default") is comm
             ref = Ref(torch, dist, world, nccl)
             n = check_op(torch, ref, gname, rank, world, dev, worst)
+            if nccl:  # ovld's reduce-scatter needs NCCL between the ranks
+                n += check_rs_op(torch, dist, gname, rank, world, dev, worst)
             check_fake(torch, gname, world, dev)
             check_compile(torch, gname, rank, dev)
             check_linear(torch, dist, otorch, rank, world, dev, nccl, worst)
