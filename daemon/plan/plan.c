@@ -1,9 +1,12 @@
 /*
- * plan.c: the planner (see plan.h and docs/plans.md). Every algorithm is one
- * emit_* function that appends instructions to a growing array; the rules
- * they share (chunking, the prologue, joins, the epilogue, how A is
- * gathered, where each row lives) live in helpers so that every program has
- * the same shape. Pure code: no I/O, no logging.
+ * plan.c: the planner (see plan.h and docs/plans.md): the builder every
+ * kind's emitter shares (plan_internal.h), all-gather + GEMM's emitters,
+ * the entry points that pick a kind's (GEMM + reduce-scatter's are in
+ * plan_rs.c), and the dump format. Every algorithm is one emit_* function
+ * that appends instructions to a growing array; the rules they share
+ * (chunking, the prologue, joins, the epilogue, how A is gathered, where
+ * each row lives) live in helpers so that every program has the same
+ * shape. Pure code: no I/O, no logging.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -12,15 +15,14 @@
 #include <string.h>
 
 #include "plan.h"
+#include "plan_internal.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Chunks and streams when the caller asks for 0 (docs/plans.md). */
-#define NAIVE_STREAMS      1
-#define COLLECTIVE_CHUNKS  4
-#define COLLECTIVE_STREAMS 2
-#define RING_CHUNKS        1
-#define RING_NARROW_N      1024 /* n at or under which ring pulls in two chunks */
+/* Chunks and streams when the caller asks for 0 (docs/plans.md); naive's
+ * and collective's are plan_internal.h's, shared with plan_rs.c. */
+#define RING_CHUNKS   1
+#define RING_NARROW_N 1024 /* n at or under which ring pulls in two chunks */
 /*
  * The default chunks split an op's GEMMs only while each chunk's GEMM keeps
  * at least this much work (2 x rows x n x k): about 1.5 us on an H100 or
@@ -75,35 +77,6 @@
 
 #define INSTR_INITIAL_CAP 32
 
-/*
- * Where the job's ranks are, derived from params.node_of (one node where it
- * is NULL). A rank's local index is its place among its node's ranks in
- * rank order; by_node lists the ranks node by node, each node's in rank
- * order, so that node N's local index i is by_node[first[N] + i].
- */
-typedef struct topo {
-    uint32_t nnodes;
-    const uint32_t *node_of; /* NULL: one node */
-    uint32_t *size;          /* per node: its ranks */
-    uint32_t *first;         /* per node: where its ranks start in by_node */
-    uint32_t *by_node;       /* world entries */
-    uint32_t *local;         /* per rank: its local index */
-    uint32_t *scratch;       /* world entries, for a peer's receive list */
-} topo_t;
-
-typedef struct builder {
-    const ovl_plan_t *plan; /* params and shape: where rows live */
-    const topo_t *topo;
-    ovl_instr_t *instr;
-    size_t n;
-    size_t cap;
-    uint32_t max_stream; /* highest stream used */
-    uint32_t max_event;  /* highest event used */
-    uint32_t next_event; /* next fresh event */
-    uint32_t *peers;     /* the plan's RAIL peer lists */
-    uint32_t npeers, cap_peers;
-} builder_t;
-
 /* ------------------------------------------------------------ topology */
 
 /* node_of[q], NULL being node 0 for every rank. */
@@ -120,7 +93,7 @@ static uint32_t node_of(const topo_t *t, uint32_t q)
 
 /* The nodes params.node_of names (1 for NULL), or 0 where it is not dense
  * (a node id >= world, or an id unused below the highest). */
-static uint32_t count_nodes(const ovl_plan_params_t *p)
+uint32_t pb_count_nodes(const ovl_plan_params_t *p)
 {
     bool seen[OVL_PLAN_MAX_WORLD] = {false};
     uint32_t max = 0;
@@ -149,7 +122,7 @@ static void topo_free(topo_t *t)
 /* Derives the topology of valid params (count_nodes > 0). */
 static ovl_status_t topo_make(const ovl_plan_params_t *p, topo_t *t)
 {
-    uint32_t w = p->world, k = count_nodes(p);
+    uint32_t w = p->world, k = pb_count_nodes(p);
     uint32_t *block = calloc(2 * (size_t)k + 3 * (size_t)w, sizeof(*block));
 
     memset(t, 0, sizeof(*t));
@@ -226,7 +199,7 @@ ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint3
     ovl_status_t st;
 
     if (world == 0 || world > OVL_PLAN_MAX_WORLD || !node_of || !group_of || !pos || !ret_ngroups ||
-        count_nodes(&p) == 0)
+        pb_count_nodes(&p) == 0)
         return OVL_ERR_INVALID;
     st = topo_make(&p, &t);
     if (st != OVL_OK)
@@ -271,7 +244,7 @@ ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint3
 /* ------------------------------------------------------------ builder */
 
 /* Appends one instruction, growing the array geometrically. */
-static ovl_status_t emit(builder_t *b, const ovl_instr_t *in)
+ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
 {
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : INSTR_INITIAL_CAP;
@@ -316,29 +289,29 @@ static ovl_status_t add_peers(builder_t *b, const uint32_t *ranks, uint32_t n)
     return OVL_OK;
 }
 
-static ovl_status_t emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream)
+ovl_status_t pb_emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream)
 {
     ovl_instr_t in = {.kind = kind, .stream = stream};
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
-static ovl_status_t emit_record(builder_t *b, uint32_t stream, uint32_t event)
+ovl_status_t pb_emit_record(builder_t *b, uint32_t stream, uint32_t event)
 {
     ovl_instr_t in = {.kind = OVL_I_RECORD, .stream = stream, .event = event};
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
-static ovl_status_t emit_wait(builder_t *b, uint32_t stream, uint32_t peer, uint32_t event)
+ovl_status_t pb_emit_wait(builder_t *b, uint32_t stream, uint32_t peer, uint32_t event)
 {
     ovl_instr_t in = {.kind = OVL_I_WAIT, .stream = stream, .event = event, .peer = peer};
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /* A row of one of this rank's buffers. */
-static ovl_ref_t own(const builder_t *b, ovl_buf_t buf, uint64_t row)
+ovl_ref_t pb_own(const builder_t *b, ovl_buf_t buf, uint64_t row)
 {
     return (ovl_ref_t){.buf = buf, .rank = b->plan->params.rank, .row = row};
 }
@@ -355,14 +328,14 @@ static ovl_status_t emit_allgather(builder_t *b, uint32_t stream, uint64_t row0,
         .kind = OVL_I_ALLGATHER,
         .stream = stream,
         .method = whole ? OVL_AG_NCCL_ALLGATHER : OVL_AG_NCCL_SENDRECV,
-        .src = own(b, OVL_BUF_A, row0),
-        .dst = own(b, OVL_BUF_G, row0),
+        .src = pb_own(b, OVL_BUF_A, row0),
+        .dst = pb_own(b, OVL_BUF_G, row0),
         .rows = rows,
         .cols = p->k,
         .stride = p->m,
     };
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /* Copies rank peer's shard rows [row0, row0+rows) into its block of G. */
@@ -374,12 +347,12 @@ static ovl_status_t emit_pull(builder_t *b, uint32_t stream, uint32_t peer, uint
         .kind = OVL_I_PULL,
         .stream = stream,
         .src = {.buf = OVL_BUF_A, .rank = peer, .row = row0},
-        .dst = own(b, OVL_BUF_G, (uint64_t)peer * p->m + row0),
+        .dst = pb_own(b, OVL_BUF_G, (uint64_t)peer * p->m + row0),
         .rows = rows,
         .cols = p->k,
     };
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /* Copies the own shard's rows [row0, row0+rows) into the own block of
@@ -391,13 +364,13 @@ static ovl_status_t emit_push(builder_t *b, uint32_t stream, uint32_t peer, uint
     ovl_instr_t in = {
         .kind = OVL_I_PUSH,
         .stream = stream,
-        .src = own(b, OVL_BUF_A, row0),
+        .src = pb_own(b, OVL_BUF_A, row0),
         .dst = {.buf = OVL_BUF_G, .rank = peer, .row = (uint64_t)p->rank * p->m + row0},
         .rows = rows,
         .cols = p->k,
     };
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /* Copies block q's rows [row0, row0+rows) of peer's G (rows peer received
@@ -411,12 +384,12 @@ static ovl_status_t emit_pull_g(builder_t *b, uint32_t stream, uint32_t peer, ui
         .kind = OVL_I_PULL,
         .stream = stream,
         .src = {.buf = OVL_BUF_G, .rank = peer, .row = row},
-        .dst = own(b, OVL_BUF_G, row),
+        .dst = pb_own(b, OVL_BUF_G, row),
         .rows = rows,
         .cols = p->k,
     };
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /* Chunk rows [row0, row0+rows) of the own shard go to the nsend ranks
@@ -430,8 +403,8 @@ static ovl_status_t emit_rail(builder_t *b, uint32_t stream, uint32_t peers, uin
         .kind = OVL_I_RAIL,
         .stream = stream,
         .method = OVL_AG_NCCL_RAIL,
-        .src = own(b, OVL_BUF_A, row0),
-        .dst = own(b, OVL_BUF_G, row0),
+        .src = pb_own(b, OVL_BUF_A, row0),
+        .dst = pb_own(b, OVL_BUF_G, row0),
         .rows = rows,
         .cols = p->k,
         .stride = p->m,
@@ -440,7 +413,7 @@ static ovl_status_t emit_rail(builder_t *b, uint32_t stream, uint32_t peers, uin
         .nrecv = nrecv,
     };
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /*
@@ -462,9 +435,9 @@ static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_buf_t from, uin
         ovl_instr_t in = {
             .kind = OVL_I_GEMM,
             .stream = stream,
-            .src = own(b, from, from == OVL_BUF_A ? row0 : crow),
-            .dst = own(b, ovl_buf_c(i), crow),
-            .b = own(b, ovl_buf_b(i), 0),
+            .src = pb_own(b, from, from == OVL_BUF_A ? row0 : crow),
+            .dst = pb_own(b, ovl_buf_c(i), crow),
+            .b = pb_own(b, ovl_buf_b(i), 0),
             .rows = rows,
             .n = ovl_plan_bn(p, i),
             .k = p->k,
@@ -478,7 +451,7 @@ static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_buf_t from, uin
             in.nblocks = 1;
             in.stride = 0;
         }
-        r = emit(b, &in);
+        r = pb_emit(b, &in);
     }
     return r;
 }
@@ -487,30 +460,30 @@ static ovl_status_t emit_sleep(builder_t *b, uint32_t stream, uint32_t ns)
 {
     ovl_instr_t in = {.kind = OVL_I_SLEEP, .stream = stream, .sleep_ns = ns};
 
-    return emit(b, &in);
+    return pb_emit(b, &in);
 }
 
 /* Every program starts so: stream 0 waits for the client, then tells every
  * stream of every rank that this rank's inputs are ready. */
-static ovl_status_t emit_prologue(builder_t *b)
+ovl_status_t pb_emit_prologue(builder_t *b)
 {
-    ovl_status_t r = emit_simple(b, OVL_I_WAIT_READY, 0);
+    ovl_status_t r = pb_emit_simple(b, OVL_I_WAIT_READY, 0);
 
     if (r == OVL_OK)
-        r = emit_record(b, 0, OVL_EV_READY);
+        r = pb_emit_record(b, 0, OVL_EV_READY);
     return r;
 }
 
 /* Joins streams [first, last] into stream 0, each through a fresh event: the
  * client's stream must not see DONE before the work of any stream is done. */
-static ovl_status_t emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t last)
+ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t last)
 {
     for (uint32_t s = first; s <= last; s++) {
         uint32_t ev = b->next_event++;
-        ovl_status_t r = emit_record(b, s, ev);
+        ovl_status_t r = pb_emit_record(b, s, ev);
 
         if (r == OVL_OK)
-            r = emit_wait(b, 0, rank, ev);
+            r = pb_emit_wait(b, 0, rank, ev);
         if (r != OVL_OK)
             return r;
     }
@@ -580,13 +553,13 @@ static ovl_status_t emit_chunked(builder_t *b, const ovl_plan_t *plan)
     uint32_t rel_more = 0;       /* release event of stream 1; stream s's is rel_more + s - 1 */
     ovl_status_t r;
 
-    r = emit_prologue(b);
+    r = pb_emit_prologue(b);
     for (uint32_t s = 1; r == OVL_OK && s < k; s++)
-        r = emit_wait(b, s, p->rank, OVL_EV_READY);
+        r = pb_emit_wait(b, s, p->rank, OVL_EV_READY);
     if (peers) {
         for (uint32_t s = 0; s < k; s++)
             for (uint32_t t = 1; r == OVL_OK && t < w; t++)
-                r = emit_wait(b, s, (p->rank + t) % w, OVL_EV_READY);
+                r = pb_emit_wait(b, s, (p->rank + t) % w, OVL_EV_READY);
         rel_more = b->next_event;
         b->next_event += k - 1;
     }
@@ -602,18 +575,18 @@ static ovl_status_t emit_chunked(builder_t *b, const ovl_plan_t *plan)
                 r = emit_pull(b, s, (p->rank + t) % w, row0, rows);
             /* the last chunk on stream s: s reads no shard after it */
             if (r == OVL_OK && peers && j + k >= plan->chunks)
-                r = emit_record(b, s, s == 0 ? OVL_EV_RELEASE : rel_more + s - 1);
+                r = pb_emit_record(b, s, s == 0 ? OVL_EV_RELEASE : rel_more + s - 1);
         }
         if (r == OVL_OK)
             r = emit_gemm(b, s, OVL_BUF_G, 0, w, row0, rows);
     }
     if (r == OVL_OK && k > 1)
-        r = emit_joins(b, p->rank, 1, k - 1);
+        r = pb_emit_joins(b, p->rank, 1, k - 1);
     for (uint32_t t = 1; r == OVL_OK && peers && t < w; t++)
         for (uint32_t s = 0; r == OVL_OK && s < k; s++)
-            r = emit_wait(b, 0, (p->rank + t) % w, s == 0 ? OVL_EV_RELEASE : rel_more + s - 1);
+            r = pb_emit_wait(b, 0, (p->rank + t) % w, s == 0 ? OVL_EV_RELEASE : rel_more + s - 1);
     if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
 }
 
@@ -624,7 +597,7 @@ static ovl_status_t emit_ring_single(builder_t *b, const ovl_plan_t *plan)
     const ovl_plan_params_t *p = &plan->params;
     ovl_status_t r;
 
-    r = emit_prologue(b);
+    r = pb_emit_prologue(b);
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
         uint64_t row0, rows;
 
@@ -634,7 +607,7 @@ static ovl_status_t emit_ring_single(builder_t *b, const ovl_plan_t *plan)
     if (r == OVL_OK && p->want_gathered)
         r = emit_pull(b, 0, p->rank, 0, p->m);
     if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
 }
 
@@ -682,13 +655,13 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
     uint32_t gemms = 0; /* GEMMs issued: picks the GEMM stream */
     ovl_status_t r;
 
-    r = emit_prologue(b);
+    r = pb_emit_prologue(b);
     /* every side stream waits for READY (stream 1 is the comm stream where
      * the rank pulls nothing) */
     for (uint32_t s = 1; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
-        r = emit_wait(b, s, me, OVL_EV_READY);
+        r = pb_emit_wait(b, s, me, OVL_EV_READY);
     if (r == OVL_OK && pulls)
-        r = emit_wait(b, comm, me, OVL_EV_READY);
+        r = pb_emit_wait(b, comm, me, OVL_EV_READY);
     if (r == OVL_OK)
         r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
@@ -718,14 +691,14 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
         chunk_range(plan, j, &row0, &rows);
         r = emit_rail(b, comm, 0, nsend, nrecv, row0, rows);
         if (r == OVL_OK && nrecv > 0)
-            r = emit_record(b, comm, ovl_plan_arrival_event(j));
+            r = pb_emit_record(b, comm, ovl_plan_arrival_event(j));
     }
 
     /* the node's shards, pulled from the peers' A in ring order */
     for (uint32_t i = 1; r == OVL_OK && i < L; i++) {
         uint32_t peer = rank_at(t, nd, (l + i) % L);
 
-        r = emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
+        r = pb_emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
         for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
             uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
             uint32_t ev = b->next_event++;
@@ -734,9 +707,9 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
             chunk_range(plan, j, &row0, &rows);
             r = emit_pull(b, RING_COPY_STREAM, peer, row0, rows);
             if (r == OVL_OK)
-                r = emit_record(b, RING_COPY_STREAM, ev);
+                r = pb_emit_record(b, RING_COPY_STREAM, ev);
             if (r == OVL_OK)
-                r = emit_wait(b, gs, me, ev);
+                r = pb_emit_wait(b, gs, me, ev);
             if (r == OVL_OK)
                 r = emit_gemm(b, gs, OVL_BUF_G, peer, 1, row0, rows);
         }
@@ -755,7 +728,7 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
             uint32_t q = b->peers[nsend + i]; /* this rank's receive list */
 
             if (!waited[gs - RING_GEMM_STREAM0])
-                r = emit_wait(b, gs, me, ovl_plan_arrival_event(j));
+                r = pb_emit_wait(b, gs, me, ovl_plan_arrival_event(j));
             waited[gs - RING_GEMM_STREAM0] = true;
             if (r == OVL_OK)
                 r = emit_gemm(b, gs, OVL_BUF_G, q, 1, row0, rows);
@@ -765,29 +738,29 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
             uint32_t n = rail_recv(t, peer, list);
 
             if (n > 0)
-                r = emit_wait(b, RING_COPY_STREAM, peer, ovl_plan_arrival_event(j));
+                r = pb_emit_wait(b, RING_COPY_STREAM, peer, ovl_plan_arrival_event(j));
             for (uint32_t x = 0; r == OVL_OK && x < n; x++, gemms++) {
                 uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
                 uint32_t ev = b->next_event++;
 
                 r = emit_pull_g(b, RING_COPY_STREAM, peer, list[x], row0, rows);
                 if (r == OVL_OK)
-                    r = emit_record(b, RING_COPY_STREAM, ev);
+                    r = pb_emit_record(b, RING_COPY_STREAM, ev);
                 if (r == OVL_OK)
-                    r = emit_wait(b, gs, me, ev);
+                    r = pb_emit_wait(b, gs, me, ev);
                 if (r == OVL_OK)
                     r = emit_gemm(b, gs, OVL_BUF_G, list[x], 1, row0, rows);
             }
         }
     }
     if (r == OVL_OK && L > 1)
-        r = emit_record(b, RING_COPY_STREAM, OVL_EV_RELEASE);
+        r = pb_emit_record(b, RING_COPY_STREAM, OVL_EV_RELEASE);
     if (r == OVL_OK)
-        r = emit_joins(b, me, 1, plan->nstreams - 1);
+        r = pb_emit_joins(b, me, 1, plan->nstreams - 1);
     for (uint32_t i = 1; r == OVL_OK && i < L; i++)
-        r = emit_wait(b, 0, rank_at(t, nd, (l + i) % L), OVL_EV_RELEASE);
+        r = pb_emit_wait(b, 0, rank_at(t, nd, (l + i) % L), OVL_EV_RELEASE);
     if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
 }
 
@@ -798,10 +771,10 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
 static ovl_status_t emit_ring_head(builder_t *b, const ovl_plan_t *plan, uint32_t *gemms)
 {
     const ovl_plan_params_t *p = &plan->params;
-    ovl_status_t r = emit_prologue(b);
+    ovl_status_t r = pb_emit_prologue(b);
 
     for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
-        r = emit_wait(b, s, p->rank, OVL_EV_READY);
+        r = pb_emit_wait(b, s, p->rank, OVL_EV_READY);
     if (r == OVL_OK)
         r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, (*gemms)++) {
@@ -839,14 +812,14 @@ static ovl_status_t emit_ring_push(builder_t *b, const ovl_plan_t *plan)
     for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
         uint32_t peer = (p->rank + t) % p->world;
 
-        r = emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
+        r = pb_emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
         for (uint32_t j = 0; r == OVL_OK && j < nc; j++) {
             uint64_t row0, rows;
 
             chunk_range(plan, j, &row0, &rows);
             r = emit_push(b, RING_COPY_STREAM, peer, row0, rows);
             if (r == OVL_OK)
-                r = emit_record(b, RING_COPY_STREAM, first + (t - 1) * nc + j);
+                r = pb_emit_record(b, RING_COPY_STREAM, first + (t - 1) * nc + j);
         }
     }
     for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
@@ -857,15 +830,15 @@ static ovl_status_t emit_ring_push(builder_t *b, const ovl_plan_t *plan)
             uint64_t row0, rows;
 
             chunk_range(plan, j, &row0, &rows);
-            r = emit_wait(b, gs, from, first + (t - 1) * nc + j);
+            r = pb_emit_wait(b, gs, from, first + (t - 1) * nc + j);
             if (r == OVL_OK)
                 r = emit_gemm(b, gs, OVL_BUF_G, from, 1, row0, rows);
         }
     }
     if (r == OVL_OK)
-        r = emit_joins(b, p->rank, RING_COPY_STREAM, RING_GEMM_STREAM1);
+        r = pb_emit_joins(b, p->rank, RING_COPY_STREAM, RING_GEMM_STREAM1);
     if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
 }
 
@@ -896,7 +869,7 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
     for (uint32_t t = 1; r == OVL_OK && t < p->world; t++) {
         uint32_t peer = (p->rank + t) % p->world;
 
-        r = emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
+        r = pb_emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
         for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
             uint32_t gs = gemms % 2 ? RING_GEMM_STREAM1 : RING_GEMM_STREAM0;
             uint32_t ev = b->next_event++;
@@ -905,21 +878,21 @@ static ovl_status_t emit_ring(builder_t *b, const ovl_plan_t *plan)
             chunk_range(plan, j, &row0, &rows);
             r = emit_pull(b, RING_COPY_STREAM, peer, row0, rows);
             if (r == OVL_OK)
-                r = emit_record(b, RING_COPY_STREAM, ev);
+                r = pb_emit_record(b, RING_COPY_STREAM, ev);
             if (r == OVL_OK)
-                r = emit_wait(b, gs, p->rank, ev);
+                r = pb_emit_wait(b, gs, p->rank, ev);
             if (r == OVL_OK)
                 r = emit_gemm(b, gs, OVL_BUF_G, peer, 1, row0, rows);
         }
     }
     if (r == OVL_OK)
-        r = emit_record(b, RING_COPY_STREAM, OVL_EV_RELEASE);
+        r = pb_emit_record(b, RING_COPY_STREAM, OVL_EV_RELEASE);
     if (r == OVL_OK)
-        r = emit_joins(b, p->rank, RING_COPY_STREAM, RING_GEMM_STREAM1);
+        r = pb_emit_joins(b, p->rank, RING_COPY_STREAM, RING_GEMM_STREAM1);
     for (uint32_t t = 1; r == OVL_OK && t < p->world; t++)
-        r = emit_wait(b, 0, (p->rank + t) % p->world, OVL_EV_RELEASE);
+        r = pb_emit_wait(b, 0, (p->rank + t) % p->world, OVL_EV_RELEASE);
     if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
 }
 
@@ -953,14 +926,12 @@ static ovl_op_kind_t kind_of(const ovl_plan_params_t *p)
     return p->kind ? p->kind : OVL_OP_AG_GEMM;
 }
 
-static bool rs_params_valid(const ovl_plan_params_t *p);
-
 static bool params_valid(const ovl_plan_params_t *p)
 {
     /* every kind has its emitter: GEMM + reduce-scatter's in its section
      * below, all-gather + GEMM's above */
     if (kind_of(p) == OVL_OP_GEMM_RS)
-        return rs_params_valid(p);
+        return pb_rs_valid(p);
     if (kind_of(p) != OVL_OP_AG_GEMM)
         return false;
     if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
@@ -981,7 +952,7 @@ static bool params_valid(const ovl_plan_params_t *p)
         return false;
     if (p->chunks > OVL_PLAN_MAX_CHUNKS || p->streams > OVL_PLAN_MAX_STREAMS)
         return false;
-    switch (count_nodes(p)) {
+    switch (pb_count_nodes(p)) {
     case 0:
         return false; /* node ids out of range or not dense */
     case 1:
@@ -1030,14 +1001,12 @@ static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret)
     return OVL_OK;
 }
 
-static ovl_status_t rs_scratch(const ovl_plan_params_t *p, uint64_t *ret);
-
 ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes)
 {
     if (!params || !ret_bytes || !params_valid(params))
         return OVL_ERR_INVALID;
     if (kind_of(params) == OVL_OP_GEMM_RS)
-        return rs_scratch(params, ret_bytes);
+        return pb_rs_scratch(params, ret_bytes);
     return scratch_of(params, ret_bytes);
 }
 
@@ -1046,7 +1015,7 @@ ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *r
  * ceil(m / c) rows of `ranks` ranks, all the Bs' columns) would do less
  * than MIN_CHUNK_GEMM_FLOP.
  */
-static uint32_t default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t ranks)
+uint32_t pb_default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t ranks)
 {
     double per_row = 2.0 * (double)ranks * (double)total_n(p) * (double)p->k;
     while (c > 1 && (double)((p->m + c - 1) / c) * per_row < (double)MIN_CHUNK_GEMM_FLOP)
@@ -1067,7 +1036,7 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
     switch (p->algo) {
     case OVL_ALGO_COLLECTIVE:
         /* a chunk's GEMM covers its rows of every rank */
-        c = c ? c : default_chunks(p, COLLECTIVE_CHUNKS, p->world);
+        c = c ? c : pb_default_chunks(p, COLLECTIVE_CHUNKS, p->world);
         s = s ? s : COLLECTIVE_STREAMS;
         break;
     case OVL_ALGO_RING:
@@ -1080,8 +1049,9 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
          * ms in two GEMMs, 0.226 to 0.227 in one); naive and collective
          * alone still copy A into G, which their chunks overlap. */
         if (!c)
-            c = p->world == 1 ? 1
-                              : default_chunks(p, total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
+            c = p->world == 1
+                    ? 1
+                    : pb_default_chunks(p, total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
         if (t->nnodes > 1) {
@@ -1120,7 +1090,7 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
 }
 
 /* Marks the buffers the instructions name. */
-static void mark_used(ovl_plan_t *plan)
+void pb_mark_used(ovl_plan_t *plan)
 {
     for (size_t i = 0; i < plan->ninstr; i++) {
         const ovl_instr_t *in = &plan->instr[i];
@@ -1147,8 +1117,6 @@ static void mark_used(ovl_plan_t *plan)
     }
 }
 
-static ovl_status_t rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
-
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
 {
     builder_t b = {.next_event = OVL_EV_FIRST_FREE};
@@ -1160,7 +1128,7 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     if (!params || !ret_plan || !params_valid(params))
         return OVL_ERR_INVALID;
     if (kind_of(params) == OVL_OP_GEMM_RS)
-        return rs_build(params, ret_plan);
+        return pb_rs_build(params, ret_plan);
 
     plan.params = *params;
     plan.params.kind = kind_of(params);
@@ -1207,7 +1175,7 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     plan.instr = b.instr;
     plan.npeers = b.npeers;
     plan.peers = b.peers;
-    mark_used(&plan);
+    pb_mark_used(&plan);
     plan.replay = gemm_flop(params) < REPLAY_MAX_GEMM_FLOP;
     /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
     if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
@@ -1224,195 +1192,6 @@ fail:
     free(b.instr);
     free(b.peers);
     return r;
-}
-
-/* ---------------------------------------------- GEMM + reduce-scatter */
-
-/*
- * GEMM + reduce-scatter (docs/plans.md, "GEMM + reduce-scatter"): each rank
- * holds A (m x k, its share of the inner dimension) and B (k x n); the
- * partial product P = A @ op(B) (m x n) is summed over the ranks, and rank
- * r keeps rows [r * m/W, (r+1) * m/W) of the sum in C. A chunk is a range
- * of rows of one rank's block, taken in every block: its GEMM covers those
- * rows of all W blocks (W blocks, m/W apart), and its REDUCE_SCATTER sums
- * them into each rank's C.
- */
-
-/* Rows of one rank's block of the product. */
-static uint64_t rs_block(const ovl_plan_params_t *p)
-{
-    return p->m / p->world;
-}
-
-static bool rs_params_valid(const ovl_plan_params_t *p)
-{
-    if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
-        return false;
-    if (p->m == 0 || p->n == 0 || p->k == 0 || p->m % p->world != 0)
-        return false;
-    /* one B, no gathered A, one node: what this kind's plans are */
-    if (ovl_plan_nb(p) != 1 || p->want_gathered || count_nodes(p) != 1)
-        return false;
-    if (p->algo != OVL_ALGO_NAIVE && p->algo != OVL_ALGO_COLLECTIVE)
-        return false;
-    if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT ||
-        (unsigned)p->reduce_op >= OVL_REDUCE_OP_COUNT)
-        return false;
-    return p->chunks <= OVL_PLAN_MAX_CHUNKS && p->streams <= OVL_PLAN_MAX_STREAMS;
-}
-
-/* P's bytes: m x n elements (OVL_ERR_LIMIT rather than a wrapped size). */
-static ovl_status_t rs_scratch(const ovl_plan_params_t *p, uint64_t *ret)
-{
-    uint64_t row;
-
-    *ret = 0;
-    if (__builtin_mul_overflow(p->n, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
-        __builtin_mul_overflow(p->m, row, ret))
-        return OVL_ERR_LIMIT;
-    return OVL_OK;
-}
-
-static void rs_buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
-{
-    bufs[OVL_BUF_A] = (ovl_plan_buf_t){.rows = p->m, .cols = p->k};
-    bufs[OVL_BUF_B] = p->transb ? (ovl_plan_buf_t){.rows = p->n, .cols = p->k}
-                                : (ovl_plan_buf_t){.rows = p->k, .cols = p->n};
-    bufs[OVL_BUF_C] = (ovl_plan_buf_t){.rows = rs_block(p), .cols = p->n};
-    bufs[OVL_BUF_P] = (ovl_plan_buf_t){.rows = p->m, .cols = p->n};
-}
-
-/* Chunks of a block's rows and streams (docs/plans.md): collective's
- * defaults as all-gather + GEMM's, its chunks clamped to the block and
- * evened out, a stream per chunk at most; naive one chunk on stream 0. */
-static void rs_plan_shape(ovl_plan_t *plan)
-{
-    const ovl_plan_params_t *p = &plan->params;
-    uint64_t mb = rs_block(p);
-    uint32_t c = 1, s = NAIVE_STREAMS;
-
-    if (p->algo == OVL_ALGO_COLLECTIVE) {
-        /* default_chunks reads m as a rank's rows: a block's here */
-        ovl_plan_params_t q = *p;
-
-        q.m = mb;
-        c = p->chunks ? p->chunks : default_chunks(&q, COLLECTIVE_CHUNKS, p->world);
-        s = p->streams ? p->streams : COLLECTIVE_STREAMS;
-    }
-    if (c > mb)
-        c = (uint32_t)mb;
-    plan->chunk_rows = mb / c + (mb % c != 0);
-    plan->chunks = (uint32_t)(mb / plan->chunk_rows + (mb % plan->chunk_rows != 0));
-    if (s > plan->chunks)
-        s = plan->chunks;
-    plan->nstreams = s;
-    plan->roles[0] = OVL_ROLE_CLIENT;
-    for (uint32_t i = 1; i < s; i++)
-        plan->roles[i] = OVL_ROLE_COMM; /* each side stream reduces its chunks */
-}
-
-/* A chunk's GEMM (rows [row0, row0+rows) of every block of P) and then its
- * REDUCE_SCATTER, on stream st. */
-static ovl_status_t rs_emit_chunk(builder_t *b, uint32_t st, uint64_t row0, uint64_t rows)
-{
-    const ovl_plan_params_t *p = &b->plan->params;
-    uint64_t mb = rs_block(p);
-    /* every row of every block, or one block: one GEMM of a block */
-    bool one = (row0 == 0 && rows == mb) || p->world == 1;
-    ovl_instr_t gemm = {
-        .kind = OVL_I_GEMM,
-        .stream = st,
-        .src = own(b, OVL_BUF_A, row0),
-        .dst = own(b, OVL_BUF_P, row0),
-        .b = own(b, OVL_BUF_B, 0),
-        .rows = one && rows == mb ? p->m : rows,
-        .n = p->n,
-        .k = p->k,
-        .nblocks = one ? 1 : p->world,
-        .stride = one ? 0 : mb,
-        .transb = p->transb,
-    };
-    ovl_instr_t rs = {
-        .kind = OVL_I_REDUCE_SCATTER,
-        .stream = st,
-        .src = own(b, OVL_BUF_P, row0),
-        .dst = own(b, OVL_BUF_C, row0),
-        .rows = rows,
-        .cols = p->n,
-        .stride = mb,
-        .avg = p->reduce_op == OVL_REDUCE_AVG,
-    };
-    ovl_status_t r = emit(b, &gemm);
-
-    return r == OVL_OK ? emit(b, &rs) : r;
-}
-
-/*
- * naive (one chunk on stream 0) and collective (nvFuser's pattern for this
- * direction): chunk j's GEMM and then its reduce-scatter on stream j % k,
- * so that chunk j+1's GEMM overlaps chunk j's reduce-scatter. The side
- * streams' waits on READY form a loop of their own ahead of the first
- * chunk, as in all-gather + GEMM's collective. A REDUCE_SCATTER reads only
- * the rank's own P (NCCL moves the rows between the ranks), so no rank
- * waits on a peer's events.
- */
-static ovl_status_t rs_emit(builder_t *b, const ovl_plan_t *plan)
-{
-    const ovl_plan_params_t *p = &plan->params;
-    uint32_t k = plan->nstreams;
-    uint64_t mb = rs_block(p);
-    ovl_status_t r = emit_prologue(b);
-
-    for (uint32_t s = 1; r == OVL_OK && s < k; s++)
-        r = emit_wait(b, s, p->rank, OVL_EV_READY);
-    for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
-        uint64_t row0 = (uint64_t)j * plan->chunk_rows;
-        uint64_t rows = mb - row0 < plan->chunk_rows ? mb - row0 : plan->chunk_rows;
-
-        r = rs_emit_chunk(b, j % k, row0, rows);
-    }
-    if (r == OVL_OK && k > 1)
-        r = emit_joins(b, p->rank, 1, k - 1);
-    if (r == OVL_OK)
-        r = emit_simple(b, OVL_I_DONE, 0);
-    return r;
-}
-
-static ovl_status_t rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
-{
-    builder_t b = {.next_event = OVL_EV_FIRST_FREE};
-    ovl_plan_t plan = {0};
-    topo_t topo = {0};
-    ovl_status_t r;
-
-    plan.params = *params;
-    plan.params.kind = OVL_OP_GEMM_RS;
-    plan.params.node_of = NULL; /* one node (rs_params_valid) */
-    plan.nnodes = 1;
-    plan.scratch_buf = OVL_BUF_P;
-    r = rs_scratch(params, &plan.scratch_bytes);
-    if (r != OVL_OK)
-        return r;
-    rs_plan_shape(&plan);
-    rs_buf_shapes(params, plan.bufs);
-    b.plan = &plan;
-    b.topo = &topo;
-    r = rs_emit(&b, &plan);
-    if (r == OVL_OK && b.max_stream + 1 != plan.nstreams)
-        r = OVL_ERR_INTERNAL; /* rs_plan_shape and rs_emit disagree: a planner bug */
-    if (r != OVL_OK) {
-        free(b.instr);
-        return r;
-    }
-    plan.nevents = b.max_event + 1;
-    plan.ninstr = b.n;
-    plan.instr = b.instr;
-    mark_used(&plan);
-    /* a REDUCE_SCATTER is a collective call, which the executor never
-     * captures (exec.c, replay_fits) */
-    plan.replay = false;
-    *ret_plan = plan;
-    return OVL_OK;
 }
 
 void ovl_plan_free(ovl_plan_t *plan)
@@ -1451,7 +1230,7 @@ ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
     if (!params || params->world <= 1 || kind_of(params) == OVL_OP_GEMM_RS)
         return OVL_ALGO_NAIVE;
     /* across nodes with ranks sharing a GPU, ring is the one that runs */
-    if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && count_nodes(params) > 1)
+    if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && pb_count_nodes(params) > 1)
         return OVL_ALGO_RING;
     if (mul_sat(params->m, params->world) < AUTO_MIN_ROWS || gemm_flop(params) < AUTO_MIN_FLOPS)
         return OVL_ALGO_NAIVE;

@@ -1,0 +1,76 @@
+/*
+ * plan_internal.h: what the planner's files share (plan.c, plan_rs.c) and
+ * nothing outside daemon/plan/ sees: the builder of a program and its
+ * helpers (plan.c), the defaults of naive's and collective's chunks and
+ * streams, and the entry points of GEMM + reduce-scatter's emitter
+ * (plan_rs.c), which ovl_plan_build and its siblings call for that kind.
+ */
+#ifndef OVL_PLAN_INTERNAL_H
+#define OVL_PLAN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+
+/* Chunks and streams when the caller asks for 0 (docs/plans.md). */
+#define NAIVE_STREAMS      1
+#define COLLECTIVE_CHUNKS  4
+#define COLLECTIVE_STREAMS 2
+
+/*
+ * Where the job's ranks are, derived from params.node_of (one node where it
+ * is NULL). A rank's local index is its place among its node's ranks in
+ * rank order; by_node lists the ranks node by node, each node's in rank
+ * order, so that node N's local index i is by_node[first[N] + i].
+ */
+typedef struct topo {
+    uint32_t nnodes;
+    const uint32_t *node_of; /* NULL: one node */
+    uint32_t *size;          /* per node: its ranks */
+    uint32_t *first;         /* per node: where its ranks start in by_node */
+    uint32_t *by_node;       /* world entries */
+    uint32_t *local;         /* per rank: its local index */
+    uint32_t *scratch;       /* world entries, for a peer's receive list */
+} topo_t;
+
+typedef struct builder {
+    const ovl_plan_t *plan; /* params and shape: where rows live */
+    const topo_t *topo;
+    ovl_instr_t *instr;
+    size_t n;
+    size_t cap;
+    uint32_t max_stream; /* highest stream used */
+    uint32_t max_event;  /* highest event used */
+    uint32_t next_event; /* next fresh event */
+    uint32_t *peers;     /* the plan's RAIL peer lists */
+    uint32_t npeers, cap_peers;
+} builder_t;
+
+/* The builder (plan.c). */
+ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in);
+ovl_status_t pb_emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream);
+ovl_status_t pb_emit_record(builder_t *b, uint32_t stream, uint32_t event);
+ovl_status_t pb_emit_wait(builder_t *b, uint32_t stream, uint32_t peer, uint32_t event);
+/* A row of one of this rank's buffers. */
+ovl_ref_t pb_own(const builder_t *b, ovl_buf_t buf, uint64_t row);
+/* WAIT_READY on stream 0, then RECORD READY. */
+ovl_status_t pb_emit_prologue(builder_t *b);
+/* Streams [first, last] joined into stream 0, each through a fresh event. */
+ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t last);
+/* The nodes of p's topology (0: node ids out of range or not dense). */
+uint32_t pb_count_nodes(const ovl_plan_params_t *p);
+/* An algorithm's default chunk count c, halved while a chunk's GEMM (its
+ * ceil(m / c) rows of `ranks` ranks) would do too little. */
+uint32_t pb_default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t ranks);
+/* Marks the buffers the instructions name. */
+void pb_mark_used(ovl_plan_t *plan);
+
+/* GEMM + reduce-scatter (plan_rs.c): ovl_plan_build's checks, scratch and
+ * build for params of that kind. */
+bool pb_rs_valid(const ovl_plan_params_t *p);
+ovl_status_t pb_rs_scratch(const ovl_plan_params_t *p, uint64_t *ret);
+ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
+
+#endif /* OVL_PLAN_INTERNAL_H */
