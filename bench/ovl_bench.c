@@ -192,8 +192,8 @@ static void usage(FILE *f)
             "                    else python3)\n"
             "  --op ag|rs        all-gather + GEMM (default), or GEMM + reduce-scatter: K\n"
             "                    the whole inner dimension, each rank's A M x K/W, M and\n"
-            "                    K divisible by W; algorithms naive and collective (the\n"
-            "                    default for rs), one B, no --torch-peer yet\n"
+            "                    K divisible by W; algorithms naive, collective and\n"
+            "                    push (the default for rs), one B, no --torch-peer yet\n"
             "  -h, --help        show this help\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
@@ -398,7 +398,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         fprintf(stderr, "ovl-bench: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    char rs_algos[] = "naive,collective";
+    char rs_algos[] = "naive,collective,push";
     bool rs = o->op == OVL_OP_GEMM_RS;
     if (parse_list(shapes_arg ? shapes_arg : shapes, add_shape, o) != 0 ||
         parse_list(algos_arg ? algos_arg
@@ -411,11 +411,14 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         fprintf(stderr, "ovl-bench: empty --shapes, --algos or --chunks\n");
         return -1;
     }
-    for (int a = 0; rs && a < o->nalgos; a++)
-        if (o->algos[a] == OVL_ALGO_RING) {
-            fprintf(stderr, "ovl-bench: --op rs has no ring (naive, collective, auto)\n");
+    for (int a = 0; a < o->nalgos; a++) {
+        ovl_op_kind_t kind = rs ? OVL_OP_GEMM_RS : OVL_OP_AG_GEMM;
+        if (!ovl_op_kind_takes_algo(kind, o->algos[a])) {
+            fprintf(stderr, "ovl-bench: algorithm %s: --op %s has %s\n", ovl_algo_name(o->algos[a]),
+                    rs ? "rs" : "ag", ovl_op_kind_algos(kind));
             return -1;
         }
+    }
     if (rs && (o->nb != 1 || o->torch_peer)) {
         fprintf(stderr, "ovl-bench: --op rs takes one B and no --torch-peer yet\n");
         return -1;

@@ -1475,11 +1475,12 @@ static ovl_status_t submit_op(ovl_comm_t *cm, Ovl__Op *op, void *stream)
 
 /* What every op's call checks first: a comm that takes ops (one with a
  * failed op answers ovl_comm_check's error, not a queue of ops that ovld
- * fails one by one: one load of the doorbell), a descriptor, a dtype and
- * an algorithm that exist, positive m, n and k, and a stream only where
- * there is a GPU. */
-static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, const void *d, ovl_dtype_t dtype,
-                             ovl_algo_t algo, uint64_t m, uint64_t n, uint64_t k, void *stream)
+ * fails one by one: one load of the doorbell), a descriptor, a dtype that
+ * exists and an algorithm of the kind's, positive m, n and k, and a stream
+ * only where there is a GPU. */
+static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, ovl_op_kind_t kind, const void *d,
+                             ovl_dtype_t dtype, ovl_algo_t algo, uint64_t m, uint64_t n, uint64_t k,
+                             void *stream)
 {
     ovl_client_t *cl = cm->cl;
     if (cm->err != OVL_OK || __atomic_load_n(&cm->db->error, __ATOMIC_ACQUIRE) != 0)
@@ -1490,6 +1491,9 @@ static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, const void *d, ov
         return fail(cl, OVL_ERR_INVALID, "unknown dtype %d", (int)dtype);
     if (!ovl_algo_name(algo))
         return fail(cl, OVL_ERR_INVALID, "unknown algorithm %d", (int)algo);
+    if (!ovl_op_kind_takes_algo(kind, algo))
+        return fail(cl, OVL_ERR_INVALID, "algorithm %s: %s has %s", ovl_algo_name(algo),
+                    ovl_op_kind_name(kind), ovl_op_kind_algos(kind));
     if (m == 0 || n == 0 || k == 0)
         return fail(cl, OVL_ERR_INVALID, "m, n and k must be positive");
     if (cl->host && stream)
@@ -1503,7 +1507,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         return OVL_ERR_INVALID;
     ovl_client_t *cl = cm->cl;
     ovl_status_t st =
-        op_begin(cm, "ovl_allgather_gemm", d, d ? d->dtype : OVL_DTYPE_BF16,
+        op_begin(cm, "ovl_allgather_gemm", OVL_OP_AG_GEMM, d, d ? d->dtype : OVL_DTYPE_BF16,
                  d ? d->algo : OVL_ALGO_AUTO, d ? d->m : 1, d ? d->n : 1, d ? d->k : 1, stream);
     if (st != OVL_OK)
         return st;
@@ -1595,12 +1599,10 @@ OVL_API ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *cm, const ovl_gemm_rs_d
         return OVL_ERR_INVALID;
     ovl_client_t *cl = cm->cl;
     ovl_status_t st =
-        op_begin(cm, "ovl_gemm_reduce_scatter", d, d ? d->dtype : OVL_DTYPE_BF16,
+        op_begin(cm, "ovl_gemm_reduce_scatter", OVL_OP_GEMM_RS, d, d ? d->dtype : OVL_DTYPE_BF16,
                  d ? d->algo : OVL_ALGO_AUTO, d ? d->m : 1, d ? d->n : 1, d ? d->k : 1, stream);
     if (st != OVL_OK)
         return st;
-    if (d->algo == OVL_ALGO_RING)
-        return fail(cl, OVL_ERR_INVALID, "algorithm ring: gemm_rs has auto, naive and collective");
     if ((unsigned)d->reduce_op >= OVL_REDUCE_OP_COUNT)
         return fail(cl, OVL_ERR_INVALID, "unknown reduce_op %d", (int)d->reduce_op);
     if (d->m % cm->world != 0)

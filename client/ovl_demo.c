@@ -52,8 +52,8 @@ static void usage(FILE *f)
             "      --strided       rs: A and C are views into wider matrices (lda k + 3,\n"
             "                      ldc n + 5); the columns past them must stay untouched\n"
             "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
-            "  -a, --algo A        naive, collective, ring, auto or all (default all; rs has\n"
-            "                      no ring)\n"
+            "  -a, --algo A        naive, collective, ring (ag), push (rs), auto or all\n"
+            "                      (default all: the op's three)\n"
             "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
             "      --chunks C      chunks (default 0: the daemon's choice)\n"
             "      --streams S     streams (default 0: the daemon's choice)\n"
@@ -750,12 +750,13 @@ static int demo_options(int argc, char **argv, opts_t *o)
         return 2;
     }
     if (strcmp(algo, "all") == 0) {
+        /* every algorithm of the op's kind (ovl_op_kind_takes_algo) */
         o->algos[0] = OVL_ALGO_NAIVE;
         o->algos[1] = OVL_ALGO_COLLECTIVE;
-        o->algos[2] = OVL_ALGO_RING;
-        o->nalgos = rs ? 2 : 3; /* rs has no ring */
+        o->algos[2] = rs ? OVL_ALGO_PUSH : OVL_ALGO_RING;
+        o->nalgos = 3;
     } else if (ovl_algo_parse(algo, &o->algos[0]) == OVL_OK) {
-        o->nalgos = 1;
+        o->nalgos = 1; /* one the op's kind does not have: libovl refuses it, with words */
     } else {
         fprintf(stderr, "ovl-demo: unknown algorithm '%s'\n", algo);
         return 2;

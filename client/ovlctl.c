@@ -54,16 +54,19 @@ static void usage(FILE *f)
             "                           and of the sum, a multiple of the world, -k the\n"
             "                           rank's inner dimension)\n"
             "  --reduce sum|avg         gemm_rs: how the partials combine (default sum)\n"
-            "  --algo auto|naive|collective|ring (default auto)\n"
+            "  --algo auto|naive|collective|ring|push (default auto; ring is ag_gemm's,\n"
+            "                           push gemm_rs's)\n"
             "  --world W --rank R -m M -n N -k K (required)\n"
-            "  --chunks C --streams S   0: the planner's default (default 0); ring's streams\n"
-            "                           are fixed by its roles (client, copy, compute): it\n"
-            "                           ignores S, and ovlctl says so on stderr\n"
+            "  --chunks C --streams S   0: the planner's default (default 0); ring's and\n"
+            "                           push's streams are fixed by their roles (client,\n"
+            "                           copy, compute): they ignore S, and ovlctl says so\n"
+            "                           on stderr\n"
             "  --dtype bf16|fp16|fp32   (default bf16)\n"
             "  --a-out                  the client wants the gathered A\n"
             "  --transb                 B is n x k (a Linear weight's layout)\n"
             "  --strided                some A or a_out has ld != k (gathered by pulls)\n"
-            "  --shared-gpu             some ranks share a GPU (gathered by pulls)\n"
+            "  --shared-gpu             some ranks share a GPU (gathered by pulls; gemm_rs:\n"
+            "                           auto is push)\n"
             "  --allgather auto|nccl|copy  how A is gathered (default auto)\n"
             "  --more-n N1,N2,...       several Bs: the n of each B after the first (-n);\n"
             "                           up to 7\n"
@@ -528,14 +531,17 @@ static void note_ignored(const char *text, uint32_t chunks, uint32_t streams)
     if (!nl || !algo || algo > nl)
         return;
     bool ring = strncmp(algo, " algo=ring ", 11) == 0;
+    bool push = strncmp(algo, " algo=push ", 11) == 0;
     if (streams && s && s < nl) {
         unsigned long got = strtoul(s + 9, NULL, 10);
         if (got != streams)
             fprintf(stderr, "ovlctl plan: --streams %u not used: the plan has streams=%lu (%s)\n",
                     streams, got,
-                    ring ? "ring's streams are fixed by its roles: the client's, a copy "
-                           "stream and compute streams"
-                         : "the planner's limits for this shape");
+                    ring   ? "ring's streams are fixed by its roles: the client's, a copy "
+                             "stream and compute streams"
+                    : push ? "push's streams are fixed by its roles: the client's, a copy "
+                             "stream and compute streams"
+                           : "the planner's limits for this shape");
     }
     if (chunks && c && c < nl) {
         unsigned long got = strtoul(c + 8, NULL, 10);
@@ -734,11 +740,14 @@ static int plan_check(plan_opts_t *o)
         fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
         return EXIT_USAGE;
     }
-    if (p->kind == OVL_OP_GEMM_RS &&
-        (p->want_gathered || p->nb > 1 || o->nodes || o->nsizes || p->algo == OVL_ALGO_RING)) {
-        fprintf(stderr, "ovlctl plan: --kind gemm_rs takes no --a-out, --more-n, --nodes, "
-                        "--local-ranks or --algo ring (its plans are of one node: naive and "
-                        "collective)\n");
+    if (p->kind == OVL_OP_GEMM_RS && (p->want_gathered || p->nb > 1 || o->nodes || o->nsizes)) {
+        fprintf(stderr, "ovlctl plan: --kind gemm_rs takes no --a-out, --more-n, --nodes or "
+                        "--local-ranks (its plans are of one node)\n");
+        return EXIT_USAGE;
+    }
+    if (!ovl_op_kind_takes_algo(p->kind, p->algo)) {
+        fprintf(stderr, "ovlctl plan: --algo %s: %s has %s\n", ovl_algo_name(p->algo),
+                ovl_op_kind_name(p->kind), ovl_op_kind_algos(p->kind));
         return EXIT_USAGE;
     }
     if (p->kind != OVL_OP_GEMM_RS && o->reduce_given) {
@@ -925,13 +934,19 @@ static int plan_here(const plan_opts_t *o)
         p.algo = ovl_plan_choose(&p);
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
+    /* words for a refusal, read while p's topology is still there */
+    const char *why = st == OVL_ERR_INVALID ? ovl_plan_refusal(&p) : NULL;
     bool nodes_given = node_of != NULL;
     free(node_of); /* the plan keeps a copy */
     if (st != OVL_OK) {
-        fprintf(stderr, "ovlctl plan: %s (world %u, rank %u, chunks <= %d, streams <= %d%s)\n",
-                ovl_strerror(st), p.world, p.rank, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
-                nodes_given ? "; across nodes: not strided or allgather copy, shared-gpu ring only"
-                            : "");
+        if (why)
+            fprintf(stderr, "ovlctl plan: %s: %s\n", ovl_strerror(st), why);
+        else
+            fprintf(stderr, "ovlctl plan: %s (world %u, rank %u, chunks <= %d, streams <= %d%s)\n",
+                    ovl_strerror(st), p.world, p.rank, OVL_PLAN_MAX_CHUNKS, OVL_PLAN_MAX_STREAMS,
+                    nodes_given
+                        ? "; across nodes: not strided or allgather copy, shared-gpu ring only"
+                        : "");
         return EXIT_USAGE;
     }
     size_t len = ovl_plan_format(&plan, NULL, 0);

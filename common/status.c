@@ -70,10 +70,8 @@ static const char *const dtype_names[] = {
 _Static_assert(NELEM(dtype_names) == OVL_DTYPE_COUNT, "every dtype has a name");
 
 static const char *const algo_names[] = {
-    [OVL_ALGO_AUTO] = "auto",
-    [OVL_ALGO_NAIVE] = "naive",
-    [OVL_ALGO_COLLECTIVE] = "collective",
-    [OVL_ALGO_RING] = "ring",
+    [OVL_ALGO_AUTO] = "auto", [OVL_ALGO_NAIVE] = "naive", [OVL_ALGO_COLLECTIVE] = "collective",
+    [OVL_ALGO_RING] = "ring", [OVL_ALGO_PUSH] = "push",
 };
 _Static_assert(NELEM(algo_names) == OVL_ALGO_COUNT, "every algorithm has a name");
 
@@ -91,6 +89,28 @@ const char *ovl_dtype_name(ovl_dtype_t dtype)
 const char *ovl_algo_name(ovl_algo_t algo)
 {
     return (unsigned)algo < OVL_ALGO_COUNT ? algo_names[algo] : NULL;
+}
+
+int ovl_op_kind_takes_algo(ovl_op_kind_t kind, ovl_algo_t algo)
+{
+    switch (kind) {
+    case OVL_OP_AG_GEMM:
+        return (unsigned)algo < OVL_ALGO_COUNT && algo != OVL_ALGO_PUSH;
+    case OVL_OP_GEMM_RS:
+        return (unsigned)algo < OVL_ALGO_COUNT && algo != OVL_ALGO_RING;
+    }
+    return 0;
+}
+
+const char *ovl_op_kind_algos(ovl_op_kind_t kind)
+{
+    switch (kind) {
+    case OVL_OP_AG_GEMM:
+        return "auto, naive, collective and ring";
+    case OVL_OP_GEMM_RS:
+        return "auto, naive, collective and push";
+    }
+    return NULL;
 }
 
 /* 0 names no kind: its slot is NULL, and the name of 0 is NULL */

@@ -324,6 +324,15 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*copy)(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
                          uint64_t rows, uint64_t cols, size_t elem);
     ovl_status_t (*gemm)(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
+    /* The reduction of the rank's own rows (plan.h, OVL_I_REDUCE): rows x
+     * cols of dst = the sum over i < nblocks of src's rows [i*stride,
+     * +rows), each element accumulated in fp32 in order of i, divided by
+     * div (1: the sum; the world: avg), stored in dtype once; as the host
+     * backend's reduce-scatter computes it, so that plans agree bit for
+     * bit there. */
+    ovl_status_t (*reduce)(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                           uint64_t rows, uint64_t cols, uint32_t nblocks, uint64_t stride,
+                           ovl_dtype_t dtype, uint32_t div);
     ovl_status_t (*sleep)(ovld_rank_t *r, uint32_t stream, uint32_t ns);
     /* Sets the doorbell's error word if status != OVL_OK (or if any work of
      * this op failed on the rank), then done = seq; reports the completion,

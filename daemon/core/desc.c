@@ -43,7 +43,10 @@ void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_
         p->chunks = cfg->default_chunks;
     if (!p->streams)
         p->streams = cfg->default_streams;
-    if (p->algo == OVL_ALGO_AUTO)
+    /* the operator's default where the op's kind has that algorithm
+     * (ring is all-gather + GEMM's, push GEMM + reduce-scatter's) */
+    if (p->algo == OVL_ALGO_AUTO &&
+        ovl_op_kind_takes_algo(p->kind ? p->kind : OVL_OP_AG_GEMM, cfg->default_algo))
         p->algo = cfg->default_algo;
     if (p->algo == OVL_ALGO_AUTO)
         p->algo = ovl_plan_choose(p);

@@ -308,8 +308,9 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
         if (op->st == OVL_ERR_NOMEM) {
             snprintf(op->msg, sizeof(op->msg), "out of memory");
         } else {
+            const char *why = op->st == OVL_ERR_INVALID ? ovl_plan_refusal(&pp) : NULL;
             snprintf(op->msg, sizeof(op->msg), "planner refused rank %u: %s", refused,
-                     ovl_strerror(op->st));
+                     why ? why : ovl_strerror(op->st));
             op->planner_refused = true;
         }
         goto fail;

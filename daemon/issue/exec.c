@@ -91,6 +91,18 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
     }
     case OVL_I_SLEEP:
         return ops->sleep(x->rank, in->stream, in->sleep_ns);
+    case OVL_I_REDUCE: {
+        ovld_view_t dst, src;
+        if ((st = resolve(op, r, in->dst, true, elem, &dst, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->src, true, elem, &src, why, whylen)) != OVL_OK)
+            return st;
+        if (!ops->reduce) {
+            snprintf(why, whylen, "the %s backend has no reduction", ops->name);
+            return OVL_ERR_UNSUPPORTED;
+        }
+        return ops->reduce(x->rank, in->stream, dst, src, in->rows, in->cols, in->nblocks,
+                           in->stride, dtype, in->avg ? op->world : 1);
+    }
     case OVL_I_DONE:
         ops->done(x->rank, in->stream, op->seq, OVL_OK, NULL, x->cookie);
         return OVL_OK;

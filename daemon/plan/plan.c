@@ -456,7 +456,7 @@ static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_buf_t from, uin
     return r;
 }
 
-static ovl_status_t emit_sleep(builder_t *b, uint32_t stream, uint32_t ns)
+ovl_status_t pb_emit_sleep(builder_t *b, uint32_t stream, uint32_t ns)
 {
     ovl_instr_t in = {.kind = OVL_I_SLEEP, .stream = stream, .sleep_ns = ns};
 
@@ -663,7 +663,7 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
     if (r == OVL_OK && pulls)
         r = pb_emit_wait(b, comm, me, OVL_EV_READY);
     if (r == OVL_OK)
-        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
+        r = pb_emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
         uint64_t row0, rows;
 
@@ -776,7 +776,7 @@ static ovl_status_t emit_ring_head(builder_t *b, const ovl_plan_t *plan, uint32_
     for (uint32_t s = RING_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM1; s++)
         r = pb_emit_wait(b, s, p->rank, OVL_EV_READY);
     if (r == OVL_OK)
-        r = emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
+        r = pb_emit_sleep(b, RING_GEMM_STREAM1, RING_SLEEP_NS);
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, (*gemms)++) {
         uint64_t row0, rows;
 
@@ -931,7 +931,7 @@ static bool params_valid(const ovl_plan_params_t *p)
     /* every kind has its emitter: GEMM + reduce-scatter's in its section
      * below, all-gather + GEMM's above */
     if (kind_of(p) == OVL_OP_GEMM_RS)
-        return pb_rs_valid(p);
+        return pb_rs_refusal(p) == NULL;
     if (kind_of(p) != OVL_OP_AG_GEMM)
         return false;
     if (p->world == 0 || p->world > OVL_PLAN_MAX_WORLD || p->rank >= p->world)
@@ -946,7 +946,7 @@ static bool params_valid(const ovl_plan_params_t *p)
         return false;
     /* AUTO is resolved before building; an algorithm without an emitter
      * fails in ovl_plan_build's switch */
-    if (p->algo == OVL_ALGO_AUTO || (unsigned)p->algo >= OVL_ALGO_COUNT)
+    if (p->algo == OVL_ALGO_AUTO || !ovl_op_kind_takes_algo(OVL_OP_AG_GEMM, p->algo))
         return false;
     if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT)
         return false;
@@ -999,6 +999,13 @@ static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret)
         return OVL_ERR_LIMIT;
     *ret = bytes;
     return OVL_OK;
+}
+
+const char *ovl_plan_refusal(const ovl_plan_params_t *params)
+{
+    if (!params || params_valid(params))
+        return NULL;
+    return kind_of(params) == OVL_OP_GEMM_RS ? pb_rs_refusal(params) : NULL;
 }
 
 ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes)
@@ -1104,6 +1111,7 @@ void pb_mark_used(ovl_plan_t *plan)
         case OVL_I_PUSH:
         case OVL_I_RAIL:
         case OVL_I_REDUCE_SCATTER:
+        case OVL_I_REDUCE:
             plan->bufs[in->src.buf].used = true;
             plan->bufs[in->dst.buf].used = true;
             break;
@@ -1226,7 +1234,12 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
 
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 {
-    /* GEMM + reduce-scatter: naive until its plans are measured on GPUs */
+    /* GEMM + reduce-scatter: naive until its plans are measured on GPUs,
+     * but push where ranks share a GPU: the CUDA backend makes no NCCL
+     * communicator there, which naive's and collective's REDUCE_SCATTERs
+     * need */
+    if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1)
+        return params->shared_gpu ? OVL_ALGO_PUSH : OVL_ALGO_NAIVE;
     if (!params || params->world <= 1 || kind_of(params) == OVL_OP_GEMM_RS)
         return OVL_ALGO_NAIVE;
     /* across nodes with ranks sharing a GPU, ring is the one that runs */
@@ -1264,6 +1277,8 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
         return "PUSH";
     case OVL_I_REDUCE_SCATTER:
         return "REDUCE_SCATTER";
+    case OVL_I_REDUCE:
+        return "REDUCE";
     }
     return "UNKNOWN";
 }
@@ -1429,6 +1444,14 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
         out_printf(o, " <- ");
         out_ref(o, in->src, false, true, in->rows);
         out_printf(o, " stride %" PRIu64 " cols %" PRIu64, in->stride, in->cols);
+        break;
+    case OVL_I_REDUCE:
+        out_printf(o, " %s ", in->avg ? "avg" : "sum");
+        out_ref(o, in->dst, false, false, 0);
+        out_printf(o, " <- ");
+        out_ref(o, in->src, false, true, in->rows);
+        out_printf(o, " blocks %" PRIu32 " stride %" PRIu64 " cols %" PRIu64, in->nblocks,
+                   in->stride, in->cols);
         break;
     case OVL_I_WAIT_READY:
     case OVL_I_DONE:

@@ -85,8 +85,11 @@ typedef enum ovl_buf {
      * and "C1".."C7". */
     OVL_BUF_B1,
     OVL_BUF_C1 = OVL_BUF_B1 + OVL_PLAN_MAX_BS - 1,
-    /* GEMM + reduce-scatter: this rank's partial products, m x n, in the
-     * op's dtype (ovld's scratch) */
+    /* GEMM + reduce-scatter: partial products in the op's dtype (ovld's
+     * scratch). naive and collective: this rank's, m x n. push: first the
+     * receive slots, slot q (rows [q*m/W, (q+1)*m/W)) holding rank q's
+     * partial of this rank's block, then the partials this rank sends, one
+     * block per step (rows m + (t-1)*m/W for step t): (2m - m/W) x n. */
     OVL_BUF_P = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
     OVL_BUF_COUNT,
 } ovl_buf_t;
@@ -192,11 +195,12 @@ typedef enum ovl_instr_kind {
      * arrived and its sends have left its buffer: each receive only after
      * its sender issued the matching RAIL. */
     OVL_I_RAIL,
-    /* copy engine: rows x cols of the own src (A) into dst, a peer's
-     * buffer (G) on the same node. Writing a peer's G must follow a WAIT on
-     * (peer, OVL_EV_READY) (its previous op is done and its client ready),
-     * and the peer reads those rows only after a WAIT on the event this
-     * rank records after the PUSH. */
+    /* copy engine: rows x cols of the own src (A; in GEMM +
+     * reduce-scatter's push, P) into dst, a peer's buffer on the same node
+     * (G; P). Writing a peer's buffer must follow a WAIT on (peer,
+     * OVL_EV_READY) (its previous op is done and its client ready), and the
+     * peer reads those rows only after a WAIT on the event this rank records
+     * after the PUSH. */
     OVL_I_PUSH,
     /* collective over all ranks (ncclReduceScatter): for every rank b, the
      * rows [src.row + b*stride, +rows) x cols of every rank's src (P) are
@@ -205,12 +209,17 @@ typedef enum ovl_instr_kind {
      * REDUCE_SCATTERs in the same order; one completes on a rank once every
      * rank contributed and every rank's src was read. */
     OVL_I_REDUCE_SCATTER,
+    /* on the own rank, no communication: dst rows [dst.row, +rows) x cols
+     * (C) = the sum over i in [0, nblocks) of src rows [src.row +
+     * i*stride, +rows) (P), accumulated in fp32 in order of i (avg: divided
+     * by the world), stored in the dtype once */
+    OVL_I_REDUCE,
 } ovl_instr_kind_t;
 
-/* Not a kind: the number of kinds (one past the last,
- * OVL_I_REDUCE_SCATTER). Kept out of the enum so that switches over the
- * kinds stay exhaustive; a new kind moves it. */
-#define OVL_I_COUNT (OVL_I_REDUCE_SCATTER + 1)
+/* Not a kind: the number of kinds (one past the last, OVL_I_REDUCE). Kept
+ * out of the enum so that switches over the kinds stay exhaustive; a new
+ * kind moves it. */
+#define OVL_I_COUNT (OVL_I_REDUCE + 1)
 
 /* A row of a named buffer of one rank. */
 typedef struct ovl_ref {
@@ -227,18 +236,21 @@ typedef struct ovl_instr {
     uint32_t peer;          /* WAIT: the event's rank */
     ovl_ag_method_t method; /* ALLGATHER, RAIL */
     ovl_ref_t src;          /* PULL, PUSH, ALLGATHER, RAIL: the rows moved (sent); GEMM: A;
-                               REDUCE_SCATTER: rank 0's block of the summed rows (P) */
+                               REDUCE_SCATTER: rank 0's block of the summed rows (P);
+                               REDUCE: the first block's rows (P) */
     ovl_ref_t dst;          /* PULL, PUSH, ALLGATHER, RAIL: where they land; GEMM: C (or P);
-                               REDUCE_SCATTER: where the own block's sum lands (C) */
+                               REDUCE_SCATTER, REDUCE: where the sum lands (C) */
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
     uint64_t rows;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: rows moved (per rank);
-                               GEMM: rows per block */
-    uint64_t cols;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: elements per row */
+                               GEMM, REDUCE: rows per block */
+    uint64_t cols;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER, REDUCE: elements per
+                               row */
     uint64_t n, k;          /* GEMM: C's columns, the inner dimension */
-    uint32_t nblocks;       /* GEMM: blocks, stride rows apart in src and dst */
-    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL, REDUCE_SCATTER: rows between
-                               ranks' blocks */
-    bool avg;               /* REDUCE_SCATTER: divide the sum by the world */
+    uint32_t nblocks;       /* GEMM: blocks, stride rows apart in src and dst; REDUCE: blocks
+                               summed, stride rows apart in src */
+    uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL, REDUCE_SCATTER, REDUCE: rows
+                               between ranks' blocks */
+    bool avg;               /* REDUCE_SCATTER, REDUCE: divide the sum by the world */
     bool transb;            /* GEMM: op(B) = B^T */
     uint32_t sleep_ns;      /* SLEEP */
     uint32_t peers;         /* RAIL: where its send list starts in plan->peers */
@@ -251,9 +263,10 @@ typedef struct ovl_plan_params {
      * what they always planned. For OVL_OP_GEMM_RS the fields below read
      * (docs/plans.md, "GEMM + reduce-scatter"): m the rows of A and of the
      * product (a multiple of world; each rank keeps m / world of them), k
-     * this rank's inner dimension, n, dtype, transb, algo (naive or
-     * collective), chunks and streams (of the rows of one rank's block),
-     * reduce_op, and the layout flags; one B, no a_out, one node. */
+     * this rank's inner dimension, n, dtype, transb, algo (naive,
+     * collective or push), chunks (of the rows of one rank's block) and
+     * streams (collective's), reduce_op, and the layout flags; one B, no
+     * a_out, one node. */
     ovl_op_kind_t kind;
     ovl_reduce_op_t reduce_op; /* gemm_rs: how the partials are combined */
     ovl_algo_t algo;           /* AUTO is resolved by ovl_plan_choose before building */
@@ -358,6 +371,13 @@ typedef struct ovl_plan {
  * needs is over 2^64-1 bytes, or OVL_ERR_NOMEM.
  */
 ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
+
+/*
+ * Why ovl_plan_build refuses params with OVL_ERR_INVALID, in words, where
+ * the planner has words for it (GEMM + reduce-scatter's parameters); NULL
+ * for params it takes, and for the others.
+ */
+const char *ovl_plan_refusal(const ovl_plan_params_t *params);
 
 /*
  * The scratch the plan for params (algo resolved) needs, known before

@@ -53,6 +53,8 @@ ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in);
 ovl_status_t pb_emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream);
 ovl_status_t pb_emit_record(builder_t *b, uint32_t stream, uint32_t event);
 ovl_status_t pb_emit_wait(builder_t *b, uint32_t stream, uint32_t peer, uint32_t event);
+/* A short sleep kernel on stream (ring's and push's head-of-stream sleep). */
+ovl_status_t pb_emit_sleep(builder_t *b, uint32_t stream, uint32_t ns);
 /* A row of one of this rank's buffers. */
 ovl_ref_t pb_own(const builder_t *b, ovl_buf_t buf, uint64_t row);
 /* WAIT_READY on stream 0, then RECORD READY. */
@@ -69,7 +71,7 @@ void pb_mark_used(ovl_plan_t *plan);
 
 /* GEMM + reduce-scatter (plan_rs.c): ovl_plan_build's checks, scratch and
  * build for params of that kind. */
-bool pb_rs_valid(const ovl_plan_params_t *p);
+const char *pb_rs_refusal(const ovl_plan_params_t *p); /* NULL: valid */
 ovl_status_t pb_rs_scratch(const ovl_plan_params_t *p, uint64_t *ret);
 ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
 

@@ -154,20 +154,24 @@ static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t 
         check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
     if (st != OVL_OK)
         return st;
+    if (!ovl_op_kind_takes_algo(OVL_OP_AG_GEMM, (ovl_algo_t)q->algo))
+        return bad(err, errlen, "algorithm %s: ag_gemm has %s", ovl_algo_name((ovl_algo_t)q->algo),
+                   ovl_op_kind_algos(OVL_OP_AG_GEMM));
     /* B 0's n is the op's own; the others' come in more_n */
     return check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen);
 }
 
-/* GEMM + reduce-scatter's parameters: its algorithms are naive and
- * collective (or auto); a reduce_op of ReduceOp. */
+/* GEMM + reduce-scatter's parameters: its algorithms (naive, collective,
+ * push or auto); a reduce_op of ReduceOp. */
 static ovl_status_t check_gemm_rs(const Ovl__GemmRsParams *q, char *err, size_t errlen)
 {
     ovl_status_t st =
         check_op_shape(q->dtype, q->algo, q->m, q->n, q->k, q->chunks, q->streams, err, errlen);
     if (st != OVL_OK)
         return st;
-    if (q->algo == OVL_ALGO_RING)
-        return bad(err, errlen, "algorithm ring: gemm_rs has auto, naive and collective");
+    if (!ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, (ovl_algo_t)q->algo))
+        return bad(err, errlen, "algorithm %s: gemm_rs has %s", ovl_algo_name((ovl_algo_t)q->algo),
+                   ovl_op_kind_algos(OVL_OP_GEMM_RS));
     if (q->reduce_op >= OVL_REDUCE_OP_COUNT)
         return bad(err, errlen, "unknown reduce_op %" PRIu64 " (sum 0, avg 1)", q->reduce_op);
     return OVL_OK;

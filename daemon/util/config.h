@@ -74,7 +74,7 @@ typedef struct ovld_config {
     uint32_t hello_timeout_ms; /* hello_timeout_ms: 100..600000, default 5000 */
     uint32_t hold_limit_ms;    /* hold_limit_ms: 0 (never)..3600000, default 10000 */
     uint32_t gate_spin_ms;     /* gate_spin_ms: 0 (never spin)..60000, default 1000 */
-    ovl_algo_t default_algo;   /* default_algo: auto|naive|collective|ring */
+    ovl_algo_t default_algo;   /* default_algo: auto|naive|collective|ring|push */
     uint32_t default_chunks;   /* default_chunks: 0 (planner's choice)..64 */
     uint32_t default_streams;  /* default_streams: 0 (planner's choice)..8 */
     uint32_t replay_cache;     /* replay_cache: ops captured per job, 0 (off)..256 */

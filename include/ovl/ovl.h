@@ -282,8 +282,17 @@ typedef enum ovl_algo {
     OVL_ALGO_NAIVE = 1,      /* all-gather, then one GEMM */
     OVL_ALGO_COLLECTIVE = 2, /* chunked all-gather overlapped with chunk GEMMs */
     OVL_ALGO_RING = 3,       /* own shard first, peers' shards by pulls */
+    OVL_ALGO_PUSH = 4,       /* GEMM + reduce-scatter: each peer's partial first, pushed to it */
     OVL_ALGO_COUNT,          /* not a value: the number of values (stays last) */
 } ovl_algo_t;
+
+/* Algorithms are per kind of op (docs/plans.md): all-gather + GEMM takes
+ * auto, naive, collective and ring; GEMM + reduce-scatter auto, naive,
+ * collective and push. Whether kind takes algo, and the list in words
+ * ("auto, naive, collective and ring"; NULL for an unknown kind), for
+ * refusals. */
+int ovl_op_kind_takes_algo(ovl_op_kind_t kind, ovl_algo_t algo);
+const char *ovl_op_kind_algos(ovl_op_kind_t kind);
 
 /* Bs one op may take (ovl_ag_gemm_desc_t.nb). */
 #define OVL_MAX_BS 8
@@ -371,9 +380,9 @@ ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc
  * by the world). m must be a multiple of the world. Each rank's partial
  * product is rounded to dtype once, the partials are summed in fp32, and
  * the sum is rounded to dtype once (docs/plans.md, "GEMM +
- * reduce-scatter", states the error). algo: OVL_ALGO_AUTO, NAIVE or
- * COLLECTIVE; chunks and streams split collective (0: the daemon's
- * choice).
+ * reduce-scatter", states the error). algo: OVL_ALGO_AUTO, NAIVE,
+ * COLLECTIVE or PUSH; chunks and streams split collective, chunks split
+ * push's blocks (0: the daemon's choice).
  */
 typedef struct ovl_gemm_rs_desc {
     const void *a;
@@ -395,9 +404,10 @@ typedef struct ovl_gemm_rs_desc {
  * Submits one GEMM + reduce-scatter on `comm`, with ovl_allgather_gemm's
  * stream contract, throttle and errors. Every rank of the job must submit
  * the same ops in the same order, agreeing on m, n, k, dtype, transb,
- * reduce_op, algo, chunks and streams. On the CUDA backend it needs an
- * NCCL communicator between the ranks: where ranks share a GPU, such an op
- * fails (OVL_ERR_UNSUPPORTED, through ovl_comm_check).
+ * reduce_op, algo, chunks and streams. On the CUDA backend naive and
+ * collective need an NCCL communicator between the ranks: where ranks share
+ * a GPU, such an op fails (OVL_ERR_UNSUPPORTED, through ovl_comm_check),
+ * and push (which auto picks there) runs by the copy engine.
  */
 ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *comm, const ovl_gemm_rs_desc_t *desc,
                                      void *stream);

@@ -714,11 +714,11 @@ class Comm:
             if len(outs) != len(bs):
                 raise InvalidArgument("out: %d outputs for %d Bs" % (len(outs), len(bs)))
         if isinstance(algo, str):
-            if algo not in _lib.ALGOS:
-                raise InvalidArgument("algo %r: one of %s" % (algo, ", ".join(_lib.ALGOS)))
+            if algo not in _lib.AG_ALGOS:
+                raise InvalidArgument("algo %r: one of %s" % (algo, ", ".join(_lib.AG_ALGOS)))
             algo_code = _lib.ALGOS[algo]
         else:
-            raise InvalidArgument("algo: a name (%s), got %r" % (", ".join(_lib.ALGOS), algo))
+            raise InvalidArgument("algo: a name (%s), got %r" % (", ".join(_lib.AG_ALGOS), algo))
         for n, v in (("chunks", chunks), ("streams", streams)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
                 raise InvalidArgument("%s: an int from 0 (the daemon chooses) to 2^32-1, got %r"
@@ -814,7 +814,8 @@ class Comm:
         a: this rank's M x k (its share k of the inner dimension; M a
         multiple of the world). b: k x n (n x k with transb). out: (M/world)
         x n, allocated if None as all_gather_matmul's. algo: "auto",
-        "naive" or "collective". Every rank's partial product is rounded to
+        "naive", "collective" or "push" (docs/plans.md; where ranks share a
+        GPU, push, which auto picks there). Every rank's partial product is rounded to
         the dtype once and the partials summed in fp32 (docs/plans.md, "GEMM
         + reduce-scatter"). Stream and async_op as all_gather_matmul's.
 
@@ -832,9 +833,9 @@ class Comm:
         if not isinstance(reduce_op, str) or reduce_op not in _lib.REDUCE_OPS:
             raise InvalidArgument("reduce_op %r: one of %s" % (reduce_op,
                                                                 ", ".join(_lib.REDUCE_OPS)))
-        if not isinstance(algo, str) or algo not in _lib.ALGOS or algo == "ring":
-            raise InvalidArgument("algo %r: one of auto, naive, collective (GEMM + "
-                                  "reduce-scatter has no ring)" % (algo,))
+        if not isinstance(algo, str) or algo not in _lib.RS_ALGOS:
+            raise InvalidArgument("algo %r: one of %s (GEMM + reduce-scatter's)"
+                                  % (algo, ", ".join(_lib.RS_ALGOS)))
         for n, v in (("chunks", chunks), ("streams", streams)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
                 raise InvalidArgument("%s: an int from 0 (the daemon chooses) to 2^32-1, got %r"

@@ -341,6 +341,7 @@ def test_bad_inputs_leave_comm_usable():
         expect(IA, f, a, b, out=[c.zeros((m, n))], words="a list for a single b")
         expect(IA, f, a, b, algo="bogus", words="algo")
         expect(IA, f, a, b, algo=3, words="algo")
+        expect(IA, f, a, b, algo="push", words="auto, naive, collective, ring")
         expect(IA, f, a, b, chunks=-1, words="chunks")
         expect(IA, f, a, b, streams=2 ** 32, words="streams")
         expect(IA, f, a, b, stream=1, words="no stream")
@@ -548,6 +549,8 @@ RS_CASES = [  # (rows per rank, n, k per rank, dtype, transb, reduce_op, strided
     (5, 6, 9, "fp16", True, "avg", True, "collective"),
     (3, 9, 10, "bf16", False, "sum", True, "naive"),
     (6, 5, 7, "fp32", True, "avg", False, "collective"),
+    (4, 5, 8, "bf16", True, "avg", True, "push"),
+    (2, 3, 5, "fp32", False, "sum", False, "push"),
 ]
 
 
@@ -632,7 +635,7 @@ def test_matmul_reduce_scatter_refused():
             b, _ = fill(c, (3, 2), "fp32", 2)
             IA = ovl.InvalidArgument
             expect(IA, comm.matmul_reduce_scatter, a, b, reduce_op="max", words="reduce_op")
-            expect(IA, comm.matmul_reduce_scatter, a, b, algo="ring", words="no ring")
+            expect(IA, comm.matmul_reduce_scatter, a, b, algo="ring", words="auto, naive, collective, push")
             expect(IA, comm.matmul_reduce_scatter, a, b, transb=True, words="does not fit")
             wrong, _ = fill(c, (3, 2), "fp32", 3)
             expect(IA, comm.matmul_reduce_scatter, a, b, out=wrong, words="out")

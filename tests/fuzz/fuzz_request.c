@@ -17,14 +17,13 @@
  *   1..1024 and rank < world, the device UUID 16 bytes; MemRegister
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
  *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm or gemm_rs
- *   with its parameters (and not the other kind's; gemm_rs: no ring, a
- *   reduce_op of 0 or 1), names at most 18 buffers, each in a slot below 18, once,
- *   each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with
- *   its parameters (and not the other kind's), gives at most 18 slots, each below 18, once, with a
- * world 1..1024 and rank < world; their parameters have dtype <= 2, algo <= 3 (each with a name),
- * m, n, k > 0, chunks <= 64, streams <= 8, at most 7 Bs after the first (more_n), each with n > 0;
- * a PeerPing's address is 1..63 bytes of clean text without NUL (the handler copies it into a
- * 64-byte buffer);
+ *   with its parameters (and not the other kind's; ag_gemm: no push (4);
+ *   gemm_rs: no ring (3), a reduce_op of 0 or 1), names at most 18 buffers, each in a slot below
+ * 18, once, each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with its parameters
+ * (and not the other kind's), gives at most 18 slots, each below 18, once, with a world 1..1024 and
+ * rank < world; their parameters have dtype <= 2, algo <= 4 (each with a name), m, n, k > 0, chunks
+ * <= 64, streams <= 8, at most 7 Bs after the first (more_n), each with n > 0; a PeerPing's address
+ * is 1..63 bytes of clean text without NUL (the handler copies it into a 64-byte buffer);
  * - the verdict is the one the specification gives (a reference check
  *   written here from request.h and ovl.proto): OK, OVL_ERR_INVALID, or
  *   OVL_ERR_PROTOCOL for a request without a body and a MemRegister
@@ -117,20 +116,21 @@ static bool ref_clean(const uint8_t *s, size_t n)
 static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_t n, uint64_t k,
                               uint64_t chunks, uint64_t streams)
 {
-    if (dtype > 2 || algo > 3 || m == 0 || n == 0 || k == 0 || chunks > 64 || streams > 8)
+    if (dtype > 2 || algo > 4 || m == 0 || n == 0 || k == 0 || chunks > 64 || streams > 8)
         return OVL_ERR_INVALID;
     return OVL_OK;
 }
 
 /* An op's kind and parameters: kind 1 (ag_gemm) with ag_gemm alone, its
- * shape, at most 7 more Bs each with n > 0; kind 2 (gemm_rs) with gemm_rs
- * alone, its shape, an algorithm other than ring (3), reduce_op 0 or 1. */
+ * shape, an algorithm other than push (4), at most 7 more Bs each with
+ * n > 0; kind 2 (gemm_rs) with gemm_rs alone, its shape, an algorithm other
+ * than ring (3), reduce_op 0 or 1. */
 static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ovl__GemmRsParams *rs)
 {
     if (kind == 1) {
         if (!g || rs ||
             ref_shape(g->dtype, g->algo, g->m, g->n, g->k, g->chunks, g->streams) != OVL_OK ||
-            g->n_more_n > 7)
+            g->algo == 4 || g->n_more_n > 7)
             return OVL_ERR_INVALID;
         for (size_t i = 0; i < g->n_more_n; i++)
             if (g->more_n[i] == 0)
@@ -284,7 +284,7 @@ static void check_accepted(const Ovl__Request *q)
         if (g) {
             dtype = g->dtype, algo = g->algo, m = g->m, n = g->n, k = g->k;
             chunks = g->chunks, streams = g->streams;
-            CHECK(g->n_more_n <= OVLD_MAX_BS - 1);
+            CHECK(g->n_more_n <= OVLD_MAX_BS - 1 && algo != OVL_ALGO_PUSH);
             for (size_t i = 0; i < g->n_more_n; i++)
                 CHECK(g->more_n[i] > 0);
         } else {

@@ -33,16 +33,17 @@ static void test_back_to_back_ops(void **state)
     rank_open(d, &rk[1], "b2b", 2, 1, 1, NOPS);
     opspec_t spec[NOPS];
     for (unsigned i = 0; i < NOPS; i++) {
-        spec[i] = (opspec_t){.m = 8,
-                             .n = 12,
-                             .k = 16,
-                             .transb = (int)(i % 2),
-                             .aout = i % 3 == 0,
-                             .dtype = OVL_DTYPE_FP32,
-                             .algo = (ovl_algo_t)(i % OVL_ALGO_COUNT),
-                             .chunks = i % 5 == 2 ? 4 : 0,
-                             .streams = i % 7 == 3 ? 2 : 0,
-                             .salt = i};
+        spec[i] =
+            (opspec_t){.m = 8,
+                       .n = 12,
+                       .k = 16,
+                       .transb = (int)(i % 2),
+                       .aout = i % 3 == 0,
+                       .dtype = OVL_DTYPE_FP32,
+                       .algo = (ovl_algo_t)(i % (OVL_ALGO_RING + 1)) /* all-gather + GEMM's */,
+                       .chunks = i % 5 == 2 ? 4 : 0,
+                       .streams = i % 7 == 3 ? 2 : 0,
+                       .salt = i};
         for (int r = 0; r < 2; r++)
             rank_fill(&rk[r], i, &spec[i]);
     }
@@ -242,7 +243,7 @@ static void test_multi_b(void **state)
             }
         }
         unsigned salt = 0;
-        for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
             for (int transb = 0; transb <= 1; transb++)
                 for (int aout = 0; aout <= 1; aout++) {
                     opspec_t s = base_spec;

@@ -202,8 +202,15 @@ def test_plan_streams_not_used():
     assert " streams=2 " in p.stdout.splitlines()[0] and p.stderr == "", (p.stdout, p.stderr)
     p = ctl("plan", "--algo", "ring", *[a for a in PLAN_ARGS if a not in ("--streams", "2")])
     assert p.stderr == "", p.stderr
-    assert "ring's streams\n                           are fixed by its roles" in \
-        ctl("--help").stdout
+    assert ("ring's and\n                           push's streams are fixed by their roles"
+            in ctl("--help").stdout)
+    # push (gemm_rs) the same way
+    p = ctl("plan", "--kind", "gemm_rs", "--algo", "push", "--world", "2", "--rank", "0",
+            "-m", "64", "-n", "16", "-k", "32", "--streams", "2")
+    assert " streams=4 " in p.stdout.splitlines()[0], p.stdout
+    assert p.stderr == ("ovlctl plan: --streams 2 not used: the plan has streams=4 (push's "
+                        "streams are fixed by its roles: the client's, a copy stream and compute "
+                        "streams)\n"), p.stderr
 
 
 def json_keys(v, out):

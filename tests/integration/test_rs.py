@@ -1,12 +1,13 @@
 """GEMM + reduce-scatter end to end on the host backend: real client
-processes (ovl-demo --op rs) through a real ovld, naive and collective,
+processes (ovl-demo --op rs) through a real ovld, naive, collective and push,
 worlds 1, 2, 3, 4 and 8 (ranks sharing the daemon's devices), every dtype,
 sum and avg, transb, chunks that do not divide a block, and A and C as
 views into wider matrices (--strided, whose extra columns must stay
 untouched); each rank's C checked by the clients against the sum of every
 rank's product in double precision. Then: ovld counts the ops by kind, plans
 them as ovlctl does, refuses ring, and a rank killed with ops in flight
-fails the others' ops without a hang (ovltest.client_killed_mid_job).
+fails the others' ops without a hang (ovltest.client_killed_mid_job), with
+collective and with push (whose ranks write into each other's partials).
 
 The worst relative error seen per dtype and world is printed (docs/plans.md,
 "GEMM + reduce-scatter", states it)."""
@@ -39,7 +40,7 @@ def test_rs_matrix():
             for vi, (m, n, k, extra) in enumerate(VARIANTS):
                 for dt in DTYPES:
                     out = rs_demo(d, world, m, n, k, dt, extra, "rs-%d-%d-%s" % (world, vi, dt)).stdout
-                    for algo in ("naive", "collective"):
+                    for algo in ("naive", "collective", "push"):
                         row = [l for l in out.splitlines() if l.startswith(algo + " ")]
                         assert len(row) == 1 and row[0].rstrip().endswith("OK"), out
                         err = float(row[0].split()[3])
@@ -80,23 +81,39 @@ def test_rs_counted_planned_refused():
                    "0", "-m", "64", "-n", "16", "-k", "32", "--algo", "ring"], check=False)
         assert p.returncode == 2 and "--algo ring" in p.stderr, (p.returncode, p.stderr)
         p = rs_demo(d, 2, 8, 8, 8, "fp32", ["-a", "ring"], "ring-refused", iters=1, check=False)
-        assert p.returncode == 1 and "FAIL: algorithm ring: gemm_rs has auto, naive and collective" in p.stdout, p.stdout
+        assert p.returncode == 1 and ("FAIL: algorithm ring: gemm_rs has auto, naive, collective "
+                                      "and push") in p.stdout, p.stdout
+        # push, planned by ovld as here: the peers' partials pushed, then reduced
+        shape[-1] = "push"
+        daemon = d.run([OVLCTL, "plan", "--daemon", *shape]).stdout
+        assert daemon == d.run([OVLCTL, "plan", *shape, "--chunks", "2"]).stdout, daemon
+        assert "PUSH r0:P[32] <- P[64+16] cols 16" in daemon, daemon
+        assert "REDUCE sum C[0] <- P[0+16] blocks 2 stride 32 cols 16" in daemon, daemon
+        # and run, counted under its name
+        out = rs_demo(d, 2, 8, 8, 8, "fp32", ["-a", "push"], "pushed", iters=2).stdout
+        assert "all checks passed" in out, out
+        st = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)["total"]
+        ops = {(o["kind"], o["algo"], o["dtype"]): o["count"] for o in st["ops"]}
+        assert ops.get(("gemm_rs", "push", "fp32")) == 3, st["ops"]
         assert d.stop() == 0
     finally:
         d.cleanup()
 
 
 def test_rs_rank_killed():
-    """A rank of a running GEMM + reduce-scatter job SIGKILLed: the others'
-    ops fail (no hang), ovld frees the job and serves a fresh one."""
-    d = Daemon(config="host_devices = 2\n")
-    try:
-        client_killed_mid_job(d, ["-m", "16", "-n", "8", "-k", "24"],
-                              ["-m", "8", "-n", "8", "-k", "8"], world=3, algo="collective",
-                              extra=["--op", "rs"])
-        assert d.stop() == 0
-    finally:
-        d.cleanup()
+    """A rank of a running GEMM + reduce-scatter job SIGKILLed, with
+    collective and with push: the others' ops fail (no hang), ovld frees the
+    job and serves a fresh one (client_killed_mid_job stops the daemon: one
+    daemon each)."""
+    for algo in ("collective", "push"):
+        d = Daemon(config="host_devices = 2\n")
+        try:
+            client_killed_mid_job(d, ["-m", "16", "-n", "8", "-k", "24"],
+                                  ["-m", "8", "-n", "8", "-k", "8"], world=3, algo=algo,
+                                  extra=["--op", "rs"])
+            assert d.stop() == 0
+        finally:
+            d.cleanup()
 
 
 if __name__ == "__main__":

@@ -227,9 +227,11 @@ static ovl_status_t check_op(uint64_t dtype, uint64_t algo)
 static void test_request_ranges(void **state)
 {
     (void)state;
+    /* ag_gemm: every dtype, every algorithm but push (gemm_rs's) */
     for (int t = 0; t < OVL_DTYPE_COUNT; t++)
         for (int a = 0; a < OVL_ALGO_COUNT; a++)
-            assert_int_equal(check_op((uint64_t)t, (uint64_t)a), OVL_OK);
+            assert_int_equal(check_op((uint64_t)t, (uint64_t)a),
+                             a == OVL_ALGO_PUSH ? OVL_ERR_INVALID : OVL_OK);
     assert_int_equal(check_op(OVL_DTYPE_COUNT, OVL_ALGO_AUTO), OVL_ERR_INVALID);
     assert_int_equal(check_op(OVL_DTYPE_BF16, OVL_ALGO_COUNT), OVL_ERR_INVALID);
     /* the wire's kinds are the core's: each one the table has, and no other */
@@ -237,7 +239,7 @@ static void test_request_ranges(void **state)
     assert_int_equal(OVL__OP_KIND__OP_KIND_GEMM_RS, OVLD_KIND_GEMM_RS);
     assert_int_equal(check_op_kind(OVL__OP_KIND__OP_KIND_NONE, 0, 0), OVL_ERR_INVALID);
     assert_int_equal(check_op_kind(OVL_OP_KIND_COUNT, 0, 0), OVL_ERR_INVALID);
-    /* gemm_rs: every dtype and reduction, every algorithm but ring */
+    /* gemm_rs: every dtype and reduction, every algorithm but ring (ag_gemm's) */
     for (int t = 0; t < OVL_DTYPE_COUNT; t++)
         for (int a = 0; a < OVL_ALGO_COUNT; a++)
             for (int r = 0; r < OVL_REDUCE_OP_COUNT; r++)
@@ -247,6 +249,19 @@ static void test_request_ranges(void **state)
     assert_int_equal(
         check_op_rs(OVL__OP_KIND__OP_KIND_GEMM_RS, 0, OVL_ALGO_NAIVE, OVL_REDUCE_OP_COUNT),
         OVL_ERR_INVALID);
+    /* the kinds' algorithms in words, as the refusals name them, and the
+     * same rule as ovl_op_kind_takes_algo */
+    for (int a = 0; a < OVL_ALGO_COUNT; a++) {
+        assert_int_equal(ovl_op_kind_takes_algo(OVL_OP_AG_GEMM, (ovl_algo_t)a), a != OVL_ALGO_PUSH);
+        assert_int_equal(ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, (ovl_algo_t)a), a != OVL_ALGO_RING);
+        for (int k = OVL_OP_AG_GEMM; k < OVL_OP_KIND_COUNT; k++)
+            assert_int_equal(
+                strstr(ovl_op_kind_algos((ovl_op_kind_t)k), ovl_algo_name((ovl_algo_t)a)) != NULL,
+                ovl_op_kind_takes_algo((ovl_op_kind_t)k, (ovl_algo_t)a));
+    }
+    assert_false(ovl_op_kind_takes_algo((ovl_op_kind_t)0, OVL_ALGO_AUTO));
+    assert_false(ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, OVL_ALGO_COUNT));
+    assert_null(ovl_op_kind_algos((ovl_op_kind_t)0));
     /* the wire's reductions are the public ones */
     assert_int_equal(ovl__reduce_op__descriptor.n_values, OVL_REDUCE_OP_COUNT);
     assert_int_equal(OVL__REDUCE_OP__REDUCE_AVG, OVL_REDUCE_AVG);

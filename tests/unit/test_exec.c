@@ -77,7 +77,8 @@ typedef enum {
     C_SLEEP,
     C_DONE,
     C_RAIL,
-    C_REDUCE_SCATTER /* the mock has none: test_host_reduce_scatter runs the host's */
+    C_REDUCE_SCATTER, /* the mock has none: test_host_reduce_scatter runs the host's */
+    C_REDUCE
 } call_t;
 
 /* One part of a RAIL call, with copies of its lists (the plan's). */
@@ -101,6 +102,8 @@ typedef struct entry {
     ovld_allgather_part_t parts[MAXW];                 /* ALLGATHER */
     ovld_view_t dst, src;                              /* COPY */
     size_t elem;                                       /* COPY */
+    uint32_t nblocks, div;                             /* REDUCE */
+    ovl_dtype_t dtype;                                 /* REDUCE */
     ovld_gemm_args_t gemm;                             /* GEMM */
     ovl_stream_role_t roles[OVL_PLAN_MAX_STREAMS + 1]; /* STREAMS */
     uint32_t nroles;                                   /* STREAMS */
@@ -233,6 +236,23 @@ static ovl_status_t m_copy(ovld_rank_t *r, uint32_t s, ovld_view_t dst, ovld_vie
                           .elem = elem});
 }
 
+static ovl_status_t m_reduce(ovld_rank_t *r, uint32_t s, ovld_view_t dst, ovld_view_t src,
+                             uint64_t rows, uint64_t cols, uint32_t nblocks, uint64_t stride,
+                             ovl_dtype_t dtype, uint32_t div)
+{
+    return logc((entry_t){.call = C_REDUCE,
+                          .rank = r->id,
+                          .stream = s,
+                          .dst = dst,
+                          .src = src,
+                          .rows = rows,
+                          .cols = cols,
+                          .stride = stride,
+                          .nblocks = nblocks,
+                          .div = div,
+                          .dtype = dtype});
+}
+
 static ovl_status_t m_gemm(ovld_rank_t *r, uint32_t s, const ovld_gemm_args_t *g)
 {
     return logc((entry_t){.call = C_GEMM, .rank = r->id, .stream = s, .rows = g->rows, .gemm = *g});
@@ -289,6 +309,7 @@ static ovld_backend_ops_t mock_ops = {
     .rail = m_rail,
     .copy = m_copy,
     .gemm = m_gemm,
+    .reduce = m_reduce,
     .sleep = m_sleep,
     .done = m_done,
     .last_error = m_last_error,
@@ -328,7 +349,7 @@ static uint64_t fake_ld(const ovl_plan_t *p, uint32_t r, int b, layout_t layout)
 {
     uint64_t cols = p->bufs[b].cols;
     bool gathered_side = b == OVL_BUF_A || (b == OVL_BUF_G && p->params.want_gathered);
-    if (b == OVL_BUF_G && !p->params.want_gathered)
+    if ((b == OVL_BUF_G && !p->params.want_gathered) || b == OVL_BUF_P)
         return cols; /* ovld's scratch is dense */
     if (gathered_side && layout != L_STRIDED)
         return cols;
@@ -342,26 +363,35 @@ static uint32_t setup_nb = 1;
 /* The topology of the op setup_make makes (NULL: one node). */
 static const uint32_t *setup_topo = NULL;
 
+/* The kind of the op setup_make makes (0: all-gather + GEMM), and for GEMM
+ * + reduce-scatter whether it averages: m is then 16 rows a rank (a
+ * multiple of the world), and setup_make's aout and layout are not read. */
+static ovl_op_kind_t setup_kind = 0;
+static bool setup_avg = false;
+
 static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout,
                        layout_t layout, bool transb)
 {
     memset(s, 0, sizeof(*s));
     for (uint32_t r = 0; r < world; r++) {
-        ovl_plan_params_t p = {.algo = algo,
+        bool rs = setup_kind == OVL_OP_GEMM_RS;
+        ovl_plan_params_t p = {.kind = setup_kind,
+                               .reduce_op = setup_avg ? OVL_REDUCE_AVG : OVL_REDUCE_SUM,
+                               .algo = algo,
                                .world = world,
                                .rank = r,
-                               .m = 64,
+                               .m = rs ? 16 * (uint64_t)world : 64,
                                .n = 48,
                                .k = 32,
                                .dtype = OVL_DTYPE_FP32,
                                .chunks = chunks,
-                               .want_gathered = aout,
+                               .want_gathered = aout && !rs,
                                .transb = transb,
                                .strided = layout == L_STRIDED,
                                .allgather = layout == L_COPY   ? OVL_AG_COPY
                                             : layout == L_NCCL ? OVL_AG_NCCL
                                                                : OVL_AG_AUTO,
-                               .nb = setup_nb,
+                               .nb = rs ? 1 : setup_nb,
                                .n_more = {16, 24},
                                .node_of = setup_topo};
         assert_int_equal(ovl_plan_build(&p, &s->plans[r]), OVL_OK);
@@ -422,6 +452,16 @@ static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, 
         assert_int_equal(e->gemm.block_stride, in->stride);
         assert_int_equal(e->gemm.transb, in->transb);
         break;
+    case C_REDUCE:
+        assert_view(e->dst, named_view(s, in->dst), call, "the reduction's destination");
+        assert_view(e->src, named_view(s, in->src), call, "the reduction's source");
+        assert_int_equal(e->rows, in->rows);
+        assert_int_equal(e->cols, in->cols);
+        assert_int_equal(e->stride, in->stride);
+        assert_int_equal(e->nblocks, in->nblocks);
+        assert_int_equal(e->dtype, s->plans[r].params.dtype);
+        assert_int_equal(e->div, in->avg ? s->op.world : 1);
+        break;
     default:
         break;
     }
@@ -457,6 +497,8 @@ static call_t call_of(ovl_instr_kind_t k)
         return C_RAIL;
     case OVL_I_REDUCE_SCATTER:
         return C_REDUCE_SCATTER;
+    case OVL_I_REDUCE:
+        return C_REDUCE;
     }
     fail_msg("unknown instruction kind %d", (int)k);
     return C_DONE;
@@ -672,6 +714,7 @@ typedef struct shape {
     bool transb;
     uint32_t nb;             /* 0: one B */
     const uint32_t *node_of; /* NULL: one node */
+    ovl_op_kind_t kind;      /* 0: all-gather + GEMM; GEMM + reduce-scatter: aout is avg */
 } shape_t;
 
 /* One run; fail_at: 1-based call to fail (0: none). The log's length. */
@@ -680,9 +723,13 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
     setup_t s;
     setup_nb = sh->nb;
     setup_topo = sh->node_of;
+    setup_kind = sh->kind;
+    setup_avg = sh->kind == OVL_OP_GEMM_RS && sh->aout;
     setup_make(&s, sh->algo, sh->world, sh->chunks, sh->aout, sh->layout, sh->transb);
     setup_nb = 1;
     setup_topo = NULL;
+    setup_kind = 0;
+    setup_avg = false;
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = fail_at;
@@ -746,10 +793,32 @@ static bool layout_crosses(int l)
     return l == L_DENSE || l == L_NCCL;
 }
 
+/* GEMM + reduce-scatter's push (the plans of that kind without a
+ * collective call, which the mock does not have): worlds 1 to MAXW,
+ * chunks 0 to 3, sum and avg, B transposed or not; every call failing in
+ * turn with fail_each. */
+static void push_runs(bool threads, bool fail_each)
+{
+    for (uint32_t w = 1; w <= MAXW; w++)
+        for (uint32_t c = 0; c <= 3; c++)
+            for (int avg = 0; avg < 2; avg++) {
+                shape_t sh = {.algo = OVL_ALGO_PUSH,
+                              .world = w,
+                              .chunks = c,
+                              .aout = avg,
+                              .transb = (c + (uint32_t)avg) % 2 == 1,
+                              .kind = OVL_OP_GEMM_RS};
+                size_t n = run(&sh, 0, threads);
+                for (size_t at = 1; fail_each && at <= n; at++)
+                    run(&sh, at, threads);
+            }
+}
+
 static void good_runs(bool threads)
 {
+    push_runs(threads, false);
     for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
-        for (uint32_t w = 1; w <= MAXW; w++)
+        for (uint32_t w = 1; a != OVL_ALGO_PUSH && w <= MAXW; w++)
             for (int t = -1; t < 0 || (w <= MAXW && topos[w][t]); t++)
                 for (uint32_t c = 0; c <= 3; c++)
                     for (int aout = 0; aout < 2; aout++)
@@ -763,7 +832,8 @@ static void good_runs(bool threads)
                                           (layout_t)l,
                                           (c + l) % 2 == 1,
                                           (c + aout + l) % 3 + 1,
-                                          t < 0 ? NULL : topos[w][t]};
+                                          t < 0 ? NULL : topos[w][t],
+                                          OVL_OP_AG_GEMM};
                             if (t >= 0 && !layout_crosses(l))
                                 continue;
                             run(&sh, 0, threads);
@@ -772,8 +842,9 @@ static void good_runs(bool threads)
 
 static void every_call_failing(bool threads)
 {
+    push_runs(threads, true);
     for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
-        for (uint32_t w = 1; w <= MAXW; w++)
+        for (uint32_t w = 1; a != OVL_ALGO_PUSH && w <= MAXW; w++)
             for (int t = -1; t < 0 || (w <= MAXW && topos[w][t]); t++)
                 for (uint32_t c = 0; c <= 2; c++)
                     for (int l = 0; l < L_COUNT; l += L_STRIDED) {
@@ -787,7 +858,8 @@ static void every_call_failing(bool threads)
                                       (layout_t)l,
                                       false,
                                       c % 2 ? 2 : 1,
-                                      t < 0 ? NULL : topos[w][t]};
+                                      t < 0 ? NULL : topos[w][t],
+                                      OVL_OP_AG_GEMM};
                         if (t >= 0 && !layout_crosses(l))
                             continue;
                         size_t n = run(&sh, 0, threads);
@@ -1325,6 +1397,9 @@ static void test_host_reduce_scatter(void **state)
         host_rs_job(OVL_ALGO_NAIVE, world, 0, false, false);
         for (uint32_t chunks = 1; chunks <= 3; chunks++)
             host_rs_job(OVL_ALGO_COLLECTIVE, world, chunks, chunks == 2, pow2 && chunks == 3);
+        /* push: its own pushes into the peers' P and its own reduction */
+        for (uint32_t chunks = 0; chunks <= 3; chunks++)
+            host_rs_job(OVL_ALGO_PUSH, world, chunks, chunks % 2 == 1, pow2 && chunks >= 2);
     }
 }
 

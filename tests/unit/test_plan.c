@@ -285,8 +285,8 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
 
     if (pp->kind == OVL_OP_GEMM_RS)
         return check_rs_operands(s, r, i, in);
-    if (in->kind == OVL_I_REDUCE_SCATTER)
-        return violation(s, "r%u #%zu: REDUCE_SCATTER in an all-gather + GEMM", r, i);
+    if (in->kind == OVL_I_REDUCE_SCATTER || in->kind == OVL_I_REDUCE)
+        return violation(s, "r%u #%zu: %s in an all-gather + GEMM", r, i, ovl_instr_name(in->kind));
 
     switch (in->kind) {
     case OVL_I_PULL:
@@ -432,6 +432,7 @@ static bool check_fields(sim_t *s)
             case OVL_I_GEMM:
             case OVL_I_RAIL:
             case OVL_I_REDUCE_SCATTER:
+            case OVL_I_REDUCE:
                 if (!check_operands(s, r, i, in))
                     return false;
                 break;
@@ -1213,11 +1214,82 @@ static bool check_ring(sim_t *s)
  *   check_collective   (d) as all-gather + GEMM's, the first transfer
  *                      being a REDUCE_SCATTER
  */
+/*
+ * push (docs/plans.md): rank r's P is W receive slots (slot q, rows q*mb,
+ * rank q's partial of r's block), then the partials r sends, step t's at
+ * rows m + (t-1)*mb, being the partial of block (r + t) mod W. A GEMM
+ * multiplies the rows of A of one block into the own slot (the own block)
+ * or into its step's rows (a peer's); a PUSH copies a step's rows into
+ * slot r of that step's peer, at the same rows of the block; a REDUCE sums
+ * the W slots' rows into the same rows of C.
+ */
+static bool check_push_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    const ovl_plan_params_t *pp = &s->plans[r].params;
+    uint32_t w = s->world;
+    uint64_t m = pp->m, mb = m / w, prows = 2 * m - mb;
+
+    switch (in->kind) {
+    case OVL_I_GEMM: {
+        uint64_t off = in->src.row % mb, d = in->src.row / mb, want;
+
+        if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_P, r) ||
+            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0)
+            return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
+        if (in->n != pp->n || in->k != pp->k || in->transb != pp->transb || in->nblocks != 1 ||
+            in->stride != 0 || !rows_within(in->src.row, in->rows, m) || off + in->rows > mb)
+            return violation(s, "r%u #%zu: GEMM geometry", r, i);
+        /* the own block into the own slot, a peer's into its step's rows */
+        want = d == r ? r * mb + off : m + ((d + w - r) % w - 1) * mb + off;
+        if (in->dst.row != want)
+            return violation(s, "r%u #%zu: GEMM of block %llu into P row %llu, not %llu", r, i,
+                             (unsigned long long)d, (unsigned long long)in->dst.row,
+                             (unsigned long long)want);
+        return true;
+    }
+    case OVL_I_PUSH: {
+        uint64_t t, off, d;
+
+        if (!ref_is(in->src, OVL_BUF_P, r) || in->dst.buf != OVL_BUF_P || in->dst.rank >= w ||
+            in->dst.rank == r)
+            return violation(s,
+                             "r%u #%zu: PUSH from other than the own P or into other than a "
+                             "peer's P",
+                             r, i);
+        if (in->src.row < m || !rows_within(in->src.row, in->rows, prows) || in->cols != pp->n)
+            return violation(s, "r%u #%zu: PUSH geometry", r, i);
+        t = (in->src.row - m) / mb + 1;
+        off = (in->src.row - m) % mb;
+        d = (r + t) % w;
+        if (off + in->rows > mb || in->dst.rank != d || in->dst.row != r * mb + off)
+            return violation(s,
+                             "r%u #%zu: PUSH of step %llu's rows into r%u:P[%llu], not "
+                             "r%llu:P[%llu]",
+                             r, i, (unsigned long long)t, in->dst.rank,
+                             (unsigned long long)in->dst.row, (unsigned long long)d,
+                             (unsigned long long)(r * mb + off));
+        return true;
+    }
+    case OVL_I_REDUCE:
+        if (!ref_is(in->src, OVL_BUF_P, r) || !ref_is(in->dst, OVL_BUF_C, r))
+            return violation(s, "r%u #%zu: REDUCE from other than P or into other than C", r, i);
+        if (!rows_within(in->src.row, in->rows, mb) || in->dst.row != in->src.row ||
+            in->nblocks != w || in->stride != mb || in->cols != pp->n ||
+            in->avg != (pp->reduce_op == OVL_REDUCE_AVG))
+            return violation(s, "r%u #%zu: REDUCE geometry", r, i);
+        return true;
+    default:
+        return violation(s, "r%u #%zu: %s in push", r, i, ovl_instr_name(in->kind));
+    }
+}
+
 static bool check_rs_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
 {
     const ovl_plan_params_t *pp = &s->plans[r].params;
     uint64_t m = pp->m, mb = m / s->world;
 
+    if (pp->algo == OVL_ALGO_PUSH)
+        return check_push_operands(s, r, i, in);
     switch (in->kind) {
     case OVL_I_GEMM:
         if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_P, r) ||
@@ -1249,14 +1321,16 @@ static bool check_rs_bufs(sim_t *s)
     for (uint32_t r = 0; r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
         const ovl_plan_params_t *pp = &p->params;
-        uint64_t scratch = 0, want = pp->m * pp->n * ovl_dtype_size(pp->dtype);
+        bool push = pp->algo == OVL_ALGO_PUSH;
+        uint64_t prows = push ? 2 * pp->m - pp->m / s->world : pp->m;
+        uint64_t scratch = 0, want = prows * pp->n * ovl_dtype_size(pp->dtype);
         ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
             [OVL_BUF_A] = {.used = true, .rows = pp->m, .cols = pp->k},
             [OVL_BUF_B] = {.used = true,
                            .rows = pp->transb ? pp->n : pp->k,
                            .cols = pp->transb ? pp->k : pp->n},
             [OVL_BUF_C] = {.used = true, .rows = pp->m / s->world, .cols = pp->n},
-            [OVL_BUF_P] = {.used = true, .rows = pp->m, .cols = pp->n},
+            [OVL_BUF_P] = {.used = true, .rows = prows, .cols = pp->n},
         };
 
         for (int b = 0; b < OVL_BUF_COUNT; b++)
@@ -1273,15 +1347,118 @@ static bool check_rs_bufs(sim_t *s)
                              (unsigned long long)want);
         if (p->replay)
             return violation(s, "r%u: a plan with a collective call marked for replay", r);
+        /* collective's side streams reduce; push's copy (1) and multiply */
         for (uint32_t st = 0; st < p->nstreams; st++)
-            if (p->roles[st] != (st == 0 ? OVL_ROLE_CLIENT : OVL_ROLE_COMM))
+            if (p->roles[st] != (st == 0   ? OVL_ROLE_CLIENT
+                                 : !push   ? OVL_ROLE_COMM
+                                 : st == 1 ? OVL_ROLE_COPY
+                                           : OVL_ROLE_COMPUTE))
                 return violation(s, "r%u: stream %u's role", r, st);
+        if (push && p->nstreams != (s->world > 1 ? 4u : 1u))
+            return violation(s, "r%u: push on %u streams", r, p->nstreams);
     }
     return true;
 }
 
+/*
+ * push's rows: every row of every rank's P is written exactly once (a slot
+ * by the GEMM of the own block or by the PUSH of its peer, a step's rows by
+ * that step's GEMM) and read exactly once after its write (a step's rows by
+ * their PUSH, a slot by a REDUCE); a PUSH writes a peer's P after the
+ * peer's READY (its previous op is done, its slots free) and before its
+ * DONE; every row of C is written by exactly one REDUCE.
+ */
+static bool check_push_rows(sim_t *s)
+{
+    uint32_t w = s->world;
+    uint64_t m = s->plans[0].params.m, mb = m / w, prows = 2 * m - mb;
+    uint32_t **wr_rank = calloc(w, sizeof(*wr_rank));
+    size_t **wr_i = calloc(w, sizeof(*wr_i)); /* instruction + 1; 0: none */
+    uint8_t **reads = calloc(w, sizeof(*reads));
+    bool ok = true;
+
+    assert_true(wr_rank && wr_i && reads);
+    for (uint32_t r = 0; r < w; r++) {
+        wr_rank[r] = calloc(prows, sizeof(**wr_rank));
+        wr_i[r] = calloc(prows, sizeof(**wr_i));
+        reads[r] = calloc(prows, 1);
+        assert_true(wr_rank[r] && wr_i[r] && reads[r]);
+    }
+    for (uint32_t r = 0; ok && r < w; r++)
+        for (size_t i = 0; ok && i < s->plans[r].ninstr; i++) {
+            const ovl_instr_t *in = &s->plans[r].instr[i];
+            uint32_t q = in->kind == OVL_I_PUSH ? in->dst.rank : r;
+
+            if (in->kind != OVL_I_GEMM && in->kind != OVL_I_PUSH)
+                continue;
+            for (uint64_t x = 0; ok && x < in->rows; x++) {
+                uint64_t row = in->dst.row + x;
+
+                if (wr_i[q][row])
+                    ok = violation(s, "r%u #%zu: r%u's P row %llu written twice", r, i, q,
+                                   (unsigned long long)row);
+                wr_rank[q][row] = r;
+                wr_i[q][row] = i + 1;
+            }
+            if (ok && in->kind == OVL_I_PUSH) {
+                if (!hb(s, q, s->rec_ready[q], r, i))
+                    ok = violation(s, "r%u #%zu: writes r%u's P before its READY", r, i, q);
+                else if (!hb(s, r, i, q, s->done[q]))
+                    ok = violation(s, "r%u #%zu: r%u may complete while its P is written", r, i, q);
+            }
+        }
+    for (uint32_t r = 0; ok && r < w; r++) {
+        const ovl_plan_t *p = &s->plans[r];
+        uint8_t *cw = calloc(mb, 1);
+
+        assert_non_null(cw);
+        for (size_t i = 0; ok && i < p->ninstr; i++) {
+            const ovl_instr_t *in = &p->instr[i];
+            uint32_t nb = in->kind == OVL_I_REDUCE ? in->nblocks : 1;
+
+            if (in->kind != OVL_I_PUSH && in->kind != OVL_I_REDUCE)
+                continue;
+            for (uint32_t b = 0; ok && b < nb; b++)
+                for (uint64_t x = 0; ok && x < in->rows; x++) {
+                    uint64_t row = in->src.row + b * in->stride + x;
+
+                    if (!wr_i[r][row] || !hb(s, wr_rank[r][row], wr_i[r][row] - 1, r, i))
+                        ok = violation(s, "r%u #%zu: reads P row %llu before it is written", r, i,
+                                       (unsigned long long)row);
+                    else if (reads[r][row]++)
+                        ok = violation(s, "r%u #%zu: P row %llu read twice", r, i,
+                                       (unsigned long long)row);
+                }
+            for (uint64_t x = 0; ok && in->kind == OVL_I_REDUCE && x < in->rows; x++)
+                if (cw[in->dst.row + x]++)
+                    ok = violation(s, "r%u #%zu: C row %llu written twice", r, i,
+                                   (unsigned long long)(in->dst.row + x));
+        }
+        for (uint64_t row = 0; ok && row < prows; row++)
+            if (!wr_i[r][row] || !reads[r][row])
+                ok = violation(s, "r%u: P row %llu %s", r, (unsigned long long)row,
+                               wr_i[r][row] ? "never read" : "never written");
+        for (uint64_t row = 0; ok && row < mb; row++)
+            if (!cw[row])
+                ok = violation(s, "r%u: C row %llu never written", r, (unsigned long long)row);
+        free(cw);
+    }
+    for (uint32_t r = 0; r < w; r++) {
+        free(wr_rank[r]);
+        free(wr_i[r]);
+        free(reads[r]);
+    }
+    free(wr_rank);
+    free(wr_i);
+    free(reads);
+    return ok;
+}
+
 static bool check_rs_rows(sim_t *s)
 {
+    if (s->plans[0].params.algo == OVL_ALGO_PUSH)
+        return check_push_rows(s);
+
     bool ok = true;
 
     for (uint32_t r = 0; ok && r < s->world; r++) {
@@ -1486,7 +1663,7 @@ static void test_checker_all_shapes(void **state)
             for (uint32_t chunks = 0; chunks <= 9; chunks++)
                 for (uint32_t streams = 0; streams <= 5; streams++)
                     for (int wg = 0; wg <= 1; wg++)
-                        for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+                        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
                             /* every way of gathering (ring has one); nccl
                              * differs from dense at one rank only, and
                              * strided is copy with another reason: a few
@@ -1532,7 +1709,7 @@ static void test_checker_multi_b(void **state)
                 for (uint32_t chunks = 0; chunks <= 5; chunks++)
                     for (uint32_t streams = 0; streams <= 3; streams++)
                         for (int wg = 0; wg <= 1; wg++)
-                            for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+                            for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
                                 for (int l = 0; l < (a == OVL_ALGO_RING ? 1 : L_COUNT); l++) {
                                     bool transb = (chunks + streams + nb) % 2 == 1;
 
@@ -2016,7 +2193,7 @@ static void test_checker_nodes(void **state)
                     for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
                         for (int wg = 0; wg <= 1; wg++)
                             for (uint32_t nb = 1; nb <= 3; nb += 2)
-                                for (int a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++) {
+                                for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++) {
                                     bool transb = (chunks + nb + (uint32_t)kind) % 2 == 1;
 
                                     make_topo(world, nodes, kind, node_of);
@@ -2209,7 +2386,7 @@ static void test_topology_params(void **state)
     expect_invalid(&p);
     p.node_of = big;
     expect_invalid(&p);
-    for (int a_ = OVL_ALGO_NAIVE; a_ < OVL_ALGO_COUNT; a_++) {
+    for (int a_ = OVL_ALGO_NAIVE; a_ <= OVL_ALGO_RING; a_++) {
         p.algo = (ovl_algo_t)a_;
         p.node_of = two;
         for (int l = L_STRIDED; l < L_COUNT; l++) {
@@ -2885,8 +3062,11 @@ static void test_rs_checker_all_shapes(void **state)
         for (size_t mi = 0; mi < sizeof(mbs) / sizeof(mbs[0]); mi++)
             for (uint32_t chunks = 0; chunks <= 9; chunks++)
                 for (uint32_t streams = 0; streams <= 5; streams++)
-                    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_COLLECTIVE; a++) {
+                    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_PUSH; a++) {
                         bool odd = (chunks + streams) % 2 == 1;
+
+                        if (a == OVL_ALGO_RING)
+                            continue; /* not this kind's */
 
                         for (uint32_t r = 0; r < world; r++) {
                             ovl_plan_params_t p = rs_params((ovl_algo_t)a, world, r, mbs[mi],
@@ -2953,6 +3133,68 @@ static void test_rs_checker_catches(void **state)
     checker_free(&ck);
 }
 
+/* The checker catches what a wrong push plan does (world 3, 2 chunks): a
+ * reduction that does not wait for a peer's push, a push that does not
+ * wait for its GEMM or for the peer's READY, a push into the wrong slot or
+ * to the wrong peer, a step's partial of the wrong block, a reduction of
+ * too few slots, a push that never comes. */
+static void test_push_checker_catches(void **state)
+{
+    enum { W = 3 };
+    ovl_plan_t plans[W];
+    checker_t ck = {.arena = NULL};
+    static const char *const want[] = {
+        "before it is written", "before it is written", "before its READY", "PUSH of step",
+        "PUSH of step",         "GEMM of block",        "REDUCE geometry",  "deadlock"};
+
+    (void)state;
+    for (int how = 0; how < (int)(sizeof(want) / sizeof(want[0])); how++) {
+        for (uint32_t r = 0; r < W; r++) {
+            ovl_plan_params_t p = rs_params(OVL_ALGO_PUSH, W, r, 8, 2, 0, false, false);
+
+            assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        }
+        ovl_plan_t *p1 = &plans[1];
+        size_t push = find_instr(p1, OVL_I_PUSH, -1, 0);
+        size_t red = find_instr(p1, OVL_I_REDUCE, -1, 0);
+        switch (how) {
+        case 0: /* rank 1's first reduction does not wait for rank 0's push (step 1) */
+            remove_instr(p1, find_wait(p1, 0, 0, OVL_EV_FIRST_FREE + 0));
+            break;
+        case 1: /* rank 1's first push does not wait for its GEMM */
+            remove_instr(p1, push - 1);
+            break;
+        case 2: /* rank 1's copy stream does not wait for rank 2's READY */
+            remove_instr(p1, find_wait(p1, 1, 2, OVL_EV_READY));
+            break;
+        case 3: /* the push lands in the peer's slot 0, not 1 */
+            p1->instr[push].dst.row -= 8;
+            break;
+        case 4: /* the push goes to rank 0 (rank 1's step 1 is to rank 2) */
+            p1->instr[push].dst.rank = 0;
+            break;
+        case 5: /* step 1's partial made of block 0's rows */
+            p1->instr[push - 3].src.row -= 16;
+            break;
+        case 6: /* the reduction sums two of the three slots */
+            p1->instr[red].nblocks = 2;
+            break;
+        case 7: /* the last push is dropped, with the record after it: its peer
+                 * waits for ever */
+            push = find_instr(p1, OVL_I_PUSH, -1, 3);
+            remove_instr(p1, push + 1);
+            remove_instr(p1, push);
+            break;
+        }
+        if (check_job(&ck, plans, W))
+            fail_msg("case %d passed the checker", how);
+        if (!strstr(ck.why, want[how]))
+            fail_msg("case %d: '%s' does not say '%s'", how, ck.why, want[how]);
+        free_job(plans, W);
+    }
+    checker_free(&ck);
+}
+
 static void test_rs_refused(void **state)
 {
     ovl_plan_params_t p = rs_params(OVL_ALGO_NAIVE, 4, 0, 8, 0, 0, false, false);
@@ -2965,9 +3207,42 @@ static void test_rs_refused(void **state)
     assert_int_equal(bytes, 32ull * 48 * 2);
     p.m = 30; /* not a multiple of the world */
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+    assert_non_null(strstr(ovl_plan_refusal(&p), "not a multiple of the world"));
     p.m = 32;
     p.algo = OVL_ALGO_RING;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+    assert_non_null(strstr(ovl_plan_refusal(&p), "an algorithm gemm_rs does not have"));
+    /* ranks sharing a GPU: auto picks push (the CUDA backend has no NCCL
+     * between them for naive's and collective's REDUCE_SCATTERs; the host
+     * backend runs those anyway, so the planner takes them) */
+    p.shared_gpu = true;
+    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_COLLECTIVE; a++) {
+        p.algo = (ovl_algo_t)a;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        ovl_plan_free(&plan);
+    }
+    p.algo = OVL_ALGO_AUTO;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    p.algo = OVL_ALGO_PUSH;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_null(ovl_plan_refusal(&p));
+    /* push's P: the 4 slots of 8 rows and the 3 partials it sends */
+    assert_int_equal(plan.scratch_bytes, (32ull + 24) * 48 * 2);
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_OK);
+    assert_int_equal(bytes, plan.scratch_bytes);
+    ovl_plan_free(&plan);
+    /* push's P past 2^64 bytes, or its rows past 2^64: a limit */
+    p.m = UINT64_MAX / 4 * 4;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_LIMIT);
+    p.m = 32;
+    p.shared_gpu = false;
+    /* push is not all-gather + GEMM's; ring not this kind's */
+    ovl_plan_params_t agp = p;
+    agp.kind = OVL_OP_AG_GEMM;
+    agp.m = 8;
+    assert_int_equal(ovl_plan_build(&agp, &plan), OVL_ERR_INVALID);
+    assert_null(ovl_plan_refusal(&agp)); /* the planner has no words for that kind's */
+    p.algo = OVL_ALGO_NAIVE;
     p.algo = OVL_ALGO_NAIVE;
     p.want_gathered = true;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
@@ -3031,6 +3306,7 @@ static void test_golden_rs(void **state)
     (void)state;
     check_golden_rs(OVL_ALGO_NAIVE, "plan_rs_naive.txt");
     check_golden_rs(OVL_ALGO_COLLECTIVE, "plan_rs_collective.txt");
+    check_golden_rs(OVL_ALGO_PUSH, "plan_rs_push.txt");
 }
 
 int main(void)
@@ -3063,6 +3339,7 @@ int main(void)
         cmocka_unit_test(test_rs_checker_all_shapes),
         cmocka_unit_test(test_rs_checker_catches),
         cmocka_unit_test(test_rs_refused),
+        cmocka_unit_test(test_push_checker_catches),
         cmocka_unit_test(test_golden_rs),
     };
 

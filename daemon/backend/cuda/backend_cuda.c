@@ -136,6 +136,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .copy = cuda_copy,
     .gemm = cuda_gemm,
     .sleep = cuda_sleep,
+    .reduce = cuda_reduce,
     .done = cuda_done,
     .last_error = cuda_last_error,
     .issue_parallel = true,

@@ -345,6 +345,9 @@ ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
 ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
 ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
+ovl_status_t cuda_reduce(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                         uint64_t rows, uint64_t cols, uint32_t nblocks, uint64_t stride,
+                         ovl_dtype_t dtype, uint32_t div);
 
 /* cuda_graph.c */
 /* Whether this thread is capturing an op (between graph_capture and

@@ -811,7 +811,10 @@ static ovl_status_t part_check(const char *name, const struct ovld_rank *rk, uin
         REFUSE(OVL_ERR_ABORTED, "%s: rank %u's communicator was aborted (the job lost a node)",
                name, global);
     if (!rk->nccl)
-        REFUSE(OVL_ERR_UNSUPPORTED, "%s: rank %u has no NCCL communicator", name, global);
+        REFUSE(OVL_ERR_UNSUPPORTED,
+               "%s: rank %u has no NCCL communicator (where ranks share a GPU, GEMM + "
+               "reduce-scatter runs by push, which auto picks there)",
+               name, global);
     if (job_comm && rk->comm_rank_of)
         REFUSE(OVL_ERR_UNSUPPORTED,
                "%s: ranks of the job share a GPU, so job rank %u has its rail group's NCCL "

@@ -573,6 +573,29 @@ ovl_status_t cuda_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *
     return st;
 }
 
+ovl_status_t cuda_reduce(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                         uint64_t rows, uint64_t cols, uint32_t nblocks, uint64_t stride,
+                         ovl_dtype_t dtype, uint32_t div)
+{
+    USE_DEVICE(r);
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
+    if (nblocks == 0 || div == 0 || (nblocks > 1 && stride < rows) || dst.ld < cols ||
+        src.ld < cols) {
+        snprintf(cuda_last_err, sizeof(cuda_last_err),
+                 "reduce: %u blocks %llu rows apart, %llu x %llu, ld %llu and %llu, divisor %u",
+                 nblocks, (unsigned long long)stride, (unsigned long long)rows,
+                 (unsigned long long)cols, (unsigned long long)dst.ld, (unsigned long long)src.ld,
+                 div);
+        return OVL_ERR_INVALID;
+    }
+    CUDA_TRY(r->cb,
+             ovld_launch_reduce(s, dtype, dst.ptr, dst.ld, src.ptr, src.ld, rows, cols, nblocks,
+                                stride, div),
+             "reduce kernel");
+    return OVL_OK;
+}
+
 ovl_status_t cuda_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns)
 {
     USE_DEVICE(r);

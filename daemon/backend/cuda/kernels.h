@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ovl.h" /* ovl_dtype_t */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,6 +18,20 @@ extern "C" {
  * ring plan puts one first on a GEMM stream, so that the two GEMM streams
  * start in the same order on every rank. Returns the launch's error. */
 cudaError_t ovld_launch_sleep(cudaStream_t s, unsigned ns);
+
+/*
+ * The reduction of plan.h's OVL_I_REDUCE on stream s: rows x cols of dst
+ * (leading dimension ldd, elements) = the sum over i < nblocks of the rows
+ * [i*stride, +rows) of src (leading dimension lds), each element summed in
+ * fp32 in order of i from 0, divided by div, rounded to dtype (to nearest
+ * even) once: what the host backend computes, bit for bit. Rows of 16 bytes
+ * are moved whole where cols, both leading dimensions and both pointers
+ * allow. Returns the launch's error (cudaErrorInvalidValue for an unknown
+ * dtype).
+ */
+cudaError_t ovld_launch_reduce(cudaStream_t s, ovl_dtype_t dtype, void *dst, uint64_t ldd,
+                               const void *src, uint64_t lds, uint64_t rows, uint64_t cols,
+                               uint32_t nblocks, uint64_t stride, uint32_t div);
 
 /* Ranks a ring kernel rings at most (one done group: cuda_internal.h). */
 #define OVLD_RING_MAX_RANKS 63

@@ -237,6 +237,7 @@ static const ovld_backend_ops_t host_ops = {
     .reduce_scatter = host_reduce_scatter,
     .copy = host_copy,
     .gemm = host_gemm,
+    .reduce = host_reduce,
     .sleep = host_sleep,
     .done = host_done,
     .last_error = host_last_error,

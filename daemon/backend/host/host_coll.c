@@ -164,26 +164,34 @@ static void xfer_wait(host_backend_t *hb, const host_coll_t *c, uint32_t index, 
         host_rank_fail(c->parts[index].rank, st, "%s: %s", c->from ? "rail" : "all-gather", why);
 }
 
-/* Part index's block of a reduce-scatter: row by row, each element the sum
- * over the parts in rank order, in fp32 as NCCL's reduction of these
- * dtypes is, divided by the parts for avg, stored in the dtype once. */
+/* One row of a reduction, every reduction of this backend's (the
+ * reduce-scatter's and REDUCE's): each of the cols elements of out the sum
+ * of the n rows ins[0..n) in that order, in fp32 as NCCL's reduction of
+ * these dtypes is, divided by div (1: the sum), stored in the dtype once. */
+static void sum_row(ovl_dtype_t dtype, void *out, const void *const *ins, uint32_t n, uint64_t cols,
+                    uint32_t div)
+{
+    for (uint64_t j = 0; j < cols; j++) {
+        float sum = 0.0f;
+        for (uint32_t b = 0; b < n; b++)
+            sum += ovl_load_elem(dtype, ins[b], j);
+        sum /= (float)div;
+        ovl_store_elem(dtype, out, j, sum);
+    }
+}
+
+/* Part index's block of a reduce-scatter: row by row, the sum over the
+ * parts in rank order (divided by the parts for avg). */
 static void reduce_rows(const host_coll_t *c, uint32_t index)
 {
     const ovld_allgather_part_t *me = &c->parts[index];
     size_t elem = ovl_dtype_size(c->dtype);
+    const void *ins[OVL_PLAN_MAX_WORLD]; /* nparts <= world <= the planner's maximum */
     for (uint64_t i = 0; i < c->rows; i++) {
-        void *out = ovld_view_rows(me->dst, i, elem).ptr;
-        for (uint64_t j = 0; j < c->cols; j++) {
-            float sum = 0.0f;
-            for (uint32_t b = 0; b < c->nparts; b++) {
-                const void *in =
-                    ovld_view_rows(c->parts[b].src, me->global * c->stride + i, elem).ptr;
-                sum += ovl_load_elem(c->dtype, in, j);
-            }
-            if (c->avg)
-                sum /= (float)c->nparts;
-            ovl_store_elem(c->dtype, out, j, sum);
-        }
+        for (uint32_t b = 0; b < c->nparts; b++)
+            ins[b] = ovld_view_rows(c->parts[b].src, me->global * c->stride + i, elem).ptr;
+        sum_row(c->dtype, ovld_view_rows(me->dst, i, elem).ptr, ins, c->nparts, c->cols,
+                c->avg ? c->nparts : 1);
     }
 }
 
@@ -567,6 +575,9 @@ ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
                          "reduce-scatter: %u of the job's %u ranks are served here; the host "
                          "backend reduces between its own ranks only",
                          nparts, world);
+    if (world > OVL_PLAN_MAX_WORLD)
+        return host_fail(OVL_ERR_INVALID, "reduce-scatter: world %u over the planner's %u", world,
+                         OVL_PLAN_MAX_WORLD);
     for (uint32_t i = 0; i < nparts; i++)
         if (parts[i].global != i)
             return host_fail(OVL_ERR_INVALID, "reduce-scatter: part %u is rank %u's", i,
@@ -598,6 +609,44 @@ ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
                        .tag = tag};
     memcpy(c->parts, parts, nparts * sizeof(parts[0]));
     return coll_queue(c, "reduce-scatter");
+}
+
+static void reduce_run(struct ovld_rank *r, host_work_t *w)
+{
+    (void)r;
+    const void *ins[OVL_PLAN_MAX_WORLD];
+    size_t elem = ovl_dtype_size(w->u.reduce.dtype);
+    for (uint64_t i = 0; i < w->u.reduce.rows; i++) {
+        for (uint32_t b = 0; b < w->u.reduce.nblocks; b++)
+            ins[b] = ovld_view_rows(w->u.reduce.src, b * w->u.reduce.stride + i, elem).ptr;
+        sum_row(w->u.reduce.dtype, ovld_view_rows(w->u.reduce.dst, i, elem).ptr, ins,
+                w->u.reduce.nblocks, w->u.reduce.cols, w->u.reduce.div);
+    }
+}
+
+ovl_status_t host_reduce(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                         uint64_t rows, uint64_t cols, uint32_t nblocks, uint64_t stride,
+                         ovl_dtype_t dtype, uint32_t div)
+{
+    if (nblocks == 0 || nblocks > OVL_PLAN_MAX_WORLD || div == 0 || ovl_dtype_size(dtype) == 0)
+        return host_fail(OVL_ERR_INVALID, "reduce: %u blocks, divisor %u, dtype %d", nblocks, div,
+                         (int)dtype);
+    if (nblocks > 1 && stride < rows)
+        return host_fail(OVL_ERR_INVALID, "reduce: blocks overlap: stride %llu, rows %llu",
+                         (unsigned long long)stride, (unsigned long long)rows);
+    host_work_t *w = host_work_new(W_RUN);
+    if (!w)
+        return host_fail(OVL_ERR_NOMEM, "reduce: out of memory");
+    w->run = reduce_run;
+    w->u.reduce.dst = dst;
+    w->u.reduce.src = src;
+    w->u.reduce.rows = rows;
+    w->u.reduce.cols = cols;
+    w->u.reduce.stride = stride;
+    w->u.reduce.nblocks = nblocks;
+    w->u.reduce.div = div;
+    w->u.reduce.dtype = dtype;
+    return host_enqueue(r, stream, w);
 }
 
 static void copy_run(struct ovld_rank *r, host_work_t *w)

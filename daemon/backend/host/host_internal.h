@@ -57,7 +57,7 @@ typedef struct host_work {
     struct host_work *next;
     work_kind_t kind;
     /* W_RUN: called on the stream's thread with the item, whose union the
-     * maker filled (ag, copy); the stream engine knows no more of it */
+     * maker filled (ag, copy, reduce); the stream engine knows no more of it */
     void (*run)(struct ovld_rank *r, struct host_work *w);
     struct ovld_rank *reserve_of; /* a done item from its rank's reserve */
     union {
@@ -75,6 +75,12 @@ typedef struct host_work {
             uint64_t rows, cols;
             size_t elem;
         } copy;
+        struct {
+            ovld_view_t dst, src;
+            uint64_t rows, cols, stride;
+            uint32_t nblocks, div;
+            ovl_dtype_t dtype;
+        } reduce;
         ovld_gemm_args_t gemm;
         uint32_t sleep_ns;
     } u;
@@ -194,6 +200,9 @@ void host_mem_release(ovld_backend_t *b, ovld_bmem_t *m, bool may_block);
 ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride);
+ovl_status_t host_reduce(ovld_rank_t *r, uint32_t stream, ovld_view_t dst, ovld_view_t src,
+                         uint64_t rows, uint64_t cols, uint32_t nblocks, uint64_t stride,
+                         ovl_dtype_t dtype, uint32_t div);
 ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
                                  const ovld_allgather_part_t *parts, uint32_t nparts,
                                  uint32_t world, ovl_dtype_t dtype, uint64_t rows, uint64_t cols,
