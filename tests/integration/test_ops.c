@@ -69,7 +69,7 @@ static void test_rs_client_checks(void **state)
     bad.algo = OVL_ALGO_RING;
     assert_status(ovl_gemm_reduce_scatter(rk.comm, &bad, NULL), OVL_ERR_INVALID);
     assert_contains(ovl_last_error(rk.cl),
-                    "algorithm ring: gemm_rs has auto, naive and collective");
+                    "algorithm ring: gemm_rs has auto, naive, collective and push");
     bad = good;
     bad.reduce_op = (ovl_reduce_op_t)7;
     assert_status(ovl_gemm_reduce_scatter(rk.comm, &bad, NULL), OVL_ERR_INVALID);
@@ -175,6 +175,11 @@ static void test_op_client_checks(void **state)
     bad.algo = (ovl_algo_t)9;
     assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
     assert_contains(ovl_last_error(rk.cl), "unknown algorithm 9");
+    bad = good;
+    bad.algo = OVL_ALGO_PUSH; /* GEMM + reduce-scatter's */
+    assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl),
+                    "algorithm push: ag_gemm has auto, naive, collective and ring");
     bad = good;
     bad.m = UINT64_MAX / 2; /* A's extent overflows */
     assert_status(ovl_allgather_gemm(rk.comm, &bad, NULL), OVL_ERR_RANGE);
