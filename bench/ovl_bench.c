@@ -53,8 +53,9 @@
  * reduce-scatter of its M x N partials alone, and the GEMM then the
  * reduce-scatter ("unfused"); the floor is max(GEMM, reduce-scatter). Each
  * rank's C is checked against an fp32 product of every rank's A and B side
- * by side (the sum of the products). PyTorch's fused op is not timed for
- * this op yet.
+ * by side (the sum of the products). With --torch-peer, PyTorch's
+ * fused_matmul_reduce_scatter and its mm + reduce-scatter are timed the same
+ * way (bench/torch_peer.py --op rs).
  *
  * Exit status: 0 if everything ran and every check passed, 1 on any failure
  * or failed check, 2 for bad arguments, 77 when there is no GPU.
@@ -193,7 +194,8 @@ static void usage(FILE *f)
             "  --op ag|rs        all-gather + GEMM (default), or GEMM + reduce-scatter: K\n"
             "                    the whole inner dimension, each rank's A M x K/W, M and\n"
             "                    K divisible by W; algorithms naive, collective and\n"
-            "                    push (the default for rs), one B, no --torch-peer yet\n"
+            "                    push (the default for rs), one B; --torch-peer times\n"
+            "                    PyTorch's fused_matmul_reduce_scatter\n"
             "  -h, --help        show this help\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
@@ -419,8 +421,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             return -1;
         }
     }
-    if (rs && (o->nb != 1 || o->torch_peer)) {
-        fprintf(stderr, "ovl-bench: --op rs takes one B and no --torch-peer yet\n");
+    if (rs && o->nb != 1) {
+        fprintf(stderr, "ovl-bench: --op rs takes one B\n");
         return -1;
     }
     if (o->iters < 1 || o->iters > MAX_ITERS || o->warmup > MAX_ITERS || o->timeout_s < 1) {
@@ -2010,7 +2012,7 @@ static void torch_line(const bopts_t *o, const char *line)
 
 /*
  * Runs the --torch-peer script (o->python SCRIPT --world W --shapes ...
- * --dtype --warmup --settle-ms --iters) in a process group of its own, its output
+ * --dtype --warmup --settle-ms --iters --op) in a process group of its own, its output
  * echoed and read into g_bl[][BL_TORCH, BL_TORCH_UNF]; bounded by the
  * shapes' timeouts. Not where ranks share GPUs: PyTorch's op needs a GPU
  * per rank. Its failure or skip is said in g_torch_note.
@@ -2049,6 +2051,8 @@ static void torch_phase(const bopts_t *o)
                     settle,
                     "--iters",
                     iters,
+                    "--op",
+                    o->op == OVL_OP_GEMM_RS ? "rs" : "ag",
                     NULL};
     int fd[2];
     if (pipe(fd) != 0) {

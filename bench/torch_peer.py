@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""torch_peer: PyTorch's own fused all-gather + matmul, timed as ovl-bench
-times ovl, for ovl-bench's table (its --torch-peer option runs this script).
+"""torch_peer: PyTorch's own fused all-gather + matmul (or, with --op rs,
+matmul + reduce-scatter), timed as ovl-bench times ovl, for ovl-bench's
+table (its --torch-peer option runs this script).
 
 W rank processes (spawned; rank r on GPU r; one rank per GPU, since NCCL and
 PyTorch's symmetric memory cannot put two ranks on one GPU) form a
@@ -11,6 +12,15 @@ gathered rows, each rank holding M/W of them) on random data:
            group_name, return_A=False): PyTorch's pipelined all-gather +
            matmul on symmetric memory (what ovl's Python package replaces);
   unfused  dist.all_gather_into_tensor + torch.mm, PyTorch's plain way.
+
+With --op rs each shape is M x K x N with K the whole inner dimension (each
+rank holding A M x K/W and B K/W x N, and keeping M/W rows of the sum, as
+ovl-bench --op rs):
+
+  fused    torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0,
+           group_name): PyTorch's produce-and-push pipeline on symmetric
+           memory;
+  unfused  torch.mm into the M x N partials + dist.reduce_scatter_tensor.
 
 Each figure is ovl-bench's: `iters` ops back to back on the rank's current
 stream after `warmup` untimed ones, a CUDA event after each op, the median of
@@ -61,13 +71,18 @@ def parse_shape(text):
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="torch_peer.py",
-        description="PyTorch's fused_all_gather_matmul and its unfused all-gather + mm, timed "
-                    "as ovl-bench times ovl (one rank per GPU).")
+        description="PyTorch's fused_all_gather_matmul and its unfused all-gather + mm (--op "
+                    "rs: fused_matmul_reduce_scatter and mm + reduce-scatter), timed as "
+                    "ovl-bench times ovl (one rank per GPU).")
     ap.add_argument("--world", type=int, required=True, help="ranks, one per GPU (2 or more)")
     ap.add_argument("--shapes", required=True,
                     type=lambda s: [parse_shape(t) for t in s.split(",") if t],
-                    help="MxKxN,... with M the gathered rows, divisible by the world")
+                    help="MxKxN,... with M the gathered rows, divisible by the world (--op "
+                    "rs: K too, the whole inner dimension)")
     ap.add_argument("--dtype", choices=sorted(TOLERANCE), default="bf16")
+    ap.add_argument("--op", choices=("ag", "rs"), default="ag",
+                    help="ag: fused_all_gather_matmul (default); rs: "
+                    "fused_matmul_reduce_scatter, K the whole inner dimension")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--settle-ms", type=int, default=300,
                     help="and at least about this many ms of untimed ops per measurement, "
@@ -83,9 +98,12 @@ def parse_args(argv):
         ap.error("--iters >= 1, --warmup >= 0, --rounds 1 to 20, --settle-ms 0 to 60000")
     if not args.shapes:
         ap.error("--shapes: no shape")
-    for M, _, _ in args.shapes:
+    for M, K, _ in args.shapes:
         if M % args.world:
             ap.error("shape with M=%d: not divisible by the world (%d)" % (M, args.world))
+        if args.op == "rs" and K % args.world:
+            ap.error("--op rs, shape with K=%d: not divisible by the world (%d)"
+                     % (K, args.world))
     return args
 
 
@@ -97,8 +115,10 @@ def skip(reason):
 def settle_ops(args, M, K, N):
     """ovl-bench's settle_ops: --warmup, raised to about --settle-ms of work
     at 800 TFLOP/s, at most 5000 ops, so that every measurement starts on a
-    GPU at its sustained clock."""
+    GPU at its sustained clock (--op rs: a rank's GEMM is K/W deep)."""
     op_ms = 2.0 * M * N * K / 800e12 * 1e3
+    if args.op == "rs":
+        op_ms /= args.world
     n = min(math.ceil(args.settle_ms / op_ms), 5000) if op_ms > 0 else 0
     return max(n, args.warmup)
 
@@ -139,7 +159,9 @@ def rank_main(rank, args, init_file):
             except Exception:  # noqa: BLE001 - newer releases need no enabling
                 pass
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    op = torch.ops.symm_mem.fused_all_gather_matmul
+    rs = args.op == "rs"
+    op = torch.ops.symm_mem.fused_matmul_reduce_scatter if rs else \
+        torch.ops.symm_mem.fused_all_gather_matmul
     gen = torch.Generator(device="cuda")
     if rank == 0:
         print("torch-peer: torch %s, world %d, GPU %s" % (
@@ -151,21 +173,35 @@ def rank_main(rank, args, init_file):
         try:
             gen.manual_seed(SEED + rank)
             # never zeros (ovl-bench's data are not either): uniform in [-1, 1)
-            A = (torch.rand(M // args.world, K, device="cuda", generator=gen) * 2 - 1).to(dtype)
-            B = (torch.rand(K, N, device="cuda", generator=gen) * 2 - 1).to(dtype)
-            Ag = torch.empty(M, K, device="cuda", dtype=dtype)
-            C = torch.empty(M, N, device="cuda", dtype=dtype)
+            if rs:  # A M x K/W, B K/W x N; the partials M x N, C M/W x N
+                kw = K // args.world
+                A = (torch.rand(M, kw, device="cuda", generator=gen) * 2 - 1).to(dtype)
+                B = (torch.rand(kw, N, device="cuda", generator=gen) * 2 - 1).to(dtype)
+                Ag = torch.empty(M, N, device="cuda", dtype=dtype)
+                C = torch.empty(M // args.world, N, device="cuda", dtype=dtype)
 
-            def unfused():
-                dist.all_gather_into_tensor(Ag, A, group=group)
-                torch.mm(Ag, B, out=C)
+                def unfused():
+                    torch.mm(A, B, out=Ag)
+                    dist.reduce_scatter_tensor(C, Ag, group=group)
 
-            def fused():
-                return op(A, [B], 0, gname, return_A=False)
+                def fused():
+                    return op(A, B, "sum", 0, gname)
+            else:
+                A = (torch.rand(M // args.world, K, device="cuda", generator=gen) * 2 - 1).to(dtype)
+                B = (torch.rand(K, N, device="cuda", generator=gen) * 2 - 1).to(dtype)
+                Ag = torch.empty(M, K, device="cuda", dtype=dtype)
+                C = torch.empty(M, N, device="cuda", dtype=dtype)
+
+                def unfused():
+                    dist.all_gather_into_tensor(Ag, A, group=group)
+                    torch.mm(Ag, B, out=C)
+
+                def fused():
+                    return op(A, [B], 0, gname, return_A=False)
 
             unfused()
             ref = C.float()
-            got = fused()[1][0].float()
+            got = (fused() if rs else fused()[1][0]).float()
             err = ((got - ref).norm() / ref.norm()).item()
             rounds = []
             for _ in range(args.rounds):
@@ -208,7 +244,7 @@ def main(argv=None):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     if args.world < 2:
-        skip("world 1: there is nothing to gather")
+        skip("world 1: there is nothing to %s" % ("reduce" if args.op == "rs" else "gather"))
     try:
         import torch
         import torch.multiprocessing as mp
@@ -220,9 +256,9 @@ def main(argv=None):
         import torch.distributed._symmetric_memory  # noqa: F401
     except ImportError as ex:
         skip("torch %s has no symmetric memory (%s)" % (torch.__version__, ex))
-    if not hasattr(torch.ops, "symm_mem") or not hasattr(torch.ops.symm_mem,
-                                                         "fused_all_gather_matmul"):
-        skip("torch %s has no torch.ops.symm_mem.fused_all_gather_matmul" % torch.__version__)
+    want = "fused_matmul_reduce_scatter" if args.op == "rs" else "fused_all_gather_matmul"
+    if not hasattr(torch.ops, "symm_mem") or not hasattr(torch.ops.symm_mem, want):
+        skip("torch %s has no torch.ops.symm_mem.%s" % (torch.__version__, want))
     ngpu = torch.cuda.device_count()
     if ngpu < args.world:
         skip("world %d needs %d GPUs, one rank each; %d here" % (args.world, args.world, ngpu))

@@ -11,12 +11,14 @@ holds M/2) in bf16 and fp16, fp32 on the two smallest; small odd shapes in
 every dtype, with and without a_out; a_out on 8192^3 bf16; pointers inside a
 larger allocation (--interior); B stored N x K (--transb) on 4096^3; ops of 3
 Bs of different n (--more-n), each C checked, small with transb and a_out and
-on 4096^3. GEMM + reduce-scatter (ovl-demo --op rs, naive and collective,
-checked against the sum of every rank's product in double precision on the
-host): small odd shapes in every dtype, with transb, avg, chunks and wider
-A and C (--strided), and 256 x 384 x 512 a rank; where ranks share a GPU
-(no NCCL communicator between them) it must fail with words, not hang.
-Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
+on 4096^3. GEMM + reduce-scatter (ovl-demo --op rs, naive, collective and
+push, checked against the sum of every rank's product in double precision on
+the host): small odd shapes in every dtype, with transb, avg, chunks and
+wider A and C (--strided), 256 x 384 x 512 and 512 x 1024 x 768 (3 chunks)
+a rank; where ranks share a GPU (no NCCL communicator between them) push
+alone, and naive must fail with words, not hang.
+With OVL_GPU_E2E_CASES=rs in the environment only the GEMM + reduce-scatter
+cases run. Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
 device) prints "SKIP: ..." and exits 77, ctest's skip code.
 
 Budget: under 6 minutes on 2 x H200 at world 2 (most of a case is process and
@@ -146,7 +148,7 @@ def demo(d, name, m, n, k, dtype, extra, iters, seed, algos=ALGOS, refused=None)
           flush=True)
 
 
-RS_ALGOS = ("naive", "collective")
+RS_ALGOS = ("naive", "collective", "push")
 # GEMM + reduce-scatter: (m per rank of C, n, k per rank of A, extra)
 RS_SMALL = [(5, 7, 9, []), (33, 31, 29, ["--chunks", "3", "--strided"]),
             (10, 13, 17, ["--chunks", "4", "--transb", "--reduce", "avg"])]
@@ -154,14 +156,24 @@ RS_SMALL = [(5, 7, 9, []), (33, 31, 29, ["--chunks", "3", "--strided"]),
 
 def rs_cases(shared):
     """GEMM + reduce-scatter's cases: (name, m, n, k, dtype, extra, iters,
-    refused); refused: the words the op fails with where ranks share a GPU."""
-    refused = "has no NCCL communicator" if shared else None
+    refused, algos); refused: the words the op fails with. Where ranks share
+    a GPU there is no NCCL between them: push alone (its pushes by the copy
+    engine, its reduction a kernel), and one case of naive, refused with
+    words."""
+    algos = ("push",) if shared else RS_ALGOS
+    pick = ["-a", "push"] if shared else []
     out = []
     for (m, n, k, extra) in RS_SMALL:
         for dt in ("bf16", "fp16", "fp32"):
-            out.append(("rs-m%d-n%d-k%d-%s" % (m, n, k, dt), m, n, k, dt, ["--op", "rs"] + extra,
-                        2, refused))
-    out.append(("rs-m256-n384-k512-bf16", 256, 384, 512, "bf16", ["--op", "rs"], 3, refused))
+            out.append(("rs-m%d-n%d-k%d-%s" % (m, n, k, dt), m, n, k, dt,
+                        ["--op", "rs"] + extra + pick, 2, None, algos))
+    out.append(("rs-m256-n384-k512-bf16", 256, 384, 512, "bf16", ["--op", "rs"] + pick, 3, None,
+                algos))
+    out.append(("rs-m512-n1024-k768-fp16-chunks3", 512, 1024, 768, "fp16",
+                ["--op", "rs", "--chunks", "3"] + pick, 3, None, algos))
+    if shared:
+        out.append(("rs-naive-refused", 5, 7, 9, "bf16", ["--op", "rs", "-a", "naive"], 1,
+                    "has no NCCL communicator", ("naive",)))
     return out
 
 
@@ -210,15 +222,17 @@ def main():
     DEADLINE = t0 + BUDGET
     d, ndev = start_daemon()
     tests = []
-    for i, (name, m, n, k, dt, extra, iters) in enumerate(cases()):
+    # OVL_GPU_E2E_CASES=rs: GEMM + reduce-scatter's cases alone (scripts/gpu-check --rs-only)
+    only_rs = os.environ.get("OVL_GPU_E2E_CASES") == "rs"
+    for i, (name, m, n, k, dt, extra, iters) in enumerate([] if only_rs else cases()):
         def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=1000 + i):
             demo(d, name, m, n, k, dt, extra, iters, seed)
         t.__name__ = name
         tests.append(t)
-    for i, (name, m, n, k, dt, extra, iters, refused) in enumerate(rs_cases(ndev < WORLD)):
+    for i, (name, m, n, k, dt, extra, iters, refused, algos) in enumerate(rs_cases(ndev < WORLD)):
         def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=2000 + i,
-              refused=refused):
-            demo(d, name, m, n, k, dt, extra, iters, seed, RS_ALGOS, refused)
+              refused=refused, algos=algos):
+            demo(d, name, m, n, k, dt, extra, iters, seed, algos, refused)
         t.__name__ = name
         tests.append(t)
 
