@@ -1,6 +1,5 @@
 /*
- * demo_rs_ref.c: ovl-demo's reference for --op rs (GEMM + reduce-scatter),
- * on the host for either backend: every rank's A and B regenerated from
+ * demo_rs_ref.c: see demo_rs_ref.h. Every rank's A and B regenerated from
  * the seed (demo_rnd.h), the rank's rows of the sum of their products in
  * double precision.
  */
@@ -9,13 +8,10 @@
 #include <string.h>
 
 #include "demo_rnd.h"
+#include "demo_rs_ref.h"
 #include "hostgemm.h"
-#include "ovl_demo.h"
 
-/* The rank's rows of the sum over every rank q of A_q @ op(B_q) (divided
- * by the world for avg), each rank's A and B regenerated from the seed, in
- * double precision, into ref (m x n). 0, or -1 after saying why. */
-int ovl_demo_rs_reference(const opts_t *o, uint32_t rank, double *ref)
+int ovl_demo_rs_reference(const ovl_demo_rs_shape_t *o, uint32_t rank, double *ref)
 {
     ovl_dtype_t dt = o->dtype;
     size_t es = ovl_dtype_size(dt);

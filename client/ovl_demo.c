@@ -311,7 +311,8 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
     memset(a, 0x5a, W * m * lda * es);
     ovl_demo_fill_host(dt, a, W * m, k, lda, o->seed, rank, 0);
     ovl_demo_fill_host(dt, b, brows, bcols, bcols, o->seed, rank, 1);
-    if (ovl_demo_rs_reference(o, rank, ref) != 0) {
+    ovl_demo_rs_shape_t sh = ovl_demo_rs_shape(o);
+    if (ovl_demo_rs_reference(&sh, rank, ref) != 0) {
         free(ref);
         return 1;
     }

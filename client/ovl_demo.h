@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "demo_rs_ref.h"
 #include "ovl.h"
 
 #define MAX_ALGOS 3
@@ -115,12 +116,18 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
 int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                           result_t *res);
 
-/* --op rs's reference (demo_rs_ref.c): rank's m rows of the sum over every
- * rank q of A_q @ op(B_q) (divided by the world for avg), each rank's A
- * ((world*m) x k, matrix 0 of rank q) and B (matrix 1) regenerated from
- * the seed, in double precision, into ref (m x n). 0, or -1 after saying
- * why. */
-int ovl_demo_rs_reference(const opts_t *o, uint32_t rank, double *ref);
+/* --op rs's reference (demo_rs_ref.h) for o's op. */
+static inline ovl_demo_rs_shape_t ovl_demo_rs_shape(const opts_t *o)
+{
+    return (ovl_demo_rs_shape_t){.dtype = o->dtype,
+                                 .world = o->world,
+                                 .m = o->m,
+                                 .n = o->n,
+                                 .k = o->k,
+                                 .transb = o->transb,
+                                 .reduce_op = o->reduce_op,
+                                 .seed = o->seed};
+}
 
 /* The GPUs this process sees (CUDA_VISIBLE_DEVICES applies): the ordinals a
  * rank on the CUDA backend names when it joins. 0 (with a message) if there

@@ -57,7 +57,8 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     memset(ha, 0x5a, a_bytes);
     ovl_demo_fill_host(dt, ha, W * m, k, lda, o->seed, rank, 0);
     ovl_demo_fill_host(dt, hb, brows, bcols, bcols, o->seed, rank, 1);
-    if (ovl_demo_rs_reference(o, rank, ref) != 0)
+    ovl_demo_rs_shape_t sh = ovl_demo_rs_shape(o);
+    if (ovl_demo_rs_reference(&sh, rank, ref) != 0)
         goto out;
     OVL_DEMO_CK(cudaMalloc(&a, a_bytes));
     OVL_DEMO_CK(cudaMalloc(&b, b_bytes));

@@ -22,6 +22,12 @@
  * cudaMalloc, and the reference is cuBLASLt's (ovl-demo's own helpers,
  * demo_cuda.h). Prints "rank R: OK (rel err X)" and exits 0, or says what
  * failed and exits 1; 2 for a usage error.
+ *
+ * With --op rs the op is GEMM + reduce-scatter (ovl_gemm_reduce_scatter):
+ * every rank's A is (world*m) x k, its B k x n, its C m x n, rows [rank m,
+ * (rank+1) m) of the sum over the ranks of A @ B; C is checked on the host
+ * against the sum of every rank's product in double precision
+ * (demo_rs_ref.h), on either backend.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +44,7 @@
 
 #include "clock.h"
 #include "demo_rnd.h"
+#include "demo_rs_ref.h"
 #include "hostgemm.h"
 #include "num.h"
 #include "ovl.h"
@@ -59,7 +66,9 @@ typedef struct opts {
     uint64_t m, n, k;
     ovl_dtype_t dtype;
     ovl_algo_t algo;
-    int device; /* -1: rank mod the devices of this node */
+    bool rs;                   /* --op rs: GEMM + reduce-scatter */
+    ovl_reduce_op_t reduce_op; /* --reduce */
+    int device;                /* -1: rank mod the devices of this node */
     uint64_t seed;
     uint64_t wait_s;    /* how long ranks other than 0 wait for the id file */
     uint64_t delay_ms;  /* a test's: held back this long after joining */
@@ -86,7 +95,11 @@ static void usage(FILE *f)
             "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384\n"
             "                      512; at most %d each)\n"
             "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
-            "  -a, --algo A        auto, naive, collective or ring (default auto)\n"
+            "  -a, --algo A        auto, naive, collective or ring (rs: auto, naive or\n"
+            "                      collective; default auto)\n"
+            "      --op ag|rs      all-gather + GEMM (default), or GEMM + reduce-scatter: A\n"
+            "                      (W*m) x k, C m x n, this rank's rows of the sum\n"
+            "      --reduce sum|avg  rs: how the ranks' products combine (default sum)\n"
             "      --device D      the device of this node to use (default: R mod the devices)\n"
             "      --seed S        the data's seed, the same on every rank (default 1)\n"
             "      --wait S        how long ranks other than 0 wait for PATH (default 60 s)\n"
@@ -226,6 +239,82 @@ static ovl_ag_gemm_desc_t op_desc(const opts_t *o, const void *a, const void *b,
                             .dtype = o->dtype,
                             .algo = o->algo};
     return d;
+}
+
+/* --op rs: the op, and its reference (demo_rs_ref.h) */
+static ovl_gemm_rs_desc_t rs_desc(const opts_t *o, const void *a, const void *b, void *c)
+{
+    ovl_gemm_rs_desc_t d = {.a = a,
+                            .lda = o->k,
+                            .b = b,
+                            .ldb = o->n,
+                            .c = c,
+                            .ldc = o->n,
+                            .m = o->world * o->m,
+                            .n = o->n,
+                            .k = o->k,
+                            .dtype = o->dtype,
+                            .reduce_op = o->reduce_op,
+                            .algo = o->algo};
+    return d;
+}
+
+static ovl_demo_rs_shape_t rs_shape(const opts_t *o)
+{
+    return (ovl_demo_rs_shape_t){.dtype = o->dtype,
+                                 .world = o->world,
+                                 .m = o->m,
+                                 .n = o->n,
+                                 .k = o->k,
+                                 .reduce_op = o->reduce_op,
+                                 .seed = o->seed};
+}
+
+/*
+ * --op rs on the host backend: A ((world*m) x k), B and C (m x n) in memory
+ * shared with ovld, filled as ovl-demo fills them; the op, then C against
+ * the reference. 0 with *ret_err set, or -1 with one line on stderr.
+ */
+static int run_host_rs(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm, double *ret_err)
+{
+    int rc = -1;
+    uint32_t rank = o->rank;
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    void *a = ovl_host_alloc(cl, W * m * k * es);
+    void *b = a ? ovl_host_alloc(cl, k * n * es) : NULL;
+    void *c = b ? ovl_host_alloc(cl, m * n * es) : NULL;
+    double *ref = malloc(m * n * sizeof(double));
+    if (!c || !ref) {
+        fprintf(stderr, "rank %u: out of memory: %s\n", rank, ovl_last_error(cl));
+        goto out;
+    }
+    ovl_demo_fill_host(dt, a, W * m, k, k, o->seed, rank, 0);
+    ovl_demo_fill_host(dt, b, k, n, n, o->seed, rank, 1);
+    memset(c, 0xff, m * n * es); /* NaN in every dtype: what ovld does not write shows */
+    ovl_gemm_rs_desc_t d = rs_desc(o, a, b, c);
+    ovl_status_t st = ovl_gemm_reduce_scatter(comm, &d, NULL);
+    if (st == OVL_OK)
+        st = ovl_comm_synchronize(comm);
+    if (st != OVL_OK) {
+        fprintf(stderr, "rank %u: the op: %s: %s\n", rank, ovl_strerror(st), ovl_last_error(cl));
+        goto out;
+    }
+    ovl_demo_rs_shape_t sh = rs_shape(o);
+    if (ovl_demo_rs_reference(&sh, rank, ref) != 0)
+        goto out;
+    *ret_err = ovl_rel_error(dt, m, n, c, n, ref, n);
+    rc = 0;
+out:
+    free(ref);
+    void *bufs[] = {c, b, a};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i] && ovl_host_free(cl, bufs[i]) != OVL_OK && rc == 0) {
+            fprintf(stderr, "rank %u: ovl_host_free: %s\n", rank, ovl_last_error(cl));
+            rc = -1;
+        }
+    return rc;
 }
 
 /*
@@ -382,6 +471,71 @@ out:
     return rc;
 }
 
+/*
+ * --op rs on the CUDA backend: A, B and C in one cudaMalloc, copied from the
+ * host's data (ovl-demo's); the op on a stream of ours; C copied back and
+ * checked against the host reference. 0 with *ret_err set, or -1 with one
+ * line on stderr.
+ */
+static int run_cuda_rs(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm, double *ret_err)
+{
+    int rc = -1;
+    uint32_t rank = o->rank; /* OVL_DEMO_CK names it */
+    ovl_dtype_t dt = o->dtype;
+    size_t es = ovl_dtype_size(dt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    size_t a_bytes = W * m * k * es, b_bytes = k * n * es, c_bytes = m * n * es;
+    cudaStream_t s = NULL;
+    char *arena = NULL;
+    void *ha = malloc(a_bytes), *hb = malloc(b_bytes), *hc = malloc(c_bytes);
+    double *ref = malloc(m * n * sizeof(double));
+    if (!ha || !hb || !hc || !ref) {
+        fprintf(stderr, "rank %u: out of memory\n", rank);
+        goto out;
+    }
+    ovl_demo_fill_host(dt, ha, W * m, k, k, o->seed, rank, 0);
+    ovl_demo_fill_host(dt, hb, k, n, n, o->seed, rank, 1);
+    OVL_DEMO_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    size_t off_b = (a_bytes + 255) / 256 * 256, off_c = off_b + (b_bytes + 255) / 256 * 256;
+    OVL_DEMO_CK(cudaMalloc((void **)&arena, off_c + c_bytes));
+    OVL_DEMO_CK(cudaMemcpyAsync(arena, ha, a_bytes, cudaMemcpyHostToDevice, s));
+    OVL_DEMO_CK(cudaMemcpyAsync(arena + off_b, hb, b_bytes, cudaMemcpyHostToDevice, s));
+    OVL_DEMO_CK(cudaMemsetAsync(arena + off_c, 0xff, c_bytes, s)); /* NaN: unwritten shows */
+    ovl_gemm_rs_desc_t d = rs_desc(o, arena, arena + off_b, arena + off_c);
+    ovl_status_t st = ovl_gemm_reduce_scatter(comm, &d, s);
+    if (st == OVL_OK)
+        OVL_DEMO_CK(cudaMemcpyAsync(hc, arena + off_c, c_bytes, cudaMemcpyDeviceToHost, s));
+    if (st == OVL_OK)
+        OVL_DEMO_CK(cudaStreamSynchronize(s));
+    if (st == OVL_OK)
+        st = ovl_comm_check(comm);
+    if (st != OVL_OK) {
+        fprintf(stderr, "rank %u: the op: %s: %s\n", rank, ovl_strerror(st), ovl_last_error(cl));
+        goto out;
+    }
+    ovl_demo_rs_shape_t sh = rs_shape(o);
+    if (ovl_demo_rs_reference(&sh, rank, ref) != 0)
+        goto out;
+    *ret_err = ovl_rel_error(dt, m, n, hc, n, ref, n);
+    rc = 0;
+out:
+    if (s)
+        (void)cudaStreamSynchronize(s);
+    /* ovld unmaps the arena before it is freed (run_cuda says how) */
+    (void)ovl_comm_synchronize(comm);
+    ovl_mem_t *mem;
+    if (arena && ovl_mem_register(cl, arena, 1, &mem) == OVL_OK)
+        (void)ovl_mem_deregister(cl, mem);
+    (void)cudaFree(arena);
+    if (s)
+        (void)cudaStreamDestroy(s);
+    free(ref);
+    free(hc);
+    free(hb);
+    free(ha);
+    return rc;
+}
+
 /* The GPU: --device, else rank mod the GPUs this process sees. */
 static int cuda_device(const opts_t *o, int *ret_dev)
 {
@@ -406,7 +560,7 @@ static int cuda_device(const opts_t *o, int *ret_dev)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY, O_TIMEOUT };
+    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY, O_TIMEOUT, O_OP, O_REDUCE };
     static const struct option lo[] = {
         {"rank", required_argument, NULL, 'r'},
         {"world", required_argument, NULL, 'w'},
@@ -419,6 +573,8 @@ static int parse(int argc, char **argv, opts_t *o)
         {"wait", required_argument, NULL, O_WAIT},
         {"delay-op", required_argument, NULL, O_DELAY},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"op", required_argument, NULL, O_OP},
+        {"reduce", required_argument, NULL, O_REDUCE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -448,6 +604,20 @@ static int parse(int argc, char **argv, opts_t *o)
                         optarg);
                 return 2;
             }
+            break;
+        case O_OP:
+            if (strcmp(optarg, "ag") != 0 && strcmp(optarg, "rs") != 0) {
+                fprintf(stderr, "ovl-example-two-nodes: --op '%s': ag or rs\n", optarg);
+                return 2;
+            }
+            o->rs = optarg[0] == 'r';
+            break;
+        case O_REDUCE:
+            if (strcmp(optarg, "sum") != 0 && strcmp(optarg, "avg") != 0) {
+                fprintf(stderr, "ovl-example-two-nodes: --reduce '%s': sum or avg\n", optarg);
+                return 2;
+            }
+            o->reduce_op = optarg[0] == 'a' ? OVL_REDUCE_AVG : OVL_REDUCE_SUM;
             break;
         case 'h':
             usage(stdout);
@@ -606,9 +776,10 @@ int main(int argc, char **argv)
 
     double err = INFINITY;
 #ifdef OVL_HAVE_CUDA
-    int run = cuda ? run_cuda(&o, cl, comm, &err) : run_host(&o, cl, comm, &err);
+    int run = cuda ? (o.rs ? run_cuda_rs : run_cuda)(&o, cl, comm, &err)
+                   : (o.rs ? run_host_rs : run_host)(&o, cl, comm, &err);
 #else
-    int run = run_host(&o, cl, comm, &err);
+    int run = (o.rs ? run_host_rs : run_host)(&o, cl, comm, &err);
 #endif
     if (run != 0)
         goto out;

@@ -546,18 +546,27 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
      * same parameters go to every node. */
     ovld_plan_resolve(cl->cfg, cl->backend->ops->allgather != NULL, &pp);
     uint32_t a, b;
-    if (pp.shared_gpu && c->nnodes > 1 && pp.algo != OVL_ALGO_RING) {
-        /* the planner refuses it too; here with words */
+    uint64_t scratch;
+    bool refused =
+        pp.shared_gpu && c->nnodes > 1 && ovl_plan_scratch_bytes(&pp, &scratch) == OVL_ERR_INVALID;
+    const char *words = refused ? ovl_plan_refusal(&pp) : NULL;
+    if (refused && (words || pp.algo != OVL_ALGO_RING)) {
+        /* the planner refuses it on every node too; here once, with the
+         * ranks that share a device and the planner's words (the kind's),
+         * or, where it has none, all-gather + GEMM's rule */
         if (cjob_shared_pair(c, NULL, &a, &b))
             snprintf(why, sizeof(why), "ranks %u and %u share device %u on %s", a, b,
                      c->rank_dev[a], c->nodes[c->rank_node[a]].name);
         else
             snprintf(why, sizeof(why), "ranks share a GPU");
         size_t len = strlen(why);
-        snprintf(why + len, sizeof(why) - len,
-                 ": across nodes only ring runs then (%s gathers by NCCL over every rank, and "
-                 "NCCL takes no two ranks of one GPU in one communicator)",
-                 ovl_algo_name(pp.algo));
+        if (words)
+            snprintf(why + len, sizeof(why) - len, ": %s", words);
+        else
+            snprintf(why + len, sizeof(why) - len,
+                     ": across nodes only ring runs then (%s gathers by NCCL over every rank, "
+                     "and NCCL takes no two ranks of one GPU in one communicator)",
+                     ovl_algo_name(pp.algo));
         send_go(cl, c, t, OVL_ERR_UNSUPPORTED, why, NULL);
     } else {
         send_go(cl, c, t, OVL_OK, "", &pp);

@@ -231,11 +231,12 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
                         "protocol error: %s: %" PRIu64 " Bs with %zu more n", msg, r->nb,
                         r->n_n_more);
+    uint32_t dtype, algo, chunks, streams;
     if ((st = take_u32(r->first_rank, &o->first_rank, msg, "first rank", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->dtype, &o->f.ag.dtype, msg, "dtype", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->algo, &o->f.ag.algo, msg, "algo", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->chunks, &o->f.ag.chunks, msg, "chunks", err, errlen)) != OVL_OK ||
-        (st = take_u32(r->streams, &o->f.ag.streams, msg, "streams", err, errlen)) != OVL_OK)
+        (st = take_u32(r->dtype, &dtype, msg, "dtype", err, errlen)) != OVL_OK ||
+        (st = take_u32(r->algo, &algo, msg, "algo", err, errlen)) != OVL_OK ||
+        (st = take_u32(r->chunks, &chunks, msg, "chunks", err, errlen)) != OVL_OK ||
+        (st = take_u32(r->streams, &streams, msg, "streams", err, errlen)) != OVL_OK)
         return st;
     if (status_of(r->status, OVL_ERR_PROTOCOL) != r->status)
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
@@ -248,14 +249,40 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
                         "protocol error: %s: unknown op kind %" PRIu64, msg, kind);
     o->f.kind = (uint32_t)kind;
-    o->f.ag.m = r->m;
-    o->f.ag.n = r->n;
-    o->f.ag.k = r->k;
-    o->f.ag.transb = r->transb;
-    o->f.ag.has_aout = r->has_aout;
-    o->f.ag.nb = (uint32_t)r->nb;
-    for (size_t i = 0; i < r->n_n_more; i++)
-        o->f.ag.n_more[i] = r->n_more[i];
+    if (kind == OVLD_KIND_GEMM_RS) {
+        /* its own fields: one B, no a_out, a reduction */
+        if (r->nb != 1 || r->has_aout || r->reduce_op >= OVL_REDUCE_OP_COUNT)
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                            "protocol error: %s: a gemm_rs op with %" PRIu64
+                            " Bs, %s a_out, reduce_op %" PRIu64 " (one B, no a_out, 0 or 1)",
+                            msg, r->nb, r->has_aout ? "an" : "no", r->reduce_op);
+        o->f.rs = (ovld_gemm_rs_desc_t){.m = r->m,
+                                        .n = r->n,
+                                        .k = r->k,
+                                        .dtype = dtype,
+                                        .algo = algo,
+                                        .chunks = chunks,
+                                        .streams = streams,
+                                        .reduce_op = (uint32_t)r->reduce_op,
+                                        .transb = r->transb};
+    } else {
+        if (r->reduce_op != 0)
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                            "protocol error: %s: an ag_gemm op with reduce_op %" PRIu64, msg,
+                            r->reduce_op);
+        o->f.ag.m = r->m;
+        o->f.ag.n = r->n;
+        o->f.ag.k = r->k;
+        o->f.ag.dtype = dtype;
+        o->f.ag.algo = algo;
+        o->f.ag.chunks = chunks;
+        o->f.ag.streams = streams;
+        o->f.ag.transb = r->transb;
+        o->f.ag.has_aout = r->has_aout;
+        o->f.ag.nb = (uint32_t)r->nb;
+        for (size_t i = 0; i < r->n_n_more; i++)
+            o->f.ag.n_more[i] = r->n_more[i];
+    }
     o->strided = r->strided;
     o->shared_gpu = r->shared_gpu;
     return OVL_OK;
@@ -439,20 +466,34 @@ static ovl_status_t encode_ready(const ovld_cluster_msg_t *m, uint8_t **ret_body
     q.reason = bin_text(o->reason, OVLD_CLUSTER_REASON_MAX);
     q.first_rank = o->first_rank;
     q.kind = o->f.kind;
-    q.m = o->f.ag.m;
-    q.n = o->f.ag.n;
-    q.k = o->f.ag.k;
-    q.dtype = o->f.ag.dtype;
-    q.algo = o->f.ag.algo;
-    q.chunks = o->f.ag.chunks;
-    q.streams = o->f.ag.streams;
-    q.transb = o->f.ag.transb;
-    q.has_aout = o->f.ag.has_aout;
-    q.nb = o->f.ag.nb;
     uint64_t more[OVLD_MAX_BS - 1];
-    q.n_n_more = o->f.ag.nb > 1 && o->f.ag.nb <= OVLD_MAX_BS ? o->f.ag.nb - 1 : 0;
-    memcpy(more, o->f.ag.n_more, sizeof(more));
-    q.n_more = more;
+    if (o->f.kind == OVLD_KIND_GEMM_RS) {
+        const ovld_gemm_rs_desc_t *rs = &o->f.rs;
+        q.m = rs->m;
+        q.n = rs->n;
+        q.k = rs->k;
+        q.dtype = rs->dtype;
+        q.algo = rs->algo;
+        q.chunks = rs->chunks;
+        q.streams = rs->streams;
+        q.transb = rs->transb;
+        q.nb = 1;
+        q.reduce_op = rs->reduce_op;
+    } else {
+        q.m = o->f.ag.m;
+        q.n = o->f.ag.n;
+        q.k = o->f.ag.k;
+        q.dtype = o->f.ag.dtype;
+        q.algo = o->f.ag.algo;
+        q.chunks = o->f.ag.chunks;
+        q.streams = o->f.ag.streams;
+        q.transb = o->f.ag.transb;
+        q.has_aout = o->f.ag.has_aout;
+        q.nb = o->f.ag.nb;
+        q.n_n_more = o->f.ag.nb > 1 && o->f.ag.nb <= OVLD_MAX_BS ? o->f.ag.nb - 1 : 0;
+        memcpy(more, o->f.ag.n_more, sizeof(more));
+        q.n_more = more;
+    }
     q.strided = o->strided;
     q.shared_gpu = o->shared_gpu;
     return ovl_wire_pack(&q.base, ret_body, ret_len);

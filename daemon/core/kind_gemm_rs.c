@@ -133,5 +133,5 @@ const ovld_kind_t ovld_kind_gemm_rs = {
     .strided = strided,
     .count = count,
     .describe = describe,
-    .across = false, /* its plans are of one node so far */
+    .across = true, /* naive and collective: NCCL's reduce-scatter spans the nodes */
 };

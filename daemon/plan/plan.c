@@ -1235,11 +1235,15 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
 {
     /* GEMM + reduce-scatter: naive until its plans are measured on GPUs,
-     * but push where ranks share a GPU: the CUDA backend makes no NCCL
-     * communicator there, which naive's and collective's REDUCE_SCATTERs
-     * need */
+     * but push where ranks of one node share a GPU: the CUDA backend makes
+     * no NCCL communicator there, which naive's and collective's
+     * REDUCE_SCATTERs need (across nodes the planner refuses such a job,
+     * with words) */
     if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1)
-        return params->shared_gpu ? OVL_ALGO_PUSH : OVL_ALGO_NAIVE;
+        return params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD &&
+                       pb_count_nodes(params) == 1
+                   ? OVL_ALGO_PUSH
+                   : OVL_ALGO_NAIVE;
     if (!params || params->world <= 1 || kind_of(params) == OVL_OP_GEMM_RS)
         return OVL_ALGO_NAIVE;
     /* across nodes with ranks sharing a GPU, ring is the one that runs */

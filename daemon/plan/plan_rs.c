@@ -4,6 +4,7 @@
  * (plan_internal.h). Pure code: no I/O, no logging.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan.h"
 #include "plan_internal.h"
@@ -61,13 +62,24 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
         return "m, n and k must be positive";
     if (p->m % p->world != 0)
         return "m is not a multiple of the world";
-    /* one B, no gathered A, one node: what this kind's plans are */
+    /* one B, no gathered A: what this kind's plans are */
     if (ovl_plan_nb(p) != 1 || p->want_gathered)
         return "gemm_rs takes one B and no a_out";
-    if (pb_count_nodes(p) != 1)
-        return "gemm_rs plans are of one node";
+    uint32_t nodes = pb_count_nodes(p);
+    if (nodes == 0)
+        return "node ids out of range or not dense";
     if (p->algo == OVL_ALGO_AUTO || !ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, p->algo))
         return "an algorithm gemm_rs does not have (or auto, unresolved)";
+    /* Across nodes, naive's and collective's REDUCE_SCATTERs are NCCL's
+     * over the whole job, which moves the rows between nodes; push's
+     * PUSHes are copies inside a node. */
+    if (nodes > 1 && p->algo == OVL_ALGO_PUSH)
+        return "push moves partials inside a node only: across nodes gemm_rs runs naive or "
+               "collective (NCCL's reduce-scatter over the job)";
+    if (nodes > 1 && p->shared_gpu)
+        return "ranks share a GPU in a job across nodes: gemm_rs has no plan for that (naive "
+               "and collective reduce by NCCL over every rank, which takes no two ranks of one "
+               "GPU; push stays inside a node)";
     if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT ||
         (unsigned)p->reduce_op >= OVL_REDUCE_OP_COUNT)
         return "unknown dtype, all-gather preference or reduce_op";
@@ -353,12 +365,24 @@ ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
 
     plan.params = *params;
     plan.params.kind = OVL_OP_GEMM_RS;
-    plan.params.node_of = NULL; /* one node (rs_params_valid) */
-    plan.nnodes = 1;
     plan.scratch_buf = OVL_BUF_P;
     r = pb_rs_scratch(params, &plan.scratch_bytes);
     if (r != OVL_OK)
         return r;
+    /* Across nodes the plan keeps its own copy of the topology, as
+     * all-gather + GEMM's does; its instructions are those of one node
+     * (the REDUCE_SCATTERs span the job). One node is NULL however it was
+     * given. */
+    plan.nnodes = pb_count_nodes(params);
+    plan.params.node_of = NULL;
+    if (plan.nnodes > 1) {
+        uint32_t *copy = malloc((size_t)params->world * sizeof(*copy));
+
+        if (!copy)
+            return OVL_ERR_NOMEM;
+        memcpy(copy, params->node_of, (size_t)params->world * sizeof(*copy));
+        plan.params.node_of = copy;
+    }
     rs_plan_shape(&plan);
     rs_buf_shapes(params, plan.bufs);
     b.plan = &plan;
@@ -368,6 +392,7 @@ ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
         r = OVL_ERR_INTERNAL; /* rs_plan_shape and rs_emit disagree: a planner bug */
     if (r != OVL_OK) {
         free(b.instr);
+        free((void *)(uintptr_t)plan.params.node_of);
         return r;
     }
     plan.nevents = b.max_event + 1;

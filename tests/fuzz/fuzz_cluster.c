@@ -130,10 +130,14 @@ static void check_fields(const ovld_cluster_msg_t *m, uint32_t type)
         const ovld_cluster_ready_msg_t *r = &m->ready;
         CHECK(is_status(r->status));
         check_text(r->reason, sizeof(r->reason), 0, OVLD_CLUSTER_REASON_MAX);
-        CHECK(r->f.ag.nb >= 1 && r->f.ag.nb <= OVLD_MAX_BS);
-        for (uint32_t i = r->f.ag.nb - 1; i < OVLD_MAX_BS - 1; i++)
-            CHECK(r->f.ag.n_more[i] == 0);
-        CHECK(ovld_kind(r->f.kind) != NULL); /* a kind of the table: absent reads as ag_gemm */
+        CHECK(ovld_kind(r->f.kind) != NULL);  /* a kind of the table: absent reads as ag_gemm */
+        if (r->f.kind == OVLD_KIND_GEMM_RS) { /* one B, no a_out: its own fields */
+            CHECK(r->f.rs.reduce_op < OVL_REDUCE_OP_COUNT);
+        } else {
+            CHECK(r->f.ag.nb >= 1 && r->f.ag.nb <= OVLD_MAX_BS);
+            for (uint32_t i = r->f.ag.nb - 1; i < OVLD_MAX_BS - 1; i++)
+                CHECK(r->f.ag.n_more[i] == 0);
+        }
         break;
     }
     case OVLD_CLUSTER_OP_GO: {
@@ -176,6 +180,14 @@ static void check_same_ready(const ovld_cluster_ready_msg_t *a, const ovld_clust
 {
     CHECK(a->seq == b->seq && a->status == b->status && strcmp(a->reason, b->reason) == 0);
     CHECK(a->first_rank == b->first_rank && a->f.kind == b->f.kind);
+    CHECK(a->strided == b->strided && a->shared_gpu == b->shared_gpu);
+    if (a->f.kind == OVLD_KIND_GEMM_RS) {
+        const ovld_gemm_rs_desc_t *x = &a->f.rs, *y = &b->f.rs;
+        CHECK(x->m == y->m && x->n == y->n && x->k == y->k && x->dtype == y->dtype &&
+              x->algo == y->algo && x->chunks == y->chunks && x->streams == y->streams &&
+              x->reduce_op == y->reduce_op && x->transb == y->transb);
+        return;
+    }
     CHECK(a->f.ag.m == b->f.ag.m && a->f.ag.n == b->f.ag.n && a->f.ag.k == b->f.ag.k);
     CHECK(a->f.ag.dtype == b->f.ag.dtype && a->f.ag.algo == b->f.ag.algo &&
           a->f.ag.chunks == b->f.ag.chunks && a->f.ag.streams == b->f.ag.streams);
@@ -422,6 +434,20 @@ static void fuzz_builtin(void)
     m.ready.f.kind = 7;
     run_message(&m);
     m.ready.f.kind = UINT32_MAX;
+    run_message(&m);
+    /* GEMM + reduce-scatter's: its reduction travels, and its one B */
+    m.ready.status = OVL_OK;
+    m.ready.reason[0] = '\0';
+    m.ready.f = (ovld_op_fields_t){.kind = OVLD_KIND_GEMM_RS,
+                                   .rs = {.m = 4096,
+                                          .n = 1024,
+                                          .k = 2048,
+                                          .dtype = 0,
+                                          .algo = 2,
+                                          .chunks = 3,
+                                          .streams = 2,
+                                          .reduce_op = OVL_REDUCE_AVG,
+                                          .transb = true}};
     run_message(&m);
 
     memset(&m.ready, 0, sizeof(m.ready));

@@ -8,7 +8,10 @@ memory, checking its C against the reference.
 
 Cases: world 2 over two daemons and world 4 over four, every algorithm
 (naive: NCCL all-gather; collective: NCCL send/recv; ring: the rail),
-bf16 on a mid-size shape, fp16 and fp32 on a small odd one; then world 4
+bf16 on a mid-size shape, fp16 and fp32 on a small odd one, and GEMM +
+reduce-scatter (--op rs: naive and collective, NCCL's reduce-scatter over
+the job's communicator, C checked against the host's sum of every rank's
+product); then world 4
 over two daemons with two ranks each, all on GPU 0 (ring on a communicator
 per rail group, every case; naive and collective refused with words; and
 1 + 2 ranks, which would put two ranks of one GPU in one rail group,
@@ -146,6 +149,14 @@ def worlds(n):
                 t0 = time.monotonic()
                 res = run_job(cl, placement, args + ["--algo", algo])
                 check_ok(cl, res, "world %d over %d daemons, %s, %s (%.1f s)" % (
+                    n, n, algo, name, time.monotonic() - t0))
+        # GEMM + reduce-scatter: m rows of C a rank, k its share of the inner dimension
+        for algo in ("naive", "collective"):
+            for args, name in CASES:
+                t0 = time.monotonic()
+                red = ["--reduce", "avg"] if "fp16" in name else []
+                res = run_job(cl, placement, args + ["--algo", algo, "--op", "rs"] + red)
+                check_ok(cl, res, "world %d over %d daemons, rs %s, %s (%.1f s)" % (
                     n, n, algo, name, time.monotonic() - t0))
     finally:
         cl.close()

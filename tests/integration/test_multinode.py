@@ -10,7 +10,12 @@ heartbeats between them), with the rows each daemon moved to and from the others
 transfer, for the rest); a daemon killed while the others' ranks wait for its rank (they
 fail with OVL_ERR_ABORTED naming it within 2 s, their daemon runs the next
 job, and status showed the job's nodes while it ran); ranks sharing a
-device (ring runs; naive and collective refused with words); a node with another
+device (ring runs; naive and collective refused with words); GEMM +
+reduce-scatter across nodes (--op rs: naive and collective, sum and avg,
+every dtype, world 4 over two daemons node-major and interleaved and world 6
+over three; each rank's C against the sum of every rank's product; the
+partials each node sends the others counted exactly for one op; push
+refused across nodes with words, and ranks sharing a device too); a node with another
 cluster key cannot join (its link is refused); another uid joining with
 root's id learns nothing of root's ranks; a job id makes ovld connect only
 where peer_allow (or, unset, the PeerPing rule) lets it."""
@@ -69,6 +74,19 @@ def every_algo_and_dtype(nodes, placement):
     for algo in ALGOS:
         for dtype, shape in SHAPES.items():
             run_job(nodes, placement, shape + ["-d", dtype, "-a", algo], dtype)
+
+
+def refused_job(nodes, placement, args):
+    """A job that must fail: rank r on nodes[placement[r]]; every rank's
+    (exit status, stdout, stderr), none of them cut short."""
+    tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
+    try:
+        id_file = os.path.join(tmp, "job.id")
+        procs = [start_rank(nodes[n], r, len(placement), id_file, args)
+                 for r, n in reversed(list(enumerate(placement)))]
+        return finish(procs[::-1], nodes, fail_fast=False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cluster(n):
@@ -138,21 +156,63 @@ def test_shared_gpu():
             run_job(nodes, [0, 0, 1, 1], shape + ["-d", dtype, "-a", "ring"] + dev0, dtype)
         run_job(nodes, [0, 1, 0, 1], SHAPES["bf16"] + ["-a", "auto"] + dev0, "bf16")
         for algo in ("naive", "collective"):
-            tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
-            try:
-                id_file = os.path.join(tmp, "job.id")
-                args = SHAPES["fp32"] + ["-d", "fp32", "-a", algo] + dev0
-                procs = [start_rank(nodes[n], r, 4, id_file, args)
-                         for r, n in reversed(list(enumerate([0, 0, 1, 1])))]
-                res = finish(procs[::-1], nodes, fail_fast=False)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            res = refused_job(nodes, [0, 0, 1, 1], SHAPES["fp32"] + ["-d", "fp32", "-a", algo] + dev0)
             for r, (rc, so, se) in enumerate(res):
                 assert rc != 0, (algo, r, so)
                 assert ("ranks 0 and 1 share device 0 on %s: across nodes only ring runs then "
                         "(%s gathers by NCCL" % (nodes[0].addr, algo)) in se, (algo, r, se)
             print("  %s, ranks sharing a device: %s" % (algo, res[0][2].strip().splitlines()[-1]))
         run_job(nodes, [1, 0, 0], SHAPES["fp16"] + ["-d", "fp16", "-a", "ring"] + dev0, "fp16")
+        no_jobs_left(nodes)
+        stop_clean(nodes)
+    finally:
+        for n in nodes:
+            n.cleanup()
+
+
+def test_rs_across_nodes():
+    """GEMM + reduce-scatter across nodes: every rank's partials summed over
+    every node (the host backend's reduce-scatter sends each rank of another
+    node its block of the partials, as NCCL's would move them), naive and
+    collective, sum and avg, every dtype, 2 + 2 node-major and interleaved,
+    1 + 2 + 3; one naive op's transfers counted exactly; push refused with
+    the planner's words, and ranks sharing a device by the coordinator."""
+    nodes = cluster(3)
+    try:
+        two = nodes[:2]
+        before = [xfer_stats(n) for n in two]
+        # naive, 2 + 2, fp32, m = 5 rows a rank, n = 7: each rank sends its
+        # block of the partials (5 x 7 fp32) to both ranks of the other node
+        run_job(two, [0, 0, 1, 1], SHAPES["fp32"] + ["-d", "fp32", "-a", "naive", "--op", "rs"],
+                "fp32")
+        block = 5 * 7 * 4
+        for n, b in zip(two, before):
+            a = xfer_stats(n)
+            moved = {k: a[k] - b[k] for k in XFER}
+            assert moved == {"xfer_sends": 4, "xfer_recvs": 4, "xfer_bytes_out": 4 * block,
+                             "xfer_bytes_in": 4 * block, "xfer_errors": 0,
+                             "xfer_dropped": 0}, (n.addr, moved)
+        for placement in ([0, 0, 1, 1], [0, 1, 0, 1]):
+            for algo in ("naive", "collective"):
+                for dtype, shape in SHAPES.items():
+                    red = ["--reduce", "avg"] if dtype == "fp16" else []
+                    run_job(two, placement,
+                            shape + ["-d", dtype, "-a", algo, "--op", "rs"] + red, dtype)
+        run_job(nodes, [0, 1, 1, 2, 2, 2],
+                SHAPES["bf16"] + ["-a", "collective", "--op", "rs", "--reduce", "avg"], "bf16")
+        run_job(nodes, [2, 0, 1, 2, 1, 2], SHAPES["fp32"] + ["-d", "fp32", "--op", "rs"], "fp32")
+        # refusals: push across nodes (the planner's words, on every rank),
+        # and ranks sharing a device (the coordinator's)
+        for algo, extra, words in (
+                ("push", [], "push moves partials inside a node only"),
+                ("auto", ["--device", "0"],
+                 "ranks 0 and 1 share device 0 on %s: ranks share a GPU in a job across nodes"
+                 % two[0].addr)):
+            res = refused_job(two, [0, 0, 1, 1],
+                              SHAPES["fp32"] + ["-d", "fp32", "-a", algo, "--op", "rs"] + extra)
+            for r, (rc, so, se) in enumerate(res):
+                assert rc != 0 and words in se, (algo, r, rc, so, se)
+            print("  rs %s refused: %s" % (algo, res[0][2].strip().splitlines()[-1]))
         no_jobs_left(nodes)
         stop_clean(nodes)
     finally:
@@ -410,5 +470,6 @@ def test_peer_allow():
 if __name__ == "__main__":
     if not os.path.exists(EXAMPLE):
         raise SystemExit("%s not built" % EXAMPLE)
-    run_tests([test_world4_over_two, test_world6_over_three, test_shared_gpu, test_large_rows,
+    run_tests([test_world4_over_two, test_world6_over_three, test_shared_gpu, test_rs_across_nodes,
+               test_large_rows,
                test_daemon_killed, test_wrong_key, test_other_uid_learns_nothing, test_peer_allow])

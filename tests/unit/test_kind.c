@@ -203,14 +203,15 @@ static void test_count(void **state)
 
 /* GEMM + reduce-scatter's entry: its three buffers, m a multiple of the
  * world (refused with words otherwise), every field agreed on, its plan
- * parameters and counts, and that its plans are of one node. */
+ * parameters and counts, and that it runs across nodes (naive and
+ * collective: NCCL's reduce-scatter spans the job). */
 static void test_gemm_rs(void **state)
 {
     (void)state;
     const ovld_kind_t *k = ovld_kind(OVLD_KIND_GEMM_RS);
     assert_ptr_equal(k, &ovld_kind_gemm_rs);
     assert_string_equal(ovl_op_kind_name((ovl_op_kind_t)k->id), "gemm_rs");
-    assert_false(k->across);
+    assert_true(k->across);
     assert_true(ovld_kind(OVLD_KIND_AG_GEMM)->across);
     assert_string_equal(ovld_buf_name(OVLD_KIND_GEMM_RS, OVLD_BUF_C), "c");
     assert_string_equal(ovld_buf_name(OVLD_KIND_GEMM_RS, OVLD_BUF_AOUT), "?");

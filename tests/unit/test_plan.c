@@ -3085,6 +3085,54 @@ static void test_rs_checker_all_shapes(void **state)
     assert_true(jobs > 1000);
 }
 
+/* GEMM + reduce-scatter across nodes: naive and collective, the plans of
+ * one node with the topology kept (the REDUCE_SCATTERs span the job), on
+ * even, uneven and interleaved topologies, checked together. */
+static void test_rs_checker_nodes(void **state)
+{
+    static const uint32_t t22[] = {0, 0, 1, 1}, t123[] = {0, 1, 1, 2, 2, 2},
+                          tmix[] = {1, 0, 1, 0}, t11[] = {0, 1};
+    static const struct {
+        const uint32_t *node_of;
+        uint32_t world, nnodes;
+    } jobs[] = {{t22, 4, 2}, {t123, 6, 3}, {tmix, 4, 2}, {t11, 2, 2}};
+    ovl_plan_t plans[6], one[6];
+    checker_t ck = {.arena = NULL};
+
+    (void)state;
+    for (size_t t = 0; t < sizeof(jobs) / sizeof(jobs[0]); t++)
+        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_COLLECTIVE; a++)
+            for (uint32_t chunks = 0; chunks <= 3; chunks++) {
+                uint32_t w = jobs[t].world;
+
+                for (uint32_t r = 0; r < w; r++) {
+                    ovl_plan_params_t p =
+                        rs_params((ovl_algo_t)a, w, r, 12, chunks, 2, chunks == 1, chunks == 2);
+
+                    assert_int_equal(ovl_plan_build(&p, &one[r]), OVL_OK);
+                    p.node_of = jobs[t].node_of;
+                    assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+                    assert_int_equal(plans[r].nnodes, jobs[t].nnodes);
+                    /* the instructions are one node's: the texts agree
+                     * from the roles on (the header and the topology
+                     * line differ) */
+                    assert_int_equal(plans[r].ninstr, one[r].ninstr);
+                    char ta[8192], tb[8192];
+                    ovl_plan_format(&plans[r], ta, sizeof(ta));
+                    ovl_plan_format(&one[r], tb, sizeof(tb));
+                    assert_non_null(strstr(ta, "\nroles"));
+                    assert_string_equal(strstr(ta, "\nroles"), strstr(tb, "\nroles"));
+                    assert_non_null(strstr(ta, "\ntopology nodes="));
+                }
+                if (!check_job(&ck, plans, w))
+                    fail_msg("gemm_rs %s across nodes (job %zu) chunks=%u: %s",
+                             ovl_algo_name((ovl_algo_t)a), t, chunks, ck.why);
+                free_job(plans, w);
+                free_job(one, w);
+            }
+    checker_free(&ck);
+}
+
 /* The checker catches what a wrong GEMM + reduce-scatter plan does: a
  * REDUCE_SCATTER before its rows' GEMM, a chunk's rows reduced twice or
  * never, a C row written twice, a P row of another block. */
@@ -3243,7 +3291,6 @@ static void test_rs_refused(void **state)
     assert_int_equal(ovl_plan_build(&agp, &plan), OVL_ERR_INVALID);
     assert_null(ovl_plan_refusal(&agp)); /* the planner has no words for that kind's */
     p.algo = OVL_ALGO_NAIVE;
-    p.algo = OVL_ALGO_NAIVE;
     p.want_gathered = true;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     p.want_gathered = false;
@@ -3251,8 +3298,25 @@ static void test_rs_refused(void **state)
     p.n_more[0] = 8;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     p.nb = 1;
+    /* across nodes: naive and collective (NCCL's reduce-scatter spans the
+     * job), not push (its copies stay inside a node), nothing where ranks
+     * share a GPU; auto is naive there */
     p.node_of = two_nodes;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.nnodes, 2);
+    assert_true(plan.params.node_of != two_nodes && plan.params.node_of[2] == 1);
+    ovl_plan_free(&plan);
+    p.algo = OVL_ALGO_PUSH;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+    assert_non_null(strstr(ovl_plan_refusal(&p), "push moves partials inside a node only"));
+    p.algo = OVL_ALGO_COLLECTIVE;
+    p.shared_gpu = true;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+    assert_non_null(strstr(ovl_plan_refusal(&p), "ranks share a GPU in a job across nodes"));
+    p.algo = OVL_ALGO_AUTO;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    p.shared_gpu = false;
+    p.algo = OVL_ALGO_NAIVE;
     p.node_of = NULL;
     p.reduce_op = OVL_REDUCE_OP_COUNT;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
@@ -3340,6 +3404,7 @@ int main(void)
         cmocka_unit_test(test_rs_checker_catches),
         cmocka_unit_test(test_rs_refused),
         cmocka_unit_test(test_push_checker_catches),
+        cmocka_unit_test(test_rs_checker_nodes),
         cmocka_unit_test(test_golden_rs),
     };
 

@@ -7,12 +7,14 @@
  * to its receivers, standing in for grouped ncclSend/ncclRecv; a
  * reduce-scatter is the same barrier, then each part sums its block of
  * every part's rows in fp32, standing in for ncclReduceScatter; a pull
- * (copy) is a memcpy of rows.
+ * (copy) is a memcpy of rows; a reduction (REDUCE) sums a rank's own rows.
  *
  * In a job across nodes the parts are this daemon's ranks only: their
  * rows move among them as above, and to and from the ranks other daemons
  * serve through the job's mover (backend.h), under the call's tag, as point
- * to point sends and receives of dense blocks. Each part posts its own
+ * to point sends and receives of dense blocks (a reduce-scatter sends each
+ * other rank its block of the partials and sums, in rank order, the blocks
+ * it received with those of the parts here). Each part posts its own
  * from its stream thread once its stream reaches the call (its src and
  * dst are then what the plan says), and waits for them before it leaves.
  */
@@ -25,9 +27,10 @@
 #include "half.h"
 #include "host_internal.h"
 
-/* Shared by the parts of one all-gather or rail. */
+/* Shared by the parts of one all-gather, rail or reduce-scatter. */
 struct host_coll {
     uint32_t nparts, arrived, departed, refs;
+    uint32_t world; /* the job's ranks (a reduce-scatter's avg divides by it) */
     ovl_dtype_t dtype;
     uint64_t rows, cols, stride;
     bool reduce, avg; /* a reduce-scatter (avg: the sum divided by nparts) */
@@ -56,7 +59,17 @@ typedef struct host_xwait {
     uint32_t refs; /* the thread, and each done owed */
     ovl_status_t st;
     char why[200]; /* the first failure's words */
+    /* A reduce-scatter's: the other nodes' ranks' partials of this part's
+     * block, one dense block each in rank order; freed with the wait, so
+     * that a receive still posted at shutdown never writes freed memory. */
+    unsigned char *recv;
 } host_xwait_t;
+
+static void xwait_free(host_xwait_t *w)
+{
+    free(w->recv);
+    free(w);
+}
 
 /* rows x cols elements from src to dst, row by row (a stream thread). */
 static void copy_rows(ovld_view_t dst, ovld_view_t src, uint64_t rows, uint64_t cols, size_t elem)
@@ -89,7 +102,7 @@ static void on_xfer_done(void *arg, ovl_status_t st, const char *why)
     pthread_cond_broadcast(&hb->cv);
     pthread_mutex_unlock(&hb->mu);
     if (last)
-        free(w);
+        xwait_free(w);
 }
 
 /* Posts one transfer of w: a send of buf to rank `other`, or a receive
@@ -117,33 +130,74 @@ static void xfer_post(host_xwait_t *w, const host_coll_t *c, uint32_t me, uint32
     pthread_mutex_unlock(&hb->mu);
 }
 
+/* The call's name in words. */
+static const char *coll_what(const host_coll_t *c)
+{
+    return c->reduce ? "reduce-scatter" : c->from ? "rail" : "all-gather";
+}
+
 /* Part index's rows to and from other nodes: posted now, while the other
- * parts gather here. NULL (and the failure on the rank) where nothing can
- * be posted. */
+ * parts gather here. An all-gather or a rail sends its rows and receives
+ * the others' into their blocks of its dst; a reduce-scatter sends each
+ * other rank's block of its partials to it and receives every other rank's
+ * partials of its own block into w->recv. NULL (and the failure on the
+ * rank) where nothing can be posted. */
 static host_xwait_t *xfer_start(host_backend_t *hb, host_coll_t *c, uint32_t index)
 {
     const ovld_allgather_part_t *me = &c->parts[index];
     size_t elem = ovl_dtype_size(c->dtype);
     size_t bytes = (size_t)(c->rows * c->cols) * elem; /* dense: checked at the call */
-    const char *what = c->from ? "rail" : "all-gather";
     if (bytes == 0 || c->xs_n[index] + c->xr_n[index] == 0)
         return NULL;
     host_xwait_t *w = calloc(1, sizeof(*w));
+    size_t nrecv = c->xr_n[index];
+    if (w && c->reduce && !(w->recv = malloc(nrecv * bytes))) { /* nrecv * bytes checked */
+        free(w);
+        w = NULL;
+    }
     if (!w) {
         host_rank_fail(me->rank, OVL_ERR_NOMEM, "%s: rows to and from other nodes: out of memory",
-                       what);
+                       coll_what(c));
         return NULL;
     }
     w->hb = hb;
     w->refs = 1;
-    for (uint32_t k = 0; k < c->xr_n[index]; k++) {
+    for (uint32_t k = 0; k < nrecv; k++) {
         uint32_t q = c->xr[c->xr_at[index] + k];
-        xfer_post(w, c, me->global, q, false, ovld_view_rows(me->dst, q * c->stride, elem).ptr,
-                  bytes);
+        void *at = c->reduce ? (void *)(w->recv + k * bytes)
+                             : ovld_view_rows(me->dst, q * c->stride, elem).ptr;
+        xfer_post(w, c, me->global, q, false, at, bytes);
     }
-    for (uint32_t k = 0; k < c->xs_n[index]; k++)
-        xfer_post(w, c, me->global, c->xs[c->xs_at[index] + k], true, me->src.ptr, bytes);
+    for (uint32_t k = 0; k < c->xs_n[index]; k++) {
+        uint32_t q = c->xs[c->xs_at[index] + k];
+        const void *rows =
+            c->reduce ? ovld_view_rows(me->src, q * c->stride, elem).ptr : me->src.ptr;
+        xfer_post(w, c, me->global, q, true, (void *)(uintptr_t)rows, bytes);
+    }
     return w;
+}
+
+/* Waits for w's transfers (or shutdown): their status, with words in why
+ * (whylen bytes). The caller still holds its reference. */
+static ovl_status_t xfer_settle(host_backend_t *hb, host_xwait_t *w, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&hb->mu);
+    while (w->left > 0 && !atomic_load(&hb->stopping))
+        pthread_cond_wait(&hb->cv, &hb->mu);
+    ovl_status_t st = w->left > 0 ? OVL_ERR_SHUTDOWN : w->st;
+    snprintf(why, whylen, "%s", w->left > 0 ? "ovld is shutting down" : w->why);
+    pthread_mutex_unlock(&hb->mu);
+    return st;
+}
+
+/* The caller's reference to w, dropped. */
+static void xfer_release(host_backend_t *hb, host_xwait_t *w)
+{
+    pthread_mutex_lock(&hb->mu);
+    bool last = --w->refs == 0;
+    pthread_mutex_unlock(&hb->mu);
+    if (last)
+        xwait_free(w);
 }
 
 /* Waits for w's transfers (or shutdown); a failure fails the rank's op
@@ -151,17 +205,10 @@ static host_xwait_t *xfer_start(host_backend_t *hb, host_coll_t *c, uint32_t ind
 static void xfer_wait(host_backend_t *hb, const host_coll_t *c, uint32_t index, host_xwait_t *w)
 {
     char why[200];
-    pthread_mutex_lock(&hb->mu);
-    while (w->left > 0 && !atomic_load(&hb->stopping))
-        pthread_cond_wait(&hb->cv, &hb->mu);
-    ovl_status_t st = w->left > 0 ? OVL_ERR_SHUTDOWN : w->st;
-    snprintf(why, sizeof(why), "%s", w->left > 0 ? "ovld is shutting down" : w->why);
-    bool last = --w->refs == 0;
-    pthread_mutex_unlock(&hb->mu);
-    if (last)
-        free(w);
+    ovl_status_t st = xfer_settle(hb, w, why, sizeof(why));
+    xfer_release(hb, w);
     if (st != OVL_OK)
-        host_rank_fail(c->parts[index].rank, st, "%s: %s", c->from ? "rail" : "all-gather", why);
+        host_rank_fail(c->parts[index].rank, st, "%s: %s", coll_what(c), why);
 }
 
 /* One row of a reduction, every reduction of this backend's (the
@@ -180,18 +227,28 @@ static void sum_row(ovl_dtype_t dtype, void *out, const void *const *ins, uint32
     }
 }
 
-/* Part index's block of a reduce-scatter: row by row, the sum over the
- * parts in rank order (divided by the parts for avg). */
-static void reduce_rows(const host_coll_t *c, uint32_t index)
+/* Part index's block of a reduce-scatter: row by row, the sum over every
+ * rank of the job in rank order (divided by the world for avg): the parts
+ * here from their partials, the ranks of other nodes from recv (their
+ * blocks in rank order, as xfer_start received them; NULL in a job of
+ * one daemon). */
+static void reduce_rows(const host_coll_t *c, uint32_t index, const unsigned char *recv)
 {
     const ovld_allgather_part_t *me = &c->parts[index];
     size_t elem = ovl_dtype_size(c->dtype);
-    const void *ins[OVL_PLAN_MAX_WORLD]; /* nparts <= world <= the planner's maximum */
+    size_t bytes = (size_t)(c->rows * c->cols) * elem, row_bytes = (size_t)c->cols * elem;
+    const void *ins[OVL_PLAN_MAX_WORLD]; /* world <= the planner's maximum (host_reduce_scatter) */
     for (uint64_t i = 0; i < c->rows; i++) {
-        for (uint32_t b = 0; b < c->nparts; b++)
-            ins[b] = ovld_view_rows(c->parts[b].src, me->global * c->stride + i, elem).ptr;
-        sum_row(c->dtype, ovld_view_rows(me->dst, i, elem).ptr, ins, c->nparts, c->cols,
-                c->avg ? c->nparts : 1);
+        /* the parts and the other nodes' ranks, merged in rank order (both
+         * lists are in it) */
+        for (uint32_t q = 0, b = 0, k = 0; q < c->world; q++) {
+            if (b < c->nparts && c->parts[b].global == q)
+                ins[q] = ovld_view_rows(c->parts[b++].src, me->global * c->stride + i, elem).ptr;
+            else
+                ins[q] = recv + (k++) * bytes + i * row_bytes;
+        }
+        sum_row(c->dtype, ovld_view_rows(me->dst, i, elem).ptr, ins, c->world, c->cols,
+                c->avg ? c->world : 1);
     }
 }
 
@@ -210,12 +267,23 @@ static void coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
 
     /* Every rank's inputs are ready: gather them all into this rank's G
      * (a rail: those of the ranks it receives from), or sum this rank's
-     * block of them all into its rows (a reduce-scatter). */
+     * block of them all into its rows (a reduce-scatter, once the other
+     * nodes' partials are in). */
     size_t elem = ovl_dtype_size(c->dtype);
     const ovld_allgather_part_t *me = &c->parts[index];
     uint32_t n = c->reduce ? 0 : c->from ? c->nfrom[index] : c->nparts;
-    if (c->reduce)
-        reduce_rows(c, index);
+    if (c->reduce && w) {
+        char why[200];
+        ovl_status_t st = xfer_settle(hb, w, why, sizeof(why));
+        if (st == OVL_OK)
+            reduce_rows(c, index, w->recv);
+        xfer_release(hb, w);
+        w = NULL;
+        if (st != OVL_OK)
+            host_rank_fail(me->rank, st, "reduce-scatter: %s", why);
+    } else if (c->reduce) {
+        reduce_rows(c, index, NULL);
+    }
     for (uint32_t x = 0; x < n; x++) {
         uint32_t b = c->from ? c->from[c->first[index] + x] : x;
         copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem), c->parts[b].src,
@@ -327,6 +395,26 @@ static ovl_status_t xlists_new(host_coll_t *c, size_t nsend, size_t nrecv, const
     return OVL_OK;
 }
 
+/* An all-gather's or a reduce-scatter's lists in a job across nodes: every
+ * part sends to and receives from every rank not served here, one list in
+ * rank order (the parts are in it too). */
+static ovl_status_t xlists_remote(host_coll_t *c, uint32_t world, const char *what)
+{
+    uint32_t nremote = world - c->nparts;
+    if (xlists_new(c, nremote, 0, what) != OVL_OK)
+        return OVL_ERR_NOMEM;
+    c->xr = c->xs;
+    for (uint32_t q = 0, i = 0, k = 0; q < world; q++) {
+        if (i < c->nparts && c->parts[i].global == q)
+            i++;
+        else
+            c->xs[k++] = q;
+    }
+    for (uint32_t i = 0; i < c->nparts; i++)
+        c->xs_n[i] = c->xr_n[i] = nremote;
+    return OVL_OK;
+}
+
 ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll_tag_t tag,
                             const ovld_allgather_part_t *parts, uint32_t nparts, uint32_t world,
                             ovl_dtype_t dtype, uint64_t rows, uint64_t cols, uint64_t stride)
@@ -372,6 +460,7 @@ ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
         return host_fail(OVL_ERR_NOMEM, "all-gather: out of memory");
     *c = (host_coll_t){.nparts = nparts,
                        .refs = nparts,
+                       .world = world,
                        .dtype = dtype,
                        .rows = rows,
                        .cols = cols,
@@ -380,23 +469,9 @@ ovl_status_t host_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_coll
                        .mover = nparts ? parts[0].rank->mover : NULL,
                        .tag = tag};
     memcpy(c->parts, parts, nparts * sizeof(parts[0]));
-    if (xfer) {
-        /* every part sends to and receives from every rank not here: one
-         * list (the parts are in rank order) */
-        uint32_t nremote = world - nparts;
-        if (xlists_new(c, nremote, 0, "all-gather") != OVL_OK) {
-            free(c);
-            return OVL_ERR_NOMEM;
-        }
-        c->xr = c->xs;
-        for (uint32_t q = 0, i = 0, k = 0; q < world; q++) {
-            if (i < nparts && parts[i].global == q)
-                i++;
-            else
-                c->xs[k++] = q;
-        }
-        for (uint32_t i = 0; i < nparts; i++)
-            c->xs_n[i] = c->xr_n[i] = nremote;
+    if (xfer && xlists_remote(c, world, "all-gather") != OVL_OK) {
+        free(c);
+        return OVL_ERR_NOMEM;
     }
     return coll_queue(c, "all-gather");
 }
@@ -570,18 +645,33 @@ ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
                                  uint64_t stride, bool avg)
 {
     (void)b;
-    if (nparts != world || (nparts && parts[0].rank->xfer))
+    struct ovld_xfer_job *xfer = nparts ? parts[0].rank->xfer : NULL;
+    if (!xfer && nparts != world)
         return host_fail(OVL_ERR_UNSUPPORTED,
                          "reduce-scatter: %u of the job's %u ranks are served here; the host "
                          "backend reduces between its own ranks only",
                          nparts, world);
-    if (world > OVL_PLAN_MAX_WORLD)
-        return host_fail(OVL_ERR_INVALID, "reduce-scatter: world %u over the planner's %u", world,
-                         OVL_PLAN_MAX_WORLD);
-    for (uint32_t i = 0; i < nparts; i++)
-        if (parts[i].global != i)
+    if (world > OVL_PLAN_MAX_WORLD || nparts > world)
+        return host_fail(OVL_ERR_INVALID, "reduce-scatter: %u parts, world %u (at most %u)", nparts,
+                         world, OVL_PLAN_MAX_WORLD);
+    for (uint32_t i = 0; i < nparts; i++) {
+        if (xfer) {
+            ovl_status_t st = net_part_check("reduce-scatter", i, parts[i].rank, parts[i].global,
+                                             i ? (int64_t)parts[i - 1].global : -1, xfer, world);
+            if (st != OVL_OK)
+                return st;
+        } else if (parts[i].global != i) {
             return host_fail(OVL_ERR_INVALID, "reduce-scatter: part %u is rank %u's", i,
                              parts[i].global);
+        }
+    }
+    /* a part's receives from the other nodes, a block each: in memory */
+    size_t block, recv_bytes;
+    if (__builtin_mul_overflow((size_t)rows, (size_t)cols, &block) ||
+        __builtin_mul_overflow(block, ovl_dtype_size(dtype), &block) ||
+        __builtin_mul_overflow(block, (size_t)(world - nparts), &recv_bytes))
+        return host_fail(OVL_ERR_LIMIT, "reduce-scatter: the other nodes' partials overflow");
+    (void)recv_bytes; /* each part's, which xfer_start allocates: it fits */
     if (stride < rows)
         return host_fail(OVL_ERR_INVALID, "reduce-scatter blocks overlap: stride %llu, rows %llu",
                          (unsigned long long)stride, (unsigned long long)rows);
@@ -600,14 +690,21 @@ ovl_status_t host_reduce_scatter(ovld_backend_t *b, ovld_coll_tag_t tag,
         return host_fail(OVL_ERR_NOMEM, "reduce-scatter: out of memory");
     *c = (host_coll_t){.nparts = nparts,
                        .refs = nparts,
+                       .world = world,
                        .dtype = dtype,
                        .rows = rows,
                        .cols = cols,
                        .stride = stride,
                        .reduce = true,
                        .avg = avg,
+                       .xfer = xfer,
+                       .mover = nparts ? parts[0].rank->mover : NULL,
                        .tag = tag};
     memcpy(c->parts, parts, nparts * sizeof(parts[0]));
+    if (xfer && xlists_remote(c, world, "reduce-scatter") != OVL_OK) {
+        free(c);
+        return OVL_ERR_NOMEM;
+    }
     return coll_queue(c, "reduce-scatter");
 }
 

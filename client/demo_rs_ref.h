@@ -1,0 +1,31 @@
+/*
+ * demo_rs_ref.h: the reference of GEMM + reduce-scatter that ovl-demo --op
+ * rs and the example of a job across nodes check their C against
+ * (demo_rs_ref.c), on the host for either backend.
+ */
+#ifndef OVL_DEMO_RS_REF_H
+#define OVL_DEMO_RS_REF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ovl.h"
+
+/* The op and its data: every rank's A is (world*m) x k (matrix 0 of the
+ * rank, demo_rnd.h) and its B k x n, n x k with transb (matrix 1); each
+ * rank keeps m rows of the sum. */
+typedef struct ovl_demo_rs_shape {
+    ovl_dtype_t dtype;
+    uint32_t world;
+    uint64_t m, n, k;
+    bool transb;
+    ovl_reduce_op_t reduce_op;
+    uint64_t seed;
+} ovl_demo_rs_shape_t;
+
+/* rank's m rows of the sum over every rank q of A_q @ op(B_q) (divided by
+ * the world for avg), each rank's A and B regenerated from the seed, in
+ * double precision, into ref (m x n). 0, or -1 after saying why. */
+int ovl_demo_rs_reference(const ovl_demo_rs_shape_t *s, uint32_t rank, double *ref);
+
+#endif /* OVL_DEMO_RS_REF_H */
