@@ -422,7 +422,18 @@ static bool daemon_planned(const char *text, const ovl_plan_params_t *p)
         return false;
     want[len++] = '\n';
     want[len] = '\0';
-    return strncmp(nl + 1, want, len) == 0;
+    /* the bs line is one of the lines between the header and buffers (a
+     * "chosen by" line may come first: docs/plans.md, "The format") */
+    const char *end = strstr(text, "\nbuffers ");
+    for (const char *line = nl + 1; line && (!end || line <= end); line = strchr(line, '\n')) {
+        if (*line == '\n')
+            line++;
+        if (strncmp(line, want, len) == 0)
+            return true;
+        if (strncmp(line, "buffers ", 8) == 0)
+            break;
+    }
+    return false;
 }
 
 /* --local-ranks: comma-separated node sizes, each > 0, at most
@@ -930,8 +941,10 @@ static int plan_here(const plan_opts_t *o)
         }
         p.node_of = node_of;
     }
-    if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.rank < p.world)
+    if (p.algo == OVL_ALGO_AUTO && p.world > 0 && p.rank < p.world) {
         p.algo = ovl_plan_choose(&p);
+        p.chosen = OVL_CHOSEN_RULE;
+    }
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);
     /* words for a refusal, read while p's topology is still there */

@@ -231,7 +231,7 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
                         "protocol error: %s: %" PRIu64 " Bs with %zu more n", msg, r->nb,
                         r->n_n_more);
-    uint32_t dtype, algo, chunks, streams;
+    uint32_t dtype = 0, algo = 0, chunks = 0, streams = 0; /* set by take_u32 below */
     if ((st = take_u32(r->first_rank, &o->first_rank, msg, "first rank", err, errlen)) != OVL_OK ||
         (st = take_u32(r->dtype, &dtype, msg, "dtype", err, errlen)) != OVL_OK ||
         (st = take_u32(r->algo, &algo, msg, "algo", err, errlen)) != OVL_OK ||

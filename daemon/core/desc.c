@@ -43,13 +43,17 @@ void ovld_plan_resolve(const ovld_config_t *cfg, bool have_collective, ovl_plan_
         p->chunks = cfg->default_chunks;
     if (!p->streams)
         p->streams = cfg->default_streams;
-    /* the operator's default where the op's kind has that algorithm
-     * (ring is all-gather + GEMM's, push GEMM + reduce-scatter's) */
-    if (p->algo == OVL_ALGO_AUTO &&
-        ovl_op_kind_takes_algo(p->kind ? p->kind : OVL_OP_AG_GEMM, cfg->default_algo))
+    /* the operator's default where it can run this op (ring is all-gather
+     * + GEMM's, push GEMM + reduce-scatter's and of one node only; naive
+     * and collective GEMM + reduce-scatter need a GPU per rank) */
+    if (p->algo == OVL_ALGO_AUTO && ovl_plan_takes_default(p, cfg->default_algo)) {
         p->algo = cfg->default_algo;
-    if (p->algo == OVL_ALGO_AUTO)
+        p->chosen = OVL_CHOSEN_DEFAULT;
+    }
+    if (p->algo == OVL_ALGO_AUTO) {
         p->algo = ovl_plan_choose(p);
+        p->chosen = OVL_CHOSEN_RULE;
+    }
 }
 
 ovl_status_t ovld_op_plan_params(const ovld_config_t *cfg, bool have_collective,

@@ -1220,7 +1220,8 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
         a->dtype != b->dtype || a->chunks != b->chunks || a->streams != b->streams ||
         a->want_gathered != b->want_gathered || a->transb != b->transb ||
         a->strided != b->strided || a->shared_gpu != b->shared_gpu ||
-        a->allgather != b->allgather || a->nb != b->nb || a->reduce_op != b->reduce_op)
+        a->allgather != b->allgather || a->nb != b->nb || a->reduce_op != b->reduce_op ||
+        a->chosen != b->chosen)
         return false;
     for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
         if (a->n_more[i] != b->n_more[i])
@@ -1232,26 +1233,71 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
     return true;
 }
 
-ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
+/* The rule behind OVL_ALGO_AUTO, and its reason in words (*why). */
+static ovl_algo_t choose(const ovl_plan_params_t *params, const char **why)
 {
     /* GEMM + reduce-scatter: naive until its plans are measured on GPUs,
      * but push where ranks of one node share a GPU: the CUDA backend makes
      * no NCCL communicator there, which naive's and collective's
      * REDUCE_SCATTERs need (across nodes the planner refuses such a job,
      * with words) */
-    if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1)
-        return params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD &&
-                       pb_count_nodes(params) == 1
-                   ? OVL_ALGO_PUSH
-                   : OVL_ALGO_NAIVE;
-    if (!params || params->world <= 1 || kind_of(params) == OVL_OP_GEMM_RS)
+    if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1) {
+        if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD &&
+            pb_count_nodes(params) == 1) {
+            *why = "ranks share a GPU: push, whose copies need no NCCL between them";
+            return OVL_ALGO_PUSH;
+        }
+        *why = "gemm_rs is naive until its plans are measured on GPUs";
         return OVL_ALGO_NAIVE;
+    }
+    if (!params || params->world <= 1) {
+        *why = "one rank: nothing to move";
+        return OVL_ALGO_NAIVE;
+    }
+    if (kind_of(params) == OVL_OP_GEMM_RS) { /* not reached: world > 1 above */
+        *why = "gemm_rs is naive until its plans are measured on GPUs";
+        return OVL_ALGO_NAIVE;
+    }
     /* across nodes with ranks sharing a GPU, ring is the one that runs */
-    if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && pb_count_nodes(params) > 1)
+    if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD && pb_count_nodes(params) > 1) {
+        *why = "ranks share a GPU across nodes: ring is the one that runs";
         return OVL_ALGO_RING;
-    if (mul_sat(params->m, params->world) < AUTO_MIN_ROWS || gemm_flop(params) < AUTO_MIN_FLOPS)
+    }
+    if (mul_sat(params->m, params->world) < AUTO_MIN_ROWS || gemm_flop(params) < AUTO_MIN_FLOPS) {
+        *why = "under 512 gathered rows or 2^27 flop: too small for overlap to pay";
         return OVL_ALGO_NAIVE;
+    }
+    *why = "512 gathered rows and 2^27 flop or more: ring";
     return OVL_ALGO_RING;
+}
+
+ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params)
+{
+    const char *why;
+    return choose(params, &why);
+}
+
+bool ovl_plan_takes_default(const ovl_plan_params_t *params, ovl_algo_t algo)
+{
+    ovl_plan_params_t p;
+
+    if (!params || algo == OVL_ALGO_AUTO)
+        return false;
+    p = *params;
+    p.algo = algo;
+    if (!params_valid(&p))
+        return false;
+    /* GEMM + reduce-scatter where ranks share a GPU: naive's and
+     * collective's REDUCE_SCATTERs need NCCL between them, which the CUDA
+     * backend cannot make there (the rule picks push) */
+    return !(kind_of(&p) == OVL_OP_GEMM_RS && p.shared_gpu && algo != OVL_ALGO_PUSH);
+}
+
+const char *ovl_plan_choose_why(const ovl_plan_params_t *params)
+{
+    const char *why;
+    (void)choose(params, &why);
+    return why;
 }
 
 /* ---------------------------------------------------------------- names */
@@ -1474,11 +1520,12 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
     if (!plan)
         return 0;
     p = &plan->params;
-    /* Format 4: the kind, second in the header, tells a reader how to
-     * read the rest (docs/plans.md, "Format history"). */
+    /* Format 5 (docs/plans.md, "Format history"): the kind, second in the
+     * header, tells a reader how to read the rest; a "chosen by" line
+     * follows where the op said auto. */
     if (kind_of(p) == OVL_OP_GEMM_RS)
         out_printf(&o,
-                   "plan format=4 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
+                   "plan format=5 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
                    " n=%" PRIu64 " k=%" PRIu64 " dtype=%s transb=%s reduce=%s chunks=%" PRIu32
                    " chunk_rows=%" PRIu64 " streams=%" PRIu32 " events=%" PRIu32
                    " strided=%s shared_gpu=%s\n",
@@ -1489,7 +1536,7 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
                    p->strided ? "yes" : "no", p->shared_gpu ? "yes" : "no");
     else
         out_printf(&o,
-                   "plan format=4 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
+                   "plan format=5 kind=%s algo=%s world=%" PRIu32 " rank=%" PRIu32 " m=%" PRIu64
                    " n=%" PRIu64 " k=%" PRIu64 " dtype=%s transb=%s chunks=%" PRIu32
                    " chunk_rows=%" PRIu64 " streams=%" PRIu32 " events=%" PRIu32
                    " a_out=%s strided=%s shared_gpu=%s allgather=%s\n",
@@ -1498,6 +1545,10 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
                    p->transb ? "yes" : "no", plan->chunks, plan->chunk_rows, plan->nstreams,
                    plan->nevents, p->want_gathered ? "yes" : "no", p->strided ? "yes" : "no",
                    p->shared_gpu ? "yes" : "no", name_or(ovl_ag_pref_name(p->allgather)));
+    if (p->chosen == OVL_CHOSEN_RULE)
+        out_printf(&o, "chosen by auto: %s\n", ovl_plan_choose_why(p));
+    else if (p->chosen == OVL_CHOSEN_DEFAULT)
+        out_printf(&o, "chosen by the daemon's default_algo\n");
     if (plan->nnodes > 1 && p->node_of) {
         /* the topology: each node's ranks, and each rank's node */
         uint32_t size[OVL_PLAN_MAX_WORLD] = {0};

@@ -257,6 +257,14 @@ typedef struct ovl_instr {
     uint32_t nsend, nrecv;  /* RAIL: its sends, then its receives, in plan->peers */
 } ovl_instr_t;
 
+/* Who chose a plan's algorithm (ovl_plan_params_t.chosen), which its text
+ * says (the zero value, the caller, says nothing). */
+typedef enum ovl_choice {
+    OVL_CHOSEN_GIVEN = 0, /* the op named it */
+    OVL_CHOSEN_DEFAULT,   /* the daemon's default_algo, for an op that said auto */
+    OVL_CHOSEN_RULE,      /* ovl_plan_choose's rule, for an op that said auto */
+} ovl_choice_t;
+
 typedef struct ovl_plan_params {
     /* The op's kind: its emitter. 0 (the zero value) reads as
      * OVL_OP_AG_GEMM, so that params zeroed where they are not set plan
@@ -270,6 +278,7 @@ typedef struct ovl_plan_params {
     ovl_op_kind_t kind;
     ovl_reduce_op_t reduce_op; /* gemm_rs: how the partials are combined */
     ovl_algo_t algo;           /* AUTO is resolved by ovl_plan_choose before building */
+    ovl_choice_t chosen;       /* who chose algo: the plan's text says why */
     uint32_t world;
     uint32_t rank;
     uint64_t m, n, k;
@@ -417,6 +426,16 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
  * concrete algorithm; never AUTO.
  */
 ovl_algo_t ovl_plan_choose(const ovl_plan_params_t *params);
+/* Whether an operator's default algorithm (config default_algo) may stand
+ * for auto in params: the op's kind has it, the planner takes it for these
+ * params, and it runs wherever they say the ranks are (not naive or
+ * collective for GEMM + reduce-scatter where ranks share a GPU). Else the
+ * rule (ovl_plan_choose) chooses. */
+bool ovl_plan_takes_default(const ovl_plan_params_t *params, ovl_algo_t algo);
+
+/* Why ovl_plan_choose chooses what it does for params, in words (a static
+ * string): the plan text's "chosen by auto" line. */
+const char *ovl_plan_choose_why(const ovl_plan_params_t *params);
 
 /*
  * Formats the plan in the stable text format (docs/plans.md) into buf, like

@@ -77,7 +77,7 @@ def test_auto_and_defaults():
                                       "--streams", "2", *SHAPE], capture_output=True, text=True,
                                      timeout=60)
             assert offline.returncode == 0 and plan == offline.stdout, (plan, offline)
-            resolved = re.match(r"plan format=4 kind=ag_gemm algo=(\w+) ",
+            resolved = re.match(r"plan format=5 kind=ag_gemm algo=(\w+) ",
                                 plan).group(1)
             assert resolved != "auto", plan
             job = "defaults-" + algo

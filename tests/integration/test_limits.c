@@ -416,7 +416,7 @@ static void test_plan_bs_refused(void **state)
     assert_int_equal(r->body_case, OVL__RESPONSE__BODY_PLAN);
     assert_string_equal(r->plan->algo, "collective");
     assert_string_equal(r->plan->kind, "ag_gemm");
-    assert_contains(r->plan->text, "plan format=4 kind=ag_gemm algo=collective ");
+    assert_contains(r->plan->text, "plan format=5 kind=ag_gemm algo=collective ");
     assert_contains(r->plan->text, " transb=yes ");
     assert_contains(r->plan->text, "\nbs nb=8 n=32,1,18446744073709551615,3,4,5,6,7\n");
     assert_contains(r->plan->text, " B7=7x16 ");

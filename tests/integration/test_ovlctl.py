@@ -268,10 +268,13 @@ def test_plan_from_daemon():
     try:
         shape = ["--world", "2", "--rank", "0", "-m", "64", "-n", "64", "-k", "64"]
         p = d.run([OVLCTL, "plan", "--daemon", *shape])
-        assert p.stderr == "" and p.stdout == ctl("plan", "--algo", "collective", "--chunks",
-                                                  "2", "--allgather", "copy", *shape).stdout, \
-            p.stdout
-        assert p.stdout.startswith("plan format=4 kind=ag_gemm algo=collective world=2 rank=0 m=64 "
+        # the same plan, which ovld's default_algo chose (its text says so)
+        lines = p.stdout.splitlines(True)
+        assert lines[1] == "chosen by the daemon's default_algo\n", lines[:2]
+        assert p.stderr == "" and lines[0] + "".join(lines[2:]) == ctl(
+            "plan", "--algo", "collective", "--chunks", "2", "--allgather", "copy",
+            *shape).stdout, p.stdout
+        assert p.stdout.startswith("plan format=5 kind=ag_gemm algo=collective world=2 rank=0 m=64 "
                                    "n=64 k=64 dtype=bf16 transb=no chunks=2 "), p.stdout
         # the daemon's allgather setting: the copy engine, its ordering shown
         assert "allgather=copy" in p.stdout and "PULL" in p.stdout, p.stdout
@@ -318,7 +321,10 @@ def test_plan_from_daemon_bs():
             assert p.stderr == "" and p.stdout == local, (args, p.stdout, local)
             ns = [256] + [int(n) for n in more.split(",")]
             lines = p.stdout.splitlines()
-            assert lines[1] == "bs nb=%d n=%s" % (len(ns), ",".join(map(str, ns))), lines[:2]
+            # auto: the "chosen by" line first (both texts have it)
+            bs = lines[2] if algo == "auto" else lines[1]
+            assert bs == "bs nb=%d n=%s" % (len(ns), ",".join(map(str, ns))), lines[:3]
+            assert (algo == "auto") == lines[1].startswith("chosen by auto: "), lines[:2]
             assert (" transb=yes " in lines[0]) == ("--transb" in extra), lines[0]
             gemms = [l for l in lines if " GEMM " in l]
             assert len(gemms) % len(ns) == 0 and gemms, p.stdout

@@ -75,7 +75,7 @@ def test_rs_counted_planned_refused():
         daemon = d.run([OVLCTL, "plan", "--daemon", *shape]).stdout
         here = d.run([OVLCTL, "plan", *shape, "--chunks", "2"]).stdout
         assert daemon == here and daemon.startswith(
-            "plan format=4 kind=gemm_rs algo=collective world=2 rank=1 m=64 "), (daemon, here)
+            "plan format=5 kind=gemm_rs algo=collective world=2 rank=1 m=64 "), (daemon, here)
         assert "REDUCE_SCATTER sum C[0] <- P[0+16] stride 32 cols 16" in daemon, daemon
         p = d.run([OVLCTL, "plan", "--daemon", "--kind", "gemm_rs", "--world", "2", "--rank",
                    "0", "-m", "64", "-n", "16", "-k", "32", "--algo", "ring"], check=False)
@@ -100,6 +100,28 @@ def test_rs_counted_planned_refused():
         d.cleanup()
 
 
+def test_rs_default_algo():
+    """ovld's default_algo stands for auto only where it can run the op: ring
+    (all-gather + GEMM's) leaves GEMM + reduce-scatter to the rule (naive),
+    push is taken, and the plan's text says who chose."""
+    for default, ran, chosen in (("ring", "naive", "chosen by auto: "),
+                                 ("push", "push", "chosen by the daemon's default_algo")):
+        d = Daemon(config="host_devices = 2\ndefault_algo = %s\n" % default)
+        try:
+            out = rs_demo(d, 2, 6, 5, 7, "fp32", ["-a", "auto"], "dflt-" + default).stdout
+            assert "all checks passed" in out, out
+            st = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)["total"]
+            ops = {(o["kind"], o["algo"]) for o in st["ops"]}
+            assert ops == {("gemm_rs", ran)}, st["ops"]
+            plan = d.run([OVLCTL, "plan", "--daemon", "--kind", "gemm_rs", "--world", "2",
+                          "--rank", "0", "-m", "12", "-n", "5", "-k", "7"]).stdout
+            assert plan.splitlines()[1].startswith(chosen), plan
+            assert " algo=%s " % ran in plan.splitlines()[0], plan
+            assert d.stop() == 0
+        finally:
+            d.cleanup()
+
+
 def test_rs_rank_killed():
     """A rank of a running GEMM + reduce-scatter job SIGKILLed, with
     collective and with push: the others' ops fail (no hang), ovld frees the
@@ -117,4 +139,5 @@ def test_rs_rank_killed():
 
 
 if __name__ == "__main__":
-    run_tests([test_rs_counted_planned_refused, test_rs_matrix, test_rs_rank_killed])
+    run_tests([test_rs_counted_planned_refused, test_rs_default_algo, test_rs_matrix,
+               test_rs_rank_killed])

@@ -2439,7 +2439,7 @@ static void test_topology_params(void **state)
         assert_true(plan.params.node_of != mine);
         assert_int_equal(plan.params.node_of[1], 1);
         a = format_plan(&plan);
-        assert_non_null(strstr(a, "plan format=4 kind=ag_gemm algo=ring "));
+        assert_non_null(strstr(a, "plan format=5 kind=ag_gemm algo=ring "));
         assert_non_null(strstr(a, "\ntopology nodes=2 sizes=2,2 node_of=0,1,1,0\n"));
         free(a);
         ovl_plan_free(&plan);
@@ -3090,8 +3090,8 @@ static void test_rs_checker_all_shapes(void **state)
  * even, uneven and interleaved topologies, checked together. */
 static void test_rs_checker_nodes(void **state)
 {
-    static const uint32_t t22[] = {0, 0, 1, 1}, t123[] = {0, 1, 1, 2, 2, 2},
-                          tmix[] = {1, 0, 1, 0}, t11[] = {0, 1};
+    static const uint32_t t22[] = {0, 0, 1, 1}, t123[] = {0, 1, 1, 2, 2, 2}, tmix[] = {1, 0, 1, 0},
+                          t11[] = {0, 1};
     static const struct {
         const uint32_t *node_of;
         uint32_t world, nnodes;
@@ -3315,9 +3315,29 @@ static void test_rs_refused(void **state)
     assert_non_null(strstr(ovl_plan_refusal(&p), "ranks share a GPU in a job across nodes"));
     p.algo = OVL_ALGO_AUTO;
     assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    /* an operator's default_algo stands for auto only where it runs */
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_NAIVE)); /* shared GPUs */
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));  /* across nodes */
     p.shared_gpu = false;
-    p.algo = OVL_ALGO_NAIVE;
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_COLLECTIVE));
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_RING)); /* all-gather + GEMM's */
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_AUTO));
     p.node_of = NULL;
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
+    p.shared_gpu = true;
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_NAIVE));
+    p.shared_gpu = false;
+    ovl_plan_params_t agd = p;
+    agd.kind = OVL_OP_AG_GEMM;
+    agd.m = 8;
+    assert_true(ovl_plan_takes_default(&agd, OVL_ALGO_RING));
+    assert_false(ovl_plan_takes_default(&agd, OVL_ALGO_PUSH));
+    agd.shared_gpu = true; /* all-gather + GEMM gathers by copies there */
+    assert_true(ovl_plan_takes_default(&agd, OVL_ALGO_NAIVE));
+    assert_false(ovl_plan_takes_default(NULL, OVL_ALGO_NAIVE));
+    p.algo = OVL_ALGO_NAIVE;
     p.reduce_op = OVL_REDUCE_OP_COUNT;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     p.reduce_op = OVL_REDUCE_SUM;

@@ -92,7 +92,8 @@ template <> __device__ __forceinline__ float from_f<float>(float v)
 
 /* V elements a thread: 16 bytes moved as one uint4 where V * sizeof(T)
  * is 16 (the launcher checked the alignment), else one by one. */
-template <typename T, int V> struct vec {
+template <typename T, int V> struct __align__(16) vec
+{
     T v[V];
 };
 

@@ -24,7 +24,8 @@ cudaError_t ovld_launch_sleep(cudaStream_t s, unsigned ns);
  * (leading dimension ldd, elements) = the sum over i < nblocks of the rows
  * [i*stride, +rows) of src (leading dimension lds), each element summed in
  * fp32 in order of i from 0, divided by div, rounded to dtype (to nearest
- * even) once: what the host backend computes, bit for bit. Rows of 16 bytes
+ * even) once: what the host backend computes, bit for bit for every finite
+ * result (a NaN comes out as the GPU's canonical NaN). Rows of 16 bytes
  * are moved whole where cols, both leading dimensions and both pointers
  * allow. Returns the launch's error (cudaErrorInvalidValue for an unknown
  * dtype).

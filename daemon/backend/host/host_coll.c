@@ -281,9 +281,10 @@ static void coll_run(host_backend_t *hb, host_coll_t *c, uint32_t index)
         w = NULL;
         if (st != OVL_OK)
             host_rank_fail(me->rank, st, "reduce-scatter: %s", why);
-    } else if (c->reduce) {
+    } else if (c->reduce && c->world == c->nparts) {
         reduce_rows(c, index, NULL);
-    }
+    } /* else the other nodes' partials could not be received: xfer_start
+       * failed the rank's op (and its job across nodes aborts) */
     for (uint32_t x = 0; x < n; x++) {
         uint32_t b = c->from ? c->from[c->first[index] + x] : x;
         copy_rows(ovld_view_rows(me->dst, c->parts[b].global * c->stride, elem), c->parts[b].src,
