@@ -53,6 +53,7 @@ static void usage(FILE *f)
             "                           gemm_rs: C = reduce_scatter(A @ B), -m the rows of A\n"
             "                           and of the sum, a multiple of the world, -k the\n"
             "                           rank's inner dimension)\n"
+            "  --op ag|rs               the same, as ovl-demo and ovl-bench spell it\n"
             "  --reduce sum|avg         gemm_rs: how the partials combine (default sum)\n"
             "  --algo auto|naive|collective|ring|push (default auto; ring is ag_gemm's,\n"
             "                           push gemm_rs's)\n"
@@ -583,6 +584,7 @@ enum {
     O_NODES,
     O_LOCAL_RANKS,
     O_KIND,
+    O_OP,
     O_REDUCE
 };
 
@@ -639,6 +641,14 @@ static int plan_option(plan_opts_t *o, int c, const char *arg)
     ovl_plan_params_t *p = &o->p;
     int bad = 0;
     switch (c) {
+    case O_OP:
+        /* ovl-demo's and ovl-bench's spelling of the kind */
+        if (strcmp(arg, "ag") != 0 && strcmp(arg, "rs") != 0) {
+            fprintf(stderr, "ovlctl: --op: '%s' is not ag or rs\n", arg);
+            return EXIT_USAGE;
+        }
+        p->kind = arg[0] == 'r' ? OVL_OP_GEMM_RS : OVL_OP_AG_GEMM;
+        break;
     case O_KIND:
         if (ovl_op_kind_parse(arg, &p->kind) != OVL_OK) {
             fprintf(stderr, "ovlctl: --kind: unknown op kind '%s' (ovlctl knows:", arg);
@@ -804,6 +814,7 @@ static int plan_options(int argc, char **argv, plan_opts_t *o)
 {
     static const struct option opts[] = {
         {"kind", required_argument, NULL, O_KIND},
+        {"op", required_argument, NULL, O_OP},
         {"reduce", required_argument, NULL, O_REDUCE},
         {"algo", required_argument, NULL, O_ALGO},
         {"world", required_argument, NULL, O_WORLD},

@@ -285,9 +285,11 @@ def _rs_dims(A, B, reduce_op, scatter_dim, ws):
     if not -nd <= scatter_dim < nd:
         raise ValueError("scatter_dim %d out of range for %d dimensions" % (scatter_dim, nd))
     sd = scatter_dim % nd
-    if sd == nd - 1:
-        raise ValueError("fused_matmul_reduce_scatter: scatter_dim = the last dimension (the "
-                         "product's columns) is not supported by ovl yet")
+    if sd == nd - 1:  # the product's columns: B's
+        if B.shape[1] % ws:
+            raise ValueError("fused_matmul_reduce_scatter: B's %d columns (scatter_dim %d, the "
+                             "last) are not a multiple of the world %d" % (B.shape[1], sd, ws))
+        return sd
     if A.shape[sd] % ws:
         raise ValueError("fused_matmul_reduce_scatter: dimension %d of A (%d) is not a multiple "
                          "of the world %d" % (sd, A.shape[sd], ws))
@@ -299,6 +301,8 @@ def _rs_fake(A, B, reduce_op, scatter_dim, group_name):
     by the world, contiguous with that dimension first, moved back."""
     ws = _world_of(group_name)
     sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
+    if sd == A.dim() - 1:  # the transpose's rows: this rank's columns first in memory
+        return A.new_empty([B.shape[1] // ws] + list(A.shape[:-1])).movedim(0, -1)
     x = A.movedim(sd, 0)
     return A.new_empty([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
 
@@ -313,13 +317,23 @@ def _rs_cuda(A, B, reduce_op, scatter_dim, group_name):
     sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
     if B.dtype != A.dtype:
         raise ValueError("B: dtype %s, A's is %s" % (B.dtype, A.dtype))
+    stream = torch.cuda.current_stream(A.device)
+    if sd == A.dim() - 1:
+        # The product's columns scattered are its transpose's rows:
+        # (A2 @ B)^T = B^T @ A2^T, one ovl op with B^T (N x K) as its A and
+        # A2 (rows x K) as its B, transposed; this rank gets N/world rows of
+        # the transpose, viewed back as its columns of A @ B.
+        a2 = _rows(A.reshape(-1, A.shape[-1]))
+        outt = torch.empty((B.shape[1] // ws, a2.shape[0]), dtype=A.dtype, device=A.device)
+        comm.matmul_reduce_scatter(_rows(B.t()), a2, reduce_op=reduce_op, out=outt, transb=True,
+                                   stream=stream)
+        return outt.view([B.shape[1] // ws] + list(A.shape[:-1])).movedim(0, -1)
     x = A.movedim(sd, 0)
     k = x.shape[-1]
     x2 = _rows(x.reshape(-1, k))
     (b,), transb = _b_args([B])
     out = torch.empty((x2.shape[0] // ws, B.shape[1]), dtype=A.dtype, device=A.device)
-    comm.matmul_reduce_scatter(x2, b, reduce_op=reduce_op, out=out, transb=transb,
-                               stream=torch.cuda.current_stream(A.device))
+    comm.matmul_reduce_scatter(x2, b, reduce_op=reduce_op, out=out, transb=transb, stream=stream)
     return out.view([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
 
 

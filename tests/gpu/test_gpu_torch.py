@@ -34,9 +34,10 @@ checks of fused_all_gather_matmul, ported):
   equal on every rank (its gradient all-reduced);
 - torch.ops.ovl.fused_matmul_reduce_scatter against matmul + reduce_scatter_tensor
   (PyTorch's _fused_matmul_reduce_scatter_fallback), where torch.distributed
-  runs NCCL: 3-D A, scatter_dim 0 and 1, B row- and column-major, sum and
-  avg, float32 and bf16, the fake impl's shapes and strides those of the
-  result; scatter_dim = the last dimension refused with words. The MLP's
+  runs NCCL: 3-D A, scatter_dim 0, 1 and 2 (the last, by the transpose), B
+  row- and column-major, sum and avg, float32 and bf16, the fake impl's
+  shapes and strides those of the result; B's columns not split over the
+  ranks refused with words for the last dimension. The MLP's
   RowParallelLinear forward and ColumnParallelLinear's input gradient run it
   there too;
 - the stream contract through the op: on a non-default current stream, 100
@@ -187,9 +188,10 @@ def check_rs_op(torch, dist, gname, rank, world, dev, worst):
     """torch.ops.ovl.fused_matmul_reduce_scatter against the unfused path
     (matmul, then reduce_scatter_tensor along scatter_dim; PyTorch's
     _fused_matmul_reduce_scatter_fallback): 3-D A (8 x 64 x 32/world: this
-    rank's share of K), scatter_dim 0 and 1, B row- and column-major, sum
-    and avg, float32 and bf16: outputs within tolerance, shapes and strides
-    as the fake impl says. NCCL only (ovld's reduce-scatter needs it)."""
+    rank's share of K), scatter_dim 0, 1 and 2 (the product's columns: by
+    the transpose), B row- and column-major, sum and avg, float32 and bf16:
+    outputs within tolerance, shapes and strides as the fake impl says. NCCL
+    only (ovld's naive reduce-scatter needs it)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     op = torch.ops.ovl.fused_matmul_reduce_scatter
     tol = {torch.float32: dict(rtol=5e-3, atol=5e-3),
@@ -197,7 +199,7 @@ def check_rs_op(torch, dist, gname, rank, world, dev, worst):
     BATCH, M, N, K = 8, 64, 16, 32
     n_cases = 0
     for dtype in (torch.float32, torch.bfloat16):
-        for sd in (0, 1):
+        for sd in (0, 1, 2):
             for layout in ("row", "col"):
                 for red in ("sum", "avg"):
                     torch.manual_seed(11 + rank)
@@ -230,15 +232,16 @@ def check_rs_op(torch, dist, gname, rank, world, dev, worst):
                     key = "rs op " + str(dtype)[6:]
                     worst[key] = max(worst.get(key, 0.0), rel_err(got, want))
                     n_cases += 1
-    # refusals, in words: the product's columns scattered, a dimension
-    # that does not split over the ranks (world > 1)
-    A = torch.rand(4, 2 * world, 8, device=dev)
-    B = torch.rand(8, 6, device=dev)
-    try:
-        op(A, B, "sum", 2, gname)
-        raise AssertionError("scatter_dim = last dimension accepted")
-    except (ValueError, RuntimeError) as e:
-        assert "last dimension" in str(e), e
+    # refusals, in words: B's columns that do not split over the ranks
+    # (world > 1) for the last dimension
+    if world > 1:
+        A = torch.rand(4, 2 * world, 8, device=dev)
+        B = torch.rand(8, 2 * world + 1, device=dev)
+        try:
+            op(A, B, "sum", 2, gname)
+            raise AssertionError("scatter_dim 2 with B's columns not split over the ranks")
+        except (ValueError, RuntimeError) as e:
+            assert "not a multiple of the world" in str(e), e
     return n_cases
 
 

@@ -204,8 +204,8 @@ def test_plan_streams_not_used():
     assert p.stderr == "", p.stderr
     assert ("ring's and\n                           push's streams are fixed by their roles"
             in ctl("--help").stdout)
-    # push (gemm_rs) the same way
-    p = ctl("plan", "--kind", "gemm_rs", "--algo", "push", "--world", "2", "--rank", "0",
+    # push (gemm_rs, here by ovl-demo's spelling of the kind) the same way
+    p = ctl("plan", "--op", "rs", "--algo", "push", "--world", "2", "--rank", "0",
             "-m", "64", "-n", "16", "-k", "32", "--streams", "2")
     assert " streams=4 " in p.stdout.splitlines()[0], p.stdout
     assert p.stderr == ("ovlctl plan: --streams 2 not used: the plan has streams=4 (push's "
