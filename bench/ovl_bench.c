@@ -129,6 +129,7 @@ typedef struct bopts {
     int nshapes;
     ovl_algo_t algos[MAX_ALGOS];
     int nalgos;
+    bool algos_given; /* --algos: run them as asked, even where they cannot run */
     uint32_t chunks[MAX_CHUNKS];
     int nchunks;
     cfg_t cfgs[MAX_CFGS];
@@ -195,7 +196,8 @@ static void usage(FILE *f)
             "                    the whole inner dimension, each rank's A M x K/W, M and\n"
             "                    K divisible by W; algorithms naive, collective and\n"
             "                    push (the default for rs), one B; --torch-peer times\n"
-            "                    PyTorch's fused_matmul_reduce_scatter\n"
+            "                    PyTorch's fused_matmul_reduce_scatter; where ranks\n"
+            "                    share GPUs push only (no NCCL), the GEMM the one baseline\n"
             "  -h, --help        show this help\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
@@ -324,6 +326,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             break;
         case O_ALGOS:
             algos_arg = optarg;
+            o->algos_given = true;
             break;
         case O_CHUNKS:
             chunks_arg = optarg;
@@ -1852,10 +1855,9 @@ static int bl_phase(const bopts_t *o)
             PCUDA(cudaEventCreate(&g->ev[e]));
     }
 
-    if (o->op == OVL_OP_GEMM_RS && ranks_share(o)) {
-        bl_fail("--op rs needs a GPU per rank (NCCL's reduce-scatter)");
-        goto out;
-    }
+    /* --op rs where ranks share a GPU: no NCCL between them, so neither its
+     * reduce-scatter nor unfused (nor the floor): the GEMM alone */
+    bool rs_nccl = !ranks_share(o);
     for (int si = 0; si < o->nshapes && o->op == OVL_OP_GEMM_RS; si++) {
         shape_t sh = o->shapes[si];
         /* the rank's GEMM: M x N x K/W, its partials reduce-scattered */
@@ -1879,8 +1881,8 @@ static int bl_phase(const bopts_t *o)
         const char *names[BL_OWN] = {"reduce-scatter", "-", "GEMM", "unfused"};
         for (int what = 0; what < BL_OWN; what++) {
             g_bl[si][what] = NAN;
-            if (what == BL_CE)
-                continue; /* no copy-engine reduce-scatter baseline */
+            if (what == BL_CE || (!rs_nccl && what != BL_GEMM))
+                continue; /* no copy-engine reduce-scatter baseline; no NCCL on shared GPUs */
             snprintf(g_where, sizeof(g_where), "shape %s, %s", shp, names[what]);
             if (bl_time(o, gp, loc, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
@@ -2539,6 +2541,17 @@ int main(int argc, char **argv)
                                        : OVL_DEFAULT_SOCKET,
                 p.daemon_err);
         return 1;
+    }
+    if (o.op == OVL_OP_GEMM_RS && ranks_share(&o) && !o.algos_given) {
+        /* naive's and collective's reduce-scatter is NCCL's, which takes no
+         * two ranks of one GPU: the default configs keep push's */
+        int n = 0;
+        for (int c = 0; c < o.ncfgs; c++)
+            if (o.cfgs[c].algo == OVL_ALGO_PUSH)
+                o.cfgs[n++] = o.cfgs[c];
+        o.ncfgs = n;
+        printf("ovl-bench: ranks share GPUs: GEMM + reduce-scatter runs push only (naive and "
+               "collective need NCCL between the ranks)\n");
     }
     if (p.ovld_devices < gpus_used(&o)) {
         fprintf(stderr, "ovl-bench: ovld has %u device%s, the ranks use %u GPU%s\n", p.ovld_devices,
