@@ -1213,6 +1213,10 @@ static bool check_ring(sim_t *s)
  *                      written by exactly one
  *   check_collective   (d) as all-gather + GEMM's, the first transfer
  *                      being a REDUCE_SCATTER
+ *   check_rs_dataflow  end to end, whatever the plan: what every row holds,
+ *                      followed through GEMMs, PUSHes, REDUCEs and
+ *                      REDUCE_SCATTERs: every row x of rank r's C is row x
+ *                      of block r summed over every rank, each once
  */
 /*
  * push (docs/plans.md): rank r's P is W receive slots (slot q, rows q*mb,
@@ -1518,6 +1522,148 @@ static bool check_rs_rows(sim_t *s)
     return ok;
 }
 
+/*
+ * GEMM + reduce-scatter end to end, whatever the plan (naive, collective,
+ * push): what each row holds, followed through every instruction. A row of
+ * P or C holds the partial sums of one row of the product (its block and
+ * the row in the block) over a set of ranks: a GEMM of rank r makes rank
+ * r's partial of the rows of A it multiplies, a PUSH copies rows to a
+ * peer, a REDUCE sums blocks of rows of the own P, a REDUCE_SCATTER every
+ * rank's; a sum takes rows of the same product row only, each rank's
+ * partial once. At the end every row x of rank r's C must hold row x of
+ * block r summed over every rank. Rows are computed once their inputs are
+ * (the other checks prove each is written once and read after it is
+ * written), to a fixpoint. Worlds up to 64 (a bit per rank).
+ */
+typedef struct rowval {
+    bool set;
+    uint32_t block;
+    uint64_t off;
+    uint64_t ranks; /* bit q: rank q's partial is in the sum */
+} rowval_t;
+
+/* The union of the rows ins[0..n) into *out; false (with words) where they
+ * are of different product rows or a rank's partial comes twice. */
+static bool rowval_sum(sim_t *s, uint32_t r, size_t i, const rowval_t *const *ins, uint32_t n,
+                       rowval_t *out)
+{
+    *out = (rowval_t){.set = true, .block = ins[0]->block, .off = ins[0]->off};
+    for (uint32_t q = 0; q < n; q++) {
+        if (ins[q]->block != out->block || ins[q]->off != out->off)
+            return violation(s, "r%u #%zu: sums rows of block %u row %llu and block %u row %llu", r,
+                             i, out->block, (unsigned long long)out->off, ins[q]->block,
+                             (unsigned long long)ins[q]->off);
+        if (ins[q]->ranks & out->ranks)
+            return violation(s, "r%u #%zu: a rank's partial summed twice (block %u row %llu)", r, i,
+                             out->block, (unsigned long long)out->off);
+        out->ranks |= ins[q]->ranks;
+    }
+    return true;
+}
+
+static bool check_rs_dataflow(sim_t *s)
+{
+    uint32_t w = s->world;
+    uint64_t m = s->plans[0].params.m, mb = m / w;
+    rowval_t **pv = calloc(w, sizeof(*pv)), **cv = calloc(w, sizeof(*cv));
+    bool **done = calloc(w, sizeof(*done));
+    bool ok = w <= 64, progress = true;
+
+    assert_true(pv && cv && done);
+    for (uint32_t r = 0; r < w; r++) {
+        pv[r] = calloc(s->plans[r].bufs[OVL_BUF_P].rows, sizeof(**pv));
+        cv[r] = calloc(mb, sizeof(**cv));
+        done[r] = calloc(s->plans[r].ninstr, sizeof(**done));
+        assert_true(pv[r] && cv[r] && done[r]);
+    }
+    while (ok && progress) {
+        progress = false;
+        for (uint32_t r = 0; ok && r < w; r++) {
+            const ovl_plan_t *p = &s->plans[r];
+
+            for (size_t i = 0; ok && i < p->ninstr; i++) {
+                const ovl_instr_t *in = &p->instr[i];
+                const rowval_t *ins[64];
+                bool ready = true;
+
+                if (done[r][i])
+                    continue;
+                switch (in->kind) {
+                case OVL_I_GEMM: /* rank r's partial of the rows of A it multiplies */
+                    for (uint32_t b = 0; b < in->nblocks; b++)
+                        for (uint64_t x = 0; x < in->rows; x++) {
+                            uint64_t arow = in->src.row + b * in->stride + x;
+
+                            pv[r][in->dst.row + b * in->stride + x] =
+                                (rowval_t){.set = true,
+                                           .block = (uint32_t)(arow / mb),
+                                           .off = arow % mb,
+                                           .ranks = UINT64_C(1) << r};
+                        }
+                    break;
+                case OVL_I_PUSH:
+                    for (uint64_t x = 0; x < in->rows && ready; x++)
+                        ready = pv[r][in->src.row + x].set;
+                    for (uint64_t x = 0; ready && x < in->rows; x++)
+                        pv[in->dst.rank][in->dst.row + x] = pv[r][in->src.row + x];
+                    break;
+                case OVL_I_REDUCE:
+                    for (uint64_t x = 0; ok && ready && x < in->rows; x++) {
+                        for (uint32_t b = 0; ready && b < in->nblocks; b++) {
+                            ins[b] = &pv[r][in->src.row + b * in->stride + x];
+                            ready = ins[b]->set;
+                        }
+                        if (ready)
+                            ok = rowval_sum(s, r, i, ins, in->nblocks, &cv[r][in->dst.row + x]);
+                    }
+                    break;
+                case OVL_I_REDUCE_SCATTER: /* this rank's block of every rank's P */
+                    for (uint64_t x = 0; ok && ready && x < in->rows; x++) {
+                        for (uint32_t q = 0; ready && q < w; q++) {
+                            ins[q] = &pv[q][in->src.row + r * in->stride + x];
+                            ready = ins[q]->set;
+                        }
+                        if (ready)
+                            ok = rowval_sum(s, r, i, ins, w, &cv[r][in->dst.row + x]);
+                    }
+                    break;
+                default:
+                    break; /* moves nothing */
+                }
+                if (ok && ready) {
+                    done[r][i] = true;
+                    progress = true;
+                }
+            }
+        }
+    }
+    for (uint32_t r = 0; ok && r < w; r++) {
+        for (size_t i = 0; ok && i < s->plans[r].ninstr; i++)
+            if (!done[r][i])
+                ok = violation(s, "r%u #%zu: its inputs are never made", r, i);
+        for (uint64_t x = 0; ok && x < mb; x++) {
+            const rowval_t *c = &cv[r][x];
+            uint64_t all = w == 64 ? UINT64_MAX : (UINT64_C(1) << w) - 1;
+
+            if (!c->set || c->block != r || c->off != x || c->ranks != all)
+                ok = violation(s,
+                               "r%u: C row %llu holds block %u row %llu of ranks %#llx, not "
+                               "block %u row %llu of every rank",
+                               r, (unsigned long long)x, c->block, (unsigned long long)c->off,
+                               (unsigned long long)c->ranks, r, (unsigned long long)x);
+        }
+    }
+    for (uint32_t r = 0; r < w; r++) {
+        free(pv[r]);
+        free(cv[r]);
+        free(done[r]);
+    }
+    free(pv);
+    free(cv);
+    free(done);
+    return ok || s->failed ? ok : violation(s, "a world over 64 ranks");
+}
+
 /* Carves n objects of `size` bytes at *off (16-byte aligned) out of base;
  * with base NULL it only counts. */
 static void *carve(char *base, size_t *off, size_t n, size_t size)
@@ -1584,6 +1730,11 @@ static void checker_free(checker_t *ck)
     ck->arena_size = 0;
 }
 
+/* GEMM + reduce-scatter: check_job runs only the simulation and the data
+ * flow (test_rs_dataflow_catches: the flow's own failures, which the other
+ * checks would name first). */
+static bool g_dataflow_only = false;
+
 /*
  * Checks the plans of all ranks of one job (plans[r] is rank r's). Returns
  * true if every property holds, else false with the first violation in
@@ -1632,9 +1783,11 @@ static bool check_job(checker_t *ck, const ovl_plan_t *plans, uint32_t world)
             s.nnodes = nd + 1;
     }
 
+    if (plans[0].params.kind == OVL_OP_GEMM_RS && g_dataflow_only)
+        return simulate(&s) && check_rs_dataflow(&s);
     if (plans[0].params.kind == OVL_OP_GEMM_RS) {
         ok = check_fields(&s) && check_shape(&s) && check_rs_bufs(&s) && simulate(&s) &&
-             check_bracketed(&s) && check_rs_rows(&s);
+             check_bracketed(&s) && check_rs_rows(&s) && check_rs_dataflow(&s);
         if (ok && plans[0].params.algo == OVL_ALGO_COLLECTIVE)
             ok = check_collective(&s);
         return ok;
@@ -3243,6 +3396,68 @@ static void test_push_checker_catches(void **state)
     checker_free(&ck);
 }
 
+/* The data flow alone catches what makes a wrong sum, whatever else a
+ * plan gets right: a GEMM of another block's rows, a reduction of two of
+ * three slots, a push into the slot of another rank (the own slot then
+ * never made), a reduce-scatter of the wrong rows. */
+static void test_rs_dataflow_catches(void **state)
+{
+    enum { W = 3 };
+    ovl_plan_t plans[W];
+    checker_t ck = {.arena = NULL};
+    static const char *const want[] = {"sums rows of block 2 row 0 and block 0", "of ranks 0x3",
+                                       "inputs are never made", "C row 0 holds block 1"};
+
+    (void)state;
+    g_dataflow_only = true;
+    for (int how = 0; how < 4; how++) {
+        for (uint32_t r = 0; r < W; r++) {
+            ovl_plan_params_t p =
+                rs_params(how < 3 ? OVL_ALGO_PUSH : OVL_ALGO_NAIVE, W, r, 8, 1, 0, false, false);
+
+            assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        }
+        /* the checks of check_job pass them all but the data flow's */
+        ovl_plan_t *p0 = &plans[0];
+        switch (how) {
+        case 0: /* rank 0's own block made of block 2's rows of A */
+            p0->instr[find_instr(p0, OVL_I_GEMM, -1, 2)].src.row = 16;
+            break;
+        case 1: /* rank 0 sums two of its three slots */
+            p0->instr[find_instr(p0, OVL_I_REDUCE, -1, 0)].nblocks = 2;
+            break;
+        case 2: /* rank 1 pushes into rank 2's slot 0 (rank 0's), not its own */
+            plans[1].instr[find_instr(&plans[1], OVL_I_PUSH, -1, 0)].dst.row = 0;
+            break;
+        case 3: /* every rank's reduce-scatter sums the next block's rows */
+            for (uint32_t r = 0; r < W; r++)
+                plans[r].instr[find_instr(&plans[r], OVL_I_REDUCE_SCATTER, -1, 0)].src.row = 8;
+            break;
+        }
+        bool passed = check_job(&ck, plans, W);
+        if (passed || !strstr(ck.why, want[how])) {
+            g_dataflow_only = false;
+            fail_msg("case %d: %s, '%s' does not say '%s'", how, passed ? "passed" : "failed",
+                     ck.why, want[how]);
+        }
+        free_job(plans, W);
+    }
+    g_dataflow_only = false;
+    /* and a good job passes it */
+    for (uint32_t r = 0; r < W; r++) {
+        ovl_plan_params_t p = rs_params(OVL_ALGO_COLLECTIVE, W, r, 8, 3, 2, true, true);
+
+        assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+    }
+    g_dataflow_only = true;
+    bool ok = check_job(&ck, plans, W);
+    g_dataflow_only = false;
+    if (!ok)
+        fail_msg("a good collective job: %s", ck.why);
+    free_job(plans, W);
+    checker_free(&ck);
+}
+
 static void test_rs_refused(void **state)
 {
     ovl_plan_params_t p = rs_params(OVL_ALGO_NAIVE, 4, 0, 8, 0, 0, false, false);
@@ -3425,6 +3640,7 @@ int main(void)
         cmocka_unit_test(test_rs_refused),
         cmocka_unit_test(test_push_checker_catches),
         cmocka_unit_test(test_rs_checker_nodes),
+        cmocka_unit_test(test_rs_dataflow_catches),
         cmocka_unit_test(test_golden_rs),
     };
 
