@@ -761,9 +761,8 @@ static int plan_check(plan_opts_t *o)
         fprintf(stderr, "ovlctl plan: --world, --rank, -m, -n and -k are required (m, n, k > 0)\n");
         return EXIT_USAGE;
     }
-    if (p->kind == OVL_OP_GEMM_RS && (p->want_gathered || p->nb > 1 || o->nodes || o->nsizes)) {
-        fprintf(stderr, "ovlctl plan: --kind gemm_rs takes no --a-out, --more-n, --nodes or "
-                        "--local-ranks (its plans are of one node)\n");
+    if (p->kind == OVL_OP_GEMM_RS && (p->want_gathered || p->nb > 1)) {
+        fprintf(stderr, "ovlctl plan: --kind gemm_rs takes no --a-out or --more-n\n");
         return EXIT_USAGE;
     }
     if (!ovl_op_kind_takes_algo(p->kind, p->algo)) {

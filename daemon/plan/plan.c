@@ -113,14 +113,14 @@ uint32_t pb_count_nodes(const ovl_plan_params_t *p)
     return max + 1;
 }
 
-static void topo_free(topo_t *t)
+void pb_topo_free(topo_t *t)
 {
     free(t->size); /* the one block of every array */
     memset(t, 0, sizeof(*t));
 }
 
 /* Derives the topology of valid params (count_nodes > 0). */
-static ovl_status_t topo_make(const ovl_plan_params_t *p, topo_t *t)
+ovl_status_t pb_topo_make(const ovl_plan_params_t *p, topo_t *t)
 {
     uint32_t w = p->world, k = pb_count_nodes(p);
     uint32_t *block = calloc(2 * (size_t)k + 3 * (size_t)w, sizeof(*block));
@@ -145,7 +145,7 @@ static ovl_status_t topo_make(const ovl_plan_params_t *p, topo_t *t)
 }
 
 /* Local index i of node n. */
-static uint32_t rank_at(const topo_t *t, uint32_t n, uint32_t i)
+uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i)
 {
     return t->by_node[t->first[n] + i];
 }
@@ -165,7 +165,7 @@ static uint32_t rail_send(const topo_t *t, uint32_t x, uint32_t *out)
 
     for (uint32_t nd = 0; nd < t->nnodes; nd++)
         if (nd != node_of(t, x))
-            out[n++] = rank_at(t, nd, t->local[x] % t->size[nd]);
+            out[n++] = pb_rank_at(t, nd, t->local[x] % t->size[nd]);
     return n;
 }
 
@@ -176,7 +176,7 @@ static uint32_t rail_recv(const topo_t *t, uint32_t x, uint32_t *out)
     for (uint32_t nd = 0; nd < t->nnodes; nd++)
         for (uint32_t i = 0; nd != own && i < t->size[nd]; i++)
             if (i % t->size[own] == t->local[x])
-                out[n++] = rank_at(t, nd, i);
+                out[n++] = pb_rank_at(t, nd, i);
     return n;
 }
 
@@ -201,12 +201,12 @@ ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint3
     if (world == 0 || world > OVL_PLAN_MAX_WORLD || !node_of || !group_of || !pos || !ret_ngroups ||
         pb_count_nodes(&p) == 0)
         return OVL_ERR_INVALID;
-    st = topo_make(&p, &t);
+    st = pb_topo_make(&p, &t);
     if (st != OVL_OK)
         return st;
     parent = calloc(3 * (size_t)world, sizeof(*parent));
     if (!parent) {
-        topo_free(&t);
+        pb_topo_free(&t);
         return OVL_ERR_NOMEM;
     }
     list = parent + world;
@@ -237,7 +237,7 @@ ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint3
     }
     *ret_ngroups = ngroups;
     free(parent);
-    topo_free(&t);
+    pb_topo_free(&t);
     return OVL_OK;
 }
 
@@ -267,7 +267,7 @@ ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
 }
 
 /* Appends n ranks to the plan's peer lists. */
-static ovl_status_t add_peers(builder_t *b, const uint32_t *ranks, uint32_t n)
+ovl_status_t pb_add_peers(builder_t *b, const uint32_t *ranks, uint32_t n)
 {
     if (n > b->cap_peers - b->npeers) {
         uint32_t cap = b->cap_peers ? b->cap_peers : 16;
@@ -680,10 +680,10 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
      * records none. */
     nsend = rail_send(t, me, list);
     if (r == OVL_OK)
-        r = add_peers(b, list, nsend);
+        r = pb_add_peers(b, list, nsend);
     nrecv = rail_recv(t, me, list);
     if (r == OVL_OK)
-        r = add_peers(b, list, nrecv);
+        r = pb_add_peers(b, list, nrecv);
     b->next_event += plan->chunks;
     for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
         uint64_t row0, rows;
@@ -696,7 +696,7 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
 
     /* the node's shards, pulled from the peers' A in ring order */
     for (uint32_t i = 1; r == OVL_OK && i < L; i++) {
-        uint32_t peer = rank_at(t, nd, (l + i) % L);
+        uint32_t peer = pb_rank_at(t, nd, (l + i) % L);
 
         r = pb_emit_wait(b, RING_COPY_STREAM, peer, OVL_EV_READY);
         for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
@@ -734,7 +734,7 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
                 r = emit_gemm(b, gs, OVL_BUF_G, q, 1, row0, rows);
         }
         for (uint32_t i = 1; r == OVL_OK && i < L; i++) {
-            uint32_t peer = rank_at(t, nd, (l + i) % L);
+            uint32_t peer = pb_rank_at(t, nd, (l + i) % L);
             uint32_t n = rail_recv(t, peer, list);
 
             if (n > 0)
@@ -758,7 +758,7 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
     if (r == OVL_OK)
         r = pb_emit_joins(b, me, 1, plan->nstreams - 1);
     for (uint32_t i = 1; r == OVL_OK && i < L; i++)
-        r = pb_emit_wait(b, 0, rank_at(t, nd, (l + i) % L), OVL_EV_RELEASE);
+        r = pb_emit_wait(b, 0, pb_rank_at(t, nd, (l + i) % L), OVL_EV_RELEASE);
     if (r == OVL_OK)
         r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
@@ -1144,7 +1144,7 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     r = scratch_of(params, &plan.scratch_bytes);
     if (r != OVL_OK)
         return r;
-    r = topo_make(params, &topo);
+    r = pb_topo_make(params, &topo);
     if (r != OVL_OK)
         return r;
     /* The plan keeps its own copy of a topology of several nodes; one node
@@ -1190,12 +1190,12 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
         r = OVL_ERR_INTERNAL;
         goto fail;
     }
-    topo_free(&topo);
+    pb_topo_free(&topo);
     *ret_plan = plan;
     return OVL_OK;
 
 fail:
-    topo_free(&topo);
+    pb_topo_free(&topo);
     free(node_copy);
     free(b.instr);
     free(b.peers);
@@ -1237,14 +1237,14 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
 static ovl_algo_t choose(const ovl_plan_params_t *params, const char **why)
 {
     /* GEMM + reduce-scatter: naive until its plans are measured on GPUs,
-     * but push where ranks of one node share a GPU: the CUDA backend makes
-     * no NCCL communicator there, which naive's and collective's
-     * REDUCE_SCATTERs need (across nodes the planner refuses such a job,
-     * with words) */
+     * but push where ranks share a GPU: the CUDA backend makes no NCCL
+     * communicator over the job there, which naive's and collective's
+     * REDUCE_SCATTERs need (across nodes push's RAILs go by rail groups;
+     * uneven nodes the planner refuses, with words) */
     if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1) {
-        if (params->shared_gpu && params->world <= OVL_PLAN_MAX_WORLD &&
-            pb_count_nodes(params) == 1) {
-            *why = "ranks share a GPU: push, whose copies need no NCCL between them";
+        if (params->shared_gpu) {
+            *why = "ranks share a GPU: push, whose copies (and rails across nodes) need no NCCL "
+                   "over the whole job";
             return OVL_ALGO_PUSH;
         }
         *why = "gemm_rs is naive until its plans are measured on GPUs";

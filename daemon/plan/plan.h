@@ -50,9 +50,10 @@
  * docs/plans.md, "Several nodes"). Events, PULLs and PUSHes never cross a
  * node: a WAIT names a rank of the own node, a PULL reads a buffer of one,
  * a PUSH writes one. Data
- * crosses nodes only by NCCL: ALLGATHERs (naive, collective) and RAILs
- * (ring), whose completion orders the receiving rank after the sending
- * ranks' matching instruction.
+ * crosses nodes only by NCCL: ALLGATHERs and REDUCE_SCATTERs (naive,
+ * collective) and RAILs (ring; GEMM + reduce-scatter's push), whose
+ * completion orders the receiving rank after the sending ranks' matching
+ * instruction.
  */
 #ifndef OVL_PLAN_H
 #define OVL_PLAN_H
@@ -89,7 +90,9 @@ typedef enum ovl_buf {
      * scratch). naive and collective: this rank's, m x n. push: first the
      * receive slots, slot q (rows [q*m/W, (q+1)*m/W)) holding rank q's
      * partial of this rank's block, then the partials this rank sends, one
-     * block per step (rows m + (t-1)*m/W for step t): (2m - m/W) x n. */
+     * block per step (rows m + (t-1)*m/W for step t): (2m - m/W) x n.
+     * push across nodes: (3W - 1) blocks of m/W rows (plan_rs.c,
+     * railpush_emit, says which). */
     OVL_BUF_P = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
     OVL_BUF_COUNT,
 } ovl_buf_t;

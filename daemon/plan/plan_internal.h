@@ -48,6 +48,14 @@ typedef struct builder {
     uint32_t npeers, cap_peers;
 } builder_t;
 
+/* The topology of valid params (pb_count_nodes > 0), and its end; local
+ * index i of node n; the ranks a RAIL names, appended to the plan's list
+ * (plan.c). */
+ovl_status_t pb_topo_make(const ovl_plan_params_t *p, topo_t *t);
+void pb_topo_free(topo_t *t);
+uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i);
+ovl_status_t pb_add_peers(builder_t *b, const uint32_t *ranks, uint32_t n);
+
 /* The builder (plan.c). */
 ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in);
 ovl_status_t pb_emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream);

@@ -39,11 +39,63 @@ static uint64_t rs_block(const ovl_plan_params_t *p)
     return p->m / p->world;
 }
 
-/* push: P's rows, the receive slots (m) and the partials sent (one block
- * for each of the world - 1 peers): 2m - m/W (false where that wraps). */
+/*
+ * push across nodes (the rail scheme for this direction; docs/plans.md):
+ * nodes of L ranks each, the ranks of each local index evenly spaced over
+ * the nodes (node-major: L apart; round robin: 1). Its streams: push's, and
+ * 4 for the node partials' reductions and the RAILs.
+ */
+#define RAILPUSH_COMM_STREAM 4
+#define RAILPUSH_STREAMS     5
+
+/* Whether push can run across the nodes p names (nnodes > 1): every node
+ * has world/nnodes ranks, and rank q of local index l on node n is
+ * rank_at(0, l) + n * step for one step (nonzero, maybe negative) for all l;
+ * *ret_step. No allocation: arrays of the planner's largest world. */
+static bool railpush_shape(const ovl_plan_params_t *p, uint32_t nnodes, int64_t *ret_step)
+{
+    uint32_t w = p->world, L = w / nnodes;
+    uint32_t size[OVL_PLAN_MAX_WORLD] = {0}, base[OVL_PLAN_MAX_WORLD];
+    int64_t first1 = -1;
+
+    if (nnodes < 2 || w % nnodes != 0)
+        return false;
+    for (uint32_t q = 0; q < w; q++) {
+        uint32_t n = p->node_of[q], l = size[n]++;
+
+        if (l >= L)
+            return false; /* a node of more than L ranks */
+        if (n == 0)
+            base[l] = q;
+        if (n == 1 && l == 0)
+            first1 = q;
+    }
+    int64_t step = first1 - (int64_t)base[0];
+    if (step == 0)
+        return false;
+    for (uint32_t q = 0, seen[OVL_PLAN_MAX_WORLD] = {0}; q < w; q++) {
+        uint32_t n = p->node_of[q], l = seen[n]++;
+
+        if ((int64_t)q != (int64_t)base[l] + (int64_t)n * step)
+            return false;
+    }
+    *ret_step = step;
+    return true;
+}
+
+/* push: P's rows (false where they wrap). On one node the receive slots
+ * (m) and the partials sent (one block for each of the world - 1 peers):
+ * 2m - m/W. Across nodes (railpush_emit) the slots of the blocks this rank
+ * reduces for its node (m), the partials it pushes to its node's peers
+ * (W - nnodes blocks), the node partials it sends (nnodes - 1) and the
+ * landing slots of the RAILs (W): (3W - 1) blocks. */
 static bool push_p_rows(const ovl_plan_params_t *p, uint64_t *ret)
 {
-    return !__builtin_add_overflow(p->m, p->m - rs_block(p), ret);
+    uint64_t mb = rs_block(p);
+
+    if (pb_count_nodes(p) > 1)
+        return !__builtin_mul_overflow(3 * (uint64_t)p->world - 1, mb, ret);
+    return !__builtin_add_overflow(p->m, p->m - mb, ret);
 }
 
 /* push: the event rank q records once its push of step t (to rank q + t),
@@ -71,15 +123,16 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
     if (p->algo == OVL_ALGO_AUTO || !ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, p->algo))
         return "an algorithm gemm_rs does not have (or auto, unresolved)";
     /* Across nodes, naive's and collective's REDUCE_SCATTERs are NCCL's
-     * over the whole job, which moves the rows between nodes; push's
-     * PUSHes are copies inside a node. */
-    if (nodes > 1 && p->algo == OVL_ALGO_PUSH)
-        return "push moves partials inside a node only: across nodes gemm_rs runs naive or "
-               "collective (NCCL's reduce-scatter over the job)";
-    if (nodes > 1 && p->shared_gpu)
-        return "ranks share a GPU in a job across nodes: gemm_rs has no plan for that (naive "
-               "and collective reduce by NCCL over every rank, which takes no two ranks of one "
-               "GPU; push stays inside a node)";
+     * over the whole job, which moves the rows between nodes; push moves
+     * them by the rail scheme, which takes even nodes. */
+    int64_t step;
+    if (nodes > 1 && p->algo == OVL_ALGO_PUSH && !railpush_shape(p, nodes, &step))
+        return "push across nodes takes nodes of equal size whose ranks of each local index "
+               "are evenly spaced (node-major, or round robin): naive or collective run on "
+               "any";
+    if (nodes > 1 && p->shared_gpu && p->algo != OVL_ALGO_PUSH)
+        return "ranks share a GPU in a job across nodes: naive and collective reduce by NCCL "
+               "over every rank, which takes no two ranks of one GPU (push runs, by rail groups)";
     if (ovl_dtype_size(p->dtype) == 0 || (unsigned)p->allgather >= OVL_AG_PREF_COUNT ||
         (unsigned)p->reduce_op >= OVL_REDUCE_OP_COUNT)
         return "unknown dtype, all-gather preference or reduce_op";
@@ -136,6 +189,10 @@ static void rs_plan_shape(ovl_plan_t *plan)
         q.m = mb;
         c = p->chunks ? p->chunks : pb_default_chunks(&q, COLLECTIVE_CHUNKS, p->world);
         s = p->streams ? p->streams : COLLECTIVE_STREAMS;
+    } else if (p->algo == OVL_ALGO_PUSH && pb_count_nodes(p) > 1) {
+        /* across nodes: a block a push, fixed streams */
+        c = 1;
+        s = RAILPUSH_STREAMS;
     } else if (p->algo == OVL_ALGO_PUSH) {
         /* its streams are fixed (streams is not read) */
         c = p->chunks ? p->chunks : PUSH_CHUNKS;
@@ -150,10 +207,11 @@ static void rs_plan_shape(ovl_plan_t *plan)
     plan->nstreams = s;
     plan->roles[0] = OVL_ROLE_CLIENT;
     for (uint32_t i = 1; i < s; i++)
-        /* collective: each side stream reduces its chunks */
-        plan->roles[i] = p->algo != OVL_ALGO_PUSH ? OVL_ROLE_COMM
-                         : i == PUSH_COPY_STREAM  ? OVL_ROLE_COPY
-                                                  : OVL_ROLE_COMPUTE;
+        /* collective: each side stream reduces its chunks; push across
+         * nodes: stream 4 the node partials and the RAILs */
+        plan->roles[i] = p->algo != OVL_ALGO_PUSH || i == RAILPUSH_COMM_STREAM ? OVL_ROLE_COMM
+                         : i == PUSH_COPY_STREAM                               ? OVL_ROLE_COPY
+                                                                               : OVL_ROLE_COMPUTE;
 }
 
 /* Rows [row0, row0+rows) of chunk j of a block. */
@@ -356,6 +414,149 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
     return r;
 }
 
+/*
+ * push across nodes (the rail scheme for this direction; docs/plans.md):
+ * rank r = (node N, local index l), L ranks a node, NN nodes. Each block b
+ * has an aggregator on every node, the rank of b's local index there. At
+ * step t = 1 .. L-1 rank r makes its partials of the NN blocks of local
+ * index l + t (mod L), one per node, and pushes them into their
+ * aggregator's slots (rank (N, l+t)); last it makes those of its own local
+ * index into its own slots. Stream 4 then sums, for every node M, the L
+ * slots of block (M, l) into that node's partial (N's own block into the
+ * landing slot of r), and exchanges the others over the rail: RAIL i
+ * sends the partial of node N + i to rank (N + i, l) and receives node
+ * N - i's partial of r's block from rank (N - i, l), which lands in the
+ * slot of that rank. Stream 0 sums the NN landing slots into C. P:
+ *   [0, m)                       slot (M L + j): rank (N, j)'s partial of block (M, l)
+ *   [m, + (W - NN) mb)           the partial pushed at step t for node M, at (t-1) NN + M
+ *   [.., + (NN - 1) mb)          node N + i's partial, at i - 1
+ *   [.., + W mb)                 landing slot q (the RAIL from rank q; r's own)
+ * The node partials are rounded to the dtype once more than push's on one
+ * node (docs/plans.md, "Numbers").
+ */
+static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    const topo_t *t = b->topo;
+    uint32_t me = p->rank, N = p->node_of[me], l = t->local[me], L = t->size[N];
+    uint32_t NN = t->nnodes, W = p->world, gemms = 0;
+    uint64_t mb = rs_block(p), m = p->m;
+    uint64_t o_base = m, s_base = m + (uint64_t)(W - NN) * mb, r2_base = s_base + (NN - 1) * mb;
+    uint32_t own_ev[OVL_PLAN_MAX_WORLD];
+    int64_t step = 0;
+    ovl_status_t r = pb_emit_prologue(b);
+
+    (void)railpush_shape(p, NN, &step); /* pb_rs_refusal took it */
+    b->next_event += L - 1;             /* the arrivals, numbered alike on every rank */
+    for (uint32_t st = PUSH_COPY_STREAM; r == OVL_OK && st < RAILPUSH_STREAMS; st++)
+        r = pb_emit_wait(b, st, me, OVL_EV_READY);
+    if (r == OVL_OK)
+        r = pb_emit_sleep(b, PUSH_GEMM_STREAM1, PUSH_SLEEP_NS);
+    for (uint32_t ts = 1; r == OVL_OK && ts < L; ts++) {
+        uint32_t lp = (l + ts) % L, peer = pb_rank_at(t, N, lp);
+
+        r = pb_emit_wait(b, PUSH_COPY_STREAM, peer, OVL_EV_READY);
+        for (uint32_t M = 0; r == OVL_OK && M < NN; M++, gemms++) {
+            uint32_t gs = gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
+            uint32_t blk = pb_rank_at(t, M, lp), ev = b->next_event++;
+            uint64_t at = o_base + ((uint64_t)(ts - 1) * NN + M) * mb;
+
+            r = push_gemm(b, gs, blk, 0, mb, at);
+            if (r == OVL_OK)
+                r = pb_emit_record(b, gs, ev);
+            if (r == OVL_OK)
+                r = pb_emit_wait(b, PUSH_COPY_STREAM, me, ev);
+            if (r == OVL_OK) {
+                ovl_instr_t push = {
+                    .kind = OVL_I_PUSH,
+                    .stream = PUSH_COPY_STREAM,
+                    .src = pb_own(b, OVL_BUF_P, at),
+                    .dst = {.buf = OVL_BUF_P, .rank = peer, .row = ((uint64_t)M * L + l) * mb},
+                    .rows = mb,
+                    .cols = p->n,
+                };
+                r = pb_emit(b, &push);
+            }
+        }
+        if (r == OVL_OK)
+            r = pb_emit_record(b, PUSH_COPY_STREAM, OVL_EV_FIRST_FREE + ts - 1);
+    }
+    /* the own local index's blocks, into the own slots */
+    for (uint32_t M = 0; r == OVL_OK && M < NN; M++, gemms++) {
+        uint32_t gs = gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
+
+        r = push_gemm(b, gs, pb_rank_at(t, M, l), 0, mb, ((uint64_t)M * L + l) * mb);
+        own_ev[M] = b->next_event++;
+        if (r == OVL_OK)
+            r = pb_emit_record(b, gs, own_ev[M]);
+    }
+    for (uint32_t M = 0; r == OVL_OK && M < NN; M++)
+        r = pb_emit_wait(b, RAILPUSH_COMM_STREAM, me, own_ev[M]);
+    for (uint32_t ts = 1; r == OVL_OK && ts < L; ts++)
+        r = pb_emit_wait(b, RAILPUSH_COMM_STREAM, pb_rank_at(t, N, (l + L - ts) % L),
+                         OVL_EV_FIRST_FREE + ts - 1);
+    /* the node partials: the own block's into its landing slot, node N+i's
+     * to send at i-1 */
+    for (uint32_t i = 0; r == OVL_OK && i < NN; i++) {
+        uint32_t M = (N + i) % NN;
+        ovl_instr_t red = {
+            .kind = OVL_I_REDUCE,
+            .stream = RAILPUSH_COMM_STREAM,
+            .src = pb_own(b, OVL_BUF_P, (uint64_t)M * L * mb),
+            .dst = pb_own(b, OVL_BUF_P, i == 0 ? r2_base + me * mb : s_base + (i - 1) * mb),
+            .rows = mb,
+            .cols = p->n,
+            .nblocks = L,
+            .stride = mb,
+        };
+        r = pb_emit(b, &red);
+    }
+    for (uint32_t i = 1; r == OVL_OK && i < NN; i++) {
+        uint32_t pair[2] = {pb_rank_at(t, (N + i) % NN, l), pb_rank_at(t, (N + NN - i) % NN, l)};
+        uint32_t at = b->npeers;
+
+        r = pb_add_peers(b, pair, 2);
+        if (r == OVL_OK) {
+            ovl_instr_t rail = {
+                .kind = OVL_I_RAIL,
+                .stream = RAILPUSH_COMM_STREAM,
+                .method = OVL_AG_NCCL_RAIL,
+                .src = pb_own(b, OVL_BUF_P, s_base + (i - 1) * mb),
+                .dst = pb_own(b, OVL_BUF_P, r2_base),
+                .rows = mb,
+                .cols = p->n,
+                .stride = mb,
+                .peers = at,
+                .nsend = 1,
+                .nrecv = 1,
+            };
+            r = pb_emit(b, &rail);
+        }
+    }
+    if (r == OVL_OK)
+        r = pb_emit_joins(b, me, 1, RAILPUSH_STREAMS - 1);
+    if (r == OVL_OK) {
+        /* the NN landing slots of this local index, evenly spaced */
+        uint32_t lo = step > 0 ? pb_rank_at(t, 0, l) : pb_rank_at(t, NN - 1, l);
+        uint64_t gap = (uint64_t)(step > 0 ? step : -step);
+        ovl_instr_t red = {
+            .kind = OVL_I_REDUCE,
+            .stream = 0,
+            .src = pb_own(b, OVL_BUF_P, r2_base + (uint64_t)lo * mb),
+            .dst = pb_own(b, OVL_BUF_C, 0),
+            .rows = mb,
+            .cols = p->n,
+            .nblocks = NN,
+            .stride = gap * mb,
+            .avg = p->reduce_op == OVL_REDUCE_AVG,
+        };
+        r = pb_emit(b, &red);
+    }
+    if (r == OVL_OK)
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
+    return r;
+}
+
 ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
 {
     builder_t b = {.next_event = OVL_EV_FIRST_FREE};
@@ -387,17 +588,27 @@ ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
     rs_buf_shapes(params, plan.bufs);
     b.plan = &plan;
     b.topo = &topo;
-    r = params->algo == OVL_ALGO_PUSH ? push_emit(&b, &plan) : rs_emit(&b, &plan);
+    if (params->algo == OVL_ALGO_PUSH && plan.nnodes > 1) {
+        r = pb_topo_make(params, &topo);
+        if (r == OVL_OK)
+            r = railpush_emit(&b, &plan);
+    } else {
+        r = params->algo == OVL_ALGO_PUSH ? push_emit(&b, &plan) : rs_emit(&b, &plan);
+    }
     if (r == OVL_OK && b.max_stream + 1 != plan.nstreams)
-        r = OVL_ERR_INTERNAL; /* rs_plan_shape and rs_emit disagree: a planner bug */
+        r = OVL_ERR_INTERNAL; /* rs_plan_shape and the emitter disagree: a planner bug */
+    pb_topo_free(&topo);
     if (r != OVL_OK) {
         free(b.instr);
+        free(b.peers);
         free((void *)(uintptr_t)plan.params.node_of);
         return r;
     }
     plan.nevents = b.max_event + 1;
     plan.ninstr = b.n;
     plan.instr = b.instr;
+    plan.npeers = b.npeers;
+    plan.peers = b.peers;
     pb_mark_used(&plan);
     /* a REDUCE_SCATTER is a collective call, which the executor never
      * captures (exec.c, replay_fits); push's replay is not measured yet */

@@ -10,10 +10,11 @@ Cases: world 2 over two daemons and world 4 over four, every algorithm
 (naive: NCCL all-gather; collective: NCCL send/recv; ring: the rail),
 bf16 on a mid-size shape, fp16 and fp32 on a small odd one, and GEMM +
 reduce-scatter (--op rs: naive and collective, NCCL's reduce-scatter over
-the job's communicator, C checked against the host's sum of every rank's
-product); then world 4
+the job's communicator, and push by the rail scheme, C checked against the
+host's sum of every rank's product); then world 4
 over two daemons with two ranks each, all on GPU 0 (ring on a communicator
-per rail group, every case; naive and collective refused with words; and
+per rail group, every case, and GEMM + reduce-scatter's auto (push, its RAILs by rail group);
+naive and collective refused with words; and
 1 + 2 ranks, which would put two ranks of one GPU in one rail group,
 refused when the job starts); and
 a daemon killed while the other ranks wait for its rank's op: they get
@@ -150,8 +151,9 @@ def worlds(n):
                 res = run_job(cl, placement, args + ["--algo", algo])
                 check_ok(cl, res, "world %d over %d daemons, %s, %s (%.1f s)" % (
                     n, n, algo, name, time.monotonic() - t0))
-        # GEMM + reduce-scatter: m rows of C a rank, k its share of the inner dimension
-        for algo in ("naive", "collective"):
+        # GEMM + reduce-scatter: m rows of C a rank, k its share of the inner
+        # dimension; push by the rail scheme (one rank a daemon: the RAILs)
+        for algo in ("naive", "collective", "push"):
             for args, name in CASES:
                 t0 = time.monotonic()
                 red = ["--reduce", "avg"] if "fp16" in name else []
@@ -188,6 +190,9 @@ def test_shared_over_two():
                 name, time.monotonic() - t0))
         res = run_job(cl, [0, 1, 0, 1], CASES[0][0] + ["--algo", "auto"] + dev0)
         check_ok(cl, res, "the same, ranks interleaved, auto")
+        # GEMM + reduce-scatter: auto is push there (its RAILs by rail groups)
+        res = run_job(cl, [0, 0, 1, 1], CASES[1][0] + ["--algo", "auto", "--op", "rs"] + dev0)
+        check_ok(cl, res, "world 4 over 2 daemons sharing GPU 0, rs auto (push)")
         for algo in ("naive", "collective"):
             res = run_job(cl, [0, 0, 1, 1], CASES[1][0] + ["--algo", algo] + dev0)
             for r, (rc, out, err) in enumerate(res):

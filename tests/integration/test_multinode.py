@@ -175,8 +175,12 @@ def test_rs_across_nodes():
     every node (the host backend's reduce-scatter sends each rank of another
     node its block of the partials, as NCCL's would move them), naive and
     collective, sum and avg, every dtype, 2 + 2 node-major and interleaved,
-    1 + 2 + 3; one naive op's transfers counted exactly; push refused with
-    the planner's words, and ranks sharing a device by the coordinator."""
+    1 + 2 + 3; one naive op's transfers counted exactly. push by the rail
+    scheme (node partials over one transfer per remote rank, counted
+    exactly for one op), every dtype, 2 + 2 both ways and 2 + 2 + 2; and
+    where ranks share a device, auto picking it. Refused with words: push
+    on uneven nodes (the planner's), naive on shared devices (the
+    coordinator's)."""
     nodes = cluster(3)
     try:
         two = nodes[:2]
@@ -201,14 +205,35 @@ def test_rs_across_nodes():
         run_job(nodes, [0, 1, 1, 2, 2, 2],
                 SHAPES["bf16"] + ["-a", "collective", "--op", "rs", "--reduce", "avg"], "bf16")
         run_job(nodes, [2, 0, 1, 2, 1, 2], SHAPES["fp32"] + ["-d", "fp32", "--op", "rs"], "fp32")
-        # refusals: push across nodes (the planner's words, on every rank),
-        # and ranks sharing a device (the coordinator's)
-        for algo, extra, words in (
-                ("push", [], "push moves partials inside a node only"),
-                ("auto", ["--device", "0"],
+        # push, the rail scheme: 2 + 2, fp32 5 x 7 blocks: each rank sends its
+        # node's partial of one block to the rank of its local index on the
+        # other node (one transfer each way), nothing else crosses
+        before = [xfer_stats(n) for n in two]
+        run_job(two, [0, 0, 1, 1], SHAPES["fp32"] + ["-d", "fp32", "-a", "push", "--op", "rs"],
+                "fp32")
+        for n, b in zip(two, before):
+            a = xfer_stats(n)
+            moved = {k: a[k] - b[k] for k in XFER}
+            assert moved == {"xfer_sends": 2, "xfer_recvs": 2, "xfer_bytes_out": 2 * block,
+                             "xfer_bytes_in": 2 * block, "xfer_errors": 0,
+                             "xfer_dropped": 0}, (n.addr, moved)
+        for placement in ([0, 0, 1, 1], [0, 1, 0, 1]):
+            for dtype, shape in SHAPES.items():
+                red = ["--reduce", "avg"] if dtype == "bf16" else []
+                run_job(two, placement, shape + ["-d", dtype, "-a", "push", "--op", "rs"] + red,
+                        dtype)
+        run_job(nodes, [0, 1, 2, 0, 1, 2], SHAPES["bf16"] + ["-a", "push", "--op", "rs"], "bf16")
+        # ranks sharing a device: auto picks push (no NCCL over the job)
+        run_job(two, [0, 0, 1, 1], SHAPES["fp16"] + ["-d", "fp16", "--op", "rs", "--device", "0"],
+                "fp16")
+        # refusals: push on uneven nodes (the planner's words, on every
+        # rank), naive where ranks share a device (the coordinator's)
+        for placement, algo, extra, words in (
+                ([0, 1, 1], "push", [], "push across nodes takes nodes of equal size"),
+                ([0, 0, 1, 1], "naive", ["--device", "0"],
                  "ranks 0 and 1 share device 0 on %s: ranks share a GPU in a job across nodes"
                  % two[0].addr)):
-            res = refused_job(two, [0, 0, 1, 1],
+            res = refused_job(two, placement,
                               SHAPES["fp32"] + ["-d", "fp32", "-a", algo, "--op", "rs"] + extra)
             for r, (rc, so, se) in enumerate(res):
                 assert rc != 0 and words in se, (algo, r, rc, so, se)

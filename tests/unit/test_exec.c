@@ -799,6 +799,22 @@ static bool layout_crosses(int l)
  * turn with fail_each. */
 static void push_runs(bool threads, bool fail_each)
 {
+    /* across nodes (the rail scheme: nodes of equal size, RAILs between
+     * them): 1 + 1, 2 + 2 node-major and round robin */
+    static const uint32_t *const even[] = {topo2a, topo4a, topo4c};
+    static const uint32_t even_w[] = {2, 4, 4};
+    for (size_t t = 0; t < sizeof(even) / sizeof(even[0]); t++)
+        for (int avg = 0; avg < 2; avg++) {
+            shape_t sh = {.algo = OVL_ALGO_PUSH,
+                          .world = even_w[t],
+                          .aout = avg,
+                          .transb = avg == 1,
+                          .node_of = even[t],
+                          .kind = OVL_OP_GEMM_RS};
+            size_t n = run(&sh, 0, threads);
+            for (size_t at = 1; fail_each && at <= n; at++)
+                run(&sh, at, threads);
+        }
     for (uint32_t w = 1; w <= MAXW; w++)
         for (uint32_t c = 0; c <= 3; c++)
             for (int avg = 0; avg < 2; avg++) {
@@ -1272,6 +1288,10 @@ static void host_job(ovl_algo_t algo, const uint32_t *node_of, uint32_t world, u
  * the sum (or, for avg, the average: sums of small integers over a power of
  * two worlds stay exact) of every rank's product of its block's rows.
  */
+/* The topology of the job host_rs_job runs (NULL: one node); every rank
+ * served here, its RAILs between local ranks. */
+static const uint32_t *rs_topo = NULL;
+
 static void host_rs_job(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool transb, bool avg)
 {
     enum { M = 5, K = 4, N = 6 };
@@ -1308,7 +1328,8 @@ static void host_rs_job(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool t
                                .dtype = OVL_DTYPE_FP32,
                                .chunks = chunks,
                                .streams = 2,
-                               .transb = transb};
+                               .transb = transb,
+                               .node_of = rs_topo};
         assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
         st = b->ops->rank_create(b, r, &rk[r], &dx, err, sizeof(err));
         if (st != OVL_OK)
@@ -1400,6 +1421,21 @@ static void test_host_reduce_scatter(void **state)
         /* push: its own pushes into the peers' P and its own reduction */
         for (uint32_t chunks = 0; chunks <= 3; chunks++)
             host_rs_job(OVL_ALGO_PUSH, world, chunks, chunks % 2 == 1, pow2 && chunks >= 2);
+    }
+    /* across nodes (every rank served here): naive and collective, and push
+     * by the rail scheme (node partials over RAILs between local ranks) */
+    static const uint32_t t22[] = {0, 0, 1, 1}, trr[] = {0, 1, 0, 1},
+                          t24[] = {0, 0, 0, 0, 1, 1, 1, 1}, t3[] = {0, 1, 2, 0, 1, 2};
+    static const struct {
+        const uint32_t *node_of;
+        uint32_t world;
+    } jobs[] = {{t22, 4}, {trr, 4}, {t24, 8}, {t3, 6}};
+    for (size_t t = 0; t < sizeof(jobs) / sizeof(jobs[0]); t++) {
+        rs_topo = jobs[t].node_of;
+        host_rs_job(OVL_ALGO_NAIVE, jobs[t].world, 0, false, false);
+        host_rs_job(OVL_ALGO_COLLECTIVE, jobs[t].world, 2, true, false);
+        host_rs_job(OVL_ALGO_PUSH, jobs[t].world, 0, t % 2 == 1, jobs[t].world % 4 == 0);
+        rs_topo = NULL;
     }
 }
 

@@ -610,8 +610,10 @@ static int step_rail(sim_t *s)
             }
         }
     }
-    /* each shard's chunk: once at every other node, at the right rank */
-    for (uint32_t q = 0; q < s->world; q++) {
+    /* all-gather + GEMM: each shard's chunk once at every other node, at
+     * the right rank (GEMM + reduce-scatter's RAILs carry node partials:
+     * check_rs_dataflow follows them) */
+    for (uint32_t q = 0; s->plans[0].params.kind != OVL_OP_GEMM_RS && q < s->world; q++) {
         memset(s->rail_hits, 0, s->world * sizeof(*s->rail_hits));
         for (uint32_t r = 0; r < s->world; r++) {
             const ovl_instr_t *in = &s->plans[r].instr[s->pc[r]];
@@ -1227,6 +1229,63 @@ static bool check_ring(sim_t *s)
  * slot r of that step's peer, at the same rows of the block; a REDUCE sums
  * the W slots' rows into the same rows of C.
  */
+/*
+ * push across nodes (docs/plans.md; plan_rs.c, railpush_emit): what each
+ * instruction names on its own, its buffers, ranks and bounds; what the
+ * rows hold, and that every row of C is the sum it must be, is
+ * check_rs_dataflow's proof.
+ */
+static bool check_railpush_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    const ovl_plan_t *p = &s->plans[r];
+    const ovl_plan_params_t *pp = &p->params;
+    uint64_t m = pp->m, mb = m / s->world, prows = p->bufs[OVL_BUF_P].rows;
+
+    switch (in->kind) {
+    case OVL_I_GEMM:
+        if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_P, r) ||
+            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 || in->nblocks != 1 || in->stride != 0 ||
+            in->rows != mb || in->src.row % mb != 0 || !rows_within(in->src.row, mb, m) ||
+            !rows_within(in->dst.row, mb, prows) || in->n != pp->n || in->k != pp->k ||
+            in->transb != pp->transb)
+            return violation(s, "r%u #%zu: GEMM of push across nodes: geometry", r, i);
+        return true;
+    case OVL_I_PUSH:
+        if (!ref_is(in->src, OVL_BUF_P, r) || in->dst.buf != OVL_BUF_P ||
+            in->dst.rank >= s->world || in->dst.rank == r || s->node[in->dst.rank] != s->node[r] ||
+            in->rows != mb || in->cols != pp->n || !rows_within(in->src.row, mb, prows) ||
+            !rows_within(in->dst.row, mb, m))
+            return violation(s, "r%u #%zu: PUSH of push across nodes: geometry", r, i);
+        return true;
+    case OVL_I_REDUCE:
+        if (!ref_is(in->src, OVL_BUF_P, r) || in->dst.rank != r || in->rows != mb ||
+            in->cols != pp->n || in->nblocks == 0 || in->stride < mb ||
+            !rows_within(in->src.row, (in->nblocks - 1) * in->stride + mb, prows) ||
+            (in->dst.buf == OVL_BUF_C
+                 ? in->dst.row != 0 || in->avg != (pp->reduce_op == OVL_REDUCE_AVG)
+                 : in->dst.buf != OVL_BUF_P || in->avg || !rows_within(in->dst.row, mb, prows)))
+            return violation(s, "r%u #%zu: REDUCE of push across nodes: geometry", r, i);
+        return true;
+    case OVL_I_RAIL:
+        if (in->method != OVL_AG_NCCL_RAIL || !ref_is(in->src, OVL_BUF_P, r) ||
+            !ref_is(in->dst, OVL_BUF_P, r) || in->rows != mb || in->cols != pp->n ||
+            in->stride != mb || !rows_within(in->src.row, mb, prows) || in->peers > p->npeers ||
+            in->nsend > p->npeers - in->peers || in->nrecv > p->npeers - in->peers - in->nsend)
+            return violation(s, "r%u #%zu: RAIL of push across nodes: geometry", r, i);
+        for (uint32_t k = 0; k < in->nsend + in->nrecv; k++) {
+            uint32_t q = p->peers[in->peers + k];
+
+            if (q >= s->world || s->node[q] == s->node[r])
+                return violation(s, "r%u #%zu: RAIL with r%u of its own node or none", r, i, q);
+            if (k >= in->nsend && !rows_within(in->dst.row + q * mb, mb, prows))
+                return violation(s, "r%u #%zu: RAIL lands past P", r, i);
+        }
+        return true;
+    default:
+        return violation(s, "r%u #%zu: %s in push across nodes", r, i, ovl_instr_name(in->kind));
+    }
+}
+
 static bool check_push_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
 {
     const ovl_plan_params_t *pp = &s->plans[r].params;
@@ -1292,6 +1351,8 @@ static bool check_rs_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t 
     const ovl_plan_params_t *pp = &s->plans[r].params;
     uint64_t m = pp->m, mb = m / s->world;
 
+    if (pp->algo == OVL_ALGO_PUSH && s->nnodes > 1)
+        return check_railpush_operands(s, r, i, in);
     if (pp->algo == OVL_ALGO_PUSH)
         return check_push_operands(s, r, i, in);
     switch (in->kind) {
@@ -1325,8 +1386,9 @@ static bool check_rs_bufs(sim_t *s)
     for (uint32_t r = 0; r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
         const ovl_plan_params_t *pp = &p->params;
-        bool push = pp->algo == OVL_ALGO_PUSH;
-        uint64_t prows = push ? 2 * pp->m - pp->m / s->world : pp->m;
+        bool push = pp->algo == OVL_ALGO_PUSH, rail = push && s->nnodes > 1;
+        uint64_t mb = pp->m / s->world;
+        uint64_t prows = rail ? (3 * (uint64_t)s->world - 1) * mb : push ? 2 * pp->m - mb : pp->m;
         uint64_t scratch = 0, want = prows * pp->n * ovl_dtype_size(pp->dtype);
         ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
             [OVL_BUF_A] = {.used = true, .rows = pp->m, .cols = pp->k},
@@ -1351,14 +1413,15 @@ static bool check_rs_bufs(sim_t *s)
                              (unsigned long long)want);
         if (p->replay)
             return violation(s, "r%u: a plan with a collective call marked for replay", r);
-        /* collective's side streams reduce; push's copy (1) and multiply */
+        /* collective's side streams reduce; push's copy (1) and multiply,
+         * and across nodes reduce the node partials and rail them (4) */
         for (uint32_t st = 0; st < p->nstreams; st++)
-            if (p->roles[st] != (st == 0   ? OVL_ROLE_CLIENT
-                                 : !push   ? OVL_ROLE_COMM
-                                 : st == 1 ? OVL_ROLE_COPY
-                                           : OVL_ROLE_COMPUTE))
+            if (p->roles[st] != (st == 0            ? OVL_ROLE_CLIENT
+                                 : !push || st == 4 ? OVL_ROLE_COMM
+                                 : st == 1          ? OVL_ROLE_COPY
+                                                    : OVL_ROLE_COMPUTE))
                 return violation(s, "r%u: stream %u's role", r, st);
-        if (push && p->nstreams != (s->world > 1 ? 4u : 1u))
+        if (push && p->nstreams != (rail ? 5u : s->world > 1 ? 4u : 1u))
             return violation(s, "r%u: push on %u streams", r, p->nstreams);
     }
     return true;
@@ -1375,7 +1438,10 @@ static bool check_rs_bufs(sim_t *s)
 static bool check_push_rows(sim_t *s)
 {
     uint32_t w = s->world;
-    uint64_t m = s->plans[0].params.m, mb = m / w, prows = 2 * m - mb;
+    uint64_t m = s->plans[0].params.m, mb = m / w, prows = s->plans[0].bufs[OVL_BUF_P].rows;
+    /* across nodes the RAILs land in a slot per rank of the job, of which
+     * a rank uses one per node: the others are neither written nor read */
+    bool across = s->nnodes > 1;
     uint32_t **wr_rank = calloc(w, sizeof(*wr_rank));
     size_t **wr_i = calloc(w, sizeof(*wr_i)); /* instruction + 1; 0: none */
     uint8_t **reads = calloc(w, sizeof(*reads));
@@ -1392,18 +1458,25 @@ static bool check_push_rows(sim_t *s)
         for (size_t i = 0; ok && i < s->plans[r].ninstr; i++) {
             const ovl_instr_t *in = &s->plans[r].instr[i];
             uint32_t q = in->kind == OVL_I_PUSH ? in->dst.rank : r;
+            /* a RAIL writes the slot of each rank it receives from (at its
+             * own instruction, which the senders' RAILs happen before) */
+            uint32_t nw = in->kind == OVL_I_RAIL ? in->nrecv : 1;
 
-            if (in->kind != OVL_I_GEMM && in->kind != OVL_I_PUSH)
+            if (in->kind != OVL_I_GEMM && in->kind != OVL_I_PUSH && in->kind != OVL_I_RAIL &&
+                !(in->kind == OVL_I_REDUCE && in->dst.buf == OVL_BUF_P))
                 continue;
-            for (uint64_t x = 0; ok && x < in->rows; x++) {
-                uint64_t row = in->dst.row + x;
+            for (uint32_t k = 0; ok && k < nw; k++)
+                for (uint64_t x = 0; ok && x < in->rows; x++) {
+                    uint64_t row =
+                        in->dst.row + x +
+                        (in->kind == OVL_I_RAIL ? rail_recvs(s, r, in)[k] * in->stride : 0);
 
-                if (wr_i[q][row])
-                    ok = violation(s, "r%u #%zu: r%u's P row %llu written twice", r, i, q,
-                                   (unsigned long long)row);
-                wr_rank[q][row] = r;
-                wr_i[q][row] = i + 1;
-            }
+                    if (wr_i[q][row])
+                        ok = violation(s, "r%u #%zu: r%u's P row %llu written twice", r, i, q,
+                                       (unsigned long long)row);
+                    wr_rank[q][row] = r;
+                    wr_i[q][row] = i + 1;
+                }
             if (ok && in->kind == OVL_I_PUSH) {
                 if (!hb(s, q, s->rec_ready[q], r, i))
                     ok = violation(s, "r%u #%zu: writes r%u's P before its READY", r, i, q);
@@ -1420,7 +1493,7 @@ static bool check_push_rows(sim_t *s)
             const ovl_instr_t *in = &p->instr[i];
             uint32_t nb = in->kind == OVL_I_REDUCE ? in->nblocks : 1;
 
-            if (in->kind != OVL_I_PUSH && in->kind != OVL_I_REDUCE)
+            if (in->kind != OVL_I_PUSH && in->kind != OVL_I_REDUCE && in->kind != OVL_I_RAIL)
                 continue;
             for (uint32_t b = 0; ok && b < nb; b++)
                 for (uint64_t x = 0; ok && x < in->rows; x++) {
@@ -1433,13 +1506,14 @@ static bool check_push_rows(sim_t *s)
                         ok = violation(s, "r%u #%zu: P row %llu read twice", r, i,
                                        (unsigned long long)row);
                 }
-            for (uint64_t x = 0; ok && in->kind == OVL_I_REDUCE && x < in->rows; x++)
+            for (uint64_t x = 0;
+                 ok && in->kind == OVL_I_REDUCE && in->dst.buf == OVL_BUF_C && x < in->rows; x++)
                 if (cw[in->dst.row + x]++)
                     ok = violation(s, "r%u #%zu: C row %llu written twice", r, i,
                                    (unsigned long long)(in->dst.row + x));
         }
         for (uint64_t row = 0; ok && row < prows; row++)
-            if (!wr_i[r][row] || !reads[r][row])
+            if ((!wr_i[r][row] || !reads[r][row]) && !(across && !wr_i[r][row] && !reads[r][row]))
                 ok = violation(s, "r%u: P row %llu %s", r, (unsigned long long)row,
                                wr_i[r][row] ? "never read" : "never written");
         for (uint64_t row = 0; ok && row < mb; row++)
@@ -1614,7 +1688,19 @@ static bool check_rs_dataflow(sim_t *s)
                             ready = ins[b]->set;
                         }
                         if (ready)
-                            ok = rowval_sum(s, r, i, ins, in->nblocks, &cv[r][in->dst.row + x]);
+                            ok = rowval_sum(s, r, i, ins, in->nblocks,
+                                            in->dst.buf == OVL_BUF_P ? &pv[r][in->dst.row + x]
+                                                                     : &cv[r][in->dst.row + x]);
+                    }
+                    break;
+                case OVL_I_RAIL: /* each sender's rows into its slot here */
+                    for (uint32_t k = 0; ready && k < in->nrecv; k++) {
+                        uint32_t q = rail_recvs(s, r, in)[k];
+
+                        for (uint64_t x = 0; ready && x < in->rows; x++)
+                            ready = pv[q][in->src.row + x].set;
+                        for (uint64_t x = 0; ready && x < in->rows; x++)
+                            pv[r][in->dst.row + q * in->stride + x] = pv[q][in->src.row + x];
                     }
                     break;
                 case OVL_I_REDUCE_SCATTER: /* this rank's block of every rank's P */
@@ -3238,6 +3324,17 @@ static void test_rs_checker_all_shapes(void **state)
     assert_true(jobs > 1000);
 }
 
+/* The nodes node_of names (world entries, dense). */
+static uint32_t pb_nodes(const uint32_t *node_of, uint32_t world)
+{
+    uint32_t n = 0;
+
+    for (uint32_t q = 0; q < world; q++)
+        if (node_of[q] + 1 > n)
+            n = node_of[q] + 1;
+    return n;
+}
+
 /* GEMM + reduce-scatter across nodes: naive and collective, the plans of
  * one node with the topology kept (the REDUCE_SCATTERs span the job), on
  * even, uneven and interleaved topologies, checked together. */
@@ -3283,6 +3380,47 @@ static void test_rs_checker_nodes(void **state)
                 free_job(plans, w);
                 free_job(one, w);
             }
+    /* push across nodes (the rail scheme): nodes of equal size whose ranks
+     * of a local index are evenly spaced, node-major, round robin, counting
+     * down; checked whole, its data flow included, with sum and avg and B
+     * transposed or not */
+    static const uint32_t e22[] = {0, 0, 1, 1}, e2rr[] = {0, 1, 0, 1}, e2dn[] = {1, 0, 1, 0},
+                          e32[] = {0, 0, 1, 1, 2, 2}, e3rr[] = {0, 1, 2, 0, 1, 2},
+                          e41[] = {0, 1, 2, 3}, e24[] = {0, 0, 0, 0, 1, 1, 1, 1};
+    static const struct {
+        const uint32_t *node_of;
+        uint32_t world;
+    } even[] = {{e22, 4}, {e2rr, 4}, {e2dn, 4}, {e32, 6}, {e3rr, 6}, {e41, 4}, {e24, 8}, {t11, 2}};
+    ovl_plan_t pp8[8];
+    for (size_t t = 0; t < sizeof(even) / sizeof(even[0]); t++)
+        for (uint32_t v = 0; v < 4; v++) {
+            uint32_t w = even[t].world;
+
+            for (uint32_t r = 0; r < w; r++) {
+                ovl_plan_params_t p =
+                    rs_params(OVL_ALGO_PUSH, w, r, 1 + 5 * v, v, 0, v % 2 == 1, v >= 2);
+
+                p.node_of = even[t].node_of;
+                assert_int_equal(ovl_plan_build(&p, &pp8[r]), OVL_OK);
+                assert_int_equal(pp8[r].nnodes, pb_nodes(even[t].node_of, w));
+            }
+            if (!check_job(&ck, pp8, w))
+                fail_msg("gemm_rs push across nodes (job %zu, variant %u): %s", t, v, ck.why);
+            free_job(pp8, w);
+        }
+    /* and not on uneven nodes, nor where a local index's ranks are not
+     * evenly spaced */
+    static const uint32_t odd[] = {0, 0, 1, 1, 0, 1};
+    const uint32_t *bad[] = {t123, odd};
+    for (size_t t = 0; t < 2; t++) {
+        ovl_plan_params_t p = rs_params(OVL_ALGO_PUSH, 6, 0, 4, 0, 0, false, false);
+        ovl_plan_t plan;
+
+        p.node_of = bad[t];
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+        assert_non_null(
+            strstr(ovl_plan_refusal(&p), "push across nodes takes nodes of equal size"));
+    }
     checker_free(&ck);
 }
 
@@ -3514,28 +3652,32 @@ static void test_rs_refused(void **state)
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     p.nb = 1;
     /* across nodes: naive and collective (NCCL's reduce-scatter spans the
-     * job), not push (its copies stay inside a node), nothing where ranks
-     * share a GPU; auto is naive there */
+     * job), push by the rail scheme (even nodes: test_rs_checker_nodes);
+     * where ranks share a GPU push only, which auto picks there, naive
+     * elsewhere */
     p.node_of = two_nodes;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.nnodes, 2);
     assert_true(plan.params.node_of != two_nodes && plan.params.node_of[2] == 1);
     ovl_plan_free(&plan);
     p.algo = OVL_ALGO_PUSH;
-    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
-    assert_non_null(strstr(ovl_plan_refusal(&p), "push moves partials inside a node only"));
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.nstreams, 5);
+    assert_true(plan.npeers > 0 && plan.peers);
+    ovl_plan_free(&plan);
     p.algo = OVL_ALGO_COLLECTIVE;
     p.shared_gpu = true;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     assert_non_null(strstr(ovl_plan_refusal(&p), "ranks share a GPU in a job across nodes"));
     p.algo = OVL_ALGO_AUTO;
-    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
     /* an operator's default_algo stands for auto only where it runs */
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_NAIVE)); /* shared GPUs */
-    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));  /* across nodes */
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
     p.shared_gpu = false;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_COLLECTIVE));
-    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_RING)); /* all-gather + GEMM's */
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_AUTO));
     p.node_of = NULL;
