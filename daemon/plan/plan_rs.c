@@ -311,6 +311,33 @@ static ovl_status_t push_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t ro
     return pb_emit(b, &gemm);
 }
 
+/* push: rows [row0, +rows) of block blk's partial made on GEMM stream gs
+ * into the own P at row `at`, then copied by the copy stream, once the
+ * GEMM is done, into peer's P at peer_row. */
+static ovl_status_t produce_and_push(builder_t *b, uint32_t gs, uint32_t blk, uint64_t row0,
+                                     uint64_t rows, uint64_t at, uint32_t peer, uint64_t peer_row)
+{
+    uint32_t ev = b->next_event++;
+    ovl_status_t r = push_gemm(b, gs, blk, row0, rows, at);
+
+    if (r == OVL_OK)
+        r = pb_emit_record(b, gs, ev);
+    if (r == OVL_OK)
+        r = pb_emit_wait(b, PUSH_COPY_STREAM, b->plan->params.rank, ev);
+    if (r == OVL_OK) {
+        ovl_instr_t push = {
+            .kind = OVL_I_PUSH,
+            .stream = PUSH_COPY_STREAM,
+            .src = pb_own(b, OVL_BUF_P, at),
+            .dst = {.buf = OVL_BUF_P, .rank = peer, .row = peer_row},
+            .rows = rows,
+            .cols = b->plan->params.n,
+        };
+        r = pb_emit(b, &push);
+    }
+    return r;
+}
+
 /*
  * push (produce-and-push, PyTorch's _pipelined_produce_and_all2all for this
  * direction; docs/plans.md): at step t = 1 .. W-1 rank r makes the partial
@@ -348,27 +375,11 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
         r = pb_emit_wait(b, PUSH_COPY_STREAM, d, OVL_EV_READY);
         for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
             uint32_t gs = gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
-            uint32_t ev = b->next_event++;
-            uint64_t row0, rows, at;
+            uint64_t row0, rows;
 
             rs_chunk(plan, j, &row0, &rows);
-            at = m + (uint64_t)(t - 1) * mb + row0;
-            r = push_gemm(b, gs, d, row0, rows, at);
-            if (r == OVL_OK)
-                r = pb_emit_record(b, gs, ev);
-            if (r == OVL_OK)
-                r = pb_emit_wait(b, PUSH_COPY_STREAM, me, ev);
-            if (r == OVL_OK) {
-                ovl_instr_t push = {
-                    .kind = OVL_I_PUSH,
-                    .stream = PUSH_COPY_STREAM,
-                    .src = pb_own(b, OVL_BUF_P, at),
-                    .dst = {.buf = OVL_BUF_P, .rank = d, .row = (uint64_t)me * mb + row0},
-                    .rows = rows,
-                    .cols = p->n,
-                };
-                r = pb_emit(b, &push);
-            }
+            r = produce_and_push(b, gs, d, row0, rows, m + (uint64_t)(t - 1) * mb + row0, d,
+                                 (uint64_t)me * mb + row0);
             if (r == OVL_OK)
                 r = pb_emit_record(b, PUSH_COPY_STREAM, push_arrival_event(plan, t, j));
         }
@@ -458,25 +469,10 @@ static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
         r = pb_emit_wait(b, PUSH_COPY_STREAM, peer, OVL_EV_READY);
         for (uint32_t M = 0; r == OVL_OK && M < NN; M++, gemms++) {
             uint32_t gs = gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
-            uint32_t blk = pb_rank_at(t, M, lp), ev = b->next_event++;
-            uint64_t at = o_base + ((uint64_t)(ts - 1) * NN + M) * mb;
 
-            r = push_gemm(b, gs, blk, 0, mb, at);
-            if (r == OVL_OK)
-                r = pb_emit_record(b, gs, ev);
-            if (r == OVL_OK)
-                r = pb_emit_wait(b, PUSH_COPY_STREAM, me, ev);
-            if (r == OVL_OK) {
-                ovl_instr_t push = {
-                    .kind = OVL_I_PUSH,
-                    .stream = PUSH_COPY_STREAM,
-                    .src = pb_own(b, OVL_BUF_P, at),
-                    .dst = {.buf = OVL_BUF_P, .rank = peer, .row = ((uint64_t)M * L + l) * mb},
-                    .rows = mb,
-                    .cols = p->n,
-                };
-                r = pb_emit(b, &push);
-            }
+            r = produce_and_push(b, gs, pb_rank_at(t, M, lp), 0, mb,
+                                 o_base + ((uint64_t)(ts - 1) * NN + M) * mb, peer,
+                                 ((uint64_t)M * L + l) * mb);
         }
         if (r == OVL_OK)
             r = pb_emit_record(b, PUSH_COPY_STREAM, OVL_EV_FIRST_FREE + ts - 1);
