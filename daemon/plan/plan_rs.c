@@ -55,7 +55,7 @@ static uint64_t rs_block(const ovl_plan_params_t *p)
 static bool railpush_shape(const ovl_plan_params_t *p, uint32_t nnodes, int64_t *ret_step)
 {
     uint32_t w = p->world, L = w / nnodes;
-    uint32_t size[OVL_PLAN_MAX_WORLD] = {0}, base[OVL_PLAN_MAX_WORLD];
+    uint32_t size[OVL_PLAN_MAX_WORLD] = {0}, base[OVL_PLAN_MAX_WORLD] = {0};
     int64_t first1 = -1;
 
     if (nnodes < 2 || w % nnodes != 0)

@@ -1635,6 +1635,72 @@ static bool rowval_sum(sim_t *s, uint32_t r, size_t i, const rowval_t *const *in
     return true;
 }
 
+/* nblocks blocks of rows rows, stride apart from row, lie within limit
+ * rows (no wrap). */
+static bool span_ok(uint64_t row, uint32_t nblocks, uint64_t stride, uint64_t rows, uint64_t limit)
+{
+    uint64_t end;
+
+    if (nblocks == 0 || rows == 0)
+        return false;
+    return !__builtin_mul_overflow((uint64_t)(nblocks - 1), stride, &end) &&
+           !__builtin_add_overflow(end, row, &end) && !__builtin_add_overflow(end, rows, &end) &&
+           end <= limit;
+}
+
+/* check_rs_dataflow's own bounds (it may run without check_fields): every
+ * row an instruction of rank r names lies in its buffer, of a rank of the
+ * job. */
+static bool dataflow_bounds(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    uint32_t w = s->world;
+    uint64_t m = s->plans[r].params.m, mb = m / w;
+    uint64_t prows = s->plans[r].bufs[OVL_BUF_P].rows;
+    bool ok = true;
+
+    switch (in->kind) {
+    case OVL_I_GEMM:
+        ok = in->src.buf == OVL_BUF_A && in->dst.buf == OVL_BUF_P &&
+             span_ok(in->src.row, in->nblocks, in->stride, in->rows, m) &&
+             span_ok(in->dst.row, in->nblocks, in->stride, in->rows, prows);
+        break;
+    case OVL_I_PUSH:
+        ok = in->src.buf == OVL_BUF_P && in->dst.buf == OVL_BUF_P && in->dst.rank < w &&
+             span_ok(in->src.row, 1, 0, in->rows, prows) &&
+             span_ok(in->dst.row, 1, 0, in->rows, s->plans[in->dst.rank].bufs[OVL_BUF_P].rows);
+        break;
+    case OVL_I_REDUCE:
+        ok = in->src.buf == OVL_BUF_P && in->nblocks <= 64 &&
+             span_ok(in->src.row, in->nblocks, in->stride, in->rows, prows) &&
+             (in->dst.buf == OVL_BUF_P
+                  ? span_ok(in->dst.row, 1, 0, in->rows, prows)
+                  : in->dst.buf == OVL_BUF_C && span_ok(in->dst.row, 1, 0, in->rows, mb));
+        break;
+    case OVL_I_REDUCE_SCATTER:
+        ok = in->src.buf == OVL_BUF_P && in->dst.buf == OVL_BUF_C &&
+             span_ok(in->dst.row, 1, 0, in->rows, mb);
+        for (uint32_t q = 0; ok && q < w; q++)
+            ok = span_ok(in->src.row, w, in->stride, in->rows, s->plans[q].bufs[OVL_BUF_P].rows);
+        break;
+    case OVL_I_RAIL:
+        ok = in->src.buf == OVL_BUF_P && in->dst.buf == OVL_BUF_P &&
+             (uint64_t)in->peers + in->nsend + in->nrecv <= s->plans[r].npeers &&
+             span_ok(in->src.row, 1, 0, in->rows, prows);
+        for (uint32_t k = 0; ok && k < in->nrecv; k++) {
+            uint32_t q = rail_recvs(s, r, in)[k];
+
+            ok = q < w && span_ok(in->dst.row, q + 1, in->stride, in->rows, prows) &&
+                 span_ok(in->src.row, 1, 0, in->rows, s->plans[q].bufs[OVL_BUF_P].rows);
+        }
+        break;
+    default:
+        break;
+    }
+    return ok ? true
+              : violation(s, "r%u #%zu: %s names rows past its buffers", r, i,
+                          ovl_instr_name(in->kind));
+}
+
 static bool check_rs_dataflow(sim_t *s)
 {
     uint32_t w = s->world;
@@ -1650,6 +1716,9 @@ static bool check_rs_dataflow(sim_t *s)
         done[r] = calloc(s->plans[r].ninstr, sizeof(**done));
         assert_true(pv[r] && cv[r] && done[r]);
     }
+    for (uint32_t r = 0; ok && r < w; r++)
+        for (size_t i = 0; ok && i < s->plans[r].ninstr; i++)
+            ok = dataflow_bounds(s, r, i, &s->plans[r].instr[i]);
     while (ok && progress) {
         progress = false;
         for (uint32_t r = 0; ok && r < w; r++) {
@@ -3537,21 +3606,24 @@ static void test_push_checker_catches(void **state)
 /* The data flow alone catches what makes a wrong sum, whatever else a
  * plan gets right: a GEMM of another block's rows, a reduction of two of
  * three slots, a push into the slot of another rank (the own slot then
- * never made), a reduce-scatter of the wrong rows. */
+ * never made), a reduce-scatter of the wrong rows; and rows past a buffer
+ * (it runs without check_fields here). */
 static void test_rs_dataflow_catches(void **state)
 {
     enum { W = 3 };
     ovl_plan_t plans[W];
     checker_t ck = {.arena = NULL};
     static const char *const want[] = {"sums rows of block 2 row 0 and block 0", "of ranks 0x3",
-                                       "inputs are never made", "C row 0 holds block 1"};
+                                       "inputs are never made", "C row 0 holds block 0 row 4",
+                                       "names rows past its buffers"};
 
     (void)state;
     g_dataflow_only = true;
-    for (int how = 0; how < 4; how++) {
+    for (int how = 0; how < 5; how++) {
         for (uint32_t r = 0; r < W; r++) {
-            ovl_plan_params_t p =
-                rs_params(how < 3 ? OVL_ALGO_PUSH : OVL_ALGO_NAIVE, W, r, 8, 1, 0, false, false);
+            ovl_plan_params_t p = how < 3
+                                      ? rs_params(OVL_ALGO_PUSH, W, r, 8, 1, 0, false, false)
+                                      : rs_params(OVL_ALGO_COLLECTIVE, W, r, 8, 2, 1, false, false);
 
             assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
         }
@@ -3567,7 +3639,11 @@ static void test_rs_dataflow_catches(void **state)
         case 2: /* rank 1 pushes into rank 2's slot 0 (rank 0's), not its own */
             plans[1].instr[find_instr(&plans[1], OVL_I_PUSH, -1, 0)].dst.row = 0;
             break;
-        case 3: /* every rank's reduce-scatter sums the next block's rows */
+        case 3: /* every rank's first reduce-scatter sums the second chunk's rows */
+            for (uint32_t r = 0; r < W; r++)
+                plans[r].instr[find_instr(&plans[r], OVL_I_REDUCE_SCATTER, -1, 0)].src.row = 4;
+            break;
+        case 4: /* and one past P: refused before it is read */
             for (uint32_t r = 0; r < W; r++)
                 plans[r].instr[find_instr(&plans[r], OVL_I_REDUCE_SCATTER, -1, 0)].src.row = 8;
             break;
