@@ -50,8 +50,10 @@
  * M x K x N with K the whole inner dimension: each rank holds A M x K/W and
  * B K/W x N, and keeps its M/W rows of the sum): through ovld as above,
  * and the baselines: the rank's GEMM alone (M x N x K/W), NCCL's
- * reduce-scatter of its M x N partials alone, and the GEMM then the
- * reduce-scatter ("unfused"); the floor is max(GEMM, reduce-scatter). Each
+ * reduce-scatter of its M x N partials alone, the copy engines' (the
+ * partials copied into their owners' receive slots, summed there by ovld's
+ * own reduction kernel), and the GEMM then NCCL's reduce-scatter
+ * ("unfused"); the floor is max(GEMM, the faster reduce-scatter). Each
  * rank's C is checked against an fp32 product of every rank's A and B side
  * by side (the sum of the products). With --torch-peer, PyTorch's
  * fused_matmul_reduce_scatter and its mm + reduce-scatter are timed the same
@@ -83,6 +85,7 @@
 #include "cudrv.h"
 #include "demo_cuda.h"
 #include "demo_rnd.h"
+#include "kernels.h" /* ovld_launch_reduce: ovld's reduction, for --op rs's copy-engine baseline */
 #include "num.h"
 #include "ovl.h"
 #include "clock.h"
@@ -197,7 +200,7 @@ static void usage(FILE *f)
             "                    K divisible by W; algorithms naive, collective and\n"
             "                    push (the default for rs), one B; --torch-peer times\n"
             "                    PyTorch's fused_matmul_reduce_scatter; where ranks\n"
-            "                    share GPUs push only (no NCCL), the GEMM the one baseline\n"
+            "                    share GPUs push only (no NCCL), and no NCCL baselines\n"
             "  -h, --help        show this help\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
@@ -1462,6 +1465,9 @@ typedef struct bgpu {
     ovld_lt_t *lt;
     void *ws;
     cudaEvent_t *ev; /* iters + 1 */
+    /* --op rs, the copy engines' reduce-scatter: this rank's copies out
+     * are done; its reduction is done (the senders' next copies wait) */
+    cudaEvent_t cp_ev, red_ev;
     void *a, *g;
     void *b[OVL_MAX_BS], *c[OVL_MAX_BS]; /* B i and C i, i < nb */
 } bgpu_t;
@@ -1570,6 +1576,43 @@ out:
     return rc;
 }
 
+/* --op rs, the copy engines' reduce-scatter (the floor's other way, and
+ * ovld's push without its GEMMs): each rank copies its partials of every
+ * other rank's block (C 0, M x N) into that rank's receive slots (C 1,
+ * slot i for rank i; the own block sits in its slot from the setup), the
+ * next rank's first; each rank then sums its W slots into its block (a)
+ * with ovld's own reduction kernel (kernels.cu), in fp32. Copies into a
+ * rank wait for its previous reduction; its reduction for every copy into
+ * it. */
+static int bl_ce_reduce_scatter(const bopts_t *o, bgpu_t *gp, uint64_t mb, uint64_t n)
+{
+    int rc = -1;
+    size_t es = ovl_dtype_size(o->dtype), blk = (size_t)(mb * n) * es;
+    for (uint32_t i = 0; i < o->world; i++) {
+        PCUDA(cudaSetDevice(gp[i].dev));
+        for (uint32_t d = 1; d < o->world; d++) {
+            uint32_t j = (i + d) % o->world;
+            PCUDA(cudaStreamWaitEvent(gp[i].s, gp[j].red_ev, 0));
+            PCUDA(cudaMemcpyAsync((char *)gp[j].c[1] + (size_t)i * blk,
+                                  (char *)gp[i].c[0] + (size_t)j * blk, blk, cudaMemcpyDefault,
+                                  gp[i].s));
+        }
+        PCUDA(cudaEventRecord(gp[i].cp_ev, gp[i].s));
+    }
+    for (uint32_t j = 0; j < o->world; j++) {
+        PCUDA(cudaSetDevice(gp[j].dev));
+        for (uint32_t i = 0; i < o->world; i++)
+            if (i != j)
+                PCUDA(cudaStreamWaitEvent(gp[j].s, gp[i].cp_ev, 0));
+        PCUDA(ovld_launch_reduce(gp[j].s, o->dtype, gp[j].a, n, gp[j].c[1], n, mb, n, o->world, mb,
+                                 1));
+        PCUDA(cudaEventRecord(gp[j].red_ev, gp[j].s));
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
 /* --op rs: NCCL's reduce-scatter of every rank's partials (C 0, M x N) into
  * its block (a, M/W x N, count elements), as one group. */
 static int bl_reduce_scatter(const bopts_t *o, bgpu_t *gp, size_t count)
@@ -1650,11 +1693,13 @@ static int bl_iter(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, int slot)
     int rc = -1;
     if (o->op == OVL_OP_GEMM_RS) {
         /* sh is the rank's GEMM (M x N x K/W): unfused is it, then the
-         * reduce-scatter; BL_AG the reduce-scatter alone */
+         * reduce-scatter; BL_AG the reduce-scatter alone; BL_CE the copy
+         * engines' alone */
         for (uint32_t i = 0; what == BL_UNFUSED && i < o->world; i++)
             if (bl_gemm(o, &gp[i], sh) != 0)
                 goto out;
-        if (bl_reduce_scatter(o, gp, (size_t)(sh.M / o->world * sh.N)) != 0)
+        if (what == BL_CE ? bl_ce_reduce_scatter(o, gp, sh.M / o->world, sh.N) != 0
+                          : bl_reduce_scatter(o, gp, (size_t)(sh.M / o->world * sh.N)) != 0)
             goto out;
         for (uint32_t i = 0; slot >= 0 && i < o->world; i++) {
             PCUDA(cudaSetDevice(gp[i].dev));
@@ -1853,10 +1898,13 @@ static int bl_phase(const bopts_t *o)
         }
         for (int e = 0; e <= o->iters; e++)
             PCUDA(cudaEventCreate(&g->ev[e]));
+        PCUDA(cudaEventCreateWithFlags(&g->cp_ev, cudaEventDisableTiming));
+        PCUDA(cudaEventCreateWithFlags(&g->red_ev, cudaEventDisableTiming));
     }
 
     /* --op rs where ranks share a GPU: no NCCL between them, so neither its
-     * reduce-scatter nor unfused (nor the floor): the GEMM alone */
+     * reduce-scatter nor unfused: the GEMM and the copy engines'
+     * reduce-scatter (the floor then) */
     bool rs_nccl = !ranks_share(o);
     for (int si = 0; si < o->nshapes && o->op == OVL_OP_GEMM_RS; si++) {
         shape_t sh = o->shapes[si];
@@ -1873,22 +1921,30 @@ static int bl_phase(const bopts_t *o)
             PCUDA(cudaMalloc(&g->b[0], loc.K * loc.N * es));
             PCUDA(cudaMalloc(&g->c[0], loc.M * loc.N * es));
             PCUDA(cudaMalloc(&g->a, mb * loc.N * es));
+            PCUDA(cudaMalloc(&g->c[1], loc.M * loc.N * es)); /* the receive slots */
             PCUDA(ovl_demo_fill(o->dtype, g->g, loc.M, loc.K, loc.K, SEED, i, 0, g->s));
             PCUDA(ovl_demo_fill(o->dtype, g->b[0], loc.K, loc.N, loc.N, SEED, i, 1, g->s));
+            PCUDA(cudaMemsetAsync(g->c[0], 0, loc.M * loc.N * es, g->s));
+            /* the own block in its slot, once: the copy engines' reduce-scatter
+             * moves the others' only */
+            PCUDA(cudaMemcpyAsync((char *)g->c[1] + i * mb * loc.N * es,
+                                  (char *)g->c[0] + i * mb * loc.N * es, mb * loc.N * es,
+                                  cudaMemcpyDefault, g->s));
         }
         if (bl_sync(o, gp) != 0)
             goto out;
-        const char *names[BL_OWN] = {"reduce-scatter", "-", "GEMM", "unfused"};
+        const char *names[BL_OWN] = {"reduce-scatter", "ce reduce-scatter", "GEMM", "unfused"};
         for (int what = 0; what < BL_OWN; what++) {
             g_bl[si][what] = NAN;
-            if (what == BL_CE || (!rs_nccl && what != BL_GEMM))
-                continue; /* no copy-engine reduce-scatter baseline; no NCCL on shared GPUs */
+            if (!rs_nccl && (what == BL_AG || what == BL_UNFUSED))
+                continue; /* no NCCL on shared GPUs */
             snprintf(g_where, sizeof(g_where), "shape %s, %s", shp, names[what]);
             if (bl_time(o, gp, loc, what, tmp, &g_bl[si][what]) != 0)
                 goto out;
         }
-        printf("  %-18s reduce-scatter %.3f ms, GEMM (M x N x K/W) %.3f ms, unfused %.3f ms\n", shp,
-               g_bl[si][BL_AG], g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        printf("  %-18s reduce-scatter %.3f ms, by copies %.3f ms, GEMM (M x N x K/W) %.3f ms, "
+               "unfused %.3f ms\n",
+               shp, g_bl[si][BL_AG], g_bl[si][BL_CE], g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
@@ -1948,6 +2004,8 @@ static int bl_phase(const bopts_t *o)
         PCUDA(cudaFree(g->ws));
         for (int e = 0; e <= o->iters; e++)
             PCUDA(cudaEventDestroy(g->ev[e]));
+        PCUDA(cudaEventDestroy(g->cp_ev));
+        PCUDA(cudaEventDestroy(g->red_ev));
         free(g->ev);
         PCUDA(cudaStreamDestroy(g->s));
     }
@@ -2201,7 +2259,7 @@ static double floor_ce(int si)
 static double floor_best(int si)
 {
     double ag = g_bl[si][BL_AG], ce = g_bl[si][BL_CE];
-    /* the faster measured; --op rs has no copy-engine baseline */
+    /* the faster measured (--op rs on shared GPUs: the copy engines') */
     return max_of(isfinite(ag) && (ag < ce || !isfinite(ce)) ? ag : ce, g_bl[si][BL_GEMM]);
 }
 
@@ -2232,7 +2290,7 @@ static int build_rows(const bopts_t *o, row_t *rows)
         double gbytes = (double)sh.M * (double)(rs ? sh.N : sh.K) * (double)es / 1e9;
         const double *bl = g_bl[si];
         const char *names[NBROWS] = {rs ? "reduce-scatter" : "allgather",
-                                     "ce-gather",
+                                     rs ? "ce-reduce-scatter" : "ce-gather",
                                      gemm_name,
                                      "unfused",
                                      "floor",
