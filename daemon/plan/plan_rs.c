@@ -127,9 +127,14 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
      * them by the rail scheme, which takes even nodes. */
     int64_t step;
     if (nodes > 1 && p->algo == OVL_ALGO_PUSH && !railpush_shape(p, nodes, &step))
-        return "push across nodes takes nodes of equal size whose ranks of each local index "
-               "are evenly spaced (node-major, or round robin): naive or collective run on "
-               "any";
+        return p->shared_gpu
+                   ? "push across nodes takes nodes of equal size whose ranks of each local "
+                     "index are evenly spaced (node-major, or round robin), and ranks share a "
+                     "GPU, where naive and collective cannot run: gemm_rs has no plan for this "
+                     "job"
+                   : "push across nodes takes nodes of equal size whose ranks of each local "
+                     "index are evenly spaced (node-major, or round robin): naive or collective "
+                     "run on any";
     if (nodes > 1 && p->shared_gpu && p->algo != OVL_ALGO_PUSH)
         return "ranks share a GPU in a job across nodes: naive and collective reduce by NCCL "
                "over every rank, which takes no two ranks of one GPU (push runs, by rail groups)";

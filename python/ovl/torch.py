@@ -301,6 +301,8 @@ def _rs_fake(A, B, reduce_op, scatter_dim, group_name):
     by the world, contiguous with that dimension first, moved back."""
     ws = _world_of(group_name)
     sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
+    if B.dtype != A.dtype:  # as the CUDA impl refuses it
+        raise ValueError("B: dtype %s, A's is %s" % (B.dtype, A.dtype))
     if sd == A.dim() - 1:  # the transpose's rows: this rank's columns first in memory
         return A.new_empty([B.shape[1] // ws] + list(A.shape[:-1])).movedim(0, -1)
     x = A.movedim(sd, 0)

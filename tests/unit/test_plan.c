@@ -3672,6 +3672,80 @@ static void test_rs_dataflow_catches(void **state)
     checker_free(&ck);
 }
 
+/* The checker catches what a wrong push across nodes does (3 nodes of 2,
+ * node-major): the two RAILs' node partials swapped (each reaches the
+ * wrong node), a node partial of one slot short, a RAIL that lands one row
+ * off, a final reduction of two of the three landing slots, a node
+ * partial's wait on a peer's arrival dropped, RAIL peers swapped. */
+static void test_railpush_checker_catches(void **state)
+{
+    enum { W = 6 };
+    static const uint32_t n3[] = {0, 0, 1, 1, 2, 2};
+    ovl_plan_t plans[W];
+    checker_t ck = {.arena = NULL};
+    static const char *const want[] = {"sums rows of block",
+                                       "never read",
+                                       "RAIL",
+                                       "never read",
+                                       "may complete while its P is written",
+                                       "written twice"};
+
+    (void)state;
+    for (int how = 0; how < 6; how++) {
+        for (uint32_t r = 0; r < W; r++) {
+            ovl_plan_params_t p = rs_params(OVL_ALGO_PUSH, W, r, 4, 0, 0, false, false);
+
+            p.node_of = n3;
+            assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        }
+        ovl_plan_t *p1 = &plans[1];
+        size_t rail = find_instr(p1, OVL_I_RAIL, -1, 0);
+        switch (how) {
+        case 0: /* every rank's two RAILs send each other's node partial: every
+                 * row moves once, after its write, but the sums mix blocks (the
+                 * data flow's catch) */
+            for (uint32_t r = 0; r < W; r++) {
+                ovl_plan_t *p = &plans[r];
+                ovl_instr_t *a = &p->instr[find_instr(p, OVL_I_RAIL, -1, 0)];
+                ovl_instr_t *b = &p->instr[find_instr(p, OVL_I_RAIL, -1, 1)];
+                uint64_t t = a->src.row;
+
+                a->src.row = b->src.row;
+                b->src.row = t;
+            }
+            break;
+        case 5: /* every rank's first RAIL sends to where it should receive from */
+            for (uint32_t r = 0; r < W; r++) {
+                ovl_plan_t *p = &plans[r];
+                ovl_instr_t *in = &p->instr[find_instr(p, OVL_I_RAIL, -1, 0)];
+                uint32_t t = p->peers[in->peers];
+
+                p->peers[in->peers] = p->peers[in->peers + 1];
+                p->peers[in->peers + 1] = t;
+            }
+            break;
+        case 1: /* rank 1's first node partial sums one of its two slots */
+            p1->instr[find_instr(p1, OVL_I_REDUCE, -1, 0)].nblocks = 1;
+            break;
+        case 2: /* rank 1's first RAIL lands one block off */
+            p1->instr[rail].dst.row += 1;
+            break;
+        case 3: /* rank 1's last reduction sums two of its three landing slots */
+            p1->instr[find_instr(p1, OVL_I_REDUCE, -1, 3)].nblocks = 2;
+            break;
+        case 4: /* rank 1's stream 4 no longer waits for rank 0's arrival */
+            remove_instr(p1, find_wait(p1, 4, 0, OVL_EV_FIRST_FREE));
+            break;
+        }
+        if (check_job(&ck, plans, W))
+            fail_msg("case %d passed the checker", how);
+        if (!strstr(ck.why, want[how]))
+            fail_msg("case %d: '%s' does not say '%s'", how, ck.why, want[how]);
+        free_job(plans, W);
+    }
+    checker_free(&ck);
+}
+
 static void test_rs_refused(void **state)
 {
     ovl_plan_params_t p = rs_params(OVL_ALGO_NAIVE, 4, 0, 8, 0, 0, false, false);
@@ -3858,6 +3932,7 @@ int main(void)
         cmocka_unit_test(test_rs_refused),
         cmocka_unit_test(test_push_checker_catches),
         cmocka_unit_test(test_rs_checker_nodes),
+        cmocka_unit_test(test_railpush_checker_catches),
         cmocka_unit_test(test_rs_dataflow_catches),
         cmocka_unit_test(test_golden_rs),
     };
