@@ -296,24 +296,31 @@ def _rs_dims(A, B, reduce_op, scatter_dim, ws):
     return sd
 
 
+def _rs_shape(A, B, sd, ws):
+    """fused_matmul_reduce_scatter's output shape: A @ B's, dimension sd
+    divided by the world."""
+    shape = list(A.shape[:-1]) + [B.shape[1]]
+    shape[sd] //= ws
+    return shape
+
+
 def _rs_fake(A, B, reduce_op, scatter_dim, group_name):
     """The output of the CUDA impl: A @ B with dimension scatter_dim divided
-    by the world, contiguous with that dimension first, moved back."""
+    by the world, contiguous, as PyTorch's own op's (its fake kernel's
+    strides are what Inductor holds a replacement to)."""
     ws = _world_of(group_name)
     sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
     if B.dtype != A.dtype:  # as the CUDA impl refuses it
         raise ValueError("B: dtype %s, A's is %s" % (B.dtype, A.dtype))
-    if sd == A.dim() - 1:  # the transpose's rows: this rank's columns first in memory
-        return A.new_empty([B.shape[1] // ws] + list(A.shape[:-1])).movedim(0, -1)
-    x = A.movedim(sd, 0)
-    return A.new_empty([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
+    return A.new_empty(_rs_shape(A, B, sd, ws))
 
 
 def _rs_cuda(A, B, reduce_op, scatter_dim, group_name):
     """ONE ovl op: A with scatter_dim moved to the front, flattened to rows
     x K (rank r keeps rows block r, which is its share of scatter_dim), times
     B, summed (or averaged) over the group's ranks by ovld; the rows are
-    reshaped and moved back."""
+    reshaped and moved back, contiguous as PyTorch's op returns them (a
+    copy where scatter_dim is not the first)."""
     comm = get_comm(group_name)
     ws = comm.world
     sd = _rs_dims(A, B, reduce_op, scatter_dim, ws)
@@ -329,14 +336,16 @@ def _rs_cuda(A, B, reduce_op, scatter_dim, group_name):
         outt = torch.empty((B.shape[1] // ws, a2.shape[0]), dtype=A.dtype, device=A.device)
         comm.matmul_reduce_scatter(_rows(B.t()), a2, reduce_op=reduce_op, out=outt, transb=True,
                                    stream=stream)
-        return outt.view([B.shape[1] // ws] + list(A.shape[:-1])).movedim(0, -1)
+        res = outt.view([B.shape[1] // ws] + list(A.shape[:-1])).movedim(0, -1)
+        return res.contiguous()
     x = A.movedim(sd, 0)
     k = x.shape[-1]
     x2 = _rows(x.reshape(-1, k))
     (b,), transb = _b_args([B])
     out = torch.empty((x2.shape[0] // ws, B.shape[1]), dtype=A.dtype, device=A.device)
     comm.matmul_reduce_scatter(x2, b, reduce_op=reduce_op, out=out, transb=transb, stream=stream)
-    return out.view([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
+    res = out.view([x.shape[0] // ws] + list(x.shape[1:-1]) + [B.shape[1]]).movedim(0, sd)
+    return res.contiguous()
 
 
 _LIB.impl("fused_matmul_reduce_scatter", _rs_cuda, "CUDA")

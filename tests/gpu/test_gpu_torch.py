@@ -35,8 +35,9 @@ checks of fused_all_gather_matmul, ported):
 - torch.ops.ovl.fused_matmul_reduce_scatter against matmul + reduce_scatter_tensor
   (PyTorch's _fused_matmul_reduce_scatter_fallback), where torch.distributed
   runs NCCL: 3-D A, scatter_dim 0, 1 and 2 (the last, by the transpose), B
-  row- and column-major, sum and avg, float32 and bf16, the fake impl's
-  shapes and strides those of the result; B's columns not split over the
+  row- and column-major, sum and avg, float32 and bf16, the result
+  contiguous (as PyTorch's op returns it) and the fake impl's shapes and
+  strides those of the result; B's columns not split over the
   ranks refused with words for the last dimension. The MLP's
   RowParallelLinear forward and ColumnParallelLinear's input gradient run it
   there too;
@@ -227,6 +228,9 @@ def check_rs_op(torch, dist, gname, rank, world, dev, worst):
                     assert fake.shape == got.shape and fake.stride() == got.stride(), (
                         "%s: fake %s %s, real %s %s" % (what, tuple(fake.shape), fake.stride(),
                                                         tuple(got.shape), got.stride()))
+                    # contiguous, as PyTorch's own op returns it (its fake
+                    # kernel's strides, which Inductor holds kernels to)
+                    assert got.is_contiguous(), "%s: strides %s" % (what, got.stride())
                     torch.testing.assert_close(got, want, **tol[dtype],
                                                msg=lambda m: "%s: %s" % (what, m))
                     key = "rs op " + str(dtype)[6:]
