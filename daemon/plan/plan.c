@@ -1,8 +1,8 @@
 /*
- * plan.c: the planner (see plan.h and docs/plans.md): the builder every
- * kind's emitter shares (plan_internal.h), all-gather + GEMM's emitters,
- * the entry points that pick a kind's (GEMM + reduce-scatter's are in
- * plan_rs.c), and the dump format. Every algorithm is one emit_* function
+ * plan.c: the planner (see plan.h and docs/plans.md): all-gather + GEMM's
+ * emitters, the entry points that pick a kind's (GEMM + reduce-scatter's
+ * are in plan_rs.c; the builder both use in plan_build.c), and the dump
+ * format. Every algorithm is one emit_* function
  * that appends instructions to a growing array; the rules they share
  * (chunking, the prologue, joins, the epilogue, how A is gathered, where
  * each row lives) live in helpers so that every program has the same
@@ -15,23 +15,15 @@
 #include <string.h>
 
 #include "plan.h"
-#include "plan_internal.h"
+#include "plan_build.h"
+#include "plan_rs.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Chunks and streams when the caller asks for 0 (docs/plans.md); naive's
- * and collective's are plan_internal.h's, shared with plan_rs.c. */
+ * and collective's are plan_build.h's, shared with plan_rs.c. */
 #define RING_CHUNKS   1
 #define RING_NARROW_N 1024 /* n at or under which ring pulls in two chunks */
-/*
- * The default chunks split an op's GEMMs only while each chunk's GEMM keeps
- * at least this much work (2 x rows x n x k): about 1.5 us on an H100 or
- * H200. Below it, a chunk's GEMM is as short as the launches and waits that
- * each chunk adds (a few us of host and GPU time), so overlap cannot repay
- * them; tiny ops are issued whole (issue 15: at world 8, 128^3 ring went
- * from 240 to 120 GEMMs and pulls per op).
- */
-#define MIN_CHUNK_GEMM_FLOP (1ull << 30)
 /*
  * An op is worth replaying from a graph (ovl_plan_t.replay) while its GEMMs
  * on one rank (all its gathered rows, every B) do less than this: about
@@ -75,80 +67,7 @@
 #define AUTO_MIN_ROWS  512u
 #define AUTO_MIN_FLOPS (UINT64_C(1) << 27)
 
-#define INSTR_INITIAL_CAP 32
-
 /* ------------------------------------------------------------ topology */
-
-/* node_of[q], NULL being node 0 for every rank. */
-static uint32_t node_at(const uint32_t *node_of, uint32_t q)
-{
-    return node_of ? node_of[q] : 0;
-}
-
-/* The node of rank q. */
-static uint32_t node_of(const topo_t *t, uint32_t q)
-{
-    return node_at(t->node_of, q);
-}
-
-/* The nodes params.node_of names (1 for NULL), or 0 where it is not dense
- * (a node id >= world, or an id unused below the highest). */
-uint32_t pb_count_nodes(const ovl_plan_params_t *p)
-{
-    bool seen[OVL_PLAN_MAX_WORLD] = {false};
-    uint32_t max = 0;
-
-    if (!p->node_of)
-        return 1;
-    for (uint32_t q = 0; q < p->world; q++) {
-        if (p->node_of[q] >= p->world)
-            return 0;
-        seen[p->node_of[q]] = true;
-        if (p->node_of[q] > max)
-            max = p->node_of[q];
-    }
-    for (uint32_t n = 0; n <= max; n++)
-        if (!seen[n])
-            return 0;
-    return max + 1;
-}
-
-void pb_topo_free(topo_t *t)
-{
-    free(t->size); /* the one block of every array */
-    memset(t, 0, sizeof(*t));
-}
-
-/* Derives the topology of valid params (count_nodes > 0). */
-ovl_status_t pb_topo_make(const ovl_plan_params_t *p, topo_t *t)
-{
-    uint32_t w = p->world, k = pb_count_nodes(p);
-    uint32_t *block = calloc(2 * (size_t)k + 3 * (size_t)w, sizeof(*block));
-
-    memset(t, 0, sizeof(*t));
-    if (!block)
-        return OVL_ERR_NOMEM;
-    t->nnodes = k;
-    t->node_of = k > 1 ? p->node_of : NULL;
-    t->size = block;
-    t->first = block + k;
-    t->by_node = t->first + k;
-    t->local = t->by_node + w;
-    t->scratch = t->local + w;
-    for (uint32_t q = 0; q < w; q++)
-        t->local[q] = t->size[node_of(t, q)]++;
-    for (uint32_t n = 1; n < k; n++)
-        t->first[n] = t->first[n - 1] + t->size[n - 1];
-    for (uint32_t q = 0; q < w; q++)
-        t->by_node[t->first[node_of(t, q)] + t->local[q]] = q;
-    return OVL_OK;
-}
-
-/* Local index i of node n. */
-uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i)
-{
-    return t->by_node[t->first[n] + i];
-}
 
 /*
  * The rail scheme (docs/plans.md, "ring across nodes"): rank x (node N,
@@ -164,14 +83,14 @@ static uint32_t rail_send(const topo_t *t, uint32_t x, uint32_t *out)
     uint32_t n = 0;
 
     for (uint32_t nd = 0; nd < t->nnodes; nd++)
-        if (nd != node_of(t, x))
+        if (nd != pb_node_of(t, x))
             out[n++] = pb_rank_at(t, nd, t->local[x] % t->size[nd]);
     return n;
 }
 
 static uint32_t rail_recv(const topo_t *t, uint32_t x, uint32_t *out)
 {
-    uint32_t n = 0, own = node_of(t, x);
+    uint32_t n = 0, own = pb_node_of(t, x);
 
     for (uint32_t nd = 0; nd < t->nnodes; nd++)
         for (uint32_t i = 0; nd != own && i < t->size[nd]; i++)
@@ -242,79 +161,6 @@ ovl_status_t ovl_plan_rail_groups(uint32_t world, const uint32_t *node_of, uint3
 }
 
 /* ------------------------------------------------------------ builder */
-
-/* Appends one instruction, growing the array geometrically. */
-ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
-{
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : INSTR_INITIAL_CAP;
-        ovl_instr_t *instr;
-
-        if (cap < b->cap || cap > SIZE_MAX / sizeof(*instr))
-            return OVL_ERR_NOMEM;
-        instr = realloc(b->instr, cap * sizeof(*instr));
-        if (!instr)
-            return OVL_ERR_NOMEM;
-        b->instr = instr;
-        b->cap = cap;
-    }
-    b->instr[b->n++] = *in;
-    if (in->stream > b->max_stream)
-        b->max_stream = in->stream;
-    if ((in->kind == OVL_I_RECORD || in->kind == OVL_I_WAIT) && in->event > b->max_event)
-        b->max_event = in->event;
-    return OVL_OK;
-}
-
-/* Appends n ranks to the plan's peer lists. */
-ovl_status_t pb_add_peers(builder_t *b, const uint32_t *ranks, uint32_t n)
-{
-    if (n > b->cap_peers - b->npeers) {
-        uint32_t cap = b->cap_peers ? b->cap_peers : 16;
-        uint32_t *peers;
-
-        while (cap - b->npeers < n) {
-            if (cap > UINT32_MAX / 2)
-                return OVL_ERR_NOMEM;
-            cap *= 2;
-        }
-        peers = realloc(b->peers, (size_t)cap * sizeof(*peers));
-        if (!peers)
-            return OVL_ERR_NOMEM;
-        b->peers = peers;
-        b->cap_peers = cap;
-    }
-    memcpy(b->peers + b->npeers, ranks, (size_t)n * sizeof(*ranks));
-    b->npeers += n;
-    return OVL_OK;
-}
-
-ovl_status_t pb_emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream)
-{
-    ovl_instr_t in = {.kind = kind, .stream = stream};
-
-    return pb_emit(b, &in);
-}
-
-ovl_status_t pb_emit_record(builder_t *b, uint32_t stream, uint32_t event)
-{
-    ovl_instr_t in = {.kind = OVL_I_RECORD, .stream = stream, .event = event};
-
-    return pb_emit(b, &in);
-}
-
-ovl_status_t pb_emit_wait(builder_t *b, uint32_t stream, uint32_t peer, uint32_t event)
-{
-    ovl_instr_t in = {.kind = OVL_I_WAIT, .stream = stream, .event = event, .peer = peer};
-
-    return pb_emit(b, &in);
-}
-
-/* A row of one of this rank's buffers. */
-ovl_ref_t pb_own(const builder_t *b, ovl_buf_t buf, uint64_t row)
-{
-    return (ovl_ref_t){.buf = buf, .rank = b->plan->params.rank, .row = row};
-}
 
 /* All-gathers shard rows [row0, row0+rows) of every rank into G. NCCL's
  * all-gather lays whole shards out back to back, as G holds them; a chunk
@@ -456,40 +302,6 @@ static ovl_status_t emit_gemm(builder_t *b, uint32_t stream, ovl_buf_t from, uin
     return r;
 }
 
-ovl_status_t pb_emit_sleep(builder_t *b, uint32_t stream, uint32_t ns)
-{
-    ovl_instr_t in = {.kind = OVL_I_SLEEP, .stream = stream, .sleep_ns = ns};
-
-    return pb_emit(b, &in);
-}
-
-/* Every program starts so: stream 0 waits for the client, then tells every
- * stream of every rank that this rank's inputs are ready. */
-ovl_status_t pb_emit_prologue(builder_t *b)
-{
-    ovl_status_t r = pb_emit_simple(b, OVL_I_WAIT_READY, 0);
-
-    if (r == OVL_OK)
-        r = pb_emit_record(b, 0, OVL_EV_READY);
-    return r;
-}
-
-/* Joins streams [first, last] into stream 0, each through a fresh event: the
- * client's stream must not see DONE before the work of any stream is done. */
-ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t last)
-{
-    for (uint32_t s = first; s <= last; s++) {
-        uint32_t ev = b->next_event++;
-        ovl_status_t r = pb_emit_record(b, s, ev);
-
-        if (r == OVL_OK)
-            r = pb_emit_wait(b, 0, rank, ev);
-        if (r != OVL_OK)
-            return r;
-    }
-    return OVL_OK;
-}
-
 /* Rows of chunk j: every chunk has chunk_rows rows but the last, which has
  * what is left. */
 static void chunk_range(const ovl_plan_t *plan, uint32_t j, uint64_t *row0, uint64_t *rows)
@@ -617,7 +429,7 @@ static ovl_status_t emit_ring_single(builder_t *b, const ovl_plan_t *plan)
  * streams, else 1. */
 static bool ring_pulls(const ovl_plan_params_t *p, const topo_t *t)
 {
-    return t->size[node_of(t, p->rank)] > 1 || p->want_gathered;
+    return t->size[pb_node_of(t, p->rank)] > 1 || p->want_gathered;
 }
 
 static uint32_t ring_comm_stream(const ovl_plan_params_t *p, const topo_t *t)
@@ -649,7 +461,7 @@ static ovl_status_t emit_ring_nodes(builder_t *b, const ovl_plan_t *plan)
 {
     const ovl_plan_params_t *p = &plan->params;
     const topo_t *t = b->topo;
-    uint32_t me = p->rank, nd = node_of(t, me), L = t->size[nd], l = t->local[me];
+    uint32_t me = p->rank, nd = pb_node_of(t, me), L = t->size[nd], l = t->local[me];
     uint32_t comm = ring_comm_stream(p, t), nsend, nrecv, *list = t->scratch;
     bool pulls = ring_pulls(p, t);
     uint32_t gemms = 0; /* GEMMs issued: picks the GEMM stream */
@@ -903,21 +715,11 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
     return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
-/* The Bs' columns together (saturating): a GEMM's width per gathered row. */
-static uint64_t total_n(const ovl_plan_params_t *p)
-{
-    uint64_t n = 0;
-
-    for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++)
-        n = ovl_plan_bn(p, i) > UINT64_MAX - n ? UINT64_MAX : n + ovl_plan_bn(p, i);
-    return n;
-}
-
 /* The flop of one rank's GEMMs in an op (saturating): every gathered row
  * (m of each of the world's ranks) times every B's columns times k, twice. */
 static uint64_t gemm_flop(const ovl_plan_params_t *p)
 {
-    return mul_sat(mul_sat(mul_sat(2, mul_sat(p->m, p->world)), total_n(p)), p->k);
+    return mul_sat(mul_sat(mul_sat(2, mul_sat(p->m, p->world)), pb_total_n(p)), p->k);
 }
 
 /* p's kind, 0 read as all-gather + GEMM (plan.h). */
@@ -1018,19 +820,6 @@ ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *r
 }
 
 /*
- * An algorithm's default chunk count c, halved while a chunk's GEMM (its
- * ceil(m / c) rows of `ranks` ranks, all the Bs' columns) would do less
- * than MIN_CHUNK_GEMM_FLOP.
- */
-uint32_t pb_default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t ranks)
-{
-    double per_row = 2.0 * (double)ranks * (double)total_n(p) * (double)p->k;
-    while (c > 1 && (double)((p->m + c - 1) / c) * per_row < (double)MIN_CHUNK_GEMM_FLOP)
-        c /= 2;
-    return c;
-}
-
-/*
  * Fills the plan's chunking, stream count and roles from the params (the
  * rules of docs/plans.md): chunks are clamped to m and evened out so that
  * none is empty; streams are what the algorithm actually uses.
@@ -1058,7 +847,7 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
         if (!c)
             c = p->world == 1
                     ? 1
-                    : pb_default_chunks(p, total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
+                    : pb_default_chunks(p, pb_total_n(p) <= RING_NARROW_N ? 2 : RING_CHUNKS, 1);
         /* ring's streams are fixed by its structure: the request is ignored */
         s = p->world > 1 ? RING_STREAMS : 1;
         if (t->nnodes > 1) {
@@ -1093,35 +882,6 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
             plan->roles[i] = i == RING_COPY_STREAM ? OVL_ROLE_COPY : OVL_ROLE_COMPUTE;
         else
             plan->roles[i] = gather_by_nccl(p) ? OVL_ROLE_COMM : OVL_ROLE_COPY;
-    }
-}
-
-/* Marks the buffers the instructions name. */
-void pb_mark_used(ovl_plan_t *plan)
-{
-    for (size_t i = 0; i < plan->ninstr; i++) {
-        const ovl_instr_t *in = &plan->instr[i];
-
-        switch (in->kind) {
-        case OVL_I_GEMM:
-            plan->bufs[in->b.buf].used = true;
-            /* fall through */
-        case OVL_I_ALLGATHER:
-        case OVL_I_PULL:
-        case OVL_I_PUSH:
-        case OVL_I_RAIL:
-        case OVL_I_REDUCE_SCATTER:
-        case OVL_I_REDUCE:
-            plan->bufs[in->src.buf].used = true;
-            plan->bufs[in->dst.buf].used = true;
-            break;
-        case OVL_I_WAIT_READY:
-        case OVL_I_RECORD:
-        case OVL_I_WAIT:
-        case OVL_I_SLEEP:
-        case OVL_I_DONE:
-            break;
-        }
     }
 }
 
@@ -1228,7 +988,7 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
             return false;
     if (a->node_of != b->node_of)
         for (uint32_t q = 0; q < a->world; q++)
-            if (node_at(a->node_of, q) != node_at(b->node_of, q))
+            if (pb_node_at(a->node_of, q) != pb_node_at(b->node_of, q))
                 return false;
     return true;
 }

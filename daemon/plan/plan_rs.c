@@ -1,13 +1,14 @@
 /*
  * plan_rs.c: the planner's emitter of GEMM + reduce-scatter (plan.h,
  * docs/plans.md "GEMM + reduce-scatter"), on the builder of plan.c
- * (plan_internal.h). Pure code: no I/O, no logging.
+ * (plan_build.h). Pure code: no I/O, no logging.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan.h"
-#include "plan_internal.h"
+#include "plan_build.h"
+#include "plan_rs.h"
 
 /*
  * GEMM + reduce-scatter (docs/plans.md, "GEMM + reduce-scatter"): each rank

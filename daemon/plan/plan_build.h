@@ -1,12 +1,12 @@
 /*
- * plan_internal.h: what the planner's files share (plan.c, plan_rs.c) and
- * nothing outside daemon/plan/ sees: the builder of a program and its
- * helpers (plan.c), the defaults of naive's and collective's chunks and
- * streams, and the entry points of GEMM + reduce-scatter's emitter
- * (plan_rs.c), which ovl_plan_build and its siblings call for that kind.
+ * plan_build.h: what the planner's emitters share and nothing outside
+ * daemon/plan/ sees: the builder of a program and its helpers
+ * (plan_build.c), and the defaults of naive's and collective's chunks and
+ * streams. The order: plan.c > plan_rs.c (plan_rs.h) > plan_build.c; none
+ * calls back up.
  */
-#ifndef OVL_PLAN_INTERNAL_H
-#define OVL_PLAN_INTERNAL_H
+#ifndef OVL_PLAN_BUILD_H
+#define OVL_PLAN_BUILD_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,15 +48,25 @@ typedef struct builder {
     uint32_t npeers, cap_peers;
 } builder_t;
 
+/* node_of[q], NULL being node 0 for every rank; the node of rank q. */
+static inline uint32_t pb_node_at(const uint32_t *node_of, uint32_t q)
+{
+    return node_of ? node_of[q] : 0;
+}
+static inline uint32_t pb_node_of(const topo_t *t, uint32_t q)
+{
+    return pb_node_at(t->node_of, q);
+}
+
 /* The topology of valid params (pb_count_nodes > 0), and its end; local
  * index i of node n; the ranks a RAIL names, appended to the plan's list
- * (plan.c). */
+ * (plan_build.c, as everything below but the emitters' entry points). */
 ovl_status_t pb_topo_make(const ovl_plan_params_t *p, topo_t *t);
 void pb_topo_free(topo_t *t);
 uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i);
 ovl_status_t pb_add_peers(builder_t *b, const uint32_t *ranks, uint32_t n);
 
-/* The builder (plan.c). */
+/* The builder. */
 ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in);
 ovl_status_t pb_emit_simple(builder_t *b, ovl_instr_kind_t kind, uint32_t stream);
 ovl_status_t pb_emit_record(builder_t *b, uint32_t stream, uint32_t event);
@@ -76,11 +86,7 @@ uint32_t pb_count_nodes(const ovl_plan_params_t *p);
 uint32_t pb_default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t ranks);
 /* Marks the buffers the instructions name. */
 void pb_mark_used(ovl_plan_t *plan);
+/* The Bs' columns together (saturating): a GEMM's width per gathered row. */
+uint64_t pb_total_n(const ovl_plan_params_t *p);
 
-/* GEMM + reduce-scatter (plan_rs.c): ovl_plan_build's checks, scratch and
- * build for params of that kind. */
-const char *pb_rs_refusal(const ovl_plan_params_t *p); /* NULL: valid */
-ovl_status_t pb_rs_scratch(const ovl_plan_params_t *p, uint64_t *ret);
-ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan);
-
-#endif /* OVL_PLAN_INTERNAL_H */
+#endif /* OVL_PLAN_BUILD_H */
