@@ -406,7 +406,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         fprintf(stderr, "ovl-bench: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    char rs_algos[] = "naive,collective,push";
+    char rs_algos[] = "naive,collective,ring,push";
     bool rs = o->op == OVL_OP_GEMM_RS;
     if (parse_list(shapes_arg ? shapes_arg : shapes, add_shape, o) != 0 ||
         parse_list(algos_arg ? algos_arg
@@ -2602,14 +2602,15 @@ int main(int argc, char **argv)
     }
     if (o.op == OVL_OP_GEMM_RS && ranks_share(&o) && !o.algos_given) {
         /* naive's and collective's reduce-scatter is NCCL's, which takes no
-         * two ranks of one GPU: the default configs keep push's */
+         * two ranks of one GPU: the default configs keep push's and
+         * ring's, whose copies need none */
         int n = 0;
         for (int c = 0; c < o.ncfgs; c++)
-            if (o.cfgs[c].algo == OVL_ALGO_PUSH)
+            if (o.cfgs[c].algo == OVL_ALGO_PUSH || o.cfgs[c].algo == OVL_ALGO_RING)
                 o.cfgs[n++] = o.cfgs[c];
         o.ncfgs = n;
-        printf("ovl-bench: ranks share GPUs: GEMM + reduce-scatter runs push only (naive and "
-               "collective need NCCL between the ranks)\n");
+        printf("ovl-bench: ranks share GPUs: GEMM + reduce-scatter runs ring and push only "
+               "(naive and collective need NCCL between the ranks)\n");
     }
     if (p.ovld_devices < gpus_used(&o)) {
         fprintf(stderr, "ovl-bench: ovld has %u device%s, the ranks use %u GPU%s\n", p.ovld_devices,

@@ -754,8 +754,9 @@ static int demo_options(int argc, char **argv, opts_t *o)
         /* every algorithm of the op's kind (ovl_op_kind_takes_algo) */
         o->algos[0] = OVL_ALGO_NAIVE;
         o->algos[1] = OVL_ALGO_COLLECTIVE;
-        o->algos[2] = rs ? OVL_ALGO_PUSH : OVL_ALGO_RING;
-        o->nalgos = 3;
+        o->algos[2] = OVL_ALGO_RING;
+        o->algos[3] = OVL_ALGO_PUSH; /* GEMM + reduce-scatter's */
+        o->nalgos = rs ? 4 : 3;
     } else if (ovl_algo_parse(algo, &o->algos[0]) == OVL_OK) {
         o->nalgos = 1; /* one the op's kind does not have: libovl refuses it, with words */
     } else {

@@ -14,7 +14,7 @@
 #include "demo_rs_ref.h"
 #include "ovl.h"
 
-#define MAX_ALGOS 3
+#define MAX_ALGOS 4
 
 typedef struct opts {
     const char *socket;

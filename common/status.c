@@ -97,7 +97,7 @@ int ovl_op_kind_takes_algo(ovl_op_kind_t kind, ovl_algo_t algo)
     case OVL_OP_AG_GEMM:
         return (unsigned)algo < OVL_ALGO_COUNT && algo != OVL_ALGO_PUSH;
     case OVL_OP_GEMM_RS:
-        return (unsigned)algo < OVL_ALGO_COUNT && algo != OVL_ALGO_RING;
+        return (unsigned)algo < OVL_ALGO_COUNT;
     }
     return 0;
 }
@@ -108,7 +108,7 @@ const char *ovl_op_kind_algos(ovl_op_kind_t kind)
     case OVL_OP_AG_GEMM:
         return "auto, naive, collective and ring";
     case OVL_OP_GEMM_RS:
-        return "auto, naive, collective and push";
+        return "auto, naive, collective, ring and push";
     }
     return NULL;
 }

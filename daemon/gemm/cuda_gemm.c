@@ -10,6 +10,10 @@
  *   our B, transb != 0: n x k row-major = column-major k x n, ld ldb, op T
  *   our A:              rows x k row-major = column-major k x rows, ld lda, op N
  *   our C (C and D):    rows x n row-major = column-major n x rows, ld ldc
+ *   our ACC (C, beta 1): rows x n row-major = column-major n x rows, ld ldacc
+ * C = (A @ op(B) + ACC) / div is alpha = beta = 1/div on ACC as cuBLASLt's
+ * C (of the same type as D, as cuBLASLt wants outside fp8); without ACC
+ * beta is 0 and C is D.
  * Batches of row blocks are strided batches: A and C step block_stride rows
  * (block_stride * ld elements), B steps 0 (one B broadcast to every block).
  *
@@ -53,7 +57,8 @@
 /* All uint64_t, so that the struct has no padding and memcmp compares keys. */
 typedef struct lt_key {
     uint64_t dtype, rows, n, k, lda, ldb, ldc, transb, nblocks, block_stride;
-    uint64_t align_a, align_b, align_c, align_d; /* bytes; ours: A, B, C, D */
+    uint64_t ldacc;                              /* ACC's (cuBLASLt's C); 0: no ACC, C is D */
+    uint64_t align_a, align_b, align_c, align_d; /* bytes; ours: A, B, ACC (or C), C */
     uint64_t ws_cap;
 } lt_key_t;
 
@@ -89,13 +94,14 @@ static void describe(const lt_key_t *key, char *buf, size_t len)
 {
     const char *dt = ovl_dtype_name((ovl_dtype_t)key->dtype);
     snprintf(buf, len,
-             "%s rows %llu n %llu k %llu, lda %llu ldb %llu ldc %llu, transb %d, nblocks %llu "
-             "stride %llu, align a/b/c %llu/%llu/%llu, workspace %llu",
+             "%s rows %llu n %llu k %llu, lda %llu ldb %llu ldc %llu ldacc %llu, transb %d, "
+             "nblocks %llu stride %llu, align a/b/acc/c %llu/%llu/%llu/%llu, workspace %llu",
              dt ? dt : "?", (unsigned long long)key->rows, (unsigned long long)key->n,
              (unsigned long long)key->k, (unsigned long long)key->lda, (unsigned long long)key->ldb,
-             (unsigned long long)key->ldc, (int)key->transb, (unsigned long long)key->nblocks,
-             (unsigned long long)key->block_stride, (unsigned long long)key->align_a,
-             (unsigned long long)key->align_b, (unsigned long long)key->align_c,
+             (unsigned long long)key->ldc, (unsigned long long)key->ldacc, (int)key->transb,
+             (unsigned long long)key->nblocks, (unsigned long long)key->block_stride,
+             (unsigned long long)key->align_a, (unsigned long long)key->align_b,
+             (unsigned long long)key->align_c, (unsigned long long)key->align_d,
              (unsigned long long)key->ws_cap);
 }
 
@@ -286,8 +292,9 @@ static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t has
     /* cuBLASLt's B: A^T, k x rows. */
     LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_a, dt, key->k, key->rows, (int64_t)key->lda),
            "cublasLtMatrixLayoutCreate(A)");
-    /* C and D: C^T, n x rows. */
-    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_c, dt, key->n, key->rows, (int64_t)key->ldc),
+    /* C and D: C^T, n x rows (cuBLASLt's C: ACC's, where there is one). */
+    uint64_t ldlc = key->ldacc ? key->ldacc : key->ldc;
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_c, dt, key->n, key->rows, (int64_t)ldlc),
            "cublasLtMatrixLayoutCreate(C)");
     LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_d, dt, key->n, key->rows, (int64_t)key->ldc),
            "cublasLtMatrixLayoutCreate(D)");
@@ -298,9 +305,10 @@ static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t has
         int32_t count = (int32_t)key->nblocks;
         int64_t sa = (int64_t)(key->block_stride * key->lda);
         int64_t sc = (int64_t)(key->block_stride * key->ldc);
+        int64_t slc = (int64_t)(key->block_stride * ldlc);
         LT_TRY(set_batch(e->lay_b, count, 0), "cublasLtMatrixLayoutSetAttribute(B batch)");
         LT_TRY(set_batch(e->lay_a, count, sa), "cublasLtMatrixLayoutSetAttribute(A batch)");
-        LT_TRY(set_batch(e->lay_c, count, sc), "cublasLtMatrixLayoutSetAttribute(C batch)");
+        LT_TRY(set_batch(e->lay_c, count, slc), "cublasLtMatrixLayoutSetAttribute(C batch)");
         LT_TRY(set_batch(e->lay_d, count, sc), "cublasLtMatrixLayoutSetAttribute(D batch)");
     }
 
@@ -452,7 +460,7 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
 {
     size_t es = ovl_dtype_size(g->dtype);
     uint64_t rows = g->rows, n = g->n, k = g->k;
-    uint64_t lda = g->a.ld, ldb = g->b.ld, ldc = g->c.ld;
+    uint64_t lda = g->a.ld, ldb = g->b.ld, ldc = g->c.ld, ldacc = g->acc.ptr ? g->acc.ld : 0;
     uint64_t nblocks = g->nblocks, stride = g->block_stride;
 
     *empty = false;
@@ -468,6 +476,11 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
                 "k %llu transb %d)",
                 (unsigned long long)lda, (unsigned long long)ldb, (unsigned long long)ldc,
                 (unsigned long long)n, (unsigned long long)k, (int)g->transb);
+        return OVL_ERR_INVALID;
+    }
+    if (g->acc.ptr && ldacc < n) {
+        set_err(err, errlen, "ovld_lt_gemm: ACC's leading dimension %llu < n %llu",
+                (unsigned long long)ldacc, (unsigned long long)n);
         return OVL_ERR_INVALID;
     }
     if (rows == 0 || n == 0 || nblocks == 0) {
@@ -489,6 +502,7 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
     }
 
     if (nblocks > 1 && stride == rows && rows <= UINT64_MAX / nblocks) {
+        /* (ACC, of the same rows, merges with them) */
         rows *= nblocks;
         nblocks = 1;
     }
@@ -501,8 +515,10 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
      * and so must be the offset of the last batch member. */
     const uint64_t i32 = INT32_MAX;
     uint64_t ldmax = lda > ldc ? lda : ldc;
+    if (ldacc > ldmax)
+        ldmax = ldacc;
     if (rows > i32 || n > i32 || k > i32 || nblocks > i32 || !fits_i64(1, lda) ||
-        !fits_i64(1, ldb) || !fits_i64(1, ldc) || !fits_i64(stride, ldmax) ||
+        !fits_i64(1, ldb) || !fits_i64(1, ldc) || !fits_i64(1, ldacc) || !fits_i64(stride, ldmax) ||
         !fits_i64(nblocks - 1, stride * ldmax)) {
         set_err(err, errlen,
                 "ovld_lt_gemm: GEMM too large for cuBLASLt (rows %llu n %llu k %llu nblocks %llu "
@@ -521,6 +537,7 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
     key->lda = lda;
     key->ldb = ldb;
     key->ldc = ldc;
+    key->ldacc = ldacc;
     key->transb = g->transb ? 1 : 0;
     key->nblocks = nblocks;
     key->block_stride = stride;
@@ -528,12 +545,13 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
      * alignment is at least the smaller of the base's and the step's. */
     key->align_a = align_of((uint64_t)(uintptr_t)g->a.ptr);
     key->align_b = align_of((uint64_t)(uintptr_t)g->b.ptr);
-    key->align_c = align_of((uint64_t)(uintptr_t)g->c.ptr);
+    key->align_d = align_of((uint64_t)(uintptr_t)g->c.ptr);
+    key->align_c = ldacc ? align_of((uint64_t)(uintptr_t)g->acc.ptr) : key->align_d;
     if (nblocks > 1) {
         key->align_a = min_u64(key->align_a, align_of(stride * lda * es));
-        key->align_c = min_u64(key->align_c, align_of(stride * ldc * es));
+        key->align_d = min_u64(key->align_d, align_of(stride * ldc * es));
+        key->align_c = min_u64(key->align_c, align_of(stride * (ldacc ? ldacc : ldc) * es));
     }
-    key->align_d = key->align_c; /* D is C */
     key->ws_cap = ws_cap;
     return OVL_OK;
 }
@@ -542,8 +560,8 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
                           const ovld_gemm_args_t *g, char *err, size_t errlen)
 {
     /* Host pointer mode (the default): alpha and beta are read at the call.
-     * beta == 0, so C is not read and may be D. */
-    const float alpha = 1.0f, beta = 0.0f;
+     * Without ACC beta == 0, so C is not read and may be D. */
+    float alpha = 1.0f, beta = 0.0f;
     ovl_status_t status = OVL_OK;
     lt_entry_t tmp;
     bool tmp_owned = false; /* tmp holds descriptors that the cache did not take */
@@ -575,10 +593,20 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     if (status != OVL_OK || empty)
         goto out;
 
-    if (key.k == 0) {
+    if (key.k == 0 && !key.ldacc) {
         status = zero_c(s, &key, g->c.ptr, ovl_dtype_size(g->dtype), err, errlen);
         goto out;
     }
+    if (key.k == 0) {
+        /* ACC / div with nothing to add: cuBLASLt wants k > 0 */
+        set_err(err, errlen, "ovld_lt_gemm: k 0 with ACC");
+        status = OVL_ERR_UNSUPPORTED;
+        goto out;
+    }
+    if (g->div > 1)
+        alpha = 1.0f / (float)g->div;
+    if (key.ldacc)
+        beta = alpha;
 
     hash = key_hash(&key);
     e = cache_find(lt, &key, hash);
@@ -597,8 +625,8 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     /* The whole workspace is passed; the algorithm needs e->ws_needed of
      * it. */
     st = cublasLtMatmul(lt->handle, e->desc, &alpha, g->b.ptr, e->lay_b, g->a.ptr, e->lay_a, &beta,
-                        g->c.ptr, e->lay_c, g->c.ptr, e->lay_d, &e->algo, workspace,
-                        workspace_bytes, s);
+                        key.ldacc ? g->acc.ptr : g->c.ptr, e->lay_c, g->c.ptr, e->lay_d, &e->algo,
+                        workspace, workspace_bytes, s);
     if (st != CUBLAS_STATUS_SUCCESS)
         status = lt_fail(err, errlen, "cublasLtMatmul", st, &key);
 

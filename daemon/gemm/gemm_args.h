@@ -26,14 +26,20 @@ static inline ovld_view_t ovld_view_rows(ovld_view_t v, uint64_t row, size_t ele
 }
 
 /* A GEMM over nblocks row blocks: for b in [0, nblocks):
- *   C[b*block_stride + i][j] = sum_l A[b*block_stride + i][l] * op(B)[l][j]
- * for i in [0, rows); A is rows x k, op(B) k x n. */
+ *   C[b*block_stride + i][j] = (sum_l A[b*block_stride + i][l] * op(B)[l][j]
+ *                               + ACC[b*block_stride + i][j]) / div
+ * for i in [0, rows); A is rows x k, op(B) k x n. The sum is taken in fp32
+ * (ACC's elements read as fp32) and stored in dtype once. acc.ptr NULL: no
+ * ACC (beta 0); div 0 or 1: no division. ACC, in dtype, may be C itself
+ * (the same rows and ld), never a part of it shifted. */
 typedef struct ovld_gemm_args {
     ovl_dtype_t dtype;
     uint64_t rows, n, k;
     uint32_t nblocks;
     uint64_t block_stride; /* rows between consecutive blocks, in A and C */
     ovld_view_t a, b, c;
+    ovld_view_t acc; /* ptr NULL: none */
+    uint32_t div;    /* 0 or 1: none */
     bool transb;
 } ovld_gemm_args_t;
 

@@ -247,31 +247,56 @@ static void zero_c(ovl_dtype_t dtype, size_t rows, size_t n, unsigned char *c, s
 ovl_status_t ovl_host_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k, const void *a,
                            size_t lda, const void *b, size_t ldb, int transb, void *c, size_t ldc)
 {
+    return ovl_host_gemm_acc(dtype, rows, n, k, a, lda, b, ldb, transb, NULL, 0, 1, c, ldc);
+}
+
+/* Adds row i's ACC (nb elements from column jc) to the fp32 sums and
+ * divides by div; tmp holds nb floats. */
+static void add_acc(ovl_dtype_t dtype, const unsigned char *accrow, size_t nb, uint32_t div,
+                    float *restrict sum, float *restrict tmp)
+{
+    if (accrow) {
+        row_to_float(dtype, accrow, nb, tmp);
+        for (size_t j = 0; j < nb; j++)
+            sum[j] += tmp[j];
+    }
+    if (div > 1)
+        for (size_t j = 0; j < nb; j++)
+            sum[j] /= (float)div;
+}
+
+ovl_status_t ovl_host_gemm_acc(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,
+                               const void *a, size_t lda, const void *b, size_t ldb, int transb,
+                               const void *acc, size_t ldacc, uint32_t div, void *c, size_t ldc)
+{
     ovl_status_t st =
         check_args(dtype, rows, n, k, a, lda, b, ldb, transb, c, ldc, ovl_dtype_size(dtype));
     if (st != OVL_OK)
         return st;
+    if (acc && (ldacc < n || !extent_fits(rows, n, ldacc, ovl_dtype_size(dtype))))
+        return OVL_ERR_INVALID;
     if (rows == 0 || n == 0)
         return OVL_OK;
     /* From here rows, n, k fit in size_t: check_args saw their extents. */
     size_t m_ = (size_t)rows, n_ = (size_t)n, k_ = (size_t)k;
-    if (k_ == 0) {
+    if (k_ == 0 && acc == NULL) {
         zero_c(dtype, m_, n_, c, ldc);
         return OVL_OK;
     }
 
     size_t es = ovl_dtype_size(dtype);
-    const unsigned char *ab = a, *bb = b;
+    const unsigned char *ab = a, *bb = b, *accb = acc;
     unsigned char *cb = c;
 
     /* The first panel is the widest; a narrow C needs a narrow packed B. */
     size_t wmax = panel_width(n_);
     if (k_ > SIZE_MAX / (wmax * sizeof(float)))
         return OVL_ERR_NOMEM;
-    float *bp = malloc(k_ * wmax * sizeof(float));
-    float *acc = malloc(GEMM_MB * wmax * sizeof(float));
-    float *arow = malloc(GEMM_KB * sizeof(float));
-    if (bp == NULL || acc == NULL || arow == NULL) {
+    /* k == 0 with ACC: no panel of B, one row of sums */
+    float *bp = malloc((k_ ? k_ : 1) * wmax * sizeof(float));
+    float *sum = malloc(GEMM_MB * wmax * sizeof(float));
+    float *arow = malloc((GEMM_KB > wmax ? GEMM_KB : wmax) * sizeof(float));
+    if (bp == NULL || sum == NULL || arow == NULL) {
         st = OVL_ERR_NOMEM;
         goto out;
     }
@@ -283,22 +308,26 @@ ovl_status_t ovl_host_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_
         pack_b(dtype, k_, jc, nb, w, bb, ldb, transb, bp, arow);
         for (size_t ic = 0; ic < m_; ic += GEMM_MB) {
             size_t mb = min_size(GEMM_MB, m_ - ic);
-            memset(acc, 0, mb * w * sizeof(float));
+            memset(sum, 0, mb * w * sizeof(float));
             for (size_t pc = 0; pc < k_; pc += GEMM_KB) {
                 size_t kb = min_size(GEMM_KB, k_ - pc);
                 for (size_t i = 0; i < mb; i++) {
                     row_to_float(dtype, ab + ((ic + i) * lda + pc) * es, kb, arow);
-                    kernel_row(w, kb, arow, bp + pc * w, acc + i * w);
+                    kernel_row(w, kb, arow, bp + pc * w, sum + i * w);
                 }
             }
-            for (size_t i = 0; i < mb; i++)
-                row_from_float(dtype, acc + i * w, nb, cb + ((ic + i) * ldc + jc) * es);
+            for (size_t i = 0; i < mb; i++) {
+                /* arow is free here: the staging row of ACC */
+                add_acc(dtype, accb ? accb + ((ic + i) * ldacc + jc) * es : NULL, nb, div,
+                        sum + i * w, arow);
+                row_from_float(dtype, sum + i * w, nb, cb + ((ic + i) * ldc + jc) * es);
+            }
         }
     }
     st = OVL_OK;
 out:
     free(arow);
-    free(acc);
+    free(sum);
     free(bp);
     return st;
 }

@@ -37,6 +37,17 @@ ovl_status_t ovl_host_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_
                            size_t lda, const void *b, size_t ldb, int transb, void *c, size_t ldc);
 
 /*
+ * C = (A @ op(B) + ACC) / div: as ovl_host_gemm, with ACC (rows x n in
+ * dtype, ldacc >= n; NULL: none) added to the fp32 sum and the result
+ * divided by div (0 or 1: not divided) before C's one rounding. acc may be
+ * c itself (ldacc == ldc). ovl_host_gemm is this with acc NULL and div 1.
+ * OVL_ERR_INVALID also for ldacc < n or an acc whose extent overflows.
+ */
+ovl_status_t ovl_host_gemm_acc(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,
+                               const void *a, size_t lda, const void *b, size_t ldb, int transb,
+                               const void *acc, size_t ldacc, uint32_t div, void *c, size_t ldc);
+
+/*
  * The same product computed in double precision from the dtype inputs, into
  * ref (rows x n, ldref >= n). A plain triple loop: for checking, not speed.
  * Same argument checks and return codes as ovl_host_gemm (ref counts as C).

@@ -85,8 +85,11 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
                               .transb = in->transb};
         if ((st = resolve(op, r, in->src, true, elem, &g.a, why, whylen)) != OVL_OK ||
             (st = resolve(op, r, in->b, true, elem, &g.b, why, whylen)) != OVL_OK ||
-            (st = resolve(op, r, in->dst, true, elem, &g.c, why, whylen)) != OVL_OK)
+            (st = resolve(op, r, in->dst, true, elem, &g.c, why, whylen)) != OVL_OK ||
+            (in->accumulate &&
+             (st = resolve(op, r, in->acc, true, elem, &g.acc, why, whylen)) != OVL_OK))
             return st;
+        g.div = in->accumulate && in->avg ? op->world : 1;
         return ops->gemm(x->rank, in->stream, &g);
     }
     case OVL_I_SLEEP:

@@ -1049,8 +1049,9 @@ bool ovl_plan_takes_default(const ovl_plan_params_t *params, ovl_algo_t algo)
         return false;
     /* GEMM + reduce-scatter where ranks share a GPU: naive's and
      * collective's REDUCE_SCATTERs need NCCL between them, which the CUDA
-     * backend cannot make there (the rule picks push) */
-    return !(kind_of(&p) == OVL_OP_GEMM_RS && p.shared_gpu && algo != OVL_ALGO_PUSH);
+     * backend cannot make there (ring and push copy; the rule picks one) */
+    return !(kind_of(&p) == OVL_OP_GEMM_RS && p.shared_gpu &&
+             (algo == OVL_ALGO_NAIVE || algo == OVL_ALGO_COLLECTIVE));
 }
 
 const char *ovl_plan_choose_why(const ovl_plan_params_t *params)
@@ -1233,6 +1234,12 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
                    in->transb ? "^T" : "", in->n, in->k);
         if (in->nblocks != 1)
             out_printf(o, " blocks %" PRIu32 " stride %" PRIu64, in->nblocks, in->stride);
+        if (in->accumulate) {
+            out_printf(o, " + ");
+            out_ref(o, in->acc, false, true, in->rows);
+            if (in->avg)
+                out_printf(o, " avg");
+        }
         break;
     case OVL_I_SLEEP:
         out_printf(o, " %" PRIu32 "ns", in->sleep_ns);

@@ -183,7 +183,10 @@ typedef enum ovl_instr_kind {
     /* for each block i in [0, nblocks): dst rows [dst.row + i*stride, +rows)
      * = src rows [src.row + i*stride, +rows) @ op(b), op(B) being k x n
      * (B^T with transb). All three are the own rank's buffers; b is B i and
-     * dst C i for one i < nb, n that B's. */
+     * dst C i for one i < nb, n that B's. With `accumulate` (GEMM +
+     * reduce-scatter's ring: nblocks 1), the own acc rows [acc.row, +rows)
+     * (P) are added to the product in fp32 before dst's one rounding (a
+     * GEMM with beta 1), and with avg the sum is divided by the world. */
     OVL_I_GEMM,
     /* a short sleep kernel of sleep_ns on `stream` */
     OVL_I_SLEEP,
@@ -244,6 +247,8 @@ typedef struct ovl_instr {
     ovl_ref_t dst;          /* PULL, PUSH, ALLGATHER, RAIL: where they land; GEMM: C (or P);
                                REDUCE_SCATTER, REDUCE: where the sum lands (C) */
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
+    ovl_ref_t acc;          /* GEMM with accumulate: the rows added (P) */
+    bool accumulate;        /* GEMM: dst = src @ op(b) + acc */
     uint64_t rows;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: rows moved (per rank);
                                GEMM, REDUCE: rows per block */
     uint64_t cols;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER, REDUCE: elements per
@@ -253,7 +258,8 @@ typedef struct ovl_instr {
                                summed, stride rows apart in src */
     uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL, REDUCE_SCATTER, REDUCE: rows
                                between ranks' blocks */
-    bool avg;               /* REDUCE_SCATTER, REDUCE: divide the sum by the world */
+    bool avg;               /* REDUCE_SCATTER, REDUCE, GEMM with accumulate: divide the sum
+                               by the world */
     bool transb;            /* GEMM: op(B) = B^T */
     uint32_t sleep_ns;      /* SLEEP */
     uint32_t peers;         /* RAIL: where its send list starts in plan->peers */

@@ -213,6 +213,8 @@ void pb_mark_used(ovl_plan_t *plan)
         switch (in->kind) {
         case OVL_I_GEMM:
             plan->bufs[in->b.buf].used = true;
+            if (in->accumulate)
+                plan->bufs[in->acc.buf].used = true;
             /* fall through */
         case OVL_I_ALLGATHER:
         case OVL_I_PULL:

@@ -33,6 +33,9 @@
 #define PUSH_STREAMS      4
 #define PUSH_SLEEP_NS     2000u
 #define PUSH_CHUNKS       1 /* chunks of a block by default: a block a push */
+/* ring (GEMM + reduce-scatter's, with accumulation): push's streams, and
+ * its chunks of a block by default (docs/plans.md, "ring") */
+#define RING_CHUNKS 2
 
 /* Rows of one rank's block of the product. */
 static uint64_t rs_block(const ovl_plan_params_t *p)
@@ -136,6 +139,9 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
                    : "push across nodes takes nodes of equal size whose ranks of each local "
                      "index are evenly spaced (node-major, or round robin): naive or collective "
                      "run on any";
+    if (nodes > 1 && p->algo == OVL_ALGO_RING)
+        return "ring (of gemm_rs) runs in one node, its partials passed on by the copy engine: "
+               "across nodes push (the rail scheme), naive or collective";
     if (nodes > 1 && p->shared_gpu && p->algo != OVL_ALGO_PUSH)
         return "ranks share a GPU in a job across nodes: naive and collective reduce by NCCL "
                "over every rank, which takes no two ranks of one GPU (push runs, by rail groups)";
@@ -147,12 +153,22 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
     return NULL;
 }
 
-/* P's rows: m, or push's receive slots and the partials it sends (false
- * where that wraps). */
+/* ring: the W - 1 receive slots (the partial that arrives at step t,
+ * rows (t-1) mb) and the W - 1 partials it sends (step t's at (W-1+t) mb):
+ * 2 (W - 1) mb rows, none at world 1 (one GEMM into C). */
+static bool ring_p_rows(const ovl_plan_params_t *p, uint64_t *ret)
+{
+    return !__builtin_mul_overflow(2 * (uint64_t)(p->world - 1), rs_block(p), ret);
+}
+
+/* P's rows: m, or push's receive slots and the partials it sends, or
+ * ring's (false where that wraps). */
 static bool rs_p_rows(const ovl_plan_params_t *p, uint64_t *ret)
 {
     *ret = p->m;
-    return p->algo == OVL_ALGO_PUSH ? push_p_rows(p, ret) : true;
+    return p->algo == OVL_ALGO_PUSH   ? push_p_rows(p, ret)
+           : p->algo == OVL_ALGO_RING ? ring_p_rows(p, ret)
+                                      : true;
 }
 
 /* P's bytes: its rows x n elements (OVL_ERR_LIMIT rather than a wrapped
@@ -199,25 +215,27 @@ static void rs_plan_shape(ovl_plan_t *plan)
         /* across nodes: a block a push, fixed streams */
         c = 1;
         s = RAILPUSH_STREAMS;
-    } else if (p->algo == OVL_ALGO_PUSH) {
-        /* its streams are fixed (streams is not read) */
-        c = p->chunks ? p->chunks : PUSH_CHUNKS;
+    } else if (p->algo == OVL_ALGO_PUSH || p->algo == OVL_ALGO_RING) {
+        /* push's streams are fixed, and ring's (streams is not read) */
+        c = p->chunks ? p->chunks : p->algo == OVL_ALGO_PUSH ? PUSH_CHUNKS : RING_CHUNKS;
         s = p->world > 1 ? PUSH_STREAMS : 1;
     }
     if (c > mb)
         c = (uint32_t)mb;
     plan->chunk_rows = mb / c + (mb % c != 0);
     plan->chunks = (uint32_t)(mb / plan->chunk_rows + (mb % plan->chunk_rows != 0));
-    if (p->algo != OVL_ALGO_PUSH && s > plan->chunks)
+    bool pushlike = p->algo == OVL_ALGO_PUSH || p->algo == OVL_ALGO_RING;
+    if (!pushlike && s > plan->chunks)
         s = plan->chunks;
     plan->nstreams = s;
     plan->roles[0] = OVL_ROLE_CLIENT;
     for (uint32_t i = 1; i < s; i++)
-        /* collective: each side stream reduces its chunks; push across
-         * nodes: stream 4 the node partials and the RAILs */
-        plan->roles[i] = p->algo != OVL_ALGO_PUSH || i == RAILPUSH_COMM_STREAM ? OVL_ROLE_COMM
-                         : i == PUSH_COPY_STREAM                               ? OVL_ROLE_COPY
-                                                                               : OVL_ROLE_COMPUTE;
+        /* collective: each side stream reduces its chunks; push and ring:
+         * stream 1 copies, 2 and 3 multiply; push across nodes: stream 4
+         * the node partials and the RAILs */
+        plan->roles[i] = !pushlike || i == RAILPUSH_COMM_STREAM ? OVL_ROLE_COMM
+                         : i == PUSH_COPY_STREAM                ? OVL_ROLE_COPY
+                                                                : OVL_ROLE_COMPUTE;
 }
 
 /* Rows [row0, row0+rows) of chunk j of a block. */
@@ -295,36 +313,49 @@ static ovl_status_t rs_emit(builder_t *b, const ovl_plan_t *plan)
     return r;
 }
 
-/* push: GEMM rows [row0, row0+rows) of block d (the rows of A that make
- * it) into P at row `to`, on stream st. */
-static ovl_status_t push_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t row0, uint64_t rows,
-                              uint64_t to)
+/* push and ring: GEMM rows [row0, row0+rows) of block d (the rows of A
+ * that make it) into dst, on stream st; with acc (ring), P's rows from
+ * row *acc added (and with avg the sum divided by the world). */
+static ovl_status_t rs_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t row0, uint64_t rows,
+                            ovl_ref_t dst, const uint64_t *acc, bool avg)
 {
     const ovl_plan_params_t *p = &b->plan->params;
     ovl_instr_t gemm = {
         .kind = OVL_I_GEMM,
         .stream = st,
         .src = pb_own(b, OVL_BUF_A, (uint64_t)d * rs_block(p) + row0),
-        .dst = pb_own(b, OVL_BUF_P, to),
+        .dst = dst,
         .b = pb_own(b, OVL_BUF_B, 0),
         .rows = rows,
         .n = p->n,
         .k = p->k,
         .nblocks = 1,
         .transb = p->transb,
+        .accumulate = acc != NULL,
+        .acc = acc ? pb_own(b, OVL_BUF_P, *acc) : (ovl_ref_t){0},
+        .avg = acc != NULL && avg,
     };
 
     return pb_emit(b, &gemm);
 }
 
-/* push: rows [row0, +rows) of block blk's partial made on GEMM stream gs
- * into the own P at row `at`, then copied by the copy stream, once the
- * GEMM is done, into peer's P at peer_row. */
+/* push: the GEMM of rows [row0, +rows) of block d into P at row `to`. */
+static ovl_status_t push_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t row0, uint64_t rows,
+                              uint64_t to)
+{
+    return rs_gemm(b, st, d, row0, rows, pb_own(b, OVL_BUF_P, to), NULL, false);
+}
+
+/* push and ring: rows [row0, +rows) of block blk's partial made on GEMM
+ * stream gs into the own P at row `at` (ring: with P's rows from *acc
+ * added), then copied by the copy stream, once the GEMM is done, into
+ * peer's P at peer_row. */
 static ovl_status_t produce_and_push(builder_t *b, uint32_t gs, uint32_t blk, uint64_t row0,
-                                     uint64_t rows, uint64_t at, uint32_t peer, uint64_t peer_row)
+                                     uint64_t rows, uint64_t at, const uint64_t *acc, uint32_t peer,
+                                     uint64_t peer_row)
 {
     uint32_t ev = b->next_event++;
-    ovl_status_t r = push_gemm(b, gs, blk, row0, rows, at);
+    ovl_status_t r = rs_gemm(b, gs, blk, row0, rows, pb_own(b, OVL_BUF_P, at), acc, false);
 
     if (r == OVL_OK)
         r = pb_emit_record(b, gs, ev);
@@ -384,7 +415,7 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
             uint64_t row0, rows;
 
             rs_chunk(plan, j, &row0, &rows);
-            r = produce_and_push(b, gs, d, row0, rows, m + (uint64_t)(t - 1) * mb + row0, d,
+            r = produce_and_push(b, gs, d, row0, rows, m + (uint64_t)(t - 1) * mb + row0, NULL, d,
                                  (uint64_t)me * mb + row0);
             if (r == OVL_OK)
                 r = pb_emit_record(b, PUSH_COPY_STREAM, push_arrival_event(plan, t, j));
@@ -422,6 +453,69 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
                 .avg = p->reduce_op == OVL_REDUCE_AVG,
             };
             r = pb_emit(b, &red);
+        }
+    }
+    if (r == OVL_OK && w > 1)
+        r = pb_emit_joins(b, me, 1, plan->nstreams - 1);
+    if (r == OVL_OK)
+        r = pb_emit_simple(b, OVL_I_DONE, 0);
+    return r;
+}
+
+/*
+ * ring (GEMM + reduce-scatter with accumulation; docs/plans.md): the
+ * partial of a block travels round the ring and each rank adds its product
+ * to it, so nothing is stacked and no reduction runs. At step t = 0 .. W-1
+ * rank r works on block d = r - 1 - t (mod W), chunk by chunk on the two
+ * GEMM streams in turn (the second headed by push's sleep): at step 0 it
+ * makes its partial of d; at step t > 0, once rank r - 1's push of that
+ * chunk has arrived (arrival event (t, j), numbered as push's), it adds
+ * its product to the partial received (a GEMM with beta 1, summing in
+ * fp32); before the last step the sum goes into P's send rows and the copy
+ * stream pushes it into rank r + 1's receive slot t + 1 (once r + 1 is
+ * ready); at the last step d is r and the sum goes into C (avg: divided by
+ * the world). P (2 (W-1) mb rows): receive slot t at (t-1) mb, step t's
+ * sum sent at (W-1+t) mb. Each partial is rounded to the dtype at every
+ * hop (W - 1 roundings before C's; docs/plans.md, "Numbers").
+ */
+static ovl_status_t ringrs_emit(builder_t *b, const ovl_plan_t *plan)
+{
+    const ovl_plan_params_t *p = &plan->params;
+    uint32_t w = p->world, me = p->rank, gemms = 0;
+    uint32_t next = (me + 1) % w, prev = (me + w - 1) % w;
+    uint64_t mb = rs_block(p);
+    bool avg = p->reduce_op == OVL_REDUCE_AVG;
+    ovl_status_t r = pb_emit_prologue(b);
+
+    /* events: the arrivals (numbered alike on every rank) come first */
+    b->next_event += (w - 1) * plan->chunks;
+    if (w > 1) {
+        for (uint32_t s = PUSH_COPY_STREAM; r == OVL_OK && s <= PUSH_GEMM_STREAM1; s++)
+            r = pb_emit_wait(b, s, me, OVL_EV_READY);
+        if (r == OVL_OK)
+            r = pb_emit_sleep(b, PUSH_GEMM_STREAM1, PUSH_SLEEP_NS);
+        if (r == OVL_OK)
+            r = pb_emit_wait(b, PUSH_COPY_STREAM, next, OVL_EV_READY);
+    }
+    for (uint32_t t = 0; r == OVL_OK && t < w; t++) {
+        uint32_t d = (me + 2 * w - 1 - t) % w;
+
+        for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
+            uint32_t gs = w == 1 ? 0 : gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
+            uint64_t row0, rows, acc;
+
+            rs_chunk(plan, j, &row0, &rows);
+            acc = (uint64_t)(t ? t - 1 : 0) * mb + row0;
+            if (t > 0)
+                r = pb_emit_wait(b, gs, prev, push_arrival_event(plan, t, j));
+            if (r == OVL_OK && t + 1 < w) {
+                r = produce_and_push(b, gs, d, row0, rows, (uint64_t)(w - 1 + t) * mb + row0,
+                                     t ? &acc : NULL, next, (uint64_t)t * mb + row0);
+                if (r == OVL_OK)
+                    r = pb_emit_record(b, PUSH_COPY_STREAM, push_arrival_event(plan, t + 1, j));
+            } else if (r == OVL_OK) {
+                r = rs_gemm(b, gs, d, row0, rows, pb_own(b, OVL_BUF_C, row0), t ? &acc : NULL, avg);
+            }
         }
     }
     if (r == OVL_OK && w > 1)
@@ -477,7 +571,7 @@ static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
             uint32_t gs = gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
 
             r = produce_and_push(b, gs, pb_rank_at(t, M, lp), 0, mb,
-                                 o_base + ((uint64_t)(ts - 1) * NN + M) * mb, peer,
+                                 o_base + ((uint64_t)(ts - 1) * NN + M) * mb, NULL, peer,
                                  ((uint64_t)M * L + l) * mb);
         }
         if (r == OVL_OK)
@@ -595,7 +689,9 @@ ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
         if (r == OVL_OK)
             r = railpush_emit(&b, &plan);
     } else {
-        r = params->algo == OVL_ALGO_PUSH ? push_emit(&b, &plan) : rs_emit(&b, &plan);
+        r = params->algo == OVL_ALGO_PUSH   ? push_emit(&b, &plan)
+            : params->algo == OVL_ALGO_RING ? ringrs_emit(&b, &plan)
+                                            : rs_emit(&b, &plan);
     }
     if (r == OVL_OK && b.max_stream + 1 != plan.nstreams)
         r = OVL_ERR_INTERNAL; /* rs_plan_shape and the emitter disagree: a planner bug */

@@ -814,10 +814,11 @@ class Comm:
         a: this rank's M x k (its share k of the inner dimension; M a
         multiple of the world). b: k x n (n x k with transb). out: (M/world)
         x n, allocated if None as all_gather_matmul's. algo: "auto",
-        "naive", "collective" or "push" (docs/plans.md; where ranks share a
-        GPU, push, which auto picks there). Every rank's partial product is rounded to
-        the dtype once and the partials summed in fp32 (docs/plans.md, "GEMM
-        + reduce-scatter"). Stream and async_op as all_gather_matmul's.
+        "naive", "collective", "ring" or "push" (docs/plans.md; where ranks
+        share a GPU, ring or push). Sums are taken in fp32; naive, collective
+        and push round every rank's partial product to the dtype once, ring
+        rounds the partial at each of its world - 1 hops (docs/plans.md,
+        "Numbers"). Stream and async_op as all_gather_matmul's.
 
         Returns out."""
         owed = self._enter()

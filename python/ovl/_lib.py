@@ -19,10 +19,10 @@ OK = 0
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
 # ovl_algo_t
 ALGOS = {"auto": 0, "naive": 1, "collective": 2, "ring": 3, "push": 4}
-# Each kind's algorithms (ovl_op_kind_takes_algo): ring is all-gather +
-# GEMM's, push GEMM + reduce-scatter's.
+# Each kind's algorithms (ovl_op_kind_takes_algo): push is GEMM +
+# reduce-scatter's only.
 AG_ALGOS = ("auto", "naive", "collective", "ring")
-RS_ALGOS = ("auto", "naive", "collective", "push")
+RS_ALGOS = ("auto", "naive", "collective", "ring", "push")
 # How GEMM + reduce-scatter combines the ranks' products (ovl_reduce_op_t).
 REDUCE_OPS = {"sum": 0, "avg": 1}
 

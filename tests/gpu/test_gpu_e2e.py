@@ -148,7 +148,7 @@ def demo(d, name, m, n, k, dtype, extra, iters, seed, algos=ALGOS, refused=None)
           flush=True)
 
 
-RS_ALGOS = ("naive", "collective", "push")
+RS_ALGOS = ("naive", "collective", "ring", "push")
 # GEMM + reduce-scatter: (m per rank of C, n, k per rank of A, extra)
 RS_SMALL = [(5, 7, 9, []), (33, 31, 29, ["--chunks", "3", "--strided"]),
             (10, 13, 17, ["--chunks", "4", "--transb", "--reduce", "avg"])]
@@ -157,20 +157,21 @@ RS_SMALL = [(5, 7, 9, []), (33, 31, 29, ["--chunks", "3", "--strided"]),
 def rs_cases(shared):
     """GEMM + reduce-scatter's cases: (name, m, n, k, dtype, extra, iters,
     refused, algos); refused: the words the op fails with. Where ranks share
-    a GPU there is no NCCL between them: push alone (its pushes by the copy
-    engine, its reduction a kernel), and one case of naive, refused with
+    a GPU there is no NCCL between them: ring and push, each a case of its
+    own (their partials pass by the copy engine; push's reduction is a
+    kernel, ring's a GEMM that adds), and one case of naive, refused with
     words."""
-    algos = ("push",) if shared else RS_ALGOS
-    pick = ["-a", "push"] if shared else []
+    picks = [("-" + a, ["-a", a], (a,)) for a in ("ring", "push")] if shared else [("", [], RS_ALGOS)]
     out = []
-    for (m, n, k, extra) in RS_SMALL:
-        for dt in ("bf16", "fp16", "fp32"):
-            out.append(("rs-m%d-n%d-k%d-%s" % (m, n, k, dt), m, n, k, dt,
-                        ["--op", "rs"] + extra + pick, 2, None, algos))
-    out.append(("rs-m256-n384-k512-bf16", 256, 384, 512, "bf16", ["--op", "rs"] + pick, 3, None,
-                algos))
-    out.append(("rs-m512-n1024-k768-fp16-chunks3", 512, 1024, 768, "fp16",
-                ["--op", "rs", "--chunks", "3"] + pick, 3, None, algos))
+    for suffix, pick, algos in picks:
+        for (m, n, k, extra) in RS_SMALL:
+            for dt in ("bf16", "fp16", "fp32"):
+                out.append(("rs-m%d-n%d-k%d-%s%s" % (m, n, k, dt, suffix), m, n, k, dt,
+                            ["--op", "rs"] + extra + pick, 2, None, algos))
+        out.append(("rs-m256-n384-k512-bf16" + suffix, 256, 384, 512, "bf16",
+                    ["--op", "rs"] + pick, 3, None, algos))
+        out.append(("rs-m512-n1024-k768-fp16-chunks3" + suffix, 512, 1024, 768, "fp16",
+                    ["--op", "rs", "--chunks", "3"] + pick, 3, None, algos))
     if shared:
         out.append(("rs-naive-refused", 5, 7, 9, "bf16", ["--op", "rs", "-a", "naive"], 1,
                     "has no NCCL communicator", ("naive",)))

@@ -40,12 +40,12 @@ def test_rs_matrix():
             for vi, (m, n, k, extra) in enumerate(VARIANTS):
                 for dt in DTYPES:
                     out = rs_demo(d, world, m, n, k, dt, extra, "rs-%d-%d-%s" % (world, vi, dt)).stdout
-                    for algo in ("naive", "collective", "push"):
+                    for algo in ("naive", "collective", "ring", "push"):
                         row = [l for l in out.splitlines() if l.startswith(algo + " ")]
                         assert len(row) == 1 and row[0].rstrip().endswith("OK"), out
                         err = float(row[0].split()[3])
                         worst[(dt, world)] = max(worst.get((dt, world), 0.0), err)
-                    assert "ring" not in out and "all checks passed" in out, out
+                    assert "all checks passed" in out, out
         assert d.stop() == 0
     finally:
         d.cleanup()
@@ -57,7 +57,8 @@ def test_rs_matrix():
 def test_rs_counted_planned_refused():
     """ovld's stats count the ops as gemm_rs (by algorithm and dtype), its
     status lists the kind, ovlctl plan --daemon is the offline plan with
-    ovld's defaults, and ring is refused with words."""
+    ovld's defaults, ring and push run as planned, and an algorithm of the
+    other kind is refused with words."""
     d = Daemon(config="host_devices = 2\ndefault_chunks = 2\n")
     try:
         out = rs_demo(d, 2, 8, 8, 8, "fp32", ["-a", "collective"], "counted", iters=3).stdout
@@ -77,12 +78,21 @@ def test_rs_counted_planned_refused():
         assert daemon == here and daemon.startswith(
             "plan format=5 kind=gemm_rs algo=collective world=2 rank=1 m=64 "), (daemon, here)
         assert "REDUCE_SCATTER sum C[0] <- P[0+16] stride 32 cols 16" in daemon, daemon
-        p = d.run([OVLCTL, "plan", "--daemon", "--kind", "gemm_rs", "--world", "2", "--rank",
-                   "0", "-m", "64", "-n", "16", "-k", "32", "--algo", "ring"], check=False)
-        assert p.returncode == 2 and "--algo ring" in p.stderr, (p.returncode, p.stderr)
-        p = rs_demo(d, 2, 8, 8, 8, "fp32", ["-a", "ring"], "ring-refused", iters=1, check=False)
-        assert p.returncode == 1 and ("FAIL: algorithm ring: gemm_rs has auto, naive, collective "
-                                      "and push") in p.stdout, p.stdout
+        p = d.run([OVLCTL, "plan", "--daemon", "--kind", "ag_gemm", "--world", "2", "--rank",
+                   "0", "-m", "64", "-n", "16", "-k", "32", "--algo", "push"], check=False)
+        assert p.returncode == 2 and "--algo push" in p.stderr, (p.returncode, p.stderr)
+        p = d.run([DEMO, "-w", "2", "-m", "8", "-n", "8", "-k", "8", "-d", "fp32", "-i", "1",
+                   "-a", "push", "--job", "push-refused"], check=False)
+        assert p.returncode == 1 and ("FAIL: algorithm push: ag_gemm has auto, naive, collective "
+                                      "and ring") in p.stdout, p.stdout
+        # ring, planned by ovld as here: each step's sum passed on, the last into C
+        shape[-1] = "ring"
+        daemon = d.run([OVLCTL, "plan", "--daemon", *shape]).stdout
+        assert daemon == d.run([OVLCTL, "plan", *shape, "--chunks", "2"]).stdout, daemon
+        assert "PUSH r0:P[0] <- P[32+16] cols 16" in daemon, daemon
+        assert "GEMM C[0] <- A[32+16] @ B n 16 k 32 + P[0+16]" in daemon, daemon
+        out = rs_demo(d, 2, 8, 8, 8, "fp32", ["-a", "ring"], "ringed", iters=2).stdout
+        assert "all checks passed" in out, out
         # push, planned by ovld as here: the peers' partials pushed, then reduced
         shape[-1] = "push"
         daemon = d.run([OVLCTL, "plan", "--daemon", *shape]).stdout
@@ -95,28 +105,44 @@ def test_rs_counted_planned_refused():
         st = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)["total"]
         ops = {(o["kind"], o["algo"], o["dtype"]): o["count"] for o in st["ops"]}
         assert ops.get(("gemm_rs", "push", "fp32")) == 3, st["ops"]
+        assert ops.get(("gemm_rs", "ring", "fp32")) == 3, st["ops"]
         assert d.stop() == 0
     finally:
         d.cleanup()
 
 
 def test_rs_default_algo():
-    """ovld's default_algo stands for auto only where it can run the op: ring
-    (all-gather + GEMM's) leaves GEMM + reduce-scatter to the rule (naive),
-    push is taken, and the plan's text says who chose."""
-    for default, ran, chosen in (("ring", "naive", "chosen by auto: "),
-                                 ("push", "push", "chosen by the daemon's default_algo")):
-        d = Daemon(config="host_devices = 2\ndefault_algo = %s\n" % default)
+    """ovld's default_algo stands for auto only where it can run the op:
+    collective where ranks share a device (one host device) leaves GEMM +
+    reduce-scatter to the rule, ring and push are taken, and the plan's text
+    says who chose."""
+    for default, devs, ran, chosen in (
+            ("collective", 1, None, "chosen by auto: "),
+            ("ring", 2, "ring", "chosen by the daemon's default_algo"),
+            ("push", 2, "push", "chosen by the daemon's default_algo")):
+        d = Daemon(config="host_devices = %d\ndefault_algo = %s\n" % (devs, default))
         try:
             out = rs_demo(d, 2, 6, 5, 7, "fp32", ["-a", "auto"], "dflt-" + default).stdout
             assert "all checks passed" in out, out
             st = json.loads(d.run([OVLCTL, "stats", "--json"]).stdout)["total"]
             ops = {(o["kind"], o["algo"]) for o in st["ops"]}
+            if ran is None:  # the rule's, which copies where ranks share a device
+                assert len(ops) == 1 and ops <= {("gemm_rs", "ring"), ("gemm_rs", "push")}, ops
+                ran = next(iter(ops))[1]
             assert ops == {("gemm_rs", ran)}, st["ops"]
+            # (ovlctl plan --daemon plans a dense job: one whose ranks have
+            # devices of their own, where the default is taken)
             plan = d.run([OVLCTL, "plan", "--daemon", "--kind", "gemm_rs", "--world", "2",
                           "--rank", "0", "-m", "12", "-n", "5", "-k", "7"]).stdout
-            assert plan.splitlines()[1].startswith(chosen), plan
-            assert " algo=%s " % ran in plan.splitlines()[0], plan
+            if devs == 1:
+                plan_here = d.run([OVLCTL, "plan", "--kind", "gemm_rs", "--world", "2", "--rank",
+                                   "0", "-m", "12", "-n", "5", "-k", "7", "--shared-gpu"]).stdout
+                assert plan_here.splitlines()[1].startswith(chosen), plan_here
+                assert " algo=%s " % ran in plan_here.splitlines()[0], plan_here
+                assert " algo=%s " % default in plan.splitlines()[0], plan
+            else:
+                assert plan.splitlines()[1].startswith(chosen), plan
+                assert " algo=%s " % ran in plan.splitlines()[0], plan
             assert d.stop() == 0
         finally:
             d.cleanup()

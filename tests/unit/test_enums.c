@@ -239,21 +239,23 @@ static void test_request_ranges(void **state)
     assert_int_equal(OVL__OP_KIND__OP_KIND_GEMM_RS, OVLD_KIND_GEMM_RS);
     assert_int_equal(check_op_kind(OVL__OP_KIND__OP_KIND_NONE, 0, 0), OVL_ERR_INVALID);
     assert_int_equal(check_op_kind(OVL_OP_KIND_COUNT, 0, 0), OVL_ERR_INVALID);
-    /* gemm_rs: every dtype and reduction, every algorithm but ring (ag_gemm's) */
+    /* gemm_rs: every dtype, reduction and algorithm */
     for (int t = 0; t < OVL_DTYPE_COUNT; t++)
         for (int a = 0; a < OVL_ALGO_COUNT; a++)
             for (int r = 0; r < OVL_REDUCE_OP_COUNT; r++)
                 assert_int_equal(check_op_rs(OVL__OP_KIND__OP_KIND_GEMM_RS, (uint64_t)t,
                                              (uint64_t)a, (uint64_t)r),
-                                 a == OVL_ALGO_RING ? OVL_ERR_INVALID : OVL_OK);
+                                 OVL_OK);
     assert_int_equal(
         check_op_rs(OVL__OP_KIND__OP_KIND_GEMM_RS, 0, OVL_ALGO_NAIVE, OVL_REDUCE_OP_COUNT),
         OVL_ERR_INVALID);
+    assert_int_equal(check_op_rs(OVL__OP_KIND__OP_KIND_GEMM_RS, 0, OVL_ALGO_COUNT, OVL_REDUCE_SUM),
+                     OVL_ERR_INVALID);
     /* the kinds' algorithms in words, as the refusals name them, and the
      * same rule as ovl_op_kind_takes_algo */
     for (int a = 0; a < OVL_ALGO_COUNT; a++) {
         assert_int_equal(ovl_op_kind_takes_algo(OVL_OP_AG_GEMM, (ovl_algo_t)a), a != OVL_ALGO_PUSH);
-        assert_int_equal(ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, (ovl_algo_t)a), a != OVL_ALGO_RING);
+        assert_int_equal(ovl_op_kind_takes_algo(OVL_OP_GEMM_RS, (ovl_algo_t)a), 1);
         for (int k = OVL_OP_AG_GEMM; k < OVL_OP_KIND_COUNT; k++)
             assert_int_equal(
                 strstr(ovl_op_kind_algos((ovl_op_kind_t)k), ovl_algo_name((ovl_algo_t)a)) != NULL,

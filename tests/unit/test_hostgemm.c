@@ -447,6 +447,72 @@ static void test_gemm_single_rounding(void **state)
 
 /* A NaN or infinity in A spoils its row of C and nothing else (no shortcut
  * skips zeros: 0 * inf is NaN). */
+/* C = (A @ B + ACC) / div: small integers, so that fp32 and bf16 are
+ * exact; ACC with a leading dimension of its own, ACC as C itself, k 0
+ * (C = ACC / div), and the bad ACC refused. */
+static void test_gemm_acc(void **state)
+{
+    (void)state;
+    enum { R = 5, N = 33, K = 7, LDACC = 40 };
+    float a[R * K], b[K * N], acc[R * LDACC], c[R * N];
+    for (size_t i = 0; i < R * K; i++)
+        a[i] = (float)((int)(i % 5) - 2);
+    for (size_t i = 0; i < K * N; i++)
+        b[i] = (float)((int)(i % 3) - 1);
+    for (size_t i = 0; i < R * LDACC; i++)
+        acc[i] = (float)(i % 7);
+    for (uint32_t div = 0; div <= 2; div++) {
+        assert_int_equal(
+            ovl_host_gemm_acc(OVL_DTYPE_FP32, R, N, K, a, K, b, N, 0, acc, LDACC, div, c, N),
+            OVL_OK);
+        for (size_t i = 0; i < R; i++)
+            for (size_t j = 0; j < N; j++) {
+                float want = acc[i * LDACC + j];
+                for (size_t l = 0; l < K; l++)
+                    want += a[i * K + l] * b[l * N + j];
+                if (div > 1)
+                    want /= (float)div;
+                assert_true(c[i * N + j] == want);
+            }
+    }
+    /* ACC as C: C += A @ B */
+    float c2[R * N], want2[R * N];
+    for (size_t i = 0; i < R * N; i++)
+        c2[i] = want2[i] = (float)(i % 11);
+    for (size_t i = 0; i < R; i++)
+        for (size_t j = 0; j < N; j++)
+            for (size_t l = 0; l < K; l++)
+                want2[i * N + j] += a[i * K + l] * b[l * N + j];
+    assert_int_equal(ovl_host_gemm_acc(OVL_DTYPE_FP32, R, N, K, a, K, b, N, 0, c2, N, 1, c2, N),
+                     OVL_OK);
+    assert_memory_equal(c2, want2, sizeof(c2));
+    /* bf16: the sum rounded once */
+    uint16_t ab[R * K], bb[K * N], accb[R * N], cb[R * N];
+    for (size_t i = 0; i < R * K; i++)
+        ab[i] = ovl_bf16_from_float(a[i]);
+    for (size_t i = 0; i < K * N; i++)
+        bb[i] = ovl_bf16_from_float(b[i]);
+    for (size_t i = 0; i < R * N; i++)
+        accb[i] = ovl_bf16_from_float((float)(i % 7));
+    assert_int_equal(ovl_host_gemm_acc(OVL_DTYPE_BF16, R, N, K, ab, K, bb, N, 0, accb, N, 2, cb, N),
+                     OVL_OK);
+    for (size_t i = 0; i < R; i++)
+        for (size_t j = 0; j < N; j++) {
+            float want = (float)((i * N + j) % 7);
+            for (size_t l = 0; l < K; l++)
+                want += a[i * K + l] * b[l * N + j];
+            assert_true(cb[i * N + j] == ovl_bf16_from_float(want / 2.0f));
+        }
+    /* k 0: C = ACC / div */
+    assert_int_equal(
+        ovl_host_gemm_acc(OVL_DTYPE_FP32, R, N, 0, NULL, 0, NULL, N, 0, acc, LDACC, 2, c, N),
+        OVL_OK);
+    assert_true(c[1 * N + 3] == acc[1 * LDACC + 3] / 2.0f);
+    /* ACC narrower than n */
+    assert_int_equal(ovl_host_gemm_acc(OVL_DTYPE_FP32, R, N, K, a, K, b, N, 0, acc, N - 1, 1, c, N),
+                     OVL_ERR_INVALID);
+}
+
 static void test_gemm_nonfinite(void **state)
 {
     (void)state;
@@ -588,7 +654,7 @@ int main(void)
         cmocka_unit_test(test_gemm_exact_integers), cmocka_unit_test(test_gemm_single_rounding),
         cmocka_unit_test(test_gemm_nonfinite),      cmocka_unit_test(test_gemm_k_zero),
         cmocka_unit_test(test_gemm_empty),          cmocka_unit_test(test_gemm_invalid),
-        cmocka_unit_test(test_rel_error),
+        cmocka_unit_test(test_rel_error),           cmocka_unit_test(test_gemm_acc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -363,7 +363,7 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
 
         if (!(ref_is(in->src, OVL_BUF_A, r) || ref_is(in->src, OVL_BUF_G, r)) || bi < 0 ||
             (uint32_t)bi >= ovl_plan_nb(pp) || in->b.rank != r || in->b.row != 0 ||
-            !ref_is(in->dst, ovl_buf_c((uint32_t)bi), r))
+            in->accumulate || !ref_is(in->dst, ovl_buf_c((uint32_t)bi), r))
             return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
         if (in->n != ovl_plan_bn(pp, (uint32_t)bi) || in->k != pp->k || in->transb != pp->transb ||
             in->nblocks == 0 || (in->nblocks == 1 && in->stride != 0) ||
@@ -1245,9 +1245,9 @@ static bool check_railpush_operands(sim_t *s, uint32_t r, size_t i, const ovl_in
     case OVL_I_GEMM:
         if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_P, r) ||
             !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 || in->nblocks != 1 || in->stride != 0 ||
-            in->rows != mb || in->src.row % mb != 0 || !rows_within(in->src.row, mb, m) ||
-            !rows_within(in->dst.row, mb, prows) || in->n != pp->n || in->k != pp->k ||
-            in->transb != pp->transb)
+            in->accumulate || in->rows != mb || in->src.row % mb != 0 ||
+            !rows_within(in->src.row, mb, m) || !rows_within(in->dst.row, mb, prows) ||
+            in->n != pp->n || in->k != pp->k || in->transb != pp->transb)
             return violation(s, "r%u #%zu: GEMM of push across nodes: geometry", r, i);
         return true;
     case OVL_I_PUSH:
@@ -1297,7 +1297,7 @@ static bool check_push_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_
         uint64_t off = in->src.row % mb, d = in->src.row / mb, want;
 
         if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_P, r) ||
-            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0)
+            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 || in->accumulate)
             return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
         if (in->n != pp->n || in->k != pp->k || in->transb != pp->transb || in->nblocks != 1 ||
             in->stride != 0 || !rows_within(in->src.row, in->rows, m) || off + in->rows > mb)
@@ -1346,6 +1346,64 @@ static bool check_push_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_
     }
 }
 
+/*
+ * ring (docs/plans.md; plan_rs.c, ringrs_emit): rank r's P is W - 1
+ * receive slots (the partial arriving at step t at rows (t-1) mb), then the
+ * sums it sends (step t's at (W-1+t) mb). At step t the rank works on
+ * block d = r - 1 - t (mod W): a GEMM multiplies rows of A of block d into
+ * the same rows of step t's send rows, adding those of receive slot t from
+ * step 1 on, and the last step's (d = r) goes into C (with avg divided by
+ * the world where there was a sum); a PUSH copies step t's send rows into
+ * receive slot t + 1 of rank r + 1, at the same rows of the block.
+ */
+static bool check_ringrs_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    const ovl_plan_params_t *pp = &s->plans[r].params;
+    uint32_t w = s->world;
+    uint64_t m = pp->m, mb = m / w, sent0 = (uint64_t)(w - 1) * mb;
+
+    switch (in->kind) {
+    case OVL_I_GEMM: {
+        uint64_t off = in->src.row % mb, d = in->src.row / mb, t;
+        bool last, avg;
+
+        if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 ||
+            (in->accumulate && !ref_is(in->acc, OVL_BUF_P, r)))
+            return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
+        if (in->n != pp->n || in->k != pp->k || in->transb != pp->transb || in->nblocks != 1 ||
+            in->stride != 0 || !rows_within(in->src.row, in->rows, m) || off + in->rows > mb)
+            return violation(s, "r%u #%zu: GEMM geometry", r, i);
+        t = (r + 2 * (uint64_t)w - 1 - d) % w;
+        last = t == w - 1;
+        avg = last && w > 1 && pp->reduce_op == OVL_REDUCE_AVG;
+        if (!ref_is(in->dst, last ? OVL_BUF_C : OVL_BUF_P, r) ||
+            in->dst.row != (last ? off : sent0 + t * mb + off))
+            return violation(s, "r%u #%zu: GEMM of block %llu (step %llu) into %s row %llu", r, i,
+                             (unsigned long long)d, (unsigned long long)t,
+                             ovl_buf_name(in->dst.buf), (unsigned long long)in->dst.row);
+        if (in->accumulate != (t > 0) || (t > 0 && in->acc.row != (t - 1) * mb + off) ||
+            in->avg != avg)
+            return violation(s, "r%u #%zu: GEMM of step %llu adds %s%s", r, i,
+                             (unsigned long long)t,
+                             in->accumulate ? "rows other than its receive slot's" : "nothing",
+                             in->avg != avg ? ", avg wrong" : "");
+        return true;
+    }
+    case OVL_I_PUSH: {
+        uint64_t t = (in->src.row - sent0) / mb, off = (in->src.row - sent0) % mb;
+
+        if (!ref_is(in->src, OVL_BUF_P, r) || in->dst.buf != OVL_BUF_P ||
+            in->dst.rank != (r + 1) % w || w == 1 || in->src.row < sent0 || t + 1 >= w ||
+            off + in->rows > mb || in->cols != pp->n || in->dst.row != t * mb + off)
+            return violation(s, "r%u #%zu: PUSH other than of a step's sum into r%u's next slot", r,
+                             i, (r + 1) % w);
+        return true;
+    }
+    default:
+        return violation(s, "r%u #%zu: %s in ring (gemm_rs)", r, i, ovl_instr_name(in->kind));
+    }
+}
+
 static bool check_rs_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
 {
     const ovl_plan_params_t *pp = &s->plans[r].params;
@@ -1355,10 +1413,12 @@ static bool check_rs_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t 
         return check_railpush_operands(s, r, i, in);
     if (pp->algo == OVL_ALGO_PUSH)
         return check_push_operands(s, r, i, in);
+    if (pp->algo == OVL_ALGO_RING)
+        return check_ringrs_operands(s, r, i, in);
     switch (in->kind) {
     case OVL_I_GEMM:
         if (!ref_is(in->src, OVL_BUF_A, r) || !ref_is(in->dst, OVL_BUF_P, r) ||
-            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0)
+            !ref_is(in->b, OVL_BUF_B, r) || in->b.row != 0 || in->accumulate)
             return violation(s, "r%u #%zu: GEMM names buffers it may not", r, i);
         if (in->n != pp->n || in->k != pp->k || in->transb != pp->transb || in->nblocks == 0 ||
             in->src.row != in->dst.row ||
@@ -1386,9 +1446,13 @@ static bool check_rs_bufs(sim_t *s)
     for (uint32_t r = 0; r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
         const ovl_plan_params_t *pp = &p->params;
-        bool push = pp->algo == OVL_ALGO_PUSH, rail = push && s->nnodes > 1;
+        bool ring = pp->algo == OVL_ALGO_RING;
+        bool push = pp->algo == OVL_ALGO_PUSH || ring, rail = push && s->nnodes > 1;
         uint64_t mb = pp->m / s->world;
-        uint64_t prows = rail ? (3 * (uint64_t)s->world - 1) * mb : push ? 2 * pp->m - mb : pp->m;
+        uint64_t prows = ring   ? 2 * (uint64_t)(s->world - 1) * mb
+                         : rail ? (3 * (uint64_t)s->world - 1) * mb
+                         : push ? 2 * pp->m - mb
+                                : pp->m;
         uint64_t scratch = 0, want = prows * pp->n * ovl_dtype_size(pp->dtype);
         ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
             [OVL_BUF_A] = {.used = true, .rows = pp->m, .cols = pp->k},
@@ -1396,7 +1460,8 @@ static bool check_rs_bufs(sim_t *s)
                            .rows = pp->transb ? pp->n : pp->k,
                            .cols = pp->transb ? pp->k : pp->n},
             [OVL_BUF_C] = {.used = true, .rows = pp->m / s->world, .cols = pp->n},
-            [OVL_BUF_P] = {.used = true, .rows = prows, .cols = pp->n},
+            /* ring at world 1: one GEMM into C, no P */
+            [OVL_BUF_P] = {.used = prows > 0, .rows = prows, .cols = pp->n},
         };
 
         for (int b = 0; b < OVL_BUF_COUNT; b++)
@@ -1413,8 +1478,9 @@ static bool check_rs_bufs(sim_t *s)
                              (unsigned long long)want);
         if (p->replay)
             return violation(s, "r%u: a plan with a collective call marked for replay", r);
-        /* collective's side streams reduce; push's copy (1) and multiply,
-         * and across nodes reduce the node partials and rail them (4) */
+        /* collective's side streams reduce; push's and ring's copy (1) and
+         * multiply, and push across nodes reduces the node partials and
+         * rails them (4) */
         for (uint32_t st = 0; st < p->nstreams; st++)
             if (p->roles[st] != (st == 0            ? OVL_ROLE_CLIENT
                                  : !push || st == 4 ? OVL_ROLE_COMM
@@ -1422,18 +1488,20 @@ static bool check_rs_bufs(sim_t *s)
                                                     : OVL_ROLE_COMPUTE))
                 return violation(s, "r%u: stream %u's role", r, st);
         if (push && p->nstreams != (rail ? 5u : s->world > 1 ? 4u : 1u))
-            return violation(s, "r%u: push on %u streams", r, p->nstreams);
+            return violation(s, "r%u: %s on %u streams", r, ovl_algo_name(pp->algo), p->nstreams);
     }
     return true;
 }
 
 /*
- * push's rows: every row of every rank's P is written exactly once (a slot
- * by the GEMM of the own block or by the PUSH of its peer, a step's rows by
- * that step's GEMM) and read exactly once after its write (a step's rows by
- * their PUSH, a slot by a REDUCE); a PUSH writes a peer's P after the
+ * push's and ring's rows: every row of every rank's P is written exactly
+ * once (push: a slot by the GEMM of the own block or by the PUSH of its
+ * peer, a step's rows by that step's GEMM; ring: a receive slot by the
+ * PUSH of the previous rank, a step's sum by its GEMM) and read exactly
+ * once after its write (a step's rows by their PUSH; a slot by a REDUCE,
+ * or in ring by the GEMM that adds it); a PUSH writes a peer's P after the
  * peer's READY (its previous op is done, its slots free) and before its
- * DONE; every row of C is written by exactly one REDUCE.
+ * DONE; every row of C is written by exactly one REDUCE (ring: GEMM).
  */
 static bool check_push_rows(sim_t *s)
 {
@@ -1462,8 +1530,8 @@ static bool check_push_rows(sim_t *s)
              * own instruction, which the senders' RAILs happen before) */
             uint32_t nw = in->kind == OVL_I_RAIL ? in->nrecv : 1;
 
-            if (in->kind != OVL_I_GEMM && in->kind != OVL_I_PUSH && in->kind != OVL_I_RAIL &&
-                !(in->kind == OVL_I_REDUCE && in->dst.buf == OVL_BUF_P))
+            if (!(in->kind == OVL_I_GEMM && in->dst.buf == OVL_BUF_P) && in->kind != OVL_I_PUSH &&
+                in->kind != OVL_I_RAIL && !(in->kind == OVL_I_REDUCE && in->dst.buf == OVL_BUF_P))
                 continue;
             for (uint32_t k = 0; ok && k < nw; k++)
                 for (uint64_t x = 0; ok && x < in->rows; x++) {
@@ -1492,12 +1560,16 @@ static bool check_push_rows(sim_t *s)
         for (size_t i = 0; ok && i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
             uint32_t nb = in->kind == OVL_I_REDUCE ? in->nblocks : 1;
+            bool acc = in->kind == OVL_I_GEMM && in->accumulate;
+            /* the rows read: a GEMM's added rows (ring), else src's */
+            uint64_t from = acc ? in->acc.row : in->src.row;
 
-            if (in->kind != OVL_I_PUSH && in->kind != OVL_I_REDUCE && in->kind != OVL_I_RAIL)
+            if (in->kind != OVL_I_PUSH && in->kind != OVL_I_REDUCE && in->kind != OVL_I_RAIL &&
+                in->kind != OVL_I_GEMM)
                 continue;
-            for (uint32_t b = 0; ok && b < nb; b++)
+            for (uint32_t b = 0; ok && b < nb && (in->kind != OVL_I_GEMM || acc); b++)
                 for (uint64_t x = 0; ok && x < in->rows; x++) {
-                    uint64_t row = in->src.row + b * in->stride + x;
+                    uint64_t row = from + b * in->stride + x;
 
                     if (!wr_i[r][row] || !hb(s, wr_rank[r][row], wr_i[r][row] - 1, r, i))
                         ok = violation(s, "r%u #%zu: reads P row %llu before it is written", r, i,
@@ -1506,8 +1578,9 @@ static bool check_push_rows(sim_t *s)
                         ok = violation(s, "r%u #%zu: P row %llu read twice", r, i,
                                        (unsigned long long)row);
                 }
-            for (uint64_t x = 0;
-                 ok && in->kind == OVL_I_REDUCE && in->dst.buf == OVL_BUF_C && x < in->rows; x++)
+            for (uint64_t x = 0; ok && (in->kind == OVL_I_REDUCE || in->kind == OVL_I_GEMM) &&
+                                 in->dst.buf == OVL_BUF_C && x < in->rows;
+                 x++)
                 if (cw[in->dst.row + x]++)
                     ok = violation(s, "r%u #%zu: C row %llu written twice", r, i,
                                    (unsigned long long)(in->dst.row + x));
@@ -1534,7 +1607,7 @@ static bool check_push_rows(sim_t *s)
 
 static bool check_rs_rows(sim_t *s)
 {
-    if (s->plans[0].params.algo == OVL_ALGO_PUSH)
+    if (s->plans[0].params.algo == OVL_ALGO_PUSH || s->plans[0].params.algo == OVL_ALGO_RING)
         return check_push_rows(s);
 
     bool ok = true;
@@ -1660,9 +1733,14 @@ static bool dataflow_bounds(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *i
 
     switch (in->kind) {
     case OVL_I_GEMM:
-        ok = in->src.buf == OVL_BUF_A && in->dst.buf == OVL_BUF_P &&
+        ok = in->src.buf == OVL_BUF_A &&
              span_ok(in->src.row, in->nblocks, in->stride, in->rows, m) &&
-             span_ok(in->dst.row, in->nblocks, in->stride, in->rows, prows);
+             (in->dst.buf == OVL_BUF_P
+                  ? span_ok(in->dst.row, in->nblocks, in->stride, in->rows, prows)
+                  : in->dst.buf == OVL_BUF_C &&
+                        span_ok(in->dst.row, in->nblocks, in->stride, in->rows, mb)) &&
+             (!in->accumulate || (in->acc.buf == OVL_BUF_P && in->nblocks == 1 &&
+                                  span_ok(in->acc.row, 1, 0, in->rows, prows)));
         break;
     case OVL_I_PUSH:
         ok = in->src.buf == OVL_BUF_P && in->dst.buf == OVL_BUF_P && in->dst.rank < w &&
@@ -1732,16 +1810,27 @@ static bool check_rs_dataflow(sim_t *s)
                 if (done[r][i])
                     continue;
                 switch (in->kind) {
-                case OVL_I_GEMM: /* rank r's partial of the rows of A it multiplies */
-                    for (uint32_t b = 0; b < in->nblocks; b++)
-                        for (uint64_t x = 0; x < in->rows; x++) {
+                case OVL_I_GEMM: /* rank r's partial of the rows of A it multiplies,
+                                    added to the rows acc names (ring) */
+                    for (uint64_t x = 0; in->accumulate && ready && x < in->rows; x++)
+                        ready = pv[r][in->acc.row + x].set;
+                    for (uint32_t b = 0; ok && ready && b < in->nblocks; b++)
+                        for (uint64_t x = 0; ok && x < in->rows; x++) {
                             uint64_t arow = in->src.row + b * in->stride + x;
+                            uint64_t drow = in->dst.row + b * in->stride + x;
+                            rowval_t mine = {.set = true,
+                                             .block = (uint32_t)(arow / mb),
+                                             .off = arow % mb,
+                                             .ranks = UINT64_C(1) << r};
+                            rowval_t *out = in->dst.buf == OVL_BUF_C ? &cv[r][drow] : &pv[r][drow];
 
-                            pv[r][in->dst.row + b * in->stride + x] =
-                                (rowval_t){.set = true,
-                                           .block = (uint32_t)(arow / mb),
-                                           .off = arow % mb,
-                                           .ranks = UINT64_C(1) << r};
+                            if (in->accumulate) {
+                                const rowval_t *two[2] = {&pv[r][in->acc.row + x], &mine};
+
+                                ok = rowval_sum(s, r, i, two, 2, out);
+                            } else {
+                                *out = mine;
+                            }
                         }
                     break;
                 case OVL_I_PUSH:
@@ -3338,7 +3427,7 @@ static void test_free_and_names(void **state)
 }
 
 /* GEMM + reduce-scatter: every rank's plan of jobs of worlds 1 to 8, block
- * rows 1 to 100, chunks 0 to 9 and streams 0 to 5, naive and collective,
+ * rows 1 to 100, chunks 0 to 9 and streams 0 to 5, every algorithm,
  * sum and avg, with and without transb, checked together; and what the
  * planner refuses of this kind. */
 static ovl_plan_params_t rs_params(ovl_algo_t algo, uint32_t world, uint32_t rank, uint64_t mb,
@@ -3372,9 +3461,6 @@ static void test_rs_checker_all_shapes(void **state)
                 for (uint32_t streams = 0; streams <= 5; streams++)
                     for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_PUSH; a++) {
                         bool odd = (chunks + streams) % 2 == 1;
-
-                        if (a == OVL_ALGO_RING)
-                            continue; /* not this kind's */
 
                         for (uint32_t r = 0; r < world; r++) {
                             ovl_plan_params_t p = rs_params((ovl_algo_t)a, world, r, mbs[mi],
@@ -3746,6 +3832,67 @@ static void test_railpush_checker_catches(void **state)
     checker_free(&ck);
 }
 
+/* ring (gemm_rs): the checker catches a missing arrival wait, a wrong added
+ * slot, a push to the wrong rank, a last step that adds nothing, a push
+ * before the receiver is ready, avg where the op sums, and (the data
+ * flow's own catch) a step that multiplies another block than the partial
+ * it adds to. */
+static void test_ringrs_checker_catches(void **state)
+{
+    enum { W = 3, MB = 4 };
+    ovl_plan_t plans[W];
+    checker_t ck = {.arena = NULL};
+    static const char *const want[] = {"before it is written", "rows other than its receive slot's",
+                                       "PUSH other than",      "adds nothing",
+                                       "before its READY",     "avg wrong",
+                                       "sums rows of block"};
+
+    (void)state;
+    for (int how = 0; how < 7; how++) {
+        for (uint32_t r = 0; r < W; r++) {
+            ovl_plan_params_t p = rs_params(OVL_ALGO_RING, W, r, MB, 1, 0, false, false);
+
+            assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        }
+        if (how == 0 && !check_job(&ck, plans, W)) /* whole, it passes */
+            fail_msg("ring world %d: %s", W, ck.why);
+        ovl_plan_t *p1 = &plans[1];
+        size_t last = find_instr(p1, OVL_I_GEMM, -1, 2), mid = find_instr(p1, OVL_I_GEMM, -1, 1);
+        switch (how) {
+        case 0: /* rank 1 adds rank 0's first partial without waiting for it */
+            remove_instr(p1, find_wait(p1, p1->instr[mid].stream, 0, OVL_EV_FIRST_FREE));
+            break;
+        case 1: /* the last step adds step 1's slot (read already) */
+            p1->instr[last].acc.row = 0;
+            break;
+        case 2: /* the first push goes back to rank 0 */
+            p1->instr[find_instr(p1, OVL_I_PUSH, -1, 0)].dst.rank = 0;
+            break;
+        case 3: /* the last step forgets what it received */
+            p1->instr[last].accumulate = false;
+            break;
+        case 4: /* the copy stream no longer waits for rank 2's READY */
+            remove_instr(p1, find_wait(p1, 1, 2, OVL_EV_READY));
+            break;
+        case 5: /* the op sums, the last step divides */
+            p1->instr[last].avg = true;
+            break;
+        case 6: /* step 1 multiplies rank 1's own block into the partial of block 2 */
+            p1->instr[mid].src.row = 1 * MB;
+            g_dataflow_only = true;
+            break;
+        }
+        bool passed = check_job(&ck, plans, W);
+        g_dataflow_only = false;
+        if (passed)
+            fail_msg("case %d passed the checker", how);
+        if (!strstr(ck.why, want[how]))
+            fail_msg("case %d: '%s' does not say '%s'", how, ck.why, want[how]);
+        free_job(plans, W);
+    }
+    checker_free(&ck);
+}
+
 static void test_rs_refused(void **state)
 {
     ovl_plan_params_t p = rs_params(OVL_ALGO_NAIVE, 4, 0, 8, 0, 0, false, false);
@@ -3761,6 +3908,13 @@ static void test_rs_refused(void **state)
     assert_non_null(strstr(ovl_plan_refusal(&p), "not a multiple of the world"));
     p.m = 32;
     p.algo = OVL_ALGO_RING;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    /* ring's P: the 3 receive slots of 8 rows and the 3 sums it sends */
+    assert_int_equal(plan.scratch_bytes, 48ull * 48 * 2);
+    assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_OK);
+    assert_int_equal(bytes, plan.scratch_bytes);
+    ovl_plan_free(&plan);
+    p.algo = (ovl_algo_t)OVL_ALGO_COUNT;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     assert_non_null(strstr(ovl_plan_refusal(&p), "an algorithm gemm_rs does not have"));
     /* ranks sharing a GPU: auto picks push (the CUDA backend has no NCCL
@@ -3810,6 +3964,11 @@ static void test_rs_refused(void **state)
     assert_int_equal(plan.nnodes, 2);
     assert_true(plan.params.node_of != two_nodes && plan.params.node_of[2] == 1);
     ovl_plan_free(&plan);
+    /* ring passes its partials on by the copy engine: one node only */
+    p.algo = OVL_ALGO_RING;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
+    assert_non_null(strstr(ovl_plan_refusal(&p), "ring (of gemm_rs) runs in one node"));
+    p.algo = OVL_ALGO_NAIVE;
     p.algo = OVL_ALGO_PUSH;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.nstreams, 5);
@@ -3898,6 +4057,7 @@ static void test_golden_rs(void **state)
     check_golden_rs(OVL_ALGO_NAIVE, "plan_rs_naive.txt");
     check_golden_rs(OVL_ALGO_COLLECTIVE, "plan_rs_collective.txt");
     check_golden_rs(OVL_ALGO_PUSH, "plan_rs_push.txt");
+    check_golden_rs(OVL_ALGO_RING, "plan_rs_ring.txt");
 }
 
 int main(void)
@@ -3933,6 +4093,7 @@ int main(void)
         cmocka_unit_test(test_push_checker_catches),
         cmocka_unit_test(test_rs_checker_nodes),
         cmocka_unit_test(test_railpush_checker_catches),
+        cmocka_unit_test(test_ringrs_checker_catches),
         cmocka_unit_test(test_rs_dataflow_catches),
         cmocka_unit_test(test_golden_rs),
     };

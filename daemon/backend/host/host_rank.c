@@ -101,9 +101,11 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
         size_t elem = ovl_dtype_size(g->dtype);
         for (uint32_t blk = 0; blk < g->nblocks; blk++) {
             uint64_t row = (uint64_t)blk * g->block_stride;
-            st = ovl_host_gemm(g->dtype, g->rows, g->n, g->k, ovld_view_rows(g->a, row, elem).ptr,
-                               g->a.ld, g->b.ptr, g->b.ld, g->transb,
-                               ovld_view_rows(g->c, row, elem).ptr, g->c.ld);
+            st = ovl_host_gemm_acc(g->dtype, g->rows, g->n, g->k,
+                                   ovld_view_rows(g->a, row, elem).ptr, g->a.ld, g->b.ptr, g->b.ld,
+                                   g->transb,
+                                   g->acc.ptr ? ovld_view_rows(g->acc, row, elem).ptr : NULL,
+                                   g->acc.ld, g->div, ovld_view_rows(g->c, row, elem).ptr, g->c.ld);
             if (st != OVL_OK) {
                 host_rank_fail(r, st, "gemm: %s", ovl_strerror(st));
                 break;
