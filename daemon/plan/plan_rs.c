@@ -33,9 +33,14 @@
 #define PUSH_STREAMS      4
 #define PUSH_SLEEP_NS     2000u
 #define PUSH_CHUNKS       1 /* chunks of a block by default: a block a push */
-/* ring (GEMM + reduce-scatter's, with accumulation): push's streams, and
- * its chunks of a block by default (docs/plans.md, "ring") */
-#define RING_CHUNKS 2
+/* ring (GEMM + reduce-scatter's, with accumulation): push's client and
+ * copy streams and one GEMM stream, whose order is the ring's (each chunk
+ * done before the next starts, so that its push leaves as early as it
+ * can; two GEMM streams ran chunks side by side and held every push back:
+ * docs/performance.md); its chunks of a block by default */
+#define RING_GEMM_STREAM 2
+#define RING_STREAMS     3
+#define RING_CHUNKS      2
 
 /* Rows of one rank's block of the product. */
 static uint64_t rs_block(const ovl_plan_params_t *p)
@@ -218,7 +223,7 @@ static void rs_plan_shape(ovl_plan_t *plan)
     } else if (p->algo == OVL_ALGO_PUSH || p->algo == OVL_ALGO_RING) {
         /* push's streams are fixed, and ring's (streams is not read) */
         c = p->chunks ? p->chunks : p->algo == OVL_ALGO_PUSH ? PUSH_CHUNKS : RING_CHUNKS;
-        s = p->world > 1 ? PUSH_STREAMS : 1;
+        s = p->world == 1 ? 1 : p->algo == OVL_ALGO_PUSH ? PUSH_STREAMS : RING_STREAMS;
     }
     if (c > mb)
         c = (uint32_t)mb;
@@ -466,8 +471,8 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
  * ring (GEMM + reduce-scatter with accumulation; docs/plans.md): the
  * partial of a block travels round the ring and each rank adds its product
  * to it, so nothing is stacked and no reduction runs. At step t = 0 .. W-1
- * rank r works on block d = r - 1 - t (mod W), chunk by chunk on the two
- * GEMM streams in turn (the second headed by push's sleep): at step 0 it
+ * rank r works on block d = r - 1 - t (mod W), chunk by chunk on its one
+ * GEMM stream (RING_GEMM_STREAM): at step 0 it
  * makes its partial of d; at step t > 0, once rank r - 1's push of that
  * chunk has arrived (arrival event (t, j), numbered as push's), it adds
  * its product to the partial received (a GEMM with beta 1, summing in
@@ -481,7 +486,7 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
 static ovl_status_t ringrs_emit(builder_t *b, const ovl_plan_t *plan)
 {
     const ovl_plan_params_t *p = &plan->params;
-    uint32_t w = p->world, me = p->rank, gemms = 0;
+    uint32_t w = p->world, me = p->rank, gs = w == 1 ? 0 : RING_GEMM_STREAM;
     uint32_t next = (me + 1) % w, prev = (me + w - 1) % w;
     uint64_t mb = rs_block(p);
     bool avg = p->reduce_op == OVL_REDUCE_AVG;
@@ -490,18 +495,15 @@ static ovl_status_t ringrs_emit(builder_t *b, const ovl_plan_t *plan)
     /* events: the arrivals (numbered alike on every rank) come first */
     b->next_event += (w - 1) * plan->chunks;
     if (w > 1) {
-        for (uint32_t s = PUSH_COPY_STREAM; r == OVL_OK && s <= PUSH_GEMM_STREAM1; s++)
+        for (uint32_t s = PUSH_COPY_STREAM; r == OVL_OK && s <= RING_GEMM_STREAM; s++)
             r = pb_emit_wait(b, s, me, OVL_EV_READY);
-        if (r == OVL_OK)
-            r = pb_emit_sleep(b, PUSH_GEMM_STREAM1, PUSH_SLEEP_NS);
         if (r == OVL_OK)
             r = pb_emit_wait(b, PUSH_COPY_STREAM, next, OVL_EV_READY);
     }
     for (uint32_t t = 0; r == OVL_OK && t < w; t++) {
         uint32_t d = (me + 2 * w - 1 - t) % w;
 
-        for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++, gemms++) {
-            uint32_t gs = w == 1 ? 0 : gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
+        for (uint32_t j = 0; r == OVL_OK && j < plan->chunks; j++) {
             uint64_t row0, rows, acc;
 
             rs_chunk(plan, j, &row0, &rows);

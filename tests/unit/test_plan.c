@@ -1487,7 +1487,7 @@ static bool check_rs_bufs(sim_t *s)
                                  : st == 1          ? OVL_ROLE_COPY
                                                     : OVL_ROLE_COMPUTE))
                 return violation(s, "r%u: stream %u's role", r, st);
-        if (push && p->nstreams != (rail ? 5u : s->world > 1 ? 4u : 1u))
+        if (push && p->nstreams != (rail ? 5u : s->world == 1 ? 1u : ring ? 3u : 4u))
             return violation(s, "r%u: %s on %u streams", r, ovl_algo_name(pp->algo), p->nstreams);
     }
     return true;
