@@ -996,26 +996,16 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
 /* The rule behind OVL_ALGO_AUTO, and its reason in words (*why). */
 static ovl_algo_t choose(const ovl_plan_params_t *params, const char **why)
 {
-    /* GEMM + reduce-scatter: naive until its plans are measured on GPUs,
-     * but push where ranks share a GPU: the CUDA backend makes no NCCL
-     * communicator over the job there, which naive's and collective's
-     * REDUCE_SCATTERs need (across nodes push's RAILs go by rail groups;
-     * uneven nodes the planner refuses, with words) */
-    if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1) {
-        if (params->shared_gpu) {
-            *why = "ranks share a GPU: push, whose copies (and rails across nodes) need no NCCL "
-                   "over the whole job";
-            return OVL_ALGO_PUSH;
-        }
-        *why = "gemm_rs is naive until its plans are measured on GPUs";
-        return OVL_ALGO_NAIVE;
-    }
+    /* GEMM + reduce-scatter: its own rule (plan_rs.c) */
+    if (params && kind_of(params) == OVL_OP_GEMM_RS && params->world > 1 &&
+        params->world <= OVL_PLAN_MAX_WORLD)
+        return pb_rs_choose(params, why);
     if (!params || params->world <= 1) {
         *why = "one rank: nothing to move";
         return OVL_ALGO_NAIVE;
     }
-    if (kind_of(params) == OVL_OP_GEMM_RS) { /* not reached: world > 1 above */
-        *why = "gemm_rs is naive until its plans are measured on GPUs";
+    if (kind_of(params) == OVL_OP_GEMM_RS) {
+        *why = "a world over the planner's largest: naive";
         return OVL_ALGO_NAIVE;
     }
     /* across nodes with ranks sharing a GPU, ring is the one that runs */

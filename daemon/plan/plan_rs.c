@@ -32,7 +32,7 @@
 #define PUSH_GEMM_STREAM1 3
 #define PUSH_STREAMS      4
 #define PUSH_SLEEP_NS     2000u
-#define PUSH_CHUNKS       1 /* chunks of a block by default: a block a push */
+#define PUSH_CHUNKS       2 /* chunks of a block by default (docs/performance.md) */
 /* ring (GEMM + reduce-scatter's, with accumulation): push's client and
  * copy streams and one GEMM stream, whose order is the ring's (each chunk
  * done before the next starts, so that its push leaves as early as it
@@ -41,6 +41,13 @@
 #define RING_GEMM_STREAM 2
 #define RING_STREAMS     3
 #define RING_CHUNKS      2
+/* ... and 4 where the rank's inner dimension is at most this: a partial's
+ * copy then takes longer than its GEMM, and smaller chunks hide more of it
+ * (2 x H200: 16384x2048x8192 and 65536x1024x1024 at 1.05x and 0.90x the
+ * floor with 4, 1.14x and 1.00x with 2; 4096^3 and 8192^3, k 2048 and
+ * 4096, lose with 4) */
+#define RING_COMM_HEAVY_K 1024
+#define RING_CHUNKS_COMM  4
 
 /* Rows of one rank's block of the product. */
 static uint64_t rs_block(const ovl_plan_params_t *p)
@@ -222,7 +229,10 @@ static void rs_plan_shape(ovl_plan_t *plan)
         s = RAILPUSH_STREAMS;
     } else if (p->algo == OVL_ALGO_PUSH || p->algo == OVL_ALGO_RING) {
         /* push's streams are fixed, and ring's (streams is not read) */
-        c = p->chunks ? p->chunks : p->algo == OVL_ALGO_PUSH ? PUSH_CHUNKS : RING_CHUNKS;
+        c = p->chunks                   ? p->chunks
+            : p->algo == OVL_ALGO_PUSH  ? PUSH_CHUNKS
+            : p->k <= RING_COMM_HEAVY_K ? RING_CHUNKS_COMM
+                                        : RING_CHUNKS;
         s = p->world == 1 ? 1 : p->algo == OVL_ALGO_PUSH ? PUSH_STREAMS : RING_STREAMS;
     }
     if (c > mb)
@@ -653,6 +663,46 @@ static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
     if (r == OVL_OK)
         r = pb_emit_simple(b, OVL_I_DONE, 0);
     return r;
+}
+
+/*
+ * auto (docs/plans.md, "auto"; the figures: docs/performance.md). On one
+ * node with a GPU per rank at world 2, ring: on 2 x H200 it was the best or
+ * within run-to-run spread of it on every measured shape, and it stacks
+ * nothing. Elsewhere on one node push, PyTorch's own pattern, whose
+ * pushes run side by side where ring's hops run in turn (ranks sharing a
+ * GPU: world 4 on 2 GPUs ran push in 0.46 ms and ring in 0.68 ms; naive
+ * and collective cannot run there, no NCCL between the ranks). Across
+ * nodes push by the rail scheme where the nodes are even, else naive (and
+ * push where ranks share a GPU, which the planner then refuses in words).
+ */
+ovl_algo_t pb_rs_choose(const ovl_plan_params_t *p, const char **why)
+{
+    uint32_t nodes = pb_count_nodes(p);
+    int64_t step;
+
+    if (nodes > 1) {
+        if (railpush_shape(p, nodes, &step)) {
+            *why = "across even nodes: push, by the rail scheme";
+            return OVL_ALGO_PUSH;
+        }
+        if (p->shared_gpu) {
+            *why = "ranks share a GPU across nodes: push is the one that could run";
+            return OVL_ALGO_PUSH;
+        }
+        *why = "across uneven nodes: naive (push's rail scheme takes even nodes)";
+        return OVL_ALGO_NAIVE;
+    }
+    if (p->shared_gpu) {
+        *why = "ranks share a GPU: push, whose copies need no NCCL and run side by side";
+        return OVL_ALGO_PUSH;
+    }
+    if (p->world == 2) {
+        *why = "world 2, a GPU per rank: ring, the fastest measured (docs/performance.md)";
+        return OVL_ALGO_RING;
+    }
+    *why = "world over 2 on one node: push, its copies side by side (ring's hops run in turn)";
+    return OVL_ALGO_PUSH;
 }
 
 ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)

@@ -551,6 +551,8 @@ RS_CASES = [  # (rows per rank, n, k per rank, dtype, transb, reduce_op, strided
     (6, 5, 7, "fp32", True, "avg", False, "collective"),
     (4, 5, 8, "bf16", True, "avg", True, "push"),
     (2, 3, 5, "fp32", False, "sum", False, "push"),
+    (4, 5, 8, "bf16", True, "avg", True, "ring"),
+    (3, 4, 6, "fp16", False, "sum", False, "ring"),
 ]
 
 
@@ -635,7 +637,8 @@ def test_matmul_reduce_scatter_refused():
             b, _ = fill(c, (3, 2), "fp32", 2)
             IA = ovl.InvalidArgument
             expect(IA, comm.matmul_reduce_scatter, a, b, reduce_op="max", words="reduce_op")
-            expect(IA, comm.matmul_reduce_scatter, a, b, algo="ring", words="auto, naive, collective, push")
+            expect(IA, comm.matmul_reduce_scatter, a, b, algo="rail",
+                   words="auto, naive, collective, ring, push")
             expect(IA, comm.matmul_reduce_scatter, a, b, transb=True, words="does not fit")
             wrong, _ = fill(c, (3, 2), "fp32", 3)
             expect(IA, comm.matmul_reduce_scatter, a, b, out=wrong, words="out")

@@ -141,7 +141,7 @@ static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ov
         if (!rs || g ||
             ref_shape(rs->dtype, rs->algo, rs->m, rs->n, rs->k, rs->chunks, rs->streams) !=
                 OVL_OK ||
-            rs->algo == 3 || rs->reduce_op > 1)
+            rs->reduce_op > 1)
             return OVL_ERR_INVALID;
         return OVL_OK;
     }
@@ -290,7 +290,7 @@ static void check_accepted(const Ovl__Request *q)
         } else {
             dtype = rs->dtype, algo = rs->algo, m = rs->m, n = rs->n, k = rs->k;
             chunks = rs->chunks, streams = rs->streams;
-            CHECK(algo != OVL_ALGO_RING && rs->reduce_op < OVL_REDUCE_OP_COUNT);
+            CHECK(rs->reduce_op < OVL_REDUCE_OP_COUNT);
         }
         CHECK(dtype < OVL_DTYPE_COUNT);
         CHECK(algo < OVL_ALGO_COUNT);

@@ -3968,7 +3968,6 @@ static void test_rs_refused(void **state)
     p.algo = OVL_ALGO_RING;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_INVALID);
     assert_non_null(strstr(ovl_plan_refusal(&p), "ring (of gemm_rs) runs in one node"));
-    p.algo = OVL_ALGO_NAIVE;
     p.algo = OVL_ALGO_PUSH;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.nstreams, 5);
@@ -3984,17 +3983,36 @@ static void test_rs_refused(void **state)
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_NAIVE)); /* shared GPUs */
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
     p.shared_gpu = false;
+    /* auto across even nodes: push's rail scheme; uneven: naive */
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    assert_non_null(strstr(ovl_plan_choose_why(&p), "rail scheme"));
+    static const uint32_t uneven[] = {0, 0, 0, 1};
+    p.node_of = uneven;
     assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    assert_non_null(strstr(ovl_plan_choose_why(&p), "uneven nodes"));
+    p.node_of = two_nodes;
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_COLLECTIVE));
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
-    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_RING)); /* all-gather + GEMM's */
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_RING)); /* one node only */
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_AUTO));
     p.node_of = NULL;
+    /* one node: ring at world 2, push above it and where ranks share a GPU */
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_RING));
     p.shared_gpu = true;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
+    assert_true(ovl_plan_takes_default(&p, OVL_ALGO_RING));
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_NAIVE));
+    p.world = 2;
+    p.m = 16;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
     p.shared_gpu = false;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
+    assert_non_null(strstr(ovl_plan_choose_why(&p), "world 2, a GPU per rank: ring"));
+    p.world = 4;
+    p.m = 32;
     ovl_plan_params_t agd = p;
     agd.kind = OVL_OP_AG_GEMM;
     agd.m = 8;
@@ -4011,10 +4029,25 @@ static void test_rs_refused(void **state)
     p.m = UINT64_MAX / 4 * 4;
     p.n = 1ull << 40;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_LIMIT);
-    /* auto is naive for this kind until measured; plans of one kind are
-     * not another's in the cache's eyes */
+    /* auto at world 4 on one node is push; plans of one kind are not
+     * another's in the cache's eyes */
     p = rs_params(OVL_ALGO_AUTO, 4, 0, 1024, 0, 0, false, false);
-    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_NAIVE);
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    /* ring's chunks by default: 4 where the rank's k is at most 1024 (its
+     * copies outlast its GEMMs), else 2; push's 2 */
+    p.algo = OVL_ALGO_RING;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 4); /* k 40 */
+    ovl_plan_free(&plan);
+    p.k = 1025;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2);
+    ovl_plan_free(&plan);
+    p.algo = OVL_ALGO_PUSH;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2);
+    ovl_plan_free(&plan);
+    p = rs_params(OVL_ALGO_AUTO, 4, 0, 1024, 0, 0, false, false);
     ovl_plan_params_t ag = p;
     ag.kind = OVL_OP_AG_GEMM;
     assert_false(ovl_plan_params_equal(&p, &ag));
