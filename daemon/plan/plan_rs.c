@@ -41,13 +41,17 @@
 #define RING_GEMM_STREAM 2
 #define RING_STREAMS     3
 #define RING_CHUNKS      2
-/* ... and 4 where the rank's inner dimension is at most this: a partial's
- * copy then takes longer than its GEMM, and smaller chunks hide more of it
- * (2 x H200: 16384x2048x8192 and 65536x1024x1024 at 1.05x and 0.90x the
- * floor with 4, 1.14x and 1.00x with 2; 4096^3 and 8192^3, k 2048 and
- * 4096, lose with 4) */
-#define RING_COMM_HEAVY_K 1024
-#define RING_CHUNKS_COMM  4
+/* ... and 4 where the rank's inner dimension is at most RING_COMM_HEAVY_K
+ * (a partial's copy then outlasts its GEMM, and smaller chunks hide more
+ * of it) while a chunk's GEMM keeps RING_MIN_CHUNK_FLOP. On H200
+ * (docs/performance.md): 16384x2048x8192 and 65536x1024x1024 at world 2
+ * (k 1024 and 512; chunk GEMMs of 2^35 and 2^33 flop) ran 1.05x and 0.90x
+ * the floor with 4 chunks, 1.14x and 1.00x with 2; at world 4 65536x1024x1024
+ * (k 256, 2^31 flop) took 0.48 ms with 4 and 0.33 with 2; 4096^3 and
+ * 8192^3 (k 2048 and 4096) lose with 4 */
+#define RING_COMM_HEAVY_K   1024
+#define RING_MIN_CHUNK_FLOP (1ull << 33)
+#define RING_CHUNKS_COMM    4
 
 /* Rows of one rank's block of the product. */
 static uint64_t rs_block(const ovl_plan_params_t *p)
@@ -207,6 +211,17 @@ static void rs_buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
     (void)rs_p_rows(p, &bufs[OVL_BUF_P].rows); /* pb_rs_scratch checked it */
 }
 
+/* ring's chunks of a block by default (RING_CHUNKS, above). */
+static uint32_t ring_chunks(const ovl_plan_params_t *p)
+{
+    uint64_t chunk_rows = rs_block(p) / RING_CHUNKS_COMM, flop;
+
+    if (p->k > RING_COMM_HEAVY_K || __builtin_mul_overflow(2 * chunk_rows, p->n, &flop) ||
+        __builtin_mul_overflow(flop, p->k, &flop))
+        return RING_CHUNKS;
+    return flop >= RING_MIN_CHUNK_FLOP ? RING_CHUNKS_COMM : RING_CHUNKS;
+}
+
 /* Chunks of a block's rows and streams (docs/plans.md): collective's
  * defaults as all-gather + GEMM's, its chunks clamped to the block and
  * evened out, a stream per chunk at most; naive one chunk on stream 0. */
@@ -229,10 +244,7 @@ static void rs_plan_shape(ovl_plan_t *plan)
         s = RAILPUSH_STREAMS;
     } else if (p->algo == OVL_ALGO_PUSH || p->algo == OVL_ALGO_RING) {
         /* push's streams are fixed, and ring's (streams is not read) */
-        c = p->chunks                   ? p->chunks
-            : p->algo == OVL_ALGO_PUSH  ? PUSH_CHUNKS
-            : p->k <= RING_COMM_HEAVY_K ? RING_CHUNKS_COMM
-                                        : RING_CHUNKS;
+        c = p->chunks ? p->chunks : p->algo == OVL_ALGO_PUSH ? PUSH_CHUNKS : ring_chunks(p);
         s = p->world == 1 ? 1 : p->algo == OVL_ALGO_PUSH ? PUSH_STREAMS : RING_STREAMS;
     }
     if (c > mb)
@@ -667,14 +679,13 @@ static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
 
 /*
  * auto (docs/plans.md, "auto"; the figures: docs/performance.md). On one
- * node with a GPU per rank at world 2, ring: on 2 x H200 it was the best or
- * within run-to-run spread of it on every measured shape, and it stacks
- * nothing. Elsewhere on one node push, PyTorch's own pattern, whose
- * pushes run side by side where ring's hops run in turn (ranks sharing a
- * GPU: world 4 on 2 GPUs ran push in 0.46 ms and ring in 0.68 ms; naive
- * and collective cannot run there, no NCCL between the ranks). Across
- * nodes push by the rail scheme where the nodes are even, else naive (and
- * push where ranks share a GPU, which the planner then refuses in words).
+ * node with a GPU per rank, ring: on 2 and 4 H200 it was the best or
+ * within 3% of the best on every measured shape, and it stacks nothing.
+ * Where ranks share a GPU push (world 4 on 2 GPUs ran push in 0.46 ms and
+ * ring in 0.68 ms; naive and collective cannot run there, no NCCL between
+ * the ranks). Across nodes push by the rail scheme where the nodes are
+ * even, else naive (and push where ranks share a GPU, which the planner
+ * then refuses in words).
  */
 ovl_algo_t pb_rs_choose(const ovl_plan_params_t *p, const char **why)
 {
@@ -697,12 +708,8 @@ ovl_algo_t pb_rs_choose(const ovl_plan_params_t *p, const char **why)
         *why = "ranks share a GPU: push, whose copies need no NCCL and run side by side";
         return OVL_ALGO_PUSH;
     }
-    if (p->world == 2) {
-        *why = "world 2, a GPU per rank: ring, the fastest measured (docs/performance.md)";
-        return OVL_ALGO_RING;
-    }
-    *why = "world over 2 on one node: push, its copies side by side (ring's hops run in turn)";
-    return OVL_ALGO_PUSH;
+    *why = "one node, a GPU per rank: ring, the fastest measured (docs/performance.md)";
+    return OVL_ALGO_RING;
 }
 
 ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)

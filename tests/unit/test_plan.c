@@ -3996,8 +3996,8 @@ static void test_rs_refused(void **state)
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_RING)); /* one node only */
     assert_false(ovl_plan_takes_default(&p, OVL_ALGO_AUTO));
     p.node_of = NULL;
-    /* one node: ring at world 2, push above it and where ranks share a GPU */
-    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    /* one node: ring with a GPU per rank, push where ranks share a GPU */
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_PUSH));
     assert_true(ovl_plan_takes_default(&p, OVL_ALGO_RING));
     p.shared_gpu = true;
@@ -4010,7 +4010,7 @@ static void test_rs_refused(void **state)
     assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
     p.shared_gpu = false;
     assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
-    assert_non_null(strstr(ovl_plan_choose_why(&p), "world 2, a GPU per rank: ring"));
+    assert_non_null(strstr(ovl_plan_choose_why(&p), "one node, a GPU per rank: ring"));
     p.world = 4;
     p.m = 32;
     ovl_plan_params_t agd = p;
@@ -4029,19 +4029,34 @@ static void test_rs_refused(void **state)
     p.m = UINT64_MAX / 4 * 4;
     p.n = 1ull << 40;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_ERR_LIMIT);
-    /* auto at world 4 on one node is push; plans of one kind are not
+    /* auto at world 4 on one node is ring; plans of one kind are not
      * another's in the cache's eyes */
     p = rs_params(OVL_ALGO_AUTO, 4, 0, 1024, 0, 0, false, false);
-    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
     /* ring's chunks by default: 4 where the rank's k is at most 1024 (its
-     * copies outlast its GEMMs), else 2; push's 2 */
+     * copies outlast its GEMMs) and a chunk's GEMM keeps 2^33 flop, else
+     * 2; push's 2. 65536 x 1024 x 1024 at world 2 (k 512) and 4 (k 256): */
     p.algo = OVL_ALGO_RING;
+    p.m = 65536;
+    p.n = 1024;
+    p.k = 512;
+    p.world = 2;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
-    assert_int_equal(plan.chunks, 4); /* k 40 */
+    assert_int_equal(plan.chunks, 4);
     ovl_plan_free(&plan);
-    p.k = 1025;
+    p.k = 256;
+    p.world = 4;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     assert_int_equal(plan.chunks, 2);
+    ovl_plan_free(&plan);
+    p.world = 2;
+    p.k = 1025; /* compute-heavy */
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2);
+    ovl_plan_free(&plan);
+    p = rs_params(OVL_ALGO_RING, 4, 0, 1024, 0, 0, false, false);
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    assert_int_equal(plan.chunks, 2); /* k 40, but chunks of 2 * 256 * 48 * 40 flop */
     ovl_plan_free(&plan);
     p.algo = OVL_ALGO_PUSH;
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
