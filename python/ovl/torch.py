@@ -23,6 +23,7 @@
 
 torch is imported here, never by `import ovl`. See python/README.md.
 """
+import os
 import threading
 
 try:
@@ -34,10 +35,11 @@ except ImportError as _e:
         "torch (pip install 'ovl[torch]'); `import ovl` alone works without it" % _e,
         name=__name__) from _e
 
-from . import _core
+from . import _core, _route
 
-__all__ = ["init", "get_comm", "shutdown", "fused_all_gather_matmul", "ColumnParallelLinear",
-           "RowParallelLinear"]
+__all__ = ["init", "get_comm", "shutdown", "fused_all_gather_matmul",
+           "fused_matmul_reduce_scatter", "ColumnParallelLinear", "RowParallelLinear", "install",
+           "uninstall", "installed", "stats"]
 
 _MU = threading.Lock()
 _COMMS = {}      # group name -> ovl Comm
@@ -628,3 +630,198 @@ class RowParallelLinear(torch.nn.Module):
         return "in_features=%d of %d, out_features=%d, bias=%s, gather_dim=%d" % (
             self.in_features, self.in_features_total, self.out_features,
             self.bias is not None, self.gather_dim)
+
+
+# -- install: PyTorch's own symm_mem ops through ovld -----------------------
+#
+# torch.compile's micro-pipeline TP pass (TorchTitan's async TP, vLLM's
+# AsyncTPPass) rewrites all_gather + mm and mm + reduce_scatter into
+# torch.ops.symm_mem.fused_all_gather_matmul and fused_matmul_reduce_scatter
+# by name. install() replaces those ops' CUDA kernels (PyTorch registers them
+# from Python, torch/distributed/_symmetric_memory/__init__.py) with ovl's,
+# which hand a call to PyTorch's own kernel wherever ovl does not take it
+# (ovl._route says where). Their Meta kernels stay PyTorch's: what Inductor
+# traces, and the strides it asserts, are PyTorch's, and ovl's results have
+# the same (the ported AsyncTPTest checks compare them).
+
+_ROUTER = _route.Router()
+_INSTALLER = _route.Installer()
+_LAZY = [False]      # install(lazy=...): make a group's comm on its first call
+_NOT_SERVED = {}     # group name -> why its lazy comm failed (never retried)
+_AG, _RS = "fused_all_gather_matmul", "fused_matmul_reduce_scatter"
+
+
+def _symm_mem():
+    """PyTorch's module that defines the symm_mem ops and their kernels."""
+    import torch.distributed._symmetric_memory as sm
+    return sm
+
+
+def _override_supported():
+    import inspect
+    return "allow_override" in inspect.signature(torch.library.Library.impl).parameters
+
+
+class _Registration:
+    """ovl's kernels over PyTorch's, for the CUDA dispatch key; destroy()
+    restores PyTorch's (the dispatcher keeps the one it overrode)."""
+
+    def __init__(self):
+        import warnings
+        self.lib = torch.library.Library("symm_mem", "IMPL")  # noqa: TOR901
+        try:
+            with warnings.catch_warnings():  # the dispatcher's note that it overrides: meant
+                warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered")
+                self.lib.impl(_AG, _symm_ag, "CUDA", allow_override=True)
+                self.lib.impl(_RS, _symm_rs, "CUDA", allow_override=True)
+        except BaseException:
+            self.lib._destroy()
+            raise
+
+    def destroy(self):
+        self.lib._destroy()
+
+
+def install(group=None, lazy=True):
+    """Routes torch.ops.symm_mem.fused_all_gather_matmul and
+    fused_matmul_reduce_scatter through ovld for the process groups ovl
+    serves; any other call runs PyTorch's own kernel, each reason logged
+    once (logger "ovl.torch"; python/README.md). group: a group to serve
+    now (ovl.torch.init(group) if it has no comm yet: collective over it).
+    lazy: a group without a comm gets one on its first call (collective
+    over the group, as the op itself is; where ovld is not reachable from
+    every rank of it, the group keeps PyTorch's kernel). Harmless twice.
+    Returns True if it installed now. PyTorch 2.8 or later (older versions
+    cannot replace a kernel registered from Python: RuntimeError)."""
+    if not _override_supported():
+        raise RuntimeError("ovl.torch.install: PyTorch %s cannot replace the symm_mem kernels "
+                           "(torch.library.Library.impl(..., allow_override=True) came in 2.8); "
+                           "call torch.ops.ovl.fused_all_gather_matmul and "
+                           "fused_matmul_reduce_scatter instead" % torch.__version__)
+    sm = _symm_mem()
+    for fn in ("_fused_all_gather_matmul", "_fused_matmul_reduce_scatter"):
+        if not callable(getattr(sm, fn, None)):
+            raise RuntimeError("ovl.torch.install: this PyTorch (%s) has no %s.%s to fall back "
+                               "to" % (torch.__version__, sm.__name__, fn))
+    if group is not None and not any(n in _COMMS for n in _group_names(group)):
+        init(group)
+    _LAZY[0] = bool(lazy)
+    return _INSTALLER.install(_Registration)
+
+
+def uninstall():
+    """Restores PyTorch's own symm_mem kernels; the comms stay (shutdown()
+    closes them). Returns True if it uninstalled now."""
+    return _INSTALLER.uninstall()
+
+
+def installed():
+    """Whether install() is in effect."""
+    return _INSTALLER.installed
+
+
+def stats():
+    """The symm_mem calls ovl took and those it handed to PyTorch's kernel,
+    by reason: {"taken": {op: calls}, "fell_back": {"op: reason": calls}}."""
+    return _ROUTER.stats()
+
+
+def _lazy_comm(group_name):
+    """The comm of the group named group_name, made now (collective over
+    the group): (comm, None), or (None, why not). Every rank makes its comm,
+    then the group agrees (a MIN all-reduce) that all did; if any did not,
+    every rank closes its own and the group keeps PyTorch's kernel."""
+    from torch.distributed import distributed_c10d as c10d
+    try:
+        g = c10d._resolve_process_group(group_name)
+    except Exception as e:  # not a group of this process: nothing collective was done
+        return None, "group %r is not a process group here (%s)" % (group_name, e)
+    comm, err = None, None
+    try:
+        comm = init(g)
+    except Exception as e:
+        err = e
+    dev = torch.device("cuda", torch.cuda.current_device()) \
+        if dist.get_backend(g) == "nccl" else torch.device("cpu")
+    flag = torch.tensor([0 if comm is None else 1], dtype=torch.int32, device=dev)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=g)
+    if int(flag.item()) == 1:
+        return comm, None
+    if comm is not None:
+        with _MU:
+            for n in [n for n, c in _COMMS.items() if c is comm]:
+                del _COMMS[n]
+        comm.close()
+    why = "ovld is not usable from every rank of group %r (%s)" % (
+        group_name, "here: %s" % err if err is not None else "another rank's")
+    with _MU:
+        _NOT_SERVED[group_name] = why
+    return None, why
+
+
+def _comm_for(group_name):
+    """(comm, None) where ovl serves the group, else (None, why not)."""
+    with _MU:
+        c, why = _COMMS.get(group_name), _NOT_SERVED.get(group_name)
+    if c is not None or why is not None:
+        return c, why
+    if not _LAZY[0]:
+        return None, ("group %r has no ovl comm (ovl.torch.init(group), or install(lazy=True))"
+                      % group_name)
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return None, ("group %r's first call is inside CUDA graph capture, where ovl makes no "
+                      "comm (ovl.torch.init(group) before capturing)" % group_name)
+    return _lazy_comm(group_name)
+
+
+def _dtype_name(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def _symm_ag(A_shard, Bs, gather_dim, group_name, *, return_A=True):
+    """symm_mem.fused_all_gather_matmul's CUDA kernel while installed: ovl's
+    (_cuda) where _route takes the call, else PyTorch's."""
+    sm = _symm_mem()
+    if getattr(sm, "_is_test_mode", False):  # PyTorch's tests force its fallback
+        return sm._fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name,
+                                           return_A=return_A)
+    ts = [A_shard] + list(Bs)
+    why = _route.why_not_ag([t.device.type for t in ts], [_dtype_name(t) for t in ts],
+                            list(A_shard.shape), [list(B.shape) for B in Bs], gather_dim)
+    if why is None:
+        _, why = _comm_for(group_name)
+    if why is not None:
+        _ROUTER.fell_back(_AG, why)
+        return sm._fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name,
+                                           return_A=return_A)
+    _ROUTER.took(_AG)
+    return _cuda(A_shard, list(Bs), gather_dim, group_name, return_A)
+
+
+def _symm_rs(A, B, reduce_op, scatter_dim, group_name):
+    """symm_mem.fused_matmul_reduce_scatter's CUDA kernel while installed."""
+    sm = _symm_mem()
+    if getattr(sm, "_is_test_mode", False):
+        return sm._fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
+    why = _route.why_not_rs([A.device.type, B.device.type], [_dtype_name(A), _dtype_name(B)],
+                            list(A.shape), list(B.shape), reduce_op, scatter_dim,
+                            _world_of(group_name))
+    if why is None:
+        _, why = _comm_for(group_name)
+    if why is not None:
+        _ROUTER.fell_back(_RS, why)
+        return sm._fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
+    _ROUTER.took(_RS)
+    return _rs_cuda(A, B, reduce_op, scatter_dim, group_name)
+
+
+def _env_install():
+    """OVL_TORCH_INSTALL=1 (any value but empty and 0): install() when
+    ovl.torch is imported (python/README.md: with ovl's sitecustomize for
+    programs one cannot edit)."""
+    v = os.environ.get("OVL_TORCH_INSTALL", "")
+    if v not in ("", "0"):
+        install()
+
+
+_env_install()

@@ -41,6 +41,14 @@ checks of fused_all_gather_matmul, ported):
   ranks refused with words for the last dimension. The MLP's
   RowParallelLinear forward and ColumnParallelLinear's input gradient run it
   there too;
+- ovl.torch.install() (where torch.distributed runs NCCL, PyTorch 2.8 and
+  later): PyTorch's AsyncTPTest checks through torch.ops.symm_mem with ovl
+  installed, fused_all_gather_matmul over gather_dim 0, 1 and 2 (2, A's
+  last, handed back to PyTorch's kernel) and fused_matmul_reduce_scatter
+  over scatter_dim 0, 1 and 2, against PyTorch's _fused_*_fallback: values
+  close, strides equal; ovld's stats count exactly the calls ovl took;
+  after uninstall() the ops are PyTorch's again (ovld counts no more, the
+  results still equal the fallback's);
 - the stream contract through the op: on a non-default current stream, 100
   iterations of a producer kernel writing A_shard (distinct data per
   iteration and rank), the op (two Bs, return_A), consumer kernels copying A
@@ -248,6 +256,107 @@ def check_rs_op(torch, dist, gname, rank, world, dev, worst):
             assert "not a multiple of the world" in str(e), e
     return n_cases
 
+
+
+def ovld_ops(client, kind):
+    """ovld's count of done ops of `kind` (all algorithms and dtypes)."""
+    st = client.stats()["total"]
+    return sum(o["count"] for o in st["ops"] if o["kind"] == kind)
+
+
+def check_install(torch, dist, otorch, client, gname, rank, world, dev):
+    """ovl.torch.install(): PyTorch's AsyncTPTest checks (its
+    test/distributed/test_symmetric_memory.py), run through
+    torch.ops.symm_mem with ovl installed. fused_all_gather_matmul: A_shard
+    8 x 64 x 32 split along gather_dim 0, 1 and 2, three Bs 32 x 16, float32;
+    against PyTorch's _fused_all_gather_matmul_fallback, A and outputs close
+    and their strides equal (gather_dim 2, A's last, is PyTorch's kernel's:
+    ovl hands it back, said once). fused_matmul_reduce_scatter: A 8 x 64 x
+    1024, B 1024 x 16, avg, scatter_dim 0, 1 and 2, against
+    _fused_matmul_reduce_scatter_fallback, close with equal strides. ovld
+    counts exactly the calls ovl took; after uninstall() the op is
+    PyTorch's own again (ovld counts nothing more, results still equal the
+    fallback's). NCCL groups only (PyTorch's kernel needs its symmetric
+    memory between the ranks' GPUs)."""
+    import torch.distributed._symmetric_memory as sm
+    tol = dict(rtol=1e-4, atol=1e-5)
+    otorch._ROUTER.reset()
+    assert otorch.install() is True and otorch.install() is False
+
+    def ag_cases():
+        BATCH, M, N, K = 8, 64, 16, 32
+        for gd in (0, 1, 2):
+            torch.manual_seed(42 + rank)
+            shape = [BATCH, M, K]
+            shape[gd] //= world
+            A_shard = torch.rand(shape, device=dev)
+            torch.manual_seed(7)
+            Bs = [torch.rand(K, N, device=dev) for _ in range(3)]
+            yield gd, A_shard, Bs
+
+    def rs_cases():
+        BATCH, M, N, K = 8, 64, 16, 1024
+        for sd in (0, 1, 2):
+            torch.manual_seed(11 + rank)
+            A = torch.rand(BATCH, M, K, device=dev)
+            torch.manual_seed(5 + rank)
+            B = torch.rand(K, N, device=dev)
+            yield sd, A, B
+
+    def run_all(expect_ovl):
+        ag0, rs0 = ovld_ops(client, "ag_gemm"), ovld_ops(client, "gemm_rs")
+        taken = 0
+        for gd, A_shard, Bs in ag_cases():
+            what = "symm_mem.fused_all_gather_matmul gather_dim %d (%s)" % (
+                gd, "installed" if expect_ovl else "uninstalled")
+            A_ref, outs_ref = sm._fused_all_gather_matmul_fallback(A_shard, Bs, gd, gname)
+            A, outs = torch.ops.symm_mem.fused_all_gather_matmul(A_shard, Bs, gd, gname)
+            torch.cuda.synchronize()
+            assert A.stride() == A_ref.stride(), "%s: A strides %s, not %s" % (
+                what, A.stride(), A_ref.stride())
+            torch.testing.assert_close(A, A_ref, rtol=0, atol=0, msg=lambda m: what + ": " + m)
+            for o, r in zip(outs, outs_ref):
+                assert o.stride() == r.stride(), "%s: strides %s, not %s" % (
+                    what, o.stride(), r.stride())
+                torch.testing.assert_close(o, r, **tol, msg=lambda m: what + ": " + m)
+            taken += expect_ovl and gd != 2
+        ag_taken = taken
+        for sd, A, B in rs_cases():
+            what = "symm_mem.fused_matmul_reduce_scatter scatter_dim %d (%s)" % (
+                sd, "installed" if expect_ovl else "uninstalled")
+            ref = sm._fused_matmul_reduce_scatter_fallback(A, B, "avg", sd, gname)
+            got = torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "avg", sd, gname)
+            torch.cuda.synchronize()
+            assert got.shape == ref.shape and got.stride() == ref.stride(), (
+                "%s: %s %s, not %s %s" % (what, tuple(got.shape), got.stride(),
+                                          tuple(ref.shape), ref.stride()))
+            torch.testing.assert_close(got, ref, **tol, msg=lambda m: what + ": " + m)
+        rs_taken = 3 if expect_ovl else 0
+        dist.barrier()
+        # ovld counts a job's op once, when its completion is delivered
+        # (its poller thread: a moment after the GPU is done): the ops this
+        # job ran, whatever rank reads them
+        deadline = time.monotonic() + 5
+        while True:
+            got = (ovld_ops(client, "ag_gemm") - ag0, ovld_ops(client, "gemm_rs") - rs0)
+            if got == (ag_taken, rs_taken) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert got == (ag_taken, rs_taken), ("ovld counted (ag_gemm, gemm_rs) %s, ovl took %s"
+                                             % (got, (ag_taken, rs_taken)))
+        dist.barrier()
+        return ag_taken, rs_taken
+
+    ag_taken, rs_taken = run_all(True)
+    st = otorch.stats()
+    assert st["taken"] == {"fused_all_gather_matmul": ag_taken,
+                           "fused_matmul_reduce_scatter": rs_taken}, st
+    assert list(st["fell_back"].values()) == [1] and "gather_dim is A's last" in \
+        list(st["fell_back"])[0], st
+    assert otorch.uninstall() is True and not otorch.installed()
+    run_all(False)
+    assert otorch.stats()["taken"] == st["taken"], otorch.stats()
+    return ag_taken + rs_taken
 
 
 def check_fake(torch, gname, world, dev):
@@ -475,6 +584,7 @@ def rank_main(sock, store, world, rank, q):
                                 world_size=world, rank=rank)
         import ovl.torch as otorch
         worst = {}
+        n_inst = None  # the symm_mem calls ovl took with install() (NCCL, PyTorch 2.8+)
         with ovl.connect(sock) as client:
             comm = otorch.init(client=client)
             assert (comm.world, comm.rank, comm.device) == (world, rank, dev.index)
@@ -484,6 +594,8 @@ def rank_main(sock, store, world, rank, q):
             n = check_op(torch, ref, gname, rank, world, dev, worst)
             if nccl:  # ovld's reduce-scatter needs NCCL between the ranks
                 n += check_rs_op(torch, dist, gname, rank, world, dev, worst)
+                if otorch._override_supported():
+                    n_inst = check_install(torch, dist, otorch, client, gname, rank, world, dev)
             check_fake(torch, gname, world, dev)
             check_compile(torch, gname, rank, dev)
             check_linear(torch, dist, otorch, rank, world, dev, nccl, worst)
@@ -493,7 +605,7 @@ def rank_main(sock, store, world, rank, q):
             otorch.shutdown()
         dist.barrier()
         dist.destroy_process_group()
-        q.put((rank, (n, iters, worst, "nccl" if nccl else "gloo"), None))
+        q.put((rank, (n, iters, worst, "nccl" if nccl else "gloo", n_inst), None))
     except BaseException as e:  # the parent reports it
         import traceback
         q.put((rank, None, "%r\n%s" % (e, traceback.format_exc())))
@@ -527,11 +639,13 @@ def main():
             flush=True)
         got = run_ranks(mp, d, rank_main, os.path.join(tmp, "store"), world, 500)
         for r in sorted(got):
-            n, iters, worst, backend = got[r]
+            n, iters, worst, backend, n_inst = got[r]
             print("rank %d (%s): %d op cases, fake impl, torch.compile, ColumnParallelLinear, "
                   "MLP (Column -> GELU -> RowParallelLinear, 5 steps), stream contract "
-                  "(%d iterations); worst relative errors %s" % (
+                  "(%d iterations), %s; worst relative errors %s" % (
                       r, backend, n, iters,
+                      "install(): %d symm_mem calls through ovld, then uninstall()" % n_inst
+                      if n_inst is not None else "install() not checked (gloo or PyTorch < 2.8)",
                       ", ".join("%s %.2g" % kv for kv in sorted(worst.items()))),
                   flush=True)
         assert d.stop() == 0, d.log_text()[-3000:]
