@@ -23,6 +23,7 @@
 
 torch is imported here, never by `import ovl`. See python/README.md.
 """
+import functools
 import os
 import threading
 
@@ -778,6 +779,46 @@ def _dtype_name(t):
     return str(t.dtype).replace("torch.", "")
 
 
+@functools.lru_cache(maxsize=256)
+def _ag_strides(a, bs, gather_dim, group_name, return_A, world):
+    """The strides PyTorch's Meta kernel of fused_all_gather_matmul gives
+    (what Inductor asserts): (A's or None, [each output's]). a, bs: (shape,
+    stride, dtype) of A_shard and of each B; world: the group's size (part
+    of the key: a name may be reused by a group of another size)."""
+    sm = _symm_mem()
+    A, outs = sm._fused_all_gather_matmul_fallback(
+        torch.empty_strided(a[0], a[1], dtype=a[2], device="meta"),
+        [torch.empty_strided(b[0], b[1], dtype=b[2], device="meta") for b in bs],
+        gather_dim, group_name, return_A=return_A)
+    return (A.stride() if A is not None else None), [o.stride() for o in outs]
+
+
+@functools.lru_cache(maxsize=256)
+def _rs_strides(a, b, reduce_op, scatter_dim, group_name, world):
+    """The strides of PyTorch's Meta kernel of fused_matmul_reduce_scatter."""
+    sm = _symm_mem()
+    out = sm._fused_matmul_reduce_scatter_fallback(
+        torch.empty_strided(a[0], a[1], dtype=a[2], device="meta"),
+        torch.empty_strided(b[0], b[1], dtype=b[2], device="meta"), reduce_op, scatter_dim,
+        group_name)
+    return out.stride()
+
+
+def _restride(t, stride):
+    """t with exactly these strides: t itself where it has them, else a copy
+    (ovl's layouts equal PyTorch's but where PyTorch's view keeps a size-1
+    dimension's stride, as its gather at world 1)."""
+    if t is None or stride is None or tuple(t.stride()) == tuple(stride):
+        return t
+    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _desc(t):
+    return (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
 def _symm_ag(A_shard, Bs, gather_dim, group_name, *, return_A=True):
     """symm_mem.fused_all_gather_matmul's CUDA kernel while installed: ovl's
     (_cuda) where _route takes the call, else PyTorch's."""
@@ -795,7 +836,10 @@ def _symm_ag(A_shard, Bs, gather_dim, group_name, *, return_A=True):
         return sm._fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name,
                                            return_A=return_A)
     _ROUTER.took(_AG)
-    return _cuda(A_shard, list(Bs), gather_dim, group_name, return_A)
+    A, outs = _cuda(A_shard, list(Bs), gather_dim, group_name, return_A)
+    a_st, o_st = _ag_strides(_desc(A_shard), tuple(_desc(B) for B in Bs), gather_dim,
+                             group_name, return_A, _world_of(group_name))
+    return _restride(A, a_st), [_restride(o, st) for o, st in zip(outs, o_st)]
 
 
 def _symm_rs(A, B, reduce_op, scatter_dim, group_name):
@@ -812,7 +856,9 @@ def _symm_rs(A, B, reduce_op, scatter_dim, group_name):
         _ROUTER.fell_back(_RS, why)
         return sm._fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
     _ROUTER.took(_RS)
-    return _rs_cuda(A, B, reduce_op, scatter_dim, group_name)
+    out = _rs_cuda(A, B, reduce_op, scatter_dim, group_name)
+    return _restride(out, _rs_strides(_desc(A), _desc(B), reduce_op, scatter_dim, group_name,
+                                      _world_of(group_name)))
 
 
 def _env_install():
