@@ -312,12 +312,16 @@ def check_install(torch, dist, otorch, client, gname, rank, world, dev):
             A_ref, outs_ref = sm._fused_all_gather_matmul_fallback(A_shard, Bs, gd, gname)
             A, outs = torch.ops.symm_mem.fused_all_gather_matmul(A_shard, Bs, gd, gname)
             torch.cuda.synchronize()
-            assert A.stride() == A_ref.stride(), "%s: A strides %s, not %s" % (
-                what, A.stride(), A_ref.stride())
+            # strides: ovl's contract while installed (those of PyTorch's
+            # Meta kernel, which Inductor asserts); PyTorch's own CUDA
+            # kernel differs from its Meta kernel at world 1 (2.11, gather_dim
+            # 1: A (32, 256, 1) against (2048, 32, 1)), so not checked there
+            assert not expect_ovl or A.stride() == A_ref.stride(), (
+                "%s: A strides %s, not %s" % (what, A.stride(), A_ref.stride()))
             torch.testing.assert_close(A, A_ref, rtol=0, atol=0, msg=lambda m: what + ": " + m)
             for o, r in zip(outs, outs_ref):
-                assert o.stride() == r.stride(), "%s: strides %s, not %s" % (
-                    what, o.stride(), r.stride())
+                assert not expect_ovl or o.stride() == r.stride(), (
+                    "%s: strides %s, not %s" % (what, o.stride(), r.stride()))
                 torch.testing.assert_close(o, r, **tol, msg=lambda m: what + ": " + m)
             taken += expect_ovl and gd != 2
         ag_taken = taken
@@ -327,7 +331,7 @@ def check_install(torch, dist, otorch, client, gname, rank, world, dev):
             ref = sm._fused_matmul_reduce_scatter_fallback(A, B, "avg", sd, gname)
             got = torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "avg", sd, gname)
             torch.cuda.synchronize()
-            assert got.shape == ref.shape and got.stride() == ref.stride(), (
+            assert got.shape == ref.shape and (not expect_ovl or got.stride() == ref.stride()), (
                 "%s: %s %s, not %s %s" % (what, tuple(got.shape), got.stride(),
                                           tuple(ref.shape), ref.stride()))
             torch.testing.assert_close(got, ref, **tol, msg=lambda m: what + ": " + m)
