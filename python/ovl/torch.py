@@ -20,6 +20,11 @@
   reduce-scatter of the rows; backward through the op (grad_out gathered
   once: the input's and the weight's gradients), the replicated bias's
   gradient all-reduced.
+- install(group=None, lazy=True) / uninstall() / installed() / stats():
+  torch.ops.symm_mem.fused_all_gather_matmul and fused_matmul_reduce_scatter
+  (what torch.compile's micro-pipeline TP pass emits) through ovld, PyTorch's
+  own kernel for every call ovl does not take (ovl._route), each reason
+  logged once; OVL_TORCH_INSTALL=1 installs at import.
 
 torch is imported here, never by `import ovl`. See python/README.md.
 """
