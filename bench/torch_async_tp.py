@@ -88,10 +88,10 @@ def train_step(f, x, params):
 
 def fused_ops_in(torch, f, x, params):
     """The first step of f with its generated code: (result, grads, the
-    symm_mem ops the code calls)."""
+    symm_mem ops each generated module calls: forward's, then backward's)."""
     from torch._inductor.utils import run_and_get_code
     (out, grads), codes = run_and_get_code(lambda: train_step(f, x, params))
-    return out, grads, sorted(set(re.findall(r"symm_mem\.(\w+)", "\n".join(codes))))
+    return out, grads, [sorted(set(re.findall(r"symm_mem\.(\w+)", c))) for c in codes]
 
 
 def enable_symm_mem(gname):
@@ -141,7 +141,8 @@ def bench(shapes, warmup, iters, out):
         ms = {}
         for way in WAYS:
             f = compile_way(torch, way, block)
-            _, _, ops = fused_ops_in(torch, f, x, params)
+            _, _, per = fused_ops_in(torch, f, x, params)
+            ops = sorted(set(o for p in per for o in p))
             ms[way] = time_steps(torch, dist, f, x, params, warmup, iters)
             if rank == 0:
                 print("%-16s %-7s %8.3f ms/step  fused ops: %s" % (name, way, ms[way],

@@ -11,9 +11,9 @@
  *   our A:              rows x k row-major = column-major k x rows, ld lda, op N
  *   our C (C and D):    rows x n row-major = column-major n x rows, ld ldc
  *   our ACC (C, beta 1): rows x n row-major = column-major n x rows, ld ldacc
- * C = (A @ op(B) + ACC) / div is alpha = beta = 1/div on ACC as cuBLASLt's
- * C (of the same type as D, as cuBLASLt wants outside fp8); without ACC
- * beta is 0 and C is D.
+ * C = A @ op(B) / div + ACC is alpha = 1/div and beta = 1 on ACC as
+ * cuBLASLt's C (of the same type as D, as cuBLASLt wants outside fp8);
+ * without ACC beta is 0 and C is D.
  * Batches of row blocks are strided batches: A and C step block_stride rows
  * (block_stride * ld elements), B steps 0 (one B broadcast to every block).
  *
@@ -606,7 +606,7 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     if (g->div > 1)
         alpha = 1.0f / (float)g->div;
     if (key.ldacc)
-        beta = alpha;
+        beta = 1.0f;
 
     hash = key_hash(&key);
     e = cache_find(lt, &key, hash);

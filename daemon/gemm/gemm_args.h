@@ -26,12 +26,13 @@ static inline ovld_view_t ovld_view_rows(ovld_view_t v, uint64_t row, size_t ele
 }
 
 /* A GEMM over nblocks row blocks: for b in [0, nblocks):
- *   C[b*block_stride + i][j] = (sum_l A[b*block_stride + i][l] * op(B)[l][j]
- *                               + ACC[b*block_stride + i][j]) / div
- * for i in [0, rows); A is rows x k, op(B) k x n. The sum is taken in fp32
- * (ACC's elements read as fp32) and stored in dtype once. acc.ptr NULL: no
- * ACC (beta 0); div 0 or 1: no division. ACC, in dtype, may be C itself
- * (the same rows and ld), never a part of it shifted. */
+ *   C[b*block_stride + i][j] = (sum_l A[b*block_stride + i][l] * op(B)[l][j]) * (1/div)
+ *                              + ACC[b*block_stride + i][j]
+ * for i in [0, rows); A is rows x k, op(B) k x n: alpha = 1/div, beta = 1
+ * on ACC (0 without). Taken in fp32 (ACC's elements read as fp32) and
+ * stored in dtype once. acc.ptr NULL: no ACC; div 0 or 1: no scaling. ACC,
+ * in dtype, must not overlap C (ovl's plans never alias them; the host
+ * GEMM also takes ACC == C exactly, the cuBLASLt one does not). */
 typedef struct ovld_gemm_args {
     ovl_dtype_t dtype;
     uint64_t rows, n, k;

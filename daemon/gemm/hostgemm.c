@@ -250,19 +250,22 @@ ovl_status_t ovl_host_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_
     return ovl_host_gemm_acc(dtype, rows, n, k, a, lda, b, ldb, transb, NULL, 0, 1, c, ldc);
 }
 
-/* Adds row i's ACC (nb elements from column jc) to the fp32 sums and
- * divides by div; tmp holds nb floats. */
+/* Scales the fp32 sums of a row by the float 1/div (cuBLASLt's alpha)
+ * and adds its ACC (nb elements from column jc); tmp holds nb floats. */
 static void add_acc(ovl_dtype_t dtype, const unsigned char *accrow, size_t nb, uint32_t div,
                     float *restrict sum, float *restrict tmp)
 {
+    if (div > 1) {
+        float alpha = 1.0f / (float)div;
+
+        for (size_t j = 0; j < nb; j++)
+            sum[j] *= alpha;
+    }
     if (accrow) {
         row_to_float(dtype, accrow, nb, tmp);
         for (size_t j = 0; j < nb; j++)
             sum[j] += tmp[j];
     }
-    if (div > 1)
-        for (size_t j = 0; j < nb; j++)
-            sum[j] /= (float)div;
 }
 
 ovl_status_t ovl_host_gemm_acc(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,

@@ -37,11 +37,12 @@ ovl_status_t ovl_host_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_
                            size_t lda, const void *b, size_t ldb, int transb, void *c, size_t ldc);
 
 /*
- * C = (A @ op(B) + ACC) / div: as ovl_host_gemm, with ACC (rows x n in
- * dtype, ldacc >= n; NULL: none) added to the fp32 sum and the result
- * divided by div (0 or 1: not divided) before C's one rounding. acc may be
- * c itself (ldacc == ldc). ovl_host_gemm is this with acc NULL and div 1.
- * OVL_ERR_INVALID also for ldacc < n or an acc whose extent overflows.
+ * C = A @ op(B) * (1/div) + ACC: as ovl_host_gemm, the fp32 sum scaled by
+ * the float 1/div (div 0 or 1: not scaled; as cuBLASLt's alpha) and ACC
+ * (rows x n in dtype, ldacc >= n; NULL: none) added in fp32 before C's one
+ * rounding. acc may be c itself (ldacc == ldc). ovl_host_gemm is this with
+ * acc NULL and div 1. OVL_ERR_INVALID also for ldacc < n or an acc whose
+ * extent overflows.
  */
 ovl_status_t ovl_host_gemm_acc(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,
                                const void *a, size_t lda, const void *b, size_t ldb, int transb,

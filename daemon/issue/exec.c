@@ -89,7 +89,7 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
             (in->accumulate &&
              (st = resolve(op, r, in->acc, true, elem, &g.acc, why, whylen)) != OVL_OK))
             return st;
-        g.div = in->accumulate && in->avg ? op->world : 1;
+        g.div = in->avg ? op->world : 1;
         return ops->gemm(x->rank, in->stream, &g);
     }
     case OVL_I_SLEEP:

@@ -1224,11 +1224,11 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
                    in->transb ? "^T" : "", in->n, in->k);
         if (in->nblocks != 1)
             out_printf(o, " blocks %" PRIu32 " stride %" PRIu64, in->nblocks, in->stride);
+        if (in->avg)
+            out_printf(o, " /W");
         if (in->accumulate) {
             out_printf(o, " + ");
             out_ref(o, in->acc, false, true, in->rows);
-            if (in->avg)
-                out_printf(o, " avg");
         }
         break;
     case OVL_I_SLEEP:

@@ -92,7 +92,9 @@ typedef enum ovl_buf {
      * partial of this rank's block, then the partials this rank sends, one
      * block per step (rows m + (t-1)*m/W for step t): (2m - m/W) x n.
      * push across nodes: (3W - 1) blocks of m/W rows (plan_rs.c,
-     * railpush_emit, says which). */
+     * railpush_emit, says which). ring: the W - 1 receive slots (the sum
+     * arriving at step t at rows (t-1)*m/W), then the sums it sends (step
+     * t's at (W-1+t)*m/W): 2(W-1)*m/W x n, none at W = 1. */
     OVL_BUF_P = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
     OVL_BUF_COUNT,
 } ovl_buf_t;
@@ -183,10 +185,10 @@ typedef enum ovl_instr_kind {
     /* for each block i in [0, nblocks): dst rows [dst.row + i*stride, +rows)
      * = src rows [src.row + i*stride, +rows) @ op(b), op(B) being k x n
      * (B^T with transb). All three are the own rank's buffers; b is B i and
-     * dst C i for one i < nb, n that B's. With `accumulate` (GEMM +
-     * reduce-scatter's ring: nblocks 1), the own acc rows [acc.row, +rows)
-     * (P) are added to the product in fp32 before dst's one rounding (a
-     * GEMM with beta 1), and with avg the sum is divided by the world. */
+     * dst C i for one i < nb, n that B's. GEMM + reduce-scatter's ring
+     * (nblocks 1): with avg the product is scaled by 1/world (alpha), and
+     * with `accumulate` the own acc rows [acc.row, +rows) (P) are added to
+     * it in fp32 before dst's one rounding (beta 1). */
     OVL_I_GEMM,
     /* a short sleep kernel of sleep_ns on `stream` */
     OVL_I_SLEEP,
@@ -258,8 +260,8 @@ typedef struct ovl_instr {
                                summed, stride rows apart in src */
     uint64_t stride;        /* GEMM with nblocks > 1; ALLGATHER, RAIL, REDUCE_SCATTER, REDUCE: rows
                                between ranks' blocks */
-    bool avg;               /* REDUCE_SCATTER, REDUCE, GEMM with accumulate: divide the sum
-                               by the world */
+    bool avg;               /* REDUCE_SCATTER, REDUCE: divide the sum by the world; GEMM
+                               (ring's): scale the product by 1/world */
     bool transb;            /* GEMM: op(B) = B^T */
     uint32_t sleep_ns;      /* SLEEP */
     uint32_t peers;         /* RAIL: where its send list starts in plan->peers */
@@ -281,7 +283,7 @@ typedef struct ovl_plan_params {
      * (docs/plans.md, "GEMM + reduce-scatter"): m the rows of A and of the
      * product (a multiple of world; each rank keeps m / world of them), k
      * this rank's inner dimension, n, dtype, transb, algo (naive,
-     * collective or push), chunks (of the rows of one rank's block) and
+     * collective, ring or push), chunks (of the rows of one rank's block) and
      * streams (collective's), reduce_op, and the layout flags; one B, no
      * a_out, one node. */
     ovl_op_kind_t kind;

@@ -49,6 +49,7 @@
  * the floor with 4 chunks, 1.14x and 1.00x with 2; at world 4 65536x1024x1024
  * (k 256, 2^31 flop) took 0.48 ms with 4 and 0.33 with 2; 4096^3 and
  * 8192^3 (k 2048 and 4096) lose with 4 */
+#define RING_AUTO_MAX_WORLD 4 /* the largest world auto gives ring: measured */
 #define RING_COMM_HEAVY_K   1024
 #define RING_MIN_CHUNK_FLOP (1ull << 33)
 #define RING_CHUNKS_COMM    4
@@ -156,8 +157,12 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
                      "index are evenly spaced (node-major, or round robin): naive or collective "
                      "run on any";
     if (nodes > 1 && p->algo == OVL_ALGO_RING)
-        return "ring (of gemm_rs) runs in one node, its partials passed on by the copy engine: "
-               "across nodes push (the rail scheme), naive or collective";
+        return p->shared_gpu
+                   ? "ring (of gemm_rs) runs in one node, its partials passed on by the copy "
+                     "engine: across nodes where ranks share a GPU, push (the rail scheme)"
+                   : "ring (of gemm_rs) runs in one node, its partials passed on by the copy "
+                     "engine: across nodes push (the rail scheme, on even nodes), naive or "
+                     "collective";
     if (nodes > 1 && p->shared_gpu && p->algo != OVL_ALGO_PUSH)
         return "ranks share a GPU in a job across nodes: naive and collective reduce by NCCL "
                "over every rank, which takes no two ranks of one GPU (push runs, by rail groups)";
@@ -258,8 +263,8 @@ static void rs_plan_shape(ovl_plan_t *plan)
     plan->roles[0] = OVL_ROLE_CLIENT;
     for (uint32_t i = 1; i < s; i++)
         /* collective: each side stream reduces its chunks; push and ring:
-         * stream 1 copies, 2 and 3 multiply; push across nodes: stream 4
-         * the node partials and the RAILs */
+         * stream 1 copies, the others multiply (push 2 and 3, ring 2);
+         * push across nodes: stream 4 the node partials and the RAILs */
         plan->roles[i] = !pushlike || i == RAILPUSH_COMM_STREAM ? OVL_ROLE_COMM
                          : i == PUSH_COPY_STREAM                ? OVL_ROLE_COPY
                                                                 : OVL_ROLE_COMPUTE;
@@ -341,8 +346,8 @@ static ovl_status_t rs_emit(builder_t *b, const ovl_plan_t *plan)
 }
 
 /* push and ring: GEMM rows [row0, row0+rows) of block d (the rows of A
- * that make it) into dst, on stream st; with acc (ring), P's rows from
- * row *acc added (and with avg the sum divided by the world). */
+ * that make it) into dst, on stream st; ring's: with avg the product
+ * scaled by 1/world, with acc P's rows from row *acc added. */
 static ovl_status_t rs_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t row0, uint64_t rows,
                             ovl_ref_t dst, const uint64_t *acc, bool avg)
 {
@@ -360,7 +365,7 @@ static ovl_status_t rs_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t row0
         .transb = p->transb,
         .accumulate = acc != NULL,
         .acc = acc ? pb_own(b, OVL_BUF_P, *acc) : (ovl_ref_t){0},
-        .avg = acc != NULL && avg,
+        .avg = avg,
     };
 
     return pb_emit(b, &gemm);
@@ -378,11 +383,11 @@ static ovl_status_t push_gemm(builder_t *b, uint32_t st, uint32_t d, uint64_t ro
  * added), then copied by the copy stream, once the GEMM is done, into
  * peer's P at peer_row. */
 static ovl_status_t produce_and_push(builder_t *b, uint32_t gs, uint32_t blk, uint64_t row0,
-                                     uint64_t rows, uint64_t at, const uint64_t *acc, uint32_t peer,
-                                     uint64_t peer_row)
+                                     uint64_t rows, uint64_t at, const uint64_t *acc, bool avg,
+                                     uint32_t peer, uint64_t peer_row)
 {
     uint32_t ev = b->next_event++;
-    ovl_status_t r = rs_gemm(b, gs, blk, row0, rows, pb_own(b, OVL_BUF_P, at), acc, false);
+    ovl_status_t r = rs_gemm(b, gs, blk, row0, rows, pb_own(b, OVL_BUF_P, at), acc, avg);
 
     if (r == OVL_OK)
         r = pb_emit_record(b, gs, ev);
@@ -442,8 +447,8 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
             uint64_t row0, rows;
 
             rs_chunk(plan, j, &row0, &rows);
-            r = produce_and_push(b, gs, d, row0, rows, m + (uint64_t)(t - 1) * mb + row0, NULL, d,
-                                 (uint64_t)me * mb + row0);
+            r = produce_and_push(b, gs, d, row0, rows, m + (uint64_t)(t - 1) * mb + row0, NULL,
+                                 false, d, (uint64_t)me * mb + row0);
             if (r == OVL_OK)
                 r = pb_emit_record(b, PUSH_COPY_STREAM, push_arrival_event(plan, t, j));
         }
@@ -500,8 +505,9 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
  * its product to the partial received (a GEMM with beta 1, summing in
  * fp32); before the last step the sum goes into P's send rows and the copy
  * stream pushes it into rank r + 1's receive slot t + 1 (once r + 1 is
- * ready); at the last step d is r and the sum goes into C (avg: divided by
- * the world). P (2 (W-1) mb rows): receive slot t at (t-1) mb, step t's
+ * ready); at the last step d is r and the sum goes into C. With avg every
+ * product is scaled by 1/W as it is made (alpha), so the stored sums stay
+ * within the average's range. P (2 (W-1) mb rows): receive slot t at (t-1) mb, step t's
  * sum sent at (W-1+t) mb. Each partial is rounded to the dtype at every
  * hop (W - 1 roundings before C's; docs/plans.md, "Numbers").
  */
@@ -511,7 +517,10 @@ static ovl_status_t ringrs_emit(builder_t *b, const ovl_plan_t *plan)
     uint32_t w = p->world, me = p->rank, gs = w == 1 ? 0 : RING_GEMM_STREAM;
     uint32_t next = (me + 1) % w, prev = (me + w - 1) % w;
     uint64_t mb = rs_block(p);
-    bool avg = p->reduce_op == OVL_REDUCE_AVG;
+    /* avg: every product scaled by 1/W before it joins the running sum
+     * (as NCCL's pre-multiplied average), so that the sums the hops store
+     * stay within the average's range */
+    bool avg = p->reduce_op == OVL_REDUCE_AVG && w > 1;
     ovl_status_t r = pb_emit_prologue(b);
 
     /* events: the arrivals (numbered alike on every rank) come first */
@@ -534,7 +543,7 @@ static ovl_status_t ringrs_emit(builder_t *b, const ovl_plan_t *plan)
                 r = pb_emit_wait(b, gs, prev, push_arrival_event(plan, t, j));
             if (r == OVL_OK && t + 1 < w) {
                 r = produce_and_push(b, gs, d, row0, rows, (uint64_t)(w - 1 + t) * mb + row0,
-                                     t ? &acc : NULL, next, (uint64_t)t * mb + row0);
+                                     t ? &acc : NULL, avg, next, (uint64_t)t * mb + row0);
                 if (r == OVL_OK)
                     r = pb_emit_record(b, PUSH_COPY_STREAM, push_arrival_event(plan, t + 1, j));
             } else if (r == OVL_OK) {
@@ -595,7 +604,7 @@ static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
             uint32_t gs = gemms % 2 ? PUSH_GEMM_STREAM1 : PUSH_GEMM_STREAM0;
 
             r = produce_and_push(b, gs, pb_rank_at(t, M, lp), 0, mb,
-                                 o_base + ((uint64_t)(ts - 1) * NN + M) * mb, NULL, peer,
+                                 o_base + ((uint64_t)(ts - 1) * NN + M) * mb, NULL, false, peer,
                                  ((uint64_t)M * L + l) * mb);
         }
         if (r == OVL_OK)
@@ -679,8 +688,11 @@ static ovl_status_t railpush_emit(builder_t *b, const ovl_plan_t *plan)
 
 /*
  * auto (docs/plans.md, "auto"; the figures: docs/performance.md). On one
- * node with a GPU per rank, ring: on 2 and 4 H200 it was the best or
- * within 3% of the best on every measured shape, and it stacks nothing.
+ * node with a GPU per rank, ring in bf16 and fp32 up to world 4: on 2 and 4
+ * H200 it was the best or within 3% of the best on every measured shape,
+ * and it stacks nothing; push in fp16 (ring's running sums are stored in
+ * the dtype between hops, and fp16's range is small) and above world 4
+ * (not measured).
  * Where ranks share a GPU push (world 4 on 2 GPUs ran push in 0.46 ms and
  * ring in 0.68 ms; naive and collective cannot run there, no NCCL between
  * the ranks). Across nodes push by the rail scheme where the nodes are
@@ -706,6 +718,15 @@ ovl_algo_t pb_rs_choose(const ovl_plan_params_t *p, const char **why)
     }
     if (p->shared_gpu) {
         *why = "ranks share a GPU: push, whose copies need no NCCL and run side by side";
+        return OVL_ALGO_PUSH;
+    }
+    if (p->dtype == OVL_DTYPE_FP16) {
+        *why = "fp16: push, which sums the partials in fp32 (ring stores its running sums in "
+               "fp16 between hops, whose range a sum may pass)";
+        return OVL_ALGO_PUSH;
+    }
+    if (p->world > RING_AUTO_MAX_WORLD) {
+        *why = "over 4 ranks: push (ring is measured up to world 4)";
         return OVL_ALGO_PUSH;
     }
     *why = "one node, a GPU per rank: ring, the fastest measured (docs/performance.md)";

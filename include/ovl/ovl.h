@@ -377,12 +377,14 @@ ovl_status_t ovl_allgather_gemm(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *desc
  *   c      (m / world) x n: this rank's rows of the result (ldc >= n)
  * Result on rank r: c = rows [r m/world, (r+1) m/world) of the sum over the
  * ranks q of a_q @ op(b_q) (reduce_op OVL_REDUCE_AVG: of that sum divided
- * by the world). m must be a multiple of the world. Each rank's partial
- * product is rounded to dtype once, the partials are summed in fp32, and
- * the sum is rounded to dtype once (docs/plans.md, "GEMM +
- * reduce-scatter", states the error). algo: OVL_ALGO_AUTO, NAIVE,
- * COLLECTIVE or PUSH; chunks and streams split collective, chunks split
- * push's blocks (0: the daemon's choice).
+ * by the world). m must be a multiple of the world. Sums are taken in
+ * fp32. naive, collective and push round each rank's partial product to
+ * dtype once and the sum once; ring passes a running sum from rank to
+ * rank, rounded to dtype at each of its world - 1 hops (avg: each product
+ * scaled by 1/world first); docs/plans.md, "GEMM + reduce-scatter", states
+ * the error. algo: OVL_ALGO_AUTO, NAIVE, COLLECTIVE, RING or PUSH; chunks
+ * and streams split collective, chunks split ring's and push's blocks (0:
+ * the daemon's choice).
  */
 typedef struct ovl_gemm_rs_desc {
     const void *a;

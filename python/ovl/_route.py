@@ -11,6 +11,8 @@ vLLM"): ovl takes a call when
   rank of it;
 - every tensor is on a CUDA device, in bfloat16, float16 or float32, and all
   of one dtype;
+- no tensor is empty, and gather_dim and scatter_dim are 0 to A's
+  dimensions - 1 (PyTorch's own kernels take no negative ones);
 - all-gather + GEMM: A has 2 dimensions or more, gather_dim is not A's last
   (ovl gathers that one by multiplying world times the FLOPs: PyTorch's own
   kernel is faster there), 1 to 8 Bs, each 2-D with as many rows as A has
@@ -69,6 +71,10 @@ class Router:
             self._taken.clear()
 
 
+def _empty(shapes):
+    return any(0 in tuple(s) for s in shapes)
+
+
 def _common(devices, dtypes):
     for d in devices:
         if d != "cuda":
@@ -91,9 +97,12 @@ def why_not_ag(devices, dtypes, a_shape, b_shapes, gather_dim):
     nd = len(a_shape)
     if nd < 2:
         return "A_shard of %d dimension%s" % (nd, "" if nd == 1 else "s")
-    if not -nd <= gather_dim < nd:
-        return "gather_dim %d out of range" % gather_dim
-    if gather_dim % nd == nd - 1:
+    if not 0 <= gather_dim < nd:
+        return "gather_dim %d out of range (PyTorch's kernel takes 0 to %d)" % (gather_dim,
+                                                                                nd - 1)
+    if _empty([a_shape] + list(b_shapes)):
+        return "an empty tensor"
+    if gather_dim == nd - 1:
         return ("gather_dim is A's last: ovl gathers it at world times the FLOPs, PyTorch's "
                 "kernel is faster there")
     if not 1 <= len(b_shapes) <= MAX_BS:
@@ -117,9 +126,12 @@ def why_not_rs(devices, dtypes, a_shape, b_shape, reduce_op, scatter_dim, world)
         return "B of shape %s does not fit A's %d columns" % (tuple(b_shape), a_shape[-1])
     if reduce_op not in ("sum", "avg"):
         return "reduce_op %r (ovl takes sum and avg)" % (reduce_op,)
-    if not -nd <= scatter_dim < nd:
-        return "scatter_dim %d out of range" % scatter_dim
-    sd = scatter_dim % nd
+    if not 0 <= scatter_dim < nd:
+        return "scatter_dim %d out of range (PyTorch's kernel takes 0 to %d)" % (scatter_dim,
+                                                                                 nd - 1)
+    if _empty([a_shape, b_shape]):
+        return "an empty tensor"
+    sd = scatter_dim
     size = b_shape[1] if sd == nd - 1 else a_shape[sd]
     if world < 1 or size % world:
         return "the scattered dimension (%d) is not a multiple of the world %d" % (size, world)

@@ -654,6 +654,7 @@ _ROUTER = _route.Router()
 _INSTALLER = _route.Installer()
 _LAZY = [False]      # install(lazy=...): make a group's comm on its first call
 _NOT_SERVED = {}     # group name -> why its lazy comm failed (never retried)
+_LAZY_MU = {}        # group name -> the lock held while its comm is made on first use
 _AG, _RS = "fused_all_gather_matmul", "fused_matmul_reduce_scatter"
 
 
@@ -711,13 +712,17 @@ def install(group=None, lazy=True):
                                "to" % (torch.__version__, sm.__name__, fn))
     if group is not None and not any(n in _COMMS for n in _group_names(group)):
         init(group)
+    if _INSTALLER.installed:
+        return False
+    done = _INSTALLER.install(_Registration)
     _LAZY[0] = bool(lazy)
-    return _INSTALLER.install(_Registration)
+    return done
 
 
 def uninstall():
     """Restores PyTorch's own symm_mem kernels; the comms stay (shutdown()
     closes them). Returns True if it uninstalled now."""
+    _LAZY[0] = False
     return _INSTALLER.uninstall()
 
 
@@ -732,11 +737,24 @@ def stats():
     return _ROUTER.stats()
 
 
-def _lazy_comm(group_name):
-    """The comm of the group named group_name, made now (collective over
-    the group): (comm, None), or (None, why not). Every rank makes its comm,
-    then the group agrees (a MIN all-reduce) that all did; if any did not,
-    every rank closes its own and the group keeps PyTorch's kernel."""
+def _node_key():
+    """This process's node as ovld sees it: the host and the socket libovl
+    connects to (one ovld), hashed to 62 bits."""
+    import hashlib
+    import socket as _socket
+    sock = os.environ.get("OVL_SOCKET", "")
+    h = hashlib.sha256(("%s\0%s" % (_socket.gethostname(), sock)).encode()).digest()
+    return int.from_bytes(h[:8], "little") >> 2
+
+
+def _lazy_comm(group_name, device):
+    """The comm of the group named group_name on `device`, made now
+    (collective over the group): (comm, None), or (None, why not). Every
+    rank makes its comm, then the group agrees with one MIN all-reduce that
+    every rank did and that every rank is on this node's ovld (a job ovl
+    makes here is one ovld's: a group across nodes would wait for ranks
+    that never come); otherwise every rank closes its own and the group
+    keeps PyTorch's kernel."""
     from torch.distributed import distributed_c10d as c10d
     try:
         g = c10d._resolve_process_group(group_name)
@@ -744,40 +762,73 @@ def _lazy_comm(group_name):
         return None, "group %r is not a process group here (%s)" % (group_name, e)
     comm, err = None, None
     try:
-        comm = init(g)
+        with torch.cuda.device(device):
+            comm = init(g)
     except Exception as e:
         err = e
-    dev = torch.device("cuda", torch.cuda.current_device()) \
-        if dist.get_backend(g) == "nccl" else torch.device("cpu")
-    flag = torch.tensor([0 if comm is None else 1], dtype=torch.int32, device=dev)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=g)
-    if int(flag.item()) == 1:
+    key = _node_key()
+    dev = device if "nccl" in str(dist.get_backend(g)) else torch.device("cpu")
+    # [ok, node, -node] under MIN: all ok, and min(node) == max(node)
+    t = torch.tensor([0 if comm is None else 1, key, -key], dtype=torch.int64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=g)
+    ok, lo, neg_hi = (int(v) for v in t.tolist())
+    if ok == 1 and lo == -neg_hi:
         return comm, None
     if comm is not None:
         with _MU:
             for n in [n for n, c in _COMMS.items() if c is comm]:
                 del _COMMS[n]
-        comm.close()
-    why = "ovld is not usable from every rank of group %r (%s)" % (
-        group_name, "here: %s" % err if err is not None else "another rank's")
+        try:
+            comm.close()
+        except Exception:  # the peers fall back whatever happens here
+            pass
+    if ok == 1:
+        why = ("group %r spans more than one node's ovld (a comm made on first use is a job of "
+               "one ovld; a job across nodes takes ovl.torch.init with a job id: "
+               "python/README.md)" % group_name)
+    else:
+        why = "ovld is not usable from every rank of group %r (%s)" % (
+            group_name, "here: %s" % err if err is not None else "another rank's")
     with _MU:
         _NOT_SERVED[group_name] = why
     return None, why
 
 
-def _comm_for(group_name):
+def _capturing():
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _group_size(group_name):
+    from torch.distributed import distributed_c10d as c10d
+    try:
+        return c10d._get_group_size_by_name(group_name)
+    except Exception:
+        return None
+
+
+def _comm_for(group_name, device):
     """(comm, None) where ovl serves the group, else (None, why not)."""
     with _MU:
         c, why = _COMMS.get(group_name), _NOT_SERVED.get(group_name)
-    if c is not None or why is not None:
-        return c, why
+    if c is not None:
+        ws = _group_size(group_name) if group_name != "default" else None
+        if ws is not None and ws != c.world:
+            return None, ("group %r has %d ranks, its ovl comm %d (a group of that name made "
+                          "again: ovl.torch.shutdown(), then init)" % (group_name, ws, c.world))
+        return c, None
+    if why is not None:
+        return None, why
     if not _LAZY[0]:
         return None, ("group %r has no ovl comm (ovl.torch.init(group), or install(lazy=True))"
                       % group_name)
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        return None, ("group %r's first call is inside CUDA graph capture, where ovl makes no "
-                      "comm (ovl.torch.init(group) before capturing)" % group_name)
-    return _lazy_comm(group_name)
+    with _MU:  # one maker per group in this process (backward runs on autograd's threads)
+        mu = _LAZY_MU.setdefault(group_name, threading.Lock())
+    with mu:
+        with _MU:
+            c, why = _COMMS.get(group_name), _NOT_SERVED.get(group_name)
+        if c is not None or why is not None:
+            return c, why
+        return _lazy_comm(group_name, device)
 
 
 def _dtype_name(t):
@@ -834,8 +885,10 @@ def _symm_ag(A_shard, Bs, gather_dim, group_name, *, return_A=True):
     ts = [A_shard] + list(Bs)
     why = _route.why_not_ag([t.device.type for t in ts], [_dtype_name(t) for t in ts],
                             list(A_shard.shape), [list(B.shape) for B in Bs], gather_dim)
+    if why is None and _capturing():
+        why = "inside CUDA graph capture (ovl's ops are not captured into graphs)"
     if why is None:
-        _, why = _comm_for(group_name)
+        _, why = _comm_for(group_name, A_shard.device)
     if why is not None:
         _ROUTER.fell_back(_AG, why)
         return sm._fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name,
@@ -855,8 +908,10 @@ def _symm_rs(A, B, reduce_op, scatter_dim, group_name):
     why = _route.why_not_rs([A.device.type, B.device.type], [_dtype_name(A), _dtype_name(B)],
                             list(A.shape), list(B.shape), reduce_op, scatter_dim,
                             _world_of(group_name))
+    if why is None and _capturing():
+        why = "inside CUDA graph capture (ovl's ops are not captured into graphs)"
     if why is None:
-        _, why = _comm_for(group_name)
+        _, why = _comm_for(group_name, A.device)
     if why is not None:
         _ROUTER.fell_back(_RS, why)
         return sm._fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
@@ -871,8 +926,12 @@ def _env_install():
     ovl.torch is imported (python/README.md: with ovl's sitecustomize for
     programs one cannot edit)."""
     v = os.environ.get("OVL_TORCH_INSTALL", "")
-    if v not in ("", "0"):
+    if v in ("", "0"):
+        return
+    try:
         install()
+    except Exception as e:  # torch.ops.ovl stays usable; PyTorch's kernels stay
+        _route.LOG.warning("ovl.torch: OVL_TORCH_INSTALL is set, but install() failed: %s", e)
 
 
 _env_install()

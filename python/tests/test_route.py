@@ -25,7 +25,7 @@ BF2 = ["bfloat16", "bfloat16"]
 
 
 def test_ag_taken():
-    for gd in (0, 1, -2):
+    for gd in (0, 1):
         assert _route.why_not_ag(CUDA2, BF2, [8, 64, 32], [[32, 16]], gd) is None, gd
     assert _route.why_not_ag(["cuda"] * 9, ["float16"] * 9, [64, 32], [[32, 16]] * 8, 0) is None
     assert _route.why_not_ag(CUDA2, ["float32"] * 2, [64, 32], [[32, 1]], 0) is None
@@ -39,8 +39,10 @@ def test_ag_refused():
         (CUDA2, BF2, [64], [[64, 16]], 0, "A_shard of 1 dimension"),
         (CUDA2, BF2, [64, 32], [[32, 16]], 2, "gather_dim 2 out of range"),
         (CUDA2, BF2, [64, 32], [[32, 16]], -3, "gather_dim -3 out of range"),
+        (CUDA2, BF2, [8, 64, 32], [[32, 16]], -2, "gather_dim -2 out of range (PyTorch's"),
         (CUDA2, BF2, [8, 64, 32], [[32, 16]], 2, "gather_dim is A's last"),
-        (CUDA2, BF2, [8, 64, 32], [[32, 16]], -1, "gather_dim is A's last"),
+        (CUDA2, BF2, [8, 0, 32], [[32, 16]], 0, "an empty tensor"),
+        (CUDA2, BF2, [8, 64, 32], [[32, 0]], 0, "an empty tensor"),
         (["cuda"], ["bfloat16"], [64, 32], [], 0, "0 Bs"),
         (["cuda"] * 10, ["bfloat16"] * 10, [64, 32], [[32, 16]] * 9, 0, "9 Bs"),
         (CUDA2, BF2, [64, 32], [[31, 16]], 0, "Bs[0] of shape (31, 16)"),
@@ -53,7 +55,7 @@ def test_ag_refused():
 
 def test_rs_rules():
     ok = [([8, 64, 32], [32, 16], "sum", 0, 2), ([8, 64, 32], [32, 16], "avg", 1, 4),
-          ([8, 64, 32], [32, 16], "sum", 2, 2), ([8, 64, 32], [32, 16], "sum", -1, 16),
+          ([8, 64, 32], [32, 16], "sum", 2, 2), ([8, 64, 32], [32, 16], "sum", 2, 16),
           ([6, 32], [32, 9], "sum", 0, 3)]
     for a, b, red, sd, w in ok:
         assert _route.why_not_rs(CUDA2, BF2, a, b, red, sd, w) is None, (a, b, red, sd, w)
@@ -61,6 +63,8 @@ def test_rs_rules():
         (CUDA2, BF2, [8, 64, 32], [32, 16], "max", 0, 2, "reduce_op 'max'"),
         (CUDA2, BF2, [8, 64, 32], [31, 16], "sum", 0, 2, "does not fit A's 32 columns"),
         (CUDA2, BF2, [8, 64, 32], [32, 16], "sum", 3, 2, "scatter_dim 3 out of range"),
+        (CUDA2, BF2, [8, 64, 32], [32, 16], "sum", -1, 2, "scatter_dim -1 out of range"),
+        (CUDA2, BF2, [0, 64, 32], [32, 16], "sum", 1, 2, "an empty tensor"),
         (CUDA2, BF2, [9, 64, 32], [32, 16], "sum", 0, 2, "(9) is not a multiple of the world 2"),
         (CUDA2, BF2, [8, 64, 32], [32, 18], "sum", 2, 4, "(18) is not a multiple of the world 4"),
         (CUDA2, BF2, [32], [32, 16], "sum", 0, 2, "A of 1 dimension"),

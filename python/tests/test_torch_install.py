@@ -14,6 +14,7 @@ hand:
 """
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -135,20 +136,45 @@ def test_group_comm_on_first_use():
     comm); with lazy, the comm is made on first use, and where ovld is not
     reachable the group keeps PyTorch's kernel, decided once (the group's
     ranks agree: here the fake process group of one process)."""
-    os.environ["OVL_SOCKET"] = os.path.join(tempfile.mkdtemp(), "nobody-here.sock")
-    ot._LAZY[0] = False
-    c, why = ot._comm_for("0")
-    assert c is None and "has no ovl comm" in why, why
-    ot._LAZY[0] = True
-    c, why = ot._comm_for("0")
-    assert c is None and "ovld is not usable from every rank of group '0'" in why, why
-    assert "here:" in why, why
-    assert ot._NOT_SERVED["0"] == why
-    c2, why2 = ot._comm_for("0")  # decided: not tried again
-    assert c2 is None and why2 == why
-    assert ot._comm_for("no-such-group")[1].startswith("group 'no-such-group' is not a process")
-    ot._NOT_SERVED.clear()
-    ot._LAZY[0] = False
+    tmp = tempfile.mkdtemp()
+    old = os.environ.get("OVL_SOCKET")
+    os.environ["OVL_SOCKET"] = os.path.join(tmp, "nobody-here.sock")
+    cpu = torch.device("cpu")
+    try:
+        ot._LAZY[0] = False
+        c, why = ot._comm_for("0", cpu)
+        assert c is None and "has no ovl comm" in why, why
+        ot._LAZY[0] = True
+        c, why = ot._comm_for("0", cpu)
+        assert c is None and "ovld is not usable from every rank of group '0'" in why, why
+        assert "here:" in why, why
+        assert ot._NOT_SERVED["0"] == why
+        c2, why2 = ot._comm_for("0", cpu)  # decided: not tried again
+        assert c2 is None and why2 == why
+        assert ot._comm_for("no-such-group", cpu)[1].startswith(
+            "group 'no-such-group' is not a process")
+    finally:
+        ot._NOT_SERVED.clear()
+        ot._LAZY[0] = False
+        if old is None:
+            os.environ.pop("OVL_SOCKET", None)
+        else:
+            os.environ["OVL_SOCKET"] = old
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_env_install_failure_keeps_import():
+    """OVL_TORCH_INSTALL where install() fails (here: a PyTorch without
+    symm_mem): import ovl.torch still works, torch.ops.ovl is there, the
+    failure is a warning."""
+    pp = os.path.join(SRC, "python")
+    code = ("import sys, torch\n"
+            "sys.modules['torch.distributed._symmetric_memory'] = None  # no symm_mem here\n"
+            "import ovl.torch as t\n"
+            "print(t.installed(), hasattr(torch.ops.ovl, 'fused_all_gather_matmul'))\n")
+    r = run_py(code, {"OVL_TORCH_INSTALL": "1", "PYTHONPATH": pp})
+    assert r.returncode == 0 and r.stdout.strip() == "False True", (r.stdout, r.stderr)
+    assert "OVL_TORCH_INSTALL is set, but install() failed" in r.stderr, r.stderr
 
 
 def run_py(code, env_extra):
@@ -179,9 +205,10 @@ def test_env_install():
 if __name__ == "__main__":
     from torch.testing._internal.distributed.fake_pg import FakeStore
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    ot.uninstall()  # OVL_TORCH_INSTALL in the environment installed it at import
     try:
         run_tests([test_install_uninstall, test_old_pytorch_refused,
                    test_falls_back_once_per_reason, test_group_comm_on_first_use,
-                   test_env_install])
+                   test_env_install, test_env_install_failure_keeps_import])
     finally:
         ot.uninstall()

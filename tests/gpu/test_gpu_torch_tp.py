@@ -7,8 +7,9 @@ the pass and PyTorch's own symm_mem kernels, with the pass and ovl installed
 (a group comm made on the first call: install()'s one line). Each rank
 checks, in float32 and bf16:
 
-- the compiled code with the pass calls symm_mem.fused_all_gather_matmul and
-  fused_matmul_reduce_scatter (forward and backward);
+- the compiled forward with the pass calls symm_mem.fused_all_gather_matmul
+  and fused_matmul_reduce_scatter (the pass left the backward's collectives
+  unfused with torch 2.10 on CPU); without the pass, no symm_mem op;
 - with ovl installed, ovl took calls of both ops (ovl.torch.stats()) and
   ovld counted the same ops (its stats), none handed back;
 - the output and the gradients of x, w1, w3 and w2 of one training step
@@ -76,13 +77,19 @@ def rank_main(sock, store, world, rank, q):
                 for way in tp.WAYS:
                     f = tp.compile_way(torch, way, block)
                     before, taken0 = ovld_ops(client), otorch.stats()["taken"]
-                    out, grads, ops = tp.fused_ops_in(torch, f, x, params)
+                    out, grads, per = tp.fused_ops_in(torch, f, x, params)
                     torch.cuda.synchronize()
                     dist.barrier()
                     res[way] = [out.detach().clone()] + [g.detach().clone() for g in grads]
                     want = [] if way == "nopass" else ["fused_all_gather_matmul",
                                                         "fused_matmul_reduce_scatter"]
-                    assert [o for o in ops if o in want] == want, (way, ops)
+                    if way == "nopass":
+                        assert not any(per), per
+                    else:
+                        # the forward's gather + matmuls and matmul +
+                        # reduce-scatter (the pass leaves the backward's
+                        # collectives as they are with torch 2.10 on CPU)
+                        assert per and per[0] == want, per
                     taken = {k: otorch.stats()["taken"].get(k, 0) - taken0.get(k, 0)
                              for k in want}
                     deadline = time.monotonic() + 5

@@ -447,9 +447,9 @@ static void test_gemm_single_rounding(void **state)
 
 /* A NaN or infinity in A spoils its row of C and nothing else (no shortcut
  * skips zeros: 0 * inf is NaN). */
-/* C = (A @ B + ACC) / div: small integers, so that fp32 and bf16 are
+/* C = A @ B / div + ACC: small integers, so that fp32 and bf16 are
  * exact; ACC with a leading dimension of its own, ACC as C itself, k 0
- * (C = ACC / div), and the bad ACC refused. */
+ * (C = ACC), and the bad ACC refused. */
 static void test_gemm_acc(void **state)
 {
     (void)state;
@@ -467,11 +467,12 @@ static void test_gemm_acc(void **state)
             OVL_OK);
         for (size_t i = 0; i < R; i++)
             for (size_t j = 0; j < N; j++) {
-                float want = acc[i * LDACC + j];
+                float want = 0.0f;
                 for (size_t l = 0; l < K; l++)
                     want += a[i * K + l] * b[l * N + j];
                 if (div > 1)
-                    want /= (float)div;
+                    want *= 1.0f / (float)div;
+                want += acc[i * LDACC + j];
                 assert_true(c[i * N + j] == want);
             }
     }
@@ -498,16 +499,17 @@ static void test_gemm_acc(void **state)
                      OVL_OK);
     for (size_t i = 0; i < R; i++)
         for (size_t j = 0; j < N; j++) {
-            float want = (float)((i * N + j) % 7);
+            float want = 0.0f;
             for (size_t l = 0; l < K; l++)
                 want += a[i * K + l] * b[l * N + j];
-            assert_true(cb[i * N + j] == ovl_bf16_from_float(want / 2.0f));
+            want = want / 2.0f + (float)((i * N + j) % 7);
+            assert_true(cb[i * N + j] == ovl_bf16_from_float(want));
         }
-    /* k 0: C = ACC / div */
+    /* k 0: C = ACC */
     assert_int_equal(
         ovl_host_gemm_acc(OVL_DTYPE_FP32, R, N, 0, NULL, 0, NULL, N, 0, acc, LDACC, 2, c, N),
         OVL_OK);
-    assert_true(c[1 * N + 3] == acc[1 * LDACC + 3] / 2.0f);
+    assert_true(c[1 * N + 3] == acc[1 * LDACC + 3]);
     /* ACC narrower than n */
     assert_int_equal(ovl_host_gemm_acc(OVL_DTYPE_FP32, R, N, K, a, K, b, N, 0, acc, N - 1, 1, c, N),
                      OVL_ERR_INVALID);

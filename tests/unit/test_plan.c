@@ -1375,7 +1375,7 @@ static bool check_ringrs_operands(sim_t *s, uint32_t r, size_t i, const ovl_inst
             return violation(s, "r%u #%zu: GEMM geometry", r, i);
         t = (r + 2 * (uint64_t)w - 1 - d) % w;
         last = t == w - 1;
-        avg = last && w > 1 && pp->reduce_op == OVL_REDUCE_AVG;
+        avg = w > 1 && pp->reduce_op == OVL_REDUCE_AVG; /* every product scaled */
         if (!ref_is(in->dst, last ? OVL_BUF_C : OVL_BUF_P, r) ||
             in->dst.row != (last ? off : sent0 + t * mb + off))
             return violation(s, "r%u #%zu: GEMM of block %llu (step %llu) into %s row %llu", r, i,
@@ -4033,6 +4033,16 @@ static void test_rs_refused(void **state)
      * another's in the cache's eyes */
     p = rs_params(OVL_ALGO_AUTO, 4, 0, 1024, 0, 0, false, false);
     assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
+    /* but push in fp16 (ring stores its running sums in the dtype) and
+     * above world 4 (ring not measured there) */
+    p.dtype = OVL_DTYPE_FP16;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    assert_non_null(strstr(ovl_plan_choose_why(&p), "fp16: push"));
+    p.dtype = OVL_DTYPE_BF16;
+    p.world = 8;
+    p.m = 8 * 1024;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    p = rs_params(OVL_ALGO_AUTO, 4, 0, 1024, 0, 0, false, false);
     /* ring's chunks by default: 4 where the rank's k is at most 1024 (its
      * copies outlast its GEMMs) and a chunk's GEMM keeps 2^33 flop, else
      * 2; push's 2. 65536 x 1024 x 1024 at world 2 (k 512) and 4 (k 256): */
