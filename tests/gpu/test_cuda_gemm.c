@@ -444,6 +444,110 @@ static void run_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
     }
 }
 
+/*
+ * C = A @ op(B) / div + ACC (gemm_args.h; GEMM + reduce-scatter's ring):
+ * ACC with a leading dimension and an alignment of its own (shift: its
+ * first element `shift` elements past an aligned base), batched or not,
+ * div 1 to 3; against a double-precision reference of the dtype inputs.
+ */
+static void run_acc_case(ovld_lt_t *lt, cudaStream_t s, ovl_dtype_t dt, int transb, uint64_t rows,
+                         uint64_t n, uint64_t k, uint32_t nblocks, uint64_t stride, uint64_t ldacc,
+                         uint64_t shift, uint32_t div)
+{
+    size_t es = ovl_dtype_size(dt);
+    char why[1024] = "";
+    double err = NAN, d2 = 0, r2 = 0;
+    bool ok = false;
+    void *da = NULL, *db = NULL, *dc = NULL, *dacc = NULL;
+    unsigned char *ha = NULL, *hb = NULL, *hc = NULL, *hacc = NULL;
+    uint64_t step = nblocks > 1 ? stride : rows, span = (nblocks - 1) * step + rows;
+    uint64_t ldc = n + 1, ldb = transb ? k : n;
+    size_t a_n = (size_t)(span * k), b_n = (size_t)((transb ? n : k) * ldb);
+    size_t c_n = (size_t)(span * ldc), acc_n = (size_t)(span * ldacc + shift);
+    tcase_t tc = {.dtype = dt,
+                  .transb = transb,
+                  .rows = rows,
+                  .n = n,
+                  .k = k,
+                  .nblocks = nblocks,
+                  .block_stride = stride,
+                  .lda = k,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .shift = shift,
+                  .tag = "acc"};
+
+    ha = malloc(a_n * es);
+    hb = malloc(b_n * es);
+    hc = malloc(c_n * es);
+    hacc = malloc(acc_n * es);
+    if (!ha || !hb || !hc || !hacc) {
+        snprintf(why, sizeof why, "out of host memory");
+        goto out;
+    }
+    for (size_t i = 0; i < a_n; i++)
+        ovl_store_elem(dt, ha, i, (float)rnd_unit());
+    for (size_t i = 0; i < b_n; i++)
+        ovl_store_elem(dt, hb, i, (float)rnd_unit());
+    for (size_t i = 0; i < acc_n; i++)
+        ovl_store_elem(dt, hacc, i, (float)(4.0 * rnd_unit()));
+    CU(cudaMalloc(&da, a_n * es));
+    CU(cudaMalloc(&db, b_n * es));
+    CU(cudaMalloc(&dc, c_n * es));
+    CU(cudaMalloc(&dacc, acc_n * es));
+    CU(cudaMemcpy(da, ha, a_n * es, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(db, hb, b_n * es, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dacc, hacc, acc_n * es, cudaMemcpyHostToDevice));
+    CU(cudaMemset(dc, 0xff, c_n * es));
+    ovld_gemm_args_t g = {.dtype = dt,
+                          .rows = rows,
+                          .n = n,
+                          .k = k,
+                          .nblocks = nblocks,
+                          .block_stride = nblocks > 1 ? stride : 0,
+                          .a = {.ptr = da, .ld = k},
+                          .b = {.ptr = db, .ld = ldb},
+                          .c = {.ptr = dc, .ld = ldc},
+                          .acc = {.ptr = (char *)dacc + shift * es, .ld = ldacc},
+                          .div = div,
+                          .transb = transb};
+    ovl_status_t st = ovld_lt_gemm(lt, s, g_ws, OVLD_LT_WORKSPACE, &g, why, sizeof why);
+    if (st != OVL_OK)
+        goto out;
+    CU(cudaStreamSynchronize(s));
+    CU(cudaMemcpy(hc, dc, c_n * es, cudaMemcpyDeviceToHost));
+    for (uint32_t bl = 0; bl < nblocks; bl++)
+        for (uint64_t i = 0; i < rows; i++)
+            for (uint64_t j = 0; j < n; j++) {
+                uint64_t row = bl * step + i;
+                double ab = 0.0;
+                for (uint64_t l = 0; l < k; l++)
+                    ab +=
+                        (double)ovl_load_elem(dt, ha, (size_t)(row * k + l)) *
+                        (double)ovl_load_elem(dt, hb, (size_t)(transb ? j * ldb + l : l * ldb + j));
+                double want = ab / (div > 1 ? div : 1) +
+                              (double)ovl_load_elem(dt, hacc, (size_t)(shift + row * ldacc + j));
+                double got = (double)ovl_load_elem(dt, hc, (size_t)(row * ldc + j));
+                d2 += (got - want) * (got - want);
+                r2 += want * want;
+            }
+    err = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+    ok = err < (dt == OVL_DTYPE_FP32 ? 1e-5 : dt == OVL_DTYPE_FP16 ? 2e-3 : 1e-2);
+    if (!ok)
+        snprintf(why, sizeof why, "relative error over the dtype's tolerance (div %u ldacc %llu)",
+                 div, (unsigned long long)ldacc);
+out:
+    report(ok, &tc, err, why[0] ? why : NULL);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+    cudaFree(dacc);
+    free(ha);
+    free(hb);
+    free(hc);
+    free(hacc);
+}
+
 int main(void)
 {
     static const uint64_t rows_set[] = {1, 3, 17, 256};
@@ -503,6 +607,12 @@ int main(void)
                                    .block_stride = r + 5,
                                    .tag = "batch"});
             }
+            /* ACC added (ring's GEMM of beta 1), alpha 1/div: its own ld,
+             * a misaligned ACC, batched and back-to-back blocks. */
+            run_acc_case(lt, s, dt, tb, 17, 64, 64, 1, 0, 72, 0, 1);
+            run_acc_case(lt, s, dt, tb, 256, 333, 300, 1, 0, 340, 1, 3);
+            run_acc_case(lt, s, dt, tb, 33, 64, 48, 3, 40, 67, 0, 2);
+            run_acc_case(lt, s, dt, tb, 16, 32, 32, 3, 16, 32, 0, 2);
             /* Back-to-back blocks (one taller GEMM), with padded lds. */
             run_case(lt, s,
                      (tcase_t){.dtype = dt,
