@@ -1421,6 +1421,10 @@ static void test_host_reduce_scatter(void **state)
         /* push: its own pushes into the peers' P and its own reduction */
         for (uint32_t chunks = 0; chunks <= 3; chunks++)
             host_rs_job(OVL_ALGO_PUSH, world, chunks, chunks % 2 == 1, pow2 && chunks >= 2);
+        /* ring: each step's sum pushed on, the last GEMM into C (avg: each
+         * product scaled by 1/W, exact at powers of two) */
+        for (uint32_t chunks = 0; chunks <= 3; chunks++)
+            host_rs_job(OVL_ALGO_RING, world, chunks, chunks % 2 == 0, pow2 && chunks >= 2);
     }
     /* across nodes (every rank served here): naive and collective, and push
      * by the rail scheme (node partials over RAILs between local ranks) */

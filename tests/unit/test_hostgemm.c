@@ -515,6 +515,35 @@ static void test_gemm_acc(void **state)
                      OVL_ERR_INVALID);
 }
 
+/* Why ring's avg scales every product by 1/W (plan_rs.c, ringrs_emit):
+ * three ranks' fp16 partials of 40000 each, passed on and added as ring
+ * does, stay finite with each product scaled by 1/3 and end at their
+ * average; unscaled, the running sum (80000) leaves fp16's range. */
+static void test_gemm_acc_ring_fp16(void **state)
+{
+    (void)state;
+    uint16_t a = ovl_fp16_from_float(200.0f), b = ovl_fp16_from_float(200.0f);
+    uint16_t p0, p1, c;
+
+    for (int scaled = 1; scaled >= 0; scaled--) {
+        uint32_t div = scaled ? 3 : 1;
+        assert_int_equal(
+            ovl_host_gemm_acc(OVL_DTYPE_FP16, 1, 1, 1, &a, 1, &b, 1, 0, NULL, 0, div, &p0, 1),
+            OVL_OK);
+        assert_int_equal(
+            ovl_host_gemm_acc(OVL_DTYPE_FP16, 1, 1, 1, &a, 1, &b, 1, 0, &p0, 1, div, &p1, 1),
+            OVL_OK);
+        assert_int_equal(
+            ovl_host_gemm_acc(OVL_DTYPE_FP16, 1, 1, 1, &a, 1, &b, 1, 0, &p1, 1, div, &c, 1),
+            OVL_OK);
+        float got = ovl_fp16_to_float(c);
+        if (scaled)
+            assert_true(fabsf(got - 40000.0f) <= 40000.0f * 2e-3f);
+        else
+            assert_true(isinf(got)); /* the sum of all three, 120000, and 80000 before it */
+    }
+}
+
 static void test_gemm_nonfinite(void **state)
 {
     (void)state;
@@ -657,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_gemm_nonfinite),      cmocka_unit_test(test_gemm_k_zero),
         cmocka_unit_test(test_gemm_empty),          cmocka_unit_test(test_gemm_invalid),
         cmocka_unit_test(test_rel_error),           cmocka_unit_test(test_gemm_acc),
+        cmocka_unit_test(test_gemm_acc_ring_fp16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
