@@ -197,10 +197,11 @@ static void usage(FILE *f)
             "                    else python3)\n"
             "  --op ag|rs        all-gather + GEMM (default), or GEMM + reduce-scatter: K\n"
             "                    the whole inner dimension, each rank's A M x K/W, M and\n"
-            "                    K divisible by W; algorithms naive, collective and\n"
-            "                    push (the default for rs), one B; --torch-peer times\n"
-            "                    PyTorch's fused_matmul_reduce_scatter; where ranks\n"
-            "                    share GPUs push only (no NCCL), and no NCCL baselines\n"
+            "                    K divisible by W; algorithms naive, collective, ring\n"
+            "                    and push (all four by default), one B; --torch-peer\n"
+            "                    times PyTorch's fused_matmul_reduce_scatter; where\n"
+            "                    ranks share GPUs ring and push only (no NCCL), and\n"
+            "                    no NCCL baselines\n"
             "  -h, --help        show this help\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
@@ -231,7 +232,7 @@ static int add_shape(bopts_t *o, const char *t)
 static int add_algo(bopts_t *o, const char *t)
 {
     if (o->nalgos == MAX_ALGOS || ovl_algo_parse(t, &o->algos[o->nalgos]) != OVL_OK) {
-        fprintf(stderr, "ovl-bench: bad algorithm '%s' (naive, collective, ring, auto)\n", t);
+        fprintf(stderr, "ovl-bench: bad algorithm '%s' (naive, collective, ring, push, auto)\n", t);
         return -1;
     }
     o->nalgos++;

@@ -281,14 +281,15 @@ typedef enum ovl_algo {
     OVL_ALGO_AUTO = 0,       /* the daemon chooses */
     OVL_ALGO_NAIVE = 1,      /* all-gather, then one GEMM */
     OVL_ALGO_COLLECTIVE = 2, /* chunked all-gather overlapped with chunk GEMMs */
-    OVL_ALGO_RING = 3,       /* own shard first, peers' shards by pulls */
+    OVL_ALGO_RING = 3,       /* ag: own shard first, peers' shards by copies; rs: each block's
+                                partial passed round the ranks, each adding its product */
     OVL_ALGO_PUSH = 4,       /* GEMM + reduce-scatter: each peer's partial first, pushed to it */
     OVL_ALGO_COUNT,          /* not a value: the number of values (stays last) */
 } ovl_algo_t;
 
 /* Algorithms are per kind of op (docs/plans.md): all-gather + GEMM takes
  * auto, naive, collective and ring; GEMM + reduce-scatter auto, naive,
- * collective and push. Whether kind takes algo, and the list in words
+ * collective, ring and push. Whether kind takes algo, and the list in words
  * ("auto, naive, collective and ring"; NULL for an unknown kind), for
  * refusals. */
 int ovl_op_kind_takes_algo(ovl_op_kind_t kind, ovl_algo_t algo);
@@ -409,7 +410,7 @@ typedef struct ovl_gemm_rs_desc {
  * reduce_op, algo, chunks and streams. On the CUDA backend naive and
  * collective need an NCCL communicator between the ranks: where ranks share
  * a GPU, such an op fails (OVL_ERR_UNSUPPORTED, through ovl_comm_check),
- * and push (which auto picks there) runs by the copy engine.
+ * and ring and push run by the copy engine (auto picks push there).
  */
 ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *comm, const ovl_gemm_rs_desc_t *desc,
                                      void *stream);

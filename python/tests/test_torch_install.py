@@ -5,7 +5,7 @@ routing of a call ovl does not take to PyTorch's own kernel (each reason
 logged once, every call counted), a group's comm made on first use that
 fails on a rank (no ovld) and falls back for good, and OVL_TORCH_INSTALL,
 by import and through ovl's sitecustomize. What ovld computes through the
-installed ops is tests/gpu/test_gpu_torch.py's (--install).
+installed ops is tests/gpu/test_gpu_torch.py's (check_install).
 
 Skips (exit 77) where torch is not importable or older than 2.8. Run by
 ctest (test_python_torch_install, with $OVL_TORCH_PYTHON or python3); by

@@ -11,12 +11,12 @@ holds M/2) in bf16 and fp16, fp32 on the two smallest; small odd shapes in
 every dtype, with and without a_out; a_out on 8192^3 bf16; pointers inside a
 larger allocation (--interior); B stored N x K (--transb) on 4096^3; ops of 3
 Bs of different n (--more-n), each C checked, small with transb and a_out and
-on 4096^3. GEMM + reduce-scatter (ovl-demo --op rs, naive, collective and
-push, checked against the sum of every rank's product in double precision on
+on 4096^3. GEMM + reduce-scatter (ovl-demo --op rs, naive, collective, ring
+and push, checked against the sum of every rank's product in double precision on
 the host): small odd shapes in every dtype, with transb, avg, chunks and
 wider A and C (--strided), 256 x 384 x 512 and 512 x 1024 x 768 (3 chunks)
-a rank; where ranks share a GPU (no NCCL communicator between them) push
-alone, and naive must fail with words, not hang.
+a rank; where ranks share a GPU (no NCCL communicator between them) ring and
+push, each as cases of its own, and naive must fail with words, not hang.
 With OVL_GPU_E2E_CASES=rs in the environment only the GEMM + reduce-scatter
 cases run. Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
 device) prints "SKIP: ..." and exits 77, ctest's skip code.

@@ -19,8 +19,8 @@ checks, in float32 and bf16:
   no more).
 
 NCCL only, one rank per GPU (skipped, 77, where ranks would share a GPU,
-without torch 2.8 or a GPU, and at world 1). ctest: test_gpu_torch_tp_w2,
-_w4, _w8. Written and its CPU pieces run (bench/torch_async_tp.py's block
+without torch 2.8 or a GPU, and at world 1). ctest: test_gpu_torch_tp_w1
+(which skips), _w2, _w4, _w8. Written and its CPU pieces run (bench/torch_async_tp.py's block
 compiles to the fused ops with torch 2.10 on CPU): not yet run on a GPU."""
 import argparse
 import os

@@ -1,11 +1,12 @@
 """GEMM + reduce-scatter end to end on the host backend: real client
-processes (ovl-demo --op rs) through a real ovld, naive, collective and push,
+processes (ovl-demo --op rs) through a real ovld, naive, collective, ring and push,
 worlds 1, 2, 3, 4 and 8 (ranks sharing the daemon's devices), every dtype,
 sum and avg, transb, chunks that do not divide a block, and A and C as
 views into wider matrices (--strided, whose extra columns must stay
 untouched); each rank's C checked by the clients against the sum of every
 rank's product in double precision. Then: ovld counts the ops by kind, plans
-them as ovlctl does, refuses ring, and a rank killed with ops in flight
+them as ovlctl does (ring and push planned and run), refuses an algorithm of
+the other kind, and a rank killed with ops in flight
 fails the others' ops without a hang (ovltest.client_killed_mid_job), with
 collective and with push (whose ranks write into each other's partials).
 

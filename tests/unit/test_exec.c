@@ -1407,9 +1407,10 @@ static void host_rs_job(ovl_algo_t algo, uint32_t world, uint32_t chunks, bool t
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
-/* Every world to 8, naive and collective with chunks 1 to 3 (uneven
- * chunks of 5 rows), transb, sum and avg (avg at worlds 1, 2, 4 and 8,
- * where the average of integers is exact). */
+/* Every world to 8: naive, collective with chunks 1 to 3 (uneven chunks of
+ * 5 rows), push and ring with chunks 0 to 3; transb, sum and avg (avg at
+ * worlds 1, 2, 4 and 8, where the average of integers is exact); and jobs
+ * across nodes (naive, collective, push by the rail scheme). */
 static void test_host_reduce_scatter(void **state)
 {
     (void)state;

@@ -1352,8 +1352,8 @@ static bool check_push_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_
  * sums it sends (step t's at (W-1+t) mb). At step t the rank works on
  * block d = r - 1 - t (mod W): a GEMM multiplies rows of A of block d into
  * the same rows of step t's send rows, adding those of receive slot t from
- * step 1 on, and the last step's (d = r) goes into C (with avg divided by
- * the world where there was a sum); a PUSH copies step t's send rows into
+ * step 1 on, and the last step's (d = r) goes into C (with avg every GEMM
+ * scales its product by 1/W); a PUSH copies step t's send rows into
  * receive slot t + 1 of rank r + 1, at the same rows of the block.
  */
 static bool check_ringrs_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
