@@ -1,6 +1,7 @@
 /*
  * half.h: conversions between float and the 16-bit float formats (bf16 and
- * IEEE binary16), and element access by dtype. Header-only so that ovld's host
+ * IEEE binary16) and the 8-bit ones (OCP FP8 e4m3 and e5m2), and element
+ * access by dtype. Header-only so that ovld's host
  * backend and the clients' checks convert bit-for-bit alike.
  *
  * Every conversion works on bit patterns with integer arithmetic: the result
@@ -116,6 +117,103 @@ static inline uint16_t ovl_fp16_from_float(float f)
     if (rem > half || (rem == half && (r & 1u)))
         r++;
     return (uint16_t)(sign | r);
+}
+
+/*
+ * The two 8-bit float formats of the OCP FP8 specification (PyTorch's
+ * float8_e4m3fn and float8_e5m2, CUDA's __nv_fp8_e4m3 and __nv_fp8_e5m2):
+ *   e4m3: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities,
+ *         S.1111.111 is NaN, the largest finite is 448 (S.1111.110), the
+ *         smallest subnormal 2^-9;
+ *   e5m2: sign, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like:
+ *         S.11111.00 is infinity, S.11111.{01,10,11} NaN, the largest finite
+ *         57344, the smallest subnormal 2^-16.
+ * fp8 -> float is exact. float -> fp8 rounds to nearest, ties to even; a
+ * magnitude past the largest finite after rounding saturates to it with
+ * `saturate` (CUDA's __NV_SATFINITE), else gives NaN in e4m3 and infinity
+ * in e5m2 (an infinity: likewise); NaN gives S.1111.111 / S.11111.11.
+ */
+typedef struct ovl_fp8_fmt {
+    uint32_t ebits, mbits, bias;
+    int has_inf; /* e5m2: the top exponent is infinity and NaN; e4m3: finite but S.1111.111 */
+} ovl_fp8_fmt_t;
+
+#define OVL_FP8_E4M3 ((ovl_fp8_fmt_t){4, 3, 7, 0})
+#define OVL_FP8_E5M2 ((ovl_fp8_fmt_t){5, 2, 15, 1})
+
+static inline float ovl_fp8_to_float(ovl_fp8_fmt_t f, uint8_t x)
+{
+    uint32_t sign = (uint32_t)(x >> 7) << 31;
+    uint32_t e = (x >> f.mbits) & ((1u << f.ebits) - 1u), m = x & ((1u << f.mbits) - 1u);
+    uint32_t emax = (1u << f.ebits) - 1u;
+
+    if (f.has_inf && e == emax)
+        return ovl_bits_float(sign | 0x7f800000u | (m ? 0x400000u : 0u));
+    if (!f.has_inf && e == emax && m == (1u << f.mbits) - 1u)
+        return ovl_bits_float(sign | 0x7fc00000u);
+    if (e == 0) {
+        if (m == 0)
+            return ovl_bits_float(sign);
+        /* subnormal m * 2^(1 - bias - mbits) = 2^p * (m / 2^p) * 2^(1 - bias -
+         * mbits), p m's top bit: a normal float */
+        uint32_t p = 31u - (uint32_t)__builtin_clz(m);
+        uint32_t fe = p + 1u + 127u - f.bias - f.mbits;
+        return ovl_bits_float(sign | (fe << 23) | ((m - (1u << p)) << (23u - p)));
+    }
+    return ovl_bits_float(sign | ((e + 127u - f.bias) << 23) | (m << (23u - f.mbits)));
+}
+
+static inline uint8_t ovl_fp8_from_float(ovl_fp8_fmt_t f, float v, int saturate)
+{
+    uint32_t u = ovl_float_bits(v);
+    uint8_t sign = (uint8_t)((u >> 31) << 7);
+    uint32_t mag = u & 0x7fffffffu;
+    uint32_t emax = (1u << f.ebits) - 1u, mmax = (1u << f.mbits) - 1u;
+    /* the largest finite: e4m3 S.1111.110, e5m2 S.11110.11 */
+    uint8_t maxfin = f.has_inf ? (uint8_t)(((emax - 1u) << f.mbits) | mmax)
+                               : (uint8_t)((emax << f.mbits) | (mmax - 1u));
+    uint8_t over = saturate    ? maxfin
+                   : f.has_inf ? (uint8_t)(emax << f.mbits)
+                               : (uint8_t)((emax << f.mbits) | mmax);
+
+    if (mag > 0x7f800000u) /* NaN */
+        return (uint8_t)(sign | (emax << f.mbits) | mmax);
+    if (mag == 0x7f800000u)
+        return (uint8_t)(sign | over);
+    if (mag == 0)
+        return sign;
+    /* |v| = full * 2^ee, full < 2^24 */
+    uint32_t fe = mag >> 23;
+    uint32_t full = fe ? (mag & 0x7fffffu) | 0x800000u : mag;
+    int32_t ee = (int32_t)(fe ? fe : 1u) - 127 - 23;
+    int32_t t0 = (31 - __builtin_clz(full)) + ee; /* floor(log2 |v|) */
+    int32_t tmin = 1 - (int32_t)f.bias;           /* the subnormals' exponent */
+    int32_t t = t0 > tmin ? t0 : tmin;
+    /* q = |v| / 2^(t - mbits), rounded to nearest even */
+    int32_t sh = t - (int32_t)f.mbits - ee;
+    uint32_t q;
+    if (sh <= 0) {
+        q = full << -sh; /* exact (only where |v| has few bits) */
+    } else if (sh > 25) {
+        q = 0; /* under half the smallest subnormal */
+    } else {
+        uint32_t rem = full & ((1u << sh) - 1u), half = 1u << (sh - 1);
+        q = full >> sh;
+        if (rem > half || (rem == half && (q & 1u)))
+            q++;
+    }
+    if (q == (2u << f.mbits)) { /* rounded up to the next binade */
+        q >>= 1;
+        t++;
+    }
+    uint32_t ef = q > mmax ? (uint32_t)(t + (int32_t)f.bias) : 0u;
+    uint32_t mf = q & mmax;
+    if (q > mmax && ef == 0) /* a subnormal rounded up to the smallest normal */
+        ef = 1;
+    uint32_t code = (ef << f.mbits) | mf;
+    if (ef > emax || code > maxfin)
+        return (uint8_t)(sign | over);
+    return (uint8_t)(sign | code);
 }
 
 /*
