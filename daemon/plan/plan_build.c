@@ -191,6 +191,13 @@ ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t
     return OVL_OK;
 }
 
+ovl_status_t pb_emit_epilogue(builder_t *b, uint32_t rank, uint32_t nstreams)
+{
+    ovl_status_t r = pb_emit_joins(b, rank, 1, nstreams - 1);
+
+    return r == OVL_OK ? pb_emit_simple(b, OVL_I_DONE, 0) : r;
+}
+
 /*
  * An algorithm's default chunk count c, halved while a chunk's GEMM (its
  * ceil(m / c) rows of `ranks` ranks, all the Bs' columns) would do less

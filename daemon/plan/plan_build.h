@@ -79,6 +79,9 @@ ovl_ref_t pb_own(const builder_t *b, ovl_buf_t buf, uint64_t row);
 ovl_status_t pb_emit_prologue(builder_t *b);
 /* Streams [first, last] joined into stream 0, each through a fresh event. */
 ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t last);
+/* The end of a program whose streams need nothing more: streams [1,
+ * nstreams) joined into stream 0, then DONE on it. */
+ovl_status_t pb_emit_epilogue(builder_t *b, uint32_t rank, uint32_t nstreams);
 /* The nodes of p's topology (0: node ids out of range or not dense). */
 uint32_t pb_count_nodes(const ovl_plan_params_t *p);
 /* An algorithm's default chunk count c, halved while a chunk's GEMM (its

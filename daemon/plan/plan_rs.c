@@ -338,11 +338,7 @@ static ovl_status_t rs_emit(builder_t *b, const ovl_plan_t *plan)
         rs_chunk(plan, j, &row0, &rows);
         r = rs_emit_chunk(b, j % k, row0, rows);
     }
-    if (r == OVL_OK && k > 1)
-        r = pb_emit_joins(b, p->rank, 1, k - 1);
-    if (r == OVL_OK)
-        r = pb_emit_simple(b, OVL_I_DONE, 0);
-    return r;
+    return r == OVL_OK ? pb_emit_epilogue(b, p->rank, k) : r;
 }
 
 /* push and ring: GEMM rows [row0, row0+rows) of block d (the rows of A
@@ -487,11 +483,7 @@ static ovl_status_t push_emit(builder_t *b, const ovl_plan_t *plan)
             r = pb_emit(b, &red);
         }
     }
-    if (r == OVL_OK && w > 1)
-        r = pb_emit_joins(b, me, 1, plan->nstreams - 1);
-    if (r == OVL_OK)
-        r = pb_emit_simple(b, OVL_I_DONE, 0);
-    return r;
+    return r == OVL_OK ? pb_emit_epilogue(b, me, plan->nstreams) : r;
 }
 
 /*
@@ -551,11 +543,7 @@ static ovl_status_t ringrs_emit(builder_t *b, const ovl_plan_t *plan)
             }
         }
     }
-    if (r == OVL_OK && w > 1)
-        r = pb_emit_joins(b, me, 1, plan->nstreams - 1);
-    if (r == OVL_OK)
-        r = pb_emit_simple(b, OVL_I_DONE, 0);
-    return r;
+    return r == OVL_OK ? pb_emit_epilogue(b, me, plan->nstreams) : r;
 }
 
 /*
