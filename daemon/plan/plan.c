@@ -890,7 +890,6 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     builder_t b = {.next_event = OVL_EV_FIRST_FREE};
     ovl_plan_t plan = {0};
     topo_t topo = {0};
-    uint32_t *node_copy = NULL;
     ovl_status_t r;
 
     if (!params || !ret_plan || !params_valid(params))
@@ -907,19 +906,10 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     r = pb_topo_make(params, &topo);
     if (r != OVL_OK)
         return r;
-    /* The plan keeps its own copy of a topology of several nodes; one node
-     * is NULL however it was given, so that its plans are what they were. */
-    plan.nnodes = topo.nnodes;
-    plan.params.node_of = NULL;
-    if (topo.nnodes > 1) {
-        node_copy = malloc((size_t)params->world * sizeof(*node_copy));
-        if (!node_copy) {
-            r = OVL_ERR_NOMEM;
-            goto fail;
-        }
-        memcpy(node_copy, params->node_of, (size_t)params->world * sizeof(*node_copy));
-        plan.params.node_of = node_copy;
-    }
+    /* the plan's own copy of a topology of several nodes */
+    r = pb_keep_topology(&plan, params, topo.nnodes);
+    if (r != OVL_OK)
+        goto fail;
     plan_shape(&plan, &topo);
     buf_shapes(params, plan.bufs);
     b.plan = &plan;
@@ -938,17 +928,12 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     }
     if (r != OVL_OK)
         goto fail;
-    plan.nevents = b.max_event + 1;
-    plan.ninstr = b.n;
-    plan.instr = b.instr;
-    plan.npeers = b.npeers;
-    plan.peers = b.peers;
-    pb_mark_used(&plan);
+    pb_finish(&b, &plan);
     plan.replay = gemm_flop(params) < REPLAY_MAX_GEMM_FLOP;
     /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
     if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
         r = OVL_ERR_INTERNAL;
-        goto fail;
+        goto fail; /* the program is still the builder's to free */
     }
     pb_topo_free(&topo);
     *ret_plan = plan;
@@ -956,7 +941,7 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
 
 fail:
     pb_topo_free(&topo);
-    free(node_copy);
+    free((void *)(uintptr_t)plan.params.node_of);
     free(b.instr);
     free(b.peers);
     return r;

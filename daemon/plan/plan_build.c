@@ -191,6 +191,31 @@ ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t
     return OVL_OK;
 }
 
+ovl_status_t pb_keep_topology(ovl_plan_t *plan, const ovl_plan_params_t *params, uint32_t nnodes)
+{
+    plan->nnodes = nnodes;
+    plan->params.node_of = NULL;
+    if (nnodes > 1) {
+        uint32_t *copy = malloc((size_t)params->world * sizeof(*copy));
+
+        if (!copy)
+            return OVL_ERR_NOMEM;
+        memcpy(copy, params->node_of, (size_t)params->world * sizeof(*copy));
+        plan->params.node_of = copy;
+    }
+    return OVL_OK;
+}
+
+void pb_finish(builder_t *b, ovl_plan_t *plan)
+{
+    plan->nevents = b->max_event + 1;
+    plan->ninstr = b->n;
+    plan->instr = b->instr;
+    plan->npeers = b->npeers;
+    plan->peers = b->peers;
+    pb_mark_used(plan);
+}
+
 ovl_status_t pb_emit_epilogue(builder_t *b, uint32_t rank, uint32_t nstreams)
 {
     ovl_status_t r = pb_emit_joins(b, rank, 1, nstreams - 1);

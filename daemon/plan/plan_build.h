@@ -79,6 +79,14 @@ ovl_ref_t pb_own(const builder_t *b, ovl_buf_t buf, uint64_t row);
 ovl_status_t pb_emit_prologue(builder_t *b);
 /* Streams [first, last] joined into stream 0, each through a fresh event. */
 ovl_status_t pb_emit_joins(builder_t *b, uint32_t rank, uint32_t first, uint32_t last);
+/* The plan's own copy of params' topology of nnodes nodes (more than one;
+ * one node keeps node_of NULL however it was given, so that its plans are
+ * what they were): plan->nnodes and plan->params.node_of, which
+ * ovl_plan_free frees. OVL_ERR_NOMEM leaves node_of NULL. */
+ovl_status_t pb_keep_topology(ovl_plan_t *plan, const ovl_plan_params_t *params, uint32_t nnodes);
+/* Hands the builder's program to the plan (instructions, events, peers)
+ * and marks the buffers it names. */
+void pb_finish(builder_t *b, ovl_plan_t *plan);
 /* The end of a program whose streams need nothing more: streams [1,
  * nstreams) joined into stream 0, then DONE on it. */
 ovl_status_t pb_emit_epilogue(builder_t *b, uint32_t rank, uint32_t nstreams);

@@ -738,16 +738,9 @@ ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
      * all-gather + GEMM's does; its instructions are those of one node
      * (the REDUCE_SCATTERs span the job). One node is NULL however it was
      * given. */
-    plan.nnodes = pb_count_nodes(params);
-    plan.params.node_of = NULL;
-    if (plan.nnodes > 1) {
-        uint32_t *copy = malloc((size_t)params->world * sizeof(*copy));
-
-        if (!copy)
-            return OVL_ERR_NOMEM;
-        memcpy(copy, params->node_of, (size_t)params->world * sizeof(*copy));
-        plan.params.node_of = copy;
-    }
+    r = pb_keep_topology(&plan, params, pb_count_nodes(params));
+    if (r != OVL_OK)
+        return r;
     rs_plan_shape(&plan);
     rs_buf_shapes(params, plan.bufs);
     b.plan = &plan;
@@ -770,12 +763,7 @@ ovl_status_t pb_rs_build(const ovl_plan_params_t *params, ovl_plan_t *ret_plan)
         free((void *)(uintptr_t)plan.params.node_of);
         return r;
     }
-    plan.nevents = b.max_event + 1;
-    plan.ninstr = b.n;
-    plan.instr = b.instr;
-    plan.npeers = b.npeers;
-    plan.peers = b.peers;
-    pb_mark_used(&plan);
+    pb_finish(&b, &plan);
     /* a REDUCE_SCATTER is a collective call, which the executor never
      * captures (exec.c, replay_fits); push's replay is not measured yet */
     plan.replay = false;
