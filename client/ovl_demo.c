@@ -319,21 +319,7 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
-        ovl_gemm_rs_desc_t d = {.a = a,
-                                .lda = lda,
-                                .b = b,
-                                .ldb = bcols,
-                                .transb = o->transb,
-                                .c = c,
-                                .ldc = ldc,
-                                .m = W * m,
-                                .n = n,
-                                .k = k,
-                                .dtype = dt,
-                                .reduce_op = o->reduce_op,
-                                .algo = o->algos[ai],
-                                .chunks = o->chunks,
-                                .streams = o->streams};
+        ovl_gemm_rs_desc_t d = ovl_demo_rs_desc(o, ai, a, lda, b, c, ldc);
         ovl_status_t st = ovl_gemm_reduce_scatter(comm, &d, NULL);
         if (st == OVL_OK)
             st = ovl_comm_synchronize(comm);

@@ -116,6 +116,31 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
 int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                           result_t *res);
 
+/* --op rs's descriptor, algorithm number ai of the options: A (world*m x
+ * k, leading dimension lda) and C (m x n, ldc) as the rank laid them out,
+ * B dense (n x k with transb). */
+static inline ovl_gemm_rs_desc_t ovl_demo_rs_desc(const opts_t *o, int ai, const void *a,
+                                                  uint64_t lda, const void *b, void *c,
+                                                  uint64_t ldc)
+{
+    ovl_gemm_rs_desc_t d = {.a = a,
+                            .lda = lda,
+                            .b = b,
+                            .ldb = o->transb ? o->k : o->n,
+                            .transb = o->transb,
+                            .c = c,
+                            .ldc = ldc,
+                            .m = (uint64_t)o->world * o->m,
+                            .n = o->n,
+                            .k = o->k,
+                            .dtype = o->dtype,
+                            .reduce_op = o->reduce_op,
+                            .algo = o->algos[ai],
+                            .chunks = o->chunks,
+                            .streams = o->streams};
+    return d;
+}
+
 /* --op rs's reference (demo_rs_ref.h) for o's op. */
 static inline ovl_demo_rs_shape_t ovl_demo_rs_shape(const opts_t *o)
 {
