@@ -875,6 +875,22 @@ def _desc(t):
     return (tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
+def _takes(op, why, group_name, device):
+    """Whether ovl takes this call of op, whose tensors _route judged (why:
+    None, or why not): not inside CUDA graph capture, and the group served
+    (its comm made on first use where install() was asked to). Counts the
+    call either way, and says each reason for handing one back once."""
+    if why is None and _capturing():
+        why = "inside CUDA graph capture (ovl's ops are not captured into graphs)"
+    if why is None:
+        _, why = _comm_for(group_name, device)
+    if why is not None:
+        _ROUTER.fell_back(op, why)
+        return False
+    _ROUTER.took(op)
+    return True
+
+
 def _symm_ag(A_shard, Bs, gather_dim, group_name, *, return_A=True):
     """symm_mem.fused_all_gather_matmul's CUDA kernel while installed: ovl's
     (_cuda) where _route takes the call, else PyTorch's."""
@@ -885,15 +901,9 @@ def _symm_ag(A_shard, Bs, gather_dim, group_name, *, return_A=True):
     ts = [A_shard] + list(Bs)
     why = _route.why_not_ag([t.device.type for t in ts], [_dtype_name(t) for t in ts],
                             list(A_shard.shape), [list(B.shape) for B in Bs], gather_dim)
-    if why is None and _capturing():
-        why = "inside CUDA graph capture (ovl's ops are not captured into graphs)"
-    if why is None:
-        _, why = _comm_for(group_name, A_shard.device)
-    if why is not None:
-        _ROUTER.fell_back(_AG, why)
+    if not _takes(_AG, why, group_name, A_shard.device):
         return sm._fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name,
                                            return_A=return_A)
-    _ROUTER.took(_AG)
     A, outs = _cuda(A_shard, list(Bs), gather_dim, group_name, return_A)
     a_st, o_st = _ag_strides(_desc(A_shard), tuple(_desc(B) for B in Bs), gather_dim,
                              group_name, return_A, _world_of(group_name))
@@ -908,14 +918,8 @@ def _symm_rs(A, B, reduce_op, scatter_dim, group_name):
     why = _route.why_not_rs([A.device.type, B.device.type], [_dtype_name(A), _dtype_name(B)],
                             list(A.shape), list(B.shape), reduce_op, scatter_dim,
                             _world_of(group_name))
-    if why is None and _capturing():
-        why = "inside CUDA graph capture (ovl's ops are not captured into graphs)"
-    if why is None:
-        _, why = _comm_for(group_name, A.device)
-    if why is not None:
-        _ROUTER.fell_back(_RS, why)
+    if not _takes(_RS, why, group_name, A.device):
         return sm._fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
-    _ROUTER.took(_RS)
     out = _rs_cuda(A, B, reduce_op, scatter_dim, group_name)
     return _restride(out, _rs_strides(_desc(A), _desc(B), reduce_op, scatter_dim, group_name,
                                       _world_of(group_name)))
