@@ -1501,6 +1501,93 @@ static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, ovl_op_kind_t kin
     return cl->host ? OVL_OK : libovl_cuda_present(cl);
 }
 
+/* A scaled op's slots (proto/ovl.proto, Scaling). */
+enum { SLOT_A_SCALE = 18, SLOT_B_SCALE = 19, SLOT_BIAS = 20 };
+
+/* What a scaled op adds to either kind, checked here so that a mistake is
+ * named before anything is sent: sc given exactly for an fp8 dtype and
+ * known to this ovld; its dtypes, modes and B's layout (ovld checks the
+ * same and more); its scales and bias registered as buffers (a_scale of m
+ * rows, this rank's, or one; b_scale of n or one; bias of n elements of
+ * out_dtype) into refs[0..2], whose slots *ret_w names; the wire's
+ * Scaling in *w. *ret_belem and *ret_celem: B's and C's element sizes. */
+typedef struct scaled_bufs {
+    Ovl__Scaling w;
+    Ovl__BufRef refs[3];
+    uint64_t ld[3];
+    bool given[3];
+} scaled_bufs_t;
+
+static ovl_status_t scaled_begin(ovl_client_t *cl, ovl_dtype_t dtype, const ovl_scaling_t *sc,
+                                 int transb, uint64_t m, uint64_t n, scaled_bufs_t *x,
+                                 size_t *ret_belem, size_t *ret_celem)
+{
+    ovl_status_t st;
+    *ret_belem = *ret_celem = ovl_dtype_size(dtype);
+    ovl__scaling__init(&x->w);
+    x->given[0] = x->given[1] = x->given[2] = false;
+    if (!sc)
+        return ovl_dtype_is_fp8(dtype)
+                   ? fail(cl, OVL_ERR_INVALID,
+                          "dtype %s needs scaling (ovl_scaling_t): its scales and output dtype",
+                          ovl_dtype_name(dtype))
+                   : OVL_OK;
+    if (!ovl_dtype_is_fp8(dtype))
+        return fail(cl, OVL_ERR_INVALID, "scaling is for the fp8 dtypes; dtype %s is not one",
+                    ovl_dtype_name(dtype));
+    if (!(cl->features & OVL_FEATURE_FP8))
+        return fail(cl, OVL_ERR_VERSION, "ovld %s runs no scaled (fp8) ops", cl->info.version);
+    if (!ovl_dtype_is_fp8(sc->b_dtype))
+        return fail(cl, OVL_ERR_INVALID, "b_dtype %d: a scaled op's B is fp8e4m3 or fp8e5m2",
+                    (int)sc->b_dtype);
+    if (ovl_dtype_size(sc->out_dtype) == 0 || ovl_dtype_is_fp8(sc->out_dtype))
+        return fail(cl, OVL_ERR_INVALID, "out_dtype %d: a scaled op writes bf16, fp16 or fp32",
+                    (int)sc->out_dtype);
+    if ((unsigned)sc->a_mode >= OVL_SCALE_MODE_COUNT ||
+        (unsigned)sc->b_mode >= OVL_SCALE_MODE_COUNT)
+        return fail(cl, OVL_ERR_INVALID, "unknown scale mode (a %d, b %d)", (int)sc->a_mode,
+                    (int)sc->b_mode);
+    if (!transb)
+        return fail(cl, OVL_ERR_INVALID,
+                    "a scaled op takes B transposed (transb: n x k), cuBLASLt's fp8 layout");
+    uint64_t ar = sc->a_mode == OVL_SCALE_ROW ? m : 1, bc = sc->b_mode == OVL_SCALE_ROW ? n : 1;
+    if ((st = bufref(cl, "a_scale", sc->a_scale, ar, 1, 1, sizeof(float), &x->refs[0])) != OVL_OK ||
+        (st = bufref(cl, "b_scale", sc->b_scale, 1, bc, bc, sizeof(float), &x->refs[1])) !=
+            OVL_OK ||
+        (sc->bias && (st = bufref(cl, "bias", sc->bias, 1, n, n, ovl_dtype_size(sc->out_dtype),
+                                  &x->refs[2])) != OVL_OK))
+        return st;
+    x->given[0] = x->given[1] = true;
+    x->given[2] = sc->bias != NULL;
+    x->ld[0] = 1; /* a column: one float a row */
+    x->ld[1] = bc;
+    x->ld[2] = n;
+    x->w.b_dtype = (uint64_t)sc->b_dtype;
+    x->w.out_dtype = (uint64_t)sc->out_dtype;
+    x->w.a_mode = (uint64_t)sc->a_mode;
+    x->w.b_mode = (uint64_t)sc->b_mode;
+    x->w.fast_accum = sc->fast_accum != 0;
+    *ret_belem = ovl_dtype_size(sc->b_dtype);
+    *ret_celem = ovl_dtype_size(sc->out_dtype);
+    return OVL_OK;
+}
+
+/* The scaled op's buffers x gave, appended to bufs/pbufs at *n. */
+static void scaled_add(scaled_bufs_t *x, Ovl__OpBuf *bufs, Ovl__OpBuf **pbufs, size_t *n)
+{
+    static const uint64_t slots[3] = {SLOT_A_SCALE, SLOT_B_SCALE, SLOT_BIAS};
+    for (int i = 0; i < 3; i++) {
+        if (!x->given[i])
+            continue;
+        ovl__op_buf__init(&bufs[*n]);
+        bufs[*n].slot = slots[i];
+        bufs[*n].ref = &x->refs[i];
+        bufs[*n].ld = x->ld[i];
+        pbufs[*n] = &bufs[*n];
+        (*n)++;
+    }
+}
+
 OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t *d, void *stream)
 {
     if (!cm)
@@ -1523,18 +1610,26 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     if (nb > 1 && !(cl->features & OVL_FEATURE_MULTI_B))
         return fail(cl, OVL_ERR_VERSION, "ovld %s takes one B per op, not %u", cl->info.version,
                     nb);
+    scaled_bufs_t sx;
+    size_t belem, celem;
+    if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, &sx, &belem, &celem)) !=
+        OVL_OK)
+        return st;
+    if (d->scaling && nb > 1)
+        return fail(cl, OVL_ERR_INVALID, "a scaled op takes one B, not %u", nb);
 
     Ovl__BufRef a, b, c, aout;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
-        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, elem,
+        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, belem,
                      &b)) != OVL_OK ||
-        (st = bufref(cl, "c", d->c, rows_all, d->n, d->ldc, elem, &c)) != OVL_OK ||
+        (st = bufref(cl, "c", d->c, rows_all, d->n, d->ldc, celem, &c)) != OVL_OK ||
         (d->a_out &&
          (st = bufref(cl, "a_out", d->a_out, rows_all, d->k, d->lda_out, elem, &aout)) != OVL_OK))
         return st;
     /* The op's buffers in their slots (proto/ovl.proto, Op): a 0, b 1, c 2,
-     * a_out 3, B i 3 + i, C i 10 + i */
-    enum { SLOTS = 4 + 2 * (OVL_MAX_BS - 1) };
+     * a_out 3, B i 3 + i, C i 10 + i, a scaled op's a_scale 18, b_scale 19,
+     * bias 20 */
+    enum { SLOTS = 4 + 2 * (OVL_MAX_BS - 1) + 3 };
     Ovl__OpBuf bufs[SLOTS], *pbufs[SLOTS];
     size_t nbufs = 0;
 #define ADD_BUF(slot_, ref_, ld_)                                                                  \
@@ -1570,6 +1665,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         more_n[i - 1] = x->n;
     }
 #undef ADD_BUF
+    scaled_add(&sx, bufs, pbufs, &nbufs);
 
     Ovl__AgGemmParams g = OVL__AG_GEMM_PARAMS__INIT;
     g.m = d->m;
@@ -1582,6 +1678,7 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     g.transb = d->transb != 0;
     g.n_more_n = nb - 1;
     g.more_n = nb > 1 ? more_n : NULL;
+    g.scaling = d->scaling ? &sx.w : NULL;
     Ovl__Op op = OVL__OP__INIT;
     op.comm_id = cm->id;
     op.seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED) + 1;
@@ -1610,15 +1707,21 @@ OVL_API ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *cm, const ovl_gemm_rs_d
                     "m %llu is not a multiple of the world %u: each rank keeps m / world rows of "
                     "the sum",
                     (unsigned long long)d->m, cm->world);
-    size_t elem = ovl_dtype_size(d->dtype);
+    size_t elem = ovl_dtype_size(d->dtype), belem, celem;
+    scaled_bufs_t sx;
+    if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, &sx, &belem, &celem)) !=
+        OVL_OK)
+        return st;
     Ovl__BufRef a, b, c;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
-        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, elem,
+        (st = bufref(cl, "b", d->b, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb, belem,
                      &b)) != OVL_OK ||
-        (st = bufref(cl, "c", d->c, d->m / cm->world, d->n, d->ldc, elem, &c)) != OVL_OK)
+        (st = bufref(cl, "c", d->c, d->m / cm->world, d->n, d->ldc, celem, &c)) != OVL_OK)
         return st;
-    /* its buffers in their slots (proto/ovl.proto, GemmRsParams): a 0, b 1, c 2 */
-    Ovl__OpBuf bufs[3], *pbufs[3];
+    /* its buffers in their slots (proto/ovl.proto, GemmRsParams): a 0, b 1,
+     * c 2, a scaled op's a_scale 18, b_scale 19, bias 20 */
+    Ovl__OpBuf bufs[6], *pbufs[6];
+    size_t nbufs = 3;
     const Ovl__BufRef *refs[3] = {&a, &b, &c};
     const size_t lds[3] = {d->lda, d->ldb, d->ldc};
     for (int i = 0; i < 3; i++) {
@@ -1638,11 +1741,13 @@ OVL_API ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *cm, const ovl_gemm_rs_d
     g.streams = d->streams;
     g.transb = d->transb != 0;
     g.reduce_op = (uint64_t)d->reduce_op;
+    g.scaling = d->scaling ? &sx.w : NULL;
+    scaled_add(&sx, bufs, pbufs, &nbufs);
     Ovl__Op op = OVL__OP__INIT;
     op.comm_id = cm->id;
     op.seq = __atomic_load_n(&cm->seq, __ATOMIC_RELAXED) + 1;
     op.kind = OVL__OP_KIND__OP_KIND_GEMM_RS;
-    op.n_bufs = 3;
+    op.n_bufs = nbufs;
     op.bufs = pbufs;
     op.gemm_rs = &g;
     return submit_op(cm, &op, stream);

@@ -239,6 +239,10 @@ static inline float ovl_load_elem(ovl_dtype_t dtype, const void *base, size_t in
         memcpy(&f, p + index * sizeof f, sizeof f);
         return f;
     }
+    case OVL_DTYPE_FP8_E4M3:
+        return ovl_fp8_to_float(OVL_FP8_E4M3, p[index]);
+    case OVL_DTYPE_FP8_E5M2:
+        return ovl_fp8_to_float(OVL_FP8_E5M2, p[index]);
     }
     return 0.0f;
 }
@@ -261,6 +265,12 @@ static inline void ovl_store_elem(ovl_dtype_t dtype, void *base, size_t index, f
     }
     case OVL_DTYPE_FP32:
         memcpy(p + index * sizeof v, &v, sizeof v);
+        return;
+    case OVL_DTYPE_FP8_E4M3: /* not saturating, as PyTorch's casts */
+        p[index] = ovl_fp8_from_float(OVL_FP8_E4M3, v, 0);
+        return;
+    case OVL_DTYPE_FP8_E5M2:
+        p[index] = ovl_fp8_from_float(OVL_FP8_E5M2, v, 0);
         return;
     }
 }

@@ -63,9 +63,8 @@ const char *ovl_strerror(ovl_status_t status)
  * named but not counted) or a count past the last name fails the build; a
  * gap reads NULL, which the unit tests (test_enums) catch. */
 static const char *const dtype_names[] = {
-    [OVL_DTYPE_BF16] = "bf16",
-    [OVL_DTYPE_FP16] = "fp16",
-    [OVL_DTYPE_FP32] = "fp32",
+    [OVL_DTYPE_BF16] = "bf16",        [OVL_DTYPE_FP16] = "fp16",        [OVL_DTYPE_FP32] = "fp32",
+    [OVL_DTYPE_FP8_E4M3] = "fp8e4m3", [OVL_DTYPE_FP8_E5M2] = "fp8e5m2",
 };
 _Static_assert(NELEM(dtype_names) == OVL_DTYPE_COUNT, "every dtype has a name");
 
@@ -80,6 +79,27 @@ static const char *const op_kind_names[] = {
     [OVL_OP_GEMM_RS] = "gemm_rs",
 };
 _Static_assert(NELEM(op_kind_names) == OVL_OP_KIND_COUNT, "every op kind has a name");
+
+static const char *const scale_mode_names[] = {
+    [OVL_SCALE_TENSOR] = "tensor",
+    [OVL_SCALE_ROW] = "row",
+};
+_Static_assert(NELEM(scale_mode_names) == OVL_SCALE_MODE_COUNT, "every scale mode has a name");
+
+const char *ovl_scale_mode_name(ovl_scale_mode_t mode)
+{
+    return (unsigned)mode < OVL_SCALE_MODE_COUNT ? scale_mode_names[mode] : NULL;
+}
+
+ovl_status_t ovl_scale_mode_parse(const char *name, ovl_scale_mode_t *ret)
+{
+    for (unsigned i = 0; name && i < OVL_SCALE_MODE_COUNT; i++)
+        if (strcmp(name, scale_mode_names[i]) == 0) {
+            *ret = (ovl_scale_mode_t)i;
+            return OVL_OK;
+        }
+    return OVL_ERR_INVALID;
+}
 
 const char *ovl_dtype_name(ovl_dtype_t dtype)
 {
@@ -157,6 +177,9 @@ size_t ovl_dtype_size(ovl_dtype_t dtype)
         return 2;
     case OVL_DTYPE_FP32:
         return 4;
+    case OVL_DTYPE_FP8_E4M3:
+    case OVL_DTYPE_FP8_E5M2:
+        return 1;
     }
     return 0;
 }

@@ -28,6 +28,7 @@
 
 /* HelloReply.features: what an ovld does beyond its protocol version. */
 #define OVL_FEATURE_MULTI_B 1u /* AgGemm.more_bs: several Bs in one op */
+#define OVL_FEATURE_FP8     2u /* Scaling: scaled fp8 ops */
 
 extern const uint8_t ovl_wire_magic[4];
 

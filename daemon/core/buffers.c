@@ -195,6 +195,14 @@ ovl_status_t ovld_buf_resolve_op(const ovld_registry_t *table, uint32_t world, u
             st = OVL_ERR_INVALID;
             break;
         }
+        if (shape[b].dense && ref->ld != shape[b].cols) {
+            snprintf(msg, len,
+                     "%s: leading dimension %" PRIu64 ": a vector of scales or a bias is dense "
+                     "(ld %" PRIu64 ")",
+                     kind->buf_name(b), ref->ld, shape[b].cols);
+            st = OVL_ERR_INVALID;
+            break;
+        }
         st = ovld_buf_resolve(table, kind->buf_name(b), ref->mem_id, ref->offset, ref->ld,
                               shape[b].rows, shape[b].cols, shape[b].elem, (int)device, &q->use[b],
                               msg, len);

@@ -43,7 +43,11 @@ enum {
     OVLD_BUF_AOUT,
     OVLD_BUF_B1,
     OVLD_BUF_C1 = OVLD_BUF_B1 + OVLD_MAX_BS - 1,
-    OVLD_BUF_COUNT = OVLD_BUF_C1 + OVLD_MAX_BS - 1,
+    /* A scaled op's (either kind): A's scales, B's, and the bias */
+    OVLD_BUF_A_SCALE = OVLD_BUF_C1 + OVLD_MAX_BS - 1,
+    OVLD_BUF_B_SCALE,
+    OVLD_BUF_BIAS,
+    OVLD_BUF_COUNT,
 };
 
 /* B i and C i (i < OVLD_MAX_BS). */
@@ -80,6 +84,16 @@ typedef struct ovld_buf_ref {
     uint64_t ld;
 } ovld_buf_ref_t;
 
+/* What makes an op scaled (ovl_scaling_t; either kind): scaled false for
+ * bf16, fp16 and fp32, when the rest is 0. b_dtype and out_dtype are
+ * ovl_dtype_t, the modes ovl_scale_mode_t. Whether a bias is given is the
+ * slot's (OVLD_BUF_BIAS). */
+typedef struct ovld_scaling_desc {
+    bool scaled;
+    uint32_t b_dtype, out_dtype, a_mode, b_mode;
+    bool fast_accum;
+} ovld_scaling_desc_t;
+
 /* All-gather + GEMM's own fields (kind_ag_gemm.c): the shard's rows m,
  * the columns n and inner dimension k, the dtype, the algorithm and its
  * split; Bs: nb (1 .. OVLD_MAX_BS once checked; B 0's n is n), B i's n
@@ -90,6 +104,7 @@ typedef struct ovld_ag_gemm_desc {
     bool transb;
     uint32_t nb;
     uint64_t n_more[OVLD_MAX_BS - 1];
+    ovld_scaling_desc_t sc;
 } ovld_ag_gemm_desc_t;
 
 /* GEMM + reduce-scatter's own fields (kind_gemm_rs.c): the rows m of A
@@ -101,6 +116,8 @@ typedef struct ovld_gemm_rs_desc {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams, reduce_op;
     bool transb;
+    ovld_scaling_desc_t sc;
+    bool has_bias; /* in the fields ranks agree on: the bias slot given */
 } ovld_gemm_rs_desc_t;
 
 /* An op: its kind, what every op has (comm, number, buffers by slot) and
@@ -128,7 +145,8 @@ typedef struct ovld_op_desc {
 typedef struct ovld_ag_gemm_fields {
     uint64_t m, n, k;
     uint32_t dtype, algo, chunks, streams;
-    bool transb, has_aout;
+    bool transb, has_aout, has_bias;
+    ovld_scaling_desc_t sc;
     uint32_t nb;                      /* Bs, 1..OVLD_MAX_BS; B 0's n is n */
     uint64_t n_more[OVLD_MAX_BS - 1]; /* B i's n, i >= 1 */
 } ovld_ag_gemm_fields_t;

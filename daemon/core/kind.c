@@ -40,3 +40,66 @@ bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, 
         }
     return false;
 }
+
+void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint64_t n,
+                         ovld_buf_shape_t shape[OVLD_BUF_COUNT])
+{
+    if (!sc->scaled)
+        return;
+    shape[OVLD_BUF_A_SCALE] = (ovld_buf_shape_t){.rows = sc->a_mode == OVL_SCALE_ROW ? m : 1,
+                                                 .cols = 1,
+                                                 .elem = 4,
+                                                 .required = true,
+                                                 .dense = true};
+    shape[OVLD_BUF_B_SCALE] = (ovld_buf_shape_t){.rows = 1,
+                                                 .cols = sc->b_mode == OVL_SCALE_ROW ? n : 1,
+                                                 .elem = 4,
+                                                 .required = true,
+                                                 .dense = true};
+    shape[OVLD_BUF_BIAS] = (ovld_buf_shape_t){.rows = 1,
+                                              .cols = n,
+                                              .elem = ovl_dtype_size((ovl_dtype_t)sc->out_dtype),
+                                              .optional = true,
+                                              .dense = true};
+}
+
+void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,
+                        bool b_bias, ovld_field_pair_t f[OVLD_SCALING_PAIRS])
+{
+    f[0] = (ovld_field_pair_t){"scaled", a->scaled, b->scaled};
+    f[1] = (ovld_field_pair_t){"b_dtype", a->b_dtype, b->b_dtype};
+    f[2] = (ovld_field_pair_t){"out_dtype", a->out_dtype, b->out_dtype};
+    f[3] = (ovld_field_pair_t){"a_scale mode", a->a_mode, b->a_mode};
+    f[4] = (ovld_field_pair_t){"b_scale mode", a->b_mode, b->b_mode};
+    f[5] = (ovld_field_pair_t){"fast_accum", a->fast_accum, b->fast_accum};
+    f[6] = (ovld_field_pair_t){"bias (given or not)", a_bias, b_bias};
+}
+
+void ovld_scaling_plan(const ovld_scaling_desc_t *sc, bool bias, ovl_plan_scaling_t *ret)
+{
+    if (!sc->scaled) {
+        *ret = (ovl_plan_scaling_t){0};
+        return;
+    }
+    *ret = (ovl_plan_scaling_t){.scaled = true,
+                                .b_dtype = (ovl_dtype_t)sc->b_dtype,
+                                .out_dtype = (ovl_dtype_t)sc->out_dtype,
+                                .a_mode = (ovl_scale_mode_t)sc->a_mode,
+                                .b_mode = (ovl_scale_mode_t)sc->b_mode,
+                                .fast_accum = sc->fast_accum,
+                                .bias = bias};
+}
+
+int ovld_scaling_plan_buf(int which)
+{
+    switch (which) {
+    case OVLD_BUF_A_SCALE:
+        return OVL_BUF_SA;
+    case OVLD_BUF_B_SCALE:
+        return OVL_BUF_SB;
+    case OVLD_BUF_BIAS:
+        return OVL_BUF_BIAS;
+    default:
+        return -1;
+    }
+}

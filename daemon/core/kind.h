@@ -31,6 +31,9 @@ typedef struct ovld_buf_shape {
     uint64_t rows, cols;
     size_t elem; /* bytes of an element */
     bool required, optional;
+    /* its leading dimension must be its columns: a vector that the GEMMs
+     * and transfers read as one piece (a scaled op's scales and bias) */
+    bool dense;
 } ovld_buf_shape_t;
 
 /* What one op adds to the statistics, on every rank of its job. */
@@ -85,6 +88,20 @@ typedef struct ovld_field_pair {
  * and its values in ret_a and ret_b; false if none (kind.c). */
 bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, size_t whatlen,
                               uint64_t *ret_a, uint64_t *ret_b);
+
+/* What a scaled op adds to either kind (kind.c): the shapes of its scale
+ * and bias slots for an A of m rows and a C of n columns (required but the
+ * bias; nothing when not scaled); its fields as pairs for fields_differ
+ * (SCALING_PAIRS of them into f); and the planner's view of them. */
+void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint64_t n,
+                         ovld_buf_shape_t shape[OVLD_BUF_COUNT]);
+#define OVLD_SCALING_PAIRS 7
+void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,
+                        bool b_bias, ovld_field_pair_t f[OVLD_SCALING_PAIRS]);
+void ovld_scaling_plan(const ovld_scaling_desc_t *sc, bool bias, ovl_plan_scaling_t *ret);
+/* The planner's buffer for a scaled op's slots (SA, SB, BIAS); -1 for
+ * another slot. */
+int ovld_scaling_plan_buf(int which);
 
 /* The entry of kind id; NULL for an id that names no kind. */
 const ovld_kind_t *ovld_kind(uint32_t id);

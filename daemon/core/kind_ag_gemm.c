@@ -13,8 +13,9 @@
 
 static const char *buf_name(int which)
 {
-    static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1", "b2", "b3", "b4", "b5",
-                                        "b6", "b7", "c1", "c2",    "c3", "c4", "c5", "c6", "c7"};
+    static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1",      "b2",      "b3",
+                                        "b4", "b5", "b6", "b7",    "c1",      "c2",      "c3",
+                                        "c4", "c5", "c6", "c7",    "a_scale", "b_scale", "bias"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
     return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : NULL;
 }
@@ -30,9 +31,13 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
         snprintf(msg, len, "m * world overflows");
         return OVL_ERR_RANGE;
     }
-    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype); /* every buffer's */
+    /* A's, a_out's; B's and C's (scaled: b_dtype and out_dtype) */
+    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
+    size_t belem = q->sc.scaled ? ovl_dtype_size((ovl_dtype_t)q->sc.b_dtype) : elem;
+    size_t celem = q->sc.scaled ? ovl_dtype_size((ovl_dtype_t)q->sc.out_dtype) : elem;
     shape[OVLD_BUF_A] =
         (ovld_buf_shape_t){.rows = q->m, .cols = q->k, .elem = elem, .required = true};
+    ovld_scaling_shapes(&q->sc, q->m, q->n, shape); /* one B when scaled: request.c */
     /* optional: ovld gathers into its scratch */
     shape[OVLD_BUF_AOUT] =
         (ovld_buf_shape_t){.rows = rows_all, .cols = q->k, .elem = elem, .optional = true};
@@ -41,10 +46,10 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
         uint64_t n = i == 0 ? q->n : q->n_more[i - 1];
         shape[ovld_buf_b(i)] = (ovld_buf_shape_t){.rows = q->transb ? n : q->k,
                                                   .cols = q->transb ? q->k : n,
-                                                  .elem = elem,
+                                                  .elem = belem,
                                                   .required = true};
         shape[ovld_buf_c(i)] =
-            (ovld_buf_shape_t){.rows = rows_all, .cols = n, .elem = elem, .required = true};
+            (ovld_buf_shape_t){.rows = rows_all, .cols = n, .elem = celem, .required = true};
     }
     return OVL_OK;
 }
@@ -62,7 +67,11 @@ static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
                                    .streams = q->streams,
                                    .transb = q->transb,
                                    .has_aout = op->buf[OVLD_BUF_AOUT].given,
+                                   .has_bias = op->buf[OVLD_BUF_BIAS].given,
+                                   .sc = q->sc,
                                    .nb = q->nb ? q->nb : 1}};
+    if (!valid)
+        f->ag.sc.b_dtype = f->ag.sc.out_dtype = f->ag.sc.a_mode = f->ag.sc.b_mode = UINT32_MAX;
     memcpy(f->ag.n_more, q->n_more, sizeof(f->ag.n_more));
 }
 
@@ -81,7 +90,10 @@ static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, 
         {"a_out (given or not)", a->ag.has_aout, b->ag.has_aout},
         {"nb", a->ag.nb, b->ag.nb},
     };
-    if (ovld_fields_first_differ(f, sizeof(f) / sizeof(f[0]), what, whatlen, ret_a, ret_b))
+    ovld_field_pair_t sc[OVLD_SCALING_PAIRS];
+    ovld_scaling_pairs(&a->ag.sc, a->ag.has_bias, &b->ag.sc, b->ag.has_bias, sc);
+    if (ovld_fields_first_differ(f, sizeof(f) / sizeof(f[0]), what, whatlen, ret_a, ret_b) ||
+        ovld_fields_first_differ(sc, OVLD_SCALING_PAIRS, what, whatlen, ret_a, ret_b))
         return true;
     for (uint32_t i = 1; i < a->ag.nb && i < OVLD_MAX_BS; i++)
         if (a->ag.n_more[i - 1] != b->ag.n_more[i - 1]) {
@@ -105,7 +117,7 @@ static int plan_buf(int which)
         if (which == ovld_buf_c(i))
             return ovl_buf_c(i);
     }
-    return -1;
+    return ovld_scaling_plan_buf(which);
 }
 
 static void plan_params(const ovld_op_fields_t *f, uint32_t world, ovl_plan_params_t *pp)
@@ -126,6 +138,7 @@ static void plan_params(const ovld_op_fields_t *f, uint32_t world, ovl_plan_para
     };
     _Static_assert(OVLD_MAX_BS == OVL_PLAN_MAX_BS, "the op's Bs are the plan's");
     memcpy(pp->n_more, f->ag.n_more, sizeof(pp->n_more));
+    ovld_scaling_plan(&f->ag.sc, f->ag.has_bias, &pp->sc);
 }
 
 /* NCCL moves a rank's rows only as one dense piece: an A or a_out whose
@@ -153,8 +166,9 @@ static ovld_op_count_t count(const ovld_op_fields_t *f, uint32_t world)
 
 static void describe(const ovld_op_fields_t *f, char *out, size_t len)
 {
-    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 "%s%s", f->ag.m, f->ag.n, f->ag.k,
-             f->ag.transb ? " transb" : "", f->ag.nb > 1 ? " several Bs" : "");
+    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 "%s%s%s", f->ag.m, f->ag.n, f->ag.k,
+             f->ag.transb ? " transb" : "", f->ag.nb > 1 ? " several Bs" : "",
+             f->ag.sc.scaled ? " scaled" : "");
 }
 
 const ovld_kind_t ovld_kind_ag_gemm = {

@@ -14,7 +14,16 @@
 static const char *buf_name(int which)
 {
     static const char *const names[] = {"a", "b", "c"};
-    return which >= 0 && which < 3 ? names[which] : NULL;
+    switch (which) {
+    case OVLD_BUF_A_SCALE:
+        return "a_scale";
+    case OVLD_BUF_B_SCALE:
+        return "b_scale";
+    case OVLD_BUF_BIAS:
+        return "bias";
+    default:
+        return which >= 0 && which < 3 ? names[which] : NULL;
+    }
 }
 
 static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
@@ -30,15 +39,19 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
                  q->m, world);
         return OVL_ERR_INVALID;
     }
-    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype); /* every buffer's */
+    /* A's; B's and C's (scaled: b_dtype and out_dtype) */
+    size_t elem = ovl_dtype_size((ovl_dtype_t)q->dtype);
+    size_t belem = q->sc.scaled ? ovl_dtype_size((ovl_dtype_t)q->sc.b_dtype) : elem;
+    size_t celem = q->sc.scaled ? ovl_dtype_size((ovl_dtype_t)q->sc.out_dtype) : elem;
     shape[OVLD_BUF_A] =
         (ovld_buf_shape_t){.rows = q->m, .cols = q->k, .elem = elem, .required = true};
     shape[OVLD_BUF_B] = (ovld_buf_shape_t){.rows = q->transb ? q->n : q->k,
                                            .cols = q->transb ? q->k : q->n,
-                                           .elem = elem,
+                                           .elem = belem,
                                            .required = true};
     shape[OVLD_BUF_C] =
-        (ovld_buf_shape_t){.rows = q->m / world, .cols = q->n, .elem = elem, .required = true};
+        (ovld_buf_shape_t){.rows = q->m / world, .cols = q->n, .elem = celem, .required = true};
+    ovld_scaling_shapes(&q->sc, q->m, q->n, shape);
     return OVL_OK;
 }
 
@@ -46,8 +59,10 @@ static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
 {
     const ovld_gemm_rs_desc_t *q = &op->rs;
     *f = (ovld_op_fields_t){.kind = OVLD_KIND_GEMM_RS, .rs = *q};
+    f->rs.has_bias = op->buf[OVLD_BUF_BIAS].given;
     if (!valid) {
         f->rs.dtype = f->rs.algo = f->rs.reduce_op = UINT32_MAX;
+        f->rs.sc.b_dtype = f->rs.sc.out_dtype = f->rs.sc.a_mode = f->rs.sc.b_mode = UINT32_MAX;
     }
 }
 
@@ -65,7 +80,10 @@ static bool fields_differ(const ovld_op_fields_t *a, const ovld_op_fields_t *b, 
         {"chunks", a->rs.chunks, b->rs.chunks},
         {"streams", a->rs.streams, b->rs.streams},
     };
-    return ovld_fields_first_differ(f, sizeof(f) / sizeof(f[0]), what, whatlen, ret_a, ret_b);
+    ovld_field_pair_t sc[OVLD_SCALING_PAIRS];
+    ovld_scaling_pairs(&a->rs.sc, a->rs.has_bias, &b->rs.sc, b->rs.has_bias, sc);
+    return ovld_fields_first_differ(f, sizeof(f) / sizeof(f[0]), what, whatlen, ret_a, ret_b) ||
+           ovld_fields_first_differ(sc, OVLD_SCALING_PAIRS, what, whatlen, ret_a, ret_b);
 }
 
 static int plan_buf(int which)
@@ -78,7 +96,7 @@ static int plan_buf(int which)
     case OVLD_BUF_C:
         return OVL_BUF_C;
     default:
-        return -1;
+        return ovld_scaling_plan_buf(which);
     }
 }
 
@@ -97,6 +115,7 @@ static void plan_params(const ovld_op_fields_t *f, uint32_t world, ovl_plan_para
         .streams = f->rs.streams,
         .transb = f->rs.transb,
     };
+    ovld_scaling_plan(&f->rs.sc, f->rs.has_bias, &pp->sc);
 }
 
 /* An output whose leading dimension is not n: the plans say so (the CUDA
@@ -111,15 +130,17 @@ static bool strided(const ovld_op_fields_t *f, const ovld_buf_use_t use[OVLD_BUF
 static ovld_op_count_t count(const ovld_op_fields_t *f, uint32_t world)
 {
     double mn = (double)f->rs.m * (double)f->rs.n;
+    ovl_dtype_t pdt = (ovl_dtype_t)(f->rs.sc.scaled ? f->rs.sc.out_dtype : f->rs.dtype);
     return (ovld_op_count_t){.flop = 2.0 * mn * (double)f->rs.k * world,
-                             .bytes = mn * (double)ovl_dtype_size((ovl_dtype_t)f->rs.dtype) * world,
+                             .bytes = mn * (double)ovl_dtype_size(pdt) * world,
                              .dtype = f->rs.dtype};
 }
 
 static void describe(const ovld_op_fields_t *f, char *out, size_t len)
 {
-    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 " %s%s", f->rs.m, f->rs.n, f->rs.k,
-             f->rs.reduce_op == OVL_REDUCE_AVG ? "avg" : "sum", f->rs.transb ? " transb" : "");
+    snprintf(out, len, "m=%" PRIu64 " n=%" PRIu64 " k=%" PRIu64 " %s%s%s", f->rs.m, f->rs.n,
+             f->rs.k, f->rs.reduce_op == OVL_REDUCE_AVG ? "avg" : "sum",
+             f->rs.transb ? " transb" : "", f->rs.sc.scaled ? " scaled" : "");
 }
 
 const ovld_kind_t ovld_kind_gemm_rs = {

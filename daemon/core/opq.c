@@ -200,15 +200,19 @@ static ovl_status_t op_prepare_rank(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *o
             return OVL_ERR_INTERNAL;
         }
         char why[160] = "";
-        st = js->backend->ops->rank_scratch(js->backend, x->rank, plan->scratch_bytes,
-                                            &x->buf[plan->scratch_buf].ptr, why, sizeof(why));
+        void *base = NULL;
+        st = js->backend->ops->rank_scratch(js->backend, x->rank, plan->scratch_bytes, &base, why,
+                                            sizeof(why));
         if (st != OVL_OK) {
             snprintf(op->msg, sizeof(op->msg), "rank %u: scratch of %" PRIu64 " bytes: %s", r,
                      plan->scratch_bytes, why[0] ? why : ovl_strerror(st));
             return st;
         }
-        /* scratch is dense */
-        x->buf[plan->scratch_buf].ld = plan->bufs[plan->scratch_buf].cols;
+        /* the plan's scratch buffers, each dense at its offset */
+        for (int pb = 0; pb < OVL_BUF_COUNT; pb++)
+            if (plan->bufs[pb].scratch)
+                x->buf[pb] = (ovld_view_t){.ptr = (char *)base + plan->bufs[pb].scratch_offset,
+                                           .ld = plan->bufs[pb].cols};
     }
     return OVL_OK;
 }

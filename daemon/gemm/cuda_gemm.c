@@ -17,13 +17,54 @@
  * Batches of row blocks are strided batches: A and C step block_stride rows
  * (block_stride * ld elements), B steps 0 (one B broadcast to every block).
  *
+ * Scaled (fp8) GEMMs (gemm_args.h): C = sa(i) sb(j) (A @ B^T) / div + bias[j]
+ * + ACC, A and B fp8, C, ACC and bias in c_dtype. The same swap applies, to
+ * the scales too: cuBLASLt's A scale is our b_scale, its B scale our a_scale.
+ * OVL_SCALE_TENSOR is CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F (one float);
+ * OVL_SCALE_ROW is OUTER_VEC_32F, whose vectors have cuBLASLt's M entries
+ * for its A (our n: b_scale[j] per column of op(B)) and its N entries for its
+ * B (our rows: a_scale[i] per row of A). cuBLASLt computes
+ *   D = alpha * scaleA * scaleB * (op(A) op(B)) + beta * C, then + bias
+ * in fp32 (CUBLAS_COMPUTE_32F, CUDA_R_32F scale type), so alpha = 1/div and
+ * beta = 1 on ACC as above, and the bias epilogue (CUBLASLT_EPILOGUE_BIAS, a
+ * vector of D's rows, our n, broadcast over its columns, our rows) adds
+ * bias[j]. fp8 is "TN" only on Hopper: cuBLASLt's A transposed, its B not,
+ * which is our transb (B stored n x k) and our A as it is. The scale and bias
+ * pointers are descriptor attributes, not cublasLtMatmul arguments: the cached
+ * descriptor gets each call's pointers just before its cublasLtMatmul (which
+ * reads them when it enqueues), and the key holds their alignment, as it
+ * holds the matrices'.
+ * What cuBLASLt 13.1 refuses, seen on an H200, and what is done instead:
+ *  - OUTER_VEC_32F on one side only (the heuristic: INVALID_VALUE; cuBLAS's
+ *    documentation: both or neither): the tensor-wide scale becomes a vector
+ *    of its value, 1.0f * scale by a plain fp32 GEMM (exact) into workspace
+ *    scratch.
+ *  - OUTER_VEC_32F with a strided batch (the heuristic: NOT_SUPPORTED; the
+ *    vectors have no batch stride either, and each block needs its own
+ *    a_scale rows): one matmul per block, a_scale offset by its first row.
+ *  - a bias of fp32 for fp32 C (NOT_SUPPORTED; the fp8 GEMMs take a bf16
+ *    bias only there): no epilogue; the bias is added after the GEMM by a
+ *    plain fp32 rank-1 GEMM in place, C += ones x bias (exact but for C's
+ *    one fp32 rounding).
+ *  - a scale pointer, vector or scalar, less than 16-byte aligned
+ *    (cublasLtMatmul: NOT_SUPPORTED at 4 and 8 bytes, which the heuristic
+ *    cannot know), or a bias pointer so (the heuristic: NOT_SUPPORTED at 2
+ *    bytes): the scale or bias is copied to 256-byte aligned scratch first.
+ * The scratch is taken from the workspace's end (ovld_lt_gemm refuses with
+ * OVL_ERR_UNSUPPORTED where the workspace is too small for it) and written
+ * on the GEMM's stream, ones by byte memsets, so it is ordered with the
+ * matmuls that read it.
+ *
  * The cache. Building descriptors and asking the heuristic costs tens of
  * microseconds, more than a small GEMM takes on the GPU, and a plan repeats a
  * handful of shapes, so each distinct GEMM keeps its matmul descriptor, four
  * layouts and chosen algorithm. The key is everything the choice depends on:
  * dtype, shape, leading dimensions, transb, batch, the real alignment of each
  * pointer (a row chunk of a buffer may be aligned to 2 bytes only, and an
- * algorithm chosen for 256 may then fault or fail) and the workspace cap.
+ * algorithm chosen for 256 may then fault or fail) and the workspace cap; for
+ * scaled GEMMs also B's and C's dtypes, the scale modes, the bias (and its
+ * dtype), fast accumulation and the alignment of the scale and bias pointers
+ * (the heuristic reads the bias pointer's, cublasLt.h says).
  * Entries live in an array; an open-addressing table of LT_SLOTS indices,
  * twice the most entries, finds them with short linear probes. The cache is
  * bounded at LT_CACHE_MAX entries: inserting into a full cache first empties
@@ -53,6 +94,7 @@
 #define LT_MAX_ALIGN  256u  /* cuBLASLt's default and largest alignment preference */
 #define LT_WS_ALIGN   256u  /* cublasLtMatmul wants a 256-byte aligned workspace */
 #define LT_HEURISTICS 8     /* results asked of the heuristic */
+#define LT_VEC_ALIGN  16u   /* what cublasLtMatmul wants of a scale pointer (bytes; seen) */
 
 /* All uint64_t, so that the struct has no padding and memcmp compares keys. */
 typedef struct lt_key {
@@ -60,7 +102,21 @@ typedef struct lt_key {
     uint64_t ldacc;                              /* ACC's (cuBLASLt's C); 0: no ACC, C is D */
     uint64_t align_a, align_b, align_c, align_d; /* bytes; ours: A, B, ACC (or C), C */
     uint64_t ws_cap;
+    /* Scaled (fp8) GEMMs. Not scaled: b_dtype and c_dtype are dtype, the
+     * rest 0. */
+    uint64_t scaled;
+    uint64_t b_dtype, c_dtype;               /* ovl_dtype_t of B, and of C, ACC and bias */
+    uint64_t a_mode, b_mode;                 /* ovl_scale_mode_t of our a_scale and b_scale */
+    uint64_t bias, bias_dtype;               /* 1 and its ovl_dtype_t: the bias epilogue */
+    uint64_t fast_accum;                     /* CUBLASLT_MATMUL_DESC_FAST_ACCUM */
+    uint64_t align_sa, align_sb, align_bias; /* bytes; ours: a_scale, b_scale, bias */
 } lt_key_t;
+
+/* A scaled GEMM's per-call descriptor attributes, ours: a_scale (offset to
+ * the matmul's first row where OVL_SCALE_ROW), b_scale, bias. */
+typedef struct lt_ptrs {
+    const void *sa, *sb, *bias;
+} lt_ptrs_t;
 
 typedef struct lt_entry {
     lt_key_t key;
@@ -89,20 +145,43 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+#define LT_DESCRIBE_LEN 512 /* describe()'s buffers */
+
+static const char *dtype_str(uint64_t dtype)
+{
+    const char *name = ovl_dtype_name((ovl_dtype_t)dtype);
+    return name ? name : "?";
+}
+
+static const char *mode_str(uint64_t mode)
+{
+    return mode == OVL_SCALE_ROW ? "row" : "tensor";
+}
+
 /* The GEMM in words, for messages: enough to reproduce the failing call. */
 static void describe(const lt_key_t *key, char *buf, size_t len)
 {
-    const char *dt = ovl_dtype_name((ovl_dtype_t)key->dtype);
-    snprintf(buf, len,
-             "%s rows %llu n %llu k %llu, lda %llu ldb %llu ldc %llu ldacc %llu, transb %d, "
-             "nblocks %llu stride %llu, align a/b/acc/c %llu/%llu/%llu/%llu, workspace %llu",
-             dt ? dt : "?", (unsigned long long)key->rows, (unsigned long long)key->n,
-             (unsigned long long)key->k, (unsigned long long)key->lda, (unsigned long long)key->ldb,
-             (unsigned long long)key->ldc, (unsigned long long)key->ldacc, (int)key->transb,
-             (unsigned long long)key->nblocks, (unsigned long long)key->block_stride,
-             (unsigned long long)key->align_a, (unsigned long long)key->align_b,
-             (unsigned long long)key->align_c, (unsigned long long)key->align_d,
-             (unsigned long long)key->ws_cap);
+    int off =
+        snprintf(buf, len,
+                 "%s rows %llu n %llu k %llu, lda %llu ldb %llu ldc %llu ldacc %llu, "
+                 "transb %d, nblocks %llu stride %llu, align a/b/acc/c %llu/%llu/%llu/%llu, "
+                 "workspace %llu",
+                 dtype_str(key->dtype), (unsigned long long)key->rows, (unsigned long long)key->n,
+                 (unsigned long long)key->k, (unsigned long long)key->lda,
+                 (unsigned long long)key->ldb, (unsigned long long)key->ldc,
+                 (unsigned long long)key->ldacc, (int)key->transb, (unsigned long long)key->nblocks,
+                 (unsigned long long)key->block_stride, (unsigned long long)key->align_a,
+                 (unsigned long long)key->align_b, (unsigned long long)key->align_c,
+                 (unsigned long long)key->align_d, (unsigned long long)key->ws_cap);
+    if (!key->scaled || off < 0 || (size_t)off >= len)
+        return;
+    snprintf(buf + off, len - (size_t)off,
+             "; scaled: B %s, C %s, a_scale %s (align %llu), b_scale %s (align %llu), bias %s "
+             "(align %llu), fast_accum %d",
+             dtype_str(key->b_dtype), dtype_str(key->c_dtype), mode_str(key->a_mode),
+             (unsigned long long)key->align_sa, mode_str(key->b_mode),
+             (unsigned long long)key->align_sb, key->bias ? dtype_str(key->bias_dtype) : "none",
+             (unsigned long long)key->align_bias, (int)key->fast_accum);
 }
 
 /* "CUBLAS_STATUS_NOT_SUPPORTED" and the like, never NULL. */
@@ -115,7 +194,7 @@ static const char *status_name(cublasStatus_t st)
 static ovl_status_t lt_fail(char *err, size_t errlen, const char *call, cublasStatus_t st,
                             const lt_key_t *key)
 {
-    char shape[256];
+    char shape[LT_DESCRIBE_LEN];
     describe(key, shape, sizeof shape);
     set_err(err, errlen, "%s: %s (%s)", call, status_name(st), shape);
     return OVL_ERR_BACKEND;
@@ -124,7 +203,7 @@ static ovl_status_t lt_fail(char *err, size_t errlen, const char *call, cublasSt
 static ovl_status_t cuda_fail(char *err, size_t errlen, const char *call, cudaError_t ce,
                               const lt_key_t *key)
 {
-    char shape[256];
+    char shape[LT_DESCRIBE_LEN];
     describe(key, shape, sizeof shape);
     set_err(err, errlen, "%s: %s (%s)", call, cudaGetErrorName(ce), shape);
     return OVL_ERR_BACKEND;
@@ -151,6 +230,10 @@ static cudaDataType_t cuda_type(ovl_dtype_t dtype)
         return CUDA_R_16F;
     case OVL_DTYPE_FP32:
         return CUDA_R_32F;
+    case OVL_DTYPE_FP8_E4M3:
+        return CUDA_R_8F_E4M3;
+    case OVL_DTYPE_FP8_E5M2:
+        return CUDA_R_8F_E5M2;
     }
     return CUDA_R_32F; /* not reached: dtypes are validated first */
 }
@@ -236,6 +319,12 @@ static lt_entry_t *cache_insert(ovld_lt_t *lt, const lt_entry_t *e)
     return &lt->ents[idx];
 }
 
+/* What a scaled GEMM that the heuristic refuses may lack (cuBLAS's
+ * cublasLtMatmul documentation on fp8; ovl checks none of it itself). */
+#define FP8_HINT                                                                                   \
+    "; cuBLASLt's fp8 GEMMs want 16-byte aligned pointers, leading dimensions of 16-byte "         \
+    "multiples, k a multiple of 16 and C's rows (n elements) a 16-byte multiple"
+
 /* Shorthands for entry_build's checks: every call's status, one exit. */
 #define LT_TRY(call, what)                                                                         \
     do {                                                                                           \
@@ -257,16 +346,103 @@ static cublasStatus_t set_batch(cublasLtMatrixLayout_t lay, int32_t count, int64
 }
 
 /*
- * Fills *e (descriptor, layouts, algorithm) for key. On failure *e holds
- * nothing. The key's values were range-checked by the caller: dimensions fit
- * int32 where cuBLASLt wants them to, leading dimensions and strides int64.
+ * A scaled GEMM's pointers, set on its descriptor: at build time (the
+ * heuristic may read their values for alignment) and before every
+ * cublasLtMatmul, since they change from call to call (other buffers, and
+ * a_scale's row offset) while the descriptor is cached. Lt's A is our B, so
+ * its A scale is our b_scale, its B scale our a_scale. Returns the first
+ * failure, *what naming the attribute.
  */
-static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t hash, lt_entry_t *e,
-                                char *err, size_t errlen)
+static cublasStatus_t set_ptrs(cublasLtMatmulDesc_t desc, const lt_key_t *key, const lt_ptrs_t *p,
+                               const char **what)
+{
+    cublasStatus_t st;
+
+    if (!key->scaled)
+        return CUBLAS_STATUS_SUCCESS;
+    *what = "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)";
+    st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p->sb,
+                                        sizeof p->sb);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    *what = "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)";
+    st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p->sa,
+                                        sizeof p->sa);
+    if (st != CUBLAS_STATUS_SUCCESS || !key->bias)
+        return st;
+    *what = "cublasLtMatmulDescSetAttribute(BIAS_POINTER)";
+    return cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
+                                          sizeof p->bias);
+}
+
+/* cublasLtMatmulMatrixScale_t of an ovl scale mode (int32_t, the attribute's
+ * type). */
+static int32_t lt_scale_mode(uint64_t mode)
+{
+    return mode == OVL_SCALE_ROW ? (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                 : (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
+/*
+ * A scaled GEMM's descriptor attributes beyond the unscaled ones: scale
+ * modes, fast accumulation, the bias epilogue and the pointers.
+ */
+static cublasStatus_t set_scaled(cublasLtMatmulDesc_t desc, const lt_key_t *key, const lt_ptrs_t *p,
+                                 const char **what)
+{
+    cublasStatus_t st;
+    /* Lt's A is our B: its mode is our b_mode. */
+    int32_t amode = lt_scale_mode(key->b_mode), bmode = lt_scale_mode(key->a_mode);
+    int8_t fast = key->fast_accum ? 1 : 0; /* the attribute is int8_t */
+
+    *what = "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)";
+    st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode,
+                                        sizeof amode);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    *what = "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)";
+    st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode,
+                                        sizeof bmode);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    *what = "cublasLtMatmulDescSetAttribute(FAST_ACCUM)";
+    st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    if (key->bias) {
+        /* Bias: a vector of D's rows (cuBLASLt's M, our n), broadcast over
+         * D's columns (our rows) and every batch member (BIAS_BATCH_STRIDE
+         * stays 0), added after alpha * AB + beta * C. */
+        uint32_t epi = CUBLASLT_EPILOGUE_BIAS;                          /* uint32_t */
+        int32_t bdt = (int32_t)cuda_type((ovl_dtype_t)key->bias_dtype); /* int32_t */
+        *what = "cublasLtMatmulDescSetAttribute(EPILOGUE)";
+        st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+        *what = "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)";
+        st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bdt,
+                                            sizeof bdt);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+    }
+    return set_ptrs(desc, key, p, what);
+}
+
+/*
+ * Fills *e (descriptor, layouts, algorithm) for key; p: a scaled GEMM's
+ * pointers for this call. On failure *e holds nothing. The key's values were
+ * range-checked by the caller: dimensions fit int32 where cuBLASLt wants them
+ * to, leading dimensions and strides int64.
+ */
+static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, const lt_ptrs_t *p,
+                                uint64_t hash, lt_entry_t *e, char *err, size_t errlen)
 {
     ovl_status_t status = OVL_OK;
     cublasLtMatmulPreference_t pref = NULL;
-    cudaDataType_t dt = cuda_type((ovl_dtype_t)key->dtype);
+    /* Our A, our B, and C/D (ACC's too). Not scaled: all dtype. */
+    cudaDataType_t dt_a = cuda_type((ovl_dtype_t)key->dtype);
+    cudaDataType_t dt_b = cuda_type((ovl_dtype_t)key->b_dtype);
+    cudaDataType_t dt_c = cuda_type((ovl_dtype_t)key->c_dtype);
 
     memset(e, 0, sizeof *e);
     e->key = *key;
@@ -283,20 +459,27 @@ static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t has
            "cublasLtMatmulDescSetAttribute(TRANSA)");
     LT_TRY(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
            "cublasLtMatmulDescSetAttribute(TRANSB)");
+    if (key->scaled) {
+        const char *what = "cublasLtMatmulDescSetAttribute";
+        cublasStatus_t sst = set_scaled(e->desc, key, p, &what);
+        LT_TRY(sst, what);
+    }
 
     /* cuBLASLt's A: our B as stored, column-major. */
     uint64_t brows = key->transb ? key->k : key->n;
     uint64_t bcols = key->transb ? key->n : key->k;
-    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_b, dt, brows, bcols, (int64_t)key->ldb),
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_b, dt_b, brows, bcols, (int64_t)key->ldb),
            "cublasLtMatrixLayoutCreate(B)");
     /* cuBLASLt's B: A^T, k x rows. */
-    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_a, dt, key->k, key->rows, (int64_t)key->lda),
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_a, dt_a, key->k, key->rows, (int64_t)key->lda),
            "cublasLtMatrixLayoutCreate(A)");
-    /* C and D: C^T, n x rows (cuBLASLt's C: ACC's, where there is one). */
+    /* C and D: C^T, n x rows (cuBLASLt's C: ACC's, where there is one); in
+     * c_dtype for a scaled GEMM (cuBLASLt's fp8 GEMMs want C's type to be
+     * D's for a bf16, fp16 or fp32 D). */
     uint64_t ldlc = key->ldacc ? key->ldacc : key->ldc;
-    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_c, dt, key->n, key->rows, (int64_t)ldlc),
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_c, dt_c, key->n, key->rows, (int64_t)ldlc),
            "cublasLtMatrixLayoutCreate(C)");
-    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_d, dt, key->n, key->rows, (int64_t)key->ldc),
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lay_d, dt_c, key->n, key->rows, (int64_t)key->ldc),
            "cublasLtMatrixLayoutCreate(D)");
 
     if (key->nblocks > 1) {
@@ -344,9 +527,10 @@ static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t has
                                        pref, LT_HEURISTICS, res, &nres);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
         /* "No heuristic function available for current configuration". */
-        char shape[256];
+        char shape[LT_DESCRIBE_LEN];
         describe(key, shape, sizeof shape);
-        set_err(err, errlen, "cublasLtMatmulAlgoGetHeuristic: %s (%s)", status_name(st), shape);
+        set_err(err, errlen, "cublasLtMatmulAlgoGetHeuristic: %s (%s)%s", status_name(st), shape,
+                key->scaled ? FP8_HINT : "");
         status = OVL_ERR_UNSUPPORTED;
         goto out;
     }
@@ -360,9 +544,10 @@ static ovl_status_t entry_build(ovld_lt_t *lt, const lt_key_t *key, uint64_t has
             break;
         }
     if (pick < 0) {
-        char shape[256];
+        char shape[LT_DESCRIBE_LEN];
         describe(key, shape, sizeof shape);
-        set_err(err, errlen, "cublasLtMatmulAlgoGetHeuristic: no algorithm (%s)", shape);
+        set_err(err, errlen, "cublasLtMatmulAlgoGetHeuristic: no algorithm (%s)%s", shape,
+                key->scaled ? FP8_HINT : "");
         status = OVL_ERR_UNSUPPORTED;
         goto out;
     }
@@ -449,22 +634,84 @@ static bool fits_i64(uint64_t x, uint64_t y)
     return x == 0 || y <= (uint64_t)INT64_MAX / x;
 }
 
+static bool is_out_dtype(ovl_dtype_t dt)
+{
+    return dt == OVL_DTYPE_BF16 || dt == OVL_DTYPE_FP16 || dt == OVL_DTYPE_FP32;
+}
+
+/*
+ * A scaled GEMM's own checks (gemm_args.h, ovl.h's ovl_scaling_t): the
+ * dtypes, transb and the modes. The scale pointers are checked with the
+ * matrices', once the GEMM is known not to be empty.
+ */
+static ovl_status_t check_scaled(const ovld_gemm_args_t *g, char *err, size_t errlen)
+{
+    const char *a = ovl_dtype_name(g->dtype), *b = ovl_dtype_name(g->b_dtype);
+    const char *c = ovl_dtype_name(g->c_dtype);
+
+    if (!ovl_dtype_is_fp8(g->dtype) || !ovl_dtype_is_fp8(g->b_dtype)) {
+        set_err(err, errlen,
+                "ovld_lt_gemm: a scaled GEMM takes fp8 A and B (fp8e4m3 or fp8e5m2), not A %s "
+                "and B %s",
+                a ? a : "(unknown dtype)", b ? b : "(unknown dtype)");
+        return OVL_ERR_INVALID;
+    }
+    if (g->dtype == OVL_DTYPE_FP8_E5M2 && g->b_dtype == OVL_DTYPE_FP8_E5M2) {
+        set_err(err, errlen,
+                "ovld_lt_gemm: a scaled GEMM of fp8e5m2 A and fp8e5m2 B is not supported (one of "
+                "them must be fp8e4m3)");
+        return OVL_ERR_INVALID;
+    }
+    if (!is_out_dtype(g->c_dtype)) {
+        set_err(err, errlen, "ovld_lt_gemm: a scaled GEMM's C is bf16, fp16 or fp32, not %s",
+                c ? c : "an unknown dtype");
+        return OVL_ERR_INVALID;
+    }
+    if (!g->transb) {
+        set_err(err, errlen,
+                "ovld_lt_gemm: a scaled GEMM needs transb (B stored n x k, the one fp8 layout "
+                "of cuBLASLt)");
+        return OVL_ERR_INVALID;
+    }
+    if ((unsigned)g->a_mode >= OVL_SCALE_MODE_COUNT ||
+        (unsigned)g->b_mode >= OVL_SCALE_MODE_COUNT) {
+        set_err(err, errlen, "ovld_lt_gemm: unknown scale mode (a_mode %d, b_mode %d)",
+                (int)g->a_mode, (int)g->b_mode);
+        return OVL_ERR_INVALID;
+    }
+    return OVL_OK;
+}
+
 /*
  * Checks g and puts it in the normal form the cache is keyed on, so that
  * equal GEMMs share an entry: one block has no stride, and back-to-back
- * blocks are one taller GEMM (faster than a batch of short ones). *empty:
- * C has no elements, nothing to do.
+ * blocks are one taller GEMM (faster than a batch of short ones; a_scale's
+ * rows are then back to back too). *empty: C has no elements, nothing to do.
  */
 static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_t *key, bool *empty,
                              char *err, size_t errlen)
 {
-    size_t es = ovl_dtype_size(g->dtype);
+    ovl_dtype_t c_dt = g->scaled ? g->c_dtype : g->dtype;
+    size_t es_a, es_c; /* bytes per element: A's, and C's (ACC's) */
     uint64_t rows = g->rows, n = g->n, k = g->k;
     uint64_t lda = g->a.ld, ldb = g->b.ld, ldc = g->c.ld, ldacc = g->acc.ptr ? g->acc.ld : 0;
     uint64_t nblocks = g->nblocks, stride = g->block_stride;
 
     *empty = false;
-    if (es == 0) {
+    if (g->scaled) {
+        ovl_status_t st = check_scaled(g, err, errlen);
+        if (st != OVL_OK)
+            return st;
+    } else if (ovl_dtype_is_fp8(g->dtype)) {
+        set_err(err, errlen,
+                "ovld_lt_gemm: dtype %s is an input of scaled GEMMs only (scaled, with its "
+                "scales and an output dtype)",
+                ovl_dtype_name(g->dtype));
+        return OVL_ERR_INVALID;
+    }
+    es_a = ovl_dtype_size(g->dtype);
+    es_c = ovl_dtype_size(c_dt);
+    if (es_a == 0) {
         set_err(err, errlen, "ovld_lt_gemm: unknown dtype %d", (int)g->dtype);
         return OVL_ERR_INVALID;
     }
@@ -492,6 +739,11 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
                 "ovld_lt_gemm: NULL matrix (a %p b %p c %p) with rows %llu n %llu k %llu", g->a.ptr,
                 g->b.ptr, g->c.ptr, (unsigned long long)rows, (unsigned long long)n,
                 (unsigned long long)k);
+        return OVL_ERR_INVALID;
+    }
+    if (g->scaled && (g->a_scale == NULL || g->b_scale == NULL)) {
+        set_err(err, errlen, "ovld_lt_gemm: scaled GEMM with a NULL scale (a_scale %p b_scale %p)",
+                (const void *)g->a_scale, (const void *)g->b_scale);
         return OVL_ERR_INVALID;
     }
     if (nblocks > 1 && stride < rows) {
@@ -548,12 +800,67 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
     key->align_d = align_of((uint64_t)(uintptr_t)g->c.ptr);
     key->align_c = ldacc ? align_of((uint64_t)(uintptr_t)g->acc.ptr) : key->align_d;
     if (nblocks > 1) {
-        key->align_a = min_u64(key->align_a, align_of(stride * lda * es));
-        key->align_d = min_u64(key->align_d, align_of(stride * ldc * es));
-        key->align_c = min_u64(key->align_c, align_of(stride * (ldacc ? ldacc : ldc) * es));
+        key->align_a = min_u64(key->align_a, align_of(stride * lda * es_a));
+        key->align_d = min_u64(key->align_d, align_of(stride * ldc * es_c));
+        key->align_c = min_u64(key->align_c, align_of(stride * (ldacc ? ldacc : ldc) * es_c));
     }
     key->ws_cap = ws_cap;
+    key->b_dtype = (uint64_t)(g->scaled ? g->b_dtype : g->dtype);
+    key->c_dtype = (uint64_t)c_dt;
+    if (g->scaled) {
+        key->scaled = 1;
+        key->a_mode = (uint64_t)g->a_mode;
+        key->b_mode = (uint64_t)g->b_mode;
+        key->fast_accum = g->fast_accum ? 1 : 0;
+        key->align_sa = align_of((uint64_t)(uintptr_t)g->a_scale);
+        key->align_sb = align_of((uint64_t)(uintptr_t)g->b_scale);
+        /* a row-scaled block's a_scale starts at its first row */
+        if (nblocks > 1 && g->a_mode == OVL_SCALE_ROW)
+            key->align_sa = min_u64(key->align_sa, align_of(stride * sizeof(float)));
+        if (g->bias) {
+            key->bias = 1;
+            key->bias_dtype = (uint64_t)c_dt;
+            key->align_bias = align_of((uint64_t)(uintptr_t)g->bias);
+        }
+    }
     return OVL_OK;
+}
+
+/*
+ * Fills count floats at dst with 1.0f on stream s, with byte memsets (no
+ * kernel of ours): 1.0f is 0x3f800000, bytes 00 00 80 3f in the GPU's
+ * little-endian order.
+ */
+static ovl_status_t fill_ones(cudaStream_t s, void *dst, uint64_t count, const lt_key_t *key,
+                              char *err, size_t errlen)
+{
+    char *p = dst;
+    cudaError_t ce = cudaMemsetAsync(p, 0, count * sizeof(float), s);
+    if (ce == cudaSuccess)
+        ce = cudaMemset2DAsync(p + 2, sizeof(float), 0x80, 1, count, s);
+    if (ce == cudaSuccess)
+        ce = cudaMemset2DAsync(p + 3, sizeof(float), 0x3f, 1, count, s);
+    if (ce != cudaSuccess)
+        return cuda_fail(err, errlen, "cudaMemsetAsync (a vector of ones)", ce, key);
+    return OVL_OK;
+}
+
+/* A plain fp32 GEMM that a scaled one needs (below), through ovld_lt_gemm;
+ * a failure names it. */
+static ovl_status_t helper_gemm(ovld_lt_t *lt, cudaStream_t s, void *ws, size_t ws_bytes,
+                                const ovld_gemm_args_t *h, const char *what, char *err,
+                                size_t errlen)
+{
+    char inner[LT_DESCRIBE_LEN + 256] = "";
+    ovl_status_t st = ovld_lt_gemm(lt, s, ws, ws_bytes, h, inner, sizeof inner);
+    if (st != OVL_OK)
+        set_err(err, errlen, "ovld_lt_gemm: %s, for a scaled GEMM: %s", what, inner);
+    return st;
+}
+
+static uint64_t round_up(uint64_t x, uint64_t to)
+{
+    return (x + to - 1) / to * to;
 }
 
 ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t workspace_bytes,
@@ -567,8 +874,20 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     bool tmp_owned = false; /* tmp holds descriptors that the cache did not take */
     lt_entry_t *e = NULL;
     lt_key_t key;
+    lt_ptrs_t ptrs = {NULL, NULL, NULL};
     bool empty = false;
     uint64_t ws_skip, hash;
+    uint64_t loops = 1, loop_rows = 0;     /* matmuls, and rows between them */
+    bool sa_rows = false;                  /* a_scale per row: offset per matmul */
+    bool bias_pass = false;                /* fp32 C's bias, added by a second GEMM */
+    bool copy_sa = false, copy_sb = false; /* scales copied to aligned scratch */
+    bool copy_bias = false;                /* the bias, likewise */
+    uint64_t expand = 0;                   /* a tensor-wide scale made a vector of this length */
+    uint64_t span = 0;     /* rows from the first block's first to the last's last */
+    uint64_t nones = 0;    /* floats of 1.0f in scratch, for the rank-1 GEMMs */
+    uint64_t sa_pitch = 0; /* bytes between blocks' a_scale copies */
+    char *ones = NULL, *vec = NULL, *sa_copy = NULL, *sb_copy = NULL, *bias_copy = NULL;
+    size_t es_a, es_c;
     cublasStatus_t st;
 
     memset(&tmp, 0, sizeof tmp);
@@ -592,14 +911,16 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     status = make_key(g, workspace_bytes, &key, &empty, err, errlen);
     if (status != OVL_OK || empty)
         goto out;
+    es_a = ovl_dtype_size((ovl_dtype_t)key.dtype);
+    es_c = ovl_dtype_size((ovl_dtype_t)key.c_dtype);
 
-    if (key.k == 0 && !key.ldacc) {
-        status = zero_c(s, &key, g->c.ptr, ovl_dtype_size(g->dtype), err, errlen);
+    if (key.k == 0 && !key.ldacc && !key.bias) {
+        status = zero_c(s, &key, g->c.ptr, es_c, err, errlen);
         goto out;
     }
     if (key.k == 0) {
-        /* ACC / div with nothing to add: cuBLASLt wants k > 0 */
-        set_err(err, errlen, "ovld_lt_gemm: k 0 with ACC");
+        /* ACC / div / bias with no product: cuBLASLt wants k > 0 */
+        set_err(err, errlen, "ovld_lt_gemm: k 0 with %s", key.ldacc ? "ACC" : "a bias");
         status = OVL_ERR_UNSUPPORTED;
         goto out;
     }
@@ -608,10 +929,167 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     if (key.ldacc)
         beta = 1.0f;
 
+    if (key.scaled) {
+        ptrs.sa = g->a_scale;
+        ptrs.sb = g->b_scale;
+        ptrs.bias = g->bias;
+        sa_rows = key.a_mode == OVL_SCALE_ROW;
+        span = (key.nblocks - 1) * key.block_stride + key.rows;
+        if ((sa_rows || key.b_mode == OVL_SCALE_ROW) && key.nblocks > 1) {
+            /* OUTER_VEC_32F and a strided batch: the heuristic answers
+             * CUBLAS_STATUS_NOT_SUPPORTED (and the vectors have no batch
+             * stride, where each block needs its own a_scale rows), so one
+             * matmul per block (the key's alignments are already the worst
+             * block's). */
+            loops = key.nblocks;
+            loop_rows = key.block_stride;
+            key.nblocks = 1;
+            key.block_stride = 0;
+        }
+        /* cuBLASLt takes OUTER_VEC_32F on both sides or on neither (its
+         * heuristic answers CUBLAS_STATUS_INVALID_VALUE to one of each): a
+         * tensor-wide scale beside a row one becomes a vector of its value,
+         * our rows long for a_scale (cuBLASLt's N), n for b_scale (its M). */
+        if (key.a_mode != key.b_mode)
+            expand = key.a_mode == OVL_SCALE_TENSOR ? key.rows : key.n;
+        /* A bias for fp32 C: cuBLASLt's fp8 GEMMs take a bf16 bias only
+         * there (NOT_SUPPORTED for an fp32 one), so the bias is added after
+         * the GEMM, in place: C += ones(span) x bias, a rank-1 fp32 GEMM,
+         * once for all blocks. */
+        bias_pass = key.bias && key.c_dtype == OVL_DTYPE_FP32;
+        /* A scale less than 16-byte aligned, an OUTER_VEC vector or a
+         * SCALAR_32F one, makes cublasLtMatmul answer
+         * CUBLAS_STATUS_NOT_SUPPORTED (4 and 8 bytes seen; the heuristic
+         * cannot tell): it is copied to scratch, each block's a_scale rows
+         * on 256 bytes, by one (2D) copy. A tensor-wide scale to expand
+         * needs none (the expanded vector is aligned). */
+        copy_sa = key.align_sa < LT_VEC_ALIGN && !(expand && !sa_rows);
+        copy_sb = key.align_sb < LT_VEC_ALIGN && !(expand && sa_rows);
+        /* A bias under 16-byte aligned: the heuristic (which reads the bias
+         * pointer) offers nothing at 2 bytes; copied likewise. */
+        copy_bias = key.bias && !bias_pass && key.align_bias < LT_VEC_ALIGN;
+    }
+    if (expand || bias_pass)
+        nones = bias_pass && span > expand ? span : expand;
+    if (nones || copy_sa || copy_sb || copy_bias) {
+        /* Scratch at the workspace's end, 256-byte aligned: ones for the
+         * rank-1 GEMMs, the expanded scale, the copied scales and bias. */
+        uint64_t ones_bytes = round_up(nones * sizeof(float), LT_WS_ALIGN);
+        uint64_t vec_bytes = round_up(expand * sizeof(float), LT_WS_ALIGN);
+        uint64_t sa_bytes, sb_bytes, need;
+        uint64_t bias_bytes = copy_bias ? round_up(key.n * es_c, LT_WS_ALIGN) : 0;
+        sa_pitch = copy_sa ? round_up((sa_rows ? key.rows : 1) * sizeof(float), LT_WS_ALIGN) : 0;
+        sa_bytes = sa_pitch * (sa_rows ? loops : 1);
+        sb_bytes = copy_sb ? round_up((key.b_mode == OVL_SCALE_ROW ? key.n : 1) * sizeof(float),
+                                      LT_WS_ALIGN)
+                           : 0;
+        need = ones_bytes + vec_bytes + sa_bytes + sb_bytes + bias_bytes;
+        if (workspace_bytes < need) {
+            char shape[LT_DESCRIBE_LEN];
+            describe(&key, shape, sizeof shape);
+            set_err(err, errlen,
+                    "ovld_lt_gemm: this scaled GEMM needs %llu bytes of workspace scratch, has %zu "
+                    "(for:%s%s%s%s%s) (%s)",
+                    (unsigned long long)need, (size_t)workspace_bytes,
+                    expand ? " a tensor-wide scale beside a row one;" : "",
+                    bias_pass ? " an fp32 C's bias;" : "",
+                    copy_sa ? " a_scale under 16-byte aligned;" : "",
+                    copy_sb ? " b_scale under 16-byte aligned;" : "",
+                    copy_bias ? " the bias under 16-byte aligned;" : "", shape);
+            status = OVL_ERR_UNSUPPORTED;
+            goto out;
+        }
+        workspace_bytes = (workspace_bytes - need) / LT_WS_ALIGN * LT_WS_ALIGN;
+        ones = (char *)workspace + workspace_bytes;
+        vec = ones + ones_bytes;
+        sa_copy = vec + vec_bytes;
+        sb_copy = sa_copy + sa_bytes;
+        bias_copy = sb_copy + sb_bytes;
+        if (workspace_bytes == 0)
+            workspace = NULL;
+        key.ws_cap = workspace_bytes;
+    }
+    if (nones) {
+        status = fill_ones(s, ones, nones, &key, err, errlen);
+        if (status != OVL_OK)
+            goto out;
+    }
+    if (copy_sa) {
+        /* per row: block b's rows from a_scale + b * loop_rows to sa_copy +
+         * b * sa_pitch; tensor-wide: the one float */
+        size_t width = (size_t)(sa_rows ? key.rows : 1) * sizeof(float);
+        size_t spitch = sa_rows && loops > 1 ? (size_t)loop_rows * sizeof(float) : width;
+        cudaError_t ce =
+            cudaMemcpy2DAsync(sa_copy, (size_t)sa_pitch, g->a_scale, spitch, width,
+                              (size_t)(sa_rows ? loops : 1), cudaMemcpyDeviceToDevice, s);
+        if (ce != cudaSuccess) {
+            status =
+                cuda_fail(err, errlen, "cudaMemcpy2DAsync (a_scale to aligned scratch)", ce, &key);
+            goto out;
+        }
+        ptrs.sa = sa_copy;
+        key.align_sa = min_u64(align_of((uint64_t)(uintptr_t)sa_copy), align_of(sa_pitch));
+    }
+    if (copy_sb) {
+        size_t bytes = (size_t)(key.b_mode == OVL_SCALE_ROW ? key.n : 1) * sizeof(float);
+        cudaError_t ce = cudaMemcpyAsync(sb_copy, g->b_scale, bytes, cudaMemcpyDeviceToDevice, s);
+        if (ce != cudaSuccess) {
+            status =
+                cuda_fail(err, errlen, "cudaMemcpyAsync (b_scale to aligned scratch)", ce, &key);
+            goto out;
+        }
+        ptrs.sb = sb_copy;
+        key.align_sb = align_of((uint64_t)(uintptr_t)sb_copy);
+    }
+    if (copy_bias) {
+        cudaError_t ce =
+            cudaMemcpyAsync(bias_copy, g->bias, (size_t)key.n * es_c, cudaMemcpyDeviceToDevice, s);
+        if (ce != cudaSuccess) {
+            status = cuda_fail(err, errlen, "cudaMemcpyAsync (bias to aligned scratch)", ce, &key);
+            goto out;
+        }
+        ptrs.bias = bias_copy;
+        key.align_bias = align_of((uint64_t)(uintptr_t)bias_copy);
+    }
+    if (expand) {
+        /* vec = ones (expand x 1) @ scale (1 x 1): each element 1.0f * the
+         * scale, exact in fp32. Lt's scale of that side then points at it,
+         * in OUTER_VEC mode as the other side's. */
+        const float *tensor_scale = key.a_mode == OVL_SCALE_TENSOR ? g->a_scale : g->b_scale;
+        ovld_gemm_args_t h = {.dtype = OVL_DTYPE_FP32,
+                              .rows = expand,
+                              .n = 1,
+                              .k = 1,
+                              .nblocks = 1,
+                              .a = {ones, 1},
+                              .b = {(void *)tensor_scale, 1},
+                              .c = {vec, 1}};
+        status = helper_gemm(lt, s, workspace, workspace_bytes, &h,
+                             "the vector of a tensor-wide scale", err, errlen);
+        if (status != OVL_OK)
+            goto out;
+        if (key.a_mode == OVL_SCALE_TENSOR) {
+            ptrs.sa = vec;
+            key.align_sa = align_of((uint64_t)(uintptr_t)vec);
+        } else {
+            ptrs.sb = vec;
+            key.align_sb = align_of((uint64_t)(uintptr_t)vec);
+        }
+        key.a_mode = key.b_mode = OVL_SCALE_ROW;
+    }
+    if (bias_pass) {
+        key.bias = 0;
+        key.bias_dtype = 0;
+        key.align_bias = 0;
+        ptrs.bias = NULL;
+    }
+
+    /* After the helper GEMM above, which may grow (move) or empty the
+     * cache, and done with e before the one below. */
     hash = key_hash(&key);
     e = cache_find(lt, &key, hash);
     if (e == NULL) {
-        status = entry_build(lt, &key, hash, &tmp, err, errlen);
+        status = entry_build(lt, &key, &ptrs, hash, &tmp, err, errlen);
         if (status != OVL_OK)
             goto out;
         e = cache_insert(lt, &tmp);
@@ -622,13 +1100,52 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
         }
     }
 
-    /* The whole workspace is passed; the algorithm needs e->ws_needed of
-     * it. */
-    st = cublasLtMatmul(lt->handle, e->desc, &alpha, g->b.ptr, e->lay_b, g->a.ptr, e->lay_a, &beta,
-                        key.ldacc ? g->acc.ptr : g->c.ptr, e->lay_c, g->c.ptr, e->lay_d, &e->algo,
-                        workspace, workspace_bytes, s);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        status = lt_fail(err, errlen, "cublasLtMatmul", st, &key);
+    for (uint64_t blk = 0; blk < loops; blk++) {
+        uint64_t r0 = blk * loop_rows; /* the block's first row */
+        const char *a = (const char *)g->a.ptr + r0 * key.lda * es_a;
+        char *c = (char *)g->c.ptr + r0 * key.ldc * es_c;
+        const char *acc = key.ldacc ? (const char *)g->acc.ptr + r0 * key.ldacc * es_c : c;
+
+        if (key.scaled) {
+            const char *what = "cublasLtMatmulDescSetAttribute";
+            if (copy_sa && sa_rows)
+                ptrs.sa = sa_copy + blk * sa_pitch;
+            else if (sa_rows)
+                ptrs.sa = g->a_scale + r0;
+            st = set_ptrs(e->desc, &key, &ptrs, &what);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                status = lt_fail(err, errlen, what, st, &key);
+                goto out;
+            }
+        }
+        /* The whole workspace is passed; the algorithm needs e->ws_needed of
+         * it. Matmuls on one stream run one after the other, so they may
+         * share it. */
+        st = cublasLtMatmul(lt->handle, e->desc, &alpha, g->b.ptr, e->lay_b, a, e->lay_a, &beta,
+                            acc, e->lay_c, c, e->lay_d, &e->algo, workspace, workspace_bytes, s);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            status = lt_fail(err, errlen, "cublasLtMatmul", st, &key);
+            goto out;
+        }
+    }
+    e = NULL;
+
+    if (bias_pass) {
+        /* C += ones (rows x 1) @ bias (1 x n), in place (ACC == C exactly:
+         * cuBLASLt's in-place form, C and D one matrix of one layout),
+         * batched over the blocks as given. */
+        ovld_gemm_args_t h = {.dtype = OVL_DTYPE_FP32,
+                              .rows = g->rows,
+                              .n = g->n,
+                              .k = 1,
+                              .nblocks = g->nblocks,
+                              .block_stride = g->block_stride,
+                              .a = {ones, 1},
+                              .b = {(void *)g->bias, g->n},
+                              .c = g->c,
+                              .acc = g->c};
+        status = helper_gemm(lt, s, workspace, workspace_bytes, &h, "the fp32 bias", err, errlen);
+    }
 
 out:
     if (tmp_owned)

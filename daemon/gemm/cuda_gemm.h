@@ -10,6 +10,26 @@
  * leading dimensions, batch and pointer alignment: a chunk of a buffer may be
  * less aligned than its base, and an algorithm chosen for 256-byte alignment
  * may not run on 16.
+ *
+ * Scaled (fp8) GEMMs, as gemm_args.h defines them: A and B fp8 (e4m3 x
+ * e4m3, e4m3 x e5m2 or e5m2 x e4m3; not e5m2 x e5m2), transb (B stored
+ * n x k: cuBLASLt's fp8 GEMMs are "TN" only on Hopper), C, ACC and bias in
+ * bf16, fp16 or fp32, tensor-wide or per-row scales on either side,
+ * fp32 accumulation (with fast_accum, cuBLASLt's faster, less exact one).
+ * cuBLAS's documentation wants of fp8 GEMMs what it lists for tensor cores:
+ * pointers (A, B, C, ACC) 16-byte aligned, leading dimensions 16-byte
+ * multiples, k a multiple of 16 and C's rows (n elements) a 16-byte
+ * multiple; where cuBLASLt then offers no algorithm the call answers
+ * OVL_ERR_UNSUPPORTED (k 40 is refused so, for one). What cuBLASLt 13.1
+ * refuses beyond that is worked around (cuda_gemm.c says how), and some of
+ * the work-arounds take scratch from the end of the workspace: a
+ * tensor-wide scale beside a per-row one (4 * (rows or n) bytes, and as
+ * many of ones), a bias for fp32 C (4 bytes per row of the blocks' span)
+ * and scale or bias pointers under 16-byte aligned (copied), each part
+ * rounded up to 256 bytes; without that much workspace such a call answers
+ * OVL_ERR_UNSUPPORTED. They also add plain fp32 GEMMs of their own (up to
+ * three cache entries for one call), and per-row scales with several blocks
+ * run one matmul per block.
  */
 #ifndef OVLD_CUDA_GEMM_H
 #define OVLD_CUDA_GEMM_H
@@ -36,9 +56,11 @@ void ovld_lt_destroy(ovld_lt_t *lt);
 /*
  * Enqueues the GEMM on stream s (whose device must be current), with a
  * workspace of workspace_bytes (may be 0). Host-side only: no
- * synchronization. OVL_ERR_INVALID for bad arguments, OVL_ERR_UNSUPPORTED
- * when no algorithm fits, OVL_ERR_BACKEND naming the failed cuBLASLt call in
- * err.
+ * synchronization. OVL_ERR_INVALID for bad arguments (before any GPU work:
+ * for a scaled GEMM also A or B not fp8, both e5m2, C fp8 or unknown, no
+ * transb, a NULL scale, an unknown scale mode; an fp8 dtype unscaled),
+ * OVL_ERR_UNSUPPORTED when no algorithm fits (or a scaled GEMM's scratch
+ * does not), OVL_ERR_BACKEND naming the failed cuBLASLt or CUDA call in err.
  */
 ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t workspace_bytes,
                           const ovld_gemm_args_t *g, char *err, size_t errlen);

@@ -42,6 +42,25 @@ typedef struct ovld_gemm_args {
     ovld_view_t acc; /* ptr NULL: none */
     uint32_t div;    /* 0 or 1: none */
     bool transb;
+    /*
+     * Scaled (fp8; ovl.h's ovl_scaling_t): A in dtype and B in b_dtype,
+     * both fp8, transb; C, ACC and bias in c_dtype (bf16, fp16, fp32):
+     *   C[i][j] = round_c(((sum_l A[i][l] op(B)[l][j]) * (sa(i) * sb(j))) * (1/div)
+     *                     + bias[j] + ACC[i][j])
+     * each step in fp32 in that order (the host GEMM's; cuBLASLt's own
+     * order and accumulation differ within fp32 rounding, and more with
+     * fast_accum). sa(i) = a_scale[0] (OVL_SCALE_TENSOR) or a_scale[b *
+     * block_stride + i] for row i of block b (OVL_SCALE_ROW: a_scale is
+     * the scale of A's first row); sb(j) = b_scale[0] or b_scale[j].
+     * bias NULL: none. Not scaled: dtype is every matrix's, and the
+     * fields below are unread.
+     */
+    bool scaled;
+    ovl_dtype_t b_dtype, c_dtype;
+    ovl_scale_mode_t a_mode, b_mode;
+    const float *a_scale, *b_scale;
+    const void *bias;
+    bool fast_accum;
 } ovld_gemm_args_t;
 
 #endif /* OVLD_GEMM_ARGS_H */

@@ -20,6 +20,11 @@
  * the last one is cut into narrower ones, so that a narrow or ragged n
  * wastes under 16 columns rather than up to GEMM_NB - 1. No intrinsics, so
  * the x86-64 baseline (SSE2) and any other target build the same code.
+ *
+ * The scaled (fp8) GEMM takes the same path: A and B are decoded to fp32 as
+ * any dtype is (exactly), and only the epilogue of each row differs (scales,
+ * then 1/div, bias and ACC: finish_row). So does a GEMM of several row
+ * blocks: each packed panel of B serves them all.
  */
 #include "hostgemm.h"
 
@@ -55,27 +60,40 @@ static bool extent_fits(uint64_t rows, uint64_t cols, size_t ld, size_t esize)
 }
 
 /*
- * The argument checks shared by the GEMM and the reference; out_esize is the
- * element size of the output (dtype's for C, a double's for ref).
+ * The checks of the matrices' shapes shared by the GEMMs and the references,
+ * each matrix with its own element size (ec a double's for a reference).
  */
-static ovl_status_t check_args(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,
-                               const void *a, size_t lda, const void *b, size_t ldb, int transb,
-                               const void *c, size_t ldc, size_t out_esize)
+static ovl_status_t check_mats(uint64_t rows, uint64_t n, uint64_t k, const void *a, size_t lda,
+                               size_t ea, const void *b, size_t ldb, size_t eb, int transb,
+                               const void *c, size_t ldc, size_t ec)
 {
-    size_t es = ovl_dtype_size(dtype);
-    if (es == 0)
-        return OVL_ERR_INVALID;
     /* Leading dimensions are checked even for empty matrices: a caller that
      * gets them wrong there gets them wrong elsewhere too. */
     if (lda < k || ldc < n || ldb < (transb ? k : n))
         return OVL_ERR_INVALID;
     if ((a == NULL && rows && k) || (b == NULL && k && n) || (c == NULL && rows && n))
         return OVL_ERR_INVALID;
-    if (!extent_fits(rows, k, lda, es) || !extent_fits(rows, n, ldc, out_esize))
+    if (!extent_fits(rows, k, lda, ea) || !extent_fits(rows, n, ldc, ec))
         return OVL_ERR_INVALID;
-    if (transb ? !extent_fits(n, k, ldb, es) : !extent_fits(k, n, ldb, es))
+    if (transb ? !extent_fits(n, k, ldb, eb) : !extent_fits(k, n, ldb, eb))
         return OVL_ERR_INVALID;
     return OVL_OK;
+}
+
+/*
+ * The argument checks shared by the unscaled GEMM and its reference, every
+ * matrix in dtype; out_esize is the element size of the output (dtype's for
+ * C, a double's for ref). fp8 is refused: it is never an output, and as an
+ * input it comes with scales (ovl_host_gemm_args).
+ */
+static ovl_status_t check_args(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,
+                               const void *a, size_t lda, const void *b, size_t ldb, int transb,
+                               const void *c, size_t ldc, size_t out_esize)
+{
+    size_t es = ovl_dtype_size(dtype);
+    if (es == 0 || ovl_dtype_is_fp8(dtype))
+        return OVL_ERR_INVALID;
+    return check_mats(rows, n, k, a, lda, es, b, ldb, es, transb, c, ldc, out_esize);
 }
 
 /* Converts count elements of dtype to fp32; the switch sits outside the loop
@@ -101,6 +119,14 @@ static void row_to_float(ovl_dtype_t dtype, const unsigned char *src, size_t cou
     case OVL_DTYPE_FP32:
         memcpy(dst, src, count * sizeof(float));
         return;
+    case OVL_DTYPE_FP8_E4M3:
+        for (size_t i = 0; i < count; i++)
+            dst[i] = ovl_fp8_to_float(OVL_FP8_E4M3, src[i]);
+        return;
+    case OVL_DTYPE_FP8_E5M2:
+        for (size_t i = 0; i < count; i++)
+            dst[i] = ovl_fp8_to_float(OVL_FP8_E5M2, src[i]);
+        return;
     }
 }
 
@@ -123,6 +149,10 @@ static void row_from_float(ovl_dtype_t dtype, const float *src, size_t count,
         return;
     case OVL_DTYPE_FP32:
         memcpy(dst, src, count * sizeof(float));
+        return;
+    case OVL_DTYPE_FP8_E4M3: /* not an output dtype: the GEMMs refuse it first */
+    case OVL_DTYPE_FP8_E5M2:
+        memset(dst, 0, count);
         return;
     }
 }
@@ -244,28 +274,139 @@ static void zero_c(ovl_dtype_t dtype, size_t rows, size_t n, unsigned char *c, s
         memset(c + i * ldc * es, 0, n * es);
 }
 
+/* The order of the sum hostgemm.h documents (groups of GEMM_KU from l = 0,
+ * then the rest one by one) holds across k blocks only if every k block but
+ * the last is a whole number of groups. */
+_Static_assert(GEMM_KB % GEMM_KU == 0, "a k block must hold whole groups of GEMM_KU");
+_Static_assert(GEMM_KU == 4, "hostgemm.h documents the sum in groups of 4");
+
+/*
+ * One GEMM as gemm_run takes it, checked, every size fitting in size_t: the
+ * unscaled ones (every dtype the same, sa NULL) and the scaled ones alike,
+ * so that both go through the one kernel and the one epilogue.
+ */
+typedef struct gemm_job {
+    ovl_dtype_t a_dt, b_dt, c_dt; /* C's is ACC's and bias's too */
+    size_t rows, n, k;
+    size_t nblocks, stride; /* block b's rows start at row b * stride of A, C, ACC */
+    const unsigned char *a, *b, *acc, *bias;
+    unsigned char *c;
+    size_t lda, ldb, ldacc, ldc;
+    int transb;
+    uint32_t div;
+    const float *sa, *sb;    /* NULL: not scaled */
+    size_t sa_step, sb_step; /* 1: a scale per row (column of op(B)); 0: one */
+} gemm_job_t;
+
+/*
+ * The epilogue of row r (of A and C, blocks counted in), columns [jc,
+ * jc+nb): sum holds its fp32 sums; scale, 1/div, bias and ACC are applied in
+ * that order, one fp32 step each (hostgemm.h), and the row rounded to C's
+ * dtype once. tmp holds nb floats.
+ */
+static void finish_row(const gemm_job_t *jb, size_t r, size_t jc, size_t nb, float *restrict sum,
+                       float *restrict tmp)
+{
+    size_t ec = ovl_dtype_size(jb->c_dt);
+
+    if (jb->sa) {
+        const float sa = jb->sa[r * jb->sa_step];
+        if (jb->sb_step) {
+            const float *sb = jb->sb + jc;
+            for (size_t j = 0; j < nb; j++)
+                sum[j] *= sa * sb[j];
+        } else {
+            const float s = sa * jb->sb[0];
+            for (size_t j = 0; j < nb; j++)
+                sum[j] *= s;
+        }
+    }
+    /* cuBLASLt's alpha: the float 1/div, not a division */
+    if (jb->div > 1) {
+        const float alpha = 1.0f / (float)jb->div;
+        for (size_t j = 0; j < nb; j++)
+            sum[j] *= alpha;
+    }
+    if (jb->bias) {
+        row_to_float(jb->c_dt, jb->bias + jc * ec, nb, tmp);
+        for (size_t j = 0; j < nb; j++)
+            sum[j] += tmp[j];
+    }
+    if (jb->acc) {
+        row_to_float(jb->c_dt, jb->acc + (r * jb->ldacc + jc) * ec, nb, tmp);
+        for (size_t j = 0; j < nb; j++)
+            sum[j] += tmp[j];
+    }
+    row_from_float(jb->c_dt, sum, nb, jb->c + (r * jb->ldc + jc) * ec);
+}
+
+/*
+ * Runs a checked job with rows, n, nblocks > 0. Each panel of op(B) is
+ * packed once and serves every block. Blocks run in order within a panel,
+ * and panels cover disjoint columns, so that with ACC == C (or blocks that
+ * overlap) every element sees the writes of the blocks before it, as a loop
+ * of one GEMM per block would.
+ */
+static ovl_status_t gemm_run(const gemm_job_t *jb)
+{
+    size_t m_ = jb->rows, n_ = jb->n, k_ = jb->k;
+    size_t ea = ovl_dtype_size(jb->a_dt);
+
+    if (k_ == 0 && jb->acc == NULL && jb->sa == NULL) {
+        for (size_t blk = 0; blk < jb->nblocks; blk++)
+            zero_c(jb->c_dt, m_, n_, jb->c + blk * jb->stride * jb->ldc * ovl_dtype_size(jb->c_dt),
+                   jb->ldc);
+        return OVL_OK;
+    }
+
+    /* The first panel is the widest; a narrow C needs a narrow packed B. */
+    size_t wmax = panel_width(n_);
+    if (k_ > SIZE_MAX / (wmax * sizeof(float)))
+        return OVL_ERR_NOMEM;
+    /* k == 0 with an epilogue: no panel of B, one row of sums */
+    float *bp = malloc((k_ ? k_ : 1) * wmax * sizeof(float));
+    float *sum = malloc(GEMM_MB * wmax * sizeof(float));
+    float *arow = malloc((GEMM_KB > wmax ? GEMM_KB : wmax) * sizeof(float));
+    ovl_status_t st = OVL_ERR_NOMEM;
+    if (bp == NULL || sum == NULL || arow == NULL)
+        goto out;
+
+    for (size_t jc = 0, w, nb; jc < n_; jc += nb) {
+        w = panel_width(n_ - jc);
+        nb = min_size(w, n_ - jc);
+        /* arow doubles as the transpose's staging row: it is free here. */
+        pack_b(jb->b_dt, k_, jc, nb, w, jb->b, jb->ldb, jb->transb, bp, arow);
+        for (size_t blk = 0; blk < jb->nblocks; blk++) {
+            size_t r0 = blk * jb->stride;
+            for (size_t ic = 0; ic < m_; ic += GEMM_MB) {
+                size_t mb = min_size(GEMM_MB, m_ - ic);
+                memset(sum, 0, mb * w * sizeof(float));
+                for (size_t pc = 0; pc < k_; pc += GEMM_KB) {
+                    size_t kb = min_size(GEMM_KB, k_ - pc);
+                    for (size_t i = 0; i < mb; i++) {
+                        row_to_float(jb->a_dt, jb->a + ((r0 + ic + i) * jb->lda + pc) * ea, kb,
+                                     arow);
+                        kernel_row(w, kb, arow, bp + pc * w, sum + i * w);
+                    }
+                }
+                /* arow is free here: the staging row of bias and ACC */
+                for (size_t i = 0; i < mb; i++)
+                    finish_row(jb, r0 + ic + i, jc, nb, sum + i * w, arow);
+            }
+        }
+    }
+    st = OVL_OK;
+out:
+    free(arow);
+    free(sum);
+    free(bp);
+    return st;
+}
+
 ovl_status_t ovl_host_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k, const void *a,
                            size_t lda, const void *b, size_t ldb, int transb, void *c, size_t ldc)
 {
     return ovl_host_gemm_acc(dtype, rows, n, k, a, lda, b, ldb, transb, NULL, 0, 1, c, ldc);
-}
-
-/* Scales the fp32 sums of a row by the float 1/div (cuBLASLt's alpha)
- * and adds its ACC (nb elements from column jc); tmp holds nb floats. */
-static void add_acc(ovl_dtype_t dtype, const unsigned char *accrow, size_t nb, uint32_t div,
-                    float *restrict sum, float *restrict tmp)
-{
-    if (div > 1) {
-        float alpha = 1.0f / (float)div;
-
-        for (size_t j = 0; j < nb; j++)
-            sum[j] *= alpha;
-    }
-    if (accrow) {
-        row_to_float(dtype, accrow, nb, tmp);
-        for (size_t j = 0; j < nb; j++)
-            sum[j] += tmp[j];
-    }
 }
 
 ovl_status_t ovl_host_gemm_acc(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k,
@@ -281,58 +422,116 @@ ovl_status_t ovl_host_gemm_acc(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uin
     if (rows == 0 || n == 0)
         return OVL_OK;
     /* From here rows, n, k fit in size_t: check_args saw their extents. */
-    size_t m_ = (size_t)rows, n_ = (size_t)n, k_ = (size_t)k;
-    if (k_ == 0 && acc == NULL) {
-        zero_c(dtype, m_, n_, c, ldc);
+    gemm_job_t jb = {
+        .a_dt = dtype,
+        .b_dt = dtype,
+        .c_dt = dtype,
+        .rows = (size_t)rows,
+        .n = (size_t)n,
+        .k = (size_t)k,
+        .nblocks = 1,
+        .stride = 0,
+        .a = a,
+        .b = b,
+        .acc = acc,
+        .c = c,
+        .lda = lda,
+        .ldb = ldb,
+        .ldacc = ldacc,
+        .ldc = ldc,
+        .transb = transb,
+        .div = div,
+    };
+    return gemm_run(&jb);
+}
+
+/*
+ * The checks of ovl_host_gemm_args and ovl_ref_gemm_scaled: g's dtypes,
+ * modes and scales, then every matrix's shape with its own element size
+ * over the rows the blocks span (*span; 0 when there is nothing to do).
+ * out (ldout, out_es bytes an element) is what is written: C, or ref.
+ */
+static ovl_status_t check_gemm_args(const ovld_gemm_args_t *g, const void *out, size_t ldout,
+                                    size_t out_es, uint64_t *span)
+{
+    if (g == NULL)
+        return OVL_ERR_INVALID;
+    size_t ea = ovl_dtype_size(g->dtype), eb = ea, ec = ea;
+    if (g->scaled) {
+        if (!ovl_dtype_is_fp8(g->dtype) || !ovl_dtype_is_fp8(g->b_dtype) ||
+            (g->dtype == OVL_DTYPE_FP8_E5M2 && g->b_dtype == OVL_DTYPE_FP8_E5M2))
+            return OVL_ERR_INVALID;
+        if (g->c_dtype != OVL_DTYPE_BF16 && g->c_dtype != OVL_DTYPE_FP16 &&
+            g->c_dtype != OVL_DTYPE_FP32)
+            return OVL_ERR_INVALID;
+        /* unsigned: an enum may be signed, and a negative mode is unknown */
+        if ((unsigned)g->a_mode >= OVL_SCALE_MODE_COUNT ||
+            (unsigned)g->b_mode >= OVL_SCALE_MODE_COUNT)
+            return OVL_ERR_INVALID;
+        if (g->a_scale == NULL || g->b_scale == NULL || !g->transb)
+            return OVL_ERR_INVALID;
+        eb = ovl_dtype_size(g->b_dtype);
+        ec = ovl_dtype_size(g->c_dtype);
+    } else if (ea == 0 || ovl_dtype_is_fp8(g->dtype)) {
+        return OVL_ERR_INVALID;
+    }
+    uint64_t rows = 0;
+    if (g->nblocks > 0 && g->rows > 0 &&
+        (__builtin_mul_overflow((uint64_t)(g->nblocks - 1), g->block_stride, &rows) ||
+         __builtin_add_overflow(rows, g->rows, &rows)))
+        return OVL_ERR_INVALID;
+    ovl_status_t st = check_mats(rows, g->n, g->k, g->a.ptr, g->a.ld, ea, g->b.ptr, g->b.ld, eb,
+                                 g->transb, out, ldout, out_es);
+    if (st != OVL_OK)
+        return st;
+    if (g->acc.ptr && (g->acc.ld < g->n || !extent_fits(rows, g->n, g->acc.ld, ec)))
+        return OVL_ERR_INVALID;
+    *span = g->n ? rows : 0;
+    return OVL_OK;
+}
+
+ovl_status_t ovl_host_gemm_args(const ovld_gemm_args_t *g)
+{
+    if (g == NULL)
+        return OVL_ERR_INVALID;
+    uint64_t span;
+    size_t ec = ovl_dtype_size(g->scaled ? g->c_dtype : g->dtype);
+    ovl_status_t st = check_gemm_args(g, g->c.ptr, g->c.ld, ec, &span);
+    if (st != OVL_OK)
+        return st;
+    if (span == 0)
         return OVL_OK;
+    /* From here every size fits in size_t: check_gemm_args saw the extents. */
+    gemm_job_t jb = {
+        .a_dt = g->dtype,
+        .b_dt = g->dtype,
+        .c_dt = g->dtype,
+        .rows = (size_t)g->rows,
+        .n = (size_t)g->n,
+        .k = (size_t)g->k,
+        .nblocks = g->nblocks,
+        .stride = (size_t)g->block_stride,
+        .a = g->a.ptr,
+        .b = g->b.ptr,
+        .acc = g->acc.ptr,
+        .c = g->c.ptr,
+        .lda = (size_t)g->a.ld,
+        .ldb = (size_t)g->b.ld,
+        .ldacc = (size_t)g->acc.ld,
+        .ldc = (size_t)g->c.ld,
+        .transb = g->transb,
+        .div = g->div,
+    };
+    if (g->scaled) {
+        jb.b_dt = g->b_dtype;
+        jb.c_dt = g->c_dtype;
+        jb.sa = g->a_scale;
+        jb.sb = g->b_scale;
+        jb.sa_step = g->a_mode == OVL_SCALE_ROW;
+        jb.sb_step = g->b_mode == OVL_SCALE_ROW;
+        jb.bias = g->bias;
     }
-
-    size_t es = ovl_dtype_size(dtype);
-    const unsigned char *ab = a, *bb = b, *accb = acc;
-    unsigned char *cb = c;
-
-    /* The first panel is the widest; a narrow C needs a narrow packed B. */
-    size_t wmax = panel_width(n_);
-    if (k_ > SIZE_MAX / (wmax * sizeof(float)))
-        return OVL_ERR_NOMEM;
-    /* k == 0 with ACC: no panel of B, one row of sums */
-    float *bp = malloc((k_ ? k_ : 1) * wmax * sizeof(float));
-    float *sum = malloc(GEMM_MB * wmax * sizeof(float));
-    float *arow = malloc((GEMM_KB > wmax ? GEMM_KB : wmax) * sizeof(float));
-    if (bp == NULL || sum == NULL || arow == NULL) {
-        st = OVL_ERR_NOMEM;
-        goto out;
-    }
-
-    for (size_t jc = 0, w, nb; jc < n_; jc += nb) {
-        w = panel_width(n_ - jc);
-        nb = min_size(w, n_ - jc);
-        /* arow doubles as the transpose's staging row: it is free here. */
-        pack_b(dtype, k_, jc, nb, w, bb, ldb, transb, bp, arow);
-        for (size_t ic = 0; ic < m_; ic += GEMM_MB) {
-            size_t mb = min_size(GEMM_MB, m_ - ic);
-            memset(sum, 0, mb * w * sizeof(float));
-            for (size_t pc = 0; pc < k_; pc += GEMM_KB) {
-                size_t kb = min_size(GEMM_KB, k_ - pc);
-                for (size_t i = 0; i < mb; i++) {
-                    row_to_float(dtype, ab + ((ic + i) * lda + pc) * es, kb, arow);
-                    kernel_row(w, kb, arow, bp + pc * w, sum + i * w);
-                }
-            }
-            for (size_t i = 0; i < mb; i++) {
-                /* arow is free here: the staging row of ACC */
-                add_acc(dtype, accb ? accb + ((ic + i) * ldacc + jc) * es : NULL, nb, div,
-                        sum + i * w, arow);
-                row_from_float(dtype, sum + i * w, nb, cb + ((ic + i) * ldc + jc) * es);
-            }
-        }
-    }
-    st = OVL_OK;
-out:
-    free(arow);
-    free(sum);
-    free(bp);
-    return st;
+    return gemm_run(&jb);
 }
 
 ovl_status_t ovl_ref_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t k, const void *a,
@@ -353,6 +552,46 @@ ovl_status_t ovl_ref_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t
             for (size_t j = 0; j < n_; j++) {
                 size_t bi = transb ? j * ldb + kk : kk * ldb + j;
                 r[j] += av * (double)ovl_load_elem(dtype, b, bi);
+            }
+        }
+    }
+    return OVL_OK;
+}
+
+ovl_status_t ovl_ref_gemm_scaled(const ovld_gemm_args_t *g, double *ref, size_t ldref)
+{
+    if (g == NULL || !g->scaled)
+        return OVL_ERR_INVALID;
+    uint64_t span;
+    ovl_status_t st = check_gemm_args(g, ref, ldref, sizeof(double), &span);
+    if (st != OVL_OK || span == 0)
+        return st;
+    size_t m_ = (size_t)g->rows, n_ = (size_t)g->n, k_ = (size_t)g->k;
+    size_t lda = (size_t)g->a.ld, ldb = (size_t)g->b.ld, ldacc = (size_t)g->acc.ld;
+    for (size_t blk = 0; blk < g->nblocks; blk++) {
+        for (size_t i = 0; i < m_; i++) {
+            size_t r = blk * (size_t)g->block_stride + i;
+            double *out = ref + r * ldref;
+            double sa = g->a_scale[g->a_mode == OVL_SCALE_ROW ? r : 0];
+            for (size_t j = 0; j < n_; j++)
+                out[j] = 0.0;
+            for (size_t kk = 0; kk < k_; kk++) {
+                double av = ovl_load_elem(g->dtype, g->a.ptr, r * lda + kk);
+                for (size_t j = 0; j < n_; j++) {
+                    size_t bi = g->transb ? j * ldb + kk : kk * ldb + j;
+                    out[j] += av * (double)ovl_load_elem(g->b_dtype, g->b.ptr, bi);
+                }
+            }
+            for (size_t j = 0; j < n_; j++) {
+                double sb = g->b_scale[g->b_mode == OVL_SCALE_ROW ? j : 0];
+                double x = sa * sb * out[j];
+                if (g->div > 1)
+                    x /= (double)g->div;
+                if (g->bias)
+                    x += ovl_load_elem(g->c_dtype, g->bias, j);
+                if (g->acc.ptr)
+                    x += ovl_load_elem(g->c_dtype, g->acc.ptr, r * ldacc + j);
+                out[j] = x;
             }
         }
     }

@@ -23,7 +23,7 @@
  * instruction; OVL_ERR_INTERNAL, with words in why, for a name the op does
  * not have. own: the buffer must be rank r's own (every write is). */
 static ovl_status_t resolve(const ovld_exec_op_t *op, uint32_t r, ovl_ref_t ref, bool own,
-                            size_t elem, ovld_view_t *ret, char *why, size_t whylen)
+                            ovld_view_t *ret, char *why, size_t whylen)
 {
     const char *name = ovl_buf_name(ref.buf);
     if (!name || ref.rank >= op->world || (own && ref.rank != r)) {
@@ -42,8 +42,22 @@ static ovl_status_t resolve(const ovld_exec_op_t *op, uint32_t r, ovl_ref_t ref,
                  ref.rank);
         return OVL_ERR_INTERNAL;
     }
-    *ret = ovld_view_rows(v, ref.row, elem);
+    /* the buffer's elements are of its plan's dtype for it */
+    *ret =
+        ovld_view_rows(v, ref.row, ovl_dtype_size(op->ranks[ref.rank].plan->bufs[ref.buf].dtype));
     return OVL_OK;
+}
+
+/* Rank r's buffer buf from its first row: what an instruction reads whole. */
+static ovl_ref_t whole(uint32_t r, ovl_buf_t buf)
+{
+    return (ovl_ref_t){.buf = buf, .rank = r, .row = 0};
+}
+
+/* The dtype of the own buffer buf in rank r's plan. */
+static ovl_dtype_t buf_dtype(const ovld_exec_op_t *op, uint32_t r, ovl_buf_t buf)
+{
+    return op->ranks[r].plan->bufs[buf].dtype;
 }
 
 /* Issues one instruction of rank r (not a collective call: is_coll). A failure of the
@@ -54,8 +68,7 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
 {
     const ovld_backend_ops_t *ops = b->ops;
     const ovld_exec_rank_t *x = &op->ranks[r];
-    ovl_dtype_t dtype = x->plan->params.dtype;
-    size_t elem = ovl_dtype_size(dtype);
+    const ovl_plan_params_t *pp = &x->plan->params;
     ovl_status_t st;
     why[0] = '\0';
     switch (in->kind) {
@@ -70,41 +83,58 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         /* the peer's side: a PULL's source, a PUSH's destination */
         bool push = in->kind == OVL_I_PUSH;
         ovld_view_t dst, src;
-        if ((st = resolve(op, r, in->dst, !push, elem, &dst, why, whylen)) != OVL_OK ||
-            (st = resolve(op, r, in->src, push, elem, &src, why, whylen)) != OVL_OK)
+        if ((st = resolve(op, r, in->dst, !push, &dst, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->src, push, &src, why, whylen)) != OVL_OK)
             return st;
-        return ops->copy(x->rank, in->stream, dst, src, in->rows, in->cols, elem);
+        return ops->copy(x->rank, in->stream, dst, src, in->rows, in->cols,
+                         ovl_dtype_size(buf_dtype(op, r, in->src.buf)));
     }
     case OVL_I_GEMM: {
-        ovld_gemm_args_t g = {.dtype = dtype,
+        ovld_gemm_args_t g = {.dtype = pp->dtype,
                               .rows = in->rows,
                               .n = in->n,
                               .k = in->k,
                               .nblocks = in->nblocks,
                               .block_stride = in->stride,
                               .transb = in->transb};
-        if ((st = resolve(op, r, in->src, true, elem, &g.a, why, whylen)) != OVL_OK ||
-            (st = resolve(op, r, in->b, true, elem, &g.b, why, whylen)) != OVL_OK ||
-            (st = resolve(op, r, in->dst, true, elem, &g.c, why, whylen)) != OVL_OK ||
-            (in->accumulate &&
-             (st = resolve(op, r, in->acc, true, elem, &g.acc, why, whylen)) != OVL_OK))
+        if ((st = resolve(op, r, in->src, true, &g.a, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->b, true, &g.b, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->dst, true, &g.c, why, whylen)) != OVL_OK ||
+            (in->accumulate && (st = resolve(op, r, in->acc, true, &g.acc, why, whylen)) != OVL_OK))
             return st;
         g.div = in->avg ? op->world : 1;
+        if (pp->sc.scaled) {
+            ovld_view_t sa, sb, bias = {0};
+            if ((st = resolve(op, r, in->sa, true, &sa, why, whylen)) != OVL_OK ||
+                (st = resolve(op, r, whole(r, OVL_BUF_SB), true, &sb, why, whylen)) != OVL_OK ||
+                (pp->sc.bias &&
+                 (st = resolve(op, r, whole(r, OVL_BUF_BIAS), true, &bias, why, whylen)) != OVL_OK))
+                return st;
+            g.scaled = true;
+            g.b_dtype = pp->sc.b_dtype;
+            g.c_dtype = pp->sc.out_dtype;
+            g.a_mode = pp->sc.a_mode;
+            g.b_mode = pp->sc.b_mode;
+            g.a_scale = sa.ptr;
+            g.b_scale = sb.ptr;
+            g.bias = bias.ptr;
+            g.fast_accum = pp->sc.fast_accum;
+        }
         return ops->gemm(x->rank, in->stream, &g);
     }
     case OVL_I_SLEEP:
         return ops->sleep(x->rank, in->stream, in->sleep_ns);
     case OVL_I_REDUCE: {
         ovld_view_t dst, src;
-        if ((st = resolve(op, r, in->dst, true, elem, &dst, why, whylen)) != OVL_OK ||
-            (st = resolve(op, r, in->src, true, elem, &src, why, whylen)) != OVL_OK)
+        if ((st = resolve(op, r, in->dst, true, &dst, why, whylen)) != OVL_OK ||
+            (st = resolve(op, r, in->src, true, &src, why, whylen)) != OVL_OK)
             return st;
         if (!ops->reduce) {
             snprintf(why, whylen, "the %s backend has no reduction", ops->name);
             return OVL_ERR_UNSUPPORTED;
         }
         return ops->reduce(x->rank, in->stream, dst, src, in->rows, in->cols, in->nblocks,
-                           in->stride, dtype, in->avg ? op->world : 1);
+                           in->stride, buf_dtype(op, r, in->dst.buf), in->avg ? op->world : 1);
     }
     case OVL_I_DONE:
         ops->done(x->rank, in->stream, op->seq, OVL_OK, NULL, x->cookie);
@@ -150,13 +180,13 @@ static uint32_t first_local(const ovld_exec_op_t *op)
 /* Rank r's part of a collective transfer (instruction pc): the views of
  * its src and dst. */
 static ovl_status_t resolve_ends(const ovld_exec_op_t *op, uint32_t r, size_t pc,
-                                 const ovl_instr_t *in, size_t elem, ovld_view_t *src,
-                                 ovld_view_t *dst, char *err, size_t errlen)
+                                 const ovl_instr_t *in, ovld_view_t *src, ovld_view_t *dst,
+                                 char *err, size_t errlen)
 {
     char why[160];
-    ovl_status_t st = resolve(op, r, in->src, true, elem, src, why, sizeof(why));
+    ovl_status_t st = resolve(op, r, in->src, true, src, why, sizeof(why));
     if (st == OVL_OK)
-        st = resolve(op, r, in->dst, true, elem, dst, why, sizeof(why));
+        st = resolve(op, r, in->dst, true, dst, why, sizeof(why));
     if (st != OVL_OK)
         snprintf(err, errlen, "rank %u, instruction %zu (%s): %s", r, pc, ovl_instr_name(in->kind),
                  why);
@@ -201,14 +231,14 @@ static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc, ovl_i
     bool is_rail = kind == OVL_I_RAIL;
     uint32_t r0 = first_local(op), n = 0;
     const ovl_instr_t *first = &op->ranks[r0].plan->instr[pc[r0]];
-    ovl_dtype_t dtype = op->ranks[r0].plan->params.dtype;
-    size_t elem = ovl_dtype_size(dtype);
+    /* what moves is of the source buffer's dtype (A, SA, P) */
+    ovl_dtype_t dtype = buf_dtype(op, r0, first->src.buf);
     for (uint32_t r = r0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;
         if (!p)
             continue; /* another daemon's */
         const ovl_instr_t *in = &p->instr[pc[r]];
-        if (!same_transfer(in, first, kind) || p->params.dtype != dtype) {
+        if (!same_transfer(in, first, kind) || p->bufs[in->src.buf].dtype != dtype) {
             snprintf(err, errlen, "plans disagree on %s %zu of rank %u", coll_what(kind), pc[r], r);
             return OVL_ERR_INTERNAL;
         }
@@ -239,7 +269,7 @@ static ovl_status_t walk_parts(const ovld_exec_op_t *op, const size_t *pc, ovl_i
             src = &ag[n].src;
             dst = &ag[n].dst;
         }
-        ovl_status_t st = resolve_ends(op, r, pc[r], in, elem, src, dst, err, errlen);
+        ovl_status_t st = resolve_ends(op, r, pc[r], in, src, dst, err, errlen);
         if (st != OVL_OK)
             return st;
         n++;
@@ -912,7 +942,7 @@ static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
  * which backend rank runs each, and every view they name. Two ops of one
  * key issue the same calls with the same arguments, but for the doorbell's
  * values. */
-#define KEY_WORDS_PER_RANK (20 + OVL_PLAN_MAX_BS - 1 + 2 * OVL_BUF_COUNT)
+#define KEY_WORDS_PER_RANK (27 + OVL_PLAN_MAX_BS - 1 + 2 * OVL_BUF_COUNT)
 #define KEY_STACK_WORLD    8 /* keys of up to this many ranks are built on the stack */
 
 static size_t replay_key(const ovld_exec_op_t *op, uint64_t *key)
@@ -942,6 +972,13 @@ static size_t replay_key(const ovld_exec_op_t *op, uint64_t *key)
         for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
             key[n++] = p->n_more[i];
         key[n++] = (uint64_t)(uintptr_t)p->node_of; /* NULL: one node */
+        key[n++] = p->sc.scaled;
+        key[n++] = (uint64_t)p->sc.b_dtype;
+        key[n++] = (uint64_t)p->sc.out_dtype;
+        key[n++] = (uint64_t)p->sc.a_mode;
+        key[n++] = (uint64_t)p->sc.b_mode;
+        key[n++] = p->sc.fast_accum;
+        key[n++] = p->sc.bias;
         for (uint32_t i = 0; i < OVL_BUF_COUNT; i++) {
             key[n++] = (uint64_t)(uintptr_t)x->buf[i].ptr;
             key[n++] = x->buf[i].ld;

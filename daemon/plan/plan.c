@@ -754,6 +754,8 @@ static bool params_valid(const ovl_plan_params_t *p)
         return false;
     if (p->chunks > OVL_PLAN_MAX_CHUNKS || p->streams > OVL_PLAN_MAX_STREAMS)
         return false;
+    if (pb_scaling_refusal(p))
+        return false;
     switch (pb_count_nodes(p)) {
     case 0:
         return false; /* node ids out of range or not dense */
@@ -785,21 +787,34 @@ static void buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
         bufs[ovl_buf_c(i)] = (ovl_plan_buf_t){.rows = rows, .cols = n};
     }
     bufs[OVL_BUF_G] = (ovl_plan_buf_t){.rows = rows, .cols = p->k};
+    pb_buf_types(p, bufs);
+}
+
+/* Whether the plan for p gathers A's scales with its rows into SG: scaled
+ * by row, where G is used (pb_emit moves them). */
+static bool uses_sg(const ovl_plan_params_t *p)
+{
+    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_ROW && uses_gathered(p);
 }
 
 /* The scratch of valid params: G's bytes when G is used and is not the
- * client's; OVL_ERR_LIMIT rather than a wrapped size. */
-static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret)
+ * client's, then SG's (where it starts: *ret_sg); OVL_ERR_LIMIT rather
+ * than a wrapped size. */
+static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret, uint64_t *ret_sg)
 {
-    uint64_t row, bytes;
+    uint64_t row, bytes = 0, sg = 0;
 
     *ret = 0;
-    if (!uses_gathered(p) || p->want_gathered)
-        return OVL_OK;
-    if (__builtin_mul_overflow(p->k, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
-        __builtin_mul_overflow(p->m * p->world, row, &bytes))
+    if (uses_gathered(p) && !p->want_gathered &&
+        (__builtin_mul_overflow(p->k, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
+         __builtin_mul_overflow(p->m * p->world, row, &bytes)))
+        return OVL_ERR_LIMIT;
+    if (uses_sg(p) && (p->m * p->world > UINT64_MAX / sizeof(float) ||
+                       pb_scratch_after(&bytes, p->m * p->world * sizeof(float), &sg) != OVL_OK))
         return OVL_ERR_LIMIT;
     *ret = bytes;
+    if (ret_sg)
+        *ret_sg = sg;
     return OVL_OK;
 }
 
@@ -807,7 +822,7 @@ const char *ovl_plan_refusal(const ovl_plan_params_t *params)
 {
     if (!params || params_valid(params))
         return NULL;
-    return kind_of(params) == OVL_OP_GEMM_RS ? pb_rs_refusal(params) : NULL;
+    return kind_of(params) == OVL_OP_GEMM_RS ? pb_rs_refusal(params) : pb_scaling_refusal(params);
 }
 
 ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *ret_bytes)
@@ -816,7 +831,7 @@ ovl_status_t ovl_plan_scratch_bytes(const ovl_plan_params_t *params, uint64_t *r
         return OVL_ERR_INVALID;
     if (kind_of(params) == OVL_OP_GEMM_RS)
         return pb_rs_scratch(params, ret_bytes);
-    return scratch_of(params, ret_bytes);
+    return scratch_of(params, ret_bytes, NULL);
 }
 
 /*
@@ -900,7 +915,8 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     plan.params = *params;
     plan.params.kind = kind_of(params);
     plan.scratch_buf = OVL_BUF_G;
-    r = scratch_of(params, &plan.scratch_bytes);
+    uint64_t sg_at;
+    r = scratch_of(params, &plan.scratch_bytes, &sg_at);
     if (r != OVL_OK)
         return r;
     r = pb_topo_make(params, &topo);
@@ -912,6 +928,9 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
         goto fail;
     plan_shape(&plan, &topo);
     buf_shapes(params, plan.bufs);
+    plan.bufs[OVL_BUF_G].scratch = uses_gathered(params) && !params->want_gathered;
+    plan.bufs[OVL_BUF_SG].scratch = uses_sg(params);
+    plan.bufs[OVL_BUF_SG].scratch_offset = sg_at;
     b.plan = &plan;
     b.topo = &topo;
     switch (params->algo) {
@@ -931,7 +950,8 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
     pb_finish(&b, &plan);
     plan.replay = gemm_flop(params) < REPLAY_MAX_GEMM_FLOP;
     /* plan_shape (and scratch_of) and the emitter disagree: a planner bug */
-    if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params)) {
+    if (b.max_stream + 1 != plan.nstreams || plan.bufs[OVL_BUF_G].used != uses_gathered(params) ||
+        plan.bufs[OVL_BUF_SG].used != uses_sg(params)) {
         r = OVL_ERR_INTERNAL;
         goto fail; /* the program is still the builder's to free */
     }
@@ -967,6 +987,11 @@ bool ovl_plan_params_equal(const ovl_plan_params_t *a, const ovl_plan_params_t *
         a->strided != b->strided || a->shared_gpu != b->shared_gpu ||
         a->allgather != b->allgather || a->nb != b->nb || a->reduce_op != b->reduce_op ||
         a->chosen != b->chosen)
+        return false;
+    const ovl_plan_scaling_t *x = &a->sc, *y = &b->sc;
+    if (x->scaled != y->scaled || x->b_dtype != y->b_dtype || x->out_dtype != y->out_dtype ||
+        x->a_mode != y->a_mode || x->b_mode != y->b_mode || x->fast_accum != y->fast_accum ||
+        x->bias != y->bias)
         return false;
     for (uint32_t i = 0; i < OVL_PLAN_MAX_BS - 1; i++)
         if (a->n_more[i] != b->n_more[i])
@@ -1069,8 +1094,9 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
     return "UNKNOWN";
 }
 
-static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2", "B3", "B4", "B5", "B6",
-                                        "B7", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "P"};
+static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2",   "B3", "B4",
+                                        "B5", "B6", "B7", "C1", "C2", "C3",   "C4", "C5",
+                                        "C6", "C7", "P",  "SA", "SB", "BIAS", "SG"};
 _Static_assert(NELEM(buf_names) == OVL_BUF_COUNT, "every buffer has a name");
 
 static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv", "nccl-rail"};
@@ -1209,6 +1235,13 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
                    in->transb ? "^T" : "", in->n, in->k);
         if (in->nblocks != 1)
             out_printf(o, " blocks %" PRIu32 " stride %" PRIu64, in->nblocks, in->stride);
+        if (plan->params.sc.scaled) {
+            /* the scales of A's rows (one scale: row 0 of SA), then B's
+             * and the bias, read whole */
+            out_printf(o, " scaled ");
+            out_ref(o, in->sa, false, plan->params.sc.a_mode == OVL_SCALE_ROW, in->rows);
+            out_printf(o, " SB%s", plan->params.sc.bias ? " + BIAS" : "");
+        }
         if (in->avg)
             out_printf(o, " /W");
         if (in->accumulate) {
@@ -1314,6 +1347,15 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
             out_printf(&o, "%s%" PRIu64, i ? "," : "", ovl_plan_bn(p, i));
         out_printf(&o, "\n");
     }
+    if (p->sc.scaled) {
+        /* a scaled op: B's and C's dtypes, the scale modes, bias and fast
+         * accumulation, on a line of their own */
+        out_printf(
+            &o, "scaled b_dtype=%s out_dtype=%s a_scale=%s b_scale=%s bias=%s fast_accum=%s\n",
+            name_or(ovl_dtype_name(p->sc.b_dtype)), name_or(ovl_dtype_name(p->sc.out_dtype)),
+            name_or(ovl_scale_mode_name(p->sc.a_mode)), name_or(ovl_scale_mode_name(p->sc.b_mode)),
+            p->sc.bias ? "yes" : "no", p->sc.fast_accum ? "yes" : "no");
+    }
     out_printf(&o, "buffers");
     for (int b = 0; b < OVL_BUF_COUNT; b++) {
         const ovl_plan_buf_t *pb = &plan->bufs[b];
@@ -1331,7 +1373,7 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
         out_printf(&o, "%" PRIu64 "x%" PRIu64, pb->rows, pb->cols);
         if (b == OVL_BUF_G)
             out_printf(&o, "(%s)", p->want_gathered ? "a_out" : "scratch");
-        if (b == OVL_BUF_P)
+        if (b == OVL_BUF_P || b == OVL_BUF_SG)
             out_printf(&o, "(scratch)");
     }
     out_printf(&o, " scratch=%" PRIu64 "\n", plan->scratch_bytes);

@@ -86,7 +86,7 @@ typedef enum ovl_buf {
      * and "C1".."C7". */
     OVL_BUF_B1,
     OVL_BUF_C1 = OVL_BUF_B1 + OVL_PLAN_MAX_BS - 1,
-    /* GEMM + reduce-scatter: partial products in the op's dtype (ovld's
+    /* GEMM + reduce-scatter: partial products in the op's dtype (out_dtype when scaled; ovld's
      * scratch). naive and collective: this rank's, m x n. push: first the
      * receive slots, slot q (rows [q*m/W, (q+1)*m/W)) holding rank q's
      * partial of this rank's block, then the partials this rank sends, one
@@ -96,6 +96,14 @@ typedef enum ovl_buf {
      * arriving at step t at rows (t-1)*m/W), then the sums it sends (step
      * t's at (W-1+t)*m/W): 2(W-1)*m/W x n, none at W = 1. */
     OVL_BUF_P = OVL_BUF_C1 + OVL_PLAN_MAX_BS - 1,
+    /* A scaled op's (params.sc): A's fp32 scales (1 x 1, or m x 1 by row:
+     * row i's scale at row i), B's (1 x 1, or 1 x n), the bias (1 x n, in
+     * the output dtype), and the gathered A's scales by row ((world*m) x
+     * 1, ovld's scratch after G or P: rank b's at rows [b*m, (b+1)*m)). */
+    OVL_BUF_SA,
+    OVL_BUF_SB,
+    OVL_BUF_BIAS,
+    OVL_BUF_SG,
     OVL_BUF_COUNT,
 } ovl_buf_t;
 
@@ -250,6 +258,9 @@ typedef struct ovl_instr {
                                REDUCE_SCATTER, REDUCE: where the sum lands (C) */
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
     ovl_ref_t acc;          /* GEMM with accumulate: the rows added (P) */
+    ovl_ref_t sa;           /* GEMM of a scaled op: the scale of src's first row (SA, or SG
+                               for gathered rows; row 0 of SA for one scale); B's scales (SB)
+                               and the bias (BIAS, when params.sc.bias) are read whole */
     bool accumulate;        /* GEMM: dst = src @ op(b) + acc */
     uint64_t rows;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: rows moved (per rank);
                                GEMM, REDUCE: rows per block */
@@ -267,6 +278,20 @@ typedef struct ovl_instr {
     uint32_t peers;         /* RAIL: where its send list starts in plan->peers */
     uint32_t nsend, nrecv;  /* RAIL: its sends, then its receives, in plan->peers */
 } ovl_instr_t;
+
+/* What makes an op scaled (fp8; ovl.h's ovl_scaling_t): A in the op's
+ * dtype, B in b_dtype, both fp8; C (and GEMM + reduce-scatter's partials
+ * P) in out_dtype; A's scales (buffer SA; gathered with A's rows into SG
+ * where they are per row and another rank's rows are multiplied), B's
+ * (SB), and the bias (BIAS) when `bias`. The zero value is not scaled:
+ * every buffer in the op's dtype, as was always planned. */
+typedef struct ovl_plan_scaling {
+    bool scaled;
+    ovl_dtype_t b_dtype, out_dtype;
+    ovl_scale_mode_t a_mode, b_mode;
+    bool fast_accum;
+    bool bias;
+} ovl_plan_scaling_t;
 
 /* Who chose a plan's algorithm (ovl_plan_params_t.chosen), which its text
  * says (the zero value, the caller, says nothing). */
@@ -324,7 +349,15 @@ typedef struct ovl_plan_params {
      * only by ring (its RAILs need no communicator over the whole job).
      */
     const uint32_t *node_of;
+    /* Scaled (fp8): its dtypes, scales and bias. (The zero value: not.) */
+    ovl_plan_scaling_t sc;
 } ovl_plan_params_t;
+
+/* The dtype of C (and of P): out_dtype when scaled, else the op's. */
+static inline ovl_dtype_t ovl_plan_out_dtype(const ovl_plan_params_t *p)
+{
+    return p->sc.scaled ? p->sc.out_dtype : p->dtype;
+}
 
 /* Ring across nodes: the event a rank records once chunk j's RAIL has
  * arrived (the same number on every rank, so that peers can name it). */
@@ -347,6 +380,11 @@ static inline uint64_t ovl_plan_bn(const ovl_plan_params_t *p, uint32_t i)
 typedef struct ovl_plan_buf {
     bool used;           /* some instruction reads or writes it */
     uint64_t rows, cols; /* its shape; its leading dimension may be larger */
+    ovl_dtype_t dtype;   /* its elements' (scales: fp32) */
+    /* In ovld's scratch (G without a_out, P, SG): where it starts there,
+     * in bytes (a multiple of 256), dense (ld == cols). */
+    bool scratch;
+    uint64_t scratch_offset;
 } ovl_plan_buf_t;
 
 typedef struct ovl_plan {
@@ -394,8 +432,9 @@ ovl_status_t ovl_plan_build(const ovl_plan_params_t *params, ovl_plan_t *ret_pla
 
 /*
  * Why ovl_plan_build refuses params with OVL_ERR_INVALID, in words, where
- * the planner has words for it (GEMM + reduce-scatter's parameters); NULL
- * for params it takes, and for the others.
+ * the planner has words for it (GEMM + reduce-scatter's parameters, and a
+ * scaled op's of either kind); NULL for params it takes, and for the
+ * others.
  */
 const char *ovl_plan_refusal(const ovl_plan_params_t *params);
 

@@ -85,7 +85,20 @@ uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i)
 }
 
 /* Appends one instruction, growing the array geometrically. */
-ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
+/* Whether a scaled op's A scales go by row with the rows: all-gather +
+ * GEMM by row gathers them with A into SG (pb_emit). */
+static bool scales_by_row(const ovl_plan_params_t *p)
+{
+    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_ROW;
+}
+
+/* The scale buffer of A's rows in buf (A or G): SA, or SG. */
+static ovl_buf_t scale_of(ovl_buf_t buf)
+{
+    return buf == OVL_BUF_G ? OVL_BUF_SG : OVL_BUF_SA;
+}
+
+static ovl_status_t emit_one(builder_t *b, const ovl_instr_t *in)
 {
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : INSTR_INITIAL_CAP;
@@ -105,6 +118,38 @@ ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
     if ((in->kind == OVL_I_RECORD || in->kind == OVL_I_WAIT) && in->event > b->max_event)
         b->max_event = in->event;
     return OVL_OK;
+}
+
+/*
+ * Every instruction goes through here, so that a scaled op's scales follow
+ * their rows in every algorithm alike: a GEMM names the scales of its A
+ * rows (SA's, or SG's for gathered rows); a transfer of A's rows into G is
+ * followed, on the same stream, by the same transfer of their scales from
+ * SA into SG (one fp32 a row), so that whatever orders the rows (the
+ * events and waits the emitter places after it) orders their scales too.
+ */
+ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
+{
+    const ovl_plan_params_t *p = &b->plan->params;
+    ovl_instr_t x = *in;
+
+    if (!p->sc.scaled)
+        return emit_one(b, in);
+    if (x.kind == OVL_I_GEMM) {
+        x.sa = (ovl_ref_t){.buf = scales_by_row(p) ? scale_of(x.src.buf) : OVL_BUF_SA,
+                           .rank = p->rank,
+                           .row = scales_by_row(p) ? x.src.row : 0};
+        return emit_one(b, &x);
+    }
+    ovl_status_t r = emit_one(b, &x);
+    bool moves_a = x.kind == OVL_I_ALLGATHER || x.kind == OVL_I_PULL || x.kind == OVL_I_PUSH ||
+                   x.kind == OVL_I_RAIL;
+    if (r != OVL_OK || !moves_a || x.dst.buf != OVL_BUF_G || !scales_by_row(p))
+        return r;
+    x.src.buf = scale_of(x.src.buf);
+    x.dst.buf = OVL_BUF_SG;
+    x.cols = 1;
+    return emit_one(b, &x);
 }
 
 /* Appends n ranks to the plan's peer lists. */
@@ -247,6 +292,11 @@ void pb_mark_used(ovl_plan_t *plan)
             plan->bufs[in->b.buf].used = true;
             if (in->accumulate)
                 plan->bufs[in->acc.buf].used = true;
+            if (plan->params.sc.scaled) {
+                plan->bufs[in->sa.buf].used = true;
+                plan->bufs[OVL_BUF_SB].used = true;
+                plan->bufs[OVL_BUF_BIAS].used = plan->params.sc.bias;
+            }
             /* fall through */
         case OVL_I_ALLGATHER:
         case OVL_I_PULL:
@@ -275,4 +325,58 @@ uint64_t pb_total_n(const ovl_plan_params_t *p)
     for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++)
         n = ovl_plan_bn(p, i) > UINT64_MAX - n ? UINT64_MAX : n + ovl_plan_bn(p, i);
     return n;
+}
+
+void pb_buf_types(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
+{
+    ovl_dtype_t bdt = p->sc.scaled ? p->sc.b_dtype : p->dtype, cdt = ovl_plan_out_dtype(p);
+
+    for (int i = 0; i < OVL_BUF_COUNT; i++) {
+        ovl_buf_t buf = (ovl_buf_t)i;
+
+        bufs[i].dtype = ovl_buf_b_index(buf) >= 0                       ? bdt
+                        : ovl_buf_c_index(buf) >= 0 || buf == OVL_BUF_P ? cdt
+                                                                        : p->dtype;
+    }
+    if (!p->sc.scaled)
+        return;
+    bufs[OVL_BUF_SA] = (ovl_plan_buf_t){
+        .rows = p->sc.a_mode == OVL_SCALE_ROW ? p->m : 1, .cols = 1, .dtype = OVL_DTYPE_FP32};
+    bufs[OVL_BUF_SB] = (ovl_plan_buf_t){
+        .rows = 1, .cols = p->sc.b_mode == OVL_SCALE_ROW ? p->n : 1, .dtype = OVL_DTYPE_FP32};
+    bufs[OVL_BUF_BIAS] = (ovl_plan_buf_t){.rows = 1, .cols = p->n, .dtype = cdt};
+    bufs[OVL_BUF_SG] =
+        (ovl_plan_buf_t){.rows = p->m * p->world, .cols = 1, .dtype = OVL_DTYPE_FP32};
+}
+
+ovl_status_t pb_scratch_after(uint64_t *total, uint64_t bytes, uint64_t *ret_offset)
+{
+    uint64_t at = *total;
+
+    if (at % PB_SCRATCH_ALIGN &&
+        __builtin_add_overflow(at, PB_SCRATCH_ALIGN - at % PB_SCRATCH_ALIGN, &at))
+        return OVL_ERR_LIMIT;
+    if (__builtin_add_overflow(at, bytes, total))
+        return OVL_ERR_LIMIT;
+    *ret_offset = at;
+    return OVL_OK;
+}
+
+const char *pb_scaling_refusal(const ovl_plan_params_t *p)
+{
+    const ovl_plan_scaling_t *sc = &p->sc;
+
+    if (!sc->scaled)
+        return ovl_dtype_is_fp8(p->dtype) ? "an fp8 dtype needs scaling" : NULL;
+    if (!ovl_dtype_is_fp8(p->dtype) || !ovl_dtype_is_fp8(sc->b_dtype) ||
+        (p->dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2))
+        return "a scaled op's A and B are fp8, not both fp8e5m2";
+    if (ovl_dtype_size(sc->out_dtype) == 0 || ovl_dtype_is_fp8(sc->out_dtype))
+        return "a scaled op writes bf16, fp16 or fp32";
+    if ((unsigned)sc->a_mode >= OVL_SCALE_MODE_COUNT ||
+        (unsigned)sc->b_mode >= OVL_SCALE_MODE_COUNT)
+        return "unknown scale mode";
+    if (!p->transb || ovl_plan_nb(p) != 1)
+        return "a scaled op takes one B, transposed (transb)";
+    return NULL;
 }

@@ -99,5 +99,17 @@ uint32_t pb_default_chunks(const ovl_plan_params_t *p, uint32_t c, uint32_t rank
 void pb_mark_used(ovl_plan_t *plan);
 /* The Bs' columns together (saturating): a GEMM's width per gathered row. */
 uint64_t pb_total_n(const ovl_plan_params_t *p);
+/* Every buffer's dtype (B's b_dtype, C's and P's the output's when
+ * scaled), and a scaled op's SA, SB, BIAS and SG shapes; the others'
+ * shapes are the emitters'. */
+void pb_buf_types(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs);
+/* Scratch buffers lie one after the other, each at a multiple of
+ * PB_SCRATCH_ALIGN bytes: bytes more after *total, which grows; where they
+ * start in *ret_offset. OVL_ERR_LIMIT past 2^64 - 1. */
+/* Why a scaled op's params (p->sc, and an fp8 dtype without it) cannot be
+ * planned, in words; NULL where they can. */
+const char *pb_scaling_refusal(const ovl_plan_params_t *p);
+#define PB_SCRATCH_ALIGN 256u
+ovl_status_t pb_scratch_after(uint64_t *total, uint64_t bytes, uint64_t *ret_offset);
 
 #endif /* OVL_PLAN_BUILD_H */

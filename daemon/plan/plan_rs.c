@@ -171,6 +171,14 @@ const char *pb_rs_refusal(const ovl_plan_params_t *p)
         return "unknown dtype, all-gather preference or reduce_op";
     if (p->chunks > OVL_PLAN_MAX_CHUNKS || p->streams > OVL_PLAN_MAX_STREAMS)
         return "chunks or streams out of range";
+    const char *why = pb_scaling_refusal(p);
+    if (why)
+        return why;
+    /* ring's avg scales each product by 1/world at its GEMM, and a GEMM
+     * adds its bias unscaled: the average would hold the sum of biases */
+    if (p->sc.bias && p->algo == OVL_ALGO_RING && p->reduce_op == OVL_REDUCE_AVG && p->world > 1)
+        return "ring adds each rank's bias at its GEMM, which avg does not divide: with a bias "
+               "and avg, naive, collective or push";
     return NULL;
 }
 
@@ -200,7 +208,7 @@ ovl_status_t pb_rs_scratch(const ovl_plan_params_t *p, uint64_t *ret)
 
     *ret = 0;
     if (!rs_p_rows(p, &rows) ||
-        __builtin_mul_overflow(p->n, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
+        __builtin_mul_overflow(p->n, (uint64_t)ovl_dtype_size(ovl_plan_out_dtype(p)), &row) ||
         __builtin_mul_overflow(rows, row, ret))
         return OVL_ERR_LIMIT;
     return OVL_OK;
@@ -212,8 +220,9 @@ static void rs_buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
     bufs[OVL_BUF_B] = p->transb ? (ovl_plan_buf_t){.rows = p->n, .cols = p->k}
                                 : (ovl_plan_buf_t){.rows = p->k, .cols = p->n};
     bufs[OVL_BUF_C] = (ovl_plan_buf_t){.rows = rs_block(p), .cols = p->n};
-    bufs[OVL_BUF_P] = (ovl_plan_buf_t){.cols = p->n};
+    bufs[OVL_BUF_P] = (ovl_plan_buf_t){.cols = p->n, .scratch = true};
     (void)rs_p_rows(p, &bufs[OVL_BUF_P].rows); /* pb_rs_scratch checked it */
+    pb_buf_types(p, bufs);
 }
 
 /* ring's chunks of a block by default (RING_CHUNKS, above). */
@@ -708,9 +717,13 @@ ovl_algo_t pb_rs_choose(const ovl_plan_params_t *p, const char **why)
         *why = "ranks share a GPU: push, whose copies need no NCCL and run side by side";
         return OVL_ALGO_PUSH;
     }
-    if (p->dtype == OVL_DTYPE_FP16) {
+    if (ovl_plan_out_dtype(p) == OVL_DTYPE_FP16) {
         *why = "fp16: push, which sums the partials in fp32 (ring stores its running sums in "
                "fp16 between hops, whose range a sum may pass)";
+        return OVL_ALGO_PUSH;
+    }
+    if (p->sc.bias && p->reduce_op == OVL_REDUCE_AVG) {
+        *why = "a bias with avg: push (ring adds each rank's bias undivided)";
         return OVL_ALGO_PUSH;
     }
     if (p->world > RING_AUTO_MAX_WORLD) {

@@ -90,7 +90,7 @@ void ovld_info_hello(ovld_conn_t *c, uint64_t id)
     if (d->self_pidfd >= 0 && pidfd < 0)
         log_warn("client %" PRIu64 ": cannot copy ovld's pidfd: %s", c->id, strerror(errno));
     hr.fd_count = pidfd >= 0 ? 1 : 0;
-    hr.features = OVL_FEATURE_MULTI_B;
+    hr.features = OVL_FEATURE_MULTI_B | OVL_FEATURE_FP8;
     Ovl__Response r = OVL__RESPONSE__INIT;
     r.id = id;
     r.body_case = OVL__RESPONSE__BODY_HELLO;

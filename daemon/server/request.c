@@ -127,6 +127,46 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
     return OVL_OK;
 }
 
+/* Whether an op of dtype is scaled as it must be (Scaling: an fp8 dtype
+ * needs it, no other takes it), and the scaling itself: fp8 inputs (not
+ * e5m2 twice: cuBLASLt has no such GEMM), an output dtype of 16 or 32
+ * bits, known scale modes, B transposed (the one layout of cuBLASLt's fp8
+ * GEMM: TN) and one B. */
+static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, size_t nb,
+                                  char *err, size_t errlen)
+{
+    bool fp8 = ovl_dtype_is_fp8((ovl_dtype_t)dtype);
+    if (!sc)
+        return fp8 ? bad(err, errlen,
+                         "dtype %s needs scaling: the scales and the output dtype of an fp8 op",
+                         ovl_dtype_name((ovl_dtype_t)dtype))
+                   : OVL_OK;
+    if (!fp8)
+        return bad(err, errlen, "scaling is for the fp8 dtypes; dtype %s is not one",
+                   ovl_dtype_name((ovl_dtype_t)dtype));
+    if (sc->b_dtype >= OVL_DTYPE_COUNT || !ovl_dtype_is_fp8((ovl_dtype_t)sc->b_dtype))
+        return bad(err, errlen, "b_dtype %" PRIu64 ": a scaled op's B is fp8e4m3 or fp8e5m2",
+                   sc->b_dtype);
+    if (dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2)
+        return bad(err, errlen,
+                   "fp8e5m2 times fp8e5m2: cuBLASLt has no such GEMM (one of A and "
+                   "B must be fp8e4m3)");
+    if (sc->out_dtype >= OVL_DTYPE_COUNT || ovl_dtype_is_fp8((ovl_dtype_t)sc->out_dtype))
+        return bad(err, errlen, "out_dtype %" PRIu64 ": a scaled op writes bf16, fp16 or fp32",
+                   sc->out_dtype);
+    if (sc->a_mode >= OVL_SCALE_MODE_COUNT || sc->b_mode >= OVL_SCALE_MODE_COUNT)
+        return bad(err, errlen,
+                   "unknown scale mode (a %" PRIu64 ", b %" PRIu64 "): tensor 0, row 1", sc->a_mode,
+                   sc->b_mode);
+    if (!transb)
+        return bad(err, errlen,
+                   "a scaled op takes B transposed (transb: n x k, a Linear "
+                   "weight's layout), the one layout of cuBLASLt's fp8 GEMM");
+    if (nb > 1)
+        return bad(err, errlen, "a scaled op takes one B, not %zu", nb);
+    return OVL_OK;
+}
+
 /*
  * The Bs after B 0 (whose n check_op_shape checks), as an op (more_bs) and
  * a Plan request (more_n) carry them: count of them, at most OVLD_MAX_BS - 1,
@@ -158,7 +198,9 @@ static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t 
         return bad(err, errlen, "algorithm %s: ag_gemm has %s", ovl_algo_name((ovl_algo_t)q->algo),
                    ovl_op_kind_algos(OVL_OP_AG_GEMM));
     /* B 0's n is the op's own; the others' come in more_n */
-    return check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen);
+    if ((st = check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen)) != OVL_OK)
+        return st;
+    return check_scaling(q->dtype, q->scaling, q->transb, 1 + q->n_more_n, err, errlen);
 }
 
 /* GEMM + reduce-scatter's parameters: its algorithms (naive, collective,
@@ -174,7 +216,7 @@ static ovl_status_t check_gemm_rs(const Ovl__GemmRsParams *q, char *err, size_t 
                    ovl_op_kind_algos(OVL_OP_GEMM_RS));
     if (q->reduce_op >= OVL_REDUCE_OP_COUNT)
         return bad(err, errlen, "unknown reduce_op %" PRIu64 " (sum 0, avg 1)", q->reduce_op);
-    return OVL_OK;
+    return check_scaling(q->dtype, q->scaling, q->transb, 1, err, errlen);
 }
 
 /* An op's kind and its parameters, as an Op and a Plan request carry them:
@@ -301,6 +343,19 @@ static uint32_t narrow(uint64_t v)
     return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
+/* A scaling's fields (checked, or narrowed with saturation). */
+static ovld_scaling_desc_t scaling_desc(const Ovl__Scaling *sc)
+{
+    if (!sc)
+        return (ovld_scaling_desc_t){.scaled = false};
+    return (ovld_scaling_desc_t){.scaled = true,
+                                 .b_dtype = narrow(sc->b_dtype),
+                                 .out_dtype = narrow(sc->out_dtype),
+                                 .a_mode = narrow(sc->a_mode),
+                                 .b_mode = narrow(sc->b_mode),
+                                 .fast_accum = sc->fast_accum};
+}
+
 static ovld_buf_ref_t buf_ref(const Ovl__BufRef *r, uint64_t ld)
 {
     if (!r)
@@ -322,7 +377,8 @@ static void kind_desc(uint32_t kind, const Ovl__AgGemmParams *g, const Ovl__Gemm
                                         .chunks = narrow(rs->chunks),
                                         .streams = narrow(rs->streams),
                                         .reduce_op = narrow(rs->reduce_op),
-                                        .transb = rs->transb};
+                                        .transb = rs->transb,
+                                        .sc = scaling_desc(rs->scaling)};
         return;
     }
     if (!g || kind != OVLD_KIND_AG_GEMM)
@@ -336,6 +392,7 @@ static void kind_desc(uint32_t kind, const Ovl__AgGemmParams *g, const Ovl__Gemm
     a->chunks = narrow(g->chunks);
     a->streams = narrow(g->streams);
     a->transb = g->transb;
+    a->sc = scaling_desc(g->scaling);
     size_t more = g->n_more_n < OVLD_MAX_BS - 1 ? g->n_more_n : OVLD_MAX_BS - 1;
     a->nb = 1 + (uint32_t)more;
     for (size_t i = 0; i < more; i++)

@@ -270,12 +270,58 @@ typedef enum ovl_dtype {
     OVL_DTYPE_BF16 = 0,
     OVL_DTYPE_FP16 = 1,
     OVL_DTYPE_FP32 = 2,
+    /* The OCP 8-bit floats (PyTorch's float8_e4m3fn and float8_e5m2):
+     * inputs of a scaled op only (ovl_scaling_t), never an output. */
+    OVL_DTYPE_FP8_E4M3 = 3, /* "fp8e4m3": 4 exponent bits, no infinities, max 448 */
+    OVL_DTYPE_FP8_E5M2 = 4, /* "fp8e5m2": 5 exponent bits, max 57344 */
 } ovl_dtype_t;
 
-/* Not a value: the number of values (one past the last, OVL_DTYPE_FP32).
+/* Not a value: the number of values (one past the last, OVL_DTYPE_FP8_E5M2).
  * Kept out of the enum so that switches over ovl_dtype_t stay exhaustive;
  * a new dtype moves it. */
-#define OVL_DTYPE_COUNT (OVL_DTYPE_FP32 + 1)
+#define OVL_DTYPE_COUNT (OVL_DTYPE_FP8_E5M2 + 1)
+
+/* Whether dtype is one of the 8-bit floats. */
+static inline int ovl_dtype_is_fp8(ovl_dtype_t dtype)
+{
+    return dtype == OVL_DTYPE_FP8_E4M3 || dtype == OVL_DTYPE_FP8_E5M2;
+}
+
+/* How a scaled op's fp32 scales map onto its fp8 matrix (docs/plans.md,
+ * "fp8"). */
+typedef enum ovl_scale_mode {
+    OVL_SCALE_TENSOR = 0, /* one scale for the whole matrix */
+    OVL_SCALE_ROW = 1,    /* A: one per row (m of them); B: one per column of op(B) (n) */
+} ovl_scale_mode_t;
+#define OVL_SCALE_MODE_COUNT (OVL_SCALE_ROW + 1)
+
+/*
+ * What makes an op scaled (fp8): A in the op's dtype and B in b_dtype, both
+ * fp8, dequantized by their scales; C in out_dtype (bf16, fp16 or fp32):
+ *   C[i][j] = round_out(sa(i) * sb(j) * sum_l A[i][l] op(B)[l][j] + bias[j])
+ * sa(i) = a_scale[0] (OVL_SCALE_TENSOR) or a_scale[i] (OVL_SCALE_ROW, i a
+ * row of this rank's A), sb(j) likewise with b_scale over op(B)'s n columns;
+ * the sum in fp32. Scales are fp32 in the memory of the op's device (as A);
+ * bias, NULL or n elements of out_dtype, is added once per product (GEMM +
+ * reduce-scatter: once per rank's partial, as PyTorch's fused scaled op).
+ * B must be given transposed (transb: n x k, a Linear weight's layout), the
+ * one layout of cuBLASLt's fp8 GEMM. fast_accum: cuBLASLt's fast fp8
+ * accumulation (faster, less accurate; the host backend's sum is the same
+ * either way). All-gather + GEMM with OVL_SCALE_TENSOR uses each rank's own
+ * a_scale for every gathered row, as PyTorch's fused op does (tensor-wise
+ * recipes agree on one scale across ranks); with OVL_SCALE_ROW the scales
+ * are gathered with the rows. Every rank must agree on b_dtype, out_dtype,
+ * the modes, fast_accum and whether bias is given.
+ */
+typedef struct ovl_scaling {
+    ovl_dtype_t b_dtype;   /* B's: OVL_DTYPE_FP8_E4M3 or _E5M2 (not both e5m2) */
+    ovl_dtype_t out_dtype; /* C's: bf16, fp16 or fp32 */
+    ovl_scale_mode_t a_mode, b_mode;
+    const float *a_scale; /* 1 or m floats */
+    const float *b_scale; /* 1 or n floats */
+    const void *bias;     /* NULL, or n elements of out_dtype */
+    int fast_accum;
+} ovl_scaling_t;
 
 typedef enum ovl_algo {
     OVL_ALGO_AUTO = 0,       /* the daemon chooses */
@@ -344,6 +390,10 @@ typedef struct ovl_ag_gemm_desc {
     uint32_t streams;
     uint32_t nb;                    /* 0 or 1: one B; up to OVL_MAX_BS */
     const ovl_ag_gemm_b_t *more_bs; /* nb - 1 of them when nb > 1 */
+    /* NULL: not scaled (bf16, fp16, fp32); an fp8 dtype needs it. A
+     * scaled op takes one B. An ovld without fp8 (HelloReply's features)
+     * refuses it in libovl with OVL_ERR_VERSION. */
+    const ovl_scaling_t *scaling;
 } ovl_ag_gemm_desc_t;
 
 /*
@@ -401,6 +451,9 @@ typedef struct ovl_gemm_rs_desc {
     ovl_algo_t algo;
     uint32_t chunks;
     uint32_t streams;
+    /* NULL: not scaled; an fp8 dtype needs it (as ovl_ag_gemm_desc_t's).
+     * Partials are summed in out_dtype's fp32 sums, never in fp8. */
+    const ovl_scaling_t *scaling;
 } ovl_gemm_rs_desc_t;
 
 /*
@@ -434,6 +487,10 @@ const char *ovl_op_kind_name(ovl_op_kind_t kind);
 ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret);
 ovl_status_t ovl_algo_parse(const char *name, ovl_algo_t *ret);
 ovl_status_t ovl_op_kind_parse(const char *name, ovl_op_kind_t *ret);
+/* A scale mode's name ("tensor", "row"; NULL for an unknown one), and the
+ * mode of a name (OVL_ERR_INVALID for an unknown one). */
+const char *ovl_scale_mode_name(ovl_scale_mode_t mode);
+ovl_status_t ovl_scale_mode_parse(const char *name, ovl_scale_mode_t *ret);
 /* Bytes per element of a dtype (0 for an unknown one). */
 size_t ovl_dtype_size(ovl_dtype_t dtype);
 

@@ -17,6 +17,9 @@ OK = 0
 
 # ovl_dtype_t
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
+DTYPE_FP8_E4M3, DTYPE_FP8_E5M2 = 3, 4  # a scaled op's inputs (Scaling)
+# ovl_scale_mode_t
+SCALE_MODES = {"tensor": 0, "row": 1}
 # ovl_algo_t
 ALGOS = {"auto": 0, "naive": 1, "collective": 2, "ring": 3, "push": 4}
 # Each kind's algorithms (ovl_op_kind_takes_algo): push is GEMM +
@@ -71,6 +74,7 @@ class AgGemmDesc(ctypes.Structure):
         ("streams", ctypes.c_uint32),
         ("nb", ctypes.c_uint32),
         ("more_bs", ctypes.POINTER(MoreB)),
+        ("scaling", ctypes.c_void_p),  # a Scaling*, NULL: not scaled
     ]
 
 
@@ -92,6 +96,21 @@ class GemmRsDesc(ctypes.Structure):
         ("algo", ctypes.c_int),
         ("chunks", ctypes.c_uint32),
         ("streams", ctypes.c_uint32),
+        ("scaling", ctypes.c_void_p),  # a Scaling*, NULL: not scaled
+    ]
+
+
+class Scaling(ctypes.Structure):
+    """ovl_scaling_t: what makes an op scaled (fp8)."""
+    _fields_ = [
+        ("b_dtype", ctypes.c_int),
+        ("out_dtype", ctypes.c_int),
+        ("a_mode", ctypes.c_int),
+        ("b_mode", ctypes.c_int),
+        ("a_scale", ctypes.c_void_p),
+        ("b_scale", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("fast_accum", ctypes.c_int),
     ]
 
 

@@ -18,10 +18,11 @@
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
  *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm or gemm_rs
  *   with its parameters (and not the other kind's; ag_gemm: no push (4);
- *   gemm_rs: no ring (3), a reduce_op of 0 or 1), names at most 18 buffers, each in a slot below
- * 18, once, each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with its parameters
- * (and not the other kind's), gives at most 18 slots, each below 18, once, with a world 1..1024 and
- * rank < world; their parameters have dtype <= 2, algo <= 4 (each with a name), m, n, k > 0, chunks
+ *   gemm_rs: a reduce_op of 0 or 1), names at most 21 buffers, each in a slot below
+ * 21, once, each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with its parameters
+ * (and not the other kind's), gives at most 21 slots, each below 21, once, with a world 1..1024 and
+ * rank < world; their parameters have dtype <= 4 (3, 4: fp8, with a Scaling; no other with one),
+ * algo <= 4 (each with a name), m, n, k > 0, chunks
  * <= 64, streams <= 8, at most 7 Bs after the first (more_n), each with n > 0; a PeerPing's address
  * is 1..63 bytes of clean text without NUL (the handler copies it into a 64-byte buffer);
  * - the verdict is the one the specification gives (a reference check
@@ -116,7 +117,21 @@ static bool ref_clean(const uint8_t *s, size_t n)
 static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_t n, uint64_t k,
                               uint64_t chunks, uint64_t streams)
 {
-    if (dtype > 2 || algo > 4 || m == 0 || n == 0 || k == 0 || chunks > 64 || streams > 8)
+    if (dtype > 4 || algo > 4 || m == 0 || n == 0 || k == 0 || chunks > 64 || streams > 8)
+        return OVL_ERR_INVALID;
+    return OVL_OK;
+}
+
+/* A scaling (ovl.proto's Scaling): present exactly for the fp8 dtypes (3,
+ * 4); B fp8, not e5m2 (4) twice; out_dtype 0 to 2; modes 0 or 1; transb;
+ * one B. */
+static ovl_status_t ref_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, size_t nb)
+{
+    bool fp8 = dtype == 3 || dtype == 4;
+    if (!sc)
+        return fp8 ? OVL_ERR_INVALID : OVL_OK;
+    if (!fp8 || (sc->b_dtype != 3 && sc->b_dtype != 4) || (dtype == 4 && sc->b_dtype == 4) ||
+        sc->out_dtype > 2 || sc->a_mode > 1 || sc->b_mode > 1 || !transb || nb != 1)
         return OVL_ERR_INVALID;
     return OVL_OK;
 }
@@ -124,7 +139,8 @@ static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_
 /* An op's kind and parameters: kind 1 (ag_gemm) with ag_gemm alone, its
  * shape, an algorithm other than push (4), at most 7 more Bs each with
  * n > 0; kind 2 (gemm_rs) with gemm_rs alone, its shape, an algorithm other
- * than ring (3), reduce_op 0 or 1. */
+ * than ring (3), reduce_op 0 or 1;
+ * each with its scaling (ref_scaling). */
 static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ovl__GemmRsParams *rs)
 {
     if (kind == 1) {
@@ -135,7 +151,7 @@ static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ov
         for (size_t i = 0; i < g->n_more_n; i++)
             if (g->more_n[i] == 0)
                 return OVL_ERR_INVALID;
-        return OVL_OK;
+        return ref_scaling(g->dtype, g->scaling, g->transb, 1 + g->n_more_n);
     }
     if (kind == 2) {
         if (!rs || g ||
@@ -143,7 +159,7 @@ static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ov
                 OVL_OK ||
             rs->reduce_op > 1)
             return OVL_ERR_INVALID;
-        return OVL_OK;
+        return ref_scaling(rs->dtype, rs->scaling, rs->transb, 1);
     }
     return OVL_ERR_INVALID;
 }
@@ -192,11 +208,11 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
     }
     case OVL__REQUEST__BODY_OP: {
         const Ovl__Op *o = q->op;
-        if (ref_kind(o->kind, o->ag_gemm, o->gemm_rs) != OVL_OK || o->n_bufs > 18)
+        if (ref_kind(o->kind, o->ag_gemm, o->gemm_rs) != OVL_OK || o->n_bufs > 21)
             return OVL_ERR_INVALID;
-        bool seen[18] = {false};
+        bool seen[21] = {false};
         for (size_t i = 0; i < o->n_bufs; i++) {
-            if (o->bufs[i]->slot >= 18 || seen[o->bufs[i]->slot] || !o->bufs[i]->ref)
+            if (o->bufs[i]->slot >= 21 || seen[o->bufs[i]->slot] || !o->bufs[i]->ref)
                 return OVL_ERR_INVALID;
             seen[o->bufs[i]->slot] = true;
         }
@@ -206,11 +222,11 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
         const Ovl__PlanRequest *p = q->plan;
         if (p->world < 1 || p->world > 1024 || p->rank >= p->world)
             return OVL_ERR_INVALID;
-        if (ref_kind(p->kind, p->ag_gemm, p->gemm_rs) != OVL_OK || p->n_given > 18)
+        if (ref_kind(p->kind, p->ag_gemm, p->gemm_rs) != OVL_OK || p->n_given > 21)
             return OVL_ERR_INVALID;
-        bool seen[18] = {false};
+        bool seen[21] = {false};
         for (size_t i = 0; i < p->n_given; i++) {
-            if (p->given[i] >= 18 || seen[p->given[i]])
+            if (p->given[i] >= 21 || seen[p->given[i]])
                 return OVL_ERR_INVALID;
             seen[p->given[i]] = true;
         }

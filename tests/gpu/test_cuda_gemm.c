@@ -20,6 +20,24 @@
  * Last, argument checks that need no GPU work, and more distinct GEMMs than
  * the cache holds.
  *
+ * Scaled (fp8) GEMMs (run_fp8_case): random fp8 codes (ovl_fp8_from_float of
+ * floats in [-4, 4)), B transposed, against a double reference decoded with
+ * ovl_fp8_to_float: C = sa(i) sb(j) (A @ B^T) / div + bias[j] + ACC. Every A x B
+ * fp8 pair cuBLASLt takes (e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3) x C in bf16,
+ * fp16 and fp32 x tensor or row scales on each side x with and without bias;
+ * then ACC with div 1 and 2, two blocks (batched, back to back, and one
+ * matmul per block for row scales, a block's a_scale then 4, 8 or 16-byte
+ * aligned), fast accumulation, rows x n x k 128 x 48 x 96, leading
+ * dimensions past the row (16-byte multiples), scale and bias pointers a few
+ * elements into their buffers (4 and 2-byte aligned: copied to aligned
+ * scratch), no workspace (mixed tensor / row scales and an fp32 C's bias,
+ * which need scratch, must then be refused with OVL_ERR_UNSUPPORTED) and a
+ * k that is no multiple of 16 (which cuBLASLt may refuse:
+ * OVL_ERR_UNSUPPORTED is taken there). Bounds on the relative Frobenius
+ * error: fp8_tolerance(). The refusals (fp8 dtypes where they do not belong,
+ * both e5m2, no transb, a NULL scale, ...) must return OVL_ERR_INVALID
+ * without touching C or the cache.
+ *
  * Without a GPU it prints "SKIP: no GPU" and exits 77, ctest's skip code.
  */
 #include <math.h>
@@ -548,6 +566,514 @@ out:
     free(hacc);
 }
 
+/*
+ * Scaled (fp8) GEMMs: C = sa(i) sb(j) (A @ B^T) / div + bias[j] + ACC, A in
+ * a_dt and B in b_dt (fp8, B transposed: n x k), C, ACC and bias in c_dt.
+ */
+typedef struct f8case {
+    ovl_dtype_t a_dt, b_dt, c_dt;
+    ovl_scale_mode_t a_mode, b_mode;
+    bool bias, acc, fast;
+    uint32_t div; /* 0 or 1: none */
+    uint64_t rows, n, k;
+    uint32_t nblocks;
+    uint64_t block_stride;         /* used when nblocks > 1 */
+    uint64_t lda, ldb, ldc, ldacc; /* 0: tight (k, k, n, n) */
+    bool may_refuse;               /* OVL_ERR_UNSUPPORTED passes too (cuBLASLt's limits) */
+    bool no_ws;                    /* no workspace: a GEMM that needs scratch must refuse */
+    uint32_t scale_off;            /* a_scale and b_scale this many floats into their buffers */
+    uint32_t bias_off;             /* bias this many elements into its buffer */
+    const char *tag;
+} f8case_t;
+
+static ovl_fp8_fmt_t fp8_fmt(ovl_dtype_t dt)
+{
+    return dt == OVL_DTYPE_FP8_E5M2 ? OVL_FP8_E5M2 : OVL_FP8_E4M3;
+}
+
+/*
+ * Bounds on a scaled GEMM's relative Frobenius error against the double
+ * reference of the same fp8 codes (their products are exact in fp32). bf16
+ * and fp16 C: their rounding (at most 2^-9 and 2^-11 relative per element),
+ * as the unscaled GEMMs' bounds; seen on an H200 (cuBLASLt 13.1): 1.7e-3
+ * and 2.4e-4. fp32 C: the rounding is 2^-24, and what is left is the tensor
+ * cores' fp8 accumulation, which on Hopper keeps fewer bits than fp32
+ * between cuBLASLt's promotions to fp32 registers (and none at all with
+ * fast_accum): seen 0.7e-4 to 1.2e-4, and 1.4e-4 with fast_accum at k 256.
+ * Bounds: bf16 1e-2; fp16 2e-3 (4e-3 fast); fp32 5e-4 (2e-3 fast).
+ */
+static double fp8_tolerance(ovl_dtype_t c_dt, bool fast)
+{
+    switch (c_dt) {
+    case OVL_DTYPE_BF16:
+        return 1e-2;
+    case OVL_DTYPE_FP16:
+        return fast ? 4e-3 : 2e-3;
+    default:
+        return fast ? 2e-3 : 5e-4;
+    }
+}
+
+static const char *mode_name(ovl_scale_mode_t m)
+{
+    return m == OVL_SCALE_ROW ? "row" : m == OVL_SCALE_TENSOR ? "tensor" : "?";
+}
+
+static void report_fp8(bool ok, const f8case_t *tc, double err, const char *why)
+{
+    printf("%s %-12s %s x %s -> %s sa=%s sb=%s%s%s%s%s rows=%llu n=%llu k=%llu nblocks=%u "
+           "stride=%llu ld=%llu/%llu/%llu/%llu err=%.3g (bound %.g)%s%s\n",
+           ok ? "PASS" : "FAIL", tc->tag, ovl_dtype_name(tc->a_dt), ovl_dtype_name(tc->b_dt),
+           ovl_dtype_name(tc->c_dt), mode_name(tc->a_mode), mode_name(tc->b_mode),
+           tc->bias ? " bias" : "", tc->acc ? " acc" : "", tc->fast ? " fast" : "",
+           tc->no_ws ? " no-ws" : "", (unsigned long long)tc->rows, (unsigned long long)tc->n,
+           (unsigned long long)tc->k, tc->nblocks, (unsigned long long)tc->block_stride,
+           (unsigned long long)tc->lda, (unsigned long long)tc->ldb, (unsigned long long)tc->ldc,
+           (unsigned long long)tc->ldacc, err, fp8_tolerance(tc->c_dt, tc->fast), why ? ": " : "",
+           why ? why : "");
+    fflush(stdout);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+static void run_fp8_case(ovld_lt_t *lt, cudaStream_t s, f8case_t tc)
+{
+    size_t ec = ovl_dtype_size(tc.c_dt);
+    char why[1024] = "";
+    double err = NAN;
+    bool ok = false;
+    void *da = NULL, *db = NULL, *dc = NULL, *dacc = NULL, *dsa = NULL, *dsb = NULL, *dbias = NULL;
+    unsigned char *ha = NULL, *hb = NULL, *hc = NULL, *hacc = NULL, *hbias = NULL;
+    float *hsa = NULL, *hsb = NULL;
+    double *ref = NULL;
+
+    if (tc.nblocks == 0)
+        tc.nblocks = 1;
+    if (tc.nblocks == 1)
+        tc.block_stride = 0;
+    if (tc.lda == 0)
+        tc.lda = tc.k;
+    if (tc.ldb == 0)
+        tc.ldb = tc.k;
+    if (tc.ldc == 0)
+        tc.ldc = tc.n;
+    if (!tc.acc)
+        tc.ldacc = 0;
+    else if (tc.ldacc == 0)
+        tc.ldacc = tc.n;
+
+    /* check_c's view of C: dtype c_dt, no offsets */
+    tcase_t cv = {.dtype = tc.c_dt,
+                  .transb = 1,
+                  .rows = tc.rows,
+                  .n = tc.n,
+                  .k = tc.k,
+                  .nblocks = tc.nblocks,
+                  .block_stride = tc.block_stride,
+                  .lda = tc.lda,
+                  .ldb = tc.ldb,
+                  .ldc = tc.ldc,
+                  .tag = tc.tag};
+    uint64_t step = step_of(&cv), span = (tc.nblocks - 1) * step + tc.rows;
+    size_t a_bytes = (size_t)(span * tc.lda), b_bytes = (size_t)(tc.n * tc.ldb);
+    size_t c_bytes = (size_t)(span * tc.ldc) * ec;
+    size_t acc_bytes = (size_t)(span * tc.ldacc) * ec + ec;
+    size_t bias_bytes = (size_t)(tc.n + tc.bias_off) * ec;
+    size_t sa_n = (tc.a_mode == OVL_SCALE_ROW ? (size_t)span : 1) + tc.scale_off;
+    size_t sb_n = (tc.b_mode == OVL_SCALE_ROW ? (size_t)tc.n : 1) + tc.scale_off;
+
+    ha = malloc(a_bytes);
+    hb = malloc(b_bytes);
+    hc = malloc(c_bytes);
+    hacc = malloc(acc_bytes);
+    hbias = malloc(bias_bytes);
+    hsa = malloc(sa_n * sizeof *hsa);
+    hsb = malloc(sb_n * sizeof *hsb);
+    ref = malloc((size_t)(tc.nblocks * tc.rows * tc.n) * sizeof *ref);
+    if (!ha || !hb || !hc || !hacc || !hbias || !hsa || !hsb || !ref) {
+        snprintf(why, sizeof why, "out of host memory");
+        goto out;
+    }
+    /* Random fp8 codes (padding too): floats in [-4, 4) rounded to the
+     * format, saturating (none is past its range anyway). Scales in
+     * [0.25, 1.75), bias in [-2, 2), ACC in [-4, 4), stored in c_dt (the
+     * reference reads them back from there). */
+    for (size_t i = 0; i < a_bytes; i++)
+        ha[i] = ovl_fp8_from_float(fp8_fmt(tc.a_dt), (float)(4.0 * rnd_unit()), 1);
+    for (size_t i = 0; i < b_bytes; i++)
+        hb[i] = ovl_fp8_from_float(fp8_fmt(tc.b_dt), (float)(4.0 * rnd_unit()), 1);
+    for (size_t i = 0; i < sa_n; i++)
+        hsa[i] = (float)(1.0 + 0.75 * rnd_unit());
+    for (size_t i = 0; i < sb_n; i++)
+        hsb[i] = (float)(1.0 + 0.75 * rnd_unit());
+    for (size_t j = 0; j < tc.n + tc.bias_off; j++)
+        ovl_store_elem(tc.c_dt, hbias, j, (float)(2.0 * rnd_unit()));
+    for (size_t i = 0; i < acc_bytes / ec; i++)
+        ovl_store_elem(tc.c_dt, hacc, i, (float)(4.0 * rnd_unit()));
+
+    /* The reference, in double. */
+    for (uint64_t blk = 0; blk < tc.nblocks; blk++)
+        for (uint64_t i = 0; i < tc.rows; i++) {
+            uint64_t r = blk * step + i;
+            double sa = hsa[tc.scale_off + (tc.a_mode == OVL_SCALE_ROW ? r : 0)];
+            for (uint64_t j = 0; j < tc.n; j++) {
+                double dot = 0.0;
+                for (uint64_t l = 0; l < tc.k; l++)
+                    dot += (double)ovl_fp8_to_float(fp8_fmt(tc.a_dt), ha[r * tc.lda + l]) *
+                           (double)ovl_fp8_to_float(fp8_fmt(tc.b_dt), hb[j * tc.ldb + l]);
+                double v =
+                    dot * sa * (double)hsb[tc.scale_off + (tc.b_mode == OVL_SCALE_ROW ? j : 0)];
+                if (tc.div > 1)
+                    v /= tc.div;
+                if (tc.bias)
+                    v += ovl_load_elem(tc.c_dt, hbias, tc.bias_off + j);
+                if (tc.acc)
+                    v += ovl_load_elem(tc.c_dt, hacc, (size_t)(r * tc.ldacc + j));
+                ref[(blk * tc.rows + i) * tc.n + j] = v;
+            }
+        }
+
+    CU(cudaMalloc(&da, a_bytes));
+    CU(cudaMalloc(&db, b_bytes));
+    CU(cudaMalloc(&dc, c_bytes));
+    CU(cudaMalloc(&dacc, acc_bytes));
+    CU(cudaMalloc(&dbias, bias_bytes));
+    CU(cudaMalloc(&dsa, sa_n * sizeof *hsa));
+    CU(cudaMalloc(&dsb, sb_n * sizeof *hsb));
+    CU(cudaMemcpy(da, ha, a_bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(db, hb, b_bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dacc, hacc, acc_bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dbias, hbias, bias_bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dsa, hsa, sa_n * sizeof *hsa, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dsb, hsb, sb_n * sizeof *hsb, cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize());
+
+    ovld_gemm_args_t g = {
+        .dtype = tc.a_dt,
+        .rows = tc.rows,
+        .n = tc.n,
+        .k = tc.k,
+        .nblocks = tc.nblocks,
+        .block_stride = tc.block_stride,
+        .a = {da, tc.lda},
+        .b = {db, tc.ldb},
+        .c = {dc, tc.ldc},
+        .acc = {tc.acc ? dacc : NULL, tc.ldacc},
+        .div = tc.div,
+        .transb = true,
+        .scaled = true,
+        .b_dtype = tc.b_dt,
+        .c_dtype = tc.c_dt,
+        .a_mode = tc.a_mode,
+        .b_mode = tc.b_mode,
+        .a_scale = (const float *)dsa + tc.scale_off,
+        .b_scale = (const float *)dsb + tc.scale_off,
+        .bias = tc.bias ? (const char *)dbias + tc.bias_off * ec : NULL,
+        .fast_accum = tc.fast,
+    };
+
+    /* Mixed tensor / row scales and an fp32 C's bias take workspace
+     * scratch; without a workspace they are refused. */
+    bool needs_ws = tc.a_mode != tc.b_mode || (tc.bias && tc.c_dt == OVL_DTYPE_FP32);
+    for (int pass = 0; pass < 2; pass++) {
+        char lerr[1024] = "";
+        size_t before = ovld_lt_cache_size(lt);
+        CU(cudaMemsetAsync(dc, 0xFF, c_bytes, s));
+        ovl_status_t st = ovld_lt_gemm(lt, s, tc.no_ws ? NULL : g_ws,
+                                       tc.no_ws ? 0 : OVLD_LT_WORKSPACE, &g, lerr, sizeof lerr);
+        if (st == OVL_ERR_UNSUPPORTED && (tc.may_refuse || (tc.no_ws && needs_ws)) &&
+            lerr[0] != '\0' && ovld_lt_cache_size(lt) == before) {
+            /* Nothing may have run: C is still all poison. */
+            size_t bad = 0;
+            CU(cudaStreamSynchronize(s));
+            CU(cudaMemcpy(hc, dc, c_bytes, cudaMemcpyDeviceToHost));
+            for (size_t b = 0; b < c_bytes; b++)
+                bad += hc[b] != 0xFF;
+            if (bad) {
+                snprintf(why, sizeof why, "refused, but wrote %zu bytes of C: %s", bad, lerr);
+                goto out;
+            }
+            snprintf(why, sizeof why, "refused, as it may be: %s", lerr);
+            err = 0.0;
+            ok = true;
+            goto out;
+        }
+        if (st != OVL_OK) {
+            snprintf(why, sizeof why, "pass %d: ovld_lt_gemm: %s: %s", pass, ovl_strerror(st),
+                     lerr);
+            goto out;
+        }
+        if (tc.no_ws && needs_ws) {
+            snprintf(why, sizeof why, "ran without the workspace scratch it needs");
+            goto out;
+        }
+        /* At most three new entries: the GEMM, and the plain fp32 GEMMs
+         * that expand a tensor-wide scale and add an fp32 bias. */
+        size_t after = ovld_lt_cache_size(lt);
+        if (pass == 0 && after > before + 3) {
+            snprintf(why, sizeof why, "cache grew by %zu entries", after - before);
+            goto out;
+        }
+        if (pass == 1 && after != before) {
+            snprintf(why, sizeof why, "repeated call missed the cache (%zu -> %zu entries)", before,
+                     after);
+            goto out;
+        }
+        CU(cudaStreamSynchronize(s));
+        CU(cudaGetLastError());
+        CU(cudaMemcpy(hc, dc, c_bytes, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        double e = check_c(&cv, hc, span, ref, &bad);
+        if (pass == 0 || !(e < err))
+            err = e; /* the worse of the two passes */
+        if (bad) {
+            snprintf(why, sizeof why, "pass %d: %zu bytes outside C were written", pass, bad);
+            goto out;
+        }
+        if (!(e < fp8_tolerance(tc.c_dt, tc.fast))) {
+            snprintf(why, sizeof why, "pass %d: relative error %.3g over %.g", pass, e,
+                     fp8_tolerance(tc.c_dt, tc.fast));
+            goto out;
+        }
+    }
+    ok = true;
+
+out:
+    report_fp8(ok, &tc, err, why[0] ? why : NULL);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+    cudaFree(dacc);
+    cudaFree(dbias);
+    cudaFree(dsa);
+    cudaFree(dsb);
+    free(ha);
+    free(hb);
+    free(hc);
+    free(hacc);
+    free(hbias);
+    free(hsa);
+    free(hsb);
+    free(ref);
+}
+
+static void run_fp8_cases(ovld_lt_t *lt, cudaStream_t s)
+{
+    static const ovl_dtype_t pairs[3][2] = {{OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E4M3},
+                                            {OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E5M2},
+                                            {OVL_DTYPE_FP8_E5M2, OVL_DTYPE_FP8_E4M3}};
+    static const ovl_dtype_t outs[3] = {OVL_DTYPE_BF16, OVL_DTYPE_FP16, OVL_DTYPE_FP32};
+    static const ovl_scale_mode_t modes[4][2] = {{OVL_SCALE_TENSOR, OVL_SCALE_TENSOR},
+                                                 {OVL_SCALE_ROW, OVL_SCALE_TENSOR},
+                                                 {OVL_SCALE_TENSOR, OVL_SCALE_ROW},
+                                                 {OVL_SCALE_ROW, OVL_SCALE_ROW}};
+    const ovl_scale_mode_t T = OVL_SCALE_TENSOR, R = OVL_SCALE_ROW;
+
+    /* Every fp8 pair x C dtype x scale modes x bias, 64 x 128 x 256. */
+    for (int p = 0; p < 3; p++)
+        for (int o = 0; o < 3; o++)
+            for (int m = 0; m < 4; m++)
+                for (int bias = 0; bias < 2; bias++)
+                    run_fp8_case(lt, s,
+                                 (f8case_t){.a_dt = pairs[p][0],
+                                            .b_dt = pairs[p][1],
+                                            .c_dt = outs[o],
+                                            .a_mode = modes[m][0],
+                                            .b_mode = modes[m][1],
+                                            .bias = bias != 0,
+                                            .rows = 64,
+                                            .n = 128,
+                                            .k = 256,
+                                            .tag = "f8-grid"});
+
+    /* Per C dtype (the fp8 pair turning with it): ACC, div, blocks, fast
+     * accumulation, another shape, padded leading dimensions. */
+    for (int o = 0; o < 3; o++) {
+        const f8case_t base = {.a_dt = pairs[o][0],
+                               .b_dt = pairs[o][1],
+                               .c_dt = outs[o],
+                               .rows = 64,
+                               .n = 128,
+                               .k = 256};
+        /* 16 bytes of C's elements, for padded leading dimensions */
+        const uint64_t c16 = 16 / ovl_dtype_size(outs[o]);
+#define F8(...)                                                                                    \
+    do {                                                                                           \
+        f8case_t c_ = base;                                                                        \
+        __VA_ARGS__;                                                                               \
+        run_fp8_case(lt, s, c_);                                                                   \
+    } while (0)
+        /* ACC (beta 1) with div 1 and 2, and div without ACC */
+        F8(c_.a_mode = T; c_.b_mode = T; c_.acc = true; c_.div = 1; c_.tag = "f8-acc");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.acc = true; c_.div = 2; c_.bias = true;
+           c_.tag = "f8-acc-div2");
+        F8(c_.a_mode = T; c_.b_mode = R; c_.acc = true; c_.div = 2; c_.ldacc = 128 + c16;
+           c_.tag = "f8-acc-ld");
+        F8(c_.a_mode = R; c_.b_mode = T; c_.div = 2; c_.bias = true; c_.tag = "f8-div2");
+        /* fast accumulation */
+        F8(c_.a_mode = T; c_.b_mode = T; c_.fast = true; c_.tag = "f8-fast");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.fast = true; c_.bias = true; c_.acc = true; c_.div = 2;
+           c_.tag = "f8-fast-all");
+        /* rows x n x k 128 x 48 x 96, every pair of modes */
+        for (int m = 0; m < 4; m++)
+            F8(c_.a_mode = modes[m][0]; c_.b_mode = modes[m][1]; c_.rows = 128; c_.n = 48;
+               c_.k = 96; c_.bias = m % 2 == 1; c_.acc = m >= 2; c_.tag = "f8-128x48");
+        /* Two blocks with a gap: batched (a_scale tensor-wide) or one matmul
+         * per block (a_scale per row), with ACC, div and bias; fast too. */
+        for (int m = 0; m < 4; m++)
+            F8(c_.a_mode = modes[m][0]; c_.b_mode = modes[m][1]; c_.nblocks = 2;
+               c_.block_stride = 80; c_.bias = true; c_.acc = true; c_.div = 2;
+               c_.tag = "f8-batch");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.nblocks = 2; c_.block_stride = 72; c_.fast = true;
+           c_.tag = "f8-batch-fast");
+        F8(c_.a_mode = T; c_.b_mode = T; c_.nblocks = 2; c_.block_stride = 70; c_.rows = 48;
+           c_.n = 48; c_.k = 96; c_.tag = "f8-batch-48");
+        /* Back to back: one taller GEMM, a_scale's rows back to back too. */
+        F8(c_.a_mode = R; c_.b_mode = R; c_.nblocks = 2; c_.block_stride = 64; c_.bias = true;
+           c_.tag = "f8-contig");
+        /* The second block's a_scale 4-byte aligned only (stride 65 rows;
+         * A's and C's rows stay 16-byte multiples). */
+        F8(c_.a_mode = R; c_.b_mode = T; c_.nblocks = 2; c_.block_stride = 65; c_.bias = true;
+           c_.acc = true; c_.tag = "f8-sa-align4");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.nblocks = 2; c_.block_stride = 65; c_.bias = true;
+           c_.tag = "f8-sa-align4");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.nblocks = 2; c_.block_stride = 68; c_.acc = true;
+           c_.tag = "f8-sa-align16");
+        /* Scale pointers one float into their buffers: 4-byte aligned. */
+        for (int m = 0; m < 4; m++)
+            F8(c_.a_mode = modes[m][0]; c_.b_mode = modes[m][1]; c_.scale_off = 1; c_.bias = true;
+               c_.tag = "f8-scale-off1");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.scale_off = 3; c_.nblocks = 2; c_.block_stride = 66;
+           c_.tag = "f8-scale-off3");
+        /* A bias one element into its buffer (2 or 4-byte aligned). */
+        F8(c_.a_mode = R; c_.b_mode = R; c_.bias = true; c_.bias_off = 1; c_.tag = "f8-bias-off1");
+        F8(c_.a_mode = T; c_.b_mode = T; c_.bias = true; c_.bias_off = 1; c_.acc = true;
+           c_.tag = "f8-bias-off1");
+        /* ... and four floats in: 16-byte aligned, used in place. */
+        F8(c_.a_mode = T; c_.b_mode = T; c_.scale_off = 4; c_.acc = true; c_.tag = "f8-scale-off4");
+        F8(c_.a_mode = R; c_.b_mode = R; c_.scale_off = 4; c_.bias = true;
+           c_.tag = "f8-scale-off4");
+        /* Without a workspace: plain ones run, mixed modes (and an fp32
+         * C's bias) are refused. */
+        F8(c_.a_mode = R; c_.b_mode = R; c_.bias = true; c_.no_ws = true; c_.tag = "f8-no-ws");
+        F8(c_.a_mode = T; c_.b_mode = R; c_.no_ws = true; c_.tag = "f8-no-ws");
+        /* Leading dimensions past the row, 16-byte multiples. */
+        F8(c_.a_mode = R; c_.b_mode = R; c_.lda = 256 + 16; c_.ldb = 256 + 48; c_.ldc = 128 + c16;
+           c_.acc = true; c_.ldacc = 128 + 2 * c16; c_.bias = true; c_.tag = "f8-ld");
+        F8(c_.a_mode = R; c_.b_mode = T; c_.rows = 128; c_.n = 48; c_.k = 96; c_.lda = 128;
+           c_.ldb = 112; c_.ldc = 48 + c16; c_.nblocks = 2; c_.block_stride = 130; c_.bias = true;
+           c_.tag = "f8-ld-batch");
+        F8(c_.a_mode = T; c_.b_mode = R; c_.rows = 128; c_.n = 48; c_.k = 96; c_.lda = 128;
+           c_.ldb = 112; c_.ldc = 48 + c16; c_.nblocks = 2; c_.block_stride = 130; c_.acc = true;
+           c_.div = 2; c_.tag = "f8-ld-batch");
+        /* k no multiple of 16 (lds still 16-byte multiples): cuBLASLt's
+         * fp8 GEMMs may refuse it. */
+        F8(c_.a_mode = R; c_.b_mode = R; c_.k = 40; c_.lda = 48; c_.ldb = 48; c_.may_refuse = true;
+           c_.tag = "f8-k40");
+#undef F8
+    }
+}
+
+/* Scaled GEMMs that must be refused with OVL_ERR_INVALID (or be no-ops)
+ * before any GPU work: C, poisoned, stays so, and the cache does not grow. */
+static void run_fp8_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
+{
+    enum { ROWS = 4, N = 16, K = 16 };
+    unsigned char hc[ROWS * N * 2] = {0};
+    void *dc = NULL;
+    char why[512] = "";
+    ovld_gemm_args_t good = {
+        .dtype = OVL_DTYPE_FP8_E4M3,
+        .rows = ROWS,
+        .n = N,
+        .k = K,
+        .nblocks = 1,
+        .a = {buf, K},
+        .b = {buf, K},
+        .c = {NULL, N},
+        .transb = true,
+        .scaled = true,
+        .b_dtype = OVL_DTYPE_FP8_E4M3,
+        .c_dtype = OVL_DTYPE_BF16,
+        .a_mode = OVL_SCALE_TENSOR,
+        .b_mode = OVL_SCALE_ROW,
+        .a_scale = (const float *)buf,
+        .b_scale = (const float *)buf,
+    };
+    struct {
+        const char *name;
+        ovld_gemm_args_t g;
+        ovl_status_t want;
+    } cases[16];
+    int nc = 0;
+
+    if (cudaMalloc(&dc, sizeof hc) != cudaSuccess) {
+        printf("FAIL args-fp8: cudaMalloc\n");
+        g_fail++;
+        return;
+    }
+    good.c.ptr = dc;
+
+#define F8_ARG(label, expect, ...)                                                                 \
+    do {                                                                                           \
+        ovld_gemm_args_t g_ = good;                                                                \
+        __VA_ARGS__;                                                                               \
+        cases[nc].name = (label);                                                                  \
+        cases[nc].g = g_;                                                                          \
+        cases[nc].want = (expect);                                                                 \
+        nc++;                                                                                      \
+    } while (0)
+
+    F8_ARG("A bf16", OVL_ERR_INVALID, g_.dtype = OVL_DTYPE_BF16);
+    F8_ARG("A unknown dtype", OVL_ERR_INVALID, g_.dtype = (ovl_dtype_t)9);
+    F8_ARG("B fp16", OVL_ERR_INVALID, g_.b_dtype = OVL_DTYPE_FP16);
+    F8_ARG("e5m2 x e5m2", OVL_ERR_INVALID, g_.dtype = OVL_DTYPE_FP8_E5M2;
+           g_.b_dtype = OVL_DTYPE_FP8_E5M2);
+    F8_ARG("C fp8e4m3", OVL_ERR_INVALID, g_.c_dtype = OVL_DTYPE_FP8_E4M3);
+    F8_ARG("C fp8e5m2", OVL_ERR_INVALID, g_.c_dtype = OVL_DTYPE_FP8_E5M2);
+    F8_ARG("C unknown dtype", OVL_ERR_INVALID, g_.c_dtype = (ovl_dtype_t)9);
+    F8_ARG("no transb", OVL_ERR_INVALID, g_.transb = false);
+    F8_ARG("NULL a_scale", OVL_ERR_INVALID, g_.a_scale = NULL);
+    F8_ARG("NULL b_scale", OVL_ERR_INVALID, g_.b_scale = NULL);
+    F8_ARG("a_mode 2", OVL_ERR_INVALID, g_.a_mode = (ovl_scale_mode_t)2);
+    F8_ARG("b_mode 7", OVL_ERR_INVALID, g_.b_mode = (ovl_scale_mode_t)7);
+    F8_ARG("unscaled fp8e4m3", OVL_ERR_INVALID, g_.scaled = false);
+    F8_ARG("unscaled fp8e5m2", OVL_ERR_INVALID, g_.scaled = false; g_.dtype = OVL_DTYPE_FP8_E5M2);
+    F8_ARG("lda < k", OVL_ERR_INVALID, g_.a.ld = K - 1);
+    F8_ARG("rows 0, NULL scales", OVL_OK, g_.rows = 0; g_.a_scale = g_.b_scale = NULL);
+#undef F8_ARG
+
+    for (int i = 0; i < nc; i++) {
+        char lerr[512] = "";
+        size_t before = ovld_lt_cache_size(lt), bad = 0;
+        cudaError_t ce;
+        ovl_status_t st = OVL_OK;
+        why[0] = '\0';
+        if ((ce = cudaMemset(dc, 0xFF, sizeof hc)) == cudaSuccess) {
+            st = ovld_lt_gemm(lt, s, g_ws, OVLD_LT_WORKSPACE, &cases[i].g, lerr, sizeof lerr);
+            if ((ce = cudaStreamSynchronize(s)) == cudaSuccess)
+                ce = cudaMemcpy(hc, dc, sizeof hc, cudaMemcpyDeviceToHost);
+        }
+        for (size_t b = 0; b < sizeof hc; b++)
+            bad += hc[b] != 0xFF;
+        if (ce != cudaSuccess)
+            snprintf(why, sizeof why, " (%s)", cudaGetErrorName(ce));
+        else if (bad)
+            snprintf(why, sizeof why, " (%zu bytes of C written)", bad);
+        bool ok = ce == cudaSuccess && st == cases[i].want && ovld_lt_cache_size(lt) == before &&
+                  bad == 0 && (st == OVL_OK || lerr[0] != '\0');
+        printf("%s args-fp8   %-20s -> %s%s%s%s\n", ok ? "PASS" : "FAIL", cases[i].name,
+               ovl_strerror(st), lerr[0] ? ": " : "", lerr, why);
+        if (ok)
+            g_pass++;
+        else
+            g_fail++;
+    }
+    cudaFree(dc);
+}
+
 int main(void)
 {
     static const uint64_t rows_set[] = {1, 3, 17, 256};
@@ -779,6 +1305,8 @@ int main(void)
                                .tag = "no-ws-batch"});
         }
 
+    run_fp8_cases(lt, s);
+    run_fp8_arg_checks(lt, s, scratch);
     run_arg_checks(lt, s, scratch);
     run_cache_bound(lt, s);
 

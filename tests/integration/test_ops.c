@@ -394,7 +394,7 @@ static const struct {
     /* the op message's own form (protocol 5): its kind and slots */
     [RC_UNKNOWN_KIND] = {OVL_ERR_INVALID, "unknown op kind 3"},
     [RC_SLOT_TWICE] = {OVL_ERR_INVALID, "buffer slot 0 (a) given twice"},
-    [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 18 out of range (0 to 17)"},
+    [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 21 out of range (0 to 20)"},
 };
 
 /*

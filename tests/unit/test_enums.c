@@ -87,6 +87,25 @@ static void test_dtype_names(void **state)
         assert_int_equal(ovl__dtype__descriptor.values[i].value, (int)i);
 }
 
+/* Scale modes: each has a name that parses back, as the wire numbers them. */
+static void test_scale_mode_names(void **state)
+{
+    (void)state;
+    for (int m = 0; m < OVL_SCALE_MODE_COUNT; m++) {
+        ovl_scale_mode_t back = OVL_SCALE_MODE_COUNT;
+        const char *name = ovl_scale_mode_name((ovl_scale_mode_t)m);
+        assert_non_null(name);
+        assert_int_equal(ovl_scale_mode_parse(name, &back), OVL_OK);
+        assert_int_equal(back, m);
+        assert_string_equal(ovl__scale_mode__descriptor.values[m].name + strlen("SCALE_"),
+                            m == OVL_SCALE_ROW ? "ROW" : "TENSOR");
+    }
+    assert_null(ovl_scale_mode_name(OVL_SCALE_MODE_COUNT));
+    ovl_scale_mode_t back;
+    assert_int_equal(ovl_scale_mode_parse("block", &back), OVL_ERR_INVALID);
+    assert_int_equal(ovl_scale_mode_parse(NULL, &back), OVL_ERR_INVALID);
+}
+
 static void test_status_names(void **state)
 {
     (void)state;
@@ -183,9 +202,10 @@ static void test_plan_tables(void **state)
             fail_msg("'%s' does not list %s", err, pref_name(v));
 }
 
-/* The request checks take exactly the values below the counts: dtypes,
- * algorithms, op kinds. */
-static ovl_status_t check_op_rs(uint64_t kind, uint64_t dtype, uint64_t algo, uint64_t reduce_op)
+/* An op of kind with dtype, algo, reduce_op, transb and scaling sc (NULL:
+ * none), as ovld_request_check judges it. */
+static ovl_status_t check_op_sc(uint64_t kind, uint64_t dtype, uint64_t algo, uint64_t reduce_op,
+                                bool transb, Ovl__Scaling *sc)
 {
     Ovl__AgGemmParams g;
     Ovl__GemmRsParams rs;
@@ -203,6 +223,8 @@ static ovl_status_t check_op_rs(uint64_t kind, uint64_t dtype, uint64_t algo, ui
     rs.dtype = dtype;
     rs.algo = algo;
     rs.reduce_op = reduce_op;
+    g.transb = rs.transb = transb;
+    g.scaling = rs.scaling = sc;
     op.kind = kind;
     /* each kind's parameters where it takes them */
     if (kind == OVL__OP_KIND__OP_KIND_GEMM_RS)
@@ -212,6 +234,17 @@ static ovl_status_t check_op_rs(uint64_t kind, uint64_t dtype, uint64_t algo, ui
     q.body_case = OVL__REQUEST__BODY_OP;
     q.op = &op;
     return ovld_request_check(&q, err, sizeof(err));
+}
+
+/* The request checks take exactly the values below the counts: dtypes,
+ * algorithms, op kinds (an fp8 dtype with the scaling it needs). */
+static ovl_status_t check_op_rs(uint64_t kind, uint64_t dtype, uint64_t algo, uint64_t reduce_op)
+{
+    Ovl__Scaling sc;
+    ovl__scaling__init(&sc);
+    sc.b_dtype = OVL_DTYPE_FP8_E4M3;
+    bool fp8 = ovl_dtype_is_fp8((ovl_dtype_t)dtype);
+    return check_op_sc(kind, dtype, algo, reduce_op, fp8, fp8 ? &sc : NULL);
 }
 
 static ovl_status_t check_op_kind(uint64_t kind, uint64_t dtype, uint64_t algo)
@@ -269,6 +302,58 @@ static void test_request_ranges(void **state)
     assert_int_equal(OVL__REDUCE_OP__REDUCE_AVG, OVL_REDUCE_AVG);
     for (uint32_t k = 0; k < 64; k++)
         assert_int_equal(check_op_kind(k, 0, 0) == OVL_OK, ovld_kind(k) != NULL);
+}
+
+/* A scaled op's checks (request.c, check_scaling), for both kinds: the
+ * wire's dtypes and modes are the public ones; an fp8 dtype needs a
+ * scaling and no other takes one; B fp8, not e5m2 twice; an output of 16
+ * or 32 bits; known modes; B transposed. */
+static void test_request_scaling(void **state)
+{
+    (void)state;
+    assert_int_equal(ovl__scale_mode__descriptor.n_values, OVL_SCALE_MODE_COUNT);
+    assert_int_equal(OVL__DTYPE__DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E4M3);
+    assert_int_equal(OVL__DTYPE__DTYPE_FP8_E5M2, OVL_DTYPE_FP8_E5M2);
+    assert_int_equal(OVL__SCALE_MODE__SCALE_ROW, OVL_SCALE_ROW);
+    const uint64_t kinds[] = {OVL__OP_KIND__OP_KIND_AG_GEMM, OVL__OP_KIND__OP_KIND_GEMM_RS};
+    for (size_t i = 0; i < 2; i++) {
+        uint64_t k = kinds[i];
+        Ovl__Scaling sc;
+        ovl__scaling__init(&sc);
+        sc.b_dtype = OVL_DTYPE_FP8_E5M2;
+        sc.out_dtype = OVL_DTYPE_FP32;
+        sc.a_mode = OVL_SCALE_ROW;
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc), OVL_OK);
+        /* fp8 without scaling, and scaling without fp8 */
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, NULL), OVL_ERR_INVALID);
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_BF16, 0, 0, true, &sc), OVL_ERR_INVALID);
+        /* B's dtype: fp8, and not e5m2 twice */
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E5M2, 0, 0, true, &sc), OVL_ERR_INVALID);
+        sc.b_dtype = OVL_DTYPE_FP8_E4M3;
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E5M2, 0, 0, true, &sc), OVL_OK);
+        sc.b_dtype = OVL_DTYPE_BF16;
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc), OVL_ERR_INVALID);
+        sc.b_dtype = UINT64_MAX;
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc), OVL_ERR_INVALID);
+        sc.b_dtype = OVL_DTYPE_FP8_E4M3;
+        /* the output: bf16, fp16, fp32 */
+        for (uint64_t t = 0; t <= OVL_DTYPE_COUNT; t++) {
+            sc.out_dtype = t;
+            assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc),
+                             t <= OVL_DTYPE_FP32 ? OVL_OK : OVL_ERR_INVALID);
+        }
+        sc.out_dtype = OVL_DTYPE_BF16;
+        /* modes */
+        sc.b_mode = OVL_SCALE_MODE_COUNT;
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc), OVL_ERR_INVALID);
+        sc.b_mode = OVL_SCALE_ROW;
+        sc.a_mode = OVL_SCALE_MODE_COUNT;
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc), OVL_ERR_INVALID);
+        sc.a_mode = OVL_SCALE_TENSOR;
+        /* B as k x n: not cuBLASLt's fp8 layout */
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, false, &sc), OVL_ERR_INVALID);
+        assert_int_equal(check_op_sc(k, OVL_DTYPE_FP8_E4M3, 0, 0, true, &sc), OVL_OK);
+    }
 }
 
 /* Every algorithm a config names parses, and the refusal lists them all. */
@@ -341,11 +426,12 @@ static void test_stats_every_cell(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_algo_names),   cmocka_unit_test(test_op_kind_names),
-        cmocka_unit_test(test_dtype_names),  cmocka_unit_test(test_status_names),
-        cmocka_unit_test(test_instr_names),  cmocka_unit_test(test_request_ranges),
-        cmocka_unit_test(test_config_algos), cmocka_unit_test(test_stats_every_cell),
-        cmocka_unit_test(test_plan_tables),
+        cmocka_unit_test(test_algo_names),       cmocka_unit_test(test_op_kind_names),
+        cmocka_unit_test(test_dtype_names),      cmocka_unit_test(test_scale_mode_names),
+        cmocka_unit_test(test_status_names),     cmocka_unit_test(test_instr_names),
+        cmocka_unit_test(test_request_ranges),   cmocka_unit_test(test_config_algos),
+        cmocka_unit_test(test_stats_every_cell), cmocka_unit_test(test_plan_tables),
+        cmocka_unit_test(test_request_scaling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

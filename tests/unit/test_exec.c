@@ -349,8 +349,8 @@ static uint64_t fake_ld(const ovl_plan_t *p, uint32_t r, int b, layout_t layout)
 {
     uint64_t cols = p->bufs[b].cols;
     bool gathered_side = b == OVL_BUF_A || (b == OVL_BUF_G && p->params.want_gathered);
-    if ((b == OVL_BUF_G && !p->params.want_gathered) || b == OVL_BUF_P)
-        return cols; /* ovld's scratch is dense */
+    if (p->bufs[b].scratch || b == OVL_BUF_SA || b == OVL_BUF_SB || b == OVL_BUF_BIAS)
+        return cols; /* ovld's scratch is dense, and so are a scaled op's vectors */
     if (gathered_side && layout != L_STRIDED)
         return cols;
     return cols + 1 + r + 2 * (uint64_t)b;
@@ -368,6 +368,11 @@ static const uint32_t *setup_topo = NULL;
  * multiple of the world), and setup_make's aout and layout are not read. */
 static ovl_op_kind_t setup_kind = 0;
 static bool setup_avg = false;
+
+/* Whether the op setup_make makes is scaled (fp8 A x fp8 B into bf16, B
+ * transposed, one B): 0 not, 1 by row with a bias (but with avg, which
+ * ring refuses), 2 by tensor. */
+static int setup_scaled = 0;
 
 static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chunks, bool aout,
                        layout_t layout, bool transb)
@@ -394,6 +399,19 @@ static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chu
                                .nb = rs ? 1 : setup_nb,
                                .n_more = {16, 24},
                                .node_of = setup_topo};
+        if (setup_scaled) {
+            ovl_scale_mode_t mode = setup_scaled == 1 ? OVL_SCALE_ROW : OVL_SCALE_TENSOR;
+            p.dtype = OVL_DTYPE_FP8_E4M3;
+            p.transb = true;
+            p.nb = 1;
+            p.sc = (ovl_plan_scaling_t){.scaled = true,
+                                        .b_dtype = OVL_DTYPE_FP8_E5M2,
+                                        .out_dtype = OVL_DTYPE_BF16,
+                                        .a_mode = mode,
+                                        .b_mode = mode,
+                                        .fast_accum = setup_scaled == 2,
+                                        .bias = setup_scaled == 1 && !setup_avg};
+        }
         assert_int_equal(ovl_plan_build(&p, &s->plans[r]), OVL_OK);
         s->ranks[r].id = (int)r;
         s->xr[r] =
@@ -414,7 +432,7 @@ static ovld_view_t named_view(const setup_t *s, ovl_ref_t ref)
     assert_true((unsigned)ref.buf < OVL_BUF_COUNT);
     ovld_view_t v = s->xr[ref.rank].buf[ref.buf];
     assert_non_null(v.ptr); /* the plan uses it, so the setup gave it */
-    size_t elem = ovl_dtype_size(s->plans[ref.rank].params.dtype);
+    size_t elem = ovl_dtype_size(s->plans[ref.rank].bufs[ref.buf].dtype);
     return (ovld_view_t){.ptr = (char *)v.ptr + ref.row * v.ld * elem, .ld = v.ld};
 }
 
@@ -429,7 +447,7 @@ static void assert_view(ovld_view_t got, ovld_view_t want, size_t call, const ch
 static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, const entry_t *e,
                            size_t call)
 {
-    size_t elem = ovl_dtype_size(s->plans[r].params.dtype);
+    const ovl_plan_t *p = &s->plans[r];
     switch (e->call) {
     case C_COPY:
         /* a pull writes the own buffer, a push reads it */
@@ -438,13 +456,30 @@ static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, 
         assert_view(e->src, named_view(s, in->src), call, "the copy's source");
         assert_int_equal(e->rows, in->rows);
         assert_int_equal(e->cols, in->cols);
-        assert_int_equal(e->elem, elem);
+        assert_int_equal(e->elem, ovl_dtype_size(p->bufs[in->src.buf].dtype));
         break;
     case C_GEMM:
         assert_view(e->gemm.a, named_view(s, in->src), call, "the GEMM's A");
         assert_view(e->gemm.b, named_view(s, in->b), call, "the GEMM's B");
         assert_view(e->gemm.c, named_view(s, in->dst), call, "the GEMM's C");
-        assert_int_equal(e->gemm.dtype, s->plans[r].params.dtype);
+        assert_int_equal(e->gemm.dtype, p->params.dtype);
+        /* a scaled op's GEMM: its dtypes, modes, and the scales and bias
+         * its names resolve to (B's and the bias whole, from row 0) */
+        assert_int_equal(e->gemm.scaled, p->params.sc.scaled);
+        if (p->params.sc.scaled) {
+            ovl_ref_t sb = {.buf = OVL_BUF_SB, .rank = r}, bias = {.buf = OVL_BUF_BIAS, .rank = r};
+            assert_int_equal(e->gemm.b_dtype, p->params.sc.b_dtype);
+            assert_int_equal(e->gemm.c_dtype, p->params.sc.out_dtype);
+            assert_int_equal(e->gemm.a_mode, p->params.sc.a_mode);
+            assert_int_equal(e->gemm.b_mode, p->params.sc.b_mode);
+            assert_int_equal(e->gemm.fast_accum, p->params.sc.fast_accum);
+            assert_ptr_equal(e->gemm.a_scale, named_view(s, in->sa).ptr);
+            assert_ptr_equal(e->gemm.b_scale, named_view(s, sb).ptr);
+            if (p->params.sc.bias)
+                assert_ptr_equal(e->gemm.bias, named_view(s, bias).ptr);
+            else
+                assert_null(e->gemm.bias);
+        }
         assert_int_equal(e->gemm.rows, in->rows);
         assert_int_equal(e->gemm.n, in->n);
         assert_int_equal(e->gemm.k, in->k);
@@ -459,7 +494,7 @@ static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, 
         assert_int_equal(e->cols, in->cols);
         assert_int_equal(e->stride, in->stride);
         assert_int_equal(e->nblocks, in->nblocks);
-        assert_int_equal(e->dtype, s->plans[r].params.dtype);
+        assert_int_equal(e->dtype, p->bufs[in->dst.buf].dtype);
         assert_int_equal(e->div, in->avg ? s->op.world : 1);
         break;
     default:
@@ -519,7 +554,7 @@ static void check_allgather(const setup_t *s, const size_t *pc, const entry_t *e
         assert_int_equal(in->rows, e->rows);
         assert_int_equal(in->cols, e->cols);
         assert_int_equal(in->stride, e->stride);
-        assert_int_equal(e->elem, ovl_dtype_size(s->plans[r].params.dtype));
+        assert_int_equal(e->elem, ovl_dtype_size(s->plans[r].bufs[in->src.buf].dtype));
         assert_int_equal(e->parts[r].stream, in->stream);
         assert_view(e->parts[r].src, named_view(s, in->src), call, "an all-gather's source");
         assert_view(e->parts[r].dst, named_view(s, in->dst), call, "an all-gather's destination");
@@ -545,7 +580,7 @@ static void check_rail(const setup_t *s, const size_t *pc, const entry_t *e, siz
         assert_int_equal(in->rows, e->rows);
         assert_int_equal(in->cols, e->cols);
         assert_int_equal(in->stride, e->stride);
-        assert_int_equal(e->elem, ovl_dtype_size(p->params.dtype));
+        assert_int_equal(e->elem, ovl_dtype_size(p->bufs[in->src.buf].dtype));
         assert_int_equal(x->global, r);
         assert_int_equal(x->stream, in->stream);
         assert_view(x->src, named_view(s, in->src), call, "a rail's source");
@@ -715,6 +750,7 @@ typedef struct shape {
     uint32_t nb;             /* 0: one B */
     const uint32_t *node_of; /* NULL: one node */
     ovl_op_kind_t kind;      /* 0: all-gather + GEMM; GEMM + reduce-scatter: aout is avg */
+    int scaled;              /* setup_scaled's */
 } shape_t;
 
 /* One run; fail_at: 1-based call to fail (0: none). The log's length. */
@@ -725,11 +761,13 @@ static size_t run(const shape_t *sh, size_t fail_at, bool threads)
     setup_topo = sh->node_of;
     setup_kind = sh->kind;
     setup_avg = sh->kind == OVL_OP_GEMM_RS && sh->aout;
+    setup_scaled = sh->scaled;
     setup_make(&s, sh->algo, sh->world, sh->chunks, sh->aout, sh->layout, sh->transb);
     setup_nb = 1;
     setup_topo = NULL;
     setup_kind = 0;
     setup_avg = false;
+    setup_scaled = 0;
     mock_ops.issue_parallel = threads;
     M.n = 0;
     M.fail_at = fail_at;
@@ -849,7 +887,8 @@ static void good_runs(bool threads)
                                           (c + l) % 2 == 1,
                                           (c + aout + l) % 3 + 1,
                                           t < 0 ? NULL : topos[w][t],
-                                          OVL_OP_AG_GEMM};
+                                          OVL_OP_AG_GEMM,
+                                          0};
                             if (t >= 0 && !layout_crosses(l))
                                 continue;
                             run(&sh, 0, threads);
@@ -875,13 +914,58 @@ static void every_call_failing(bool threads)
                                       false,
                                       c % 2 ? 2 : 1,
                                       t < 0 ? NULL : topos[w][t],
-                                      OVL_OP_AG_GEMM};
+                                      OVL_OP_AG_GEMM,
+                                      0};
                         if (t >= 0 && !layout_crosses(l))
                             continue;
                         size_t n = run(&sh, 0, threads);
                         for (size_t at = 1; at <= n; at++)
                             run(&sh, at, threads);
                     }
+}
+
+/* Scaled ops (fp8): every algorithm of both kinds that the mock runs
+ * (all-gather + GEMM's, and GEMM + reduce-scatter's push), the scales by
+ * row (gathered with the rows, a bias) and by tensor, worlds 1 to MAXW,
+ * one node and across, every layout; each GEMM gets the scales and the
+ * bias its names resolve to, each copy of scales their element size; a
+ * few shapes with every call failing in turn. */
+static void scaled_runs(bool threads)
+{
+    for (int sc = 1; sc <= 2; sc++) {
+        for (uint32_t w = 1; w <= MAXW; w++)
+            for (int avg = 0; avg < 2; avg++) {
+                shape_t sh = {.algo = OVL_ALGO_PUSH,
+                              .world = w,
+                              .chunks = w % 3,
+                              .aout = avg,
+                              .transb = true,
+                              .kind = OVL_OP_GEMM_RS,
+                              .scaled = sc};
+                run(&sh, 0, threads);
+            }
+        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
+            for (uint32_t w = 1; w <= MAXW; w++)
+                for (int t = -1; t < 0 || (w <= MAXW && topos[w][t]); t++)
+                    for (uint32_t c = 0; c <= 2; c++)
+                        for (int l = 0; l < L_COUNT; l++) {
+                            shape_t sh = {(ovl_algo_t)a,  w,    c, (c + (uint32_t)l) % 2 == 1,
+                                          (layout_t)l,    true, 1, t < 0 ? NULL : topos[w][t],
+                                          OVL_OP_AG_GEMM, sc};
+                            if (t >= 0 && !layout_crosses(l))
+                                continue;
+                            size_t n = run(&sh, 0, threads);
+                            for (size_t at = 1; w == 2 && c == 1 && t < 0 && at <= n; at++)
+                                run(&sh, at, threads);
+                        }
+    }
+}
+
+static void test_scaled_runs(void **state)
+{
+    (void)state;
+    scaled_runs(false);
+    scaled_runs(true);
 }
 
 static void test_good_runs(void **state)
@@ -1490,6 +1574,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_runs),
+        cmocka_unit_test(test_scaled_runs),
         cmocka_unit_test(test_every_call_failing),
         cmocka_unit_test(test_good_runs_threads),
         cmocka_unit_test(test_every_call_failing_threads),

@@ -1,6 +1,8 @@
 /*
  * test_hostgemm.c: the 16-bit float conversions (common/half.h) and the host
- * backend's GEMM (daemon/gemm/hostgemm.c), checked against ovl_ref_gemm.
+ * backend's GEMM (daemon/gemm/hostgemm.c), checked against ovl_ref_gemm; its
+ * scaled (fp8) GEMM, checked bit for bit against gemm_args.h's definition
+ * computed here in the documented order, and against ovl_ref_gemm_scaled.
  *
  * No timing here: the tests run under sanitizers. Sizes are kept small enough
  * to finish in a few seconds under ASan on a 2-core machine, yet large enough
@@ -76,6 +78,11 @@ static void *xmalloc(size_t bytes)
     assert_non_null(p);
     return p;
 }
+
+/* The dtypes of a plain GEMM, its inputs and its output: every dtype but the
+ * fp8 ones, which are only ever inputs of a scaled GEMM. */
+static const ovl_dtype_t plain_dtypes[] = {OVL_DTYPE_BF16, OVL_DTYPE_FP16, OVL_DTYPE_FP32};
+#define N_PLAIN ((int)(sizeof plain_dtypes / sizeof plain_dtypes[0]))
 
 /* ------------------------------------------------------- conversions */
 
@@ -361,24 +368,24 @@ static void test_gemm_odd_shapes(void **state)
 {
     (void)state;
     const size_t rows_v[] = {1, 3, 17}, n_v[] = {1, 5, 33, 257}, k_v[] = {1, 7, 300};
-    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
+    for (int t = 0; t < N_PLAIN; t++)
         for (int transb = 0; transb < 2; transb++)
             for (size_t ri = 0; ri < 3; ri++)
                 for (size_t ni = 0; ni < 4; ni++)
                     for (size_t ki = 0; ki < 3; ki++)
-                        run_case((ovl_dtype_t)t, rows_v[ri], n_v[ni], k_v[ki], transb, 0);
+                        run_case(plain_dtypes[t], rows_v[ri], n_v[ni], k_v[ki], transb, 0);
 }
 
 static void test_gemm_padded_ld(void **state)
 {
     (void)state;
     const size_t rows_v[] = {1, 17}, n_v[] = {5, 257}, k_v[] = {7, 300};
-    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
+    for (int t = 0; t < N_PLAIN; t++)
         for (int transb = 0; transb < 2; transb++)
             for (size_t ri = 0; ri < 2; ri++)
                 for (size_t ni = 0; ni < 2; ni++)
                     for (size_t ki = 0; ki < 2; ki++)
-                        run_case((ovl_dtype_t)t, rows_v[ri], n_v[ni], k_v[ki], transb, 3);
+                        run_case(plain_dtypes[t], rows_v[ri], n_v[ni], k_v[ki], transb, 3);
 }
 
 /* More than one block of rows (64) and of k (256, with a tail not a multiple
@@ -386,8 +393,8 @@ static void test_gemm_padded_ld(void **state)
 static void test_gemm_multi_block(void **state)
 {
     (void)state;
-    for (int t = 0; t < OVL_DTYPE_COUNT; t++)
-        run_case((ovl_dtype_t)t, 67, 301, 523, (int)(t & 1), 1);
+    for (int t = 0; t < N_PLAIN; t++)
+        run_case(plain_dtypes[t], 67, 301, 523, (int)(t & 1), 1);
     run_case(OVL_DTYPE_FP32, 67, 301, 523, 0, 0);
 }
 
@@ -397,8 +404,8 @@ static void test_gemm_exact_integers(void **state)
 {
     (void)state;
     enum { R = 9, N = 70, K = 13 };
-    for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
-        ovl_dtype_t dt = (ovl_dtype_t)t;
+    for (int t = 0; t < N_PLAIN; t++) {
+        ovl_dtype_t dt = plain_dtypes[t];
         for (int transb = 0; transb < 2; transb++) {
             mat_t a = mat_poisoned(dt, R, K, K), b = mat_poisoned(dt, K, N, N);
             mat_t c = mat_poisoned(dt, R, N, N);
@@ -570,8 +577,8 @@ static void test_gemm_nonfinite(void **state)
 static void test_gemm_k_zero(void **state)
 {
     (void)state;
-    for (int t = 0; t < OVL_DTYPE_COUNT; t++) {
-        ovl_dtype_t dt = (ovl_dtype_t)t;
+    for (int t = 0; t < N_PLAIN; t++) {
+        ovl_dtype_t dt = plain_dtypes[t];
         mat_t c = mat_poisoned(dt, 3, 5, 7);
         /* No element of A or B exists, so NULL is fine for both. */
         assert_int_equal(ovl_host_gemm(dt, 3, 5, 0, NULL, 0, NULL, 5, 0, c.data, c.ld), OVL_OK);
@@ -674,19 +681,573 @@ static void test_rel_error(void **state)
     assert_true(ovl_rel_error(OVL_DTYPE_BF16, 1, 2, h, 2, (const double[]){3.0, 4.0}, 2) == 0.0);
 }
 
+/* ------------------------------------------------ ovl_host_gemm_args */
+
+/* fp8 is never an output, so no plain GEMM or plain reference takes it,
+ * not even an empty one. */
+static void test_gemm_fp8_unscaled_refused(void **state)
+{
+    (void)state;
+    uint8_t a[64] = {0}, b[64] = {0}, c[64];
+    double ref[64];
+    const ovl_dtype_t fp8[] = {OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E5M2};
+    for (int t = 0; t < 2; t++) {
+        ovl_dtype_t dt = fp8[t];
+        assert_int_equal(ovl_host_gemm(dt, 2, 5, 7, a, 7, b, 7, 1, c, 5), OVL_ERR_INVALID);
+        assert_int_equal(ovl_host_gemm(dt, 0, 5, 7, a, 7, b, 7, 1, c, 5), OVL_ERR_INVALID);
+        assert_int_equal(ovl_host_gemm_acc(dt, 2, 5, 7, a, 7, b, 7, 1, NULL, 0, 1, c, 5),
+                         OVL_ERR_INVALID);
+        assert_int_equal(ovl_ref_gemm(dt, 2, 5, 7, a, 7, b, 7, 1, ref, 5), OVL_ERR_INVALID);
+        ovld_gemm_args_t g = {
+            .dtype = dt,
+            .rows = 2,
+            .n = 5,
+            .k = 7,
+            .nblocks = 1,
+            .transb = true,
+            .a = {a, 7},
+            .b = {b, 7},
+            .c = {c, 5},
+        };
+        assert_int_equal(ovl_host_gemm_args(&g), OVL_ERR_INVALID);
+    }
+}
+
+/* Unscaled, ovl_host_gemm_args is ovl_host_gemm_acc block by block, bit
+ * for bit: blocks apart (the rows between them untouched), ACC apart and
+ * ACC as C, div 3, k 0. */
+static void test_gemm_args_unscaled(void **state)
+{
+    (void)state;
+    enum { ROWS = 5, N = 33, K = 19, NBLK = 3, STRIDE = 7, SPAN = (NBLK - 1) * STRIDE + ROWS };
+    enum { LDA = K + 2, LDB = K + 1, LDC = N + 3, LDACC = N + 1 };
+    for (int t = 0; t < N_PLAIN; t++) {
+        ovl_dtype_t dt = plain_dtypes[t];
+        size_t es = ovl_dtype_size(dt);
+        mat_t a = mat_random(dt, SPAN, K, LDA), b = mat_random(dt, N, K, LDB);
+        mat_t acc = mat_random(dt, SPAN, N, LDACC);
+        for (int mode = 0; mode < 3; mode++) { /* ACC apart, ACC as C, k 0 without ACC */
+            uint64_t k = mode == 2 ? 0 : K;
+            mat_t got = mat_poisoned(dt, SPAN, N, LDC), want = mat_poisoned(dt, SPAN, N, LDC);
+            if (mode == 1)
+                for (size_t i = 0; i < SPAN * LDC; i++) {
+                    float v = rng_float();
+                    ovl_store_elem(dt, got.data, i, v);
+                    ovl_store_elem(dt, want.data, i, v);
+                }
+            ovld_gemm_args_t g = {
+                .dtype = dt,
+                .rows = ROWS,
+                .n = N,
+                .k = k,
+                .nblocks = NBLK,
+                .block_stride = STRIDE,
+                .a = {a.data, LDA},
+                .b = {b.data, LDB},
+                .c = {got.data, LDC},
+                .div = 3,
+                .transb = true,
+            };
+            if (mode == 0)
+                g.acc = (ovld_view_t){acc.data, LDACC};
+            if (mode == 1)
+                g.acc = g.c;
+            assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+            for (size_t blk = 0; blk < NBLK; blk++) {
+                size_t r = blk * STRIDE;
+                unsigned char *wc = want.data + r * LDC * es;
+                const void *wacc = mode == 0   ? (const void *)(acc.data + r * LDACC * es)
+                                   : mode == 1 ? (const void *)wc
+                                               : NULL;
+                size_t ldacc = mode == 0 ? LDACC : LDC;
+                assert_int_equal(ovl_host_gemm_acc(dt, ROWS, N, k, a.data + r * LDA * es, LDA,
+                                                   b.data, LDB, 1, wacc, ldacc, 3, wc, LDC),
+                                 OVL_OK);
+            }
+            assert_memory_equal(got.data, want.data, SPAN * LDC * es);
+            free(want.data);
+            free(got.data);
+        }
+        /* No blocks: nothing written. */
+        mat_t c = mat_poisoned(dt, SPAN, N, LDC);
+        ovld_gemm_args_t g0 = {
+            .dtype = dt,
+            .rows = ROWS,
+            .n = N,
+            .k = K,
+            .nblocks = 0,
+            .block_stride = STRIDE,
+            .a = {a.data, LDA},
+            .b = {b.data, LDB},
+            .c = {c.data, LDC},
+            .transb = true,
+        };
+        assert_int_equal(ovl_host_gemm_args(&g0), OVL_OK);
+        c.cols = 0;
+        assert_true(padding_intact(&c));
+        free(c.data);
+        free(acc.data);
+        free(b.data);
+        free(a.data);
+    }
+}
+
+/* ---------------------------------------------------- scaled (fp8) GEMM */
+
+/* The fp8 NaN code both formats share (S.1111.111, S.11111.11): the
+ * padding and the rows between blocks, so that a GEMM reading them shows. */
+#define FP8_NAN 0x7fu
+
+static bool fp8_finite(ovl_dtype_t dt, uint8_t code)
+{
+    return dt == OVL_DTYPE_FP8_E4M3 ? (code & 0x7fu) != 0x7fu : (code & 0x7cu) != 0x7cu;
+}
+
+/* A random finite code of dt, every one as likely: every exponent,
+ * subnormals and both zeros included. Infinities (e5m2's) are left out with
+ * the NaNs: one in a row of A makes that row of C infinite or NaN and the
+ * check of it empty. */
+static uint8_t rng_fp8(ovl_dtype_t dt)
+{
+    for (;;) {
+        uint8_t code = (uint8_t)(rng_next() >> 56);
+        if (fp8_finite(dt, code))
+            return code;
+    }
+}
+
+/* A positive scale near 2^-8 with a full mantissa, so that sa * sb rounds
+ * and the order of the scaling steps shows; the products of two near 2^-16
+ * keep fp16's C finite for these k. */
+static float rng_scale(void)
+{
+    return ldexpf(1.0f + 0.5f * (rng_float() + 1.0f), -9);
+}
+
+typedef struct scaled_case {
+    ovl_dtype_t a_dt, b_dt, c_dt;
+    ovl_scale_mode_t a_mode, b_mode;
+    bool bias;
+    int epi; /* 0: no ACC, div 1; 1: ACC, div 2; 2: ACC, div 3; 3: ACC as C, div 3 */
+    size_t rows, n, k, nblocks, stride, pad;
+} scaled_case_t;
+
+/*
+ * The largest ||C - ref||_F / ||ref||_F a scaled case may show against
+ * ovl_ref_gemm_scaled, by c_dtype, to first order:
+ *   u_c + (k + 8) * 2^-24 * ||M||_F / ||ref||_F + sub / ||ref||_F
+ * u_c: C's one rounding, 2^-8, 2^-11 or 2^-24 relative (bf16's, fp16's,
+ * fp32's unit roundoff). Then the fp32 steps before it: at most k + 8
+ * roundings of 2^-24 relative each (the sum's k - 1, the scales' product,
+ * the scaling, 1/div and its product, bias, ACC), each of a partial result
+ * no larger than M = |sa sb| sum_l |A op(B)| / div + |bias| + |ACC| (the
+ * magnitudes: ACC or bias may cancel the product, and the roundings before
+ * that do not shrink with the result). sub: fp16's subnormals round with an
+ * absolute error of at most 2^-25, sqrt(count) * 2^-25 over the block (the
+ * tiny products of fp8 codes reach them); bf16 and fp32 have float's
+ * exponent range, far below these values.
+ */
+static double scaled_bound(ovl_dtype_t c_dt, size_t k, size_t count, double refnorm, double mnorm)
+{
+    if (refnorm == 0)
+        return 0; /* ref zero: C must be zero (ovl_rel_error is 0 or infinite) */
+    double u = c_dt == OVL_DTYPE_BF16 ? 0x1p-8 : c_dt == OVL_DTYPE_FP16 ? 0x1p-11 : 0x1p-24;
+    double sub = c_dt == OVL_DTYPE_FP16 ? 0x1p-25 * sqrt((double)count) : 0;
+    return u + ((double)(k + 8) * 0x1p-24 * mnorm + sub) / refnorm;
+}
+
+static double max_ratio[OVL_DTYPE_COUNT]; /* the largest error / bound seen, for the record */
+
+/* The documented order of ovl_host_gemm_args's fp32 sum (hostgemm.h): groups
+ * of four from l = 0, each summed left to right and then added, then the
+ * rest one by one. a and b are k decoded elements each (b: a column of op(B),
+ * a row of B). */
+static float def_sum(const float *a, const float *b, size_t k)
+{
+    float s = 0.0f;
+    size_t l = 0;
+    for (; l + 4 <= k; l += 4)
+        s = s + (((a[l] * b[l] + a[l + 1] * b[l + 1]) + a[l + 2] * b[l + 2]) + a[l + 3] * b[l + 3]);
+    for (; l < k; l++)
+        s = s + a[l] * b[l];
+    return s;
+}
+
+static const char *mode_name(ovl_scale_mode_t m)
+{
+    return m == OVL_SCALE_ROW ? "row" : "tensor";
+}
+
+/*
+ * One scaled GEMM: C from ovl_host_gemm_args equal bit for bit to C
+ * computed here from gemm_args.h's definition (every byte of C's buffer:
+ * the padding and the rows between blocks stay as they were), and within
+ * scaled_bound of ovl_ref_gemm_scaled.
+ */
+static void run_scaled(const scaled_case_t *sc)
+{
+    size_t span = (sc->nblocks - 1) * sc->stride + sc->rows;
+    size_t n = sc->n, k = sc->k;
+    size_t lda = k + sc->pad, ldb = k + 2 * sc->pad, ldc = n + sc->pad, ldacc = n + 3 * sc->pad;
+    size_t ldref = n + 1;
+    size_t ec = ovl_dtype_size(sc->c_dt);
+    ovl_dtype_t cdt = sc->c_dt;
+    bool has_acc = sc->epi > 0, acc_is_c = sc->epi == 3;
+    uint32_t div = sc->epi == 0 ? 1 : sc->epi == 1 ? 2 : 3;
+
+    uint8_t *a = xmalloc(span * lda), *b = xmalloc(n * ldb);
+    memset(a, FP8_NAN, span * lda);
+    memset(b, FP8_NAN, n * ldb);
+    float *fa = xmalloc(span * k * sizeof(float)), *fb = xmalloc(n * k * sizeof(float));
+    for (size_t blk = 0; blk < sc->nblocks; blk++)
+        for (size_t i = blk * sc->stride; i < blk * sc->stride + sc->rows; i++)
+            for (size_t l = 0; l < k; l++) {
+                a[i * lda + l] = rng_fp8(sc->a_dt);
+                fa[i * k + l] = ovl_load_elem(sc->a_dt, a, i * lda + l);
+            }
+    for (size_t j = 0; j < n; j++)
+        for (size_t l = 0; l < k; l++) {
+            b[j * ldb + l] = rng_fp8(sc->b_dt);
+            fb[j * k + l] = ovl_load_elem(sc->b_dt, b, j * ldb + l);
+        }
+    size_t nsa = sc->a_mode == OVL_SCALE_ROW ? span : 1;
+    size_t nsb = sc->b_mode == OVL_SCALE_ROW ? n : 1;
+    float *sa = xmalloc(nsa * sizeof(float)), *sb = xmalloc(nsb * sizeof(float));
+    for (size_t i = 0; i < nsa; i++)
+        sa[i] = rng_scale();
+    for (size_t j = 0; j < nsb; j++)
+        sb[j] = rng_scale();
+    unsigned char *bias = NULL;
+    if (sc->bias) {
+        bias = xmalloc(n * ec);
+        for (size_t j = 0; j < n; j++)
+            ovl_store_elem(cdt, bias, j, 64.0f * rng_float());
+    }
+    /* ACC, apart or as C; its padding NaN */
+    size_t ldacc_eff = acc_is_c ? ldc : ldacc;
+    unsigned char *acc = NULL;
+    if (has_acc) {
+        acc = xmalloc(span * ldacc_eff * ec);
+        for (size_t i = 0; i < span; i++)
+            for (size_t j = 0; j < ldacc_eff; j++)
+                ovl_store_elem(cdt, acc, i * ldacc_eff + j, j < n ? 64.0f * rng_float() : NAN);
+    }
+    unsigned char *c = xmalloc(span * ldc * ec), *want = xmalloc(span * ldc * ec);
+    if (acc_is_c)
+        memcpy(c, acc, span * ldc * ec);
+    else
+        memset(c, POISON_BYTE, span * ldc * ec);
+    memcpy(want, c, span * ldc * ec);
+
+    ovld_gemm_args_t g = {
+        .dtype = sc->a_dt,
+        .rows = sc->rows,
+        .n = n,
+        .k = k,
+        .nblocks = (uint32_t)sc->nblocks,
+        .block_stride = sc->stride,
+        .a = {a, lda},
+        .b = {b, ldb},
+        .c = {c, ldc},
+        .acc = {has_acc ? (acc_is_c ? (void *)c : (void *)acc) : NULL, ldacc_eff},
+        .div = div,
+        .transb = true,
+        .scaled = true,
+        .b_dtype = sc->b_dt,
+        .c_dtype = cdt,
+        .a_mode = sc->a_mode,
+        .b_mode = sc->b_mode,
+        .a_scale = sa,
+        .b_scale = sb,
+        .bias = bias,
+    };
+
+    /* (b) first: the reference reads ACC, which C may be. */
+    double *ref = xmalloc(span * ldref * sizeof(double));
+    ovld_gemm_args_t gr = g;
+    if (acc_is_c)
+        gr.acc.ptr = acc;
+    assert_int_equal(ovl_ref_gemm_scaled(&gr, ref, ldref), OVL_OK);
+
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+
+    /* (a): the definition, step by step in fp32 */
+    for (size_t blk = 0; blk < sc->nblocks; blk++)
+        for (size_t i = blk * sc->stride; i < blk * sc->stride + sc->rows; i++)
+            for (size_t j = 0; j < n; j++) {
+                float s = def_sum(fa + i * k, fb + j * k, k);
+                float x = s * (sa[sc->a_mode == OVL_SCALE_ROW ? i : 0] *
+                               sb[sc->b_mode == OVL_SCALE_ROW ? j : 0]);
+                if (div > 1)
+                    x = x * (1.0f / (float)div);
+                if (bias)
+                    x = x + ovl_load_elem(cdt, bias, j);
+                if (has_acc)
+                    x = x + ovl_load_elem(cdt, acc, i * ldacc_eff + j);
+                ovl_store_elem(cdt, want, i * ldc + j, x);
+            }
+    if (memcmp(c, want, span * ldc * ec) != 0) {
+        size_t at = 0;
+        while (c[at] == want[at])
+            at++;
+        fail_msg("scaled %s x %s -> %s, modes %s/%s, bias %d, epi %d, rows %zu n %zu k %zu "
+                 "nblocks %zu pad %zu: first difference at byte %zu (row %zu)",
+                 ovl_dtype_name(sc->a_dt), ovl_dtype_name(sc->b_dt), ovl_dtype_name(cdt),
+                 mode_name(sc->a_mode), mode_name(sc->b_mode), sc->bias, sc->epi, sc->rows, n, k,
+                 sc->nblocks, sc->pad, at, at / (ldc * ec));
+    }
+
+    /* (b): the double reference, block by block */
+    for (size_t blk = 0; blk < sc->nblocks; blk++) {
+        size_t r = blk * sc->stride;
+        double err = ovl_rel_error(cdt, sc->rows, n, c + r * ldc * ec, ldc, ref + r * ldref, ldref);
+        double norm2 = 0, m2 = 0;
+        for (size_t i = r; i < r + sc->rows; i++)
+            for (size_t j = 0; j < n; j++) {
+                double mag = 0;
+                for (size_t l = 0; l < k; l++)
+                    mag += fabs((double)fa[i * k + l] * fb[j * k + l]);
+                mag *= fabs((double)sa[sc->a_mode == OVL_SCALE_ROW ? i : 0] *
+                            sb[sc->b_mode == OVL_SCALE_ROW ? j : 0]) /
+                       div;
+                if (bias)
+                    mag += fabs(ovl_load_elem(cdt, bias, j));
+                if (has_acc)
+                    mag += fabs(ovl_load_elem(cdt, acc, i * ldacc_eff + j));
+                norm2 += ref[i * ldref + j] * ref[i * ldref + j];
+                m2 += mag * mag;
+            }
+        double bound = scaled_bound(cdt, k, sc->rows * n, sqrt(norm2), sqrt(m2));
+        if (!(err <= bound))
+            fail_msg("scaled %s x %s -> %s, modes %s/%s, bias %d, epi %d, rows %zu n %zu k %zu: "
+                     "rel error %g past %g",
+                     ovl_dtype_name(sc->a_dt), ovl_dtype_name(sc->b_dt), ovl_dtype_name(cdt),
+                     mode_name(sc->a_mode), mode_name(sc->b_mode), sc->bias, sc->epi, sc->rows, n,
+                     k, err, bound);
+        if (bound > 0 && err / bound > max_ratio[cdt])
+            max_ratio[cdt] = err / bound;
+    }
+
+    free(ref);
+    free(want);
+    free(c);
+    free(acc);
+    free(bias);
+    free(sb);
+    free(sa);
+    free(fb);
+    free(fa);
+    free(b);
+    free(a);
+}
+
+/* The fp8 pairs cuBLASLt takes: all but e5m2 x e5m2. */
+static const ovl_dtype_t fp8_pairs[3][2] = {
+    {OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E4M3},
+    {OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E5M2},
+    {OVL_DTYPE_FP8_E5M2, OVL_DTYPE_FP8_E4M3},
+};
+
+/* Every pair, c_dtype, scale mode of A and of B, with and without bias,
+ * over small odd shapes (one row, n 1, k 0 and 1, k short of and past a
+ * group of four), each with every epilogue (ACC or not, div 2 and 3, ACC as
+ * C), one block and three (block_stride past rows), tight and padded
+ * leading dimensions. */
+static void test_gemm_scaled_small(void **state)
+{
+    (void)state;
+    static const size_t shapes[][3] = {{1, 1, 1},  {1, 5, 7},  {3, 1, 13},
+                                       {5, 33, 1}, {4, 17, 9}, {2, 3, 0}};
+    int count = 0;
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < N_PLAIN; t++)
+            for (int am = 0; am < 2; am++)
+                for (int bm = 0; bm < 2; bm++)
+                    for (int bias = 0; bias < 2; bias++)
+                        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                            for (int epi = 0; epi < 4; epi++)
+                                for (size_t nblk = 1; nblk <= 3; nblk += 2) {
+                                    scaled_case_t sc = {
+                                        .a_dt = fp8_pairs[p][0],
+                                        .b_dt = fp8_pairs[p][1],
+                                        .c_dt = plain_dtypes[t],
+                                        .a_mode = (ovl_scale_mode_t)am,
+                                        .b_mode = (ovl_scale_mode_t)bm,
+                                        .bias = bias,
+                                        .epi = epi,
+                                        .rows = shapes[s][0],
+                                        .n = shapes[s][1],
+                                        .k = shapes[s][2],
+                                        .nblocks = nblk,
+                                        .stride = shapes[s][0] + 2,
+                                        .pad = (s + epi) % 2 ? 3 : 0,
+                                    };
+                                    run_scaled(&sc);
+                                    count++;
+                                }
+    print_message("scaled small: %d cases; largest error / bound: bf16 %.3g fp16 %.3g fp32 %.3g\n",
+                  count, max_ratio[OVL_DTYPE_BF16], max_ratio[OVL_DTYPE_FP16],
+                  max_ratio[OVL_DTYPE_FP32]);
+}
+
+/* Past every blocking boundary of the kernel: rows past a 64-row block, n
+ * past a full 256-column panel into a narrow one, k past a 256-deep block
+ * with a tail not a multiple of four; each pair and c_dtype once, the modes,
+ * bias, epilogue and blocks taking turns. */
+static void test_gemm_scaled_blocks(void **state)
+{
+    (void)state;
+    int i = 0;
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < N_PLAIN; t++, i++) {
+            bool big = i % 3 == 0;
+            scaled_case_t sc = {
+                .a_dt = fp8_pairs[p][0],
+                .b_dt = fp8_pairs[p][1],
+                .c_dt = plain_dtypes[t],
+                .a_mode = (ovl_scale_mode_t)(i & 1),
+                .b_mode = (ovl_scale_mode_t)((i >> 1) & 1),
+                .bias = (i % 3) != 1,
+                .epi = i % 4,
+                .rows = big ? 65 : 17,
+                .n = big ? 259 : 40,
+                .k = 263,
+                .nblocks = big ? 1 : 3,
+                .stride = big ? 65 : 20,
+                .pad = (size_t)(i % 2) * 5,
+            };
+            run_scaled(&sc);
+        }
+    print_message("scaled blocks: largest error / bound: bf16 %.3g fp16 %.3g fp32 %.3g\n",
+                  max_ratio[OVL_DTYPE_BF16], max_ratio[OVL_DTYPE_FP16], max_ratio[OVL_DTYPE_FP32]);
+}
+
+/* Every refusal of a scaled GEMM, each one change from a valid call, and the
+ * same from the scaled reference. */
+static void test_gemm_scaled_invalid(void **state)
+{
+    (void)state;
+    uint8_t a[64] = {0}, b[64] = {0};
+    float c[64], acc[64], sa[8] = {1, 1, 1, 1, 1, 1, 1, 1}, sb[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    double ref[64];
+    const ovld_gemm_args_t ok = {
+        .dtype = OVL_DTYPE_FP8_E4M3,
+        .rows = 2,
+        .n = 5,
+        .k = 7,
+        .nblocks = 1,
+        .a = {a, 7},
+        .b = {b, 7},
+        .c = {c, 5},
+        .acc = {acc, 5},
+        .div = 2,
+        .transb = true,
+        .scaled = true,
+        .b_dtype = OVL_DTYPE_FP8_E5M2,
+        .c_dtype = OVL_DTYPE_FP32,
+        .a_mode = OVL_SCALE_ROW,
+        .b_mode = OVL_SCALE_ROW,
+        .a_scale = sa,
+        .b_scale = sb,
+    };
+    ovld_gemm_args_t g = ok;
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+    assert_int_equal(ovl_ref_gemm_scaled(&g, ref, 5), OVL_OK);
+    assert_int_equal(ovl_host_gemm_args(NULL), OVL_ERR_INVALID);
+    assert_int_equal(ovl_ref_gemm_scaled(NULL, ref, 5), OVL_ERR_INVALID);
+
+    ovld_gemm_args_t bad[32];
+    int nbad = 0;
+#define BAD(field, value)                                                                          \
+    do {                                                                                           \
+        bad[nbad] = ok;                                                                            \
+        bad[nbad++].field = (value);                                                               \
+    } while (0)
+    BAD(dtype, OVL_DTYPE_BF16); /* A not fp8 */
+    BAD(dtype, OVL_DTYPE_FP32);
+    BAD(dtype, (ovl_dtype_t)9);
+    BAD(b_dtype, OVL_DTYPE_FP16); /* B not fp8 */
+    BAD(b_dtype, (ovl_dtype_t)-1);
+    BAD(c_dtype, OVL_DTYPE_FP8_E4M3); /* C not bf16, fp16, fp32 */
+    BAD(c_dtype, OVL_DTYPE_FP8_E5M2);
+    BAD(c_dtype, (ovl_dtype_t)7);
+    BAD(a_mode, (ovl_scale_mode_t)2);
+    BAD(a_mode, (ovl_scale_mode_t)-1);
+    BAD(b_mode, (ovl_scale_mode_t)OVL_SCALE_MODE_COUNT);
+    BAD(a_scale, NULL);
+    BAD(b_scale, NULL);
+    BAD(transb, false);
+    BAD(c.ld, 4); /* shapes as ovl_host_gemm_acc's */
+    BAD(acc.ld, 4);
+    BAD(a.ld, 6);
+    BAD(b.ld, 6);
+    BAD(a.ptr, NULL);
+    BAD(b.ptr, NULL);
+    BAD(c.ptr, NULL);
+    /* C's extent in c_dtype (4 bytes) overflows where 1-byte elements
+     * (A's dtype) would fit; ACC's likewise. */
+    BAD(c.ld, SIZE_MAX / 3);
+    BAD(acc.ld, SIZE_MAX / 3);
+    /* the blocks' span overflows */
+    BAD(nblocks, 3);
+    bad[nbad - 1].block_stride = UINT64_MAX / 2;
+    bad[nbad] = ok; /* both e5m2 */
+    bad[nbad].dtype = OVL_DTYPE_FP8_E5M2;
+    bad[nbad++].b_dtype = OVL_DTYPE_FP8_E5M2;
+#undef BAD
+    for (int i = 0; i < nbad; i++) {
+        if (ovl_host_gemm_args(&bad[i]) != OVL_ERR_INVALID)
+            fail_msg("refusal %d accepted by ovl_host_gemm_args", i);
+        /* the reference: the same, but its output is ref, not C */
+        if (bad[i].c.ptr != ok.c.ptr || bad[i].c.ld != ok.c.ld)
+            continue;
+        if (ovl_ref_gemm_scaled(&bad[i], ref, 5) != OVL_ERR_INVALID)
+            fail_msg("refusal %d accepted by ovl_ref_gemm_scaled", i);
+    }
+    /* The other fp8 pairs are taken, and an empty GEMM still checks. */
+    g = ok;
+    g.dtype = OVL_DTYPE_FP8_E5M2;
+    g.b_dtype = OVL_DTYPE_FP8_E4M3;
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+    g.rows = 0;
+    g.transb = false;
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_ERR_INVALID);
+    /* The scaled reference: not scaled, NULL ref, ldref short of n. */
+    g = ok;
+    assert_int_equal(ovl_ref_gemm_scaled(&g, ref, 4), OVL_ERR_INVALID);
+    assert_int_equal(ovl_ref_gemm_scaled(&g, NULL, 5), OVL_ERR_INVALID);
+    g.scaled = false;
+    g.dtype = OVL_DTYPE_FP32;
+    assert_int_equal(ovl_ref_gemm_scaled(&g, ref, 5), OVL_ERR_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fp16_known_values),   cmocka_unit_test(test_fp16_nan),
-        cmocka_unit_test(test_bf16_known_values),   cmocka_unit_test(test_fp16_roundtrip_all),
-        cmocka_unit_test(test_bf16_roundtrip_all),  cmocka_unit_test(test_rounding_random),
-        cmocka_unit_test(test_load_store_elem),     cmocka_unit_test(test_gemm_odd_shapes),
-        cmocka_unit_test(test_gemm_padded_ld),      cmocka_unit_test(test_gemm_multi_block),
-        cmocka_unit_test(test_gemm_exact_integers), cmocka_unit_test(test_gemm_single_rounding),
-        cmocka_unit_test(test_gemm_nonfinite),      cmocka_unit_test(test_gemm_k_zero),
-        cmocka_unit_test(test_gemm_empty),          cmocka_unit_test(test_gemm_invalid),
-        cmocka_unit_test(test_rel_error),           cmocka_unit_test(test_gemm_acc),
+        cmocka_unit_test(test_fp16_known_values),
+        cmocka_unit_test(test_fp16_nan),
+        cmocka_unit_test(test_bf16_known_values),
+        cmocka_unit_test(test_fp16_roundtrip_all),
+        cmocka_unit_test(test_bf16_roundtrip_all),
+        cmocka_unit_test(test_rounding_random),
+        cmocka_unit_test(test_load_store_elem),
+        cmocka_unit_test(test_gemm_odd_shapes),
+        cmocka_unit_test(test_gemm_padded_ld),
+        cmocka_unit_test(test_gemm_multi_block),
+        cmocka_unit_test(test_gemm_exact_integers),
+        cmocka_unit_test(test_gemm_single_rounding),
+        cmocka_unit_test(test_gemm_nonfinite),
+        cmocka_unit_test(test_gemm_k_zero),
+        cmocka_unit_test(test_gemm_empty),
+        cmocka_unit_test(test_gemm_invalid),
+        cmocka_unit_test(test_rel_error),
+        cmocka_unit_test(test_gemm_acc),
         cmocka_unit_test(test_gemm_acc_ring_fp16),
+        cmocka_unit_test(test_gemm_fp8_unscaled_refused),
+        cmocka_unit_test(test_gemm_args_unscaled),
+        cmocka_unit_test(test_gemm_scaled_small),
+        cmocka_unit_test(test_gemm_scaled_blocks),
+        cmocka_unit_test(test_gemm_scaled_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,9 +95,31 @@ static void test_shapes(void **state)
     q = op(4, 5, 6, false, OVLD_MAX_BS);
     assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
     for (int b = 0; b < OVLD_BUF_COUNT; b++) {
-        assert_true(sh[b].required || sh[b].optional);
+        /* a scaled op's slots: the op is not one */
+        bool scaled_slot = b == OVLD_BUF_A_SCALE || b == OVLD_BUF_B_SCALE || b == OVLD_BUF_BIAS;
+        assert_true(scaled_slot != (sh[b].required || sh[b].optional));
         assert_non_null(ag()->buf_name(b));
     }
+    /* scaled (one B, transb): fp8 A and B of a byte, C of the output's
+     * dtype; scales of fp32, by row (A: m x 1) or one; the bias optional */
+    q = op(4, 5, 6, true, 1);
+    q.ag.dtype = OVL_DTYPE_FP8_E4M3;
+    q.ag.sc = (ovld_scaling_desc_t){.scaled = true,
+                                    .b_dtype = OVL_DTYPE_FP8_E5M2,
+                                    .out_dtype = OVL_DTYPE_FP32,
+                                    .a_mode = OVL_SCALE_ROW,
+                                    .b_mode = OVL_SCALE_TENSOR};
+    assert_int_equal(ag()->buf_shapes(&q, 3, sh, msg, sizeof(msg)), OVL_OK);
+    assert_int_equal(sh[OVLD_BUF_A].elem, 1);
+    assert_int_equal(sh[OVLD_BUF_B].elem, 1);
+    assert_int_equal(sh[OVLD_BUF_C].elem, 4);
+    expect_shape(&sh[OVLD_BUF_A_SCALE], 4, 1, true, false);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 1, 1, true, false);
+    expect_shape(&sh[OVLD_BUF_BIAS], 1, 5, false, true);
+    assert_int_equal(sh[OVLD_BUF_A_SCALE].elem, 4);
+    assert_int_equal(sh[OVLD_BUF_BIAS].elem, 4);
+    assert_string_equal(ag()->buf_name(OVLD_BUF_A_SCALE), "a_scale");
+    assert_string_equal(ag()->buf_name(OVLD_BUF_BIAS), "bias");
     /* m * world past 64 bits: refused with words, not wrapped */
     q = op(UINT64_MAX / 2 + 1, 5, 6, false, 1);
     assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_ERR_RANGE);

@@ -5,6 +5,9 @@
  * program must have (docs/plans.md, "What the checker proves") over many
  * shapes; negative tests show the checker catches broken programs.
  *
+ * Scaled (fp8) ops are checked alike, their scales followed as their rows
+ * are (the checker's comment, "Scaled ops").
+ *
  * Set OVL_UPDATE_GOLDEN=1 to rewrite the golden files instead of comparing.
  */
 #include <stdarg.h>
@@ -80,6 +83,36 @@ static void set_bs(ovl_plan_params_t *p, uint32_t nb)
  * tests across nodes): node_of of world entries. */
 static const uint32_t *build_topo = NULL;
 
+/* The scaling of the jobs the tests build (not scaled, but in the tests
+ * of scaled ops), and their fp8 dtype of A: a scaled job takes it, and B
+ * transposed (the one layout a scaled op has). */
+static ovl_plan_scaling_t build_sc = {.scaled = false};
+static ovl_dtype_t build_sc_dtype = OVL_DTYPE_FP8_E4M3;
+
+static void set_sc(ovl_plan_params_t *p)
+{
+    if (!build_sc.scaled)
+        return;
+    p->sc = build_sc;
+    p->dtype = build_sc_dtype;
+    p->transb = true;
+}
+
+/* A scaling: B's fp8 (A's is the op's dtype), C's dtype, the modes, a
+ * bias or not; fast accumulation where there is a bias and the modes
+ * agree (so that the tests cycling through scalings see it both ways). */
+static ovl_plan_scaling_t scaling(ovl_dtype_t b_dtype, ovl_dtype_t out_dtype,
+                                  ovl_scale_mode_t a_mode, ovl_scale_mode_t b_mode, bool bias)
+{
+    return (ovl_plan_scaling_t){.scaled = true,
+                                .b_dtype = b_dtype,
+                                .out_dtype = out_dtype,
+                                .a_mode = a_mode,
+                                .b_mode = b_mode,
+                                .fast_accum = bias && a_mode == b_mode,
+                                .bias = bias};
+}
+
 /* Builds every rank's plan of one job into plans[0..world). */
 static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uint64_t m,
                          uint32_t chunks, uint32_t streams, bool want_gathered, layout_t layout,
@@ -91,7 +124,16 @@ static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uin
         set_bs(&p, build_nb);
         p.transb = transb;
         p.node_of = build_topo;
-        assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        set_sc(&p);
+        ovl_status_t st = ovl_plan_build(&p, &plans[r]);
+        if (st != OVL_OK)
+            fail_msg("ovl_plan_build: %s for %s world=%u rank=%u m=%llu chunks=%u streams=%u "
+                     "layout=%d%s",
+                     ovl_strerror(st), ovl_algo_name(algo), world, r, (unsigned long long)m, chunks,
+                     streams, (int)layout,
+                     !p.sc.scaled                   ? ""
+                     : p.sc.a_mode == OVL_SCALE_ROW ? " scaled, A's scales by row"
+                                                    : " scaled, one scale for A");
     }
 }
 
@@ -183,6 +225,37 @@ typedef struct span {
  *   check_rows         (a) C rows once, (b) G read after its write, (f) G full
  *   check_collective   (d) initial waits before the first transfer
  *   check_ring         (g) own shard first, two GEMM streams, the SLEEP
+ *
+ * Scaled ops (params.sc; both kinds), beside the above:
+ *   check_gemm_scale   (s1) every GEMM's sa names the scales of exactly its A
+ *                      rows: by row SA[src.row] for the own shard's rows,
+ *                      SG[src.row] for gathered ones, of the own rank, its
+ *                      blocks within a scale buffer of one scale per row
+ *                      of the A rows' buffer; one scale: SA[0]; unscaled:
+ *                      none
+ *   check_fields /     (s2) all-gather + GEMM by row: every transfer that
+ *   check_scale_transfer writes G rows (ALLGATHER, PULL, PUSH, RAIL) is
+ *                      followed at once by the same transfer (kind, stream,
+ *                      ranks, rows, stride, method, peers) of their scales
+ *                      (SA, or a peer's SG, into SG, 1 column), and every
+ *                      transfer of scales is such a follower, of the
+ *                      geometry its rows' transfer must have; other plans
+ *                      (one scale for A, gemm_rs, unscaled) move no scales
+ *   check_rows         (s3) SG as G: each SG row written at most once
+ *                      (every one with a_out), every SG row a GEMM reads
+ *                      (by its sa) written before it in happens-before
+ *                      order, a peer's SG pulled after its write; (c) no
+ *                      SG written, read or marked used where the plan
+ *                      gathers no scales
+ *   check_shard_reads  (s4) a peer's SA read (pulled, gathered, pushed by
+ *                      its owner) only between its owner's READY and DONE,
+ *                      as its A; a peer's SG as its G
+ *   check_bufs,        (s5) shapes and used flags of SA, SB, BIAS (SG);
+ *   check_rs_bufs      dtypes: A and G the op's, B i b_dtype, C i, P and
+ *                      BIAS out_dtype, SA, SB, SG fp32; the scratch flags
+ *                      and offsets (G at 0, SG 256-aligned past G's bytes,
+ *                      at 0 with a_out; P at 0) and scratch_bytes those
+ *                      buffers' end, as ovl_plan_scratch_bytes says
  */
 typedef struct sim {
     uint32_t world;
@@ -200,9 +273,11 @@ typedef struct sim {
     uint32_t *joint;    /* ncomp: scratch for an ALLGATHER */
     span_t *cspans;     /* maxspans: scratch for C row spans */
     span_t *gspans;     /* maxspans: scratch for G row spans */
-    span_t *pspans;     /* maxspans: a peer's G row spans (pulls of a peer's G) */
+    span_t *sgspans;    /* maxspans: scratch for SG row spans (scaled by row) */
+    span_t *pspans;     /* maxspans: a peer's G (or SG) row spans (pulls of a peer's G) */
     size_t npspans;
-    uint32_t pspans_of; /* whose spans pspans holds (UINT32_MAX: none yet) */
+    uint32_t pspans_of;   /* whose spans pspans holds (UINT32_MAX: none yet) */
+    ovl_buf_t pspans_buf; /* of which buffer, G or SG */
     size_t maxspans;
     /* The topology, derived here from rank 0's params.node_of on its own:
      * each rank's node and local index, each node's ranks. */
@@ -271,6 +346,102 @@ static bool rows_within(uint64_t row, uint64_t rows, uint64_t limit)
 static bool ref_is(ovl_ref_t ref, ovl_buf_t buf, uint32_t rank)
 {
     return ref.buf == buf && ref.rank == rank;
+}
+
+/* ------------------------------------------------------- scaled ops */
+
+/* check_scale_transfer and check_fields leave the scale transfers'
+ * adjacency to their rows' transfers unproved (test_scaled_checker_catches:
+ * what the simulation alone then catches). */
+static bool g_mirror_off = false;
+
+/* All-gather + GEMM scaled by row: A's scales travel with A's rows, from
+ * SA (or a peer's SG) into SG. */
+static bool gathers_scales(const ovl_plan_params_t *pp)
+{
+    return pp->kind != OVL_OP_GEMM_RS && pp->sc.scaled && pp->sc.a_mode == OVL_SCALE_ROW;
+}
+
+static bool moves_rows(ovl_instr_kind_t kind)
+{
+    return kind == OVL_I_ALLGATHER || kind == OVL_I_PULL || kind == OVL_I_PUSH ||
+           kind == OVL_I_RAIL;
+}
+
+/* A transfer of scales: one from SA or SG, or into SG. */
+static bool moves_scales(const ovl_instr_t *in)
+{
+    return moves_rows(in->kind) &&
+           (in->dst.buf == OVL_BUF_SG || in->src.buf == OVL_BUF_SA || in->src.buf == OVL_BUF_SG);
+}
+
+/* Where the scales of rows of buf lie: SA for A's, SG for G's. */
+static ovl_buf_t scales_of(ovl_buf_t buf)
+{
+    return buf == OVL_BUF_G ? OVL_BUF_SG : OVL_BUF_SA;
+}
+
+/* How sc (the instruction after `rows`, a transfer into G; NULL: none)
+ * fails to be the same transfer of those rows' scales; NULL where it is. */
+static const char *mirror_diff(const ovl_instr_t *rows, const ovl_instr_t *sc)
+{
+    if (!sc || !moves_scales(sc))
+        return "none follows";
+    if (sc->kind != rows->kind)
+        return "another kind";
+    if (sc->stream != rows->stream)
+        return "another stream";
+    if (sc->src.buf != scales_of(rows->src.buf) || sc->dst.buf != OVL_BUF_SG)
+        return "other buffers";
+    if (sc->src.rank != rows->src.rank || sc->dst.rank != rows->dst.rank ||
+        sc->src.row != rows->src.row || sc->dst.row != rows->dst.row || sc->rows != rows->rows ||
+        sc->stride != rows->stride)
+        return "other rows";
+    if (sc->cols != 1)
+        return "other columns";
+    if (sc->method != rows->method || sc->peers != rows->peers || sc->nsend != rows->nsend ||
+        sc->nrecv != rows->nrecv)
+        return "another method or peers";
+    return NULL;
+}
+
+/*
+ * (s1) What a GEMM of a scaled op names for A's scales: by row, the scale
+ * of its first A row, in SA for the own shard's rows and in SG for gathered
+ * ones, at the same row, its blocks within that buffer, which has a scale
+ * for each row of the A rows' buffer; by tensor, row 0 of SA, whatever
+ * rows it multiplies. A GEMM of an op that is not scaled names none.
+ * (Its A rows themselves check_operands has proved.)
+ */
+static bool check_gemm_scale(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    const ovl_plan_t *p = &s->plans[r];
+    const ovl_plan_params_t *pp = &p->params;
+    ovl_ref_t want = {.buf = OVL_BUF_SA, .rank = r, .row = 0};
+    bool by_row = pp->sc.a_mode == OVL_SCALE_ROW;
+
+    if (!pp->sc.scaled) {
+        if (in->sa.buf != OVL_BUF_A || in->sa.rank != 0 || in->sa.row != 0)
+            return violation(s, "r%u #%zu: GEMM of an op not scaled names scales", r, i);
+        return true;
+    }
+    if (by_row)
+        want = (ovl_ref_t){.buf = scales_of(in->src.buf), .rank = r, .row = in->src.row};
+    if (in->sa.buf != want.buf || in->sa.rank != want.rank || in->sa.row != want.row)
+        return violation(
+            s, "r%u #%zu: GEMM of %s[%llu] names the scales r%u:%s[%llu], not r%u:%s[%llu]", r, i,
+            ovl_buf_name(in->src.buf), (unsigned long long)in->src.row, in->sa.rank,
+            ovl_buf_name(in->sa.buf), (unsigned long long)in->sa.row, want.rank,
+            ovl_buf_name(want.buf), (unsigned long long)want.row);
+    if (by_row &&
+        (p->bufs[in->sa.buf].rows != p->bufs[in->src.buf].rows || p->bufs[in->sa.buf].cols != 1 ||
+         !rows_within(in->sa.row, (in->nblocks - 1) * in->stride + in->rows,
+                      p->bufs[in->sa.buf].rows)))
+        return violation(s,
+                         "r%u #%zu: GEMM's scales %s[%llu], %u blocks of %llu: not one a row of %s",
+                         r, i, ovl_buf_name(in->sa.buf), (unsigned long long)in->sa.row,
+                         in->nblocks, (unsigned long long)in->rows, ovl_buf_name(in->src.buf));
+    return true;
 }
 
 /* What one instruction names, on its own: buffers, ranks, bounds and the
@@ -385,6 +556,51 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
     return true;
 }
 
+/* (s2) A transfer of scales: only where all-gather + GEMM gathers them
+ * (scaled by row); from SA (or a peer's SG) into SG, one column; on its
+ * own the geometry a transfer of the same rows of A (or G) into G must
+ * have; and right after that transfer of their rows, the same in all but
+ * the buffers and columns (mirror_diff), which check_fields proves from
+ * the rows' side too: every write of G rows is followed by the write of
+ * their scales, and every write of scales follows the write of their rows. */
+static bool check_scale_transfer(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
+{
+    const ovl_plan_t *p = &s->plans[r];
+    const ovl_plan_params_t *pp = &p->params;
+    const ovl_instr_t *prev = i > 0 ? &p->instr[i - 1] : NULL;
+    const char *name = ovl_instr_name(in->kind);
+    ovl_instr_t as_rows = *in;
+
+    if (!gathers_scales(pp))
+        return violation(s, "r%u #%zu: %s of scales in a plan that gathers none (%s)", r, i, name,
+                         pp->kind == OVL_OP_GEMM_RS ? "gemm_rs"
+                         : pp->sc.scaled            ? "one scale for A"
+                                                    : "not scaled");
+    if (in->dst.buf != OVL_BUF_SG || (in->src.buf != OVL_BUF_SA && in->src.buf != OVL_BUF_SG) ||
+        (in->src.buf == OVL_BUF_SG && in->kind != OVL_I_PULL) || in->cols != 1)
+        return violation(s, "r%u #%zu: %s of scales from %s into %s, %llu columns", r, i, name,
+                         ovl_buf_name(in->src.buf), ovl_buf_name(in->dst.buf),
+                         (unsigned long long)in->cols);
+    as_rows.src.buf = in->src.buf == OVL_BUF_SG ? OVL_BUF_G : OVL_BUF_A;
+    as_rows.dst.buf = OVL_BUF_G;
+    as_rows.cols = pp->k;
+    if (!check_operands(s, r, i, &as_rows))
+        return false;
+    if (!g_mirror_off &&
+        (!prev || !moves_rows(prev->kind) || prev->dst.buf != OVL_BUF_G || mirror_diff(prev, in)))
+        return violation(s, "r%u #%zu: %s of scales not right after the same %s of their rows", r,
+                         i, name, name);
+    return true;
+}
+
+/* Whether two ops' scalings are the same. */
+static bool sc_equal(const ovl_plan_scaling_t *a, const ovl_plan_scaling_t *b)
+{
+    return a->scaled == b->scaled && a->b_dtype == b->b_dtype && a->out_dtype == b->out_dtype &&
+           a->a_mode == b->a_mode && a->b_mode == b->b_mode && a->fast_accum == b->fast_accum &&
+           a->bias == b->bias;
+}
+
 /* Checks what each instruction says on its own: indices in range. */
 static bool check_fields(sim_t *s)
 {
@@ -398,7 +614,8 @@ static bool check_fields(sim_t *s)
             p->params.algo != p0->params.algo || p->chunks != p0->chunks ||
             p->params.want_gathered != p0->params.want_gathered ||
             p->params.strided != p0->params.strided ||
-            p->params.allgather != p0->params.allgather ||
+            p->params.allgather != p0->params.allgather || p->params.dtype != p0->params.dtype ||
+            !sc_equal(&p->params.sc, &p0->params.sc) ||
             ovl_plan_nb(&p->params) != ovl_plan_nb(&p0->params))
             return violation(s, "r%u: params differ from rank 0's", r);
         /* one topology, as the checker reads it (a plan of one node keeps
@@ -433,8 +650,28 @@ static bool check_fields(sim_t *s)
             case OVL_I_RAIL:
             case OVL_I_REDUCE_SCATTER:
             case OVL_I_REDUCE:
+                if (moves_scales(in)) {
+                    if (!check_scale_transfer(s, r, i, in))
+                        return false;
+                    break;
+                }
                 if (!check_operands(s, r, i, in))
                     return false;
+                if (in->kind == OVL_I_GEMM && !check_gemm_scale(s, r, i, in))
+                    return false;
+                /* rows into G, scaled by row: their scales follow */
+                if (!g_mirror_off && gathers_scales(&p->params) && moves_rows(in->kind) &&
+                    in->dst.buf == OVL_BUF_G) {
+                    const char *d = mirror_diff(in, i + 1 < p->ninstr ? &p->instr[i + 1] : NULL);
+
+                    if (d)
+                        return violation(s,
+                                         "r%u #%zu: %s of G rows %llu+%llu: the next instruction "
+                                         "is not the same %s of their scales (%s)",
+                                         r, i, ovl_instr_name(in->kind),
+                                         (unsigned long long)in->dst.row,
+                                         (unsigned long long)in->rows, ovl_instr_name(in->kind), d);
+                }
                 break;
             case OVL_I_WAIT_READY:
             case OVL_I_SLEEP:
@@ -758,7 +995,8 @@ static bool check_bracketed(sim_t *s)
  * it comes after the rows were written, check_rows proves. Every write of
  * a peer's G (a PUSH) comes after the peer's READY (its previous op is
  * done, its client ready: G, or its a_out, is free) and before its DONE
- * (its client reads a_out then). */
+ * (its client reads a_out then). A scaled op's scales are read and written
+ * as their rows: rank b's SA like A_b, a peer's SG like its G. */
 static bool check_shard_reads(sim_t *s)
 {
     for (uint32_t r = 0; r < s->world; r++)
@@ -766,10 +1004,10 @@ static bool check_shard_reads(sim_t *s)
             const ovl_instr_t *in = &s->plans[r].instr[i];
             uint32_t b0 = 0, b1 = 0;
 
-            if (in->kind == OVL_I_PULL && in->src.buf == OVL_BUF_G) {
+            if (in->kind == OVL_I_PULL && (in->src.buf == OVL_BUF_G || in->src.buf == OVL_BUF_SG)) {
                 if (!hb(s, r, i, in->src.rank, s->done[in->src.rank]))
-                    return violation(s, "r%u #%zu: r%u may complete while its G is read", r, i,
-                                     in->src.rank);
+                    return violation(s, "r%u #%zu: r%u may complete while its %s is read", r, i,
+                                     in->src.rank, ovl_buf_name(in->src.buf));
             } else if (in->kind == OVL_I_PULL) {
                 b0 = in->src.rank;
                 b1 = in->src.rank + 1;
@@ -783,17 +1021,20 @@ static bool check_shard_reads(sim_t *s)
                 uint32_t q = in->dst.rank;
 
                 if (!hb(s, q, s->rec_ready[q], r, i))
-                    return violation(s, "r%u #%zu: writes r%u's G before its READY", r, i, q);
+                    return violation(s, "r%u #%zu: writes r%u's %s before its READY", r, i, q,
+                                     ovl_buf_name(in->dst.buf));
                 if (!hb(s, r, i, q, s->done[q]))
-                    return violation(s, "r%u #%zu: r%u may complete while its G is written", r, i,
-                                     q);
+                    return violation(s, "r%u #%zu: r%u may complete while its %s is written", r, i,
+                                     q, ovl_buf_name(in->dst.buf));
             }
             for (uint32_t b = b0; b < b1; b++) {
+                const char *what = in->src.buf == OVL_BUF_SA ? "SA" : "shard";
+
                 if (!hb(s, b, s->rec_ready[b], r, i))
-                    return violation(s, "r%u #%zu: reads r%u's shard before its READY", r, i, b);
+                    return violation(s, "r%u #%zu: reads r%u's %s before its READY", r, i, b, what);
                 if (!hb(s, r, i, b, s->done[b]))
-                    return violation(s, "r%u #%zu: r%u may complete while its shard is read", r, i,
-                                     b);
+                    return violation(s, "r%u #%zu: r%u may complete while its %s is read", r, i, b,
+                                     what);
             }
         }
     return true;
@@ -827,10 +1068,10 @@ static size_t add_spans(const sim_t *s, uint64_t m, uint64_t row, uint64_t rows,
     return n;
 }
 
-/* Collects into v the row spans written into rank r's C i (c >= 0) or G
- * (c < 0), sorted by block and row: by r's instructions, and into G by
- * the peers' PUSHes too. */
-static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
+/* Collects into v the row spans written into rank r's C i (c >= 0) or
+ * gbuf (c < 0: G, or SG, whose rows are G's rows' scales), sorted by block
+ * and row: by r's instructions, and into G (SG) by the peers' PUSHes too. */
+static size_t collect_spans(const sim_t *s, uint32_t r, int c, ovl_buf_t gbuf, span_t *v)
 {
     const ovl_plan_t *p = &s->plans[r];
     uint64_t m = p->params.m;
@@ -843,12 +1084,14 @@ static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
         if (gemm && in->kind == OVL_I_GEMM && ovl_buf_c_index(in->dst.buf) == c) {
             for (uint32_t b = 0; b < in->nblocks; b++)
                 n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, r, i, v, n);
-        } else if (!gemm && in->kind == OVL_I_ALLGATHER) {
+        } else if (gemm || in->dst.buf != gbuf) {
+            continue;
+        } else if (in->kind == OVL_I_ALLGATHER) {
             for (uint32_t b = 0; b < s->world; b++)
                 n = add_spans(s, m, in->dst.row + b * in->stride, in->rows, r, i, v, n);
-        } else if (!gemm && in->kind == OVL_I_PULL) {
+        } else if (in->kind == OVL_I_PULL) {
             n = add_spans(s, m, in->dst.row, in->rows, r, i, v, n);
-        } else if (!gemm && in->kind == OVL_I_RAIL) {
+        } else if (in->kind == OVL_I_RAIL) {
             /* what it receives: each sender's rows into the sender's block */
             for (uint32_t x = 0; x < in->nrecv; x++)
                 n = add_spans(s, m, in->dst.row + rail_recvs(s, r, in)[x] * in->stride, in->rows, r,
@@ -859,7 +1102,7 @@ static size_t collect_spans(const sim_t *s, uint32_t r, int c, span_t *v)
         for (size_t i = 0; i < s->plans[q].ninstr; i++) {
             const ovl_instr_t *in = &s->plans[q].instr[i];
 
-            if (in->kind == OVL_I_PUSH && in->dst.rank == r)
+            if (in->kind == OVL_I_PUSH && in->dst.rank == r && in->dst.buf == gbuf)
                 n = add_spans(s, m, in->dst.row, in->rows, q, i, v, n);
         }
     qsort(v, n, sizeof(*v), span_cmp);
@@ -893,11 +1136,11 @@ static bool check_tiling(sim_t *s, uint32_t r, const span_t *v, size_t n, bool w
     return true;
 }
 
-/* (b) for one block's rows [row0, end) of owner's G that instruction #i of
- * rank r reads (a GEMM its own, a PULL a peer's): written by instructions
- * of owner (spans g) ordered before it. */
-static bool g_rows_ready(sim_t *s, uint32_t owner, uint32_t r, size_t i, const span_t *g, size_t ng,
-                         uint32_t b, uint64_t row0, uint64_t end)
+/* (b) for one block's rows [row0, end) of owner's G (or SG: gbuf) that
+ * instruction #i of rank r reads (a GEMM its own, a PULL a peer's):
+ * written by instructions of owner (spans g) ordered before it. */
+static bool g_rows_ready(sim_t *s, uint32_t owner, uint32_t r, size_t i, ovl_buf_t gbuf,
+                         const span_t *g, size_t ng, uint32_t b, uint64_t row0, uint64_t end)
 {
     const char *what = ovl_instr_name(s->plans[r].instr[i].kind);
     uint64_t next = row0;
@@ -909,84 +1152,188 @@ static bool g_rows_ready(sim_t *s, uint32_t owner, uint32_t r, size_t i, const s
             break; /* a gap: reported below */
         if (!hb(s, g[w].rank, g[w].instr, r, i))
             return violation(s,
-                             "r%u #%zu: %s reads r%u's G block %u rows %llu+ before r%u #%zu "
+                             "r%u #%zu: %s reads r%u's %s block %u rows %llu+ before r%u #%zu "
                              "writes them",
-                             r, i, what, owner, b, (unsigned long long)next, g[w].rank, g[w].instr);
+                             r, i, what, owner, ovl_buf_name(gbuf), b, (unsigned long long)next,
+                             g[w].rank, g[w].instr);
         next = g[w].row0 + g[w].rows;
     }
     if (next < end)
-        return violation(s, "r%u #%zu: %s reads r%u's G block %u row %llu, never written", r, i,
-                         what, owner, b, (unsigned long long)next);
+        return violation(s, "r%u #%zu: %s reads r%u's %s block %u row %llu, never written", r, i,
+                         what, owner, ovl_buf_name(gbuf), b, (unsigned long long)next);
     return true;
 }
 
-/* (b) across ranks: a PULL of rank r (#i) reads rows of a peer's G, which
- * the peer wrote (received from another node) before it. */
+/* (b) across ranks: a PULL of rank r (#i) reads rows of a peer's G (or
+ * their scales in its SG), which the peer wrote (received from another
+ * node) before it. */
 static bool peer_g_ready(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
 {
     uint64_t m = s->plans[r].params.m;
     uint32_t owner = in->src.rank;
 
-    if (s->pspans_of != owner) {
-        s->npspans = collect_spans(s, owner, -1, s->pspans);
+    if (s->pspans_of != owner || s->pspans_buf != in->src.buf) {
+        s->npspans = collect_spans(s, owner, -1, in->src.buf, s->pspans);
         s->pspans_of = owner;
+        s->pspans_buf = in->src.buf;
     }
     /* one block: check_operands proved it */
-    return g_rows_ready(s, owner, r, i, s->pspans, s->npspans, (uint32_t)(in->src.row / m),
-                        in->src.row % m, in->src.row % m + in->rows);
+    return g_rows_ready(s, owner, r, i, in->src.buf, s->pspans, s->npspans,
+                        (uint32_t)(in->src.row / m), in->src.row % m, in->src.row % m + in->rows);
+}
+
+/* (b) the rows [row, +rows) of rank r's G (or SG: gbuf, spans g) that
+ * GEMM #i reads, for each of its nblocks blocks stride rows apart, cut at
+ * the bounds of G's blocks: each written before the GEMM. */
+static bool gemm_rows_ready(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in, uint64_t first,
+                            ovl_buf_t gbuf, const span_t *g, size_t ng)
+{
+    uint64_t m = s->plans[r].params.m;
+    bool ok = true;
+
+    for (uint32_t blk = 0; ok && blk < in->nblocks; blk++) {
+        uint64_t row = first + blk * in->stride, rows = in->rows;
+
+        while (ok && rows > 0) {
+            uint64_t at = row % m, len = m - at < rows ? m - at : rows;
+
+            ok = g_rows_ready(s, r, r, i, gbuf, g, ng, (uint32_t)(row / m), at, at + len);
+            row += len;
+            rows -= len;
+        }
+    }
+    return ok;
 }
 
 /* (a), (b), (f): C rows written exactly once; G rows at most once (exactly
  * once with a_out); every G row a GEMM reads was written by an instruction
- * ordered before it; G is marked used iff it is touched. */
+ * ordered before it; G is marked used iff it is touched. Scaled by row,
+ * SG as G: its rows at most once (exactly once with a_out), every SG row a
+ * GEMM reads (its sa's) written before it; SG marked used iff touched, and
+ * neither where the plan gathers no scales. */
 static bool check_rows(sim_t *s)
 {
     bool ok = true;
 
     for (uint32_t r = 0; ok && r < s->world; r++) {
         const ovl_plan_t *p = &s->plans[r];
-        uint64_t m = p->params.m;
-        span_t *c = s->cspans, *g = s->gspans;
-        size_t ng = collect_spans(s, r, -1, g);
-        bool reads_g = false;
+        bool by_row = gathers_scales(&p->params);
+        span_t *c = s->cspans, *g = s->gspans, *sg = s->sgspans;
+        size_t ng = collect_spans(s, r, -1, OVL_BUF_G, g);
+        size_t nsg = collect_spans(s, r, -1, OVL_BUF_SG, sg);
+        bool reads_g = false, reads_sg = false;
 
         ok = check_tiling(s, r, g, ng, p->params.want_gathered, "G");
+        if (ok && by_row)
+            ok = check_tiling(s, r, sg, nsg, p->params.want_gathered, "SG");
+        else if (ok && nsg > 0)
+            ok = violation(s, "r%u: SG written in a plan that gathers no scales", r);
         /* every C i: each row once */
         for (uint32_t ci = 0; ok && ci < ovl_plan_nb(&p->params); ci++) {
-            size_t nc = collect_spans(s, r, (int)ci, c);
+            size_t nc = collect_spans(s, r, (int)ci, OVL_BUF_G, c);
 
             ok = check_tiling(s, r, c, nc, true, ovl_buf_name(ovl_buf_c(ci)));
         }
         for (size_t i = 0; ok && i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
-            if (in->kind == OVL_I_PULL && in->src.buf == OVL_BUF_G)
+            if (in->kind == OVL_I_PULL && (in->src.buf == OVL_BUF_G || in->src.buf == OVL_BUF_SG))
                 ok = peer_g_ready(s, r, i, in);
-            if (in->kind != OVL_I_GEMM || in->src.buf != OVL_BUF_G)
+            if (in->kind != OVL_I_GEMM)
                 continue;
-            reads_g = true;
-            for (uint32_t blk = 0; ok && blk < in->nblocks; blk++) {
-                uint64_t row = in->src.row + blk * in->stride, rows = in->rows;
-
-                /* the read, cut at G's block bounds */
-                while (ok && rows > 0) {
-                    uint64_t at = row % m, len = m - at < rows ? m - at : rows;
-
-                    ok = g_rows_ready(s, r, r, i, g, ng, (uint32_t)(row / m), at, at + len);
-                    row += len;
-                    rows -= len;
-                }
+            if (in->src.buf == OVL_BUF_G) {
+                reads_g = true;
+                ok = gemm_rows_ready(s, r, i, in, in->src.row, OVL_BUF_G, g, ng);
+            }
+            if (ok && p->params.sc.scaled && in->sa.buf == OVL_BUF_SG) {
+                reads_sg = true;
+                ok = by_row ? gemm_rows_ready(s, r, i, in, in->sa.row, OVL_BUF_SG, sg, nsg)
+                            : violation(s,
+                                        "r%u #%zu: GEMM reads SG, which the plan does not "
+                                        "gather",
+                                        r, i);
             }
         }
         if (ok && p->bufs[OVL_BUF_G].used != (reads_g || ng > 0))
             ok = violation(s, "r%u: G used is %d but G is %s", r, p->bufs[OVL_BUF_G].used,
                            reads_g || ng > 0 ? "used" : "unused");
+        if (ok && p->bufs[OVL_BUF_SG].used != (reads_sg || nsg > 0))
+            ok = violation(s, "r%u: SG used is %d but SG is %s", r, p->bufs[OVL_BUF_SG].used,
+                           reads_sg || nsg > 0 ? "used" : "unused");
+        /* (c) scales by tensor: no SG */
+        if (ok && !by_row && p->bufs[OVL_BUF_SG].used)
+            ok = violation(s, "r%u: SG used in a plan that gathers no scales", r);
     }
     return ok;
 }
 
-/* The buffers' shapes and used flags, and the scratch: G's bytes exactly
- * when G is used and is not the client's a_out, as the pure function says
+/* (d) Every buffer the op has is of the dtype its role says, whatever
+ * the planner's helpers say: A and G the op's; B i the scaling's b_dtype
+ * (the op's unscaled); C i, P and BIAS the out_dtype (the op's
+ * unscaled); SA, SB and SG fp32. */
+static bool check_dtypes(sim_t *s, uint32_t r)
+{
+    const ovl_plan_t *p = &s->plans[r];
+    const ovl_plan_params_t *pp = &p->params;
+    bool rs = pp->kind == OVL_OP_GEMM_RS, scaled = pp->sc.scaled;
+    ovl_dtype_t bdt = scaled ? pp->sc.b_dtype : pp->dtype;
+    ovl_dtype_t out = scaled ? pp->sc.out_dtype : pp->dtype;
+    ovl_dtype_t want[OVL_BUF_COUNT];
+    bool has[OVL_BUF_COUNT] = {false};
+
+    has[OVL_BUF_A] = true, want[OVL_BUF_A] = pp->dtype;
+    has[OVL_BUF_G] = !rs, want[OVL_BUF_G] = pp->dtype;
+    has[OVL_BUF_P] = rs, want[OVL_BUF_P] = out;
+    for (uint32_t bi = 0; bi < ovl_plan_nb(pp); bi++) {
+        has[ovl_buf_b(bi)] = has[ovl_buf_c(bi)] = true;
+        want[ovl_buf_b(bi)] = bdt;
+        want[ovl_buf_c(bi)] = out;
+    }
+    has[OVL_BUF_SA] = has[OVL_BUF_SB] = has[OVL_BUF_BIAS] = scaled;
+    has[OVL_BUF_SG] = scaled && !rs;
+    want[OVL_BUF_SA] = want[OVL_BUF_SB] = want[OVL_BUF_SG] = OVL_DTYPE_FP32;
+    want[OVL_BUF_BIAS] = out;
+    for (int b = 0; b < OVL_BUF_COUNT; b++)
+        if (has[b] && p->bufs[b].dtype != want[b])
+            return violation(s, "r%u: buffer %s in %s, not %s", r, ovl_buf_name((ovl_buf_t)b),
+                             ovl_dtype_name(p->bufs[b].dtype), ovl_dtype_name(want[b]));
+    return true;
+}
+
+/* A scaled op's own buffers' shapes: SA m x 1 by row (1 x 1 by tensor),
+ * SB 1 x n by row (1 x 1), BIAS 1 x n. */
+static void scaled_shapes(const ovl_plan_params_t *pp, ovl_plan_buf_t *shape)
+{
+    if (!pp->sc.scaled)
+        return;
+    shape[OVL_BUF_SA] =
+        (ovl_plan_buf_t){.rows = pp->sc.a_mode == OVL_SCALE_ROW ? pp->m : 1, .cols = 1};
+    shape[OVL_BUF_SB] =
+        (ovl_plan_buf_t){.rows = 1, .cols = pp->sc.b_mode == OVL_SCALE_ROW ? pp->n : 1};
+    shape[OVL_BUF_BIAS] = (ovl_plan_buf_t){.rows = 1, .cols = pp->n};
+}
+
+/* (d) Which buffers lie in ovld's scratch (want[b]) and where: the scratch
+ * flags exact, and each buffer in the scratch at its offset. */
+static bool check_scratch_flags(sim_t *s, uint32_t r, const bool *want, const uint64_t *offset)
+{
+    const ovl_plan_t *p = &s->plans[r];
+
+    for (int b = 0; b < OVL_BUF_COUNT; b++) {
+        if (p->bufs[b].scratch != want[b])
+            return violation(s, "r%u: buffer %s in the scratch is %d, want %d", r,
+                             ovl_buf_name((ovl_buf_t)b), p->bufs[b].scratch, want[b]);
+        if (want[b] && p->bufs[b].scratch_offset != offset[b])
+            return violation(
+                s, "r%u: buffer %s's scratch_offset %llu, want %llu", r, ovl_buf_name((ovl_buf_t)b),
+                (unsigned long long)p->bufs[b].scratch_offset, (unsigned long long)offset[b]);
+    }
+    return true;
+}
+
+/* The buffers' shapes, dtypes and used flags, and the scratch: G's bytes
+ * exactly when G is used and is not the client's a_out, then (256-byte
+ * aligned) SG's where the plan gathers scales, as the pure function says
  * before building. */
 static bool check_bufs(sim_t *s)
 {
@@ -1007,12 +1354,19 @@ static bool check_bufs(sim_t *s)
                 (ovl_plan_buf_t){.rows = pp->transb ? n : pp->k, .cols = pp->transb ? pp->k : n};
             shape[ovl_buf_c(bi)] = (ovl_plan_buf_t){.rows = rows, .cols = n};
         }
+        scaled_shapes(pp, shape);
+        if (pp->sc.scaled)
+            shape[OVL_BUF_SG] = (ovl_plan_buf_t){.rows = rows, .cols = 1};
 
         for (size_t i = 0; i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
 
             if (in->kind == OVL_I_GEMM)
                 used[in->b.buf] = true;
+            if (in->kind == OVL_I_GEMM && pp->sc.scaled) {
+                used[in->sa.buf] = used[OVL_BUF_SB] = true;
+                used[OVL_BUF_BIAS] |= pp->sc.bias;
+            }
             if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_PUSH ||
                 in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL)
                 used[in->src.buf] = used[in->dst.buf] = true;
@@ -1024,11 +1378,27 @@ static bool check_bufs(sim_t *s)
             if (p->bufs[b].rows != shape[b].rows || p->bufs[b].cols != shape[b].cols)
                 return violation(s, "r%u: buffer %s shape", r, ovl_buf_name((ovl_buf_t)b));
         }
-        if (used[OVL_BUF_G] && !pp->want_gathered)
-            want = rows * pp->k * ovl_dtype_size(pp->dtype);
+        if (!check_dtypes(s, r))
+            return false;
+        {
+            bool in_scratch[OVL_BUF_COUNT] = {false};
+            uint64_t offset[OVL_BUF_COUNT] = {0};
+
+            in_scratch[OVL_BUF_G] = used[OVL_BUF_G] && !pp->want_gathered;
+            if (in_scratch[OVL_BUF_G])
+                want = rows * pp->k * ovl_dtype_size(pp->dtype);
+            /* SG after G, at a multiple of 256 bytes (at 0 with a_out) */
+            in_scratch[OVL_BUF_SG] = used[OVL_BUF_SG];
+            if (used[OVL_BUF_SG]) {
+                offset[OVL_BUF_SG] = (want + 255) / 256 * 256;
+                want = offset[OVL_BUF_SG] + rows * sizeof(float);
+            }
+            if (!check_scratch_flags(s, r, in_scratch, offset))
+                return false;
+        }
         if (ovl_plan_scratch_bytes(pp, &scratch) != OVL_OK || scratch != want ||
             p->scratch_bytes != want)
-            return violation(s, "r%u: scratch %llu (before building %llu), G needs %llu", r,
+            return violation(s, "r%u: scratch %llu (before building %llu), G and SG need %llu", r,
                              (unsigned long long)p->scratch_bytes, (unsigned long long)scratch,
                              (unsigned long long)want);
     }
@@ -1061,7 +1431,7 @@ static bool check_transfers(sim_t *s)
                 if (!rails)
                     return violation(s, "r%u #%zu: RAIL in a plan of one node or not ring", r, i);
                 ag[in->stream] = true;
-                nrail++;
+                nrail += in->dst.buf == OVL_BUF_G; /* not the scales' */
             }
             if (in->kind == OVL_I_ALLGATHER) {
                 if (!nccl)
@@ -1453,7 +1823,7 @@ static bool check_rs_bufs(sim_t *s)
                          : rail ? (3 * (uint64_t)s->world - 1) * mb
                          : push ? 2 * pp->m - mb
                                 : pp->m;
-        uint64_t scratch = 0, want = prows * pp->n * ovl_dtype_size(pp->dtype);
+        uint64_t scratch = 0, want = prows * pp->n * ovl_dtype_size(ovl_plan_out_dtype(pp));
         ovl_plan_buf_t shape[OVL_BUF_COUNT] = {
             [OVL_BUF_A] = {.used = true, .rows = pp->m, .cols = pp->k},
             [OVL_BUF_B] = {.used = true,
@@ -1463,7 +1833,16 @@ static bool check_rs_bufs(sim_t *s)
             /* ring at world 1: one GEMM into C, no P */
             [OVL_BUF_P] = {.used = prows > 0, .rows = prows, .cols = pp->n},
         };
+        bool in_scratch[OVL_BUF_COUNT] = {[OVL_BUF_P] = prows > 0};
+        uint64_t offset[OVL_BUF_COUNT] = {0};
 
+        /* scaled: SA, SB (and BIAS) read by every GEMM; (c) no SG, which
+         * only all-gather + GEMM gathers (its shape is not this kind's) */
+        scaled_shapes(pp, shape);
+        shape[OVL_BUF_SA].used = shape[OVL_BUF_SB].used = pp->sc.scaled;
+        shape[OVL_BUF_BIAS].used = pp->sc.scaled && pp->sc.bias;
+        shape[OVL_BUF_SG] = p->bufs[OVL_BUF_SG];
+        shape[OVL_BUF_SG].used = false;
         for (int b = 0; b < OVL_BUF_COUNT; b++)
             if (p->bufs[b].used != shape[b].used || p->bufs[b].rows != shape[b].rows ||
                 p->bufs[b].cols != shape[b].cols)
@@ -1471,6 +1850,13 @@ static bool check_rs_bufs(sim_t *s)
                                  ovl_buf_name((ovl_buf_t)b), p->bufs[b].used,
                                  (unsigned long long)p->bufs[b].rows,
                                  (unsigned long long)p->bufs[b].cols);
+        if (!check_dtypes(s, r))
+            return false;
+        /* P alone, at 0 (ring at world 1 has no P: its flag says nothing) */
+        if (prows == 0)
+            in_scratch[OVL_BUF_P] = p->bufs[OVL_BUF_P].scratch;
+        if (!check_scratch_flags(s, r, in_scratch, offset))
+            return false;
         if (p->scratch_buf != OVL_BUF_P || ovl_plan_scratch_bytes(pp, &scratch) != OVL_OK ||
             scratch != want || p->scratch_bytes != want)
             return violation(s, "r%u: scratch %llu in %s, P needs %llu", r,
@@ -1936,6 +2322,7 @@ static size_t sim_layout(sim_t *s, char *base)
     s->joint = carve(base, &off, s->ncomp, sizeof(*s->joint));
     s->cspans = carve(base, &off, s->maxspans, sizeof(*s->cspans));
     s->gspans = carve(base, &off, s->maxspans, sizeof(*s->gspans));
+    s->sgspans = carve(base, &off, s->maxspans, sizeof(*s->sgspans));
     s->pspans = carve(base, &off, s->maxspans, sizeof(*s->pspans));
     s->node = carve(base, &off, w, sizeof(*s->node));
     s->local = carve(base, &off, w, sizeof(*s->local));
@@ -2979,6 +3366,7 @@ static void check_golden_full(ovl_algo_t algo, layout_t layout, uint32_t world, 
 
     set_layout(&p, layout);
     p.node_of = build_topo;
+    set_sc(&p);
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     text = format_plan(&plan);
     snprintf(path, sizeof(path), "%s/%s", OVL_GOLDEN_DIR, name);
@@ -4081,15 +4469,18 @@ static void test_rs_refused(void **state)
     assert_false(ovl_plan_params_equal(&p, &avg));
 }
 
-static void check_golden_rs(ovl_algo_t algo, const char *name)
+/* The standard gemm_rs golden's shape but for the world and the rank,
+ * scaled as build_sc says. */
+static void check_golden_rs_as(ovl_algo_t algo, uint32_t world, uint32_t rank, const char *name)
 {
-    ovl_plan_params_t p = rs_params(algo, 4, 1, 256, 4, 2, false, false);
+    ovl_plan_params_t p = rs_params(algo, world, rank, 256, 4, 2, false, false);
     const char *update = getenv("OVL_UPDATE_GOLDEN");
     char path[4096];
     ovl_plan_t plan;
 
     p.n = 256;
     p.k = 512;
+    set_sc(&p);
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     char *text = format_plan(&plan);
     snprintf(path, sizeof(path), "%s/%s", OVL_GOLDEN_DIR, name);
@@ -4109,6 +4500,11 @@ static void check_golden_rs(ovl_algo_t algo, const char *name)
     ovl_plan_free(&plan);
 }
 
+static void check_golden_rs(ovl_algo_t algo, const char *name)
+{
+    check_golden_rs_as(algo, 4, 1, name);
+}
+
 static void test_golden_rs(void **state)
 {
     (void)state;
@@ -4116,6 +4512,650 @@ static void test_golden_rs(void **state)
     check_golden_rs(OVL_ALGO_COLLECTIVE, "plan_rs_collective.txt");
     check_golden_rs(OVL_ALGO_PUSH, "plan_rs_push.txt");
     check_golden_rs(OVL_ALGO_RING, "plan_rs_ring.txt");
+}
+
+/* ------------------------------------------------------- scaled ops */
+
+/* Every test of scaled ops leaves the builders' globals as it found them,
+ * even where it fails half way. */
+static int reset_builds(void **state)
+{
+    (void)state;
+    build_sc = (ovl_plan_scaling_t){.scaled = false};
+    build_sc_dtype = OVL_DTYPE_FP8_E4M3;
+    build_topo = NULL;
+    build_nb = 1;
+    g_mirror_off = false;
+    g_dataflow_only = false;
+    return 0;
+}
+
+/* The v-th of the scalings the tests cycle through beside A's scale mode
+ * (each test's own axis): A's and B's fp8 (e4m3 both, or one e5m2), C's
+ * dtype, B's scale mode, a bias or not. */
+static ovl_plan_scaling_t cycle_sc(unsigned v, ovl_scale_mode_t a_mode, ovl_dtype_t *ret_dtype)
+{
+    static const ovl_dtype_t ab[3][2] = {{OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E4M3},
+                                         {OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E5M2},
+                                         {OVL_DTYPE_FP8_E5M2, OVL_DTYPE_FP8_E4M3}};
+    static const ovl_dtype_t out[3] = {OVL_DTYPE_BF16, OVL_DTYPE_FP16, OVL_DTYPE_FP32};
+
+    *ret_dtype = ab[v % 3][0];
+    return scaling(ab[v % 3][1], out[(v / 3) % 3], a_mode,
+                   (v / 2) % 2 ? OVL_SCALE_ROW : OVL_SCALE_TENSOR, v % 2 == 1);
+}
+
+static const char *mode_name(ovl_scale_mode_t mode)
+{
+    return mode == OVL_SCALE_ROW ? "row" : "tensor";
+}
+
+/*
+ * All-gather + GEMM scaled, A's scales by a_mode: every algorithm and way
+ * of gathering (shared GPUs included) at worlds 1 to 5, m in {1, 3, 64,
+ * 100}, chunks 0 to 5, streams 0, 2 and 3, with and without a_out, the
+ * dtypes, B's mode and the bias cycling; then across nodes (worlds 2 to 8
+ * on 2 to 4 nodes, every topology kind, every algorithm, ring also where
+ * ranks share GPUs, chunks 1 and 3, m 3 and 64, with and without a_out);
+ * by row also 16 ranks at 64 chunks.
+ */
+static void checker_scaled(ovl_scale_mode_t a_mode)
+{
+    static const uint64_t ms[] = {1, 3, 64, 100};
+    static const uint32_t streams_of[] = {0, 2, 3};
+    static const uint64_t node_ms[] = {3, 64};
+    uint32_t node_of[8];
+    ovl_plan_t plans[16];
+    checker_t ck = {.arena = NULL};
+    unsigned jobs = 0, expect = 0;
+
+    for (uint32_t world = 1; world <= 5; world++)
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+            for (uint32_t chunks = 0; chunks <= 5; chunks++)
+                for (size_t si = 0; si < sizeof(streams_of) / sizeof(streams_of[0]); si++)
+                    for (int wg = 0; wg <= 1; wg++)
+                        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++)
+                            for (int l = 0; l < (a == OVL_ALGO_RING ? 1 : L_COUNT); l++) {
+                                if ((l == L_NCCL && world > 1) || (l == L_STRIDED && world > 2) ||
+                                    (l == L_SHARED && world < 2))
+                                    continue;
+                                build_sc = cycle_sc(jobs, a_mode, &build_sc_dtype);
+                                build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks,
+                                             streams_of[si], wg, (layout_t)l, false);
+                                assert_true(plans[0].params.sc.scaled &&
+                                            ovl_dtype_is_fp8(plans[0].params.dtype));
+                                if (!check_job(&ck, plans, world))
+                                    fail_msg("scaled (A by %s, bias %d, out %s) %s world=%u "
+                                             "m=%llu chunks=%u streams=%u a_out=%d layout=%d: %s",
+                                             mode_name(a_mode), build_sc.bias,
+                                             ovl_dtype_name(build_sc.out_dtype),
+                                             ovl_algo_name((ovl_algo_t)a), world,
+                                             (unsigned long long)ms[mi], chunks, streams_of[si], wg,
+                                             l, ck.why);
+                                free_job(plans, world);
+                                jobs++;
+                            }
+    /* per world: ring 1, dense 2, copy 2, nccl 2 at world 1, strided 2 at
+     * worlds 1 and 2, shared 2 from world 2 on */
+    for (uint32_t world = 1; world <= 5; world++)
+        expect += 1 + 2 + 2 + (world == 1) * 2 + (world <= 2) * 2 + (world >= 2) * 2;
+    assert_int_equal(jobs, 4 * 6 * 3 * 2 * expect);
+
+    jobs = 0;
+    for (uint32_t world = 2; world <= 8; world++)
+        for (uint32_t nodes = 2; nodes <= 4 && nodes <= world; nodes++)
+            for (int kind = 0; kind < TOPO_KINDS; kind++)
+                for (uint32_t chunks = 1; chunks <= 3; chunks += 2)
+                    for (size_t mi = 0; mi < 2; mi++)
+                        for (int wg = 0; wg <= 1; wg++)
+                            for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_RING; a++) {
+                                /* ring runs where ranks share GPUs too */
+                                layout_t l = a == OVL_ALGO_RING && (world + (uint32_t)kind) % 2
+                                                 ? L_SHARED
+                                                 : L_DENSE;
+
+                                make_topo(world, nodes, kind, node_of);
+                                build_topo = node_of;
+                                build_sc = cycle_sc(jobs, a_mode, &build_sc_dtype);
+                                build_job_as(plans, (ovl_algo_t)a, world, node_ms[mi], chunks, 2,
+                                             wg, l, false);
+                                build_topo = NULL;
+                                if (!check_job(&ck, plans, world))
+                                    fail_msg("scaled (A by %s) %s world=%u nodes=%u topology=%d "
+                                             "chunks=%u m=%llu a_out=%d layout=%d: %s",
+                                             mode_name(a_mode), ovl_algo_name((ovl_algo_t)a), world,
+                                             nodes, kind, chunks, (unsigned long long)node_ms[mi],
+                                             wg, l, ck.why);
+                                free_job(plans, world);
+                                jobs++;
+                            }
+    assert_int_equal(jobs, 18 * TOPO_KINDS * 2 * 2 * 2 * 3);
+
+    if (a_mode == OVL_SCALE_ROW) {
+        build_sc = cycle_sc(1, a_mode, &build_sc_dtype);
+        build_job_as(plans, OVL_ALGO_RING, 16, 4096, OVL_PLAN_MAX_CHUNKS, 0, true, L_DENSE, false);
+        if (!check_job(&ck, plans, 16))
+            fail_msg("scaled ring of 16: %s", ck.why);
+        free_job(plans, 16);
+        build_job_as(plans, OVL_ALGO_COLLECTIVE, 16, 4096, OVL_PLAN_MAX_CHUNKS,
+                     OVL_PLAN_MAX_STREAMS, false, L_COPY, false);
+        if (!check_job(&ck, plans, 16))
+            fail_msg("scaled collective of 16: %s", ck.why);
+        free_job(plans, 16);
+    }
+    reset_builds(NULL);
+    checker_free(&ck);
+}
+
+static void test_checker_scaled_row(void **state)
+{
+    (void)state;
+    checker_scaled(OVL_SCALE_ROW);
+}
+
+/* (c) one scale for A: no SG anywhere, every GEMM reads SA[0]. */
+static void test_checker_scaled_tensor(void **state)
+{
+    (void)state;
+    checker_scaled(OVL_SCALE_TENSOR);
+}
+
+/* GEMM + reduce-scatter scaled: every algorithm at worlds 1 to 5 (in one
+ * node, ranks sharing GPUs or not), block rows 1, 3 and 64, chunks 0 to 5,
+ * streams 0 and 2, sum and avg, A's scales by row and by tensor, the
+ * dtypes, B's mode and the bias cycling (ring takes no bias with avg: the
+ * refusal test_scaled_refused shows); then across nodes naive and
+ * collective (2x2, 1+2+3) and push's rail scheme (2x2, 3x2, round robin,
+ * 2x4). (c) no SG in any of them. */
+static void test_rs_checker_scaled(void **state)
+{
+    static const uint64_t mbs[] = {1, 3, 64};
+    static const uint32_t t22[] = {0, 0, 1, 1}, t123[] = {0, 1, 1, 2, 2, 2},
+                          e32[] = {0, 0, 1, 1, 2, 2}, e3rr[] = {0, 1, 2, 0, 1, 2},
+                          e24[] = {0, 0, 0, 0, 1, 1, 1, 1};
+    static const struct {
+        const uint32_t *node_of;
+        uint32_t world;
+        bool push; /* even nodes: push's rail scheme too */
+    } topos[] = {{t22, 4, true}, {t123, 6, false}, {e32, 6, true}, {e3rr, 6, true}, {e24, 8, true}};
+    ovl_plan_t plans[8];
+    checker_t ck = {.arena = NULL};
+    unsigned jobs = 0;
+
+    (void)state;
+    for (uint32_t world = 1; world <= 5; world++)
+        for (size_t mi = 0; mi < sizeof(mbs) / sizeof(mbs[0]); mi++)
+            for (uint32_t chunks = 0; chunks <= 5; chunks++)
+                for (uint32_t streams = 0; streams <= 2; streams += 2)
+                    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_PUSH; a++)
+                        for (int avg = 0; avg <= 1; avg++)
+                            for (int mode = OVL_SCALE_TENSOR; mode <= OVL_SCALE_ROW; mode++) {
+                                ovl_dtype_t dt;
+                                ovl_plan_scaling_t sc = cycle_sc(jobs, (ovl_scale_mode_t)mode, &dt);
+
+                                if (a == OVL_ALGO_RING && avg && world > 1)
+                                    sc.bias = false;
+                                for (uint32_t r = 0; r < world; r++) {
+                                    ovl_plan_params_t p =
+                                        rs_params((ovl_algo_t)a, world, r, mbs[mi], chunks, streams,
+                                                  true, avg);
+
+                                    p.sc = sc;
+                                    p.dtype = dt;
+                                    p.shared_gpu = (chunks + world) % 2 == 1;
+                                    assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+                                }
+                                if (!check_job(&ck, plans, world))
+                                    fail_msg("scaled gemm_rs (A by %s, bias %d) %s world=%u "
+                                             "mb=%llu chunks=%u streams=%u avg=%d: %s",
+                                             mode_name((ovl_scale_mode_t)mode), sc.bias,
+                                             ovl_algo_name((ovl_algo_t)a), world,
+                                             (unsigned long long)mbs[mi], chunks, streams, avg,
+                                             ck.why);
+                                free_job(plans, world);
+                                jobs++;
+                            }
+    assert_int_equal(jobs, 5 * 3 * 6 * 2 * 4 * 2 * 2);
+    for (size_t t = 0; t < sizeof(topos) / sizeof(topos[0]); t++)
+        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_PUSH; a++)
+            for (uint32_t v = 0; v < 4; v++) {
+                uint32_t w = topos[t].world;
+                ovl_dtype_t dt;
+                ovl_plan_scaling_t sc = cycle_sc(v + (uint32_t)a, (ovl_scale_mode_t)(v % 2), &dt);
+
+                if (a == OVL_ALGO_RING || (a == OVL_ALGO_PUSH && !topos[t].push))
+                    continue;
+                for (uint32_t r = 0; r < w; r++) {
+                    ovl_plan_params_t p =
+                        rs_params((ovl_algo_t)a, w, r, 1 + 5 * v, v, 2, true, v >= 2);
+
+                    p.sc = sc;
+                    p.dtype = dt;
+                    p.node_of = topos[t].node_of;
+                    assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+                }
+                if (!check_job(&ck, plans, w))
+                    fail_msg("scaled gemm_rs %s across nodes (job %zu, variant %u): %s",
+                             ovl_algo_name((ovl_algo_t)a), t, v, ck.why);
+                free_job(plans, w);
+            }
+    checker_free(&ck);
+}
+
+/* Scaled by row: the corruptions below break how A's scales go with their
+ * rows (ring of 2, which pulls: r1 pulls r0's rows and their scales, chunk
+ * by chunk; rank 0's first GEMM of gathered rows is of G[64+32]). */
+
+/* r0's GEMM of G[64..] reads the scales of the rows after */
+static void sc_sa_wrong_row(ovl_plan_t *plans)
+{
+    plans[0].instr[find_instr(&plans[0], OVL_I_GEMM, OVL_BUF_G, 0)].sa.row++;
+}
+
+/* r0's GEMM of gathered rows reads its own shard's scales (SA) */
+static void sc_sa_of_own_shard(ovl_plan_t *plans)
+{
+    plans[0].instr[find_instr(&plans[0], OVL_I_GEMM, OVL_BUF_G, 0)].sa.buf = OVL_BUF_SA;
+}
+
+/* r1 pulls r0's first chunk but not its scales */
+static void sc_drop_scale_pull(ovl_plan_t *plans)
+{
+    remove_instr(&plans[1], find_instr(&plans[1], OVL_I_PULL, OVL_BUF_SA, 0));
+}
+
+/* r1 pulls the scales of its first chunk's rows but the last */
+static void sc_scale_pull_short(ovl_plan_t *plans)
+{
+    plans[1].instr[find_instr(&plans[1], OVL_I_PULL, OVL_BUF_SA, 0)].rows--;
+}
+
+/* r1 pulls the scales of its second chunk after it released r0 */
+static void sc_scale_pull_after_release(ovl_plan_t *plans)
+{
+    ovl_plan_t *p = &plans[1];
+    size_t at = find_instr(p, OVL_I_PULL, OVL_BUF_SA, 1), rel = SIZE_MAX;
+    ovl_instr_t in = p->instr[at];
+
+    remove_instr(p, at);
+    for (size_t i = 0; i < p->ninstr; i++)
+        if (p->instr[i].kind == OVL_I_RECORD && p->instr[i].event == OVL_EV_RELEASE)
+            rel = i;
+    assert_true(rel != SIZE_MAX && rel >= at);
+    insert_instr(p, rel + 1, &in);
+}
+
+/* collective of 2 by pulls (chunk 0 on s0, chunk 1 on s1): r1 pulls the
+ * scales of chunk 0's rows of r0 on s1, beside the next chunk's pulls,
+ * which nothing orders before chunk 0's GEMM on s0 */
+static void sc_scale_pull_other_stream(ovl_plan_t *plans)
+{
+    ovl_instr_t *in = &plans[1].instr[find_instr(&plans[1], OVL_I_PULL, OVL_BUF_SA, 1)];
+
+    assert_int_equal(in->src.rank, 0);
+    assert_int_equal(in->stream, 0);
+    in->stream = 1;
+}
+
+/* ring of 3 pushes: r1's first push of scales lands a row off */
+static void sc_scale_push_off(ovl_plan_t *plans)
+{
+    plans[1].instr[find_instr(&plans[1], OVL_I_PUSH, OVL_BUF_SA, 0)].dst.row++;
+}
+
+/* naive by NCCL: every rank gathers its rows' scales into SG one block
+ * off */
+static void sc_allgather_off(ovl_plan_t *plans)
+{
+    for (uint32_t r = 0; r < 2; r++)
+        plans[r].instr[find_instr(&plans[r], OVL_I_ALLGATHER, OVL_BUF_SA, 0)].dst.row += 1;
+}
+
+/* ring across nodes (2x2): every rank drops its first RAIL of scales (the
+ * ranks still meet at every RAIL) */
+static void sc_drop_scale_rails(ovl_plan_t *plans)
+{
+    for (uint32_t r = 0; r < 4; r++)
+        remove_instr(&plans[r], find_instr(&plans[r], OVL_I_RAIL, OVL_BUF_SA, 0));
+}
+
+/* (d): r1's C said to be of A's fp8, SG's start off the 256-byte grid */
+static void sc_c_dtype(ovl_plan_t *plans)
+{
+    plans[1].bufs[OVL_BUF_C].dtype = plans[1].params.dtype;
+}
+
+static void sc_sg_offset(ovl_plan_t *plans)
+{
+    plans[1].bufs[OVL_BUF_SG].scratch_offset += 16;
+}
+
+/* one scale for A (ring alone): r0's GEMM reads SG */
+static void sc_tensor_reads_sg(ovl_plan_t *plans)
+{
+    plans[0].instr[find_instr(&plans[0], OVL_I_GEMM, -1, 0)].sa.buf = OVL_BUF_SG;
+}
+
+/* not scaled: a GEMM names scales */
+static void unscaled_names_sa(ovl_plan_t *plans)
+{
+    plans[0].instr[find_instr(&plans[0], OVL_I_GEMM, -1, 0)].sa.row = 1;
+}
+
+/* Expects the corruption caught, by check_job as it is (naming
+ * `expect`) and with the scale transfers' adjacency to their rows'
+ * transfers unproved (naming `expect_off`: what the simulation alone
+ * catches; NULL: not tried). */
+static void expect_scaled_violation(ovl_algo_t algo, uint32_t world, uint32_t chunks,
+                                    uint32_t streams, layout_t layout,
+                                    void (*corrupt)(ovl_plan_t *plans), const char *expect,
+                                    const char *expect_off)
+{
+    expect_violation_as(algo, world, chunks, streams, layout, corrupt, expect);
+    if (!expect_off)
+        return;
+    g_mirror_off = true;
+    expect_violation_as(algo, world, chunks, streams, layout, corrupt, expect_off);
+    g_mirror_off = false;
+}
+
+static void test_scaled_checker_catches(void **state)
+{
+    static const uint32_t two_by_two[] = {0, 0, 1, 1};
+
+    (void)state;
+    build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_ROW, OVL_SCALE_ROW, true);
+    /* (a) what a GEMM names */
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, sc_sa_wrong_row,
+                            "GEMM of G[64] names the scales r0:SG[65], not r0:SG[64]", NULL);
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, sc_sa_of_own_shard,
+                            "GEMM of G[64] names the scales r0:SA[64], not r0:SG[64]", NULL);
+    /* (b) the scale transfers: each right after its rows', the same
+     * transfer, and the gathered scales read after their write, their
+     * owner's SA within its READY and DONE */
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, sc_drop_scale_pull,
+                            "PULL of G rows 0+32: the next instruction is not the same PULL of "
+                            "their scales (none follows)",
+                            "GEMM reads r1's SG block 0 row 0, never written");
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, sc_scale_pull_short,
+                            "not the same PULL of their scales (other rows)",
+                            "GEMM reads r1's SG block 0 row 31, never written");
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, sc_scale_pull_after_release,
+                            "PULL of G rows 32+32: the next instruction is not the same PULL of "
+                            "their scales (none follows)",
+                            "r0 may complete while its SA is read");
+    expect_scaled_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, L_COPY, sc_scale_pull_other_stream,
+                            "PULL of G rows 0+16: the next instruction is not the same PULL of "
+                            "their scales (another stream)",
+                            "GEMM reads r1's SG block 0 rows 0+ before r1 #8 writes them");
+    expect_scaled_violation(OVL_ALGO_RING, 3, 2, 0, L_DENSE, sc_scale_push_off,
+                            "the same PUSH of their scales (other rows)", "PUSH geometry");
+    expect_scaled_violation(OVL_ALGO_NAIVE, 2, 0, 0, L_NCCL, sc_allgather_off,
+                            "the same ALLGATHER of their scales (other rows)",
+                            "ALLGATHER geometry");
+    build_topo = two_by_two;
+    expect_scaled_violation(OVL_ALGO_RING, 4, 2, 0, L_DENSE, sc_drop_scale_rails,
+                            "RAIL of G rows 0+32: the next instruction is not the same RAIL of "
+                            "their scales (none follows)",
+                            "SG block 2 row 0, never written");
+    build_topo = NULL;
+    /* (d) dtypes and the scratch */
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, sc_c_dtype,
+                            "r1: buffer C in fp8e4m3, not bf16", NULL);
+    expect_scaled_violation(OVL_ALGO_COLLECTIVE, 2, 4, 2, L_DENSE, sc_sg_offset,
+                            "r1: buffer SG's scratch_offset 65552, want 65536", NULL);
+    /* (c) one scale for A: SA[0], never SG (ring alone reads A only) */
+    build_sc.a_mode = OVL_SCALE_TENSOR;
+    expect_scaled_violation(OVL_ALGO_RING, 1, 2, 0, L_DENSE, sc_tensor_reads_sg,
+                            "GEMM of A[0] names the scales r0:SG[0], not r0:SA[0]", NULL);
+    build_sc.scaled = false;
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, unscaled_names_sa,
+                            "GEMM of an op not scaled names scales", NULL);
+    reset_builds(NULL);
+}
+
+/* GEMM + reduce-scatter scaled (push of 3, A's scales by row): a GEMM
+ * names another row's scales, a transfer of scales appears (c: this kind
+ * gathers none), SG said used, P said of the op's fp8. */
+static void test_rs_scaled_checker_catches(void **state)
+{
+    enum { W = 3 };
+    ovl_plan_t plans[W];
+    checker_t ck = {.arena = NULL};
+    static const char *const want[] = {"GEMM of A[16] names the scales r1:SA[17], not r1:SA[16]",
+                                       "PUSH of scales in a plan that gathers none (gemm_rs)",
+                                       "buffer SG: used 1", "r1: buffer P in fp8e4m3, not fp16"};
+
+    (void)state;
+    for (int how = 0; how < (int)(sizeof(want) / sizeof(want[0])); how++) {
+        for (uint32_t r = 0; r < W; r++) {
+            ovl_plan_params_t p = rs_params(OVL_ALGO_PUSH, W, r, 8, 1, 0, true, false);
+
+            p.dtype = OVL_DTYPE_FP8_E4M3;
+            p.sc =
+                scaling(OVL_DTYPE_FP8_E5M2, OVL_DTYPE_FP16, OVL_SCALE_ROW, OVL_SCALE_TENSOR, true);
+            assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        }
+        if (how == 0 && !check_job(&ck, plans, W))
+            fail_msg("scaled push of %d: %s", W, ck.why);
+        ovl_plan_t *p1 = &plans[1];
+        size_t push = find_instr(p1, OVL_I_PUSH, -1, 0);
+        ovl_instr_t sc = p1->instr[push];
+        switch (how) {
+        case 0: /* rank 1's first GEMM (of block 2, its step 1) reads the next row's scales */
+            p1->instr[find_instr(p1, OVL_I_GEMM, -1, 0)].sa.row++;
+            break;
+        case 1: /* its first push followed by a push of scales, as all-gather + GEMM's */
+            sc.src.buf = OVL_BUF_SA;
+            sc.dst.buf = OVL_BUF_SG;
+            sc.cols = 1;
+            insert_instr(p1, push + 1, &sc);
+            break;
+        case 2:
+            p1->bufs[OVL_BUF_SG].used = true;
+            break;
+        case 3:
+            p1->bufs[OVL_BUF_P].dtype = p1->params.dtype;
+            break;
+        }
+        if (check_job(&ck, plans, W))
+            fail_msg("case %d passed the checker", how);
+        if (!strstr(ck.why, want[how]))
+            fail_msg("case %d: '%s' does not say '%s'", how, ck.why, want[how]);
+        free_job(plans, W);
+    }
+    checker_free(&ck);
+}
+
+/* What the planner refuses of scaled ops, of either kind: a scaled op of
+ * a dtype not fp8, fp8 unscaled, A and B both e5m2 (or B not fp8), C in
+ * fp8 (or no dtype), B not transposed, several Bs, an unknown scale mode;
+ * gemm_rs's ring with a bias and avg (whose average would hold every
+ * rank's bias summed), which auto then avoids for push. */
+static void test_scaled_refused(void **state)
+{
+    ovl_plan_params_t good[2], p;
+    ovl_plan_t plan;
+    uint64_t bytes;
+
+    (void)state;
+    good[0] = params_of(OVL_ALGO_RING, 2, 0, 8, 0, 0, false);
+    good[1] = rs_params(OVL_ALGO_PUSH, 2, 0, 8, 0, 0, true, false);
+    for (int kind = 0; kind < 2; kind++) {
+        bool rs = kind == 1;
+
+        good[kind].dtype = OVL_DTYPE_FP8_E4M3;
+        good[kind].transb = true;
+        good[kind].sc =
+            scaling(OVL_DTYPE_FP8_E5M2, OVL_DTYPE_BF16, OVL_SCALE_ROW, OVL_SCALE_ROW, true);
+        assert_int_equal(ovl_plan_build(&good[kind], &plan), OVL_OK);
+        ovl_plan_free(&plan);
+        assert_null(ovl_plan_refusal(&good[kind]));
+        /* e5m2 A with e4m3 B is fine too */
+        p = good[kind], p.dtype = OVL_DTYPE_FP8_E5M2, p.sc.b_dtype = OVL_DTYPE_FP8_E4M3;
+        assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+        ovl_plan_free(&plan);
+
+        /* the words gemm_rs's refusal has for each case below */
+        static const char *const why[] = {"fp8",
+                                          "needs scaling",
+                                          "not both fp8e5m2",
+                                          "fp8",
+                                          "writes",
+                                          "writes",
+                                          "transposed",
+                                          "one B",
+                                          "unknown scale mode",
+                                          "unknown scale mode"};
+        for (size_t c = 0; c < sizeof(why) / sizeof(why[0]); c++) {
+            p = good[kind];
+            switch (c) {
+            case 0: /* scaled, of bf16 */
+                p.dtype = OVL_DTYPE_BF16;
+                break;
+            case 1: /* fp8, not scaled */
+                p.sc = (ovl_plan_scaling_t){.scaled = false};
+                break;
+            case 2: /* both e5m2 */
+                p.dtype = p.sc.b_dtype = OVL_DTYPE_FP8_E5M2;
+                break;
+            case 3: /* B not fp8 */
+                p.sc.b_dtype = OVL_DTYPE_BF16;
+                break;
+            case 4: /* C in fp8 */
+                p.sc.out_dtype = OVL_DTYPE_FP8_E4M3;
+                break;
+            case 5: /* C of no dtype */
+                p.sc.out_dtype = (ovl_dtype_t)OVL_DTYPE_COUNT;
+                break;
+            case 6:
+                p.transb = false;
+                break;
+            case 7: /* two Bs */
+                set_bs(&p, 2);
+                break;
+            case 8:
+                p.sc.a_mode = (ovl_scale_mode_t)OVL_SCALE_MODE_COUNT;
+                break;
+            case 9:
+                p.sc.b_mode = (ovl_scale_mode_t)OVL_SCALE_MODE_COUNT;
+                break;
+            }
+            expect_invalid(&p);
+            assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_ERR_INVALID);
+            if (rs) {
+                const char *words = ovl_plan_refusal(&p);
+
+                if (!words || !strstr(words, why[c]))
+                    fail_msg("gemm_rs case %zu: refusal '%s' does not say '%s'", c,
+                             words ? words : "(none)", why[c]);
+            }
+        }
+    }
+    /* ring (gemm_rs) with a bias and avg: refused, with words; alone, or
+     * with sum, or without a bias, it plans */
+    p = good[1];
+    p.algo = OVL_ALGO_RING;
+    p.world = 4, p.m = 32;
+    p.reduce_op = OVL_REDUCE_AVG;
+    expect_invalid(&p);
+    assert_non_null(ovl_plan_refusal(&p));
+    assert_non_null(strstr(ovl_plan_refusal(&p), "bias"));
+    p.sc.bias = false;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    ovl_plan_free(&plan);
+    p.sc.bias = true;
+    p.reduce_op = OVL_REDUCE_SUM;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    ovl_plan_free(&plan);
+    p.reduce_op = OVL_REDUCE_AVG;
+    p.world = 1, p.m = 8;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    ovl_plan_free(&plan);
+    /* auto: ring at world 4 in bf16 out, but push with a bias and avg */
+    p.world = 4, p.m = 4 * 1024;
+    p.algo = OVL_ALGO_AUTO;
+    p.sc.bias = false;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_RING);
+    p.sc.bias = true;
+    assert_int_equal(ovl_plan_choose(&p), OVL_ALGO_PUSH);
+    assert_non_null(strstr(ovl_plan_choose_why(&p), "bias"));
+    assert_false(ovl_plan_takes_default(&p, OVL_ALGO_RING));
+    p.algo = OVL_ALGO_PUSH;
+    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+    ovl_plan_free(&plan);
+}
+
+/* Ops that differ only in their scaling plan different programs (SG's
+ * transfers or none, the bias, C's and P's dtype, cuBLASLt's fast
+ * accumulation): ovl_plan_params_equal, by which ovld's plan cache finds
+ * a job's plans, must tell them apart, of either kind. */
+static void test_scaled_params_equal(void **state)
+{
+    static const char *const field[] = {"b_dtype",    "out_dtype", "a_mode", "b_mode",
+                                        "fast_accum", "bias",      "scaled"};
+    ovl_plan_params_t base[2], a, b;
+
+    (void)state;
+    base[0] = params_of(OVL_ALGO_RING, 2, 0, 8, 0, 0, false);
+    base[1] = rs_params(OVL_ALGO_PUSH, 2, 0, 8, 0, 0, true, false);
+    for (int kind = 0; kind < 2; kind++) {
+        a = base[kind];
+        a.dtype = OVL_DTYPE_FP8_E4M3;
+        a.transb = true;
+        a.sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_ROW, OVL_SCALE_ROW, true);
+        b = a;
+        assert_true(ovl_plan_params_equal(&a, &b));
+        for (size_t c = 0; c < sizeof(field) / sizeof(field[0]); c++) {
+            b = a;
+            switch (c) {
+            case 0:
+                b.sc.b_dtype = OVL_DTYPE_FP8_E5M2;
+                break;
+            case 1:
+                b.sc.out_dtype = OVL_DTYPE_FP16;
+                break;
+            case 2:
+                b.sc.a_mode = OVL_SCALE_TENSOR;
+                break;
+            case 3:
+                b.sc.b_mode = OVL_SCALE_TENSOR;
+                break;
+            case 4:
+                b.sc.fast_accum = !b.sc.fast_accum;
+                break;
+            case 5:
+                b.sc.bias = false;
+                break;
+            case 6:
+                b.sc = (ovl_plan_scaling_t){.scaled = false};
+                break;
+            }
+            if (ovl_plan_params_equal(&a, &b) || ovl_plan_params_equal(&b, &a))
+                fail_msg("%s: params that differ in sc.%s compare equal (plan.c, "
+                         "ovl_plan_params_equal, compares no field of sc)",
+                         kind ? "gemm_rs" : "ag_gemm", field[c]);
+        }
+    }
+}
+
+/* Goldens of scaled ops: all-gather + GEMM's ring of 2 (rank 0, 2
+ * chunks), A's and B's scales by row and a bias (ovlctl plan --world 2
+ * --rank 0 -m 1024 -n 256 -k 512 --dtype fp8e4m3 --algo ring --chunks 2
+ * --bias prints the same); GEMM + reduce-scatter's push of 2 (rank 0),
+ * one scale for A, B's by row, fast accumulation, no bias (ovlctl plan
+ * --op rs --world 2 --rank 0 -m 512 -n 256 -k 512 --dtype fp8e4m3 --algo
+ * push --chunks 4 --a-scale tensor --fast-accum). */
+static void test_golden_scaled(void **state)
+{
+    (void)state;
+    build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_ROW, OVL_SCALE_ROW, true);
+    build_sc.fast_accum = false;
+    check_golden_shape(OVL_ALGO_RING, 2, 0, 2, "plan_ag_ring_fp8.txt");
+    build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_TENSOR, OVL_SCALE_ROW, false);
+    build_sc.fast_accum = true;
+    check_golden_rs_as(OVL_ALGO_PUSH, 2, 0, "plan_rs_push_fp8.txt");
+    reset_builds(NULL);
 }
 
 int main(void)
@@ -4154,6 +5194,14 @@ int main(void)
         cmocka_unit_test(test_ringrs_checker_catches),
         cmocka_unit_test(test_rs_dataflow_catches),
         cmocka_unit_test(test_golden_rs),
+        cmocka_unit_test_teardown(test_checker_scaled_row, reset_builds),
+        cmocka_unit_test_teardown(test_checker_scaled_tensor, reset_builds),
+        cmocka_unit_test_teardown(test_rs_checker_scaled, reset_builds),
+        cmocka_unit_test_teardown(test_scaled_checker_catches, reset_builds),
+        cmocka_unit_test_teardown(test_rs_scaled_checker_catches, reset_builds),
+        cmocka_unit_test_teardown(test_scaled_refused, reset_builds),
+        cmocka_unit_test(test_scaled_params_equal),
+        cmocka_unit_test_teardown(test_golden_scaled, reset_builds),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -760,6 +760,9 @@ static ncclDataType_t nccl_type(ovl_dtype_t dt)
         return ncclFloat16;
     case OVL_DTYPE_FP32:
         return ncclFloat32;
+    case OVL_DTYPE_FP8_E4M3: /* moved, never reduced: bytes */
+    case OVL_DTYPE_FP8_E5M2:
+        return ncclUint8;
     }
     return ncclFloat32;
 }

@@ -187,6 +187,9 @@ extern "C" cudaError_t ovld_launch_reduce(cudaStream_t s, ovl_dtype_t dtype, voi
         return launch_reduce<__half>(s, dst, ldd, src, lds, rows, cols, nblocks, stride, div);
     case OVL_DTYPE_FP32:
         return launch_reduce<float>(s, dst, ldd, src, lds, rows, cols, nblocks, stride, div);
+    case OVL_DTYPE_FP8_E4M3: /* partials are never fp8 (plans sum in the output dtype) */
+    case OVL_DTYPE_FP8_E5M2:
+        break;
     }
     return cudaErrorInvalidValue;
 }

@@ -96,23 +96,11 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
     case W_RUN:
         w->run(r, w);
         break;
-    case W_GEMM: {
-        const ovld_gemm_args_t *g = &w->u.gemm;
-        size_t elem = ovl_dtype_size(g->dtype);
-        for (uint32_t blk = 0; blk < g->nblocks; blk++) {
-            uint64_t row = (uint64_t)blk * g->block_stride;
-            st = ovl_host_gemm_acc(g->dtype, g->rows, g->n, g->k,
-                                   ovld_view_rows(g->a, row, elem).ptr, g->a.ld, g->b.ptr, g->b.ld,
-                                   g->transb,
-                                   g->acc.ptr ? ovld_view_rows(g->acc, row, elem).ptr : NULL,
-                                   g->acc.ld, g->div, ovld_view_rows(g->c, row, elem).ptr, g->c.ld);
-            if (st != OVL_OK) {
-                host_rank_fail(r, st, "gemm: %s", ovl_strerror(st));
-                break;
-            }
-        }
+    case W_GEMM:
+        st = ovl_host_gemm_args(&w->u.gemm);
+        if (st != OVL_OK)
+            host_rank_fail(r, st, "gemm: %s", ovl_strerror(st));
         break;
-    }
     case W_SLEEP: {
         struct timespec ts = {0, (long)w->u.sleep_ns};
         nanosleep(&ts, NULL);
