@@ -87,6 +87,8 @@ extern "C" cudaError_t ovl_demo_fill(ovl_dtype_t dt, void *p, uint64_t rows, uin
                                      uint64_t ld, uint64_t seed, uint32_t rank, int which,
                                      cudaStream_t s)
 {
+    if (ovl_dtype_is_fp8(dt)) /* load and store know 16 and 32 bits only */
+        return cudaErrorInvalidValue;
     fill_kernel<<<blocks_for(rows * cols), 256, 0, s>>>((int)dt, p, rows, cols, ld, seed, rank,
                                                         which);
     return cudaGetLastError();
@@ -95,6 +97,8 @@ extern "C" cudaError_t ovl_demo_fill(ovl_dtype_t dt, void *p, uint64_t rows, uin
 extern "C" cudaError_t ovl_demo_to_f32(ovl_dtype_t dt, const void *src, uint64_t rows,
                                        uint64_t cols, uint64_t ld, float *dst, cudaStream_t s)
 {
+    if (ovl_dtype_is_fp8(dt))
+        return cudaErrorInvalidValue;
     to_f32_kernel<<<blocks_for(rows * cols), 256, 0, s>>>((int)dt, src, rows, cols, ld, dst);
     return cudaGetLastError();
 }
@@ -103,6 +107,8 @@ extern "C" cudaError_t ovl_demo_error_acc(ovl_dtype_t dt, const void *c, uint64_
                                           const float *ref, uint64_t rows, uint64_t cols,
                                           double *acc, cudaStream_t s)
 {
+    if (ovl_dtype_is_fp8(dt))
+        return cudaErrorInvalidValue;
     error_kernel<<<blocks_for(rows * cols), 256, 0, s>>>((int)dt, c, ldc, ref, rows, cols, acc);
     return cudaGetLastError();
 }

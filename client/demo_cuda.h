@@ -3,7 +3,10 @@
  * reproducible random data made on the GPU (the same values in every process
  * for a given seed, rank and matrix, so that a rank can rebuild its peers'
  * shards), a reference GEMM through cuBLASLt in fp32, and the relative error
- * of a result against it. All work goes on the given stream.
+ * of a result against it. All work goes on the given stream. The dtypes
+ * are bf16, fp16 and fp32: an fp8 one is refused (cudaErrorInvalidValue,
+ * nothing launched); ovl-demo makes a scaled op's fp8 data on the host
+ * (demo_scaled.h) and copies it.
  */
 #ifndef OVL_DEMO_CUDA_H
 #define OVL_DEMO_CUDA_H

@@ -26,11 +26,17 @@ OVL_HD static inline uint64_t ovl_demo_mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* The 64 random bits of element i of matrix `which` of rank r. */
+OVL_HD static inline uint64_t ovl_demo_bits(uint64_t seed, uint32_t r, int which, uint64_t i)
+{
+    return ovl_demo_mix(seed ^
+                        ovl_demo_mix((((uint64_t)r << 8) | (uint64_t)which) ^ ovl_demo_mix(i)));
+}
+
 /* Uniform in [-1, 1). */
 OVL_HD static inline float ovl_demo_value(uint64_t seed, uint32_t r, int which, uint64_t i)
 {
-    uint64_t x =
-        ovl_demo_mix(seed ^ ovl_demo_mix((((uint64_t)r << 8) | (uint64_t)which) ^ ovl_demo_mix(i)));
+    uint64_t x = ovl_demo_bits(seed, r, which, i);
     return (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 

@@ -1,7 +1,8 @@
 /*
  * demo_rs_ref.c: see demo_rs_ref.h. Every rank's A and B regenerated from
  * the seed (demo_rnd.h), the rank's rows of the sum of their products in
- * double precision.
+ * double precision; a scaled (fp8) op's with its scales and bias
+ * (demo_scaled.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +12,52 @@
 #include "demo_rs_ref.h"
 #include "hostgemm.h"
 
+/* The scaled op's reference (o->sc.on): each rank's scaled product of
+ * rank's rows, with its bias, summed (ovl_demo_rs_reference's rules). */
+static int scaled_reference(const ovl_demo_rs_shape_t *o, uint32_t rank, double *ref)
+{
+    const ovl_demo_scaled_t *sc = &o->sc;
+    ovl_dtype_t dt = o->dtype;
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    double *part = malloc(m * n * sizeof(double));
+    int rc = -1;
+    if (!part) {
+        fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+        return -1;
+    }
+    memset(ref, 0, m * n * sizeof(double));
+    for (uint32_t q = 0; q < W; q++) {
+        ovl_demo_scaled_data_t x;
+        if (ovl_demo_scaled_make(sc, dt, W * m, n, k, o->seed, q, &x) != 0) {
+            fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+            goto out;
+        }
+        /* rank q's product of this rank's block: its rows and their scales */
+        uint64_t row0 = (uint64_t)rank * m;
+        const float *sa = x.a_scale + (sc->a_mode == OVL_SCALE_ROW ? row0 : 0);
+        ovl_status_t st = ovl_demo_scaled_ref_gemm(
+            sc, dt, m, n, k, (char *)x.a + row0 * k * ovl_dtype_size(dt), sa, &x, part);
+        ovl_demo_scaled_free(&x);
+        if (st != OVL_OK) {
+            fprintf(stderr, "rank %u: the scaled reference: %s\n", rank, ovl_strerror(st));
+            goto out;
+        }
+        for (uint64_t i = 0; i < m * n; i++)
+            ref[i] += part[i];
+    }
+    if (o->reduce_op == OVL_REDUCE_AVG)
+        for (uint64_t i = 0; i < m * n; i++)
+            ref[i] /= (double)W;
+    rc = 0;
+out:
+    free(part);
+    return rc;
+}
+
 int ovl_demo_rs_reference(const ovl_demo_rs_shape_t *o, uint32_t rank, double *ref)
 {
+    if (o->sc.on)
+        return scaled_reference(o, rank, ref);
     ovl_dtype_t dt = o->dtype;
     size_t es = ovl_dtype_size(dt);
     uint64_t W = o->world, m = o->m, n = o->n, k = o->k;

@@ -9,11 +9,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "demo_scaled.h"
 #include "ovl.h"
 
 /* The op and its data: every rank's A is (world*m) x k (matrix 0 of the
  * rank, demo_rnd.h) and its B k x n, n x k with transb (matrix 1); each
- * rank keeps m rows of the sum. */
+ * rank keeps m rows of the sum. Scaled (sc.on; zero: not): dtype is A's
+ * fp8, B is n x k in sc.b_dtype, and each rank's product has its scales
+ * and bias (demo_scaled.h: A scales of its world*m rows). */
 typedef struct ovl_demo_rs_shape {
     ovl_dtype_t dtype;
     uint32_t world;
@@ -21,11 +24,15 @@ typedef struct ovl_demo_rs_shape {
     bool transb;
     ovl_reduce_op_t reduce_op;
     uint64_t seed;
+    ovl_demo_scaled_t sc;
 } ovl_demo_rs_shape_t;
 
 /* rank's m rows of the sum over every rank q of A_q @ op(B_q) (divided by
  * the world for avg), each rank's A and B regenerated from the seed, in
- * double precision, into ref (m x n). 0, or -1 after saying why. */
+ * double precision, into ref (m x n). Scaled, each rank's term is
+ * sa_q(i) * sb_q(j) * (A_q @ op(B_q))[i][j] + bias_q[j] over rows i of
+ * rank's block (A_q's rows [rank m, (rank+1) m) and their scales), the
+ * sum divided by the world for avg. 0, or -1 after saying why. */
 int ovl_demo_rs_reference(const ovl_demo_rs_shape_t *s, uint32_t rank, double *ref);
 
 #endif /* OVL_DEMO_RS_REF_H */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "demo_rnd.h"
+#include "demo_scaled.h"
 #include "half.h"
 #include "hostgemm.h"
 #include "num.h"
@@ -51,7 +52,8 @@ static void usage(FILE *f)
             "      --reduce sum|avg  rs: how the ranks' products combine (default sum)\n"
             "      --strided       rs: A and C are views into wider matrices (lda k + 3,\n"
             "                      ldc n + 5); the columns past them must stay untouched\n"
-            "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
+            "  -d, --dtype T       bf16, fp16, fp32, or fp8e4m3 or fp8e5m2 (default bf16);\n"
+            "                      an fp8 dtype (A's) makes the ops scaled (below)\n"
             "  -a, --algo A        naive, collective, ring, push (rs only), auto or all\n"
             "                      (default all: ag's three, rs's four)\n"
             "  -i, --iters I       ops per algorithm, back to back (default 3)\n"
@@ -73,7 +75,27 @@ static void usage(FILE *f)
             "                      leaves, so that other jobs find the devices shared\n"
             "      --seed S        random seed (default: time)\n"
             "      --job ID        job id (default demo-PID)\n"
-            "  -h, --help          show this help\n",
+            "  -h, --help          show this help\n"
+            "\n"
+            "Scaled (fp8) ops, with -d fp8e4m3 or fp8e5m2 only: C = sa(i) * sb(j) *\n"
+            "(A @ op(B))[i][j] + bias[j], summed in fp32 and rounded to the output dtype;\n"
+            "fp32 scales in [0.5, 1). --transb is implied (B n x k: cuBLASLt's one fp8\n"
+            "layout); one B (no --more-n).\n"
+            "      --b-dtype T     B's dtype: fp8e4m3 or fp8e5m2 (default fp8e4m3; not\n"
+            "                      fp8e5m2 with -d fp8e5m2)\n"
+            "      --out-dtype T   C's dtype: bf16, fp16 or fp32 (default bf16); the check\n"
+            "                      accepts 1e-2 (bf16), 2e-3 (fp16), 5e-4 (fp32: Hopper's\n"
+            "                      tensor cores sum fp8 products in fewer bits than fp32)\n"
+            "      --scale MODE    A's and B's scales: tensor (one) or row (A: one per row,\n"
+            "                      B: one per column of op(B)) (default row); ag with\n"
+            "                      tensor: one A scale that every rank shares\n"
+            "      --a-scale MODE  A's scales alone (over --scale)\n"
+            "      --b-scale MODE  B's scales alone (over --scale)\n"
+            "      --bias          add a bias of n elements of the output dtype (rs: each\n"
+            "                      rank's, once per rank's product)\n"
+            "      --fast-accum    cuBLASLt's fast fp8 accumulation (the host backend's sum\n"
+            "                      is the same either way); the check then accepts twice\n"
+            "                      the output dtype's tolerance (not measured: a margin)\n",
             OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1, OVL_DEMO_PACE);
 }
 
@@ -149,13 +171,17 @@ static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevi
 
 /* A rank's data on the host backend (rank_host). The buffers ovld maps
  * (ovl_host_alloc, freed with the client): A, each B and its C (B i is
- * matrix 1 + i of the rank, dense), a_out with --a-out. This process's:
- * every rank's A, regenerated (the reference's input and a_out's check),
- * and each C's reference in double precision. */
+ * matrix 1 + i of the rank, dense), a_out with --a-out, and a scaled op's
+ * scales and bias (demo_scaled.h). This process's: every rank's A,
+ * regenerated (the reference's input and a_out's check), and each C's
+ * reference in double precision. */
 typedef struct host_bufs {
     void *a, *aout;
     void *b[OVL_MAX_BS], *c[OVL_MAX_BS];  /* B i and C i */
     ovl_ag_gemm_b_t more[OVL_MAX_BS - 1]; /* B 1 .. of the op */
+    float *a_scale, *b_scale;             /* scaled: in memory ovld maps */
+    void *bias;
+    ovl_scaling_t scaling; /* the op's, over them */
     void *ga;
     double *ref[OVL_MAX_BS]; /* C i's reference */
 } host_bufs_t;
@@ -164,8 +190,9 @@ typedef struct host_bufs {
  * -1 after saying why. */
 static int host_buffers(const opts_t *o, uint32_t rank, ovl_client_t *cl, host_bufs_t *hb)
 {
-    ovl_dtype_t dt = o->dtype;
-    size_t es = ovl_dtype_size(dt);
+    ovl_dtype_t dt = o->dtype, bdt = ovl_demo_b_dtype(&o->sc, dt);
+    size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(bdt);
+    size_t ces = ovl_dtype_size(ovl_demo_c_dtype(&o->sc, dt));
     uint64_t W = o->world, m = o->m, k = o->k;
     uint64_t lda = k, ldo = k;
 
@@ -181,16 +208,32 @@ static int host_buffers(const opts_t *o, uint32_t rank, ovl_client_t *cl, host_b
     for (uint32_t i = 0; i < o->nb; i++) {
         uint64_t n = ovl_demo_bn(o, i), ldb = o->transb ? k : n;
         uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
-        hb->b[i] = ovl_host_alloc(cl, brows * ldb * es);
-        hb->c[i] = ovl_host_alloc(cl, W * m * n * es);
+        hb->b[i] = ovl_host_alloc(cl, brows * ldb * bes);
+        hb->c[i] = ovl_host_alloc(cl, W * m * n * ces);
         if (!hb->b[i] || !hb->c[i]) {
             fprintf(stderr, "rank %u: ovl_host_alloc (B %u): %s\n", rank, i, ovl_last_error(cl));
             return -1;
         }
-        ovl_demo_fill_host(dt, hb->b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
+        ovl_demo_fill_host(bdt, hb->b[i], brows, bcols, ldb, o->seed, rank, 1 + (int)i);
         if (i > 0)
             hb->more[i - 1] = ovl_demo_b(o, i, hb->b[i], hb->c[i]);
     }
+    if (!o->sc.on)
+        return 0;
+    /* scaled (one B): the scales and bias, where ovld maps them */
+    const ovl_demo_scaled_t *sc = &o->sc;
+    hb->a_scale = ovl_host_alloc(cl, ovl_demo_a_scales(sc, m) * sizeof(float));
+    hb->b_scale = ovl_host_alloc(cl, ovl_demo_b_scales(sc, o->n) * sizeof(float));
+    hb->bias = sc->bias ? ovl_host_alloc(cl, o->n * ces) : NULL;
+    if (!hb->a_scale || !hb->b_scale || (sc->bias && !hb->bias)) {
+        fprintf(stderr, "rank %u: ovl_host_alloc (scales): %s\n", rank, ovl_last_error(cl));
+        return -1;
+    }
+    ovl_demo_fill_a_scale(sc, hb->a_scale, m, o->seed, rank);
+    ovl_demo_fill_b_scale(sc, hb->b_scale, o->n, o->seed, rank);
+    if (hb->bias)
+        ovl_demo_fill_bias(sc, hb->bias, o->n, o->seed, rank);
+    hb->scaling = ovl_demo_scaling(sc, hb->a_scale, hb->b_scale, hb->bias);
     return 0;
 }
 
@@ -207,6 +250,15 @@ static int host_reference(const opts_t *o, uint32_t rank, host_bufs_t *hb)
     if (!hb->ga) {
         fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
         return -1;
+    }
+    if (o->sc.on) { /* one B: every rank's A and A scales, this rank's B, scales and bias */
+        hb->ref[0] = malloc(W * m * o->n * sizeof(double));
+        if (!hb->ref[0]) {
+            fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
+            return -1;
+        }
+        return ovl_demo_scaled_ag_reference(&o->sc, dt, o->world, m, o->n, k, o->seed, rank, hb->ga,
+                                            hb->ref[0]);
     }
     for (uint32_t r = 0; r < W; r++)
         ovl_demo_fill_host(dt, (char *)hb->ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
@@ -234,20 +286,21 @@ static int host_reference(const opts_t *o, uint32_t rank, host_bufs_t *hb)
 static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
                           const host_bufs_t *hb, int ai, result_t *rs)
 {
-    ovl_dtype_t dt = o->dtype;
-    size_t es = ovl_dtype_size(dt);
+    ovl_dtype_t dt = o->dtype, cdt = ovl_demo_c_dtype(&o->sc, dt);
+    size_t es = ovl_dtype_size(dt), ces = ovl_dtype_size(cdt);
     uint64_t W = o->world, m = o->m, k = o->k;
     uint64_t ldo = k;
 
     rs->algo = o->algos[ai];
     ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, hb->a, hb->b[0], hb->c[0], hb->aout, hb->more);
+    d.scaling = o->sc.on ? &hb->scaling : NULL;
     /* One op untimed first: plans, scratch and (on a GPU) communicators
      * are made on first use. Then poison the outputs and time. */
     ovl_status_t st = ovl_allgather_gemm(comm, &d, NULL);
     if (st == OVL_OK)
         st = ovl_comm_synchronize(comm);
     for (uint32_t i = 0; i < o->nb; i++) /* NaN in every dtype: unwritten shows */
-        memset(hb->c[i], 0xff, W * m * ovl_demo_bn(o, i) * es);
+        memset(hb->c[i], 0xff, W * m * ovl_demo_bn(o, i) * ces);
     if (hb->aout)
         memset(hb->aout, 0xff, W * m * ldo * es);
     double t0 = ovl_mono_s();
@@ -267,7 +320,7 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
     rs->rel_err = 0;
     for (uint32_t i = 0; i < o->nb; i++) {
         uint64_t n = ovl_demo_bn(o, i);
-        rs->rel_err_b[i] = ovl_rel_error(dt, W * m, n, hb->c[i], n, hb->ref[i], n);
+        rs->rel_err_b[i] = ovl_rel_error(cdt, W * m, n, hb->c[i], n, hb->ref[i], n);
         if (!(rs->rel_err_b[i] <= rs->rel_err)) /* NaN counts as worse */
             rs->rel_err = rs->rel_err_b[i];
     }
@@ -293,24 +346,37 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
 static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t *comm,
                         result_t *res)
 {
-    ovl_dtype_t dt = o->dtype;
-    size_t es = ovl_dtype_size(dt);
+    const ovl_demo_scaled_t *sc = &o->sc;
+    ovl_dtype_t dt = o->dtype, bdt = ovl_demo_b_dtype(sc, dt), cdt = ovl_demo_c_dtype(sc, dt);
+    size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(bdt), ces = ovl_dtype_size(cdt);
     uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
     uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
     /* --strided: A and C inside wider matrices, whose extra columns hold a
      * pattern that must survive */
     uint64_t lda = o->strided ? k + 3 : k, ldc = o->strided ? n + 5 : n;
-    void *a = ovl_host_alloc(cl, W * m * lda * es), *b = ovl_host_alloc(cl, brows * bcols * es);
-    void *c = ovl_host_alloc(cl, m * ldc * es);
+    void *a = ovl_host_alloc(cl, W * m * lda * es), *b = ovl_host_alloc(cl, brows * bcols * bes);
+    void *c = ovl_host_alloc(cl, m * ldc * ces);
+    /* scaled: the scales of A's world*m rows, B's, the bias */
+    float *sa = sc->on ? ovl_host_alloc(cl, ovl_demo_a_scales(sc, W * m) * sizeof(float)) : NULL;
+    float *sb = sc->on ? ovl_host_alloc(cl, ovl_demo_b_scales(sc, n) * sizeof(float)) : NULL;
+    void *bias = sc->on && sc->bias ? ovl_host_alloc(cl, n * ces) : NULL;
     double *ref = malloc(m * n * sizeof(double));
-    if (!a || !b || !c || !ref) {
+    if (!a || !b || !c || !ref || (sc->on && (!sa || !sb || (sc->bias && !bias)))) {
         fprintf(stderr, "rank %u: out of memory: %s\n", rank, ovl_last_error(cl));
         free(ref);
         return 1;
     }
     memset(a, 0x5a, W * m * lda * es);
     ovl_demo_fill_host(dt, a, W * m, k, lda, o->seed, rank, 0);
-    ovl_demo_fill_host(dt, b, brows, bcols, bcols, o->seed, rank, 1);
+    ovl_demo_fill_host(bdt, b, brows, bcols, bcols, o->seed, rank, 1);
+    ovl_scaling_t scaling = {0};
+    if (sc->on) {
+        ovl_demo_fill_a_scale(sc, sa, W * m, o->seed, rank);
+        ovl_demo_fill_b_scale(sc, sb, n, o->seed, rank);
+        if (bias)
+            ovl_demo_fill_bias(sc, bias, n, o->seed, rank);
+        scaling = ovl_demo_scaling(sc, sa, sb, bias);
+    }
     ovl_demo_rs_shape_t sh = ovl_demo_rs_shape(o);
     if (ovl_demo_rs_reference(&sh, rank, ref) != 0) {
         free(ref);
@@ -320,12 +386,13 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
         ovl_gemm_rs_desc_t d = ovl_demo_rs_desc(o, ai, a, lda, b, c, ldc);
+        d.scaling = sc->on ? &scaling : NULL;
         ovl_status_t st = ovl_gemm_reduce_scatter(comm, &d, NULL);
         if (st == OVL_OK)
             st = ovl_comm_synchronize(comm);
-        memset(c, 0xff, m * ldc * es);              /* NaN in every dtype: unwritten shows */
+        memset(c, 0xff, m * ldc * ces);             /* NaN in every dtype: unwritten shows */
         for (uint64_t i = 0; i < m && ldc > n; i++) /* the columns past C's */
-            memset((char *)c + (i * ldc + n) * es, 0xa5, (ldc - n) * es);
+            memset((char *)c + (i * ldc + n) * ces, 0xa5, (ldc - n) * ces);
         double t0 = ovl_mono_s();
         for (int i = 0; st == OVL_OK && i < o->iters; i++)
             st = ovl_gemm_reduce_scatter(comm, &d, NULL);
@@ -339,10 +406,10 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
             rs->rel_err = rs->rel_err_b[0] = INFINITY;
             break; /* the comm's error is sticky: later runs would say the same */
         }
-        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(dt, m, n, c, ldc, ref, n);
+        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(cdt, m, n, c, ldc, ref, n);
         for (uint64_t i = 0; i < m && ldc > n; i++)
-            for (uint64_t j = n * es; j < ldc * es; j++)
-                if (((unsigned char *)c)[i * ldc * es + j] != 0xa5) {
+            for (uint64_t j = n * ces; j < ldc * ces; j++)
+                if (((unsigned char *)c)[i * ldc * ces + j] != 0xa5) {
                     rs->a_out_ok = false; /* the row says: "wrote past C's columns" */
                     i = m;
                     break;
@@ -570,13 +637,91 @@ enum {
     O_IDLE,
     O_OP,
     O_REDUCE,
-    O_STRIDED
+    O_STRIDED,
+    O_B_DTYPE,
+    O_OUT_DTYPE,
+    O_SCALE,
+    O_A_SCALE,
+    O_B_SCALE,
+    O_BIAS,
+    O_FAST_ACCUM
 };
 
-/* One option (getopt_long's ch, and arg its optarg) into o, or *algo for
- * --algo (read once every option is): -1 to go on, else the exit status (0
- * after --help, 2 after saying why). */
-static int demo_option(opts_t *o, int ch, const char *arg, const char **algo)
+/* What the options said that is settled once all are read (demo_options):
+ * --algo's word, the first option of a scaled op given (for the refusal
+ * without an fp8 dtype), and --scale, --a-scale and --b-scale (-1: not
+ * given). */
+typedef struct parsed {
+    const char *algo;
+    const char *scaled_opt;
+    int scale, a_scale, b_scale;
+    bool b_dtype_given, out_dtype_given;
+} parsed_t;
+
+/* --scale's, --a-scale's or --b-scale's MODE (opt names the option): the
+ * mode, or -1 after saying why. */
+static int parse_scale_mode(const char *opt, const char *arg)
+{
+    ovl_scale_mode_t mode;
+    if (ovl_scale_mode_parse(arg, &mode) == OVL_OK)
+        return (int)mode;
+    fprintf(stderr, "ovl-demo: %s: '%s' is not tensor or row\n", opt, arg);
+    return -1;
+}
+
+/* The options of a scaled op: -1 to go on, else 2 after saying why. */
+static int scaled_option(opts_t *o, int ch, const char *arg, parsed_t *p)
+{
+    static const char *const names[] = {
+        [O_B_DTYPE] = "--b-dtype",      [O_OUT_DTYPE] = "--out-dtype", [O_SCALE] = "--scale",
+        [O_A_SCALE] = "--a-scale",      [O_B_SCALE] = "--b-scale",     [O_BIAS] = "--bias",
+        [O_FAST_ACCUM] = "--fast-accum"};
+    if (!p->scaled_opt)
+        p->scaled_opt = names[ch];
+    ovl_dtype_t dt;
+    switch (ch) {
+    case O_B_DTYPE:
+        if (ovl_dtype_parse(arg, &dt) != OVL_OK || !ovl_dtype_is_fp8(dt)) {
+            fprintf(stderr, "ovl-demo: --b-dtype: '%s' is not fp8e4m3 or fp8e5m2\n", arg);
+            return 2;
+        }
+        o->sc.b_dtype = dt;
+        p->b_dtype_given = true;
+        break;
+    case O_OUT_DTYPE:
+        if (ovl_dtype_parse(arg, &dt) != OVL_OK || ovl_dtype_is_fp8(dt)) {
+            fprintf(stderr,
+                    "ovl-demo: --out-dtype: '%s' is not bf16, fp16 or fp32 (a scaled op's output "
+                    "is never fp8)\n",
+                    arg);
+            return 2;
+        }
+        o->sc.out_dtype = dt;
+        p->out_dtype_given = true;
+        break;
+    case O_SCALE:
+    case O_A_SCALE:
+    case O_B_SCALE: {
+        int mode = parse_scale_mode(names[ch], arg);
+        if (mode < 0)
+            return 2;
+        *(ch == O_SCALE ? &p->scale : ch == O_A_SCALE ? &p->a_scale : &p->b_scale) = mode;
+        break;
+    }
+    case O_BIAS:
+        o->sc.bias = true;
+        break;
+    default: /* O_FAST_ACCUM */
+        o->sc.fast_accum = true;
+        break;
+    }
+    return -1;
+}
+
+/* One option (getopt_long's ch, and arg its optarg) into o, or into p
+ * what is settled once every option is read: -1 to go on, else the exit
+ * status (0 after --help, 2 after saying why). */
+static int demo_option(opts_t *o, int ch, const char *arg, parsed_t *p)
 {
     uint64_t v;
     switch (ch) {
@@ -584,8 +729,16 @@ static int demo_option(opts_t *o, int ch, const char *arg, const char **algo)
         o->socket = arg;
         break;
     case 'a':
-        *algo = arg;
+        p->algo = arg;
         break;
+    case O_B_DTYPE:
+    case O_OUT_DTYPE:
+    case O_SCALE:
+    case O_A_SCALE:
+    case O_B_SCALE:
+    case O_BIAS:
+    case O_FAST_ACCUM:
+        return scaled_option(o, ch, arg, p);
     case 'd':
         if (ovl_dtype_parse(arg, &o->dtype) != OVL_OK) {
             fprintf(stderr, "ovl-demo: unknown dtype '%s'\n", arg);
@@ -680,6 +833,43 @@ static int demo_option(opts_t *o, int ch, const char *arg, const char **algo)
     return -1;
 }
 
+/* A scaled op's options settled (an fp8 -d): o->sc filled, with its
+ * defaults (B fp8e4m3, C bf16, scales by row), transb implied. 0, or -1
+ * after saying why: one of them without an fp8 dtype, both fp8e5m2,
+ * several Bs. */
+static int scaled_options(opts_t *o, const parsed_t *p)
+{
+    if (!ovl_dtype_is_fp8(o->dtype)) {
+        if (p->scaled_opt) {
+            fprintf(stderr, "ovl-demo: %s is a scaled op's: -d fp8e4m3 or fp8e5m2 (not %s)\n",
+                    p->scaled_opt, ovl_dtype_name(o->dtype));
+            return -1;
+        }
+        return 0;
+    }
+    ovl_demo_scaled_t *sc = &o->sc;
+    sc->on = true;
+    if (!p->b_dtype_given)
+        sc->b_dtype = OVL_DTYPE_FP8_E4M3;
+    if (!p->out_dtype_given)
+        sc->out_dtype = OVL_DTYPE_BF16;
+    int both = p->scale >= 0 ? p->scale : OVL_SCALE_ROW;
+    sc->a_mode = (ovl_scale_mode_t)(p->a_scale >= 0 ? p->a_scale : both);
+    sc->b_mode = (ovl_scale_mode_t)(p->b_scale >= 0 ? p->b_scale : both);
+    if (o->dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2) {
+        fprintf(stderr, "ovl-demo: fp8e5m2 x fp8e5m2 has no GEMM (cuBLASLt's fp8 takes e4m3 on "
+                        "one side at least): --b-dtype fp8e4m3\n");
+        return -1;
+    }
+    if (o->nb > 1) {
+        fprintf(stderr, "ovl-demo: a scaled (%s) op takes one B: no --more-n\n",
+                ovl_dtype_name(o->dtype));
+        return -1;
+    }
+    o->transb = true; /* cuBLASLt's one fp8 layout: B n x k */
+    return 0;
+}
+
 /* ovl-demo's options into *o (its defaults: usage's), checked, with the
  * algorithms to run: -1 to go on, else the exit status (0 after --help, 2
  * after saying why). o->socket stays NULL without --socket. */
@@ -704,6 +894,13 @@ static int demo_options(int argc, char **argv, opts_t *o)
         {"op", required_argument, NULL, O_OP},
         {"reduce", required_argument, NULL, O_REDUCE},
         {"strided", no_argument, NULL, O_STRIDED},
+        {"b-dtype", required_argument, NULL, O_B_DTYPE},
+        {"out-dtype", required_argument, NULL, O_OUT_DTYPE},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"a-scale", required_argument, NULL, O_A_SCALE},
+        {"b-scale", required_argument, NULL, O_B_SCALE},
+        {"bias", no_argument, NULL, O_BIAS},
+        {"fast-accum", no_argument, NULL, O_FAST_ACCUM},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -717,11 +914,12 @@ static int demo_options(int argc, char **argv, opts_t *o)
                   .nb = 1,
                   .op = OVL_OP_AG_GEMM};
     snprintf(o->job, sizeof(o->job), "demo-%d", (int)getpid());
-    const char *algo = "all";
+    parsed_t p = {.algo = "all", .scale = -1, .a_scale = -1, .b_scale = -1};
     int ch, rc;
     while ((ch = getopt_long(argc, argv, "s:w:m:n:k:d:a:i:h", lo, NULL)) != -1)
-        if ((rc = demo_option(o, ch, optarg, &algo)) >= 0)
+        if ((rc = demo_option(o, ch, optarg, &p)) >= 0)
             return rc;
+    const char *algo = p.algo;
     if (optind < argc || o->world == 0 || o->world > 64 || o->m == 0 || o->n == 0 || o->k == 0 ||
         o->iters <= 0 || o->iters > 100000) {
         fprintf(stderr, "ovl-demo: bad arguments (world 1..64, m n k > 0, iters 1..100000)\n");
@@ -736,6 +934,8 @@ static int demo_options(int argc, char **argv, opts_t *o)
         fprintf(stderr, "ovl-demo: --strided is --op rs's\n");
         return 2;
     }
+    if (scaled_options(o, &p) != 0)
+        return 2;
     if (strcmp(algo, "all") == 0) {
         /* every algorithm of the op's kind (ovl_op_kind_takes_algo) */
         o->algos[0] = OVL_ALGO_NAIVE;
@@ -890,13 +1090,15 @@ static void print_header(const opts_t *o, const char *rule)
         if (len < sizeof(bs))
             snprintf(bs + len, sizeof(bs) - len, ")");
     }
+    char dts[160]; /* "fp8e4m3 x fp8e4m3 -> bf16, scales row/row, bias", or "bf16" */
+    ovl_demo_scaled_describe(&o->sc, o->dtype, dts, sizeof(dts));
     if (o->idle_s)
         printf("ovl-demo: job '%s', world %u, idle: no ops\n", o->job, o->world);
     else
         printf("ovl-demo: job '%s', world %u, %s m=%" PRIu64 " (per rank) n=%" PRIu64 " k=%" PRIu64
                "%s, %s%s%s%s, %d op%s per algorithm, seed %" PRIu64 "\n",
-               o->job, o->world, ovl_op_kind_name(o->op), o->m, o->n, o->k, bs,
-               ovl_dtype_name(o->dtype), o->transb ? ", transb" : "", o->a_out ? ", a_out" : "",
+               o->job, o->world, ovl_op_kind_name(o->op), o->m, o->n, o->k, bs, dts,
+               o->transb ? ", transb" : "", o->a_out ? ", a_out" : "",
                o->op == OVL_OP_GEMM_RS ? (o->reduce_op == OVL_REDUCE_AVG ? ", avg" : ", sum") : "",
                o->iters, o->iters == 1 ? "" : "s", o->seed);
     printf("ovl-demo: socket %s (%s)\n", o->socket, rule);
@@ -1041,7 +1243,7 @@ static bool print_results(const opts_t *o, result_t (*all)[MAX_ALGOS + 1], bool 
     for (uint32_t i = 0; i < o->nb; i++)
         ntotal += (double)ovl_demo_bn(o, i);
     double flop = 2.0 * (double)o->world * (double)o->m * ntotal * (double)o->k;
-    double tol = ovl_demo_tolerance(o->dtype);
+    double tol = ovl_demo_scaled_tolerance(&o->sc, o->dtype);
     printf("\n%-12s %10s %10s %12s  %s%s\n", "algorithm", "ms/op", "GFLOP/s", "rel. error",
            o->timing ? "submit p50 us  submit p99 us  paced p50 us  paced p99 us  " : "", "check");
     for (int ai = 0; ai < o->nalgos; ai++) {
@@ -1050,8 +1252,9 @@ static bool print_results(const opts_t *o, result_t (*all)[MAX_ALGOS + 1], bool 
         ok = ok && row.ok;
         print_row(o, ai, &row, flop, tol);
     }
-    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||%s, reference in double precision)\n",
-           ok ? "all checks passed" : "CHECKS FAILED", tol, o->nb > 1 ? " of every C" : "");
+    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||%s%s, reference in double precision)\n",
+           ok ? "all checks passed" : "CHECKS FAILED", tol, o->nb > 1 ? " of every C" : "",
+           o->sc.on && o->sc.fast_accum ? ", twice the output dtype's for --fast-accum" : "");
     return ok;
 }
 

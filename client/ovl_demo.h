@@ -22,6 +22,10 @@ typedef struct opts {
     uint32_t world;
     uint64_t m, n, k;
     ovl_dtype_t dtype;
+    /* An fp8 dtype (-d fp8e4m3, fp8e5m2) makes every op scaled: B's dtype,
+     * C's, the scale modes, bias and fast_accum (demo_scaled.h; transb is
+     * implied) */
+    ovl_demo_scaled_t sc;
     ovl_algo_t algos[MAX_ALGOS + 1];
     int nalgos;
     int iters;
@@ -78,7 +82,8 @@ static inline ovl_ag_gemm_b_t ovl_demo_b(const opts_t *o, uint32_t i, const void
 
 /* The op descriptor of the demo's shapes: dense leading dimensions (B is
  * n x k with transb), algorithm number ai of the options; more: B 1 ..
- * B nb-1 (ovl_demo_b), unread for one B. */
+ * B nb-1 (ovl_demo_b), unread for one B. A scaled op's caller sets
+ * .scaling (ovl_demo_scaling). */
 static inline ovl_ag_gemm_desc_t ovl_demo_desc(const opts_t *o, int ai, const void *a,
                                                const void *b, void *c, void *aout,
                                                const ovl_ag_gemm_b_t *more)
@@ -118,7 +123,8 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
 
 /* --op rs's descriptor, algorithm number ai of the options: A (world*m x
  * k, leading dimension lda) and C (m x n, ldc) as the rank laid them out,
- * B dense (n x k with transb). */
+ * B dense (n x k with transb). A scaled op's caller sets .scaling
+ * (ovl_demo_scaling). */
 static inline ovl_gemm_rs_desc_t ovl_demo_rs_desc(const opts_t *o, int ai, const void *a,
                                                   uint64_t lda, const void *b, void *c,
                                                   uint64_t ldc)
@@ -151,7 +157,8 @@ static inline ovl_demo_rs_shape_t ovl_demo_rs_shape(const opts_t *o)
                                  .k = o->k,
                                  .transb = o->transb,
                                  .reduce_op = o->reduce_op,
-                                 .seed = o->seed};
+                                 .seed = o->seed,
+                                 .sc = o->sc};
 }
 
 /* The GPUs this process sees (CUDA_VISIBLE_DEVICES applies): the ordinals a

@@ -2,7 +2,10 @@
  * ovl_demo_cuda.c: one rank of ovl-demo on the CUDA backend. The rank's
  * data is made on its GPU (demo_cuda.cu), the ops run on its own stream, and
  * each C (one per B) is compared with a cuBLASLt fp32 product of the same
- * inputs: every rank's shard is rebuilt locally from the shared seed.
+ * inputs: every rank's shard is rebuilt locally from the shared seed. A
+ * scaled (fp8) op's data is made on the host (demo_scaled.h) and copied to
+ * the GPU, and its C is copied back and compared with the host's
+ * double-precision reference (rank_scaled).
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +42,115 @@ int ovl_demo_cuda_devices(uint32_t rank)
     return ndev > 0 ? ndev : 0;
 }
 
+/*
+ * A scaled (fp8) op's algorithms on stream s, events e0 and e1 timing them:
+ * A, B, C, the scales, the bias and a_out placed in one allocation
+ * (*ret_arena, which the caller deregisters and frees once the comm's ops
+ * are done), A, B, the scales and the bias made on the host and copied
+ * there; each algorithm's C (and a_out) copied back and compared with
+ * ovl_demo_scaled_ag_reference. 0 if it ran (results in res), 1 if it
+ * could not.
+ */
+static int rank_scaled(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t *comm,
+                       cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, char **ret_arena,
+                       result_t *res)
+{
+    const ovl_demo_scaled_t *sc = &o->sc;
+    ovl_dtype_t dt = o->dtype, cdt = sc->out_dtype;
+    size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(sc->b_dtype), ces = ovl_dtype_size(cdt);
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    size_t a_bytes = m * k * es, b_bytes = n * k * bes, c_bytes = W * m * n * ces;
+    size_t o_bytes = W * m * k * es, sa_bytes = ovl_demo_a_scales(sc, m) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, n) * sizeof(float), bias_bytes = n * ces;
+    ovl_demo_scaled_data_t x;
+    void *ga = NULL, *hc = NULL, *ho = NULL;
+    double *ref = NULL;
+    int rc = 1;
+
+    /* A, B, C, the scales, the bias, then a_out */
+    size_t cur = 0;
+    size_t off_a = place(&cur, a_bytes, o->interior), off_b = place(&cur, b_bytes, o->interior);
+    size_t off_c = place(&cur, c_bytes, o->interior), off_sa = place(&cur, sa_bytes, o->interior);
+    size_t off_sb = place(&cur, sb_bytes, o->interior);
+    size_t off_bias = place(&cur, bias_bytes, o->interior);
+    size_t off_o = o->a_out ? place(&cur, o_bytes, o->interior) : 0;
+    if (ovl_demo_scaled_make(sc, dt, m, n, k, o->seed, rank, &x) != 0) {
+        fprintf(stderr, "rank %u: out of memory\n", rank);
+        return 1;
+    }
+    ga = malloc(o_bytes);
+    hc = malloc(c_bytes);
+    ho = o->a_out ? malloc(o_bytes) : NULL;
+    ref = malloc(W * m * n * sizeof(double));
+    if (!ga || !hc || (o->a_out && !ho) || !ref) {
+        fprintf(stderr, "rank %u: out of memory\n", rank);
+        goto out;
+    }
+    if (ovl_demo_scaled_ag_reference(sc, dt, o->world, m, n, k, o->seed, rank, ga, ref) != 0)
+        goto out;
+    OVL_DEMO_CK(cudaMalloc((void **)ret_arena, cur + (o->interior ? 4096 : 0)));
+    char *arena = *ret_arena;
+    void *a = arena + off_a, *b = arena + off_b, *c = arena + off_c;
+    void *aout = o->a_out ? arena + off_o : NULL;
+    float *sa = (float *)(arena + off_sa), *sb = (float *)(arena + off_sb);
+    void *bias = arena + off_bias;
+    OVL_DEMO_CK(cudaMemcpy(a, x.a, a_bytes, cudaMemcpyHostToDevice));
+    OVL_DEMO_CK(cudaMemcpy(b, x.b, b_bytes, cudaMemcpyHostToDevice));
+    OVL_DEMO_CK(cudaMemcpy(sa, x.a_scale, sa_bytes, cudaMemcpyHostToDevice));
+    OVL_DEMO_CK(cudaMemcpy(sb, x.b_scale, sb_bytes, cudaMemcpyHostToDevice));
+    OVL_DEMO_CK(cudaMemcpy(bias, x.bias, bias_bytes, cudaMemcpyHostToDevice));
+    ovl_scaling_t scaling = ovl_demo_scaling(sc, sa, sb, bias);
+
+    for (int ai = 0; ai < o->nalgos; ai++) {
+        result_t *rs = &res[ai];
+        rs->algo = o->algos[ai];
+        ovl_ag_gemm_desc_t d = ovl_demo_desc(o, ai, a, b, c, aout, NULL);
+        d.scaling = &scaling;
+        /* one op untimed, then NaN in the outputs and the timed ops */
+        ovl_status_t st = ovl_allgather_gemm(comm, &d, s);
+        OVL_DEMO_CK(cudaMemsetAsync(c, 0xff, c_bytes, s));
+        if (aout)
+            OVL_DEMO_CK(cudaMemsetAsync(aout, 0xff, o_bytes, s));
+        OVL_DEMO_CK(cudaEventRecord(e0, s));
+        if (st == OVL_OK)
+            st = ovl_demo_submit_loop(comm, &d, s, o->iters, o->timing, rs);
+        OVL_DEMO_CK(cudaEventRecord(e1, s));
+        if (st == OVL_OK)
+            OVL_DEMO_CK(cudaStreamSynchronize(s));
+        if (st == OVL_OK)
+            st = ovl_comm_check(comm);
+        rs->status = st;
+        if (st != OVL_OK) {
+            snprintf(rs->msg, sizeof(rs->msg), "%s", ovl_last_error(cl));
+            rs->rel_err = rs->rel_err_b[0] = INFINITY;
+            break; /* the comm's error is sticky: later runs would say the same */
+        }
+        float ms = 0;
+        OVL_DEMO_CK(cudaEventElapsedTime(&ms, e0, e1));
+        rs->ms = ms / o->iters;
+        OVL_DEMO_CK(cudaMemcpy(hc, c, c_bytes, cudaMemcpyDeviceToHost));
+        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(cdt, W * m, n, hc, n, ref, n);
+        rs->a_out_ok = true;
+        if (aout) {
+            OVL_DEMO_CK(cudaMemcpy(ho, aout, o_bytes, cudaMemcpyDeviceToHost));
+            rs->a_out_ok = memcmp(ho, ga, o_bytes) == 0; /* a copy: exact */
+        }
+        if (o->timing && (st = ovl_demo_paced_submits(comm, &d, s, o->iters, rs)) != OVL_OK) {
+            rs->status = st;
+            snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
+            break;
+        }
+    }
+    rc = 0;
+out:
+    ovl_demo_scaled_free(&x);
+    free(ga);
+    free(hc);
+    free(ho);
+    free(ref);
+    return rc;
+}
+
 int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t **comm,
                        result_t *res)
 {
@@ -67,6 +179,10 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     OVL_DEMO_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     OVL_DEMO_CK(cudaEventCreate(&e0));
     OVL_DEMO_CK(cudaEventCreate(&e1));
+    if (o->sc.on) {
+        rc = rank_scaled(o, rank, cl, *comm, s, e0, e1, &arena, res);
+        goto out;
+    }
 
     /* A, B 0, C 0, then B i and C i of each further B, then a_out */
     size_t cur = 0, off_b[OVL_MAX_BS], off_c[OVL_MAX_BS], b32_elems = 0;

@@ -4,7 +4,9 @@
  * shared seed (demo_rnd.h, as on the host backend) and copied to its GPU;
  * the ops run on its own stream; its C is copied back and compared with
  * ovl_demo_rs_reference, the sum of every rank's product in double
- * precision (a CPU loop: the demo's shapes, not the bench's).
+ * precision (a CPU loop: the demo's shapes, not the bench's). A scaled
+ * (fp8) op's scales and bias are made on the host too (demo_scaled.h) and
+ * copied into device memory of their own.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,18 +24,25 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
                           result_t *res)
 {
     int rc = 1, ndev = 0;
-    ovl_dtype_t dt = o->dtype;
-    size_t es = ovl_dtype_size(dt);
+    const ovl_demo_scaled_t *sc = &o->sc;
+    ovl_dtype_t dt = o->dtype, bdt = ovl_demo_b_dtype(sc, dt), cdt = ovl_demo_c_dtype(sc, dt);
+    size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(bdt), ces = ovl_dtype_size(cdt);
     uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
     uint64_t brows = o->transb ? n : k, bcols = o->transb ? k : n;
     /* --strided: A and C inside wider matrices, whose extra columns hold a
      * pattern that must survive */
     uint64_t lda = o->strided ? k + 3 : k, ldc = o->strided ? n + 5 : n;
-    size_t a_bytes = W * m * lda * es, b_bytes = brows * bcols * es, c_bytes = m * ldc * es;
+    size_t a_bytes = W * m * lda * es, b_bytes = brows * bcols * bes, c_bytes = m * ldc * ces;
+    /* scaled: the scales of A's world*m rows, B's, the bias */
+    size_t sa_bytes = ovl_demo_a_scales(sc, W * m) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, n) * sizeof(float), bias_bytes = n * ces;
     cudaStream_t s = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     void *a = NULL, *b = NULL, *c = NULL, *ha = NULL, *hb = NULL, *hc = NULL;
+    void *sa = NULL, *sb = NULL, *bias = NULL;
     double *ref = NULL;
+    ovl_scaling_t scaling = {0};
+    ovl_demo_scaled_data_t x = {0}; /* scaled: the host's scales and bias */
 
     OVL_DEMO_CK(cudaGetDeviceCount(&ndev));
     int dev = (int)(rank % (uint32_t)ndev);
@@ -56,7 +65,7 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     }
     memset(ha, 0x5a, a_bytes);
     ovl_demo_fill_host(dt, ha, W * m, k, lda, o->seed, rank, 0);
-    ovl_demo_fill_host(dt, hb, brows, bcols, bcols, o->seed, rank, 1);
+    ovl_demo_fill_host(bdt, hb, brows, bcols, bcols, o->seed, rank, 1);
     ovl_demo_rs_shape_t sh = ovl_demo_rs_shape(o);
     if (ovl_demo_rs_reference(&sh, rank, ref) != 0)
         goto out;
@@ -66,17 +75,33 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     OVL_DEMO_CK(cudaMemcpyAsync(a, ha, a_bytes, cudaMemcpyHostToDevice, s));
     OVL_DEMO_CK(cudaMemcpyAsync(b, hb, b_bytes, cudaMemcpyHostToDevice, s));
     OVL_DEMO_CK(cudaStreamSynchronize(s));
+    if (sc->on) { /* the scales and bias: made on the host, copied */
+        if (ovl_demo_scaled_make(sc, dt, W * m, n, k, o->seed, rank, &x) != 0) {
+            fprintf(stderr, "rank %u: out of memory\n", rank);
+            goto out;
+        }
+        OVL_DEMO_CK(cudaMalloc(&sa, sa_bytes));
+        OVL_DEMO_CK(cudaMalloc(&sb, sb_bytes));
+        if (sc->bias)
+            OVL_DEMO_CK(cudaMalloc(&bias, bias_bytes));
+        OVL_DEMO_CK(cudaMemcpy(sa, x.a_scale, sa_bytes, cudaMemcpyHostToDevice));
+        OVL_DEMO_CK(cudaMemcpy(sb, x.b_scale, sb_bytes, cudaMemcpyHostToDevice));
+        if (bias)
+            OVL_DEMO_CK(cudaMemcpy(bias, x.bias, bias_bytes, cudaMemcpyHostToDevice));
+        scaling = ovl_demo_scaling(sc, sa, sb, bias);
+    }
 
     for (int ai = 0; ai < o->nalgos; ai++) {
         result_t *rs = &res[ai];
         rs->algo = o->algos[ai];
         ovl_gemm_rs_desc_t d = ovl_demo_rs_desc(o, ai, a, lda, b, c, ldc);
+        d.scaling = sc->on ? &scaling : NULL;
         /* One op untimed first: plans, scratch and communicators are made
          * on first use. Then the pattern past C's columns, NaN in C, and
          * the timed ops. */
         ovl_status_t st = ovl_gemm_reduce_scatter(*comm, &d, s);
         OVL_DEMO_CK(cudaMemsetAsync(c, 0xa5, c_bytes, s));
-        OVL_DEMO_CK(cudaMemset2DAsync(c, ldc * es, 0xff, n * es, m, s));
+        OVL_DEMO_CK(cudaMemset2DAsync(c, ldc * ces, 0xff, n * ces, m, s));
         OVL_DEMO_CK(cudaEventRecord(e0, s));
         for (int i = 0; st == OVL_OK && i < o->iters; i++)
             st = ovl_gemm_reduce_scatter(*comm, &d, s);
@@ -96,10 +121,10 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
         OVL_DEMO_CK(cudaEventElapsedTime(&ms, e0, e1));
         rs->ms = ms / o->iters;
         OVL_DEMO_CK(cudaMemcpy(hc, c, c_bytes, cudaMemcpyDeviceToHost));
-        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(dt, m, n, hc, ldc, ref, n);
+        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(cdt, m, n, hc, ldc, ref, n);
         for (uint64_t i = 0; i < m && ldc > n; i++)
-            for (uint64_t j = n * es; j < ldc * es; j++)
-                if (((unsigned char *)hc)[i * ldc * es + j] != 0xa5) {
+            for (uint64_t j = n * ces; j < ldc * ces; j++)
+                if (((unsigned char *)hc)[i * ldc * ces + j] != 0xa5) {
                     rs->a_out_ok = false; /* the row says: "wrote past C's columns" */
                     i = m;
                     break;
@@ -112,13 +137,14 @@ out:
     /* ovld unmaps the buffers before they are freed: first its ops, then them */
     if (*comm)
         (void)ovl_comm_synchronize(*comm);
-    void *bufs[] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
+    void *bufs[] = {a, b, c, sa, sb, bias};
+    for (int i = 0; i < 6; i++) {
         ovl_mem_t *mem;
         if (bufs[i] && ovl_mem_register(cl, bufs[i], 1, &mem) == OVL_OK)
             (void)ovl_mem_deregister(cl, mem);
         cudaFree(bufs[i]);
     }
+    ovl_demo_scaled_free(&x);
     free(ha);
     free(hb);
     free(hc);

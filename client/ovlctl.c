@@ -62,7 +62,13 @@ static void usage(FILE *f)
             "                           push's streams are fixed by their roles (client,\n"
             "                           copy, compute): they ignore S, and ovlctl says so\n"
             "                           on stderr\n"
-            "  --dtype bf16|fp16|fp32   (default bf16)\n"
+            "  --dtype bf16|fp16|fp32|fp8e4m3|fp8e5m2  (default bf16); fp8: a scaled op,\n"
+            "                           B transposed (--transb implied)\n"
+            "  --b-dtype T --out-dtype T  a scaled op's B (fp8; default fp8e4m3) and C\n"
+            "                           (bf16, fp16, fp32; default bf16)\n"
+            "  --scale tensor|row       both scales' mode (default row); --a-scale MODE and\n"
+            "                           --b-scale MODE set one\n"
+            "  --bias --fast-accum      a scaled op's bias; cuBLASLt's fast accumulation\n"
             "  --a-out                  the client wants the gathered A\n"
             "  --transb                 B is n x k (a Linear weight's layout)\n"
             "  --strided                some A or a_out has ld != k (gathered by pulls)\n"
@@ -585,8 +591,25 @@ enum {
     O_LOCAL_RANKS,
     O_KIND,
     O_OP,
-    O_REDUCE
+    O_REDUCE,
+    O_B_DTYPE,
+    O_OUT_DTYPE,
+    O_SCALE,
+    O_A_SCALE,
+    O_B_SCALE,
+    O_BIAS,
+    O_FAST_ACCUM
 };
+
+/* --scale, --a-scale, --b-scale: a mode's name into *ret; 0, or
+ * EXIT_USAGE after saying why. */
+static int parse_scale_mode(const char *opt, const char *arg, ovl_scale_mode_t *ret)
+{
+    if (ovl_scale_mode_parse(arg, ret) == OVL_OK)
+        return 0;
+    fprintf(stderr, "ovlctl: %s: '%s' is not tensor or row\n", opt, arg);
+    return EXIT_USAGE;
+}
 
 /* `ovlctl plan`'s options, read by plan_options. Once they passed its
  * checks, p holds the op and the planner's knobs (world, rank, chunks and
@@ -595,9 +618,10 @@ typedef struct plan_opts {
     ovl_plan_params_t p;
     uint64_t world, rank, chunks, streams; /* as given, range-checked at the end */
     bool have_world, have_rank;
-    bool daemon;       /* --daemon: ovld plans, not ovlctl */
-    bool reduce_given; /* --reduce */
-    bool local_only;   /* --strided, --shared-gpu or --allgather: not with --daemon */
+    bool daemon;        /* --daemon: ovld plans, not ovlctl */
+    bool reduce_given;  /* --reduce */
+    bool scaling_given; /* an option of a scaled op: only with an fp8 --dtype */
+    bool local_only;    /* --strided, --shared-gpu or --allgather: not with --daemon */
     /* the topology: --nodes (nodes > 0), or --local-ranks' sizes */
     uint64_t nodes, sizes[OVL_PLAN_MAX_WORLD];
     uint32_t nsizes;
@@ -678,6 +702,39 @@ static int plan_option(plan_opts_t *o, int c, const char *arg)
             fprintf(stderr, "ovlctl: --dtype: unknown dtype '%s'\n", arg);
             return EXIT_USAGE;
         }
+        break;
+    case O_B_DTYPE:
+    case O_OUT_DTYPE: {
+        ovl_dtype_t *t = c == O_B_DTYPE ? &p->sc.b_dtype : &p->sc.out_dtype;
+        if (ovl_dtype_parse(arg, t) != OVL_OK) {
+            fprintf(stderr, "ovlctl: --%s: unknown dtype '%s'\n",
+                    c == O_B_DTYPE ? "b-dtype" : "out-dtype", arg);
+            return EXIT_USAGE;
+        }
+        o->scaling_given = true;
+        break;
+    }
+    case O_SCALE:
+    case O_A_SCALE:
+    case O_B_SCALE: {
+        const char *name = c == O_SCALE ? "--scale" : c == O_A_SCALE ? "--a-scale" : "--b-scale";
+        ovl_scale_mode_t mode;
+        if (parse_scale_mode(name, arg, &mode))
+            return EXIT_USAGE;
+        if (c != O_B_SCALE)
+            p->sc.a_mode = mode;
+        if (c != O_A_SCALE)
+            p->sc.b_mode = mode;
+        o->scaling_given = true;
+        break;
+    }
+    case O_BIAS:
+        p->sc.bias = true;
+        o->scaling_given = true;
+        break;
+    case O_FAST_ACCUM:
+        p->sc.fast_accum = true;
+        o->scaling_given = true;
         break;
     case O_WORLD:
         bad = parse_u64("--world", arg, &o->world);
@@ -774,6 +831,16 @@ static int plan_check(plan_opts_t *o)
         fprintf(stderr, "ovlctl plan: --reduce is gemm_rs's\n");
         return EXIT_USAGE;
     }
+    /* an fp8 dtype is a scaled op: B transposed (the one layout of
+     * cuBLASLt's fp8 GEMM), its other options checked by the planner */
+    p->sc.scaled = ovl_dtype_is_fp8(p->dtype);
+    if (o->scaling_given && !p->sc.scaled) {
+        fprintf(stderr, "ovlctl plan: --b-dtype, --out-dtype, --scale, --a-scale, --b-scale, "
+                        "--bias and --fast-accum are for an fp8 --dtype\n");
+        return EXIT_USAGE;
+    }
+    if (p->sc.scaled)
+        p->transb = true;
     if (p->kind == OVL_OP_GEMM_RS && o->have_world && o->world && p->m % o->world != 0) {
         fprintf(stderr,
                 "ovlctl plan: gemm_rs: -m %" PRIu64 " is not a multiple of the world %" PRIu64
@@ -827,14 +894,27 @@ static int plan_options(int argc, char **argv, plan_opts_t *o)
         {"shared-gpu", no_argument, NULL, O_SHARED_GPU},
         {"allgather", required_argument, NULL, O_ALLGATHER},
         {"more-n", required_argument, NULL, O_MORE_N},
+        {"b-dtype", required_argument, NULL, O_B_DTYPE},
+        {"out-dtype", required_argument, NULL, O_OUT_DTYPE},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"a-scale", required_argument, NULL, O_A_SCALE},
+        {"b-scale", required_argument, NULL, O_B_SCALE},
+        {"bias", no_argument, NULL, O_BIAS},
+        {"fast-accum", no_argument, NULL, O_FAST_ACCUM},
         {"daemon", no_argument, NULL, O_DAEMON},
         {"nodes", required_argument, NULL, O_NODES},
         {"local-ranks", required_argument, NULL, O_LOCAL_RANKS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *o = (plan_opts_t){
-        .p = {.kind = OVL_OP_AG_GEMM, .algo = OVL_ALGO_AUTO, .dtype = OVL_DTYPE_BF16}};
+    *o = (plan_opts_t){.p = {.kind = OVL_OP_AG_GEMM,
+                             .algo = OVL_ALGO_AUTO,
+                             .dtype = OVL_DTYPE_BF16,
+                             /* a scaled op's defaults (an fp8 --dtype) */
+                             .sc = {.b_dtype = OVL_DTYPE_FP8_E4M3,
+                                    .out_dtype = OVL_DTYPE_BF16,
+                                    .a_mode = OVL_SCALE_ROW,
+                                    .b_mode = OVL_SCALE_ROW}}};
     int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:k:h", opts, NULL)) != -1)
@@ -857,7 +937,17 @@ static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, O
     Ovl__AgGemmParams ag = OVL__AG_GEMM_PARAMS__INIT;
     Ovl__GemmRsParams rs = OVL__GEMM_RS_PARAMS__INIT;
     uint64_t more_n[OVL_PLAN_MAX_BS - 1];
-    uint64_t given[1];
+    uint64_t given[2];
+    Ovl__Scaling sc = OVL__SCALING__INIT;
+    sc.b_dtype = (uint64_t)p->sc.b_dtype;
+    sc.out_dtype = (uint64_t)p->sc.out_dtype;
+    sc.a_mode = (uint64_t)p->sc.a_mode;
+    sc.b_mode = (uint64_t)p->sc.b_mode;
+    sc.fast_accum = p->sc.fast_accum;
+    if (p->sc.scaled && p->sc.bias) {
+        given[pr.n_given++] = 20; /* the bias's slot (proto/ovl.proto, Scaling) */
+        pr.given = given;
+    }
     pr.world = p->world;
     pr.rank = p->rank;
     pr.kind = (uint64_t)p->kind; /* parsed: a kind ovlctl knows */
@@ -872,6 +962,7 @@ static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, O
         rs.streams = p->streams;
         rs.transb = p->transb;
         rs.reduce_op = (uint64_t)p->reduce_op;
+        rs.scaling = p->sc.scaled ? &sc : NULL;
         Ovl__Request q = OVL__REQUEST__INIT;
         q.body_case = OVL__REQUEST__BODY_PLAN;
         q.plan = &pr;
@@ -886,6 +977,7 @@ static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, O
     ag.chunks = p->chunks;
     ag.streams = p->streams;
     ag.transb = p->transb;
+    ag.scaling = p->sc.scaled ? &sc : NULL;
     if (p->nb > 1) {
         /* parsed by parse_more_n: at most OVL_PLAN_MAX_BS Bs */
         memcpy(more_n, p->n_more, (p->nb - 1) * sizeof(more_n[0]));
@@ -893,8 +985,7 @@ static ovl_status_t plan_request(ovl_client_t *cl, const ovl_plan_params_t *p, O
         ag.more_n = more_n;
     }
     if (p->want_gathered) {
-        given[0] = 3; /* the gathered A's slot (docs/protocol.md, "Ops") */
-        pr.n_given = 1;
+        given[pr.n_given++] = 3; /* the gathered A's slot (docs/protocol.md, "Ops") */
         pr.given = given;
     }
     Ovl__Request q = OVL__REQUEST__INIT;
