@@ -15,7 +15,8 @@ from .errors import (  # noqa: F401
     BackendError, Unsupported, Aborted, ConfigError, Shutdown, Again, InternalError,
     LibraryNotFound, STATUS_NAMES)
 from ._core import (  # noqa: F401
-    Client, Comm, connect, default_socket, bf16_to_float32, float32_to_bf16)
+    Client, Comm, connect, default_socket, bf16_to_float32, float32_to_bf16, fp8_to_float32,
+    float32_to_fp8)
 from . import _lib
 
 __all__ = [
@@ -23,7 +24,8 @@ __all__ = [
     "Timeout", "ConnectFailed", "Closed", "PermissionDenied", "NotFound", "Exists", "Limit",
     "Mismatch", "OutOfRange", "BackendError", "Unsupported", "Aborted", "ConfigError", "Shutdown",
     "Again", "InternalError", "LibraryNotFound", "STATUS_NAMES", "Client", "Comm", "connect",
-    "default_socket", "bf16_to_float32", "float32_to_bf16", "library_path", "__version__",
+    "default_socket", "bf16_to_float32", "float32_to_bf16", "fp8_to_float32", "float32_to_fp8",
+    "library_path", "__version__",
 ]
 
 

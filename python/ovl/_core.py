@@ -21,7 +21,8 @@ except ImportError:
     _ml_dtypes = None
 
 _DTYPE_SIZES = {_lib.DTYPE_BF16: 2, _lib.DTYPE_FP16: 2, _lib.DTYPE_FP32: 4}
-_DTYPE_NAMES = {_lib.DTYPE_BF16: "bf16", _lib.DTYPE_FP16: "fp16", _lib.DTYPE_FP32: "fp32"}
+_DTYPE_NAMES = {_lib.DTYPE_BF16: "bf16", _lib.DTYPE_FP16: "fp16", _lib.DTYPE_FP32: "fp32",
+                _lib.DTYPE_FP8_E4M3: "fp8e4m3", _lib.DTYPE_FP8_E5M2: "fp8e5m2"}
 _DTYPE_ALIASES = {
     "fp32": _lib.DTYPE_FP32, "float32": _lib.DTYPE_FP32, "float": _lib.DTYPE_FP32,
     "fp16": _lib.DTYPE_FP16, "float16": _lib.DTYPE_FP16, "half": _lib.DTYPE_FP16,
@@ -29,6 +30,16 @@ _DTYPE_ALIASES = {
 }
 _TORCH_DTYPES = {"torch.float32": _lib.DTYPE_FP32, "torch.float16": _lib.DTYPE_FP16,
                  "torch.bfloat16": _lib.DTYPE_BF16}
+# The 8-bit floats: a scaled op's inputs only (ovl_scaling_t), never an
+# output; kept out of the tables above, which the unscaled ops read.
+_FP8_E4M3, _FP8_E5M2 = _lib.DTYPE_FP8_E4M3, _lib.DTYPE_FP8_E5M2
+_FP8_NAMES = {_FP8_E4M3: "fp8e4m3", _FP8_E5M2: "fp8e5m2"}
+_FP8_ALIASES = {"fp8e4m3": _FP8_E4M3, "float8_e4m3fn": _FP8_E4M3, "e4m3": _FP8_E4M3,
+                "fp8e5m2": _FP8_E5M2, "float8_e5m2": _FP8_E5M2, "e5m2": _FP8_E5M2}
+_TORCH_FP8 = {"torch.float8_e4m3fn": _FP8_E4M3, "torch.float8_e5m2": _FP8_E5M2}
+_TORCH_OF_CODE = {_lib.DTYPE_FP32: "float32", _lib.DTYPE_FP16: "float16",
+                  _lib.DTYPE_BF16: "bfloat16", _FP8_E4M3: "float8_e4m3fn",
+                  _FP8_E5M2: "float8_e5m2"}
 _TORCH_DTYPE_OBJS = {}  # torch.dtype -> code, filled from _TORCH_DTYPES as met
 _CAI_TYPESTRS = {"<f4": _lib.DTYPE_FP32, "<f2": _lib.DTYPE_FP16}
 
@@ -103,8 +114,13 @@ def _bf16_numpy_dtype():
     return np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not None else np.dtype(np.uint16)
 
 
-def _parse_dtype(dtype):
-    """An ovl_dtype_t from a name, a numpy dtype or a torch dtype."""
+def _parse_dtype(dtype, fp8=False):
+    """An ovl_dtype_t from a name, a numpy dtype or a torch dtype; fp8: the
+    8-bit floats too (Client.empty's arrays of a scaled op's inputs)."""
+    if fp8:
+        code = _fp8_code(dtype)
+        if code is not None:
+            return code
     if isinstance(dtype, str) and dtype.lower() in _DTYPE_ALIASES:
         return _DTYPE_ALIASES[dtype.lower()]
     if str(dtype) in _TORCH_DTYPES:
@@ -118,7 +134,126 @@ def _parse_dtype(dtype):
             code = _numpy_dtype_code(d)
             if code is not None:
                 return code
-    raise InvalidArgument("dtype %r: ovl takes fp32, fp16 or bf16" % (dtype,))
+    raise InvalidArgument("dtype %r: ovl takes fp32, fp16 or bf16%s" % (
+        dtype, " (and fp8e4m3 or fp8e5m2 for a scaled op's inputs)" if fp8 else ""))
+
+
+def _fp8_code(v):
+    """The fp8 ovl_dtype_t that v names (a name such as "fp8e4m3", a torch
+    dtype, an ml_dtypes dtype), or None."""
+    if isinstance(v, str):
+        return _FP8_ALIASES.get(v.lower())
+    code = _TORCH_FP8.get(str(v))
+    if code is not None or np is None:
+        return code
+    try:
+        return _FP8_ALIASES.get(np.dtype(v).name)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fp8_numpy_dtype(code):
+    """fp8 on the host: ml_dtypes' float8_e4m3fn / float8_e5m2 if importable,
+    else uint8 (the codes: ovl.fp8_to_float32 / float32_to_fp8 convert)."""
+    if _ml_dtypes is None:
+        return np.dtype(np.uint8)
+    return np.dtype(_ml_dtypes.float8_e4m3fn if code == _FP8_E4M3 else _ml_dtypes.float8_e5m2)
+
+
+_FP8_TABLES = {}
+
+
+def _fp8_table(code):
+    """The float32 value of each of the 256 codes of an fp8 format (OCP:
+    e4m3 without infinities, NaN at S.1111.111; e5m2 IEEE-like)."""
+    t = _FP8_TABLES.get(code)
+    if t is not None:
+        return t
+    c = np.arange(256, dtype=np.int64)
+    if code == _FP8_E4M3:
+        e, m, mbits, bias = (c >> 3) & 0xF, c & 7, 3, 7
+    else:
+        e, m, mbits, bias = (c >> 2) & 0x1F, c & 3, 2, 15
+    frac = m.astype(np.float64) / (1 << mbits)
+    v = np.where(e == 0, frac * 2.0 ** (1 - bias), (1 + frac) * 2.0 ** (e - bias))
+    v = np.where(c & 0x80, -v, v)
+    if code == _FP8_E4M3:
+        v[(e == 15) & (m == 7)] = np.nan
+    else:
+        v[(e == 31) & (m == 0)] = np.where(c[(e == 31) & (m == 0)] & 0x80, -np.inf, np.inf)
+        v[(e == 31) & (m != 0)] = np.nan
+    t = v.astype(np.float32)
+    t.flags.writeable = False
+    _FP8_TABLES[code] = t
+    return t
+
+
+def _fp8_arg(fn, x, dtype):
+    """(codes as uint8, fp8 code) of fp8 data x: an ml_dtypes fp8 array, or
+    uint8 codes with dtype naming their format."""
+    x = np.asarray(x)
+    code = _FP8_ALIASES.get(x.dtype.name) if x.dtype.name.startswith("float8") else None
+    want = None if dtype is None else _fp8_code(dtype)
+    if dtype is not None and want is None:
+        raise InvalidArgument("%s: dtype %r: fp8e4m3 or fp8e5m2" % (fn, dtype))
+    if code is None:
+        if x.dtype != np.uint8:
+            raise InvalidArgument("%s: an array of %s; fp8 data is ml_dtypes' float8_e4m3fn or "
+                                  "float8_e5m2, or uint8 codes with dtype=" % (fn, x.dtype))
+        if want is None:
+            raise InvalidArgument("%s: uint8 codes: name their format, dtype='fp8e4m3' or "
+                                  "'fp8e5m2'" % fn)
+        code = want
+    elif want is not None and want != code:
+        raise InvalidArgument("%s: an array of %s, but dtype names %s" % (
+            fn, x.dtype.name, _FP8_NAMES[want]))
+    return x.view(np.uint8), code
+
+
+def fp8_to_float32(x, dtype=None):
+    """float32 values of fp8 data: an ml_dtypes float8_e4m3fn / float8_e5m2
+    array, or uint8 codes with dtype "fp8e4m3" or "fp8e5m2" (what
+    Client.empty gives without ml_dtypes). Exact."""
+    _numpy()
+    u, code = _fp8_arg("fp8_to_float32", x, dtype)
+    return _fp8_table(code)[u]
+
+
+def float32_to_fp8(x, dtype=None, out=None):
+    """The fp8 codes (uint8) of values, rounded to nearest, ties to even, as
+    a cast to PyTorch's and ml_dtypes' fp8 types rounds: past the largest
+    finite value by half a step or more, e4m3 (no infinities) gives NaN and
+    e5m2 infinity; NaN stays NaN. dtype: "fp8e4m3" or "fp8e5m2". Into out
+    (uint8 codes, or an ml_dtypes fp8 array such as Client.empty gives,
+    which names the format itself) if given, and returns out."""
+    _numpy()
+    if out is not None:
+        o, code = _fp8_arg("float32_to_fp8: out", out, dtype)
+    else:
+        code = _fp8_code(dtype) if dtype is not None else None
+        if code is None:
+            raise InvalidArgument("float32_to_fp8: dtype %r: fp8e4m3 or fp8e5m2" % (dtype,))
+    f = np.asarray(x, dtype=np.float64)
+    table = _fp8_table(code).astype(np.float64)
+    # the finite non-negative values, increasing with the code, then the
+    # first code past them: e4m3's NaN (0x7F), e5m2's infinity (0x7C), at
+    # the value one step past the largest (where rounding would go)
+    top = 0x7E if code == _FP8_E4M3 else 0x7B
+    vals = np.append(table[:top + 1], 480.0 if code == _FP8_E4M3 else 65536.0)
+    codes = np.append(np.arange(top + 1), 0x7F if code == _FP8_E4M3 else 0x7C)
+    mag = np.abs(f)
+    hi = np.clip(np.searchsorted(vals, mag, side="left"), 1, len(vals) - 1)
+    lo = hi - 1
+    dlo, dhi = mag - vals[lo], vals[hi] - mag
+    up = (dhi < dlo) | ((dhi == dlo) & (codes[hi] % 2 == 0))
+    r = np.where(up, codes[hi], codes[lo])
+    r = np.where(mag > vals[-1], codes[-1], r)
+    r = np.where(np.signbit(f), r | 0x80, r)
+    r = np.where(np.isnan(f), 0x7F, r).astype(np.uint8)
+    if out is None:
+        return r
+    o[...] = r
+    return out
 
 
 def _numpy_dtype_code(d):
@@ -244,6 +379,211 @@ def _describe(name, x):
     raise InvalidArgument("%s: a %s; ovl takes numpy arrays from Client.empty (host backend), "
                           "torch CUDA tensors or __cuda_array_interface__ objects (CUDA backend)"
                           % (name, type(x).__name__))
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr")
+
+
+def _cai_geometry(name, x, cai):
+    """shape and strides (bytes) that a __cuda_array_interface__ states,
+    checked as the ints they cross into."""
+    shape = tuple(_int_arg("%s: dimension" % name, s, 0, _SIZE_MAX) for s in cai["shape"])
+    typestr = cai["typestr"]
+    try:
+        item = int(typestr[2:])
+    except (TypeError, ValueError):
+        raise InvalidArgument("%s: typestr %r" % (name, typestr)) from None
+    strides = cai.get("strides")
+    if strides is None:  # C order
+        strides, step = [], item
+        for d in reversed(shape):
+            strides.insert(0, step)
+            step *= d or 1
+    strides = tuple(_int_arg("%s: stride" % name, s, -_SIZE_MAX, _SIZE_MAX) for s in strides)
+    if len(strides) != len(shape):
+        raise InvalidArgument("%s: %d strides for %d dimensions" % (name, len(strides),
+                                                                     len(shape)))
+    return shape, strides, item
+
+
+def _geometry(name, x):
+    """(shape, strides in bytes, itemsize) of a numpy array, a torch tensor or
+    a __cuda_array_interface__ object; InvalidArgument for anything else."""
+    if np is not None and isinstance(x, np.ndarray):
+        return tuple(x.shape), tuple(x.strides), x.itemsize
+    if _is_torch(x):
+        item = x.element_size()
+        return tuple(x.shape), tuple(st * item for st in x.stride()), item
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _cai_geometry(name, x, cai)
+    raise InvalidArgument("%s: a %s; ovl takes numpy arrays from Client.empty (host backend), "
+                          "torch CUDA tensors or __cuda_array_interface__ objects (CUDA backend)"
+                          % (name, type(x).__name__))
+
+
+class _CaiT:
+    """The transpose of a 2-D __cuda_array_interface__ object (a view)."""
+
+    def __init__(self, base, cai, shape, strides):
+        self.base = base
+        self.__cuda_array_interface__ = {
+            "shape": (shape[1], shape[0]), "strides": (strides[1], strides[0]),
+            "typestr": cai["typestr"], "data": cai["data"], "version": cai.get("version", 2)}
+
+
+def _transposed(name, x):
+    """x.T as an object of x's kind (a view)."""
+    if np is not None and isinstance(x, np.ndarray):
+        return x.T
+    if _is_torch(x):
+        return x.t()
+    cai = getattr(x, "__cuda_array_interface__", None)
+    shape, strides, _ = _geometry(name, x)
+    return _CaiT(x, cai, shape, strides)
+
+
+def _fp8_of_object(name, x, hint):
+    """The fp8 code of a scaled op's matrix x: its own dtype (ml_dtypes' or
+    torch's float8_e4m3fn / float8_e5m2), or for uint8 codes the format
+    that dtype= named (hint); InvalidArgument otherwise."""
+    if np is not None and isinstance(x, np.ndarray):
+        dn = x.dtype.name
+        own = _FP8_ALIASES.get(dn) if dn.startswith("float8") else None
+        raw = x.dtype == np.uint8
+    elif _is_torch(x):
+        dn = str(x.dtype)
+        own = _TORCH_FP8.get(dn)
+        raw = dn == "torch.uint8"
+    else:
+        dn = getattr(x, "__cuda_array_interface__", {}).get("typestr")
+        own, raw = None, dn in ("|u1", "<u1")
+    if own is not None:
+        if hint is not None and hint != own:
+            raise InvalidArgument("%s: holds %s, but dtype names %s" % (
+                name, _FP8_NAMES[own], _FP8_NAMES[hint]))
+        return own
+    if raw:
+        if hint is None:
+            raise InvalidArgument("%s: uint8 codes: name their fp8 format with dtype='fp8e4m3' "
+                                  "or 'fp8e5m2' (or pass ml_dtypes' or torch's float8 types)"
+                                  % name)
+        return hint
+    raise InvalidArgument("%s: dtype %s; a scaled op's A and B are fp8: ml_dtypes' or torch's "
+                          "float8_e4m3fn / float8_e5m2, or uint8 codes with dtype='fp8e4m3' or "
+                          "'fp8e5m2'" % (name, dn))
+
+
+def _describe_fp8(name, x, hint):
+    """A _Mat for a scaled op's fp8 matrix (a, b as n x k, a_out)."""
+    shape, strides, item = _geometry(name, x)
+    code = _fp8_of_object(name, x, hint)
+    if item != 1:
+        raise InvalidArgument("%s: elements of %d bytes; fp8 elements are 1 byte" % (name, item))
+    _check_2d_strides(name, shape, strides, 1)
+    if np is not None and isinstance(x, np.ndarray):
+        return _Mat(name, x, x.__array_interface__["data"][0], shape[0], shape[1], strides[0], 1,
+                    code, "host", writeable=x.flags.writeable)
+    if _is_torch(x):
+        if not x.is_cuda:
+            raise InvalidArgument("%s: a CPU tensor; with the host backend pass arrays from "
+                                  "Client.empty, with the CUDA backend CUDA tensors" % name)
+        return _Mat(name, x, x.data_ptr(), shape[0], shape[1], strides[0], 1, code, "cuda",
+                    device=x.get_device())
+    ptr, readonly = x.__cuda_array_interface__["data"]
+    ptr = _int_arg("%s: data pointer" % name, ptr, 0, _U64_MAX)
+    return _Mat(name, x, ptr, shape[0], shape[1], strides[0], 1, code, "cuda",
+                writeable=not readonly)
+
+
+def _scaled_b(b, transb, hint):
+    """A scaled op's B as ovl takes it, n x k row-major (transb): B given as
+    PyTorch's _scaled_mm takes it, k x n column-major (w.T of a row-major n
+    x k weight w), or w itself with transb=True; any other layout is
+    refused, naming the rule."""
+    shape, strides, item = _geometry("b", b)
+    if len(shape) != 2:
+        raise InvalidArgument("b: a 2-D matrix is needed, got %d dimensions" % len(shape))
+    rule = ("a scaled op takes B as cuBLASLt's fp8 GEMM (and PyTorch's _scaled_mm) does: "
+            "k x n column-major, the transpose of a row-major n x k weight w (pass w.T, or w "
+            "itself with transb=True)")
+    r, c = shape
+    if transb:  # w: n x k, its rows contiguous
+        if not ((c <= 1 or strides[1] == item) and (r <= 1 or strides[0] >= c * item)):
+            raise InvalidArgument("b: %d x %d with transb but not row-major (strides %s bytes): %s"
+                                  % (r, c, strides, rule))
+        return _describe_fp8("b", b, hint)
+    if not ((r <= 1 or strides[0] == item) and (c <= 1 or strides[1] >= r * item)):
+        raise InvalidArgument("b: k x n = %d x %d is not column-major (strides %s bytes): %s"
+                              % (r, c, strides, rule))
+    return _describe_fp8("b", _transposed("b", b), hint)
+
+
+def _describe_vec(name, x):
+    """A _Mat (one row) for a scaled op's scale or bias: a numpy array, a
+    torch tensor or a __cuda_array_interface__ object of 0 to 2 dimensions
+    whose elements lie one after the other ((n,), (n, 1), (1, n), ...)."""
+    shape, strides, item = _geometry(name, x)
+    if np is not None and isinstance(x, np.ndarray):
+        code, kind, dev = _numpy_dtype_code(x.dtype), "host", None
+        ptr, writeable, dn = x.__array_interface__["data"][0], x.flags.writeable, x.dtype
+    elif _is_torch(x):
+        code = _TORCH_DTYPES.get(str(x.dtype))
+        if not x.is_cuda:
+            raise InvalidArgument("%s: a CPU tensor; with the host backend pass arrays from "
+                                  "Client.empty, with the CUDA backend CUDA tensors" % name)
+        kind, dev, ptr, writeable, dn = "cuda", x.get_device(), x.data_ptr(), True, x.dtype
+    else:
+        cai = x.__cuda_array_interface__
+        code, kind, dev, dn = _CAI_TYPESTRS.get(cai["typestr"]), "cuda", None, cai["typestr"]
+        ptr, readonly = cai["data"]
+        ptr, writeable = _int_arg("%s: data pointer" % name, ptr, 0, _U64_MAX), not readonly
+    if code is None:
+        raise InvalidArgument("%s: dtype %s; scales are float32, a bias float32, float16 or "
+                              "bf16 (the output's)" % (name, dn))
+    if len(shape) > 2:
+        raise InvalidArgument("%s: %d dimensions; a scale or a bias is a vector: (n,), (n, 1) "
+                              "or (1, n)" % (name, len(shape)))
+    count, step = 1, item
+    for d, st in zip(reversed(shape), reversed(strides)):
+        if d > 1 and st != step:
+            raise InvalidArgument("%s: shape %s, strides %s bytes: its elements are not one "
+                                  "after the other" % (name, shape, strides))
+        step *= d
+        count *= d
+    if count == 0:
+        raise InvalidArgument("%s: empty (shape %s)" % (name, shape))
+    return _Mat(name, x, ptr, 1, count, 0, item, code, kind, device=dev, writeable=writeable)
+
+
+def _wants_scaled(a, b, a_scale, b_scale, out_dtype, bias, fast_accum, dtype):
+    """Whether a call is a scaled op's: an argument only those take, or an
+    fp8 A or B (which the unscaled path would refuse)."""
+    if any(v is not None for v in (a_scale, b_scale, out_dtype, bias, dtype)):
+        return True
+    if not (fast_accum is False or fast_accum is None):
+        return True
+    for x in [a] + (list(b) if isinstance(b, (list, tuple)) else [b]):
+        if np is not None and isinstance(x, np.ndarray):
+            if x.dtype.name in ("float8_e4m3fn", "float8_e5m2"):
+                return True
+        elif _is_torch(x) and str(getattr(x, "dtype", "")) in _TORCH_FP8:
+            return True
+    return False
+
+
+def _scaled_dtypes(dtype):
+    """(A's, B's) fp8 codes that dtype= names (None: from the arrays): one
+    name for both, or a pair."""
+    if dtype is None:
+        return None, None
+    pair = list(dtype) if isinstance(dtype, (tuple, list)) else [dtype, dtype]
+    codes = [_fp8_code(d) for d in pair] if len(pair) == 2 else [None]
+    if None in codes:
+        raise InvalidArgument("dtype %r: a scaled op's A and B are fp8e4m3 or fp8e5m2 (one "
+                              "name for both, or a pair: (a's, b's))" % (dtype,))
+    return codes[0], codes[1]
 
 
 def _overlaps(p, q):
@@ -380,12 +720,14 @@ class Client:
     def empty(self, shape, dtype="fp32"):
         """An uninitialized numpy array in memory shared with ovld
         (ovl_host_alloc): what the host backend's ops take. bf16 arrays are
-        ml_dtypes.bfloat16 if that is importable, else uint16 bits. The memory
+        ml_dtypes.bfloat16 if that is importable, else uint16 bits; fp8
+        ("fp8e4m3", "fp8e5m2": a scaled op's inputs) ml_dtypes'
+        float8_e4m3fn / float8_e5m2, else uint8 codes. The memory
         is freed when the array (and every view of it) is gone; it stays
         readable and writable after close(), which keeps the connection
         (that holds it) open until then."""
         _numpy()
-        code = _parse_dtype(dtype)
+        code = _parse_dtype(dtype, fp8=True)
         if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
             shape = (shape,)
         try:
@@ -399,8 +741,11 @@ class Client:
             raise Unsupported("empty: ovld runs the %s backend; Client.empty gives host-backend "
                               "memory (on CUDA, allocate with torch.empty(..., device='cuda'))"
                               % self.backend, -16)
-        dt = _bf16_numpy_dtype() if code == _lib.DTYPE_BF16 else np.dtype(
-            np.float32 if code == _lib.DTYPE_FP32 else np.float16)
+        if code in _FP8_NAMES:
+            dt = _fp8_numpy_dtype(code)
+        else:
+            dt = _bf16_numpy_dtype() if code == _lib.DTYPE_BF16 else np.dtype(
+                np.float32 if code == _lib.DTYPE_FP32 else np.float16)
         # numpy's own limit (the bytes of the dimensions that are not 0),
         # checked before ovl_host_alloc: its size_t would keep the low bits
         # of a larger size (2**65 + 8 bytes: 8) and allocate that.
@@ -668,7 +1013,9 @@ class Comm:
                 pass  # the exception in flight says more
 
     def all_gather_matmul(self, a, b, *, out=None, a_out=None, return_a=False, transb=False,
-                          algo="auto", chunks=0, streams=0, stream=None, async_op=False):
+                          algo="auto", chunks=0, streams=0, stream=None, async_op=False,
+                          a_scale=None, b_scale=None, out_dtype=None, bias=None,
+                          fast_accum=False, dtype=None):
         """C = allgather(a) @ op(b) over the job's ranks (ovl_allgather_gemm).
 
         a: this rank's m x k shard. b: a k x n matrix (n x k with transb), or
@@ -681,9 +1028,25 @@ class Comm:
         `stream` (None: torch's current stream for torch tensors, else the
         legacy default stream), returns at once.
 
+        Scaled (fp8), as PyTorch's _scaled_mm: a and b fp8 (ml_dtypes' or
+        torch's float8_e4m3fn / float8_e5m2, or uint8 codes with dtype=
+        "fp8e4m3" / "fp8e5m2", or a pair (a's, b's); not e5m2 twice), b
+        k x n column-major (w.T of a row-major n x k w, or w with
+        transb=True), a_scale and b_scale float32 (1 element: tensor-wise;
+        m, one per row of a, or n, one per column: row-wise), bias None or n
+        elements of out_dtype (bf16, fp16 or fp32; default: out's, else
+        bf16), fast_accum: cuBLASLt's fast fp8 accumulation. One B.
+        out = sa(i) sb(j) sum_l gather(a)[i][l] b[l][j] + bias[j]; with one
+        a_scale, every rank's rows are scaled by this rank's (as PyTorch's
+        fused op); a_out is fp8 as a (python/README.md, "Scaled ops").
+
         Returns out, or (out, a_out) if return_a."""
         owed = self._enter()
         try:
+            if _wants_scaled(a, b, a_scale, b_scale, out_dtype, bias, fast_accum, dtype):
+                return self._scaled_all_gather_matmul(
+                    a, b, out, a_out, return_a, transb, algo, chunks, streams, stream, async_op,
+                    a_scale, b_scale, out_dtype, bias, fast_accum, dtype)
             return self._all_gather_matmul(a, b, out, a_out, return_a, transb, algo, chunks,
                                            streams, stream, async_op)
         finally:
@@ -806,7 +1169,9 @@ class Comm:
         return (res, a_out) if return_a else res
 
     def matmul_reduce_scatter(self, a, b, *, reduce_op="sum", out=None, transb=False,
-                              algo="auto", chunks=0, streams=0, stream=None, async_op=False):
+                              algo="auto", chunks=0, streams=0, stream=None, async_op=False,
+                              a_scale=None, b_scale=None, out_dtype=None, bias=None,
+                              fast_accum=False, dtype=None):
         """GEMM + reduce-scatter over the job's ranks (ovl_gemm_reduce_scatter):
         out = rows [rank*M/world, (rank+1)*M/world) of the sum over the ranks
         of a @ op(b) (reduce_op "avg": of that sum divided by the world).
@@ -820,9 +1185,19 @@ class Comm:
         rounds the partial at each of its world - 1 hops (docs/plans.md,
         "Numbers"). Stream and async_op as all_gather_matmul's.
 
+        Scaled (fp8): a_scale, b_scale, out_dtype, bias, fast_accum and
+        dtype as all_gather_matmul's, a_scale of 1 or M elements (this
+        rank's A's rows); each rank's product is scaled and gets its bias
+        before the sum (avg: divided by the world), as PyTorch's fused
+        scaled op; the sum is in out_dtype's fp32, never fp8.
+
         Returns out."""
         owed = self._enter()
         try:
+            if _wants_scaled(a, b, a_scale, b_scale, out_dtype, bias, fast_accum, dtype):
+                return self._scaled_matmul_reduce_scatter(
+                    a, b, reduce_op, out, transb, algo, chunks, streams, stream, async_op,
+                    a_scale, b_scale, out_dtype, bias, fast_accum, dtype)
             return self._matmul_reduce_scatter(a, b, reduce_op, out, transb, algo, chunks,
                                                streams, stream, async_op)
         finally:
@@ -888,6 +1263,234 @@ class Comm:
             elif not cuda:
                 self._pending.append((a, b, out))
             self._fast = None  # the all-gather fast path's desc is not this op's
+        return out
+
+    # -- scaled (fp8) ops: every argument checked before anything is sent
+
+    def _scaled_inputs(self, a, b, transb, dtype, a_scale, b_scale, out_dtype, bias,
+                       fast_accum, out):
+        """A scaled op's inputs, checked: (A, B as n x k, out dtype code,
+        (a_scale, its mode), (b_scale, its mode), bias or None, fast)."""
+        if not isinstance(fast_accum, bool):
+            raise InvalidArgument("fast_accum: True or False, got %r" % (fast_accum,))
+        ha, hb = _scaled_dtypes(dtype)
+        A = _describe_fp8("a", a, ha)
+        m, k = A.shape()
+        B = _scaled_b(b, transb, hb)
+        n, kb = B.shape()
+        if kb != k:
+            raise InvalidArgument("b: k x n = %d x %d does not fit a's %d columns" % (kb, n, k))
+        if A.dtype == _FP8_E5M2 and B.dtype == _FP8_E5M2:
+            raise InvalidArgument("a and b both fp8e5m2: cuBLASLt has no such fp8 GEMM (one of "
+                                  "them must be fp8e4m3)")
+        if out_dtype is None:
+            code_out = _lib.DTYPE_BF16
+            if out is not None:  # out's own dtype, where it is one a scaled op writes
+                try:
+                    code_out = _describe("out", out).dtype
+                except InvalidArgument:
+                    pass
+        else:
+            if _fp8_code(out_dtype) is not None:
+                raise InvalidArgument("out_dtype %s: a scaled op writes bf16, fp16 or fp32, "
+                                      "never fp8 (an fp8 output and its result_scale are "
+                                      "PyTorch's)" % (out_dtype,))
+            try:
+                code_out = _parse_dtype(out_dtype)
+            except InvalidArgument:
+                raise InvalidArgument("out_dtype %r: a scaled op writes bf16, fp16 or fp32"
+                                      % (out_dtype,)) from None
+        missing = [nm for nm, v in (("a_scale", a_scale), ("b_scale", b_scale)) if v is None]
+        if missing:
+            raise InvalidArgument("%s missing: a scaled op takes a_scale and b_scale, float32, "
+                                  "1 element (tensor-wise) or one per row of a / column of b "
+                                  "(row-wise)" % " and ".join(missing))
+        SA = _describe_vec("a_scale", a_scale)
+        SB = _describe_vec("b_scale", b_scale)
+        modes = []
+        for S, count, what, shape in ((SA, m, "m, a row", "(%d,) or PyTorch's (%d, 1)"),
+                                      (SB, n, "n, a column of b", "(%d,) or PyTorch's (1, %d)")):
+            if S.dtype != _lib.DTYPE_FP32:
+                raise InvalidArgument("%s: dtype %s; scales are float32" % (
+                    S.name, _DTYPE_NAMES[S.dtype]))
+            if S.cols == 1:
+                modes.append(_lib.SCALE_MODES["tensor"])
+            elif S.cols == count:
+                modes.append(_lib.SCALE_MODES["row"])
+            else:
+                raise InvalidArgument("%s: %d elements fit neither scale mode: 1 (tensor-wise) "
+                                      "or %d (row-wise: one per %s, %s)" % (
+                                          S.name, S.cols, count, what,
+                                          shape % (count, count)))
+        BI = None
+        if bias is not None:
+            BI = _describe_vec("bias", bias)
+            if BI.dtype != code_out:
+                raise InvalidArgument("bias: dtype %s, the output's is %s (a bias is of the "
+                                      "output's dtype, out_dtype)" % (
+                                          _DTYPE_NAMES[BI.dtype], _DTYPE_NAMES[code_out]))
+            if BI.cols != n:
+                raise InvalidArgument("bias: %d elements, b has %d columns (one per column)"
+                                      % (BI.cols, n))
+        for x in (A, B, SA, SB) + ((BI,) if BI else ()):
+            self._check_place(x)
+        return A, B, code_out, (SA, modes[0]), (SB, modes[1]), BI, fast_accum
+
+    def _alloc_code(self, A, shape, code):
+        """A new output of dtype code, where A lives (as _alloc_like)."""
+        if A.kind == "host":
+            return self.client.empty(shape, _FP8_NAMES.get(code) or _DTYPE_NAMES[code])
+        if _is_torch(A.obj):
+            torch = sys.modules["torch"]
+            return torch.empty(shape, dtype=getattr(torch, _TORCH_OF_CODE[code]),
+                               device=A.obj.device)
+        raise InvalidArgument("out: needed for __cuda_array_interface__ inputs (only torch "
+                              "tensors get theirs allocated)")
+
+    def _scaled_out(self, name, x, shape, code):
+        """out (or a_out) of a scaled op, checked: shape, writable, dtype, place."""
+        C = _describe_fp8(name, x, code) if code in _FP8_NAMES else _describe(name, x)
+        if C.shape() != shape:
+            raise InvalidArgument("%s: %d x %d, expected %d x %d" % (
+                name, C.rows, C.cols, shape[0], shape[1]))
+        if not C.writeable:
+            raise InvalidArgument("%s: read-only" % name)
+        if C.dtype != code:
+            raise InvalidArgument("%s: dtype %s, out_dtype %s" % (
+                name, _DTYPE_NAMES[C.dtype], _DTYPE_NAMES[code]))
+        self._check_place(C)
+        return C
+
+    @staticmethod
+    def _scaling(B, code_out, sa, sb, BI, fast):
+        return _lib.Scaling(b_dtype=B.dtype, out_dtype=code_out, a_mode=sa[1], b_mode=sb[1],
+                            a_scale=sa[0].ptr, b_scale=sb[0].ptr,
+                            bias=BI.ptr if BI is not None else None,
+                            fast_accum=1 if fast else 0)
+
+    @staticmethod
+    def _no_overlap(written, read):
+        for i, w in enumerate(written):
+            for r in list(read) + written[i + 1:]:
+                if _overlaps(w, r):
+                    raise InvalidArgument("%s overlaps %s" % (w.name, r.name))
+
+    def _submit(self, call, d, stream_ptr, cuda, async_op, keep):
+        """Sends a checked op (call: ovl_allgather_gemm or
+        ovl_gemm_reduce_scatter); host: waits unless async_op."""
+        with self.client._mu:
+            h = self._handle()
+            st = self._lib.ovl_comm_check(h)  # an earlier op's error first
+            if st != _lib.OK:
+                raise self.client._error(st)
+            st = call(h, ctypes.byref(d), stream_ptr)
+            if st != _lib.OK:
+                raise self.client._error(st)
+            if not cuda and not async_op:
+                st = self._lib.ovl_comm_synchronize(h)
+                if st != _lib.OK:
+                    raise self.client._error(st)
+                self._pending.clear()
+            elif not cuda:
+                self._pending.append(keep)
+            self._fast = None  # the all-gather fast path's desc is not this op's
+
+    @staticmethod
+    def _check_opts(algo, algos, chunks, streams):
+        if not isinstance(algo, str) or algo not in algos:
+            raise InvalidArgument("algo %r: one of %s" % (algo, ", ".join(algos)))
+        for n, v in (("chunks", chunks), ("streams", streams)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
+                raise InvalidArgument("%s: an int from 0 (the daemon chooses) to 2^32-1, got %r"
+                                      % (n, v))
+
+    def _stream_for(self, stream, mats, cuda):
+        if cuda:
+            return _cuda_stream(stream, mats)
+        if stream is not None:
+            raise InvalidArgument("stream: the host backend takes no stream (pass None)")
+        return None
+
+    def _scaled_all_gather_matmul(self, a, b, out, a_out, return_a, transb, algo, chunks,
+                                  streams, stream, async_op, a_scale, b_scale, out_dtype, bias,
+                                  fast_accum, dtype):
+        single = not isinstance(b, (list, tuple))
+        if not single:
+            if len(b) != 1:
+                raise InvalidArgument("%d Bs given: a scaled op takes one B (ovl_scaling_t): "
+                                      "call once per B" % len(b))
+            b = b[0]
+            if out is not None:
+                if not isinstance(out, (list, tuple)) or len(out) != 1:
+                    raise InvalidArgument("out: a list of one output for a list of one b")
+                out = out[0]
+        elif isinstance(out, (list, tuple)):
+            raise InvalidArgument("out: a list for a single b")
+        self._check_opts(algo, _lib.AG_ALGOS, chunks, streams)
+        self._handle()  # a closed comm says so before the arguments are looked at
+        cuda = self.client.backend != "host"
+        A, B, code_out, sa, sb, BI, fast = self._scaled_inputs(
+            a, b, transb, dtype, a_scale, b_scale, out_dtype, bias, fast_accum, out)
+        m, k = A.shape()
+        n = B.rows
+        rows = self.world * m
+        if out is None:
+            out = self._alloc_code(A, (rows, n), code_out)
+        C = self._scaled_out("out", out, (rows, n), code_out)
+        if a_out is None and return_a:
+            a_out = self._alloc_code(A, (rows, k), A.dtype)
+            if np is not None and isinstance(a, np.ndarray) and a.dtype == np.uint8:
+                a_out = a_out.view(np.uint8)  # codes, as a is given
+        AO = self._scaled_out("a_out", a_out, (rows, k), A.dtype) if a_out is not None else None
+        written = [C] + ([AO] if AO else [])
+        read = [A, B, sa[0], sb[0]] + ([BI] if BI else [])
+        self._no_overlap(written, read)
+        stream_ptr = self._stream_for(stream, read + written, cuda)
+        sc = self._scaling(B, code_out, sa, sb, BI, fast)
+        d = _lib.AgGemmDesc(
+            a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1, c=C.ptr, ldc=C.ld,
+            a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0, m=m, n=n, k=k,
+            dtype=A.dtype, algo=_lib.ALGOS[algo], chunks=chunks, streams=streams, nb=1,
+            more_bs=None, scaling=ctypes.addressof(sc))
+        self._submit(self._lib.ovl_allgather_gemm, d, stream_ptr, cuda, async_op,
+                     (a, b, out, a_out, a_scale, b_scale, bias))
+        res = out if single else [out]
+        return (res, a_out) if return_a else res
+
+    def _scaled_matmul_reduce_scatter(self, a, b, reduce_op, out, transb, algo, chunks, streams,
+                                      stream, async_op, a_scale, b_scale, out_dtype, bias,
+                                      fast_accum, dtype):
+        if not isinstance(reduce_op, str) or reduce_op not in _lib.REDUCE_OPS:
+            raise InvalidArgument("reduce_op %r: one of %s" % (reduce_op,
+                                                                ", ".join(_lib.REDUCE_OPS)))
+        self._check_opts(algo, _lib.RS_ALGOS, chunks, streams)
+        self._handle()
+        cuda = self.client.backend != "host"
+        A, B, code_out, sa, sb, BI, fast = self._scaled_inputs(
+            a, b, transb, dtype, a_scale, b_scale, out_dtype, bias, fast_accum, out)
+        m, k = A.shape()
+        n = B.rows
+        if m % self.world:
+            raise InvalidArgument("a: %d rows are not a multiple of the world %d: each rank "
+                                  "keeps rows / world rows of the sum" % (m, self.world))
+        if BI is not None and reduce_op == "avg" and algo == "ring" and self.world > 1:
+            # ovld's planner refuses it, which would fail the comm
+            raise InvalidArgument("algo ring with a bias and avg: ring adds each rank's bias at "
+                                  "its GEMM, which avg does not divide (auto, naive, collective "
+                                  "or push take it)")
+        if out is None:
+            out = self._alloc_code(A, (m // self.world, n), code_out)
+        C = self._scaled_out("out", out, (m // self.world, n), code_out)
+        read = [A, B, sa[0], sb[0]] + ([BI] if BI else [])
+        self._no_overlap([C], read)
+        stream_ptr = self._stream_for(stream, read + [C], cuda)
+        sc = self._scaling(B, code_out, sa, sb, BI, fast)
+        d = _lib.GemmRsDesc(
+            a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1, c=C.ptr, ldc=C.ld, m=m, n=n, k=k,
+            dtype=A.dtype, reduce_op=_lib.REDUCE_OPS[reduce_op], algo=_lib.ALGOS[algo],
+            chunks=chunks, streams=streams, scaling=ctypes.addressof(sc))
+        self._submit(self._lib.ovl_gemm_reduce_scatter, d, stream_ptr, cuda, async_op,
+                     (a, b, out, a_scale, b_scale, bias))
         return out
 
     def _submit_fast(self, a, b, out, a_out, return_a, stream):

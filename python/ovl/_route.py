@@ -21,6 +21,26 @@ vLLM"): ovl takes a call when
   rows as A has columns, reduce_op is "sum" or "avg", and the dimension
   scattered divides by the world (B's columns for the last dimension).
 
+The scaled (fp8) ops, fused_all_gather_scaled_matmul and
+fused_scaled_matmul_reduce_scatter (why_not_scaled_ag, why_not_scaled_rs),
+as above (CUDA, a group ovl serves, gather_dim / scatter dims, shapes that
+fit) and:
+
+- A and every B float8_e4m3fn or float8_e5m2, not both float8_e5m2
+  (cuBLASLt has no such GEMM);
+- each B column-major (the transpose of a row-major N x K weight: W.t()),
+  the one layout of cuBLASLt's fp8 GEMM and of PyTorch's _scaled_mm; K and
+  each N multiples of 16 (what both want);
+- an output dtype given, bfloat16, float16 or float32 (None means an fp8
+  output, which ovl never writes), no result_scale;
+- float32 scales, tensor-wise (1 element) or row-wise (A: one per row,
+  PyTorch's (..., 1) shapes; B: (1, N)), not block-wise; a bias of N
+  elements in the output's dtype;
+- all-gather: as many B_scales, biases, result_scales, out_dtypes and
+  use_fast_accum as Bs (each B is an ovl op of its own, so they may differ);
+- reduce-scatter: output_shape given and holding A's rows, orig_scatter_dim
+  not its last (ovl scatters rows, not N).
+
 Anything else runs PyTorch's own kernel. Each reason is logged once per
 process (a warning on the "ovl.torch" logger), with a count of the calls it
 sent back kept for stats().
@@ -29,7 +49,9 @@ import logging
 import threading
 
 DTYPES = ("bfloat16", "float16", "float32")
+FP8 = ("float8_e4m3fn", "float8_e5m2")
 MAX_BS = 8
+FP8_ALIGN = 16  # K and N of an fp8 GEMM (cuBLASLt; PyTorch's _scaled_mm checks it too)
 
 LOG = logging.getLogger("ovl.torch")
 
@@ -39,9 +61,14 @@ class Router:
     logged once), how many calls each sent to PyTorch's kernel, and how many
     calls ovl took, per op."""
 
-    def __init__(self, log=LOG):
+    def __init__(self, log=LOG, namespace="symm_mem", kernel="PyTorch's own kernel",
+                 counter="stats"):
+        """namespace: the ops' (symm_mem for install()'s, ovl for
+        torch.ops.ovl's scaled ops); kernel: what runs a call handed back;
+        counter: the ovl.torch function that gives stats()."""
         self._mu = threading.Lock()
         self._log = log
+        self._words = (namespace, kernel, counter)
         self._fallbacks = {}  # reason -> calls
         self._taken = {}      # op -> calls
 
@@ -53,8 +80,9 @@ class Router:
             first = key not in self._fallbacks
             self._fallbacks[key] = self._fallbacks.get(key, 0) + 1
         if first:
-            self._log.warning("ovl.torch: symm_mem.%s runs PyTorch's own kernel: %s (said once; "
-                              "ovl.torch.stats() counts the calls)", op, reason)
+            ns, kernel, counter = self._words
+            self._log.warning("ovl.torch: %s.%s runs %s: %s (said once; ovl.torch.%s() counts "
+                              "the calls)", ns, op, kernel, reason, counter)
 
     def took(self, op):
         with self._mu:
@@ -135,6 +163,211 @@ def why_not_rs(devices, dtypes, a_shape, b_shape, reduce_op, scatter_dim, world)
     size = b_shape[1] if sd == nd - 1 else a_shape[sd]
     if world < 1 or size % world:
         return "the scattered dimension (%d) is not a multiple of the world %d" % (size, world)
+    return None
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _fp8_dtypes(a_dtype, b_dtypes):
+    if a_dtype not in FP8:
+        return "A of dtype %s (ovl's scaled ops take %s)" % (a_dtype, " and ".join(FP8))
+    for i, t in enumerate(b_dtypes):
+        if t not in FP8:
+            return "B%s of dtype %s (ovl's scaled ops take %s)" % (
+                "" if len(b_dtypes) == 1 and i == 0 else "s[%d]" % i, t, " and ".join(FP8))
+        if a_dtype == t == "float8_e5m2":
+            return "float8_e5m2 times float8_e5m2 (cuBLASLt has no such GEMM)"
+    return None
+
+
+def _scaled_b(name, a_shape, b_shape, b_stride):
+    """Why B (K x N, PyTorch's) is not one ovl's scaled GEMM takes, or None."""
+    k = a_shape[-1]
+    if len(b_shape) != 2 or b_shape[0] != k:
+        return "%s of shape %s does not fit A's %d columns" % (name, tuple(b_shape), k)
+    n = b_shape[1]
+    if not ((k <= 1 or b_stride[0] == 1) and (n <= 1 or b_stride[1] >= k)):
+        return ("%s is not column-major (strides %s): ovl's scaled GEMM, as cuBLASLt's fp8 GEMM "
+                "and PyTorch's _scaled_mm, takes B as the transpose of a row-major N x K weight "
+                "(W.t())" % (name, tuple(b_stride)))
+    if k % FP8_ALIGN or n % FP8_ALIGN:
+        return ("K %d or N %d of %s not a multiple of %d (cuBLASLt's fp8 GEMM, and PyTorch's "
+                "_scaled_mm, want both so)" % (k, n, name, FP8_ALIGN))
+    return None
+
+
+def _scaled_out(name, out_dtype, result_scale):
+    if out_dtype is None:
+        return ("%s is None: the output in A's fp8 dtype, which ovl's scaled ops never write "
+                "(they write %s)" % (name, ", ".join(DTYPES)))
+    if out_dtype not in DTYPES:
+        return "%s %s (ovl's scaled ops write %s)" % (name, out_dtype, ", ".join(DTYPES))
+    if result_scale:
+        return ("a result_scale (an fp8 output's scale; ovl's scaled ops write %s and scale no "
+                "result)" % ", ".join(DTYPES))
+    return None
+
+
+def _scale_dtype(name, scale):
+    if scale[1] != "float32":
+        return ("%s of dtype %s (ovl takes float32 scales; MX's e8m0 block scales are "
+                "PyTorch's)" % (name, scale[1]))
+    return None
+
+
+def _b_scale(name, scale, n):
+    why = _scale_dtype(name, scale)
+    if why:
+        return why
+    shape = list(scale[0])
+    if _numel(shape) == 1 or shape == [1, n]:
+        return None
+    return ("%s of shape %s: neither tensor-wise (1 element) nor row-wise ((1, %d)); block-wise "
+            "scales are PyTorch's" % (name, tuple(shape), n))
+
+
+def _bias(name, bias, n, out_dtype):
+    if bias is None:
+        return None
+    shape, dtype = bias
+    if list(shape) != [n]:
+        return "%s of shape %s (ovl takes %d elements, one per column)" % (name, tuple(shape), n)
+    if dtype != out_dtype:
+        return "%s of dtype %s, the output's is %s (ovl takes a bias of the output's dtype)" % (
+            name, dtype, out_dtype)
+    return None
+
+
+def ag_scale_mode(a_shape, scale_shape, gather_dim, world):
+    """PyTorch's reading of fused_all_gather_scaled_matmul's A_scale
+    (_check_and_verify_fp8_all_gather_scale_mode): "row-sharded" (this
+    rank's rows: A_shard's leading dimensions, then 1), "tensor" (1
+    element), "row-replicated" (every rank's rows: the gathered A's leading
+    dimensions), or None (PyTorch's kernel raises). "block" for a shape
+    with A_shard's leading dimensions and a last one other than 1 (and
+    likewise the gathered ones'), which PyTorch reads as row-wise."""
+    full = list(a_shape)
+    full[gather_dim] *= world
+    s = list(scale_shape)
+    if s[:-1] == list(a_shape[:-1]) and len(s) >= 1:
+        return "row-sharded" if s[-1] == 1 else "block"
+    if _numel(s) == 1:
+        return "tensor"
+    if len(s) >= 1 and s[:-1] == full[:-1]:
+        return "row-replicated" if s[-1] == 1 else "block"
+    return None
+
+
+def why_not_scaled_ag(devices, a_dtype, b_dtypes, a_shape, b_shapes, b_strides, a_scale,
+                      b_scales, gather_dim, biases, result_scales, out_dtypes, use_fast_accum,
+                      world):
+    """None where ovl takes fused_all_gather_scaled_matmul of these, else
+    why not. devices: every tensor's device type; a_dtype, b_dtypes: dtype
+    names; a_shape: A_shard's; b_shapes, b_strides: each B's (strides in
+    elements); a_scale: (shape, dtype name); b_scales: one such per B;
+    biases: per B None or (shape, dtype name); result_scales: per B whether
+    one is given; out_dtypes: per B a dtype name or None; use_fast_accum:
+    per B (any values: each B is an ovl op of its own); world: the group's
+    size."""
+    nb = len(b_shapes)
+    if nb == 0:
+        return "0 Bs"
+    for what, xs in (("B_scales", b_scales), ("biases", biases),
+                     ("result_scales", result_scales), ("out_dtypes", out_dtypes),
+                     ("use_fast_accum", use_fast_accum)):
+        if len(xs) != nb:
+            return "%d %s for %d Bs (PyTorch's kernel raises)" % (len(xs), what, nb)
+    why = _common(devices, ["float32"]) or _fp8_dtypes(a_dtype, b_dtypes)
+    if why:
+        return why
+    nd = len(a_shape)
+    if nd < 2:
+        return "A_shard of %d dimension%s" % (nd, "" if nd == 1 else "s")
+    if not 0 <= gather_dim < nd:
+        return "gather_dim %d out of range (PyTorch's kernel takes 0 to %d)" % (gather_dim,
+                                                                                nd - 1)
+    if _empty([a_shape] + list(b_shapes)):
+        return "an empty tensor"
+    if gather_dim == nd - 1:
+        return ("gather_dim is A's last: ovl gathers rows, and PyTorch's own kernel takes the "
+                "last dimension")
+    for i in range(nb):
+        name = "Bs[%d]" % i
+        why = (_scaled_b(name, a_shape, b_shapes[i], b_strides[i]) or
+               _scaled_out("out_dtypes[%d]" % i, out_dtypes[i], result_scales[i]) or
+               _b_scale("B_scales[%d]" % i, b_scales[i], b_shapes[i][1]) or
+               _bias("biases[%d]" % i, biases[i], b_shapes[i][1], out_dtypes[i]))
+        if why:
+            return why
+    why = _scale_dtype("A_scale", a_scale)
+    if why:
+        return why
+    mode = ag_scale_mode(a_shape, a_scale[0], gather_dim, world)
+    if mode == "block":
+        return ("A_scale of shape %s: block-wise scales (ovl takes one scale, or one per row)"
+                % (tuple(a_scale[0]),))
+    if mode is None:
+        return ("A_scale of shape %s fits neither a tensor-wise nor a row-wise scale of "
+                "A_shard %s (PyTorch's kernel raises)" % (tuple(a_scale[0]), tuple(a_shape)))
+    return None
+
+
+def why_not_scaled_rs(devices, a_dtype, b_dtype, a_shape, b_shape, b_stride, a_scale, b_scale,
+                      reduce_op, orig_scatter_dim, scatter_dim_after_maybe_reshape, output_shape,
+                      bias, result_scale, out_dtype, world):
+    """None where ovl takes fused_scaled_matmul_reduce_scatter of these,
+    else why not (the arguments as why_not_scaled_ag's, for one B;
+    output_shape: a list, or None)."""
+    why = _common(devices, ["float32"]) or _fp8_dtypes(a_dtype, [b_dtype])
+    if why:
+        return why
+    nd = len(a_shape)
+    if nd < 2:
+        return "A of %d dimension%s" % (nd, "" if nd == 1 else "s")
+    why = _scaled_b("B", a_shape, b_shape, b_stride)
+    if why:
+        return why
+    if reduce_op not in ("sum", "avg"):
+        return "reduce_op %r (ovl takes sum and avg)" % (reduce_op,)
+    if output_shape is None:
+        return "output_shape None (PyTorch's kernel needs it)"
+    osh = list(output_shape)
+    if len(osh) < 2 or _numel(osh[:-1]) != _numel(a_shape[:-1]):
+        return "output_shape %s does not hold A's %d rows" % (tuple(osh),
+                                                              _numel(a_shape[:-1]))
+    if not 0 <= orig_scatter_dim < len(osh):
+        return "orig_scatter_dim %d out of range (PyTorch's kernel takes 0 to %d)" % (
+            orig_scatter_dim, len(osh) - 1)
+    if not 0 <= scatter_dim_after_maybe_reshape < nd:
+        return "scatter_dim_after_maybe_reshape %d out of range (PyTorch's kernel takes 0 to " \
+               "%d)" % (scatter_dim_after_maybe_reshape, nd - 1)
+    if _empty([a_shape, b_shape]):
+        return "an empty tensor"
+    if orig_scatter_dim == len(osh) - 1:
+        return ("orig_scatter_dim is the output's last (its N columns): ovl's scaled GEMM + "
+                "reduce-scatter scatters rows")
+    size = osh[orig_scatter_dim]
+    if world < 1 or size % world:
+        return "the scattered dimension (%d) is not a multiple of the world %d" % (size, world)
+    why = (_scaled_out("out_dtype", out_dtype, result_scale) or
+           _b_scale("B_scale", b_scale, b_shape[1]) or
+           _bias("bias", bias, b_shape[1], out_dtype) or _scale_dtype("A_scale", a_scale))
+    if why:
+        return why
+    s = list(a_scale[0])
+    if _numel(s) == 1:
+        return None
+    if s[:-1] != list(a_shape[:-1]):
+        return ("A_scale of shape %s fits neither a tensor-wise nor a row-wise scale of A %s "
+                "(PyTorch's kernel raises)" % (tuple(s), tuple(a_shape)))
+    if s[-1] != 1:
+        return ("A_scale of shape %s: block-wise scales (ovl takes one scale, or one per row)"
+                % (tuple(s),))
     return None
 
 

@@ -20,11 +20,16 @@
   reduce-scatter of the rows; backward through the op (grad_out gathered
   once: the input's and the weight's gradients), the replicated bias's
   gradient all-reduced.
+- torch.ops.ovl.fused_all_gather_scaled_matmul and
+  fused_scaled_matmul_reduce_scatter: PyTorch's scaled (fp8) symm_mem ops'
+  schemas and fake kernels, through ovld's scaled ops where ovl takes the
+  call (ovl._route), PyTorch's unfused fallback where not (op_stats()).
 - install(group=None, lazy=True) / uninstall() / installed() / stats():
   torch.ops.symm_mem.fused_all_gather_matmul and fused_matmul_reduce_scatter
-  (what torch.compile's micro-pipeline TP pass emits) through ovld, PyTorch's
-  own kernel for every call ovl does not take (ovl._route), each reason
-  logged once; OVL_TORCH_INSTALL=1 installs at import.
+  (what torch.compile's micro-pipeline TP pass emits), and their scaled
+  (fp8) twins, through ovld, PyTorch's own kernel for every call ovl does
+  not take (ovl._route), each reason logged once; OVL_TORCH_INSTALL=1
+  installs at import.
 
 torch is imported here, never by `import ovl`. See python/README.md.
 """
@@ -44,8 +49,9 @@ except ImportError as _e:
 from . import _core, _route
 
 __all__ = ["init", "get_comm", "shutdown", "fused_all_gather_matmul",
-           "fused_matmul_reduce_scatter", "ColumnParallelLinear", "RowParallelLinear", "install",
-           "uninstall", "installed", "stats"]
+           "fused_matmul_reduce_scatter", "fused_all_gather_scaled_matmul",
+           "fused_scaled_matmul_reduce_scatter", "ColumnParallelLinear", "RowParallelLinear",
+           "install", "uninstall", "installed", "stats", "op_stats"]
 
 _MU = threading.Lock()
 _COMMS = {}      # group name -> ovl Comm
@@ -368,6 +374,346 @@ def fused_matmul_reduce_scatter(A, B, reduce_op="sum", scatter_dim=0, group_name
     return torch.ops.ovl.fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)
 
 
+# -- the scaled (fp8) ops ---------------------------------------------------
+#
+# PyTorch's symm_mem scaled ops, with exactly their schemas (torch 2.10's
+# torch/distributed/_symmetric_memory/__init__.py): A and B fp8, scaled as
+# torch._scaled_mm scales them, in one of ovl's scaled ops (ovl_scaling_t)
+# per B where ovl takes the call (ovl._route: why_not_scaled_ag / _rs), and
+# PyTorch's own unfused fallback (_fused_*_fallback: a functional
+# collective and torch._scaled_mm) where it does not, each reason said
+# once (op_stats() counts). No autograd: PyTorch's scaled ops have none.
+
+SCHEMA_SCALED_AG = (
+    "fused_all_gather_scaled_matmul(Tensor A, Tensor[] Bs, Tensor A_scale, Tensor[] B_scales, "
+    "int gather_dim, str group_name, Tensor?[] biases, Tensor?[] result_scales, "
+    "ScalarType?[] out_dtypes, bool[] use_fast_accum) -> (Tensor, Tensor[])")
+SCHEMA_SCALED_RS = (
+    "fused_scaled_matmul_reduce_scatter(Tensor A, Tensor B, Tensor A_scale, Tensor B_scale, "
+    "str reduce_op, int orig_scatter_dim, int scatter_dim_after_maybe_reshape, str group_name, "
+    "SymInt[]? output_shape, Tensor? bias=None, Tensor? result_scale=None, "
+    "ScalarType? out_dtype=None, bool use_fast_accum=False) -> Tensor")
+# what Inductor keeps for PyTorch's ops: their outputs' strides as the fake
+# kernels say (PyTorch's carry the same tag)
+_FIXED = getattr(getattr(torch._C, "Tag", None), "needs_fixed_stride_order", None)
+_LIB.define(SCHEMA_SCALED_AG, tags=[_FIXED] if _FIXED is not None else [])
+_LIB.define(SCHEMA_SCALED_RS, tags=[_FIXED] if _FIXED is not None else [])
+_SAG, _SRS = "fused_all_gather_scaled_matmul", "fused_scaled_matmul_reduce_scatter"
+
+# torch.ops.ovl's scaled calls that ovl ran, and those it handed to
+# PyTorch's fallback, by reason (op_stats())
+_OPS_ROUTER = _route.Router(namespace="ovl", kernel="PyTorch's unfused fallback",
+                            counter="op_stats")
+
+
+def _as_dtype(d):
+    """A torch.dtype (or None) from what the dispatcher passes for a
+    ScalarType: a dtype, or an int of c10's ScalarType for ScalarType?[]."""
+    if d is None or isinstance(d, torch.dtype):
+        return d
+    return _symm_mem()._maybe_convert_scalar_types_to_dtypes([d])[0]
+
+
+def _c10d_name(group_name):
+    """The c10d name of a group ovl knows as group_name ("default": the
+    default group's), for PyTorch's fallbacks."""
+    if group_name == "default":
+        return dist.group.WORLD.group_name
+    return group_name
+
+
+def _stream_of(t):
+    return torch.cuda.current_stream(t.device) if t.is_cuda else None
+
+
+def _tdesc(t):
+    return None if t is None else (list(t.shape), _dtype_name(t))
+
+
+def _sag_facts(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scales, out_dtypes,
+               use_fast_accum, world):
+    """The arguments of _route.why_not_scaled_ag for these tensors
+    (out_dtypes: torch dtypes), as a list."""
+    ts = ([A_shard, A_scale] + list(Bs) + list(B_scales) + [b for b in biases if b is not None]
+          + [r for r in result_scales if r is not None])
+    return [
+        [t.device.type for t in ts], _dtype_name(A_shard), [_dtype_name(B) for B in Bs],
+        list(A_shard.shape), [list(B.shape) for B in Bs], [list(B.stride()) for B in Bs],
+        _tdesc(A_scale), [_tdesc(t) for t in B_scales], gather_dim, [_tdesc(b) for b in biases],
+        [r is not None for r in result_scales],
+        [None if d is None else str(d).replace("torch.", "") for d in out_dtypes],
+        list(use_fast_accum), world]
+
+
+def _sag_why(*args):
+    return _route.why_not_scaled_ag(*_sag_facts(*args))
+
+
+def _srs_facts(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+               scatter_dim_after_maybe_reshape, output_shape, bias, result_scale, out_dtype,
+               world):
+    """The arguments of _route.why_not_scaled_rs for these tensors."""
+    ts = [A, B, A_scale, B_scale] + [t for t in (bias, result_scale) if t is not None]
+    return [
+        [t.device.type for t in ts], _dtype_name(A), _dtype_name(B), list(A.shape),
+        list(B.shape), list(B.stride()), _tdesc(A_scale), _tdesc(B_scale), reduce_op,
+        orig_scatter_dim, scatter_dim_after_maybe_reshape,
+        None if output_shape is None else [int(x) for x in output_shape], _tdesc(bias),
+        result_scale is not None, None if out_dtype is None else _dtype_name_of(out_dtype),
+        world]
+
+
+def _srs_why(*args):
+    return _route.why_not_scaled_rs(*_srs_facts(*args))
+
+
+def _dtype_name_of(d):
+    return str(d).replace("torch.", "")
+
+
+def _sag_layout(t, gather_dim, world, ns, out_dtypes):
+    """(A, [outputs]) of fused_all_gather_scaled_matmul as PyTorch's Meta
+    kernel makes them, new tensors of t's kind (t: A_shard, or a meta
+    tensor of its shape): A gathered contiguous into (world, *shard) and
+    moved to gather_dim as PyTorch views it (a copy but at world 1), each
+    output contiguous with gather_dim first, moved back."""
+    shape = list(t.shape)
+    A = t.new_empty([world * shape[0]] + shape[1:]).view([world] + shape)
+    A = A.movedim(gather_dim + 1, 1).flatten(0, 1)
+    lead = list(A.shape[:-1])
+    outs = [t.new_empty(lead + [n], dtype=od if od is not None else t.dtype).movedim(0, gather_dim)
+            for n, od in zip(ns, out_dtypes)]
+    return A.movedim(0, gather_dim), outs
+
+
+@functools.lru_cache(maxsize=256)
+def _sag_strides(shape, dtype, gather_dim, world, ns, out_dtypes):
+    """The strides of _sag_layout's tensors (for the results ovl computed)."""
+    A, outs = _sag_layout(torch.empty(shape, dtype=dtype, device="meta"), gather_dim, world,
+                          ns, out_dtypes)
+    return A.stride(), [o.stride() for o in outs]
+
+
+def _sag_checks(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scales, out_dtypes,
+                use_fast_accum, world):
+    """What PyTorch's kernels raise ValueError for, said the same way."""
+    nd = A_shard.dim()
+    if nd < 2:
+        raise ValueError("A_shard must be a matrix")
+    for B in Bs:
+        if B.dim() != 2:
+            raise ValueError("B must be a matrix")
+    for what, xs in (("B_scales", B_scales), ("biases", biases),
+                     ("result_scales", result_scales), ("out_dtypes", out_dtypes),
+                     ("use_fast_accum", use_fast_accum)):
+        if len(xs) != len(Bs):
+            raise ValueError("len(%s) must be the same as len(Bs)" % what)
+    if not 0 <= gather_dim < nd:
+        raise ValueError("Invalid gather_dim")
+    if _route.ag_scale_mode(list(A_shard.shape), list(A_scale.shape), gather_dim,
+                            world) is None:
+        raise ValueError("Invalid scale shape for fp8 all-gather (shard shape: %s, scale shape: "
+                         "%s)" % (A_shard.shape, A_scale.shape))
+
+
+def _sag_fake(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales,
+              out_dtypes, use_fast_accum):
+    """PyTorch's Meta kernel's shapes, dtypes and strides (_sag_layout)."""
+    out_dtypes = [_as_dtype(d) for d in out_dtypes]
+    ws = _world_of(group_name)
+    _sag_checks(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scales, out_dtypes,
+                use_fast_accum, ws)
+    return _sag_layout(A_shard, gather_dim, ws, [B.shape[1] for B in Bs], out_dtypes)
+
+
+def _sag_run(comm, A_shard, Bs, A_scale, B_scales, gd, biases, out_dtypes, use_fast_accum):
+    """ovl's scaled all-gather + GEMM, ONE ovl op per B (ovl's scaled op
+    takes one B; A is gathered by each, a_out kept from the first): A_shard
+    with gather_dim moved to the front, flattened to rows x K, its scales
+    (one; this rank's rows; or this rank's share of the replicated ones)
+    alike; B as _scaled_mm takes it (K x N column-major) goes to ovld as
+    the N x K it is the transpose of, with transb."""
+    ws = comm.world
+    x = A_shard.movedim(gd, 0)
+    lead = [ws * x.shape[0]] + list(x.shape[1:-1])
+    k = x.shape[-1]
+    x2 = _rows(x.reshape(-1, k))
+    rows = x2.shape[0]
+    mode = _route.ag_scale_mode(list(A_shard.shape), list(A_scale.shape), gd, ws)
+    if mode == "tensor":
+        sa = A_scale.reshape(1)
+    elif mode == "row-sharded":
+        sa = A_scale.movedim(gd, 0).reshape(-1).contiguous()
+    else:  # row-replicated: every rank's rows' scales; this rank's block of them
+        sa = A_scale.movedim(gd, 0).chunk(ws)[comm.rank].reshape(-1).contiguous()
+    stream = _stream_of(x2)
+    a_out = torch.empty((ws * rows, k), dtype=A_shard.dtype, device=A_shard.device)
+    outs = []
+    for i, B in enumerate(Bs):
+        o = torch.empty((ws * rows, B.shape[1]), dtype=out_dtypes[i], device=A_shard.device)
+        comm.all_gather_matmul(x2, B, out=o, a_out=a_out if i == 0 else None, a_scale=sa,
+                               b_scale=B_scales[i], out_dtype=out_dtypes[i], bias=biases[i],
+                               fast_accum=bool(use_fast_accum[i]), stream=stream)
+        outs.append(o)
+    A = a_out.view(lead + [k]).movedim(0, gd)
+    outs = [o.view(lead + [o.shape[1]]).movedim(0, gd) for o in outs]
+    a_st, o_st = _sag_strides(tuple(A_shard.shape), A_shard.dtype, gd, ws,
+                              tuple(B.shape[1] for B in Bs), tuple(out_dtypes))
+    return _restride(A, a_st), [_restride(o, st) for o, st in zip(outs, o_st)]
+
+
+def _sag_cuda(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales,
+              out_dtypes, use_fast_accum):
+    """torch.ops.ovl.fused_all_gather_scaled_matmul: ovl where
+    _route.why_not_scaled_ag takes the call (the group's comm from init),
+    PyTorch's _fused_all_gather_scaled_matmul_fallback where not."""
+    out_dtypes = [_as_dtype(d) for d in out_dtypes]
+    ws = _world_of(group_name)
+    _sag_checks(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scales, out_dtypes,
+                use_fast_accum, ws)
+    why = _sag_why(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scales,
+                   out_dtypes, use_fast_accum, ws)
+    if why is not None:
+        _OPS_ROUTER.fell_back(_SAG, why)
+        return _symm_mem()._fused_all_gather_scaled_matmul_fallback(
+            A_shard, list(Bs), A_scale, list(B_scales), gather_dim, _c10d_name(group_name),
+            list(biases), list(result_scales), out_dtypes, list(use_fast_accum))
+    comm = get_comm(group_name)
+    _OPS_ROUTER.took(_SAG)
+    return _sag_run(comm, A_shard, list(Bs), A_scale, list(B_scales), gather_dim, list(biases),
+                    out_dtypes, list(use_fast_accum))
+
+
+def _srs_shape(A, B, orig_scatter_dim, output_shape, world):
+    """The output's shape: output_shape (None: A's leading dimensions) with
+    B's N last, orig_scatter_dim divided by the world."""
+    osh = list(output_shape) if output_shape is not None else list(A.shape[:-1]) + [B.shape[1]]
+    shape = osh[:-1] + [B.shape[1]]
+    if not 0 <= orig_scatter_dim < len(shape):
+        raise ValueError("Invalid scatter dim for 3D+ output tensor")
+    if shape[orig_scatter_dim] % world:
+        raise ValueError("fused_scaled_matmul_reduce_scatter: dimension %d of the output (%d) is "
+                         "not a multiple of the world %d" % (orig_scatter_dim,
+                                                             shape[orig_scatter_dim], world))
+    shape[orig_scatter_dim] //= world
+    return shape
+
+
+def _srs_checks(A, B, A_scale):
+    if A.dim() < 2:
+        raise ValueError("A_shard must be a matrix")
+    if B.dim() != 2:
+        raise ValueError("B must be a matrix")
+    if A_scale.numel() > 1 and list(A_scale.shape[:-1]) != list(A.shape[:-1]):
+        raise ValueError("For row-wise scaling, the leading dims of A_scale must match the "
+                         "leading dims of A (A shape: %s, A_scale shape: %s)"
+                         % (A.shape, A_scale.shape))
+
+
+def _srs_fake(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+              scatter_dim_after_maybe_reshape, group_name, output_shape, bias=None,
+              result_scale=None, out_dtype=None, use_fast_accum=False):
+    """PyTorch's Meta kernel's output: A @ B viewed as output_shape (None:
+    A's leading dimensions) with N last, orig_scatter_dim divided by the
+    world, contiguous, in out_dtype (None: A's)."""
+    _srs_checks(A, B, A_scale)
+    shape = _srs_shape(A, B, orig_scatter_dim, output_shape, _world_of(group_name))
+    out_dtype = _as_dtype(out_dtype)
+    return A.new_empty(shape, dtype=out_dtype if out_dtype is not None else A.dtype)
+
+
+def _srs_run(comm, A, B, A_scale, B_scale, reduce_op, sd, output_shape, bias, out_dtype,
+             use_fast_accum):
+    """ovl's scaled GEMM + reduce-scatter, ONE ovl op: A viewed as
+    output_shape's leading dimensions x K, orig_scatter_dim moved to the
+    front, flattened to rows x K (rank r keeps rows block r: its share of
+    that dimension), its row scales alike; B as _scaled_mm takes it, to
+    ovld transposed; the rows reshaped and moved back, contiguous."""
+    ws = comm.world
+    k, n = A.shape[-1], B.shape[1]
+    osh = list(output_shape) if output_shape is not None else list(A.shape[:-1]) + [n]
+    lead = osh[:-1]
+    x = A.reshape(lead + [k]).movedim(sd, 0)
+    x2 = _rows(x.reshape(-1, k))
+    if A_scale.numel() == 1:
+        sa = A_scale.reshape(1)
+    else:
+        sa = A_scale.reshape(lead + [1]).movedim(sd, 0).reshape(-1).contiguous()
+    out = torch.empty((x2.shape[0] // ws, n), dtype=out_dtype, device=A.device)
+    comm.matmul_reduce_scatter(x2, B, reduce_op=reduce_op, out=out, a_scale=sa, b_scale=B_scale,
+                               out_dtype=out_dtype, bias=bias, fast_accum=bool(use_fast_accum),
+                               stream=_stream_of(x2))
+    res = out.view([x.shape[0] // ws] + list(x.shape[1:-1]) + [n]).movedim(0, sd)
+    return res.contiguous()
+
+
+def _srs_cuda(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+              scatter_dim_after_maybe_reshape, group_name, output_shape, bias=None,
+              result_scale=None, out_dtype=None, use_fast_accum=False):
+    """torch.ops.ovl.fused_scaled_matmul_reduce_scatter: ovl where
+    _route.why_not_scaled_rs takes the call, PyTorch's
+    _fused_scaled_matmul_reduce_scatter_fallback where not. output_shape
+    None is A's leading dimensions and N (PyTorch's kernels need it)."""
+    out_dtype = _as_dtype(out_dtype)
+    _srs_checks(A, B, A_scale)
+    if output_shape is None:
+        output_shape = list(A.shape[:-1]) + [B.shape[1]]
+    ws = _world_of(group_name)
+    why = _srs_why(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+                   scatter_dim_after_maybe_reshape, output_shape, bias, result_scale, out_dtype,
+                   ws)
+    if why is not None:
+        _OPS_ROUTER.fell_back(_SRS, why)
+        return _symm_mem()._fused_scaled_matmul_reduce_scatter_fallback(
+            A, B, A_scale, B_scale, reduce_op, orig_scatter_dim, scatter_dim_after_maybe_reshape,
+            _c10d_name(group_name), list(output_shape), bias, result_scale, out_dtype,
+            use_fast_accum)
+    comm = get_comm(group_name)
+    _OPS_ROUTER.took(_SRS)
+    return _srs_run(comm, A, B, A_scale, B_scale, reduce_op, orig_scatter_dim, output_shape,
+                    bias, out_dtype, use_fast_accum)
+
+
+_LIB.impl(_SAG, _sag_cuda, "CUDA")
+torch.library.register_fake("ovl::" + _SAG, _sag_fake, lib=_LIB)
+_LIB.impl(_SRS, _srs_cuda, "CUDA")
+torch.library.register_fake("ovl::" + _SRS, _srs_fake, lib=_LIB)
+
+
+def fused_all_gather_scaled_matmul(A_shard, Bs, A_scale, B_scales, gather_dim=0,
+                                   group_name="default", biases=None, result_scales=None,
+                                   out_dtypes=None, use_fast_accum=None):
+    """torch.ops.ovl.fused_all_gather_scaled_matmul (PyTorch's symm_mem
+    op's arguments; the lists default to None / False per B, out_dtypes to
+    bfloat16): (A, [_scaled_mm(A, B, A_scale, B_scale, ...) for each B])."""
+    nb = len(Bs)
+    return torch.ops.ovl.fused_all_gather_scaled_matmul(
+        A_shard, list(Bs), A_scale, list(B_scales), gather_dim, group_name,
+        list(biases) if biases is not None else [None] * nb,
+        list(result_scales) if result_scales is not None else [None] * nb,
+        list(out_dtypes) if out_dtypes is not None else [torch.bfloat16] * nb,
+        list(use_fast_accum) if use_fast_accum is not None else [False] * nb)
+
+
+def fused_scaled_matmul_reduce_scatter(A, B, A_scale, B_scale, reduce_op="sum", scatter_dim=0,
+                                       group_name="default", output_shape=None, bias=None,
+                                       out_dtype=torch.bfloat16, use_fast_accum=False):
+    """torch.ops.ovl.fused_scaled_matmul_reduce_scatter with scatter_dim as
+    both of PyTorch's scatter dimensions and output_shape None (A's
+    leading dimensions and N): _scaled_mm(A, B, A_scale, B_scale) + bias,
+    reduce-scattered along scatter_dim."""
+    return torch.ops.ovl.fused_scaled_matmul_reduce_scatter(
+        A, B, A_scale, B_scale, reduce_op, scatter_dim, scatter_dim, group_name, output_shape,
+        bias, None, out_dtype, use_fast_accum)
+
+
+def op_stats():
+    """torch.ops.ovl's scaled calls that ovl ran and those it handed to
+    PyTorch's unfused fallback, by reason: {"taken": {op: calls},
+    "fell_back": {"op: reason": calls}}."""
+    return _OPS_ROUTER.stats()
+
+
 # -- ColumnParallelLinear ---------------------------------------------------
 
 def _group_name_of(group):
@@ -656,6 +1002,8 @@ _LAZY = [False]      # install(lazy=...): make a group's comm on its first call
 _NOT_SERVED = {}     # group name -> why its lazy comm failed (never retried)
 _LAZY_MU = {}        # group name -> the lock held while its comm is made on first use
 _AG, _RS = "fused_all_gather_matmul", "fused_matmul_reduce_scatter"
+_SCALED_FALLBACKS = {"fused_all_gather_scaled_matmul": "_fused_all_gather_scaled_matmul",
+                     "fused_scaled_matmul_reduce_scatter": "_fused_scaled_matmul_reduce_scatter"}
 
 
 def _symm_mem():
@@ -669,18 +1017,53 @@ def _override_supported():
     return "allow_override" in inspect.signature(torch.library.Library.impl).parameters
 
 
+def _schema_text(op_packet):
+    """An op's schema as text without its namespace."""
+    s = str(op_packet.default._schema)
+    return s.split("::", 1)[1] if "::" in s else s
+
+
+def _scaled_routable():
+    """The symm_mem scaled ops install() routes: those this PyTorch defines
+    with exactly ovl's schema (torch 2.10's) and whose CUDA kernel it has
+    to fall back to; {op: why not} for the others, said once at install."""
+    sm = _symm_mem()
+    take, why = [], {}
+    for op, fn in _SCALED_FALLBACKS.items():
+        theirs = getattr(torch.ops.symm_mem, op, None)
+        if theirs is None:
+            why[op] = "this PyTorch (%s) has no symm_mem.%s" % (torch.__version__, op)
+        elif _schema_text(theirs) != _schema_text(getattr(torch.ops.ovl, op)):
+            why[op] = ("this PyTorch's schema (%s) is not the one ovl implements (%s)"
+                       % (_schema_text(theirs), _schema_text(getattr(torch.ops.ovl, op))))
+        elif not callable(getattr(sm, fn, None)):
+            why[op] = "this PyTorch has no %s.%s to fall back to" % (sm.__name__, fn)
+        else:
+            take.append(op)
+    return take, why
+
+
 class _Registration:
     """ovl's kernels over PyTorch's, for the CUDA dispatch key; destroy()
-    restores PyTorch's (the dispatcher keeps the one it overrode)."""
+    restores PyTorch's (the dispatcher keeps the one it overrode). The
+    scaled ops where _scaled_routable says (else PyTorch's, said once)."""
 
     def __init__(self):
         import warnings
         self.lib = torch.library.Library("symm_mem", "IMPL")  # noqa: TOR901
         try:
+            take, why = _scaled_routable()
             with warnings.catch_warnings():  # the dispatcher's note that it overrides: meant
                 warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered")
                 self.lib.impl(_AG, _symm_ag, "CUDA", allow_override=True)
                 self.lib.impl(_RS, _symm_rs, "CUDA", allow_override=True)
+                kernels = {_SAG: _symm_sag, _SRS: _symm_srs}
+                for op in take:
+                    self.lib.impl(op, kernels[op], "CUDA", allow_override=True)
+            for op, w in why.items():
+                _route.LOG.warning("ovl.torch: install() leaves symm_mem.%s to PyTorch: %s",
+                                   op, w)
+            self.scaled = take
         except BaseException:
             self.lib._destroy()
             raise
@@ -923,6 +1306,45 @@ def _symm_rs(A, B, reduce_op, scatter_dim, group_name):
     out = _rs_cuda(A, B, reduce_op, scatter_dim, group_name)
     return _restride(out, _rs_strides(_desc(A), _desc(B), reduce_op, scatter_dim, group_name,
                                       _world_of(group_name)))
+
+
+def _symm_sag(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales,
+              out_dtypes, use_fast_accum):
+    """symm_mem.fused_all_gather_scaled_matmul's CUDA kernel while
+    installed: ovl's (one scaled op per B) where _route takes the call,
+    else PyTorch's."""
+    sm = _symm_mem()
+    args = (A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales,
+            out_dtypes, use_fast_accum)
+    if getattr(sm, "_is_test_mode", False):  # PyTorch's tests force its fallback
+        return sm._fused_all_gather_scaled_matmul(*args)
+    ods = [_as_dtype(d) for d in out_dtypes]
+    why = _sag_why(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scales, ods,
+                   use_fast_accum, _world_of(group_name))
+    if not _takes(_SAG, why, group_name, A_shard.device):
+        return sm._fused_all_gather_scaled_matmul(*args)
+    return _sag_run(get_comm(group_name), A_shard, list(Bs), A_scale, list(B_scales),
+                    gather_dim, list(biases), ods, list(use_fast_accum))
+
+
+def _symm_srs(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+              scatter_dim_after_maybe_reshape, group_name, output_shape, bias=None,
+              result_scale=None, out_dtype=None, use_fast_accum=False):
+    """symm_mem.fused_scaled_matmul_reduce_scatter's CUDA kernel while
+    installed."""
+    sm = _symm_mem()
+    args = (A, B, A_scale, B_scale, reduce_op, orig_scatter_dim, scatter_dim_after_maybe_reshape,
+            group_name, output_shape, bias, result_scale, out_dtype, use_fast_accum)
+    if getattr(sm, "_is_test_mode", False):
+        return sm._fused_scaled_matmul_reduce_scatter(*args)
+    od = _as_dtype(out_dtype)
+    why = _srs_why(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+                   scatter_dim_after_maybe_reshape, output_shape, bias, result_scale, od,
+                   _world_of(group_name))
+    if not _takes(_SRS, why, group_name, A.device):
+        return sm._fused_scaled_matmul_reduce_scatter(*args)
+    return _srs_run(get_comm(group_name), A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+                    output_shape, bias, od, use_fast_accum)
 
 
 def _env_install():

@@ -76,6 +76,167 @@ def test_rs_rules():
         assert why is not None and words in why, (a, b, red, sd, w, why)
 
 
+E4, E5, F32 = "float8_e4m3fn", "float8_e5m2", "float32"
+
+
+def sag(**kw):
+    """why_not_scaled_ag of a call ovl takes (world 2, A_shard 8 x 64 x 32
+    gathered along 0, two column-major Bs 32 x 16 and 32 x 48, row-wise
+    scales), with kw changed."""
+    args = dict(devices=["cuda"] * 6, a_dtype=E4, b_dtypes=[E4, E5], a_shape=[8, 64, 32],
+                b_shapes=[[32, 16], [32, 48]], b_strides=[[1, 32], [1, 32]],
+                a_scale=([8, 64, 1], F32), b_scales=[([1, 16], F32), ([1, 48], F32)],
+                gather_dim=0, biases=[None, ([48], "float32")], result_scales=[False, False],
+                out_dtypes=["bfloat16", "float32"], use_fast_accum=[False, True], world=2)
+    args.update(kw)
+    return _route.why_not_scaled_ag(**args)
+
+
+def srs(**kw):
+    """why_not_scaled_rs of a call ovl takes (world 2, A 8 x 64 x 32,
+    output 8 x 64 x 16 scattered along 1, B 32 x 16 column-major)."""
+    args = dict(devices=["cuda"] * 4, a_dtype=E4, b_dtype=E4, a_shape=[8, 64, 32],
+                b_shape=[32, 16], b_stride=[1, 32], a_scale=([8, 64, 1], F32),
+                b_scale=([1, 16], F32), reduce_op="sum", orig_scatter_dim=1,
+                scatter_dim_after_maybe_reshape=1, output_shape=[8, 64, 16], bias=None,
+                result_scale=False, out_dtype="bfloat16", world=2)
+    args.update(kw)
+    return _route.why_not_scaled_rs(**args)
+
+
+def test_scaled_ag_rules():
+    assert sag() is None
+    # every scale mode PyTorch reads: one scale (0-d, (1,), (1, 1)), this
+    # rank's rows, every rank's rows (replicated); gather_dim 1
+    for shape in ([], [1], [1, 1], [8, 64, 1], [16, 64, 1]):
+        assert sag(a_scale=(shape, F32)) is None, shape
+    assert sag(gather_dim=1, a_scale=([8, 128, 1], F32)) is None
+    assert sag(b_scales=[([], F32), ([1, 1], F32)]) is None
+    assert sag(out_dtypes=["float16", "bfloat16"], biases=[None, None]) is None
+    assert sag(b_dtypes=[E4], b_shapes=[[32, 16]], b_strides=[[1, 40]], b_scales=[([1], F32)],
+               biases=[([16], "bfloat16")], result_scales=[False], out_dtypes=["bfloat16"],
+               use_fast_accum=[True]) is None
+    assert sag(a_dtype=E5, b_dtypes=[E4, E4]) is None
+    cases = [
+        (dict(devices=["cuda"] * 5 + ["cpu"]), "a tensor on a cpu device"),
+        (dict(a_dtype="bfloat16"), "A of dtype bfloat16 (ovl's scaled ops take float8_e4m3fn"),
+        (dict(b_dtypes=[E4, "float8_e4m3fnuz"]), "Bs[1] of dtype float8_e4m3fnuz"),
+        (dict(a_dtype=E5, b_dtypes=[E4, E5]), "float8_e5m2 times float8_e5m2"),
+        (dict(b_shapes=[], b_strides=[], b_scales=[], biases=[], result_scales=[],
+              out_dtypes=[], use_fast_accum=[]), "0 Bs"),
+        (dict(b_scales=[([1, 16], F32)]), "1 B_scales for 2 Bs"),
+        (dict(biases=[None]), "1 biases for 2 Bs"),
+        (dict(result_scales=[False]), "1 result_scales for 2 Bs"),
+        (dict(out_dtypes=["bfloat16"]), "1 out_dtypes for 2 Bs"),
+        (dict(use_fast_accum=[True]), "1 use_fast_accum for 2 Bs"),
+        (dict(a_shape=[32]), "A_shard of 1 dimension"),
+        (dict(gather_dim=3), "gather_dim 3 out of range"),
+        (dict(gather_dim=-1), "gather_dim -1 out of range"),
+        (dict(gather_dim=2), "gather_dim is A's last"),
+        (dict(a_shape=[8, 0, 32]), "an empty tensor"),
+        (dict(b_shapes=[[32, 16], [31, 48]]), "Bs[1] of shape (31, 48) does not fit"),
+        (dict(b_strides=[[16, 1], [1, 32]]), "Bs[0] is not column-major"),
+        (dict(b_strides=[[16, 1], [1, 32]]), "cuBLASLt's fp8 GEMM and PyTorch's _scaled_mm"),
+        (dict(a_shape=[8, 64, 24], b_shapes=[[24, 16], [24, 48]], b_strides=[[1, 24], [1, 24]]),
+         "K 24 or N 16 of Bs[0] not a multiple of 16"),
+        (dict(b_shapes=[[32, 16], [32, 40]], b_scales=[([1, 16], F32), ([1, 40], F32)],
+              biases=[None, ([40], F32)]), "K 32 or N 40 of Bs[1]"),
+        (dict(out_dtypes=[None, "float32"]), "out_dtypes[0] is None: the output in A's fp8"),
+        (dict(out_dtypes=["bfloat16", E4]), "out_dtypes[1] float8_e4m3fn (ovl's scaled ops "
+                                            "write"),
+        (dict(result_scales=[True, False]), "a result_scale"),
+        (dict(b_scales=[([1, 16], "float8_e8m0fnu"), ([1, 48], F32)]),
+         "B_scales[0] of dtype float8_e8m0fnu"),
+        (dict(b_scales=[([2, 1], F32), ([1, 48], F32)]), "B_scales[0] of shape (2, 1)"),
+        (dict(b_scales=[([16], F32), ([1, 48], F32)]), "neither tensor-wise"),
+        (dict(biases=[None, ([48], "bfloat16")]), "biases[1] of dtype bfloat16, the output's is "
+                                                 "float32"),
+        (dict(biases=[([1, 16], "bfloat16"), None]), "biases[0] of shape (1, 16)"),
+        (dict(a_scale=([8, 64, 1], "bfloat16")), "A_scale of dtype bfloat16 (ovl takes float32"),
+        (dict(a_scale=([8, 64, 2], F32)), "A_scale of shape (8, 64, 2): block-wise"),
+        (dict(a_scale=([8, 1], F32)), "A_scale of shape (8, 1) fits neither"),
+        (dict(a_scale=([64, 1], F32)), "fits neither"),
+    ]
+    for kw, words in cases:
+        why = sag(**kw)
+        assert why is not None and words in why, (kw, why)
+
+
+def test_scaled_ag_scale_mode():
+    m = _route.ag_scale_mode
+    assert m([8, 64, 32], [8, 64, 1], 0, 2) == "row-sharded"
+    assert m([8, 64, 32], [16, 64, 1], 0, 2) == "row-replicated"
+    assert m([8, 64, 32], [8, 128, 1], 1, 2) == "row-replicated"
+    assert m([8, 64, 32], [], 0, 2) == "tensor" and m([8, 64, 32], [1, 1], 0, 2) == "tensor"
+    assert m([8, 64, 32], [8, 64, 4], 0, 2) == "block"
+    assert m([8, 64, 32], [8, 1], 0, 2) is None
+    # world 1: the shard's shape and the gathered one's are one: sharded
+    assert m([8, 32], [8, 1], 0, 1) == "row-sharded"
+
+
+def test_scaled_rs_rules():
+    assert srs() is None
+    assert srs(a_scale=([], F32), b_scale=([1], F32)) is None
+    assert srs(reduce_op="avg", bias=([16], "bfloat16")) is None
+    # A flattened to 2-D by Inductor, the output 3-D: scattered along 0 or 1
+    assert srs(a_shape=[512, 32], a_scale=([512, 1], F32), scatter_dim_after_maybe_reshape=0,
+               orig_scatter_dim=0) is None
+    assert srs(a_shape=[512, 32], a_scale=([512, 1], F32), scatter_dim_after_maybe_reshape=0) \
+        is None
+    assert srs(out_dtype="float32", bias=([16], "float32"), a_dtype=E5) is None
+    cases = [
+        (dict(devices=["cuda", "cpu", "cuda", "cuda"]), "a tensor on a cpu device"),
+        (dict(b_dtype="bfloat16"), "B of dtype bfloat16"),
+        (dict(a_dtype=E5, b_dtype=E5), "float8_e5m2 times float8_e5m2"),
+        (dict(a_shape=[32]), "A of 1 dimension"),
+        (dict(b_shape=[31, 16]), "B of shape (31, 16) does not fit A's 32 columns"),
+        (dict(b_stride=[16, 1]), "B is not column-major"),
+        (dict(b_shape=[32, 8], b_scale=([1, 8], F32), output_shape=[8, 64, 8]),
+         "K 32 or N 8 of B not a multiple of 16"),
+        (dict(reduce_op="max"), "reduce_op 'max'"),
+        (dict(output_shape=None), "output_shape None"),
+        (dict(output_shape=[8, 32, 16]), "output_shape (8, 32, 16) does not hold A's 512 rows"),
+        (dict(output_shape=[512]), "does not hold"),
+        (dict(orig_scatter_dim=3), "orig_scatter_dim 3 out of range"),
+        (dict(scatter_dim_after_maybe_reshape=-1), "scatter_dim_after_maybe_reshape -1 out of"),
+        (dict(a_shape=[8, 0, 32], a_scale=([8, 0, 1], F32), output_shape=[8, 0, 16]),
+         "an empty tensor"),
+        (dict(orig_scatter_dim=2), "orig_scatter_dim is the output's last"),
+        (dict(orig_scatter_dim=0, output_shape=[9, 64, 16], a_shape=[9, 64, 32],
+              a_scale=([9, 64, 1], F32)), "(9) is not a multiple of the world 2"),
+        (dict(out_dtype=None), "out_dtype is None: the output in A's fp8 dtype"),
+        (dict(out_dtype=E5), "out_dtype float8_e5m2"),
+        (dict(result_scale=True), "a result_scale"),
+        (dict(b_scale=([16], F32)), "B_scale of shape (16,)"),
+        (dict(b_scale=([1, 16], "float8_e8m0fnu")), "B_scale of dtype float8_e8m0fnu"),
+        (dict(bias=([16], "float32")), "bias of dtype float32, the output's is bfloat16"),
+        (dict(bias=([8], "bfloat16")), "bias of shape (8,)"),
+        (dict(a_scale=([8, 64, 1], "float16")), "A_scale of dtype float16"),
+        (dict(a_scale=([8, 64, 2], F32)), "block-wise"),
+        (dict(a_scale=([512, 1], F32)), "A_scale of shape (512, 1) fits neither"),
+    ]
+    for kw, words in cases:
+        why = srs(**kw)
+        assert why is not None and words in why, (kw, why)
+
+
+def test_router_words():
+    """A Router for torch.ops.ovl's scaled ops says its own namespace, what
+    runs the call and where it is counted."""
+    log = logging.getLogger("ovl.test_route.words")
+    h = _Records()
+    log.addHandler(h)
+    log.propagate = False
+    r = _route.Router(log=log, namespace="ovl", kernel="PyTorch's unfused fallback",
+                      counter="op_stats")
+    r.fell_back("fused_all_gather_scaled_matmul", "out_dtypes[0] is None")
+    r.fell_back("fused_all_gather_scaled_matmul", "out_dtypes[0] is None")
+    assert h.msgs == ["ovl.torch: ovl.fused_all_gather_scaled_matmul runs PyTorch's unfused "
+                      "fallback: out_dtypes[0] is None (said once; ovl.torch.op_stats() counts "
+                      "the calls)"], h.msgs
+    assert r.stats()["fell_back"] == {"fused_all_gather_scaled_matmul: out_dtypes[0] is None": 2}
+
+
 class _Records(logging.Handler):
     def __init__(self):
         super().__init__()
@@ -145,5 +306,6 @@ def test_installer():
 
 
 if __name__ == "__main__":
-    run_tests([test_ag_taken, test_ag_refused, test_rs_rules, test_router_says_once,
-               test_installer])
+    run_tests([test_ag_taken, test_ag_refused, test_rs_rules, test_scaled_ag_rules,
+               test_scaled_ag_scale_mode, test_scaled_rs_rules, test_router_says_once,
+               test_router_words, test_installer])

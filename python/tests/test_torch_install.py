@@ -41,6 +41,9 @@ if not ot._override_supported():
 
 sm = ot._symm_mem()
 AG, RS = "symm_mem::fused_all_gather_matmul", "symm_mem::fused_matmul_reduce_scatter"
+SAG, SRS = ("symm_mem::fused_all_gather_scaled_matmul",
+            "symm_mem::fused_scaled_matmul_reduce_scatter")
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 
 
 def active_cuda_kernel(op):
@@ -61,22 +64,47 @@ class Records(logging.Handler):
 
 
 def test_install_uninstall():
-    before = {op: active_cuda_kernel(op) for op in (AG, RS)}
+    ops = (AG, RS, SAG, SRS)  # the scaled ones too: torch 2.10's schemas are ovl's
+    before = {op: active_cuda_kernel(op) for op in ops}
     assert all("_symmetric_memory" in k for k in before.values()), before
     assert not ot.installed()
     assert ot.install() is True and ot.installed()
-    for op in (AG, RS):
+    for op in ops:
         k = active_cuda_kernel(op)
         assert "ovl" in k and "torch.py" in k, k
     assert ot.install() is False  # twice: harmless, one registration
     assert ot.uninstall() is True and not ot.installed()
-    after = {op: active_cuda_kernel(op) for op in (AG, RS)}
+    after = {op: active_cuda_kernel(op) for op in ops}
     assert after == before, (before, after)
     assert ot.uninstall() is False
     # and again: install after uninstall works (PyTorch forgets the
     # original's record on _destroy; allow_override does not need it)
     assert ot.install() is True and ot.uninstall() is True
-    assert {op: active_cuda_kernel(op) for op in (AG, RS)} == before
+    assert {op: active_cuda_kernel(op) for op in ops} == before
+
+
+def test_scaled_not_routed_on_another_schema():
+    """A PyTorch whose scaled op's schema is not ovl's: install() routes the
+    unscaled ops and leaves that one to PyTorch, saying so once."""
+    h = Records()
+    logging.getLogger("ovl.torch").addHandler(h)
+    real = ot._schema_text
+
+    def other(op):
+        t = real(op)
+        return t + " (another)" if "symm_mem" in str(op.default._schema) and "scaled" in t else t
+    ot._schema_text = other
+    try:
+        before = active_cuda_kernel(SAG), active_cuda_kernel(SRS)
+        assert ot.install() is True
+        assert "ovl" in active_cuda_kernel(AG)
+        assert (active_cuda_kernel(SAG), active_cuda_kernel(SRS)) == before
+        assert ot.uninstall() is True
+    finally:
+        ot._schema_text = real
+        logging.getLogger("ovl.torch").removeHandler(h)
+    said = [m for m in h.msgs if "leaves symm_mem.fused_" in m]
+    assert len(said) == 2 and all("is not the one ovl implements" in m for m in said), h.msgs
 
 
 def test_old_pytorch_refused():
@@ -129,6 +157,382 @@ def test_falls_back_once_per_reason():
     assert st["taken"] == {} and st["fell_back"] == {
         "fused_all_gather_matmul: a tensor on a cpu device (ovl takes CUDA tensors)": 4,
         "fused_matmul_reduce_scatter: a tensor on a cpu device (ovl takes CUDA tensors)": 1}, st
+
+
+def meta(shape, dtype=torch.float32):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def col_major(k, n, dtype=E4, device="meta"):
+    """k x n column-major (the transpose of a row-major n x k weight)."""
+    return torch.empty((n, k), dtype=dtype, device=device).t()
+
+
+def desc(t):
+    return tuple(t.shape), tuple(t.stride()), t.dtype
+
+
+def test_scaled_schemas():
+    """torch.ops.ovl's scaled ops have exactly PyTorch's schemas (and its
+    tag: Inductor keeps their outputs' strides)."""
+    for op in ("fused_all_gather_scaled_matmul", "fused_scaled_matmul_reduce_scatter"):
+        ours, theirs = getattr(torch.ops.ovl, op).default, getattr(torch.ops.symm_mem, op).default
+        assert ot._schema_text(getattr(torch.ops.ovl, op)) == \
+            ot._schema_text(getattr(torch.ops.symm_mem, op)), (ours._schema, theirs._schema)
+        assert str(ours._schema).replace("ovl::", "symm_mem::") == str(theirs._schema)
+        assert ours._schema.arguments == theirs._schema.arguments or \
+            [a.name for a in ours._schema.arguments] == [a.name for a in theirs._schema.arguments]
+        assert torch._C.Tag.needs_fixed_stride_order in ours.tags, ours.tags
+
+
+def test_scaled_ag_fake():
+    """The fake kernel of torch.ops.ovl.fused_all_gather_scaled_matmul gives
+    PyTorch's Meta kernel's shapes, strides and dtypes (world 2, the fake
+    process group; every gather_dim but the last, the three scale modes,
+    several Bs of several out dtypes; FakeTensorMode too), and raises
+    ValueError where PyTorch's does."""
+    gn = dist.group.WORLD.group_name
+    n = 0
+    for shard, gd in [((32, 64), 0), ((4, 8, 64), 0), ((4, 8, 64), 1), ((2, 3, 16, 32), 2),
+                      ((1, 16, 32), 1), ((2, 3, 16, 32), 0)]:
+        full = list(shard)
+        full[gd] *= 2
+        for scale in (meta(()), meta(tuple(shard[:-1]) + (1,)), meta(tuple(full[:-1]) + (1,))):
+            rowwise = scale.dim() > 0
+            for ods in ([torch.bfloat16], [torch.float32, torch.float16, None]):
+                Bs = [col_major(shard[-1], 16 * (i + 1)) for i in range(len(ods))]
+                bsc = [meta((1, B.shape[1])) if rowwise else meta(()) for B in Bs]
+                args = (meta(shard, E4), Bs, scale, bsc, gd, gn, [None] * len(Bs),
+                        [None] * len(Bs), ods, [False] * len(Bs))
+                A1, o1 = torch.ops.symm_mem.fused_all_gather_scaled_matmul(*args)
+                A2, o2 = torch.ops.ovl.fused_all_gather_scaled_matmul(*args)
+                assert [desc(A1)] + [desc(o) for o in o1] == [desc(A2)] + [desc(o) for o in o2], (
+                    shard, gd, scale.shape, ods, [desc(A1)] + [desc(o) for o in o1],
+                    [desc(A2)] + [desc(o) for o in o2])
+                n += 1
+    assert n == 36, n
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        args = (torch.empty((4, 8, 64), dtype=E4), [torch.empty((32, 64), dtype=E4).t()],
+                torch.empty(()), [torch.empty(())], 1, gn, [None], [None], [torch.float32],
+                [False])
+        A, (o,) = torch.ops.ovl.fused_all_gather_scaled_matmul(*args)
+        assert (desc(A), desc(o)) == (((4, 16, 64), (64, 256, 1), E4),
+                                      ((4, 16, 32), (32, 128, 1), torch.float32)), (desc(A),
+                                                                                   desc(o))
+    # the kernels' own functions, not through the dispatcher: an exception
+    # that crosses it is a C++ throw, which a process with ASan preloaded
+    # (ctest's, for an ASan-built libovl) cannot take
+    bad = (meta((4, 8, 64), E4), [col_major(64, 16)], meta((4, 3, 1)), [meta(())], 1, gn, [None],
+           [None], [torch.bfloat16], [False])
+    for fn in (sm._fused_all_gather_scaled_matmul_fallback, ot._sag_fake):
+        try:
+            fn(*bad)
+            raise AssertionError("no ValueError from %s" % fn)
+        except ValueError as e:
+            assert "Invalid scale shape for fp8 all-gather" in str(e), e
+
+
+def test_scaled_rs_fake():
+    """The fake kernel of torch.ops.ovl.fused_scaled_matmul_reduce_scatter:
+    PyTorch's Meta kernel's shape, strides and dtype (A 2-D or 3-D, the
+    output 2-D or 3-D, every scatter dimension, tensor- and row-wise
+    scales, out dtypes)."""
+    gn = dist.group.WORLD.group_name
+    n = 0
+    for a_shape, osh, osd, sda in [((64, 32), [64, 32], 0, 0), ((4, 16, 32), [4, 16, 32], 1, 1),
+                                   ((64, 32), [4, 16, 32], 1, 0), ((64, 32), [4, 16, 32], 0, 0),
+                                   ((4, 16, 32), [4, 16, 32], 2, 2),
+                                   ((4, 16, 32), [4, 16, 32], 0, 0)]:
+        for od in (torch.bfloat16, torch.float32, None):
+            for rowwise in (False, True):
+                sa = meta(tuple(a_shape[:-1]) + (1,)) if rowwise else meta(())
+                sb = meta((1, 32)) if rowwise else meta(())
+                args = (meta(a_shape, E4), col_major(a_shape[-1], 32), sa, sb, "avg", osd, sda, gn,
+                        osh, None, None, od, False)
+                r1 = torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(*args)
+                r2 = torch.ops.ovl.fused_scaled_matmul_reduce_scatter(*args)
+                assert desc(r1) == desc(r2), (a_shape, osh, osd, od, desc(r1), desc(r2))
+                n += 1
+    assert n == 36, n
+    # output_shape None: A's leading dimensions and N (PyTorch's kernels need it)
+    r = torch.ops.ovl.fused_scaled_matmul_reduce_scatter(
+        meta((4, 16, 32), E4), col_major(32, 48), meta(()), meta(()), "sum", 1, 1, gn, None)
+    assert desc(r) == ((4, 8, 48), (384, 48, 1), E4), desc(r)
+
+
+class FakeComm:
+    """Stands in for an ovl Comm of rank `rank` of `world` whose every rank
+    holds the same inputs as this one: computes ovl's scaled ops from the
+    arguments ovl.torch hands it (checking their layout: A rows x K
+    row-major, B K x N column-major, scales of 1 or rows / N elements), in
+    float64; records each call's a_scale."""
+
+    def __init__(self, world, rank):
+        self.world, self.rank, self.calls = world, rank, []
+
+    def _product(self, a, b, a_scale, b_scale, bias):
+        assert a.dim() == 2 and a.stride(1) == 1, (a.shape, a.stride())
+        assert b.dim() == 2 and b.stride(0) == 1 and b.shape[0] == a.shape[1], (b.shape,
+                                                                                 b.stride())
+        assert a_scale.numel() in (1, a.shape[0]) and b_scale.numel() in (1, b.shape[1])
+        sa = a_scale.reshape(-1, 1).double()
+        p = sa * b_scale.reshape(1, -1).double() * (a.double() @ b.double())
+        return p + bias.double() if bias is not None else p
+
+    def all_gather_matmul(self, a, b, *, out, a_out=None, a_scale, b_scale, out_dtype, bias=None,
+                          fast_accum=False, stream=None):
+        assert out.dtype == out_dtype and out.shape == (self.world * a.shape[0], b.shape[1])
+        ws = self.world
+        self.calls.append(a_scale.clone())
+        sa = a_scale.reshape(-1).repeat(ws) if a_scale.numel() > 1 else a_scale
+        out.copy_(self._product(a.repeat(ws, 1), b, sa, b_scale, bias).to(out.dtype))
+        if a_out is not None:
+            a_out.copy_(a.repeat(ws, 1))
+
+    def matmul_reduce_scatter(self, a, b, *, reduce_op, out, a_scale, b_scale, out_dtype,
+                              bias=None, fast_accum=False, stream=None):
+        rows = a.shape[0] // self.world
+        self.calls.append(a_scale.clone())
+        p = self._product(a, b, a_scale, b_scale, bias)
+        p = p * self.world if reduce_op == "sum" else p
+        out.copy_(p[self.rank * rows:(self.rank + 1) * rows].to(out.dtype))
+
+
+def fp8(shape, gen, dtype=E4):
+    return (torch.rand(shape, generator=gen) * 4 - 2).to(dtype)
+
+
+def test_scaled_ag_through_ovl():
+    """What ovl.torch hands ovl for fused_all_gather_scaled_matmul, and what
+    it makes of the results (a FakeComm standing in for ovld, every rank
+    holding the same shard): the values of PyTorch's definition (the shard
+    gathered along gather_dim, _scaled_mm of it with each B, + bias) and
+    the strides of its Meta kernel, for worlds 1 and 2, ranks 0 and 1,
+    gather_dim 0 and 1, the three scale modes, several Bs (an ovl op each)
+    of several out dtypes."""
+    gen = torch.Generator().manual_seed(0)
+    for world, rank in ((1, 0), (2, 1)):
+        for shard, gd in (((6, 32), 0), ((3, 4, 32), 1), ((2, 3, 4, 32), 0)):
+            full = list(shard)
+            full[gd] *= world
+            A_shard = fp8(shard, gen)
+            lead = list(shard[:-1])
+            for mode in ("tensor", "row-sharded", "row-replicated"):
+                if mode == "tensor":
+                    sa = torch.rand((), generator=gen) + 0.5
+                    sa_full = sa
+                elif mode == "row-sharded":
+                    sa = torch.rand(lead + [1], generator=gen) + 0.5
+                    sa_full = torch.cat([sa] * world, dim=gd)
+                else:
+                    one = torch.rand(lead + [1], generator=gen) + 0.5
+                    sa = sa_full = torch.cat([one] * world, dim=gd)
+                    if world == 1:
+                        continue  # the same shape as row-sharded
+                Bs = [col_major(32, 16, E4 if i != 1 else E5, "cpu").copy_(
+                    fp8((32, 16), gen, torch.float32)) for i in range(3)]
+                ods = [torch.bfloat16, torch.float32, torch.float16]
+                bsc = [torch.rand((1, 16), generator=gen) + 0.5, torch.rand((), generator=gen),
+                       torch.rand((1, 16), generator=gen) + 0.5]
+                biases = [None, torch.rand(16, generator=gen), torch.rand(16).half()]
+                comm = FakeComm(world, rank)
+                A, outs = ot._sag_run(comm, A_shard, Bs, sa, bsc, gd, biases, ods,
+                                      [False, True, False])
+                A_full = torch.cat([A_shard] * world, dim=gd)
+                assert torch.equal(A.view(torch.uint8), A_full.view(torch.uint8))
+                a64 = A_full.double() * (sa_full.double() if mode != "tensor" else sa.double())
+                for i, (B, o) in enumerate(zip(Bs, outs)):
+                    want = (a64 @ B.double()) * bsc[i].double().reshape(-1)
+                    if biases[i] is not None:
+                        want = want + biases[i].double()
+                    torch.testing.assert_close(o.double(), want.to(ods[i]).double(),
+                                               rtol=1e-2, atol=1e-2)
+                    assert o.dtype == ods[i]
+                fa, fo = ot._sag_layout(torch.empty(shard, dtype=E4, device="meta"), gd, world,
+                                        [16] * 3, ods)
+                assert [desc(A)] + [desc(o) for o in outs] == \
+                    [desc(fa)] + [desc(o) for o in fo], (world, shard, gd, mode)
+                # the a_scale ovl got: one; this rank's rows; this rank's block
+                for got in comm.calls:
+                    if mode == "tensor":
+                        want_sa = sa.reshape(1)
+                    elif mode == "row-sharded":
+                        want_sa = sa.movedim(gd, 0)
+                    else:
+                        want_sa = sa.movedim(gd, 0).chunk(world)[rank]
+                    assert torch.equal(got.reshape(-1), want_sa.reshape(-1)), mode
+                assert len(comm.calls) == 3  # one ovl op per B
+
+
+def test_scaled_rs_through_ovl():
+    """The same for fused_scaled_matmul_reduce_scatter: PyTorch's definition
+    (_scaled_mm of A and B + bias, viewed as output_shape, reduce-scattered
+    along orig_scatter_dim) for worlds 1 and 2, ranks 0 and 1, A 2-D under
+    a 3-D output (as Inductor's reshape leaves it) and A 3-D, scatter along
+    0 and 1, tensor- and row-wise scales, sum and avg, contiguous results."""
+    gen = torch.Generator().manual_seed(1)
+    for world, rank in ((1, 0), (2, 1), (2, 0)):
+        for a_shape, osh, osd in (((8, 32), [8, 16], 0), ((4, 6, 32), [4, 6, 16], 1),
+                                  ((24, 32), [4, 6, 16], 1), ((24, 32), [4, 6, 16], 0),
+                                  ((4, 6, 32), [4, 6, 16], 0)):
+            for rowwise in (False, True):
+                for red, od, with_bias in (("sum", torch.bfloat16, True),
+                                           ("avg", torch.float32, False)):
+                    A = fp8(a_shape, gen)
+                    B = col_major(32, 16, E5, "cpu").copy_(fp8((32, 16), gen, torch.float32))
+                    sa = torch.rand(list(a_shape[:-1]) + [1], generator=gen) + 0.5 if rowwise \
+                        else torch.rand((), generator=gen) + 0.5
+                    sb = torch.rand((1, 16), generator=gen) + 0.5 if rowwise else \
+                        torch.rand((1,), generator=gen) + 0.5
+                    bias = torch.rand(16, generator=gen).to(od) if with_bias else None
+                    comm = FakeComm(world, rank)
+                    out = ot._srs_run(comm, A, B, sa, sb, red, osd, osh, bias, od, False)
+                    p = (A.double().reshape(-1, 32) * sa.double().reshape(-1, 1)) @ B.double()
+                    p = p * sb.double().reshape(1, -1)
+                    if bias is not None:
+                        p = p + bias.double()
+                    p = p.view(osh[:-1] + [16]) * (world if red == "sum" else 1)
+                    want = p.chunk(world, dim=osd)[rank]
+                    assert out.dtype == od and out.is_contiguous(), (out.dtype, out.stride())
+                    assert tuple(out.shape) == tuple(want.shape), (out.shape, want.shape)
+                    torch.testing.assert_close(out.double(), want.to(od).double(), rtol=1e-2,
+                                               atol=1e-2)
+
+
+def test_scaled_ovl_ops_fall_back():
+    """torch.ops.ovl's scaled ops hand what ovl does not take to PyTorch's
+    unfused fallback (a recorder here), each reason said once, the calls
+    counted by op_stats(): CPU tensors here; and the reasons of calls on
+    CUDA tensors, from these tensors' facts (devices set to cuda)."""
+    h = Records()
+    logging.getLogger("ovl.torch").addHandler(h)
+    calls = []
+    real = (sm._fused_all_gather_scaled_matmul_fallback,
+            sm._fused_scaled_matmul_reduce_scatter_fallback)
+
+    def fake_ag(*args):
+        calls.append(("ag", args[4], args[5], args[8]))
+        return args[0], []
+
+    def fake_rs(*args):
+        calls.append(("rs", args[5], args[7], list(args[8]), args[11]))
+        return args[0]
+
+    sm._fused_all_gather_scaled_matmul_fallback = fake_ag
+    sm._fused_scaled_matmul_reduce_scatter_fallback = fake_rs
+    ot._OPS_ROUTER.reset()
+    try:
+        A = torch.zeros((4, 8, 32), dtype=E4)
+        B = col_major(32, 16, E4, "cpu")
+        one = torch.ones(())
+        for _ in range(2):
+            ot._sag_cuda(A, [B], one, [one], 0, "default", [None], [None], [torch.bfloat16],
+                         [False])
+        ot._srs_cuda(A, B, one, one, "sum", 0, 0, "default", None, None, None, torch.float32)
+    finally:
+        (sm._fused_all_gather_scaled_matmul_fallback,
+         sm._fused_scaled_matmul_reduce_scatter_fallback) = real
+        logging.getLogger("ovl.torch").removeHandler(h)
+    gn = dist.group.WORLD.group_name  # "default" named to PyTorch as c10d's name
+    assert calls == [("ag", 0, gn, [torch.bfloat16])] * 2 + [
+        ("rs", 0, gn, [4, 8, 16], torch.float32)], calls
+    said = [m for m in h.msgs if "runs PyTorch's unfused fallback" in m]
+    assert len(said) == 2 and all("ovl.fused_" in m and "a tensor on a cpu device" in m
+                                  for m in said), h.msgs
+    st = ot.op_stats()
+    assert st["taken"] == {} and sum(st["fell_back"].values()) == 3, st
+
+    def ag_why(A, Bs, A_scale, B_scales, gd, biases, rscales, ods, fast, world=2):
+        f = ot._sag_facts(A, Bs, A_scale, B_scales, gd, biases, rscales, ods, fast, world)
+        f[0] = ["cuda"] * len(f[0])
+        return _route.why_not_scaled_ag(*f)
+
+    def rs_why(A, B, A_scale, B_scale, red, osd, sda, osh, bias, rscale, od, world=2):
+        f = ot._srs_facts(A, B, A_scale, B_scale, red, osd, sda, osh, bias, rscale, od, world)
+        f[0] = ["cuda"] * len(f[0])
+        return _route.why_not_scaled_rs(*f)
+
+    from ovl import _route
+    A = torch.zeros((4, 8, 32), dtype=E4)
+    Bc = col_major(32, 16, E4, "cpu")
+    Br = torch.zeros((32, 16), dtype=E4)  # row-major: not _scaled_mm's layout
+    row = torch.ones((4, 8, 1))
+    b_row = torch.ones((1, 16))
+    bf = torch.bfloat16
+    # several Bs of differing out dtypes and fast_accum: ovl takes them (an op each)
+    assert ag_why(A, [Bc, Bc], row, [b_row, one], 0, [None, torch.zeros(16)], [None, None],
+                  [bf, torch.float32], [False, True]) is None
+    cases = [
+        (ag_why(A, [Bc], row, [b_row], 0, [None], [None], [None], [False]),
+         "out_dtypes[0] is None"),
+        (ag_why(A, [Bc], row, [b_row], 0, [None], [one], [bf], [False]), "a result_scale"),
+        (ag_why(A, [Br], row, [b_row], 0, [None], [None], [bf], [False]),
+         "Bs[0] is not column-major"),
+        (ag_why(A, [Bc], torch.ones((4, 8, 2)), [b_row], 0, [None], [None], [bf], [False]),
+         "block-wise"),
+        (ag_why(A, [Bc], row, [torch.ones((2, 16))], 0, [None], [None], [bf], [False]),
+         "B_scales[0] of shape (2, 16)"),
+        (ag_why(A.view(E5), [Bc.view(E5)], row, [b_row], 0, [None], [None], [bf], [False]),
+         "float8_e5m2 times float8_e5m2"),
+        (ag_why(A, [Bc], row, [b_row], 0, [torch.zeros(16)], [None], [bf], [False]),
+         "biases[0] of dtype float32, the output's is bfloat16"),
+        (ag_why(A, [Bc], row, [b_row], 2, [None], [None], [bf], [False]),
+         "gather_dim is A's last"),
+        (rs_why(A, Bc, row, b_row, "sum", 1, 1, [4, 8, 16], None, None, None),
+         "out_dtype is None"),
+        (rs_why(A, Bc, row, b_row, "sum", 1, 1, [4, 8, 16], None, one, bf), "a result_scale"),
+        (rs_why(A, Br, row, b_row, "sum", 1, 1, [4, 8, 16], None, None, bf),
+         "B is not column-major"),
+        (rs_why(A, Bc, row, b_row, "sum", 2, 2, [4, 8, 16], None, None, bf),
+         "orig_scatter_dim is the output's last"),
+        (rs_why(A, Bc, torch.ones(4, 8, 4), b_row, "sum", 1, 1, [4, 8, 16], None, None, bf),
+         "block-wise"),
+    ]
+    for why, words in cases:
+        assert why is not None and words in why, (words, why)
+    assert rs_why(A, Bc, row, b_row, "avg", 1, 1, [4, 8, 16], torch.zeros(16, dtype=bf), None,
+                  bf) is None
+
+
+def test_scaled_install_falls_back_once_per_reason():
+    """Installed, symm_mem's scaled ops hand a call ovl does not take (CPU
+    tensors here) to PyTorch's own kernel (a recorder), the reason said
+    once, every call counted by stats()."""
+    h = Records()
+    logging.getLogger("ovl.torch").addHandler(h)
+    calls = []
+    real = sm._fused_all_gather_scaled_matmul, sm._fused_scaled_matmul_reduce_scatter
+
+    def fake_ag(*args):
+        calls.append("ag")
+        return args[0], []
+
+    def fake_rs(*args):
+        calls.append("rs")
+        return args[0]
+
+    sm._fused_all_gather_scaled_matmul, sm._fused_scaled_matmul_reduce_scatter = fake_ag, fake_rs
+    ot._ROUTER.reset()
+    try:
+        A = torch.zeros((4, 8, 32), dtype=E4)
+        B = col_major(32, 16, E4, "cpu")
+        one = torch.ones(())
+        for _ in range(3):
+            ot._symm_sag(A, [B], one, [one], 0, "0", [None], [None], [torch.bfloat16], [False])
+        ot._symm_srs(A, B, one, one, "sum", 0, 0, "0", [4, 8, 16], None, None, torch.bfloat16)
+    finally:
+        sm._fused_all_gather_scaled_matmul, sm._fused_scaled_matmul_reduce_scatter = real
+        logging.getLogger("ovl.torch").removeHandler(h)
+    assert calls == ["ag"] * 3 + ["rs"], calls
+    said = [m for m in h.msgs if "runs PyTorch's own kernel" in m]
+    assert len(said) == 2 and all("symm_mem.fused_" in m and "cpu device" in m for m in said), \
+        h.msgs
+    st = ot.stats()["fell_back"]
+    assert st == {
+        "fused_all_gather_scaled_matmul: a tensor on a cpu device (ovl takes CUDA tensors)": 3,
+        "fused_scaled_matmul_reduce_scatter: a tensor on a cpu device (ovl takes CUDA "
+        "tensors)": 1}, st
 
 
 def test_group_comm_on_first_use():
@@ -207,8 +611,12 @@ if __name__ == "__main__":
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     ot.uninstall()  # OVL_TORCH_INSTALL in the environment installed it at import
     try:
-        run_tests([test_install_uninstall, test_old_pytorch_refused,
-                   test_falls_back_once_per_reason, test_group_comm_on_first_use,
-                   test_env_install, test_env_install_failure_keeps_import])
+        run_tests([test_install_uninstall, test_scaled_not_routed_on_another_schema,
+                   test_old_pytorch_refused, test_falls_back_once_per_reason,
+                   test_scaled_schemas, test_scaled_ag_fake, test_scaled_rs_fake,
+                   test_scaled_ag_through_ovl, test_scaled_rs_through_ovl,
+                   test_scaled_ovl_ops_fall_back, test_scaled_install_falls_back_once_per_reason,
+                   test_group_comm_on_first_use, test_env_install,
+                   test_env_install_failure_keeps_import])
     finally:
         ot.uninstall()

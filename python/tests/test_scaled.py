@@ -1,0 +1,584 @@
+"""Tests of the ovl Python package's scaled (fp8) ops against a real ovld
+with the host backend: comm.all_gather_matmul and matmul_reduce_scatter with
+a_scale / b_scale / out_dtype / bias / fast_accum, at worlds 1 and 2 (ranks
+as processes), against numpy in float64 of the dequantized inputs
+
+    C[i][j] = sa(i) sb(j) sum_l A[i][l] B[l][j] + bias[j]
+
+(GEMM + reduce-scatter: each rank's such product summed over the ranks, this
+rank's rows kept; avg: divided by the world), to a relative Frobenius error
+of 1e-2 (bf16 out), 2e-3 (fp16) or 1e-5 (fp32); and every refusal of the
+package, in words, before anything is sent (the comm usable after, ovld
+counting no op).
+
+fp8 arrays are ml_dtypes' float8_e4m3fn / float8_e5m2 where ml_dtypes is
+importable, and always also uint8 codes named with dtype= (what
+Client.empty gives without ml_dtypes): the parts that need ml_dtypes are
+skipped without it, the codes path always runs.
+
+Run by ctest (tests/CMakeLists.txt: test_python_scaled) in scripts/test's
+venv, with OVL_LIBRARY and OVLD_BIN set as for test_python_host; by hand:
+    OVLD_BIN=build/daemon/ovld OVL_LIBRARY=build/client/libovl.so.1 \\
+        PYTHONPATH=python python3 python/tests/test_scaled.py
+"""
+import multiprocessing as mp
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("OVL_SOURCE_DIR", os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
+
+import numpy as np  # noqa: E402
+
+import ovl  # noqa: E402
+from ovltest import Daemon, run_tests  # noqa: E402
+
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+TOL = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5}
+SPAWN = mp.get_context("spawn")  # libovl's client is not used across fork()
+E4, E5 = "fp8e4m3", "fp8e5m2"
+
+
+# -- inputs and the reference ----------------------------------------------
+
+def rank_values(case, rank):
+    """The float values rank `rank` quantizes for case (the same on every
+    process: from seeds): a (rows x k), w (n x k, B's transpose), a_scale
+    (rows), b_scale (n), bias (n) as float64."""
+    kind, m, n, k = case["kind"], case["m"], case["n"], case["k"]
+    rows = m * case["world"] if kind == "rs" else m
+    rng = np.random.default_rng(1000 * case["id"] + rank)
+    a = rng.uniform(-3, 3, size=(rows, k))
+    w = rng.uniform(-3, 3, size=(n, k))
+    sa = rng.uniform(0.25, 2, size=rows if case["a_mode"] == "row" else 1)
+    sb = rng.uniform(0.25, 2, size=n if case["b_mode"] == "row" else 1)
+    bias = rng.uniform(-4, 4, size=n)
+    return a, w, sa, sb, bias
+
+
+def dequant(vals, fmt):
+    """vals as fp8 of fmt stores them, in float64."""
+    return ovl.fp8_to_float32(ovl.float32_to_fp8(vals, fmt), fmt).astype(np.float64)
+
+
+def rounded(vals, dtype):
+    """vals as an array of the output dtype stores them (a bias's values)."""
+    if dtype == "bf16":
+        return ovl.bf16_to_float32(ovl.float32_to_bf16(vals.astype(np.float32)))
+    return vals.astype(np.float16 if dtype == "fp16" else np.float32).astype(np.float64)
+
+
+def product(case, q):
+    """Rank q's scaled product, float64: sa(i) sb(j) (A @ W^T)[i][j] + bias[j]."""
+    a, w, sa, sb, bias = rank_values(case, q)
+    a, w = dequant(a, case["a_fmt"]), dequant(w, case["b_fmt"])
+    sa, sb = sa.astype(np.float32).astype(np.float64), sb.astype(np.float32).astype(np.float64)
+    p = sa[:, None] * sb[None, :] * (a @ w.T)
+    if case["bias"]:
+        p = p + rounded(bias, case["out"])[None, :]
+    return p
+
+
+def reference(case, rank):
+    world = case["world"]
+    if case["kind"] == "ag":
+        # every rank's rows; with one a_scale, every row scaled by this rank's
+        a_all = np.concatenate([dequant(rank_values(case, q)[0], case["a_fmt"])
+                                for q in range(world)])
+        _, w, sa, sb, bias = rank_values(case, rank)
+        if case["a_mode"] == "row":
+            sa = np.concatenate([rank_values(case, q)[2] for q in range(world)])
+        sa = np.broadcast_to(sa.astype(np.float32).astype(np.float64), (a_all.shape[0],))
+        sb = sb.astype(np.float32).astype(np.float64)
+        ref = sa[:, None] * sb[None, :] * (a_all @ dequant(w, case["b_fmt"]).T)
+        if case["bias"]:
+            ref = ref + rounded(bias, case["out"])[None, :]
+        return ref
+    m = case["m"]
+    ref = sum(product(case, q) for q in range(world))[rank * m:(rank + 1) * m]
+    return ref / world if case["reduce_op"] == "avg" else ref
+
+
+def as_f64(x, dtype):
+    return ovl.bf16_to_float32(x).astype(np.float64) if dtype == "bf16" else x.astype(np.float64)
+
+
+def fp8_array(client, vals, fmt, ml):
+    """vals quantized into an array of client.empty: ml_dtypes' fp8 (ml) or
+    uint8 codes."""
+    x = client.empty(vals.shape, fmt)
+    if not ml and x.dtype != np.uint8:
+        x = x.view(np.uint8)
+    ovl.float32_to_fp8(vals, fmt if x.dtype == np.uint8 else None, out=x)
+    return x
+
+
+def scale_array(client, vals, shape):
+    s = client.empty(shape, "fp32")
+    s[...] = vals.astype(np.float32).reshape(shape)
+    return s
+
+
+def run_case(client, comm, case):
+    """One scaled op as case says, on this rank; (relative error, a_out
+    exact, out's shape)."""
+    rank, ml = comm.rank, case["path"] == "ml"
+    a_v, w_v, sa_v, sb_v, bias_v = rank_values(case, rank)
+    a = fp8_array(client, a_v, case["a_fmt"], ml)
+    w = fp8_array(client, w_v, case["b_fmt"], ml)
+    # scales in the shapes users pass: (m,) / (m, 1); (n,) / (1, n); one: (1,), (1, 1), ()
+    alt = case["id"] % 2
+    rows = a.shape[0]
+    sa_shape = ((rows, 1) if alt else (rows,)) if case["a_mode"] == "row" else [(1,), (1, 1)][alt]
+    sb_shape = ((1, case["n"]) if alt else (case["n"],)) if case["b_mode"] == "row" else \
+        [(), (1,)][alt]
+    sa = scale_array(client, sa_v, sa_shape)
+    sb = scale_array(client, sb_v, sb_shape)
+    kw = dict(a_scale=sa, b_scale=sb, algo=case["algo"], fast_accum=bool(alt))
+    if case["out"] != "bf16" or alt:  # bf16: the default, named half the time
+        kw["out_dtype"] = case["out"]
+    if case["bias"]:
+        bias = client.empty((case["n"],), case["out"])
+        if case["out"] == "bf16":
+            ovl.float32_to_bf16(bias_v, out=bias)
+        else:
+            bias[...] = bias_v
+        kw["bias"] = bias
+    if not ml:
+        kw["dtype"] = case["a_fmt"] if case["a_fmt"] == case["b_fmt"] else (case["a_fmt"],
+                                                                          case["b_fmt"])
+    # B as PyTorch's _scaled_mm takes it (k x n column-major: w.T), or w with transb
+    b, transb = (w, True) if case["layout"] == "transb" else (w.T, False)
+    a_out_ok = True
+    if case["kind"] == "ag":
+        want_a = bool(case["id"] % 3 == 0)
+        res = comm.all_gather_matmul(a, b, transb=transb, return_a=want_a, **kw)
+        out, a_out = res if want_a else (res, None)
+        if a_out is not None:
+            codes = np.concatenate([ovl.float32_to_fp8(rank_values(case, q)[0], case["a_fmt"])
+                                    for q in range(comm.world)])
+            a_out_ok = a_out.dtype == a.dtype and np.array_equal(a_out.view(np.uint8), codes)
+    else:
+        out = comm.matmul_reduce_scatter(a, b, transb=transb, reduce_op=case["reduce_op"], **kw)
+    want_dtype = {"fp32": "float32", "fp16": "float16"}.get(case["out"])
+    assert want_dtype is None or out.dtype == want_dtype, (case, out.dtype)
+    ref = reference(case, rank)
+    err = np.linalg.norm(as_f64(out, case["out"]) - ref) / max(np.linalg.norm(ref), 1e-30)
+    return float(err), a_out_ok, out.shape
+
+
+def cases_for(kind, world):
+    """A spread of the scaled op's choices: formats (not e5m2 twice), scale
+    modes, output dtypes, bias, B's layout, algorithms, ml_dtypes or codes."""
+    fmts = [(E4, E4), (E4, E5), (E5, E4)]
+    modes = [("tensor", "tensor"), ("row", "row"), ("tensor", "row"), ("row", "tensor")]
+    outs = ["bf16", "fp16", "fp32"]
+    algos = ["auto", "naive", "collective", "ring"] + (["push"] if kind == "rs" else [])
+    paths = ["codes", "ml"] if ml_dtypes is not None else ["codes"]
+    out = []
+    for i in range(14):
+        out.append({
+            "id": 100 * world + i + (50 if kind == "rs" else 0), "kind": kind, "world": world,
+            "m": 3 + (i % 4), "n": 5 + (i % 5), "k": 16 + 8 * (i % 3),
+            "a_fmt": fmts[i % 3][0], "b_fmt": fmts[i % 3][1],
+            "a_mode": modes[i % 4][0], "b_mode": modes[i % 4][1], "out": outs[i % 3],
+            "bias": i % 2 == 0, "layout": "wT" if i % 5 < 3 else "transb",
+            "algo": algos[i % len(algos)], "path": paths[(i // 2) % len(paths)],
+            "reduce_op": "avg" if i % 3 == 1 else "sum"})
+    return out
+
+
+def rank_main(sock, job, world, rank, cases, q):
+    """One rank: each case on a comm of its own job (job-i); puts (rank,
+    results, error)."""
+    os.environ["OVL_SOCKET"] = sock
+    res = []
+    try:
+        with ovl.connect() as client:
+            for case in cases:
+                with client.comm("%s-%d" % (job, case["id"]), world, rank, 0) as comm:
+                    res.append((case["id"],) + run_case(client, comm, case))
+        q.put((rank, res, None))
+    except Exception as e:  # the parent reports it
+        import traceback
+        q.put((rank, res, "%r\n%s" % (e, traceback.format_exc())))
+
+
+def run_world(d, world, cases, timeout=240):
+    q = SPAWN.Queue()
+    job = ovl.Client.new_job_id("pyscaled-w%d" % world)
+    ps = [SPAWN.Process(target=rank_main, args=(d.socket, job, world, r, cases, q))
+          for r in range(world)]
+    for p in ps:
+        p.start()
+    got = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < world:
+            left = deadline - time.monotonic()
+            assert left > 0, "ranks did not answer in %d s: %r" % (timeout, sorted(got))
+            r, res, err = q.get(timeout=left)
+            assert err is None, "rank %d failed: %s\novld:\n%s" % (r, err, d.log_text()[-3000:])
+            got[r] = res
+    finally:
+        for p in ps:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    by_id = {c["id"]: c for c in cases}
+    worst = {}
+    for r, res in got.items():
+        assert len(res) == len(cases), (r, len(res))
+        for cid, err, a_ok, shape in res:
+            c = by_id[cid]
+            rows = world * c["m"] if c["kind"] == "ag" else c["m"]
+            assert shape == (rows, c["n"]), (c, shape)
+            assert a_ok, "world %d rank %d %r: a_out is not the gathered codes" % (world, r, c)
+            assert err <= TOL[c["out"]], "world %d rank %d %r: error %.3g > %.3g" % (
+                world, r, c, err, TOL[c["out"]])
+            worst[c["out"]] = max(worst.get(c["out"], 0.0), err)
+    print("  %s world %d: %d ranks x %d cases; worst relative errors %s" % (
+        cases[0]["kind"], world, world, len(cases),
+        ", ".join("%s %.2g" % kv for kv in sorted(worst.items()))))
+
+
+def new_daemon():
+    """A Daemon, with ovld's own sanitizer options where ctest gave them (as
+    test_ovl_host.py's)."""
+    saved = {k: os.environ.get(k) for k in ("ASAN_OPTIONS", "LD_PRELOAD")}
+    if "OVL_DAEMON_ASAN_OPTIONS" in os.environ:
+        os.environ["ASAN_OPTIONS"] = os.environ["OVL_DAEMON_ASAN_OPTIONS"]
+        os.environ.pop("LD_PRELOAD", None)
+    try:
+        return Daemon()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+D = None
+
+
+def daemon():
+    global D
+    if D is None or D.proc.poll() is not None:
+        D = new_daemon()
+    return D
+
+
+def ops_by_kind(d):
+    with ovl.connect(d.socket) as c:
+        ops = c.stats()["total"]["ops"]
+    out = {}
+    for o in ops:
+        out[o["kind"]] = out.get(o["kind"], 0) + o["count"]
+    return out
+
+
+# -- the tests ---------------------------------------------------------------
+
+def test_fp8_codes():
+    """float32_to_fp8 / fp8_to_float32: every code decodes and encodes back
+    to itself, the formats' landmarks, rounding to nearest even, overflow;
+    against ml_dtypes' casts where it is importable."""
+    for fmt, top, big, inf_code in ((E4, 448.0, 0x7E, None), (E5, 57344.0, 0x7B, 0x7C)):
+        codes = np.arange(256, dtype=np.uint8)
+        vals = ovl.fp8_to_float32(codes, fmt)
+        finite = np.isfinite(vals)
+        back = ovl.float32_to_fp8(vals[finite], fmt)
+        assert np.array_equal(back, codes[finite]), fmt
+        assert vals[big] == top and ovl.float32_to_fp8(np.float32(top), fmt) == big
+        assert ovl.float32_to_fp8(np.float32(1.0), fmt) == (0x38 if fmt == E4 else 0x3C)
+        assert ovl.float32_to_fp8(np.float32(-2.0), fmt) == (0xC0 if fmt == E4 else 0xC0)
+        assert np.isnan(ovl.fp8_to_float32(ovl.float32_to_fp8(np.float32(np.nan), fmt), fmt))
+        over = ovl.fp8_to_float32(ovl.float32_to_fp8(np.float32(top * 2), fmt), fmt)
+        assert np.isnan(over) if inf_code is None else over == np.inf, (fmt, over)
+        # halfway between 1 and the next value up: to the even code (1)
+        nxt = vals[ovl.float32_to_fp8(np.float32(1.0), fmt) + 1]
+        assert ovl.float32_to_fp8(np.float32((1.0 + nxt) / 2), fmt) == \
+            ovl.float32_to_fp8(np.float32(1.0), fmt)
+    expect(ovl.InvalidArgument, ovl.fp8_to_float32, np.zeros(3, np.uint8),
+           words="uint8 codes: name their format")
+    expect(ovl.InvalidArgument, ovl.float32_to_fp8, [1.0], "fp8e3m4", words="fp8e4m3 or fp8e5m2")
+    expect(ovl.InvalidArgument, ovl.fp8_to_float32, np.zeros(3, np.float32), "fp8e4m3",
+           words="float32")
+    if ml_dtypes is None:
+        print("  (ml_dtypes not importable: its casts not compared)")
+        return
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(20000) * s for s in (1e-3, 1, 30, 3e4)])
+    x = x.astype(np.float32)
+    for fmt, mt in ((E4, ml_dtypes.float8_e4m3fn), (E5, ml_dtypes.float8_e5m2)):
+        assert np.array_equal(ovl.float32_to_fp8(x, fmt), x.astype(mt).view(np.uint8)), fmt
+        assert np.array_equal(ovl.fp8_to_float32(np.arange(256, dtype=np.uint8), fmt),
+                              np.arange(256, dtype=np.uint8).view(mt).astype(np.float32),
+                              equal_nan=True), fmt
+        y = np.zeros(5, mt)
+        ovl.float32_to_fp8(x[:5], out=y)  # out names the format
+        assert np.array_equal(y.view(np.uint8), x[:5].astype(mt).view(np.uint8))
+
+
+def test_empty_fp8():
+    d = daemon()
+    with ovl.connect(d.socket) as c:
+        for fmt, name in ((E4, "float8_e4m3fn"), (E5, "float8_e5m2")):
+            for spelling in (fmt, name):
+                x = c.empty((3, 4), spelling)
+                assert x.shape == (3, 4) and x.itemsize == 1
+                assert x.dtype.name == (name if ml_dtypes is not None else "uint8"), x.dtype
+            z = c.zeros((2, 2), fmt)
+            assert not z.view(np.uint8).any()
+        expect(ovl.InvalidArgument, c.empty, (2, 2), "fp8e3m4", words="fp8e4m3 or fp8e5m2")
+
+
+def test_ag_world_1():
+    run_world(daemon(), 1, cases_for("ag", 1))
+
+
+def test_ag_world_2():
+    d = daemon()
+    before = ops_by_kind(d)
+    cases = cases_for("ag", 2)
+    run_world(d, 2, cases)
+    after = ops_by_kind(d)
+    assert after.get("ag_gemm", 0) - before.get("ag_gemm", 0) == len(cases), (before, after)
+
+
+def test_rs_world_1():
+    run_world(daemon(), 1, cases_for("rs", 1))
+
+
+def test_rs_world_2():
+    d = daemon()
+    before = ops_by_kind(d)
+    cases = cases_for("rs", 2)
+    run_world(d, 2, cases)
+    after = ops_by_kind(d)
+    assert after.get("gemm_rs", 0) - before.get("gemm_rs", 0) == len(cases), (before, after)
+
+
+def test_one_comm_varied_scaling():
+    """Scaled ops of one shape that differ only in their scaling (bias or
+    not, out_dtype, scale modes), one after the other on one comm: each
+    gives its own result (ovld plans each for its own scaling)."""
+    d = daemon()
+    with ovl.connect(d.socket) as c, c.comm(c.new_job_id("pyscaled-one"), 1, 0, 0) as comm:
+        base = {"id": 7, "world": 1, "m": 4, "n": 6, "k": 16, "a_fmt": E4, "b_fmt": E4,
+                "layout": "wT", "algo": "auto", "path": "codes", "reduce_op": "sum"}
+        for kind in ("ag", "rs"):
+            for out, bias, modes in (("fp32", True, ("row", "row")),
+                                     ("fp32", False, ("row", "row")),
+                                     ("bf16", False, ("row", "row")),
+                                     ("fp16", True, ("tensor", "row")),
+                                     ("fp32", True, ("tensor", "tensor"))):
+                case = dict(base, kind=kind, out=out, bias=bias, a_mode=modes[0],
+                            b_mode=modes[1])
+                err, _, _ = run_case(c, comm, case)
+                assert err <= TOL[out], (case, err)
+        comm.check()
+
+
+def expect(exc, fn, *args, **kw):
+    want = kw.pop("words", None)
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        if want:
+            assert want in str(e), (want, str(e))
+        return e
+    raise AssertionError("no %s from %s%r" % (exc.__name__, getattr(fn, "__name__", fn), args))
+
+
+class FakeCuda:
+    """A __cuda_array_interface__ object (never dereferenced)."""
+
+    def __init__(self, shape, typestr="|u1", strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "version": 3,
+                                         "data": (0x7f0000000000, False), "strides": strides}
+
+
+def test_refusals():
+    """Every refusal of a scaled op, in words, before anything is sent:
+    ovld counts no op, and the comm works after."""
+    d = daemon()
+    with ovl.connect(d.socket) as c, ovl.connect(d.socket) as other:
+        job = c.new_job_id("pyscaled-bad")
+        comm = c.comm(job, 1, 0, 0)
+        before = ops_by_kind(d)
+        m, n, k = 4, 6, 16
+        rng = np.random.default_rng(3)
+        a = fp8_array(c, rng.uniform(-2, 2, (m, k)), E4, False)
+        w = fp8_array(c, rng.uniform(-2, 2, (n, k)), E4, False)
+        w5 = fp8_array(c, rng.uniform(-2, 2, (n, k)), E5, False)
+        a5 = fp8_array(c, rng.uniform(-2, 2, (m, k)), E5, False)
+        sa = scale_array(c, np.ones(m), (m, 1))
+        sb = scale_array(c, np.ones(n), (1, n))
+        IA = ovl.InvalidArgument
+        ag, rs = comm.all_gather_matmul, comm.matmul_reduce_scatter
+        ok = dict(a_scale=sa, b_scale=sb, dtype=E4)
+        rule = "cuBLASLt's fp8 GEMM"
+        for f in (ag, rs):
+            # fp8 formats and dtype=
+            expect(IA, f, a5, w5.T, a_scale=sa, b_scale=sb, dtype=E5, words="both fp8e5m2")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=sb, words="uint8 codes: name their fp8")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=sb, dtype="int8", words="dtype 'int8'")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=sb, dtype=(E4,), words="or a pair")
+            expect(IA, f, c.zeros((m, k)), w.T, **ok, words="a scaled op's A and B are fp8")
+            # B's layout: k x n column-major (w.T), or w with transb
+            kn = c.zeros((k, n), E4).view(np.uint8)
+            expect(IA, f, a, kn, **ok, words="is not column-major")
+            expect(IA, f, a, kn, **ok, words=rule)
+            expect(IA, f, a, w.T, transb=True, **ok, words="with transb but not row-major")
+            expect(IA, f, a, c.zeros((n, k + 16), E4).view(np.uint8).T, **ok,
+                   words="does not fit a's 16 columns")
+            # out dtype
+            expect(IA, f, a, w.T, out_dtype=E4, **ok, words="never fp8")
+            expect(IA, f, a, w.T, out_dtype="float8_e5m2", **ok, words="never fp8")
+            expect(IA, f, a, w.T, out_dtype="int8", **ok, words="writes bf16, fp16 or fp32")
+            # scales
+            expect(IA, f, a, w.T, b_scale=sb, dtype=E4, words="a_scale missing")
+            expect(IA, f, a, w.T, a_scale=sa, dtype=E4, words="b_scale missing")
+            expect(IA, f, a, w.T, dtype=E4, words="a_scale and b_scale missing")
+            expect(IA, f, a, w.T, a_scale=scale_array(c, np.ones(2), (2,)), b_scale=sb,
+                   dtype=E4, words="a_scale: 2 elements fit neither scale mode")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=scale_array(c, np.ones(n + 1), (n + 1,)),
+                   dtype=E4, words="b_scale: 7 elements fit neither scale mode")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=scale_array(c, np.ones(m), (m,)),
+                   dtype=E4, words="(row-wise: one per n, a column of b")
+            expect(IA, f, a, w.T, a_scale=c.zeros((m,), "fp16"), b_scale=sb, dtype=E4,
+                   words="scales are float32")
+            expect(IA, f, a, w.T, a_scale=np.ones(m, np.float32), b_scale=sb, dtype=E4,
+                   words="not in memory from this client")
+            expect(IA, f, a, w.T, a_scale=other.zeros((m,)), b_scale=sb, dtype=E4,
+                   words="not in memory from this client")
+            expect(IA, f, a, w.T, a_scale=c.zeros((m, 2))[:, 0], b_scale=sb, dtype=E4,
+                   words="not one after the other")
+            expect(IA, f, a, w.T, a_scale=c.zeros((m, 1, 1)), b_scale=sb, dtype=E4,
+                   words="3 dimensions")
+            expect(IA, f, a, w.T, a_scale=c.zeros((0,)), b_scale=sb, dtype=E4, words="empty")
+            expect(IA, f, a, w.T, a_scale=[1.0], b_scale=sb, dtype=E4, words="a list")
+            # bias
+            expect(IA, f, a, w.T, bias=c.zeros((n,), "fp32"), **ok,
+                   words="bias: dtype fp32, the output's is bf16")
+            expect(IA, f, a, w.T, bias=c.zeros((n + 1,), "bf16"), **ok,
+                   words="bias: 7 elements, b has 6 columns")
+            expect(IA, f, a, w.T, bias=c.zeros((n,), "fp16"), out_dtype="fp32", **ok,
+                   words="the output's is fp32")
+            # the rest
+            expect(IA, f, a, w.T, fast_accum=1, **ok, words="fast_accum: True or False")
+            expect(IA, f, a, w.T, out=c.zeros((m, n), "fp32"), out_dtype="bf16", **ok,
+                   words="out: dtype fp32, out_dtype bf16")
+            expect(IA, f, a, w.T, out=c.zeros((m + 1, n), "bf16"), **ok, words="expected 4 x 6")
+            ro = c.zeros((m, n), "bf16")
+            ro.flags.writeable = False
+            expect(IA, f, a, w.T, out=ro, **ok, words="read-only")
+            expect(IA, f, a, w.T, stream=1, **ok, words="no stream")
+            expect(IA, f, a, w.T, algo="bogus", **ok, words="algo 'bogus'")
+            expect(IA, f, a, w.T, chunks=2 ** 32, **ok, words="chunks")
+            expect(IA, f, np.zeros((m, k), np.uint8), w.T, **ok,
+                   words="not in memory from this client")
+            # a CUDA array on the host backend, and hostile interface values
+            expect(IA, f, FakeCuda((m, k)), w.T, **ok,
+                   words="a CUDA array, but ovld runs the host backend")
+            expect(IA, f, FakeCuda((2 ** 70, k)), w.T, **ok, words="out of range")
+            expect(IA, f, FakeCuda((m, k), strides=(2 ** 64, 1)), w.T, **ok,
+                   words="out of range")
+            expect(IA, f, FakeCuda((m, k), "<f4"), w.T, **ok, words="a scaled op's A and B")
+            shared = c.zeros((m + m, max(n, k)), "bf16")
+            expect(IA, f, a, w.T, out=shared[:m, :n], bias=shared[m - 1, :n], **ok,
+                   words="overlaps")
+        expect(IA, ag, a, [w.T, w.T], **ok, words="a scaled op takes one B")
+        expect(IA, ag, a, w.T, out=[c.zeros((m, n), "bf16")], **ok,
+               words="a list for a single b")
+        expect(IA, ag, a, w.T, a_out=c.zeros((m, k), "fp32"), **ok, words="a_out")
+        expect(IA, ag, a, w.T, a_out=c.zeros((m + 1, k), E4).view(np.uint8), **ok,
+               words="a_out: 5 x 16, expected 4 x 16")
+        expect(IA, rs, a, w.T, reduce_op="max", **ok, words="reduce_op")
+        expect(IA, rs, a, w.T, algo="push2", **ok, words="auto, naive, collective, ring, push")
+        if ml_dtypes is not None:
+            am = fp8_array(c, rng.uniform(-2, 2, (m, k)), E4, True)
+            wm = fp8_array(c, rng.uniform(-2, 2, (n, k)), E4, True)
+            expect(IA, ag, am, wm.T, a_scale=sa, b_scale=sb, dtype=E5,
+                   words="a: holds fp8e4m3, but dtype names fp8e5m2")
+            expect(IA, ag, am, wm.T, a_scale=sa, b_scale=sb, dtype=(E4, E5),
+                   words="b: holds fp8e4m3, but dtype names fp8e5m2")
+            expect(IA, ag, am, wm.T, a_scale=sa, b_scale=sb, a_out=c.zeros((m, k), E5),
+                   words="a_out: holds fp8e5m2, but dtype names fp8e4m3")
+            # an fp8 array without scales is a scaled op that lacks them
+            expect(IA, ag, am, wm.T, words="a_scale and b_scale missing")
+        # m not a multiple of the world: ranks 0 and 1 of one job on this
+        # client (joined, nothing sent)
+        two = [c.comm(job + "-w2", 2, r, 0) for r in (0, 1)]
+        a3 = fp8_array(c, rng.uniform(-2, 2, (3, k)), E4, False)
+        expect(IA, two[0].matmul_reduce_scatter, a3, w.T, a_scale=scale_array(c, np.ones(1),
+                                                                                (1,)),
+               b_scale=sb, dtype=E4, words="not a multiple of the world 2")
+        bias = c.zeros((n,), "bf16")
+        expect(IA, two[0].matmul_reduce_scatter, a, w.T, reduce_op="avg", algo="ring", bias=bias,
+               **ok, words="algo ring with a bias and avg")
+        for t in two:
+            t.close()
+        comm.check()
+        assert ops_by_kind(d) == before, (before, ops_by_kind(d))
+        # the comm works after all of it
+        out = ag(a, w.T, **ok)
+        want = reference_of(a, w, sa, sb)
+        assert np.linalg.norm(as_f64(out, "bf16") - want) <= 1e-2 * np.linalg.norm(want)
+        out = rs(a, w, transb=True, out_dtype="fp32", **ok)
+        assert np.linalg.norm(as_f64(out, "fp32") - want) <= 1e-5 * np.linalg.norm(want)
+        if ml_dtypes is not None:
+            # ml_dtypes arrays and codes mixed: the codes named by dtype=;
+            # a_out allocated as a is given (ml_dtypes here)
+            am = fp8_array(c, rng.uniform(-2, 2, (m, k)), E4, True)
+            out, a_all = ag(am, w.T, a_scale=sa, b_scale=sb, dtype=E4, out_dtype="fp32",
+                            return_a=True)
+            assert a_all.dtype == am.dtype and np.array_equal(a_all.view(np.uint8),
+                                                              am.view(np.uint8))
+            want = reference_of(am, w, sa, sb)
+            assert np.linalg.norm(out - want) <= 1e-5 * np.linalg.norm(want)
+        comm.close()
+
+
+def reference_of(a, w, sa, sb):
+    A = ovl.fp8_to_float32(a, E4).astype(np.float64)
+    W = ovl.fp8_to_float32(w, E4).astype(np.float64)
+    return sa.astype(np.float64).reshape(-1, 1) * sb.astype(np.float64).reshape(1, -1) * (A @ W.T)
+
+
+def test_unscaled_unchanged():
+    """The unscaled ops as before: uint8 arrays and fp8 without scales are
+    refused as they were, fp32 runs."""
+    d = daemon()
+    with ovl.connect(d.socket) as c, c.comm(c.new_job_id("pyscaled-plain"), 1, 0, 0) as comm:
+        x = c.zeros((3, 4), "fp32")
+        y = c.zeros((4, 2), "fp32")
+        expect(ovl.InvalidArgument, comm.all_gather_matmul, c.zeros((3, 4), E4).view(np.uint8),
+               y, words="dtype uint8; ovl takes float32")
+        assert comm.all_gather_matmul(x, y).shape == (3, 2)
+        assert comm.matmul_reduce_scatter(x, y).shape == (3, 2)
+
+
+def test_daemon_stops_clean():
+    d = daemon()
+    rc = d.stop()
+    text = d.log_text()
+    assert rc == 0 and "Sanitizer" not in text and "runtime error" not in text, (rc, text[-3000:])
+
+
+if __name__ == "__main__":
+    try:
+        run_tests([test_fp8_codes, test_empty_fp8, test_ag_world_1, test_ag_world_2,
+                   test_rs_world_1, test_rs_world_2, test_refusals, test_unscaled_unchanged,
+                   test_one_comm_varied_scaling, test_daemon_stops_clean])
+    finally:
+        if D is not None:
+            D.cleanup()
