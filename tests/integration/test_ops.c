@@ -364,6 +364,7 @@ typedef enum raw_case {
     RC_UNKNOWN_KIND,
     RC_SLOT_TWICE,
     RC_SLOT_OUT_OF_RANGE,
+    RC_SCALE_NOT_DENSE,
     RC_COUNT
 } raw_case_t;
 
@@ -395,6 +396,10 @@ static const struct {
     [RC_UNKNOWN_KIND] = {OVL_ERR_INVALID, "unknown op kind 3"},
     [RC_SLOT_TWICE] = {OVL_ERR_INVALID, "buffer slot 0 (a) given twice"},
     [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 21 out of range (0 to 20)"},
+    /* a scaled op's scales are read as one piece: a strided vector is
+     * refused, not read wrong */
+    [RC_SCALE_NOT_DENSE] = {OVL_ERR_INVALID, "a_scale: leading dimension 2: a vector of scales "
+                                             "or a bias is dense (ld 1)"},
 };
 
 /*
@@ -497,6 +502,20 @@ static void test_raw_op_checks(void **state)
         case RC_SLOT_OUT_OF_RANGE:
             o.by_slot[2]->slot = RAW_SLOTS;
             break;
+        case RC_SCALE_NOT_DENSE: {
+            /* fp8 A and B (B n x k), fp32 C; A's scales by row at ld 2 */
+            static Ovl__Scaling sc = OVL__SCALING__INIT;
+            sc.b_dtype = OVL_DTYPE_FP8_E4M3;
+            sc.out_dtype = OVL_DTYPE_FP32;
+            sc.a_mode = OVL_SCALE_ROW;
+            o.g.dtype = OVL_DTYPE_FP8_E4M3;
+            o.g.transb = true;
+            o.g.scaling = &sc;
+            o.by_slot[1]->ld = RAW_K;
+            raw_op_buf(&o, 18, mem, 1024, 2);
+            raw_op_buf(&o, 19, mem, 1536, 1);
+            break;
+        }
         case RC_COUNT:
             break;
         }
