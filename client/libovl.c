@@ -1502,7 +1502,7 @@ static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, ovl_op_kind_t kin
 }
 
 /* A scaled op's slots (proto/ovl.proto, Scaling). */
-enum { SLOT_A_SCALE = 18, SLOT_B_SCALE = 19, SLOT_BIAS = 20 };
+enum { SLOT_A_SCALE = 18, SLOT_B_SCALE = 19, SLOT_BIAS = 20, SLOT_B_SCALE1 = 21, SLOT_BIAS1 = 28 };
 
 /* What a scaled op adds to either kind, checked here so that a mistake is
  * named before anything is sent: sc given exactly for an fp8 dtype and
@@ -1615,8 +1615,6 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, &sx, &belem, &celem)) !=
         OVL_OK)
         return st;
-    if (d->scaling && nb > 1)
-        return fail(cl, OVL_ERR_INVALID, "a scaled op takes one B, not %u", nb);
 
     Ovl__BufRef a, b, c, aout;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||
@@ -1628,8 +1626,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         return st;
     /* The op's buffers in their slots (proto/ovl.proto, Op): a 0, b 1, c 2,
      * a_out 3, B i 3 + i, C i 10 + i, a scaled op's a_scale 18, b_scale 19,
-     * bias 20 */
-    enum { SLOTS = 4 + 2 * (OVL_MAX_BS - 1) + 3 };
+     * bias 20, B i's b_scale 20 + i and bias 27 + i */
+    enum { SLOTS = 4 + 2 * (OVL_MAX_BS - 1) + 3 + 2 * (OVL_MAX_BS - 1) };
     Ovl__OpBuf bufs[SLOTS], *pbufs[SLOTS];
     size_t nbufs = 0;
 #define ADD_BUF(slot_, ref_, ld_)                                                                  \
@@ -1646,23 +1644,42 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
     ADD_BUF(2, &c, d->ldc);
     if (d->a_out)
         ADD_BUF(3, &aout, d->lda_out);
-    /* B i and C i, i >= 1: registered and checked as B and C are */
-    Ovl__BufRef mb[OVL_MAX_BS - 1], mc[OVL_MAX_BS - 1];
+    /* B i and C i, i >= 1: registered and checked as B and C are; a
+     * scaled op's B i's scales and bias as B 0's (every B has a bias, or
+     * none does) */
+    Ovl__BufRef mb[OVL_MAX_BS - 1], mc[OVL_MAX_BS - 1], ms[OVL_MAX_BS - 1], mbias[OVL_MAX_BS - 1];
     uint64_t more_n[OVL_MAX_BS - 1];
+    const ovl_scaling_t *sc = d->scaling;
     for (uint32_t i = 1; i < nb; i++) {
         const ovl_ag_gemm_b_t *x = &d->more_bs[i - 1];
-        char bn[8], cn[8];
+        char bn[8], cn[8], sn[16], biasn[16];
         snprintf(bn, sizeof(bn), "b%u", i);
         snprintf(cn, sizeof(cn), "c%u", i);
+        snprintf(sn, sizeof(sn), "b_scale%u", i);
+        snprintf(biasn, sizeof(biasn), "bias%u", i);
         if (x->n == 0)
             return fail(cl, OVL_ERR_INVALID, "n of B %u must be positive", i);
         if ((st = bufref(cl, bn, x->b, d->transb ? x->n : d->k, d->transb ? d->k : x->n, x->ldb,
-                         elem, &mb[i - 1])) != OVL_OK ||
-            (st = bufref(cl, cn, x->c, rows_all, x->n, x->ldc, elem, &mc[i - 1])) != OVL_OK)
+                         belem, &mb[i - 1])) != OVL_OK ||
+            (st = bufref(cl, cn, x->c, rows_all, x->n, x->ldc, celem, &mc[i - 1])) != OVL_OK)
             return st;
         ADD_BUF(3 + i, &mb[i - 1], x->ldb);
         ADD_BUF(10 + i, &mc[i - 1], x->ldc);
         more_n[i - 1] = x->n;
+        if (!sc)
+            continue;
+        uint64_t bc = sc->b_mode == OVL_SCALE_ROW ? x->n : 1;
+        if ((x->bias != NULL) != (sc->bias != NULL))
+            return fail(cl, OVL_ERR_INVALID,
+                        "B %u %s a bias and B 0 %s: a scaled op's Bs have a bias each, or none", i,
+                        x->bias ? "has" : "has no", sc->bias ? "has" : "has none");
+        if ((st = bufref(cl, sn, x->b_scale, 1, bc, bc, sizeof(float), &ms[i - 1])) != OVL_OK ||
+            (x->bias && (st = bufref(cl, biasn, x->bias, 1, x->n, x->n,
+                                     ovl_dtype_size(sc->out_dtype), &mbias[i - 1])) != OVL_OK))
+            return st;
+        ADD_BUF(SLOT_B_SCALE1 + i - 1, &ms[i - 1], bc);
+        if (x->bias)
+            ADD_BUF(SLOT_BIAS1 + i - 1, &mbias[i - 1], x->n);
     }
 #undef ADD_BUF
     scaled_add(&sx, bufs, pbufs, &nbufs);

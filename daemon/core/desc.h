@@ -43,11 +43,14 @@ enum {
     OVLD_BUF_AOUT,
     OVLD_BUF_B1,
     OVLD_BUF_C1 = OVLD_BUF_B1 + OVLD_MAX_BS - 1,
-    /* A scaled op's (either kind): A's scales, B's, and the bias */
+    /* A scaled op's (either kind): A's scales, B's, and the bias; with
+     * several Bs, B i's scales and bias for i = 1 .. nb-1 */
     OVLD_BUF_A_SCALE = OVLD_BUF_C1 + OVLD_MAX_BS - 1,
     OVLD_BUF_B_SCALE,
     OVLD_BUF_BIAS,
-    OVLD_BUF_COUNT,
+    OVLD_BUF_B_SCALE1,
+    OVLD_BUF_BIAS1 = OVLD_BUF_B_SCALE1 + OVLD_MAX_BS - 1,
+    OVLD_BUF_COUNT = OVLD_BUF_BIAS1 + OVLD_MAX_BS - 1,
 };
 
 /* B i and C i (i < OVLD_MAX_BS). */
@@ -58,6 +61,15 @@ static inline int ovld_buf_b(uint32_t i)
 static inline int ovld_buf_c(uint32_t i)
 {
     return i == 0 ? OVLD_BUF_C : OVLD_BUF_C1 + (int)i - 1;
+}
+/* A scaled op's B i's scales and bias (i < OVLD_MAX_BS). */
+static inline int ovld_buf_b_scale(uint32_t i)
+{
+    return i == 0 ? OVLD_BUF_B_SCALE : OVLD_BUF_B_SCALE1 + (int)i - 1;
+}
+static inline int ovld_buf_bias(uint32_t i)
+{
+    return i == 0 ? OVLD_BUF_BIAS : OVLD_BUF_BIAS1 + (int)i - 1;
 }
 
 /* Slot which's name in messages for ops of kind (all-gather + GEMM: "a",

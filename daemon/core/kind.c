@@ -41,11 +41,28 @@ bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, 
     return false;
 }
 
-void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint64_t n,
+void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb, const uint64_t *ns,
                          ovld_buf_shape_t shape[OVLD_BUF_COUNT])
 {
     if (!sc->scaled)
         return;
+    for (uint32_t i = 1; i < nb && i < OVLD_MAX_BS; i++) {
+        shape[ovld_buf_b_scale(i)] = (ovld_buf_shape_t){
+            .rows = 1,
+            .cols = sc->b_mode == OVL_SCALE_ROW ? ns[i] : 1,
+            .elem = 4,
+            .required = true,
+            .dense = true,
+        };
+        shape[ovld_buf_bias(i)] = (ovld_buf_shape_t){
+            .rows = 1,
+            .cols = ns[i],
+            .elem = ovl_dtype_size((ovl_dtype_t)sc->out_dtype),
+            .optional = true,
+            .dense = true,
+        };
+    }
+    uint64_t n = ns[0];
     shape[OVLD_BUF_A_SCALE] = (ovld_buf_shape_t){.rows = sc->a_mode == OVL_SCALE_ROW ? m : 1,
                                                  .cols = 1,
                                                  .elem = 4,
@@ -92,6 +109,12 @@ void ovld_scaling_plan(const ovld_scaling_desc_t *sc, bool bias, ovl_plan_scalin
 
 int ovld_scaling_plan_buf(int which)
 {
+    for (uint32_t i = 1; i < OVLD_MAX_BS; i++) {
+        if (which == ovld_buf_b_scale(i))
+            return ovl_buf_sb(i);
+        if (which == ovld_buf_bias(i))
+            return ovl_buf_bias(i);
+    }
     switch (which) {
     case OVLD_BUF_A_SCALE:
         return OVL_BUF_SA;

@@ -90,10 +90,11 @@ bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, 
                               uint64_t *ret_a, uint64_t *ret_b);
 
 /* What a scaled op adds to either kind (kind.c): the shapes of its scale
- * and bias slots for an A of m rows and a C of n columns (required but the
- * bias; nothing when not scaled); its fields as pairs for fields_differ
+ * and bias slots for an A of m rows and nb Bs of ns[i] columns (required
+ * but the biases; nothing when not scaled); its fields as pairs for
+ * fields_differ
  * (SCALING_PAIRS of them into f); and the planner's view of them. */
-void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint64_t n,
+void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb, const uint64_t *ns,
                          ovld_buf_shape_t shape[OVLD_BUF_COUNT]);
 #define OVLD_SCALING_PAIRS 7
 void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,

@@ -13,9 +13,12 @@
 
 static const char *buf_name(int which)
 {
-    static const char *const names[] = {"a",  "b",  "c",  "a_out", "b1",      "b2",      "b3",
-                                        "b4", "b5", "b6", "b7",    "c1",      "c2",      "c3",
-                                        "c4", "c5", "c6", "c7",    "a_scale", "b_scale", "bias"};
+    static const char *const names[] = {
+        "a",        "b",        "c",        "a_out",    "b1",       "b2",       "b3",
+        "b4",       "b5",       "b6",       "b7",       "c1",       "c2",       "c3",
+        "c4",       "c5",       "c6",       "c7",       "a_scale",  "b_scale",  "bias",
+        "b_scale1", "b_scale2", "b_scale3", "b_scale4", "b_scale5", "b_scale6", "b_scale7",
+        "bias1",    "bias2",    "bias3",    "bias4",    "bias5",    "bias6",    "bias7"};
     _Static_assert(sizeof(names) / sizeof(names[0]) == OVLD_BUF_COUNT, "a name for every buffer");
     return which >= 0 && which < OVLD_BUF_COUNT ? names[which] : NULL;
 }
@@ -37,7 +40,10 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
     size_t celem = q->sc.scaled ? ovl_dtype_size((ovl_dtype_t)q->sc.out_dtype) : elem;
     shape[OVLD_BUF_A] =
         (ovld_buf_shape_t){.rows = q->m, .cols = q->k, .elem = elem, .required = true};
-    ovld_scaling_shapes(&q->sc, q->m, q->n, shape); /* one B when scaled: request.c */
+    uint64_t ns[OVLD_MAX_BS] = {q->n};
+    for (uint32_t i = 1; i < q->nb && i < OVLD_MAX_BS; i++)
+        ns[i] = q->n_more[i - 1];
+    ovld_scaling_shapes(&q->sc, q->m, q->nb ? q->nb : 1, ns, shape);
     /* optional: ovld gathers into its scratch */
     shape[OVLD_BUF_AOUT] =
         (ovld_buf_shape_t){.rows = rows_all, .cols = q->k, .elem = elem, .optional = true};

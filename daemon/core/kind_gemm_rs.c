@@ -51,7 +51,7 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
                                            .required = true};
     shape[OVLD_BUF_C] =
         (ovld_buf_shape_t){.rows = q->m / world, .cols = q->n, .elem = celem, .required = true};
-    ovld_scaling_shapes(&q->sc, q->m, q->n, shape);
+    ovld_scaling_shapes(&q->sc, q->m, 1, &q->n, shape);
     return OVL_OK;
 }
 

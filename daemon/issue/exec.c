@@ -104,11 +104,14 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
             return st;
         g.div = in->avg ? op->world : 1;
         if (pp->sc.scaled) {
+            /* B i's scales and bias, i the B the GEMM multiplies by */
+            int bi = ovl_buf_b_index(in->b.buf);
+            uint32_t i = bi > 0 ? (uint32_t)bi : 0;
             ovld_view_t sa, sb, bias = {0};
             if ((st = resolve(op, r, in->sa, true, &sa, why, whylen)) != OVL_OK ||
-                (st = resolve(op, r, whole(r, OVL_BUF_SB), true, &sb, why, whylen)) != OVL_OK ||
-                (pp->sc.bias &&
-                 (st = resolve(op, r, whole(r, OVL_BUF_BIAS), true, &bias, why, whylen)) != OVL_OK))
+                (st = resolve(op, r, whole(r, ovl_buf_sb(i)), true, &sb, why, whylen)) != OVL_OK ||
+                (pp->sc.bias && (st = resolve(op, r, whole(r, ovl_buf_bias(i)), true, &bias, why,
+                                              whylen)) != OVL_OK))
                 return st;
             g.scaled = true;
             g.b_dtype = pp->sc.b_dtype;

@@ -1094,9 +1094,11 @@ const char *ovl_instr_name(ovl_instr_kind_t kind)
     return "UNKNOWN";
 }
 
-static const char *const buf_names[] = {"A",  "B",  "C",  "G",  "B1", "B2",   "B3", "B4",
-                                        "B5", "B6", "B7", "C1", "C2", "C3",   "C4", "C5",
-                                        "C6", "C7", "P",  "SA", "SB", "BIAS", "SG"};
+static const char *const buf_names[] = {
+    "A",     "B",     "C",     "G",     "B1",    "B2",    "B3",   "B4",  "B5",  "B6",
+    "B7",    "C1",    "C2",    "C3",    "C4",    "C5",    "C6",   "C7",  "P",   "SA",
+    "SB",    "BIAS",  "SG",    "SB1",   "SB2",   "SB3",   "SB4",  "SB5", "SB6", "SB7",
+    "BIAS1", "BIAS2", "BIAS3", "BIAS4", "BIAS5", "BIAS6", "BIAS7"};
 _Static_assert(NELEM(buf_names) == OVL_BUF_COUNT, "every buffer has a name");
 
 static const char *const method_names[] = {"nccl-allgather", "nccl-sendrecv", "nccl-rail"};
@@ -1240,7 +1242,11 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
              * and the bias, read whole */
             out_printf(o, " scaled ");
             out_ref(o, in->sa, false, plan->params.sc.a_mode == OVL_SCALE_ROW, in->rows);
-            out_printf(o, " SB%s", plan->params.sc.bias ? " + BIAS" : "");
+            int bi = ovl_buf_b_index(in->b.buf);
+            uint32_t i = bi > 0 ? (uint32_t)bi : 0;
+            out_printf(o, " %s", name_or(ovl_buf_name(ovl_buf_sb(i))));
+            if (plan->params.sc.bias)
+                out_printf(o, " + %s", name_or(ovl_buf_name(ovl_buf_bias(i))));
         }
         if (in->avg)
             out_printf(o, " /W");

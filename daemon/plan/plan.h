@@ -104,7 +104,11 @@ typedef enum ovl_buf {
     OVL_BUF_SB,
     OVL_BUF_BIAS,
     OVL_BUF_SG,
-    OVL_BUF_COUNT,
+    /* with several Bs, B i's scales and bias (i = 1 .. nb-1), shaped as
+     * SB and BIAS with B i's n; "SB1".."SB7", "BIAS1".."BIAS7" */
+    OVL_BUF_SB1,
+    OVL_BUF_BIAS1 = OVL_BUF_SB1 + OVL_PLAN_MAX_BS - 1,
+    OVL_BUF_COUNT = OVL_BUF_BIAS1 + OVL_PLAN_MAX_BS - 1,
 } ovl_buf_t;
 
 /* B i and C i of an op (i < OVL_PLAN_MAX_BS). */
@@ -115,6 +119,15 @@ static inline ovl_buf_t ovl_buf_b(uint32_t i)
 static inline ovl_buf_t ovl_buf_c(uint32_t i)
 {
     return i == 0 ? OVL_BUF_C : (ovl_buf_t)(OVL_BUF_C1 + i - 1);
+}
+/* A scaled op's B i's scales and bias (i < OVL_PLAN_MAX_BS). */
+static inline ovl_buf_t ovl_buf_sb(uint32_t i)
+{
+    return i == 0 ? OVL_BUF_SB : (ovl_buf_t)(OVL_BUF_SB1 + i - 1);
+}
+static inline ovl_buf_t ovl_buf_bias(uint32_t i)
+{
+    return i == 0 ? OVL_BUF_BIAS : (ovl_buf_t)(OVL_BUF_BIAS1 + i - 1);
 }
 /* Which B (or C) buf is: its index, or -1 for another buffer. */
 static inline int ovl_buf_b_index(ovl_buf_t buf)
@@ -259,8 +272,8 @@ typedef struct ovl_instr {
     ovl_ref_t b;            /* GEMM: the B operand (row 0 of B) */
     ovl_ref_t acc;          /* GEMM with accumulate: the rows added (P) */
     ovl_ref_t sa;           /* GEMM of a scaled op: the scale of src's first row (SA, or SG
-                               for gathered rows; row 0 of SA for one scale); B's scales (SB)
-                               and the bias (BIAS, when params.sc.bias) are read whole */
+                               for gathered rows; row 0 of SA for one scale); B i's scales
+                               (SB i) and bias (BIAS i, when params.sc.bias) are read whole */
     bool accumulate;        /* GEMM: dst = src @ op(b) + acc */
     uint64_t rows;          /* PULL, PUSH, ALLGATHER, RAIL, REDUCE_SCATTER: rows moved (per rank);
                                GEMM, REDUCE: rows per block */
@@ -290,7 +303,7 @@ typedef struct ovl_plan_scaling {
     ovl_dtype_t b_dtype, out_dtype;
     ovl_scale_mode_t a_mode, b_mode;
     bool fast_accum;
-    bool bias;
+    bool bias; /* every B has its bias (several Bs: all or none) */
 } ovl_plan_scaling_t;
 
 /* Who chose a plan's algorithm (ovl_plan_params_t.chosen), which its text

@@ -293,9 +293,11 @@ void pb_mark_used(ovl_plan_t *plan)
             if (in->accumulate)
                 plan->bufs[in->acc.buf].used = true;
             if (plan->params.sc.scaled) {
+                int bi = ovl_buf_b_index(in->b.buf);
+                uint32_t i = bi > 0 ? (uint32_t)bi : 0;
                 plan->bufs[in->sa.buf].used = true;
-                plan->bufs[OVL_BUF_SB].used = true;
-                plan->bufs[OVL_BUF_BIAS].used = plan->params.sc.bias;
+                plan->bufs[ovl_buf_sb(i)].used = true;
+                plan->bufs[ovl_buf_bias(i)].used = plan->params.sc.bias;
             }
             /* fall through */
         case OVL_I_ALLGATHER:
@@ -342,9 +344,13 @@ void pb_buf_types(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
         return;
     bufs[OVL_BUF_SA] = (ovl_plan_buf_t){
         .rows = p->sc.a_mode == OVL_SCALE_ROW ? p->m : 1, .cols = 1, .dtype = OVL_DTYPE_FP32};
-    bufs[OVL_BUF_SB] = (ovl_plan_buf_t){
-        .rows = 1, .cols = p->sc.b_mode == OVL_SCALE_ROW ? p->n : 1, .dtype = OVL_DTYPE_FP32};
-    bufs[OVL_BUF_BIAS] = (ovl_plan_buf_t){.rows = 1, .cols = p->n, .dtype = cdt};
+    for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++) {
+        uint64_t n = ovl_plan_bn(p, i);
+
+        bufs[ovl_buf_sb(i)] = (ovl_plan_buf_t){
+            .rows = 1, .cols = p->sc.b_mode == OVL_SCALE_ROW ? n : 1, .dtype = OVL_DTYPE_FP32};
+        bufs[ovl_buf_bias(i)] = (ovl_plan_buf_t){.rows = 1, .cols = n, .dtype = cdt};
+    }
     bufs[OVL_BUF_SG] =
         (ovl_plan_buf_t){.rows = p->m * p->world, .cols = 1, .dtype = OVL_DTYPE_FP32};
 }
@@ -376,7 +382,7 @@ const char *pb_scaling_refusal(const ovl_plan_params_t *p)
     if ((unsigned)sc->a_mode >= OVL_SCALE_MODE_COUNT ||
         (unsigned)sc->b_mode >= OVL_SCALE_MODE_COUNT)
         return "unknown scale mode";
-    if (!p->transb || ovl_plan_nb(p) != 1)
-        return "a scaled op takes one B, transposed (transb)";
+    if (!p->transb)
+        return "a scaled op takes B transposed (transb)";
     return NULL;
 }

@@ -131,9 +131,9 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
  * needs it, no other takes it), and the scaling itself: fp8 inputs (not
  * e5m2 twice: cuBLASLt has no such GEMM), an output dtype of 16 or 32
  * bits, known scale modes, B transposed (the one layout of cuBLASLt's fp8
- * GEMM: TN) and one B. */
-static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, size_t nb,
-                                  char *err, size_t errlen)
+ * GEMM: TN). */
+static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, char *err,
+                                  size_t errlen)
 {
     bool fp8 = ovl_dtype_is_fp8((ovl_dtype_t)dtype);
     if (!sc)
@@ -162,8 +162,6 @@ static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool t
         return bad(err, errlen,
                    "a scaled op takes B transposed (transb: n x k, a Linear "
                    "weight's layout), the one layout of cuBLASLt's fp8 GEMM");
-    if (nb > 1)
-        return bad(err, errlen, "a scaled op takes one B, not %zu", nb);
     return OVL_OK;
 }
 
@@ -200,7 +198,7 @@ static ovl_status_t check_ag_gemm(const Ovl__AgGemmParams *q, char *err, size_t 
     /* B 0's n is the op's own; the others' come in more_n */
     if ((st = check_more_bs(q->n_more_n, ag_gemm_more_n, q, err, errlen)) != OVL_OK)
         return st;
-    return check_scaling(q->dtype, q->scaling, q->transb, 1 + q->n_more_n, err, errlen);
+    return check_scaling(q->dtype, q->scaling, q->transb, err, errlen);
 }
 
 /* GEMM + reduce-scatter's parameters: its algorithms (naive, collective,
@@ -216,7 +214,7 @@ static ovl_status_t check_gemm_rs(const Ovl__GemmRsParams *q, char *err, size_t 
                    ovl_op_kind_algos(OVL_OP_GEMM_RS));
     if (q->reduce_op >= OVL_REDUCE_OP_COUNT)
         return bad(err, errlen, "unknown reduce_op %" PRIu64 " (sum 0, avg 1)", q->reduce_op);
-    return check_scaling(q->dtype, q->scaling, q->transb, 1, err, errlen);
+    return check_scaling(q->dtype, q->scaling, q->transb, err, errlen);
 }
 
 /* An op's kind and its parameters, as an Op and a Plan request carry them:
@@ -263,6 +261,17 @@ static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
             return bad(err, errlen, "buffer slot %" PRIu64 " (%s) without a buffer", b->slot,
                        ovld_buf_name((uint32_t)q->kind, (int)b->slot));
         seen[b->slot] = true;
+    }
+    /* a scaled op of several Bs: a bias for every B or for none */
+    const Ovl__AgGemmParams *g = q->ag_gemm;
+    if (g && g->scaling && g->n_more_n > 0) {
+        size_t biases = 0;
+        for (size_t i = 0; i <= g->n_more_n; i++)
+            biases += seen[ovld_buf_bias((uint32_t)i)];
+        if (biases != 0 && biases != g->n_more_n + 1)
+            return bad(err, errlen,
+                       "a scaled op of %zu Bs gives a bias for every B or for none, not for %zu",
+                       g->n_more_n + 1, biases);
     }
     return OVL_OK;
 }

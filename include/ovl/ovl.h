@@ -305,7 +305,9 @@ typedef enum ovl_scale_mode {
  * bias, NULL or n elements of out_dtype, is added once per product (GEMM +
  * reduce-scatter: once per rank's partial, as PyTorch's fused scaled op).
  * B must be given transposed (transb: n x k, a Linear weight's layout), the
- * one layout of cuBLASLt's fp8 GEMM. fast_accum: cuBLASLt's fast fp8
+ * one layout of cuBLASLt's fp8 GEMM. With several Bs (all-gather + GEMM),
+ * each B has its own scales and bias (ovl_ag_gemm_b_t) and shares the
+ * rest. fast_accum: cuBLASLt's fast fp8
  * accumulation (faster, less accurate; the host backend's sum is the same
  * either way). All-gather + GEMM with OVL_SCALE_TENSOR uses each rank's own
  * a_scale for every gathered row, as PyTorch's fused op does (tensor-wise
@@ -354,6 +356,12 @@ typedef struct ovl_ag_gemm_b {
     void *c;
     size_t ldc;
     uint64_t n;
+    /* A scaled op's (ovl_ag_gemm_desc_t.scaling): this B's scales (1 or
+     * n of them, by the scaling's b_mode) and its bias (NULL, or n
+     * elements of out_dtype: every B has one, or none does); unread for
+     * an op not scaled. */
+    const float *b_scale;
+    const void *bias;
 } ovl_ag_gemm_b_t;
 
 /*
@@ -390,9 +398,10 @@ typedef struct ovl_ag_gemm_desc {
     uint32_t streams;
     uint32_t nb;                    /* 0 or 1: one B; up to OVL_MAX_BS */
     const ovl_ag_gemm_b_t *more_bs; /* nb - 1 of them when nb > 1 */
-    /* NULL: not scaled (bf16, fp16, fp32); an fp8 dtype needs it. A
-     * scaled op takes one B. An ovld without fp8 (HelloReply's features)
-     * refuses it in libovl with OVL_ERR_VERSION. */
+    /* NULL: not scaled (bf16, fp16, fp32); an fp8 dtype needs it. Its
+     * b_scale and bias are B 0's; B i's are more_bs[i-1]'s. An ovld
+     * without fp8 (HelloReply's features) refuses it in libovl with
+     * OVL_ERR_VERSION. */
     const ovl_scaling_t *scaling;
 } ovl_ag_gemm_desc_t;
 

@@ -42,13 +42,16 @@ class DaemonInfo(ctypes.Structure):
 
 
 class MoreB(ctypes.Structure):
-    """ovl_ag_gemm_b_t: B i (i >= 1) of an op and its output."""
+    """ovl_ag_gemm_b_t: B i (i >= 1) of an op and its output (and a scaled
+    op's B i's scales and bias)."""
     _fields_ = [
         ("b", ctypes.c_void_p),
         ("ldb", ctypes.c_size_t),
         ("c", ctypes.c_void_p),
         ("ldc", ctypes.c_size_t),
         ("n", ctypes.c_uint64),
+        ("b_scale", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
     ]
 
 

@@ -18,9 +18,9 @@
  *   carries at most one fd, a nonzero size, an IPC handle of at most 64
  *   bytes and a UUID of 0 or 16 bytes; an Op is of kind ag_gemm or gemm_rs
  *   with its parameters (and not the other kind's; ag_gemm: no push (4);
- *   gemm_rs: a reduce_op of 0 or 1), names at most 21 buffers, each in a slot below
- * 21, once, each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with its parameters
- * (and not the other kind's), gives at most 21 slots, each below 21, once, with a world 1..1024 and
+ *   gemm_rs: a reduce_op of 0 or 1), names at most 35 buffers, each in a slot below
+ * 35, once, each with a BufRef; a PlanRequest is of kind ag_gemm or gemm_rs with its parameters
+ * (and not the other kind's), gives at most 35 slots, each below 35, once, with a world 1..1024 and
  * rank < world; their parameters have dtype <= 4 (3, 4: fp8, with a Scaling; no other with one),
  * algo <= 4 (each with a name), m, n, k > 0, chunks
  * <= 64, streams <= 8, at most 7 Bs after the first (more_n), each with n > 0; a PeerPing's address
@@ -123,15 +123,14 @@ static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_
 }
 
 /* A scaling (ovl.proto's Scaling): present exactly for the fp8 dtypes (3,
- * 4); B fp8, not e5m2 (4) twice; out_dtype 0 to 2; modes 0 or 1; transb;
- * one B. */
-static ovl_status_t ref_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, size_t nb)
+ * 4); B fp8, not e5m2 (4) twice; out_dtype 0 to 2; modes 0 or 1; transb. */
+static ovl_status_t ref_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb)
 {
     bool fp8 = dtype == 3 || dtype == 4;
     if (!sc)
         return fp8 ? OVL_ERR_INVALID : OVL_OK;
     if (!fp8 || (sc->b_dtype != 3 && sc->b_dtype != 4) || (dtype == 4 && sc->b_dtype == 4) ||
-        sc->out_dtype > 2 || sc->a_mode > 1 || sc->b_mode > 1 || !transb || nb != 1)
+        sc->out_dtype > 2 || sc->a_mode > 1 || sc->b_mode > 1 || !transb)
         return OVL_ERR_INVALID;
     return OVL_OK;
 }
@@ -151,7 +150,7 @@ static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ov
         for (size_t i = 0; i < g->n_more_n; i++)
             if (g->more_n[i] == 0)
                 return OVL_ERR_INVALID;
-        return ref_scaling(g->dtype, g->scaling, g->transb, 1 + g->n_more_n);
+        return ref_scaling(g->dtype, g->scaling, g->transb);
     }
     if (kind == 2) {
         if (!rs || g ||
@@ -159,7 +158,7 @@ static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ov
                 OVL_OK ||
             rs->reduce_op > 1)
             return OVL_ERR_INVALID;
-        return ref_scaling(rs->dtype, rs->scaling, rs->transb, 1);
+        return ref_scaling(rs->dtype, rs->scaling, rs->transb);
     }
     return OVL_ERR_INVALID;
 }
@@ -208,13 +207,23 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
     }
     case OVL__REQUEST__BODY_OP: {
         const Ovl__Op *o = q->op;
-        if (ref_kind(o->kind, o->ag_gemm, o->gemm_rs) != OVL_OK || o->n_bufs > 21)
+        if (ref_kind(o->kind, o->ag_gemm, o->gemm_rs) != OVL_OK || o->n_bufs > 35)
             return OVL_ERR_INVALID;
-        bool seen[21] = {false};
+        bool seen[35] = {false};
         for (size_t i = 0; i < o->n_bufs; i++) {
-            if (o->bufs[i]->slot >= 21 || seen[o->bufs[i]->slot] || !o->bufs[i]->ref)
+            if (o->bufs[i]->slot >= 35 || seen[o->bufs[i]->slot] || !o->bufs[i]->ref)
                 return OVL_ERR_INVALID;
             seen[o->bufs[i]->slot] = true;
+        }
+        /* a scaled all-gather + GEMM of several Bs: a bias (slots 20, then
+         * 28 on) for every B or for none */
+        const Ovl__AgGemmParams *g = o->ag_gemm;
+        if (g && g->scaling && g->n_more_n > 0) {
+            size_t biases = seen[20];
+            for (size_t i = 1; i <= g->n_more_n; i++)
+                biases += seen[27 + i];
+            if (biases != 0 && biases != g->n_more_n + 1)
+                return OVL_ERR_INVALID;
         }
         return OVL_OK;
     }
@@ -222,11 +231,11 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
         const Ovl__PlanRequest *p = q->plan;
         if (p->world < 1 || p->world > 1024 || p->rank >= p->world)
             return OVL_ERR_INVALID;
-        if (ref_kind(p->kind, p->ag_gemm, p->gemm_rs) != OVL_OK || p->n_given > 21)
+        if (ref_kind(p->kind, p->ag_gemm, p->gemm_rs) != OVL_OK || p->n_given > 35)
             return OVL_ERR_INVALID;
-        bool seen[21] = {false};
+        bool seen[35] = {false};
         for (size_t i = 0; i < p->n_given; i++) {
-            if (p->given[i] >= 21 || seen[p->given[i]])
+            if (p->given[i] >= 35 || seen[p->given[i]])
                 return OVL_ERR_INVALID;
             seen[p->given[i]] = true;
         }

@@ -157,7 +157,7 @@ void raw_wait_done(const raw_comm_t *c, uint64_t seq);
 /* An all-gather + GEMM Op of the wire (proto/ovl.proto) with the storage
  * of its parts: refs[slot] and by_slot[slot] are the buffer in each slot
  * (by_slot NULL: none). It points into itself: not to be copied. */
-#define RAW_SLOTS 21
+#define RAW_SLOTS 35
 typedef struct raw_op {
     Ovl__Op op;
     Ovl__AgGemmParams g;

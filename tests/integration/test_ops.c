@@ -28,6 +28,8 @@
 #include "cmocka_fixture.h"
 #include "daemon_fixture.h"
 #include "doorbell.h"
+#include "half.h"
+#include "hostgemm.h"
 #include "libovl_internal.h"
 #include "ops_fixture.h"
 
@@ -110,6 +112,110 @@ static void test_rs_client_checks(void **state)
             if (c[i * N + j] != want)
                 fail_msg("C[%d][%d] is %g, not %g", i, j, c[i * N + j], want);
         }
+    assert_status(rank_close(&rk), OVL_OK);
+    assert_alive(d);
+    TEST_PASSED();
+}
+
+/* A scaled (fp8) all-gather + GEMM of three Bs, each with its own scales
+ * and bias, at world 1 on the host backend: each C i is, bit for bit, the
+ * host GEMM of B i with B i's scales and bias (libovl sends B i's in slots
+ * of their own; the plan names SB i and BIAS i). Then what libovl refuses:
+ * a bias on some Bs only. */
+static void test_scaled_several_bs(void **state)
+{
+    test_daemon_t *d = *state;
+    enum { M = 6, K = 32, NB = 3 };
+    static const uint64_t ns[NB] = {8, 16, 24};
+    rank_t rk;
+    rank_open(d, &rk, "scaled-bs", 1, 0, 0, 1);
+    uint8_t *a = ovl_host_alloc(rk.cl, M * K);
+    float *sa = ovl_host_alloc(rk.cl, M * sizeof(float));
+    assert_non_null(a);
+    assert_non_null(sa);
+    for (int i = 0; i < M * K; i++)
+        a[i] = ovl_fp8_from_float(OVL_FP8_E4M3, (float)((i * 7) % 23 - 11) / 8.0f, 0);
+    for (int i = 0; i < M; i++)
+        sa[i] = 0.5f + 0.125f * (float)i;
+    uint8_t *b[NB];
+    float *sb[NB], *bias[NB], *c[NB];
+    ovl_ag_gemm_b_t more[NB - 1];
+    for (int j = 0; j < NB; j++) {
+        uint64_t n = ns[j];
+        b[j] = ovl_host_alloc(rk.cl, n * K);
+        sb[j] = ovl_host_alloc(rk.cl, n * sizeof(float));
+        bias[j] = ovl_host_alloc(rk.cl, n * sizeof(float));
+        c[j] = ovl_host_alloc(rk.cl, M * n * sizeof(float));
+        assert_true(b[j] && sb[j] && bias[j] && c[j]);
+        for (uint64_t i = 0; i < n * K; i++)
+            b[j][i] =
+                ovl_fp8_from_float(OVL_FP8_E5M2, (float)((i * 5 + (uint64_t)j) % 17) - 8.0f, 0);
+        for (uint64_t i = 0; i < n; i++) {
+            sb[j][i] = 0.25f * (float)(1 + (i + (uint64_t)j) % 4);
+            bias[j][i] = (float)j - 0.5f * (float)i;
+        }
+        memset(c[j], 0xff, M * n * sizeof(float));
+        if (j > 0)
+            more[j - 1] = (ovl_ag_gemm_b_t){.b = b[j],
+                                            .ldb = K,
+                                            .c = c[j],
+                                            .ldc = n,
+                                            .n = n,
+                                            .b_scale = sb[j],
+                                            .bias = bias[j]};
+    }
+    ovl_scaling_t sc = {.b_dtype = OVL_DTYPE_FP8_E5M2,
+                        .out_dtype = OVL_DTYPE_FP32,
+                        .a_mode = OVL_SCALE_ROW,
+                        .b_mode = OVL_SCALE_ROW,
+                        .a_scale = sa,
+                        .b_scale = sb[0],
+                        .bias = bias[0]};
+    ovl_ag_gemm_desc_t desc = {.a = a,
+                               .lda = K,
+                               .b = b[0],
+                               .ldb = K,
+                               .transb = 1,
+                               .c = c[0],
+                               .ldc = ns[0],
+                               .m = M,
+                               .n = ns[0],
+                               .k = K,
+                               .dtype = OVL_DTYPE_FP8_E4M3,
+                               .algo = OVL_ALGO_NAIVE,
+                               .nb = NB,
+                               .more_bs = more,
+                               .scaling = &sc};
+    assert_status(ovl_allgather_gemm(rk.comm, &desc, NULL), OVL_OK);
+    assert_status(ovl_comm_synchronize(rk.comm), OVL_OK);
+    for (int j = 0; j < NB; j++) {
+        float want[M * 24];
+        ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP8_E4M3,
+                              .rows = M,
+                              .n = ns[j],
+                              .k = K,
+                              .nblocks = 1,
+                              .a = {.ptr = a, .ld = K},
+                              .b = {.ptr = b[j], .ld = K},
+                              .c = {.ptr = want, .ld = ns[j]},
+                              .transb = true,
+                              .scaled = true,
+                              .b_dtype = OVL_DTYPE_FP8_E5M2,
+                              .c_dtype = OVL_DTYPE_FP32,
+                              .a_mode = OVL_SCALE_ROW,
+                              .b_mode = OVL_SCALE_ROW,
+                              .a_scale = sa,
+                              .b_scale = sb[j],
+                              .bias = bias[j]};
+        assert_status(ovl_host_gemm_args(&g), OVL_OK);
+        if (memcmp(c[j], want, M * ns[j] * sizeof(float)) != 0)
+            fail_msg("C %d is not B %d's scaled product with its own scales and bias", j, j);
+    }
+    /* a bias on B 0 but not on B 2: refused before anything is sent */
+    more[1].bias = NULL;
+    assert_status(ovl_allgather_gemm(rk.comm, &desc, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "a bias each, or none");
+    assert_status(ovl_comm_check(rk.comm), OVL_OK);
     assert_status(rank_close(&rk), OVL_OK);
     assert_alive(d);
     TEST_PASSED();
@@ -395,7 +501,7 @@ static const struct {
     /* the op message's own form (protocol 5): its kind and slots */
     [RC_UNKNOWN_KIND] = {OVL_ERR_INVALID, "unknown op kind 3"},
     [RC_SLOT_TWICE] = {OVL_ERR_INVALID, "buffer slot 0 (a) given twice"},
-    [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 21 out of range (0 to 20)"},
+    [RC_SLOT_OUT_OF_RANGE] = {OVL_ERR_INVALID, "buffer slot 35 out of range (0 to 34)"},
     /* a scaled op's scales are read as one piece: a strided vector is
      * refused, not read wrong */
     [RC_SCALE_NOT_DENSE] = {OVL_ERR_INVALID, "a_scale: leading dimension 2: a vector of scales "
@@ -907,6 +1013,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         /* client side */
         T(test_op_client_checks),
+        T(test_scaled_several_bs),
         T(test_rs_client_checks),
         T(test_rs_mismatch_reduce_op),
         T(test_mem_register_checks),

@@ -349,7 +349,8 @@ static uint64_t fake_ld(const ovl_plan_t *p, uint32_t r, int b, layout_t layout)
 {
     uint64_t cols = p->bufs[b].cols;
     bool gathered_side = b == OVL_BUF_A || (b == OVL_BUF_G && p->params.want_gathered);
-    if (p->bufs[b].scratch || b == OVL_BUF_SA || b == OVL_BUF_SB || b == OVL_BUF_BIAS)
+    if (p->bufs[b].scratch || b == OVL_BUF_SA || b == OVL_BUF_SB || b == OVL_BUF_BIAS ||
+        (b >= OVL_BUF_SB1 && b < OVL_BUF_COUNT))
         return cols; /* ovld's scratch is dense, and so are a scaled op's vectors */
     if (gathered_side && layout != L_STRIDED)
         return cols;
@@ -403,7 +404,6 @@ static void setup_make(setup_t *s, ovl_algo_t algo, uint32_t world, uint32_t chu
             ovl_scale_mode_t mode = setup_scaled == 1 ? OVL_SCALE_ROW : OVL_SCALE_TENSOR;
             p.dtype = OVL_DTYPE_FP8_E4M3;
             p.transb = true;
-            p.nb = 1;
             p.sc = (ovl_plan_scaling_t){.scaled = true,
                                         .b_dtype = OVL_DTYPE_FP8_E5M2,
                                         .out_dtype = OVL_DTYPE_BF16,
@@ -467,7 +467,11 @@ static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, 
          * its names resolve to (B's and the bias whole, from row 0) */
         assert_int_equal(e->gemm.scaled, p->params.sc.scaled);
         if (p->params.sc.scaled) {
-            ovl_ref_t sb = {.buf = OVL_BUF_SB, .rank = r}, bias = {.buf = OVL_BUF_BIAS, .rank = r};
+            /* B i's, i the GEMM's B */
+            int bi = ovl_buf_b_index(in->b.buf);
+            uint32_t bx = bi > 0 ? (uint32_t)bi : 0;
+            ovl_ref_t sb = {.buf = ovl_buf_sb(bx), .rank = r},
+                      bias = {.buf = ovl_buf_bias(bx), .rank = r};
             assert_int_equal(e->gemm.b_dtype, p->params.sc.b_dtype);
             assert_int_equal(e->gemm.c_dtype, p->params.sc.out_dtype);
             assert_int_equal(e->gemm.a_mode, p->params.sc.a_mode);
@@ -949,9 +953,16 @@ static void scaled_runs(bool threads)
                 for (int t = -1; t < 0 || (w <= MAXW && topos[w][t]); t++)
                     for (uint32_t c = 0; c <= 2; c++)
                         for (int l = 0; l < L_COUNT; l++) {
-                            shape_t sh = {(ovl_algo_t)a,  w,    c, (c + (uint32_t)l) % 2 == 1,
-                                          (layout_t)l,    true, 1, t < 0 ? NULL : topos[w][t],
-                                          OVL_OP_AG_GEMM, sc};
+                            shape_t sh = {(ovl_algo_t)a,
+                                          w,
+                                          c,
+                                          (c + (uint32_t)l) % 2 == 1,
+                                          (layout_t)l,
+                                          true,
+                                          (c + (uint32_t)l) % 3 + 1,
+                                          t < 0 ? NULL : topos[w][t],
+                                          OVL_OP_AG_GEMM,
+                                          sc};
                             if (t >= 0 && !layout_crosses(l))
                                 continue;
                             size_t n = run(&sh, 0, threads);

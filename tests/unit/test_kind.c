@@ -96,7 +96,7 @@ static void test_shapes(void **state)
     assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
     for (int b = 0; b < OVLD_BUF_COUNT; b++) {
         /* a scaled op's slots: the op is not one */
-        bool scaled_slot = b == OVLD_BUF_A_SCALE || b == OVLD_BUF_B_SCALE || b == OVLD_BUF_BIAS;
+        bool scaled_slot = b >= OVLD_BUF_A_SCALE;
         assert_true(scaled_slot != (sh[b].required || sh[b].optional));
         assert_non_null(ag()->buf_name(b));
     }
@@ -120,6 +120,28 @@ static void test_shapes(void **state)
     assert_int_equal(sh[OVLD_BUF_BIAS].elem, 4);
     assert_string_equal(ag()->buf_name(OVLD_BUF_A_SCALE), "a_scale");
     assert_string_equal(ag()->buf_name(OVLD_BUF_BIAS), "bias");
+    expect_shape(&sh[ovld_buf_b_scale(1)], 0, 0, false, false); /* one B */
+    /* three Bs: each B i its own scales (1 x n_i by row) and bias */
+    q = op(4, 5, 6, true, 3);
+    q.ag.dtype = OVL_DTYPE_FP8_E4M3;
+    q.ag.sc = (ovld_scaling_desc_t){.scaled = true,
+                                    .b_dtype = OVL_DTYPE_FP8_E4M3,
+                                    .out_dtype = OVL_DTYPE_BF16,
+                                    .a_mode = OVL_SCALE_TENSOR,
+                                    .b_mode = OVL_SCALE_ROW};
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 1, 5, true, false);
+    for (uint32_t i = 1; i < 3; i++) {
+        expect_shape(&sh[ovld_buf_b_scale(i)], 1, q.ag.n_more[i - 1], true, false);
+        expect_shape(&sh[ovld_buf_bias(i)], 1, q.ag.n_more[i - 1], false, true);
+        assert_int_equal(sh[ovld_buf_bias(i)].elem, 2);
+        assert_true(sh[ovld_buf_b_scale(i)].dense);
+        assert_int_equal(ag()->plan_buf(ovld_buf_b_scale(i)), ovl_buf_sb(i));
+        assert_int_equal(ag()->plan_buf(ovld_buf_bias(i)), ovl_buf_bias(i));
+    }
+    expect_shape(&sh[ovld_buf_b_scale(3)], 0, 0, false, false);
+    assert_string_equal(ag()->buf_name(ovld_buf_b_scale(2)), "b_scale2");
+    assert_string_equal(ag()->buf_name(ovld_buf_bias(7)), "bias7");
     /* m * world past 64 bits: refused with words, not wrapped */
     q = op(UINT64_MAX / 2 + 1, 5, 6, false, 1);
     assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_ERR_RANGE);

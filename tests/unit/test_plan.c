@@ -1289,10 +1289,14 @@ static bool check_dtypes(sim_t *s, uint32_t r)
         want[ovl_buf_b(bi)] = bdt;
         want[ovl_buf_c(bi)] = out;
     }
-    has[OVL_BUF_SA] = has[OVL_BUF_SB] = has[OVL_BUF_BIAS] = scaled;
+    has[OVL_BUF_SA] = scaled;
     has[OVL_BUF_SG] = scaled && !rs;
-    want[OVL_BUF_SA] = want[OVL_BUF_SB] = want[OVL_BUF_SG] = OVL_DTYPE_FP32;
-    want[OVL_BUF_BIAS] = out;
+    want[OVL_BUF_SA] = want[OVL_BUF_SG] = OVL_DTYPE_FP32;
+    for (uint32_t bi = 0; bi < ovl_plan_nb(pp); bi++) {
+        has[ovl_buf_sb(bi)] = has[ovl_buf_bias(bi)] = scaled;
+        want[ovl_buf_sb(bi)] = OVL_DTYPE_FP32;
+        want[ovl_buf_bias(bi)] = out;
+    }
     for (int b = 0; b < OVL_BUF_COUNT; b++)
         if (has[b] && p->bufs[b].dtype != want[b])
             return violation(s, "r%u: buffer %s in %s, not %s", r, ovl_buf_name((ovl_buf_t)b),
@@ -1300,17 +1304,21 @@ static bool check_dtypes(sim_t *s, uint32_t r)
     return true;
 }
 
-/* A scaled op's own buffers' shapes: SA m x 1 by row (1 x 1 by tensor),
- * SB 1 x n by row (1 x 1), BIAS 1 x n. */
+/* A scaled op's own buffers' shapes: SA m x 1 by row (1 x 1 by tensor);
+ * for each B i, SB i 1 x n_i by row (1 x 1), BIAS i 1 x n_i. */
 static void scaled_shapes(const ovl_plan_params_t *pp, ovl_plan_buf_t *shape)
 {
     if (!pp->sc.scaled)
         return;
     shape[OVL_BUF_SA] =
         (ovl_plan_buf_t){.rows = pp->sc.a_mode == OVL_SCALE_ROW ? pp->m : 1, .cols = 1};
-    shape[OVL_BUF_SB] =
-        (ovl_plan_buf_t){.rows = 1, .cols = pp->sc.b_mode == OVL_SCALE_ROW ? pp->n : 1};
-    shape[OVL_BUF_BIAS] = (ovl_plan_buf_t){.rows = 1, .cols = pp->n};
+    for (uint32_t bi = 0; bi < ovl_plan_nb(pp); bi++) {
+        uint64_t n = ovl_plan_bn(pp, bi);
+
+        shape[ovl_buf_sb(bi)] =
+            (ovl_plan_buf_t){.rows = 1, .cols = pp->sc.b_mode == OVL_SCALE_ROW ? n : 1};
+        shape[ovl_buf_bias(bi)] = (ovl_plan_buf_t){.rows = 1, .cols = n};
+    }
 }
 
 /* (d) Which buffers lie in ovld's scratch (want[b]) and where: the scratch
@@ -1364,8 +1372,12 @@ static bool check_bufs(sim_t *s)
             if (in->kind == OVL_I_GEMM)
                 used[in->b.buf] = true;
             if (in->kind == OVL_I_GEMM && pp->sc.scaled) {
-                used[in->sa.buf] = used[OVL_BUF_SB] = true;
-                used[OVL_BUF_BIAS] |= pp->sc.bias;
+                /* B i's scales and bias, i the GEMM's B */
+                int bi = ovl_buf_b_index(in->b.buf);
+                uint32_t i = bi > 0 ? (uint32_t)bi : 0;
+
+                used[in->sa.buf] = used[ovl_buf_sb(i)] = true;
+                used[ovl_buf_bias(i)] |= pp->sc.bias;
             }
             if (in->kind == OVL_I_GEMM || in->kind == OVL_I_PULL || in->kind == OVL_I_PUSH ||
                 in->kind == OVL_I_ALLGATHER || in->kind == OVL_I_RAIL)
@@ -4580,6 +4592,7 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
                                     (l == L_SHARED && world < 2))
                                     continue;
                                 build_sc = cycle_sc(jobs, a_mode, &build_sc_dtype);
+                                build_nb = 1 + jobs % 3; /* B i's own scales and bias */
                                 build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks,
                                              streams_of[si], wg, (layout_t)l, false);
                                 assert_true(plans[0].params.sc.scaled &&
@@ -4617,6 +4630,7 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
                                 make_topo(world, nodes, kind, node_of);
                                 build_topo = node_of;
                                 build_sc = cycle_sc(jobs, a_mode, &build_sc_dtype);
+                                build_nb = 1 + jobs % 3;
                                 build_job_as(plans, (ovl_algo_t)a, world, node_ms[mi], chunks, 2,
                                              wg, l, false);
                                 build_topo = NULL;
@@ -4632,6 +4646,7 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
     assert_int_equal(jobs, 18 * TOPO_KINDS * 2 * 2 * 2 * 3);
 
     if (a_mode == OVL_SCALE_ROW) {
+        build_nb = 1;
         build_sc = cycle_sc(1, a_mode, &build_sc_dtype);
         build_job_as(plans, OVL_ALGO_RING, 16, 4096, OVL_PLAN_MAX_CHUNKS, 0, true, L_DENSE, false);
         if (!check_job(&ck, plans, 16))
@@ -5031,8 +5046,14 @@ static void test_scaled_refused(void **state)
             case 6:
                 p.transb = false;
                 break;
-            case 7: /* two Bs */
+            case 7: /* two Bs: all-gather + GEMM's scaled ops take them, each
+                     * B with its own scales and bias; gemm_rs has one B */
                 set_bs(&p, 2);
+                if (!rs) {
+                    assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+                    ovl_plan_free(&plan);
+                    continue;
+                }
                 break;
             case 8:
                 p.sc.a_mode = (ovl_scale_mode_t)OVL_SCALE_MODE_COUNT;
