@@ -35,4 +35,13 @@ typedef struct ovl_demo_rs_shape {
  * sum divided by the world for avg. 0, or -1 after saying why. */
 int ovl_demo_rs_reference(const ovl_demo_rs_shape_t *s, uint32_t rank, double *ref);
 
+/* ovl_demo_rs_reference over some of rank's m rows: row i of ref
+ * (rows->n x n, dense) is row ovl_demo_row(rows, i) of rank's (the rows
+ * ovl_demo_check_rows chose of m). rows NULL, or every row:
+ * ovl_demo_rs_reference's. A sample is a scaled op's only (unscaled: -1
+ * after saying so); its reference rebuilds only the sampled rows of each
+ * rank's A. 0, or -1 after saying why. */
+int ovl_demo_rs_reference_rows(const ovl_demo_rs_shape_t *s, uint32_t rank,
+                               const ovl_demo_rows_t *rows, double *ref);
+
 #endif /* OVL_DEMO_RS_REF_H */

@@ -2,9 +2,11 @@
  * demo_scaled.h: ovl-demo's scaled (fp8) ops, shared by its host and CUDA
  * paths and its references: what the options chose (ovl_demo_scaled_t),
  * the data any process rebuilds from the seed, the ovl_scaling_t of an op,
- * the tolerance, and the reference of all-gather + GEMM (GEMM +
- * reduce-scatter's is ovl_demo_rs_reference's, demo_rs_ref.h). Host code:
- * the CUDA paths make their data here and copy it to their GPU.
+ * the tolerance, the rows of C a check covers (ovl_demo_check_rows: every
+ * row, or past OVL_DEMO_CHECK_FULL_MACS a sample), and the reference of
+ * all-gather + GEMM over them (GEMM + reduce-scatter's is
+ * ovl_demo_rs_reference_rows', demo_rs_ref.h). Host code: the CUDA paths
+ * make their data here and copy it to their GPU.
  *
  * The data of rank r (demo_rnd.h's hash of (seed, r, which, i)):
  *   A        matrix 0 in the op's fp8 dtype (ovl_demo_fill_host: [-1, 1)
@@ -22,6 +24,7 @@
 #ifndef OVL_DEMO_SCALED_H
 #define OVL_DEMO_SCALED_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -162,6 +165,143 @@ static inline void ovl_demo_scaled_describe(const ovl_demo_scaled_t *sc, ovl_dty
              sc->bias ? ", bias" : "", sc->fast_accum ? ", fast_accum" : "");
 }
 
+/* ------------------------------------------------ the rows checked */
+
+/* The check covers every row of C while the reference of all of them
+ * costs at most this many multiply-adds per rank, else a sample of
+ * OVL_DEMO_CHECK_MIN_ROWS to OVL_DEMO_CHECK_MAX_ROWS rows
+ * (ovl_demo_check_rows). */
+#define OVL_DEMO_CHECK_FULL_MACS (1ull << 28)
+#define OVL_DEMO_CHECK_MIN_ROWS  64
+#define OVL_DEMO_CHECK_MAX_ROWS  256
+/* --check-rows not given: the rule chooses */
+#define OVL_DEMO_CHECK_AUTO UINT64_MAX
+
+/* Rows of C a check covers: n of total, in ascending order; idx NULL when
+ * they are all (row i is i). */
+typedef struct ovl_demo_rows {
+    uint64_t n, total;
+    uint64_t *idx;
+} ovl_demo_rows_t;
+
+/* Row i of the rows checked (i < rows->n): its row of C. */
+static inline uint64_t ovl_demo_row(const ovl_demo_rows_t *rows, uint64_t i)
+{
+    return rows->idx ? rows->idx[i] : i;
+}
+
+static inline void ovl_demo_rows_free(ovl_demo_rows_t *rows)
+{
+    free(rows->idx);
+    memset(rows, 0, sizeof(*rows));
+}
+
+/* ovl_demo_check_rows' step: row r chosen (in the map), while fewer than
+ * cap are. */
+static inline void ovl_demo_rows_add(unsigned char *map, uint64_t r, uint64_t cap, uint64_t *n)
+{
+    if (*n < cap && !(map[r / 8] & (1u << (r % 8)))) {
+        map[r / 8] |= (unsigned char)(1u << (r % 8));
+        (*n)++;
+    }
+}
+
+/*
+ * The rows of C that a scaled op's check covers: the one rule of
+ * ovl-demo's host and CUDA paths, for both kinds. C has nblocks blocks of
+ * `block` rows (all-gather + GEMM: each rank's block of the gathered C;
+ * GEMM + reduce-scatter: the rank's m rows, one block), and the reference
+ * of one row costs row_macs multiply-adds. want: --check-rows, N rows (0:
+ * every row) or OVL_DEMO_CHECK_AUTO: every row while all of them cost at
+ * most OVL_DEMO_CHECK_FULL_MACS, else N = OVL_DEMO_CHECK_FULL_MACS /
+ * row_macs, within [OVL_DEMO_CHECK_MIN_ROWS, OVL_DEMO_CHECK_MAX_ROWS].
+ * chunks: the op's --chunks (0: ovld's choice).
+ *
+ * N at least C's rows: every row. Else a sample of at most max(N, 2
+ * nblocks) rows, chosen in this order while there is room:
+ *   1. every block's first and last row;
+ *   2. each chunk boundary of every block (the last row of a chunk and the
+ *      first of the next; boundary by boundary, each in every block), the
+ *      chunks cut as ovld's planner cuts a block, ceil(block / c) rows
+ *      each but the last: c the op's --chunks, or without them 2 and 4
+ *      (the planner's own counts halve from 4 or 2; a configured
+ *      default_chunks cannot be known here);
+ *   3. rows evenly spaced over C for the room left: the middle row of
+ *      each of `room` equal parts of C (row floor((2 i + 1) rows / (2
+ *      room)), i < room), those not chosen yet (the count may end below
+ *      the cap).
+ * The same inputs give the same rows in every process. 0, or -1 (out of
+ * memory).
+ */
+static inline int ovl_demo_check_rows(uint64_t nblocks, uint64_t block, uint64_t row_macs,
+                                      uint64_t want, uint32_t chunks, ovl_demo_rows_t *rows)
+{
+    uint64_t total = nblocks * block, nwant = want;
+    memset(rows, 0, sizeof(*rows));
+    rows->n = rows->total = total;
+    if (want == OVL_DEMO_CHECK_AUTO) {
+        if ((double)total * (double)row_macs <= (double)OVL_DEMO_CHECK_FULL_MACS)
+            return 0;
+        nwant = OVL_DEMO_CHECK_FULL_MACS / (row_macs ? row_macs : 1);
+        nwant = nwant < OVL_DEMO_CHECK_MIN_ROWS   ? OVL_DEMO_CHECK_MIN_ROWS
+                : nwant > OVL_DEMO_CHECK_MAX_ROWS ? OVL_DEMO_CHECK_MAX_ROWS
+                                                  : nwant;
+    }
+    if (nwant == 0 || nwant >= total)
+        return 0;
+    uint64_t cap = nwant > 2 * nblocks ? nwant : 2 * nblocks, n = 0;
+    unsigned char *map = calloc(total / 8 + 1, 1);
+    if (!map)
+        return -1;
+    for (uint64_t b = 0; b < nblocks; b++) { /* 1 */
+        ovl_demo_rows_add(map, b * block, cap, &n);
+        ovl_demo_rows_add(map, b * block + block - 1, cap, &n);
+    }
+    uint32_t counts[2] = {chunks ? chunks : 2, chunks ? 0 : 4}; /* 2 */
+    for (int ci = 0; ci < 2 && counts[ci]; ci++) {
+        uint64_t crows = block / counts[ci] + (block % counts[ci] != 0);
+        for (uint64_t at = crows; at < block; at += crows)
+            for (uint64_t b = 0; b < nblocks; b++) {
+                ovl_demo_rows_add(map, b * block + at - 1, cap, &n);
+                ovl_demo_rows_add(map, b * block + at, cap, &n);
+            }
+    }
+    for (uint64_t i = 0, room = cap - n; i < room; i++) /* 3 */
+        ovl_demo_rows_add(
+            map, (uint64_t)((2.0 * (double)i + 1) * (double)total / (2.0 * (double)room)), cap, &n);
+    rows->idx = malloc(n * sizeof(uint64_t));
+    if (!rows->idx) {
+        free(map);
+        return -1;
+    }
+    rows->n = 0;
+    for (uint64_t r = 0; r < total; r++)
+        if (map[r / 8] & (1u << (r % 8)))
+            rows->idx[rows->n++] = r;
+    free(map);
+    return 0;
+}
+
+/* ||C - ref|| / ||ref|| (Frobenius) over the rows checked: row
+ * ovl_demo_row(rows, i) of C (dtype cdt, n columns at ldc) against row i
+ * of ref (rows->n x n, dense); ovl_rel_error's over every row when they
+ * are all, its values (INFINITY out of memory). */
+static inline double ovl_demo_rows_error(ovl_dtype_t cdt, const ovl_demo_rows_t *rows, uint64_t n,
+                                         const void *c, size_t ldc, const double *ref)
+{
+    if (!rows->idx)
+        return ovl_rel_error(cdt, rows->n, n, c, ldc, ref, n);
+    size_t ces = ovl_dtype_size(cdt);
+    char *sel = malloc(rows->n * n * ces + 1);
+    if (!sel)
+        return INFINITY;
+    for (uint64_t i = 0; i < rows->n; i++)
+        memcpy(sel + i * n * ces, (const char *)c + rows->idx[i] * ldc * ces, n * ces);
+    double err = ovl_rel_error(cdt, rows->n, n, sel, n, ref, n);
+    free(sel);
+    return err;
+}
+
 /* One rank's inputs of a scaled op, in host memory (ovl_demo_scaled_make):
  * A of arows x k in dt, B n x k in b_dtype, its scales and bias. */
 typedef struct ovl_demo_scaled_data {
@@ -179,6 +319,24 @@ static inline void ovl_demo_scaled_free(ovl_demo_scaled_data_t *x)
     memset(x, 0, sizeof(*x));
 }
 
+/* x's buffers for an A of arows x k (ovl_demo_scaled_make and _rows):
+ * 0, or -1 (out of memory; x freed). */
+static inline int ovl_demo_scaled_alloc(const ovl_demo_scaled_t *sc, ovl_dtype_t dt, uint64_t arows,
+                                        uint64_t n, uint64_t k, ovl_demo_scaled_data_t *x)
+{
+    memset(x, 0, sizeof(*x));
+    x->a = malloc(arows * k * ovl_dtype_size(dt) + 1);
+    x->b = malloc(n * k * ovl_dtype_size(sc->b_dtype) + 1);
+    x->bias = malloc(n * ovl_dtype_size(sc->out_dtype) + 1);
+    x->a_scale = malloc(ovl_demo_a_scales(sc, arows) * sizeof(float) + 1);
+    x->b_scale = malloc(ovl_demo_b_scales(sc, n) * sizeof(float));
+    if (!x->a || !x->b || !x->bias || !x->a_scale || !x->b_scale) {
+        ovl_demo_scaled_free(x);
+        return -1;
+    }
+    return 0;
+}
+
 /* Rank r's inputs rebuilt into x (malloc'ed; free with
  * ovl_demo_scaled_free): A of arows x k (dense), B, the scales of A's
  * arows rows and of B, the bias. 0, or -1 (out of memory; x freed). */
@@ -186,19 +344,38 @@ static inline int ovl_demo_scaled_make(const ovl_demo_scaled_t *sc, ovl_dtype_t 
                                        uint64_t n, uint64_t k, uint64_t seed, uint32_t r,
                                        ovl_demo_scaled_data_t *x)
 {
-    memset(x, 0, sizeof(*x));
-    x->a = malloc(arows * k * ovl_dtype_size(dt) + 1);
-    x->b = malloc(n * k * ovl_dtype_size(sc->b_dtype) + 1);
-    x->bias = malloc(n * ovl_dtype_size(sc->out_dtype) + 1);
-    x->a_scale = malloc(ovl_demo_a_scales(sc, arows) * sizeof(float));
-    x->b_scale = malloc(ovl_demo_b_scales(sc, n) * sizeof(float));
-    if (!x->a || !x->b || !x->bias || !x->a_scale || !x->b_scale) {
-        ovl_demo_scaled_free(x);
+    if (ovl_demo_scaled_alloc(sc, dt, arows, n, k, x) != 0)
         return -1;
-    }
     ovl_demo_fill_host(dt, x->a, arows, k, k, seed, r, 0);
     ovl_demo_fill_host(sc->b_dtype, x->b, n, k, k, seed, r, 1);
     ovl_demo_fill_a_scale(sc, x->a_scale, arows, seed, r);
+    ovl_demo_fill_b_scale(sc, x->b_scale, n, seed, r);
+    ovl_demo_fill_bias(sc, x->bias, n, seed, r);
+    return 0;
+}
+
+/* ovl_demo_scaled_make with only some of A's rows: rows row0 +
+ * ovl_demo_row(rows, i), i < rows->n, of rank r's A (of k columns, as
+ * ovl_demo_fill_host numbers its elements) into x->a, dense (rows->n x
+ * k), with their scales (by tensor: the one); B, its scales and the bias
+ * whole. 0, or -1 (out of memory; x freed). */
+static inline int ovl_demo_scaled_make_rows(const ovl_demo_scaled_t *sc, ovl_dtype_t dt,
+                                            uint64_t row0, const ovl_demo_rows_t *rows, uint64_t n,
+                                            uint64_t k, uint64_t seed, uint32_t r,
+                                            ovl_demo_scaled_data_t *x)
+{
+    if (ovl_demo_scaled_alloc(sc, dt, rows->n, n, k, x) != 0)
+        return -1;
+    for (uint64_t i = 0; i < rows->n; i++) {
+        uint64_t row = row0 + ovl_demo_row(rows, i);
+        for (uint64_t j = 0; j < k; j++)
+            ovl_store_elem(dt, x->a, i * k + j, ovl_demo_value(seed, r, 0, row * k + j));
+        if (sc->a_mode == OVL_SCALE_ROW)
+            x->a_scale[i] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_A_SCALE, row);
+    }
+    if (sc->a_mode != OVL_SCALE_ROW)
+        ovl_demo_fill_a_scale(sc, x->a_scale, 1, seed, r);
+    ovl_demo_fill_host(sc->b_dtype, x->b, n, k, k, seed, r, 1);
     ovl_demo_fill_b_scale(sc, x->b_scale, n, seed, r);
     ovl_demo_fill_bias(sc, x->bias, n, seed, r);
     return 0;
@@ -236,22 +413,31 @@ static inline ovl_status_t ovl_demo_scaled_ref_gemm(const ovl_demo_scaled_t *sc,
  * All-gather + GEMM's reference on rank `rank`: every rank's A (m x k)
  * and its A scales rebuilt and gathered, the gathered A into ga (world*m x
  * k of dt, dense; the check of a_out), times this rank's B with its B
- * scales and bias, in double precision into ref (world*m x n, dense):
- *   ref[i][j] = sa(i) * sb(j) * sum_l A[i][l] op(B)[l][j] + bias[j]
- * sa(i) the scale of gathered row i (by row: its rank's; by tensor: the
- * one every rank has). 0, or -1 after saying why.
+ * scales and bias, in double precision into ref: row i of ref (rows->n x
+ * n, dense) is row ovl_demo_row(rows, i) of the gathered C
+ * (ovl_demo_check_rows), of world*m rows:
+ *   ref[i][j] = sa(r) * sb(j) * sum_l A[r][l] op(B)[l][j] + bias[j]
+ * r that row, sa(r) the scale of gathered row r (by row: its rank's; by
+ * tensor: the one every rank has). 0, or -1 after saying why.
  */
 static inline int ovl_demo_scaled_ag_reference(const ovl_demo_scaled_t *sc, ovl_dtype_t dt,
                                                uint32_t world, uint64_t m, uint64_t n, uint64_t k,
-                                               uint64_t seed, uint32_t rank, void *ga, double *ref)
+                                               uint64_t seed, uint32_t rank,
+                                               const ovl_demo_rows_t *rows, void *ga, double *ref)
 {
     size_t es = ovl_dtype_size(dt);
     uint64_t W = world;
     ovl_demo_scaled_data_t x;
     float *gsa = malloc(ovl_demo_a_scales(sc, W * m) * sizeof(float));
-    if (!gsa || ovl_demo_scaled_make(sc, dt, m, n, k, seed, rank, &x) != 0) {
+    /* a sample: its rows of the gathered A and their scales, dense */
+    char *sel = rows->idx ? malloc(rows->n * k * es + 1) : NULL;
+    float *ssa = rows->idx ? malloc(ovl_demo_a_scales(sc, rows->n) * sizeof(float) + 1) : NULL;
+    if (!gsa || (rows->idx && (!sel || !ssa)) ||
+        ovl_demo_scaled_make(sc, dt, m, n, k, seed, rank, &x) != 0) {
         fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
         free(gsa);
+        free(sel);
+        free(ssa);
         return -1;
     }
     for (uint32_t q = 0; q < world; q++) {
@@ -259,10 +445,22 @@ static inline int ovl_demo_scaled_ag_reference(const ovl_demo_scaled_t *sc, ovl_
         if (sc->a_mode == OVL_SCALE_ROW || q == 0)
             ovl_demo_fill_a_scale(sc, gsa + (sc->a_mode == OVL_SCALE_ROW ? q * m : 0), m, seed, q);
     }
-    ovl_status_t st = ovl_demo_scaled_ref_gemm(sc, dt, W * m, n, k, ga, gsa, &x, ref);
+    const void *a = ga;
+    const float *sa = gsa;
+    if (rows->idx) {
+        for (uint64_t i = 0; i < rows->n; i++)
+            memcpy(sel + i * k * es, (const char *)ga + rows->idx[i] * k * es, k * es);
+        for (uint64_t i = 0; i < ovl_demo_a_scales(sc, rows->n); i++)
+            ssa[i] = gsa[sc->a_mode == OVL_SCALE_ROW ? rows->idx[i] : 0];
+        a = sel;
+        sa = ssa;
+    }
+    ovl_status_t st = ovl_demo_scaled_ref_gemm(sc, dt, rows->n, n, k, a, sa, &x, ref);
     if (st != OVL_OK)
         fprintf(stderr, "rank %u: the scaled reference: %s\n", rank, ovl_strerror(st));
     free(gsa);
+    free(sel);
+    free(ssa);
     ovl_demo_scaled_free(&x);
     return st == OVL_OK ? 0 : -1;
 }

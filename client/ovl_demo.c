@@ -95,8 +95,15 @@ static void usage(FILE *f)
             "                      rank's, once per rank's product)\n"
             "      --fast-accum    cuBLASLt's fast fp8 accumulation (the host backend's sum\n"
             "                      is the same either way); the check then accepts twice\n"
-            "                      the output dtype's tolerance (not measured: a margin)\n",
-            OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1, OVL_DEMO_PACE);
+            "                      the output dtype's tolerance (not measured: a margin)\n"
+            "      --check-rows N  check N rows of each rank's C against the reference (0:\n"
+            "                      every row); default: every row where their reference\n"
+            "                      costs at most 2^28 multiply-adds per rank, else %d to\n"
+            "                      %d rows spread over C: every rank's block's first and\n"
+            "                      last (ag), chunk boundaries, rows evenly spaced; the\n"
+            "                      error is then over the rows checked\n",
+            OVL_DEFAULT_SOCKET, OVL_MAX_BS - 1, OVL_DEMO_PACE, OVL_DEMO_CHECK_MIN_ROWS,
+            OVL_DEMO_CHECK_MAX_ROWS);
 }
 
 /* ------------------------------------------------------------ a rank */
@@ -173,8 +180,9 @@ static int rank_idle(const opts_t *o, uint32_t rank, ovl_client_t *cl, int ndevi
  * (ovl_host_alloc, freed with the client): A, each B and its C (B i is
  * matrix 1 + i of the rank, dense), a_out with --a-out, and a scaled op's
  * scales and bias (demo_scaled.h). This process's: every rank's A,
- * regenerated (the reference's input and a_out's check), and each C's
- * reference in double precision. */
+ * regenerated (the reference's input and a_out's check), the rows of C
+ * checked (ovl_demo_rows_of: a scaled op's may be a sample) and each C's
+ * reference of them in double precision. */
 typedef struct host_bufs {
     void *a, *aout;
     void *b[OVL_MAX_BS], *c[OVL_MAX_BS];  /* B i and C i */
@@ -183,7 +191,8 @@ typedef struct host_bufs {
     void *bias;
     ovl_scaling_t scaling; /* the op's, over them */
     void *ga;
-    double *ref[OVL_MAX_BS]; /* C i's reference */
+    ovl_demo_rows_t rows;    /* of each C, checked */
+    double *ref[OVL_MAX_BS]; /* C i's reference, of those rows */
 } host_bufs_t;
 
 /* hb's buffers that ovld maps, made and filled with the rank's data: 0, or
@@ -238,8 +247,9 @@ static int host_buffers(const opts_t *o, uint32_t rank, ovl_client_t *cl, host_b
 }
 
 /* Reference: every rank's shard, regenerated, times each of this rank's
- * Bs (host_buffers made them), into hb's ga and ref (rank_host frees
- * them). 0, or -1 after saying why. */
+ * Bs (host_buffers made them), into hb's ga, rows and ref (rank_host
+ * frees them); a scaled op's over the rows its check covers. 0, or -1
+ * after saying why. */
 static int host_reference(const opts_t *o, uint32_t rank, host_bufs_t *hb)
 {
     ovl_dtype_t dt = o->dtype;
@@ -247,18 +257,18 @@ static int host_reference(const opts_t *o, uint32_t rank, host_bufs_t *hb)
     uint64_t W = o->world, m = o->m, k = o->k;
 
     hb->ga = malloc(W * m * k * es);
-    if (!hb->ga) {
+    if (!hb->ga || ovl_demo_rows_of(o, &hb->rows) != 0) {
         fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
         return -1;
     }
     if (o->sc.on) { /* one B: every rank's A and A scales, this rank's B, scales and bias */
-        hb->ref[0] = malloc(W * m * o->n * sizeof(double));
+        hb->ref[0] = malloc(hb->rows.n * o->n * sizeof(double));
         if (!hb->ref[0]) {
             fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
             return -1;
         }
-        return ovl_demo_scaled_ag_reference(&o->sc, dt, o->world, m, o->n, k, o->seed, rank, hb->ga,
-                                            hb->ref[0]);
+        return ovl_demo_scaled_ag_reference(&o->sc, dt, o->world, m, o->n, k, o->seed, rank,
+                                            &hb->rows, hb->ga, hb->ref[0]);
     }
     for (uint32_t r = 0; r < W; r++)
         ovl_demo_fill_host(dt, (char *)hb->ga + (size_t)r * m * k * es, m, k, k, o->seed, r, 0);
@@ -320,7 +330,7 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
     rs->rel_err = 0;
     for (uint32_t i = 0; i < o->nb; i++) {
         uint64_t n = ovl_demo_bn(o, i);
-        rs->rel_err_b[i] = ovl_rel_error(cdt, W * m, n, hb->c[i], n, hb->ref[i], n);
+        rs->rel_err_b[i] = ovl_demo_rows_error(cdt, &hb->rows, n, hb->c[i], n, hb->ref[i]);
         if (!(rs->rel_err_b[i] <= rs->rel_err)) /* NaN counts as worse */
             rs->rel_err = rs->rel_err_b[i];
     }
@@ -341,8 +351,9 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
 
 /* Runs every algorithm of --op rs on the host backend: each rank's A is
  * (world*m) x k, its B k x n (n x k with transb), its C m x n; one op
- * untimed, then o->iters back to back, C checked against rs_reference.
- * 0 if it ran (results in res), 1 if it could not. */
+ * untimed, then o->iters back to back, C checked against
+ * ovl_demo_rs_reference_rows over the rows ovl_demo_rows_of chose. 0 if
+ * it ran (results in res), 1 if it could not. */
 static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_comm_t *comm,
                         result_t *res)
 {
@@ -360,10 +371,12 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
     float *sa = sc->on ? ovl_host_alloc(cl, ovl_demo_a_scales(sc, W * m) * sizeof(float)) : NULL;
     float *sb = sc->on ? ovl_host_alloc(cl, ovl_demo_b_scales(sc, n) * sizeof(float)) : NULL;
     void *bias = sc->on && sc->bias ? ovl_host_alloc(cl, n * ces) : NULL;
-    double *ref = malloc(m * n * sizeof(double));
+    ovl_demo_rows_t rows; /* of C, checked */
+    double *ref = ovl_demo_rows_of(o, &rows) == 0 ? malloc(rows.n * n * sizeof(double)) : NULL;
     if (!a || !b || !c || !ref || (sc->on && (!sa || !sb || (sc->bias && !bias)))) {
         fprintf(stderr, "rank %u: out of memory: %s\n", rank, ovl_last_error(cl));
         free(ref);
+        ovl_demo_rows_free(&rows);
         return 1;
     }
     memset(a, 0x5a, W * m * lda * es);
@@ -378,8 +391,9 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
         scaling = ovl_demo_scaling(sc, sa, sb, bias);
     }
     ovl_demo_rs_shape_t sh = ovl_demo_rs_shape(o);
-    if (ovl_demo_rs_reference(&sh, rank, ref) != 0) {
+    if (ovl_demo_rs_reference_rows(&sh, rank, &rows, ref) != 0) {
         free(ref);
+        ovl_demo_rows_free(&rows);
         return 1;
     }
     for (int ai = 0; ai < o->nalgos; ai++) {
@@ -406,7 +420,7 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
             rs->rel_err = rs->rel_err_b[0] = INFINITY;
             break; /* the comm's error is sticky: later runs would say the same */
         }
-        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(cdt, m, n, c, ldc, ref, n);
+        rs->rel_err = rs->rel_err_b[0] = ovl_demo_rows_error(cdt, &rows, n, c, ldc, ref);
         for (uint64_t i = 0; i < m && ldc > n; i++)
             for (uint64_t j = n * ces; j < ldc * ces; j++)
                 if (((unsigned char *)c)[i * ldc * ces + j] != 0xa5) {
@@ -416,6 +430,7 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
                 }
     }
     free(ref);
+    ovl_demo_rows_free(&rows);
     return 0;
 }
 
@@ -446,6 +461,7 @@ out:
     for (uint32_t i = 0; i < OVL_MAX_BS; i++)
         free(hb.ref[i]);
     free(hb.ga);
+    ovl_demo_rows_free(&hb.rows);
     return rc;
 }
 
@@ -644,7 +660,8 @@ enum {
     O_A_SCALE,
     O_B_SCALE,
     O_BIAS,
-    O_FAST_ACCUM
+    O_FAST_ACCUM,
+    O_CHECK_ROWS
 };
 
 /* What the options said that is settled once all are read (demo_options):
@@ -673,9 +690,9 @@ static int parse_scale_mode(const char *opt, const char *arg)
 static int scaled_option(opts_t *o, int ch, const char *arg, parsed_t *p)
 {
     static const char *const names[] = {
-        [O_B_DTYPE] = "--b-dtype",      [O_OUT_DTYPE] = "--out-dtype", [O_SCALE] = "--scale",
-        [O_A_SCALE] = "--a-scale",      [O_B_SCALE] = "--b-scale",     [O_BIAS] = "--bias",
-        [O_FAST_ACCUM] = "--fast-accum"};
+        [O_B_DTYPE] = "--b-dtype",       [O_OUT_DTYPE] = "--out-dtype",  [O_SCALE] = "--scale",
+        [O_A_SCALE] = "--a-scale",       [O_B_SCALE] = "--b-scale",      [O_BIAS] = "--bias",
+        [O_FAST_ACCUM] = "--fast-accum", [O_CHECK_ROWS] = "--check-rows"};
     if (!p->scaled_opt)
         p->scaled_opt = names[ch];
     ovl_dtype_t dt;
@@ -711,6 +728,15 @@ static int scaled_option(opts_t *o, int ch, const char *arg, parsed_t *p)
     case O_BIAS:
         o->sc.bias = true;
         break;
+    case O_CHECK_ROWS: {
+        uint64_t v;
+        if (ovl_parse_u64(arg, &v) != 0 || v == OVL_DEMO_CHECK_AUTO) {
+            fprintf(stderr, "ovl-demo: --check-rows: '%s' is not a number of rows\n", arg);
+            return 2;
+        }
+        o->check_rows = v;
+        break;
+    }
     default: /* O_FAST_ACCUM */
         o->sc.fast_accum = true;
         break;
@@ -738,6 +764,7 @@ static int demo_option(opts_t *o, int ch, const char *arg, parsed_t *p)
     case O_B_SCALE:
     case O_BIAS:
     case O_FAST_ACCUM:
+    case O_CHECK_ROWS:
         return scaled_option(o, ch, arg, p);
     case 'd':
         if (ovl_dtype_parse(arg, &o->dtype) != OVL_OK) {
@@ -901,6 +928,7 @@ static int demo_options(int argc, char **argv, opts_t *o)
         {"b-scale", required_argument, NULL, O_B_SCALE},
         {"bias", no_argument, NULL, O_BIAS},
         {"fast-accum", no_argument, NULL, O_FAST_ACCUM},
+        {"check-rows", required_argument, NULL, O_CHECK_ROWS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -910,6 +938,7 @@ static int demo_options(int argc, char **argv, opts_t *o)
                   .k = 512,
                   .dtype = OVL_DTYPE_BF16,
                   .iters = 3,
+                  .check_rows = OVL_DEMO_CHECK_AUTO,
                   .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid(),
                   .nb = 1,
                   .op = OVL_OP_AG_GEMM};
@@ -1252,9 +1281,17 @@ static bool print_results(const opts_t *o, result_t (*all)[MAX_ALGOS + 1], bool 
         ok = ok && row.ok;
         print_row(o, ai, &row, flop, tol);
     }
-    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||%s%s, reference in double precision)\n",
+    /* the rows each rank checked, as they chose them (ovl_demo_rows_of) */
+    char checked[96] = "";
+    ovl_demo_rows_t rows;
+    if (ovl_demo_rows_of(o, &rows) == 0 && rows.n < rows.total)
+        snprintf(checked, sizeof(checked),
+                 " (checked %" PRIu64 " of %" PRIu64 " rows of each rank's C)", rows.n, rows.total);
+    ovl_demo_rows_free(&rows);
+    printf("\n%s (tolerance %.0e on ||C - ref|| / ||ref||%s%s, reference in double precision)%s\n",
            ok ? "all checks passed" : "CHECKS FAILED", tol, o->nb > 1 ? " of every C" : "",
-           o->sc.on && o->sc.fast_accum ? ", twice the output dtype's for --fast-accum" : "");
+           o->sc.on && o->sc.fast_accum ? ", twice the output dtype's for --fast-accum" : "",
+           checked);
     return ok;
 }
 

@@ -26,6 +26,9 @@ typedef struct opts {
      * C's, the scale modes, bias and fast_accum (demo_scaled.h; transb is
      * implied) */
     ovl_demo_scaled_t sc;
+    /* --check-rows: the rows of each rank's C a scaled op's check covers
+     * (0: all; OVL_DEMO_CHECK_AUTO: ovl_demo_check_rows chooses) */
+    uint64_t check_rows;
     ovl_algo_t algos[MAX_ALGOS + 1];
     int nalgos;
     int iters;
@@ -159,6 +162,20 @@ static inline ovl_demo_rs_shape_t ovl_demo_rs_shape(const opts_t *o)
                                  .reduce_op = o->reduce_op,
                                  .seed = o->seed,
                                  .sc = o->sc};
+}
+
+/* The rows of each rank's C that o's check covers (ovl_demo_check_rows,
+ * the one rule): a scaled op's, all-gather + GEMM's the world blocks of m
+ * rows of the gathered C (each row n k multiply-adds), GEMM +
+ * reduce-scatter's the rank's m rows (each the sum of world products of n
+ * k); an unscaled op's every row. Free with ovl_demo_rows_free. 0, or -1
+ * (out of memory). */
+static inline int ovl_demo_rows_of(const opts_t *o, ovl_demo_rows_t *rows)
+{
+    bool rs = o->op == OVL_OP_GEMM_RS;
+    uint64_t nblocks = rs ? 1 : o->world, row_macs = o->n * o->k * (rs ? o->world : 1);
+    return ovl_demo_check_rows(nblocks, o->m, row_macs, o->sc.on ? o->check_rows : 0, o->chunks,
+                               rows);
 }
 
 /* The GPUs this process sees (CUDA_VISIBLE_DEVICES applies): the ordinals a

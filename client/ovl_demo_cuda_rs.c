@@ -3,10 +3,12 @@
  * on the CUDA backend. The rank's A and B are made on the host from the
  * shared seed (demo_rnd.h, as on the host backend) and copied to its GPU;
  * the ops run on its own stream; its C is copied back and compared with
- * ovl_demo_rs_reference, the sum of every rank's product in double
- * precision (a CPU loop: the demo's shapes, not the bench's). A scaled
- * (fp8) op's scales and bias are made on the host too (demo_scaled.h) and
- * copied into device memory of their own.
+ * ovl_demo_rs_reference_rows, the sum of every rank's product in double
+ * precision (a CPU loop: the demo's shapes, not the bench's), over the
+ * rows ovl_demo_rows_of chose (a scaled op's: a sample where all of them
+ * would cost too much). A scaled (fp8) op's scales and bias are made on
+ * the host too (demo_scaled.h) and copied into device memory of their
+ * own.
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +43,7 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     void *a = NULL, *b = NULL, *c = NULL, *ha = NULL, *hb = NULL, *hc = NULL;
     void *sa = NULL, *sb = NULL, *bias = NULL;
     double *ref = NULL;
+    ovl_demo_rows_t rows = {0}; /* of C, checked */
     ovl_scaling_t scaling = {0};
     ovl_demo_scaled_data_t x = {0}; /* scaled: the host's scales and bias */
 
@@ -58,7 +61,7 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     ha = malloc(a_bytes);
     hb = malloc(b_bytes);
     hc = malloc(c_bytes);
-    ref = malloc(m * n * sizeof(double));
+    ref = ovl_demo_rows_of(o, &rows) == 0 ? malloc(rows.n * n * sizeof(double)) : NULL;
     if (!ha || !hb || !hc || !ref) {
         fprintf(stderr, "rank %u: out of memory\n", rank);
         goto out;
@@ -67,7 +70,7 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     ovl_demo_fill_host(dt, ha, W * m, k, lda, o->seed, rank, 0);
     ovl_demo_fill_host(bdt, hb, brows, bcols, bcols, o->seed, rank, 1);
     ovl_demo_rs_shape_t sh = ovl_demo_rs_shape(o);
-    if (ovl_demo_rs_reference(&sh, rank, ref) != 0)
+    if (ovl_demo_rs_reference_rows(&sh, rank, &rows, ref) != 0)
         goto out;
     OVL_DEMO_CK(cudaMalloc(&a, a_bytes));
     OVL_DEMO_CK(cudaMalloc(&b, b_bytes));
@@ -121,7 +124,7 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
         OVL_DEMO_CK(cudaEventElapsedTime(&ms, e0, e1));
         rs->ms = ms / o->iters;
         OVL_DEMO_CK(cudaMemcpy(hc, c, c_bytes, cudaMemcpyDeviceToHost));
-        rs->rel_err = rs->rel_err_b[0] = ovl_rel_error(cdt, m, n, hc, ldc, ref, n);
+        rs->rel_err = rs->rel_err_b[0] = ovl_demo_rows_error(cdt, &rows, n, hc, ldc, ref);
         for (uint64_t i = 0; i < m && ldc > n; i++)
             for (uint64_t j = n * ces; j < ldc * ces; j++)
                 if (((unsigned char *)hc)[i * ldc * ces + j] != 0xa5) {
@@ -145,6 +148,7 @@ out:
         cudaFree(bufs[i]);
     }
     ovl_demo_scaled_free(&x);
+    ovl_demo_rows_free(&rows);
     free(ha);
     free(hb);
     free(hc);

@@ -10,10 +10,13 @@ The cross product is sampled, not walked: dtype pairs e4m3 x e4m3, e5m2 x
 e4m3 and e4m3 x e5m2, outputs bf16, fp16 and fp32, A's and B's scales by
 tensor and by row, with and without bias, rs with sum and avg, chunks that
 do not divide the rows, each value of each axis at least twice per kind;
-every run takes every algorithm of its kind (-a all). Then: GEMM +
-reduce-scatter with a bias and avg (naive, collective and push; ovld's
-planner refuses ring with words), ovl-demo's own refusals of the scaled
-options, and ovld's stats counting the ops under their fp8 dtype.
+every run takes every algorithm of its kind (-a all). These shapes are
+small: each rank's reference covers every row of its C (the check samples
+rows only past 2^28 multiply-adds per rank). Then: GEMM + reduce-scatter
+with a bias and avg (naive, collective and push; ovld's planner refuses
+ring with words), the check over a sample of rows forced with
+--check-rows, ovl-demo's own refusals of the scaled options, and ovld's
+stats counting the ops under their fp8 dtype.
 
 The worst relative error seen per output dtype is printed; on the host
 (an fp32 sum) it stays within ovl_demo_tolerance's bounds, fp32's 1e-5
@@ -21,6 +24,7 @@ included, which ovl-demo relaxes to 5e-4 for a scaled fp32 C (the GPU's fp8
 accumulation)."""
 import json
 import os
+import re
 import subprocess
 
 from ovltest import DEMO, OVLCTL, Daemon, run_tests
@@ -78,8 +82,10 @@ def demo(d, op, world, shape, args, job, iters=2, check=True):
     return d.run(cmd, check=check)
 
 
-def check_rows(out, algos, outdt):
-    """Every algorithm's row OK, its error taken into WORST; the verdict."""
+def check_rows(out, algos, outdt, sampled=False):
+    """Every algorithm's row OK, its error taken into WORST; the verdict.
+    Unless sampled, the check covered every row (no "(checked N of M rows"
+    in the verdict)."""
     for algo in algos:
         row = [ln for ln in out.splitlines() if ln.startswith(algo + " ")]
         assert len(row) == 1 and row[0].rstrip().endswith("OK"), out
@@ -87,6 +93,14 @@ def check_rows(out, algos, outdt):
         assert err < HOST_BOUND[outdt], (algo, err, out)
         WORST[outdt] = max(WORST.get(outdt, 0.0), err)
     assert "all checks passed" in out, out
+    assert sampled or "(checked " not in out, out
+
+
+def rows_checked(out):
+    """The verdict's "(checked N of M rows of each rank's C)": (N, M), or
+    None where every row was checked."""
+    m = re.search(r"\(checked (\d+) of (\d+) rows of each rank's C\)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def header(a, b, out, amode, bmode, bias):
@@ -154,6 +168,46 @@ def test_fp8_rs_bias_avg():
         d.cleanup()
 
 
+def test_fp8_sampled_rows():
+    """The check over a sample of C's rows, forced small with --check-rows 8
+    (by default it samples only past 2^28 multiply-adds per rank): all-gather
+    + GEMM's gathered C of 2 x 20 rows (each rank's block's first and last
+    rows and the boundaries of --chunks 3's chunks), GEMM + reduce-scatter's
+    24 rows of each rank, both kinds' every algorithm; the verdict says how
+    many rows each rank checked. --check-rows 0, or at least C's rows, checks
+    every row. (A wrong C that the sample catches is not provoked here:
+    neither ovld nor ovl-demo has a way to corrupt a result short of a
+    fault injection.)"""
+    d = Daemon(config="host_devices = 4\n")
+    try:
+        ag = scaled_args("fp8e4m3", "fp8e4m3", "fp32", "row", "row", True) + ["--chunks", "3"]
+        p = demo(d, "ag", 2, (20, 12, 24), ag + ["--check-rows", "8"], "sample-ag")
+        check_rows(p.stdout, AG_ALGOS, "fp32", sampled=True)
+        assert rows_checked(p.stdout) == (8, 40), p.stdout
+        for n in ("0", "40", "100"):
+            p = demo(d, "ag", 2, (20, 12, 24), ag + ["--check-rows", n], "sample-ag-" + n)
+            check_rows(p.stdout, AG_ALGOS, "fp32")
+        # by-tensor scales, a_out, a world of 3: 3 blocks' ends and more
+        ag3 = scaled_args("fp8e5m2", "fp8e4m3", "bf16", "tensor", "row", False) + ["--a-out"]
+        p = demo(d, "ag", 3, (9, 11, 17), ag3 + ["--check-rows", "10"], "sample-ag3")
+        check_rows(p.stdout, AG_ALGOS, "bf16", sampled=True)
+        assert rows_checked(p.stdout) == (10, 27), p.stdout
+        rs = scaled_args("fp8e4m3", "fp8e5m2", "fp16", "row", "tensor", True) + [
+            "--reduce", "sum", "--chunks", "2", "--strided"]
+        p = demo(d, "rs", 2, (24, 10, 16), rs + ["--check-rows", "8"], "sample-rs")
+        check_rows(p.stdout, RS_ALGOS, "fp16", sampled=True)
+        assert rows_checked(p.stdout) == (8, 24), p.stdout
+        p = demo(d, "rs", 3, (16, 8, 24), scaled_args("fp8e4m3", "fp8e4m3", "fp32", "row", "row",
+                                                      False) + ["--reduce", "avg",
+                                                                "--check-rows", "5"],
+                 "sample-rs3")
+        check_rows(p.stdout, RS_ALGOS, "fp32", sampled=True)
+        assert rows_checked(p.stdout) == (5, 16), p.stdout
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+
+
 def test_fp8_demo_refusals():
     """ovl-demo's own refusals of the scaled options (exit 2, one line, before
     it connects), and its help. (An fp8 dtype without scaling, which ovld
@@ -169,6 +223,8 @@ def test_fp8_demo_refusals():
             (["-d", "fp8e4m3", "--scale", "col"], "--scale: 'col' is not tensor or row"),
             (["-d", "fp8e4m3", "--a-scale", "block"], "--a-scale: 'block' is not tensor or row"),
             (["-d", "fp8e4m3", "--more-n", "8"], "takes one B"),
+            (["-d", "bf16", "--check-rows", "8"], "--check-rows is a scaled op's"),
+            (["-d", "fp8e4m3", "--check-rows", "some"], "--check-rows: 'some' is not a number"),
     ):
         p = subprocess.run([DEMO, *args], capture_output=True, text=True, timeout=30,
                            env=dict(os.environ, OVL_SOCKET="/nonexistent/ovld.sock"))
@@ -178,7 +234,7 @@ def test_fp8_demo_refusals():
     h = subprocess.run([DEMO, "--help"], capture_output=True, text=True, timeout=30)
     assert h.returncode == 0, h
     for opt in ("--b-dtype", "--out-dtype", "--scale", "--a-scale", "--b-scale", "--bias",
-                "--fast-accum", "--transb is implied", "fp8e4m3"):
+                "--fast-accum", "--check-rows", "--transb is implied", "fp8e4m3"):
         assert opt in h.stdout, (opt, h.stdout)
 
 
@@ -223,6 +279,6 @@ def print_worst():
 if __name__ == "__main__":
     try:
         run_tests([test_fp8_demo_refusals, test_fp8_ag, test_fp8_rs, test_fp8_rs_bias_avg,
-                   test_fp8_counted])
+                   test_fp8_sampled_rows, test_fp8_counted])
     finally:
         print_worst()
