@@ -59,6 +59,26 @@
  * fused_matmul_reduce_scatter and its mm + reduce-scatter are timed the same
  * way (bench/torch_peer.py --op rs).
  *
+ * With an fp8 --dtype (fp8e4m3, fp8e5m2: A's) either kind is scaled
+ * (ovl.h, ovl_scaling_t): B in --b-dtype, given transposed (N x k, the one
+ * layout of cuBLASLt's fp8 GEMM), fp32 scales by --scale on both sides, C
+ * (and rs's partials) in --out-dtype, no bias. The data are ovl-demo's
+ * (client/demo_scaled.h: the values of ovl_demo_fill rounded to fp8, scales
+ * in [0.5, 1)), made on the host, by threads, and copied. Each baseline
+ * has its fp8 twin: the GEMM is the scaled cuBLASLt GEMM (ovld_lt_gemm
+ * with scaled args, the call ovld makes); all-gather + GEMM's gathers move
+ * A's fp8 bytes and, by row, each row's scale too (as ovld's plans do, so
+ * the floors include them; "allgather+scales", "ce-gather+scales"),
+ * unfused is that gather, then the GEMM; GEMM + reduce-scatter's GEMM
+ * writes the partials in --out-dtype, which the reduce-scatters move and
+ * sum, unfused being the GEMM, then NCCL's reduce-scatter. Every C is
+ * checked against a cuBLASLt fp32 product of the dequantized inputs (A
+ * and B times their scales, rounded to fp32 on the host), to
+ * ovl_demo_scaled_tolerance (bf16 1e-2, fp16 2e-3, fp32 5e-4, twice that
+ * with --fast-accum). --torch-peer then times PyTorch's scaled fused ops
+ * (fused_all_gather_scaled_matmul, fused_scaled_matmul_reduce_scatter)
+ * and their unfused torch._scaled_mm equivalents.
+ *
  * Exit status: 0 if everything ran and every check passed, 1 on any failure
  * or failed check, 2 for bad arguments, 77 when there is no GPU.
  */
@@ -67,6 +87,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -85,6 +106,7 @@
 #include "cudrv.h"
 #include "demo_cuda.h"
 #include "demo_rnd.h"
+#include "demo_scaled.h" /* an fp8 run's data model, tolerance and words: ovl-demo's */
 #include "kernels.h" /* ovld_launch_reduce: ovld's reduction, for --op rs's copy-engine baseline */
 #include "num.h"
 #include "ovl.h"
@@ -149,6 +171,9 @@ typedef struct bopts {
     char job[64];
     /* --op: OVL_OP_AG_GEMM, or OVL_OP_GEMM_RS (the file's comment) */
     ovl_op_kind_t op;
+    /* an fp8 --dtype: the op is scaled (sc.on) with --b-dtype, --out-dtype,
+     * --scale (both sides) and --fast-accum; no bias. Zero otherwise. */
+    ovl_demo_scaled_t sc;
 } bopts_t;
 
 static void usage(FILE *f)
@@ -167,10 +192,14 @@ static void usage(FILE *f)
             "                    GPU r mod G, so with more ranks than GPUs ranks share GPUs\n"
             "                    (the baselines then gather by copies, not NCCL) and the\n"
             "                    times are no overlap figures (at most %d ranks)\n"
-            "  --dtype T         bf16, fp16 or fp32 (default bf16)\n"
+            "  --dtype T         bf16, fp16 or fp32 (default bf16); fp8e4m3 or fp8e5m2: A's,\n"
+            "                    and the ops are scaled (below)\n"
             "  --shapes LIST     MxKxN,... with M the gathered rows, divisible by W (default\n"
             "                    4096x4096x4096,8192x8192x8192,16384x8192x14336,\n"
-            "                    16384x8192x2048,65536x1024x1024)\n"
+            "                    16384x8192x2048,65536x1024x1024; fp8: 4096x4096x4096,\n"
+            "                    8192x8192x8192,16384x8192x14336,8192x8192x28672 and\n"
+            "                    16384x8192x2048,2048x8192x8192, with --op rs\n"
+            "                    16384x14336x8192,8192x28672x8192)\n"
             "  --algos LIST      naive,collective,ring,auto (default naive,collective,ring)\n"
             "  --chunks LIST     chunk counts, 0 = the daemon's default (default 0,2,4);\n"
             "                    naive runs once\n"
@@ -202,7 +231,25 @@ static void usage(FILE *f)
             "                    times PyTorch's fused_matmul_reduce_scatter; where\n"
             "                    ranks share GPUs ring and push only (no NCCL), and\n"
             "                    no NCCL baselines\n"
-            "  -h, --help        show this help\n",
+            "  -h, --help        show this help\n"
+            "\n"
+            "Scaled (fp8) ops, with --dtype fp8e4m3 or fp8e5m2 (either --op, one B, K and N\n"
+            "multiples of 16, with --op rs K/W too):\n"
+            "  --b-dtype T       B's: fp8e4m3 (default) or fp8e5m2 (not with A e5m2); B is\n"
+            "                    given transposed (N x K), as cuBLASLt's fp8 GEMM takes it\n"
+            "  --out-dtype T     C's (and --op rs's partials'): bf16 (default), fp16, fp32\n"
+            "  --scale S         fp32 scales on both sides: row (default: A one a row, B\n"
+            "                    one a column of op(B)) or tensor (one each)\n"
+            "  --fast-accum      cuBLASLt's fast fp8 accumulation\n"
+            "Their baselines are the bf16 ones' fp8 twins: gemm is the scaled cuBLASLt GEMM\n"
+            "that ovld calls; the gathers move A's fp8 rows and, by row, their scales\n"
+            "(allgather+scales, ce-gather+scales: the floors include them); --op rs's\n"
+            "reduce-scatters move the partials in --out-dtype. Every C is checked against\n"
+            "an fp32 cuBLASLt product of the dequantized inputs, tolerance by output dtype:\n"
+            "bf16 1e-2, fp16 2e-3, fp32 5e-4, twice that with --fast-accum. --torch-peer\n"
+            "times PyTorch's fused_all_gather_scaled_matmul (--op rs:\n"
+            "fused_scaled_matmul_reduce_scatter) and all-gather + torch._scaled_mm\n"
+            "(torch._scaled_mm + reduce-scatter).\n",
             OVL_DEFAULT_SOCKET, MAX_WORLD, OVL_MAX_BS);
 }
 
@@ -250,6 +297,53 @@ static int add_chunks(bopts_t *o, const char *t)
     return 0;
 }
 
+/*
+ * The scaled options into o->sc, after the loop: with an fp8 --dtype, B's
+ * dtype (default fp8e4m3, not e5m2 with an e5m2 A), C's (default bf16),
+ * the scale mode of both sides (default row) and fast accumulation; with
+ * another dtype none of them may be given. 0, or -1 after saying why.
+ */
+static int parse_scaled(bopts_t *o, const char *b_arg, const char *out_arg, const char *scale_arg,
+                        bool fast_accum)
+{
+    if (!ovl_dtype_is_fp8(o->dtype)) {
+        if (b_arg || out_arg || scale_arg || fast_accum) {
+            fprintf(stderr, "ovl-bench: --b-dtype, --out-dtype, --scale and --fast-accum are for "
+                            "an fp8 --dtype (fp8e4m3 or fp8e5m2)\n");
+            return -1;
+        }
+        return 0;
+    }
+    ovl_demo_scaled_t sc = {.on = true,
+                            .b_dtype = OVL_DTYPE_FP8_E4M3,
+                            .out_dtype = OVL_DTYPE_BF16,
+                            .a_mode = OVL_SCALE_ROW,
+                            .b_mode = OVL_SCALE_ROW,
+                            .bias = false,
+                            .fast_accum = fast_accum};
+    if (b_arg && (ovl_dtype_parse(b_arg, &sc.b_dtype) != OVL_OK || !ovl_dtype_is_fp8(sc.b_dtype))) {
+        fprintf(stderr, "ovl-bench: --b-dtype '%s': fp8e4m3 or fp8e5m2\n", b_arg);
+        return -1;
+    }
+    if (out_arg &&
+        (ovl_dtype_parse(out_arg, &sc.out_dtype) != OVL_OK || ovl_dtype_is_fp8(sc.out_dtype))) {
+        fprintf(stderr, "ovl-bench: --out-dtype '%s': bf16, fp16 or fp32\n", out_arg);
+        return -1;
+    }
+    if (scale_arg && ovl_scale_mode_parse(scale_arg, &sc.a_mode) != OVL_OK) {
+        fprintf(stderr, "ovl-bench: --scale '%s': tensor or row\n", scale_arg);
+        return -1;
+    }
+    sc.b_mode = sc.a_mode;
+    if (o->dtype == OVL_DTYPE_FP8_E5M2 && sc.b_dtype == OVL_DTYPE_FP8_E5M2) {
+        fprintf(stderr, "ovl-bench: --dtype fp8e5m2 with --b-dtype fp8e5m2: cuBLASLt has no fp8 "
+                        "GEMM of e5m2 by e5m2\n");
+        return -1;
+    }
+    o->sc = sc;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, bopts_t *o)
 {
     enum {
@@ -270,7 +364,11 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         O_TORCH,
         O_PYTHON,
         O_SETTLE,
-        O_OP
+        O_OP,
+        O_BDTYPE,
+        O_OUTDTYPE,
+        O_SCALE,
+        O_FASTACC
     };
     static const struct option lo[] = {
         {"socket", required_argument, NULL, O_SOCKET},
@@ -291,13 +389,25 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         {"torch-peer", required_argument, NULL, O_TORCH},
         {"python", required_argument, NULL, O_PYTHON},
         {"op", required_argument, NULL, O_OP},
+        {"b-dtype", required_argument, NULL, O_BDTYPE},
+        {"out-dtype", required_argument, NULL, O_OUTDTYPE},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"fast-accum", no_argument, NULL, O_FASTACC},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     char shapes[] = "4096x4096x4096,8192x8192x8192,16384x8192x14336,16384x8192x2048,"
                     "65536x1024x1024";
     char algos[] = "naive,collective,ring", chunks[] = "0,2,4";
+    /* fp8's: the issue's four (36) and two of each kind's own */
+    char fp8_shapes[] = "4096x4096x4096,8192x8192x8192,16384x8192x14336,8192x8192x28672,"
+                        "16384x8192x2048,2048x8192x8192";
+    char fp8_rs_shapes[] = "4096x4096x4096,8192x8192x8192,16384x8192x14336,8192x8192x28672,"
+                           "16384x14336x8192,8192x28672x8192";
     char *shapes_arg = NULL, *algos_arg = NULL, *chunks_arg = NULL;
+    /* the scaled options, as given (NULL, false: not) */
+    const char *b_dtype_arg = NULL, *out_dtype_arg = NULL, *scale_arg = NULL;
+    bool fast_accum = false;
     uint64_t v;
     int ch;
 
@@ -357,6 +467,18 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         case O_PYTHON:
             o->python = optarg;
             break;
+        case O_BDTYPE:
+            b_dtype_arg = optarg;
+            break;
+        case O_OUTDTYPE:
+            out_dtype_arg = optarg;
+            break;
+        case O_SCALE:
+            scale_arg = optarg;
+            break;
+        case O_FASTACC:
+            fast_accum = true;
+            break;
         case O_OP:
             if (strcmp(optarg, "ag") != 0 && strcmp(optarg, "rs") != 0) {
                 fprintf(stderr, "ovl-bench: --op '%s': ag or rs\n", optarg);
@@ -409,6 +531,10 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     }
     char rs_algos[] = "naive,collective,ring,push";
     bool rs = o->op == OVL_OP_GEMM_RS;
+    if (parse_scaled(o, b_dtype_arg, out_dtype_arg, scale_arg, fast_accum) != 0)
+        return -1;
+    if (!shapes_arg && o->sc.on)
+        shapes_arg = rs ? fp8_rs_shapes : fp8_shapes;
     if (parse_list(shapes_arg ? shapes_arg : shapes, add_shape, o) != 0 ||
         parse_list(algos_arg ? algos_arg
                    : rs      ? rs_algos
@@ -431,6 +557,24 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     if (rs && o->nb != 1) {
         fprintf(stderr, "ovl-bench: --op rs takes one B\n");
         return -1;
+    }
+    if (o->sc.on && o->nb != 1) {
+        fprintf(stderr, "ovl-bench: --bs %u: ovl-bench times scaled (fp8) ops of one B\n", o->nb);
+        return -1;
+    }
+    for (int si = 0; si < o->nshapes && o->sc.on; si++) {
+        /* cuBLASLt's fp8 GEMM: k and the rows of B and C in 16-byte
+         * multiples (--op rs's K/W: main, once W is known) */
+        if (o->shapes[si].K % 16 || o->shapes[si].N % 16) {
+            char shp[64];
+            snprintf(shp, sizeof(shp), "%" PRIu64 "x%" PRIu64 "x%" PRIu64, o->shapes[si].M,
+                     o->shapes[si].K, o->shapes[si].N);
+            fprintf(stderr,
+                    "ovl-bench: shape %s: an fp8 GEMM needs K and N multiples of 16 (cuBLASLt's "
+                    "fp8 layouts)\n",
+                    shp);
+            return -1;
+        }
     }
     if (o->iters < 1 || o->iters > MAX_ITERS || o->warmup > MAX_ITERS || o->timeout_s < 1) {
         fprintf(stderr, "ovl-bench: --iters 1..%d, --warmup 0..%d, --timeout >= 1\n", MAX_ITERS,
@@ -559,11 +703,121 @@ static cudaError_t op_times(cudaEvent_t *e, int n, float *tmp, double *med, doub
 static int settle_ops(const bopts_t *o, shape_t sh)
 {
     double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K * (double)o->nb;
-    double op_ms = flop / (SETTLE_TFLOPS * 1e12) * 1e3;
+    /* fp8's tensor cores run twice bf16's rate: twice the ops for the same
+     * time (bench/torch_peer.py settles so too) */
+    double op_ms = flop / (SETTLE_TFLOPS * (o->sc.on ? 2 : 1) * 1e12) * 1e3;
     double n = op_ms > 0 ? ceil((double)o->settle_ms / op_ms) : 0;
     if (n > SETTLE_MAX_OPS)
         n = SETTLE_MAX_OPS;
     return (int)n > o->warmup ? (int)n : o->warmup;
+}
+
+/* C's dtype (and --op rs's partials'): --out-dtype when scaled, else the op's. */
+static ovl_dtype_t c_dtype(const bopts_t *o)
+{
+    return ovl_demo_c_dtype(&o->sc, o->dtype);
+}
+
+/* The gather moves scales with A's rows: all-gather + GEMM scaled by row
+ * (by tensor every gathered row takes the rank's own one scale). */
+static bool gathers_scales(const bopts_t *o)
+{
+    return o->sc.on && o->op == OVL_OP_AG_GEMM && o->sc.a_mode == OVL_SCALE_ROW;
+}
+
+/* ------------------------------------------------------------ fp8 data, on the host */
+
+/*
+ * Part of one matrix of ovl-demo's data model (client/demo_scaled.h), made
+ * on the host for a scaled op: element (i, j), i < rows, j < cols, is
+ * element (row0 + i) * cols + j of matrix `which` of `rank`
+ * (ovl_demo_value, numbered as ovl_demo_fill_host numbers a matrix of cols
+ * columns) rounded to dt; stored into q (dt, at ldq) unless q is NULL, and
+ * into f (fp32, at ldf) unless f is NULL, dequantized and times its row's
+ * scale: scale[i], or scale[0] with one_scale (NULL: none). The fp32 copy
+ * is the reference's input: a row of A times its scale, a row of the
+ * transposed B (a column of op(B)) times its.
+ */
+typedef struct hmat {
+    ovl_dtype_t dt;
+    void *q;
+    uint64_t ldq;
+    float *f;
+    uint64_t ldf;
+    uint64_t rows, cols, row0;
+    uint32_t rank;
+    int which;
+    const float *scale;
+    bool one_scale;
+} hmat_t;
+
+typedef struct hpart {
+    const hmat_t *m;
+    uint64_t lo, hi; /* rows [lo, hi) */
+} hpart_t;
+
+static void *hmat_part(void *arg)
+{
+    const hpart_t *p = arg;
+    const hmat_t *m = p->m;
+    for (uint64_t i = p->lo; i < p->hi; i++) {
+        float s = !m->scale ? 1.0f : m->one_scale ? m->scale[0] : m->scale[i];
+        for (uint64_t j = 0; j < m->cols; j++) {
+            unsigned char e[4];
+            float v = ovl_demo_value(SEED, m->rank, m->which, (m->row0 + i) * m->cols + j);
+            ovl_store_elem(m->dt, e, 0, v);
+            if (m->q)
+                memcpy((char *)m->q + (i * m->ldq + j) * ovl_dtype_size(m->dt), e,
+                       ovl_dtype_size(m->dt));
+            if (m->f)
+                m->f[i * m->ldf + j] = ovl_load_elem(m->dt, e, 0) * s;
+        }
+    }
+    return NULL;
+}
+
+#define HMAT_MAX_THREADS 64
+
+/* Makes m with up to nthreads threads, each a band of rows (the rest
+ * inline where a thread cannot be had); returns when all is made. */
+static void hmat_make(const hmat_t *m, int nthreads)
+{
+    pthread_t th[HMAT_MAX_THREADS];
+    hpart_t part[HMAT_MAX_THREADS];
+    uint64_t n = (uint64_t)(nthreads < 1                  ? 1
+                            : nthreads > HMAT_MAX_THREADS ? HMAT_MAX_THREADS
+                                                          : nthreads);
+    if (n > m->rows)
+        n = m->rows ? m->rows : 1;
+    bool started[HMAT_MAX_THREADS] = {false};
+    for (uint64_t t = 0; t < n; t++) {
+        part[t] = (hpart_t){m, m->rows * t / n, m->rows * (t + 1) / n};
+        if (t > 0)
+            started[t] = pthread_create(&th[t], NULL, hmat_part, &part[t]) == 0;
+    }
+    hmat_part(&part[0]);
+    for (uint64_t t = 1; t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            hmat_part(&part[t]);
+    }
+}
+
+/* Threads for making data on the host: the CPUs here, shared by the
+ * processes that make data at once (the W ranks; the parent alone). */
+static int host_threads(uint32_t procs)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long t = n > 0 ? n / (long)(procs ? procs : 1) : 1;
+    return t < 1 ? 1 : t > HMAT_MAX_THREADS ? HMAT_MAX_THREADS : (int)t;
+}
+
+/* cudaMalloc'ed *dst of bytes, filled from the host's src. */
+static cudaError_t to_gpu(void **dst, const void *src, size_t bytes)
+{
+    cudaError_t ce = cudaMalloc(dst, bytes);
+    return ce != cudaSuccess ? ce : cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
 /* ------------------------------------------------------------ child -> parent */
@@ -802,7 +1056,8 @@ static ovl_status_t submit(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const ovl
  * before the first and after each, then the check of every C i against
  * ref[i] (the op's nb of them; the error is the worst). Fills *r. The op
  * is d's all-gather + GEMM, or where d is NULL rs's GEMM + reduce-scatter
- * (its one C, M/W x N, against ref[0]).
+ * (its one C, M/W x N, against ref[0]). A scaled op's C is in --out-dtype,
+ * checked to ovl_demo_scaled_tolerance.
  */
 static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const ovl_gemm_rs_desc_t *rs,
                       float *const *ref, rec_t *r)
@@ -811,7 +1066,7 @@ static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const ovl_gemm
     /* the rows of every C and their count; an RS op's one C is its block */
     uint64_t M = d ? d->m * o->world : rs->m / o->world;
     uint32_t nb = d && d->nb ? d->nb : 1;
-    ovl_dtype_t dt = d ? d->dtype : rs->dtype;
+    ovl_dtype_t dt = ovl_demo_c_dtype(&o->sc, d ? d->dtype : rs->dtype); /* C's */
     uint64_t n = d ? d->n : rs->n;
     size_t ldc;
     int rc = -1;
@@ -859,7 +1114,7 @@ static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const ovl_gemm
             if (!(e <= r->rel_err)) /* NaN counts as worse */
                 r->rel_err = e;
         }
-        r->check = r->rel_err < ovl_demo_tolerance(dt) ? CHECK_OK : CHECK_FAIL;
+        r->check = r->rel_err < ovl_demo_scaled_tolerance(&o->sc, o->dtype) ? CHECK_OK : CHECK_FAIL;
     }
     rc = 0;
 out:
@@ -975,6 +1230,39 @@ out:
 }
 
 /*
+ * The references' product: ref (rows x n, fp32) = a32 (rows x k) @ op(b32)
+ * (k x n, or n x k with transb), by cuBLASLt in plain fp32 on this rank's
+ * stream, waited for. 0, or -1 after rank_fail.
+ */
+static int ref_gemm_f32(rank_ctx_t *x, const float *a32, const float *b32, uint64_t rows,
+                        uint64_t n, uint64_t k, bool transb, float *ref)
+{
+    char err[256];
+    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
+                          .rows = rows,
+                          .n = n,
+                          .k = k,
+                          .nblocks = 1,
+                          .block_stride = 0,
+                          .a = {(void *)a32, k},
+                          .b = {(void *)b32, transb ? k : n},
+                          .c = {ref, n},
+                          .transb = transb};
+    ovl_status_t st = ovld_lt_gemm(x->lt, x->s, x->ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err));
+    if (st != OVL_OK) {
+        rank_fail(x, "the reference GEMM (fp32): %s: %s", ovl_strerror(st), err);
+        return -1;
+    }
+    cudaError_t ce = cudaStreamSynchronize(x->s);
+    if (ce != cudaSuccess) {
+        rank_fail(x, "the reference GEMM (fp32): cudaStreamSynchronize: %s",
+                  cudaGetErrorString(ce));
+        return -1;
+    }
+    return 0;
+}
+
+/*
  * GEMM + reduce-scatter's reference on this rank (--op rs): the sum over
  * the ranks q of A_q @ B_q, the rows of this rank's block, as ONE fp32
  * product of every rank's A side by side (its block's rows: M/W x K) and
@@ -990,7 +1278,6 @@ static int make_reference_rs(rank_ctx_t *x, shape_t sh, float **ret_ref)
     char *tmp = NULL, *acat = NULL, *bcat = NULL;
     float *a32 = NULL, *b32 = NULL, *ref = NULL;
     int rc = -1;
-    char err[256];
 
     RCUDA(cudaMalloc((void **)&tmp, M * kq * es));
     RCUDA(cudaMalloc((void **)&acat, mb * K * es));
@@ -1008,22 +1295,8 @@ static int make_reference_rs(rank_ctx_t *x, shape_t sh, float **ret_ref)
     }
     RCUDA(ovl_demo_to_f32(dt, acat, mb, K, K, a32, x->s));
     RCUDA(ovl_demo_to_f32(dt, bcat, K, N, N, b32, x->s));
-    ovld_gemm_args_t g = {.dtype = OVL_DTYPE_FP32,
-                          .rows = mb,
-                          .n = N,
-                          .k = K,
-                          .nblocks = 1,
-                          .block_stride = 0,
-                          .a = {a32, K},
-                          .b = {b32, N},
-                          .c = {ref, N},
-                          .transb = false};
-    ovl_status_t st = ovld_lt_gemm(x->lt, x->s, x->ws, OVLD_LT_WORKSPACE, &g, err, sizeof(err));
-    if (st != OVL_OK) {
-        rank_fail(x, "the reference GEMM (fp32): %s: %s", ovl_strerror(st), err);
+    if (ref_gemm_f32(x, a32, b32, mb, N, K, false, ref) != 0)
         goto out;
-    }
-    RCUDA(cudaStreamSynchronize(x->s));
     *ret_ref = ref;
     ref = NULL;
     rc = 0;
@@ -1129,6 +1402,255 @@ out:
     return rc;
 }
 
+/*
+ * The host half of make_reference_scaled (host memory only, so that it can
+ * be checked without a GPU): the dequantized inputs of rank's reference in
+ * fp32, each fp8 value times its row's scale. All-gather + GEMM: ha, M x
+ * K, every rank's shard stacked; hb, N x K, rank's B. GEMM + reduce-scatter:
+ * ha, M/W x K, every rank q's rows of rank's block in columns [q K/W, (q+1)
+ * K/W); hb, N x K, every rank's B in the same columns. 0, or -1 (out of
+ * memory).
+ */
+static int scaled_ref_inputs(const bopts_t *o, shape_t sh, uint32_t rank, float *ha, float *hb)
+{
+    const ovl_demo_scaled_t *sc = &o->sc;
+    bool rs = o->op == OVL_OP_GEMM_RS, one = sc->a_mode != OVL_SCALE_ROW;
+    uint64_t M = sh.M, K = sh.K, N = sh.N, W = o->world, m = M / W, kq = rs ? K / W : K;
+    int nthr = host_threads(o->world);
+    float *sq = malloc((M > N ? M : N) * sizeof(float) + 1); /* one rank's scales */
+    if (!sq)
+        return -1;
+    for (uint32_t q = 0; q < o->world; q++) {
+        hmat_t a = {.dt = o->dtype,
+                    .ldf = K,
+                    .rows = m,
+                    .cols = kq,
+                    .rank = q,
+                    .which = 0,
+                    .scale = sq,
+                    .one_scale = one};
+        if (rs) { /* q's rows of this block, into columns [q kq, (q+1) kq) */
+            ovl_demo_fill_a_scale(sc, sq, M, SEED, q);
+            a.f = ha + q * kq;
+            a.row0 = (uint64_t)rank * m;
+            if (!one)
+                a.scale = sq + rank * m;
+        } else { /* q's shard, rows [q m, (q+1) m) */
+            ovl_demo_fill_a_scale(sc, sq, m, SEED, q);
+            a.f = ha + q * m * K;
+        }
+        hmat_make(&a, nthr);
+        if (!rs && q != rank)
+            continue; /* all-gather + GEMM: this rank's B only */
+        ovl_demo_fill_b_scale(sc, sq, N, SEED, q);
+        hmat_t b = {.dt = sc->b_dtype,
+                    .f = hb + (rs ? q * kq : 0),
+                    .ldf = K,
+                    .rows = N,
+                    .cols = kq,
+                    .rank = q,
+                    .which = 1,
+                    .scale = sq,
+                    .one_scale = sc->b_mode != OVL_SCALE_ROW};
+        hmat_make(&b, nthr);
+    }
+    free(sq);
+    return 0;
+}
+
+/*
+ * A scaled op's reference on this rank (either kind): the cuBLASLt fp32
+ * product of the dequantized inputs, every input rebuilt on the host from
+ * the seed (hmat_t: each fp8 value times its row's scale, in fp32), copied
+ * to the GPU and multiplied there (transb). All-gather + GEMM: every
+ * rank's A (m x K) stacked, M x K, by this rank's B (N x K); C is M x N.
+ * GEMM + reduce-scatter: the sum over the ranks q of A_q @ op(B_q) as one
+ * product, every rank's rows of this rank's block side by side (M/W x K,
+ * A_q's columns in block q) by every rank's B side by side (N x K); C is
+ * M/W x N. On success *ret_ref is that C, fp32 (caller frees).
+ */
+static int make_reference_scaled(rank_ctx_t *x, shape_t sh, float **ret_ref)
+{
+    const bopts_t *o = x->o;
+    bool rs = o->op == OVL_OP_GEMM_RS;
+    uint64_t M = sh.M, K = sh.K, N = sh.N, m = M / o->world;
+    uint64_t rrows = rs ? m : M; /* the reference's rows; rs: the block's (M/W) */
+    float *ha = malloc(rrows * K * sizeof(float) + 1), *hb = malloc(N * K * sizeof(float) + 1);
+    float *a32 = NULL, *b32 = NULL, *ref = NULL;
+    int rc = -1;
+
+    if (!ha || !hb || scaled_ref_inputs(o, sh, x->rank, ha, hb) != 0) {
+        rank_fail(x, "out of memory for the reference");
+        goto out;
+    }
+    RCUDA(to_gpu((void **)&a32, ha, rrows * K * sizeof(float)));
+    RCUDA(to_gpu((void **)&b32, hb, N * K * sizeof(float)));
+    RCUDA(cudaMalloc((void **)&ref, rrows * N * sizeof(float)));
+    if (ref_gemm_f32(x, a32, b32, rrows, N, K, true, ref) != 0)
+        goto out;
+    *ret_ref = ref;
+    ref = NULL;
+    rc = 0;
+out:
+    if (x->s)
+        cudaStreamSynchronize(x->s);
+    cudaFree(a32);
+    cudaFree(b32);
+    cudaFree(ref);
+    free(ha);
+    free(hb);
+    return rc;
+}
+
+/*
+ * One shape of a scaled (fp8) op on this rank, either kind. All-gather +
+ * GEMM: A m x K (matrix 0 of the rank), B N x K transposed (matrix 1), C
+ * M x N, A's scales (m, or one) and B's (N, or one); GEMM + reduce-scatter:
+ * A M x K/W, B N x K/W, C M/W x N, A's scales (M, or one) and B's. The
+ * data are made on the host (ovl-demo's model: hmat_t, demo_scaled.h's
+ * scales) and copied; then the reference, every config in order, one
+ * record each; then ovld forgets the buffers and they are freed.
+ */
+static int rank_shape_scaled(rank_ctx_t *x, int si)
+{
+    const bopts_t *o = x->o;
+    const ovl_demo_scaled_t *sc = &o->sc;
+    shape_t sh = o->shapes[si];
+    bool rs = o->op == OVL_OP_GEMM_RS;
+    ovl_dtype_t dt = o->dtype;
+    size_t bes = ovl_dtype_size(sc->b_dtype), ces = ovl_dtype_size(sc->out_dtype);
+    uint64_t M = sh.M, K = sh.K, N = sh.N, W = o->world, m = M / W;
+    uint64_t arows = rs ? M : m, k = rs ? K / W : K, crows = rs ? m : M;
+    size_t sa_bytes = ovl_demo_a_scales(sc, arows) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, N) * sizeof(float);
+    void *a = NULL, *b = NULL, *c = NULL, *ha = NULL, *hb = NULL;
+    float *sa = NULL, *sb = NULL, *hsa = NULL, *hsb = NULL;
+    float *ref[1] = {NULL};
+    char shp[64], cs[48];
+    int rc = -1;
+
+    shape_str(shp, sizeof(shp), sh);
+    x->shape = si;
+    x->cfg = -1;
+    snprintf(x->where, sizeof(x->where), "shape %s, setup", shp);
+    if (M % W || (rs && K % W)) {
+        rank_fail(x, "M%s must be multiples of the world %" PRIu64, rs ? " and K" : "", W);
+        goto out;
+    }
+    ha = malloc(arows * k + 1);
+    hb = malloc(N * k * bes + 1);
+    hsa = malloc(sa_bytes + 1);
+    hsb = malloc(sb_bytes + 1);
+    if (!ha || !hb || !hsa || !hsb) {
+        rank_fail(x, "out of memory");
+        goto out;
+    }
+    int nthr = host_threads(o->world);
+    hmat_t ma = {.dt = dt, .q = ha, .ldq = k, .rows = arows, .cols = k, .rank = x->rank};
+    hmat_t mb = {
+        .dt = sc->b_dtype, .q = hb, .ldq = k, .rows = N, .cols = k, .rank = x->rank, .which = 1};
+    hmat_make(&ma, nthr);
+    hmat_make(&mb, nthr);
+    ovl_demo_fill_a_scale(sc, hsa, arows, SEED, x->rank);
+    ovl_demo_fill_b_scale(sc, hsb, N, SEED, x->rank);
+    RCUDA(to_gpu(&a, ha, arows * k));
+    RCUDA(to_gpu(&b, hb, N * k * bes));
+    RCUDA(to_gpu((void **)&sa, hsa, sa_bytes));
+    RCUDA(to_gpu((void **)&sb, hsb, sb_bytes));
+    RCUDA(cudaMalloc(&c, crows * N * ces));
+    free(ha);
+    free(hb);
+    ha = hb = NULL;
+    if (o->check) {
+        snprintf(x->where, sizeof(x->where), "shape %s, reference", shp);
+        if (make_reference_scaled(x, sh, &ref[0]) != 0)
+            goto out;
+    }
+    RCUDA(cudaStreamSynchronize(x->s));
+    ovl_scaling_t scaling = ovl_demo_scaling(sc, sa, sb, NULL);
+    for (int ci = 0; ci < o->ncfgs; ci++) {
+        cfg_str(cs, sizeof(cs), o->cfgs[ci]);
+        x->cfg = ci;
+        snprintf(x->where, sizeof(x->where), "shape %s, %s", shp, cs);
+        rec_t r;
+        memset(&r, 0, sizeof(r));
+        r.kind = REC_CONFIG;
+        r.shape = si;
+        r.cfg = ci;
+        if (rs) {
+            ovl_gemm_rs_desc_t d = {.a = a,
+                                    .lda = k,
+                                    .b = b,
+                                    .ldb = k,
+                                    .transb = 1,
+                                    .c = c,
+                                    .ldc = N,
+                                    .m = M,
+                                    .n = N,
+                                    .k = k,
+                                    .dtype = dt,
+                                    .reduce_op = OVL_REDUCE_SUM,
+                                    .algo = o->cfgs[ci].algo,
+                                    .chunks = o->cfgs[ci].chunks,
+                                    .streams = 0,
+                                    .scaling = &scaling};
+            if (run_config(x, NULL, &d, ref, &r) != 0)
+                goto out;
+        } else {
+            ovl_ag_gemm_desc_t d = {.a = a,
+                                    .lda = K,
+                                    .b = b,
+                                    .ldb = K,
+                                    .transb = 1,
+                                    .c = c,
+                                    .ldc = N,
+                                    .a_out = NULL,
+                                    .lda_out = 0,
+                                    .m = m,
+                                    .n = N,
+                                    .k = K,
+                                    .dtype = dt,
+                                    .algo = o->cfgs[ci].algo,
+                                    .chunks = o->cfgs[ci].chunks,
+                                    .streams = 0,
+                                    .nb = 1,
+                                    .more_bs = NULL,
+                                    .scaling = &scaling};
+            if (run_config(x, &d, NULL, ref, &r) != 0)
+                goto out;
+        }
+        write_all(x->fd, &r, sizeof(r));
+    }
+    x->cfg = -1;
+    snprintf(x->where, sizeof(x->where), "shape %s, cleanup", shp);
+    rc = 0;
+out:
+    if (x->s)
+        cudaStreamSynchronize(x->s);
+    if (x->comm)
+        (void)ovl_comm_synchronize(x->comm); /* an op's error was reported above */
+    void *bufs[5] = {a, b, c, sa, sb};
+    for (int i = 0; i < 5; i++) {
+        ovl_status_t st = forget(x, bufs[i]);
+        if (st != OVL_OK && rc == 0) {
+            rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
+                      ovl_last_error(x->cl));
+            rc = -1;
+        }
+        cudaError_t ce = cudaFree(bufs[i]);
+        if (ce != cudaSuccess && rc == 0) {
+            rank_fail(x, "cudaFree: %s", cudaGetErrorString(ce));
+            rc = -1;
+        }
+    }
+    cudaFree(ref[0]);
+    free(ha);
+    free(hb);
+    free(hsa);
+    free(hsb);
+    return rc;
+}
+
 /* A rank process: joins the job on GPU rank_device(rank), runs every
  * shape, reports through fd. Returns the exit status. */
 static int rank_main(const bopts_t *o, uint32_t rank, int fd)
@@ -1167,7 +1689,9 @@ static int rank_main(const bopts_t *o, uint32_t rank, int fd)
         RCUDA(cudaMalloc((void **)&x->acc, 3 * sizeof(double)));
     }
     for (int si = 0; si < o->nshapes; si++)
-        if ((o->op == OVL_OP_GEMM_RS ? rank_shape_rs(x, si) : rank_shape(x, si)) != 0)
+        if ((o->sc.on                  ? rank_shape_scaled(x, si)
+             : o->op == OVL_OP_GEMM_RS ? rank_shape_rs(x, si)
+                                       : rank_shape(x, si)) != 0)
             goto out;
     snprintf(x->where, sizeof(x->where), "teardown");
     st = ovl_comm_destroy(x->comm);
@@ -1471,6 +1995,9 @@ typedef struct bgpu {
     cudaEvent_t cp_ev, red_ev;
     void *a, *g;
     void *b[OVL_MAX_BS], *c[OVL_MAX_BS]; /* B i and C i, i < nb */
+    /* scaled (fp8): A's scales (its rows', or one), the gathered rows'
+     * (all-gather + GEMM by row: M), B's (N, or one) */
+    float *sa, *sg, *sb;
 } bgpu_t;
 
 static char g_where[192]; /* what the baselines are doing, for messages and the watchdog */
@@ -1518,6 +2045,8 @@ static void bl_fail(const char *fmt, ...)
 
 static ncclDataType_t nccl_type(ovl_dtype_t dt)
 {
+    if (ovl_dtype_is_fp8(dt)) /* gathered, never summed: bytes */
+        return ncclUint8;
     return dt == OVL_DTYPE_FP32 ? ncclFloat32 : dt == OVL_DTYPE_FP16 ? ncclFloat16 : ncclBfloat16;
 }
 
@@ -1528,11 +2057,14 @@ static ncclDataType_t nccl_type(ovl_dtype_t dt)
  * GB/s into each GPU against 109 to 122 pulling, the same at world 2;
  * ovl-gather-lab). With own (ranks sharing GPUs), each rank's stream copies
  * every rank's shard, its own too, into its G. The shards do not change
- * while they are timed. */
-static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count, bool own)
+ * while they are timed. Scaled by row (gathers_scales), each shard's srows
+ * scales follow it, from its sa into the same rows of sg, as ovld's plans
+ * move them (a copy after the rows'). */
+static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count, uint64_t srows, bool own)
 {
     int rc = -1;
-    size_t bytes = count * ovl_dtype_size(o->dtype);
+    size_t bytes = count * ovl_dtype_size(o->dtype), sbytes = srows * sizeof(float);
+    bool scales = gathers_scales(o);
     for (uint32_t i = 0; i < o->world; i++) {
         PCUDA(cudaSetDevice(gp[i].dev));
         for (uint32_t d = own ? 0 : 1; d < o->world; d++) {
@@ -1542,6 +2074,12 @@ static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count, bool own)
                                       cudaMemcpyDefault, gp[i].s));
             else
                 PCUDA(cudaMemcpyAsync((char *)gp[j].g + (size_t)i * bytes, gp[i].a, bytes,
+                                      cudaMemcpyDefault, gp[i].s));
+            if (scales && own)
+                PCUDA(cudaMemcpyAsync((char *)gp[i].sg + (size_t)j * sbytes, gp[j].sa, sbytes,
+                                      cudaMemcpyDefault, gp[i].s));
+            else if (scales)
+                PCUDA(cudaMemcpyAsync((char *)gp[j].sg + (size_t)i * sbytes, gp[i].sa, sbytes,
                                       cudaMemcpyDefault, gp[i].s));
         }
     }
@@ -1554,16 +2092,19 @@ out:
  * shards by the copy engine (the floor's gather: a GEMM reads its own
  * shard where it is). Otherwise the whole of G: NCCL's all-gather, as one
  * group, or copies where ranks share GPUs (NCCL refuses two ranks on one
- * GPU). */
-static int bl_gather(const bopts_t *o, bgpu_t *gp, size_t count, int what)
+ * GPU). count: the elements of a shard, srows its rows; scaled by row
+ * (gathers_scales) the rows' scales are gathered too, in the same group. */
+static int bl_gather(const bopts_t *o, bgpu_t *gp, size_t count, uint64_t srows, int what)
 {
     int rc = -1;
     if (what == BL_CE || ranks_share(o))
-        return bl_copy_gather(o, gp, count, what != BL_CE);
+        return bl_copy_gather(o, gp, count, srows, what != BL_CE);
     PNCCL(ncclGroupStart());
     for (uint32_t i = 0; i < o->world; i++) {
         ncclResult_t r =
             ncclAllGather(gp[i].a, gp[i].g, count, nccl_type(o->dtype), gp[i].comm, gp[i].s);
+        if (r == ncclSuccess && gathers_scales(o))
+            r = ncclAllGather(gp[i].sa, gp[i].sg, srows, ncclFloat32, gp[i].comm, gp[i].s);
         if (r != ncclSuccess) {
             bl_fail("ncclAllGather (GPU %u): %s (%s)", i, ncclGetErrorString(r),
                     ncclGetLastError(gp[i].comm));
@@ -1584,11 +2125,11 @@ out:
  * next rank's first; each rank then sums its W slots into its block (a)
  * with ovld's own reduction kernel (kernels.cu), in fp32. Copies into a
  * rank wait for its previous reduction; its reduction for every copy into
- * it. */
+ * it. The partials are in C's dtype (scaled: --out-dtype). */
 static int bl_ce_reduce_scatter(const bopts_t *o, bgpu_t *gp, uint64_t mb, uint64_t n)
 {
     int rc = -1;
-    size_t es = ovl_dtype_size(o->dtype), blk = (size_t)(mb * n) * es;
+    size_t es = ovl_dtype_size(c_dtype(o)), blk = (size_t)(mb * n) * es;
     for (uint32_t i = 0; i < o->world; i++) {
         PCUDA(cudaSetDevice(gp[i].dev));
         for (uint32_t d = 1; d < o->world; d++) {
@@ -1605,8 +2146,8 @@ static int bl_ce_reduce_scatter(const bopts_t *o, bgpu_t *gp, uint64_t mb, uint6
         for (uint32_t i = 0; i < o->world; i++)
             if (i != j)
                 PCUDA(cudaStreamWaitEvent(gp[j].s, gp[i].cp_ev, 0));
-        PCUDA(ovld_launch_reduce(gp[j].s, o->dtype, gp[j].a, n, gp[j].c[1], n, mb, n, o->world, mb,
-                                 1));
+        PCUDA(ovld_launch_reduce(gp[j].s, c_dtype(o), gp[j].a, n, gp[j].c[1], n, mb, n, o->world,
+                                 mb, 1));
         PCUDA(cudaEventRecord(gp[j].red_ev, gp[j].s));
     }
     rc = 0;
@@ -1614,15 +2155,15 @@ out:
     return rc;
 }
 
-/* --op rs: NCCL's reduce-scatter of every rank's partials (C 0, M x N) into
- * its block (a, M/W x N, count elements), as one group. */
+/* --op rs: NCCL's reduce-scatter of every rank's partials (C 0, M x N, in
+ * C's dtype) into its block (a, M/W x N, count elements), as one group. */
 static int bl_reduce_scatter(const bopts_t *o, bgpu_t *gp, size_t count)
 {
     int rc = -1;
     PNCCL(ncclGroupStart());
     for (uint32_t i = 0; i < o->world; i++) {
-        ncclResult_t r = ncclReduceScatter(gp[i].c[0], gp[i].a, count, nccl_type(o->dtype), ncclSum,
-                                           gp[i].comm, gp[i].s);
+        ncclResult_t r = ncclReduceScatter(gp[i].c[0], gp[i].a, count, nccl_type(c_dtype(o)),
+                                           ncclSum, gp[i].comm, gp[i].s);
         if (r != ncclSuccess) {
             bl_fail("ncclReduceScatter (GPU %u): %s (%s)", i, ncclGetErrorString(r),
                     ncclGetLastError(gp[i].comm));
@@ -1637,12 +2178,43 @@ out:
 }
 
 /* G @ B_i -> C_i on one GPU (made current here), on its stream: the GEMM
- * of every B of an op (o->nb of them), one after the other. */
+ * of every B of an op (o->nb of them), one after the other. Scaled: the
+ * one B, transposed (N x K), with the scales (A's: the gathered rows' by
+ * row, else sa), C in --out-dtype: the scaled cuBLASLt GEMM, as ovld
+ * calls it (with --op rs, sh is the rank's GEMM: M x N x K/W). */
 static int bl_gemm(const bopts_t *o, bgpu_t *g, shape_t sh)
 {
     char err[256];
     int rc = -1;
     PCUDA(cudaSetDevice(g->dev));
+    if (o->sc.on) {
+        const ovl_demo_scaled_t *sc = &o->sc;
+        ovld_gemm_args_t a = {.dtype = o->dtype,
+                              .rows = sh.M,
+                              .n = sh.N,
+                              .k = sh.K,
+                              .nblocks = 1,
+                              .block_stride = 0,
+                              .a = {g->g, sh.K},
+                              .b = {g->b[0], sh.K},
+                              .c = {g->c[0], sh.N},
+                              .transb = true,
+                              .scaled = true,
+                              .b_dtype = sc->b_dtype,
+                              .c_dtype = sc->out_dtype,
+                              .a_mode = sc->a_mode,
+                              .b_mode = sc->b_mode,
+                              .a_scale = gathers_scales(o) ? g->sg : g->sa,
+                              .b_scale = g->sb,
+                              .bias = NULL,
+                              .fast_accum = sc->fast_accum};
+        ovl_status_t st = ovld_lt_gemm(g->lt, g->s, g->ws, OVLD_LT_WORKSPACE, &a, err, sizeof(err));
+        if (st != OVL_OK) {
+            bl_fail("ovld_lt_gemm (GPU %d, scaled): %s: %s", g->dev, ovl_strerror(st), err);
+            goto out;
+        }
+        return 0;
+    }
     for (uint32_t i = 0; i < o->nb; i++) {
         ovld_gemm_args_t a = {.dtype = o->dtype,
                               .rows = sh.M,
@@ -1708,7 +2280,7 @@ static int bl_iter(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, int slot)
         }
         return 0;
     }
-    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K), what) != 0)
+    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K), sh.M / o->world, what) != 0)
         goto out;
     for (uint32_t i = 0; i < o->world; i++) {
         if (what == BL_UNFUSED && bl_gemm(o, &gp[i], sh) != 0)
@@ -1793,9 +2365,74 @@ static int bl_free(const bopts_t *o, bgpu_t *gp)
             PCUDA(cudaFree(*bufs[k]));
             *bufs[k] = NULL;
         }
+        float **scales[3] = {&gp[i].sa, &gp[i].sg, &gp[i].sb};
+        for (int k = 0; k < 3; k++) {
+            PCUDA(cudaFree(*scales[k]));
+            *scales[k] = NULL;
+        }
     }
     rc = 0;
 out:
+    return rc;
+}
+
+/*
+ * A scaled op's baseline buffers of rank i on its GPU (current), its data
+ * made on the host as the rank's own (ovl-demo's model, hmat_t) and
+ * copied. All-gather + GEMM (sh the op's): a the shard (m x K), g the
+ * gathered A (M x K), b[0] B (N x K, transposed), c[0] C (M x N of
+ * --out-dtype), sa the shard's scales (m, or one), sg the gathered rows'
+ * (M, by row), sb B's (N, or one). GEMM + reduce-scatter (sh the rank's
+ * GEMM, M x N x K/W): g the rank's A (M x K/W), b[0] its B (N x K/W), c[0]
+ * its partials (M x N), a its block of the sum (M/W x N) and c[1] the
+ * receive slots (M x N, the own block in its slot), all three of
+ * --out-dtype, sa A's scales (M, or one), sb B's.
+ */
+static int bl_setup_scaled(const bopts_t *o, bgpu_t *g, uint32_t i, shape_t sh)
+{
+    const ovl_demo_scaled_t *sc = &o->sc;
+    bool rs = o->op == OVL_OP_GEMM_RS;
+    size_t bes = ovl_dtype_size(sc->b_dtype), ces = ovl_dtype_size(sc->out_dtype);
+    uint64_t M = sh.M, K = sh.K, N = sh.N, m = M / o->world, arows = rs ? M : m;
+    size_t sa_bytes = ovl_demo_a_scales(sc, arows) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, N) * sizeof(float);
+    int nthr = host_threads(1), rc = -1;
+    void *ha = malloc(arows * K + 1), *hb = malloc(N * K * bes + 1);
+    float *hsa = malloc(sa_bytes + 1), *hsb = malloc(sb_bytes + 1);
+    if (!ha || !hb || !hsa || !hsb) {
+        bl_fail("out of memory");
+        goto out;
+    }
+    hmat_t ma = {.dt = o->dtype, .q = ha, .ldq = K, .rows = arows, .cols = K, .rank = i};
+    hmat_t mb = {.dt = sc->b_dtype, .q = hb, .ldq = K, .rows = N, .cols = K, .rank = i, .which = 1};
+    hmat_make(&ma, nthr);
+    hmat_make(&mb, nthr);
+    ovl_demo_fill_a_scale(sc, hsa, arows, SEED, i);
+    ovl_demo_fill_b_scale(sc, hsb, N, SEED, i);
+    PCUDA(to_gpu(rs ? &g->g : &g->a, ha, arows * K));
+    PCUDA(to_gpu(&g->b[0], hb, N * K * bes));
+    PCUDA(to_gpu((void **)&g->sa, hsa, sa_bytes));
+    PCUDA(to_gpu((void **)&g->sb, hsb, sb_bytes));
+    PCUDA(cudaMalloc(&g->c[0], M * N * ces));
+    if (rs) {
+        PCUDA(cudaMalloc(&g->a, m * N * ces));
+        PCUDA(cudaMalloc(&g->c[1], M * N * ces)); /* the receive slots */
+        PCUDA(cudaMemsetAsync(g->c[0], 0, M * N * ces, g->s));
+        /* the own block in its slot, once: the copy engines' reduce-scatter
+         * moves the others' only */
+        PCUDA(cudaMemcpyAsync((char *)g->c[1] + i * m * N * ces, (char *)g->c[0] + i * m * N * ces,
+                              m * N * ces, cudaMemcpyDefault, g->s));
+    } else {
+        PCUDA(cudaMalloc(&g->g, M * K));
+        if (gathers_scales(o))
+            PCUDA(cudaMalloc((void **)&g->sg, M * sizeof(float)));
+    }
+    rc = 0;
+out:
+    free(ha);
+    free(hb);
+    free(hsa);
+    free(hsb);
     return rc;
 }
 
@@ -1918,6 +2555,11 @@ static int bl_phase(const bopts_t *o)
         for (uint32_t i = 0; i < o->world; i++) {
             bgpu_t *g = &gp[i];
             PCUDA(cudaSetDevice(g->dev));
+            if (o->sc.on) { /* fp8: made on the host, the partials in --out-dtype */
+                if (bl_setup_scaled(o, g, i, loc) != 0)
+                    goto out;
+                continue;
+            }
             PCUDA(cudaMalloc(&g->g, loc.M * loc.K * es));
             PCUDA(cudaMalloc(&g->b[0], loc.K * loc.N * es));
             PCUDA(cudaMalloc(&g->c[0], loc.M * loc.N * es));
@@ -1960,6 +2602,11 @@ static int bl_phase(const bopts_t *o)
         for (uint32_t i = 0; i < o->world; i++) {
             bgpu_t *g = &gp[i];
             PCUDA(cudaSetDevice(g->dev));
+            if (o->sc.on) { /* fp8: made on the host */
+                if (bl_setup_scaled(o, g, i, sh) != 0)
+                    goto out;
+                continue;
+            }
             PCUDA(cudaMalloc(&g->a, m * sh.K * es));
             PCUDA(cudaMalloc(&g->g, sh.M * sh.K * es));
             PCUDA(ovl_demo_fill(o->dtype, g->a, m, sh.K, sh.K, SEED, i, 0, g->s));
@@ -1970,12 +2617,15 @@ static int bl_phase(const bopts_t *o)
                     ovl_demo_fill(o->dtype, g->b[j], sh.K, sh.N, sh.N, SEED, i, 1 + (int)j, g->s));
             }
         }
-        /* G whole before anything is timed: the GEMM alone reads it */
-        if (bl_gather(o, gp, (size_t)(m * sh.K), BL_UNFUSED) != 0 || bl_sync(o, gp) != 0)
+        /* G whole (and by row its scales) before anything is timed: the GEMM
+         * alone reads it */
+        if (bl_gather(o, gp, (size_t)(m * sh.K), m, BL_UNFUSED) != 0 || bl_sync(o, gp) != 0)
             goto out;
         char gemm[32];
         gemm_str(gemm, sizeof(gemm), o);
-        const char *names[BL_OWN] = {"all-gather", "ce-gather", gemm, "unfused"};
+        const char *names[BL_OWN] = {gathers_scales(o) ? "all-gather+scales" : "all-gather",
+                                     gathers_scales(o) ? "ce-gather+scales" : "ce-gather", gemm,
+                                     "unfused"};
         for (int what = 0; what < BL_OWN; what++) {
             if (what == BL_AG && ranks_share(o))
                 continue; /* NCCL cannot put two ranks on one GPU */
@@ -1986,8 +2636,8 @@ static int bl_phase(const bopts_t *o)
         char agms[24] = "-";
         if (isfinite(g_bl[si][BL_AG])) /* none where ranks share GPUs */
             snprintf(agms, sizeof(agms), "%.3f", g_bl[si][BL_AG]);
-        printf("  %-18s all-gather %s ms, ce-gather %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp,
-               agms, g_bl[si][BL_CE], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
+        printf("  %-18s %s %s ms, %s %.3f ms, %s %.3f ms, unfused %.3f ms\n", shp, names[BL_AG],
+               agms, names[BL_CE], g_bl[si][BL_CE], gemm, g_bl[si][BL_GEMM], g_bl[si][BL_UNFUSED]);
         fflush(stdout);
         snprintf(g_where, sizeof(g_where), "shape %s, cleanup", shp);
         if (bl_free(o, gp) != 0)
@@ -2073,7 +2723,9 @@ static void torch_line(const bopts_t *o, const char *line)
 
 /*
  * Runs the --torch-peer script (o->python SCRIPT --world W --shapes ...
- * --dtype --warmup --settle-ms --iters --op) in a process group of its own, its output
+ * --dtype --warmup --settle-ms --iters --op, and for fp8 --b-dtype
+ * --out-dtype --scale [--fast-accum]: PyTorch's scaled fused ops) in a
+ * process group of its own, its output
  * echoed and read into g_bl[][BL_TORCH, BL_TORCH_UNF]; bounded by the
  * shapes' timeouts. Not where ranks share GPUs: PyTorch's op needs a GPU
  * per rank. Its failure or skip is said in g_torch_note.
@@ -2114,7 +2766,25 @@ static void torch_phase(const bopts_t *o)
                     iters,
                     "--op",
                     o->op == OVL_OP_GEMM_RS ? "rs" : "ag",
+                    NULL, /* fp8: the scaled options, below */
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
+    if (o->sc.on) {
+        int at = 16; /* the first NULL above */
+        argv[at++] = "--b-dtype";
+        argv[at++] = (char *)ovl_dtype_name(o->sc.b_dtype);
+        argv[at++] = "--out-dtype";
+        argv[at++] = (char *)ovl_dtype_name(o->sc.out_dtype);
+        argv[at++] = "--scale";
+        argv[at++] = (char *)ovl_scale_mode_name(o->sc.a_mode);
+        if (o->sc.fast_accum)
+            argv[at++] = "--fast-accum";
+    }
     int fd[2];
     if (pipe(fd) != 0) {
         torch_note(true, "PyTorch's peer: pipe: %s", strerror(errno));
@@ -2277,7 +2947,8 @@ static double floor_nccl(int si)
 static int build_rows(const bopts_t *o, row_t *rows)
 {
     int n = 0;
-    size_t es = ovl_dtype_size(o->dtype);
+    /* A's, and what rs's collectives move: C's (the partials) */
+    size_t es = ovl_dtype_size(o->dtype), ces = ovl_dtype_size(c_dtype(o));
     char gemm_name[32];
     gemm_str(gemm_name, sizeof(gemm_name), o);
     for (int si = 0; si < o->nshapes; si++) {
@@ -2288,10 +2959,18 @@ static int build_rows(const bopts_t *o, row_t *rows)
         bool rs = o->op == OVL_OP_GEMM_RS;
         double flop = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K * (double)o->nb /
                       (rs ? (double)o->world : 1.0);
-        double gbytes = (double)sh.M * (double)(rs ? sh.N : sh.K) * (double)es / 1e9;
+        double gbytes = rs ? (double)sh.M * (double)sh.N * (double)ces / 1e9
+                           : (double)sh.M * (double)sh.K * (double)es / 1e9;
+        if (gathers_scales(o)) /* and the rows' fp32 scales, which it moves too */
+            gbytes += (double)sh.M * sizeof(float) / 1e9;
         const double *bl = g_bl[si];
-        const char *names[NBROWS] = {rs ? "reduce-scatter" : "allgather",
-                                     rs ? "ce-reduce-scatter" : "ce-gather",
+        bool gs = gathers_scales(o);
+        const char *names[NBROWS] = {rs   ? "reduce-scatter"
+                                     : gs ? "allgather+scales"
+                                          : "allgather",
+                                     rs   ? "ce-reduce-scatter"
+                                     : gs ? "ce-gather+scales"
+                                          : "ce-gather",
                                      gemm_name,
                                      "unfused",
                                      "floor",
@@ -2589,6 +3268,16 @@ int main(int argc, char **argv)
                     o.world);
             return 2;
         }
+    for (int si = 0; si < o.nshapes && o.sc.on && o.op == OVL_OP_GEMM_RS; si++)
+        if (o.shapes[si].K % o.world != 0 || o.shapes[si].K / o.world % 16 != 0) {
+            char shp[64];
+            shape_str(shp, sizeof(shp), o.shapes[si]);
+            fprintf(stderr,
+                    "ovl-bench: shape %s: --op rs in fp8 needs K/W (W %u) a multiple of 16 "
+                    "(cuBLASLt's fp8 layouts)\n",
+                    shp, o.world);
+            return 2;
+        }
     if (p.err[0]) {
         fprintf(stderr, "ovl-bench: %s\n", p.err);
         return 1;
@@ -2641,8 +3330,41 @@ int main(int argc, char **argv)
     char when[32];
     gmtime_r(&now, &tm);
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    char share[64], bs[48], bs_note[256] = "";
+    char share[64], bs[48], bs_note[256] = "", dts[96], fp8_note[1024] = "";
     share_str(share, sizeof(share), &o);
+    /* the dtype in words: "bf16"; fp8: "fp8e4m3 x fp8e4m3 -> bf16, scales
+     * row/row" */
+    ovl_demo_scaled_describe(&o.sc, o.dtype, dts, sizeof(dts));
+    double tolerance = ovl_demo_scaled_tolerance(&o.sc, o.dtype);
+    if (o.sc.on && o.op == OVL_OP_GEMM_RS)
+        snprintf(fp8_note, sizeof(fp8_note),
+                 "fp8 (scaled): each rank's A %s (M x K/W) and B %s given transposed (N x "
+                 "K/W), fp32 scales by %s on both sides, partials and C in %s, no bias%s. "
+                 "gemm is the rank's scaled cuBLASLt GEMM (ovld_lt_gemm, the call ovld makes) "
+                 "into its %s partials; reduce-scatter and ce-reduce-scatter move and sum them "
+                 "in %s; unfused is the GEMM, then NCCL's reduce-scatter. Every C is checked "
+                 "against a cuBLASLt fp32 product of the dequantized inputs (tolerance %.0e).",
+                 ovl_dtype_name(o.dtype), ovl_dtype_name(o.sc.b_dtype),
+                 ovl_scale_mode_name(o.sc.a_mode), ovl_dtype_name(o.sc.out_dtype),
+                 o.sc.fast_accum ? ", fast accumulation" : "", ovl_dtype_name(o.sc.out_dtype),
+                 ovl_dtype_name(o.sc.out_dtype), tolerance);
+    else if (o.sc.on)
+        snprintf(fp8_note, sizeof(fp8_note),
+                 "fp8 (scaled): A %s (m x K a rank) and B %s given transposed (N x K), fp32 "
+                 "scales by %s on both sides, C in %s, no bias%s. gemm is the scaled cuBLASLt "
+                 "GEMM (ovld_lt_gemm, the call ovld makes); %s; unfused is that all-gather, "
+                 "then the GEMM. Every C is checked against a cuBLASLt fp32 product of the "
+                 "dequantized inputs (tolerance %.0e).",
+                 ovl_dtype_name(o.dtype), ovl_dtype_name(o.sc.b_dtype),
+                 ovl_scale_mode_name(o.sc.a_mode), ovl_dtype_name(o.sc.out_dtype),
+                 o.sc.fast_accum ? ", fast accumulation" : "",
+                 gathers_scales(&o)
+                     ? "allgather+scales and ce-gather+scales move A's fp8 rows and each row's "
+                       "fp32 scale (M x 4 bytes more, in GB/s too), as ovld's plans do: the "
+                       "floors include the scales"
+                     : "the gathers move A's fp8 rows only: by tensor every gathered row is "
+                       "scaled by the rank's own A scale, as in ovld and PyTorch's fused op",
+                 tolerance);
     bs_str(bs, sizeof(bs), &o);
     if (o.op == OVL_OP_GEMM_RS) /* the op, in every header and the table's title */
         snprintf(bs, sizeof(bs), ", GEMM + reduce-scatter (gemm_rs)");
@@ -2654,12 +3376,13 @@ int main(int argc, char **argv)
                  o.nb, o.nb, o.nb);
     printf("ovl-bench: %s x %u, world %u (%s), %s%s; ovld %s; driver (CUDA) %s, runtime %s, "
            "NCCL %s\n",
-           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), bs, p.ovld_version, drv,
-           rt, nccl);
+           p.gpu, gpus_used(&o), o.world, share, dts, bs, p.ovld_version, drv, rt, nccl);
     if (ranks_share(&o))
         printf("ovl-bench: %s\n", SHARED_NOTE);
     if (o.nb > 1)
         printf("ovl-bench: %s\n", bs_note);
+    if (o.sc.on)
+        printf("ovl-bench: %s\n", fp8_note);
     printf("ovl-bench: %d shape%s x %d config%s, warmup %d (settle %d ms), iters %d, check "
            "%s%s%s\n",
            o.nshapes, o.nshapes == 1 ? "" : "s", o.ncfgs, o.ncfgs == 1 ? "" : "s", o.warmup,
@@ -2714,11 +3437,13 @@ int main(int argc, char **argv)
     bool complete = ovl_ok && bl_ok;
     if (res && complete) {
         fprintf(res, "\n## %s — %s x %u, world %u (%s), %s%s\n\n", when, p.gpu, gpus_used(&o),
-                o.world, share, ovl_dtype_name(o.dtype), bs);
+                o.world, share, dts, bs);
         if (ranks_share(&o))
             fprintf(res, "%s\n\n", SHARED_NOTE);
         if (o.nb > 1)
             fprintf(res, "%s\n\n", bs_note);
+        if (o.sc.on)
+            fprintf(res, "%s\n\n", fp8_note);
         fprintf(res,
                 "Driver (CUDA) %s, CUDA runtime %s, NCCL %s, ovld %s; warmup %d (settle %d "
                 "ms), iters %d; check %s%s%s.\n\n",
@@ -2743,7 +3468,7 @@ int main(int argc, char **argv)
 
     printf("\nsummary (%s x %u, world %u (%s), %s%s; median of %d back-to-back ops, max over "
            "ranks):\n",
-           p.gpu, gpus_used(&o), o.world, share, ovl_dtype_name(o.dtype), bs, o.iters);
+           p.gpu, gpus_used(&o), o.world, share, dts, bs, o.iters);
     if (ranks_share(&o))
         printf("  %s\n", SHARED_NOTE);
     print_summary(stdout, &o, false);
@@ -2754,12 +3479,11 @@ int main(int argc, char **argv)
         printf("ovl-bench: FAILED: %s\n", !ovl_ok ? why : g_err);
     else if (nfailed)
         printf("ovl-bench: %d of %d checks FAILED (tolerance %.0e)\n", nfailed, nchecked,
-               ovl_demo_tolerance(o.dtype));
+               tolerance);
     else if (g_torch_failed)
         printf("ovl-bench: FAILED: %s\n", g_torch_note);
     else if (o.check)
-        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked,
-               ovl_demo_tolerance(o.dtype));
+        printf("ovl-bench: all %d checks passed (tolerance %.0e)\n", nchecked, tolerance);
     else
         printf("ovl-bench: results not checked (--no-check)\n");
     return complete && nfailed == 0 && !g_torch_failed ? 0 : 1;

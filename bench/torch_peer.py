@@ -22,6 +22,40 @@ ovl-bench --op rs):
            memory;
   unfused  torch.mm into the M x N partials + dist.reduce_scatter_tensor.
 
+With an fp8 --dtype (fp8e4m3 or fp8e5m2: A's; B's is --b-dtype, fp8e4m3
+unless given; C's --out-dtype, bf16 unless given; --scale tensor or row,
+row unless given, for both sides; --fast-accum) the ops are PyTorch's
+scaled ones, on the layouts torch._scaled_mm takes: A row-major, B a
+transposed N x k weight (k x N, column-major), fp32 scales; by tensor two
+0-dim tensors (A's the same on every rank: the fused op scales every
+gathered row by the rank's own), by row A_scale (rows, 1) and B_scale
+(1, N):
+
+  fused    torch.ops.symm_mem.fused_all_gather_scaled_matmul(A_shard, [B],
+           A_scale, [B_scale], 0, group_name, [None], [None], [out_dtype],
+           [use_fast_accum]) (by row A_scale is (M/W, 1): "row-wise
+           sharded", gathered with the rows); --op rs:
+           fused_scaled_matmul_reduce_scatter(A, B, A_scale, B_scale, "sum",
+           0, 0, group_name, [M, N], None, None, out_dtype, use_fast_accum);
+  unfused  dist.all_gather_into_tensor of A's bytes (and by row of A_scale)
+           + torch._scaled_mm; --op rs: torch._scaled_mm into the M x N
+           partials in out_dtype + dist.reduce_scatter_tensor in out_dtype.
+
+Both are then checked against an fp32 product of the dequantized inputs
+(torch.mm of A * A_scale and B * B_scale in fp32; --op rs: each rank's,
+reduce-scattered in fp32), with ovl-bench's tolerance of the output dtype
+(bf16 1e-2, fp16 2e-3, fp32 5e-4, twice that with --fast-accum); rel_err is
+the worse of the two. Before any rank starts, one small torch._scaled_mm on
+GPU 0 with the run's dtypes, scales and output tells whether this PyTorch
+takes the combination at all (its row-wise kernels did not take every output
+dtype in every release): if not, the script skips (exit 77) naming
+PyTorch's refusal. --dry-run needs no GPU: it parses the arguments, builds
+every shape's tensors as the ranks would, on fake CUDA tensors (shapes,
+strides, dtypes; no data), passes them through torch._scaled_mm's and the
+fused ops' own shape checks, and checks the fp32 reference against
+torch._scaled_mm on a small CPU example (tensor-wise: the CPU's only
+kind).
+
 Each figure is ovl-bench's: `iters` ops back to back on the rank's current
 stream after `warmup` untimed ones, a CUDA event after each op, the median of
 the per-op times, the maximum over ranks; measured in --rounds rounds (fused
@@ -29,7 +63,7 @@ and unfused alternating) of which the fastest counts, because PyTorch's
 fused op varies from run to run (2 x H200, 4096x4096x4096: 0.21 to 0.66 ms
 in five processes): ovl is compared with PyTorch at its best. The fused
 op's C is checked against the unfused one (relative Frobenius error,
-ovl-bench's tolerance).
+ovl-bench's tolerance); fp8: both against an fp32 reference (above).
 
 Output (stdout, rank 0), one line per shape, for ovl-bench to read:
 
@@ -54,6 +88,10 @@ import traceback
 import warnings
 
 TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5}  # ovl-bench's
+# ovl-bench's for a scaled (fp8) op, by output dtype; twice that with fast
+# accumulation (client/demo_scaled.h, ovl_demo_scaled_tolerance)
+FP8_TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 5e-4}
+FP8_DTYPES = ("fp8e4m3", "fp8e5m2")
 SEED = 0x746F726368
 
 
@@ -79,7 +117,21 @@ def parse_args(argv):
                     type=lambda s: [parse_shape(t) for t in s.split(",") if t],
                     help="MxKxN,... with M the gathered rows, divisible by the world (--op "
                     "rs: K too, the whole inner dimension)")
-    ap.add_argument("--dtype", choices=sorted(TOLERANCE), default="bf16")
+    ap.add_argument("--dtype", choices=sorted(TOLERANCE) + list(FP8_DTYPES), default="bf16",
+                    help="A's (and B's and C's unless fp8); fp8e4m3 or fp8e5m2: PyTorch's "
+                    "scaled ops (default bf16)")
+    ap.add_argument("--b-dtype", choices=FP8_DTYPES, default=None,
+                    help="fp8 only: B's (default fp8e4m3; not e5m2 with e5m2)")
+    ap.add_argument("--out-dtype", choices=sorted(FP8_TOLERANCE), default=None,
+                    help="fp8 only: C's (default bf16)")
+    ap.add_argument("--scale", choices=("tensor", "row"), default=None,
+                    help="fp8 only: scales by tensor or by row, both sides (default row)")
+    ap.add_argument("--fast-accum", action="store_true",
+                    help="fp8 only: use_fast_accum (its tolerance is twice the dtype's)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="no GPU: parse, build every shape's tensors as fake CUDA tensors "
+                    "through PyTorch's shape checks, check the reference on a small CPU "
+                    "example, print what would run")
     ap.add_argument("--op", choices=("ag", "rs"), default="ag",
                     help="ag: fused_all_gather_matmul (default); rs: "
                     "fused_matmul_reduce_scatter, K the whole inner dimension")
@@ -98,6 +150,21 @@ def parse_args(argv):
         ap.error("--iters >= 1, --warmup >= 0, --rounds 1 to 20, --settle-ms 0 to 60000")
     if not args.shapes:
         ap.error("--shapes: no shape")
+    args.fp8 = args.dtype in FP8_DTYPES
+    if not args.fp8:
+        if args.b_dtype or args.out_dtype or args.scale or args.fast_accum:
+            ap.error("--b-dtype, --out-dtype, --scale and --fast-accum are for an fp8 --dtype")
+    else:
+        args.b_dtype = args.b_dtype or "fp8e4m3"
+        args.out_dtype = args.out_dtype or "bf16"
+        args.scale = args.scale or "row"
+        if args.dtype == "fp8e5m2" and args.b_dtype == "fp8e5m2":
+            ap.error("--dtype fp8e5m2 with --b-dtype fp8e5m2: no fp8 GEMM takes e5m2 twice")
+        for M, K, N in args.shapes:
+            k = K // args.world if args.op == "rs" else K
+            if k % 16 or N % 16:
+                ap.error("fp8, shape %dx%dx%d: torch._scaled_mm needs %s and N multiples of 16"
+                         % (M, K, N, "K/W" if args.op == "rs" else "K"))
     for M, K, _ in args.shapes:
         if M % args.world:
             ap.error("shape with M=%d: not divisible by the world (%d)" % (M, args.world))
@@ -119,8 +186,55 @@ def settle_ops(args, M, K, N):
     op_ms = 2.0 * M * N * K / 800e12 * 1e3
     if args.op == "rs":
         op_ms /= args.world
+    if args.dtype in FP8_DTYPES:  # ovl-bench's rate for fp8: twice bf16's
+        op_ms /= 2
     n = min(math.ceil(args.settle_ms / op_ms), 5000) if op_ms > 0 else 0
     return max(n, args.warmup)
+
+
+def fp8_tolerance(args):
+    """ovl-bench's tolerance of a scaled op: its output dtype's, twice that
+    with fast accumulation."""
+    tol = FP8_TOLERANCE[args.out_dtype]
+    return 2 * tol if args.fast_accum else tol
+
+
+def torch_dtypes(torch, args):
+    """A's, B's and C's torch dtypes of an fp8 run."""
+    f8 = {"fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
+    out = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    return f8[args.dtype], f8[args.b_dtype], out[args.out_dtype]
+
+
+def scaled_inputs(torch, args, M, K, N, rand, rand_common, device):
+    """One rank's inputs of an fp8 shape, in the layouts torch._scaled_mm
+    takes: A row-major (ag: the shard, M/W x K; rs: M x K/W); W the weight,
+    N x k (k: K, or K/W with --op rs), whose transpose B (k x N,
+    column-major) is the GEMM's B; A_scale and B_scale fp32, by tensor 0-dim
+    tensors (A's from rand_common, the same on every rank), by row (rows of
+    A, 1) and (1, N). rand(*shape): uniform [0, 1) fp32 on device. Data in
+    [-1, 1) rounded to fp8, never zeros; scales in [0.5, 1), as ovl-bench's
+    (client/demo_scaled.h)."""
+    a_dt, b_dt, _ = torch_dtypes(torch, args)
+    rs = args.op == "rs"
+    rows, k = (M, K // args.world) if rs else (M // args.world, K)
+    A = (rand(rows, k) * 2 - 1).to(a_dt)
+    W = (rand(N, k) * 2 - 1).to(b_dt)
+    if args.scale == "row":
+        A_scale = rand(rows, 1) * 0.5 + 0.5
+        B_scale = rand(1, N) * 0.5 + 0.5
+    else:
+        A_scale = (rand_common() * 0.5 + 0.5).to(device)
+        B_scale = rand(()) * 0.5 + 0.5
+    return A, W, W.t(), A_scale, B_scale
+
+
+def scaled_reference(torch, Ag, Ag_scale, W, B_scale, row):
+    """The fp32 product of the dequantized inputs: (Ag * Ag_scale) @ (W *
+    B_scale)^T, W being B's N x k weight (torch.mm in fp32, no TF32)."""
+    a = Ag.float() * Ag_scale  # (rows, 1) or 0-dim: broadcast over the row
+    w = W.float() * (B_scale.t() if row else B_scale)  # (N, 1) or 0-dim
+    return torch.mm(a, w.t())
 
 
 def per_op_ms(torch, fn, warmup, iters):
@@ -158,8 +272,10 @@ def rank_main(rank, args, init_file):
                 enable(gname)
             except Exception:  # noqa: BLE001 - newer releases need no enabling
                 pass
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     rs = args.op == "rs"
+    if args.fp8:
+        return rank_main_scaled(torch, dist, rank, args, group, gname)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     op = torch.ops.symm_mem.fused_matmul_reduce_scatter if rs else \
         torch.ops.symm_mem.fused_all_gather_matmul
     gen = torch.Generator(device="cuda")
@@ -239,8 +355,236 @@ def rank_main(rank, args, init_file):
         sys.exit(1)
 
 
+def describe(args):
+    """The run's dtypes in ovl-bench's words: "fp8e4m3 x fp8e4m3 -> bf16,
+    scales row/row" (", fast_accum")."""
+    return "%s x %s -> %s, scales %s/%s%s" % (args.dtype, args.b_dtype, args.out_dtype, args.scale,
+                                              args.scale, ", fast_accum" if args.fast_accum else "")
+
+
+def scaled_ops(torch, dist, args, group, gname, M, K, N, A, W, B, A_scale, B_scale,
+               device="cuda"):
+    """One fp8 shape's fused and unfused ops over one rank's inputs (on
+    device), and the tensors they write: (fused, unfused, C, extra),
+    fused() returning its C, unfused() writing C; extra: --op ag's gathered
+    A and its scales (by tensor A_scale itself), which unfused() writes."""
+    _, _, out_dt = torch_dtypes(torch, args)
+    fast, row = args.fast_accum, args.scale == "row"
+    if args.op == "rs":  # A M x K/W, B K/W x N; the partials M x N, C M/W x N
+        P = torch.empty(M, N, device=device, dtype=out_dt)
+        C = torch.empty(M // args.world, N, device=device, dtype=out_dt)
+
+        def unfused():
+            torch._scaled_mm(A, B, A_scale, B_scale, out_dtype=out_dt, use_fast_accum=fast,
+                             out=P)
+            dist.reduce_scatter_tensor(C, P, group=group)
+
+        def fused():
+            return torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(
+                A, B, A_scale, B_scale, "sum", 0, 0, gname, [M, N], None, None, out_dt, fast)
+        return fused, unfused, C, None
+    # the shard m x K; the gathered A (and by row its scales) M x K (M x 1)
+    Ag = torch.empty(M, K, device=device, dtype=A.dtype)
+    Sg = torch.empty(M, 1, device=device, dtype=torch.float32) if row else A_scale
+    C = torch.empty(M, N, device=device, dtype=out_dt)
+
+    def unfused():  # fp8 gathered as bytes; the scales (by row) as the fallback does
+        dist.all_gather_into_tensor(Ag.view(torch.uint8), A.view(torch.uint8), group=group)
+        if row:
+            dist.all_gather_into_tensor(Sg, A_scale, group=group)
+        torch._scaled_mm(Ag, B, Sg, B_scale, out_dtype=out_dt, use_fast_accum=fast, out=C)
+
+    def fused():
+        return torch.ops.symm_mem.fused_all_gather_scaled_matmul(
+            A, [B], A_scale, [B_scale], 0, gname, [None], [None], [out_dt], [fast])[1][0]
+    return fused, unfused, C, (Ag, Sg)
+
+
+def rank_main_scaled(torch, dist, rank, args, group, gname):
+    """rank_main for an fp8 --dtype: PyTorch's scaled fused op and its
+    unfused equivalent, each checked against an fp32 product of the
+    dequantized inputs, timed as rank_main times the unscaled ones; the
+    same output lines."""
+    rs = args.op == "rs"
+    row = args.scale == "row"
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is plain fp32
+    gen = torch.Generator(device="cuda")
+    common = torch.Generator()  # A's tensor scale: the same on every rank
+    if rank == 0:
+        print("torch-peer: torch %s, world %d, GPU %s, %s" % (
+            torch.__version__, args.world, torch.cuda.get_device_name(), describe(args)),
+            flush=True)
+    failed = False
+    tol = fp8_tolerance(args)
+    for M, K, N in args.shapes:
+        name = "%dx%dx%d" % (M, K, N)
+        line = None
+        try:
+            gen.manual_seed(SEED + rank)
+            common.manual_seed(SEED)
+            A, W, B, A_scale, B_scale = scaled_inputs(
+                torch, args, M, K, N,
+                lambda *shape: torch.rand(*shape, device="cuda", generator=gen),
+                lambda: torch.rand((), generator=common), "cuda")
+            fused, unfused, C, extra = scaled_ops(torch, dist, args, group, gname, M, K, N, A, W,
+                                                  B, A_scale, B_scale)
+            unfused()
+            got_unf = C.float()
+            got = fused().float()
+            # the reference: fp32 of the dequantized inputs
+            if rs:  # every rank's product, summed by a reduce-scatter in fp32
+                part = scaled_reference(torch, A, A_scale, W, B_scale, row)
+                ref = torch.empty(M // args.world, N, device="cuda", dtype=torch.float32)
+                dist.reduce_scatter_tensor(ref, part, group=group)
+                del part
+            else:  # the gathered A (and scales) the unfused op gathered
+                Ag, Sg = extra
+                ref = scaled_reference(torch, Ag, Sg, W, B_scale, row)
+            rn = ref.norm()
+            err = max(((got - ref).norm() / rn).item(), ((got_unf - ref).norm() / rn).item())
+            del got_unf, ref
+            rounds = []
+            for _ in range(args.rounds):
+                warm = settle_ops(args, M, K, N)
+                t = [per_op_ms(torch, fused, warm, args.iters),
+                     per_op_ms(torch, unfused, warm, args.iters)]
+                v = torch.tensor(t, device="cuda", dtype=torch.float64)
+                dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
+                rounds.append(v.tolist())
+            # a NaN may vanish in a max reduction: every non-finite error is inf
+            v = torch.tensor([err if math.isfinite(err) else math.inf], device="cuda",
+                             dtype=torch.float64)
+            dist.all_reduce(v, op=dist.ReduceOp.MAX)
+            err = v.item()
+            t_fused = min(r[0] for r in rounds)
+            t_unf = min(r[1] for r in rounds)
+            ok = math.isfinite(err) and err < tol  # ovl-bench's test
+            failed |= not ok
+            line = "shape %s fused %.4f unfused %.4f rel_err %.3e rounds %s%s" % (
+                name, t_fused, t_unf, err, "/".join("%.4f" % r[0] for r in rounds),
+                "" if ok else " FAIL")
+            del A, W, B, A_scale, B_scale, C, extra, got
+        except Exception as ex:  # noqa: BLE001 - reported, then the ranks stop
+            failed = True
+            line = "shape %s error %s" % (name, " ".join(repr(ex).split())[:300])
+            # the ranks may now disagree on the collectives they issued: stop here
+            print("torch-peer: " + line, flush=True)
+            raise
+        if rank == 0:
+            print("torch-peer: " + line, flush=True)
+        torch.cuda.empty_cache()
+    dist.barrier()
+    dist.destroy_process_group()
+    if failed:
+        sys.exit(1)
+
+
+def probe_scaled(torch, args):
+    """None if this PyTorch's torch._scaled_mm takes the run's dtypes,
+    scales, output and accumulation on GPU 0 (a 32 x 32 x 32 product), else
+    its refusal in one line."""
+    a_dt, b_dt, out_dt = torch_dtypes(torch, args)
+    dev = torch.device("cuda", 0)
+    A = torch.ones(32, 32, device=dev).to(a_dt)
+    B = torch.ones(32, 32, device=dev).to(b_dt).t()
+    if args.scale == "row":
+        sa, sb = torch.ones(32, 1, device=dev), torch.ones(1, 32, device=dev)
+    else:
+        sa, sb = torch.ones((), device=dev), torch.ones((), device=dev)
+    try:
+        torch._scaled_mm(A, B, sa, sb, out_dtype=out_dt, use_fast_accum=args.fast_accum)
+        torch.cuda.synchronize(dev)
+    except Exception as ex:  # noqa: BLE001 - the refusal is the answer
+        return " ".join(str(ex).split())[:300]
+    return None
+
+
+def dry_run(args):
+    """--dry-run: what the ranks would build and call, through PyTorch's own
+    shape checks on fake CUDA tensors (no GPU, no data), and the fp32
+    reference against torch._scaled_mm on a small CPU example. 0, or 1
+    with the failure said."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    print("torch-peer: dry-run: torch %s, world %d, --op %s, %s" % (
+        torch.__version__, args.world, args.op,
+        describe(args) if args.fp8 else args.dtype), flush=True)
+    if not args.fp8:
+        for M, K, N in args.shapes:
+            print("torch-peer: dry-run: shape %dx%dx%d ok" % (M, K, N))
+        return 0
+    try:  # the fused ops' classification of A's scale (ag)
+        from torch.distributed._symmetric_memory import (
+            _check_and_verify_fp8_all_gather_scale_mode as scale_mode)
+    except ImportError:
+        scale_mode = None
+    rc = 0
+    for M, K, N in args.shapes:
+        name = "%dx%dx%d" % (M, K, N)
+        try:
+            with FakeTensorMode():
+                A, W, B, A_scale, B_scale = scaled_inputs(
+                    torch, args, M, K, N,
+                    lambda *shape: torch.empty(*shape, device="cuda"),
+                    lambda: torch.empty(()), "cuda")
+                _, _, out_dt = torch_dtypes(torch, args)
+                if args.op == "rs":  # the rank's partials, as the fused op's fallback
+                    C = torch._scaled_mm(A, B, A_scale, B_scale, out_dtype=out_dt,
+                                         use_fast_accum=args.fast_accum)
+                    want = (M, N)
+                    if args.scale == "row" and A_scale.shape[:-1] != A.shape[:-1]:
+                        raise ValueError("A_scale %s is not row-wise for A %s"
+                                         % (tuple(A_scale.shape), tuple(A.shape)))
+                    mode = "row-wise" if A_scale.numel() > 1 else "tensor-wise"
+                else:  # the gathered A and (by row) scales, as the unfused op's
+                    Ag = torch.empty(M, K, device="cuda", dtype=A.dtype)
+                    Sg = torch.empty(M, 1, device="cuda") if args.scale == "row" else A_scale
+                    C = torch._scaled_mm(Ag, B, Sg, B_scale, out_dtype=out_dt,
+                                         use_fast_accum=args.fast_accum)
+                    want = (M, N)
+                    mode = scale_mode(A, A_scale, 0, args.world).value if scale_mode else "?"
+                    expect = "row-wise-sharded" if args.scale == "row" else "tensor-wise"
+                    if scale_mode and mode != expect:
+                        raise ValueError("PyTorch reads A_scale %s as %s, not %s"
+                                         % (tuple(A_scale.shape), mode, expect))
+                if tuple(C.shape) != want or C.dtype != out_dt:
+                    raise ValueError("C is %s %s, not %s %s" % (tuple(C.shape), C.dtype, want,
+                                                                 out_dt))
+                print("torch-peer: dry-run: shape %s A %s %s, B %s stride %s %s, A_scale %s, "
+                      "B_scale %s (%s), torch._scaled_mm -> %s %s: ok" % (
+                          name, tuple(A.shape), A.dtype, tuple(B.shape), tuple(B.stride()),
+                          B.dtype, tuple(A_scale.shape), tuple(B_scale.shape), mode,
+                          tuple(C.shape), C.dtype), flush=True)
+        except Exception as ex:  # noqa: BLE001 - said, then the next shape
+            rc = 1
+            print("torch-peer: dry-run: shape %s error %s"
+                  % (name, " ".join(str(ex).split())[:300]), flush=True)
+    # the reference's formula against torch._scaled_mm on the CPU, whose fp8
+    # GEMM takes scales by tensor only: a 64 x 32 x 48 example
+    gen = torch.Generator().manual_seed(SEED)
+    rand = lambda *shape: torch.rand(*shape, generator=gen)  # noqa: E731
+    small = argparse.Namespace(**dict(vars(args), scale="tensor", op="ag", world=1))
+    A, W, B, A_scale, B_scale = scaled_inputs(torch, small, 64, 32, 48, rand, lambda: rand(()),
+                                              "cpu")
+    _, _, out_dt = torch_dtypes(torch, args)
+    try:
+        got = torch._scaled_mm(A, B, A_scale, B_scale, out_dtype=out_dt).float()
+        ref = scaled_reference(torch, A, A_scale, W, B_scale, False)
+        err = ((got - ref).norm() / ref.norm()).item()
+        ok = err < fp8_tolerance(args)
+        rc |= 0 if ok else 1
+        print("torch-peer: dry-run: reference vs torch._scaled_mm on the CPU (64x32x48, by "
+              "tensor): rel_err %.3e %s" % (err, "ok" if ok else "FAIL"), flush=True)
+    except RuntimeError as ex:  # a CPU build without fp8 GEMMs: nothing to compare
+        print("torch-peer: dry-run: no CPU torch._scaled_mm to check the reference against (%s)"
+              % " ".join(str(ex).split())[:200], flush=True)
+    return rc
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.dry_run:
+        return dry_run(args)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     if args.world < 2:
@@ -256,12 +600,21 @@ def main(argv=None):
         import torch.distributed._symmetric_memory  # noqa: F401
     except ImportError as ex:
         skip("torch %s has no symmetric memory (%s)" % (torch.__version__, ex))
-    want = "fused_matmul_reduce_scatter" if args.op == "rs" else "fused_all_gather_matmul"
+    if args.fp8:
+        want = "fused_scaled_matmul_reduce_scatter" if args.op == "rs" else \
+            "fused_all_gather_scaled_matmul"
+    else:
+        want = "fused_matmul_reduce_scatter" if args.op == "rs" else "fused_all_gather_matmul"
     if not hasattr(torch.ops, "symm_mem") or not hasattr(torch.ops.symm_mem, want):
         skip("torch %s has no torch.ops.symm_mem.%s" % (torch.__version__, want))
     ngpu = torch.cuda.device_count()
     if ngpu < args.world:
         skip("world %d needs %d GPUs, one rank each; %d here" % (args.world, args.world, ngpu))
+    if args.fp8:
+        why = probe_scaled(torch, args)
+        if why:
+            skip("torch %s's _scaled_mm does not take %s: %s" % (
+                torch.__version__, describe(args), why))
     with tempfile.TemporaryDirectory(prefix="torch-peer.") as d:
         try:
             mp.spawn(rank_main, args=(args, os.path.join(d, "init")), nprocs=args.world,
