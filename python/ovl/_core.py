@@ -1035,7 +1035,10 @@ class Comm:
         transb=True), a_scale and b_scale float32 (1 element: tensor-wise;
         m, one per row of a, or n, one per column: row-wise), bias None or n
         elements of out_dtype (bf16, fp16 or fp32; default: out's, else
-        bf16), fast_accum: cuBLASLt's fast fp8 accumulation. One B.
+        bf16), fast_accum: cuBLASLt's fast fp8 accumulation. Several Bs (b a
+        list): b_scale a list of one per B, bias None or one per B, out None
+        or one per B; the Bs share their dtype, the output's and their
+        scales' mode.
         out = sa(i) sb(j) sum_l gather(a)[i][l] b[l][j] + bias[j]; with one
         a_scale, every rank's rows are scaled by this rank's (as PyTorch's
         fused op); a_out is fp8 as a (python/README.md, "Scaled ops").
@@ -1415,46 +1418,75 @@ class Comm:
                                   streams, stream, async_op, a_scale, b_scale, out_dtype, bias,
                                   fast_accum, dtype):
         single = not isinstance(b, (list, tuple))
-        if not single:
-            if len(b) != 1:
-                raise InvalidArgument("%d Bs given: a scaled op takes one B (ovl_scaling_t): "
-                                      "call once per B" % len(b))
-            b = b[0]
-            if out is not None:
-                if not isinstance(out, (list, tuple)) or len(out) != 1:
-                    raise InvalidArgument("out: a list of one output for a list of one b")
-                out = out[0]
-        elif isinstance(out, (list, tuple)):
-            raise InvalidArgument("out: a list for a single b")
+        bs = [b] if single else list(b)
+        if not bs:
+            raise InvalidArgument("b: an empty list")
+        if len(bs) > _lib.MAX_BS:
+            raise InvalidArgument("%d Bs given: an op takes at most %d" % (len(bs), _lib.MAX_BS))
+        # several Bs: b_scale, bias and out are lists of one per B (bias: all
+        # None, or one for every B: ovld takes a bias on every B or on none)
+        def per_b(name, v, may_be_none):
+            if single:
+                if isinstance(v, (list, tuple)):
+                    raise InvalidArgument("%s: a list for a single b" % name)
+                return [v]
+            if v is None and may_be_none:
+                return [None] * len(bs)
+            if not isinstance(v, (list, tuple)) or len(v) != len(bs):
+                raise InvalidArgument("%s: a list of %d, one per B" % (name, len(bs)))
+            return list(v)
+        sbs = per_b("b_scale", b_scale, False)
+        biases = per_b("bias", bias, True)
+        outs = per_b("out", out, True)
+        if not single and any(x is None for x in biases) and any(x is not None for x in biases):
+            raise InvalidArgument("bias: given for some Bs only; a scaled op's Bs have a bias "
+                                  "each, or none")
         self._check_opts(algo, _lib.AG_ALGOS, chunks, streams)
         self._handle()  # a closed comm says so before the arguments are looked at
         cuda = self.client.backend != "host"
-        A, B, code_out, sa, sb, BI, fast = self._scaled_inputs(
-            a, b, transb, dtype, a_scale, b_scale, out_dtype, bias, fast_accum, out)
+        per = [self._scaled_inputs(a, bi, transb, dtype, a_scale, sbi, out_dtype, biasi,
+                                   fast_accum, oi)
+               for bi, sbi, biasi, oi in zip(bs, sbs, biases, outs)]
+        A, B0, code_out, sa, sb0, _, fast = per[0]
+        for i, (_, Bi, code_i, _, sbi, _, _) in enumerate(per[1:], 1):
+            # what the Bs of one op share (ovl_scaling_t): B's dtype, the output's, B's mode
+            if Bi.dtype != B0.dtype or code_i != code_out or sbi[1] != sb0[1]:
+                raise InvalidArgument("b[%d]: its dtype, the output's dtype and its scales' mode "
+                                      "must be b[0]'s (one scaled op shares them)" % i)
         m, k = A.shape()
-        n = B.rows
         rows = self.world * m
-        if out is None:
-            out = self._alloc_code(A, (rows, n), code_out)
-        C = self._scaled_out("out", out, (rows, n), code_out)
+        Cs, written, read = [], [], [A, sa[0]]
+        for i, (_, Bi, _, _, sbi, BIi, _) in enumerate(per):
+            n = Bi.rows
+            if outs[i] is None:
+                outs[i] = self._alloc_code(A, (rows, n), code_out)
+            Cs.append(self._scaled_out("out" if single else "out[%d]" % i, outs[i], (rows, n),
+                                       code_out))
+            read += [Bi, sbi[0]] + ([BIi] if BIi else [])
+        written += Cs
         if a_out is None and return_a:
             a_out = self._alloc_code(A, (rows, k), A.dtype)
             if np is not None and isinstance(a, np.ndarray) and a.dtype == np.uint8:
                 a_out = a_out.view(np.uint8)  # codes, as a is given
         AO = self._scaled_out("a_out", a_out, (rows, k), A.dtype) if a_out is not None else None
-        written = [C] + ([AO] if AO else [])
-        read = [A, B, sa[0], sb[0]] + ([BI] if BI else [])
+        written += [AO] if AO else []
         self._no_overlap(written, read)
         stream_ptr = self._stream_for(stream, read + written, cuda)
-        sc = self._scaling(B, code_out, sa, sb, BI, fast)
+        sc = self._scaling(B0, code_out, sa, sb0, per[0][5], fast)
+        more = (_lib.MoreB * max(1, len(bs) - 1))()
+        for i in range(1, len(bs)):
+            Bi, sbi, BIi = per[i][1], per[i][4], per[i][5]
+            more[i - 1] = _lib.MoreB(b=Bi.ptr, ldb=Bi.ld, c=Cs[i].ptr, ldc=Cs[i].ld, n=Bi.rows,
+                                     b_scale=sbi[0].ptr, bias=BIi.ptr if BIi else None)
         d = _lib.AgGemmDesc(
-            a=A.ptr, lda=A.ld, b=B.ptr, ldb=B.ld, transb=1, c=C.ptr, ldc=C.ld,
-            a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0, m=m, n=n, k=k,
-            dtype=A.dtype, algo=_lib.ALGOS[algo], chunks=chunks, streams=streams, nb=1,
-            more_bs=None, scaling=ctypes.addressof(sc))
+            a=A.ptr, lda=A.ld, b=B0.ptr, ldb=B0.ld, transb=1, c=Cs[0].ptr, ldc=Cs[0].ld,
+            a_out=AO.ptr if AO else None, lda_out=AO.ld if AO else 0, m=m, n=B0.rows, k=k,
+            dtype=A.dtype, algo=_lib.ALGOS[algo], chunks=chunks, streams=streams, nb=len(bs),
+            more_bs=ctypes.cast(more, ctypes.POINTER(_lib.MoreB)) if len(bs) > 1 else None,
+            scaling=ctypes.addressof(sc))
         self._submit(self._lib.ovl_allgather_gemm, d, stream_ptr, cuda, async_op,
-                     (a, b, out, a_out, a_scale, b_scale, bias))
-        res = out if single else [out]
+                     (a, b, outs, a_out, a_scale, b_scale, bias, more))
+        res = outs[0] if single else outs
         return (res, a_out) if return_a else res
 
     def _scaled_matmul_reduce_scatter(self, a, b, reduce_op, out, transb, algo, chunks, streams,

@@ -526,9 +526,22 @@ def _sag_fake(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, re
     return _sag_layout(A_shard, gather_dim, ws, [B.shape[1] for B in Bs], out_dtypes)
 
 
+def _one_scaled_op(Bs, B_scales, biases, out_dtypes, use_fast_accum):
+    """Whether the Bs fit one ovl scaled op: one B, or Bs of one dtype, one
+    output dtype, one fast_accum, their scales of one shape kind (one, or
+    one per column) and a bias on every B or on none (ovl_scaling_t)."""
+    def kind(t):
+        return "tensor" if t.numel() == 1 else "row"
+    return (len({B.dtype for B in Bs}) == 1 and len(set(out_dtypes)) == 1
+            and len({bool(f) for f in use_fast_accum}) == 1
+            and len({kind(t) for t in B_scales}) == 1
+            and len({b is None for b in biases}) == 1)
+
+
 def _sag_run(comm, A_shard, Bs, A_scale, B_scales, gd, biases, out_dtypes, use_fast_accum):
-    """ovl's scaled all-gather + GEMM, ONE ovl op per B (ovl's scaled op
-    takes one B; A is gathered by each, a_out kept from the first): A_shard
+    """ovl's scaled all-gather + GEMM: one ovl op for every B where they fit
+    one (_one_scaled_op), else one per B (A gathered by each, a_out kept
+    from the first): A_shard
     with gather_dim moved to the front, flattened to rows x K, its scales
     (one; this rank's rows; or this rank's share of the replicated ones)
     alike; B as _scaled_mm takes it (K x N column-major) goes to ovld as
@@ -548,13 +561,20 @@ def _sag_run(comm, A_shard, Bs, A_scale, B_scales, gd, biases, out_dtypes, use_f
         sa = A_scale.movedim(gd, 0).chunk(ws)[comm.rank].reshape(-1).contiguous()
     stream = _stream_of(x2)
     a_out = torch.empty((ws * rows, k), dtype=A_shard.dtype, device=A_shard.device)
-    outs = []
-    for i, B in enumerate(Bs):
-        o = torch.empty((ws * rows, B.shape[1]), dtype=out_dtypes[i], device=A_shard.device)
-        comm.all_gather_matmul(x2, B, out=o, a_out=a_out if i == 0 else None, a_scale=sa,
-                               b_scale=B_scales[i], out_dtype=out_dtypes[i], bias=biases[i],
-                               fast_accum=bool(use_fast_accum[i]), stream=stream)
-        outs.append(o)
+    outs = [torch.empty((ws * rows, B.shape[1]), dtype=out_dtypes[i], device=A_shard.device)
+            for i, B in enumerate(Bs)]
+    if _one_scaled_op(Bs, B_scales, biases, out_dtypes, use_fast_accum):
+        # the Bs share what one scaled op shares: A is gathered once for all
+        comm.all_gather_matmul(x2, list(Bs), out=outs, a_out=a_out, a_scale=sa,
+                               b_scale=list(B_scales), out_dtype=out_dtypes[0],
+                               bias=None if biases[0] is None else list(biases),
+                               fast_accum=bool(use_fast_accum[0]), stream=stream)
+    else:
+        for i, B in enumerate(Bs):
+            comm.all_gather_matmul(x2, B, out=outs[i], a_out=a_out if i == 0 else None,
+                                   a_scale=sa, b_scale=B_scales[i], out_dtype=out_dtypes[i],
+                                   bias=biases[i], fast_accum=bool(use_fast_accum[i]),
+                                   stream=stream)
     A = a_out.view(lead + [k]).movedim(0, gd)
     outs = [o.view(lead + [o.shape[1]]).movedim(0, gd) for o in outs]
     a_st, o_st = _sag_strides(tuple(A_shard.shape), A_shard.dtype, gd, ws,

@@ -387,6 +387,37 @@ def test_one_comm_varied_scaling():
         comm.check()
 
 
+def test_ag_several_bs():
+    """One scaled all-gather + GEMM of three Bs at world 1, each B with its
+    own scales (row and tensor) and bias: each out is its B's scaled product
+    with them (float64 reference of the dequantized inputs), in one op."""
+    d = daemon()
+    rng = np.random.default_rng(5)
+    m, k, ns = 4, 32, (8, 16, 24)
+    with ovl.connect(d.socket) as c, c.comm(c.new_job_id("pyscaled-bs"), 1, 0, 0) as comm:
+        before = ops_by_kind(d).get("ag_gemm", 0)
+        a = fp8_array(c, rng.uniform(-2, 2, (m, k)), E4, False)
+        sa = scale_array(c, rng.uniform(0.5, 1, m), (m, 1))
+        ws = [fp8_array(c, rng.uniform(-2, 2, (n, k)), E5, False) for n in ns]
+        sbs = [scale_array(c, rng.uniform(0.5, 1, n), (1, n)) for n in ns]
+        biases = []
+        for n in ns:
+            b = c.empty((n,), "fp32")
+            b[...] = rng.uniform(-1, 1, n).astype(np.float32)
+            biases.append(b)
+        outs = comm.all_gather_matmul(a, [w.T for w in ws], a_scale=sa, b_scale=sbs,
+                                      bias=biases, out_dtype="fp32", dtype=(E4, E5))
+        assert isinstance(outs, list) and len(outs) == 3
+        av = ovl.fp8_to_float32(a, E4).astype(np.float64) * sa.astype(np.float64)
+        for w, sb, b, out in zip(ws, sbs, biases, outs):
+            wv = ovl.fp8_to_float32(w, E5).astype(np.float64)
+            ref = av @ wv.T * sb.astype(np.float64) + b.astype(np.float64)[None, :]
+            err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+            assert out.shape == ref.shape and err <= TOL["fp32"], (out.shape, err)
+        comm.check()
+        assert ops_by_kind(d).get("ag_gemm", 0) == before + 1  # one op for the three Bs
+
+
 def expect(exc, fn, *args, **kw):
     want = kw.pop("words", None)
     try:
@@ -496,7 +527,10 @@ def test_refusals():
             shared = c.zeros((m + m, max(n, k)), "bf16")
             expect(IA, f, a, w.T, out=shared[:m, :n], bias=shared[m - 1, :n], **ok,
                    words="overlaps")
-        expect(IA, ag, a, [w.T, w.T], **ok, words="a scaled op takes one B")
+        # several Bs: a list of b_scale (and bias, and out) of one per B
+        expect(IA, ag, a, [w.T, w.T], **ok, words="b_scale: a list of 2, one per B")
+        expect(IA, ag, a, [w.T, w.T], a_scale=sa, b_scale=[sb, sb], bias=[None, sb],
+               words="given for some Bs only")
         expect(IA, ag, a, w.T, out=[c.zeros((m, n), "bf16")], **ok,
                words="a list for a single b")
         expect(IA, ag, a, w.T, a_out=c.zeros((m, k), "fp32"), **ok, words="a_out")
@@ -578,7 +612,7 @@ if __name__ == "__main__":
     try:
         run_tests([test_fp8_codes, test_empty_fp8, test_ag_world_1, test_ag_world_2,
                    test_rs_world_1, test_rs_world_2, test_refusals, test_unscaled_unchanged,
-                   test_one_comm_varied_scaling, test_daemon_stops_clean])
+                   test_one_comm_varied_scaling, test_ag_several_bs, test_daemon_stops_clean])
     finally:
         if D is not None:
             D.cleanup()

@@ -282,11 +282,19 @@ class FakeComm:
 
     def all_gather_matmul(self, a, b, *, out, a_out=None, a_scale, b_scale, out_dtype, bias=None,
                           fast_accum=False, stream=None):
-        assert out.dtype == out_dtype and out.shape == (self.world * a.shape[0], b.shape[1])
         ws = self.world
         self.calls.append(a_scale.clone())
         sa = a_scale.reshape(-1).repeat(ws) if a_scale.numel() > 1 else a_scale
-        out.copy_(self._product(a.repeat(ws, 1), b, sa, b_scale, bias).to(out.dtype))
+        # several Bs (one op): lists of b, b_scale, out, and bias (or None)
+        bs = b if isinstance(b, list) else [b]
+        sbs = b_scale if isinstance(b, list) else [b_scale]
+        outs = out if isinstance(b, list) else [out]
+        biases = (bias if bias is not None else [None] * len(bs)) if isinstance(b, list) \
+            else [bias]
+        assert len(sbs) == len(outs) == len(biases) == len(bs)
+        for bi, sbi, oi, biasi in zip(bs, sbs, outs, biases):
+            assert oi.dtype == out_dtype and oi.shape == (ws * a.shape[0], bi.shape[1])
+            oi.copy_(self._product(a.repeat(ws, 1), bi, sa, sbi, biasi).to(oi.dtype))
         if a_out is not None:
             a_out.copy_(a.repeat(ws, 1))
 
@@ -301,6 +309,36 @@ class FakeComm:
 
 def fp8(shape, gen, dtype=E4):
     return (torch.rand(shape, generator=gen) * 4 - 2).to(dtype)
+
+
+def test_scaled_ag_one_op_for_bs():
+    """Bs that share what one ovl scaled op shares (dtype, out dtype, fast
+    accumulation, scale kind, a bias each) go to ovl as ONE op (A gathered
+    once), with the values of PyTorch's definition; Bs that differ in one
+    of those go as an op each."""
+    gen = torch.Generator().manual_seed(3)
+    A_shard = fp8((6, 32), gen)
+    sa = torch.rand((6, 1), generator=gen) + 0.5
+    Bs = [col_major(32, 16, E4, "cpu").copy_(fp8((32, 16), gen, torch.float32))
+          for _ in range(3)]
+    bsc = [torch.rand((1, 16), generator=gen) + 0.5 for _ in range(3)]
+    biases = [torch.rand(16, generator=gen).to(torch.bfloat16) for _ in range(3)]
+    ods = [torch.bfloat16] * 3
+    comm = FakeComm(2, 1)
+    A, outs = ot._sag_run(comm, A_shard, Bs, sa, bsc, 0, biases, ods, [False] * 3)
+    assert len(comm.calls) == 1, len(comm.calls)
+    a64 = torch.cat([A_shard] * 2).double() * torch.cat([sa] * 2).double()
+    for B, s_, b, o in zip(Bs, bsc, biases, outs):
+        want = (a64 @ B.double()) * s_.double().reshape(-1) + b.double()
+        torch.testing.assert_close(o.double(), want.to(torch.bfloat16).double(), rtol=1e-2,
+                                   atol=1e-2)
+    for differ in ("fast", "bias", "kind"):
+        comm = FakeComm(2, 1)
+        fast = [False, True, False] if differ == "fast" else [False] * 3
+        bs_ = [None, biases[1], biases[2]] if differ == "bias" else biases
+        sc_ = [bsc[0], torch.rand((), generator=gen), bsc[2]] if differ == "kind" else bsc
+        ot._sag_run(comm, A_shard, Bs, sa, sc_, 0, bs_, ods, fast)
+        assert len(comm.calls) == 3, (differ, len(comm.calls))
 
 
 def test_scaled_ag_through_ovl():
@@ -614,7 +652,8 @@ if __name__ == "__main__":
         run_tests([test_install_uninstall, test_scaled_not_routed_on_another_schema,
                    test_old_pytorch_refused, test_falls_back_once_per_reason,
                    test_scaled_schemas, test_scaled_ag_fake, test_scaled_rs_fake,
-                   test_scaled_ag_through_ovl, test_scaled_rs_through_ovl,
+                   test_scaled_ag_through_ovl, test_scaled_ag_one_op_for_bs,
+                   test_scaled_rs_through_ovl,
                    test_scaled_ovl_ops_fall_back, test_scaled_install_falls_back_once_per_reason,
                    test_group_comm_on_first_use, test_env_install,
                    test_env_install_failure_keeps_import])
