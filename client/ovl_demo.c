@@ -315,7 +315,7 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
         memset(hb->aout, 0xff, W * m * ldo * es);
     double t0 = ovl_mono_s();
     if (st == OVL_OK)
-        st = ovl_demo_submit_loop(comm, &d, NULL, o->iters, o->timing, rs);
+        st = ovl_demo_submit_loop(comm, (ovl_demo_op_t){.ag = &d}, NULL, o->iters, o->timing, rs);
     if (st == OVL_OK)
         st = ovl_comm_synchronize(comm);
     rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
@@ -339,7 +339,8 @@ static bool host_run_algo(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm,
         for (uint64_t i = 0; i < W * m && rs->a_out_ok; i++)
             rs->a_out_ok =
                 memcmp((char *)hb->aout + i * ldo * es, (char *)hb->ga + i * k * es, k * es) == 0;
-    if (o->timing && (st = ovl_demo_paced_submits(comm, &d, NULL, o->iters, rs)) != OVL_OK) {
+    if (o->timing && (st = ovl_demo_paced_submits(comm, (ovl_demo_op_t){.ag = &d}, NULL, o->iters,
+                                                  rs)) != OVL_OK) {
         rs->status = st;
         snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
         return false;
@@ -408,11 +409,14 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
         for (uint64_t i = 0; i < m && ldc > n; i++) /* the columns past C's */
             memset((char *)c + (i * ldc + n) * ces, 0xa5, (ldc - n) * ces);
         double t0 = ovl_mono_s();
-        for (int i = 0; st == OVL_OK && i < o->iters; i++)
-            st = ovl_gemm_reduce_scatter(comm, &d, NULL);
+        if (st == OVL_OK)
+            st = ovl_demo_submit_loop(comm, (ovl_demo_op_t){.rs = &d}, NULL, o->iters, o->timing,
+                                      rs);
         if (st == OVL_OK)
             st = ovl_comm_synchronize(comm);
         rs->ms = (ovl_mono_s() - t0) * 1e3 / o->iters;
+        if (st == OVL_OK && o->timing)
+            st = ovl_demo_paced_submits(comm, (ovl_demo_op_t){.rs = &d}, NULL, o->iters, rs);
         rs->status = st;
         rs->a_out_ok = true;
         if (st != OVL_OK) {

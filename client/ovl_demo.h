@@ -206,13 +206,26 @@ static inline uint64_t ovl_demo_elapsed_ns(const struct timespec *t0, const stru
            (uint64_t)t0->tv_nsec;
 }
 
+/* One op of either kind, as the loops below submit it: ag's descriptor,
+ * or rs's (the other NULL). */
+typedef struct ovl_demo_op {
+    const ovl_ag_gemm_desc_t *ag;
+    const ovl_gemm_rs_desc_t *rs;
+} ovl_demo_op_t;
+
+static inline ovl_status_t ovl_demo_submit(ovl_comm_t *comm, ovl_demo_op_t d, void *stream)
+{
+    return d.ag ? ovl_allgather_gemm(comm, d.ag, stream)
+                : ovl_gemm_reduce_scatter(comm, d.rs, stream);
+}
+
 /* Submits d iters times back to back on stream (NULL: the host backend's
  * none), until the first failure. With timing, the p50 and p99 of each
- * call's host time (ovl_allgather_gemm alone) go into rs (0 without): where
+ * call's host time (the submit call alone) go into rs (0 without): where
  * ovld or the GPU is slower than the calls, that includes waiting at the
  * submit window. */
-static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *d,
-                                                void *stream, int iters, bool timing, result_t *rs)
+static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, ovl_demo_op_t d, void *stream,
+                                                int iters, bool timing, result_t *rs)
 {
     uint64_t *ns = timing ? (uint64_t *)malloc((size_t)iters * sizeof(*ns)) : NULL;
     ovl_status_t st = OVL_OK;
@@ -221,7 +234,7 @@ static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, const ovl_ag_g
         struct timespec t0, t1;
         if (ns)
             clock_gettime(CLOCK_MONOTONIC, &t0);
-        st = ovl_allgather_gemm(comm, d, stream);
+        st = ovl_demo_submit(comm, d, stream);
         if (ns) {
             clock_gettime(CLOCK_MONOTONIC, &t1);
             ns[done] = ovl_demo_elapsed_ns(&t0, &t1);
@@ -243,8 +256,8 @@ static inline ovl_status_t ovl_demo_submit_loop(ovl_comm_t *comm, const ovl_ag_g
  * each call's host time go into rs->paced_*. Every rank runs it (the ops
  * are the job's).
  */
-static inline ovl_status_t ovl_demo_paced_submits(ovl_comm_t *comm, const ovl_ag_gemm_desc_t *d,
-                                                  void *stream, int iters, result_t *rs)
+static inline ovl_status_t ovl_demo_paced_submits(ovl_comm_t *comm, ovl_demo_op_t d, void *stream,
+                                                  int iters, result_t *rs)
 {
     uint64_t *ns = (uint64_t *)malloc((size_t)iters * sizeof(*ns));
     if (!ns)
@@ -256,7 +269,7 @@ static inline ovl_status_t ovl_demo_paced_submits(ovl_comm_t *comm, const ovl_ag
             break;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        st = ovl_allgather_gemm(comm, d, stream);
+        st = ovl_demo_submit(comm, d, stream);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         ns[done] = ovl_demo_elapsed_ns(&t0, &t1);
     }

@@ -115,7 +115,7 @@ static int rank_scaled(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             OVL_DEMO_CK(cudaMemsetAsync(aout, 0xff, o_bytes, s));
         OVL_DEMO_CK(cudaEventRecord(e0, s));
         if (st == OVL_OK)
-            st = ovl_demo_submit_loop(comm, &d, s, o->iters, o->timing, rs);
+            st = ovl_demo_submit_loop(comm, (ovl_demo_op_t){.ag = &d}, s, o->iters, o->timing, rs);
         OVL_DEMO_CK(cudaEventRecord(e1, s));
         if (st == OVL_OK)
             OVL_DEMO_CK(cudaStreamSynchronize(s));
@@ -137,7 +137,8 @@ static int rank_scaled(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             OVL_DEMO_CK(cudaMemcpy(ho, aout, o_bytes, cudaMemcpyDeviceToHost));
             rs->a_out_ok = memcmp(ho, ga, o_bytes) == 0; /* a copy: exact */
         }
-        if (o->timing && (st = ovl_demo_paced_submits(comm, &d, s, o->iters, rs)) != OVL_OK) {
+        if (o->timing && (st = ovl_demo_paced_submits(comm, (ovl_demo_op_t){.ag = &d}, s, o->iters,
+                                                      rs)) != OVL_OK) {
             rs->status = st;
             snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
             break;
@@ -249,7 +250,7 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             OVL_DEMO_CK(cudaMemsetAsync(aout, 0xff, W * m * ldo * es, s));
         OVL_DEMO_CK(cudaEventRecord(e0, s));
         if (st == OVL_OK)
-            st = ovl_demo_submit_loop(*comm, &d, s, o->iters, o->timing, rs);
+            st = ovl_demo_submit_loop(*comm, (ovl_demo_op_t){.ag = &d}, s, o->iters, o->timing, rs);
         OVL_DEMO_CK(cudaEventRecord(e1, s));
         if (st == OVL_OK)
             OVL_DEMO_CK(cudaStreamSynchronize(s));
@@ -286,7 +287,8 @@ int ovl_demo_rank_cuda(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
             OVL_DEMO_CK(cudaStreamSynchronize(s));
             rs->a_out_ok = ovl_demo_rel_error(h) == 0; /* a copy: exact */
         }
-        if (o->timing && (st = ovl_demo_paced_submits(*comm, &d, s, o->iters, rs)) != OVL_OK) {
+        if (o->timing && (st = ovl_demo_paced_submits(*comm, (ovl_demo_op_t){.ag = &d}, s, o->iters,
+                                                      rs)) != OVL_OK) {
             rs->status = st;
             snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
             break;

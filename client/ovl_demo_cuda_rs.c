@@ -106,8 +106,8 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
         OVL_DEMO_CK(cudaMemsetAsync(c, 0xa5, c_bytes, s));
         OVL_DEMO_CK(cudaMemset2DAsync(c, ldc * ces, 0xff, n * ces, m, s));
         OVL_DEMO_CK(cudaEventRecord(e0, s));
-        for (int i = 0; st == OVL_OK && i < o->iters; i++)
-            st = ovl_gemm_reduce_scatter(*comm, &d, s);
+        if (st == OVL_OK)
+            st = ovl_demo_submit_loop(*comm, (ovl_demo_op_t){.rs = &d}, s, o->iters, o->timing, rs);
         OVL_DEMO_CK(cudaEventRecord(e1, s));
         if (st == OVL_OK)
             OVL_DEMO_CK(cudaStreamSynchronize(s));
@@ -132,6 +132,12 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
                     i = m;
                     break;
                 }
+        if (o->timing && (st = ovl_demo_paced_submits(*comm, (ovl_demo_op_t){.rs = &d}, s, o->iters,
+                                                      rs)) != OVL_OK) {
+            rs->status = st;
+            snprintf(rs->msg, sizeof(rs->msg), "paced submits: %s", ovl_last_error(cl));
+            break;
+        }
     }
     rc = 0;
 out:

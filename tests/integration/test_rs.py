@@ -149,6 +149,23 @@ def test_rs_default_algo():
             d.cleanup()
 
 
+def test_rs_timing():
+    """ovl-demo --op rs --timing times each submit call as the all-gather
+    kind's does: back to back and paced, p50 and p99, every algorithm."""
+    d = Daemon(config="host_devices = 2\n")
+    try:
+        out = rs_demo(d, 2, 16, 8, 24, "fp32", ["--timing"], "rs-timing", iters=12).stdout
+        assert "submit p50 us  submit p99 us  paced p50 us  paced p99 us" in out, out
+        for algo in ("naive", "collective", "ring", "push"):
+            row = [l for l in out.splitlines() if l.startswith(algo + " ")]
+            assert len(row) == 1 and row[0].rstrip().endswith("OK"), out
+            cols = [float(x) for x in row[0].split()[4:8]]
+            assert all(c > 0 for c in cols), (algo, row[0])
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+
+
 def test_rs_rank_killed():
     """A rank of a running GEMM + reduce-scatter job SIGKILLed, with
     collective and with push: the others' ops fail (no hang), ovld frees the
@@ -166,5 +183,5 @@ def test_rs_rank_killed():
 
 
 if __name__ == "__main__":
-    run_tests([test_rs_counted_planned_refused, test_rs_default_algo, test_rs_matrix,
+    run_tests([test_rs_timing, test_rs_counted_planned_refused, test_rs_default_algo, test_rs_matrix,
                test_rs_rank_killed])
