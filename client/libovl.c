@@ -1540,6 +1540,10 @@ static ovl_status_t scaled_begin(ovl_client_t *cl, ovl_dtype_t dtype, const ovl_
     if (!ovl_dtype_is_fp8(sc->b_dtype))
         return fail(cl, OVL_ERR_INVALID, "b_dtype %d: a scaled op's B is fp8e4m3 or fp8e5m2",
                     (int)sc->b_dtype);
+    if (dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2)
+        return fail(cl, OVL_ERR_INVALID,
+                    "fp8e5m2 times fp8e5m2: cuBLASLt has no such GEMM (one "
+                    "of A and B must be fp8e4m3)");
     if (ovl_dtype_size(sc->out_dtype) == 0 || ovl_dtype_is_fp8(sc->out_dtype))
         return fail(cl, OVL_ERR_INVALID, "out_dtype %d: a scaled op writes bf16, fp16 or fp32",
                     (int)sc->out_dtype);
@@ -1671,8 +1675,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         uint64_t bc = sc->b_mode == OVL_SCALE_ROW ? x->n : 1;
         if ((x->bias != NULL) != (sc->bias != NULL))
             return fail(cl, OVL_ERR_INVALID,
-                        "B %u %s a bias and B 0 %s: a scaled op's Bs have a bias each, or none", i,
-                        x->bias ? "has" : "has no", sc->bias ? "has" : "has none");
+                        "B %u has %s bias and B 0 %s: a scaled op's Bs have a bias each, or none",
+                        i, x->bias ? "a" : "no", sc->bias ? "has one" : "has none");
         if ((st = bufref(cl, sn, x->b_scale, 1, bc, bc, sizeof(float), &ms[i - 1])) != OVL_OK ||
             (x->bias && (st = bufref(cl, biasn, x->bias, 1, x->n, x->n,
                                      ovl_dtype_size(sc->out_dtype), &mbias[i - 1])) != OVL_OK))

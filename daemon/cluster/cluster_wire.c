@@ -216,6 +216,41 @@ static ovl_status_t take_start(const Ovlcl__JobStart *s, ovld_cluster_msg_t *ret
     return OVL_OK;
 }
 
+/* An OpReady's scaling, checked as ovld checks a client's (request.c): a
+ * peer's words are no more trusted. */
+static ovl_status_t take_scaling(const Ovlcl__OpReady *r, uint32_t dtype, ovld_scaling_desc_t *sc,
+                                 bool *has_bias, const char *msg, char *err, size_t errlen)
+{
+    bool fp8 = ovl_dtype_is_fp8((ovl_dtype_t)dtype);
+    *sc = (ovld_scaling_desc_t){.scaled = false};
+    *has_bias = false;
+    if (!r->scaled) {
+        if (fp8 || r->b_dtype || r->out_dtype || r->a_mode || r->b_mode || r->fast_accum ||
+            r->has_bias)
+            return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                            "protocol error: %s: %s without its scaling", msg,
+                            fp8 ? "an fp8 op" : "an op's scaling fields");
+        return OVL_OK;
+    }
+    if (!fp8 || !r->transb || r->b_dtype >= OVL_DTYPE_COUNT ||
+        !ovl_dtype_is_fp8((ovl_dtype_t)r->b_dtype) ||
+        (dtype == OVL_DTYPE_FP8_E5M2 && r->b_dtype == OVL_DTYPE_FP8_E5M2) ||
+        r->out_dtype >= OVL_DTYPE_COUNT || ovl_dtype_is_fp8((ovl_dtype_t)r->out_dtype) ||
+        r->a_mode >= OVL_SCALE_MODE_COUNT || r->b_mode >= OVL_SCALE_MODE_COUNT)
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
+                        "protocol error: %s: a scaling no op may have (dtype %u, b_dtype %" PRIu64
+                        ", out_dtype %" PRIu64 ", modes %" PRIu64 "/%" PRIu64 ", transb %d)",
+                        msg, dtype, r->b_dtype, r->out_dtype, r->a_mode, r->b_mode, r->transb);
+    *sc = (ovld_scaling_desc_t){.scaled = true,
+                                .b_dtype = (uint32_t)r->b_dtype,
+                                .out_dtype = (uint32_t)r->out_dtype,
+                                .a_mode = (uint32_t)r->a_mode,
+                                .b_mode = (uint32_t)r->b_mode,
+                                .fast_accum = r->fast_accum};
+    *has_bias = r->has_bias;
+    return OVL_OK;
+}
+
 static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret, const char *msg,
                                char *err, size_t errlen)
 {
@@ -265,6 +300,9 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
                                         .streams = streams,
                                         .reduce_op = (uint32_t)r->reduce_op,
                                         .transb = r->transb};
+        if ((st = take_scaling(r, dtype, &o->f.rs.sc, &o->f.rs.has_bias, msg, err, errlen)) !=
+            OVL_OK)
+            return st;
     } else {
         if (r->reduce_op != 0)
             return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
@@ -282,6 +320,9 @@ static ovl_status_t take_ready(const Ovlcl__OpReady *r, ovld_cluster_msg_t *ret,
         o->f.ag.nb = (uint32_t)r->nb;
         for (size_t i = 0; i < r->n_n_more; i++)
             o->f.ag.n_more[i] = r->n_more[i];
+        if ((st = take_scaling(r, dtype, &o->f.ag.sc, &o->f.ag.has_bias, msg, err, errlen)) !=
+            OVL_OK)
+            return st;
     }
     o->strided = r->strided;
     o->shared_gpu = r->shared_gpu;
@@ -467,6 +508,17 @@ static ovl_status_t encode_ready(const ovld_cluster_msg_t *m, uint8_t **ret_body
     q.first_rank = o->first_rank;
     q.kind = o->f.kind;
     uint64_t more[OVLD_MAX_BS - 1];
+    /* the scaling the node's ranks agree on (either kind's) */
+    const ovld_scaling_desc_t *sc = o->f.kind == OVLD_KIND_GEMM_RS ? &o->f.rs.sc : &o->f.ag.sc;
+    if (sc->scaled) {
+        q.scaled = true;
+        q.b_dtype = sc->b_dtype;
+        q.out_dtype = sc->out_dtype;
+        q.a_mode = sc->a_mode;
+        q.b_mode = sc->b_mode;
+        q.fast_accum = sc->fast_accum;
+        q.has_bias = o->f.kind == OVLD_KIND_GEMM_RS ? o->f.rs.has_bias : o->f.ag.has_bias;
+    }
     if (o->f.kind == OVLD_KIND_GEMM_RS) {
         const ovld_gemm_rs_desc_t *rs = &o->f.rs;
         q.m = rs->m;

@@ -73,7 +73,8 @@ static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
                                    .streams = q->streams,
                                    .transb = q->transb,
                                    .has_aout = op->buf[OVLD_BUF_AOUT].given,
-                                   .has_bias = op->buf[OVLD_BUF_BIAS].given,
+                                   /* a scaled op's (else the slot is not read) */
+                                   .has_bias = q->sc.scaled && op->buf[OVLD_BUF_BIAS].given,
                                    .sc = q->sc,
                                    .nb = q->nb ? q->nb : 1}};
     if (!valid)

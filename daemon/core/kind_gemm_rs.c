@@ -59,7 +59,7 @@ static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)
 {
     const ovld_gemm_rs_desc_t *q = &op->rs;
     *f = (ovld_op_fields_t){.kind = OVLD_KIND_GEMM_RS, .rs = *q};
-    f->rs.has_bias = op->buf[OVLD_BUF_BIAS].given;
+    f->rs.has_bias = q->sc.scaled && op->buf[OVLD_BUF_BIAS].given;
     if (!valid) {
         f->rs.dtype = f->rs.algo = f->rs.reduce_op = UINT32_MAX;
         f->rs.sc.b_dtype = f->rs.sc.out_dtype = f->rs.sc.a_mode = f->rs.sc.b_mode = UINT32_MAX;

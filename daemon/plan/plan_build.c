@@ -351,8 +351,10 @@ void pb_buf_types(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
             .rows = 1, .cols = p->sc.b_mode == OVL_SCALE_ROW ? n : 1, .dtype = OVL_DTYPE_FP32};
         bufs[ovl_buf_bias(i)] = (ovl_plan_buf_t){.rows = 1, .cols = n, .dtype = cdt};
     }
-    bufs[OVL_BUF_SG] =
-        (ovl_plan_buf_t){.rows = p->m * p->world, .cols = 1, .dtype = OVL_DTYPE_FP32};
+    /* all-gather + GEMM's gathered scales (GEMM + reduce-scatter has none) */
+    if (p->kind != OVL_OP_GEMM_RS)
+        bufs[OVL_BUF_SG] =
+            (ovl_plan_buf_t){.rows = p->m * p->world, .cols = 1, .dtype = OVL_DTYPE_FP32};
 }
 
 ovl_status_t pb_scratch_after(uint64_t *total, uint64_t bytes, uint64_t *ret_offset)

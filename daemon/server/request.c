@@ -239,6 +239,34 @@ static ovl_status_t check_kind_params(uint64_t kind, const Ovl__AgGemmParams *ag
     }
 }
 
+/* The slots a scaled op has (a_scale, b_scale and bias, and B i's: 18 to
+ * 34) given (seen) to an op or a Plan request of kind with these (checked)
+ * parameters: none unless the op is scaled, and a scaled op of several Bs
+ * gives a bias for every B or for none. */
+static ovl_status_t check_scaled_slots(uint64_t kind, const Ovl__AgGemmParams *ag,
+                                       const Ovl__GemmRsParams *rs, const bool *seen, char *err,
+                                       size_t errlen)
+{
+    bool scaled = kind == OVL__OP_KIND__OP_KIND_AG_GEMM ? ag->scaling != NULL : rs->scaling != NULL;
+    if (!scaled) {
+        for (int s = OVLD_BUF_A_SCALE; s < OVLD_BUF_COUNT; s++)
+            if (seen[s])
+                return bad(err, errlen,
+                           "buffer slot %d (%s) is a scaled op's, and this op is "
+                           "not scaled",
+                           s, ovld_buf_name((uint32_t)kind, s));
+        return OVL_OK;
+    }
+    size_t nb = kind == OVL__OP_KIND__OP_KIND_AG_GEMM ? ag->n_more_n + 1 : 1, biases = 0;
+    for (size_t i = 0; i < nb; i++)
+        biases += seen[ovld_buf_bias((uint32_t)i)];
+    if (biases != 0 && biases != nb)
+        return bad(err, errlen,
+                   "a scaled op of %zu Bs gives a bias for every B or for none, not for %zu", nb,
+                   biases);
+    return OVL_OK;
+}
+
 /* An op: its kind and parameters, then its buffers each in a slot of the
  * kind's, once. */
 static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
@@ -262,18 +290,7 @@ static ovl_status_t check_op(const Ovl__Op *q, char *err, size_t errlen)
                        ovld_buf_name((uint32_t)q->kind, (int)b->slot));
         seen[b->slot] = true;
     }
-    /* a scaled op of several Bs: a bias for every B or for none */
-    const Ovl__AgGemmParams *g = q->ag_gemm;
-    if (g && g->scaling && g->n_more_n > 0) {
-        size_t biases = 0;
-        for (size_t i = 0; i <= g->n_more_n; i++)
-            biases += seen[ovld_buf_bias((uint32_t)i)];
-        if (biases != 0 && biases != g->n_more_n + 1)
-            return bad(err, errlen,
-                       "a scaled op of %zu Bs gives a bias for every B or for none, not for %zu",
-                       g->n_more_n + 1, biases);
-    }
-    return OVL_OK;
+    return check_scaled_slots(q->kind, q->ag_gemm, q->gemm_rs, seen, err, errlen);
 }
 
 /* A Plan request: the job's world and the rank, the op as an Op has it,
@@ -302,7 +319,7 @@ static ovl_status_t check_plan(const Ovl__PlanRequest *q, char *err, size_t errl
                        ovld_buf_name((uint32_t)q->kind, (int)slot));
         seen[slot] = true;
     }
-    return OVL_OK;
+    return check_scaled_slots(q->kind, q->ag_gemm, q->gemm_rs, seen, err, errlen);
 }
 
 static ovl_status_t check_peer_ping(const Ovl__PeerPing *q, char *err, size_t errlen)

@@ -130,7 +130,23 @@ static void check_fields(const ovld_cluster_msg_t *m, uint32_t type)
         const ovld_cluster_ready_msg_t *r = &m->ready;
         CHECK(is_status(r->status));
         check_text(r->reason, sizeof(r->reason), 0, OVLD_CLUSTER_REASON_MAX);
-        CHECK(ovld_kind(r->f.kind) != NULL);  /* a kind of the table: absent reads as ag_gemm */
+        CHECK(ovld_kind(r->f.kind) != NULL); /* a kind of the table: absent reads as ag_gemm */
+        /* a scaling exactly for an fp8 dtype, one an op may have */
+        bool rs = r->f.kind == OVLD_KIND_GEMM_RS;
+        const ovld_scaling_desc_t *sc = rs ? &r->f.rs.sc : &r->f.ag.sc;
+        uint32_t dt = rs ? r->f.rs.dtype : r->f.ag.dtype;
+        bool bias = rs ? r->f.rs.has_bias : r->f.ag.has_bias;
+        CHECK(sc->scaled == ovl_dtype_is_fp8((ovl_dtype_t)dt));
+        if (sc->scaled) {
+            CHECK(ovl_dtype_is_fp8((ovl_dtype_t)sc->b_dtype));
+            CHECK(!(dt == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2));
+            CHECK(sc->out_dtype < OVL_DTYPE_COUNT && !ovl_dtype_is_fp8((ovl_dtype_t)sc->out_dtype));
+            CHECK(sc->a_mode < OVL_SCALE_MODE_COUNT && sc->b_mode < OVL_SCALE_MODE_COUNT);
+            CHECK(rs ? r->f.rs.transb : r->f.ag.transb);
+        } else {
+            CHECK(!bias && sc->b_dtype == 0 && sc->out_dtype == 0 && sc->a_mode == 0 &&
+                  sc->b_mode == 0 && !sc->fast_accum);
+        }
         if (r->f.kind == OVLD_KIND_GEMM_RS) { /* one B, no a_out: its own fields */
             CHECK(r->f.rs.reduce_op < OVL_REDUCE_OP_COUNT);
         } else {
@@ -186,8 +202,11 @@ static void check_same_ready(const ovld_cluster_ready_msg_t *a, const ovld_clust
         CHECK(x->m == y->m && x->n == y->n && x->k == y->k && x->dtype == y->dtype &&
               x->algo == y->algo && x->chunks == y->chunks && x->streams == y->streams &&
               x->reduce_op == y->reduce_op && x->transb == y->transb);
+        CHECK(memcmp(&x->sc, &y->sc, sizeof(x->sc)) == 0 && x->has_bias == y->has_bias);
         return;
     }
+    CHECK(memcmp(&a->f.ag.sc, &b->f.ag.sc, sizeof(a->f.ag.sc)) == 0 &&
+          a->f.ag.has_bias == b->f.ag.has_bias);
     CHECK(a->f.ag.m == b->f.ag.m && a->f.ag.n == b->f.ag.n && a->f.ag.k == b->f.ag.k);
     CHECK(a->f.ag.dtype == b->f.ag.dtype && a->f.ag.algo == b->f.ag.algo &&
           a->f.ag.chunks == b->f.ag.chunks && a->f.ag.streams == b->f.ag.streams);
@@ -448,6 +467,35 @@ static void fuzz_builtin(void)
                                           .streams = 2,
                                           .reduce_op = OVL_REDUCE_AVG,
                                           .transb = true}};
+    run_message(&m);
+    /* a scaled op's agreement travels (either kind), checked as a
+     * client's: fp8e5m2 twice, or a scaling on bf16, is refused */
+    m.ready.f.rs.dtype = OVL_DTYPE_FP8_E4M3;
+    m.ready.f.rs.sc = (ovld_scaling_desc_t){.scaled = true,
+                                            .b_dtype = OVL_DTYPE_FP8_E5M2,
+                                            .out_dtype = OVL_DTYPE_FP32,
+                                            .a_mode = OVL_SCALE_ROW,
+                                            .b_mode = OVL_SCALE_TENSOR,
+                                            .fast_accum = true};
+    m.ready.f.rs.has_bias = true;
+    run_message(&m);
+    m.ready.f.rs.dtype = OVL_DTYPE_FP8_E5M2;
+    run_message(&m);
+    m.ready.f.rs.dtype = OVL_DTYPE_BF16;
+    run_message(&m);
+    m.ready.f = (ovld_op_fields_t){.kind = OVLD_KIND_AG_GEMM,
+                                   .ag = {.m = 64,
+                                          .n = 32,
+                                          .k = 64,
+                                          .dtype = OVL_DTYPE_FP8_E5M2,
+                                          .transb = true,
+                                          .nb = 2,
+                                          .n_more = {48},
+                                          .sc = {.scaled = true,
+                                                 .b_dtype = OVL_DTYPE_FP8_E4M3,
+                                                 .out_dtype = OVL_DTYPE_BF16,
+                                                 .a_mode = OVL_SCALE_TENSOR,
+                                                 .b_mode = OVL_SCALE_ROW}}};
     run_message(&m);
 
     memset(&m.ready, 0, sizeof(m.ready));

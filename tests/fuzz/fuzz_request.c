@@ -163,6 +163,25 @@ static ovl_status_t ref_kind(uint64_t kind, const Ovl__AgGemmParams *g, const Ov
     return OVL_ERR_INVALID;
 }
 
+/* The slots 18 to 34 (a scaled op's scales and biases) given (seen) to an
+ * op of kind with these parameters: none for an op not scaled; for a
+ * scaled one, a bias (slot 20, then 27 + i for B i) on every B or on none. */
+static ovl_status_t ref_scaled_slots(uint64_t kind, const Ovl__AgGemmParams *g,
+                                     const Ovl__GemmRsParams *rs, const bool *seen)
+{
+    bool scaled = kind == 1 ? g->scaling != NULL : rs->scaling != NULL;
+    if (!scaled) {
+        for (int s = 18; s < 35; s++)
+            if (seen[s])
+                return OVL_ERR_INVALID;
+        return OVL_OK;
+    }
+    size_t nb = kind == 1 ? g->n_more_n + 1 : 1, biases = seen[20];
+    for (size_t i = 1; i < nb; i++)
+        biases += seen[27 + i];
+    return biases == 0 || biases == nb ? OVL_OK : OVL_ERR_INVALID;
+}
+
 /* The verdict request.h and ovl.proto give for q. */
 static ovl_status_t ref_verdict(const Ovl__Request *q)
 {
@@ -215,17 +234,7 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
                 return OVL_ERR_INVALID;
             seen[o->bufs[i]->slot] = true;
         }
-        /* a scaled all-gather + GEMM of several Bs: a bias (slots 20, then
-         * 28 on) for every B or for none */
-        const Ovl__AgGemmParams *g = o->ag_gemm;
-        if (g && g->scaling && g->n_more_n > 0) {
-            size_t biases = seen[20];
-            for (size_t i = 1; i <= g->n_more_n; i++)
-                biases += seen[27 + i];
-            if (biases != 0 && biases != g->n_more_n + 1)
-                return OVL_ERR_INVALID;
-        }
-        return OVL_OK;
+        return ref_scaled_slots(o->kind, o->ag_gemm, o->gemm_rs, seen);
     }
     case OVL__REQUEST__BODY_PLAN: {
         const Ovl__PlanRequest *p = q->plan;
@@ -239,7 +248,7 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
                 return OVL_ERR_INVALID;
             seen[p->given[i]] = true;
         }
-        return OVL_OK;
+        return ref_scaled_slots(p->kind, p->ag_gemm, p->gemm_rs, seen);
     }
     case OVL__REQUEST__BODY_PEER_PING: {
         const ProtobufCBinaryData *a = &q->peer_ping->address;

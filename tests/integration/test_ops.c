@@ -214,8 +214,18 @@ static void test_scaled_several_bs(void **state)
     /* a bias on B 0 but not on B 2: refused before anything is sent */
     more[1].bias = NULL;
     assert_status(ovl_allgather_gemm(rk.comm, &desc, NULL), OVL_ERR_INVALID);
-    assert_contains(ovl_last_error(rk.cl), "a bias each, or none");
+    assert_contains(ovl_last_error(rk.cl), "B 2 has no bias and B 0 has one");
     assert_status(ovl_comm_check(rk.comm), OVL_OK);
+    /* fp8e5m2 twice: libovl refuses it as ovld would, and the comm stays
+     * usable (ovld's refusal would fail it) */
+    more[1].bias = bias[2];
+    desc.dtype = OVL_DTYPE_FP8_E5M2;
+    assert_status(ovl_allgather_gemm(rk.comm, &desc, NULL), OVL_ERR_INVALID);
+    assert_contains(ovl_last_error(rk.cl), "fp8e5m2 times fp8e5m2");
+    assert_status(ovl_comm_check(rk.comm), OVL_OK);
+    desc.dtype = OVL_DTYPE_FP8_E4M3;
+    assert_status(ovl_allgather_gemm(rk.comm, &desc, NULL), OVL_OK);
+    assert_status(ovl_comm_synchronize(rk.comm), OVL_OK);
     assert_status(rank_close(&rk), OVL_OK);
     assert_alive(d);
     TEST_PASSED();
@@ -471,6 +481,7 @@ typedef enum raw_case {
     RC_SLOT_TWICE,
     RC_SLOT_OUT_OF_RANGE,
     RC_SCALE_NOT_DENSE,
+    RC_SCALE_SLOT_UNSCALED,
     RC_COUNT
 } raw_case_t;
 
@@ -506,6 +517,8 @@ static const struct {
      * refused, not read wrong */
     [RC_SCALE_NOT_DENSE] = {OVL_ERR_INVALID, "a_scale: leading dimension 2: a vector of scales "
                                              "or a bias is dense (ld 1)"},
+    /* a scaled op's slot given to an op that is not scaled */
+    [RC_SCALE_SLOT_UNSCALED] = {OVL_ERR_INVALID, "buffer slot 20 (bias) is a scaled op's"},
 };
 
 /*
@@ -622,6 +635,9 @@ static void test_raw_op_checks(void **state)
             raw_op_buf(&o, 19, mem, 1536, 1);
             break;
         }
+        case RC_SCALE_SLOT_UNSCALED:
+            raw_op_buf(&o, 20, mem, 1024, RAW_N);
+            break;
         case RC_COUNT:
             break;
         }

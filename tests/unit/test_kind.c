@@ -177,6 +177,53 @@ static void test_fields_and_agreement(void **state)
     b.ag.has_aout = false;
     assert_true(ovld_op_fields_differ(&a, &b, what, sizeof(what), &va, &vb));
     assert_string_equal(what, "a_out (given or not)");
+    /* a scaled op's agreement: every field of the scaling, and the bias
+     * given or not, which counts only for a scaled op (the slot is not read
+     * otherwise) */
+    q.buf[OVLD_BUF_BIAS].given = true;
+    ag()->fields(&q, true, &b);
+    assert_false(b.ag.has_bias);
+    q.ag.dtype = OVL_DTYPE_FP8_E4M3;
+    q.ag.transb = true;
+    q.ag.sc = (ovld_scaling_desc_t){.scaled = true,
+                                    .b_dtype = OVL_DTYPE_FP8_E4M3,
+                                    .out_dtype = OVL_DTYPE_BF16,
+                                    .a_mode = OVL_SCALE_ROW,
+                                    .b_mode = OVL_SCALE_ROW};
+    ovld_op_fields_t s0, s1;
+    ag()->fields(&q, true, &s0);
+    assert_true(s0.ag.has_bias);
+    static const char *const names[] = {"b_dtype",      "out_dtype",  "a_scale mode",
+                                        "b_scale mode", "fast_accum", "bias (given or not)"};
+    for (int f = 0; f < 6; f++) {
+        s1 = s0;
+        switch (f) {
+        case 0:
+            s1.ag.sc.b_dtype = OVL_DTYPE_FP8_E5M2;
+            break;
+        case 1:
+            s1.ag.sc.out_dtype = OVL_DTYPE_FP32;
+            break;
+        case 2:
+            s1.ag.sc.a_mode = OVL_SCALE_TENSOR;
+            break;
+        case 3:
+            s1.ag.sc.b_mode = OVL_SCALE_TENSOR;
+            break;
+        case 4:
+            s1.ag.sc.fast_accum = true;
+            break;
+        case 5:
+            s1.ag.has_bias = false;
+            break;
+        }
+        assert_true(ovld_op_fields_differ(&s0, &s1, what, sizeof(what), &va, &vb));
+        assert_string_equal(what, names[f]);
+    }
+    q.buf[OVLD_BUF_BIAS].given = false;
+    q.ag.dtype = OVL_DTYPE_BF16;
+    q.ag.transb = false;
+    q.ag.sc = (ovld_scaling_desc_t){.scaled = false};
     /* the kind is compared first, before any field of either */
     b = a;
     b.kind = OVLD_KIND_NONE;
