@@ -45,6 +45,7 @@
 #include "clock.h"
 #include "demo_rnd.h"
 #include "demo_rs_ref.h"
+#include "demo_scaled.h"
 #include "hostgemm.h"
 #include "num.h"
 #include "ovl.h"
@@ -70,9 +71,10 @@ typedef struct opts {
     ovl_reduce_op_t reduce_op; /* --reduce */
     int device;                /* -1: rank mod the devices of this node */
     uint64_t seed;
-    uint64_t wait_s;    /* how long ranks other than 0 wait for the id file */
-    uint64_t delay_ms;  /* a test's: held back this long after joining */
-    uint64_t timeout_s; /* ovl_set_timeout; 0: libovl's default */
+    uint64_t wait_s;      /* how long ranks other than 0 wait for the id file */
+    uint64_t delay_ms;    /* a test's: held back this long after joining */
+    uint64_t timeout_s;   /* ovl_set_timeout; 0: libovl's default */
+    ovl_demo_scaled_t sc; /* an fp8 --dtype: a scaled op (host backend), as ovl-demo's */
 } opts_t;
 
 static void usage(FILE *f)
@@ -94,7 +96,11 @@ static void usage(FILE *f)
             "                      socket if it exists, else %s\n"
             "  -m M -n N -k K      shard rows, columns of C, inner dimension (default 256 384\n"
             "                      512; at most %d each)\n"
-            "  -d, --dtype T       bf16, fp16 or fp32 (default bf16)\n"
+            "  -d, --dtype T       bf16, fp16 or fp32 (default bf16); fp8e4m3 or fp8e5m2: a\n"
+            "                      scaled op (host backend; B n x k in fp8e4m3, C in bf16,\n"
+            "                      scales by row, as ovl-demo's data)\n"
+            "      --scale tensor|row  a scaled op's scales (default row)\n"
+            "      --bias          a scaled op's bias\n"
             "  -a, --algo A        auto, naive, collective or ring (rs: auto, naive or\n"
             "                      collective; default auto)\n"
             "      --op ag|rs      all-gather + GEMM (default), or GEMM + reduce-scatter: A\n"
@@ -381,6 +387,89 @@ out:
     return rc;
 }
 
+/*
+ * A scaled (fp8) op of either kind on the host backend, with ovl-demo's
+ * data (demo_scaled.h): A (m x k; rs: (world*m) x k) in the fp8 dtype, B n
+ * x k, its scales and bias, C in the output dtype, all in memory shared
+ * with ovld; C against the double-precision reference of the dequantized
+ * inputs. 0 with *ret_err set, or -1 with one line on stderr.
+ */
+static int run_host_scaled(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm, double *ret_err)
+{
+    const ovl_demo_scaled_t *sc = &o->sc;
+    uint32_t rank = o->rank;
+    ovl_dtype_t dt = o->dtype;
+    uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
+    uint64_t arows = o->rs ? W * m : m, crows = o->rs ? m : W * m;
+    size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(sc->b_dtype);
+    size_t ces = ovl_dtype_size(sc->out_dtype);
+    uint64_t nsa = ovl_demo_a_scales(sc, arows), nsb = ovl_demo_b_scales(sc, n);
+    ovl_demo_scaled_data_t x = {0};
+    int rc = -1;
+    void *a = ovl_host_alloc(cl, arows * k * es), *b = ovl_host_alloc(cl, n * k * bes);
+    void *c = ovl_host_alloc(cl, crows * n * ces), *bias = ovl_host_alloc(cl, n * ces);
+    float *sa = ovl_host_alloc(cl, nsa * sizeof(float)), *sb = ovl_host_alloc(cl, nsb * 4);
+    double *ref = malloc(crows * n * sizeof(double));
+    void *ga = o->rs ? NULL : malloc(W * m * k * es);
+    if (!a || !b || !c || !bias || !sa || !sb || !ref || (!o->rs && !ga) ||
+        ovl_demo_scaled_make(sc, dt, arows, n, k, o->seed, rank, &x) != 0) {
+        fprintf(stderr, "rank %u: out of memory: %s\n", rank, ovl_last_error(cl));
+        goto out;
+    }
+    memcpy(a, x.a, arows * k * es);
+    memcpy(b, x.b, n * k * bes);
+    memcpy(sa, x.a_scale, nsa * sizeof(float));
+    memcpy(sb, x.b_scale, nsb * sizeof(float));
+    memcpy(bias, x.bias, n * ces);
+    memset(c, 0xff, crows * n * ces); /* NaN: what ovld does not write shows */
+    ovl_scaling_t s = ovl_demo_scaling(sc, sa, sb, bias);
+    ovl_status_t st;
+    if (o->rs) {
+        ovl_gemm_rs_desc_t d = rs_desc(o, a, b, c);
+        d.ldb = k;
+        d.transb = 1;
+        d.scaling = &s;
+        st = ovl_gemm_reduce_scatter(comm, &d, NULL);
+    } else {
+        ovl_ag_gemm_desc_t d = op_desc(o, a, b, c);
+        d.ldb = k;
+        d.transb = 1;
+        d.scaling = &s;
+        st = ovl_allgather_gemm(comm, &d, NULL);
+    }
+    if (st == OVL_OK)
+        st = ovl_comm_synchronize(comm);
+    if (st != OVL_OK) {
+        fprintf(stderr, "rank %u: the op: %s: %s\n", rank, ovl_strerror(st), ovl_last_error(cl));
+        goto out;
+    }
+    if (o->rs) {
+        ovl_demo_rs_shape_t sh = rs_shape(o);
+        sh.transb = true;
+        sh.sc = *sc;
+        if (ovl_demo_rs_reference(&sh, rank, ref) != 0)
+            goto out;
+    } else {
+        ovl_demo_rows_t all = {.n = W * m, .total = W * m};
+        if (ovl_demo_scaled_ag_reference(sc, dt, o->world, m, n, k, o->seed, rank, &all, ga, ref) !=
+            0)
+            goto out;
+    }
+    *ret_err = ovl_rel_error(sc->out_dtype, crows, n, c, n, ref, n);
+    rc = 0;
+out:
+    ovl_demo_scaled_free(&x);
+    free(ref);
+    free(ga);
+    void *bufs[] = {a, b, c, bias, sa, sb};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i] && ovl_host_free(cl, bufs[i]) != OVL_OK && rc == 0) {
+            fprintf(stderr, "rank %u: ovl_host_free: %s\n", rank, ovl_last_error(cl));
+            rc = -1;
+        }
+    return rc;
+}
+
 #ifdef OVL_HAVE_CUDA
 /*
  * CUDA backend: A, B and C in one cudaMalloc of this rank's GPU, filled
@@ -560,7 +649,7 @@ static int cuda_device(const opts_t *o, int *ret_dev)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY, O_TIMEOUT, O_OP, O_REDUCE };
+    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY, O_TIMEOUT, O_OP, O_REDUCE, O_SCALE, O_BIAS };
     static const struct option lo[] = {
         {"rank", required_argument, NULL, 'r'},
         {"world", required_argument, NULL, 'w'},
@@ -575,6 +664,8 @@ static int parse(int argc, char **argv, opts_t *o)
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"op", required_argument, NULL, O_OP},
         {"reduce", required_argument, NULL, O_REDUCE},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"bias", no_argument, NULL, O_BIAS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -591,10 +682,25 @@ static int parse(int argc, char **argv, opts_t *o)
             break;
         case 'd':
             if (ovl_dtype_parse(optarg, &o->dtype) != OVL_OK) {
-                fprintf(stderr, "ovl-example-two-nodes: unknown dtype '%s' (bf16, fp16, fp32)\n",
+                fprintf(stderr,
+                        "ovl-example-two-nodes: unknown dtype '%s' (bf16, fp16, fp32, fp8e4m3, "
+                        "fp8e5m2)\n",
                         optarg);
                 return 2;
             }
+            o->sc.on = ovl_dtype_is_fp8(o->dtype);
+            break;
+        case O_SCALE: {
+            ovl_scale_mode_t mode;
+            if (ovl_scale_mode_parse(optarg, &mode) != OVL_OK) {
+                fprintf(stderr, "ovl-example-two-nodes: --scale '%s': tensor or row\n", optarg);
+                return 2;
+            }
+            o->sc.a_mode = o->sc.b_mode = mode;
+            break;
+        }
+        case O_BIAS:
+            o->sc.bias = true;
             break;
         case 'a':
             if (ovl_algo_parse(optarg, &o->algo) != OVL_OK) {
@@ -682,6 +788,10 @@ static int parse(int argc, char **argv, opts_t *o)
         fprintf(stderr, "ovl-example-two-nodes: -m, -n and -k: 1..%d\n", MAX_DIM);
         return 2;
     }
+    if (!o->sc.on && (o->sc.bias || o->sc.a_mode != OVL_SCALE_ROW)) {
+        fprintf(stderr, "ovl-example-two-nodes: --scale and --bias are for an fp8 --dtype\n");
+        return 2;
+    }
     return -1; /* go on */
 }
 
@@ -694,7 +804,11 @@ int main(int argc, char **argv)
                 .algo = OVL_ALGO_AUTO,
                 .device = -1,
                 .seed = 1,
-                .wait_s = 60};
+                .wait_s = 60,
+                .sc = {.b_dtype = OVL_DTYPE_FP8_E4M3,
+                       .out_dtype = OVL_DTYPE_BF16,
+                       .a_mode = OVL_SCALE_ROW,
+                       .b_mode = OVL_SCALE_ROW}};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -775,15 +889,24 @@ int main(int argc, char **argv)
     }
 
     double err = INFINITY;
+    if (o.sc.on && cuda) {
+        fprintf(stderr,
+                "rank %u: a scaled (fp8) op runs here on the host backend only "
+                "(ovl-demo checks it on GPUs)\n",
+                rank);
+        goto out;
+    }
 #ifdef OVL_HAVE_CUDA
-    int run = cuda ? (o.rs ? run_cuda_rs : run_cuda)(&o, cl, comm, &err)
-                   : (o.rs ? run_host_rs : run_host)(&o, cl, comm, &err);
+    int run = o.sc.on ? run_host_scaled(&o, cl, comm, &err)
+              : cuda  ? (o.rs ? run_cuda_rs : run_cuda)(&o, cl, comm, &err)
+                      : (o.rs ? run_host_rs : run_host)(&o, cl, comm, &err);
 #else
-    int run = (o.rs ? run_host_rs : run_host)(&o, cl, comm, &err);
+    int run = o.sc.on ? run_host_scaled(&o, cl, comm, &err)
+                      : (o.rs ? run_host_rs : run_host)(&o, cl, comm, &err);
 #endif
     if (run != 0)
         goto out;
-    double tol = ovl_demo_tolerance(o.dtype);
+    double tol = ovl_demo_scaled_tolerance(&o.sc, o.dtype);
     if (!(err < tol)) { /* NaN fails too */
         fprintf(stderr, "rank %u: FAIL: rel err %.3e, over the tolerance %.0e of %s\n", rank, err,
                 tol, ovl_dtype_name(o.dtype));

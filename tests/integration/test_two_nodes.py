@@ -123,6 +123,40 @@ def test_world_3():
             n.cleanup()
 
 
+def test_scaled():
+    """Scaled (fp8) ops across two daemons, both kinds, checked against the
+    dequantized reference; then ranks on the two nodes that disagree on the
+    scaling (A's scale mode, a bias on one node only): the coordinator
+    fails the op on every rank, naming the field (the nodes' OpReady carry
+    the scaling)."""
+    nodes = [Node(), Node()]
+    try:
+        shape = ["-m", "8", "-n", "16", "-k", "32"]
+        for extra in (["-a", "ring"], ["-a", "naive", "--scale", "tensor", "--bias"],
+                      ["--op", "rs", "-a", "push", "--bias"],
+                      ["--op", "rs", "-a", "naive", "--scale", "tensor", "--reduce", "avg"]):
+            run_job(nodes, [0, 1], shape + ["-d", "fp8e4m3"] + extra, "bf16")
+        for rank_args, words in ((([], ["--scale", "tensor"]), "disagree on a_scale mode"),
+                                 ((["--op", "rs", "--bias"], ["--op", "rs"]),
+                                  "disagree on bias (given or not)")):
+            tmp = tempfile.mkdtemp(prefix="ovl-test-id-")
+            try:
+                id_file = os.path.join(tmp, "job.id")
+                procs = [start_rank(nodes[r], r, 2, id_file,
+                                    shape + ["-d", "fp8e4m3", "-a", "naive", "--timeout", "30"]
+                                    + rank_args[r]) for r in (1, 0)][::-1]
+                res = finish(procs, nodes, timeout=60, fail_fast=False)
+                for r, (rc, so, se) in enumerate(res):
+                    assert rc == 1 and words in se, (r, rank_args, rc, so, se)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        no_jobs_left(nodes)
+        stop_clean(nodes)
+    finally:
+        for n in nodes:
+            n.cleanup()
+
+
 def forged_id(addr):
     """An id of the form ovld makes (daemon/util/jobid.h: "OVLJ", version 1,
     IPv4, port, address, nonce, instance) naming the ovld at addr, with a
@@ -206,4 +240,4 @@ def test_usage():
 
 
 if __name__ == "__main__":
-    run_tests([test_usage, test_world_2, test_world_3, test_refusals])
+    run_tests([test_usage, test_world_2, test_world_3, test_scaled, test_refusals])
