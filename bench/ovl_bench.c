@@ -991,6 +991,26 @@ static ovl_status_t forget(rank_ctx_t *x, void *p)
     return st != OVL_OK ? st : ovl_mem_deregister(x->cl, mem);
 }
 
+/* A shape's device buffers once its ops are done: ovld forgets each (it
+ * unmaps them), then they are freed; the first failure of either is this
+ * rank's (*rc -1 after rank_fail, where *rc was 0). NULLs are skipped. */
+static void forget_free(rank_ctx_t *x, void *const *bufs, int n, int *rc)
+{
+    for (int i = 0; i < n; i++) {
+        ovl_status_t st = forget(x, bufs[i]);
+        if (st != OVL_OK && *rc == 0) {
+            rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
+                      ovl_last_error(x->cl));
+            *rc = -1;
+        }
+        cudaError_t ce = cudaFree(bufs[i]);
+        if (ce != cudaSuccess && *rc == 0) {
+            rank_fail(x, "cudaFree: %s", cudaGetErrorString(ce));
+            *rc = -1;
+        }
+    }
+}
+
 /*
  * The fp32 reference of one shape on this rank (ovl_demo_reference), with
  * this rank's B (b, of dtype). On success *ret_ref is M x N fp32 (caller
@@ -1206,19 +1226,7 @@ out:
         bufs[1 + 2 * i] = b[i];
         bufs[2 + 2 * i] = c[i];
     }
-    for (int i = 0; i < 1 + 2 * OVL_MAX_BS; i++) {
-        ovl_status_t st = forget(x, bufs[i]);
-        if (st != OVL_OK && rc == 0) {
-            rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
-                      ovl_last_error(x->cl));
-            rc = -1;
-        }
-        cudaError_t ce = cudaFree(bufs[i]);
-        if (ce != cudaSuccess && rc == 0) {
-            rank_fail(x, "cudaFree: %s", cudaGetErrorString(ce));
-            rc = -1;
-        }
-    }
+    forget_free(x, bufs, 1 + 2 * OVL_MAX_BS, &rc);
     for (uint32_t i = 0; i < OVL_MAX_BS; i++) {
         cudaError_t ce = cudaFree(ref[i]);
         if (ce != cudaSuccess && rc == 0) {
@@ -1385,19 +1393,7 @@ out:
     if (x->comm)
         (void)ovl_comm_synchronize(x->comm); /* an op's error was reported above */
     void *bufs[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
-        ovl_status_t st = forget(x, bufs[i]);
-        if (st != OVL_OK && rc == 0) {
-            rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
-                      ovl_last_error(x->cl));
-            rc = -1;
-        }
-        cudaError_t ce = cudaFree(bufs[i]);
-        if (ce != cudaSuccess && rc == 0) {
-            rank_fail(x, "cudaFree: %s", cudaGetErrorString(ce));
-            rc = -1;
-        }
-    }
+    forget_free(x, bufs, 3, &rc);
     cudaFree(ref[0]);
     return rc;
 }
@@ -1630,19 +1626,7 @@ out:
     if (x->comm)
         (void)ovl_comm_synchronize(x->comm); /* an op's error was reported above */
     void *bufs[5] = {a, b, c, sa, sb};
-    for (int i = 0; i < 5; i++) {
-        ovl_status_t st = forget(x, bufs[i]);
-        if (st != OVL_OK && rc == 0) {
-            rank_fail(x, "ovl_mem_register/ovl_mem_deregister: %s: %s", ovl_strerror(st),
-                      ovl_last_error(x->cl));
-            rc = -1;
-        }
-        cudaError_t ce = cudaFree(bufs[i]);
-        if (ce != cudaSuccess && rc == 0) {
-            rank_fail(x, "cudaFree: %s", cudaGetErrorString(ce));
-            rc = -1;
-        }
-    }
+    forget_free(x, bufs, 5, &rc);
     cudaFree(ref[0]);
     free(ha);
     free(hb);
