@@ -17,8 +17,11 @@ the host): small odd shapes in every dtype, with transb, avg, chunks and
 wider A and C (--strided), 256 x 384 x 512 and 512 x 1024 x 768 (3 chunks)
 a rank; where ranks share a GPU (no NCCL communicator between them) ring and
 push, each as cases of its own, and naive must fail with words, not hang.
+Scaled (fp8) ops of both kinds: every fp8 pair, output dtype and scale
+mode in turn, a bias, avg, and 4096^3 (checked on a sample of rows), each
+checked against a double-precision reference of the dequantized inputs.
 With OVL_GPU_E2E_CASES=rs in the environment only the GEMM + reduce-scatter
-cases run. Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
+cases run, with =fp8 only the scaled ones. Each case prints its time. Without a GPU (ovld cannot start the CUDA backend, or has no
 device) prints "SKIP: ..." and exits 77, ctest's skip code.
 
 Budget: under 6 minutes on 2 x H200 at world 2 (most of a case is process and
@@ -178,6 +181,33 @@ def rs_cases(shared):
     return out
 
 
+def fp8_cases(shared):
+    """Scaled (fp8) cases of both kinds, in rs_cases' form: cuBLASLt's fp8
+    GEMM wants k a multiple of 16 and 16-byte rows, so the shapes are; every
+    fp8 pair, output dtype and scale mode in turn, a bias, avg; one of
+    4096^3 (its check on a sample of rows). Where ranks share a GPU, GEMM +
+    reduce-scatter's ring and push only."""
+    rs_picks = [("-" + a, ["-a", a], (a,)) for a in ("ring", "push")] if shared else \
+        [("", [], RS_ALGOS)]
+    fp8 = [("e4m3-bf16-row-bias", ["-d", "fp8e4m3", "--bias"]),
+           ("e5m2xe4m3-fp16-tensor-row", ["-d", "fp8e5m2", "--b-dtype", "fp8e4m3",
+                                          "--out-dtype", "fp16", "--a-scale", "tensor"]),
+           ("e4m3xe5m2-fp32-tensor", ["-d", "fp8e4m3", "--b-dtype", "fp8e5m2", "--out-dtype",
+                                      "fp32", "--scale", "tensor", "--chunks", "3"])]
+    out = []
+    for name, ex in fp8:
+        out.append(("fp8-ag-m64-n128-k256-" + name, 64, 128, 256, ex[1], ex[2:], 3, None, ALGOS))
+        for suffix, pick, algos in rs_picks:
+            out.append(("fp8-rs-m64-n128-k256-" + name + suffix, 64, 128, 256, ex[1],
+                        ["--op", "rs"] + ex[2:] + pick, 3, None, algos))
+    for suffix, pick, algos in rs_picks:
+        out.append(("fp8-rs-m32-n64-k128-e4m3-avg" + suffix, 32, 64, 128, "fp8e4m3",
+                    ["--op", "rs", "--reduce", "avg"] + pick, 3, None, algos))
+    out.append(("fp8-ag-4096x4096x4096-e4m3-bf16", 4096 // WORLD, 4096, 4096, "fp8e4m3", [], 3,
+                None, ALGOS))
+    return out
+
+
 def cases():
     """(name, m, n, k, dtype, extra args, iters): fixed, in a fixed order."""
     out = []
@@ -223,14 +253,18 @@ def main():
     DEADLINE = t0 + BUDGET
     d, ndev = start_daemon()
     tests = []
-    # OVL_GPU_E2E_CASES=rs: GEMM + reduce-scatter's cases alone (scripts/gpu-check --rs-only)
-    only_rs = os.environ.get("OVL_GPU_E2E_CASES") == "rs"
-    for i, (name, m, n, k, dt, extra, iters) in enumerate([] if only_rs else cases()):
+    # OVL_GPU_E2E_CASES=rs: GEMM + reduce-scatter's cases alone (scripts/gpu-check --rs-only);
+    # =fp8: the scaled cases alone (scripts/gpu-check --fp8-only)
+    only = os.environ.get("OVL_GPU_E2E_CASES", "")
+    only_rs = only == "rs"
+    for i, (name, m, n, k, dt, extra, iters) in enumerate([] if only else cases()):
         def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=1000 + i):
             demo(d, name, m, n, k, dt, extra, iters, seed)
         t.__name__ = name
         tests.append(t)
-    for i, (name, m, n, k, dt, extra, iters, refused, algos) in enumerate(rs_cases(ndev < WORLD)):
+    more = ([] if only == "fp8" else rs_cases(ndev < WORLD)) + \
+        ([] if only_rs else fp8_cases(ndev < WORLD))
+    for i, (name, m, n, k, dt, extra, iters, refused, algos) in enumerate(more):
         def t(name=name, m=m, n=n, k=k, dt=dt, extra=extra, iters=iters, seed=2000 + i,
               refused=refused, algos=algos):
             demo(d, name, m, n, k, dt, extra, iters, seed, algos, refused)
