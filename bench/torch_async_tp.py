@@ -122,6 +122,23 @@ def time_steps(torch, dist, f, x, params, warmup, iters):
     return med.item()
 
 
+def ovld_caveats():
+    """Lines that say why the ovl column may not be ovl's own cost: calls
+    handed back to PyTorch (no ovld, no libovl), or an ovld on GPUs without
+    MPS (each op waits for a time slice: docs/performance.md)."""
+    import ovl
+    try:
+        with ovl.connect() as c:
+            st = c.status()
+    except Exception as e:  # the ovl column then fell back: stats() says so too
+        return ["ovld: not reachable from here (%s): the ovl column is not ovl's" % e]
+    devs = st.get("devices", [])
+    if st.get("backend") == "cuda" and any(not d.get("mps") for d in devs):
+        return ["ovld: MPS is not running on every GPU: each op waits for a time slice "
+                "(about 2 ms), so the ovl column is not ovl's own cost"]
+    return []
+
+
 def bench(shapes, warmup, iters, out):
     import torch
     import torch.distributed as dist
@@ -151,6 +168,7 @@ def bench(shapes, warmup, iters, out):
         rows.append((name, D, F, B, S, ms))
     otorch.uninstall()
     st = otorch.stats()
+    caveats = ovld_caveats() if rank == 0 else []
     if rank == 0:
         lines = ["| block | D | F | B x S | no pass | pass, PyTorch's kernels | pass, ovl | "
                  "ovl / PyTorch's | ovl / no pass |", "|---|---|---|---|---|---|---|---|---|"]
@@ -158,9 +176,8 @@ def bench(shapes, warmup, iters, out):
             lines.append("| %s | %d | %d | %d x %d | %.3f | %.3f | %.3f | %.2f | %.2f |" % (
                 name, D, F, B, S, ms["nopass"], ms["torch"], ms["ovl"],
                 ms["ovl"] / ms["torch"], ms["ovl"] / ms["nopass"]))
-        text = "\n".join(lines)
+        text = "\n".join(lines + ["", "ovl.torch.stats(): %s" % st] + caveats)
         print(text)
-        print("ovl.torch.stats(): %s" % st)
         if out:
             with open(out, "a") as fh:
                 fh.write("\nworld %d, bf16, torch %s, ms per training step (forward and "
