@@ -20,8 +20,8 @@ checks, in float32 and bf16:
 
 NCCL only, one rank per GPU (skipped, 77, where ranks would share a GPU,
 without torch 2.8 or a GPU, and at world 1). ctest: test_gpu_torch_tp_w1
-(which skips), _w2, _w4, _w8. Written and its CPU pieces run (bench/torch_async_tp.py's block
-compiles to the fused ops with torch 2.10 on CPU): not yet run on a GPU."""
+(which skips), _w2, _w4, _w8. _w2 passed on 2 x H200 with PyTorch 2.11
+(bench/results/2026-11-28-gpu-fp8-torchtp-f4268af-h200x2.md)."""
 import argparse
 import os
 import shutil
