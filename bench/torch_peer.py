@@ -254,6 +254,33 @@ def per_op_ms(torch, fn, warmup, iters):
     return t[n // 2] if n % 2 else (t[n // 2 - 1] + t[n // 2]) / 2
 
 
+def time_shape(torch, dist, args, name, shape, fused, unfused, err, tol):
+    """One shape's timing and verdict, every rank: args.rounds rounds of
+    fused and unfused (each the slowest rank's), the fastest round counting,
+    and err the worst rank's (a non-finite one as inf, which a max
+    reduction cannot lose). Returns (the line, whether err < tol)."""
+    M, K, N = shape
+    rounds = []
+    for _ in range(args.rounds):
+        warm = settle_ops(args, M, K, N)
+        t = [per_op_ms(torch, fused, warm, args.iters),
+             per_op_ms(torch, unfused, warm, args.iters)]
+        v = torch.tensor(t, device="cuda", dtype=torch.float64)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
+        rounds.append(v.tolist())
+    v = torch.tensor([err if math.isfinite(err) else math.inf], device="cuda",
+                     dtype=torch.float64)
+    dist.all_reduce(v, op=dist.ReduceOp.MAX)
+    err = v.item()
+    t_fused = min(r[0] for r in rounds)
+    t_unf = min(r[1] for r in rounds)
+    ok = math.isfinite(err) and err < tol  # ovl-bench's test
+    line = "shape %s fused %.4f unfused %.4f rel_err %.3e rounds %s%s" % (
+        name, t_fused, t_unf, err, "/".join("%.4f" % r[0] for r in rounds),
+        "" if ok else " FAIL")
+    return line, ok
+
+
 def rank_main(rank, args, init_file):
     import torch
     import torch.distributed as dist
@@ -319,26 +346,9 @@ def rank_main(rank, args, init_file):
             ref = C.float()
             got = (fused() if rs else fused()[1][0]).float()
             err = ((got - ref).norm() / ref.norm()).item()
-            rounds = []
-            for _ in range(args.rounds):
-                warm = settle_ops(args, M, K, N)
-                t = [per_op_ms(torch, fused, warm, args.iters),
-                     per_op_ms(torch, unfused, warm, args.iters)]
-                v = torch.tensor(t, device="cuda", dtype=torch.float64)
-                dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
-                rounds.append(v.tolist())
-            # a NaN may vanish in a max reduction: every non-finite error is inf
-            v = torch.tensor([err if math.isfinite(err) else math.inf], device="cuda",
-                             dtype=torch.float64)
-            dist.all_reduce(v, op=dist.ReduceOp.MAX)
-            err = v.item()
-            t_fused = min(r[0] for r in rounds)
-            t_unf = min(r[1] for r in rounds)
-            ok = math.isfinite(err) and err < TOLERANCE[args.dtype]  # ovl-bench's test
+            line, ok = time_shape(torch, dist, args, name, (M, K, N), fused, unfused, err,
+                                  TOLERANCE[args.dtype])
             failed |= not ok
-            line = "shape %s fused %.4f unfused %.4f rel_err %.3e rounds %s%s" % (
-                name, t_fused, t_unf, err, "/".join("%.4f" % r[0] for r in rounds),
-                "" if ok else " FAIL")
             del A, B, Ag, C, ref, got
         except Exception as ex:  # noqa: BLE001 - one shape's failure is reported, then the next
             failed = True
@@ -443,26 +453,8 @@ def rank_main_scaled(torch, dist, rank, args, group, gname):
             rn = ref.norm()
             err = max(((got - ref).norm() / rn).item(), ((got_unf - ref).norm() / rn).item())
             del got_unf, ref
-            rounds = []
-            for _ in range(args.rounds):
-                warm = settle_ops(args, M, K, N)
-                t = [per_op_ms(torch, fused, warm, args.iters),
-                     per_op_ms(torch, unfused, warm, args.iters)]
-                v = torch.tensor(t, device="cuda", dtype=torch.float64)
-                dist.all_reduce(v, op=dist.ReduceOp.MAX)  # the slowest rank, per round
-                rounds.append(v.tolist())
-            # a NaN may vanish in a max reduction: every non-finite error is inf
-            v = torch.tensor([err if math.isfinite(err) else math.inf], device="cuda",
-                             dtype=torch.float64)
-            dist.all_reduce(v, op=dist.ReduceOp.MAX)
-            err = v.item()
-            t_fused = min(r[0] for r in rounds)
-            t_unf = min(r[1] for r in rounds)
-            ok = math.isfinite(err) and err < tol  # ovl-bench's test
+            line, ok = time_shape(torch, dist, args, name, (M, K, N), fused, unfused, err, tol)
             failed |= not ok
-            line = "shape %s fused %.4f unfused %.4f rel_err %.3e rounds %s%s" % (
-                name, t_fused, t_unf, err, "/".join("%.4f" % r[0] for r in rounds),
-                "" if ok else " FAIL")
             del A, W, B, A_scale, B_scale, C, extra, got
         except Exception as ex:  # noqa: BLE001 - reported, then the ranks stop
             failed = True
