@@ -232,15 +232,13 @@ static ovl_status_t take_scaling(const Ovlcl__OpReady *r, uint32_t dtype, ovld_s
                             fp8 ? "an fp8 op" : "an op's scaling fields");
         return OVL_OK;
     }
-    if (!fp8 || !r->transb || r->b_dtype >= OVL_DTYPE_COUNT ||
-        !ovl_dtype_is_fp8((ovl_dtype_t)r->b_dtype) ||
-        (dtype == OVL_DTYPE_FP8_E5M2 && r->b_dtype == OVL_DTYPE_FP8_E5M2) ||
-        r->out_dtype >= OVL_DTYPE_COUNT || ovl_dtype_is_fp8((ovl_dtype_t)r->out_dtype) ||
-        r->a_mode >= OVL_SCALE_MODE_COUNT || r->b_mode >= OVL_SCALE_MODE_COUNT)
+    const char *why =
+        ovld_scaling_refusal(dtype, r->b_dtype, r->out_dtype, r->a_mode, r->b_mode, r->transb);
+    if (why)
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
-                        "protocol error: %s: a scaling no op may have (dtype %u, b_dtype %" PRIu64
-                        ", out_dtype %" PRIu64 ", modes %" PRIu64 "/%" PRIu64 ", transb %d)",
-                        msg, dtype, r->b_dtype, r->out_dtype, r->a_mode, r->b_mode, r->transb);
+                        "protocol error: %s: a scaling no op may "
+                        "have: %s",
+                        msg, why);
     *sc = (ovld_scaling_desc_t){.scaled = true,
                                 .b_dtype = (uint32_t)r->b_dtype,
                                 .out_dtype = (uint32_t)r->out_dtype,

@@ -46,7 +46,13 @@ void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb,
 {
     if (!sc->scaled)
         return;
-    for (uint32_t i = 1; i < nb && i < OVLD_MAX_BS; i++) {
+    shape[OVLD_BUF_A_SCALE] = (ovld_buf_shape_t){.rows = sc->a_mode == OVL_SCALE_ROW ? m : 1,
+                                                 .cols = 1,
+                                                 .elem = 4,
+                                                 .required = true,
+                                                 .dense = true};
+    /* each B's scales (1 x n_i by row, or one) and its bias */
+    for (uint32_t i = 0; i < nb && i < OVLD_MAX_BS; i++) {
         shape[ovld_buf_b_scale(i)] = (ovld_buf_shape_t){
             .rows = 1,
             .cols = sc->b_mode == OVL_SCALE_ROW ? ns[i] : 1,
@@ -62,22 +68,32 @@ void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb,
             .dense = true,
         };
     }
-    uint64_t n = ns[0];
-    shape[OVLD_BUF_A_SCALE] = (ovld_buf_shape_t){.rows = sc->a_mode == OVL_SCALE_ROW ? m : 1,
-                                                 .cols = 1,
-                                                 .elem = 4,
-                                                 .required = true,
-                                                 .dense = true};
-    shape[OVLD_BUF_B_SCALE] = (ovld_buf_shape_t){.rows = 1,
-                                                 .cols = sc->b_mode == OVL_SCALE_ROW ? n : 1,
-                                                 .elem = 4,
-                                                 .required = true,
-                                                 .dense = true};
-    shape[OVLD_BUF_BIAS] = (ovld_buf_shape_t){.rows = 1,
-                                              .cols = n,
-                                              .elem = ovl_dtype_size((ovl_dtype_t)sc->out_dtype),
-                                              .optional = true,
-                                              .dense = true};
+}
+
+/* A wire value that is an fp8 dtype. */
+static bool is_fp8(uint64_t dtype)
+{
+    return dtype < OVL_DTYPE_COUNT && ovl_dtype_is_fp8((ovl_dtype_t)dtype);
+}
+
+const char *ovld_scaling_refusal(uint64_t dtype, uint64_t b_dtype, uint64_t out_dtype,
+                                 uint64_t a_mode, uint64_t b_mode, bool transb)
+{
+    if (!is_fp8(dtype))
+        return "a scaled op's A is fp8e4m3 or fp8e5m2";
+    if (!is_fp8(b_dtype))
+        return "a scaled op's B is fp8e4m3 or fp8e5m2";
+    if (dtype == OVL_DTYPE_FP8_E5M2 && b_dtype == OVL_DTYPE_FP8_E5M2)
+        return "fp8e5m2 times fp8e5m2: cuBLASLt has no such GEMM (one of A and B must be "
+               "fp8e4m3)";
+    if (out_dtype >= OVL_DTYPE_COUNT || is_fp8(out_dtype))
+        return "a scaled op writes bf16, fp16 or fp32";
+    if (a_mode >= OVL_SCALE_MODE_COUNT || b_mode >= OVL_SCALE_MODE_COUNT)
+        return "unknown scale mode (tensor 0, row 1)";
+    if (!transb)
+        return "a scaled op takes B transposed (transb: n x k, a Linear weight's layout), the "
+               "one layout of cuBLASLt's fp8 GEMM";
+    return NULL;
 }
 
 void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,
@@ -109,20 +125,13 @@ void ovld_scaling_plan(const ovld_scaling_desc_t *sc, bool bias, ovl_plan_scalin
 
 int ovld_scaling_plan_buf(int which)
 {
-    for (uint32_t i = 1; i < OVLD_MAX_BS; i++) {
+    if (which == OVLD_BUF_A_SCALE)
+        return OVL_BUF_SA;
+    for (uint32_t i = 0; i < OVLD_MAX_BS; i++) {
         if (which == ovld_buf_b_scale(i))
             return ovl_buf_sb(i);
         if (which == ovld_buf_bias(i))
             return ovl_buf_bias(i);
     }
-    switch (which) {
-    case OVLD_BUF_A_SCALE:
-        return OVL_BUF_SA;
-    case OVLD_BUF_B_SCALE:
-        return OVL_BUF_SB;
-    case OVLD_BUF_BIAS:
-        return OVL_BUF_BIAS;
-    default:
-        return -1;
-    }
+    return -1;
 }

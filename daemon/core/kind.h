@@ -96,6 +96,14 @@ bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, 
  * (SCALING_PAIRS of them into f); and the planner's view of them. */
 void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb, const uint64_t *ns,
                          ovld_buf_shape_t shape[OVLD_BUF_COUNT]);
+/* Why a scaling of these values (as a request or a peer's OpReady carries
+ * them: nothing narrowed yet) is no op's, in words; NULL where it is one:
+ * A (dtype) and B fp8, not fp8e5m2 twice (cuBLASLt has no such GEMM), an
+ * output of bf16, fp16 or fp32, known scale modes, B transposed (the one
+ * layout of cuBLASLt's fp8 GEMM). The client's check (server/request.c)
+ * and a peer's (cluster/cluster_wire.c) both ask it. */
+const char *ovld_scaling_refusal(uint64_t dtype, uint64_t b_dtype, uint64_t out_dtype,
+                                 uint64_t a_mode, uint64_t b_mode, bool transb);
 #define OVLD_SCALING_PAIRS 7
 void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,
                         bool b_bias, ovld_field_pair_t f[OVLD_SCALING_PAIRS]);

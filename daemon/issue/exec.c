@@ -105,8 +105,7 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
         g.div = in->avg ? op->world : 1;
         if (pp->sc.scaled) {
             /* B i's scales and bias, i the B the GEMM multiplies by */
-            int bi = ovl_buf_b_index(in->b.buf);
-            uint32_t i = bi > 0 ? (uint32_t)bi : 0;
+            uint32_t i = ovl_gemm_b(in);
             ovld_view_t sa, sb, bias = {0};
             if ((st = resolve(op, r, in->sa, true, &sa, why, whylen)) != OVL_OK ||
                 (st = resolve(op, r, whole(r, ovl_buf_sb(i)), true, &sb, why, whylen)) != OVL_OK ||

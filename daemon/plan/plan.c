@@ -1242,8 +1242,7 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
              * and the bias, read whole */
             out_printf(o, " scaled ");
             out_ref(o, in->sa, false, plan->params.sc.a_mode == OVL_SCALE_ROW, in->rows);
-            int bi = ovl_buf_b_index(in->b.buf);
-            uint32_t i = bi > 0 ? (uint32_t)bi : 0;
+            uint32_t i = ovl_gemm_b(in);
             out_printf(o, " %s", name_or(ovl_buf_name(ovl_buf_sb(i))));
             if (plan->params.sc.bias)
                 out_printf(o, " + %s", name_or(ovl_buf_name(ovl_buf_bias(i))));

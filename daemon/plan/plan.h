@@ -292,6 +292,14 @@ typedef struct ovl_instr {
     uint32_t nsend, nrecv;  /* RAIL: its sends, then its receives, in plan->peers */
 } ovl_instr_t;
 
+/* Which B a GEMM multiplies by: i of B i (0 for B, and for a GEMM that
+ * names none). A scaled op's GEMM reads that B's scales and bias. */
+static inline uint32_t ovl_gemm_b(const ovl_instr_t *in)
+{
+    int i = ovl_buf_b_index(in->b.buf);
+    return i > 0 ? (uint32_t)i : 0;
+}
+
 /* What makes an op scaled (fp8; ovl.h's ovl_scaling_t): A in the op's
  * dtype, B in b_dtype, both fp8; C (and GEMM + reduce-scatter's partials
  * P) in out_dtype; A's scales (buffer SA; gathered with A's rows into SG

@@ -84,7 +84,6 @@ uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i)
     return t->by_node[t->first[n] + i];
 }
 
-/* Appends one instruction, growing the array geometrically. */
 /* Whether a scaled op's A scales go by row with the rows: all-gather +
  * GEMM by row gathers them with A into SG (pb_emit). */
 static bool scales_by_row(const ovl_plan_params_t *p)
@@ -98,6 +97,7 @@ static ovl_buf_t scale_of(ovl_buf_t buf)
     return buf == OVL_BUF_G ? OVL_BUF_SG : OVL_BUF_SA;
 }
 
+/* Appends one instruction, growing the array geometrically. */
 static ovl_status_t emit_one(builder_t *b, const ovl_instr_t *in)
 {
     if (b->n == b->cap) {
@@ -293,8 +293,7 @@ void pb_mark_used(ovl_plan_t *plan)
             if (in->accumulate)
                 plan->bufs[in->acc.buf].used = true;
             if (plan->params.sc.scaled) {
-                int bi = ovl_buf_b_index(in->b.buf);
-                uint32_t i = bi > 0 ? (uint32_t)bi : 0;
+                uint32_t i = ovl_gemm_b(in);
                 plan->bufs[in->sa.buf].used = true;
                 plan->bufs[ovl_buf_sb(i)].used = true;
                 plan->bufs[ovl_buf_bias(i)].used = plan->params.sc.bias;

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "config.h" /* OVLD_ADDR_TEXT_MAX */
+#include "kind.h"   /* ovld_scaling_refusal */
 #include "plan.h"
 #include "text.h"
 
@@ -128,10 +129,8 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
 }
 
 /* Whether an op of dtype is scaled as it must be (Scaling: an fp8 dtype
- * needs it, no other takes it), and the scaling itself: fp8 inputs (not
- * e5m2 twice: cuBLASLt has no such GEMM), an output dtype of 16 or 32
- * bits, known scale modes, B transposed (the one layout of cuBLASLt's fp8
- * GEMM: TN). */
+ * needs it, no other takes it), and the scaling itself (the core's rule,
+ * ovld_scaling_refusal), the values named. */
 static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, char *err,
                                   size_t errlen)
 {
@@ -144,24 +143,13 @@ static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool t
     if (!fp8)
         return bad(err, errlen, "scaling is for the fp8 dtypes; dtype %s is not one",
                    ovl_dtype_name((ovl_dtype_t)dtype));
-    if (sc->b_dtype >= OVL_DTYPE_COUNT || !ovl_dtype_is_fp8((ovl_dtype_t)sc->b_dtype))
-        return bad(err, errlen, "b_dtype %" PRIu64 ": a scaled op's B is fp8e4m3 or fp8e5m2",
-                   sc->b_dtype);
-    if (dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2)
+    const char *why =
+        ovld_scaling_refusal(dtype, sc->b_dtype, sc->out_dtype, sc->a_mode, sc->b_mode, transb);
+    if (why)
         return bad(err, errlen,
-                   "fp8e5m2 times fp8e5m2: cuBLASLt has no such GEMM (one of A and "
-                   "B must be fp8e4m3)");
-    if (sc->out_dtype >= OVL_DTYPE_COUNT || ovl_dtype_is_fp8((ovl_dtype_t)sc->out_dtype))
-        return bad(err, errlen, "out_dtype %" PRIu64 ": a scaled op writes bf16, fp16 or fp32",
-                   sc->out_dtype);
-    if (sc->a_mode >= OVL_SCALE_MODE_COUNT || sc->b_mode >= OVL_SCALE_MODE_COUNT)
-        return bad(err, errlen,
-                   "unknown scale mode (a %" PRIu64 ", b %" PRIu64 "): tensor 0, row 1", sc->a_mode,
-                   sc->b_mode);
-    if (!transb)
-        return bad(err, errlen,
-                   "a scaled op takes B transposed (transb: n x k, a Linear "
-                   "weight's layout), the one layout of cuBLASLt's fp8 GEMM");
+                   "%s (b_dtype %" PRIu64 ", out_dtype %" PRIu64 ", scale modes %" PRIu64
+                   "/%" PRIu64 ")",
+                   why, sc->b_dtype, sc->out_dtype, sc->a_mode, sc->b_mode);
     return OVL_OK;
 }
 

@@ -468,8 +468,7 @@ static void check_operands(const setup_t *s, uint32_t r, const ovl_instr_t *in, 
         assert_int_equal(e->gemm.scaled, p->params.sc.scaled);
         if (p->params.sc.scaled) {
             /* B i's, i the GEMM's B */
-            int bi = ovl_buf_b_index(in->b.buf);
-            uint32_t bx = bi > 0 ? (uint32_t)bi : 0;
+            uint32_t bx = ovl_gemm_b(in);
             ovl_ref_t sb = {.buf = ovl_buf_sb(bx), .rank = r},
                       bias = {.buf = ovl_buf_bias(bx), .rank = r};
             assert_int_equal(e->gemm.b_dtype, p->params.sc.b_dtype);

@@ -234,6 +234,40 @@ static void test_fields_and_agreement(void **state)
     assert_int_equal(vb, OVLD_KIND_NONE);
 }
 
+/* The one rule of a scaling, for clients and peers (ovld_scaling_refusal):
+ * each way to break it refused in its words, values past 32 bits included,
+ * and the ones an op may have taken. */
+static void test_scaling_refusal(void **state)
+{
+    (void)state;
+    const uint64_t e4 = OVL_DTYPE_FP8_E4M3, e5 = OVL_DTYPE_FP8_E5M2, bf = OVL_DTYPE_BF16;
+    assert_null(ovld_scaling_refusal(e4, e4, bf, OVL_SCALE_ROW, OVL_SCALE_TENSOR, true));
+    assert_null(ovld_scaling_refusal(e5, e4, OVL_DTYPE_FP32, 0, 0, true));
+    assert_null(ovld_scaling_refusal(e4, e5, OVL_DTYPE_FP16, 1, 1, true));
+    static const struct {
+        uint64_t dt, b, out, am, bm;
+        bool transb;
+        const char *words;
+    } bad[] = {
+        {bf, e4, bf, 0, 0, true, "A is fp8"},
+        {UINT64_MAX, e4, bf, 0, 0, true, "A is fp8"},
+        {e4, bf, bf, 0, 0, true, "B is fp8"},
+        {e4, (UINT64_C(1) << 32) + e4, bf, 0, 0, true, "B is fp8"},
+        {e5, e5, bf, 0, 0, true, "fp8e5m2 times fp8e5m2"},
+        {e4, e4, e4, 0, 0, true, "writes bf16, fp16 or fp32"},
+        {e4, e4, OVL_DTYPE_COUNT, 0, 0, true, "writes bf16, fp16 or fp32"},
+        {e4, e4, bf, OVL_SCALE_MODE_COUNT, 0, true, "unknown scale mode"},
+        {e4, e4, bf, 0, UINT64_MAX, true, "unknown scale mode"},
+        {e4, e4, bf, 0, 0, false, "B transposed"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *why = ovld_scaling_refusal(bad[i].dt, bad[i].b, bad[i].out, bad[i].am,
+                                               bad[i].bm, bad[i].transb);
+        if (!why || !strstr(why, bad[i].words))
+            fail_msg("case %zu: '%s' does not say '%s'", i, why ? why : "(taken)", bad[i].words);
+    }
+}
+
 static void test_plan(void **state)
 {
     (void)state;
@@ -371,9 +405,13 @@ static void test_gemm_rs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table),  cmocka_unit_test(test_gemm_rs),
-        cmocka_unit_test(test_shapes), cmocka_unit_test(test_fields_and_agreement),
-        cmocka_unit_test(test_plan),   cmocka_unit_test(test_count),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_gemm_rs),
+        cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_fields_and_agreement),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_count),
+        cmocka_unit_test(test_scaling_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

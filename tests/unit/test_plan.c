@@ -1373,8 +1373,7 @@ static bool check_bufs(sim_t *s)
                 used[in->b.buf] = true;
             if (in->kind == OVL_I_GEMM && pp->sc.scaled) {
                 /* B i's scales and bias, i the GEMM's B */
-                int bi = ovl_buf_b_index(in->b.buf);
-                uint32_t i = bi > 0 ? (uint32_t)bi : 0;
+                uint32_t i = ovl_gemm_b(in);
 
                 used[in->sa.buf] = used[ovl_buf_sb(i)] = true;
                 used[ovl_buf_bias(i)] |= pp->sc.bias;
