@@ -1505,12 +1505,14 @@ static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, ovl_op_kind_t kin
 enum { SLOT_A_SCALE = 18, SLOT_B_SCALE = 19, SLOT_BIAS = 20, SLOT_B_SCALE1 = 21, SLOT_BIAS1 = 28 };
 
 /* What a scaled op adds to either kind, checked here so that a mistake is
- * named before anything is sent: sc given exactly for an fp8 dtype and
- * known to this ovld; its dtypes, modes and B's layout (ovld checks the
- * same and more); its scales and bias registered as buffers (a_scale of m
- * rows, this rank's, or one; b_scale of n or one; bias of n elements of
- * out_dtype) into refs[0..2], whose slots *ret_w names; the wire's
- * Scaling in *w. *ret_belem and *ret_celem: B's and C's element sizes. */
+ * named before anything is sent (ovld's rule, core/kind.c's
+ * ovld_scaling_refusal, checked again there): sc given exactly for an fp8
+ * dtype and known to this ovld; its dtypes, modes and B's layout; B 0's
+ * scales and bias and A's scales registered as buffers (a_scale of m rows,
+ * this rank's, or one; b_scale of n or one; bias of n elements of
+ * out_dtype) into refs, for the slots a_scale, b_scale and bias
+ * (scaled_add), with their leading dimensions in ld; the wire's Scaling in
+ * w. *ret_belem and *ret_celem: B's and C's element sizes. */
 typedef struct scaled_bufs {
     Ovl__Scaling w;
     Ovl__BufRef refs[3];
