@@ -145,11 +145,6 @@ static inline double ovl_demo_scaled_tolerance(const ovl_demo_scaled_t *sc, ovl_
     return sc->fast_accum ? 2 * tol : tol;
 }
 
-static inline const char *ovl_demo_scale_mode_name(ovl_scale_mode_t mode)
-{
-    return mode == OVL_SCALE_ROW ? "row" : "tensor";
-}
-
 /* The op's dtypes in words: "fp8e4m3 x fp8e4m3 -> bf16, scales row/row,
  * bias, fast_accum" when scaled, else the dtype's name. */
 static inline void ovl_demo_scaled_describe(const ovl_demo_scaled_t *sc, ovl_dtype_t dt, char *buf,
@@ -161,7 +156,7 @@ static inline void ovl_demo_scaled_describe(const ovl_demo_scaled_t *sc, ovl_dty
     }
     snprintf(buf, len, "%s x %s -> %s, scales %s/%s%s%s", ovl_dtype_name(dt),
              ovl_dtype_name(sc->b_dtype), ovl_dtype_name(sc->out_dtype),
-             ovl_demo_scale_mode_name(sc->a_mode), ovl_demo_scale_mode_name(sc->b_mode),
+             ovl_scale_mode_name(sc->a_mode), ovl_scale_mode_name(sc->b_mode),
              sc->bias ? ", bias" : "", sc->fast_accum ? ", fast_accum" : "");
 }
 

@@ -155,7 +155,8 @@ static const char *dtype_str(uint64_t dtype)
 
 static const char *mode_str(uint64_t mode)
 {
-    return mode == OVL_SCALE_ROW ? "row" : "tensor";
+    const char *name = ovl_scale_mode_name((ovl_scale_mode_t)mode);
+    return name ? name : "?";
 }
 
 /* The GEMM in words, for messages: enough to reproduce the failing call. */
