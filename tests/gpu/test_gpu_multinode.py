@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 
-from ovltest import Daemon, log_excerpt, run_tests  # noqa: E402
+from ovltest import Daemon, free_port, log_excerpt, run_tests  # noqa: E402
 
 SKIP_CODE = 77
 KEY = "c2VjcmV0LWNsdXN0ZXIta2V5LW9mLTMyLWJ5dGVzLW9yLW1vcmU=\n"
@@ -42,14 +41,6 @@ EXAMPLE = os.environ.get("OVL_TWO_NODES_BIN") or os.path.join(
 OK_LINE = re.compile(r"^rank (\d+): OK \(rel err (\S+)\)$")
 START_TIMEOUT = 60.0
 CASE_TIMEOUT = 120
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class CudaDaemon(Daemon):

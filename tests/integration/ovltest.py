@@ -3,6 +3,7 @@ socket, bounded waits, and a tiny test runner that prints one line per test
 and a closing 'N passed, N failed, N skipped' line."""
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -109,6 +110,44 @@ class Daemon:
         if log is not None and not log.closed:
             log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _ephemeral_low():
+    """The first port of the kernel's ephemeral range (Linux's default when
+    /proc does not say)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(count=1):
+    """The first of count consecutive ports free on 127.0.0.1 for a test's
+    listener. Never one of bind(port 0)'s: those come from the ephemeral
+    range, where any outgoing connection of a test running beside this one
+    (UCX over TCP makes many) can take the port between this check and the
+    listener's bind, which CI saw as "address already in use". So the ports
+    are drawn at random below that range and each is checked with bind."""
+    high = min(_ephemeral_low(), 65536) - count
+    low = 20000 if high > 21000 else 1024
+    rng = random.SystemRandom()
+    for _ in range(200):
+        base = rng.randrange(low, high)
+        ok = True
+        for p in range(base, base + count):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                ok = False
+            finally:
+                s.close()
+            if not ok:
+                break
+        if ok:
+            return base
+    raise AssertionError("no %d free consecutive ports in %d..%d on 127.0.0.1" % (count, low, high))
 
 
 def log_excerpt(d, lines=80):

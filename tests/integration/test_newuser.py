@@ -11,12 +11,11 @@ test_e2e.py (test_demo_no_daemon), test_daemon.py
 (test_detached_leaves_the_terminal, test_cuda_without_driver_says_so)."""
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 
-from ovltest import run_tests
+from ovltest import free_port, run_tests
 
 SRC = os.environ.get("OVL_SOURCE_DIR",
                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -65,24 +64,8 @@ def test_readme_paths_are_the_scripts():
 
 def free_base_port():
     """A port p with p + 1 and p + 2 free on 127.0.0.1 (the example's ovld
-    listen on port + 1 and port + 2)."""
-    for _ in range(50):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1] - 1
-        s.close()
-        ok = True
-        for p in (base + 1, base + 2):
-            t = socket.socket()
-            try:
-                t.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-        if ok and base + 2 < 65536:
-            return base
-    raise AssertionError("no two free ports in a row")
+    listen on port + 1 and port + 2), drawn as ovltest.free_port draws."""
+    return free_port(2) - 1
 
 
 def test_readme_two_node_example_runs():

@@ -18,20 +18,13 @@ import subprocess
 import tempfile
 import time
 
-from ovltest import OVLCTL, OVLD, Daemon, log_excerpt, log_messages, run_tests, status_json
+from ovltest import (OVLCTL, OVLD, Daemon, free_port, log_excerpt, log_messages, run_tests,
+                     status_json)
 
 TIMEOUT_MS = 1000
 ENV = {"UCX_TLS": "tcp,self"}
 KEY = "c2VjcmV0LWNsdXN0ZXIta2V5LW9mLTMyLWJ5dGVzLW9yLW1vcmU=\n"
 OTHER_KEY = "YW5vdGhlci1jbHVzdGVyLWtleS1vZi0zMi1ieXRlcy1vci1tb3Jl\n"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Node:

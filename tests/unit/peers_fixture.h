@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -30,17 +31,47 @@ static uv_loop_t loop; /* every transport of the test runs on it */
 static char dir[64];   /* the test's files: key files */
 static pthread_t loop_thread;
 
-/* A free port on 127.0.0.1 (bound and closed: good enough on a test box). */
+/* The first port of the kernel's ephemeral range (Linux's default when
+ * /proc does not say). */
+static unsigned ephemeral_low(void)
+{
+    unsigned lo = 32768, hi;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%u %u", &lo, &hi) != 2 || lo > 65535)
+            lo = 32768;
+        fclose(f);
+    }
+    return lo;
+}
+
+/* A free port on 127.0.0.1 for a transport's listener, as ovltest.py's
+ * free_port draws them: never one of bind(port 0)'s, which come from the
+ * ephemeral range where an outgoing connection of a test running beside
+ * this one (UCX over TCP makes many) can take the port before the listener
+ * binds it (CI saw "address already in use"); at random below that range,
+ * checked with bind. */
 static uint16_t free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t l = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    unsigned hi = ephemeral_low();
+    unsigned lo = hi > 21000 ? 20000 : 1024;
+    for (int tries = 0; tries < 200; tries++) {
+        unsigned port = lo + (unsigned)rand_r(&seed) % (hi - lo);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+        close(fd);
+        if (rc == 0)
+            return (uint16_t)port;
+    }
+    fail_msg("no free port in %u..%u on 127.0.0.1", lo, hi - 1);
+    return 0;
 }
 
 /* A key file of that text in dir; the path stays valid until the next call
@@ -143,9 +174,23 @@ static int peers_fixture_setup(const char *name)
     return uv_loop_init(&loop);
 }
 
+/* The transports' handles close; bounded, since a test that failed
+ * before closing its transports leaves them open and the loop would then
+ * run for ever (CI saw test_xfer time out so). */
 static int peers_fixture_teardown(void)
 {
-    uv_run(&loop, UV_RUN_DEFAULT); /* the transports' handles close */
+    uv_update_time(&loop);
+    uint64_t end = uv_now(&loop) + 5000;
+    while (uv_loop_alive(&loop) && uv_now(&loop) < end) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        uv_update_time(&loop);
+    }
+    if (uv_loop_alive(&loop)) {
+        fprintf(stderr, "teardown: the loop still has handles after 5 s (a test failed "
+                        "before closing its transports?)\n");
+        return -1;
+    }
     int rc = uv_loop_close(&loop);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
