@@ -30,6 +30,7 @@
 #include "libovl_internal.h"
 #include "threads.h"
 #include "matrix.h"
+#include "scaling.h"
 #include "ovl.pb-c.h"
 #include "wire.h"
 #include "clock.h"
@@ -1505,14 +1506,15 @@ static ovl_status_t op_begin(ovl_comm_t *cm, const char *call, ovl_op_kind_t kin
 enum { SLOT_A_SCALE = 18, SLOT_B_SCALE = 19, SLOT_BIAS = 20, SLOT_B_SCALE1 = 21, SLOT_BIAS1 = 28 };
 
 /* What a scaled op adds to either kind, checked here so that a mistake is
- * named before anything is sent (ovld's rule, core/kind.c's
- * ovld_scaling_refusal, checked again there): sc given exactly for an fp8
- * dtype and known to this ovld; its dtypes, modes and B's layout; B 0's
- * scales and bias and A's scales registered as buffers (a_scale of m rows,
- * this rank's, or one; b_scale of n or one; bias of n elements of
- * out_dtype) into refs, for the slots a_scale, b_scale and bias
- * (scaled_add), with their leading dimensions in ld; the wire's Scaling in
- * w. *ret_belem and *ret_celem: B's and C's element sizes. */
+ * named before anything is sent (common/scaling.h's rules, which ovld
+ * asks again): sc given exactly for an fp8 dtype and known to this ovld;
+ * its dtypes, modes and B's layout, and the shapes its modes need (GEMMs of
+ * block_rows rows: a rank's A, or a block of the output); B 0's scales and
+ * bias and A's scales registered as buffers (of ovl_scale_shape's shapes
+ * for A's m x k and B's n x k; bias n elements of out_dtype) into refs,
+ * for the slots a_scale, b_scale and bias (scaled_add), with their leading
+ * dimensions in ld; the wire's Scaling in w. *ret_belem and *ret_celem: B's
+ * and C's element sizes. */
 typedef struct scaled_bufs {
     Ovl__Scaling w;
     Ovl__BufRef refs[3];
@@ -1520,9 +1522,23 @@ typedef struct scaled_bufs {
     bool given[3];
 } scaled_bufs_t;
 
+/* The scales ptr of a B of n columns of op(B) (k its rows), by mode,
+ * registered as name; their leading dimension (dense) in *ret_ld. */
+static ovl_status_t b_scale_ref(ovl_client_t *cl, const char *name, ovl_scale_mode_t mode,
+                                const float *ptr, uint64_t n, uint64_t k, Ovl__BufRef *ref,
+                                uint64_t *ret_ld)
+{
+    uint64_t r, c;
+    if (ovl_scale_shape(mode, 1, n, k, &r, &c) != OVL_OK)
+        return fail(cl, OVL_ERR_INVALID, "%s: scale mode %d is not one of B's", name, (int)mode);
+    *ret_ld = c;
+    return bufref(cl, name, ptr, r, c, c, sizeof(float), ref);
+}
+
 static ovl_status_t scaled_begin(ovl_client_t *cl, ovl_dtype_t dtype, const ovl_scaling_t *sc,
-                                 int transb, uint64_t m, uint64_t n, scaled_bufs_t *x,
-                                 size_t *ret_belem, size_t *ret_celem)
+                                 int transb, uint64_t m, uint64_t n, uint64_t k,
+                                 uint64_t block_rows, scaled_bufs_t *x, size_t *ret_belem,
+                                 size_t *ret_celem)
 {
     ovl_status_t st;
     *ret_belem = *ret_celem = ovl_dtype_size(dtype);
@@ -1539,34 +1555,30 @@ static ovl_status_t scaled_begin(ovl_client_t *cl, ovl_dtype_t dtype, const ovl_
                     ovl_dtype_name(dtype));
     if (!(cl->features & OVL_FEATURE_FP8))
         return fail(cl, OVL_ERR_VERSION, "ovld %s runs no scaled (fp8) ops", cl->info.version);
-    if (!ovl_dtype_is_fp8(sc->b_dtype))
-        return fail(cl, OVL_ERR_INVALID, "b_dtype %d: a scaled op's B is fp8e4m3 or fp8e5m2",
-                    (int)sc->b_dtype);
-    if (dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2)
+    /* unsigned: an enum may be signed, and a negative value is unknown */
+    const char *why =
+        ovl_scaling_refusal((unsigned)dtype, (unsigned)sc->b_dtype, (unsigned)sc->out_dtype,
+                            (unsigned)sc->a_mode, (unsigned)sc->b_mode, transb != 0);
+    if (!why)
+        why = ovl_scaling_shape_refusal(sc->a_mode, sc->b_mode, block_rows, n);
+    if (why)
         return fail(cl, OVL_ERR_INVALID,
-                    "fp8e5m2 times fp8e5m2: cuBLASLt has no such GEMM (one "
-                    "of A and B must be fp8e4m3)");
-    if (ovl_dtype_size(sc->out_dtype) == 0 || ovl_dtype_is_fp8(sc->out_dtype))
-        return fail(cl, OVL_ERR_INVALID, "out_dtype %d: a scaled op writes bf16, fp16 or fp32",
-                    (int)sc->out_dtype);
-    if ((unsigned)sc->a_mode >= OVL_SCALE_MODE_COUNT ||
-        (unsigned)sc->b_mode >= OVL_SCALE_MODE_COUNT)
-        return fail(cl, OVL_ERR_INVALID, "unknown scale mode (a %d, b %d)", (int)sc->a_mode,
-                    (int)sc->b_mode);
-    if (!transb)
-        return fail(cl, OVL_ERR_INVALID,
-                    "a scaled op takes B transposed (transb: n x k), cuBLASLt's fp8 layout");
-    uint64_t ar = sc->a_mode == OVL_SCALE_ROW ? m : 1, bc = sc->b_mode == OVL_SCALE_ROW ? n : 1;
-    if ((st = bufref(cl, "a_scale", sc->a_scale, ar, 1, 1, sizeof(float), &x->refs[0])) != OVL_OK ||
-        (st = bufref(cl, "b_scale", sc->b_scale, 1, bc, bc, sizeof(float), &x->refs[1])) !=
+                    "%s (b_dtype %d, out_dtype %d, scale modes %d/%d, rows %" PRIu64 ", n %" PRIu64
+                    ")",
+                    why, (int)sc->b_dtype, (int)sc->out_dtype, (int)sc->a_mode, (int)sc->b_mode,
+                    block_rows, n);
+    uint64_t ar, ac;
+    (void)ovl_scale_shape(sc->a_mode, 0, m, k, &ar, &ac); /* a mode of A's: checked above */
+    if ((st = bufref(cl, "a_scale", sc->a_scale, ar, ac, ac, sizeof(float), &x->refs[0])) !=
+            OVL_OK ||
+        (st = b_scale_ref(cl, "b_scale", sc->b_mode, sc->b_scale, n, k, &x->refs[1], &x->ld[1])) !=
             OVL_OK ||
         (sc->bias && (st = bufref(cl, "bias", sc->bias, 1, n, n, ovl_dtype_size(sc->out_dtype),
                                   &x->refs[2])) != OVL_OK))
         return st;
     x->given[0] = x->given[1] = true;
     x->given[2] = sc->bias != NULL;
-    x->ld[0] = 1; /* a column: one float a row */
-    x->ld[1] = bc;
+    x->ld[0] = ac; /* dense: a row of A's scales */
     x->ld[2] = n;
     x->w.b_dtype = (uint64_t)sc->b_dtype;
     x->w.out_dtype = (uint64_t)sc->out_dtype;
@@ -1618,8 +1630,8 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
                     nb);
     scaled_bufs_t sx;
     size_t belem, celem;
-    if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, &sx, &belem, &celem)) !=
-        OVL_OK)
+    if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, d->k, d->m, &sx, &belem,
+                           &celem)) != OVL_OK)
         return st;
 
     Ovl__BufRef a, b, c, aout;
@@ -1674,12 +1686,17 @@ OVL_API ovl_status_t ovl_allgather_gemm(ovl_comm_t *cm, const ovl_ag_gemm_desc_t
         more_n[i - 1] = x->n;
         if (!sc)
             continue;
-        uint64_t bc = sc->b_mode == OVL_SCALE_ROW ? x->n : 1;
+        uint64_t bc = 0;
+        /* B i's n takes A's modes as B 0's does */
+        const char *why = ovl_scaling_shape_refusal(sc->a_mode, sc->b_mode, d->m, x->n);
+        if (why)
+            return fail(cl, OVL_ERR_INVALID, "B %u: %s (n %" PRIu64 ")", i, why, x->n);
         if ((x->bias != NULL) != (sc->bias != NULL))
             return fail(cl, OVL_ERR_INVALID,
                         "B %u has %s bias and B 0 %s: a scaled op's Bs have a bias each, or none",
                         i, x->bias ? "a" : "no", sc->bias ? "has one" : "has none");
-        if ((st = bufref(cl, sn, x->b_scale, 1, bc, bc, sizeof(float), &ms[i - 1])) != OVL_OK ||
+        if ((st = b_scale_ref(cl, sn, sc->b_mode, x->b_scale, x->n, d->k, &ms[i - 1], &bc)) !=
+                OVL_OK ||
             (x->bias && (st = bufref(cl, biasn, x->bias, 1, x->n, x->n,
                                      ovl_dtype_size(sc->out_dtype), &mbias[i - 1])) != OVL_OK))
             return st;
@@ -1732,8 +1749,9 @@ OVL_API ovl_status_t ovl_gemm_reduce_scatter(ovl_comm_t *cm, const ovl_gemm_rs_d
                     (unsigned long long)d->m, cm->world);
     size_t elem = ovl_dtype_size(d->dtype), belem, celem;
     scaled_bufs_t sx;
-    if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, &sx, &belem, &celem)) !=
-        OVL_OK)
+    /* a GEMM's rows: a block of the output's */
+    if ((st = scaled_begin(cl, d->dtype, d->scaling, d->transb, d->m, d->n, d->k, d->m / cm->world,
+                           &sx, &belem, &celem)) != OVL_OK)
         return st;
     Ovl__BufRef a, b, c;
     if ((st = bufref(cl, "a", d->a, d->m, d->k, d->lda, elem, &a)) != OVL_OK ||

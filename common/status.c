@@ -83,6 +83,8 @@ _Static_assert(NELEM(op_kind_names) == OVL_OP_KIND_COUNT, "every op kind has a n
 static const char *const scale_mode_names[] = {
     [OVL_SCALE_TENSOR] = "tensor",
     [OVL_SCALE_ROW] = "row",
+    [OVL_SCALE_BLOCK_1X128] = "1x128",
+    [OVL_SCALE_BLOCK_128X128] = "128x128",
 };
 _Static_assert(NELEM(scale_mode_names) == OVL_SCALE_MODE_COUNT, "every scale mode has a name");
 

@@ -11,6 +11,7 @@
 #include "cluster.pb-c.h"
 #include "errf.h"
 #include "kind.h"
+#include "scaling.h"
 #include "plan.h"
 #include "text.h"
 #include "wire.h"
@@ -233,7 +234,7 @@ static ovl_status_t take_scaling(const Ovlcl__OpReady *r, uint32_t dtype, ovld_s
         return OVL_OK;
     }
     const char *why =
-        ovld_scaling_refusal(dtype, r->b_dtype, r->out_dtype, r->a_mode, r->b_mode, r->transb);
+        ovl_scaling_refusal(dtype, r->b_dtype, r->out_dtype, r->a_mode, r->b_mode, r->transb);
     if (why)
         return ovl_errf(OVL_ERR_PROTOCOL, err, errlen,
                         "protocol error: %s: a scaling no op may "

@@ -1,9 +1,11 @@
 /*
  * kind.c: the table of op kinds (kind.h).
  */
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "kind.h"
+#include "scaling.h"
 
 const ovld_kind_t *ovld_kind(uint32_t id)
 {
@@ -41,25 +43,34 @@ bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, 
     return false;
 }
 
-void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb, const uint64_t *ns,
-                         ovld_buf_shape_t shape[OVLD_BUF_COUNT])
+ovl_status_t ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint64_t k,
+                                 uint64_t block_rows, uint32_t nb, const uint64_t *ns,
+                                 ovld_buf_shape_t shape[OVLD_BUF_COUNT], char *msg, size_t len)
 {
     if (!sc->scaled)
-        return;
-    shape[OVLD_BUF_A_SCALE] = (ovld_buf_shape_t){.rows = sc->a_mode == OVL_SCALE_ROW ? m : 1,
-                                                 .cols = 1,
-                                                 .elem = 4,
-                                                 .required = true,
-                                                 .dense = true};
-    /* each B's scales (1 x n_i by row, or one) and its bias */
+        return OVL_OK;
+    /* the modes are known (ovl_scaling_refusal ran first) */
+    ovl_scale_mode_t am = (ovl_scale_mode_t)sc->a_mode, bm = (ovl_scale_mode_t)sc->b_mode;
+    uint64_t r, c;
+    if (ovl_scale_shape(am, 0, m, k, &r, &c) != OVL_OK) {
+        snprintf(msg, len, "a_scale: mode %u is not one of A's", sc->a_mode);
+        return OVL_ERR_INVALID;
+    }
+    shape[OVLD_BUF_A_SCALE] =
+        (ovld_buf_shape_t){.rows = r, .cols = c, .elem = 4, .required = true, .dense = true};
+    /* each B's scales and its bias */
     for (uint32_t i = 0; i < nb && i < OVLD_MAX_BS; i++) {
-        shape[ovld_buf_b_scale(i)] = (ovld_buf_shape_t){
-            .rows = 1,
-            .cols = sc->b_mode == OVL_SCALE_ROW ? ns[i] : 1,
-            .elem = 4,
-            .required = true,
-            .dense = true,
-        };
+        const char *why = ovl_scaling_shape_refusal(am, bm, block_rows, ns[i]);
+        if (why) {
+            snprintf(msg, len, "%s (rows %" PRIu64 ", n %" PRIu64 ")", why, block_rows, ns[i]);
+            return OVL_ERR_INVALID;
+        }
+        if (ovl_scale_shape(bm, 1, ns[i], k, &r, &c) != OVL_OK) {
+            snprintf(msg, len, "b_scale: mode %u is not one of B's", sc->b_mode);
+            return OVL_ERR_INVALID;
+        }
+        shape[ovld_buf_b_scale(i)] =
+            (ovld_buf_shape_t){.rows = r, .cols = c, .elem = 4, .required = true, .dense = true};
         shape[ovld_buf_bias(i)] = (ovld_buf_shape_t){
             .rows = 1,
             .cols = ns[i],
@@ -68,32 +79,7 @@ void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb,
             .dense = true,
         };
     }
-}
-
-/* A wire value that is an fp8 dtype. */
-static bool is_fp8(uint64_t dtype)
-{
-    return dtype < OVL_DTYPE_COUNT && ovl_dtype_is_fp8((ovl_dtype_t)dtype);
-}
-
-const char *ovld_scaling_refusal(uint64_t dtype, uint64_t b_dtype, uint64_t out_dtype,
-                                 uint64_t a_mode, uint64_t b_mode, bool transb)
-{
-    if (!is_fp8(dtype))
-        return "a scaled op's A is fp8e4m3 or fp8e5m2";
-    if (!is_fp8(b_dtype))
-        return "a scaled op's B is fp8e4m3 or fp8e5m2";
-    if (dtype == OVL_DTYPE_FP8_E5M2 && b_dtype == OVL_DTYPE_FP8_E5M2)
-        return "fp8e5m2 times fp8e5m2: cuBLASLt has no such GEMM (one of A and B must be "
-               "fp8e4m3)";
-    if (out_dtype >= OVL_DTYPE_COUNT || is_fp8(out_dtype))
-        return "a scaled op writes bf16, fp16 or fp32";
-    if (a_mode >= OVL_SCALE_MODE_COUNT || b_mode >= OVL_SCALE_MODE_COUNT)
-        return "unknown scale mode (tensor 0, row 1)";
-    if (!transb)
-        return "a scaled op takes B transposed (transb: n x k, a Linear weight's layout), the "
-               "one layout of cuBLASLt's fp8 GEMM";
-    return NULL;
+    return OVL_OK;
 }
 
 void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,

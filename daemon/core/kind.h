@@ -90,20 +90,18 @@ bool ovld_fields_first_differ(const ovld_field_pair_t *f, size_t n, char *what, 
                               uint64_t *ret_a, uint64_t *ret_b);
 
 /* What a scaled op adds to either kind (kind.c): the shapes of its scale
- * and bias slots for an A of m rows and nb Bs of ns[i] columns (required
- * but the biases; nothing when not scaled); its fields as pairs for
- * fields_differ
- * (SCALING_PAIRS of them into f); and the planner's view of them. */
-void ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint32_t nb, const uint64_t *ns,
-                         ovld_buf_shape_t shape[OVLD_BUF_COUNT]);
-/* Why a scaling of these values (as a request or a peer's OpReady carries
- * them: nothing narrowed yet) is no op's, in words; NULL where it is one:
- * A (dtype) and B fp8, not fp8e5m2 twice (cuBLASLt has no such GEMM), an
- * output of bf16, fp16 or fp32, known scale modes, B transposed (the one
- * layout of cuBLASLt's fp8 GEMM). The client's check (server/request.c)
- * and a peer's (cluster/cluster_wire.c) both ask it. */
-const char *ovld_scaling_refusal(uint64_t dtype, uint64_t b_dtype, uint64_t out_dtype,
-                                 uint64_t a_mode, uint64_t b_mode, bool transb);
+ * and bias slots for an A of m rows and k columns and nb Bs of ns[i]
+ * columns (required but the biases; nothing when not scaled; ovl.h's
+ * ovl_scale_shape), refusing with msg what the shapes cannot take
+ * (common/scaling.h's ovl_scaling_shape_refusal, for GEMMs of block_rows
+ * rows: a rank's, or a block of the output's); its fields as pairs for
+ * fields_differ (SCALING_PAIRS of them into f); and the planner's view of
+ * them. The rule of the values themselves is common/scaling.h's
+ * ovl_scaling_refusal, which a client's request (server/request.c) and a
+ * peer's (cluster/cluster_wire.c) both ask before these. */
+ovl_status_t ovld_scaling_shapes(const ovld_scaling_desc_t *sc, uint64_t m, uint64_t k,
+                                 uint64_t block_rows, uint32_t nb, const uint64_t *ns,
+                                 ovld_buf_shape_t shape[OVLD_BUF_COUNT], char *msg, size_t len);
 #define OVLD_SCALING_PAIRS 7
 void ovld_scaling_pairs(const ovld_scaling_desc_t *a, bool a_bias, const ovld_scaling_desc_t *b,
                         bool b_bias, ovld_field_pair_t f[OVLD_SCALING_PAIRS]);

@@ -43,7 +43,10 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
     uint64_t ns[OVLD_MAX_BS] = {q->n};
     for (uint32_t i = 1; i < q->nb && i < OVLD_MAX_BS; i++)
         ns[i] = q->n_more[i - 1];
-    ovld_scaling_shapes(&q->sc, q->m, q->nb ? q->nb : 1, ns, shape);
+    ovl_status_t st =
+        ovld_scaling_shapes(&q->sc, q->m, q->k, q->m, q->nb ? q->nb : 1, ns, shape, msg, len);
+    if (st != OVL_OK)
+        return st;
     /* optional: ovld gathers into its scratch */
     shape[OVLD_BUF_AOUT] =
         (ovld_buf_shape_t){.rows = rows_all, .cols = q->k, .elem = elem, .optional = true};

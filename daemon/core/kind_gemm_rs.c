@@ -51,8 +51,8 @@ static ovl_status_t buf_shapes(const ovld_op_desc_t *op, uint32_t world,
                                            .required = true};
     shape[OVLD_BUF_C] =
         (ovld_buf_shape_t){.rows = q->m / world, .cols = q->n, .elem = celem, .required = true};
-    ovld_scaling_shapes(&q->sc, q->m, 1, &q->n, shape);
-    return OVL_OK;
+    /* a GEMM's rows: a block of the output's (C's rows) */
+    return ovld_scaling_shapes(&q->sc, q->m, q->k, q->m / world, 1, &q->n, shape, msg, len);
 }
 
 static void fields(const ovld_op_desc_t *op, bool valid, ovld_op_fields_t *f)

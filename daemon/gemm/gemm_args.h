@@ -52,6 +52,11 @@ typedef struct ovld_gemm_args {
      * fast_accum). sa(i) = a_scale[0] (OVL_SCALE_TENSOR) or a_scale[b *
      * block_stride + i] for row i of block b (OVL_SCALE_ROW: a_scale is
      * the scale of A's first row); sb(j) = b_scale[0] or b_scale[j].
+     * Block scales (ovl.h; A 1x128, B 1x128 or 128x128) scale each 128
+     * of k apart: a_scale holds ceil(k/128) floats per row of A from its
+     * first row on (row-major, dense), b_scale B's whole (n or ceil(n/128)
+     * rows of ceil(k/128)); rows (each block's) and, with B 1x128, n
+     * are multiples of 4 (common/scaling.h).
      * bias NULL: none. Not scaled: dtype is every matrix's, and the
      * fields below are unread.
      */

@@ -35,6 +35,7 @@
 
 #include "half.h"
 #include "matrix.h"
+#include "scaling.h"
 
 #define GEMM_NB   256 /* columns of C per full panel; the longest inner loop */
 #define GEMM_NMIN 16  /* the narrowest panel */
@@ -278,6 +279,13 @@ static void zero_c(ovl_dtype_t dtype, size_t rows, size_t n, unsigned char *c, s
  * then the rest one by one) holds across k blocks only if every k block but
  * the last is a whole number of groups. */
 _Static_assert(GEMM_KB % GEMM_KU == 0, "a k block must hold whole groups of GEMM_KU");
+_Static_assert(OVL_SCALE_BLOCK % GEMM_KU == 0, "a scale block must hold whole groups of GEMM_KU");
+
+/* Block scales per row of a matrix of k columns: ceil(k / 128). */
+static size_t scale_blocks(uint64_t k)
+{
+    return (size_t)(k / OVL_SCALE_BLOCK + (k % OVL_SCALE_BLOCK != 0));
+}
 _Static_assert(GEMM_KU == 4, "hostgemm.h documents the sum in groups of 4");
 
 /*
@@ -296,7 +304,32 @@ typedef struct gemm_job {
     uint32_t div;
     const float *sa, *sb;    /* NULL: not scaled */
     size_t sa_step, sb_step; /* 1: a scale per row (column of op(B)); 0: one */
+    /* Block scales (ovl.h): sa(r, q) = sa[r * sa_ld + q], sb(j, q) =
+     * sb[(j / sb_div) * sb_ld + q], q the block of 128 of k; applied per
+     * block of k (fold_block), not in finish_row. */
+    bool blocks;
+    size_t sa_ld, sb_ld, sb_div;
 } gemm_job_t;
+
+/*
+ * Block scales: the fp32 sums of the block q of k of rows [r, r+mb) of A
+ * (sum, rows w apart), columns [jc, jc+nb), each times sa(r, q) * sb(j, q)
+ * and added to its total (tot, alike).
+ */
+static void fold_block(const gemm_job_t *jb, size_t r, size_t mb, size_t jc, size_t nb, size_t w,
+                       size_t q, const float *restrict sum, float *restrict tot)
+{
+    for (size_t i = 0; i < mb; i++) {
+        const float sa = jb->sa[(r + i) * jb->sa_ld + q];
+        const float *s = sum + i * w;
+        float *t = tot + i * w;
+        for (size_t j = 0; j < nb; j++) {
+            const float sab = sa * jb->sb[((jc + j) / jb->sb_div) * jb->sb_ld + q];
+            const float x = s[j] * sab;
+            t[j] = t[j] + x;
+        }
+    }
+}
 
 /*
  * The epilogue of row r (of A and C, blocks counted in), columns [jc,
@@ -309,7 +342,7 @@ static void finish_row(const gemm_job_t *jb, size_t r, size_t jc, size_t nb, flo
 {
     size_t ec = ovl_dtype_size(jb->c_dt);
 
-    if (jb->sa) {
+    if (jb->sa && !jb->blocks) {
         const float sa = jb->sa[r * jb->sa_step];
         if (jb->sb_step) {
             const float *sb = jb->sb + jc;
@@ -367,8 +400,12 @@ static ovl_status_t gemm_run(const gemm_job_t *jb)
     float *bp = malloc((k_ ? k_ : 1) * wmax * sizeof(float));
     float *sum = malloc(GEMM_MB * wmax * sizeof(float));
     float *arow = malloc((GEMM_KB > wmax ? GEMM_KB : wmax) * sizeof(float));
+    /* block scales: the sums of one block of k go in sum, their scaled
+     * totals here; k is walked a block at a time */
+    float *tot = jb->blocks ? malloc(GEMM_MB * wmax * sizeof(float)) : NULL;
+    size_t kstep = jb->blocks ? OVL_SCALE_BLOCK : GEMM_KB;
     ovl_status_t st = OVL_ERR_NOMEM;
-    if (bp == NULL || sum == NULL || arow == NULL)
+    if (bp == NULL || sum == NULL || arow == NULL || (jb->blocks && tot == NULL))
         goto out;
 
     for (size_t jc = 0, w, nb; jc < n_; jc += nb) {
@@ -380,23 +417,28 @@ static ovl_status_t gemm_run(const gemm_job_t *jb)
             size_t r0 = blk * jb->stride;
             for (size_t ic = 0; ic < m_; ic += GEMM_MB) {
                 size_t mb = min_size(GEMM_MB, m_ - ic);
-                memset(sum, 0, mb * w * sizeof(float));
-                for (size_t pc = 0; pc < k_; pc += GEMM_KB) {
-                    size_t kb = min_size(GEMM_KB, k_ - pc);
+                memset(jb->blocks ? tot : sum, 0, mb * w * sizeof(float));
+                for (size_t pc = 0; pc < k_; pc += kstep) {
+                    size_t kb = min_size(kstep, k_ - pc);
+                    if (jb->blocks)
+                        memset(sum, 0, mb * w * sizeof(float));
                     for (size_t i = 0; i < mb; i++) {
                         row_to_float(jb->a_dt, jb->a + ((r0 + ic + i) * jb->lda + pc) * ea, kb,
                                      arow);
                         kernel_row(w, kb, arow, bp + pc * w, sum + i * w);
                     }
+                    if (jb->blocks)
+                        fold_block(jb, r0 + ic, mb, jc, nb, w, pc / OVL_SCALE_BLOCK, sum, tot);
                 }
                 /* arow is free here: the staging row of bias and ACC */
                 for (size_t i = 0; i < mb; i++)
-                    finish_row(jb, r0 + ic + i, jc, nb, sum + i * w, arow);
+                    finish_row(jb, r0 + ic + i, jc, nb, (jb->blocks ? tot : sum) + i * w, arow);
             }
         }
     }
     st = OVL_OK;
 out:
+    free(tot);
     free(arow);
     free(sum);
     free(bp);
@@ -458,17 +500,13 @@ static ovl_status_t check_gemm_args(const ovld_gemm_args_t *g, const void *out, 
         return OVL_ERR_INVALID;
     size_t ea = ovl_dtype_size(g->dtype), eb = ea, ec = ea;
     if (g->scaled) {
-        if (!ovl_dtype_is_fp8(g->dtype) || !ovl_dtype_is_fp8(g->b_dtype) ||
-            (g->dtype == OVL_DTYPE_FP8_E5M2 && g->b_dtype == OVL_DTYPE_FP8_E5M2))
+        /* the one rule (common/scaling.h); unsigned: an enum may be
+         * signed, and a negative value is unknown */
+        if (ovl_scaling_refusal((unsigned)g->dtype, (unsigned)g->b_dtype, (unsigned)g->c_dtype,
+                                (unsigned)g->a_mode, (unsigned)g->b_mode, g->transb))
             return OVL_ERR_INVALID;
-        if (g->c_dtype != OVL_DTYPE_BF16 && g->c_dtype != OVL_DTYPE_FP16 &&
-            g->c_dtype != OVL_DTYPE_FP32)
-            return OVL_ERR_INVALID;
-        /* unsigned: an enum may be signed, and a negative mode is unknown */
-        if ((unsigned)g->a_mode >= OVL_SCALE_MODE_COUNT ||
-            (unsigned)g->b_mode >= OVL_SCALE_MODE_COUNT)
-            return OVL_ERR_INVALID;
-        if (g->a_scale == NULL || g->b_scale == NULL || !g->transb)
+        if (g->a_scale == NULL || g->b_scale == NULL ||
+            ovl_scaling_shape_refusal(g->a_mode, g->b_mode, g->rows, g->n))
             return OVL_ERR_INVALID;
         eb = ovl_dtype_size(g->b_dtype);
         ec = ovl_dtype_size(g->c_dtype);
@@ -530,6 +568,9 @@ ovl_status_t ovl_host_gemm_args(const ovld_gemm_args_t *g)
         jb.sa_step = g->a_mode == OVL_SCALE_ROW;
         jb.sb_step = g->b_mode == OVL_SCALE_ROW;
         jb.bias = g->bias;
+        jb.blocks = ovl_scale_mode_is_block(g->a_mode);
+        jb.sa_ld = jb.sb_ld = scale_blocks(g->k);
+        jb.sb_div = g->b_mode == OVL_SCALE_BLOCK_128X128 ? OVL_SCALE_BLOCK : 1;
     }
     return gemm_run(&jb);
 }
@@ -558,6 +599,24 @@ ovl_status_t ovl_ref_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t
     return OVL_OK;
 }
 
+/* The scale of row r (A's; B's: column r of op(B)) at column kk of k, by
+ * mode: one, per row, per row and 128 of k, per 128 x 128 tile (ovl.h);
+ * kq the scales per row of a block mode. */
+static double scale_at(const float *s, ovl_scale_mode_t mode, size_t r, size_t kk, size_t kq)
+{
+    switch (mode) {
+    case OVL_SCALE_TENSOR:
+        return s[0];
+    case OVL_SCALE_ROW:
+        return s[r];
+    case OVL_SCALE_BLOCK_1X128:
+        return s[r * kq + kk / OVL_SCALE_BLOCK];
+    case OVL_SCALE_BLOCK_128X128:
+        return s[r / OVL_SCALE_BLOCK * kq + kk / OVL_SCALE_BLOCK];
+    }
+    return NAN; /* unreached: the modes were checked */
+}
+
 ovl_status_t ovl_ref_gemm_scaled(const ovld_gemm_args_t *g, double *ref, size_t ldref)
 {
     if (g == NULL || !g->scaled)
@@ -568,23 +627,26 @@ ovl_status_t ovl_ref_gemm_scaled(const ovld_gemm_args_t *g, double *ref, size_t 
         return st;
     size_t m_ = (size_t)g->rows, n_ = (size_t)g->n, k_ = (size_t)g->k;
     size_t lda = (size_t)g->a.ld, ldb = (size_t)g->b.ld, ldacc = (size_t)g->acc.ld;
+    size_t kq = scale_blocks(g->k);
     for (size_t blk = 0; blk < g->nblocks; blk++) {
         for (size_t i = 0; i < m_; i++) {
             size_t r = blk * (size_t)g->block_stride + i;
             double *out = ref + r * ldref;
-            double sa = g->a_scale[g->a_mode == OVL_SCALE_ROW ? r : 0];
             for (size_t j = 0; j < n_; j++)
                 out[j] = 0.0;
+            /* each product with its scales: sa(r, q) sb(j, q), q = kk / 128
+             * (per row or one: the same for every q) */
             for (size_t kk = 0; kk < k_; kk++) {
                 double av = ovl_load_elem(g->dtype, g->a.ptr, r * lda + kk);
+                double sa = scale_at(g->a_scale, g->a_mode, r, kk, kq);
                 for (size_t j = 0; j < n_; j++) {
                     size_t bi = g->transb ? j * ldb + kk : kk * ldb + j;
-                    out[j] += av * (double)ovl_load_elem(g->b_dtype, g->b.ptr, bi);
+                    double sb = scale_at(g->b_scale, g->b_mode, j, kk, kq);
+                    out[j] += sa * sb * av * (double)ovl_load_elem(g->b_dtype, g->b.ptr, bi);
                 }
             }
             for (size_t j = 0; j < n_; j++) {
-                double sb = g->b_scale[g->b_mode == OVL_SCALE_ROW ? j : 0];
-                double x = sa * sb * out[j];
+                double x = out[j];
                 if (g->div > 1)
                     x /= (double)g->div;
                 if (g->bias)

@@ -81,13 +81,21 @@ ovl_status_t ovl_ref_gemm(ovl_dtype_t dtype, uint64_t rows, uint64_t n, uint64_t
  *   x = s * (sa(i) * sb(j)); x = x * (1.0f / div) (only for div > 1);
  *   x = x + bias[j] (bias given); x = x + ACC[i][j] (ACC given);
  *   C[i][j] = x rounded to c_dtype, to nearest even.
+ * Block scales (ovl.h) sum each block q of 128 of k as s above, s(q) over
+ * l in [128 q, min(128 q + 128, k)), and then, from x = 0, for q = 0, 1, ...
+ *   y = s(q) * (sa(i, q) * sb(j, q)); x = x + y;
+ * and go on from x as above without the first step. sa(i, q) =
+ * a_scale[i' * ceil(k/128) + q] with i' the row counted from A's first
+ * (b * block_stride + i), sb(j, q) = b_scale[j * ceil(k/128) + q] (1x128)
+ * or b_scale[(j / 128) * ceil(k/128) + q] (128x128).
  * fast_accum is not read: the host has one accumulation.
  *
  * OVL_ERR_INVALID for g NULL; scaled with dtype or b_dtype not fp8, both
  * e5m2 (cuBLASLt has no e5m2 x e5m2 kernel), c_dtype not bf16, fp16 or
- * fp32, an unknown a_mode or b_mode, a NULL a_scale or b_scale, or !transb
- * (cuBLASLt's one fp8 layout: the host takes what the GPU takes, so that a
- * plan that runs here runs there); otherwise as ovl_host_gemm_acc, with each
+ * fp32, modes that common/scaling.h's ovl_scaling_refusal refuses or rows
+ * and n its ovl_scaling_shape_refusal does, a NULL a_scale or b_scale, or
+ * !transb (cuBLASLt's one fp8 layout: the host takes what the GPU takes, so
+ * that a plan that runs here runs there); otherwise as ovl_host_gemm_acc, with each
  * matrix's own element size (A dtype's, B b_dtype's, C's and ACC's
  * c_dtype's when scaled) and the rows A, C and ACC span over all blocks
  * ((nblocks - 1) * block_stride + rows). nblocks, rows or n 0: nothing is
@@ -98,8 +106,10 @@ ovl_status_t ovl_host_gemm_args(const ovld_gemm_args_t *g);
 /*
  * The scaled GEMM g describes, in double precision: for every row r =
  * b * block_stride + i of every block b and every j < n,
- *   ref[r * ldref + j] = sa(r) * sb(j) * (sum_l A[r][l] op(B)[l][j]) / div
+ *   ref[r * ldref + j] = (sum_l sa(r, l) * sb(j, l) * A[r][l] op(B)[l][j]) / div
  *                        + bias[j] + ACC[r][j]
+ * (sa(r, l) the scale of A's row r at column l of k by its mode, one,
+ * per row or per 128 of k; sb(j, l) B's likewise)
  * with the fp8 and c_dtype elements decoded exactly and everything else in
  * double (div 0 or 1: no division; bias or ACC NULL: not added), so that
  * what ovl_host_gemm_args differs by is its fp32 steps' rounding and C's.

@@ -791,10 +791,10 @@ static void buf_shapes(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
 }
 
 /* Whether the plan for p gathers A's scales with its rows into SG: scaled
- * by row, where G is used (pb_emit moves them). */
+ * by row or 1x128, where G is used (pb_emit moves them). */
 static bool uses_sg(const ovl_plan_params_t *p)
 {
-    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_ROW && uses_gathered(p);
+    return ovl_plan_scales_per_row(p) && uses_gathered(p);
 }
 
 /* The scratch of valid params: G's bytes when G is used and is not the
@@ -809,8 +809,9 @@ static ovl_status_t scratch_of(const ovl_plan_params_t *p, uint64_t *ret, uint64
         (__builtin_mul_overflow(p->k, (uint64_t)ovl_dtype_size(p->dtype), &row) ||
          __builtin_mul_overflow(p->m * p->world, row, &bytes)))
         return OVL_ERR_LIMIT;
-    if (uses_sg(p) && (p->m * p->world > UINT64_MAX / sizeof(float) ||
-                       pb_scratch_after(&bytes, p->m * p->world * sizeof(float), &sg) != OVL_OK))
+    if (uses_sg(p) &&
+        (__builtin_mul_overflow(p->m * p->world, ovl_plan_scale_cols(p) * sizeof(float), &row) ||
+         pb_scratch_after(&bytes, row, &sg) != OVL_OK))
         return OVL_ERR_LIMIT;
     *ret = bytes;
     if (ret_sg)
@@ -877,10 +878,7 @@ static void plan_shape(ovl_plan_t *plan, const topo_t *t)
         s = NAIVE_STREAMS;
         break;
     }
-    if (c > p->m)
-        c = (uint32_t)p->m;
-    plan->chunk_rows = p->m / c + (p->m % c != 0);
-    plan->chunks = (uint32_t)(p->m / plan->chunk_rows + (p->m % plan->chunk_rows != 0));
+    pb_chunk_rows(p, p->m, c, &plan->chunk_rows, &plan->chunks);
     /* a collective stream without a chunk would only wait and join */
     if (p->algo == OVL_ALGO_COLLECTIVE && s > plan->chunks)
         s = plan->chunks;
@@ -1241,7 +1239,7 @@ static void format_instr(out_t *o, const ovl_plan_t *plan, size_t i, const ovl_i
             /* the scales of A's rows (one scale: row 0 of SA), then B's
              * and the bias, read whole */
             out_printf(o, " scaled ");
-            out_ref(o, in->sa, false, plan->params.sc.a_mode == OVL_SCALE_ROW, in->rows);
+            out_ref(o, in->sa, false, ovl_plan_scales_per_row(&plan->params), in->rows);
             uint32_t i = ovl_gemm_b(in);
             out_printf(o, " %s", name_or(ovl_buf_name(ovl_buf_sb(i))));
             if (plan->params.sc.bias)

@@ -380,6 +380,21 @@ static inline ovl_dtype_t ovl_plan_out_dtype(const ovl_plan_params_t *p)
     return p->sc.scaled ? p->sc.out_dtype : p->dtype;
 }
 
+/* Whether a scaled op's A scales are per row of A (by row, or 1x128), so
+ * that they go with its rows (gathered with them into SG, cut with them),
+ * and their floats per row of A: 1 by row, ceil(k / 128) by 1x128 (ovl.h's
+ * ovl_scale_shape). */
+static inline bool ovl_plan_scales_per_row(const ovl_plan_params_t *p)
+{
+    return p->sc.scaled && (p->sc.a_mode == OVL_SCALE_ROW || p->sc.a_mode == OVL_SCALE_BLOCK_1X128);
+}
+static inline uint64_t ovl_plan_scale_cols(const ovl_plan_params_t *p)
+{
+    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_BLOCK_1X128
+               ? p->k / OVL_SCALE_BLOCK + (p->k % OVL_SCALE_BLOCK != 0)
+               : 1;
+}
+
 /* Ring across nodes: the event a rank records once chunk j's RAIL has
  * arrived (the same number on every rank, so that peers can name it). */
 static inline uint32_t ovl_plan_arrival_event(uint32_t j)

@@ -12,6 +12,7 @@
 
 #include "plan.h"
 #include "plan_build.h"
+#include "scaling.h"
 
 /*
  * The default chunks split an op's GEMMs only while each chunk's GEMM keeps
@@ -84,13 +85,6 @@ uint32_t pb_rank_at(const topo_t *t, uint32_t n, uint32_t i)
     return t->by_node[t->first[n] + i];
 }
 
-/* Whether a scaled op's A scales go by row with the rows: all-gather +
- * GEMM by row gathers them with A into SG (pb_emit). */
-static bool scales_by_row(const ovl_plan_params_t *p)
-{
-    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_ROW;
-}
-
 /* The scale buffer of A's rows in buf (A or G): SA, or SG. */
 static ovl_buf_t scale_of(ovl_buf_t buf)
 {
@@ -125,8 +119,9 @@ static ovl_status_t emit_one(builder_t *b, const ovl_instr_t *in)
  * their rows in every algorithm alike: a GEMM names the scales of its A
  * rows (SA's, or SG's for gathered rows); a transfer of A's rows into G is
  * followed, on the same stream, by the same transfer of their scales from
- * SA into SG (one fp32 a row), so that whatever orders the rows (the
- * events and waits the emitter places after it) orders their scales too.
+ * SA into SG (ovl_plan_scale_cols fp32 a row: by row one, by 1x128 one per
+ * 128 of k), so that whatever orders the rows (the events and waits the
+ * emitter places after it) orders their scales too.
  */
 ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
 {
@@ -136,19 +131,19 @@ ovl_status_t pb_emit(builder_t *b, const ovl_instr_t *in)
     if (!p->sc.scaled)
         return emit_one(b, in);
     if (x.kind == OVL_I_GEMM) {
-        x.sa = (ovl_ref_t){.buf = scales_by_row(p) ? scale_of(x.src.buf) : OVL_BUF_SA,
+        x.sa = (ovl_ref_t){.buf = ovl_plan_scales_per_row(p) ? scale_of(x.src.buf) : OVL_BUF_SA,
                            .rank = p->rank,
-                           .row = scales_by_row(p) ? x.src.row : 0};
+                           .row = ovl_plan_scales_per_row(p) ? x.src.row : 0};
         return emit_one(b, &x);
     }
     ovl_status_t r = emit_one(b, &x);
     bool moves_a = x.kind == OVL_I_ALLGATHER || x.kind == OVL_I_PULL || x.kind == OVL_I_PUSH ||
                    x.kind == OVL_I_RAIL;
-    if (r != OVL_OK || !moves_a || x.dst.buf != OVL_BUF_G || !scales_by_row(p))
+    if (r != OVL_OK || !moves_a || x.dst.buf != OVL_BUF_G || !ovl_plan_scales_per_row(p))
         return r;
     x.src.buf = scale_of(x.src.buf);
     x.dst.buf = OVL_BUF_SG;
-    x.cols = 1;
+    x.cols = ovl_plan_scale_cols(p);
     return emit_one(b, &x);
 }
 
@@ -341,19 +336,20 @@ void pb_buf_types(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs)
     }
     if (!p->sc.scaled)
         return;
-    bufs[OVL_BUF_SA] = (ovl_plan_buf_t){
-        .rows = p->sc.a_mode == OVL_SCALE_ROW ? p->m : 1, .cols = 1, .dtype = OVL_DTYPE_FP32};
+    uint64_t r, c;
+    (void)ovl_scale_shape(p->sc.a_mode, 0, p->m, p->k, &r, &c); /* valid: params_valid */
+    bufs[OVL_BUF_SA] = (ovl_plan_buf_t){.rows = r, .cols = c, .dtype = OVL_DTYPE_FP32};
     for (uint32_t i = 0; i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++) {
         uint64_t n = ovl_plan_bn(p, i);
 
-        bufs[ovl_buf_sb(i)] = (ovl_plan_buf_t){
-            .rows = 1, .cols = p->sc.b_mode == OVL_SCALE_ROW ? n : 1, .dtype = OVL_DTYPE_FP32};
+        (void)ovl_scale_shape(p->sc.b_mode, 1, n, p->k, &r, &c);
+        bufs[ovl_buf_sb(i)] = (ovl_plan_buf_t){.rows = r, .cols = c, .dtype = OVL_DTYPE_FP32};
         bufs[ovl_buf_bias(i)] = (ovl_plan_buf_t){.rows = 1, .cols = n, .dtype = cdt};
     }
     /* all-gather + GEMM's gathered scales (GEMM + reduce-scatter has none) */
     if (p->kind != OVL_OP_GEMM_RS)
-        bufs[OVL_BUF_SG] =
-            (ovl_plan_buf_t){.rows = p->m * p->world, .cols = 1, .dtype = OVL_DTYPE_FP32};
+        bufs[OVL_BUF_SG] = (ovl_plan_buf_t){
+            .rows = p->m * p->world, .cols = ovl_plan_scale_cols(p), .dtype = OVL_DTYPE_FP32};
 }
 
 ovl_status_t pb_scratch_after(uint64_t *total, uint64_t bytes, uint64_t *ret_offset)
@@ -375,15 +371,29 @@ const char *pb_scaling_refusal(const ovl_plan_params_t *p)
 
     if (!sc->scaled)
         return ovl_dtype_is_fp8(p->dtype) ? "an fp8 dtype needs scaling" : NULL;
-    if (!ovl_dtype_is_fp8(p->dtype) || !ovl_dtype_is_fp8(sc->b_dtype) ||
-        (p->dtype == OVL_DTYPE_FP8_E5M2 && sc->b_dtype == OVL_DTYPE_FP8_E5M2))
-        return "a scaled op's A and B are fp8, not both fp8e5m2";
-    if (ovl_dtype_size(sc->out_dtype) == 0 || ovl_dtype_is_fp8(sc->out_dtype))
-        return "a scaled op writes bf16, fp16 or fp32";
-    if ((unsigned)sc->a_mode >= OVL_SCALE_MODE_COUNT ||
-        (unsigned)sc->b_mode >= OVL_SCALE_MODE_COUNT)
-        return "unknown scale mode";
-    if (!p->transb)
-        return "a scaled op takes B transposed (transb)";
-    return NULL;
+    /* unsigned: an enum may be signed, and a negative value is unknown */
+    const char *why =
+        ovl_scaling_refusal((unsigned)p->dtype, (unsigned)sc->b_dtype, (unsigned)sc->out_dtype,
+                            (unsigned)sc->a_mode, (unsigned)sc->b_mode, p->transb);
+    /* a GEMM's rows: a rank's (all-gather), a block of the output's */
+    uint64_t rows = p->kind == OVL_OP_GEMM_RS && p->world ? p->m / p->world : p->m;
+    for (uint32_t i = 0; !why && i < ovl_plan_nb(p) && i < OVL_PLAN_MAX_BS; i++)
+        why = ovl_scaling_shape_refusal(sc->a_mode, sc->b_mode, rows, ovl_plan_bn(p, i));
+    return why;
+}
+
+void pb_chunk_rows(const ovl_plan_params_t *p, uint64_t rows, uint32_t c, uint64_t *ret_rows,
+                   uint32_t *ret_chunks)
+{
+    uint64_t g = p->sc.scaled ? ovl_scaling_row_granule(p->sc.a_mode) : 1, cr;
+
+    if (c == 0)
+        c = 1;
+    if (c > rows)
+        c = (uint32_t)rows;
+    cr = rows / c + (rows % c != 0);
+    if (cr % g)
+        cr += g - cr % g;
+    *ret_rows = cr;
+    *ret_chunks = (uint32_t)(rows / cr + (rows % cr != 0));
 }

@@ -103,12 +103,19 @@ uint64_t pb_total_n(const ovl_plan_params_t *p);
  * scaled), and a scaled op's SA, SB, BIAS and SG shapes; the others'
  * shapes are the emitters'. */
 void pb_buf_types(const ovl_plan_params_t *p, ovl_plan_buf_t *bufs);
+/* Why a scaled op's params (p->sc, and an fp8 dtype without it) cannot be
+ * planned, in words; NULL where they can (common/scaling.h's rules). */
+const char *pb_scaling_refusal(const ovl_plan_params_t *p);
+/* Chunks of rows > 0 rows, about c of them (c clamped to 1..rows): every
+ * chunk *ret_rows rows but the last, which has what is left, *ret_chunks
+ * in all. The chunk's rows are a multiple of a scaled op's row granule
+ * (common/scaling.h: 4 with A's scales 1x128), so that every GEMM's rows
+ * are where rows are. */
+void pb_chunk_rows(const ovl_plan_params_t *p, uint64_t rows, uint32_t c, uint64_t *ret_rows,
+                   uint32_t *ret_chunks);
 /* Scratch buffers lie one after the other, each at a multiple of
  * PB_SCRATCH_ALIGN bytes: bytes more after *total, which grows; where they
  * start in *ret_offset. OVL_ERR_LIMIT past 2^64 - 1. */
-/* Why a scaled op's params (p->sc, and an fp8 dtype without it) cannot be
- * planned, in words; NULL where they can. */
-const char *pb_scaling_refusal(const ovl_plan_params_t *p);
 #define PB_SCRATCH_ALIGN 256u
 ovl_status_t pb_scratch_after(uint64_t *total, uint64_t bytes, uint64_t *ret_offset);
 

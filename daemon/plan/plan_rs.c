@@ -261,10 +261,7 @@ static void rs_plan_shape(ovl_plan_t *plan)
         c = p->chunks ? p->chunks : p->algo == OVL_ALGO_PUSH ? PUSH_CHUNKS : ring_chunks(p);
         s = p->world == 1 ? 1 : p->algo == OVL_ALGO_PUSH ? PUSH_STREAMS : RING_STREAMS;
     }
-    if (c > mb)
-        c = (uint32_t)mb;
-    plan->chunk_rows = mb / c + (mb % c != 0);
-    plan->chunks = (uint32_t)(mb / plan->chunk_rows + (mb % plan->chunk_rows != 0));
+    pb_chunk_rows(p, mb, c, &plan->chunk_rows, &plan->chunks);
     bool pushlike = p->algo == OVL_ALGO_PUSH || p->algo == OVL_ALGO_RING;
     if (!pushlike && s > plan->chunks)
         s = plan->chunks;

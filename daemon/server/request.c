@@ -11,7 +11,8 @@
 
 #include "backend.h"
 #include "config.h" /* OVLD_ADDR_TEXT_MAX */
-#include "kind.h"   /* ovld_scaling_refusal */
+#include "kind.h"
+#include "scaling.h" /* ovl_scaling_refusal */
 #include "plan.h"
 #include "text.h"
 
@@ -130,7 +131,7 @@ static ovl_status_t check_op_shape(uint64_t dtype, uint64_t algo, uint64_t m, ui
 
 /* Whether an op of dtype is scaled as it must be (Scaling: an fp8 dtype
  * needs it, no other takes it), and the scaling itself (the core's rule,
- * ovld_scaling_refusal), the values named. */
+ * ovl_scaling_refusal), the values named. */
 static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb, char *err,
                                   size_t errlen)
 {
@@ -144,7 +145,7 @@ static ovl_status_t check_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool t
         return bad(err, errlen, "scaling is for the fp8 dtypes; dtype %s is not one",
                    ovl_dtype_name((ovl_dtype_t)dtype));
     const char *why =
-        ovld_scaling_refusal(dtype, sc->b_dtype, sc->out_dtype, sc->a_mode, sc->b_mode, transb);
+        ovl_scaling_refusal(dtype, sc->b_dtype, sc->out_dtype, sc->a_mode, sc->b_mode, transb);
     if (why)
         return bad(err, errlen,
                    "%s (b_dtype %" PRIu64 ", out_dtype %" PRIu64 ", scale modes %" PRIu64

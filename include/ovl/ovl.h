@@ -287,13 +287,38 @@ static inline int ovl_dtype_is_fp8(ovl_dtype_t dtype)
     return dtype == OVL_DTYPE_FP8_E4M3 || dtype == OVL_DTYPE_FP8_E5M2;
 }
 
-/* How a scaled op's fp32 scales map onto its fp8 matrix (docs/plans.md,
- * "fp8"). */
+/*
+ * How a scaled op's fp32 scales map onto its fp8 matrix (docs/plans.md,
+ * "Scaled ops (fp8)"). A matrix of r rows and k columns (A: m x k, this
+ * rank's; B, given transposed, n x k: r = n) has its scales as a dense
+ * row-major fp32 matrix of the shape ovl_scale_shape gives:
+ *   OVL_SCALE_TENSOR         1 x 1: one for the matrix
+ *   OVL_SCALE_ROW            A: m x 1, one per row; B: 1 x n, one per column
+ *                            of op(B) (a row of B as given)
+ *   OVL_SCALE_BLOCK_1X128    r x ceil(k/128): one per row and 128 of k,
+ *                            scale[i][l / 128] (DeepSeek-V3's activations)
+ *   OVL_SCALE_BLOCK_128X128  ceil(r/128) x ceil(k/128): one per 128 x 128
+ *                            tile, scale[i / 128][l / 128] (its weights); B
+ *                            only
+ * Block scales go with block scales: A 1x128 with B 1x128 or 128x128
+ * (cuBLASLt's pairs on Hopper; ovl cuts A by rows, so A is never 128x128).
+ * The layout is row-major whatever cuBLASLt wants (PyTorch's 1x128 scales
+ * are the transpose, outer-dim-major: the Python package converts).
+ */
 typedef enum ovl_scale_mode {
-    OVL_SCALE_TENSOR = 0, /* one scale for the whole matrix */
-    OVL_SCALE_ROW = 1,    /* A: one per row (m of them); B: one per column of op(B) (n) */
+    OVL_SCALE_TENSOR = 0,
+    OVL_SCALE_ROW = 1,
+    OVL_SCALE_BLOCK_1X128 = 2,
+    OVL_SCALE_BLOCK_128X128 = 3,
 } ovl_scale_mode_t;
-#define OVL_SCALE_MODE_COUNT (OVL_SCALE_ROW + 1)
+#define OVL_SCALE_MODE_COUNT (OVL_SCALE_BLOCK_128X128 + 1)
+#define OVL_SCALE_BLOCK      128 /* the side of a scale block, in elements */
+
+/* Whether mode is a block scale (1x128 or 128x128). */
+static inline int ovl_scale_mode_is_block(ovl_scale_mode_t mode)
+{
+    return mode == OVL_SCALE_BLOCK_1X128 || mode == OVL_SCALE_BLOCK_128X128;
+}
 
 /*
  * What makes an op scaled (fp8): A in the op's dtype and B in b_dtype, both
@@ -301,7 +326,15 @@ typedef enum ovl_scale_mode {
  *   C[i][j] = round_out(sa(i) * sb(j) * sum_l A[i][l] op(B)[l][j] + bias[j])
  * sa(i) = a_scale[0] (OVL_SCALE_TENSOR) or a_scale[i] (OVL_SCALE_ROW, i a
  * row of this rank's A), sb(j) likewise with b_scale over op(B)'s n columns;
- * the sum in fp32. Scales are fp32 in the memory of the op's device (as A);
+ * the sum in fp32. Block scales (both operands) scale each 128 of k apart:
+ *   C[i][j] = round_out(sum_q sa(i, q) * sb(j, q) * sum_{l in q} A[i][l] op(B)[l][j]
+ *                       + bias[j])
+ * q the blocks of 128 of k, sa(i, q) = a_scale[i][q], sb(j, q) = b_scale[j][q]
+ * (1x128) or b_scale[j / 128][q] (128x128); each block's sum in fp32. Block
+ * scales need rows in fours where cuBLASLt lays them out by rows: m (this
+ * rank's rows; GEMM + reduce-scatter: each rank's block of the output,
+ * m / world) with A 1x128, and every n with B 1x128 (ovl_scaling_refusal).
+ * Scales are fp32 in the memory of the op's device (as A);
  * bias, NULL or n elements of out_dtype, is added once per product (GEMM +
  * reduce-scatter: once per rank's partial, as PyTorch's fused scaled op).
  * B must be given transposed (transb: n x k, a Linear weight's layout), the
@@ -311,7 +344,7 @@ typedef enum ovl_scale_mode {
  * accumulation (faster, less accurate; the host backend's sum is the same
  * either way). All-gather + GEMM with OVL_SCALE_TENSOR uses each rank's own
  * a_scale for every gathered row, as PyTorch's fused op does (tensor-wise
- * recipes agree on one scale across ranks); with OVL_SCALE_ROW the scales
+ * recipes agree on one scale across ranks); by row or 1x128 the scales
  * are gathered with the rows. Every rank must agree on b_dtype, out_dtype,
  * the modes, fast_accum and whether bias is given.
  */
@@ -319,8 +352,8 @@ typedef struct ovl_scaling {
     ovl_dtype_t b_dtype;   /* B's: OVL_DTYPE_FP8_E4M3 or _E5M2 (not both e5m2) */
     ovl_dtype_t out_dtype; /* C's: bf16, fp16 or fp32 */
     ovl_scale_mode_t a_mode, b_mode;
-    const float *a_scale; /* 1 or m floats */
-    const float *b_scale; /* 1 or n floats */
+    const float *a_scale; /* A's scales: ovl_scale_shape(a_mode, 0, m, k) */
+    const float *b_scale; /* B's: ovl_scale_shape(b_mode, 1, n, k) */
     const void *bias;     /* NULL, or n elements of out_dtype */
     int fast_accum;
 } ovl_scaling_t;
@@ -356,10 +389,10 @@ typedef struct ovl_ag_gemm_b {
     void *c;
     size_t ldc;
     uint64_t n;
-    /* A scaled op's (ovl_ag_gemm_desc_t.scaling): this B's scales (1 or
-     * n of them, by the scaling's b_mode) and its bias (NULL, or n
-     * elements of out_dtype: every B has one, or none does); unread for
-     * an op not scaled. */
+    /* A scaled op's (ovl_ag_gemm_desc_t.scaling): this B's scales (of
+     * ovl_scale_shape(b_mode, 1, n, k)) and its bias (NULL, or n elements
+     * of out_dtype: every B has one, or none does); unread for an op not
+     * scaled. */
     const float *b_scale;
     const void *bias;
 } ovl_ag_gemm_b_t;
@@ -496,10 +529,16 @@ const char *ovl_op_kind_name(ovl_op_kind_t kind);
 ovl_status_t ovl_dtype_parse(const char *name, ovl_dtype_t *ret);
 ovl_status_t ovl_algo_parse(const char *name, ovl_algo_t *ret);
 ovl_status_t ovl_op_kind_parse(const char *name, ovl_op_kind_t *ret);
-/* A scale mode's name ("tensor", "row"; NULL for an unknown one), and the
- * mode of a name (OVL_ERR_INVALID for an unknown one). */
+/* A scale mode's name ("tensor", "row", "1x128", "128x128"; NULL for an
+ * unknown one), and the mode of a name (OVL_ERR_INVALID for an unknown
+ * one). */
 const char *ovl_scale_mode_name(ovl_scale_mode_t mode);
 ovl_status_t ovl_scale_mode_parse(const char *name, ovl_scale_mode_t *ret);
+/* The scales' shape (*ret_rows x *ret_cols fp32, dense) of B (b != 0, given
+ * n x k: rows n) or A (rows m) under mode, k the matrix's columns (the
+ * table above); OVL_ERR_INVALID for an unknown mode, or A by 128x128. */
+ovl_status_t ovl_scale_shape(ovl_scale_mode_t mode, int b, uint64_t rows, uint64_t k,
+                             uint64_t *ret_rows, uint64_t *ret_cols);
 /* Bytes per element of a dtype (0 for an unknown one). */
 size_t ovl_dtype_size(ovl_dtype_t dtype);
 

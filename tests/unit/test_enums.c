@@ -97,12 +97,18 @@ static void test_scale_mode_names(void **state)
         assert_non_null(name);
         assert_int_equal(ovl_scale_mode_parse(name, &back), OVL_OK);
         assert_int_equal(back, m);
-        assert_string_equal(ovl__scale_mode__descriptor.values[m].name + strlen("SCALE_"),
-                            m == OVL_SCALE_ROW ? "ROW" : "TENSOR");
+        static const char *const wire[] = {"TENSOR", "ROW", "BLOCK_1X128", "BLOCK_128X128"};
+        _Static_assert(sizeof(wire) / sizeof(wire[0]) == OVL_SCALE_MODE_COUNT, "each mode");
+        assert_int_equal(ovl__scale_mode__descriptor.values[m].value, m);
+        assert_string_equal(ovl__scale_mode__descriptor.values[m].name + strlen("SCALE_"), wire[m]);
     }
+    assert_int_equal(ovl__scale_mode__descriptor.n_values, OVL_SCALE_MODE_COUNT);
     assert_null(ovl_scale_mode_name(OVL_SCALE_MODE_COUNT));
     ovl_scale_mode_t back;
+    assert_string_equal(ovl_scale_mode_name(OVL_SCALE_BLOCK_1X128), "1x128");
+    assert_string_equal(ovl_scale_mode_name(OVL_SCALE_BLOCK_128X128), "128x128");
     assert_int_equal(ovl_scale_mode_parse("block", &back), OVL_ERR_INVALID);
+    assert_int_equal(ovl_scale_mode_parse("1X128", &back), OVL_ERR_INVALID);
     assert_int_equal(ovl_scale_mode_parse(NULL, &back), OVL_ERR_INVALID);
 }
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "kind.h"
+#include "scaling.h"
 
 static const ovld_kind_t *ag(void)
 {
@@ -234,16 +235,16 @@ static void test_fields_and_agreement(void **state)
     assert_int_equal(vb, OVLD_KIND_NONE);
 }
 
-/* The one rule of a scaling, for clients and peers (ovld_scaling_refusal):
+/* The one rule of a scaling, for clients and peers (ovl_scaling_refusal):
  * each way to break it refused in its words, values past 32 bits included,
  * and the ones an op may have taken. */
 static void test_scaling_refusal(void **state)
 {
     (void)state;
     const uint64_t e4 = OVL_DTYPE_FP8_E4M3, e5 = OVL_DTYPE_FP8_E5M2, bf = OVL_DTYPE_BF16;
-    assert_null(ovld_scaling_refusal(e4, e4, bf, OVL_SCALE_ROW, OVL_SCALE_TENSOR, true));
-    assert_null(ovld_scaling_refusal(e5, e4, OVL_DTYPE_FP32, 0, 0, true));
-    assert_null(ovld_scaling_refusal(e4, e5, OVL_DTYPE_FP16, 1, 1, true));
+    assert_null(ovl_scaling_refusal(e4, e4, bf, OVL_SCALE_ROW, OVL_SCALE_TENSOR, true));
+    assert_null(ovl_scaling_refusal(e5, e4, OVL_DTYPE_FP32, 0, 0, true));
+    assert_null(ovl_scaling_refusal(e4, e5, OVL_DTYPE_FP16, 1, 1, true));
     static const struct {
         uint64_t dt, b, out, am, bm;
         bool transb;
@@ -261,8 +262,8 @@ static void test_scaling_refusal(void **state)
         {e4, e4, bf, 0, 0, false, "B transposed"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        const char *why = ovld_scaling_refusal(bad[i].dt, bad[i].b, bad[i].out, bad[i].am,
-                                               bad[i].bm, bad[i].transb);
+        const char *why = ovl_scaling_refusal(bad[i].dt, bad[i].b, bad[i].out, bad[i].am, bad[i].bm,
+                                              bad[i].transb);
         if (!why || !strstr(why, bad[i].words))
             fail_msg("case %zu: '%s' does not say '%s'", i, why ? why : "(taken)", bad[i].words);
     }

@@ -5013,7 +5013,7 @@ static void test_scaled_refused(void **state)
         /* the words gemm_rs's refusal has for each case below */
         static const char *const why[] = {"fp8",
                                           "needs scaling",
-                                          "not both fp8e5m2",
+                                          "fp8e5m2 times fp8e5m2",
                                           "fp8",
                                           "writes",
                                           "writes",
