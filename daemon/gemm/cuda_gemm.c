@@ -50,6 +50,18 @@
  *    (cublasLtMatmul: NOT_SUPPORTED at 4 and 8 bytes, which the heuristic
  *    cannot know), or a bias pointer so (the heuristic: NOT_SUPPORTED at 2
  *    bytes): the scale or bias is copied to 256-byte aligned scratch first.
+ * Block scales (A 1x128 with B 1x128 or 128x128; ovl.h) are VEC128_32F and
+ * BLK128x128_32F, which cuBLASLt offers on sm_90 from 12.9 on, in the
+ * layouts PyTorch's _scaled_mm passes (its ScaledBlas.cpp checks them):
+ * VEC128 k-block-major, the scale of (row, q) at q * rows + row (rows a
+ * multiple of 4, so that each block of k starts 16-byte aligned), and
+ * BLK128x128 row-major with each row of ceil(k/128) scales padded to a
+ * multiple of 4. ovl's own layouts are row-major and dense, so they go
+ * through scratch: A's transposed per matmul (its own rows; blocks of a
+ * strided batch are a matmul each, as row scales are), B's 1x128 transposed
+ * and B's 128x128 copied with the padding, each by one cuBLASLt transform
+ * or 2D copy on the GEMM's stream: about 4 * ceil(k/128) * (every block's
+ * rows + n) bytes of scratch.
  * The scratch is taken from the workspace's end (ovld_lt_gemm refuses with
  * OVL_ERR_UNSUPPORTED where the workspace is too small for it) and written
  * on the GEMM's stream, ones by byte memsets, so it is ordered with the
@@ -88,6 +100,8 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+
+#include "scaling.h"
 
 #define LT_CACHE_MAX  4096u /* entries */
 #define LT_SLOTS      8192u /* hash slots, a power of two; load stays <= 1/2 */
@@ -130,6 +144,7 @@ typedef struct lt_entry {
 
 struct ovld_lt {
     cublasLtHandle_t handle;
+    cublasLtMatrixTransformDesc_t transpose; /* fp32, op(A) = A^T; NULL until a block scale */
     lt_entry_t *ents;
     size_t nents, cap;
     int32_t *slots; /* LT_SLOTS indices into ents; -1: empty */
@@ -380,8 +395,16 @@ static cublasStatus_t set_ptrs(cublasLtMatmulDesc_t desc, const lt_key_t *key, c
  * type). */
 static int32_t lt_scale_mode(uint64_t mode)
 {
-    return mode == OVL_SCALE_ROW ? (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
-                                 : (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    switch (mode) {
+    case OVL_SCALE_ROW:
+        return (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case OVL_SCALE_BLOCK_1X128:
+        return (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case OVL_SCALE_BLOCK_128X128:
+        return (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default:
+        return (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    }
 }
 
 /*
@@ -605,6 +628,8 @@ void ovld_lt_destroy(ovld_lt_t *lt)
         cache_clear(lt);
     free(lt->ents);
     free(lt->slots);
+    if (lt->transpose)
+        (void)cublasLtMatrixTransformDescDestroy(lt->transpose);
     if (lt->handle)
         (void)cublasLtDestroy(lt->handle);
     free(lt);
@@ -674,13 +699,80 @@ static ovl_status_t check_scaled(const ovld_gemm_args_t *g, char *err, size_t er
                 "of cuBLASLt)");
         return OVL_ERR_INVALID;
     }
-    if ((unsigned)g->a_mode >= OVL_SCALE_MODE_COUNT ||
-        (unsigned)g->b_mode >= OVL_SCALE_MODE_COUNT) {
-        set_err(err, errlen, "ovld_lt_gemm: unknown scale mode (a_mode %d, b_mode %d)",
-                (int)g->a_mode, (int)g->b_mode);
+    /* the modes and the shapes they need (common/scaling.h); unsigned: an
+     * enum may be signed, and a negative value is unknown */
+    const char *why =
+        ovl_scaling_refusal((unsigned)g->dtype, (unsigned)g->b_dtype, (unsigned)g->c_dtype,
+                            (unsigned)g->a_mode, (unsigned)g->b_mode, g->transb);
+    if (!why)
+        why = ovl_scaling_shape_refusal(g->a_mode, g->b_mode, g->rows, g->n);
+    if (why) {
+        set_err(err, errlen, "ovld_lt_gemm: %s (a_mode %d, b_mode %d, rows %llu, n %llu)", why,
+                (int)g->a_mode, (int)g->b_mode, (unsigned long long)g->rows,
+                (unsigned long long)g->n);
         return OVL_ERR_INVALID;
     }
     return OVL_OK;
+}
+
+/* Block scales per row of a matrix of k columns: ceil(k / 128). */
+static uint64_t scale_blocks(uint64_t k)
+{
+    return k / OVL_SCALE_BLOCK + (k % OVL_SCALE_BLOCK != 0);
+}
+
+/*
+ * dst = src^T in fp32 on s: src rows x cols row-major (dense), dst cols x
+ * rows row-major (dense), by cublasLtMatrixTransform (no kernel of ours).
+ * A row-major matrix is the column-major one of its transpose with the same
+ * ld, so src is column-major cols x rows (ld cols), and dst the column-major
+ * rows x cols (ld rows) op(A) = A^T of it.
+ */
+static ovl_status_t transpose_f32(ovld_lt_t *lt, cudaStream_t s, const float *src, uint64_t rows,
+                                  uint64_t cols, float *dst, const lt_key_t *key, char *err,
+                                  size_t errlen)
+{
+    cublasLtMatrixLayout_t la = NULL, lc = NULL;
+    const float one = 1.0f, zero = 0.0f;
+    const char *what = "cublasLtMatrixTransformDescCreate";
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+
+    if (lt->transpose == NULL) {
+        int32_t op = CUBLAS_OP_T; /* the attribute is int32_t */
+        st = cublasLtMatrixTransformDescCreate(&lt->transpose, CUDA_R_32F);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            lt->transpose = NULL;
+            goto out;
+        }
+        what = "cublasLtMatrixTransformDescSetAttribute(TRANSA)";
+        st = cublasLtMatrixTransformDescSetAttribute(
+            lt->transpose, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA, &op, sizeof op);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            (void)cublasLtMatrixTransformDescDestroy(lt->transpose);
+            lt->transpose = NULL;
+            goto out;
+        }
+    }
+    what = "cublasLtMatrixLayoutCreate (a block scale's transpose)";
+    st = cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, cols, rows, (int64_t)cols);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        la = NULL;
+        goto out;
+    }
+    st = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, rows, cols, (int64_t)rows);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        lc = NULL;
+        goto out;
+    }
+    what = "cublasLtMatrixTransform (a block scale to cuBLASLt's layout)";
+    st = cublasLtMatrixTransform(lt->handle, lt->transpose, &one, src, la, &zero, NULL, NULL, dst,
+                                 lc, s);
+out:
+    if (lc)
+        (void)cublasLtMatrixLayoutDestroy(lc);
+    if (la)
+        (void)cublasLtMatrixLayoutDestroy(la);
+    return st == CUBLAS_STATUS_SUCCESS ? OVL_OK : lt_fail(err, errlen, what, st, key);
 }
 
 /*
@@ -887,6 +979,9 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
     uint64_t span = 0;     /* rows from the first block's first to the last's last */
     uint64_t nones = 0;    /* floats of 1.0f in scratch, for the rank-1 GEMMs */
     uint64_t sa_pitch = 0; /* bytes between blocks' a_scale copies */
+    bool blocks = false;   /* block scales: both in cuBLASLt's layouts in scratch */
+    uint64_t kq = 0;       /* block scales per row: ceil(k / 128) */
+    uint64_t sb_ld = 0;    /* 128x128: B's scales' row pitch there, in floats */
     char *ones = NULL, *vec = NULL, *sa_copy = NULL, *sb_copy = NULL, *bias_copy = NULL;
     size_t es_a, es_c;
     cublasStatus_t st;
@@ -935,8 +1030,10 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
         ptrs.sb = g->b_scale;
         ptrs.bias = g->bias;
         sa_rows = key.a_mode == OVL_SCALE_ROW;
+        blocks = ovl_scale_mode_is_block((ovl_scale_mode_t)key.a_mode); /* and B's: the rule */
+        kq = scale_blocks(key.k);
         span = (key.nblocks - 1) * key.block_stride + key.rows;
-        if ((sa_rows || key.b_mode == OVL_SCALE_ROW) && key.nblocks > 1) {
+        if ((sa_rows || blocks || key.b_mode == OVL_SCALE_ROW) && key.nblocks > 1) {
             /* OUTER_VEC_32F and a strided batch: the heuristic answers
              * CUBLAS_STATUS_NOT_SUPPORTED (and the vectors have no batch
              * stride, where each block needs its own a_scale rows), so one
@@ -951,7 +1048,7 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
          * heuristic answers CUBLAS_STATUS_INVALID_VALUE to one of each): a
          * tensor-wide scale beside a row one becomes a vector of its value,
          * our rows long for a_scale (cuBLASLt's N), n for b_scale (its M). */
-        if (key.a_mode != key.b_mode)
+        if (key.a_mode != key.b_mode && !blocks)
             expand = key.a_mode == OVL_SCALE_TENSOR ? key.rows : key.n;
         /* A bias for fp32 C: cuBLASLt's fp8 GEMMs take a bf16 bias only
          * there (NOT_SUPPORTED for an fp32 one), so the bias is added after
@@ -964,15 +1061,15 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
          * cannot tell): it is copied to scratch, each block's a_scale rows
          * on 256 bytes, by one (2D) copy. A tensor-wide scale to expand
          * needs none (the expanded vector is aligned). */
-        copy_sa = key.align_sa < LT_VEC_ALIGN && !(expand && !sa_rows);
-        copy_sb = key.align_sb < LT_VEC_ALIGN && !(expand && sa_rows);
+        copy_sa = key.align_sa < LT_VEC_ALIGN && !(expand && !sa_rows) && !blocks;
+        copy_sb = key.align_sb < LT_VEC_ALIGN && !(expand && sa_rows) && !blocks;
         /* A bias under 16-byte aligned: the heuristic (which reads the bias
          * pointer) offers nothing at 2 bytes; copied likewise. */
         copy_bias = key.bias && !bias_pass && key.align_bias < LT_VEC_ALIGN;
     }
     if (expand || bias_pass)
         nones = bias_pass && span > expand ? span : expand;
-    if (nones || copy_sa || copy_sb || copy_bias) {
+    if (nones || copy_sa || copy_sb || copy_bias || blocks) {
         /* Scratch at the workspace's end, 256-byte aligned: ones for the
          * rank-1 GEMMs, the expanded scale, the copied scales and bias. */
         uint64_t ones_bytes = round_up(nones * sizeof(float), LT_WS_ALIGN);
@@ -984,14 +1081,26 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
         sb_bytes = copy_sb ? round_up((key.b_mode == OVL_SCALE_ROW ? key.n : 1) * sizeof(float),
                                       LT_WS_ALIGN)
                            : 0;
+        if (blocks) {
+            /* each matmul's A scales, kq x rows (k-block-major); B's, kq x
+             * n (1x128) or ceil(n/128) rows of sb_ld floats (128x128) */
+            sa_pitch = round_up(key.rows * kq * sizeof(float), LT_WS_ALIGN);
+            sa_bytes = sa_pitch * loops;
+            sb_ld = round_up(kq, 4);
+            sb_bytes = round_up(
+                (key.b_mode == OVL_SCALE_BLOCK_1X128 ? key.n * kq : scale_blocks(key.n) * sb_ld) *
+                    sizeof(float),
+                LT_WS_ALIGN);
+        }
         need = ones_bytes + vec_bytes + sa_bytes + sb_bytes + bias_bytes;
         if (workspace_bytes < need) {
             char shape[LT_DESCRIBE_LEN];
             describe(&key, shape, sizeof shape);
             set_err(err, errlen,
                     "ovld_lt_gemm: this scaled GEMM needs %llu bytes of workspace scratch, has %zu "
-                    "(for:%s%s%s%s%s) (%s)",
+                    "(for:%s%s%s%s%s%s) (%s)",
                     (unsigned long long)need, (size_t)workspace_bytes,
+                    blocks ? " block scales in cuBLASLt's layouts;" : "",
                     expand ? " a tensor-wide scale beside a row one;" : "",
                     bias_pass ? " an fp32 C's bias;" : "",
                     copy_sa ? " a_scale under 16-byte aligned;" : "",
@@ -1040,6 +1149,39 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
             goto out;
         }
         ptrs.sb = sb_copy;
+        key.align_sb = align_of((uint64_t)(uintptr_t)sb_copy);
+    }
+    if (blocks) {
+        /* ovl's layouts are row-major (ovl.h); cuBLASLt's (as PyTorch
+         * passes them): VEC128 k-block-major, scale (row, q) at q * rows +
+         * row for each matmul's own rows, so A's are transposed per matmul
+         * (block b's rows from a_scale + b * loop_rows * kq) and B's 1x128
+         * once; BLK128x128 row-major with rows 16-byte aligned (sb_ld). */
+        for (uint64_t blk = 0; blk < loops; blk++) {
+            status = transpose_f32(lt, s, g->a_scale + blk * loop_rows * kq, key.rows, kq,
+                                   (float *)(sa_copy + blk * sa_pitch), &key, err, errlen);
+            if (status != OVL_OK)
+                goto out;
+        }
+        if (key.b_mode == OVL_SCALE_BLOCK_1X128) {
+            status =
+                transpose_f32(lt, s, g->b_scale, key.n, kq, (float *)sb_copy, &key, err, errlen);
+            if (status != OVL_OK)
+                goto out;
+        } else {
+            cudaError_t ce =
+                cudaMemcpy2DAsync(sb_copy, (size_t)(sb_ld * sizeof(float)), g->b_scale,
+                                  (size_t)(kq * sizeof(float)), (size_t)(kq * sizeof(float)),
+                                  (size_t)scale_blocks(key.n), cudaMemcpyDeviceToDevice, s);
+            if (ce != cudaSuccess) {
+                status = cuda_fail(err, errlen, "cudaMemcpy2DAsync (128x128 b_scale to scratch)",
+                                   ce, &key);
+                goto out;
+            }
+        }
+        ptrs.sa = sa_copy;
+        ptrs.sb = sb_copy;
+        key.align_sa = min_u64(align_of((uint64_t)(uintptr_t)sa_copy), align_of(sa_pitch));
         key.align_sb = align_of((uint64_t)(uintptr_t)sb_copy);
     }
     if (copy_bias) {
@@ -1109,7 +1251,7 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
 
         if (key.scaled) {
             const char *what = "cublasLtMatmulDescSetAttribute";
-            if (copy_sa && sa_rows)
+            if ((copy_sa && sa_rows) || blocks)
                 ptrs.sa = sa_copy + blk * sa_pitch;
             else if (sa_rows)
                 ptrs.sa = g->a_scale + r0;

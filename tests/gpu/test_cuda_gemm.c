@@ -616,7 +616,33 @@ static double fp8_tolerance(ovl_dtype_t c_dt, bool fast)
 
 static const char *mode_name(ovl_scale_mode_t m)
 {
-    return m == OVL_SCALE_ROW ? "row" : m == OVL_SCALE_TENSOR ? "tensor" : "?";
+    const char *name = ovl_scale_mode_name(m);
+    return name ? name : "?";
+}
+
+/* How many floats the scales of a matrix of rows x k (B: rows its n) take
+ * by mode (ovl.h's ovl_scale_shape), and the scale of its element (r, l):
+ * the definition, for the reference. */
+static size_t scale_count(ovl_scale_mode_t m, int b, uint64_t rows, uint64_t k)
+{
+    uint64_t r = 0, c = 0;
+    return ovl_scale_shape(m, b, rows, k, &r, &c) == OVL_OK ? (size_t)(r * c) : 0;
+}
+
+static double scale_of(const float *sc, ovl_scale_mode_t m, uint64_t r, uint64_t l, uint64_t k)
+{
+    uint64_t kq = (k + OVL_SCALE_BLOCK - 1) / OVL_SCALE_BLOCK;
+    switch (m) {
+    case OVL_SCALE_TENSOR:
+        return sc[0];
+    case OVL_SCALE_ROW:
+        return sc[r];
+    case OVL_SCALE_BLOCK_1X128:
+        return sc[r * kq + l / OVL_SCALE_BLOCK];
+    case OVL_SCALE_BLOCK_128X128:
+        return sc[r / OVL_SCALE_BLOCK * kq + l / OVL_SCALE_BLOCK];
+    }
+    return NAN;
 }
 
 static void report_fp8(bool ok, const f8case_t *tc, double err, const char *why)
@@ -681,8 +707,9 @@ static void run_fp8_case(ovld_lt_t *lt, cudaStream_t s, f8case_t tc)
     size_t c_bytes = (size_t)(span * tc.ldc) * ec;
     size_t acc_bytes = (size_t)(span * tc.ldacc) * ec + ec;
     size_t bias_bytes = (size_t)(tc.n + tc.bias_off) * ec;
-    size_t sa_n = (tc.a_mode == OVL_SCALE_ROW ? (size_t)span : 1) + tc.scale_off;
-    size_t sb_n = (tc.b_mode == OVL_SCALE_ROW ? (size_t)tc.n : 1) + tc.scale_off;
+    /* A's scales over every row the blocks span (by row or 1x128) */
+    size_t sa_n = scale_count(tc.a_mode, 0, span, tc.k) + tc.scale_off;
+    size_t sb_n = scale_count(tc.b_mode, 1, tc.n, tc.k) + tc.scale_off;
 
     ha = malloc(a_bytes);
     hb = malloc(b_bytes);
@@ -717,14 +744,13 @@ static void run_fp8_case(ovld_lt_t *lt, cudaStream_t s, f8case_t tc)
     for (uint64_t blk = 0; blk < tc.nblocks; blk++)
         for (uint64_t i = 0; i < tc.rows; i++) {
             uint64_t r = blk * step + i;
-            double sa = hsa[tc.scale_off + (tc.a_mode == OVL_SCALE_ROW ? r : 0)];
             for (uint64_t j = 0; j < tc.n; j++) {
-                double dot = 0.0;
+                double v = 0.0; /* each product with its scales */
                 for (uint64_t l = 0; l < tc.k; l++)
-                    dot += (double)ovl_fp8_to_float(fp8_fmt(tc.a_dt), ha[r * tc.lda + l]) *
-                           (double)ovl_fp8_to_float(fp8_fmt(tc.b_dt), hb[j * tc.ldb + l]);
-                double v =
-                    dot * sa * (double)hsb[tc.scale_off + (tc.b_mode == OVL_SCALE_ROW ? j : 0)];
+                    v += scale_of(hsa + tc.scale_off, tc.a_mode, r, l, tc.k) *
+                         scale_of(hsb + tc.scale_off, tc.b_mode, j, l, tc.k) *
+                         (double)ovl_fp8_to_float(fp8_fmt(tc.a_dt), ha[r * tc.lda + l]) *
+                         (double)ovl_fp8_to_float(fp8_fmt(tc.b_dt), hb[j * tc.ldb + l]);
                 if (tc.div > 1)
                     v /= tc.div;
                 if (tc.bias)
@@ -774,9 +800,11 @@ static void run_fp8_case(ovld_lt_t *lt, cudaStream_t s, f8case_t tc)
         .fast_accum = tc.fast,
     };
 
-    /* Mixed tensor / row scales and an fp32 C's bias take workspace
-     * scratch; without a workspace they are refused. */
-    bool needs_ws = tc.a_mode != tc.b_mode || (tc.bias && tc.c_dt == OVL_DTYPE_FP32);
+    /* Mixed tensor / row scales, block scales (in cuBLASLt's layouts) and
+     * an fp32 C's bias take workspace scratch; without a workspace they
+     * are refused. */
+    bool needs_ws = tc.a_mode != tc.b_mode || ovl_scale_mode_is_block(tc.a_mode) ||
+                    (tc.bias && tc.c_dt == OVL_DTYPE_FP32);
     for (int pass = 0; pass < 2; pass++) {
         char lerr[1024] = "";
         size_t before = ovld_lt_cache_size(lt);
@@ -972,6 +1000,31 @@ static void run_fp8_cases(ovld_lt_t *lt, cudaStream_t s)
          * fp8 GEMMs may refuse it. */
         F8(c_.a_mode = R; c_.b_mode = R; c_.k = 40; c_.lda = 48; c_.ldb = 48; c_.may_refuse = true;
            c_.tag = "f8-k40");
+        /* Block scales (A 1x128 with B 1x128 or 128x128): every pair of
+         * modes with and without bias; k with a partial last block (320)
+         * and with ceil(k/128) no multiple of 4 (384: B's 128x128 rows
+         * padded); B's n over two 128-row tiles; blocks batched (a matmul
+         * each), back to back (one taller), with ACC and div; scales one
+         * float into their buffers; no workspace (refused). */
+        {
+            const ovl_scale_mode_t V = OVL_SCALE_BLOCK_1X128, Q = OVL_SCALE_BLOCK_128X128;
+            for (int bm = 0; bm < 2; bm++) {
+                const ovl_scale_mode_t BM = bm ? Q : V;
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.tag = "f8-blk");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.bias = true; c_.tag = "f8-blk-bias");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.k = 320; c_.lda = 320; c_.ldb = 320;
+                   c_.tag = "f8-blk-k320");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.k = 384; c_.lda = 384; c_.ldb = 384;
+                   c_.n = 256; c_.bias = true; c_.tag = "f8-blk-k384");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.nblocks = 2; c_.block_stride = 80;
+                   c_.acc = true; c_.div = 2; c_.bias = true; c_.tag = "f8-blk-batch");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.nblocks = 2; c_.block_stride = 64;
+                   c_.tag = "f8-blk-contig");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.fast = true; c_.tag = "f8-blk-fast");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.scale_off = 1; c_.tag = "f8-blk-off1");
+                F8(c_.a_mode = V; c_.b_mode = BM; c_.no_ws = true; c_.tag = "f8-blk-no-ws");
+            }
+        }
 #undef F8
     }
 }
@@ -1006,7 +1059,7 @@ static void run_fp8_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
         const char *name;
         ovld_gemm_args_t g;
         ovl_status_t want;
-    } cases[16];
+    } cases[24];
     int nc = 0;
 
     if (cudaMalloc(&dc, sizeof hc) != cudaSuccess) {
@@ -1037,7 +1090,14 @@ static void run_fp8_arg_checks(ovld_lt_t *lt, cudaStream_t s, void *buf)
     F8_ARG("no transb", OVL_ERR_INVALID, g_.transb = false);
     F8_ARG("NULL a_scale", OVL_ERR_INVALID, g_.a_scale = NULL);
     F8_ARG("NULL b_scale", OVL_ERR_INVALID, g_.b_scale = NULL);
-    F8_ARG("a_mode 2", OVL_ERR_INVALID, g_.a_mode = (ovl_scale_mode_t)2);
+    F8_ARG("a_mode 1x128, b_mode row", OVL_ERR_INVALID, g_.a_mode = OVL_SCALE_BLOCK_1X128);
+    F8_ARG("a_mode 128x128", OVL_ERR_INVALID, g_.a_mode = OVL_SCALE_BLOCK_128X128;
+           g_.b_mode = OVL_SCALE_BLOCK_1X128);
+    F8_ARG("a_mode 1x128, rows 6", OVL_ERR_INVALID, g_.a_mode = OVL_SCALE_BLOCK_1X128;
+           g_.b_mode = OVL_SCALE_BLOCK_128X128; g_.rows = 6);
+    F8_ARG("b_mode 1x128, n 6", OVL_ERR_INVALID, g_.a_mode = OVL_SCALE_BLOCK_1X128;
+           g_.b_mode = OVL_SCALE_BLOCK_1X128; g_.n = 6);
+    F8_ARG("a_mode 4", OVL_ERR_INVALID, g_.a_mode = (ovl_scale_mode_t)4);
     F8_ARG("b_mode 7", OVL_ERR_INVALID, g_.b_mode = (ovl_scale_mode_t)7);
     F8_ARG("unscaled fp8e4m3", OVL_ERR_INVALID, g_.scaled = false);
     F8_ARG("unscaled fp8e5m2", OVL_ERR_INVALID, g_.scaled = false; g_.dtype = OVL_DTYPE_FP8_E5M2);
