@@ -1059,6 +1059,63 @@ const char *ovl_plan_choose_why(const ovl_plan_params_t *params)
     return why;
 }
 
+/* The shape of params's plan that tells candidates apart: its chunks and
+ * streams; false where it cannot be built. */
+static bool cand_shape(const ovl_plan_params_t *p, uint32_t *chunks, uint32_t *streams)
+{
+    ovl_plan_t plan;
+
+    if (ovl_plan_build(p, &plan) != OVL_OK)
+        return false;
+    *chunks = plan.chunks;
+    *streams = plan.nstreams;
+    ovl_plan_free(&plan);
+    return true;
+}
+
+uint32_t ovl_plan_candidates(const ovl_plan_params_t *params,
+                             ovl_plan_cand_t out[OVL_PLAN_MAX_CANDS])
+{
+    static const uint32_t chunk_reqs[] = {0, 1, 2, 4};
+    uint32_t n = 0, seen_chunks[OVL_PLAN_MAX_CANDS], seen_streams[OVL_PLAN_MAX_CANDS];
+    ovl_algo_t algos[OVL_ALGO_COUNT];
+    uint32_t nalgo = 0;
+    ovl_plan_params_t p;
+
+    if (!params)
+        return 0;
+    p = *params;
+    p.streams = 0;
+    p.chosen = OVL_CHOSEN_GIVEN;
+    /* the rule's choice first, then the kind's other algorithms in order */
+    algos[nalgo++] = ovl_plan_choose(params);
+    for (int a = OVL_ALGO_AUTO + 1; a < OVL_ALGO_COUNT; a++)
+        if ((ovl_algo_t)a != algos[0])
+            algos[nalgo++] = (ovl_algo_t)a;
+    for (uint32_t i = 0; i < nalgo; i++) {
+        if (!ovl_plan_takes_default(params, algos[i]))
+            continue;
+        for (size_t c = 0; c < NELEM(chunk_reqs) && n < OVL_PLAN_MAX_CANDS; c++) {
+            uint32_t ch, st;
+            bool dup = false;
+
+            p.algo = algos[i];
+            p.chunks = chunk_reqs[c];
+            if (!cand_shape(&p, &ch, &st))
+                continue;
+            for (uint32_t j = 0; j < n && !dup; j++)
+                dup = out[j].algo == p.algo && seen_chunks[j] == ch && seen_streams[j] == st;
+            if (dup)
+                continue;
+            out[n] = (ovl_plan_cand_t){.algo = p.algo, .chunks = p.chunks};
+            seen_chunks[n] = ch;
+            seen_streams[n] = st;
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------- names */
 
 const char *ovl_instr_name(ovl_instr_kind_t kind)
@@ -1327,6 +1384,10 @@ size_t ovl_plan_format(const ovl_plan_t *plan, char *buf, size_t len)
         out_printf(&o, "chosen by auto: %s\n", ovl_plan_choose_why(p));
     else if (p->chosen == OVL_CHOSEN_DEFAULT)
         out_printf(&o, "chosen by the daemon's default_algo\n");
+    else if (p->chosen == OVL_CHOSEN_MEASURED)
+        out_printf(&o, "chosen by auto: the fastest plan measured (ovlctl tune)\n");
+    else if (p->chosen == OVL_CHOSEN_TRYING)
+        out_printf(&o, "chosen by auto: a plan being measured (ovlctl tune)\n");
     if (plan->nnodes > 1 && p->node_of) {
         /* the topology: each node's ranks, and each rank's node */
         uint32_t size[OVL_PLAN_MAX_WORLD] = {0};

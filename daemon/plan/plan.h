@@ -320,6 +320,8 @@ typedef enum ovl_choice {
     OVL_CHOSEN_GIVEN = 0, /* the op named it */
     OVL_CHOSEN_DEFAULT,   /* the daemon's default_algo, for an op that said auto */
     OVL_CHOSEN_RULE,      /* ovl_plan_choose's rule, for an op that said auto */
+    OVL_CHOSEN_MEASURED,  /* the fastest candidate ovld measured (daemon/core/tune.h) */
+    OVL_CHOSEN_TRYING,    /* a candidate ovld is measuring */
 } ovl_choice_t;
 
 typedef struct ovl_plan_params {
@@ -522,6 +524,28 @@ bool ovl_plan_takes_default(const ovl_plan_params_t *params, ovl_algo_t algo);
 /* Why ovl_plan_choose chooses what it does for params, in words (a static
  * string): the plan text's "chosen by auto" line. */
 const char *ovl_plan_choose_why(const ovl_plan_params_t *params);
+
+/* A plan that `auto` may measure (ovld's tuner, daemon/core/tune.h): an
+ * algorithm and a chunk request (0: the planner's default). */
+typedef struct ovl_plan_cand {
+    ovl_algo_t algo;
+    uint32_t chunks;
+} ovl_plan_cand_t;
+#define OVL_PLAN_MAX_CANDS 12
+
+/*
+ * The plans worth measuring for params (its algo, chunks, streams and
+ * chosen ignored): every algorithm of its kind that runs where the params
+ * say the ranks are (as ovl_plan_takes_default judges), each at its
+ * default chunks and at 1, 2 and 4 chunks, none planning the same program
+ * as one before it (equal algorithm, chunk count and streams once the
+ * planner has clamped them), the rule's choice at its default first.
+ * Returns how many went into out (at most OVL_PLAN_MAX_CANDS; 0 for params
+ * the planner refuses whatever the algorithm). Builds plans to compare
+ * them: for a new shape, not per op.
+ */
+uint32_t ovl_plan_candidates(const ovl_plan_params_t *params,
+                             ovl_plan_cand_t out[OVL_PLAN_MAX_CANDS]);
 
 /*
  * Formats the plan in the stable text format (docs/plans.md) into buf, like

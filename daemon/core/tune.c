@@ -1,0 +1,647 @@
+/*
+ * tune.c: `auto` that measures (tune.h).
+ */
+#include "tune.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct entry {
+    ovl_plan_params_t key; /* normalized: key_of */
+    uint64_t hash, id, used;
+    uint32_t ncand;
+    ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
+    uint32_t runs[OVL_PLAN_MAX_CANDS];  /* times reported, warm-up included */
+    uint32_t fails[OVL_PLAN_MAX_CANDS]; /* ops that came to nothing */
+    uint32_t nsamp[OVL_PLAN_MAX_CANDS]; /* times kept (after the warm-up) */
+    uint64_t med[OVL_PLAN_MAX_CANDS];   /* medians once chosen (or loaded) */
+    uint64_t *samp;                     /* ncand x samples; NULL once chosen */
+    uint32_t next;                      /* the candidate handed out next */
+    int32_t chosen;                     /* -1: measuring */
+} entry_t;
+
+struct ovld_tune {
+    uint32_t samples, max;
+    entry_t **ents;
+    size_t n;
+    uint64_t next_id, clock;
+    bool dirty;
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries)
+{
+    if (samples == 0 || samples > OVLD_TUNE_MAX_SAMPLES || max_entries == 0)
+        return NULL;
+    ovld_tune_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->ents = calloc(max_entries, sizeof(*t->ents));
+    if (!t->ents) {
+        free(t);
+        return NULL;
+    }
+    t->samples = samples;
+    t->max = max_entries;
+    t->next_id = 1;
+    return t;
+}
+
+static void entry_free(entry_t *e)
+{
+    if (e) {
+        free(e->samp);
+        free(e);
+    }
+}
+
+void ovld_tune_clear(ovld_tune_t *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        entry_free(t->ents[i]);
+    t->n = 0;
+    t->dirty = true;
+}
+
+void ovld_tune_destroy(ovld_tune_t *t)
+{
+    if (!t)
+        return;
+    ovld_tune_clear(t);
+    free(t->ents);
+    free(t);
+}
+
+/* The key of params: what auto chooses, the rank and who chose, zeroed. */
+static ovl_plan_params_t key_of(const ovl_plan_params_t *p)
+{
+    ovl_plan_params_t k = *p;
+    k.algo = OVL_ALGO_AUTO;
+    k.chosen = OVL_CHOSEN_GIVEN;
+    k.chunks = 0;
+    k.streams = 0;
+    k.rank = 0;
+    k.node_of = NULL;
+    return k;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+static uint64_t key_hash(const ovl_plan_params_t *k)
+{
+    uint64_t h = 0;
+    h = mix(h, k->kind);
+    h = mix(h, k->world);
+    h = mix(h, k->m);
+    h = mix(h, k->n);
+    h = mix(h, k->k);
+    h = mix(h, k->dtype);
+    h = mix(h, k->nb);
+    for (uint32_t i = 0; i + 1 < OVL_PLAN_MAX_BS; i++)
+        h = mix(h, k->n_more[i]);
+    h = mix(h, (uint64_t)k->transb | (uint64_t)k->want_gathered << 1 | (uint64_t)k->strided << 2 |
+                   (uint64_t)k->shared_gpu << 3 | (uint64_t)k->sc.scaled << 4);
+    h = mix(h, (uint64_t)k->allgather << 8 | k->reduce_op);
+    return h;
+}
+
+static entry_t *find(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ents[i]->hash == h && ovl_plan_params_equal(&t->ents[i]->key, k))
+            return t->ents[i];
+    return NULL;
+}
+
+static entry_t *find_id(ovld_tune_t *t, uint64_t id)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ents[i]->id == id)
+            return t->ents[i];
+    return NULL;
+}
+
+/* Room for one more entry: the least recently used goes when full. */
+static void make_room(ovld_tune_t *t)
+{
+    if (t->n < t->max)
+        return;
+    size_t lru = 0;
+    for (size_t i = 1; i < t->n; i++)
+        if (t->ents[i]->used < t->ents[lru]->used)
+            lru = i;
+    entry_free(t->ents[lru]);
+    t->ents[lru] = t->ents[--t->n];
+}
+
+/* A new entry for key k with its candidates (taken by the caller), or NULL
+ * without memory. */
+static entry_t *entry_new(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h,
+                          const ovl_plan_cand_t *cand, uint32_t ncand, bool measuring)
+{
+    entry_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    if (measuring && !(e->samp = calloc((size_t)ncand * t->samples, sizeof(*e->samp)))) {
+        free(e);
+        return NULL;
+    }
+    e->key = *k;
+    e->hash = h;
+    e->id = t->next_id++;
+    e->ncand = ncand;
+    memcpy(e->cand, cand, ncand * sizeof(*cand));
+    e->chosen = -1;
+    make_room(t);
+    t->ents[t->n++] = e;
+    return e;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool dropped(const ovld_tune_t *t, const entry_t *e, uint32_t c)
+{
+    return e->fails[c] >= t->samples;
+}
+
+/* Every candidate has its samples, or is dropped: the least median wins
+ * (all dropped: the rule's, candidate 0). */
+static void maybe_choose(ovld_tune_t *t, entry_t *e)
+{
+    for (uint32_t c = 0; c < e->ncand; c++)
+        if (!dropped(t, e, c) && e->nsamp[c] < t->samples)
+            return;
+    int32_t best = -1;
+    for (uint32_t c = 0; c < e->ncand; c++) {
+        if (dropped(t, e, c))
+            continue;
+        uint64_t *s = e->samp + (size_t)c * t->samples;
+        qsort(s, t->samples, sizeof(*s), cmp_u64);
+        e->med[c] = s[t->samples / 2];
+        if (best < 0 || e->med[c] < e->med[best])
+            best = (int32_t)c;
+    }
+    e->chosen = best < 0 ? 0 : best;
+    free(e->samp);
+    e->samp = NULL;
+    t->dirty = true;
+}
+
+void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret)
+{
+    *ret = (ovld_tune_ticket_t){0};
+    if (!t || pp->chosen != OVL_CHOSEN_RULE || pp->node_of)
+        return;
+    ovl_plan_params_t k = key_of(pp);
+    uint64_t h = key_hash(&k);
+    entry_t *e = find(t, &k, h);
+    if (!e) {
+        ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
+        ovl_plan_params_t q = *pp;
+        q.chunks = 0;
+        uint32_t n = ovl_plan_candidates(&q, cand);
+        if (n < 2)
+            return; /* nothing to choose between: the rule's */
+        e = entry_new(t, &k, h, cand, n, true);
+        if (!e)
+            return;
+    }
+    e->used = ++t->clock;
+    if (e->chosen >= 0) {
+        pp->algo = e->cand[e->chosen].algo;
+        pp->chunks = e->cand[e->chosen].chunks;
+        pp->chosen = OVL_CHOSEN_MEASURED;
+        return;
+    }
+    /* the next candidate that still wants samples, round robin */
+    for (uint32_t i = 0; i < e->ncand; i++) {
+        uint32_t c = (e->next + i) % e->ncand;
+        if (dropped(t, e, c) || e->nsamp[c] >= t->samples)
+            continue;
+        e->next = (c + 1) % e->ncand;
+        pp->algo = e->cand[c].algo;
+        pp->chunks = e->cand[c].chunks;
+        pp->chosen = OVL_CHOSEN_TRYING;
+        *ret = (ovld_tune_ticket_t){.entry = e->id, .cand = c};
+        return;
+    }
+}
+
+void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, uint64_t ns)
+{
+    if (!t || tk.entry == 0)
+        return;
+    entry_t *e = find_id(t, tk.entry);
+    if (!e || e->chosen >= 0 || tk.cand >= e->ncand)
+        return;
+    uint32_t c = tk.cand;
+    if (ns == 0) {
+        e->fails[c]++;
+    } else if (e->runs[c]++ > 0 && e->nsamp[c] < t->samples) {
+        e->samp[(size_t)c * t->samples + e->nsamp[c]++] = ns; /* past the warm-up */
+    }
+    maybe_choose(t, e);
+}
+
+size_t ovld_tune_size(const ovld_tune_t *t)
+{
+    return t ? t->n : 0;
+}
+
+size_t ovld_tune_chosen(const ovld_tune_t *t)
+{
+    size_t n = 0;
+    for (size_t i = 0; t && i < t->n; i++)
+        n += t->ents[i]->chosen >= 0;
+    return n;
+}
+
+bool ovld_tune_take_dirty(ovld_tune_t *t)
+{
+    bool d = t && t->dirty;
+    if (t)
+        t->dirty = false;
+    return d;
+}
+
+/* ------------------------------------------------------------- the text */
+
+#define TUNE_MAGIC "ovld-tune 1 "
+
+typedef struct out {
+    char *buf;
+    size_t len, need;
+} out_t;
+
+static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out_t *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = o->need < o->len ? o->len - o->need : 0;
+    int n = vsnprintf(room ? o->buf + o->need : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->need += (size_t)n;
+}
+
+static const char *name_or(const char *s)
+{
+    return s ? s : "?";
+}
+
+static const char *reduce_name(ovl_reduce_op_t op)
+{
+    return op == OVL_REDUCE_SUM ? "sum" : op == OVL_REDUCE_AVG ? "avg" : NULL;
+}
+
+static void put_key(out_t *o, const ovl_plan_params_t *k)
+{
+    put(o, "kind=%s world=%" PRIu32 " m=%" PRIu64 " n=%" PRIu64, name_or(ovl_op_kind_name(k->kind)),
+        k->world, k->m, k->n);
+    for (uint32_t i = 1; i < ovl_plan_nb(k) && i < OVL_PLAN_MAX_BS; i++)
+        put(o, ",%" PRIu64, k->n_more[i - 1]);
+    put(o, " k=%" PRIu64 " dtype=%s transb=%d a_out=%d strided=%d shared_gpu=%d allgather=%s", k->k,
+        name_or(ovl_dtype_name(k->dtype)), k->transb, k->want_gathered, k->strided, k->shared_gpu,
+        name_or(ovl_ag_pref_name(k->allgather)));
+    if (k->kind == OVL_OP_GEMM_RS)
+        put(o, " reduce=%s", name_or(reduce_name(k->reduce_op)));
+    if (k->sc.scaled)
+        put(o, " b_dtype=%s out_dtype=%s a_mode=%s b_mode=%s fast_accum=%d bias=%d",
+            name_or(ovl_dtype_name(k->sc.b_dtype)), name_or(ovl_dtype_name(k->sc.out_dtype)),
+            name_or(ovl_scale_mode_name(k->sc.a_mode)), name_or(ovl_scale_mode_name(k->sc.b_mode)),
+            k->sc.fast_accum, k->sc.bias);
+}
+
+static void put_cand(out_t *o, const ovl_plan_cand_t *c)
+{
+    put(o, "%s/%" PRIu32, name_or(ovl_algo_name(c->algo)), c->chunks);
+}
+
+/* The median of a candidate's samples so far (0: none). */
+static uint64_t median_now(const ovld_tune_t *t, const entry_t *e, uint32_t c)
+{
+    if (e->chosen >= 0 || !e->samp || e->nsamp[c] == 0)
+        return e->med[c];
+    uint64_t s[OVLD_TUNE_MAX_SAMPLES];
+    memcpy(s, e->samp + (size_t)c * t->samples, e->nsamp[c] * sizeof(*s));
+    qsort(s, e->nsamp[c], sizeof(*s), cmp_u64);
+    return s[e->nsamp[c] / 2];
+}
+
+size_t ovld_tune_format(const ovld_tune_t *t, const char *device, char *buf, size_t len)
+{
+    out_t o = {.buf = buf, .len = len};
+    if (len)
+        buf[0] = '\0';
+    put(&o, TUNE_MAGIC "%s\n", device ? device : "");
+    for (size_t i = 0; t && i < t->n; i++) {
+        const entry_t *e = t->ents[i];
+        put_key(&o, &e->key);
+        put(&o, " chose=");
+        if (e->chosen >= 0)
+            put_cand(&o, &e->cand[e->chosen]);
+        else
+            put(&o, "-");
+        put(&o, " ns=");
+        for (uint32_t c = 0; c < e->ncand; c++) {
+            put(&o, "%s", c ? "," : "");
+            put_cand(&o, &e->cand[c]);
+            put(&o, ":%" PRIu64 "%s", median_now(t, e, c), dropped(t, e, c) ? "!" : "");
+        }
+        put(&o, "%s\n", e->chosen >= 0 ? "" : " measuring");
+    }
+    return o.need;
+}
+
+/* -------------------------------------------------------------- loading */
+
+/* A decimal of at most UINT64_MAX, the whole of [s, end). */
+static bool parse_u64(const char *s, const char *end, uint64_t *ret)
+{
+    uint64_t v = 0;
+    if (s == end || end - s > 20)
+        return false;
+    for (const char *p = s; p < end; p++) {
+        if (*p < '0' || *p > '9' || __builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
+            return false;
+    }
+    *ret = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, const char *end, bool *ret)
+{
+    uint64_t v;
+    if (!parse_u64(s, end, &v) || v > 1)
+        return false;
+    *ret = v != 0;
+    return true;
+}
+
+/* [s, end) as a NUL-terminated name into buf (of len bytes). */
+static bool token(const char *s, const char *end, char *buf, size_t len)
+{
+    if ((size_t)(end - s) >= len)
+        return false;
+    memcpy(buf, s, (size_t)(end - s));
+    buf[end - s] = '\0';
+    return true;
+}
+
+/* "ALGO/CHUNKS" in [s, end). */
+static bool parse_cand(const char *s, const char *end, ovl_plan_cand_t *ret)
+{
+    const char *slash = memchr(s, '/', (size_t)(end - s));
+    char name[32];
+    uint64_t ch;
+    if (!slash || !token(s, slash, name, sizeof(name)) ||
+        ovl_algo_parse(name, &ret->algo) != OVL_OK || ret->algo == OVL_ALGO_AUTO ||
+        !parse_u64(slash + 1, end, &ch) || ch > OVL_PLAN_MAX_CHUNKS)
+        return false;
+    ret->chunks = (uint32_t)ch;
+    return true;
+}
+
+typedef struct parsed {
+    ovl_plan_params_t key;
+    ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
+    uint64_t med[OVL_PLAN_MAX_CANDS];
+    bool drop[OVL_PLAN_MAX_CANDS];
+    uint32_t ncand;
+    ovl_plan_cand_t chose;
+    bool have_chose, measuring;
+} parsed_t;
+
+/* One field name=value of a key line into *p; the words of a failure. */
+static const char *parse_field(const char *name, const char *v, const char *end, parsed_t *p)
+{
+    ovl_plan_params_t *k = &p->key;
+    char word[32];
+    uint64_t u;
+
+    if (!strcmp(name, "kind"))
+        return token(v, end, word, sizeof(word)) && ovl_op_kind_parse(word, &k->kind) == OVL_OK
+                   ? NULL
+                   : "kind";
+    if (!strcmp(name, "world"))
+        return parse_u64(v, end, &u) && u >= 1 && u <= OVL_PLAN_MAX_WORLD
+                   ? (k->world = (uint32_t)u, NULL)
+                   : "world";
+    if (!strcmp(name, "m"))
+        return parse_u64(v, end, &k->m) ? NULL : "m";
+    if (!strcmp(name, "k"))
+        return parse_u64(v, end, &k->k) ? NULL : "k";
+    if (!strcmp(name, "n")) {
+        /* N0[,N1...] */
+        uint32_t nb = 0;
+        for (const char *s = v; s <= end && nb < OVL_PLAN_MAX_BS;) {
+            const char *comma = memchr(s, ',', (size_t)(end - s));
+            const char *e = comma ? comma : end;
+            if (!parse_u64(s, e, nb ? &k->n_more[nb - 1] : &k->n))
+                return "n";
+            nb++;
+            if (!comma)
+                break;
+            s = comma + 1;
+            if (nb == OVL_PLAN_MAX_BS)
+                return "n: too many Bs";
+        }
+        k->nb = nb > 1 ? nb : 0;
+        return NULL;
+    }
+    if (!strcmp(name, "dtype") || !strcmp(name, "b_dtype") || !strcmp(name, "out_dtype")) {
+        ovl_dtype_t dt;
+        if (!token(v, end, word, sizeof(word)) || ovl_dtype_parse(word, &dt) != OVL_OK)
+            return "a dtype";
+        if (name[0] == 'd')
+            k->dtype = dt;
+        else if (name[0] == 'b')
+            k->sc.b_dtype = dt;
+        else
+            k->sc.out_dtype = dt;
+        if (name[0] != 'd')
+            k->sc.scaled = true;
+        return NULL;
+    }
+    if (!strcmp(name, "a_mode") || !strcmp(name, "b_mode")) {
+        ovl_scale_mode_t m;
+        if (!token(v, end, word, sizeof(word)) || ovl_scale_mode_parse(word, &m) != OVL_OK)
+            return "a scale mode";
+        if (name[0] == 'a')
+            k->sc.a_mode = m;
+        else
+            k->sc.b_mode = m;
+        k->sc.scaled = true;
+        return NULL;
+    }
+    if (!strcmp(name, "transb"))
+        return parse_bool(v, end, &k->transb) ? NULL : "transb";
+    if (!strcmp(name, "a_out"))
+        return parse_bool(v, end, &k->want_gathered) ? NULL : "a_out";
+    if (!strcmp(name, "strided"))
+        return parse_bool(v, end, &k->strided) ? NULL : "strided";
+    if (!strcmp(name, "shared_gpu"))
+        return parse_bool(v, end, &k->shared_gpu) ? NULL : "shared_gpu";
+    if (!strcmp(name, "fast_accum"))
+        return parse_bool(v, end, &k->sc.fast_accum) ? NULL : "fast_accum";
+    if (!strcmp(name, "bias"))
+        return parse_bool(v, end, &k->sc.bias) ? NULL : "bias";
+    if (!strcmp(name, "allgather"))
+        return token(v, end, word, sizeof(word)) && ovl_ag_pref_parse(word, &k->allgather) == OVL_OK
+                   ? NULL
+                   : "allgather";
+    if (!strcmp(name, "reduce")) {
+        if (!token(v, end, word, sizeof(word)))
+            return "reduce";
+        if (!strcmp(word, "sum"))
+            k->reduce_op = OVL_REDUCE_SUM;
+        else if (!strcmp(word, "avg"))
+            k->reduce_op = OVL_REDUCE_AVG;
+        else
+            return "reduce";
+        return NULL;
+    }
+    if (!strcmp(name, "chose")) {
+        if (end - v == 1 && *v == '-')
+            return NULL;
+        p->have_chose = parse_cand(v, end, &p->chose);
+        return p->have_chose ? NULL : "chose";
+    }
+    if (!strcmp(name, "ns")) {
+        /* ALGO/CHUNKS:NS[!],... */
+        for (const char *s = v; s < end;) {
+            const char *comma = memchr(s, ',', (size_t)(end - s));
+            const char *e = comma ? comma : end;
+            const char *colon = memchr(s, ':', (size_t)(e - s));
+            uint32_t c = p->ncand;
+            if (!colon || c == OVL_PLAN_MAX_CANDS || !parse_cand(s, colon, &p->cand[c]))
+                return "ns: a candidate";
+            const char *ne = e;
+            if (ne > colon + 1 && ne[-1] == '!') {
+                p->drop[c] = true;
+                ne--;
+            }
+            if (!parse_u64(colon + 1, ne, &p->med[c]))
+                return "ns: a time";
+            p->ncand++;
+            s = comma ? comma + 1 : end;
+        }
+        return NULL;
+    }
+    return "an unknown field";
+}
+
+/* One line [s, end): a key and its choice into *p; the words of a
+ * failure. */
+static const char *parse_line(const char *s, const char *end, parsed_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    while (s < end) {
+        const char *sp = memchr(s, ' ', (size_t)(end - s));
+        const char *e = sp ? sp : end;
+        const char *eq = memchr(s, '=', (size_t)(e - s));
+        char name[16];
+        if (e - s == 9 && !memcmp(s, "measuring", 9)) {
+            p->measuring = true;
+        } else {
+            if (!eq || !token(s, eq, name, sizeof(name)))
+                return "a field without its value";
+            const char *why = parse_field(name, eq + 1, e, p);
+            if (why)
+                return why;
+        }
+        s = sp ? sp + 1 : end;
+    }
+    return NULL;
+}
+
+size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size_t len,
+                      size_t *ret_skipped, char *why, size_t whylen)
+{
+    size_t taken = 0, skipped = 0;
+    const char *end = text + len, *nl = memchr(text, '\n', len);
+    size_t head = strlen(TUNE_MAGIC);
+    if (whylen)
+        why[0] = '\0';
+    /* the first line: this version, and this device */
+    if (!t || !nl || (size_t)(nl - text) != head + strlen(device) ||
+        memcmp(text, TUNE_MAGIC, head) || memcmp(text + head, device, strlen(device))) {
+        if (whylen)
+            snprintf(why, whylen, "not a table of version 1 for %s", device);
+        if (ret_skipped)
+            *ret_skipped = 0;
+        return 0;
+    }
+    size_t line = 1;
+    for (const char *s = nl + 1; s < end;) {
+        const char *e = memchr(s, '\n', (size_t)(end - s));
+        line++;
+        const char *le = e ? e : end;
+        parsed_t p;
+        const char *bad = parse_line(s, le, &p);
+        uint64_t scratch;
+        if (!bad && (p.measuring || !p.have_chose))
+            bad = "no choice (measuring)";
+        if (!bad && p.ncand < 2)
+            bad = "fewer than two candidates";
+        int32_t chosen = -1;
+        for (uint32_t c = 0; !bad && c < p.ncand; c++)
+            if (p.cand[c].algo == p.chose.algo && p.cand[c].chunks == p.chose.chunks)
+                chosen = (int32_t)c;
+        if (!bad && chosen < 0)
+            bad = "the choice is none of the candidates";
+        if (!bad) {
+            /* the choice must plan: the key with it is valid params */
+            ovl_plan_params_t q = p.key;
+            q.algo = p.chose.algo;
+            q.chunks = p.chose.chunks;
+            if (ovl_plan_scratch_bytes(&q, &scratch) != OVL_OK)
+                bad = "the choice does not plan";
+        }
+        ovl_plan_params_t k = key_of(&p.key);
+        uint64_t h = key_hash(&k);
+        if (!bad && find(t, &k, h))
+            bad = "a key given twice";
+        if (!bad && taken >= t->max)
+            bad = "past the table's size";
+        if (!bad) {
+            entry_t *en = entry_new(t, &k, h, p.cand, p.ncand, false);
+            if (!en) {
+                bad = "out of memory";
+            } else {
+                en->chosen = chosen;
+                memcpy(en->med, p.med, sizeof(p.med));
+                for (uint32_t c = 0; c < p.ncand; c++)
+                    en->fails[c] = p.drop[c] ? t->samples : 0;
+                en->used = ++t->clock;
+                taken++;
+            }
+        }
+        if (bad) {
+            if (skipped++ == 0 && whylen)
+                snprintf(why, whylen, "line %zu: %s", line, bad);
+        }
+        s = e ? e + 1 : end;
+    }
+    if (taken)
+        t->dirty = true;
+    if (ret_skipped)
+        *ret_skipped = skipped;
+    return taken;
+}

@@ -1,0 +1,99 @@
+/*
+ * tune.h: `auto` that measures (docs/performance.md, "auto that measures").
+ *
+ * A key is what a plan's speed depends on beyond the choice itself: an op's
+ * plan parameters but its algorithm, chunks, streams, rank and who chose
+ * (plan.h). The first ops of a new key run the planner's candidates
+ * (ovl_plan_candidates) in turn, each timed on the device (the backend's op
+ * time, backend.h); a candidate's first run is a warm-up and is not
+ * counted. Once every candidate has `samples` times, the one of the least
+ * median is the key's choice, and every later op of the key runs it
+ * (chosen OVL_CHOSEN_MEASURED). An op whose time does not come (it failed,
+ * or the backend has no timer) counts nothing; a candidate that fails
+ * `samples` times is dropped.
+ *
+ * Keys of one node only: a job across nodes plans by the coordinator's
+ * rule (its nodes would have to agree on each trial). All the ranks of an
+ * op on a node run one plan (the op is planned once here), so they agree.
+ *
+ * The table holds at most max_entries keys, the least recently used out
+ * first. Its choices are text (ovld_tune_format, ovld_tune_load) for
+ * ovld's state file, which main keeps per device model and driver. Pure:
+ * no I/O, no clock, no thread of its own; loop thread only.
+ */
+#ifndef OVLD_TUNE_H
+#define OVLD_TUNE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ovl.h"
+#include "plan.h"
+
+typedef struct ovld_tune ovld_tune_t;
+
+/* What an op that runs a candidate reports its time with (entry 0: the op
+ * is not being measured; nothing to report). */
+typedef struct ovld_tune_ticket {
+    uint64_t entry; /* the key's entry, by its number (never reused) */
+    uint32_t cand;
+} ovld_tune_ticket_t;
+
+#define OVLD_TUNE_MAX_SAMPLES 64 /* ovld_tune_create's samples at most */
+
+/* A table of at most max_entries keys (>= 1), each candidate timed samples
+ * times (1..OVLD_TUNE_MAX_SAMPLES) after its warm-up; NULL without memory
+ * or for a value out of range. */
+ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries);
+void ovld_tune_destroy(ovld_tune_t *t); /* accepts NULL */
+
+/*
+ * pp: an op's resolved parameters whose algorithm `auto` left to the rule
+ * (chosen OVL_CHOSEN_RULE), on one node. Sets its algo and chunks to the
+ * plan to run: the key's choice (chosen OVL_CHOSEN_MEASURED), or the next
+ * candidate to time (OVL_CHOSEN_TRYING, with a ticket in *ret for
+ * ovld_tune_record). Leaves pp as it is (the rule's, *ret empty) for
+ * params of another kind of choice, across nodes, with one candidate, or
+ * without memory for a new key.
+ */
+void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret);
+
+/* The device time of an op that ran tk's candidate (ns > 0), or that it
+ * came to nothing (ns 0: failed, or not timed). A ticket of an entry gone
+ * meanwhile (evicted, cleared) is ignored. */
+void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, uint64_t ns);
+
+/* Keys in the table, and of those the ones chosen. */
+size_t ovld_tune_size(const ovld_tune_t *t);
+size_t ovld_tune_chosen(const ovld_tune_t *t);
+/* Whether a choice was made or loaded since the last call (which clears
+ * it): the table's text has changed, for the state file. */
+bool ovld_tune_take_dirty(ovld_tune_t *t);
+/* Forgets every key (what ops are measuring starts again). */
+void ovld_tune_clear(ovld_tune_t *t);
+
+/*
+ * The table as text, like snprintf (the length the whole text needs,
+ * without the NUL): a first line "ovld-tune 1 DEVICE", DEVICE the caller's
+ * words for the device model and driver (no newline), then per key, chosen
+ * or being measured, one line
+ *   KEY chose=ALGO/CHUNKS ns=ALGO/CHUNKS:MEDIAN,... [measuring]
+ * KEY being space-separated name=value fields (docs/performance.md), the
+ * medians in ns over the samples taken (0: none yet), a candidate dropped
+ * for failing marked "!". Only chosen keys are ever loaded back.
+ */
+size_t ovld_tune_format(const ovld_tune_t *t, const char *device, char *buf, size_t len);
+
+/*
+ * Takes the chosen keys of a text ovld_tune_format made (len bytes, not
+ * NUL-terminated) into the table, for device only: a first line of another
+ * device or version loads nothing. A line that does not parse, or names no
+ * valid plan, is skipped and counted in *ret_skipped, with the first one's
+ * words in why. Returns the keys taken. Keys past max_entries are not
+ * taken.
+ */
+size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size_t len,
+                      size_t *ret_skipped, char *why, size_t whylen);
+
+#endif /* OVLD_TUNE_H */
