@@ -2,7 +2,9 @@
  * test_hostgemm.c: the 16-bit float conversions (common/half.h) and the host
  * backend's GEMM (daemon/gemm/hostgemm.c), checked against ovl_ref_gemm; its
  * scaled (fp8) GEMM, checked bit for bit against gemm_args.h's definition
- * computed here in the documented order, and against ovl_ref_gemm_scaled.
+ * computed here in the documented order, and against ovl_ref_gemm_scaled;
+ * block scales (1x128, 128x128) alike, in the order hostgemm.h documents
+ * for them.
  *
  * No timing here: the tests run under sanitizers. Sizes are kept small enough
  * to finish in a few seconds under ASan on a 2-core machine, yet large enough
@@ -845,15 +847,19 @@ typedef struct scaled_case {
  * that do not shrink with the result). sub: fp16's subnormals round with an
  * absolute error of at most 2^-25, sqrt(count) * 2^-25 over the block (the
  * tiny products of fp8 codes reach them); bf16 and fp32 have float's
- * exponent range, far below these values.
+ * exponent range, far below these values. Block scales (kq blocks of 128
+ * of k; 0 for the others) round 3 kq times more: each block's product of
+ * scales, its sum times it, and its add to the total (M = sum_l |sa(i, l)
+ * sb(j, l) A op(B)| / div + ...: no partial result is larger).
  */
-static double scaled_bound(ovl_dtype_t c_dt, size_t k, size_t count, double refnorm, double mnorm)
+static double scaled_bound(ovl_dtype_t c_dt, size_t k, size_t kq, size_t count, double refnorm,
+                           double mnorm)
 {
     if (refnorm == 0)
         return 0; /* ref zero: C must be zero (ovl_rel_error is 0 or infinite) */
     double u = c_dt == OVL_DTYPE_BF16 ? 0x1p-8 : c_dt == OVL_DTYPE_FP16 ? 0x1p-11 : 0x1p-24;
     double sub = c_dt == OVL_DTYPE_FP16 ? 0x1p-25 * sqrt((double)count) : 0;
-    return u + ((double)(k + 8) * 0x1p-24 * mnorm + sub) / refnorm;
+    return u + ((double)(k + 8 + 3 * kq) * 0x1p-24 * mnorm + sub) / refnorm;
 }
 
 static double max_ratio[OVL_DTYPE_COUNT]; /* the largest error / bound seen, for the record */
@@ -875,7 +881,81 @@ static float def_sum(const float *a, const float *b, size_t k)
 
 static const char *mode_name(ovl_scale_mode_t m)
 {
-    return m == OVL_SCALE_ROW ? "row" : "tensor";
+    const char *name = ovl_scale_mode_name(m);
+    return name ? name : "?";
+}
+
+/* Whether m is a block mode (1x128, 128x128), written out here. */
+static bool is_block(ovl_scale_mode_t m)
+{
+    return m == OVL_SCALE_BLOCK_1X128 || m == OVL_SCALE_BLOCK_128X128;
+}
+
+/* Block scales per row of a matrix of k columns: ceil(k / 128). */
+static size_t blocks_of(size_t k)
+{
+    return (k + 127) / 128;
+}
+
+/* The scales a case hands over, by mode (ovl.h's table): A's from its first
+ * row over span rows (tensor 1, row span, 1x128 span x ceil(k/128)); B's,
+ * n x k (tensor 1, row n, 1x128 n x ceil(k/128), 128x128 ceil(n/128) x
+ * ceil(k/128)). */
+static size_t scales_of(ovl_scale_mode_t m, size_t rows, size_t k)
+{
+    switch (m) {
+    case OVL_SCALE_TENSOR:
+        return 1;
+    case OVL_SCALE_ROW:
+        return rows;
+    case OVL_SCALE_BLOCK_1X128:
+        return rows * blocks_of(k);
+    case OVL_SCALE_BLOCK_128X128:
+        return (rows + 127) / 128 * blocks_of(k);
+    }
+    fail_msg("scale mode %d", (int)m);
+    return 0;
+}
+
+/* The scale of row i of A (or of column i of op(B), a row of B as given)
+ * at column l of k, as hostgemm.h documents it: sa(i) or sa(i, q), q =
+ * l / 128, from the dense row-major scales s of mode m (A's counted from
+ * its first row, blocks included). */
+static float scale_of(const float *s, ovl_scale_mode_t m, size_t i, size_t l, size_t k)
+{
+    switch (m) {
+    case OVL_SCALE_TENSOR:
+        return s[0];
+    case OVL_SCALE_ROW:
+        return s[i];
+    case OVL_SCALE_BLOCK_1X128:
+        return s[i * blocks_of(k) + l / 128];
+    case OVL_SCALE_BLOCK_128X128:
+        return s[(i / 128) * blocks_of(k) + l / 128];
+    }
+    return NAN;
+}
+
+/* C[i][j]'s fp32 value before the epilogue (1/div, bias, ACC), in
+ * hostgemm.h's order: not block, s = the sum (def_sum), x = s * (sa(i) *
+ * sb(j)); block, x = 0 and, for each block q of 128 of k, y = s(q) * (sa(i,
+ * q) * sb(j, q)) (s(q) the block's sum, in groups of four from its first
+ * column), x = x + y. */
+static float def_scaled(const scaled_case_t *sc, const float *fa, const float *fb, const float *sa,
+                        const float *sb, size_t i, size_t j)
+{
+    size_t k = sc->k;
+    if (!is_block(sc->a_mode))
+        return def_sum(fa + i * k, fb + j * k, k) *
+               (scale_of(sa, sc->a_mode, i, 0, k) * scale_of(sb, sc->b_mode, j, 0, k));
+    float x = 0.0f;
+    for (size_t lo = 0; lo < k; lo += 128) {
+        size_t len = k - lo < 128 ? k - lo : 128;
+        float s = def_sum(fa + i * k + lo, fb + j * k + lo, len);
+        float y = s * (scale_of(sa, sc->a_mode, i, lo, k) * scale_of(sb, sc->b_mode, j, lo, k));
+        x = x + y;
+    }
+    return x;
 }
 
 /*
@@ -910,8 +990,8 @@ static void run_scaled(const scaled_case_t *sc)
             b[j * ldb + l] = rng_fp8(sc->b_dt);
             fb[j * k + l] = ovl_load_elem(sc->b_dt, b, j * ldb + l);
         }
-    size_t nsa = sc->a_mode == OVL_SCALE_ROW ? span : 1;
-    size_t nsb = sc->b_mode == OVL_SCALE_ROW ? n : 1;
+    size_t nsa = scales_of(sc->a_mode, span, k);
+    size_t nsb = scales_of(sc->b_mode, n, k);
     float *sa = xmalloc(nsa * sizeof(float)), *sb = xmalloc(nsb * sizeof(float));
     for (size_t i = 0; i < nsa; i++)
         sa[i] = rng_scale();
@@ -975,9 +1055,7 @@ static void run_scaled(const scaled_case_t *sc)
     for (size_t blk = 0; blk < sc->nblocks; blk++)
         for (size_t i = blk * sc->stride; i < blk * sc->stride + sc->rows; i++)
             for (size_t j = 0; j < n; j++) {
-                float s = def_sum(fa + i * k, fb + j * k, k);
-                float x = s * (sa[sc->a_mode == OVL_SCALE_ROW ? i : 0] *
-                               sb[sc->b_mode == OVL_SCALE_ROW ? j : 0]);
+                float x = def_scaled(sc, fa, fb, sa, sb, i, j);
                 if (div > 1)
                     x = x * (1.0f / (float)div);
                 if (bias)
@@ -1005,11 +1083,23 @@ static void run_scaled(const scaled_case_t *sc)
         for (size_t i = r; i < r + sc->rows; i++)
             for (size_t j = 0; j < n; j++) {
                 double mag = 0;
-                for (size_t l = 0; l < k; l++)
-                    mag += fabs((double)fa[i * k + l] * fb[j * k + l]);
-                mag *= fabs((double)sa[sc->a_mode == OVL_SCALE_ROW ? i : 0] *
-                            sb[sc->b_mode == OVL_SCALE_ROW ? j : 0]) /
-                       div;
+                if (!is_block(sc->a_mode)) {
+                    for (size_t l = 0; l < k; l++)
+                        mag += fabs((double)fa[i * k + l] * fb[j * k + l]);
+                    mag *= fabs((double)scale_of(sa, sc->a_mode, i, 0, k) *
+                                scale_of(sb, sc->b_mode, j, 0, k)) /
+                           div;
+                } else {
+                    /* each block's products times its scales */
+                    for (size_t lo = 0; lo < k; lo += 128) {
+                        double part = 0;
+                        for (size_t l = lo; l < k && l < lo + 128; l++)
+                            part += fabs((double)fa[i * k + l] * fb[j * k + l]);
+                        mag += part * fabs((double)scale_of(sa, sc->a_mode, i, lo, k) *
+                                           scale_of(sb, sc->b_mode, j, lo, k));
+                    }
+                    mag /= div;
+                }
                 if (bias)
                     mag += fabs(ovl_load_elem(cdt, bias, j));
                 if (has_acc)
@@ -1017,7 +1107,8 @@ static void run_scaled(const scaled_case_t *sc)
                 norm2 += ref[i * ldref + j] * ref[i * ldref + j];
                 m2 += mag * mag;
             }
-        double bound = scaled_bound(cdt, k, sc->rows * n, sqrt(norm2), sqrt(m2));
+        double bound = scaled_bound(cdt, k, is_block(sc->a_mode) ? blocks_of(k) : 0, sc->rows * n,
+                                    sqrt(norm2), sqrt(m2));
         if (!(err <= bound))
             fail_msg("scaled %s x %s -> %s, modes %s/%s, bias %d, epi %d, rows %zu n %zu k %zu: "
                      "rel error %g past %g",
@@ -1122,6 +1213,93 @@ static void test_gemm_scaled_blocks(void **state)
                   max_ratio[OVL_DTYPE_BF16], max_ratio[OVL_DTYPE_FP16], max_ratio[OVL_DTYPE_FP32]);
 }
 
+/* Block scales (A 1x128; B 1x128 and 128x128) on small shapes, rows and n
+ * in fours: every pair, c_dtype and B mode, with and without bias, every
+ * epilogue, one block and three (block_stride past rows: each block's
+ * scales from its own rows), tight and padded leading dimensions; k 0, 1,
+ * 5, a whole block (128), a block and a bit (130, 257: partial last
+ * blocks, 257 of three). (n past 128, where 128x128 scales have several
+ * rows: test_gemm_scaled_block_big.) */
+static void test_gemm_scaled_block_small(void **state)
+{
+    (void)state;
+    memset(max_ratio, 0, sizeof(max_ratio)); /* this test's own, printed below */
+    static const size_t shapes[][3] = {{4, 4, 1}, {4, 8, 128}, {4, 12, 130},
+                                       {4, 4, 0}, {4, 4, 257}, {8, 12, 5}};
+    static const ovl_scale_mode_t b_modes[] = {OVL_SCALE_BLOCK_1X128, OVL_SCALE_BLOCK_128X128};
+    int count = 0;
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < N_PLAIN; t++)
+            for (int bm = 0; bm < 2; bm++)
+                for (int bias = 0; bias < 2; bias++)
+                    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                        for (int epi = 0; epi < 4; epi++)
+                            for (size_t nblk = 1; nblk <= 3; nblk += 2) {
+                                scaled_case_t sc = {
+                                    .a_dt = fp8_pairs[p][0],
+                                    .b_dt = fp8_pairs[p][1],
+                                    .c_dt = plain_dtypes[t],
+                                    .a_mode = OVL_SCALE_BLOCK_1X128,
+                                    .b_mode = b_modes[bm],
+                                    .bias = bias,
+                                    .epi = epi,
+                                    .rows = shapes[s][0],
+                                    .n = shapes[s][1],
+                                    .k = shapes[s][2],
+                                    .nblocks = nblk,
+                                    .stride = shapes[s][0] + (epi % 2 ? 4 : 2),
+                                    .pad = (s + epi) % 2 ? 3 : 0,
+                                };
+                                run_scaled(&sc);
+                                count++;
+                            }
+    assert_int_equal(count, 3 * N_PLAIN * 2 * 2 * 6 * 4 * 2);
+    print_message("scaled block small: %d cases; largest error / bound: bf16 %.3g fp16 %.3g "
+                  "fp32 %.3g\n",
+                  count, max_ratio[OVL_DTYPE_BF16], max_ratio[OVL_DTYPE_FP16],
+                  max_ratio[OVL_DTYPE_FP32]);
+}
+
+/* Block scales past every blocking boundary of the kernel: rows past a
+ * 64-row block (68), n past a full 256-column panel into a narrow one (260:
+ * 128x128 scales of three rows, the last for 4 columns), k past a scale
+ * block (137: two, the last of 9; with block scales the kernel walks k a
+ * scale block at a time), twice, once by each B mode; then three blocks of
+ * 8 rows and n 132 (two rows of 128x128 scales, the second for 4 columns),
+ * k of whole scale blocks past a 256-deep kernel block (384) or a block
+ * and 2 (130): each pair and c_dtype once, B's mode, bias, epilogue and k
+ * taking turns. */
+static void test_gemm_scaled_block_big(void **state)
+{
+    (void)state;
+    memset(max_ratio, 0, sizeof(max_ratio));
+    int i = 0;
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < N_PLAIN; t++, i++) {
+            bool big = i == 0 || i == 5;
+            scaled_case_t sc = {
+                .a_dt = fp8_pairs[p][0],
+                .b_dt = fp8_pairs[p][1],
+                .c_dt = plain_dtypes[t],
+                .a_mode = OVL_SCALE_BLOCK_1X128,
+                .b_mode = i & 1 ? OVL_SCALE_BLOCK_128X128 : OVL_SCALE_BLOCK_1X128,
+                .bias = (i % 3) != 1,
+                .epi = i % 4,
+                .rows = big ? 68 : 8,
+                .n = big ? 260 : 132,
+                .k = big            ? 137
+                     : (i >> 1) & 1 ? 384
+                                    : 130,
+                .nblocks = big ? 1 : 3,
+                .stride = big ? 68 : 12,
+                .pad = (size_t)(i % 2) * 5,
+            };
+            run_scaled(&sc);
+        }
+    print_message("scaled block big: largest error / bound: bf16 %.3g fp16 %.3g fp32 %.3g\n",
+                  max_ratio[OVL_DTYPE_BF16], max_ratio[OVL_DTYPE_FP16], max_ratio[OVL_DTYPE_FP32]);
+}
+
 /* Every refusal of a scaled GEMM, each one change from a valid call, and the
  * same from the scaled reference. */
 static void test_gemm_scaled_invalid(void **state)
@@ -1156,7 +1334,7 @@ static void test_gemm_scaled_invalid(void **state)
     assert_int_equal(ovl_host_gemm_args(NULL), OVL_ERR_INVALID);
     assert_int_equal(ovl_ref_gemm_scaled(NULL, ref, 5), OVL_ERR_INVALID);
 
-    ovld_gemm_args_t bad[32];
+    ovld_gemm_args_t bad[48];
     int nbad = 0;
 #define BAD(field, value)                                                                          \
     do {                                                                                           \
@@ -1171,9 +1349,14 @@ static void test_gemm_scaled_invalid(void **state)
     BAD(c_dtype, OVL_DTYPE_FP8_E4M3); /* C not bf16, fp16, fp32 */
     BAD(c_dtype, OVL_DTYPE_FP8_E5M2);
     BAD(c_dtype, (ovl_dtype_t)7);
-    BAD(a_mode, (ovl_scale_mode_t)2);
+    BAD(a_mode, (ovl_scale_mode_t)2); /* block with row: mixed */
     BAD(a_mode, (ovl_scale_mode_t)-1);
     BAD(b_mode, (ovl_scale_mode_t)OVL_SCALE_MODE_COUNT);
+    BAD(a_mode, (ovl_scale_mode_t)4); /* unknown */
+    BAD(b_mode, (ovl_scale_mode_t)4);
+    BAD(b_mode, OVL_SCALE_BLOCK_1X128); /* row with block: mixed */
+    BAD(b_mode, OVL_SCALE_BLOCK_128X128);
+    BAD(a_mode, OVL_SCALE_BLOCK_128X128); /* A never 128x128 */
     BAD(a_scale, NULL);
     BAD(b_scale, NULL);
     BAD(transb, false);
@@ -1204,6 +1387,78 @@ static void test_gemm_scaled_invalid(void **state)
         if (ovl_ref_gemm_scaled(&bad[i], ref, 5) != OVL_ERR_INVALID)
             fail_msg("refusal %d accepted by ovl_ref_gemm_scaled", i);
     }
+    /* Block scales: a valid call (rows 4, n 8, k 7: one partial block; A
+     * 1x128 with B 1x128 and 128x128), then each refusal of the rule and
+     * of the shapes: A's rows not in fours (6, in either B mode), B 1x128
+     * with n 6, mixed modes either way, A 128x128, an unknown mode; B
+     * 128x128 takes n 6. */
+    const ovld_gemm_args_t okb = {
+        .dtype = OVL_DTYPE_FP8_E4M3,
+        .rows = 4,
+        .n = 8,
+        .k = 7,
+        .nblocks = 1,
+        .a = {a, 7},
+        .b = {b, 7},
+        .c = {c, 8},
+        .acc = {acc, 8},
+        .div = 2,
+        .transb = true,
+        .scaled = true,
+        .b_dtype = OVL_DTYPE_FP8_E5M2,
+        .c_dtype = OVL_DTYPE_FP32,
+        .a_mode = OVL_SCALE_BLOCK_1X128,
+        .b_mode = OVL_SCALE_BLOCK_1X128,
+        .a_scale = sa,
+        .b_scale = sb,
+    };
+    g = okb;
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+    assert_int_equal(ovl_ref_gemm_scaled(&g, ref, 8), OVL_OK);
+    g.b_mode = OVL_SCALE_BLOCK_128X128;
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+    g.n = 6; /* 128x128: any n */
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+    assert_int_equal(ovl_ref_gemm_scaled(&g, ref, 8), OVL_OK);
+    nbad = 0;
+#define BADB(field, value)                                                                         \
+    do {                                                                                           \
+        bad[nbad] = okb;                                                                           \
+        bad[nbad++].field = (value);                                                               \
+    } while (0)
+    BADB(rows, 6);
+    BADB(rows, 6);
+    bad[nbad - 1].b_mode = OVL_SCALE_BLOCK_128X128;
+    BADB(rows, 2);
+    BADB(n, 6);
+    BADB(n, 1);
+    BADB(b_mode, OVL_SCALE_ROW);
+    BADB(b_mode, OVL_SCALE_TENSOR);
+    BADB(a_mode, OVL_SCALE_ROW);
+    bad[nbad - 1].b_mode = OVL_SCALE_BLOCK_128X128;
+    BADB(a_mode, OVL_SCALE_TENSOR);
+    BADB(a_mode, OVL_SCALE_BLOCK_128X128);
+    BADB(a_mode, OVL_SCALE_BLOCK_128X128);
+    bad[nbad - 1].b_mode = OVL_SCALE_BLOCK_128X128;
+    BADB(a_mode, (ovl_scale_mode_t)4);
+    BADB(b_mode, (ovl_scale_mode_t)4);
+    BADB(a_scale, NULL);
+    BADB(b_scale, NULL);
+    BADB(transb, false);
+#undef BADB
+    for (int i = 0; i < nbad; i++) {
+        if (ovl_host_gemm_args(&bad[i]) != OVL_ERR_INVALID)
+            fail_msg("block refusal %d accepted by ovl_host_gemm_args", i);
+        if (ovl_ref_gemm_scaled(&bad[i], ref, 8) != OVL_ERR_INVALID)
+            fail_msg("block refusal %d accepted by ovl_ref_gemm_scaled", i);
+    }
+    /* by row the shapes block scales refuse are taken */
+    g = okb;
+    g.a_mode = g.b_mode = OVL_SCALE_ROW;
+    g.rows = 6;
+    g.n = 6;
+    assert_int_equal(ovl_host_gemm_args(&g), OVL_OK);
+
     /* The other fp8 pairs are taken, and an empty GEMM still checks. */
     g = ok;
     g.dtype = OVL_DTYPE_FP8_E5M2;
@@ -1247,6 +1502,8 @@ int main(void)
         cmocka_unit_test(test_gemm_args_unscaled),
         cmocka_unit_test(test_gemm_scaled_small),
         cmocka_unit_test(test_gemm_scaled_blocks),
+        cmocka_unit_test(test_gemm_scaled_block_small),
+        cmocka_unit_test(test_gemm_scaled_block_big),
         cmocka_unit_test(test_gemm_scaled_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,9 @@
  * shape (with transb, several Bs, and an m * world that overflows), the
  * names the messages use, what ranks must agree on (the kind first), the
  * planner's buffers and parameters, the layouts that force the copy
- * engine, and what an op counts in the statistics.
+ * engine, and what an op counts in the statistics; the one rule of a
+ * scaled op's scaling (common/scaling.h) and the scale slots' shapes,
+ * block scales (1x128, 128x128) included, for both kinds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -245,6 +247,11 @@ static void test_scaling_refusal(void **state)
     assert_null(ovl_scaling_refusal(e4, e4, bf, OVL_SCALE_ROW, OVL_SCALE_TENSOR, true));
     assert_null(ovl_scaling_refusal(e5, e4, OVL_DTYPE_FP32, 0, 0, true));
     assert_null(ovl_scaling_refusal(e4, e5, OVL_DTYPE_FP16, 1, 1, true));
+    /* block scales: A 1x128 with B 1x128 or 128x128 */
+    assert_null(
+        ovl_scaling_refusal(e4, e4, bf, OVL_SCALE_BLOCK_1X128, OVL_SCALE_BLOCK_1X128, true));
+    assert_null(ovl_scaling_refusal(e5, e4, OVL_DTYPE_FP32, OVL_SCALE_BLOCK_1X128,
+                                    OVL_SCALE_BLOCK_128X128, true));
     static const struct {
         uint64_t dt, b, out, am, bm;
         bool transb;
@@ -260,6 +267,24 @@ static void test_scaling_refusal(void **state)
         {e4, e4, bf, OVL_SCALE_MODE_COUNT, 0, true, "unknown scale mode"},
         {e4, e4, bf, 0, UINT64_MAX, true, "unknown scale mode"},
         {e4, e4, bf, 0, 0, false, "B transposed"},
+        /* block scales: A never by 128x128, whatever B's */
+        {e4, e4, bf, OVL_SCALE_BLOCK_128X128, OVL_SCALE_BLOCK_128X128, true,
+         "A's scales by 128x128 tile: not taken"},
+        {e4, e4, bf, OVL_SCALE_BLOCK_128X128, OVL_SCALE_BLOCK_1X128, true, "A takes 1x128"},
+        {e4, e4, bf, OVL_SCALE_BLOCK_128X128, OVL_SCALE_ROW, true, "A's scales by 128x128"},
+        {e4, e4, bf, OVL_SCALE_BLOCK_128X128, OVL_SCALE_TENSOR, true, "A's scales by 128x128"},
+        /* block with block: mixed either way */
+        {e4, e4, bf, OVL_SCALE_BLOCK_1X128, OVL_SCALE_ROW, true, "go with block scales"},
+        {e4, e4, bf, OVL_SCALE_BLOCK_1X128, OVL_SCALE_TENSOR, true, "go with block scales"},
+        {e4, e4, bf, OVL_SCALE_ROW, OVL_SCALE_BLOCK_1X128, true, "go with block scales"},
+        {e4, e4, bf, OVL_SCALE_TENSOR, OVL_SCALE_BLOCK_128X128, true, "go with block scales"},
+        {e4, e4, bf, OVL_SCALE_ROW, OVL_SCALE_BLOCK_128X128, true, "go with block scales"},
+        /* unknown mode 4, on either side; it names the modes there are */
+        {e4, e4, bf, 4, OVL_SCALE_BLOCK_1X128, true, "unknown scale mode"},
+        {e4, e4, bf, OVL_SCALE_BLOCK_1X128, 4, true, "1x128 2, 128x128 3"},
+        /* block scales do not lift the rule's other parts */
+        {e4, e4, bf, OVL_SCALE_BLOCK_1X128, OVL_SCALE_BLOCK_1X128, false, "B transposed"},
+        {e5, e5, bf, OVL_SCALE_BLOCK_1X128, OVL_SCALE_BLOCK_128X128, true, "fp8e5m2 times fp8e5m2"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *why = ovl_scaling_refusal(bad[i].dt, bad[i].b, bad[i].out, bad[i].am, bad[i].bm,
@@ -267,6 +292,174 @@ static void test_scaling_refusal(void **state)
         if (!why || !strstr(why, bad[i].words))
             fail_msg("case %zu: '%s' does not say '%s'", i, why ? why : "(taken)", bad[i].words);
     }
+}
+
+/* The shapes' rule of block scales (ovl_scaling_shape_refusal): A 1x128
+ * needs the GEMM's rows in fours, B 1x128 n in fours; 128x128, row and
+ * tensor need neither; and the row granule chunks are cut in. */
+static void test_scaling_shape_refusal(void **state)
+{
+    (void)state;
+    const uint64_t t = OVL_SCALE_TENSOR, r = OVL_SCALE_ROW, b1 = OVL_SCALE_BLOCK_1X128,
+                   b2 = OVL_SCALE_BLOCK_128X128;
+    assert_null(ovl_scaling_shape_refusal(b1, b1, 4, 8));
+    assert_null(ovl_scaling_shape_refusal(b1, b2, 8, 6)); /* 128x128: any n */
+    assert_null(ovl_scaling_shape_refusal(b1, b2, 8, 1));
+    assert_null(ovl_scaling_shape_refusal(r, r, 6, 6)); /* not block: any */
+    assert_null(ovl_scaling_shape_refusal(t, t, 1, 1));
+    assert_null(ovl_scaling_shape_refusal(b1, b1, 0, 0));
+    const char *why = ovl_scaling_shape_refusal(b1, b1, 6, 8);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "A's 1x128 scales need its rows in multiples of 4"));
+    why = ovl_scaling_shape_refusal(b1, b2, 2, 6);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "A's 1x128 scales need its rows in multiples of 4"));
+    why = ovl_scaling_shape_refusal(b1, b1, 4, 6);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "B's 1x128 scales need n in multiples of 4"));
+    why = ovl_scaling_shape_refusal(b1, b1, UINT64_MAX - 3, (UINT64_C(1) << 32) + 2);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "B's 1x128"));
+    assert_int_equal(ovl_scaling_row_granule(b1), 4);
+    assert_int_equal(ovl_scaling_row_granule(b2), 1);
+    assert_int_equal(ovl_scaling_row_granule(r), 1);
+    assert_int_equal(ovl_scaling_row_granule(t), 1);
+}
+
+/* A scaling of A's scales by 1x128 and B's by b_mode. */
+static ovld_scaling_desc_t block_sc(ovl_scale_mode_t b_mode)
+{
+    return (ovld_scaling_desc_t){.scaled = true,
+                                 .b_dtype = OVL_DTYPE_FP8_E4M3,
+                                 .out_dtype = OVL_DTYPE_BF16,
+                                 .a_mode = OVL_SCALE_BLOCK_1X128,
+                                 .b_mode = b_mode};
+}
+
+/* A scaled op's slots by block scales (ovld_scaling_shapes, through each
+ * kind's buf_shapes): A's scales m x ceil(k/128) by 1x128, B i's n_i x
+ * ceil(k/128) by 1x128 and ceil(n_i/128) x ceil(k/128) by 128x128, k a
+ * multiple of 128 or not; refused with words where a GEMM's rows (a
+ * rank's m; gemm_rs's m / world) or, by B 1x128, an n (a second B's too)
+ * are not in fours; B 128x128 takes any n. */
+static void test_block_shapes(void **state)
+{
+    (void)state;
+    ovld_buf_shape_t sh[OVLD_BUF_COUNT];
+    char msg[256] = "";
+    /* all-gather + GEMM: m 8, k 300 (3 blocks, the last partial), Bs of
+     * 12, 100 and 200 columns */
+    ovld_op_desc_t q = op(8, 12, 300, true, 3);
+    q.ag.dtype = OVL_DTYPE_FP8_E4M3;
+    q.ag.sc = block_sc(OVL_SCALE_BLOCK_1X128);
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_A_SCALE], 8, 3, true, false);
+    assert_int_equal(sh[OVLD_BUF_A_SCALE].elem, 4);
+    assert_true(sh[OVLD_BUF_A_SCALE].dense);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 12, 3, true, false);
+    expect_shape(&sh[ovld_buf_b_scale(1)], 100, 3, true, false);
+    expect_shape(&sh[ovld_buf_b_scale(2)], 200, 3, true, false);
+    expect_shape(&sh[ovld_buf_bias(2)], 1, 200, false, true);
+    assert_true(sh[ovld_buf_b_scale(2)].dense);
+    assert_int_equal(sh[ovld_buf_b_scale(2)].elem, 4);
+    expect_shape(&sh[ovld_buf_b_scale(3)], 0, 0, false, false);
+    /* 128x128: ceil(n_i / 128) rows; k 256, whole blocks */
+    q.ag.k = 256;
+    q.ag.sc = block_sc(OVL_SCALE_BLOCK_128X128);
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_A_SCALE], 8, 2, true, false);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 1, 2, true, false);
+    expect_shape(&sh[ovld_buf_b_scale(1)], 1, 2, true, false);
+    expect_shape(&sh[ovld_buf_b_scale(2)], 2, 2, true, false);
+    /* k of one partial block, and 129: two */
+    q.ag.k = 1;
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_A_SCALE], 8, 1, true, false);
+    q.ag.k = 129;
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_A_SCALE], 8, 2, true, false);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 1, 2, true, false);
+    /* 128x128 takes n not in fours, a second B's too */
+    q.ag.n = 6;
+    q.ag.n_more[0] = 130;
+    assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 1, 2, true, false);
+    expect_shape(&sh[ovld_buf_b_scale(1)], 2, 2, true, false);
+    /* refused: m 6 (whatever B's mode), n 6 by B 1x128, a second B's 130 */
+    static const struct {
+        uint64_t m, n, n1;
+        ovl_scale_mode_t b_mode;
+        const char *words;
+    } bad[] = {
+        {6, 12, 100, OVL_SCALE_BLOCK_1X128,
+         "A's 1x128 scales need its rows in multiples of 4 (cuBLASLt lays each 128 of k's scales "
+         "out by rows, 16-byte aligned) (rows 6, n 12)"},
+        {6, 12, 100, OVL_SCALE_BLOCK_128X128, "rows in multiples of 4"},
+        {8, 6, 100, OVL_SCALE_BLOCK_1X128, "B's 1x128 scales need n in multiples of 4"},
+        {8, 12, 130, OVL_SCALE_BLOCK_1X128,
+         "B's 1x128 scales need n in multiples of 4 (cuBLASLt lays each 128 of k's scales out by "
+         "columns of op(B), 16-byte aligned) (rows 8, n 130)"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        q = op(bad[i].m, bad[i].n, 300, true, 2);
+        q.ag.dtype = OVL_DTYPE_FP8_E4M3;
+        q.ag.n_more[0] = bad[i].n1;
+        q.ag.sc = block_sc(bad[i].b_mode);
+        msg[0] = '\0';
+        assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_ERR_INVALID);
+        if (!strstr(msg, bad[i].words))
+            fail_msg("ag_gemm case %zu: '%s' does not say '%s'", i, msg, bad[i].words);
+        /* by row the same shapes are taken */
+        q.ag.sc.a_mode = q.ag.sc.b_mode = OVL_SCALE_ROW;
+        assert_int_equal(ag()->buf_shapes(&q, 2, sh, msg, sizeof(msg)), OVL_OK);
+    }
+
+    /* GEMM + reduce-scatter: a GEMM's rows are a block's, m / world */
+    const ovld_kind_t *rs = ovld_kind(OVLD_KIND_GEMM_RS);
+    assert_non_null(rs);
+    q = (ovld_op_desc_t){.kind = OVLD_KIND_GEMM_RS,
+                         .rs = {.m = 24,
+                                .n = 20,
+                                .k = 300,
+                                .dtype = OVL_DTYPE_FP8_E4M3,
+                                .algo = OVL_ALGO_PUSH,
+                                .transb = true,
+                                .sc = block_sc(OVL_SCALE_BLOCK_1X128)}};
+    assert_int_equal(rs->buf_shapes(&q, 3, sh, msg, sizeof(msg)), OVL_OK); /* 8 a block */
+    expect_shape(&sh[OVLD_BUF_A_SCALE], 24, 3, true, false);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 20, 3, true, false);
+    expect_shape(&sh[OVLD_BUF_BIAS], 1, 20, false, true);
+    expect_shape(&sh[OVLD_BUF_C], 8, 20, true, false);
+    q.rs.sc.b_mode = OVL_SCALE_BLOCK_128X128;
+    q.rs.n = 130;
+    assert_int_equal(rs->buf_shapes(&q, 3, sh, msg, sizeof(msg)), OVL_OK);
+    expect_shape(&sh[OVLD_BUF_B_SCALE], 2, 3, true, false);
+    /* m 24 in fours, but a block of 6 at world 4: refused */
+    assert_int_equal(rs->buf_shapes(&q, 4, sh, msg, sizeof(msg)), OVL_ERR_INVALID);
+    assert_non_null(strstr(msg, "A's 1x128 scales need its rows in multiples of 4"));
+    assert_non_null(strstr(msg, "(rows 6, n 130)"));
+    /* B 1x128 with n 130 */
+    q.rs.sc.b_mode = OVL_SCALE_BLOCK_1X128;
+    assert_int_equal(rs->buf_shapes(&q, 3, sh, msg, sizeof(msg)), OVL_ERR_INVALID);
+    assert_non_null(strstr(msg, "B's 1x128 scales need n in multiples of 4"));
+    assert_non_null(strstr(msg, "(rows 8, n 130)"));
+
+    /* ovld_scaling_shapes itself: nothing for an op not scaled; A by
+     * 128x128 (which ovl_scaling_refusal refuses first) refused, not
+     * shaped */
+    ovld_scaling_desc_t none = {.scaled = false};
+    uint64_t ns[1] = {6};
+    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+        sh[b] = (ovld_buf_shape_t){.rows = 77};
+    assert_int_equal(ovld_scaling_shapes(&none, 6, 300, 6, 1, ns, sh, msg, sizeof(msg)), OVL_OK);
+    for (int b = 0; b < OVLD_BUF_COUNT; b++)
+        assert_int_equal(sh[b].rows, 77);
+    ovld_scaling_desc_t a128 = block_sc(OVL_SCALE_BLOCK_128X128);
+    a128.a_mode = OVL_SCALE_BLOCK_128X128;
+    ns[0] = 8;
+    assert_int_equal(ovld_scaling_shapes(&a128, 8, 300, 8, 1, ns, sh, msg, sizeof(msg)),
+                     OVL_ERR_INVALID);
+    assert_non_null(strstr(msg, "a_scale: mode 3 is not one of A's"));
 }
 
 static void test_plan(void **state)
@@ -413,6 +606,8 @@ int main(void)
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_count),
         cmocka_unit_test(test_scaling_refusal),
+        cmocka_unit_test(test_scaling_shape_refusal),
+        cmocka_unit_test(test_block_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

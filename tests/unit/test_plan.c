@@ -6,7 +6,8 @@
  * shapes; negative tests show the checker catches broken programs.
  *
  * Scaled (fp8) ops are checked alike, their scales followed as their rows
- * are (the checker's comment, "Scaled ops").
+ * are (the checker's comment, "Scaled ops"): A's by row or by 1x128 (a row
+ * of ceil(k/128) scales per row of A, and GEMMs of rows in fours).
  *
  * Set OVL_UPDATE_GOLDEN=1 to rewrite the golden files instead of comparing.
  */
@@ -79,6 +80,10 @@ static void set_bs(ovl_plan_params_t *p, uint32_t nb)
         p->n_more[i - 1] = build_n[i];
 }
 
+/* The k of the jobs the tests build (0: params_of's, but in the tests of
+ * block scales, whose scales have ceil(k / 128) columns). */
+static uint64_t build_k = 0;
+
 /* The topology of the jobs the tests build (NULL: one node, but in the
  * tests across nodes): node_of of world entries. */
 static const uint32_t *build_topo = NULL;
@@ -124,16 +129,17 @@ static void build_job_as(ovl_plan_t *plans, ovl_algo_t algo, uint32_t world, uin
         set_bs(&p, build_nb);
         p.transb = transb;
         p.node_of = build_topo;
+        if (build_k)
+            p.k = build_k;
         set_sc(&p);
         ovl_status_t st = ovl_plan_build(&p, &plans[r]);
         if (st != OVL_OK)
-            fail_msg("ovl_plan_build: %s for %s world=%u rank=%u m=%llu chunks=%u streams=%u "
-                     "layout=%d%s",
-                     ovl_strerror(st), ovl_algo_name(algo), world, r, (unsigned long long)m, chunks,
-                     streams, (int)layout,
-                     !p.sc.scaled                   ? ""
-                     : p.sc.a_mode == OVL_SCALE_ROW ? " scaled, A's scales by row"
-                                                    : " scaled, one scale for A");
+            fail_msg("ovl_plan_build: %s for %s world=%u rank=%u m=%llu k=%llu chunks=%u "
+                     "streams=%u layout=%d%s%s",
+                     ovl_strerror(st), ovl_algo_name(algo), world, r, (unsigned long long)m,
+                     (unsigned long long)p.k, chunks, streams, (int)layout,
+                     p.sc.scaled ? " scaled, A's scales by " : "",
+                     p.sc.scaled ? ovl_scale_mode_name(p.sc.a_mode) : "");
     }
 }
 
@@ -226,21 +232,28 @@ typedef struct span {
  *   check_collective   (d) initial waits before the first transfer
  *   check_ring         (g) own shard first, two GEMM streams, the SLEEP
  *
- * Scaled ops (params.sc; both kinds), beside the above:
+ * Scaled ops (params.sc; both kinds), beside the above. A's scales by row
+ * and by 1x128 are "per row" (scales_per_row): they go with A's rows, a
+ * row of ceil(k/128) of them by 1x128 (scale_cols), of one by row:
  *   check_gemm_scale   (s1) every GEMM's sa names the scales of exactly its A
- *                      rows: by row SA[src.row] for the own shard's rows,
+ *                      rows: per row SA[src.row] for the own shard's rows,
  *                      SG[src.row] for gathered ones, of the own rank, its
- *                      blocks within a scale buffer of one scale per row
- *                      of the A rows' buffer; one scale: SA[0]; unscaled:
- *                      none
- *   check_fields /     (s2) all-gather + GEMM by row: every transfer that
+ *                      blocks within a scale buffer of a row of scales
+ *                      (scale_cols wide) per row of the A rows' buffer;
+ *                      one scale: SA[0]; unscaled: none
+ *                      (s6) by 1x128 every GEMM's rows, and its blocks'
+ *                      stride where it has several, are a multiple of 4
+ *                      (cuBLASLt lays 1x128 scales out by rows, 16-byte
+ *                      aligned: common/scaling.h)
+ *   check_fields /     (s2) all-gather + GEMM per row: every transfer that
  *   check_scale_transfer writes G rows (ALLGATHER, PULL, PUSH, RAIL) is
  *                      followed at once by the same transfer (kind, stream,
  *                      ranks, rows, stride, method, peers) of their scales
- *                      (SA, or a peer's SG, into SG, 1 column), and every
- *                      transfer of scales is such a follower, of the
- *                      geometry its rows' transfer must have; other plans
- *                      (one scale for A, gemm_rs, unscaled) move no scales
+ *                      (SA, or a peer's SG, into SG, scale_cols columns),
+ *                      and every transfer of scales is such a follower, of
+ *                      the geometry its rows' transfer must have; other
+ *                      plans (one scale for A, gemm_rs, unscaled) move no
+ *                      scales
  *   check_rows         (s3) SG as G: each SG row written at most once
  *                      (every one with a_out), every SG row a GEMM reads
  *                      (by its sa) written before it in happens-before
@@ -250,11 +263,15 @@ typedef struct span {
  *   check_shard_reads  (s4) a peer's SA read (pulled, gathered, pushed by
  *                      its owner) only between its owner's READY and DONE,
  *                      as its A; a peer's SG as its G
- *   check_bufs,        (s5) shapes and used flags of SA, SB, BIAS (SG);
- *   check_rs_bufs      dtypes: A and G the op's, B i b_dtype, C i, P and
- *                      BIAS out_dtype, SA, SB, SG fp32; the scratch flags
- *                      and offsets (G at 0, SG 256-aligned past G's bytes,
- *                      at 0 with a_out; P at 0) and scratch_bytes those
+ *   check_bufs,        (s5) shapes and used flags of SA, SB, BIAS (SG):
+ *   check_rs_bufs      SA m x 1 by row, m x ceil(k/128) by 1x128, 1 x 1;
+ *                      SB i 1 x n_i by row, n_i x ceil(k/128) by 1x128,
+ *                      ceil(n_i/128) x ceil(k/128) by 128x128, 1 x 1; SG
+ *                      (W m) x scale_cols; dtypes: A and G the op's, B i
+ *                      b_dtype, C i, P and BIAS out_dtype, SA, SB, SG
+ *                      fp32; the scratch flags and offsets (G at 0, SG
+ *                      256-aligned past G's bytes, at 0 with a_out, of W m
+ *                      scale_cols floats; P at 0) and scratch_bytes those
  *                      buffers' end, as ovl_plan_scratch_bytes says
  */
 typedef struct sim {
@@ -273,7 +290,7 @@ typedef struct sim {
     uint32_t *joint;    /* ncomp: scratch for an ALLGATHER */
     span_t *cspans;     /* maxspans: scratch for C row spans */
     span_t *gspans;     /* maxspans: scratch for G row spans */
-    span_t *sgspans;    /* maxspans: scratch for SG row spans (scaled by row) */
+    span_t *sgspans;    /* maxspans: scratch for SG row spans (scaled per row) */
     span_t *pspans;     /* maxspans: a peer's G (or SG) row spans (pulls of a peer's G) */
     size_t npspans;
     uint32_t pspans_of;   /* whose spans pspans holds (UINT32_MAX: none yet) */
@@ -355,11 +372,25 @@ static bool ref_is(ovl_ref_t ref, ovl_buf_t buf, uint32_t rank)
  * what the simulation alone then catches). */
 static bool g_mirror_off = false;
 
-/* All-gather + GEMM scaled by row: A's scales travel with A's rows, from
+/* Whether a scaled op's A scales are a row of scales per row of A (by row,
+ * or by 1x128), and how many floats that row has: one by row, ceil(k/128)
+ * by 1x128 (ovl.h); derived here from the modes, not asked of plan.h. */
+static bool scales_per_row(const ovl_plan_params_t *pp)
+{
+    return pp->sc.scaled &&
+           (pp->sc.a_mode == OVL_SCALE_ROW || pp->sc.a_mode == OVL_SCALE_BLOCK_1X128);
+}
+
+static uint64_t scale_cols(const ovl_plan_params_t *pp)
+{
+    return pp->sc.scaled && pp->sc.a_mode == OVL_SCALE_BLOCK_1X128 ? (pp->k + 127) / 128 : 1;
+}
+
+/* All-gather + GEMM scaled per row: A's scales travel with A's rows, from
  * SA (or a peer's SG) into SG. */
 static bool gathers_scales(const ovl_plan_params_t *pp)
 {
-    return pp->kind != OVL_OP_GEMM_RS && pp->sc.scaled && pp->sc.a_mode == OVL_SCALE_ROW;
+    return pp->kind != OVL_OP_GEMM_RS && scales_per_row(pp);
 }
 
 static bool moves_rows(ovl_instr_kind_t kind)
@@ -382,8 +413,10 @@ static ovl_buf_t scales_of(ovl_buf_t buf)
 }
 
 /* How sc (the instruction after `rows`, a transfer into G; NULL: none)
- * fails to be the same transfer of those rows' scales; NULL where it is. */
-static const char *mirror_diff(const ovl_instr_t *rows, const ovl_instr_t *sc)
+ * fails to be the same transfer of those rows' scales, of pp's scale_cols
+ * columns; NULL where it is. */
+static const char *mirror_diff(const ovl_plan_params_t *pp, const ovl_instr_t *rows,
+                               const ovl_instr_t *sc)
 {
     if (!sc || !moves_scales(sc))
         return "none follows";
@@ -397,7 +430,7 @@ static const char *mirror_diff(const ovl_instr_t *rows, const ovl_instr_t *sc)
         sc->src.row != rows->src.row || sc->dst.row != rows->dst.row || sc->rows != rows->rows ||
         sc->stride != rows->stride)
         return "other rows";
-    if (sc->cols != 1)
+    if (sc->cols != scale_cols(pp))
         return "other columns";
     if (sc->method != rows->method || sc->peers != rows->peers || sc->nsend != rows->nsend ||
         sc->nrecv != rows->nrecv)
@@ -406,25 +439,34 @@ static const char *mirror_diff(const ovl_instr_t *rows, const ovl_instr_t *sc)
 }
 
 /*
- * (s1) What a GEMM of a scaled op names for A's scales: by row, the scale
- * of its first A row, in SA for the own shard's rows and in SG for gathered
- * ones, at the same row, its blocks within that buffer, which has a scale
- * for each row of the A rows' buffer; by tensor, row 0 of SA, whatever
- * rows it multiplies. A GEMM of an op that is not scaled names none.
- * (Its A rows themselves check_operands has proved.)
+ * (s1) What a GEMM of a scaled op names for A's scales: per row (by row or
+ * 1x128), the scales of its first A row, in SA for the own shard's rows
+ * and in SG for gathered ones, at the same row, its blocks within that
+ * buffer, which has a row of scale_cols scales for each row of the A rows'
+ * buffer; by tensor, row 0 of SA, whatever rows it multiplies. A GEMM of
+ * an op that is not scaled names none. (Its A rows themselves
+ * check_operands has proved.) (s6) By 1x128, its rows and its blocks'
+ * stride in fours.
  */
 static bool check_gemm_scale(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in)
 {
     const ovl_plan_t *p = &s->plans[r];
     const ovl_plan_params_t *pp = &p->params;
     ovl_ref_t want = {.buf = OVL_BUF_SA, .rank = r, .row = 0};
-    bool by_row = pp->sc.a_mode == OVL_SCALE_ROW;
+    bool by_row = scales_per_row(pp);
 
     if (!pp->sc.scaled) {
         if (in->sa.buf != OVL_BUF_A || in->sa.rank != 0 || in->sa.row != 0)
             return violation(s, "r%u #%zu: GEMM of an op not scaled names scales", r, i);
         return true;
     }
+    if (pp->sc.a_mode == OVL_SCALE_BLOCK_1X128 &&
+        (in->rows % 4 != 0 || (in->nblocks > 1 && in->stride % 4 != 0)))
+        return violation(s,
+                         "r%u #%zu: GEMM of %llu rows (%u blocks, stride %llu) with A's 1x128 "
+                         "scales: not in fours",
+                         r, i, (unsigned long long)in->rows, in->nblocks,
+                         (unsigned long long)in->stride);
     if (by_row)
         want = (ovl_ref_t){.buf = scales_of(in->src.buf), .rank = r, .row = in->src.row};
     if (in->sa.buf != want.buf || in->sa.rank != want.rank || in->sa.row != want.row)
@@ -433,14 +475,16 @@ static bool check_gemm_scale(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *
             ovl_buf_name(in->src.buf), (unsigned long long)in->src.row, in->sa.rank,
             ovl_buf_name(in->sa.buf), (unsigned long long)in->sa.row, want.rank,
             ovl_buf_name(want.buf), (unsigned long long)want.row);
-    if (by_row &&
-        (p->bufs[in->sa.buf].rows != p->bufs[in->src.buf].rows || p->bufs[in->sa.buf].cols != 1 ||
-         !rows_within(in->sa.row, (in->nblocks - 1) * in->stride + in->rows,
-                      p->bufs[in->sa.buf].rows)))
+    if (by_row && (p->bufs[in->sa.buf].rows != p->bufs[in->src.buf].rows ||
+                   p->bufs[in->sa.buf].cols != scale_cols(pp) ||
+                   !rows_within(in->sa.row, (in->nblocks - 1) * in->stride + in->rows,
+                                p->bufs[in->sa.buf].rows)))
         return violation(s,
-                         "r%u #%zu: GEMM's scales %s[%llu], %u blocks of %llu: not one a row of %s",
+                         "r%u #%zu: GEMM's scales %s[%llu], %u blocks of %llu: not in rows of "
+                         "%llu, one for each row of %s",
                          r, i, ovl_buf_name(in->sa.buf), (unsigned long long)in->sa.row,
-                         in->nblocks, (unsigned long long)in->rows, ovl_buf_name(in->src.buf));
+                         in->nblocks, (unsigned long long)in->rows,
+                         (unsigned long long)scale_cols(pp), ovl_buf_name(in->src.buf));
     return true;
 }
 
@@ -557,7 +601,8 @@ static bool check_operands(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *in
 }
 
 /* (s2) A transfer of scales: only where all-gather + GEMM gathers them
- * (scaled by row); from SA (or a peer's SG) into SG, one column; on its
+ * (scaled per row); from SA (or a peer's SG) into SG, scale_cols columns
+ * (one by row, ceil(k/128) by 1x128); on its
  * own the geometry a transfer of the same rows of A (or G) into G must
  * have; and right after that transfer of their rows, the same in all but
  * the buffers and columns (mirror_diff), which check_fields proves from
@@ -577,7 +622,7 @@ static bool check_scale_transfer(sim_t *s, uint32_t r, size_t i, const ovl_instr
                          : pp->sc.scaled            ? "one scale for A"
                                                     : "not scaled");
     if (in->dst.buf != OVL_BUF_SG || (in->src.buf != OVL_BUF_SA && in->src.buf != OVL_BUF_SG) ||
-        (in->src.buf == OVL_BUF_SG && in->kind != OVL_I_PULL) || in->cols != 1)
+        (in->src.buf == OVL_BUF_SG && in->kind != OVL_I_PULL) || in->cols != scale_cols(pp))
         return violation(s, "r%u #%zu: %s of scales from %s into %s, %llu columns", r, i, name,
                          ovl_buf_name(in->src.buf), ovl_buf_name(in->dst.buf),
                          (unsigned long long)in->cols);
@@ -586,8 +631,8 @@ static bool check_scale_transfer(sim_t *s, uint32_t r, size_t i, const ovl_instr
     as_rows.cols = pp->k;
     if (!check_operands(s, r, i, &as_rows))
         return false;
-    if (!g_mirror_off &&
-        (!prev || !moves_rows(prev->kind) || prev->dst.buf != OVL_BUF_G || mirror_diff(prev, in)))
+    if (!g_mirror_off && (!prev || !moves_rows(prev->kind) || prev->dst.buf != OVL_BUF_G ||
+                          mirror_diff(pp, prev, in)))
         return violation(s, "r%u #%zu: %s of scales not right after the same %s of their rows", r,
                          i, name, name);
     return true;
@@ -659,10 +704,11 @@ static bool check_fields(sim_t *s)
                     return false;
                 if (in->kind == OVL_I_GEMM && !check_gemm_scale(s, r, i, in))
                     return false;
-                /* rows into G, scaled by row: their scales follow */
+                /* rows into G, scaled per row: their scales follow */
                 if (!g_mirror_off && gathers_scales(&p->params) && moves_rows(in->kind) &&
                     in->dst.buf == OVL_BUF_G) {
-                    const char *d = mirror_diff(in, i + 1 < p->ninstr ? &p->instr[i + 1] : NULL);
+                    const char *d =
+                        mirror_diff(&p->params, in, i + 1 < p->ninstr ? &p->instr[i + 1] : NULL);
 
                     if (d)
                         return violation(s,
@@ -1207,7 +1253,7 @@ static bool gemm_rows_ready(sim_t *s, uint32_t r, size_t i, const ovl_instr_t *i
 
 /* (a), (b), (f): C rows written exactly once; G rows at most once (exactly
  * once with a_out); every G row a GEMM reads was written by an instruction
- * ordered before it; G is marked used iff it is touched. Scaled by row,
+ * ordered before it; G is marked used iff it is touched. Scaled per row,
  * SG as G: its rows at most once (exactly once with a_out), every SG row a
  * GEMM reads (its sa's) written before it; SG marked used iff touched, and
  * neither where the plan gathers no scales. */
@@ -1304,19 +1350,29 @@ static bool check_dtypes(sim_t *s, uint32_t r)
     return true;
 }
 
-/* A scaled op's own buffers' shapes: SA m x 1 by row (1 x 1 by tensor);
- * for each B i, SB i 1 x n_i by row (1 x 1), BIAS i 1 x n_i. */
+/* A scaled op's own buffers' shapes (ovl.h's table, written out here):
+ * SA m x 1 by row, m x ceil(k/128) by 1x128 (1 x 1 by tensor); for each
+ * B i (n_i x k), SB i 1 x n_i by row, n_i x ceil(k/128) by 1x128,
+ * ceil(n_i/128) x ceil(k/128) by 128x128 (1 x 1), BIAS i 1 x n_i. */
 static void scaled_shapes(const ovl_plan_params_t *pp, ovl_plan_buf_t *shape)
 {
+    uint64_t kq = (pp->k + 127) / 128;
+
     if (!pp->sc.scaled)
         return;
     shape[OVL_BUF_SA] =
-        (ovl_plan_buf_t){.rows = pp->sc.a_mode == OVL_SCALE_ROW ? pp->m : 1, .cols = 1};
+        (ovl_plan_buf_t){.rows = scales_per_row(pp) ? pp->m : 1, .cols = scale_cols(pp)};
     for (uint32_t bi = 0; bi < ovl_plan_nb(pp); bi++) {
         uint64_t n = ovl_plan_bn(pp, bi);
+        ovl_plan_buf_t sb = {.rows = 1, .cols = 1};
 
-        shape[ovl_buf_sb(bi)] =
-            (ovl_plan_buf_t){.rows = 1, .cols = pp->sc.b_mode == OVL_SCALE_ROW ? n : 1};
+        if (pp->sc.b_mode == OVL_SCALE_ROW)
+            sb.cols = n;
+        else if (pp->sc.b_mode == OVL_SCALE_BLOCK_1X128)
+            sb = (ovl_plan_buf_t){.rows = n, .cols = kq};
+        else if (pp->sc.b_mode == OVL_SCALE_BLOCK_128X128)
+            sb = (ovl_plan_buf_t){.rows = (n + 127) / 128, .cols = kq};
+        shape[ovl_buf_sb(bi)] = sb;
         shape[ovl_buf_bias(bi)] = (ovl_plan_buf_t){.rows = 1, .cols = n};
     }
 }
@@ -1364,7 +1420,7 @@ static bool check_bufs(sim_t *s)
         }
         scaled_shapes(pp, shape);
         if (pp->sc.scaled)
-            shape[OVL_BUF_SG] = (ovl_plan_buf_t){.rows = rows, .cols = 1};
+            shape[OVL_BUF_SG] = (ovl_plan_buf_t){.rows = rows, .cols = scale_cols(pp)};
 
         for (size_t i = 0; i < p->ninstr; i++) {
             const ovl_instr_t *in = &p->instr[i];
@@ -1398,11 +1454,12 @@ static bool check_bufs(sim_t *s)
             in_scratch[OVL_BUF_G] = used[OVL_BUF_G] && !pp->want_gathered;
             if (in_scratch[OVL_BUF_G])
                 want = rows * pp->k * ovl_dtype_size(pp->dtype);
-            /* SG after G, at a multiple of 256 bytes (at 0 with a_out) */
+            /* SG after G, at a multiple of 256 bytes (at 0 with a_out):
+             * a row of scale_cols floats per row of G */
             in_scratch[OVL_BUF_SG] = used[OVL_BUF_SG];
             if (used[OVL_BUF_SG]) {
                 offset[OVL_BUF_SG] = (want + 255) / 256 * 256;
-                want = offset[OVL_BUF_SG] + rows * sizeof(float);
+                want = offset[OVL_BUF_SG] + rows * scale_cols(pp) * sizeof(float);
             }
             if (!check_scratch_flags(s, r, in_scratch, offset))
                 return false;
@@ -3377,6 +3434,8 @@ static void check_golden_full(ovl_algo_t algo, layout_t layout, uint32_t world, 
 
     set_layout(&p, layout);
     p.node_of = build_topo;
+    if (build_k)
+        p.k = build_k;
     set_sc(&p);
     assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
     text = format_plan(&plan);
@@ -4536,6 +4595,7 @@ static int reset_builds(void **state)
     build_sc_dtype = OVL_DTYPE_FP8_E4M3;
     build_topo = NULL;
     build_nb = 1;
+    build_k = 0;
     g_mirror_off = false;
     g_dataflow_only = false;
     return 0;
@@ -4543,45 +4603,66 @@ static int reset_builds(void **state)
 
 /* The v-th of the scalings the tests cycle through beside A's scale mode
  * (each test's own axis): A's and B's fp8 (e4m3 both, or one e5m2), C's
- * dtype, B's scale mode, a bias or not. */
+ * dtype, B's scale mode (of those that go with A's: tensor and row, or by
+ * A 1x128 the block modes 1x128 and 128x128), a bias or not. */
 static ovl_plan_scaling_t cycle_sc(unsigned v, ovl_scale_mode_t a_mode, ovl_dtype_t *ret_dtype)
 {
     static const ovl_dtype_t ab[3][2] = {{OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E4M3},
                                          {OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP8_E5M2},
                                          {OVL_DTYPE_FP8_E5M2, OVL_DTYPE_FP8_E4M3}};
     static const ovl_dtype_t out[3] = {OVL_DTYPE_BF16, OVL_DTYPE_FP16, OVL_DTYPE_FP32};
+    bool block = a_mode == OVL_SCALE_BLOCK_1X128;
+    ovl_scale_mode_t b_mode = (v / 2) % 2 ? (block ? OVL_SCALE_BLOCK_128X128 : OVL_SCALE_ROW)
+                                          : (block ? OVL_SCALE_BLOCK_1X128 : OVL_SCALE_TENSOR);
 
     *ret_dtype = ab[v % 3][0];
-    return scaling(ab[v % 3][1], out[(v / 3) % 3], a_mode,
-                   (v / 2) % 2 ? OVL_SCALE_ROW : OVL_SCALE_TENSOR, v % 2 == 1);
+    return scaling(ab[v % 3][1], out[(v / 3) % 3], a_mode, b_mode, v % 2 == 1);
+}
+
+/* The k the tests of block scales cycle through: a partial last block of
+ * 128 (300: 3 blocks, the last of 44; 100: one, partial) and whole blocks
+ * (512: 4). */
+static uint64_t cycle_k(unsigned v)
+{
+    static const uint64_t ks[] = {300, 512, 100};
+
+    return ks[(v / 4) % 3];
 }
 
 static const char *mode_name(ovl_scale_mode_t mode)
 {
-    return mode == OVL_SCALE_ROW ? "row" : "tensor";
+    const char *name = ovl_scale_mode_name(mode);
+
+    return name ? name : "?";
 }
 
 /*
  * All-gather + GEMM scaled, A's scales by a_mode: every algorithm and way
- * of gathering (shared GPUs included) at worlds 1 to 5, m in {1, 3, 64,
- * 100}, chunks 0 to 5, streams 0, 2 and 3, with and without a_out, the
- * dtypes, B's mode and the bias cycling; then across nodes (worlds 2 to 8
- * on 2 to 4 nodes, every topology kind, every algorithm, ring also where
- * ranks share GPUs, chunks 1 and 3, m 3 and 64, with and without a_out);
- * by row also 16 ranks at 64 chunks.
+ * of gathering (shared GPUs included) at worlds 1 to 5 (1 to 4 by 1x128),
+ * m in {1, 3, 64, 100} (by 1x128, which needs m in fours: {4, 12, 64,
+ * 100}, whose chunks of 1 to 5 are cut in fours: 12 in 2 is 8 + 4, in 5
+ * is 4 + 4 + 4), chunks 0 to 5, streams 0, 2 and 3, with and without
+ * a_out, the dtypes, B's mode, the bias and 1 to 3 Bs cycling (by 1x128 k
+ * too: cycle_k); then across nodes (worlds 2 to 8 on 2 to 4 nodes, every
+ * topology kind, every algorithm, ring also where ranks share GPUs, chunks
+ * 1 and 3, m 3 and 64, 12 and 64 by 1x128, with and without a_out); per
+ * row also 16 ranks at 64 chunks.
  */
 static void checker_scaled(ovl_scale_mode_t a_mode)
 {
-    static const uint64_t ms[] = {1, 3, 64, 100};
+    bool block = a_mode == OVL_SCALE_BLOCK_1X128;
+    static const uint64_t ms_of[2][4] = {{1, 3, 64, 100}, {4, 12, 64, 100}};
     static const uint32_t streams_of[] = {0, 2, 3};
-    static const uint64_t node_ms[] = {3, 64};
+    static const uint64_t node_ms_of[2][2] = {{3, 64}, {12, 64}};
+    const uint64_t *ms = ms_of[block], *node_ms = node_ms_of[block];
+    uint32_t worlds = block ? 4 : 5;
     uint32_t node_of[8];
     ovl_plan_t plans[16];
     checker_t ck = {.arena = NULL};
     unsigned jobs = 0, expect = 0;
 
-    for (uint32_t world = 1; world <= 5; world++)
-        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+    for (uint32_t world = 1; world <= worlds; world++)
+        for (size_t mi = 0; mi < 4; mi++)
             for (uint32_t chunks = 0; chunks <= 5; chunks++)
                 for (size_t si = 0; si < sizeof(streams_of) / sizeof(streams_of[0]); si++)
                     for (int wg = 0; wg <= 1; wg++)
@@ -4592,15 +4673,18 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
                                     continue;
                                 build_sc = cycle_sc(jobs, a_mode, &build_sc_dtype);
                                 build_nb = 1 + jobs % 3; /* B i's own scales and bias */
+                                build_k = block ? cycle_k(jobs) : 0;
                                 build_job_as(plans, (ovl_algo_t)a, world, ms[mi], chunks,
                                              streams_of[si], wg, (layout_t)l, false);
                                 assert_true(plans[0].params.sc.scaled &&
                                             ovl_dtype_is_fp8(plans[0].params.dtype));
                                 if (!check_job(&ck, plans, world))
-                                    fail_msg("scaled (A by %s, bias %d, out %s) %s world=%u "
-                                             "m=%llu chunks=%u streams=%u a_out=%d layout=%d: %s",
-                                             mode_name(a_mode), build_sc.bias,
-                                             ovl_dtype_name(build_sc.out_dtype),
+                                    fail_msg("scaled (A by %s, B by %s, bias %d, out %s, k %llu) "
+                                             "%s world=%u m=%llu chunks=%u streams=%u a_out=%d "
+                                             "layout=%d: %s",
+                                             mode_name(a_mode), mode_name(build_sc.b_mode),
+                                             build_sc.bias, ovl_dtype_name(build_sc.out_dtype),
+                                             (unsigned long long)plans[0].params.k,
                                              ovl_algo_name((ovl_algo_t)a), world,
                                              (unsigned long long)ms[mi], chunks, streams_of[si], wg,
                                              l, ck.why);
@@ -4609,7 +4693,7 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
                             }
     /* per world: ring 1, dense 2, copy 2, nccl 2 at world 1, strided 2 at
      * worlds 1 and 2, shared 2 from world 2 on */
-    for (uint32_t world = 1; world <= 5; world++)
+    for (uint32_t world = 1; world <= worlds; world++)
         expect += 1 + 2 + 2 + (world == 1) * 2 + (world <= 2) * 2 + (world >= 2) * 2;
     assert_int_equal(jobs, 4 * 6 * 3 * 2 * expect);
 
@@ -4630,6 +4714,7 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
                                 build_topo = node_of;
                                 build_sc = cycle_sc(jobs, a_mode, &build_sc_dtype);
                                 build_nb = 1 + jobs % 3;
+                                build_k = block ? cycle_k(jobs) : 0;
                                 build_job_as(plans, (ovl_algo_t)a, world, node_ms[mi], chunks, 2,
                                              wg, l, false);
                                 build_topo = NULL;
@@ -4644,8 +4729,9 @@ static void checker_scaled(ovl_scale_mode_t a_mode)
                             }
     assert_int_equal(jobs, 18 * TOPO_KINDS * 2 * 2 * 2 * 3);
 
-    if (a_mode == OVL_SCALE_ROW) {
+    if (a_mode != OVL_SCALE_TENSOR) {
         build_nb = 1;
+        build_k = block ? 300 : 0;
         build_sc = cycle_sc(1, a_mode, &build_sc_dtype);
         build_job_as(plans, OVL_ALGO_RING, 16, 4096, OVL_PLAN_MAX_CHUNKS, 0, true, L_DENSE, false);
         if (!check_job(&ck, plans, 16))
@@ -4672,6 +4758,15 @@ static void test_checker_scaled_tensor(void **state)
 {
     (void)state;
     checker_scaled(OVL_SCALE_TENSOR);
+}
+
+/* A's scales by 1x128 (B's by 1x128 and 128x128 taking turns), checked as
+ * by row: SG of ceil(k/128) columns, gathered with the rows; (s6) every
+ * GEMM's rows in fours. */
+static void test_checker_scaled_block(void **state)
+{
+    (void)state;
+    checker_scaled(OVL_SCALE_BLOCK_1X128);
 }
 
 /* GEMM + reduce-scatter scaled: every algorithm at worlds 1 to 5 (in one
@@ -4753,6 +4848,95 @@ static void test_rs_checker_scaled(void **state)
                              ovl_algo_name((ovl_algo_t)a), t, v, ck.why);
                 free_job(plans, w);
             }
+    checker_free(&ck);
+}
+
+/* GEMM + reduce-scatter with A's scales by 1x128, B's by 1x128 and
+ * 128x128 taking turns with the dtypes, the bias and k (cycle_sc, cycle_k;
+ * both reductions see each): every algorithm at worlds 1 to 4, in one node
+ * (ranks sharing GPUs or not), block rows 4, 12 (whose chunks of 2 and 5
+ * are cut in fours: 8 + 4, 4 + 4 + 4) and 64, chunks 0 to 5, streams 0 and
+ * 2, sum and avg; then across nodes naive and collective (2x2, 1+2+3) and
+ * push's rail scheme (2x2, 3x2, round robin, 2x4), block rows 4 to 16.
+ * (s1) every GEMM names SA[its row], SA m x ceil(k/128); (s6) its rows and
+ * stride in fours; no SG. */
+static void test_rs_checker_block(void **state)
+{
+    static const uint64_t mbs[] = {4, 12, 64};
+    static const uint32_t t22[] = {0, 0, 1, 1}, t123[] = {0, 1, 1, 2, 2, 2},
+                          e32[] = {0, 0, 1, 1, 2, 2}, e3rr[] = {0, 1, 2, 0, 1, 2},
+                          e24[] = {0, 0, 0, 0, 1, 1, 1, 1};
+    static const struct {
+        const uint32_t *node_of;
+        uint32_t world;
+        bool push; /* even nodes: push's rail scheme too */
+    } topos[] = {{t22, 4, true}, {t123, 6, false}, {e32, 6, true}, {e3rr, 6, true}, {e24, 8, true}};
+    ovl_plan_t plans[8];
+    checker_t ck = {.arena = NULL};
+    unsigned jobs = 0, node_jobs = 0;
+
+    (void)state;
+    for (uint32_t world = 1; world <= 4; world++)
+        for (size_t mi = 0; mi < sizeof(mbs) / sizeof(mbs[0]); mi++)
+            for (uint32_t chunks = 0; chunks <= 5; chunks++)
+                for (uint32_t streams = 0; streams <= 2; streams += 2)
+                    for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_PUSH; a++)
+                        for (int avg = 0; avg <= 1; avg++) {
+                            ovl_dtype_t dt;
+                            ovl_plan_scaling_t sc = cycle_sc(jobs / 2, OVL_SCALE_BLOCK_1X128, &dt);
+                            uint64_t k = cycle_k(jobs / 2);
+
+                            if (a == OVL_ALGO_RING && avg && world > 1)
+                                sc.bias = false;
+                            for (uint32_t r = 0; r < world; r++) {
+                                ovl_plan_params_t p = rs_params((ovl_algo_t)a, world, r, mbs[mi],
+                                                                chunks, streams, true, avg);
+
+                                p.sc = sc;
+                                p.dtype = dt;
+                                p.k = k;
+                                p.shared_gpu = (chunks + world) % 2 == 1;
+                                assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+                            }
+                            assert_int_equal(plans[0].chunk_rows % 4, 0);
+                            assert_int_equal(plans[0].bufs[OVL_BUF_SA].cols, (k + 127) / 128);
+                            if (!check_job(&ck, plans, world))
+                                fail_msg("block-scaled gemm_rs (B by %s, bias %d, k %llu) %s "
+                                         "world=%u mb=%llu chunks=%u streams=%u avg=%d: %s",
+                                         mode_name(sc.b_mode), sc.bias, (unsigned long long)k,
+                                         ovl_algo_name((ovl_algo_t)a), world,
+                                         (unsigned long long)mbs[mi], chunks, streams, avg, ck.why);
+                            free_job(plans, world);
+                            jobs++;
+                        }
+    assert_int_equal(jobs, 4 * 3 * 6 * 2 * 4 * 2);
+    for (size_t t = 0; t < sizeof(topos) / sizeof(topos[0]); t++)
+        for (int a = OVL_ALGO_NAIVE; a <= OVL_ALGO_PUSH; a++)
+            for (uint32_t v = 0; v < 4; v++) {
+                uint32_t w = topos[t].world;
+                ovl_dtype_t dt;
+                ovl_plan_scaling_t sc = cycle_sc(v + (uint32_t)a, OVL_SCALE_BLOCK_1X128, &dt);
+
+                if (a == OVL_ALGO_RING || (a == OVL_ALGO_PUSH && !topos[t].push))
+                    continue;
+                for (uint32_t r = 0; r < w; r++) {
+                    ovl_plan_params_t p =
+                        rs_params((ovl_algo_t)a, w, r, 4 * (1 + v), v, 2, true, v >= 2);
+
+                    p.sc = sc;
+                    p.dtype = dt;
+                    p.k = cycle_k(4 * v);
+                    p.node_of = topos[t].node_of;
+                    assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+                }
+                if (!check_job(&ck, plans, w))
+                    fail_msg("block-scaled gemm_rs %s across nodes (job %zu, variant %u): %s",
+                             ovl_algo_name((ovl_algo_t)a), t, v, ck.why);
+                free_job(plans, w);
+                node_jobs++;
+            }
+    /* naive and collective on every topology, push on four */
+    assert_int_equal(node_jobs, (5 * 2 + 4) * 4);
     checker_free(&ck);
 }
 
@@ -4981,6 +5165,123 @@ static void test_rs_scaled_checker_catches(void **state)
     checker_free(&ck);
 }
 
+/* A's scales by 1x128 (k 300: three scales a row): the corruptions below
+ * are of a ring of 2 (r1 pulls r0's rows and their scales, 32 rows a
+ * chunk; G is 128 x 300 fp8, 38400 bytes, and SG 128 x 3 floats right
+ * after it). */
+
+/* r1's first pull of scales moves one column, as by row */
+static void blk_scale_pull_one_col(ovl_plan_t *plans)
+{
+    plans[1].instr[find_instr(&plans[1], OVL_I_PULL, OVL_BUF_SA, 0)].cols = 1;
+}
+
+/* r1's SG said one column wide, as by row */
+static void blk_sg_one_col(ovl_plan_t *plans)
+{
+    plans[1].bufs[OVL_BUF_SG].cols = 1;
+}
+
+/* r1's scratch sized for SG of one float a row */
+static void blk_sg_bytes_by_row(ovl_plan_t *plans)
+{
+    plans[1].scratch_bytes = 38400 + 128 * sizeof(float);
+}
+
+/* Splits GEMM #at of plan into two of the same rows, the second of its
+ * last `tail` rows (their A, C and scales rows: a plan that is right in
+ * all but the rows' count). */
+static void split_gemm(ovl_plan_t *plan, size_t at, uint64_t tail)
+{
+    ovl_instr_t second = plan->instr[at];
+    ovl_instr_t *first = &plan->instr[at];
+
+    assert_int_equal(first->kind, OVL_I_GEMM);
+    assert_true(first->rows > tail);
+    first->rows -= tail;
+    second.rows = tail;
+    second.src.row += first->rows;
+    second.dst.row += first->rows;
+    if (scales_per_row(&plan->params))
+        second.sa.row += first->rows;
+    if (second.accumulate)
+        second.acc.row += first->rows;
+    insert_instr(plan, at + 1, &second);
+}
+
+/* r0's first GEMM (A[0+32]) as two, of 30 rows and 2 */
+static void blk_split_gemm(ovl_plan_t *plans)
+{
+    split_gemm(&plans[0], find_instr(&plans[0], OVL_I_GEMM, -1, 0), 2);
+}
+
+/* The checker holds plans of A's 1x128 scales to their own columns and to
+ * GEMMs in fours: a scale transfer of one column (s2, also with the
+ * adjacency of the transfers unproved), SG of one column (s5, named first
+ * by the GEMM that reads it: s1), the scratch of SG of a float a row (s5);
+ * a GEMM cut into 30 + 2 rows (s6), which the same plan by row takes (no
+ * other rule catches it), in either kind (gemm_rs: collective of 2). */
+static void test_block_checker_catches(void **state)
+{
+    ovl_plan_t plans[2];
+    checker_t ck = {.arena = NULL};
+
+    (void)state;
+    build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_BLOCK_1X128,
+                       OVL_SCALE_BLOCK_1X128, true);
+    build_k = 300;
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, blk_scale_pull_one_col,
+                            "PULL of G rows 0+32: the next instruction is not the same PULL of "
+                            "their scales (other columns)",
+                            "PULL of scales from SA into SG, 1 columns");
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, blk_sg_one_col,
+                            "GEMM's scales SG[0], 1 blocks of 32: not in rows of 3, one for each "
+                            "row of G",
+                            NULL);
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, blk_sg_bytes_by_row,
+                            "r1: scratch 38912 (before building 39936), G and SG need 39936", NULL);
+    expect_scaled_violation(OVL_ALGO_RING, 2, 2, 0, L_DENSE, blk_split_gemm,
+                            "r0 #6: GEMM of 30 rows (1 blocks, stride 0) with A's 1x128 scales: "
+                            "not in fours",
+                            NULL);
+    /* the same cut by row: a right plan */
+    build_sc.a_mode = OVL_SCALE_ROW;
+    build_sc.b_mode = OVL_SCALE_ROW;
+    build_job_as(plans, OVL_ALGO_RING, 2, 64, 2, 0, false, L_DENSE, false);
+    blk_split_gemm(plans);
+    if (!check_job(&ck, plans, 2))
+        fail_msg("a GEMM of 30 rows by row: %s", ck.why);
+    free_job(plans, 2);
+    /* gemm_rs: collective of 2 in chunks of 8 (a GEMM of 8 rows of each
+     * block, 16 apart), its first cut into 6 + 2: refused by 1x128, taken
+     * by row */
+    static const ovl_scale_mode_t modes[] = {OVL_SCALE_ROW, OVL_SCALE_BLOCK_1X128};
+    for (size_t mi = 0; mi < 2; mi++) {
+        bool block = modes[mi] == OVL_SCALE_BLOCK_1X128;
+
+        for (uint32_t r = 0; r < 2; r++) {
+            ovl_plan_params_t p = rs_params(OVL_ALGO_COLLECTIVE, 2, r, 16, 2, 2, true, false);
+
+            p.dtype = OVL_DTYPE_FP8_E4M3;
+            p.k = 300;
+            p.sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_FP32, modes[mi],
+                           block ? OVL_SCALE_BLOCK_128X128 : OVL_SCALE_ROW, false);
+            assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+        }
+        if (!check_job(&ck, plans, 2))
+            fail_msg("gemm_rs collective by %s: %s", mode_name(modes[mi]), ck.why);
+        split_gemm(&plans[1], find_instr(&plans[1], OVL_I_GEMM, -1, 0), 2);
+        if (check_job(&ck, plans, 2) == block)
+            fail_msg("gemm_rs collective by %s, a GEMM of 6 rows: %s", mode_name(modes[mi]),
+                     block ? "taken" : ck.why);
+        if (block && !strstr(ck.why, "GEMM of 6 rows (2 blocks, stride 16) with A's 1x128 "
+                                     "scales: not in fours"))
+            fail_msg("gemm_rs: '%s' does not name the GEMM of 6 rows", ck.why);
+        free_job(plans, 2);
+    }
+    checker_free(&ck);
+}
+
 /* What the planner refuses of scaled ops, of either kind: a scaled op of
  * a dtype not fp8, fp8 unscaled, A and B both e5m2 (or B not fp8), C in
  * fp8 (or no dtype), B not transposed, several Bs, an unknown scale mode;
@@ -5106,6 +5407,209 @@ static void test_scaled_refused(void **state)
     ovl_plan_free(&plan);
 }
 
+/* Chunks by A's 1x128 scales are cut in fours (the planner's row granule),
+ * where by row the same chunks are not: all-gather + GEMM's collective and
+ * ring of 2 (m in the table: m 12 in 2 chunks is 8 + 4, by row 6 + 6; in
+ * 5, 4 + 4 + 4, by row 3 x 4; ...), gemm_rs's collective, push and ring
+ * (a block's rows, mb, cut alike); every plan checked whole. */
+static void test_block_chunks(void **state)
+{
+    static const struct {
+        uint64_t m;
+        uint32_t chunks;
+        uint64_t rows_block;
+        uint32_t chunks_block;
+        uint64_t rows_row;
+        uint32_t chunks_row;
+    } cut[] = {{12, 2, 8, 2, 6, 2},   {12, 5, 4, 3, 3, 4}, {100, 3, 36, 3, 34, 3},
+               {64, 5, 16, 4, 13, 5}, {4, 3, 4, 1, 2, 2},  {20, 3, 8, 3, 7, 3}};
+    static const ovl_algo_t ag_algos[] = {OVL_ALGO_COLLECTIVE, OVL_ALGO_RING},
+                            rs_algos[] = {OVL_ALGO_COLLECTIVE, OVL_ALGO_PUSH, OVL_ALGO_RING};
+    ovl_plan_t plans[2];
+    checker_t ck = {.arena = NULL};
+
+    (void)state;
+    for (size_t c = 0; c < sizeof(cut) / sizeof(cut[0]); c++)
+        for (int block = 0; block <= 1; block++) {
+            ovl_scale_mode_t am = block ? OVL_SCALE_BLOCK_1X128 : OVL_SCALE_ROW;
+            ovl_scale_mode_t bm = block ? OVL_SCALE_BLOCK_128X128 : OVL_SCALE_ROW;
+            uint64_t want_rows = block ? cut[c].rows_block : cut[c].rows_row;
+            uint32_t want_chunks = block ? cut[c].chunks_block : cut[c].chunks_row;
+
+            for (int kind = 0; kind < 2; kind++) {
+                size_t na = kind ? sizeof(rs_algos) / sizeof(rs_algos[0]) : 2;
+
+                for (size_t a = 0; a < na; a++) {
+                    ovl_algo_t algo = kind ? rs_algos[a] : ag_algos[a];
+
+                    for (uint32_t r = 0; r < 2; r++) {
+                        ovl_plan_params_t p =
+                            kind ? rs_params(algo, 2, r, cut[c].m, cut[c].chunks, 2, true, false)
+                                 : params_of(algo, 2, r, cut[c].m, cut[c].chunks, 2, false);
+
+                        p.dtype = OVL_DTYPE_FP8_E4M3;
+                        p.transb = true;
+                        p.k = 300;
+                        p.sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, am, bm, true);
+                        assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+                    }
+                    if (plans[0].chunk_rows != want_rows || plans[0].chunks != want_chunks)
+                        fail_msg("%s %s by %s, %s %llu in %u chunks: %u of %llu rows, not %u of "
+                                 "%llu",
+                                 kind ? "gemm_rs" : "ag_gemm", ovl_algo_name(algo), mode_name(am),
+                                 kind ? "mb" : "m", (unsigned long long)cut[c].m, cut[c].chunks,
+                                 plans[0].chunks, (unsigned long long)plans[0].chunk_rows,
+                                 want_chunks, (unsigned long long)want_rows);
+                    if (!check_job(&ck, plans, 2))
+                        fail_msg("%s %s by %s, %s %llu in %u chunks: %s",
+                                 kind ? "gemm_rs" : "ag_gemm", ovl_algo_name(algo), mode_name(am),
+                                 kind ? "mb" : "m", (unsigned long long)cut[c].m, cut[c].chunks,
+                                 ck.why);
+                    free_job(plans, 2);
+                }
+            }
+        }
+    checker_free(&ck);
+}
+
+/* What the planner refuses of block scales, of either kind, with words
+ * (ovl_plan_refusal: common/scaling.c's): A by 128x128 (whatever B's);
+ * block scales on one side only, either way; A 1x128 where a GEMM's rows
+ * are not in fours (all-gather + GEMM: m 6, though by row it plans;
+ * gemm_rs: a block's rows, m / world, 6 of m 12 at world 2, and of m 24
+ * at world 4, m in fours); B 1x128 with n not in fours (all-gather +
+ * GEMM: a second B's too). B 128x128 takes n not in fours (6, and a
+ * second B of 6), and A 1x128 any k (1): planned and checked. */
+static void test_block_refused(void **state)
+{
+    ovl_plan_params_t good[2], p;
+    ovl_plan_t plan, plans[2];
+    checker_t ck = {.arena = NULL};
+    uint64_t bytes;
+    static const char *const why[] = {
+        "A's scales by 128x128 tile",
+        "A's scales by 128x128 tile",
+        "block scales (1x128, 128x128) go with block scales on the other operand",
+        "block scales (1x128, 128x128) go with block scales on the other operand",
+        "block scales (1x128, 128x128) go with block scales on the other operand",
+        "block scales (1x128, 128x128) go with block scales on the other operand",
+        "A's 1x128 scales need its rows in multiples of 4",
+        "A's 1x128 scales need its rows in multiples of 4",
+        "B's 1x128 scales need n in multiples of 4",
+        "B's 1x128 scales need n in multiples of 4",
+    };
+
+    (void)state;
+    good[0] = params_of(OVL_ALGO_RING, 2, 0, 8, 0, 0, false);
+    good[1] = rs_params(OVL_ALGO_PUSH, 2, 0, 8, 0, 0, true, false);
+    for (int kind = 0; kind < 2; kind++) {
+        bool rs = kind == 1;
+
+        good[kind].dtype = OVL_DTYPE_FP8_E4M3;
+        good[kind].transb = true;
+        good[kind].k = 300;
+        good[kind].sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_BLOCK_1X128,
+                                OVL_SCALE_BLOCK_1X128, true);
+        assert_int_equal(ovl_plan_build(&good[kind], &plan), OVL_OK);
+        ovl_plan_free(&plan);
+        assert_null(ovl_plan_refusal(&good[kind]));
+        assert_int_equal(ovl_plan_scratch_bytes(&good[kind], &bytes), OVL_OK);
+        /* B's block mode is the plan cache's to tell apart too */
+        p = good[kind];
+        p.sc.b_mode = OVL_SCALE_BLOCK_128X128;
+        assert_false(ovl_plan_params_equal(&good[kind], &p));
+
+        for (size_t c = 0; c < sizeof(why) / sizeof(why[0]); c++) {
+            p = good[kind];
+            switch (c) {
+            case 0:
+                p.sc.a_mode = p.sc.b_mode = OVL_SCALE_BLOCK_128X128;
+                break;
+            case 1:
+                p.sc.a_mode = OVL_SCALE_BLOCK_128X128;
+                break;
+            case 2:
+                p.sc.b_mode = OVL_SCALE_ROW;
+                break;
+            case 3:
+                p.sc.b_mode = OVL_SCALE_TENSOR;
+                break;
+            case 4:
+                p.sc.a_mode = OVL_SCALE_ROW;
+                p.sc.b_mode = OVL_SCALE_BLOCK_128X128;
+                break;
+            case 5:
+                p.sc.a_mode = OVL_SCALE_TENSOR;
+                break;
+            case 6: /* a GEMM's rows 6: all-gather + GEMM's m, gemm_rs's m / world */
+                p.m = rs ? 12 : 6;
+                p.sc.b_mode = OVL_SCALE_BLOCK_128X128;
+                break;
+            case 7: /* gemm_rs: m in fours, m / world not; all-gather + GEMM: m 10 */
+                if (rs)
+                    p.world = 4, p.m = 24;
+                else
+                    p.m = 10;
+                break;
+            case 8:
+                p.n = 6;
+                break;
+            case 9: /* all-gather + GEMM: a second B's n; gemm_rs: n 10 */
+                if (rs) {
+                    p.n = 10;
+                } else {
+                    set_bs(&p, 2);
+                    p.n_more[0] = 6;
+                }
+                break;
+            }
+            expect_invalid(&p);
+            assert_int_equal(ovl_plan_scratch_bytes(&p, &bytes), OVL_ERR_INVALID);
+            const char *words = ovl_plan_refusal(&p);
+            if (!words || !strstr(words, why[c]))
+                fail_msg("%s case %zu: refusal '%s' does not say '%s'", rs ? "gemm_rs" : "ag_gemm",
+                         c, words ? words : "(none)", why[c]);
+            /* rows not in fours plan by row */
+            if (c == 6 || c == 7) {
+                p.sc.a_mode = p.sc.b_mode = OVL_SCALE_ROW;
+                assert_int_equal(ovl_plan_build(&p, &plan), OVL_OK);
+                ovl_plan_free(&plan);
+            }
+        }
+
+        /* taken: B 128x128 with n 6 (and a second B of 6), A 1x128 with k 1;
+         * each job checked */
+        for (int c = 0; c < 3; c++) {
+            if (rs && c == 1)
+                continue;
+            for (uint32_t r = 0; r < 2; r++) {
+                p = good[kind];
+                p.rank = r;
+                p.sc.b_mode = OVL_SCALE_BLOCK_128X128;
+                if (c == 0) {
+                    p.n = 6;
+                } else if (c == 1) {
+                    set_bs(&p, 2);
+                    p.n_more[0] = 6;
+                } else {
+                    p.k = 1;
+                }
+                assert_null(ovl_plan_refusal(&p));
+                assert_int_equal(ovl_plan_build(&p, &plans[r]), OVL_OK);
+            }
+            if (!check_job(&ck, plans, 2))
+                fail_msg("%s case %d taken: %s", rs ? "gemm_rs" : "ag_gemm", c, ck.why);
+            /* SB i: ceil(n_i / 128) x ceil(k / 128) */
+            assert_int_equal(plans[0].bufs[OVL_BUF_SB].rows, (plans[0].params.n + 127) / 128);
+            assert_int_equal(plans[0].bufs[OVL_BUF_SB].cols, c == 2 ? 1 : 3);
+            if (c == 1)
+                assert_int_equal(plans[0].bufs[ovl_buf_sb(1)].rows, 1);
+            free_job(plans, 2);
+        }
+    }
+    checker_free(&ck);
+}
+
 /* Ops that differ only in their scaling plan different programs (SG's
  * transfers or none, the bias, C's and P's dtype, cuBLASLt's fast
  * accumulation): ovl_plan_params_equal, by which ovld's plan cache finds
@@ -5165,13 +5669,24 @@ static void test_scaled_params_equal(void **state)
  * --bias prints the same); GEMM + reduce-scatter's push of 2 (rank 0),
  * one scale for A, B's by row, fast accumulation, no bias (ovlctl plan
  * --op rs --world 2 --rank 0 -m 512 -n 256 -k 512 --dtype fp8e4m3 --algo
- * push --chunks 4 --a-scale tensor --fast-accum). */
+ * push --chunks 4 --a-scale tensor --fast-accum); and all-gather + GEMM's
+ * ring of 2 by block scales, A's 1x128 and B's 128x128, k 300 (a partial
+ * last block: 3 scales a row, SG 2048 x 3 after G), 3 chunks of 344 rows
+ * (1024 / 3 rounded up to fours; by row 342) and a bias (ovlctl plan
+ * --world 2 --rank 0 -m 1024 -n 256 -k 300 --dtype fp8e4m3 --algo ring
+ * --chunks 3 --a-scale 1x128 --b-scale 128x128 --bias prints the same). */
 static void test_golden_scaled(void **state)
 {
     (void)state;
     build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_ROW, OVL_SCALE_ROW, true);
     build_sc.fast_accum = false;
     check_golden_shape(OVL_ALGO_RING, 2, 0, 2, "plan_ag_ring_fp8.txt");
+    build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_BLOCK_1X128,
+                       OVL_SCALE_BLOCK_128X128, true);
+    build_sc.fast_accum = false;
+    build_k = 300;
+    check_golden_shape(OVL_ALGO_RING, 2, 0, 3, "plan_ag_ring_fp8_block.txt");
+    build_k = 0;
     build_sc = scaling(OVL_DTYPE_FP8_E4M3, OVL_DTYPE_BF16, OVL_SCALE_TENSOR, OVL_SCALE_ROW, false);
     build_sc.fast_accum = true;
     check_golden_rs_as(OVL_ALGO_PUSH, 2, 0, "plan_rs_push_fp8.txt");
@@ -5216,10 +5731,15 @@ int main(void)
         cmocka_unit_test(test_golden_rs),
         cmocka_unit_test_teardown(test_checker_scaled_row, reset_builds),
         cmocka_unit_test_teardown(test_checker_scaled_tensor, reset_builds),
+        cmocka_unit_test_teardown(test_checker_scaled_block, reset_builds),
         cmocka_unit_test_teardown(test_rs_checker_scaled, reset_builds),
+        cmocka_unit_test_teardown(test_rs_checker_block, reset_builds),
         cmocka_unit_test_teardown(test_scaled_checker_catches, reset_builds),
         cmocka_unit_test_teardown(test_rs_scaled_checker_catches, reset_builds),
+        cmocka_unit_test_teardown(test_block_checker_catches, reset_builds),
         cmocka_unit_test_teardown(test_scaled_refused, reset_builds),
+        cmocka_unit_test_teardown(test_block_chunks, reset_builds),
+        cmocka_unit_test_teardown(test_block_refused, reset_builds),
         cmocka_unit_test(test_scaled_params_equal),
         cmocka_unit_test_teardown(test_golden_scaled, reset_builds),
     };
