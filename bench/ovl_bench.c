@@ -61,19 +61,22 @@
  *
  * With an fp8 --dtype (fp8e4m3, fp8e5m2: A's) either kind is scaled
  * (ovl.h, ovl_scaling_t): B in --b-dtype, given transposed (N x k, the one
- * layout of cuBLASLt's fp8 GEMM), fp32 scales by --scale on both sides, C
- * (and rs's partials) in --out-dtype, no bias. The data are ovl-demo's
+ * layout of cuBLASLt's fp8 GEMM), fp32 scales by --scale on both sides (or
+ * --a-scale and --b-scale apart: tensor, row, or the block scales 1x128 and
+ * 128x128, B's only), C (and rs's partials) in --out-dtype, no bias. The data are ovl-demo's
  * (client/demo_scaled.h: the values of ovl_demo_fill rounded to fp8, scales
  * in [0.5, 1)), made on the host, by threads, and copied. Each baseline
  * has its fp8 twin: the GEMM is the scaled cuBLASLt GEMM (ovld_lt_gemm
  * with scaled args, the call ovld makes); all-gather + GEMM's gathers move
- * A's fp8 bytes and, by row, each row's scale too (as ovld's plans do, so
- * the floors include them; "allgather+scales", "ce-gather+scales"),
+ * A's fp8 bytes and, by row or 1x128, each row's scales too (as ovld's
+ * plans do, so the floors include them; "allgather+scales",
+ * "ce-gather+scales"),
  * unfused is that gather, then the GEMM; GEMM + reduce-scatter's GEMM
  * writes the partials in --out-dtype, which the reduce-scatters move and
  * sum, unfused being the GEMM, then NCCL's reduce-scatter. Every C is
  * checked against a cuBLASLt fp32 product of the dequantized inputs (A
- * and B times their scales, rounded to fp32 on the host), to
+ * and B times their scales, each element its own block's with block
+ * scales, rounded to fp32 on the host), to
  * ovl_demo_scaled_tolerance (bf16 1e-2, fp16 2e-3, fp32 5e-4, twice that
  * with --fast-accum). --torch-peer then times PyTorch's scaled fused ops
  * (fused_all_gather_scaled_matmul, fused_scaled_matmul_reduce_scatter)
@@ -172,7 +175,8 @@ typedef struct bopts {
     /* --op: OVL_OP_AG_GEMM, or OVL_OP_GEMM_RS (the file's comment) */
     ovl_op_kind_t op;
     /* an fp8 --dtype: the op is scaled (sc.on) with --b-dtype, --out-dtype,
-     * --scale (both sides) and --fast-accum; no bias. Zero otherwise. */
+     * --scale (both sides), --a-scale, --b-scale and --fast-accum; no bias.
+     * Zero otherwise. */
     ovl_demo_scaled_t sc;
 } bopts_t;
 
@@ -239,10 +243,17 @@ static void usage(FILE *f)
             "                    given transposed (N x K), as cuBLASLt's fp8 GEMM takes it\n"
             "  --out-dtype T     C's (and --op rs's partials'): bf16 (default), fp16, fp32\n"
             "  --scale S         fp32 scales on both sides: row (default: A one a row, B\n"
-            "                    one a column of op(B)) or tensor (one each)\n"
+            "                    one a column of op(B)), tensor (one each), 1x128 (one a\n"
+            "                    row and 128 of K) or 128x128 (one a 128 x 128 tile, B only)\n"
+            "  --a-scale S       A's alone (over --scale): tensor, row or 1x128\n"
+            "  --b-scale S       B's alone (over --scale): tensor, row, 1x128 or 128x128;\n"
+            "                    block scales go with block scales, so DeepSeek-V3's pair is\n"
+            "                    --a-scale 1x128 --b-scale 128x128; A 1x128 needs M/W, B\n"
+            "                    1x128 N, in multiples of 4\n"
             "  --fast-accum      cuBLASLt's fast fp8 accumulation\n"
             "Their baselines are the bf16 ones' fp8 twins: gemm is the scaled cuBLASLt GEMM\n"
-            "that ovld calls; the gathers move A's fp8 rows and, by row, their scales\n"
+            "that ovld calls; the gathers move A's fp8 rows and, by row or 1x128, their\n"
+            "scales\n"
             "(allgather+scales, ce-gather+scales: the floors include them); --op rs's\n"
             "reduce-scatters move the partials in --out-dtype. Every C is checked against\n"
             "an fp32 cuBLASLt product of the dequantized inputs, tolerance by output dtype:\n"
@@ -300,16 +311,22 @@ static int add_chunks(bopts_t *o, const char *t)
 /*
  * The scaled options into o->sc, after the loop: with an fp8 --dtype, B's
  * dtype (default fp8e4m3, not e5m2 with an e5m2 A), C's (default bf16),
- * the scale mode of both sides (default row) and fast accumulation; with
- * another dtype none of them may be given. 0, or -1 after saying why.
+ * the scale modes (--scale both sides, default row; --a-scale and
+ * --b-scale one each, over it) and fast accumulation; with another dtype
+ * none of them may be given. Modes that the rule of a scaling refuses
+ * (common/scaling.h: block with block, A never 128x128) are refused here
+ * in its words; the shapes' part of it once the world is known (main).
+ * 0, or -1 after saying why.
  */
-static int parse_scaled(bopts_t *o, const char *b_arg, const char *out_arg, const char *scale_arg,
-                        bool fast_accum)
+static int parse_scaled(bopts_t *o, const char *b_arg, const char *out_arg,
+                        const char *const scale_args[3], bool fast_accum)
 {
+    static const char *const names[3] = {"--scale", "--a-scale", "--b-scale"};
+    bool scale_given = scale_args[0] || scale_args[1] || scale_args[2];
     if (!ovl_dtype_is_fp8(o->dtype)) {
-        if (b_arg || out_arg || scale_arg || fast_accum) {
-            fprintf(stderr, "ovl-bench: --b-dtype, --out-dtype, --scale and --fast-accum are for "
-                            "an fp8 --dtype (fp8e4m3 or fp8e5m2)\n");
+        if (b_arg || out_arg || scale_given || fast_accum) {
+            fprintf(stderr, "ovl-bench: --b-dtype, --out-dtype, --scale, --a-scale, --b-scale and "
+                            "--fast-accum are for an fp8 --dtype (fp8e4m3 or fp8e5m2)\n");
             return -1;
         }
         return 0;
@@ -330,14 +347,28 @@ static int parse_scaled(bopts_t *o, const char *b_arg, const char *out_arg, cons
         fprintf(stderr, "ovl-bench: --out-dtype '%s': bf16, fp16 or fp32\n", out_arg);
         return -1;
     }
-    if (scale_arg && ovl_scale_mode_parse(scale_arg, &sc.a_mode) != OVL_OK) {
-        fprintf(stderr, "ovl-bench: --scale '%s': tensor or row\n", scale_arg);
-        return -1;
-    }
-    sc.b_mode = sc.a_mode;
+    ovl_scale_mode_t modes[3] = {OVL_SCALE_ROW, OVL_SCALE_ROW, OVL_SCALE_ROW};
+    for (int i = 0; i < 3; i++)
+        if (scale_args[i] && ovl_scale_mode_parse(scale_args[i], &modes[i]) != OVL_OK) {
+            fprintf(stderr, "ovl-bench: %s '%s': tensor, row, 1x128 or 128x128\n", names[i],
+                    scale_args[i]);
+            return -1;
+        }
+    sc.a_mode = scale_args[1] ? modes[1] : modes[0];
+    sc.b_mode = scale_args[2] ? modes[2] : modes[0];
     if (o->dtype == OVL_DTYPE_FP8_E5M2 && sc.b_dtype == OVL_DTYPE_FP8_E5M2) {
         fprintf(stderr, "ovl-bench: --dtype fp8e5m2 with --b-dtype fp8e5m2: cuBLASLt has no fp8 "
                         "GEMM of e5m2 by e5m2\n");
+        return -1;
+    }
+    const char *why =
+        ovl_scaling_refusal(o->dtype, sc.b_dtype, sc.out_dtype, sc.a_mode, sc.b_mode, true);
+    if (why) {
+        fprintf(stderr, "ovl-bench: scales %s/%s: %s%s\n", ovl_scale_mode_name(sc.a_mode),
+                ovl_scale_mode_name(sc.b_mode), why,
+                sc.a_mode == OVL_SCALE_BLOCK_128X128 && !scale_args[1]
+                    ? " (--scale sets both sides: --a-scale 1x128 --b-scale 128x128)"
+                    : "");
         return -1;
     }
     o->sc = sc;
@@ -368,6 +399,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         O_BDTYPE,
         O_OUTDTYPE,
         O_SCALE,
+        O_ASCALE,
+        O_BSCALE,
         O_FASTACC
     };
     static const struct option lo[] = {
@@ -392,6 +425,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         {"b-dtype", required_argument, NULL, O_BDTYPE},
         {"out-dtype", required_argument, NULL, O_OUTDTYPE},
         {"scale", required_argument, NULL, O_SCALE},
+        {"a-scale", required_argument, NULL, O_ASCALE},
+        {"b-scale", required_argument, NULL, O_BSCALE},
         {"fast-accum", no_argument, NULL, O_FASTACC},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -406,7 +441,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
                            "16384x14336x8192,8192x28672x8192";
     char *shapes_arg = NULL, *algos_arg = NULL, *chunks_arg = NULL;
     /* the scaled options, as given (NULL, false: not) */
-    const char *b_dtype_arg = NULL, *out_dtype_arg = NULL, *scale_arg = NULL;
+    const char *b_dtype_arg = NULL, *out_dtype_arg = NULL;
+    const char *scale_args[3] = {NULL, NULL, NULL}; /* --scale, --a-scale, --b-scale */
     bool fast_accum = false;
     uint64_t v;
     int ch;
@@ -474,7 +510,9 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             out_dtype_arg = optarg;
             break;
         case O_SCALE:
-            scale_arg = optarg;
+        case O_ASCALE:
+        case O_BSCALE:
+            scale_args[ch - O_SCALE] = optarg;
             break;
         case O_FASTACC:
             fast_accum = true;
@@ -531,7 +569,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     }
     char rs_algos[] = "naive,collective,ring,push";
     bool rs = o->op == OVL_OP_GEMM_RS;
-    if (parse_scaled(o, b_dtype_arg, out_dtype_arg, scale_arg, fast_accum) != 0)
+    if (parse_scaled(o, b_dtype_arg, out_dtype_arg, scale_args, fast_accum) != 0)
         return -1;
     if (!shapes_arg && o->sc.on)
         shapes_arg = rs ? fp8_rs_shapes : fp8_shapes;
@@ -719,10 +757,18 @@ static ovl_dtype_t c_dtype(const bopts_t *o)
 }
 
 /* The gather moves scales with A's rows: all-gather + GEMM scaled by row
- * (by tensor every gathered row takes the rank's own one scale). */
+ * or by 1x128 (by tensor every gathered row takes the rank's own one
+ * scale). */
 static bool gathers_scales(const bopts_t *o)
 {
-    return o->sc.on && o->op == OVL_OP_AG_GEMM && o->sc.a_mode == OVL_SCALE_ROW;
+    return o->sc.on && o->op == OVL_OP_AG_GEMM && o->sc.a_mode != OVL_SCALE_TENSOR;
+}
+
+/* A's scales a row of A of K columns, as the gathers move them: 1 by row
+ * (and by tensor), ceil(K/128) by 1x128 (ovl_demo_a_scale_cols). */
+static uint64_t a_scale_cols(const bopts_t *o, uint64_t K)
+{
+    return ovl_demo_a_scale_cols(&o->sc, K);
 }
 
 /* ------------------------------------------------------------ fp8 data, on the host */
@@ -733,10 +779,14 @@ static bool gathers_scales(const bopts_t *o)
  * element (row0 + i) * cols + j of matrix `which` of `rank`
  * (ovl_demo_value, numbered as ovl_demo_fill_host numbers a matrix of cols
  * columns) rounded to dt; stored into q (dt, at ldq) unless q is NULL, and
- * into f (fp32, at ldf) unless f is NULL, dequantized and times its row's
- * scale: scale[i], or scale[0] with one_scale (NULL: none). The fp32 copy
- * is the reference's input: a row of A times its scale, a row of the
- * transposed B (a column of op(B)) times its.
+ * into f (fp32, at ldf) unless f is NULL, dequantized and times its scale
+ * by `mode` (scale NULL: none): scale[0] by tensor, scale[i] by row, by
+ * 1x128 scale[i * ceil(cols/128) + j/128], by 128x128 scale[(i/128) *
+ * ceil(cols/128) + j/128] (i counted from scale's first row, as the
+ * rows': 128x128 is B's, whose rows start at 0). The fp32 copy is the
+ * reference's input: a row of A times its scales, a row of the transposed
+ * B (a column of op(B)) times its; with block scales the fp32 product of
+ * them is the block-scaled one (each 128 of k times its own scales).
  */
 typedef struct hmat {
     ovl_dtype_t dt;
@@ -748,7 +798,7 @@ typedef struct hmat {
     uint32_t rank;
     int which;
     const float *scale;
-    bool one_scale;
+    ovl_scale_mode_t mode;
 } hmat_t;
 
 typedef struct hpart {
@@ -760,9 +810,17 @@ static void *hmat_part(void *arg)
 {
     const hpart_t *p = arg;
     const hmat_t *m = p->m;
+    uint64_t kq = m->cols / OVL_SCALE_BLOCK + (m->cols % OVL_SCALE_BLOCK != 0);
     for (uint64_t i = p->lo; i < p->hi; i++) {
-        float s = !m->scale ? 1.0f : m->one_scale ? m->scale[0] : m->scale[i];
+        const float *srow = !m->scale                     ? NULL
+                            : m->mode == OVL_SCALE_TENSOR ? m->scale
+                            : m->mode == OVL_SCALE_ROW    ? m->scale + i
+                            : m->mode == OVL_SCALE_BLOCK_1X128
+                                ? m->scale + i * kq
+                                : m->scale + i / OVL_SCALE_BLOCK * kq;
+        bool blocks = ovl_scale_mode_is_block(m->mode);
         for (uint64_t j = 0; j < m->cols; j++) {
+            float s = !srow ? 1.0f : srow[blocks ? j / OVL_SCALE_BLOCK : 0];
             unsigned char e[4];
             float v = ovl_demo_value(SEED, m->rank, m->which, (m->row0 + i) * m->cols + j);
             ovl_store_elem(m->dt, e, 0, v);
@@ -1401,7 +1459,10 @@ out:
 /*
  * The host half of make_reference_scaled (host memory only, so that it can
  * be checked without a GPU): the dequantized inputs of rank's reference in
- * fp32, each fp8 value times its row's scale. All-gather + GEMM: ha, M x
+ * fp32, each fp8 value times its scale (its row's, or its block's: with
+ * block scales the fp32 product of the two is the sum over the blocks of
+ * 128 of each rank's k, each block scaled by its own, as ovld's GEMM
+ * takes it). All-gather + GEMM: ha, M x
  * K, every rank's shard stacked; hb, N x K, rank's B. GEMM + reduce-scatter:
  * ha, M/W x K, every rank q's rows of rank's block in columns [q K/W, (q+1)
  * K/W); hb, N x K, every rank's B in the same columns. 0, or -1 (out of
@@ -1410,10 +1471,12 @@ out:
 static int scaled_ref_inputs(const bopts_t *o, shape_t sh, uint32_t rank, float *ha, float *hb)
 {
     const ovl_demo_scaled_t *sc = &o->sc;
-    bool rs = o->op == OVL_OP_GEMM_RS, one = sc->a_mode != OVL_SCALE_ROW;
+    bool rs = o->op == OVL_OP_GEMM_RS, one = sc->a_mode == OVL_SCALE_TENSOR;
     uint64_t M = sh.M, K = sh.K, N = sh.N, W = o->world, m = M / W, kq = rs ? K / W : K;
+    uint64_t arows = rs ? M : m; /* a rank's A, whose scales are made whole */
+    uint64_t na = ovl_demo_a_scales(sc, arows, kq), nb = ovl_demo_b_scales(sc, N, kq);
     int nthr = host_threads(o->world);
-    float *sq = malloc((M > N ? M : N) * sizeof(float) + 1); /* one rank's scales */
+    float *sq = malloc((na > nb ? na : nb) * sizeof(float) + 1); /* one rank's scales */
     if (!sq)
         return -1;
     for (uint32_t q = 0; q < o->world; q++) {
@@ -1424,21 +1487,20 @@ static int scaled_ref_inputs(const bopts_t *o, shape_t sh, uint32_t rank, float 
                     .rank = q,
                     .which = 0,
                     .scale = sq,
-                    .one_scale = one};
+                    .mode = sc->a_mode};
+        ovl_demo_fill_a_scale(sc, sq, arows, kq, SEED, q);
         if (rs) { /* q's rows of this block, into columns [q kq, (q+1) kq) */
-            ovl_demo_fill_a_scale(sc, sq, M, SEED, q);
             a.f = ha + q * kq;
             a.row0 = (uint64_t)rank * m;
-            if (!one)
-                a.scale = sq + rank * m;
+            if (!one) /* the block's rows' scales (by 1x128 a row of them each) */
+                a.scale = sq + rank * m * a_scale_cols(o, kq);
         } else { /* q's shard, rows [q m, (q+1) m) */
-            ovl_demo_fill_a_scale(sc, sq, m, SEED, q);
             a.f = ha + q * m * K;
         }
         hmat_make(&a, nthr);
         if (!rs && q != rank)
             continue; /* all-gather + GEMM: this rank's B only */
-        ovl_demo_fill_b_scale(sc, sq, N, SEED, q);
+        ovl_demo_fill_b_scale(sc, sq, N, kq, SEED, q);
         hmat_t b = {.dt = sc->b_dtype,
                     .f = hb + (rs ? q * kq : 0),
                     .ldf = K,
@@ -1447,7 +1509,7 @@ static int scaled_ref_inputs(const bopts_t *o, shape_t sh, uint32_t rank, float 
                     .rank = q,
                     .which = 1,
                     .scale = sq,
-                    .one_scale = sc->b_mode != OVL_SCALE_ROW};
+                    .mode = sc->b_mode};
         hmat_make(&b, nthr);
     }
     free(sq);
@@ -1501,8 +1563,9 @@ out:
 /*
  * One shape of a scaled (fp8) op on this rank, either kind. All-gather +
  * GEMM: A m x K (matrix 0 of the rank), B N x K transposed (matrix 1), C
- * M x N, A's scales (m, or one) and B's (N, or one); GEMM + reduce-scatter:
- * A M x K/W, B N x K/W, C M/W x N, A's scales (M, or one) and B's. The
+ * M x N, A's scales (ovl_demo_a_scales of m rows) and B's
+ * (ovl_demo_b_scales); GEMM + reduce-scatter: A M x K/W, B N x K/W, C M/W
+ * x N, A's scales (of M rows and K/W) and B's. The
  * data are made on the host (ovl-demo's model: hmat_t, demo_scaled.h's
  * scales) and copied; then the reference, every config in order, one
  * record each; then ovld forgets the buffers and they are freed.
@@ -1517,8 +1580,8 @@ static int rank_shape_scaled(rank_ctx_t *x, int si)
     size_t bes = ovl_dtype_size(sc->b_dtype), ces = ovl_dtype_size(sc->out_dtype);
     uint64_t M = sh.M, K = sh.K, N = sh.N, W = o->world, m = M / W;
     uint64_t arows = rs ? M : m, k = rs ? K / W : K, crows = rs ? m : M;
-    size_t sa_bytes = ovl_demo_a_scales(sc, arows) * sizeof(float);
-    size_t sb_bytes = ovl_demo_b_scales(sc, N) * sizeof(float);
+    size_t sa_bytes = ovl_demo_a_scales(sc, arows, k) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, N, k) * sizeof(float);
     void *a = NULL, *b = NULL, *c = NULL, *ha = NULL, *hb = NULL;
     float *sa = NULL, *sb = NULL, *hsa = NULL, *hsb = NULL;
     float *ref[1] = {NULL};
@@ -1547,8 +1610,8 @@ static int rank_shape_scaled(rank_ctx_t *x, int si)
         .dt = sc->b_dtype, .q = hb, .ldq = k, .rows = N, .cols = k, .rank = x->rank, .which = 1};
     hmat_make(&ma, nthr);
     hmat_make(&mb, nthr);
-    ovl_demo_fill_a_scale(sc, hsa, arows, SEED, x->rank);
-    ovl_demo_fill_b_scale(sc, hsb, N, SEED, x->rank);
+    ovl_demo_fill_a_scale(sc, hsa, arows, k, SEED, x->rank);
+    ovl_demo_fill_b_scale(sc, hsb, N, k, SEED, x->rank);
     RCUDA(to_gpu(&a, ha, arows * k));
     RCUDA(to_gpu(&b, hb, N * k * bes));
     RCUDA(to_gpu((void **)&sa, hsa, sa_bytes));
@@ -1980,7 +2043,7 @@ typedef struct bgpu {
     void *a, *g;
     void *b[OVL_MAX_BS], *c[OVL_MAX_BS]; /* B i and C i, i < nb */
     /* scaled (fp8): A's scales (its rows', or one), the gathered rows'
-     * (all-gather + GEMM by row: M), B's (N, or one) */
+     * (all-gather + GEMM by row or 1x128: M rows of them), B's */
     float *sa, *sg, *sb;
 } bgpu_t;
 
@@ -2041,13 +2104,14 @@ static ncclDataType_t nccl_type(ovl_dtype_t dt)
  * GB/s into each GPU against 109 to 122 pulling, the same at world 2;
  * ovl-gather-lab). With own (ranks sharing GPUs), each rank's stream copies
  * every rank's shard, its own too, into its G. The shards do not change
- * while they are timed. Scaled by row (gathers_scales), each shard's srows
- * scales follow it, from its sa into the same rows of sg, as ovld's plans
- * move them (a copy after the rows'). */
-static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count, uint64_t srows, bool own)
+ * while they are timed. Scaled by row or 1x128 (gathers_scales), each
+ * shard's scount scales (its rows' by row, ceil(K/128) a row by 1x128)
+ * follow it, from its sa into the same rows of sg, as ovld's plans move
+ * them (a copy after the rows'). */
+static int bl_copy_gather(const bopts_t *o, bgpu_t *gp, size_t count, uint64_t scount, bool own)
 {
     int rc = -1;
-    size_t bytes = count * ovl_dtype_size(o->dtype), sbytes = srows * sizeof(float);
+    size_t bytes = count * ovl_dtype_size(o->dtype), sbytes = scount * sizeof(float);
     bool scales = gathers_scales(o);
     for (uint32_t i = 0; i < o->world; i++) {
         PCUDA(cudaSetDevice(gp[i].dev));
@@ -2076,19 +2140,20 @@ out:
  * shards by the copy engine (the floor's gather: a GEMM reads its own
  * shard where it is). Otherwise the whole of G: NCCL's all-gather, as one
  * group, or copies where ranks share GPUs (NCCL refuses two ranks on one
- * GPU). count: the elements of a shard, srows its rows; scaled by row
- * (gathers_scales) the rows' scales are gathered too, in the same group. */
-static int bl_gather(const bopts_t *o, bgpu_t *gp, size_t count, uint64_t srows, int what)
+ * GPU). count: the elements of a shard, scount its scales; scaled by row
+ * or 1x128 (gathers_scales) the rows' scales are gathered too, in the same
+ * group. */
+static int bl_gather(const bopts_t *o, bgpu_t *gp, size_t count, uint64_t scount, int what)
 {
     int rc = -1;
     if (what == BL_CE || ranks_share(o))
-        return bl_copy_gather(o, gp, count, srows, what != BL_CE);
+        return bl_copy_gather(o, gp, count, scount, what != BL_CE);
     PNCCL(ncclGroupStart());
     for (uint32_t i = 0; i < o->world; i++) {
         ncclResult_t r =
             ncclAllGather(gp[i].a, gp[i].g, count, nccl_type(o->dtype), gp[i].comm, gp[i].s);
         if (r == ncclSuccess && gathers_scales(o))
-            r = ncclAllGather(gp[i].sa, gp[i].sg, srows, ncclFloat32, gp[i].comm, gp[i].s);
+            r = ncclAllGather(gp[i].sa, gp[i].sg, scount, ncclFloat32, gp[i].comm, gp[i].s);
         if (r != ncclSuccess) {
             bl_fail("ncclAllGather (GPU %u): %s (%s)", i, ncclGetErrorString(r),
                     ncclGetLastError(gp[i].comm));
@@ -2264,7 +2329,8 @@ static int bl_iter(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, int slot)
         }
         return 0;
     }
-    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K), sh.M / o->world, what) != 0)
+    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K), sh.M / o->world * a_scale_cols(o, sh.K),
+                  what) != 0)
         goto out;
     for (uint32_t i = 0; i < o->world; i++) {
         if (what == BL_UNFUSED && bl_gemm(o, &gp[i], sh) != 0)
@@ -2365,12 +2431,13 @@ out:
  * made on the host as the rank's own (ovl-demo's model, hmat_t) and
  * copied. All-gather + GEMM (sh the op's): a the shard (m x K), g the
  * gathered A (M x K), b[0] B (N x K, transposed), c[0] C (M x N of
- * --out-dtype), sa the shard's scales (m, or one), sg the gathered rows'
- * (M, by row), sb B's (N, or one). GEMM + reduce-scatter (sh the rank's
+ * --out-dtype), sa the shard's scales (ovl_demo_a_scales of m rows), sg
+ * the gathered rows' (by row and 1x128: M rows of them), sb B's
+ * (ovl_demo_b_scales). GEMM + reduce-scatter (sh the rank's
  * GEMM, M x N x K/W): g the rank's A (M x K/W), b[0] its B (N x K/W), c[0]
  * its partials (M x N), a its block of the sum (M/W x N) and c[1] the
  * receive slots (M x N, the own block in its slot), all three of
- * --out-dtype, sa A's scales (M, or one), sb B's.
+ * --out-dtype, sa A's scales (of M rows), sb B's.
  */
 static int bl_setup_scaled(const bopts_t *o, bgpu_t *g, uint32_t i, shape_t sh)
 {
@@ -2378,8 +2445,8 @@ static int bl_setup_scaled(const bopts_t *o, bgpu_t *g, uint32_t i, shape_t sh)
     bool rs = o->op == OVL_OP_GEMM_RS;
     size_t bes = ovl_dtype_size(sc->b_dtype), ces = ovl_dtype_size(sc->out_dtype);
     uint64_t M = sh.M, K = sh.K, N = sh.N, m = M / o->world, arows = rs ? M : m;
-    size_t sa_bytes = ovl_demo_a_scales(sc, arows) * sizeof(float);
-    size_t sb_bytes = ovl_demo_b_scales(sc, N) * sizeof(float);
+    size_t sa_bytes = ovl_demo_a_scales(sc, arows, K) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, N, K) * sizeof(float);
     int nthr = host_threads(1), rc = -1;
     void *ha = malloc(arows * K + 1), *hb = malloc(N * K * bes + 1);
     float *hsa = malloc(sa_bytes + 1), *hsb = malloc(sb_bytes + 1);
@@ -2391,8 +2458,8 @@ static int bl_setup_scaled(const bopts_t *o, bgpu_t *g, uint32_t i, shape_t sh)
     hmat_t mb = {.dt = sc->b_dtype, .q = hb, .ldq = K, .rows = N, .cols = K, .rank = i, .which = 1};
     hmat_make(&ma, nthr);
     hmat_make(&mb, nthr);
-    ovl_demo_fill_a_scale(sc, hsa, arows, SEED, i);
-    ovl_demo_fill_b_scale(sc, hsb, N, SEED, i);
+    ovl_demo_fill_a_scale(sc, hsa, arows, K, SEED, i);
+    ovl_demo_fill_b_scale(sc, hsb, N, K, SEED, i);
     PCUDA(to_gpu(rs ? &g->g : &g->a, ha, arows * K));
     PCUDA(to_gpu(&g->b[0], hb, N * K * bes));
     PCUDA(to_gpu((void **)&g->sa, hsa, sa_bytes));
@@ -2408,8 +2475,8 @@ static int bl_setup_scaled(const bopts_t *o, bgpu_t *g, uint32_t i, shape_t sh)
                               m * N * ces, cudaMemcpyDefault, g->s));
     } else {
         PCUDA(cudaMalloc(&g->g, M * K));
-        if (gathers_scales(o))
-            PCUDA(cudaMalloc((void **)&g->sg, M * sizeof(float)));
+        if (gathers_scales(o)) /* M rows of scales, a_scale_cols a row */
+            PCUDA(cudaMalloc((void **)&g->sg, M * a_scale_cols(o, K) * sizeof(float)));
     }
     rc = 0;
 out:
@@ -2603,7 +2670,8 @@ static int bl_phase(const bopts_t *o)
         }
         /* G whole (and by row its scales) before anything is timed: the GEMM
          * alone reads it */
-        if (bl_gather(o, gp, (size_t)(m * sh.K), m, BL_UNFUSED) != 0 || bl_sync(o, gp) != 0)
+        if (bl_gather(o, gp, (size_t)(m * sh.K), m * a_scale_cols(o, sh.K), BL_UNFUSED) != 0 ||
+            bl_sync(o, gp) != 0)
             goto out;
         char gemm[32];
         gemm_str(gemm, sizeof(gemm), o);
@@ -2687,6 +2755,12 @@ static void torch_line(const bopts_t *o, const char *line)
         torch_note(true, "PyTorch's peer failed: %s", line + 8);
         return;
     }
+    /* its fused op does not take the run's scales (block scales): the
+     * unfused op alone is timed, the fused figure is nan */
+    if (strncmp(line, "note: fused not run: ", 21) == 0) {
+        torch_note(false, "PyTorch's fused op not run: %s", line + 21);
+        return;
+    }
     if (sscanf(line, "shape %63s fused %lf unfused %lf rel_err %lf%n", shp, &f, &u, &e, &used) !=
         4) {
         if (strncmp(line, "shape ", 6) == 0)
@@ -2708,7 +2782,8 @@ static void torch_line(const bopts_t *o, const char *line)
 /*
  * Runs the --torch-peer script (o->python SCRIPT --world W --shapes ...
  * --dtype --warmup --settle-ms --iters --op, and for fp8 --b-dtype
- * --out-dtype --scale [--fast-accum]: PyTorch's scaled fused ops) in a
+ * --out-dtype --a-scale --b-scale [--fast-accum]: PyTorch's scaled fused
+ * ops) in a
  * process group of its own, its output
  * echoed and read into g_bl[][BL_TORCH, BL_TORCH_UNF]; bounded by the
  * shapes' timeouts. Not where ranks share GPUs: PyTorch's op needs a GPU
@@ -2757,6 +2832,8 @@ static void torch_phase(const bopts_t *o)
                     NULL,
                     NULL,
                     NULL,
+                    NULL,
+                    NULL,
                     NULL};
     if (o->sc.on) {
         int at = 16; /* the first NULL above */
@@ -2764,8 +2841,10 @@ static void torch_phase(const bopts_t *o)
         argv[at++] = (char *)ovl_dtype_name(o->sc.b_dtype);
         argv[at++] = "--out-dtype";
         argv[at++] = (char *)ovl_dtype_name(o->sc.out_dtype);
-        argv[at++] = "--scale";
+        argv[at++] = "--a-scale";
         argv[at++] = (char *)ovl_scale_mode_name(o->sc.a_mode);
+        argv[at++] = "--b-scale";
+        argv[at++] = (char *)ovl_scale_mode_name(o->sc.b_mode);
         if (o->sc.fast_accum)
             argv[at++] = "--fast-accum";
     }
@@ -2946,7 +3025,7 @@ static int build_rows(const bopts_t *o, row_t *rows)
         double gbytes = rs ? (double)sh.M * (double)sh.N * (double)ces / 1e9
                            : (double)sh.M * (double)sh.K * (double)es / 1e9;
         if (gathers_scales(o)) /* and the rows' fp32 scales, which it moves too */
-            gbytes += (double)sh.M * sizeof(float) / 1e9;
+            gbytes += (double)sh.M * (double)a_scale_cols(o, sh.K) * sizeof(float) / 1e9;
         const double *bl = g_bl[si];
         bool gs = gathers_scales(o);
         const char *names[NBROWS] = {rs   ? "reduce-scatter"
@@ -3252,6 +3331,21 @@ int main(int argc, char **argv)
                     o.world);
             return 2;
         }
+    /* the rule's shapes (common/scaling.h): each GEMM's A has M/W rows
+     * (all-gather + GEMM: a rank's shard; GEMM + reduce-scatter: a block of
+     * C), in fours with A 1x128, and N in fours with B 1x128 */
+    for (int si = 0; si < o.nshapes && o.sc.on; si++) {
+        const char *why = ovl_scaling_shape_refusal(o.sc.a_mode, o.sc.b_mode,
+                                                    o.shapes[si].M / o.world, o.shapes[si].N);
+        if (why) {
+            char shp[64];
+            shape_str(shp, sizeof(shp), o.shapes[si]);
+            fprintf(stderr, "ovl-bench: shape %s (M/W %" PRIu64 ", W %u), scales %s/%s: %s\n", shp,
+                    o.shapes[si].M / o.world, o.world, ovl_scale_mode_name(o.sc.a_mode),
+                    ovl_scale_mode_name(o.sc.b_mode), why);
+            return 2;
+        }
+    }
     for (int si = 0; si < o.nshapes && o.sc.on && o.op == OVL_OP_GEMM_RS; si++)
         if (o.shapes[si].K % o.world != 0 || o.shapes[si].K / o.world % 16 != 0) {
             char shp[64];
@@ -3323,26 +3417,30 @@ int main(int argc, char **argv)
     if (o.sc.on && o.op == OVL_OP_GEMM_RS)
         snprintf(fp8_note, sizeof(fp8_note),
                  "fp8 (scaled): each rank's A %s (M x K/W) and B %s given transposed (N x "
-                 "K/W), fp32 scales by %s on both sides, partials and C in %s, no bias%s. "
+                 "K/W), fp32 scales by %s (A) and %s (B), partials and C in %s, no bias%s. "
                  "gemm is the rank's scaled cuBLASLt GEMM (ovld_lt_gemm, the call ovld makes) "
                  "into its %s partials; reduce-scatter and ce-reduce-scatter move and sum them "
                  "in %s; unfused is the GEMM, then NCCL's reduce-scatter. Every C is checked "
                  "against a cuBLASLt fp32 product of the dequantized inputs (tolerance %.0e).",
                  ovl_dtype_name(o.dtype), ovl_dtype_name(o.sc.b_dtype),
-                 ovl_scale_mode_name(o.sc.a_mode), ovl_dtype_name(o.sc.out_dtype),
-                 o.sc.fast_accum ? ", fast accumulation" : "", ovl_dtype_name(o.sc.out_dtype),
-                 ovl_dtype_name(o.sc.out_dtype), tolerance);
+                 ovl_scale_mode_name(o.sc.a_mode), ovl_scale_mode_name(o.sc.b_mode),
+                 ovl_dtype_name(o.sc.out_dtype), o.sc.fast_accum ? ", fast accumulation" : "",
+                 ovl_dtype_name(o.sc.out_dtype), ovl_dtype_name(o.sc.out_dtype), tolerance);
     else if (o.sc.on)
         snprintf(fp8_note, sizeof(fp8_note),
                  "fp8 (scaled): A %s (m x K a rank) and B %s given transposed (N x K), fp32 "
-                 "scales by %s on both sides, C in %s, no bias%s. gemm is the scaled cuBLASLt "
+                 "scales by %s (A) and %s (B), C in %s, no bias%s. gemm is the scaled cuBLASLt "
                  "GEMM (ovld_lt_gemm, the call ovld makes); %s; unfused is that all-gather, "
                  "then the GEMM. Every C is checked against a cuBLASLt fp32 product of the "
                  "dequantized inputs (tolerance %.0e).",
                  ovl_dtype_name(o.dtype), ovl_dtype_name(o.sc.b_dtype),
-                 ovl_scale_mode_name(o.sc.a_mode), ovl_dtype_name(o.sc.out_dtype),
-                 o.sc.fast_accum ? ", fast accumulation" : "",
-                 gathers_scales(&o)
+                 ovl_scale_mode_name(o.sc.a_mode), ovl_scale_mode_name(o.sc.b_mode),
+                 ovl_dtype_name(o.sc.out_dtype), o.sc.fast_accum ? ", fast accumulation" : "",
+                 gathers_scales(&o) && o.sc.a_mode == OVL_SCALE_BLOCK_1X128
+                     ? "allgather+scales and ce-gather+scales move A's fp8 rows and each row's "
+                       "ceil(K/128) fp32 scales (M x ceil(K/128) x 4 bytes more, in GB/s too), "
+                       "as ovld's plans do: the floors include the scales"
+                 : gathers_scales(&o)
                      ? "allgather+scales and ce-gather+scales move A's fp8 rows and each row's "
                        "fp32 scale (M x 4 bytes more, in GB/s too), as ovld's plans do: the "
                        "floors include the scales"

@@ -43,7 +43,8 @@ static int scaled_reference(const ovl_demo_rs_shape_t *o, uint32_t rank,
         const float *sa = x.a_scale;
         if (!rows->idx) {
             a = (char *)x.a + row0 * k * ovl_dtype_size(dt);
-            sa += sc->a_mode == OVL_SCALE_ROW ? row0 : 0;
+            /* by tensor the one; by row and 1x128 the block's rows' */
+            sa += sc->a_mode == OVL_SCALE_TENSOR ? 0 : row0 * ovl_demo_a_scale_cols(sc, k);
         }
         ovl_status_t st = ovl_demo_scaled_ref_gemm(sc, dt, nr, n, k, a, sa, &x, part);
         ovl_demo_scaled_free(&x);

@@ -12,13 +12,19 @@
  *   A        matrix 0 in the op's fp8 dtype (ovl_demo_fill_host: [-1, 1)
  *            rounded to fp8), as for every dtype;
  *   B        matrix 1 in b_dtype, n x k (a scaled op takes B transposed);
- *   a_scale  fp32 in [0.5, 1): by row, row i of the rank's A gets
- *            ovl_demo_scale(seed, r, 10, i); by tensor one value, the same
- *            on every rank (r = 0 in the hash): all-gather + GEMM with a
- *            tensor scale uses each rank's own scale for every gathered
- *            row (ovl.h, ovl_scaling_t), so the ranks must agree on it;
- *   b_scale  fp32 in [0.5, 1): by row (per column j of op(B)) n values
- *            ovl_demo_scale(seed, r, 11, j), by tensor one (j = 0);
+ *   a_scale  fp32 in [0.5, 1), the dense row-major matrix of
+ *            ovl_scale_shape(a_mode, 0, rows, k) for the rank's A: element
+ *            e (row i of A times its scales a row, plus the column) gets
+ *            ovl_demo_scale(seed, r, 10, e); by row e is i, by 1x128 i *
+ *            ceil(k/128) + l/128 (l a column of k); by tensor one value,
+ *            the same on every rank (r = 0 in the hash): all-gather + GEMM
+ *            with a tensor scale uses each rank's own scale for every
+ *            gathered row (ovl.h, ovl_scaling_t), so the ranks must agree
+ *            on it (by row and 1x128 they are gathered with the rows);
+ *   b_scale  fp32 in [0.5, 1), the dense matrix of ovl_scale_shape(b_mode,
+ *            1, n, k): element e gets ovl_demo_scale(seed, r, 11, e) (by
+ *            row n values, one per column j of op(B); by tensor one; by
+ *            1x128 n x ceil(k/128); by 128x128 ceil(n/128) x ceil(k/128));
  *   bias     n values 0.5 * ovl_demo_value(seed, r, 12, j) in out_dtype.
  */
 #ifndef OVL_DEMO_SCALED_H
@@ -35,6 +41,7 @@
 #include "half.h"
 #include "hostgemm.h"
 #include "ovl.h"
+#include "scaling.h"
 
 /* The matrices `which` of the scales and the bias (A is 0, B 1). */
 #define OVL_DEMO_WHICH_A_SCALE 10
@@ -56,36 +63,67 @@ static inline float ovl_demo_scale(uint64_t seed, uint32_t r, int which, uint64_
     return 0.5f + (float)(ovl_demo_bits(seed, r, which, i) >> 41) * 0x1p-24f;
 }
 
-/* How many A scales an A of `rows` rows has (1 by tensor), and B's (of n
- * columns in op(B)). */
-static inline uint64_t ovl_demo_a_scales(const ovl_demo_scaled_t *sc, uint64_t rows)
+/* The scales of a row of A (A's scale matrix's columns, ovl_scale_shape):
+ * 1, or ceil(k/128) by 1x128; 1 by tensor (one for the whole A). */
+static inline uint64_t ovl_demo_a_scale_cols(const ovl_demo_scaled_t *sc, uint64_t k)
 {
-    return sc->a_mode == OVL_SCALE_ROW ? rows : 1;
+    uint64_t r, c;
+    if (sc->a_mode == OVL_SCALE_TENSOR || ovl_scale_shape(sc->a_mode, 0, 1, k, &r, &c) != OVL_OK)
+        return 1;
+    return c;
 }
 
-static inline uint64_t ovl_demo_b_scales(const ovl_demo_scaled_t *sc, uint64_t n)
+/* How many A scales an A of `rows` rows and k columns has (1 by tensor),
+ * and B's (n x k, given transposed): ovl_scale_shape's rows times its
+ * columns. The modes are ones the rule takes (common/scaling.h: A is
+ * never 128x128; the demo's callers refuse it first): a mode it does not
+ * take counts 1. */
+static inline uint64_t ovl_demo_a_scales(const ovl_demo_scaled_t *sc, uint64_t rows, uint64_t k)
 {
-    return sc->b_mode == OVL_SCALE_ROW ? n : 1;
+    uint64_t r, c;
+    if (ovl_scale_shape(sc->a_mode, 0, rows, k, &r, &c) != OVL_OK)
+        return 1;
+    return r * c;
 }
 
-/* Rank r's A scales for its A of `rows` rows (ovl_demo_a_scales of them),
- * its B scales and its bias (n elements of out_dtype) into host memory. */
-static inline void ovl_demo_fill_a_scale(const ovl_demo_scaled_t *sc, float *dst, uint64_t rows,
-                                         uint64_t seed, uint32_t r)
+static inline uint64_t ovl_demo_b_scales(const ovl_demo_scaled_t *sc, uint64_t n, uint64_t k)
 {
-    if (sc->a_mode != OVL_SCALE_ROW) {
+    uint64_t r, c;
+    if (ovl_scale_shape(sc->b_mode, 1, n, k, &r, &c) != OVL_OK)
+        return 1;
+    return r * c;
+}
+
+/* Rank r's A scales of rows [row0, row0 + rows) of its A (k columns)
+ * into dst, dense (rows times ovl_demo_a_scale_cols; by tensor the one),
+ * as the data model numbers them, into host memory. */
+static inline void ovl_demo_fill_a_scale_rows(const ovl_demo_scaled_t *sc, float *dst,
+                                              uint64_t row0, uint64_t rows, uint64_t k,
+                                              uint64_t seed, uint32_t r)
+{
+    if (sc->a_mode == OVL_SCALE_TENSOR) {
         dst[0] = ovl_demo_scale(seed, 0, OVL_DEMO_WHICH_A_SCALE, 0); /* every rank's */
         return;
     }
-    for (uint64_t i = 0; i < rows; i++)
-        dst[i] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_A_SCALE, i);
+    uint64_t cols = ovl_demo_a_scale_cols(sc, k);
+    for (uint64_t e = 0; e < rows * cols; e++)
+        dst[e] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_A_SCALE, row0 * cols + e);
 }
 
-static inline void ovl_demo_fill_b_scale(const ovl_demo_scaled_t *sc, float *dst, uint64_t n,
-                                         uint64_t seed, uint32_t r)
+/* Rank r's A scales of its whole A (rows x k), into dst. */
+static inline void ovl_demo_fill_a_scale(const ovl_demo_scaled_t *sc, float *dst, uint64_t rows,
+                                         uint64_t k, uint64_t seed, uint32_t r)
 {
-    for (uint64_t j = 0; j < ovl_demo_b_scales(sc, n); j++)
-        dst[j] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_B_SCALE, j);
+    ovl_demo_fill_a_scale_rows(sc, dst, 0, rows, k, seed, r);
+}
+
+/* Rank r's B scales (B n x k: ovl_demo_b_scales of them) and its bias (n
+ * elements of out_dtype), into host memory. */
+static inline void ovl_demo_fill_b_scale(const ovl_demo_scaled_t *sc, float *dst, uint64_t n,
+                                         uint64_t k, uint64_t seed, uint32_t r)
+{
+    for (uint64_t e = 0; e < ovl_demo_b_scales(sc, n, k); e++)
+        dst[e] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_B_SCALE, e);
 }
 
 static inline void ovl_demo_fill_bias(const ovl_demo_scaled_t *sc, void *dst, uint64_t n,
@@ -94,6 +132,20 @@ static inline void ovl_demo_fill_bias(const ovl_demo_scaled_t *sc, void *dst, ui
     for (uint64_t j = 0; j < n; j++)
         ovl_store_elem(sc->out_dtype, dst, j,
                        0.5f * ovl_demo_value(seed, r, OVL_DEMO_WHICH_BIAS, j));
+}
+
+/* Why the rule of a scaled op (common/scaling.h, the words libovl and
+ * ovld refuse with) refuses sc's with A in dt, B transposed (as the demo
+ * gives it), rows the rows of each GEMM's A (all-gather + GEMM: a rank's
+ * m; GEMM + reduce-scatter: each rank's block of C, m / world) and n
+ * columns of C; NULL where it takes it. */
+static inline const char *ovl_demo_scaled_refusal(const ovl_demo_scaled_t *sc, ovl_dtype_t dt,
+                                                  uint64_t rows, uint64_t n)
+{
+    const char *why =
+        ovl_scaling_refusal((unsigned)dt, (unsigned)sc->b_dtype, (unsigned)sc->out_dtype,
+                            (unsigned)sc->a_mode, (unsigned)sc->b_mode, true);
+    return why ? why : ovl_scaling_shape_refusal(sc->a_mode, sc->b_mode, rows, n);
 }
 
 /* The op's ovl_scaling_t over buffers the caller filled (bias unread
@@ -323,8 +375,8 @@ static inline int ovl_demo_scaled_alloc(const ovl_demo_scaled_t *sc, ovl_dtype_t
     x->a = malloc(arows * k * ovl_dtype_size(dt) + 1);
     x->b = malloc(n * k * ovl_dtype_size(sc->b_dtype) + 1);
     x->bias = malloc(n * ovl_dtype_size(sc->out_dtype) + 1);
-    x->a_scale = malloc(ovl_demo_a_scales(sc, arows) * sizeof(float) + 1);
-    x->b_scale = malloc(ovl_demo_b_scales(sc, n) * sizeof(float));
+    x->a_scale = malloc(ovl_demo_a_scales(sc, arows, k) * sizeof(float) + 1);
+    x->b_scale = malloc(ovl_demo_b_scales(sc, n, k) * sizeof(float));
     if (!x->a || !x->b || !x->bias || !x->a_scale || !x->b_scale) {
         ovl_demo_scaled_free(x);
         return -1;
@@ -343,8 +395,8 @@ static inline int ovl_demo_scaled_make(const ovl_demo_scaled_t *sc, ovl_dtype_t 
         return -1;
     ovl_demo_fill_host(dt, x->a, arows, k, k, seed, r, 0);
     ovl_demo_fill_host(sc->b_dtype, x->b, n, k, k, seed, r, 1);
-    ovl_demo_fill_a_scale(sc, x->a_scale, arows, seed, r);
-    ovl_demo_fill_b_scale(sc, x->b_scale, n, seed, r);
+    ovl_demo_fill_a_scale(sc, x->a_scale, arows, k, seed, r);
+    ovl_demo_fill_b_scale(sc, x->b_scale, n, k, seed, r);
     ovl_demo_fill_bias(sc, x->bias, n, seed, r);
     return 0;
 }
@@ -361,47 +413,82 @@ static inline int ovl_demo_scaled_make_rows(const ovl_demo_scaled_t *sc, ovl_dty
 {
     if (ovl_demo_scaled_alloc(sc, dt, rows->n, n, k, x) != 0)
         return -1;
+    uint64_t cols = ovl_demo_a_scale_cols(sc, k);
     for (uint64_t i = 0; i < rows->n; i++) {
         uint64_t row = row0 + ovl_demo_row(rows, i);
         for (uint64_t j = 0; j < k; j++)
             ovl_store_elem(dt, x->a, i * k + j, ovl_demo_value(seed, r, 0, row * k + j));
-        if (sc->a_mode == OVL_SCALE_ROW)
-            x->a_scale[i] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_A_SCALE, row);
+        if (sc->a_mode != OVL_SCALE_TENSOR) /* the row's scales */
+            ovl_demo_fill_a_scale_rows(sc, x->a_scale + i * cols, row, 1, k, seed, r);
     }
-    if (sc->a_mode != OVL_SCALE_ROW)
-        ovl_demo_fill_a_scale(sc, x->a_scale, 1, seed, r);
+    if (sc->a_mode == OVL_SCALE_TENSOR)
+        ovl_demo_fill_a_scale(sc, x->a_scale, 1, k, seed, r);
     ovl_demo_fill_host(sc->b_dtype, x->b, n, k, k, seed, r, 1);
-    ovl_demo_fill_b_scale(sc, x->b_scale, n, seed, r);
+    ovl_demo_fill_b_scale(sc, x->b_scale, n, k, seed, r);
     ovl_demo_fill_bias(sc, x->bias, n, seed, r);
     return 0;
 }
 
-/* The scaled GEMM of `rows` rows of A (a, whose first row's scale is
- * a_scale's first, or the tensor's) by rank's B, scales and bias in x, in
- * double precision into ref (rows x n, dense): ovl_ref_gemm_scaled. */
+/* The scaled GEMM of `rows` rows of A (a, dense, whose first row's
+ * scales are a_scale's first, or the tensor's) by rank's B, scales and
+ * bias in x, in double precision into ref (rows x n, dense):
+ * ovl_ref_gemm_scaled. That takes A 1x128 in rows of fours only (the
+ * rule's shapes, common/scaling.h: ovl_scaling_row_granule), which a
+ * sample of rows need not be: there A is padded with zero rows (of scale
+ * 1) to the next four, and the padding's rows of the product are dropped
+ * (every row of ref is its own row's alone). */
 static inline ovl_status_t ovl_demo_scaled_ref_gemm(const ovl_demo_scaled_t *sc, ovl_dtype_t dt,
                                                     uint64_t rows, uint64_t n, uint64_t k,
                                                     const void *a, const float *a_scale,
                                                     const ovl_demo_scaled_data_t *x, double *ref)
 {
-    ovld_gemm_args_t g = {.dtype = dt,
-                          .rows = rows,
-                          .n = n,
-                          .k = k,
-                          .nblocks = 1,
-                          .a = {(void *)a, k},
-                          .b = {x->b, k},
-                          .transb = true,
-                          .scaled = true,
-                          .b_dtype = sc->b_dtype,
-                          .c_dtype = sc->out_dtype,
-                          .a_mode = sc->a_mode,
-                          .b_mode = sc->b_mode,
-                          .a_scale = a_scale,
-                          .b_scale = x->b_scale,
-                          .bias = sc->bias ? x->bias : NULL,
-                          .fast_accum = sc->fast_accum};
-    return ovl_ref_gemm_scaled(&g, ref, n);
+    uint64_t g = ovl_scaling_row_granule(sc->a_mode), prows = (rows + g - 1) / g * g;
+    void *pa = NULL;
+    float *psa = NULL;
+    double *pref = NULL;
+    if (prows != rows) {
+        size_t es = ovl_dtype_size(dt);
+        uint64_t cols = ovl_demo_a_scale_cols(sc, k);
+        pa = calloc(prows * k * es + 1, 1);
+        psa = malloc(prows * cols * sizeof(float));
+        pref = malloc(prows * n * sizeof(double) + 1);
+        if (!pa || !psa || !pref) {
+            free(pa);
+            free(psa);
+            free(pref);
+            return OVL_ERR_NOMEM;
+        }
+        memcpy(pa, a, rows * k * es);
+        memcpy(psa, a_scale, rows * cols * sizeof(float));
+        for (uint64_t e = rows * cols; e < prows * cols; e++)
+            psa[e] = 1.0f;
+        a = pa;
+        a_scale = psa;
+    }
+    ovld_gemm_args_t ga = {.dtype = dt,
+                           .rows = prows,
+                           .n = n,
+                           .k = k,
+                           .nblocks = 1,
+                           .a = {(void *)a, k},
+                           .b = {x->b, k},
+                           .transb = true,
+                           .scaled = true,
+                           .b_dtype = sc->b_dtype,
+                           .c_dtype = sc->out_dtype,
+                           .a_mode = sc->a_mode,
+                           .b_mode = sc->b_mode,
+                           .a_scale = a_scale,
+                           .b_scale = x->b_scale,
+                           .bias = sc->bias ? x->bias : NULL,
+                           .fast_accum = sc->fast_accum};
+    ovl_status_t st = ovl_ref_gemm_scaled(&ga, pref ? pref : ref, n);
+    if (pref && st == OVL_OK)
+        memcpy(ref, pref, rows * n * sizeof(double));
+    free(pa);
+    free(psa);
+    free(pref);
+    return st;
 }
 
 /*
@@ -411,9 +498,11 @@ static inline ovl_status_t ovl_demo_scaled_ref_gemm(const ovl_demo_scaled_t *sc,
  * scales and bias, in double precision into ref: row i of ref (rows->n x
  * n, dense) is row ovl_demo_row(rows, i) of the gathered C
  * (ovl_demo_check_rows), of world*m rows:
- *   ref[i][j] = sa(r) * sb(j) * sum_l A[r][l] op(B)[l][j] + bias[j]
- * r that row, sa(r) the scale of gathered row r (by row: its rank's; by
- * tensor: the one every rank has). 0, or -1 after saying why.
+ *   ref[i][j] = sum_q sa(r, q) * sb(j, q) * sum_{l in q} A[r][l] op(B)[l][j] + bias[j]
+ * r that row, q the blocks of 128 of k (by tensor and row one block, all
+ * of k), sa(r, q) the scale of gathered row r (by row and 1x128: its
+ * rank's, gathered with the row; by tensor: the one every rank has),
+ * sb(j, q) B's by its mode. 0, or -1 after saying why.
  */
 static inline int ovl_demo_scaled_ag_reference(const ovl_demo_scaled_t *sc, ovl_dtype_t dt,
                                                uint32_t world, uint64_t m, uint64_t n, uint64_t k,
@@ -422,11 +511,13 @@ static inline int ovl_demo_scaled_ag_reference(const ovl_demo_scaled_t *sc, ovl_
 {
     size_t es = ovl_dtype_size(dt);
     uint64_t W = world;
+    bool tensor = sc->a_mode == OVL_SCALE_TENSOR;
+    uint64_t cols = ovl_demo_a_scale_cols(sc, k); /* A's scales a row */
     ovl_demo_scaled_data_t x;
-    float *gsa = malloc(ovl_demo_a_scales(sc, W * m) * sizeof(float));
+    float *gsa = malloc(ovl_demo_a_scales(sc, W * m, k) * sizeof(float));
     /* a sample: its rows of the gathered A and their scales, dense */
     char *sel = rows->idx ? malloc(rows->n * k * es + 1) : NULL;
-    float *ssa = rows->idx ? malloc(ovl_demo_a_scales(sc, rows->n) * sizeof(float) + 1) : NULL;
+    float *ssa = rows->idx ? malloc(ovl_demo_a_scales(sc, rows->n, k) * sizeof(float) + 1) : NULL;
     if (!gsa || (rows->idx && (!sel || !ssa)) ||
         ovl_demo_scaled_make(sc, dt, m, n, k, seed, rank, &x) != 0) {
         fprintf(stderr, "rank %u: out of memory for the reference\n", rank);
@@ -437,16 +528,19 @@ static inline int ovl_demo_scaled_ag_reference(const ovl_demo_scaled_t *sc, ovl_
     }
     for (uint32_t q = 0; q < world; q++) {
         ovl_demo_fill_host(dt, (char *)ga + (size_t)q * m * k * es, m, k, k, seed, q, 0);
-        if (sc->a_mode == OVL_SCALE_ROW || q == 0)
-            ovl_demo_fill_a_scale(sc, gsa + (sc->a_mode == OVL_SCALE_ROW ? q * m : 0), m, seed, q);
+        if (!tensor || q == 0) /* by tensor the one scale, every rank's */
+            ovl_demo_fill_a_scale(sc, gsa + (tensor ? 0 : q * m * cols), m, k, seed, q);
     }
     const void *a = ga;
     const float *sa = gsa;
     if (rows->idx) {
         for (uint64_t i = 0; i < rows->n; i++)
             memcpy(sel + i * k * es, (const char *)ga + rows->idx[i] * k * es, k * es);
-        for (uint64_t i = 0; i < ovl_demo_a_scales(sc, rows->n); i++)
-            ssa[i] = gsa[sc->a_mode == OVL_SCALE_ROW ? rows->idx[i] : 0];
+        if (tensor)
+            ssa[0] = gsa[0];
+        else
+            for (uint64_t i = 0; i < rows->n; i++)
+                memcpy(ssa + i * cols, gsa + rows->idx[i] * cols, cols * sizeof(float));
         a = sel;
         sa = ssa;
     }

@@ -29,6 +29,7 @@
 #include "num.h"
 #include "ovl.h"
 #include "ovl_demo.h"
+#include "scaling.h"
 #include "clock.h"
 
 static void usage(FILE *f)
@@ -78,19 +79,29 @@ static void usage(FILE *f)
             "  -h, --help          show this help\n"
             "\n"
             "Scaled (fp8) ops, with -d fp8e4m3 or fp8e5m2 only: C = sa(i) * sb(j) *\n"
-            "(A @ op(B))[i][j] + bias[j], summed in fp32 and rounded to the output dtype;\n"
-            "fp32 scales in [0.5, 1). --transb is implied (B n x k: cuBLASLt's one fp8\n"
-            "layout); one B (no --more-n).\n"
+            "(A @ op(B))[i][j] + bias[j] (block scales: each 128 of k's sum scaled by its\n"
+            "own), summed in fp32 and rounded to the output dtype; fp32 scales in\n"
+            "[0.5, 1). --transb is implied (B n x k: cuBLASLt's one fp8 layout); one B\n"
+            "(no --more-n).\n"
             "      --b-dtype T     B's dtype: fp8e4m3 or fp8e5m2 (default fp8e4m3; not\n"
             "                      fp8e5m2 with -d fp8e5m2)\n"
             "      --out-dtype T   C's dtype: bf16, fp16 or fp32 (default bf16); the check\n"
             "                      accepts 1e-2 (bf16), 2e-3 (fp16), 5e-4 (fp32: Hopper's\n"
             "                      tensor cores sum fp8 products in fewer bits than fp32)\n"
-            "      --scale MODE    A's and B's scales: tensor (one) or row (A: one per row,\n"
-            "                      B: one per column of op(B)) (default row); ag with\n"
-            "                      tensor: one A scale that every rank shares\n"
-            "      --a-scale MODE  A's scales alone (over --scale)\n"
-            "      --b-scale MODE  B's scales alone (over --scale)\n"
+            "      --scale MODE    A's and B's scales (default row): tensor (one), row (A:\n"
+            "                      one per row, B: one per column of op(B)), 1x128 (one per\n"
+            "                      row and 128 of k) or 128x128 (one per 128 x 128 tile:\n"
+            "                      B only); ag with tensor: one A scale that every rank\n"
+            "                      shares; by row and 1x128 A's go with its rows\n"
+            "      --a-scale MODE  A's scales alone (over --scale): tensor, row or 1x128\n"
+            "      --b-scale MODE  B's scales alone (over --scale): any of the four.\n"
+            "                      Modes are taken as given and checked by the rule that\n"
+            "                      libovl and ovld apply (ovl-demo says its words before\n"
+            "                      it connects): block scales go with block scales, A is\n"
+            "                      never 128x128 (--scale 128x128 makes it so: refused), A\n"
+            "                      1x128 needs -m in fours, B 1x128 -n. DeepSeek-V3's\n"
+            "                      recipe (1x128 activations, 128x128 weights): --a-scale\n"
+            "                      1x128 --b-scale 128x128\n"
             "      --bias          add a bias of n elements of the output dtype (rs: each\n"
             "                      rank's, once per rank's product)\n"
             "      --fast-accum    cuBLASLt's fast fp8 accumulation (the host backend's sum\n"
@@ -231,15 +242,15 @@ static int host_buffers(const opts_t *o, uint32_t rank, ovl_client_t *cl, host_b
         return 0;
     /* scaled (one B): the scales and bias, where ovld maps them */
     const ovl_demo_scaled_t *sc = &o->sc;
-    hb->a_scale = ovl_host_alloc(cl, ovl_demo_a_scales(sc, m) * sizeof(float));
-    hb->b_scale = ovl_host_alloc(cl, ovl_demo_b_scales(sc, o->n) * sizeof(float));
+    hb->a_scale = ovl_host_alloc(cl, ovl_demo_a_scales(sc, m, k) * sizeof(float));
+    hb->b_scale = ovl_host_alloc(cl, ovl_demo_b_scales(sc, o->n, k) * sizeof(float));
     hb->bias = sc->bias ? ovl_host_alloc(cl, o->n * ces) : NULL;
     if (!hb->a_scale || !hb->b_scale || (sc->bias && !hb->bias)) {
         fprintf(stderr, "rank %u: ovl_host_alloc (scales): %s\n", rank, ovl_last_error(cl));
         return -1;
     }
-    ovl_demo_fill_a_scale(sc, hb->a_scale, m, o->seed, rank);
-    ovl_demo_fill_b_scale(sc, hb->b_scale, o->n, o->seed, rank);
+    ovl_demo_fill_a_scale(sc, hb->a_scale, m, k, o->seed, rank);
+    ovl_demo_fill_b_scale(sc, hb->b_scale, o->n, k, o->seed, rank);
     if (hb->bias)
         ovl_demo_fill_bias(sc, hb->bias, o->n, o->seed, rank);
     hb->scaling = ovl_demo_scaling(sc, hb->a_scale, hb->b_scale, hb->bias);
@@ -369,8 +380,8 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
     void *a = ovl_host_alloc(cl, W * m * lda * es), *b = ovl_host_alloc(cl, brows * bcols * bes);
     void *c = ovl_host_alloc(cl, m * ldc * ces);
     /* scaled: the scales of A's world*m rows, B's, the bias */
-    float *sa = sc->on ? ovl_host_alloc(cl, ovl_demo_a_scales(sc, W * m) * sizeof(float)) : NULL;
-    float *sb = sc->on ? ovl_host_alloc(cl, ovl_demo_b_scales(sc, n) * sizeof(float)) : NULL;
+    float *sa = sc->on ? ovl_host_alloc(cl, ovl_demo_a_scales(sc, W * m, k) * sizeof(float)) : NULL;
+    float *sb = sc->on ? ovl_host_alloc(cl, ovl_demo_b_scales(sc, n, k) * sizeof(float)) : NULL;
     void *bias = sc->on && sc->bias ? ovl_host_alloc(cl, n * ces) : NULL;
     ovl_demo_rows_t rows; /* of C, checked */
     double *ref = ovl_demo_rows_of(o, &rows) == 0 ? malloc(rows.n * n * sizeof(double)) : NULL;
@@ -385,8 +396,8 @@ static int rank_host_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_co
     ovl_demo_fill_host(bdt, b, brows, bcols, bcols, o->seed, rank, 1);
     ovl_scaling_t scaling = {0};
     if (sc->on) {
-        ovl_demo_fill_a_scale(sc, sa, W * m, o->seed, rank);
-        ovl_demo_fill_b_scale(sc, sb, n, o->seed, rank);
+        ovl_demo_fill_a_scale(sc, sa, W * m, k, o->seed, rank);
+        ovl_demo_fill_b_scale(sc, sb, n, k, o->seed, rank);
         if (bias)
             ovl_demo_fill_bias(sc, bias, n, o->seed, rank);
         scaling = ovl_demo_scaling(sc, sa, sb, bias);
@@ -686,7 +697,7 @@ static int parse_scale_mode(const char *opt, const char *arg)
     ovl_scale_mode_t mode;
     if (ovl_scale_mode_parse(arg, &mode) == OVL_OK)
         return (int)mode;
-    fprintf(stderr, "ovl-demo: %s: '%s' is not tensor or row\n", opt, arg);
+    fprintf(stderr, "ovl-demo: %s: '%s' is not tensor, row, 1x128 or 128x128\n", opt, arg);
     return -1;
 }
 
@@ -867,7 +878,8 @@ static int demo_option(opts_t *o, int ch, const char *arg, parsed_t *p)
 /* A scaled op's options settled (an fp8 -d): o->sc filled, with its
  * defaults (B fp8e4m3, C bf16, scales by row), transb implied. 0, or -1
  * after saying why: one of them without an fp8 dtype, both fp8e5m2,
- * several Bs. */
+ * several Bs, or what the rule of a scaling refuses (its words: modes
+ * that do not go together, m or n not in fours for 1x128). */
 static int scaled_options(opts_t *o, const parsed_t *p)
 {
     if (!ovl_dtype_is_fp8(o->dtype)) {
@@ -898,6 +910,22 @@ static int scaled_options(opts_t *o, const parsed_t *p)
         return -1;
     }
     o->transb = true; /* cuBLASLt's one fp8 layout: B n x k */
+    /* The rule libovl and ovld apply, said here before anything connects:
+     * each GEMM's A has m rows in both kinds (ag: the rank's; rs: each
+     * rank's block of C). */
+    const char *why = ovl_demo_scaled_refusal(sc, o->dtype, o->m, o->n);
+    if (why) {
+        char shape[64] = "";
+        if (!ovl_scaling_refusal(o->dtype, sc->b_dtype, sc->out_dtype, sc->a_mode, sc->b_mode,
+                                 true))
+            snprintf(shape, sizeof(shape), ", -m %" PRIu64 " -n %" PRIu64, o->m, o->n);
+        /* --scale 128x128 gives A 128x128 too: name the way to the usual pair */
+        bool hint = sc->a_mode == OVL_SCALE_BLOCK_128X128 && p->a_scale < 0;
+        fprintf(stderr, "ovl-demo: scales %s/%s%s: %s%s\n", ovl_scale_mode_name(sc->a_mode),
+                ovl_scale_mode_name(sc->b_mode), shape, why,
+                hint ? " (--scale sets both sides: --a-scale 1x128 --b-scale 128x128)" : "");
+        return -1;
+    }
     return 0;
 }
 

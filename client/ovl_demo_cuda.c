@@ -61,8 +61,8 @@ static int rank_scaled(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_com
     size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(sc->b_dtype), ces = ovl_dtype_size(cdt);
     uint64_t W = o->world, m = o->m, n = o->n, k = o->k;
     size_t a_bytes = m * k * es, b_bytes = n * k * bes, c_bytes = W * m * n * ces;
-    size_t o_bytes = W * m * k * es, sa_bytes = ovl_demo_a_scales(sc, m) * sizeof(float);
-    size_t sb_bytes = ovl_demo_b_scales(sc, n) * sizeof(float), bias_bytes = n * ces;
+    size_t o_bytes = W * m * k * es, sa_bytes = ovl_demo_a_scales(sc, m, k) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, n, k) * sizeof(float), bias_bytes = n * ces;
     ovl_demo_scaled_data_t x;
     ovl_demo_rows_t rows = {0}; /* of C, checked */
     void *ga = NULL, *hc = NULL, *ho = NULL;

@@ -36,8 +36,8 @@ int ovl_demo_rank_cuda_rs(const opts_t *o, uint32_t rank, ovl_client_t *cl, ovl_
     uint64_t lda = o->strided ? k + 3 : k, ldc = o->strided ? n + 5 : n;
     size_t a_bytes = W * m * lda * es, b_bytes = brows * bcols * bes, c_bytes = m * ldc * ces;
     /* scaled: the scales of A's world*m rows, B's, the bias */
-    size_t sa_bytes = ovl_demo_a_scales(sc, W * m) * sizeof(float);
-    size_t sb_bytes = ovl_demo_b_scales(sc, n) * sizeof(float), bias_bytes = n * ces;
+    size_t sa_bytes = ovl_demo_a_scales(sc, W * m, k) * sizeof(float);
+    size_t sb_bytes = ovl_demo_b_scales(sc, n, k) * sizeof(float), bias_bytes = n * ces;
     cudaStream_t s = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     void *a = NULL, *b = NULL, *c = NULL, *ha = NULL, *hb = NULL, *hc = NULL;

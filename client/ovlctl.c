@@ -66,8 +66,11 @@ static void usage(FILE *f)
             "                           B transposed (--transb implied)\n"
             "  --b-dtype T --out-dtype T  a scaled op's B (fp8; default fp8e4m3) and C\n"
             "                           (bf16, fp16, fp32; default bf16)\n"
-            "  --scale tensor|row       both scales' mode (default row); --a-scale MODE and\n"
-            "                           --b-scale MODE set one\n"
+            "  --scale MODE             both scales' mode (default row): tensor, row, 1x128\n"
+            "                           or 128x128 (B only); --a-scale MODE and --b-scale\n"
+            "                           MODE set one (DeepSeek-V3's pair: --a-scale 1x128\n"
+            "                           --b-scale 128x128; the plan moves A's 1x128 scales\n"
+            "                           with its rows, SA and SG ceil(k/128) a row)\n"
             "  --bias --fast-accum      a scaled op's bias; cuBLASLt's fast accumulation\n"
             "  --a-out                  the client wants the gathered A\n"
             "  --transb                 B is n x k (a Linear weight's layout)\n"
@@ -607,7 +610,7 @@ static int parse_scale_mode(const char *opt, const char *arg, ovl_scale_mode_t *
 {
     if (ovl_scale_mode_parse(arg, ret) == OVL_OK)
         return 0;
-    fprintf(stderr, "ovlctl: %s: '%s' is not tensor or row\n", opt, arg);
+    fprintf(stderr, "ovlctl: %s: '%s' is not tensor, row, 1x128 or 128x128\n", opt, arg);
     return EXIT_USAGE;
 }
 

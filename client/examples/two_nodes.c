@@ -99,7 +99,11 @@ static void usage(FILE *f)
             "  -d, --dtype T       bf16, fp16 or fp32 (default bf16); fp8e4m3 or fp8e5m2: a\n"
             "                      scaled op (host backend; B n x k in fp8e4m3, C in bf16,\n"
             "                      scales by row, as ovl-demo's data)\n"
-            "      --scale tensor|row  a scaled op's scales (default row)\n"
+            "      --scale MODE    a scaled op's scales, both sides (default row): tensor,\n"
+            "                      row, 1x128 or 128x128 (B only), as ovl-demo's\n"
+            "      --a-scale MODE  A's alone (over --scale); --b-scale MODE: B's alone\n"
+            "                      (--a-scale 1x128 --b-scale 128x128: DeepSeek-V3's pair;\n"
+            "                      1x128 needs -m, on B -n, in fours)\n"
             "      --bias          a scaled op's bias\n"
             "  -a, --algo A        auto, naive, collective or ring (rs: auto, naive or\n"
             "                      collective; default auto)\n"
@@ -403,7 +407,7 @@ static int run_host_scaled(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm, 
     uint64_t arows = o->rs ? W * m : m, crows = o->rs ? m : W * m;
     size_t es = ovl_dtype_size(dt), bes = ovl_dtype_size(sc->b_dtype);
     size_t ces = ovl_dtype_size(sc->out_dtype);
-    uint64_t nsa = ovl_demo_a_scales(sc, arows), nsb = ovl_demo_b_scales(sc, n);
+    uint64_t nsa = ovl_demo_a_scales(sc, arows, k), nsb = ovl_demo_b_scales(sc, n, k);
     ovl_demo_scaled_data_t x = {0};
     int rc = -1;
     void *a = ovl_host_alloc(cl, arows * k * es), *b = ovl_host_alloc(cl, n * k * bes);
@@ -649,7 +653,19 @@ static int cuda_device(const opts_t *o, int *ret_dev)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    enum { O_DEVICE = 1, O_SEED, O_WAIT, O_DELAY, O_TIMEOUT, O_OP, O_REDUCE, O_SCALE, O_BIAS };
+    enum {
+        O_DEVICE = 1,
+        O_SEED,
+        O_WAIT,
+        O_DELAY,
+        O_TIMEOUT,
+        O_OP,
+        O_REDUCE,
+        O_SCALE,
+        O_A_SCALE,
+        O_B_SCALE,
+        O_BIAS
+    };
     static const struct option lo[] = {
         {"rank", required_argument, NULL, 'r'},
         {"world", required_argument, NULL, 'w'},
@@ -665,11 +681,15 @@ static int parse(int argc, char **argv, opts_t *o)
         {"op", required_argument, NULL, O_OP},
         {"reduce", required_argument, NULL, O_REDUCE},
         {"scale", required_argument, NULL, O_SCALE},
+        {"a-scale", required_argument, NULL, O_A_SCALE},
+        {"b-scale", required_argument, NULL, O_B_SCALE},
         {"bias", no_argument, NULL, O_BIAS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     bool have_rank = false, have_world = false;
+    /* --scale, --a-scale, --b-scale as given (-1: not): one side's over both */
+    int scale = -1, a_scale = -1, b_scale = -1;
     int ch;
     uint64_t v;
     while ((ch = getopt_long(argc, argv, "r:w:f:s:m:n:k:d:a:h", lo, NULL)) != -1) {
@@ -690,13 +710,19 @@ static int parse(int argc, char **argv, opts_t *o)
             }
             o->sc.on = ovl_dtype_is_fp8(o->dtype);
             break;
-        case O_SCALE: {
+        case O_SCALE:
+        case O_A_SCALE:
+        case O_B_SCALE: {
             ovl_scale_mode_t mode;
+            const char *name = ch == O_SCALE     ? "--scale"
+                               : ch == O_A_SCALE ? "--a-scale"
+                                                 : "--b-scale";
             if (ovl_scale_mode_parse(optarg, &mode) != OVL_OK) {
-                fprintf(stderr, "ovl-example-two-nodes: --scale '%s': tensor or row\n", optarg);
+                fprintf(stderr, "ovl-example-two-nodes: %s '%s': tensor, row, 1x128 or 128x128\n",
+                        name, optarg);
                 return 2;
             }
-            o->sc.a_mode = o->sc.b_mode = mode;
+            *(ch == O_SCALE ? &scale : ch == O_A_SCALE ? &a_scale : &b_scale) = (int)mode;
             break;
         }
         case O_BIAS:
@@ -788,8 +814,24 @@ static int parse(int argc, char **argv, opts_t *o)
         fprintf(stderr, "ovl-example-two-nodes: -m, -n and -k: 1..%d\n", MAX_DIM);
         return 2;
     }
-    if (!o->sc.on && (o->sc.bias || o->sc.a_mode != OVL_SCALE_ROW)) {
-        fprintf(stderr, "ovl-example-two-nodes: --scale and --bias are for an fp8 --dtype\n");
+    if (!o->sc.on && (o->sc.bias || scale >= 0 || a_scale >= 0 || b_scale >= 0)) {
+        fprintf(stderr, "ovl-example-two-nodes: --scale, --a-scale, --b-scale and --bias are for "
+                        "an fp8 --dtype\n");
+        return 2;
+    }
+    if (scale >= 0)
+        o->sc.a_mode = o->sc.b_mode = (ovl_scale_mode_t)scale;
+    if (a_scale >= 0)
+        o->sc.a_mode = (ovl_scale_mode_t)a_scale;
+    if (b_scale >= 0)
+        o->sc.b_mode = (ovl_scale_mode_t)b_scale;
+    /* the rule libovl and ovld apply (each GEMM's A has m rows in both
+     * kinds), said before any rank joins a job that would wait for it */
+    const char *why = o->sc.on ? ovl_demo_scaled_refusal(&o->sc, o->dtype, o->m, o->n) : NULL;
+    if (why) {
+        fprintf(stderr, "ovl-example-two-nodes: scales %s/%s, -m %" PRIu64 " -n %" PRIu64 ": %s\n",
+                ovl_scale_mode_name(o->sc.a_mode), ovl_scale_mode_name(o->sc.b_mode), o->m, o->n,
+                why);
         return 2;
     }
     return -1; /* go on */

@@ -10,13 +10,22 @@ The cross product is sampled, not walked: dtype pairs e4m3 x e4m3, e5m2 x
 e4m3 and e4m3 x e5m2, outputs bf16, fp16 and fp32, A's and B's scales by
 tensor and by row, with and without bias, rs with sum and avg, chunks that
 do not divide the rows, each value of each axis at least twice per kind;
-every run takes every algorithm of its kind (-a all). These shapes are
+every run takes every algorithm of its kind (-a all). Block scales
+(DeepSeek-V3's: A by 1x128, B by 1x128 or 128x128) have cases of their own
+in both tables: worlds 1 to 3, k a multiple of 128 and not (a last block
+of 1 to 72 columns), n within one 128 x 128 tile and past it, chunks that
+the row granule of 4 rounds (ovld cuts A 1x128's rows in fours: --chunks 3
+of 8 rows gives 2 chunks of 4, of 20 rows 8, 8 and 4), sum and avg. These shapes are
 small: each rank's reference covers every row of its C (the check samples
 rows only past 2^28 multiply-adds per rank). Then: GEMM + reduce-scatter
 with a bias and avg (naive, collective and push; ovld's planner refuses
 ring with words), the check over a sample of rows forced with
---check-rows, ovl-demo's own refusals of the scaled options, and ovld's
-stats counting the ops under their fp8 dtype.
+--check-rows (block scales too: a sample not in fours, which the
+reference pads), ovl-demo's own refusals of the scaled options, the block
+scales' refusals in the words of ovl's rule (A by 128x128, block with tensor
+or row, m or n not in fours), which are ovld's (`ovlctl plan --daemon`
+asks ovld's planner), the plans of block-scaled ops as ovlctl prints them,
+and ovld's stats counting the ops under their fp8 dtype.
 
 The worst relative error seen per output dtype is printed; on the host
 (an fp32 sum) it stays within ovl_demo_tolerance's bounds, fp32's 1e-5
@@ -44,6 +53,14 @@ AG_CASES = [
     (2, "fp8e4m3", "fp8e4m3", "bf16", "tensor", "row", True, (9, 11, 17), ["--chunks", "2"]),
     (3, "fp8e5m2", "fp8e4m3", "fp32", "tensor", "tensor", False, (7, 5, 13), ["--chunks", "3"]),
     (1, "fp8e4m3", "fp8e5m2", "fp16", "tensor", "row", True, (10, 13, 33), []),
+    # block scales: A 1x128 (gathered with its rows), B 1x128 or 128x128
+    (1, "fp8e4m3", "fp8e4m3", "fp32", "1x128", "128x128", True, (8, 136, 300), ["--chunks", "3"]),
+    (2, "fp8e4m3", "fp8e5m2", "bf16", "1x128", "1x128", False, (12, 20, 256),
+     ["--chunks", "2", "--a-out"]),
+    (3, "fp8e5m2", "fp8e4m3", "fp16", "1x128", "128x128", True, (20, 40, 130),
+     ["--chunks", "3", "--streams", "2"]),
+    (2, "fp8e4m3", "fp8e4m3", "fp32", "1x128", "128x128", False, (16, 132, 384), ["--fast-accum"]),
+    (3, "fp8e4m3", "fp8e4m3", "bf16", "1x128", "1x128", True, (4, 8, 172), ["--chunks", "3"]),
 ]
 # (world, A, B, out, A scales, B scales, bias, reduce, (m, n, k), extra)
 RS_CASES = [
@@ -57,6 +74,16 @@ RS_CASES = [
      ["--chunks", "3"]),
     (1, "fp8e4m3", "fp8e5m2", "fp16", "tensor", "row", False, "avg", (9, 11, 6), []),
     (3, "fp8e4m3", "fp8e4m3", "fp16", "row", "row", False, "avg", (7, 5, 13), ["--chunks", "3"]),
+    # block scales: each rank's block of C (m rows) in fours
+    (1, "fp8e4m3", "fp8e4m3", "fp32", "1x128", "128x128", True, "sum", (12, 136, 200),
+     ["--chunks", "2"]),
+    (2, "fp8e5m2", "fp8e4m3", "bf16", "1x128", "1x128", False, "avg", (8, 12, 256),
+     ["--chunks", "3", "--strided"]),
+    (3, "fp8e4m3", "fp8e5m2", "fp16", "1x128", "128x128", True, "sum", (20, 24, 130),
+     ["--chunks", "3", "--streams", "2"]),
+    (2, "fp8e4m3", "fp8e4m3", "fp32", "1x128", "128x128", False, "avg", (16, 140, 384),
+     ["--fast-accum"]),
+    (3, "fp8e4m3", "fp8e4m3", "bf16", "1x128", "1x128", False, "avg", (4, 16, 129), []),
 ]
 # The host's sum is fp32 throughout: its errors stay within
 # ovl_demo_tolerance's bounds, below what ovl-demo accepts of a scaled fp32
@@ -108,9 +135,9 @@ def header(a, b, out, amode, bmode, bias):
 
 
 def test_fp8_ag():
-    """All-gather + GEMM, scaled: A's scales by row (gathered with A's
-    rows) and by tensor (one, every rank's own, which the ranks share), B's
-    by row and by tensor."""
+    """All-gather + GEMM, scaled: A's scales by row and by 1x128 (gathered
+    with A's rows) and by tensor (one, every rank's own, which the ranks
+    share), B's by row, by tensor, by 1x128 and by 128x128."""
     d = Daemon(config="host_devices = 4\n")
     try:
         for i, (world, a, b, out, amode, bmode, bias, shape, extra) in enumerate(AG_CASES):
@@ -132,8 +159,8 @@ def test_fp8_ag():
 
 def test_fp8_rs():
     """GEMM + reduce-scatter, scaled: each rank's partial with its own
-    scales (A's by row: the rows of each rank's block) and bias, summed
-    or averaged."""
+    scales (A's by row and 1x128: the rows of each rank's block) and bias,
+    summed or averaged."""
     d = Daemon(config="host_devices = 4\n")
     try:
         for i, (world, a, b, out, amode, bmode, bias, red, shape, extra) in enumerate(RS_CASES):
@@ -203,6 +230,17 @@ def test_fp8_sampled_rows():
                  "sample-rs3")
         check_rows(p.stdout, RS_ALGOS, "fp32", sampled=True)
         assert rows_checked(p.stdout) == (5, 16), p.stdout
+        # block scales: 7 and 5 rows, not in fours (the double reference
+        # takes A 1x128 in fours: the demo pads the sample with zero rows)
+        blk = scaled_args("fp8e4m3", "fp8e4m3", "fp32", "1x128", "128x128", True)
+        p = demo(d, "ag", 2, (20, 136, 300), blk + ["--chunks", "3", "--check-rows", "7"],
+                 "sample-ag-blk")
+        check_rows(p.stdout, AG_ALGOS, "fp32", sampled=True)
+        assert rows_checked(p.stdout) == (7, 40), p.stdout
+        p = demo(d, "rs", 2, (24, 12, 256), blk + ["--reduce", "sum", "--check-rows", "5"],
+                 "sample-rs-blk")
+        check_rows(p.stdout, RS_ALGOS, "fp32", sampled=True)
+        assert rows_checked(p.stdout) == (5, 24), p.stdout
         assert d.stop() == 0
     finally:
         d.cleanup()
@@ -220,8 +258,10 @@ def test_fp8_demo_refusals():
             (["-d", "fp8e4m3", "--out-dtype", "fp8e5m2"], "--out-dtype: 'fp8e5m2' is not bf16"),
             (["-d", "fp8e4m3", "--b-dtype", "bf16"], "--b-dtype: 'bf16' is not fp8e4m3"),
             (["-d", "fp8e5m2", "--b-dtype", "fp8e5m2"], "fp8e5m2 x fp8e5m2 has no GEMM"),
-            (["-d", "fp8e4m3", "--scale", "col"], "--scale: 'col' is not tensor or row"),
-            (["-d", "fp8e4m3", "--a-scale", "block"], "--a-scale: 'block' is not tensor or row"),
+            (["-d", "fp8e4m3", "--scale", "col"],
+             "--scale: 'col' is not tensor, row, 1x128 or 128x128"),
+            (["-d", "fp8e4m3", "--a-scale", "block"],
+             "--a-scale: 'block' is not tensor, row, 1x128 or 128x128"),
             (["-d", "fp8e4m3", "--more-n", "8"], "takes one B"),
             (["-d", "bf16", "--check-rows", "8"], "--check-rows is a scaled op's"),
             (["-d", "fp8e4m3", "--check-rows", "some"], "--check-rows: 'some' is not a number"),
@@ -234,8 +274,93 @@ def test_fp8_demo_refusals():
     h = subprocess.run([DEMO, "--help"], capture_output=True, text=True, timeout=30)
     assert h.returncode == 0, h
     for opt in ("--b-dtype", "--out-dtype", "--scale", "--a-scale", "--b-scale", "--bias",
-                "--fast-accum", "--check-rows", "--transb is implied", "fp8e4m3"):
+                "--fast-accum", "--check-rows", "--transb is implied", "fp8e4m3", "1x128",
+                "128x128", "DeepSeek-V3's"):
         assert opt in h.stdout, (opt, h.stdout)
+
+
+# Block scales that ovl's rule (common/scaling.c) refuses: (ovl-demo's
+# arguments past -d fp8e4m3, `ovlctl plan`'s for the same op past --dtype
+# fp8e4m3, the rule's words). ovlctl's -m is ag's rows a rank and rs's rows
+# of the sum (world times ovl-demo's).
+BLOCK_REFUSALS = [
+    (["--scale", "128x128"], ["--scale", "128x128"], "A's scales by 128x128 tile: not taken"),
+    (["--a-scale", "128x128", "--b-scale", "1x128"], ["--a-scale", "128x128", "--b-scale", "1x128"],
+     "A's scales by 128x128 tile: not taken"),
+    (["--a-scale", "1x128"], ["--a-scale", "1x128"],
+     "block scales (1x128, 128x128) go with block scales on the other operand"),
+    (["--a-scale", "tensor", "--b-scale", "128x128"],
+     ["--a-scale", "tensor", "--b-scale", "128x128"],
+     "block scales (1x128, 128x128) go with block scales on the other operand"),
+    (["--a-scale", "1x128", "--b-scale", "128x128", "-m", "6"],
+     ["--a-scale", "1x128", "--b-scale", "128x128", "-m", "6"],
+     "A's 1x128 scales need its rows in multiples of 4"),
+    (["--op", "rs", "-w", "2", "--scale", "1x128", "-m", "10"],
+     ["--kind", "gemm_rs", "--scale", "1x128", "-m", "20"],
+     "A's 1x128 scales need its rows in multiples of 4"),
+    (["--scale", "1x128", "-m", "8", "-n", "10"], ["--scale", "1x128", "-m", "8", "-n", "10"],
+     "B's 1x128 scales need n in multiples of 4"),
+]
+
+
+def test_fp8_block_refusals():
+    """Block scales ovl's rule refuses: ovl-demo says so before it connects
+    (exit 2, one line naming the modes, and -m and -n for a shape's
+    refusal) in the rule's words, and they are ovld's: its planner, asked
+    through `ovlctl plan --daemon` for the same op, refuses it with the same
+    sentence. --scale 128x128 (A by tiles too) also names the usual pair."""
+    d = Daemon(config="host_devices = 4\n")
+    try:
+        for demo_args, plan_args, words in BLOCK_REFUSALS:
+            p = subprocess.run([DEMO, "-d", "fp8e4m3", *demo_args], capture_output=True,
+                               text=True, timeout=30,
+                               env=dict(os.environ, OVL_SOCKET="/nonexistent/ovld.sock"))
+            assert p.returncode == 2 and p.stdout == "", (demo_args, p.returncode, p.stdout)
+            assert len(p.stderr.splitlines()) == 1 and words in p.stderr, (demo_args, p.stderr)
+            m = re.match(r"ovl-demo: scales (\S+)/(\S+?)(, -m \d+ -n \d+)?: (.*)$",
+                         p.stderr.strip())
+            assert m, p.stderr
+            why = m.group(4).split(" (--scale sets both sides:")[0]
+            if demo_args[:2] == ["--scale", "128x128"]:
+                assert "(--scale sets both sides: --a-scale 1x128 --b-scale 128x128)" in p.stderr
+            q = d.run([OVLCTL, "plan", "--daemon", "--dtype", "fp8e4m3",
+                       "--world", "2", "--rank", "0", "-m", "16", "-n", "256", "-k", "300",
+                       *plan_args], check=False)
+            assert q.returncode == 1 and "cannot plan: " + why in q.stderr, (
+                plan_args, why, q.stderr)
+        assert d.stop() == 0
+    finally:
+        d.cleanup()
+
+
+def test_fp8_block_plans():
+    """The plans of block-scaled ops as `ovlctl plan` prints them (offline,
+    the planner ovld runs): A's 1x128 scales go with its rows (SA m x
+    ceil(k/128), gathered into SG), B's 128x128 are ceil(n/128) x
+    ceil(k/128), and chunks are cut in fours (--chunks 3 of 20 rows: 8, 8
+    and 4; GEMM + reduce-scatter's blocks likewise)."""
+    q = subprocess.run([OVLCTL, "plan", "--dtype", "fp8e4m3", "--a-scale", "1x128", "--b-scale",
+                        "128x128", "--world", "2", "--rank", "1", "-m", "20", "-n", "256", "-k",
+                        "300", "--algo", "collective", "--chunks", "3"],
+                       capture_output=True, text=True, timeout=30)
+    assert q.returncode == 0, q
+    lines = q.stdout.splitlines()
+    assert "chunks=3 chunk_rows=8 " in lines[0], q.stdout
+    assert lines[1] == ("scaled b_dtype=fp8e4m3 out_dtype=bf16 a_scale=1x128 b_scale=128x128 "
+                        "bias=no fast_accum=no"), q.stdout
+    assert " SA=20x3 SB=2x3 SG=40x3(scratch) " in lines[2], q.stdout
+    gemms = [ln for ln in lines if " GEMM " in ln]
+    assert [g.split()[5] for g in gemms] == ["G[0+8]", "G[8+8]", "G[16+4]"], q.stdout
+    assert all(g.endswith("scaled SG[%s] SB" % g.split()[5][2:-1]) for g in gemms), q.stdout
+    q = subprocess.run([OVLCTL, "plan", "--kind", "gemm_rs", "--dtype", "fp8e4m3", "--scale",
+                        "1x128", "--world", "2", "--rank", "0", "-m", "16", "-n", "12", "-k", "130",
+                        "--algo", "push", "--chunks", "2"],
+                       capture_output=True, text=True, timeout=30)
+    assert q.returncode == 0, q
+    lines = q.stdout.splitlines()
+    assert "chunks=2 chunk_rows=4 " in lines[0], q.stdout
+    assert "a_scale=1x128 b_scale=1x128" in lines[1], q.stdout
+    assert " SA=16x2 SB=12x2 " in lines[2], q.stdout
 
 
 def test_fp8_counted():
@@ -278,7 +403,8 @@ def print_worst():
 
 if __name__ == "__main__":
     try:
-        run_tests([test_fp8_demo_refusals, test_fp8_ag, test_fp8_rs, test_fp8_rs_bias_avg,
-                   test_fp8_sampled_rows, test_fp8_counted])
+        run_tests([test_fp8_demo_refusals, test_fp8_block_refusals, test_fp8_block_plans,
+                   test_fp8_ag, test_fp8_rs, test_fp8_rs_bias_avg, test_fp8_sampled_rows,
+                   test_fp8_counted])
     finally:
         print_worst()
