@@ -24,6 +24,8 @@
 #include "peer.h"
 #include "sdnotify.h"
 #include "stall.h"
+#include "tune.h"
+#include "tunefile.h"
 #include "xfer.h"
 #include "clock.h"
 
@@ -97,6 +99,22 @@ static uint32_t busy(const ovld_t *d)
 }
 
 /* Everything in flight is done (or waited for long enough): close down. */
+/* The measured choices to the state directory, if they changed. */
+static void tune_save(ovld_t *d)
+{
+    if (!d->tune || !ovld_tune_take_dirty(d->tune))
+        return;
+    ovld_tunefile_t f;
+    snprintf(f.path, sizeof(f.path), "%s", d->tune_path);
+    snprintf(f.device, sizeof(f.device), "%s", d->tune_device);
+    (void)ovld_tunefile_save(&f, d->tune);
+}
+
+static void on_tune_timer(uv_timer_t *t)
+{
+    tune_save(t->data);
+}
+
 static void finish_shutdown(ovld_t *d)
 {
     if (d->stopped)
@@ -131,6 +149,9 @@ static void finish_shutdown(ovld_t *d)
     close_handle((uv_handle_t *)&d->drain_timer);
     uv_timer_stop(&d->sd_watchdog);
     close_handle((uv_handle_t *)&d->sd_watchdog);
+    uv_timer_stop(&d->tune_timer);
+    close_handle((uv_handle_t *)&d->tune_timer);
+    tune_save(d);
     ovld_stall_stop(d->stall);
     d->stall = NULL;
     close_handle((uv_handle_t *)&d->sig_term);
@@ -503,6 +524,46 @@ static int open_log_and_detach(const ovld_args_t *a, int *ready_fd)
  * answers no request goes to the log. */
 static const ovld_reporter_t to_log = {.fn = ovld_log_report, .arg = NULL};
 
+/* `auto` that measures (core/tune.h), where tune_samples asks for it and
+ * the backend has a timer: the table, and its file in the state directory
+ * (config state_dir, else systemd's $STATE_DIRECTORY: its first entry).
+ * OVL_OK (measuring off without memory for it, said), or a failure
+ * logged. */
+static ovl_status_t start_tune(ovld_t *d)
+{
+    if (d->cfg.tune_samples == 0 || !d->backend->ops->time_start) {
+        log_debug("auto chooses by the planner's rule (%s)",
+                  d->cfg.tune_samples ? "the backend has no timer" : "tune_samples = 0");
+        return OVL_OK;
+    }
+    d->tune = ovld_tune_create(d->cfg.tune_samples, d->cfg.tune_entries);
+    if (!d->tune) {
+        log_warn("out of memory for the tuning table: auto chooses by the planner's rule");
+        return OVL_OK;
+    }
+    d->jobs.tune = d->tune;
+    ovld_device_info_t dev = {0};
+    if (d->backend->ops->device_count(d->backend) > 0)
+        d->backend->ops->device_info(d->backend, 0, &dev);
+    char dir[OVLD_CONFIG_KEYPATH_MAX] = "", err[512] = "";
+    const char *env = getenv("STATE_DIRECTORY");
+    if (d->cfg.state_dir[0])
+        snprintf(dir, sizeof(dir), "%s", d->cfg.state_dir);
+    else if (env && env[0] == '/')
+        snprintf(dir, sizeof(dir), "%.*s", (int)strcspn(env, ":"), env);
+    ovld_tunefile_t f;
+    if (ovld_tunefile_init(&f, dir, d->backend->ops->name, &dev, err, sizeof(err)) != OVL_OK) {
+        log_error("%s", err);
+        return OVL_ERR_CONFIG;
+    }
+    snprintf(d->tune_path, sizeof(d->tune_path), "%s", f.path);
+    snprintf(d->tune_device, sizeof(d->tune_device), "%s", f.device);
+    (void)ovld_tunefile_load(&f, d->tune);
+    log_debug("auto measures: %u samples per plan, up to %u shapes, kept in %s",
+              d->cfg.tune_samples, d->cfg.tune_entries, f.path[0] ? f.path : "memory only");
+    return OVL_OK;
+}
+
 /* The backend, the executor's pool and the issuing threads (one per
  * device, issuer.h), and the jobs on them. OVL_OK, or a failure logged. */
 static ovl_status_t start_issue(ovld_t *d)
@@ -549,7 +610,7 @@ static ovl_status_t start_issue(ovld_t *d)
     }
     ovld_jobs_init(&d->jobs, d->backend, &d->cfg, &d->counters, d->exec_pool, d->issuer,
                    &d->buffers);
-    return OVL_OK;
+    return start_tune(d);
 }
 
 /* Signals and timers first: a client may connect, and a signal come, as
@@ -566,6 +627,9 @@ static int start_signals(ovld_t *d, uint64_t wd_usec)
         (uerr = uv_signal_start(&d->sig_hup, on_signal, SIGHUP)) != 0 ||
         (uerr = uv_timer_init(d->loop, &d->drain_timer)) != 0 ||
         (uerr = uv_timer_init(d->loop, &d->sd_watchdog)) != 0 ||
+        (uerr = uv_timer_init(d->loop, &d->tune_timer)) != 0 ||
+        (d->tune && d->tune_path[0] &&
+         (uerr = uv_timer_start(&d->tune_timer, on_tune_timer, 1000, 1000)) != 0) ||
         (wd_usec >= 2000 &&
          (uerr = uv_timer_start(&d->sd_watchdog, on_sd_watchdog, 0, wd_usec / 2000)) != 0)) {
         log_error("cannot set up signal and timer handles: %s", uv_strerror(uerr));
@@ -573,6 +637,7 @@ static int start_signals(ovld_t *d, uint64_t wd_usec)
     }
     d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
     d->drain_timer.data = d;
+    d->tune_timer.data = d;
     return 0;
 }
 
@@ -655,6 +720,9 @@ static void run_and_stop(ovld_t *d)
     }
     if (d->self_pidfd >= 0)
         close(d->self_pidfd);
+    d->jobs.tune = NULL;
+    ovld_tune_destroy(d->tune);
+    d->tune = NULL;
     log_info("stopped");
 }
 
@@ -684,8 +752,11 @@ int main(int argc, char **argv)
         return 1;
     }
     uint32_t ndev = d->backend->ops->device_count(d->backend);
-    log_info("ovld %s ready: %s backend, %u device%s, pid %d", OVL_VERSION_STRING,
-             d->backend->ops->name, ndev, ndev == 1 ? "" : "s", (int)getpid());
+    log_info("ovld %s ready: %s backend, %u device%s, pid %d; auto %s", OVL_VERSION_STRING,
+             d->backend->ops->name, ndev, ndev == 1 ? "" : "s", (int)getpid(),
+             !d->tune          ? "chooses by rule"
+             : d->tune_path[0] ? "measures (choices kept in the state directory)"
+                               : "measures (choices kept in memory)");
     char state[256];
     snprintf(state, sizeof(state), "READY=1\nSTATUS=Serving: %s backend, %u devices\nMAINPID=%d",
              d->backend->ops->name, ndev, (int)getpid());

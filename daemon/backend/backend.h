@@ -47,6 +47,7 @@
 typedef struct ovld_device_info {
     uint8_t uuid[OVLD_UUID_LEN];
     char name[96];
+    char driver[32]; /* the driver's version in words ("cuda 13000"; host: "") */
     uint64_t total_memory;
     bool mps; /* CUDA: contexts are shared through MPS */
 } ovld_device_info_t;
@@ -170,9 +171,11 @@ typedef struct ovld_job_net {
 /* End of a job_setup, on the loop thread. */
 typedef void (*ovld_setup_cb)(void *arg, ovl_status_t status, const char *message);
 
-/* Completion of an op on one rank, delivered on the loop thread. */
+/* Completion of an op on one rank, delivered on the loop thread; ns: the
+ * op's device time on the rank, from its time_start to its done (0: the op
+ * was not timed, or the time could not be had). */
 typedef void (*ovld_done_cb)(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
-                             const char *message);
+                             const char *message, uint64_t ns);
 
 typedef struct ovld_backend_ops {
     const char *name;
@@ -282,6 +285,11 @@ typedef struct ovld_backend_ops {
      * all). NULL: streams have no roles and exist when used. */
     ovl_status_t (*set_streams)(ovld_rank_t *r, const ovl_stream_role_t *roles, uint32_t n);
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+    /* Op seq's device time starts here on the stream (issued just after
+     * its wait_ready, on the same stream), and ends at its done, whose
+     * completion reports it (ovld_done_cb's ns). NULL: the backend has no
+     * timer, and `auto` does not measure on it (core/tune.h). */
+    ovl_status_t (*time_start)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
     /* Whether the rank's client has said ready for op seq (what wait_ready
      * waits for, read by the CPU; a released doorbell reads as ready). Any
      * thread, no lock, no driver call: the issuer asks it before it puts

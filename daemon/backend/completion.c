@@ -19,12 +19,13 @@ static void drain(ovld_cq_t *q)
         q->nnomem = 0;
         pthread_mutex_unlock(&q->mu);
         for (uint32_t i = 0; i < k; i++)
-            q->cb(q->arg, cookie[i], seq[i], OVL_ERR_NOMEM, "ovld: out of memory tracking the op");
+            q->cb(q->arg, cookie[i], seq[i], OVL_ERR_NOMEM, "ovld: out of memory tracking the op",
+                  0);
         if (!n && k == 0)
             return;
         while (n) {
             ovld_cq_node_t *next = n->next;
-            q->cb(q->arg, n->cookie, n->seq, n->status, n->message);
+            q->cb(q->arg, n->cookie, n->seq, n->status, n->message, n->ns);
             if (n->release)
                 n->release(n);
             n = next;

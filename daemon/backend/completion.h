@@ -20,6 +20,7 @@ typedef struct ovld_cq_node {
     void *cookie;
     uint64_t seq;
     ovl_status_t status;
+    uint64_t ns; /* the op's device time (ovld_done_cb); 0: not timed */
     char message[256];
     /* called after the callback, to let the producer reclaim the node */
     void (*release)(struct ovld_cq_node *node);

@@ -45,9 +45,13 @@ typedef struct ovld_jobs {
     ovld_exec_pool_t *pool;  /* NULL: every rank is issued from one thread */
     ovld_issuer_t *issuer;   /* NULL: ops are issued on the loop thread (unit tests) */
     ovld_buffers_t *buffers; /* the memory generation (replay); NULL: never changes */
-    struct ovld_job *live;   /* by id, for joining and status */
-    struct ovld_job *dead;   /* ranks all gone, completions outstanding */
-    uint32_t njobs;          /* on live */
+    /* `auto` that measures (tune.h), owned by the caller; NULL: auto
+     * chooses by the rule alone (config tune off, or a backend without a
+     * timer). */
+    struct ovld_tune *tune;
+    struct ovld_job *live; /* by id, for joining and status */
+    struct ovld_job *dead; /* ranks all gone, completions outstanding */
+    uint32_t njobs;        /* on live */
     uint64_t next_comm_id;
 } ovld_jobs_t;
 
@@ -113,7 +117,7 @@ uint32_t ovld_job_running(const ovld_jobs_t *js);
 
 /* The backend's completion callback (arg is the ovld_jobs_t). */
 void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
-                      const char *message);
+                      const char *message, uint64_t ns);
 
 /* ----------------------------------------------------- what callers see */
 

@@ -18,6 +18,7 @@
 #include "kind.h"
 #include "log.h"
 #include "plan.h"
+#include "tune.h"
 #include "xfer.h"
 
 /* What a completion names (the backend's cookie): one rank's part of an op,
@@ -61,7 +62,17 @@ typedef struct ovld_op {
     ovld_cluster_go_t go_params; /* reason not kept (it is in msg) */
     uint32_t first_rank;
     ovl_algo_t ran_algo; /* the algorithm that ran (AUTO resolved) */
-    uint64_t ready_ns;   /* when the last rank's submission came in */
+    /* `auto` that measures (tune.h): what it picked for the op, once (the
+     * queue may resolve an op's parameters more than once), the ticket of
+     * a candidate being timed, and the op's device time so far (the
+     * slowest rank's; a rank without one makes it none). */
+    bool tune_picked, tune_untimed;
+    ovl_algo_t tune_algo;
+    uint32_t tune_chunks;
+    ovl_choice_t tune_chosen;
+    ovld_tune_ticket_t tune;
+    uint64_t tune_ns;
+    uint64_t ready_ns; /* when the last rank's submission came in */
     /* While its issue is on the job's lane (ringing): the item, and what
      * it walks or rings, freed in its callback. */
     ovld_jobs_t *js;
@@ -241,7 +252,7 @@ static bool op_strided(const ovld_job_t *j, const ovld_op_t *op)
 }
 
 /* op's plan parameters, resolved: the one place they are made. */
-static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_t *op,
+static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, ovld_op_t *op,
                       ovl_plan_params_t *pp)
 {
     ovld_kind(op->f.kind)->plan_params(&op->f, j->world, pp);
@@ -259,6 +270,19 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, const ovld_op_
         return;
     }
     ovld_plan_resolve(js->cfg, js->backend->ops->allgather != NULL, pp);
+    /* auto by the rule: measured instead, where a timer is (tune.h) */
+    if (js->tune && js->backend->ops->time_start && pp->chosen == OVL_CHOSEN_RULE) {
+        if (!op->tune_picked) {
+            ovld_tune_pick(js->tune, pp, &op->tune);
+            op->tune_picked = true;
+            op->tune_algo = pp->algo;
+            op->tune_chunks = pp->chunks;
+            op->tune_chosen = pp->chosen;
+        }
+        pp->algo = op->tune_algo;
+        pp->chunks = op->tune_chunks;
+        pp->chosen = op->tune_chosen;
+    }
 }
 
 /* An op of a job across nodes failed here after its go: the other nodes
@@ -350,7 +374,8 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
                               .failing = op_failing,
                               .failing_arg = op,
                               .replay = j->replay,
-                              .mem_gen = js->buffers ? ovld_buffers_generation(js->buffers) : 0},
+                              .mem_gen = js->buffers ? ovld_buffers_generation(js->buffers) : 0,
+                              .timed = op->tune.entry != 0},
                        .cb = op_issued,
                        .arg = op};
     ovld_lane_submit(j->lane, js->backend, js->pool, &op->issue);
@@ -549,10 +574,10 @@ static void op_unlink(ovld_job_t *j, ovld_op_t *op)
 }
 
 static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op,
-                       uint64_t seq, ovl_status_t status, const char *message);
+                       uint64_t seq, ovl_status_t status, const char *message, uint64_t ns);
 
 void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
-                      const char *message)
+                      const char *message, uint64_t ns)
 {
     ovld_jobs_t *js = arg;
     ovld_ticket_t *t = cookie;
@@ -571,14 +596,19 @@ void ovld_job_on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status
      * this function is done with it. (A deregistration that the op's
      * buffers let go is answered by the loop afterwards, not from here.) */
     j->pins++;
-    on_done_op(js, j, m, t->op, seq, status, message);
+    on_done_op(js, j, m, t->op, seq, status, message, ns);
     j->pins--;
     ovld_job_maybe_free(js, j);
 }
 
 static void on_done_op(ovld_jobs_t *js, ovld_job_t *j, ovld_member_t *m, ovld_op_t *op,
-                       uint64_t seq, ovl_status_t status, const char *message)
+                       uint64_t seq, ovl_status_t status, const char *message, uint64_t ns)
 {
+    /* the op's device time: its slowest rank's, none if a rank has none */
+    if (ns == 0)
+        op->tune_untimed = true;
+    else if (ns > op->tune_ns)
+        op->tune_ns = ns;
     if (status != OVL_OK && !op->rung_failed && op->ringing) {
         /* Delivered at once, while the op is still being rung: the ringer
          * (op_run) records and logs it when it is done. */
@@ -612,6 +642,9 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
+    if (op->tune.entry)
+        ovld_tune_record(js->tune, op->tune,
+                         op->st == OVL_OK && !op->tune_untimed ? op->tune_ns : 0);
     if (!op->refusal) { /* a refusal was counted as an error when it was made */
         const ovld_kind_t *kind = ovld_kind(op->f.kind); /* NULL: a failed op's */
         ovld_op_count_t n =

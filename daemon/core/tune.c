@@ -88,6 +88,11 @@ static ovl_plan_params_t key_of(const ovl_plan_params_t *p)
     k.streams = 0;
     k.rank = 0;
     k.node_of = NULL;
+    /* one B is nb 0 or 1 alike, and a B past nb has no n */
+    if (k.nb <= 1)
+        k.nb = 0;
+    for (uint32_t i = k.nb ? k.nb - 1 : 0; i + 1 < OVL_PLAN_MAX_BS; i++)
+        k.n_more[i] = 0;
     return k;
 }
 
@@ -239,6 +244,20 @@ void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *r
         *ret = (ovld_tune_ticket_t){.entry = e->id, .cand = c};
         return;
     }
+}
+
+bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp)
+{
+    if (!t || pp->chosen != OVL_CHOSEN_RULE || pp->node_of)
+        return false;
+    ovl_plan_params_t k = key_of(pp);
+    const entry_t *e = find((ovld_tune_t *)t, &k, key_hash(&k));
+    if (!e || e->chosen < 0)
+        return false;
+    pp->algo = e->cand[e->chosen].algo;
+    pp->chunks = e->cand[e->chosen].chunks;
+    pp->chosen = OVL_CHOSEN_MEASURED;
+    return true;
 }
 
 void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, uint64_t ns)

@@ -59,6 +59,11 @@ void ovld_tune_destroy(ovld_tune_t *t); /* accepts NULL */
  */
 void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret);
 
+/* What ovld_tune_pick would run for pp where its key is chosen (pp's algo
+ * and chunks, chosen OVL_CHOSEN_MEASURED; true), without measuring or
+ * adding anything (a Plan request's answer); false: pp left as it is. */
+bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp);
+
 /* The device time of an op that ran tk's candidate (ns > 0), or that it
  * came to nothing (ns 0: failed, or not timed). A ticket of an entry gone
  * meanwhile (evicted, cleared) is ignored. */

@@ -73,7 +73,10 @@ static ovl_status_t issue(ovld_backend_t *b, const ovld_exec_op_t *op, uint32_t 
     why[0] = '\0';
     switch (in->kind) {
     case OVL_I_WAIT_READY:
-        return ops->wait_ready(x->rank, in->stream, op->seq);
+        st = ops->wait_ready(x->rank, in->stream, op->seq);
+        if (st == OVL_OK && op->timed && ops->time_start)
+            st = ops->time_start(x->rank, in->stream, op->seq);
+        return st;
     case OVL_I_RECORD:
         return ops->record(x->rank, in->stream, in->event);
     case OVL_I_WAIT:
@@ -921,8 +924,8 @@ out:
  * nor NCCL calls, DONE on stream 0. */
 static bool replay_fits(ovld_backend_t *b, const ovld_exec_op_t *op)
 {
-    if (!op->replay || !b->ops->graph_capture || !b->ops->graph_end || !b->ops->graph_run ||
-        !b->ops->graph_free)
+    if (!op->replay || op->timed || !b->ops->graph_capture || !b->ops->graph_end ||
+        !b->ops->graph_run || !b->ops->graph_free)
         return false;
     for (uint32_t r = 0; r < op->world; r++) {
         const ovl_plan_t *p = op->ranks[r].plan;

@@ -73,6 +73,10 @@ typedef struct ovld_exec_op {
      * its wait and done are graph_run's (backend.h), not the body's. */
     ovld_replay_t *replay;
     uint64_t mem_gen;
+    /* Time the op on the device (`auto` measuring it, core/tune.h): a
+     * time_start just after each rank's WAIT_READY, where the backend has
+     * one; such an op is issued call by call, never replayed. */
+    bool timed;
 } ovld_exec_op_t;
 
 /* The threads that issue ranks in parallel: made as needed (one per rank

@@ -29,6 +29,7 @@
 #include "ovl.pb-c.h"
 #include "peer.h"
 #include "plan.h"
+#include "tune.h"
 #include "reply.h"
 #include "request.h"
 #include "text.h"
@@ -618,6 +619,8 @@ static void on_plan(ovld_conn_t *c, uint64_t id, const Ovl__PlanRequest *q)
         ovld_reply_error(c, id, pst, "cannot plan: %s", why);
         return;
     }
+    /* auto's measured choice where it has one: what an op would run */
+    (void)ovld_tune_peek(c->d->tune, &p);
     /* a shape it cannot plan is refused below */
     ovl_plan_t plan;
     ovl_status_t st = ovl_plan_build(&p, &plan);

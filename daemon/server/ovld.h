@@ -79,7 +79,14 @@ typedef struct ovld {
 
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;
-    uv_timer_t sd_watchdog;   /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    uv_timer_t sd_watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    /* `auto` that measures (core/tune.h; NULL: off), its file in the state
+     * directory (main.c's tunefile.h) and the timer that writes it when
+     * choices change */
+    struct ovld_tune *tune;
+    char tune_path[PATH_MAX]; /* "": kept nowhere */
+    char tune_device[192];
+    uv_timer_t tune_timer;
     struct ovld_stall *stall; /* reports a blocked loop with its stack */
     uint64_t drain_deadline;  /* loop time (ms) */
     bool stopping;

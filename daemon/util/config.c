@@ -99,6 +99,9 @@ static const key_spec_t keys[] = {
     {"default_streams", V_UINT, FIELD(default_streams), 0, OVL_PLAN_MAX_STREAMS},
     {"replay_cache", V_UINT, FIELD(replay_cache), 0, 256},
     {"capture_streams", V_UINT, FIELD(capture_streams), 0, OVL_PLAN_MAX_STREAMS},
+    {"tune_samples", V_UINT, FIELD(tune_samples), 0, 64},
+    {"tune_entries", V_UINT, FIELD(tune_entries), 1, 65536},
+    {"state_dir", V_PATH, FIELD(state_dir), 0, 0},
     {"allgather", V_ALLGATHER, FIELD(allgather), 0, 0},
     {"peer_listen", V_ADDR, FIELD(peer_listen), 0, 0},
     {"peer_advertise", V_ADDR, FIELD(peer_advertise), 0, 0},
@@ -156,6 +159,8 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->default_streams = 0;
     cfg->replay_cache = 16;
     cfg->capture_streams = 8;
+    cfg->tune_samples = 5;
+    cfg->tune_entries = 1024;
     cfg->allgather = OVL_AG_AUTO;
     cfg->peer_timeout_ms = 2000;
 }

@@ -83,6 +83,15 @@ typedef struct ovld_config {
      * of its ranks share, 0 (each rank's own) or 1..8 (default 8). Read at
      * start only. */
     uint32_t capture_streams;
+    /* `auto` that measures (docs/config.md; daemon/core/tune.h). Read at
+     * start only. tune_samples: times kept per candidate, 0 (measuring
+     * off: the rule alone)..64, default 5; tune_entries: shapes kept,
+     * 1..65536, default 1024; state_dir: where the measured choices are
+     * kept across restarts (an absolute path; "" (the default): systemd's
+     * $STATE_DIRECTORY if set, else nowhere). */
+    uint32_t tune_samples;
+    uint32_t tune_entries;
+    char state_dir[OVLD_CONFIG_KEYPATH_MAX];
     /* Jobs across nodes (docs/multinode.md). Read at start only. */
     char peer_listen[OVLD_ADDR_TEXT_MAX];    /* peer_listen: ADDRESS:PORT, "" = off (default) */
     char peer_advertise[OVLD_ADDR_TEXT_MAX]; /* peer_advertise: ADDRESS:PORT, "" = peer_listen */

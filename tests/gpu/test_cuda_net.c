@@ -96,9 +96,11 @@ static void on_report(void *arg, ovld_report_level_t level, const char *msg)
     fprintf(stderr, "rank %d: backend report (%d): %s\n", g_rank, (int)level, msg);
 }
 
-static void on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message)
+static void on_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message,
+                    uint64_t ns)
 {
     ctx_t *c = arg;
+    (void)ns;
     (void)cookie;
     c->ndone++;
     c->done_seq = seq;

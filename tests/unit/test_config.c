@@ -49,6 +49,9 @@ static const char *const all_keys[] = {
     "default_streams",
     "replay_cache",
     "capture_streams",
+    "tune_samples",
+    "tune_entries",
+    "state_dir",
     "allgather",
     "max_connections_per_uid",
     "max_jobs_per_uid",
@@ -72,7 +75,7 @@ static bool default_unset(const char *key)
 {
     return strcmp(key, "socket_group") == 0 || strcmp(key, "peer_listen") == 0 ||
            strcmp(key, "peer_advertise") == 0 || strcmp(key, "peer_key_file") == 0 ||
-           strcmp(key, "peer_allow") == 0;
+           strcmp(key, "peer_allow") == 0 || strcmp(key, "state_dir") == 0;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -106,6 +109,9 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->default_streams, b->default_streams);
     assert_int_equal(a->replay_cache, b->replay_cache);
     assert_int_equal(a->capture_streams, b->capture_streams);
+    assert_int_equal(a->tune_samples, b->tune_samples);
+    assert_int_equal(a->tune_entries, b->tune_entries);
+    assert_string_equal(a->state_dir, b->state_dir);
     assert_int_equal(a->allgather, b->allgather);
     assert_string_equal(a->peer_listen, b->peer_listen);
     assert_string_equal(a->peer_advertise, b->peer_advertise);
@@ -234,6 +240,9 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.default_algo, OVL_ALGO_AUTO);
     assert_int_equal(cfg.default_chunks, 0);
     assert_int_equal(cfg.default_streams, 0);
+    assert_int_equal(cfg.tune_samples, 5);
+    assert_int_equal(cfg.tune_entries, 1024);
+    assert_string_equal(cfg.state_dir, "");
     assert_int_equal(cfg.replay_cache, 16);
     assert_int_equal(cfg.capture_streams, 8);
     assert_int_equal(cfg.allgather, OVL_AG_AUTO);
@@ -680,6 +689,10 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->replay_cache;
     if (strcmp(key, "capture_streams") == 0)
         return cfg->capture_streams;
+    if (strcmp(key, "tune_samples") == 0)
+        return cfg->tune_samples;
+    if (strcmp(key, "tune_entries") == 0)
+        return cfg->tune_entries;
     if (strcmp(key, "hold_limit_ms") == 0)
         return cfg->hold_limit_ms;
     if (strcmp(key, "gate_spin_ms") == 0)
@@ -747,6 +760,13 @@ static void test_integer_ranges(void **state)
         {"capture_streams", "1", true, 1},
         {"capture_streams", "8", true, 8},
         {"capture_streams", "9", false, 0},
+        {"tune_samples", "0", true, 0},
+        {"tune_samples", "64", true, 64},
+        {"tune_samples", "65", false, 0},
+        {"tune_entries", "0", false, 0},
+        {"tune_entries", "1", true, 1},
+        {"tune_entries", "65536", true, 65536},
+        {"tune_entries", "65537", false, 0},
         {"hold_limit_ms", "0", true, 0},
         {"hold_limit_ms", "3600000", true, 3600000},
         {"hold_limit_ms", "3600001", false, 0},
@@ -809,7 +829,8 @@ static void test_integer_syntax(void **state)
         "default_streams",   "replay_cache",      "max_connections_per_uid",
         "max_jobs_per_uid",  "max_ranks_per_uid", "max_registrations_per_uid",
         "hello_timeout_ms",  "capture_streams",   "hold_limit_ms",
-        "gate_spin_ms",      "peer_timeout_ms"};
+        "gate_spin_ms",      "peer_timeout_ms",   "tune_samples",
+        "tune_entries"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");

@@ -1201,12 +1201,14 @@ typedef struct host_dones {
     uint32_t n;
     ovl_status_t st[HMAX];
     char msg[HMAX][200];
+    uint64_t ns[HMAX]; /* the device times the backend reported (timed ops) */
 } host_dones_t;
 
 static void host_done_cb(void *arg, void *cookie, uint64_t seq, ovl_status_t status,
-                         const char *message)
+                         const char *message, uint64_t ns)
 {
     host_dones_t *h = arg;
+    h->ns[(uintptr_t)cookie - 1 < HMAX ? (uintptr_t)cookie - 1 : 0] = ns;
     uint32_t r = (uint32_t)((uintptr_t)cookie - 1);
     (void)seq;
     assert_true(r < HMAX);

@@ -37,6 +37,7 @@
 #include "buffers.h"
 #include "config.h"
 #include "job.h"
+#include "tune.h"
 #include "log.h"
 #include "registry.h"
 #include "stats.h"
@@ -70,9 +71,14 @@ typedef struct done_rec {
     char msg[256];
     void *cookie;
     bool delivered;
+    uint64_t ns; /* the device time it reports (a timed op's) */
 } done_rec_t;
 
 static struct mock {
+    /* timing (time_start): the op being timed, and the copies and
+     * all-gathers issued since its start (what its time is made of) */
+    uint64_t timed_seq;
+    int time_starts, copies_timed, allgathers_timed;
     struct ovld_rank *made[MAXMADE];
     int nmade, nlive;
     ovl_status_t create_status; /* rank_create fails with it (and create_errno) */
@@ -350,6 +356,7 @@ static ovl_status_t m_allgather(ovld_backend_t *b, ovl_ag_method_t method, ovld_
     (void)stride;
     for (uint32_t i = 0; i < nparts; i++)
         assert_int_equal(parts[i].rank->rank, i); /* in rank order */
+    M.allgathers_timed++;
     return prim(P_ALLGATHER, NULL);
 }
 
@@ -362,7 +369,20 @@ static ovl_status_t m_copy(ovld_rank_t *r, uint32_t s, ovld_view_t dst, ovld_vie
     (void)rows;
     (void)cols;
     (void)elem;
+    M.copies_timed++;
     return prim(P_COPY, r);
+}
+
+static ovl_status_t m_time_start(ovld_rank_t *r, uint32_t s, uint64_t seq)
+{
+    (void)r;
+    (void)s;
+    M.time_starts++;
+    if (M.timed_seq != seq) {
+        M.timed_seq = seq;
+        M.copies_timed = M.allgathers_timed = 0;
+    }
+    return OVL_OK;
 }
 
 static ovl_status_t m_gemm(ovld_rank_t *r, uint32_t s, const ovld_gemm_args_t *g)
@@ -389,6 +409,9 @@ static void m_done(ovld_rank_t *r, uint32_t s, uint64_t seq, ovl_status_t status
         fail_msg("more than %d rings", MAXDONE);
     done_rec_t *d = &M.dones[M.ndone++];
     *d = (done_rec_t){.r = r, .stream = s, .seq = seq, .status = status, .cookie = cookie};
+    /* a timed op's device time: plans that copy are made fast here */
+    if (M.timed_seq == seq)
+        d->ns = M.copies_timed ? 100 + M.copies_timed : 900 + M.allgathers_timed;
     d->has_msg = message != NULL;
     snprintf(d->msg, sizeof(d->msg), "%s", message ? message : "");
     if (trace)
@@ -417,6 +440,7 @@ static const ovld_backend_ops_t mock_ops_full = {
     .rank_scratch = m_rank_scratch,
     .reserve_events = m_reserve_events,
     .wait_ready = m_wait_ready,
+    .time_start = m_time_start,
     .record = m_record,
     .wait = m_wait,
     .allgather = m_allgather,
@@ -440,7 +464,7 @@ static void deliver_as(int i, ovl_status_t st, const char *msg)
     if (d->delivered)
         fail_msg("ring %d delivered twice", i);
     d->delivered = true;
-    ovld_job_on_done(&F.jobs, d->cookie, d->seq, st, msg);
+    ovld_job_on_done(&F.jobs, d->cookie, d->seq, st, msg, d->ns);
 }
 
 static void deliver(int i)
@@ -2310,6 +2334,97 @@ static void test_plan_resolve(void **state)
     finish();
 }
 
+/* ------------------------------------------------------ auto that measures */
+
+/* Ops that say auto, with the tuning table on: the first ones run the
+ * candidates in turn, timed (time_start after each rank's WAIT_READY, the
+ * op's time its slowest rank's), then the fastest for every later op; ops
+ * that name an algorithm are neither measured nor timed. The mock makes
+ * plans that copy (ring) fastest. */
+static void test_auto_measures(void **state)
+{
+    (void)state;
+    ovld_tune_t *t = ovld_tune_create(1, 8);
+    assert_non_null(t);
+    F.jobs.tune = t;
+    ready2();
+    opspec_t s = base();
+    s.algo = OVL_ALGO_AUTO;
+    ovl_plan_params_t key = {.kind = OVL_OP_AG_GEMM,
+                             .world = 2,
+                             .m = 4,
+                             .n = 4,
+                             .k = 4,
+                             .dtype = OVL_DTYPE_FP32,
+                             .want_gathered = true,
+                             .allgather = F.cfg.allgather};
+    ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
+    uint32_t ncand = ovl_plan_candidates(&key, cand);
+    assert_true(ncand >= 3);
+    /* a warm-up and one sample each, one op at a time */
+    uint64_t seq = 1;
+    for (uint32_t i = 0; i < 2 * ncand; i++, seq++) {
+        int starts = M.time_starts;
+        submit2(seq, s);
+        assert_int_equal(M.time_starts, starts + 2); /* each rank's */
+        deliver_all();
+    }
+    assert_int_equal(ovld_tune_chosen(t), 1);
+    char text[2048];
+    ovld_tune_format(t, "mock", text, sizeof(text));
+    assert_non_null(strstr(text, "chose=ring/"));
+    /* from now on ring, untimed */
+    uint64_t rings = ops_ok(OVL_ALGO_RING, OVL_DTYPE_FP32);
+    int starts = M.time_starts;
+    for (int i = 0; i < 3; i++, seq++) {
+        submit2(seq, s);
+        deliver_all();
+    }
+    assert_int_equal(M.time_starts, starts);
+    assert_int_equal(ops_ok(OVL_ALGO_RING, OVL_DTYPE_FP32), rings + 3);
+    /* an op that names its algorithm: as named, untimed */
+    opspec_t named = s;
+    named.algo = OVL_ALGO_NAIVE;
+    uint64_t naive = ops_ok(OVL_ALGO_NAIVE, OVL_DTYPE_FP32);
+    submit2(seq++, named);
+    deliver_all();
+    assert_int_equal(M.time_starts, starts);
+    assert_int_equal(ops_ok(OVL_ALGO_NAIVE, OVL_DTYPE_FP32), naive + 1);
+    finish();
+    F.jobs.tune = NULL;
+    ovld_tune_destroy(t);
+}
+
+/* A timed op that fails counts nothing for its candidate but a failure;
+ * ops in flight together each carry their own candidate. */
+static void test_auto_measures_failures(void **state)
+{
+    (void)state;
+    ovld_tune_t *t = ovld_tune_create(1, 8);
+    F.jobs.tune = t;
+    ready2();
+    opspec_t s = base();
+    s.algo = OVL_ALGO_AUTO;
+    /* two ops in flight, completions back in reverse */
+    submit2(1, s);
+    submit2(2, s);
+    int n = M.ndone;
+    for (int i = n; i-- > 0;)
+        deliver(i);
+    /* op 3 fails on rank 1: its time is none */
+    submit2(3, s);
+    assert_true(M.ndone >= n + 2);
+    deliver_as(M.ndone - 1, OVL_ERR_BACKEND, "mock: failed on the device");
+    deliver_all();
+    char text[2048];
+    ovld_tune_format(t, "mock", text, sizeof(text));
+    assert_non_null(strstr(text, " measuring"));
+    assert_int_equal(ovld_tune_chosen(t), 0);
+    finish();
+    F.jobs.tune = NULL;
+    ovld_tune_destroy(t);
+}
+
 /* --------------------------------------------- completions under the call */
 
 /* A backend that completes under its done call (out of memory for the
@@ -2390,6 +2505,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fail_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_jobs_foreach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_resolve, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_measures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_measures_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completions_at_once, setup, teardown),
     };
     return cmocka_run_group_tests_name("job", tests, NULL, NULL);

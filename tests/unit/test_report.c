@@ -309,8 +309,10 @@ static void test_exec_slow_issue_reported(void **state)
 
 /* --------------------------------------- the host backend's failures */
 
-static void no_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message)
+static void no_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message,
+                    uint64_t ns)
 {
+    (void)ns;
     (void)arg;
     (void)cookie;
     (void)seq;

@@ -165,9 +165,22 @@ static void test_protocol(void **state)
         assert_int_equal(q.chunks, want.chunks);
         assert_int_equal(tk.entry, 0);
     }
-    /* another rank, or the rule's algo already in: the same key */
+    /* a Plan request's look: the choice, nothing measured or added */
+    ovl_plan_params_t pk = p;
+    assert_true(ovld_tune_peek(t, &pk));
+    assert_int_equal(pk.chosen, OVL_CHOSEN_MEASURED);
+    assert_int_equal(pk.algo, want.algo);
+    ovl_plan_params_t other = by_rule(ag(2, 1024, 4096, 1024));
+    assert_false(ovld_tune_peek(t, &other));
+    assert_int_equal(other.chosen, OVL_CHOSEN_RULE);
+    assert_int_equal(ovld_tune_size(t), 1);
+    /* another rank, or one B said as nb 1: the same key */
     ovl_plan_params_t r = p;
     ovld_tune_ticket_t tk;
+    r.nb = 1;
+    ovld_tune_pick(t, &r, &tk);
+    assert_int_equal(r.chosen, OVL_CHOSEN_MEASURED);
+    r = p;
     r.rank = 1;
     ovld_tune_pick(t, &r, &tk);
     assert_int_equal(r.chosen, OVL_CHOSEN_MEASURED);
@@ -333,6 +346,7 @@ static void test_left_alone(void **state)
     assert_memory_equal(&q, &p, sizeof(p));
     assert_int_equal(tk.entry, 0);
     assert_int_equal(ovld_tune_size(t), 0);
+    assert_false(ovld_tune_peek(t, &q));
     ovld_tune_pick(NULL, &q, &tk); /* no table: the rule's */
     assert_int_equal(tk.entry, 0);
     ovld_tune_destroy(t);

@@ -637,9 +637,11 @@ typedef struct hside {
     float a[HW][HM * HK], bm[HW][HK * HN], c[HW][HW * HM * HN];
 } hside_t;
 
-static void h_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message)
+static void h_done(void *arg, void *cookie, uint64_t seq, ovl_status_t status, const char *message,
+                   uint64_t ns)
 {
     hside_t *h = arg;
+    (void)ns;
     uint32_t r = (uint32_t)((uintptr_t)cookie - 1);
     (void)seq;
     assert_true(r < HW);

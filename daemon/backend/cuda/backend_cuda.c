@@ -127,6 +127,7 @@ static const ovld_backend_ops_t cuda_ops = {
     .job_teardown = cuda_job_teardown,
     .rank_scratch = cuda_rank_scratch,
     .wait_ready = cuda_wait_ready,
+    .time_start = cuda_time_start,
     .ready_seen = cuda_ready_seen,
     .record = cuda_record,
     .wait = cuda_wait,
@@ -223,6 +224,9 @@ ovl_status_t ovld_backend_cuda_create(uv_loop_t *loop, const ovld_config_t *cfg,
         memcpy(dev->info.uuid, prop.uuid.bytes, OVLD_UUID_LEN);
         snprintf(dev->info.name, sizeof(dev->info.name), "%s", prop.name);
         dev->info.total_memory = prop.totalGlobalMem;
+        int drv = 0;
+        if (cudaDriverGetVersion(&drv) == cudaSuccess)
+            snprintf(dev->info.driver, sizeof(dev->info.driver), "cuda %d", drv);
         int mps = 0;
         if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, i) != cudaSuccess)
             mps = 0;

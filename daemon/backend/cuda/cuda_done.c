@@ -136,6 +136,8 @@ static cuda_done_t *done_get(struct ovld_rank *r, const uint64_t *counter, void 
     d->rank = r;
     d->counter = counter;
     d->ev = NULL;
+    d->timer = 0;
+    d->node.ns = 0;
     d->issued_ns = now;
     atomic_init(&d->state, 0);
     d->warned = false;
@@ -193,7 +195,7 @@ static void poke_poller(cuda_backend_t *cb)
  * just before): then only the event and the tracking. */
 static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                  void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
-                 const char *message, const char *gpu_why, bool rung)
+                 const char *message, const char *gpu_why, bool rung, uint32_t timer)
 {
     cuda_backend_t *cb = o->cb;
     CUstreamBatchMemOpParams ops[4 * CUDA_RING_RANKS + 1];
@@ -254,6 +256,7 @@ static void ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                 atomic_fetch_add(&ev->refs, 1);
                 d->ev = ev;
             }
+            d->timer = n == 1 ? timer : 0;
             pthread_mutex_lock(&r->mu);
             d->next = r->inflight;
             if (r->inflight)
@@ -272,13 +275,13 @@ void cuda_done_ring(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ran
                     void *const *cookies, uint32_t n, uint64_t seq, ovl_status_t status,
                     const char *message)
 {
-    ring(o, s, ranks, cookies, n, seq, status, message, NULL, false);
+    ring(o, s, ranks, cookies, n, seq, status, message, NULL, false, 0);
 }
 
 void cuda_done_track(struct ovld_rank *o, cudaStream_t s, ovld_rank_t *const *ranks,
                      void *const *cookies, uint32_t n, uint64_t seq)
 {
-    ring(o, s, ranks, cookies, n, seq, OVL_OK, NULL, NULL, true);
+    ring(o, s, ranks, cookies, n, seq, OVL_OK, NULL, NULL, true, 0);
 }
 
 void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,
@@ -300,7 +303,26 @@ void cuda_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t statu
     }
     char why[sizeof(cuda_last_err)];
     snprintf(why, sizeof(why), "%s", cuda_last_err);
-    ring(r, s, &r, &cookie, 1, seq, status, message, nodev ? why : NULL, false);
+    /* a timed op's end, before the batch: complete once its counter is */
+    uint32_t slot = (uint32_t)(seq % CUDA_TIMERS), timer = 0;
+    if (!nodev && s && r->t_seq[slot] == seq && cudaEventRecord(r->t_end[slot], s) == cudaSuccess)
+        timer = slot + 1;
+    if (r->t_seq[slot] == seq)
+        r->t_seq[slot] = 0;
+    ring(r, s, &r, &cookie, 1, seq, status, message, nodev ? why : NULL, false, timer);
+}
+
+/* A timed op's device time, in ns (0: none to be had), asked once its
+ * counter shows the end event complete (poller thread). */
+static uint64_t timer_ns(cuda_done_t *d)
+{
+    struct ovld_rank *r = d->rank;
+    uint32_t slot = d->timer - 1;
+    float ms = 0.0f;
+    if (cudaSetDevice(r->dev->ordinal) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, r->t_start[slot], r->t_end[slot]) != cudaSuccess || !(ms > 0.0f))
+        return 0;
+    return (uint64_t)((double)ms * 1e6);
 }
 
 /* ------------------------------------------------------------- poller */
@@ -334,6 +356,8 @@ static uint32_t poll_once(cuda_backend_t *cb, uint32_t *ret_waiting)
             cuda_done_t *d = ready[--n];
             int expect = 0;
             if (atomic_compare_exchange_strong(&d->state, &expect, 1)) {
+                if (d->timer)
+                    d->node.ns = timer_ns(d);
                 ovld_cq_push(&cb->cq, &d->node);
                 delivered++;
             }

@@ -67,6 +67,9 @@ typedef struct cuda_seq_ring {
 /* The event a done batch records behind itself, which the watchdog asks
  * whether the stream died: one for every completion of the batch (all
  * ranks of a replayed op), back to home's pool with the last of them. */
+/* Timed ops of a rank at once (more than ever issued together). */
+#define CUDA_TIMERS 8
+
 typedef struct cuda_done_ev {
     cudaEvent_t ev;
     struct ovld_rank *home; /* the ringing stream's rank: events belong to a device */
@@ -85,6 +88,7 @@ typedef struct cuda_done {
      * there, and the executor's failures ring there), in op order. */
     const uint64_t *counter;
     cuda_done_ev_t *ev; /* NULL: none could be recorded */
+    uint32_t timer;     /* 1 + the rank's timer slot of a timed op; 0: none */
     uint64_t issued_ns;
     _Atomic int state; /* 0 waiting, 1 pushed by the poller, 2 by the watchdog */
     bool warned;       /* reported as slow (loop thread) */
@@ -149,6 +153,12 @@ struct ovld_rank {
     void *workspace[CUDA_WORKSPACES];
     cudaEvent_t *events;
     uint32_t nevents;
+    /* Timed ops (cuda_time_start): slot seq % CUDA_TIMERS's start and end
+     * events (made with timing at first use) and the op that owns the
+     * slot (0: none); the issuing thread's, read back by the poller once
+     * the op's counter shows its end event complete. */
+    cudaEvent_t t_start[CUDA_TIMERS], t_end[CUDA_TIMERS];
+    uint64_t t_seq[CUDA_TIMERS];
     /* The doorbell: a memfd page mapped by both processes and registered
      * with CUDA in both, so that stream memory operations reach it. The
      * streams' waits are on its slots (the client's stream writes ready
@@ -340,6 +350,7 @@ static inline cudaStream_t cuda_captured_stream(const struct ovld_rank *r, uint3
  * cuda_set_streams was given), or NULL with words in cuda_last_err. */
 cudaStream_t cuda_stream(struct ovld_rank *r, uint32_t stream);
 ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+ovl_status_t cuda_time_start(ovld_rank_t *r, uint32_t stream, uint64_t seq);
 bool cuda_ready_seen(ovld_rank_t *r, uint64_t seq);
 ovl_status_t cuda_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t cuda_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);

@@ -56,6 +56,12 @@ void cuda_rank_free_resources(struct ovld_rank *r)
                 FREE_TRY(cudaFree(r->workspace[i]));
         for (uint32_t i = 0; i < r->nevents; i++)
             FREE_TRY(cudaEventDestroy(r->events[i]));
+        for (uint32_t i = 0; i < CUDA_TIMERS; i++) {
+            if (r->t_start[i])
+                FREE_TRY(cudaEventDestroy(r->t_start[i]));
+            if (r->t_end[i])
+                FREE_TRY(cudaEventDestroy(r->t_end[i]));
+        }
         if (r->chain_ev)
             FREE_TRY(cudaEventDestroy(r->chain_ev));
         if (r->join_ev)
@@ -513,6 +519,23 @@ ovl_status_t cuda_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
                          (CUstream)s, (CUdeviceptr)&r->db_dev->ready_slot[seq % OVL_READY_SLOTS],
                          seq, CU_STREAM_WAIT_VALUE_GEQ),
                      "cuStreamWaitValue64 (doorbell ready)");
+}
+
+ovl_status_t cuda_time_start(ovld_rank_t *r, uint32_t stream, uint64_t seq)
+{
+    USE_DEVICE(r);
+    cudaStream_t s;
+    GET_STREAM(r, stream, s);
+    uint32_t slot = (uint32_t)(seq % CUDA_TIMERS);
+    /* events with timing (the done path's have none), made once a slot */
+    if (!r->t_start[slot])
+        CUDA_TRY(r->cb, cudaEventCreate(&r->t_start[slot]), "timer");
+    if (!r->t_end[slot])
+        CUDA_TRY(r->cb, cudaEventCreate(&r->t_end[slot]), "timer");
+    r->t_seq[slot] = 0;
+    CUDA_TRY(r->cb, cudaEventRecord(r->t_start[slot], s), "timer");
+    r->t_seq[slot] = seq;
+    return OVL_OK;
 }
 
 bool cuda_ready_seen(ovld_rank_t *r, uint64_t seq)

@@ -230,6 +230,7 @@ static const ovld_backend_ops_t host_ops = {
     .reserve_events = host_reserve_events,
     .set_streams = host_set_streams,
     .wait_ready = host_wait_ready,
+    .time_start = host_time_start,
     .record = host_record,
     .wait = host_wait,
     .allgather = host_allgather,

@@ -48,6 +48,7 @@ typedef enum work_kind {
     W_RUN, /* work of another file (host_coll.c): its run says what */
     W_GEMM,
     W_SLEEP,
+    W_TIME, /* an op's device time starts: its seq */
     W_DONE,
     W_STOP,
 } work_kind_t;
@@ -108,6 +109,9 @@ struct ovld_rank {
     struct host_work *reserve;
     host_event_t *ev_blocks[EV_MAX_BLOCKS];
     struct ovl_doorbell *db;
+    /* The op being timed (host_time_start): its seq and the clock when its
+     * W_TIME ran; read by its W_DONE (stream threads). */
+    _Atomic uint64_t time_seq, time_t0;
     struct ovl_doorbell_own db_own; /* what the client cannot write; rung under err_mu */
     int db_fd;
     void *scratch;
@@ -186,6 +190,7 @@ ovl_status_t host_record(ovld_rank_t *r, uint32_t stream, uint32_t event);
 ovl_status_t host_wait(ovld_rank_t *r, uint32_t stream, ovld_rank_t *owner, uint32_t event);
 /* host_rank.c: the other work on a rank's streams */
 ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq);
+ovl_status_t host_time_start(ovld_rank_t *r, uint32_t stream, uint64_t seq);
 ovl_status_t host_gemm(ovld_rank_t *r, uint32_t stream, const ovld_gemm_args_t *args);
 ovl_status_t host_sleep(ovld_rank_t *r, uint32_t stream, uint32_t ns);
 void host_done(ovld_rank_t *r, uint32_t stream, uint64_t seq, ovl_status_t status,

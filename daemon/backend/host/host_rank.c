@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "host_internal.h"
 #include "hostgemm.h"
 
@@ -106,7 +107,16 @@ static void work_run(struct ovld_rank *r, host_work_t *w)
         nanosleep(&ts, NULL);
         break;
     }
+    case W_TIME:
+        atomic_store(&r->time_t0, ovl_mono_ns());
+        atomic_store(&r->time_seq, w->u.seq);
+        break;
     case W_DONE: {
+        if (w->u.seq != 0 && atomic_load(&r->time_seq) == w->u.seq) {
+            uint64_t t1 = ovl_mono_ns(), t0 = atomic_load(&r->time_t0);
+            w->node.ns = t1 > t0 ? t1 - t0 : 1;
+            atomic_store(&r->time_seq, 0);
+        }
         pthread_mutex_lock(&r->err_mu);
         if (w->node.status == OVL_OK && r->op_error != OVL_OK) {
             w->node.status = r->op_error;
@@ -484,6 +494,15 @@ ovl_status_t host_wait_ready(ovld_rank_t *r, uint32_t stream, uint64_t seq)
     host_work_t *w = host_work_new(W_WAIT_READY);
     if (!w)
         return host_fail(OVL_ERR_NOMEM, "wait_ready: out of memory");
+    w->u.seq = seq;
+    return host_enqueue(r, stream, w);
+}
+
+ovl_status_t host_time_start(ovld_rank_t *r, uint32_t stream, uint64_t seq)
+{
+    host_work_t *w = host_work_new(W_TIME);
+    if (!w)
+        return host_fail(OVL_ERR_NOMEM, "time_start: out of memory");
     w->u.seq = seq;
     return host_enqueue(r, stream, w);
 }
