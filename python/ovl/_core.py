@@ -520,10 +520,11 @@ def _scaled_b(b, transb, hint):
     return _describe_fp8("b", _transposed("b", b), hint)
 
 
-def _describe_vec(name, x):
-    """A _Mat (one row) for a scaled op's scale or bias: a numpy array, a
-    torch tensor or a __cuda_array_interface__ object of 0 to 2 dimensions
-    whose elements lie one after the other ((n,), (n, 1), (1, n), ...)."""
+def _scale_facts(name, x):
+    """What a scaled op's scale or bias is, checked: (shape, strides in
+    bytes, itemsize, dtype code, kind, device, data pointer, writeable), of a
+    numpy array, a torch tensor or a __cuda_array_interface__ object of 0 to
+    2 dimensions, not empty."""
     shape, strides, item = _geometry(name, x)
     if np is not None and isinstance(x, np.ndarray):
         code, kind, dev = _numpy_dtype_code(x.dtype), "host", None
@@ -544,7 +545,18 @@ def _describe_vec(name, x):
                               "bf16 (the output's)" % (name, dn))
     if len(shape) > 2:
         raise InvalidArgument("%s: %d dimensions; a scale or a bias is a vector: (n,), (n, 1) "
-                              "or (1, n)" % (name, len(shape)))
+                              "or (1, n) (block scales: a matrix, (rows, blocks of k))"
+                              % (name, len(shape)))
+    if 0 in shape:
+        raise InvalidArgument("%s: empty (shape %s)" % (name, shape))
+    return shape, strides, item, code, kind, dev, ptr, writeable
+
+
+def _describe_vec(name, x, facts=None):
+    """A _Mat (one row) for a scaled op's scale or bias: a numpy array, a
+    torch tensor or a __cuda_array_interface__ object of 0 to 2 dimensions
+    whose elements lie one after the other ((n,), (n, 1), (1, n), ...)."""
+    shape, strides, item, code, kind, dev, ptr, writeable = facts or _scale_facts(name, x)
     count, step = 1, item
     for d, st in zip(reversed(shape), reversed(strides)):
         if d > 1 and st != step:
@@ -552,9 +564,106 @@ def _describe_vec(name, x):
                                   "after the other" % (name, shape, strides))
         step *= d
         count *= d
-    if count == 0:
-        raise InvalidArgument("%s: empty (shape %s)" % (name, shape))
     return _Mat(name, x, ptr, 1, count, 0, item, code, kind, device=dev, writeable=writeable)
+
+
+def _blocks(x):
+    """ceil(x / 128): blocks of a scale block's side (OVL_SCALE_BLOCK)."""
+    return -(-x // _lib.SCALE_BLOCK)
+
+
+def _scale_fits(shape, rows, kq):
+    """The scale modes a scale of this shape fits, for an operand of `rows`
+    rows (A: m; B as n x k: n) and kq blocks of 128 of k: tensor (1
+    element), row (rows elements), 1x128 (rows x kq; for kq 1, rows
+    elements), 128x128 (ceil(rows / 128) x kq)."""
+    count, two = _count(shape), len(shape) == 2
+    fits = set()
+    if count == 1:
+        fits.add("tensor")
+    if count == rows:
+        fits.add("row")
+    if (two and tuple(shape) == (rows, kq)) or (kq == 1 and count == rows):
+        fits.add("1x128")
+    tile = (_blocks(rows), kq)
+    if (two and tuple(shape) == tile) or (count == 1 and tile == (1, 1)):
+        fits.add("128x128")
+    return fits
+
+
+# The pairs of modes (A's, B's) that a scaled op takes, in the order a shape
+# that fits several is read (block scales only where no other pair fits:
+# where both do, k is one block and their values mean the same)
+_SCALE_PAIRS = (("tensor", "tensor"), ("tensor", "row"), ("row", "tensor"), ("row", "row"),
+                ("1x128", "1x128"), ("1x128", "128x128"))
+_MODE_NAMES = {v: k for k, v in _lib.SCALE_MODES.items()}
+_SCALE_WORDS = {"tensor": "tensor-wise", "row": "row-wise", "1x128": "1x128 block scales",
+                "128x128": "128x128 block scales"}
+
+
+def _scale_modes(sa_shape, sb_shape, m, n, k):
+    """(A's mode, B's mode) by name that scales of these shapes are, for A
+    m x k and B n x k (ovl_scaling_t's rules, common/scaling.c: block scales
+    with block scales, never A by 128x128); InvalidArgument naming the rule
+    otherwise."""
+    kq = _blocks(k)
+    fa, fb = _scale_fits(sa_shape, m, kq), _scale_fits(sb_shape, n, kq)
+    for pa, pb in _SCALE_PAIRS:
+        if pa in fa and pb in fb:
+            return pa, pb
+    if fa == {"128x128"}:
+        raise InvalidArgument(
+            "a_scale: shape %s, A's scales by 128x128 tile (%d x %d for a's m x k = %d x %d): "
+            "not taken (ovl cuts A by rows, across ranks and chunks); A takes 1x128, one scale "
+            "per row and 128 of k: (%d, %d)" % (tuple(sa_shape), _blocks(m), kq, m, k, m, kq))
+    if not fa:
+        raise InvalidArgument(
+            "a_scale: %d elements fit neither scale mode: 1 (tensor-wise) or %d (row-wise: one "
+            "per m, a row, (%d,) or PyTorch's (%d, 1)); nor is its shape %s 1x128 block "
+            "scales' (%d, %d): one per row of a and 128 of k" % (
+                _count(sa_shape), m, m, m, tuple(sa_shape), m, kq))
+    if not fb:
+        raise InvalidArgument(
+            "b_scale: %d elements fit neither scale mode: 1 (tensor-wise) or %d (row-wise: one "
+            "per n, a column of b, (%d,) or PyTorch's (1, %d)); nor is its shape %s block "
+            "scales': 1x128 (%d, %d), one per column of b and 128 of k, or 128x128 (%d, %d), "
+            "one per 128 x 128 tile of b's n x k" % (
+                _count(sb_shape), n, n, n, tuple(sb_shape), n, kq, _blocks(n), kq))
+    wa = next(x for x in ("tensor", "row", "1x128", "128x128") if x in fa)
+    wb = next(x for x in ("tensor", "row", "1x128", "128x128") if x in fb)
+    raise InvalidArgument(
+        "a_scale of shape %s (%s) and b_scale of shape %s (%s): block scales (1x128, 128x128) "
+        "go with block scales on the other operand: cuBLASLt has no GEMM that mixes them with "
+        "tensor or row scales" % (tuple(sa_shape), _SCALE_WORDS[wa], tuple(sb_shape),
+                                  _SCALE_WORDS[wb]))
+
+
+def _count(shape):
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def _dense_rows(shape, strides, item):
+    """Whether a 2-D geometry is dense row-major (strides of dimensions of
+    size 1 aside)."""
+    r, c = shape
+    return (c <= 1 or strides[1] == item) and (r <= 1 or strides[0] == c * item)
+
+
+def _on_stream(x, stream, make):
+    """make() (a torch op on x) run on the op's stream: torch's current one
+    where stream is None, as the op's (_cuda_stream)."""
+    torch = sys.modules["torch"]
+    if stream is None:
+        return make()
+    if not isinstance(stream, torch.cuda.Stream):
+        ptr = _cuda_stream(stream, ())
+        stream = torch.cuda.ExternalStream(ptr, device=x.device) if ptr else \
+            torch.cuda.default_stream(x.device)
+    with torch.cuda.stream(stream):
+        return make()
 
 
 def _wants_scaled(a, b, a_scale, b_scale, out_dtype, bias, fast_accum, dtype):
@@ -1033,15 +1142,21 @@ class Comm:
         "fp8e4m3" / "fp8e5m2", or a pair (a's, b's); not e5m2 twice), b
         k x n column-major (w.T of a row-major n x k w, or w with
         transb=True), a_scale and b_scale float32 (1 element: tensor-wise;
-        m, one per row of a, or n, one per column: row-wise), bias None or n
+        m, one per row of a, or n, one per column: row-wise; or block scales
+        of both, ovl_scale_shape's: a_scale (m, ceil(k/128)), 1x128, with
+        b_scale (n, ceil(k/128)), 1x128, or (ceil(n/128), ceil(k/128)),
+        128x128; read from the shapes, laid out row-major, copied so where
+        they are not), bias None or n
         elements of out_dtype (bf16, fp16 or fp32; default: out's, else
         bf16), fast_accum: cuBLASLt's fast fp8 accumulation. Several Bs (b a
         list): b_scale a list of one per B, bias None or one per B, out None
         or one per B; the Bs share their dtype, the output's and their
         scales' mode.
-        out = sa(i) sb(j) sum_l gather(a)[i][l] b[l][j] + bias[j]; with one
-        a_scale, every rank's rows are scaled by this rank's (as PyTorch's
-        fused op); a_out is fp8 as a (python/README.md, "Scaled ops").
+        out = sa(i) sb(j) sum_l gather(a)[i][l] b[l][j] + bias[j] (block
+        scales: summed by 128 of k, each block's sum scaled by its scales);
+        with one a_scale, every rank's rows are scaled by this rank's (as
+        PyTorch's fused op), row and 1x128 scales are gathered with the
+        rows; a_out is fp8 as a (python/README.md, "Scaled ops").
 
         Returns out, or (out, a_out) if return_a."""
         owed = self._enter()
@@ -1190,7 +1305,8 @@ class Comm:
 
         Scaled (fp8): a_scale, b_scale, out_dtype, bias, fast_accum and
         dtype as all_gather_matmul's, a_scale of 1 or M elements (this
-        rank's A's rows); each rank's product is scaled and gets its bias
+        rank's A's rows) or (M, ceil(k/128)) block scales (M / world in
+        fours); each rank's product is scaled and gets its bias
         before the sum (avg: divided by the world), as PyTorch's fused
         scaled op; the sum is in out_dtype's fp32, never fp8.
 
@@ -1271,9 +1387,13 @@ class Comm:
     # -- scaled (fp8) ops: every argument checked before anything is sent
 
     def _scaled_inputs(self, a, b, transb, dtype, a_scale, b_scale, out_dtype, bias,
-                       fast_accum, out):
+                       fast_accum, out, gemm_rows, stream, memo=None):
         """A scaled op's inputs, checked: (A, B as n x k, out dtype code,
-        (a_scale, its mode), (b_scale, its mode), bias or None, fast)."""
+        (a_scale, its mode), (b_scale, its mode), bias or None, fast).
+        gemm_rows(m): (the rows of each GEMM of A's m, in words), which A's
+        1x128 scales need in fours, or None where the op refuses m anyway;
+        stream: the op's (a copy of a torch block scale runs on it); memo: a
+        dict that keeps A's scales' _Mat by mode for the next B's call."""
         if not isinstance(fast_accum, bool):
             raise InvalidArgument("fast_accum: True or False, got %r" % (fast_accum,))
         ha, hb = _scaled_dtypes(dtype)
@@ -1306,25 +1426,32 @@ class Comm:
         missing = [nm for nm, v in (("a_scale", a_scale), ("b_scale", b_scale)) if v is None]
         if missing:
             raise InvalidArgument("%s missing: a scaled op takes a_scale and b_scale, float32, "
-                                  "1 element (tensor-wise) or one per row of a / column of b "
-                                  "(row-wise)" % " and ".join(missing))
-        SA = _describe_vec("a_scale", a_scale)
-        SB = _describe_vec("b_scale", b_scale)
-        modes = []
-        for S, count, what, shape in ((SA, m, "m, a row", "(%d,) or PyTorch's (%d, 1)"),
-                                      (SB, n, "n, a column of b", "(%d,) or PyTorch's (1, %d)")):
-            if S.dtype != _lib.DTYPE_FP32:
+                                  "1 element (tensor-wise), one per row of a / column of b "
+                                  "(row-wise) or block scales of both (1x128; B's also 128x128)"
+                                  % " and ".join(missing))
+        FA = _scale_facts("a_scale", a_scale)
+        FB = _scale_facts("b_scale", b_scale)
+        for nm, F in (("a_scale", FA), ("b_scale", FB)):
+            if F[3] != _lib.DTYPE_FP32:
                 raise InvalidArgument("%s: dtype %s; scales are float32" % (
-                    S.name, _DTYPE_NAMES[S.dtype]))
-            if S.cols == 1:
-                modes.append(_lib.SCALE_MODES["tensor"])
-            elif S.cols == count:
-                modes.append(_lib.SCALE_MODES["row"])
-            else:
-                raise InvalidArgument("%s: %d elements fit neither scale mode: 1 (tensor-wise) "
-                                      "or %d (row-wise: one per %s, %s)" % (
-                                          S.name, S.cols, count, what,
-                                          shape % (count, count)))
+                    nm, _DTYPE_NAMES[F[3]]))
+        am, bm = _scale_modes(FA[0], FB[0], m, n, k)
+        rows = gemm_rows(m) if am == "1x128" else None
+        if rows is not None and rows[0] % 4:
+            raise InvalidArgument("a_scale: 1x128 (%d, %d): A's 1x128 scales need its rows in "
+                                  "multiples of 4 (cuBLASLt lays each 128 of k's scales out by "
+                                  "rows, 16-byte aligned): %s" % (m, _blocks(k), rows[1]))
+        if bm == "1x128" and n % 4:
+            raise InvalidArgument("b_scale: 1x128 (%d, %d): B's 1x128 scales need n in "
+                                  "multiples of 4 (cuBLASLt lays each 128 of k's scales out by "
+                                  "columns of op(B), 16-byte aligned): n = %d" % (
+                                      n, _blocks(k), n))
+        SA = memo.get(am) if memo is not None else None
+        if SA is None:
+            SA = self._scale_mat("a_scale", a_scale, FA, am, m, k, stream)
+            if memo is not None:
+                memo[am] = SA
+        SB = self._scale_mat("b_scale", b_scale, FB, bm, n, k, stream)
         BI = None
         if bias is not None:
             BI = _describe_vec("bias", bias)
@@ -1337,7 +1464,41 @@ class Comm:
                                       % (BI.cols, n))
         for x in (A, B, SA, SB) + ((BI,) if BI else ()):
             self._check_place(x)
-        return A, B, code_out, (SA, modes[0]), (SB, modes[1]), BI, fast_accum
+        return (A, B, code_out, (SA, _lib.SCALE_MODES[am]), (SB, _lib.SCALE_MODES[bm]), BI,
+                fast_accum)
+
+    def _scale_mat(self, name, x, facts, mode, rows, k, stream):
+        """A scale of a mode (by name) as libovl takes it: tensor and row
+        scales their elements one after the other (_describe_vec); block
+        scales ovl_scale_shape's dense row-major matrix (rows of the operand:
+        A's m, B's n), x itself where it is laid out so, else a copy: a
+        numpy array of this client's memory into another of it, a torch
+        tensor .contiguous() on the op's stream (a __cuda_array_interface__
+        object is not copied: refused)."""
+        shape, strides, item, code, kind, dev, ptr, writeable = facts
+        if mode in ("tensor", "row"):
+            return _describe_vec(name, x, facts)
+        r, c = (rows, _blocks(k)) if mode == "1x128" else (_blocks(rows), _blocks(k))
+        if len(shape) != 2 or tuple(shape) != (r, c):  # a vector where k is one block
+            return _describe_vec(name, x, facts)
+        if _dense_rows(shape, strides, item):
+            return _Mat(name, x, ptr, r, c, strides[0] if r > 1 else c * item, item, code, kind,
+                        device=dev, writeable=writeable)
+        # where the elements lie, lowest to highest byte: the place x must be
+        lo = sum(min(0, (d - 1) * st) for d, st in zip(shape, strides))
+        hi = sum(max(0, (d - 1) * st) for d, st in zip(shape, strides)) + item
+        self._check_place(_Mat(name, x, ptr + lo, 1, hi - lo, 0, 1, code, kind, device=dev))
+        if kind == "host":
+            y = self.client.empty((r, c), "fp32")
+            y[...] = x
+        elif _is_torch(x):
+            y = _on_stream(x, stream, x.contiguous)
+        else:
+            raise InvalidArgument("%s: shape %s, strides %s bytes: not dense row-major; block "
+                                  "scales are a dense row-major (%d, %d) matrix (numpy arrays "
+                                  "and torch tensors are copied so, __cuda_array_interface__ "
+                                  "objects are not)" % (name, tuple(shape), strides, r, c))
+        return _describe_vec(name, y)
 
     def _alloc_code(self, A, shape, code):
         """A new output of dtype code, where A lives (as _alloc_like)."""
@@ -1444,15 +1605,23 @@ class Comm:
         self._check_opts(algo, _lib.AG_ALGOS, chunks, streams)
         self._handle()  # a closed comm says so before the arguments are looked at
         cuda = self.client.backend != "host"
+
+        def gemm_rows(m):  # each GEMM's rows: a rank's A (the gathered A by blocks of m)
+            return m, "this rank's m = %d rows" % m
+        memo = {}  # A's scales, read (and copied where they need it) once for every B
         per = [self._scaled_inputs(a, bi, transb, dtype, a_scale, sbi, out_dtype, biasi,
-                                   fast_accum, oi)
+                                   fast_accum, oi, gemm_rows, stream, memo)
                for bi, sbi, biasi, oi in zip(bs, sbs, biases, outs)]
         A, B0, code_out, sa, sb0, _, fast = per[0]
-        for i, (_, Bi, code_i, _, sbi, _, _) in enumerate(per[1:], 1):
-            # what the Bs of one op share (ovl_scaling_t): B's dtype, the output's, B's mode
+        for i, (_, Bi, code_i, sai, sbi, _, _) in enumerate(per[1:], 1):
+            # what the Bs of one op share (ovl_scaling_t): B's dtype, the output's, the modes
             if Bi.dtype != B0.dtype or code_i != code_out or sbi[1] != sb0[1]:
                 raise InvalidArgument("b[%d]: its dtype, the output's dtype and its scales' mode "
                                       "must be b[0]'s (one scaled op shares them)" % i)
+            if sai[1] != sa[1]:
+                raise InvalidArgument("b[%d]: a_scale reads as %s with its b_scale, as %s with "
+                                      "b[0]'s (one scaled op has one mode for A)" % (
+                                          i, _MODE_NAMES[sai[1]], _MODE_NAMES[sa[1]]))
         m, k = A.shape()
         rows = self.world * m
         Cs, written, read = [], [], [A, sa[0]]
@@ -1484,8 +1653,10 @@ class Comm:
             dtype=A.dtype, algo=_lib.ALGOS[algo], chunks=chunks, streams=streams, nb=len(bs),
             more_bs=ctypes.cast(more, ctypes.POINTER(_lib.MoreB)) if len(bs) > 1 else None,
             scaling=ctypes.addressof(sc))
+        # (the scales' objects: copies of block scales among them)
         self._submit(self._lib.ovl_allgather_gemm, d, stream_ptr, cuda, async_op,
-                     (a, b, outs, a_out, a_scale, b_scale, bias, more))
+                     (a, b, outs, a_out, a_scale, b_scale, bias, more,
+                      [x[0].obj for p in per for x in (p[3], p[4])]))
         res = outs[0] if single else outs
         return (res, a_out) if return_a else res
 
@@ -1498,8 +1669,16 @@ class Comm:
         self._check_opts(algo, _lib.RS_ALGOS, chunks, streams)
         self._handle()
         cuda = self.client.backend != "host"
+        world = self.world
+
+        def gemm_rows(m):  # each GEMM's rows: a block of the output's (None: refused below)
+            if m % world:
+                return None
+            return m // world, "each rank's block of the output, M / world = %d / %d = %d " \
+                "rows" % (m, world, m // world)
         A, B, code_out, sa, sb, BI, fast = self._scaled_inputs(
-            a, b, transb, dtype, a_scale, b_scale, out_dtype, bias, fast_accum, out)
+            a, b, transb, dtype, a_scale, b_scale, out_dtype, bias, fast_accum, out, gemm_rows,
+            stream)
         m, k = A.shape()
         n = B.rows
         if m % self.world:
@@ -1522,7 +1701,7 @@ class Comm:
             dtype=A.dtype, reduce_op=_lib.REDUCE_OPS[reduce_op], algo=_lib.ALGOS[algo],
             chunks=chunks, streams=streams, scaling=ctypes.addressof(sc))
         self._submit(self._lib.ovl_gemm_reduce_scatter, d, stream_ptr, cuda, async_op,
-                     (a, b, out, a_scale, b_scale, bias))
+                     (a, b, out, a_scale, b_scale, bias, sa[0].obj, sb[0].obj))
         return out
 
     def _submit_fast(self, a, b, out, a_out, return_a, stream):

@@ -18,8 +18,10 @@ OK = 0
 # ovl_dtype_t
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
 DTYPE_FP8_E4M3, DTYPE_FP8_E5M2 = 3, 4  # a scaled op's inputs (Scaling)
-# ovl_scale_mode_t
-SCALE_MODES = {"tensor": 0, "row": 1}
+# ovl_scale_mode_t: block scales (1x128, 128x128) are dense row-major fp32
+# matrices (ovl_scale_shape), one per SCALE_BLOCK of k
+SCALE_MODES = {"tensor": 0, "row": 1, "1x128": 2, "128x128": 3}
+SCALE_BLOCK = 128
 # ovl_algo_t
 ALGOS = {"auto": 0, "naive": 1, "collective": 2, "ring": 3, "push": 4}
 # Each kind's algorithms (ovl_op_kind_takes_algo): push is GEMM +

@@ -34,7 +34,14 @@ fit) and:
 - an output dtype given, bfloat16, float16 or float32 (None means an fp8
   output, which ovl never writes), no result_scale;
 - float32 scales, tensor-wise (1 element) or row-wise (A: one per row,
-  PyTorch's (..., 1) shapes; B: (1, N)), not block-wise; a bias of N
+  PyTorch's (..., 1) shapes; B: (1, N)), or block-wise as torch._scaled_mm
+  reads them: A 1x128 (A's leading dimensions, then ceil(K/128); all-gather:
+  the gathered A's, PyTorch's "replicated" reading, as its kernels refuse
+  this rank's rows' alone) with B 1x128 ((ceil(K/128), N): scale_b.t() one
+  per column of B and 128 of K) or 128x128 ((ceil(K/128), ceil(N/128))),
+  A's rows of each GEMM (all-gather: this rank's; reduce-scatter: each
+  rank's block of the output) in fours; never A by 128x128 (ovl cuts A by
+  rows) nor block-wise scales with tensor- or row-wise ones; a bias of N
   elements in the output's dtype;
 - all-gather: as many B_scales, biases, result_scales, out_dtypes and
   use_fast_accum as Bs (each B is an ovl op of its own, so they may differ);
@@ -52,6 +59,10 @@ DTYPES = ("bfloat16", "float16", "float32")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 MAX_BS = 8
 FP8_ALIGN = 16  # K and N of an fp8 GEMM (cuBLASLt; PyTorch's _scaled_mm checks it too)
+BLOCK = 128  # the side of a scale block (OVL_SCALE_BLOCK)
+BLOCK_MODES = ("1x128", "128x128")
+_MODE_WORDS = {"tensor": "tensor-wise", "row": "row-wise", "1x128": "block-wise 1x128",
+               "128x128": "block-wise 128x128"}
 
 LOG = logging.getLogger("ovl.torch")
 
@@ -220,15 +231,77 @@ def _scale_dtype(name, scale):
     return None
 
 
-def _b_scale(name, scale, n):
+def _blocks(x):
+    """ceil(x / 128): the blocks of a block scale's side."""
+    return -(-x // BLOCK)
+
+
+def b_scale_mode(shape, n, k):
+    """What PyTorch's scale_b of B (K x N) is, as ovl reads it: "tensor" (1
+    element), "row" ((1, N)), "1x128" ((ceil(K/128), N): scale_b.t() one
+    per column of B and 128 of K), "128x128" ((ceil(K/128), ceil(N/128))),
+    or None. Its strides do not matter: ovl.torch lays every one out as ovl
+    takes it (scale_b.t(), contiguous)."""
+    s = list(shape)
+    if _numel(s) == 1:
+        return "tensor"
+    kq = _blocks(k)
+    if s == [1, n]:  # with K of one block, B's 1x128 scales too (the same values)
+        return "row"
+    if s == [kq, n]:
+        return "1x128"
+    if s == [kq, _blocks(n)]:
+        return "128x128"
+    return None
+
+
+def _b_scale(name, scale, n, k):
+    """(why not, or None; the mode) of B's scale."""
     why = _scale_dtype(name, scale)
     if why:
-        return why
-    shape = list(scale[0])
-    if _numel(shape) == 1 or shape == [1, n]:
-        return None
-    return ("%s of shape %s: neither tensor-wise (1 element) nor row-wise ((1, %d)); block-wise "
-            "scales are PyTorch's" % (name, tuple(shape), n))
+        return why, None
+    mode = b_scale_mode(scale[0], n, k)
+    if mode is not None:
+        return None, mode
+    kq = _blocks(k)
+    return ("%s of shape %s: neither tensor-wise (1 element), row-wise ((1, %d)) nor block-wise "
+            "(1x128: (%d, %d); 128x128: (%d, %d))" % (name, tuple(scale[0]), n, kq, n, kq,
+                                                     _blocks(n))), None
+
+
+def _a_tile(a_shape, shape, rows):
+    """Whether A's scale of this shape is PyTorch's BlockWise128x128 of a
+    2-D A (ceil(rows/128) x ceil(K/128), rows one of the row counts
+    given)."""
+    s = list(shape)
+    return (len(a_shape) == 2 and len(s) == 2 and s[1] == _blocks(a_shape[-1])
+            and any(s[0] == _blocks(r) and s[0] != r for r in rows))
+
+
+def _a_tile_words(shape):
+    return ("A_scale of shape %s: 128x128 blocks of A (PyTorch's BlockWise128x128), which ovl "
+            "does not take: it cuts A by rows, across ranks and chunks (A's block-wise scales "
+            "are 1x128: A's leading dimensions, then ceil(K/128))" % (tuple(shape),))
+
+
+def _pair(a_mode, b_modes, names, k, rows, ns):
+    """Why ovl does not take A's scales of a_mode ("tensor", "row", "1x128")
+    with each B's (b_modes; names: what each is called), or None; rows: A's
+    rows of each GEMM (count, words), ns: each B's N. With K of one block,
+    A's row-wise scales are its 1x128 ones."""
+    for i, bm in enumerate(b_modes):
+        am = "1x128" if a_mode == "row" and _blocks(k) == 1 and bm in BLOCK_MODES else a_mode
+        name = names[i]
+        if (am in BLOCK_MODES) != (bm in BLOCK_MODES):
+            return ("A_scale %s and %s %s: block-wise scales on one operand only (ovl's scaled "
+                    "GEMM, as cuBLASLt's, takes block-wise scales with block-wise ones)" % (
+                        _MODE_WORDS[am], name, _MODE_WORDS[bm]))
+        if am == "1x128" and rows[0] % 4:
+            return ("A_scale 1x128 with %s of %d rows, not a multiple of 4 (cuBLASLt lays "
+                    "each 128 of K's scales out by rows, 16-byte aligned)" % (rows[1], rows[0]))
+        if bm == "1x128" and ns[i] % 4:
+            return "%s 1x128 with N %d not a multiple of 4" % (name, ns[i])
+    return None
 
 
 def _bias(name, bias, n, out_dtype):
@@ -245,22 +318,61 @@ def _bias(name, bias, n, out_dtype):
 
 def ag_scale_mode(a_shape, scale_shape, gather_dim, world):
     """PyTorch's reading of fused_all_gather_scaled_matmul's A_scale
-    (_check_and_verify_fp8_all_gather_scale_mode): "row-sharded" (this
-    rank's rows: A_shard's leading dimensions, then 1), "tensor" (1
-    element), "row-replicated" (every rank's rows: the gathered A's leading
-    dimensions), or None (PyTorch's kernel raises). "block" for a shape
-    with A_shard's leading dimensions and a last one other than 1 (and
-    likewise the gathered ones'), which PyTorch reads as row-wise."""
+    (_check_and_verify_fp8_all_gather_scale_mode), in its order:
+    "row-sharded" (this rank's rows: A_shard's leading dimensions, then 1),
+    "tensor" (1 element), the gathered A's leading dimensions then 1
+    ("row-replicated") or another last dimension ("block-replicated",
+    which its kernels hand _scaled_mm as they are: 1x128 where that is
+    ceil(K/128)), or None (PyTorch's kernels raise). "block-sharded": A_shard's
+    leading dimensions and a last one other than 1 at a world over 1 (at
+    world 1 those are replicated), which PyTorch's kernels raise for too."""
     full = list(a_shape)
     full[gather_dim] *= world
     s = list(scale_shape)
-    if s[:-1] == list(a_shape[:-1]) and len(s) >= 1:
-        return "row-sharded" if s[-1] == 1 else "block"
+    if len(s) >= 1 and s[:-1] == list(a_shape[:-1]) and s[-1] == 1:
+        return "row-sharded"
     if _numel(s) == 1:
         return "tensor"
     if len(s) >= 1 and s[:-1] == full[:-1]:
-        return "row-replicated" if s[-1] == 1 else "block"
+        return "row-replicated" if s[-1] == 1 else "block-replicated"
+    if len(s) >= 1 and s[:-1] == list(a_shape[:-1]):
+        return "block-sharded"
     return None
+
+
+def ag_scale_refusal(a_shape, scale_shape, gather_dim, world, texts=None):
+    """Why PyTorch's kernels (and ovl's) refuse A_scale of this shape for
+    fused_all_gather_scaled_matmul (ValueError), or None: PyTorch's words,
+    and ovl's where they say more. texts: how to write the two shapes
+    (torch.Size's words), tuples' by default."""
+    mode = ag_scale_mode(a_shape, scale_shape, gather_dim, world)
+    if mode not in (None, "block-sharded"):
+        return None
+    words = ("Invalid scale shape for fp8 all-gather (shard shape: %s, scale shape: %s)"
+             % (texts or (tuple(a_shape), tuple(scale_shape))))
+    if mode == "block-sharded":
+        return words + ("; block-wise scales of A_shard's rows alone are not taken: give "
+                        "those of every rank's rows (the gathered A's leading dimensions, "
+                        "then ceil(K/128)), as PyTorch reads them")
+    rows = _numel(a_shape[:-1])
+    if _a_tile(a_shape, scale_shape, (rows, rows * world)):
+        return words + "; " + _a_tile_words(scale_shape)
+    return words
+
+
+def rs_scale_refusal(a_shape, scale_shape, texts=None):
+    """Why PyTorch's kernels (and ovl's) refuse A_scale of this shape for
+    fused_scaled_matmul_reduce_scatter (ValueError: more than one element,
+    and leading dimensions other than A's), or None; as
+    ag_scale_refusal's."""
+    s = list(scale_shape)
+    if _numel(s) <= 1 or s[:-1] == list(a_shape[:-1]):
+        return None
+    words = ("For row-wise scaling, the leading dims of A_scale must match the leading dims of "
+             "A (A shape: %s, A_scale shape: %s)" % (texts or (tuple(a_shape), tuple(s))))
+    if _a_tile(a_shape, s, (_numel(a_shape[:-1]),)):
+        return words + "; " + _a_tile_words(s)
+    return words
 
 
 def why_not_scaled_ag(devices, a_dtype, b_dtypes, a_shape, b_shapes, b_strides, a_scale,
@@ -296,25 +408,42 @@ def why_not_scaled_ag(devices, a_dtype, b_dtypes, a_shape, b_shapes, b_strides, 
     if gather_dim == nd - 1:
         return ("gather_dim is A's last: ovl gathers rows, and PyTorch's own kernel takes the "
                 "last dimension")
+    k = a_shape[-1]
+    b_modes = []
     for i in range(nb):
         name = "Bs[%d]" % i
         why = (_scaled_b(name, a_shape, b_shapes[i], b_strides[i]) or
-               _scaled_out("out_dtypes[%d]" % i, out_dtypes[i], result_scales[i]) or
-               _b_scale("B_scales[%d]" % i, b_scales[i], b_shapes[i][1]) or
-               _bias("biases[%d]" % i, biases[i], b_shapes[i][1], out_dtypes[i]))
+               _scaled_out("out_dtypes[%d]" % i, out_dtypes[i], result_scales[i]))
+        if not why:
+            why, mode = _b_scale("B_scales[%d]" % i, b_scales[i], b_shapes[i][1], k)
+            b_modes.append(mode)
+        why = why or _bias("biases[%d]" % i, biases[i], b_shapes[i][1], out_dtypes[i])
         if why:
             return why
     why = _scale_dtype("A_scale", a_scale)
     if why:
         return why
-    mode = ag_scale_mode(a_shape, a_scale[0], gather_dim, world)
-    if mode == "block":
-        return ("A_scale of shape %s: block-wise scales (ovl takes one scale, or one per row)"
-                % (tuple(a_scale[0]),))
+    s = list(a_scale[0])
+    mode = ag_scale_mode(a_shape, s, gather_dim, world)
+    rows = _numel(a_shape[:-1])
+    if mode == "block-sharded":
+        return ("A_scale of shape %s: block-wise scales of this rank's rows only (A_shard's "
+                "leading dimensions), which PyTorch's fused op does not take (its kernel "
+                "raises: it reads this rank's rows' scales as (..., 1) only); give every "
+                "rank's rows' (the gathered A's leading dimensions, then ceil(K/128))"
+                % (tuple(s),))
     if mode is None:
+        if _a_tile(a_shape, s, (rows, rows * world)):
+            return _a_tile_words(s)
         return ("A_scale of shape %s fits neither a tensor-wise nor a row-wise scale of "
-                "A_shard %s (PyTorch's kernel raises)" % (tuple(a_scale[0]), tuple(a_shape)))
-    return None
+                "A_shard %s (PyTorch's kernel raises)" % (tuple(s), tuple(a_shape)))
+    if mode == "block-replicated" and s[-1] != _blocks(k):
+        return ("A_scale of shape %s: its last dimension (%d) is neither 1 (row-wise) nor "
+                "ceil(K/128) = %d (block-wise 1x128, one per row and 128 of K)" % (
+                    tuple(s), s[-1], _blocks(k)))
+    a_mode = {"tensor": "tensor", "block-replicated": "1x128"}.get(mode, "row")
+    return _pair(a_mode, b_modes, ["B_scales[%d]" % i for i in range(nb)], k,
+                 (rows, "this rank's A_shard"), [b[1] for b in b_shapes])
 
 
 def why_not_scaled_rs(devices, a_dtype, b_dtype, a_shape, b_shape, b_stride, a_scale, b_scale,
@@ -354,21 +483,33 @@ def why_not_scaled_rs(devices, a_dtype, b_dtype, a_shape, b_shape, b_stride, a_s
     size = osh[orig_scatter_dim]
     if world < 1 or size % world:
         return "the scattered dimension (%d) is not a multiple of the world %d" % (size, world)
-    why = (_scaled_out("out_dtype", out_dtype, result_scale) or
-           _b_scale("B_scale", b_scale, b_shape[1]) or
-           _bias("bias", bias, b_shape[1], out_dtype) or _scale_dtype("A_scale", a_scale))
+    k, n = a_shape[-1], b_shape[1]
+    why = _scaled_out("out_dtype", out_dtype, result_scale)
+    if why:
+        return why
+    why, b_mode = _b_scale("B_scale", b_scale, n, k)
+    why = why or _bias("bias", bias, n, out_dtype) or _scale_dtype("A_scale", a_scale)
     if why:
         return why
     s = list(a_scale[0])
+    rows = _numel(a_shape[:-1])
     if _numel(s) == 1:
-        return None
-    if s[:-1] != list(a_shape[:-1]):
+        a_mode = "tensor"
+    elif s[:-1] != list(a_shape[:-1]):
+        if _a_tile(a_shape, s, (rows,)):
+            return _a_tile_words(s)
         return ("A_scale of shape %s fits neither a tensor-wise nor a row-wise scale of A %s "
                 "(PyTorch's kernel raises)" % (tuple(s), tuple(a_shape)))
-    if s[-1] != 1:
-        return ("A_scale of shape %s: block-wise scales (ovl takes one scale, or one per row)"
-                % (tuple(s),))
-    return None
+    elif s[-1] == 1:
+        a_mode = "row"
+    elif s[-1] == _blocks(k):
+        a_mode = "1x128"
+    else:
+        return ("A_scale of shape %s: its last dimension (%d) is neither 1 (row-wise) nor "
+                "ceil(K/128) = %d (block-wise 1x128, one per row and 128 of K)" % (
+                    tuple(s), s[-1], _blocks(k)))
+    return _pair(a_mode, [b_mode], ["B_scale"], k, (rows // world, "each rank's block of the "
+                                                    "output"), [n])
 
 
 class Installer:

@@ -510,10 +510,10 @@ def _sag_checks(A_shard, Bs, A_scale, B_scales, gather_dim, biases, result_scale
             raise ValueError("len(%s) must be the same as len(Bs)" % what)
     if not 0 <= gather_dim < nd:
         raise ValueError("Invalid gather_dim")
-    if _route.ag_scale_mode(list(A_shard.shape), list(A_scale.shape), gather_dim,
-                            world) is None:
-        raise ValueError("Invalid scale shape for fp8 all-gather (shard shape: %s, scale shape: "
-                         "%s)" % (A_shard.shape, A_scale.shape))
+    why = _route.ag_scale_refusal(list(A_shard.shape), list(A_scale.shape), gather_dim, world,
+                                  (A_shard.shape, A_scale.shape))
+    if why is not None:  # PyTorch's words (and ovl's where they say more)
+        raise ValueError(why)
 
 
 def _sag_fake(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales,
@@ -526,15 +526,29 @@ def _sag_fake(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, re
     return _sag_layout(A_shard, gather_dim, ws, [B.shape[1] for B in Bs], out_dtypes)
 
 
+def _b_scale_mode(B, t):
+    """What B's scale t (PyTorch's scale_b for B K x N) is: tensor, row,
+    1x128, 128x128 (_route.b_scale_mode)."""
+    return _route.b_scale_mode(list(t.shape), B.shape[1], B.shape[0])
+
+
+def _ovl_b_scale(B, t):
+    """B's scale in ovl's layout: block-wise ones as ovl_scale_shape's dense
+    row-major matrices of B's N x K, scale_b.t() (PyTorch's scale_b of B K x
+    N is (ceil(K/128), N) or (ceil(K/128), ceil(N/128))) made contiguous (a
+    copy where it is not, on torch's current stream: the op's); others as
+    they are."""
+    return t.t().contiguous() if _b_scale_mode(B, t) in _route.BLOCK_MODES else t
+
+
 def _one_scaled_op(Bs, B_scales, biases, out_dtypes, use_fast_accum):
     """Whether the Bs fit one ovl scaled op: one B, or Bs of one dtype, one
-    output dtype, one fast_accum, their scales of one shape kind (one, or
-    one per column) and a bias on every B or on none (ovl_scaling_t)."""
-    def kind(t):
-        return "tensor" if t.numel() == 1 else "row"
+    output dtype, one fast_accum, their scales of one kind (one, one per
+    column, 1x128 or 128x128 blocks) and a bias on every B or on none
+    (ovl_scaling_t)."""
     return (len({B.dtype for B in Bs}) == 1 and len(set(out_dtypes)) == 1
             and len({bool(f) for f in use_fast_accum}) == 1
-            and len({kind(t) for t in B_scales}) == 1
+            and len({_b_scale_mode(B, t) for B, t in zip(Bs, B_scales)}) == 1
             and len({b is None for b in biases}) == 1)
 
 
@@ -543,10 +557,12 @@ def _sag_run(comm, A_shard, Bs, A_scale, B_scales, gd, biases, out_dtypes, use_f
     one (_one_scaled_op), else one per B (A gathered by each, a_out kept
     from the first): A_shard
     with gather_dim moved to the front, flattened to rows x K, its scales
-    (one; this rank's rows; or this rank's share of the replicated ones)
-    alike; B as _scaled_mm takes it (K x N column-major) goes to ovld as
-    the N x K it is the transpose of, with transb."""
+    (one; this rank's rows; or this rank's share of the replicated ones,
+    row-wise or 1x128, made row-major) alike; B as _scaled_mm takes it (K x
+    N column-major) goes to ovld as the N x K it is the transpose of, with
+    transb, its block scales likewise (_ovl_b_scale)."""
     ws = comm.world
+    one_op = _one_scaled_op(Bs, B_scales, biases, out_dtypes, use_fast_accum)
     x = A_shard.movedim(gd, 0)
     lead = [ws * x.shape[0]] + list(x.shape[1:-1])
     k = x.shape[-1]
@@ -557,13 +573,17 @@ def _sag_run(comm, A_shard, Bs, A_scale, B_scales, gd, biases, out_dtypes, use_f
         sa = A_scale.reshape(1)
     elif mode == "row-sharded":
         sa = A_scale.movedim(gd, 0).reshape(-1).contiguous()
-    else:  # row-replicated: every rank's rows' scales; this rank's block of them
+    elif mode == "row-replicated":  # every rank's rows' scales; this rank's block of them
         sa = A_scale.movedim(gd, 0).chunk(ws)[comm.rank].reshape(-1).contiguous()
+    else:  # block-replicated: every rank's rows' 1x128 scales; this rank's rows x ceil(K/128)
+        sa = A_scale.movedim(gd, 0).chunk(ws)[comm.rank].reshape(-1, A_scale.shape[-1])
+        sa = sa.contiguous()  # ovl's layout: row-major (PyTorch's is (1, rows) strides)
+    B_scales = [_ovl_b_scale(B, t) for B, t in zip(Bs, B_scales)]
     stream = _stream_of(x2)
     a_out = torch.empty((ws * rows, k), dtype=A_shard.dtype, device=A_shard.device)
     outs = [torch.empty((ws * rows, B.shape[1]), dtype=out_dtypes[i], device=A_shard.device)
             for i, B in enumerate(Bs)]
-    if _one_scaled_op(Bs, B_scales, biases, out_dtypes, use_fast_accum):
+    if one_op:
         # the Bs share what one scaled op shares: A is gathered once for all
         comm.all_gather_matmul(x2, list(Bs), out=outs, a_out=a_out, a_scale=sa,
                                b_scale=list(B_scales), out_dtype=out_dtypes[0],
@@ -624,10 +644,9 @@ def _srs_checks(A, B, A_scale):
         raise ValueError("A_shard must be a matrix")
     if B.dim() != 2:
         raise ValueError("B must be a matrix")
-    if A_scale.numel() > 1 and list(A_scale.shape[:-1]) != list(A.shape[:-1]):
-        raise ValueError("For row-wise scaling, the leading dims of A_scale must match the "
-                         "leading dims of A (A shape: %s, A_scale shape: %s)"
-                         % (A.shape, A_scale.shape))
+    why = _route.rs_scale_refusal(list(A.shape), list(A_scale.shape), (A.shape, A_scale.shape))
+    if why is not None:
+        raise ValueError(why)
 
 
 def _srs_fake(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
@@ -647,8 +666,10 @@ def _srs_run(comm, A, B, A_scale, B_scale, reduce_op, sd, output_shape, bias, ou
     """ovl's scaled GEMM + reduce-scatter, ONE ovl op: A viewed as
     output_shape's leading dimensions x K, orig_scatter_dim moved to the
     front, flattened to rows x K (rank r keeps rows block r: its share of
-    that dimension), its row scales alike; B as _scaled_mm takes it, to
-    ovld transposed; the rows reshaped and moved back, contiguous."""
+    that dimension), its row or 1x128 scales alike (ovl's layout: rows x 1
+    or rows x ceil(K/128), row-major); B as _scaled_mm takes it, to ovld
+    transposed, its block scales too (_ovl_b_scale); the rows reshaped and
+    moved back, contiguous."""
     ws = comm.world
     k, n = A.shape[-1], B.shape[1]
     osh = list(output_shape) if output_shape is not None else list(A.shape[:-1]) + [n]
@@ -657,10 +678,14 @@ def _srs_run(comm, A, B, A_scale, B_scale, reduce_op, sd, output_shape, bias, ou
     x2 = _rows(x.reshape(-1, k))
     if A_scale.numel() == 1:
         sa = A_scale.reshape(1)
-    else:
+    elif A_scale.shape[-1] == 1:
         sa = A_scale.reshape(lead + [1]).movedim(sd, 0).reshape(-1).contiguous()
+    else:  # 1x128: A's leading dimensions, then ceil(K/128); ovl's layout, row-major
+        q = A_scale.shape[-1]
+        sa = A_scale.reshape(lead + [q]).movedim(sd, 0).reshape(-1, q).contiguous()
     out = torch.empty((x2.shape[0] // ws, n), dtype=out_dtype, device=A.device)
-    comm.matmul_reduce_scatter(x2, B, reduce_op=reduce_op, out=out, a_scale=sa, b_scale=B_scale,
+    comm.matmul_reduce_scatter(x2, B, reduce_op=reduce_op, out=out, a_scale=sa,
+                               b_scale=_ovl_b_scale(B, B_scale),
                                out_dtype=out_dtype, bias=bias, fast_accum=bool(use_fast_accum),
                                stream=_stream_of(x2))
     res = out.view([x.shape[0] // ws] + list(x.shape[1:-1]) + [n]).movedim(0, sd)

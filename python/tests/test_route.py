@@ -153,7 +153,8 @@ def test_scaled_ag_rules():
                                                  "float32"),
         (dict(biases=[([1, 16], "bfloat16"), None]), "biases[0] of shape (1, 16)"),
         (dict(a_scale=([8, 64, 1], "bfloat16")), "A_scale of dtype bfloat16 (ovl takes float32"),
-        (dict(a_scale=([8, 64, 2], F32)), "A_scale of shape (8, 64, 2): block-wise"),
+        (dict(a_scale=([8, 64, 2], F32)), "A_scale of shape (8, 64, 2): block-wise scales of "
+                                            "this rank's rows only"),
         (dict(a_scale=([8, 1], F32)), "A_scale of shape (8, 1) fits neither"),
         (dict(a_scale=([64, 1], F32)), "fits neither"),
     ]
@@ -168,10 +169,96 @@ def test_scaled_ag_scale_mode():
     assert m([8, 64, 32], [16, 64, 1], 0, 2) == "row-replicated"
     assert m([8, 64, 32], [8, 128, 1], 1, 2) == "row-replicated"
     assert m([8, 64, 32], [], 0, 2) == "tensor" and m([8, 64, 32], [1, 1], 0, 2) == "tensor"
-    assert m([8, 64, 32], [8, 64, 4], 0, 2) == "block"
+    # block-wise: every rank's rows (PyTorch's replicated reading) or this
+    # rank's alone (which PyTorch's kernels raise for)
+    assert m([8, 64, 256], [16, 64, 2], 0, 2) == "block-replicated"
+    assert m([8, 64, 256], [8, 128, 2], 1, 2) == "block-replicated"
+    assert m([8, 64, 32], [8, 64, 4], 0, 2) == "block-sharded"
     assert m([8, 64, 32], [8, 1], 0, 2) is None
     # world 1: the shard's shape and the gathered one's are one: sharded
+    # (row-wise), replicated (block-wise), as PyTorch reads them
     assert m([8, 32], [8, 1], 0, 1) == "row-sharded"
+    assert m([8, 256], [8, 2], 0, 1) == "block-replicated"
+    r = _route.ag_scale_refusal
+    assert r([8, 64, 256], [16, 64, 2], 0, 2) is None and r([8, 256], [8, 1], 0, 2) is None
+    assert r([8, 64, 32], [8, 64, 4], 0, 2) == (
+        "Invalid scale shape for fp8 all-gather (shard shape: (8, 64, 32), scale shape: (8, 64, "
+        "4)); block-wise scales of A_shard's rows alone are not taken: give those of every "
+        "rank's rows (the gathered A's leading dimensions, then ceil(K/128)), as PyTorch reads "
+        "them")
+    assert "128x128 blocks of A (PyTorch's BlockWise128x128), which ovl does not take: it cuts " \
+        "A by rows" in r([200, 256], [4, 2], 0, 2)
+    assert r([200, 256], [5, 2], 0, 2) == ("Invalid scale shape for fp8 all-gather (shard "
+                                           "shape: (200, 256), scale shape: (5, 2))")
+
+
+def test_scaled_block_modes():
+    """B's scales as PyTorch's _scaled_mm takes them (scale_b for B K x N)
+    read as ovl's modes; block-wise scales taken in the pairs ovl takes, A's
+    rows and B's N in fours with 1x128, never A by 128x128 nor block-wise
+    with tensor- or row-wise scales."""
+    b = _route.b_scale_mode
+    assert b([], 16, 256) == "tensor" and b([1, 1], 16, 256) == "tensor"
+    assert b([1, 16], 16, 256) == "row" and b([1, 16], 16, 128) == "row"
+    assert b([2, 16], 16, 256) == "1x128" and b([3, 16], 16, 257) == "1x128"
+    assert b([2, 1], 16, 256) == "128x128" and b([2, 3], 272, 256) == "128x128"
+    assert b([1, 3], 272, 100) == "128x128"  # K of one block: only the tiles tell
+    assert b([2, 16], 16, 384) is None and b([16, 2], 16, 256) is None
+    blk = dict(a_shape=[8, 64, 256], b_shapes=[[256, 16], [256, 144]],
+               b_strides=[[1, 256], [1, 256]], a_scale=([16, 64, 2], F32),
+               b_scales=[([2, 16], F32), ([2, 2], F32)], biases=[None, ([144], "float32")])
+    assert sag(**blk) is None  # A 1x128 with B 1x128 and with B 128x128
+    assert sag(**dict(blk, gather_dim=1, a_scale=([8, 128, 2], F32))) is None
+    # K of one block: A's row-wise scales are its 1x128 ones with 128x128 Bs
+    one = dict(a_shape=[8, 64, 128], b_shapes=[[128, 16], [128, 144]],
+               b_strides=[[1, 128], [1, 128]], b_scales=[([1, 1], F32), ([1, 2], F32)],
+               biases=[None, ([144], "float32")])
+    assert sag(**one) is None
+    ab = dict(a_shape=[8, 64, 256], b_shape=[256, 16], b_stride=[1, 256],
+              a_scale=([8, 64, 2], F32), b_scale=([2, 16], F32))
+    assert srs(**ab) is None
+    assert srs(**dict(ab, b_shape=[256, 144], b_scale=([2, 2], F32), bias=([144], "bfloat16"),
+                      output_shape=[8, 64, 144])) is None
+    assert srs(**dict(ab, a_shape=[512, 256], a_scale=([512, 2], F32),
+                      scatter_dim_after_maybe_reshape=0)) is None
+    mixing = "block-wise scales on one operand only (ovl's scaled GEMM, as cuBLASLt's"
+    cases = [
+        (sag(**dict(blk, b_scales=[([1, 16], F32), ([2, 2], F32)])),
+         "A_scale block-wise 1x128 and B_scales[0] row-wise: " + mixing),
+        (sag(**dict(blk, a_scale=([], F32))),
+         "A_scale tensor-wise and B_scales[0] block-wise 1x128: " + mixing),
+        (sag(**dict(blk, a_scale=([16, 64, 3], F32))),
+         "its last dimension (3) is neither 1 (row-wise) nor ceil(K/128) = 2"),
+        (sag(**dict(blk, a_scale=([8, 64, 2], F32))), "block-wise scales of this rank's rows "
+                                                      "only (A_shard's leading dimensions)"),
+        (sag(**dict(blk, a_shape=[3, 3, 256], a_scale=([6, 3, 2], F32))),
+         "A_scale 1x128 with this rank's A_shard of 9 rows, not a multiple of 4"),
+        (sag(**dict(blk, b_scales=[([2, 15], F32), ([2, 2], F32)])),
+         "B_scales[0] of shape (2, 15): neither tensor-wise (1 element), row-wise ((1, 16)) "
+         "nor block-wise (1x128: (2, 16); 128x128: (2, 1))"),
+        (sag(**dict(blk, a_shape=[200, 256], a_scale=([4, 2], F32))),
+         "A_scale of shape (4, 2): 128x128 blocks of A (PyTorch's BlockWise128x128), which ovl "
+         "does not take: it cuts A by rows"),
+        (srs(**dict(ab, a_scale=([], F32))), "A_scale tensor-wise and B_scale block-wise "
+                                              "1x128: " + mixing),
+        (srs(**dict(ab, b_scale=([1, 16], F32))), "A_scale block-wise 1x128 and B_scale "
+                                                  "row-wise"),
+        (srs(**dict(ab, a_scale=([8, 64, 3], F32))), "its last dimension (3) is neither 1"),
+        (srs(**dict(ab, a_shape=[200, 256], a_scale=([2, 2], F32), output_shape=[200, 16],
+                    orig_scatter_dim=0, scatter_dim_after_maybe_reshape=0)),
+         "A_scale of shape (2, 2): 128x128 blocks of A"),
+    ]
+    for why, words in cases:
+        assert why is not None and words in why, (words, why)
+    # the reduce-scatter's rows in fours are each rank's block of the output:
+    # 4 x 6 over 2 ranks (12 rows), over 3 (8 rows) taken; 2 x 6 over 2 (6) not
+    three = dict(ab, a_shape=[4, 6, 256], a_scale=([4, 6, 2], F32), output_shape=[4, 6, 16])
+    assert srs(**dict(three, orig_scatter_dim=0, scatter_dim_after_maybe_reshape=0)) is None
+    assert srs(**dict(three, world=3)) is None
+    why = srs(**dict(ab, a_shape=[2, 6, 256], a_scale=([2, 6, 2], F32), output_shape=[2, 6, 16],
+                     orig_scatter_dim=0, scatter_dim_after_maybe_reshape=0))
+    assert why is not None and "A_scale 1x128 with each rank's block of the output of 6 rows, " \
+        "not a multiple of 4" in why, why
 
 
 def test_scaled_rs_rules():
@@ -212,7 +299,9 @@ def test_scaled_rs_rules():
         (dict(bias=([16], "float32")), "bias of dtype float32, the output's is bfloat16"),
         (dict(bias=([8], "bfloat16")), "bias of shape (8,)"),
         (dict(a_scale=([8, 64, 1], "float16")), "A_scale of dtype float16"),
-        (dict(a_scale=([8, 64, 2], F32)), "block-wise"),
+        (dict(a_scale=([8, 64, 2], F32)), "A_scale of shape (8, 64, 2): its last dimension "
+                                          "(2) is neither 1 (row-wise) nor ceil(K/128) = 1 "
+                                          "(block-wise 1x128"),
         (dict(a_scale=([512, 1], F32)), "A_scale of shape (512, 1) fits neither"),
     ]
     for kw, words in cases:
@@ -307,5 +396,6 @@ def test_installer():
 
 if __name__ == "__main__":
     run_tests([test_ag_taken, test_ag_refused, test_rs_rules, test_scaled_ag_rules,
-               test_scaled_ag_scale_mode, test_scaled_rs_rules, test_router_says_once,
+               test_scaled_ag_scale_mode, test_scaled_block_modes, test_scaled_rs_rules,
+               test_router_says_once,
                test_router_words, test_installer])

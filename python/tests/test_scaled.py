@@ -47,17 +47,44 @@ E4, E5 = "fp8e4m3", "fp8e5m2"
 
 # -- inputs and the reference ----------------------------------------------
 
+BLOCK = 128  # the side of a scale block (OVL_SCALE_BLOCK)
+
+
+def blocks(x):
+    return -(-x // BLOCK)
+
+
+def scale_shape(mode, rows, k):
+    """ovl_scale_shape's: the scales of an operand of rows rows (A: m; B as
+    n x k: n) under mode."""
+    return {"tensor": (1,), "row": (rows,), "1x128": (rows, blocks(k)),
+            "128x128": (blocks(rows), blocks(k))}[mode]
+
+
+def b_values(case, rank, i):
+    """B i's values on rank `rank` (B 0: rank_values'): w (n_i x k), b_scale,
+    bias (n_i), as float64."""
+    if i == 0:
+        _, w, _, sb, bias = rank_values(case, rank)
+        return w, sb, bias
+    n = case["ns"][i]
+    rng = np.random.default_rng(1000 * case["id"] + rank + 100000 * i)
+    w = rng.uniform(-3, 3, size=(n, case["k"]))
+    sb = rng.uniform(0.25, 2, size=scale_shape(case["b_mode"], n, case["k"]))
+    return w, sb, rng.uniform(-4, 4, size=n)
+
+
 def rank_values(case, rank):
     """The float values rank `rank` quantizes for case (the same on every
     process: from seeds): a (rows x k), w (n x k, B's transpose), a_scale
-    (rows), b_scale (n), bias (n) as float64."""
+    and b_scale (of scale_shape's shapes), bias (n) as float64."""
     kind, m, n, k = case["kind"], case["m"], case["n"], case["k"]
     rows = m * case["world"] if kind == "rs" else m
     rng = np.random.default_rng(1000 * case["id"] + rank)
     a = rng.uniform(-3, 3, size=(rows, k))
     w = rng.uniform(-3, 3, size=(n, k))
-    sa = rng.uniform(0.25, 2, size=rows if case["a_mode"] == "row" else 1)
-    sb = rng.uniform(0.25, 2, size=n if case["b_mode"] == "row" else 1)
+    sa = rng.uniform(0.25, 2, size=scale_shape(case["a_mode"], rows, k))
+    sb = rng.uniform(0.25, 2, size=scale_shape(case["b_mode"], n, k))
     bias = rng.uniform(-4, 4, size=n)
     return a, w, sa, sb, bias
 
@@ -74,29 +101,57 @@ def rounded(vals, dtype):
     return vals.astype(np.float16 if dtype == "fp16" else np.float32).astype(np.float64)
 
 
-def product(case, q):
-    """Rank q's scaled product, float64: sa(i) sb(j) (A @ W^T)[i][j] + bias[j]."""
-    a, w, sa, sb, bias = rank_values(case, q)
-    a, w = dequant(a, case["a_fmt"]), dequant(w, case["b_fmt"])
-    sa, sb = sa.astype(np.float32).astype(np.float64), sb.astype(np.float32).astype(np.float64)
-    p = sa[:, None] * sb[None, :] * (a @ w.T)
+def per_block(s, mode, rows, k):
+    """Scales s of mode (float32 values, in float64) as a rows x ceil(k/128)
+    matrix: each row's (A's) or column's (B's) scale for each 128 of k."""
+    kq = blocks(k)
+    s = s.astype(np.float32).astype(np.float64)
+    if mode == "tensor":
+        return np.full((rows, kq), s.reshape(-1)[0])
+    if mode == "row":
+        return np.repeat(s.reshape(rows, 1), kq, axis=1)
+    if mode == "1x128":
+        return s.reshape(rows, kq)
+    return np.repeat(s.reshape(-1, kq), BLOCK, axis=0)[:rows]  # 128x128: row j's tile j / 128
+
+
+def scaled_mm(a, w, sa, sb, a_mode, b_mode):
+    """The scaled product by definition, float64 (a: rows x k, w: n x k,
+    dequantized): C[i][j] = sum over blocks q of 128 of k of sa(i, q) sb(j, q)
+    sum_{l in q} a[i][l] w[j][l]; tensor and row scales are one block's."""
+    rows, k = a.shape
+    sa, sb = per_block(sa, a_mode, rows, k), per_block(sb, b_mode, w.shape[0], k)
+    out = np.zeros((rows, w.shape[0]))
+    for q in range(blocks(k)):
+        cols = slice(q * BLOCK, (q + 1) * BLOCK)
+        out += sa[:, q:q + 1] * sb[None, :, q] * (a[:, cols] @ w[:, cols].T)
+    return out
+
+
+def product(case, q, i=0):
+    """Rank q's scaled product with its B i, float64: as scaled_mm, + bias."""
+    a, _, sa, _, _ = rank_values(case, q)
+    w, sb, bias = b_values(case, q, i)
+    p = scaled_mm(dequant(a, case["a_fmt"]), dequant(w, case["b_fmt"]), sa, sb, case["a_mode"],
+                  case["b_mode"])
     if case["bias"]:
         p = p + rounded(bias, case["out"])[None, :]
     return p
 
 
-def reference(case, rank):
+def reference(case, rank, i=0):
     world = case["world"]
     if case["kind"] == "ag":
-        # every rank's rows; with one a_scale, every row scaled by this rank's
+        # every rank's rows; with one a_scale, every row scaled by this rank's;
+        # by row or 1x128, each rank's rows by that rank's (gathered with them)
         a_all = np.concatenate([dequant(rank_values(case, q)[0], case["a_fmt"])
                                 for q in range(world)])
-        _, w, sa, sb, bias = rank_values(case, rank)
-        if case["a_mode"] == "row":
+        w, sb, bias = b_values(case, rank, i)
+        sa = rank_values(case, rank)[2]
+        if case["a_mode"] != "tensor":
             sa = np.concatenate([rank_values(case, q)[2] for q in range(world)])
-        sa = np.broadcast_to(sa.astype(np.float32).astype(np.float64), (a_all.shape[0],))
-        sb = sb.astype(np.float32).astype(np.float64)
-        ref = sa[:, None] * sb[None, :] * (a_all @ dequant(w, case["b_fmt"]).T)
+        ref = scaled_mm(a_all, dequant(w, case["b_fmt"]), sa, sb, case["a_mode"],
+                        case["b_mode"])
         if case["bias"]:
             ref = ref + rounded(bias, case["out"])[None, :]
         return ref
@@ -119,10 +174,33 @@ def fp8_array(client, vals, fmt, ml):
     return x
 
 
-def scale_array(client, vals, shape):
+def scale_array(client, vals, shape, layout="rows"):
+    """Scales of vals in client's memory, of shape: row-major ("rows"); for
+    a block scale's matrix also column-major ("cols": PyTorch's layout of
+    A's 1x128 scales, strides (1, rows)) or with padded rows ("padded", as
+    PyTorch's 128x128 scales may be), which ovl copies into its layout."""
+    v = vals.astype(np.float32).reshape(shape)
+    if layout == "cols":
+        s = client.empty(shape[::-1], "fp32")
+        s[...] = v.T
+        return s.T
+    if layout == "padded":
+        s = client.empty((shape[0], shape[1] + 3), "fp32")
+        s[...] = -1.0  # never read
+        s[:, :shape[1]] = v
+        return s[:, :shape[1]]
     s = client.empty(shape, "fp32")
-    s[...] = vals.astype(np.float32).reshape(shape)
+    s[...] = v
     return s
+
+
+def bias_array(client, vals, dtype):
+    bias = client.empty((len(vals),), dtype)
+    if dtype == "bf16":
+        ovl.float32_to_bf16(vals, out=bias)
+    else:
+        bias[...] = vals
+    return bias
 
 
 def run_case(client, comm, case):
@@ -132,29 +210,36 @@ def run_case(client, comm, case):
     a_v, w_v, sa_v, sb_v, bias_v = rank_values(case, rank)
     a = fp8_array(client, a_v, case["a_fmt"], ml)
     w = fp8_array(client, w_v, case["b_fmt"], ml)
-    # scales in the shapes users pass: (m,) / (m, 1); (n,) / (1, n); one: (1,), (1, 1), ()
+    # scales in the shapes users pass: (m,) / (m, 1); (n,) / (1, n); one: (1,), (1, 1), ();
+    # block scales (rows, blocks of k), laid out as case["scales"] says
     alt = case["id"] % 2
     rows = a.shape[0]
-    sa_shape = ((rows, 1) if alt else (rows,)) if case["a_mode"] == "row" else [(1,), (1, 1)][alt]
-    sb_shape = ((1, case["n"]) if alt else (case["n"],)) if case["b_mode"] == "row" else \
-        [(), (1,)][alt]
-    sa = scale_array(client, sa_v, sa_shape)
-    sb = scale_array(client, sb_v, sb_shape)
-    kw = dict(a_scale=sa, b_scale=sb, algo=case["algo"], fast_accum=bool(alt))
+    am, bm, layout = case["a_mode"], case["b_mode"], case.get("scales", "rows")
+    sa_shape = ((rows, 1) if alt else (rows,)) if am == "row" else \
+        sa_v.shape if am == "1x128" else [(1,), (1, 1)][alt]
+    sb_shape = ((1, case["n"]) if alt else (case["n"],)) if bm == "row" else \
+        sb_v.shape if bm in ("1x128", "128x128") else [(), (1,)][alt]
+    sa = scale_array(client, sa_v, sa_shape, layout if am == "1x128" else "rows")
+    sb = scale_array(client, sb_v, sb_shape, layout if len(sb_shape) == 2 else "rows")
+    kw = dict(a_scale=sa, algo=case["algo"], fast_accum=bool(alt), chunks=case.get("chunks", 0))
     if case["out"] != "bf16" or alt:  # bf16: the default, named half the time
         kw["out_dtype"] = case["out"]
+    nbs = len(case.get("ns", [case["n"]]))
+    ws, sbs, biases = [w], [sb], [bias_array(client, bias_v, case["out"])]
+    for i in range(1, nbs):  # further Bs (all-gather), each with its scales and bias
+        wi, sbi, biasi = b_values(case, rank, i)
+        ws.append(fp8_array(client, wi, case["b_fmt"], ml))
+        sbs.append(scale_array(client, sbi, sbi.shape, layout if sbi.ndim == 2 else "rows"))
+        biases.append(bias_array(client, biasi, case["out"]))
     if case["bias"]:
-        bias = client.empty((case["n"],), case["out"])
-        if case["out"] == "bf16":
-            ovl.float32_to_bf16(bias_v, out=bias)
-        else:
-            bias[...] = bias_v
-        kw["bias"] = bias
+        kw["bias"] = biases[0] if nbs == 1 else biases
+    kw["b_scale"] = sbs[0] if nbs == 1 else sbs
     if not ml:
         kw["dtype"] = case["a_fmt"] if case["a_fmt"] == case["b_fmt"] else (case["a_fmt"],
                                                                           case["b_fmt"])
     # B as PyTorch's _scaled_mm takes it (k x n column-major: w.T), or w with transb
-    b, transb = (w, True) if case["layout"] == "transb" else (w.T, False)
+    bs, transb = (ws, True) if case["layout"] == "transb" else ([x.T for x in ws], False)
+    b = bs[0] if nbs == 1 else bs
     a_out_ok = True
     if case["kind"] == "ag":
         want_a = bool(case["id"] % 3 == 0)
@@ -166,11 +251,16 @@ def run_case(client, comm, case):
             a_out_ok = a_out.dtype == a.dtype and np.array_equal(a_out.view(np.uint8), codes)
     else:
         out = comm.matmul_reduce_scatter(a, b, transb=transb, reduce_op=case["reduce_op"], **kw)
+    outs = out if nbs > 1 else [out]
     want_dtype = {"fp32": "float32", "fp16": "float16"}.get(case["out"])
-    assert want_dtype is None or out.dtype == want_dtype, (case, out.dtype)
-    ref = reference(case, rank)
-    err = np.linalg.norm(as_f64(out, case["out"]) - ref) / max(np.linalg.norm(ref), 1e-30)
-    return float(err), a_out_ok, out.shape
+    err = 0.0
+    for i, o in enumerate(outs):
+        assert want_dtype is None or o.dtype == want_dtype, (case, o.dtype)
+        ref = reference(case, rank, i)
+        assert o.shape == ref.shape, (case, i, o.shape, ref.shape)
+        err = max(err, np.linalg.norm(as_f64(o, case["out"]) - ref) /
+                  max(np.linalg.norm(ref), 1e-30))
+    return float(err), a_out_ok, outs[0].shape
 
 
 def cases_for(kind, world):
@@ -191,6 +281,46 @@ def cases_for(kind, world):
             "bias": i % 2 == 0, "layout": "wT" if i % 5 < 3 else "transb",
             "algo": algos[i % len(algos)], "path": paths[(i // 2) % len(paths)],
             "reduce_op": "avg" if i % 3 == 1 else "sum"})
+    return out
+
+
+def block_cases(kind, world):
+    """Block scales (A 1x128 with B 1x128 or 128x128): k of one to five
+    blocks (the last one partial or whole), n under and over 128 (and not
+    in fours with 128x128), scales row-major, column-major or padded (copied
+    into ovl's layout), chunks of 4 rows, several Bs (all-gather), formats,
+    output dtypes, bias, B's layout, algorithms, ml_dtypes or codes."""
+    fmts = [(E4, E4), (E4, E5), (E5, E4)]
+    outs = ["fp32", "bf16", "fp16"]
+    algos = ["auto", "naive", "collective", "ring"] + (["push"] if kind == "rs" else [])
+    paths = ["codes", "ml"] if ml_dtypes is not None else ["codes"]
+    specs = [  # m, n, k, B's mode, scales' layout, chunks, several Bs' ns
+        (4, 8, 256, "1x128", "rows", 0, None),
+        (8, 136, 300, "128x128", "cols", 2, None),
+        (4, 260, 200, "128x128", "padded", 0, None),
+        (8, 12, 128, "1x128", "cols", 0, None),  # one block: read as row scales
+        (12, 20, 520, "1x128", "rows", 3, None),
+        (4, 130, 384, "128x128", "rows", 0, None),
+        (8, 16, 264, "1x128", "cols", 0, [16, 132, 40]),
+        (4, 8, 136, "128x128", "padded", 0, [8, 200, 130]),
+    ]
+    out = []
+    for i, (m, n, k, bmode, layout, chunks, ns) in enumerate(specs):
+        if ns is not None and kind == "rs":
+            continue  # one B a GEMM + reduce-scatter
+        algo, red = algos[i % len(algos)], "avg" if i % 2 else "sum"
+        case = {
+            "id": 1000 + 100 * world + i + (50 if kind == "rs" else 0), "kind": kind,
+            "world": world, "m": m, "n": n, "k": k, "a_fmt": fmts[i % 3][0],
+            "b_fmt": fmts[i % 3][1], "a_mode": "1x128", "b_mode": bmode, "out": outs[i % 3],
+            # (ring takes no bias with avg: refused, test_refusals)
+            "bias": i % 3 != 1 and not (algo == "ring" and red == "avg" and kind == "rs"),
+            "layout": "wT" if i % 4 < 2 else "transb", "algo": algo,
+            "path": paths[(i // 2) % len(paths)], "reduce_op": red, "scales": layout,
+            "chunks": chunks}
+        if ns is not None:
+            case["ns"] = ns
+        out.append(case)
     return out
 
 
@@ -374,6 +504,31 @@ def test_rs_world_2():
     run_world(d, 2, cases)
     want = before.get("gemm_rs", 0) + len(cases)
     assert ops_counted(d, "gemm_rs", want) == want, (before, ops_by_kind(d))
+
+
+def test_block_ag():
+    """All-gather + GEMM with block scales at worlds 1 to 3 (block_cases),
+    each case one ovl op."""
+    d = daemon()
+    for world in (1, 2, 3):
+        before = ops_by_kind(d)
+        cases = block_cases("ag", world)
+        run_world(d, world, cases)
+        want = before.get("ag_gemm", 0) + len(cases)
+        assert ops_counted(d, "ag_gemm", want) == want, (world, before, ops_by_kind(d))
+
+
+def test_block_rs():
+    """GEMM + reduce-scatter with block scales at worlds 1 to 3: each rank's
+    M rows' 1x128 scales with its A (its share of k), the rows of each
+    rank's block of the output in fours."""
+    d = daemon()
+    for world in (1, 2, 3):
+        before = ops_by_kind(d)
+        cases = block_cases("rs", world)
+        run_world(d, world, cases)
+        want = before.get("gemm_rs", 0) + len(cases)
+        assert ops_counted(d, "gemm_rs", want) == want, (world, before, ops_by_kind(d))
 
 
 def test_one_comm_varied_scaling():
@@ -592,6 +747,92 @@ def test_refusals():
         comm.close()
 
 
+def test_block_refusals():
+    """Block scales refused in words, before anything is sent (ovld counts
+    no op, the comm works after): A by 128x128 tile, block scales with
+    tensor or row scales, A's 1x128 rows (this rank's m; GEMM + reduce-
+    scatter: M / world) and B's 1x128 n not in fours, shapes that fit no
+    mode, Bs of differing modes in one op, a block scale that needs a copy
+    but is not this client's memory."""
+    d = daemon()
+    with ovl.connect(d.socket) as c:
+        job = c.new_job_id("pyscaled-block-bad")
+        comm = c.comm(job, 1, 0, 0)
+        before = ops_by_kind(d)
+        m, n, k = 8, 12, 256  # two blocks of k
+        rng = np.random.default_rng(11)
+        a = fp8_array(c, rng.uniform(-2, 2, (m, k)), E4, False)
+        w = fp8_array(c, rng.uniform(-2, 2, (n, k)), E4, False)
+        sa = scale_array(c, rng.uniform(0.5, 1, (m, 2)), (m, 2))
+        sb = scale_array(c, rng.uniform(0.5, 1, (n, 2)), (n, 2))
+        sb_tile = scale_array(c, rng.uniform(0.5, 1, (1, 2)), (1, 2))
+        IA = ovl.InvalidArgument
+        ag, rs = comm.all_gather_matmul, comm.matmul_reduce_scatter
+        mixing = "block scales (1x128, 128x128) go with block scales on the other operand"
+        for f in (ag, rs):
+            # A by 128x128 tile (ceil(8/128) x 2): ovl cuts A by rows
+            expect(IA, f, a, w.T, a_scale=sb_tile, b_scale=sb, dtype=E4,
+                   words="A's scales by 128x128 tile (1 x 2 for a's m x k = 8 x 256): not taken "
+                         "(ovl cuts A by rows")
+            # block with tensor or row scales
+            expect(IA, f, a, w.T, a_scale=scale_array(c, np.ones(1), (1,)), b_scale=sb,
+                   dtype=E4, words="a_scale of shape (1,) (tensor-wise) and b_scale of shape "
+                                   "(12, 2) (1x128 block scales): " + mixing)
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=scale_array(c, np.ones(n), (1, n)),
+                   dtype=E4, words="(row-wise): " + mixing)
+            expect(IA, f, a, w.T, a_scale=scale_array(c, np.ones(m), (m, 1)), b_scale=sb_tile,
+                   dtype=E4, words="(128x128 block scales): " + mixing)
+            # shapes that fit no mode
+            expect(IA, f, a, w.T, a_scale=scale_array(c, np.ones((m, 3)), (m, 3)), b_scale=sb,
+                   dtype=E4, words="a_scale: 24 elements fit neither scale mode")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=scale_array(c, np.ones((n, 3)), (n, 3)),
+                   dtype=E4, words="nor is its shape (12, 3) block scales': 1x128 (12, 2)")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=scale_array(c, np.ones((2, n)), (2, n)),
+                   dtype=E4, words="128x128 (1, 2), one per 128 x 128 tile")
+            # B's 1x128 n in fours (with 128x128 n is free: below)
+            w6 = fp8_array(c, rng.uniform(-2, 2, (6, k)), E4, False)
+            expect(IA, f, a, w6.T, a_scale=sa, b_scale=scale_array(c, np.ones((6, 2)), (6, 2)),
+                   dtype=E4, words="B's 1x128 scales need n in multiples of 4 (cuBLASLt lays "
+                                   "each 128 of k's scales out by columns of op(B), 16-byte "
+                                   "aligned): n = 6")
+            # a block scale laid out so that it needs a copy, not of this client's memory
+            expect(IA, f, a, w.T, a_scale=np.ones((2, m), np.float32).T, b_scale=sb, dtype=E4,
+                   words="a_scale: not in memory from this client")
+            expect(IA, f, a, w.T, a_scale=sa, b_scale=sb, dtype=E4, out_dtype="fp32",
+                   bias=c.zeros((n,), "bf16"), words="bias: dtype bf16")
+        # A's 1x128 rows in fours: this rank's m (all-gather)
+        a6 = fp8_array(c, rng.uniform(-2, 2, (6, k)), E4, False)
+        expect(IA, ag, a6, w.T, a_scale=scale_array(c, np.ones((6, 2)), (6, 2)), b_scale=sb,
+               dtype=E4, words="a_scale: 1x128 (6, 2): A's 1x128 scales need its rows in "
+                               "multiples of 4 (cuBLASLt lays each 128 of k's scales out by "
+                               "rows, 16-byte aligned): this rank's m = 6 rows")
+        expect(IA, rs, a6, w.T, a_scale=scale_array(c, np.ones((6, 2)), (6, 2)), b_scale=sb,
+               dtype=E4, words="M / world = 6 / 1 = 6 rows")
+        # several Bs share their scales' mode
+        expect(IA, ag, a, [w.T, w.T], a_scale=sa, b_scale=[sb, sb_tile], dtype=E4,
+               words="b[1]: its dtype, the output's dtype and its scales' mode must be b[0]'s")
+        # GEMM + reduce-scatter: each rank's block of the output in fours, M / world
+        two = [c.comm(job + "-w2", 2, r, 0) for r in (0, 1)]
+        a12 = fp8_array(c, rng.uniform(-2, 2, (12, k)), E4, False)
+        expect(IA, two[0].matmul_reduce_scatter, a12, w.T,
+               a_scale=scale_array(c, np.ones((12, 2)), (12, 2)), b_scale=sb, dtype=E4,
+               words="each rank's block of the output, M / world = 12 / 2 = 6 rows")
+        for t in two:
+            t.close()
+        comm.check()
+        assert ops_by_kind(d) == before, (before, ops_by_kind(d))
+        # the comm works after, with B's 128x128 scales at n = 6 (not in fours)
+        sb6 = scale_array(c, np.array([0.5, 2.0]), (1, 2))
+        sa_v = sa.astype(np.float64)
+        want = scaled_mm(ovl.fp8_to_float32(a, E4).astype(np.float64),
+                         ovl.fp8_to_float32(w6, E4).astype(np.float64), sa_v,
+                         np.array([0.5, 2.0]), "1x128", "128x128")
+        for f in (ag, rs):
+            out = f(a, w6.T, a_scale=sa, b_scale=sb6, dtype=E4, out_dtype="fp32")
+            assert np.linalg.norm(out - want) <= 1e-5 * np.linalg.norm(want), f
+        comm.close()
+
+
 def reference_of(a, w, sa, sb):
     A = ovl.fp8_to_float32(a, E4).astype(np.float64)
     W = ovl.fp8_to_float32(w, E4).astype(np.float64)
@@ -621,7 +862,8 @@ def test_daemon_stops_clean():
 if __name__ == "__main__":
     try:
         run_tests([test_fp8_codes, test_empty_fp8, test_ag_world_1, test_ag_world_2,
-                   test_rs_world_1, test_rs_world_2, test_refusals, test_unscaled_unchanged,
+                   test_rs_world_1, test_rs_world_2, test_block_ag, test_block_rs,
+                   test_refusals, test_block_refusals, test_unscaled_unchanged,
                    test_one_comm_varied_scaling, test_ag_several_bs, test_daemon_stops_clean])
     finally:
         if D is not None:

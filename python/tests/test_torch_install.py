@@ -32,6 +32,7 @@ except ImportError as _e:
     sys.exit(77)
 
 import ovl.torch as ot  # noqa: E402
+from ovl import _core  # noqa: E402
 from ovltest import run_tests  # noqa: E402
 
 if not ot._override_supported():
@@ -261,30 +262,88 @@ def test_scaled_rs_fake():
     assert desc(r) == ((4, 8, 48), (384, 48, 1), E4), desc(r)
 
 
+BLOCK = 128
+
+
+def per_block(s, mode, rows, k):
+    """Scales s of an ovl mode (ovl's layouts) as a rows x ceil(k/128)
+    float64 matrix: each row's (A's) or column's (B's) scale for each 128 of
+    k."""
+    kq = -(-k // BLOCK)
+    s = s.double()
+    if mode == "tensor":
+        return s.reshape(1, 1).expand(rows, kq)
+    if mode == "row":
+        return s.reshape(rows, 1).expand(rows, kq)
+    if mode == "1x128":
+        return s.reshape(rows, kq)
+    return s.reshape(-1, kq).repeat_interleave(BLOCK, dim=0)[:rows]
+
+
+def block_mm(a, b, sa, sb):
+    """sum over blocks q of 128 of K of sa[:, q] sb[:, q] (a[:, q] @ b[q, :]),
+    float64: a rows x K, b K x N, sa rows x ceil(K/128), sb N x ceil(K/128)."""
+    out = torch.zeros((a.shape[0], b.shape[1]), dtype=torch.float64)
+    for q in range(sa.shape[1]):
+        ks = slice(q * BLOCK, (q + 1) * BLOCK)
+        out += sa[:, q:q + 1] * sb[:, q].reshape(1, -1) * (a[:, ks].double() @ b[ks, :].double())
+    return out
+
+
+def scaled_mm_ref(a, b, scale_a, scale_b):
+    """torch._scaled_mm(a, b, scale_a, scale_b) by its definition, float64,
+    the scales read as PyTorch reads them (not through ovl): scale_a 1
+    element, (M, 1) or 1x128 (M, ceil(K/128)); scale_b 1 element, (1, N),
+    1x128 (ceil(K/128), N) or 128x128 (ceil(K/128), ceil(N/128))."""
+    (m, k), n = a.shape, b.shape[1]
+    kq = -(-k // BLOCK)
+    sa = scale_a.double().reshape(-1)
+    sa = sa.expand(m * kq).reshape(m, kq) if sa.numel() == 1 else \
+        scale_a.double().reshape(m, -1).expand(m, kq)
+    sb = scale_b.double()
+    if sb.numel() == 1:
+        sb = sb.reshape(1, 1).expand(n, kq)
+    elif tuple(sb.shape) == (1, n):
+        sb = sb.reshape(n, 1).expand(n, kq)
+    elif tuple(sb.shape) == (kq, n):
+        sb = sb.t()
+    else:
+        assert tuple(sb.shape) == (kq, -(-n // BLOCK)), sb.shape
+        sb = sb.t().repeat_interleave(BLOCK, dim=0)[:n]
+    return block_mm(a, b, sa, sb)
+
+
 class FakeComm:
     """Stands in for an ovl Comm of rank `rank` of `world` whose every rank
     holds the same inputs as this one: computes ovl's scaled ops from the
     arguments ovl.torch hands it (checking their layout: A rows x K
-    row-major, B K x N column-major, scales of 1 or rows / N elements), in
-    float64; records each call's a_scale."""
+    row-major, B K x N column-major, scales of modes ovl reads from their
+    shapes, block scales in ovl's dense row-major layout), in float64;
+    records each call's a_scale and b_scales."""
 
     def __init__(self, world, rank):
-        self.world, self.rank, self.calls = world, rank, []
+        self.world, self.rank, self.calls, self.b_scales = world, rank, [], []
 
     def _product(self, a, b, a_scale, b_scale, bias):
         assert a.dim() == 2 and a.stride(1) == 1, (a.shape, a.stride())
         assert b.dim() == 2 and b.stride(0) == 1 and b.shape[0] == a.shape[1], (b.shape,
                                                                                  b.stride())
-        assert a_scale.numel() in (1, a.shape[0]) and b_scale.numel() in (1, b.shape[1])
-        sa = a_scale.reshape(-1, 1).double()
-        p = sa * b_scale.reshape(1, -1).double() * (a.double() @ b.double())
+        (rows, k), n = a.shape, b.shape[1]
+        am, bm = _core._scale_modes(tuple(a_scale.shape), tuple(b_scale.shape), rows, n, k)
+        for t, mode in ((a_scale, am), (b_scale, bm)):
+            assert mode not in ("1x128", "128x128") or t.is_contiguous(), (mode, t.stride())
+        p = block_mm(a, b, per_block(a_scale, am, rows, k), per_block(b_scale, bm, n, k))
         return p + bias.double() if bias is not None else p
 
     def all_gather_matmul(self, a, b, *, out, a_out=None, a_scale, b_scale, out_dtype, bias=None,
                           fast_accum=False, stream=None):
         ws = self.world
         self.calls.append(a_scale.clone())
-        sa = a_scale.reshape(-1).repeat(ws) if a_scale.numel() > 1 else a_scale
+        self.b_scales.append(b_scale)
+        if a_scale.dim() == 2 and a_scale.shape[1] > 1:  # 1x128: every rank's rows
+            sa = a_scale.repeat(ws, 1)
+        else:
+            sa = a_scale.reshape(-1).repeat(ws) if a_scale.numel() > 1 else a_scale
         # several Bs (one op): lists of b, b_scale, out, and bias (or None)
         bs = b if isinstance(b, list) else [b]
         sbs = b_scale if isinstance(b, list) else [b_scale]
@@ -302,6 +361,7 @@ class FakeComm:
                               bias=None, fast_accum=False, stream=None):
         rows = a.shape[0] // self.world
         self.calls.append(a_scale.clone())
+        self.b_scales.append(b_scale)
         p = self._product(a, b, a_scale, b_scale, bias)
         p = p * self.world if reduce_op == "sum" else p
         out.copy_(p[self.rank * rows:(self.rank + 1) * rows].to(out.dtype))
@@ -573,6 +633,301 @@ def test_scaled_install_falls_back_once_per_reason():
         "tensors)": 1}, st
 
 
+KB = 320  # K of the block-scale tests: three blocks of 128, the last one partial
+KQ = 3
+
+
+def a_scale_1x128(lead, gd, gen):
+    """A's 1x128 scales of A's leading dimensions lead (every rank's rows),
+    laid out as PyTorch's fused ops hand them to _scaled_mm: their view
+    movedim(gd, 0).flatten(0, -2) (rows x ceil(K/128)) of strides (1, rows),
+    what _scaled_mm's BlockWise1x128 takes."""
+    moved = [lead[gd]] + lead[:gd] + lead[gd + 1:]
+    rows = 1
+    for d in moved:
+        rows *= d
+    flat = (torch.rand((KQ, rows), generator=gen) + 0.5).t()  # strides (1, rows)
+    t = flat.view(moved + [KQ]).movedim(0, gd)
+    assert t.movedim(gd, 0).flatten(0, -2).stride() == (1, rows)
+    return t
+
+
+def b_scale_of(mode, n, gen):
+    """PyTorch's scale_b for B (K x N) by mode, in its layouts: 1x128
+    (ceil(K/128), N), scale_b.t() of strides (1, N); 128x128 (ceil(K/128),
+    ceil(N/128)), scale_b.t() of strides (4, 1) (rows padded to 4); row (1,
+    N); tensor ()."""
+    if mode == "1x128":
+        return torch.rand((KQ, n), generator=gen) + 0.5
+    if mode == "128x128":
+        return (torch.rand((-(-n // BLOCK), 4), generator=gen) + 0.5)[:, :KQ].t()
+    if mode == "row":
+        return torch.rand((1, n), generator=gen) + 0.5
+    return torch.rand((), generator=gen) + 0.5
+
+
+def test_scaled_block_layouts():
+    """ovl.torch's conversion of PyTorch's block-wise scale layouts to ovl's
+    (dense row-major N x K's and rows x K's): B's scale_b.t() made
+    contiguous, 1x128 and 128x128 (padded rows copied out); other modes as
+    they are; the kinds of one ovl op."""
+    gen = torch.Generator().manual_seed(7)
+    B = col_major(KB, 144, E4, "cpu")
+    s1 = b_scale_of("1x128", 144, gen)
+    s2 = b_scale_of("128x128", 144, gen)
+    assert s2.stride() == (1, 4) and s2.shape == (KQ, 2)
+    for t, mode in ((s1, "1x128"), (s2, "128x128")):
+        assert ot._b_scale_mode(B, t) == mode
+        o = ot._ovl_b_scale(B, t)
+        assert o.is_contiguous() and torch.equal(o, t.t()), (mode, o.stride())
+    for mode in ("row", "tensor"):
+        t = b_scale_of(mode, 144, gen)
+        assert ot._b_scale_mode(B, t) == mode and ot._ovl_b_scale(B, t) is t
+    assert _core._scale_modes((8, KQ), tuple(ot._ovl_b_scale(B, s1).shape), 8, 144, KB) == \
+        ("1x128", "1x128")
+    assert _core._scale_modes((8, KQ), tuple(ot._ovl_b_scale(B, s2).shape), 8, 144, KB) == \
+        ("1x128", "128x128")
+    assert not ot._one_scaled_op([B, B], [s1, s2], [None, None], [torch.bfloat16] * 2,
+                                 [False] * 2)
+    assert ot._one_scaled_op([B, B], [s1, s1.clone()], [None, None], [torch.bfloat16] * 2,
+                             [False] * 2)
+
+
+def test_scaled_block_fake():
+    """The fake kernels take block-wise scales as PyTorch's Meta kernels do
+    (the same shapes, strides and dtypes: A 1x128 of every rank's rows with
+    Bs 1x128 and 128x128; A 1x128 of A's rows for the reduce-scatter), and
+    raise ValueError where PyTorch's raise: block-wise scales of this rank's
+    rows alone, A by 128x128 tile (naming ovl's rule)."""
+    gn = dist.group.WORLD.group_name
+    gen = torch.Generator().manual_seed(8)
+    n = 0
+    for shard, gd in [((32, KB), 0), ((4, 8, KB), 1), ((4, 8, KB), 0), ((2, 3, 16, KB), 2)]:
+        full = list(shard)
+        full[gd] *= 2
+        for modes in (["1x128"], ["128x128"], ["1x128", "128x128"]):
+            Bs = [col_major(KB, 16 * (i + 1) + 128 * i) for i in range(len(modes))]
+            bsc = [b_scale_of(md, B.shape[1], gen).to("meta") for md, B in zip(modes, Bs)]
+            ods = [torch.bfloat16, torch.float32][:len(Bs)]
+            args = (meta(shard, E4), Bs, meta(tuple(full[:-1]) + (KQ,)), bsc, gd, gn,
+                    [None] * len(Bs), [None] * len(Bs), ods, [False] * len(Bs))
+            A1, o1 = torch.ops.symm_mem.fused_all_gather_scaled_matmul(*args)
+            A2, o2 = torch.ops.ovl.fused_all_gather_scaled_matmul(*args)
+            assert [desc(A1)] + [desc(o) for o in o1] == [desc(A2)] + [desc(o) for o in o2], (
+                shard, gd, modes)
+            n += 1
+    assert n == 12, n
+    for a_shape, osh, osd in [((64, KB), [64, 16], 0), ((4, 16, KB), [4, 16, 16], 1),
+                              ((64, KB), [4, 16, 16], 1)]:
+        for mode in ("1x128", "128x128"):
+            args = (meta(a_shape, E4), col_major(KB, 16), meta(tuple(a_shape[:-1]) + (KQ,)),
+                    b_scale_of(mode, 16, gen).to("meta"), "sum", osd, 0 if len(a_shape) == 2
+                    else osd, gn, osh, None, None, torch.float32, False)
+            r1 = torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(*args)
+            r2 = torch.ops.ovl.fused_scaled_matmul_reduce_scatter(*args)
+            assert desc(r1) == desc(r2), (a_shape, osh, mode, desc(r1), desc(r2))
+    # refused as PyTorch's refuse them (the kernels' functions, not through
+    # the dispatcher: see test_scaled_ag_fake)
+    sharded = (meta((4, 8, KB), E4), [col_major(KB, 16)], meta((4, 8, KQ)),
+               [meta((KQ, 16))], 1, gn, [None], [None], [torch.bfloat16], [False])
+    tile_a = (meta((256, KB), E4), [col_major(KB, 16)], meta((4, KQ)), [meta((KQ, 16))], 0, gn,
+              [None], [None], [torch.bfloat16], [False])
+    for args, words in ((sharded, "block-wise scales of A_shard's rows alone are not taken"),
+                        (tile_a, "128x128 blocks of A (PyTorch's BlockWise128x128), which ovl "
+                                 "does not take: it cuts A by rows")):
+        for fn in (sm._fused_all_gather_scaled_matmul_fallback, ot._sag_fake):
+            try:
+                fn(*args)
+                raise AssertionError("no ValueError from %s" % fn)
+            except ValueError as e:
+                assert "Invalid scale shape for fp8 all-gather" in str(e), e
+                assert fn is not ot._sag_fake or words in str(e), e
+    tile_rs = (meta((256, KB), E4), col_major(KB, 16), meta((2, KQ)), meta((KQ, 16)), "sum", 0,
+               0, gn, [256, 16], None, None, torch.bfloat16, False)
+    for fn in (sm._fused_scaled_matmul_reduce_scatter_fallback, ot._srs_fake):
+        try:
+            fn(*tile_rs)
+            raise AssertionError("no ValueError from %s" % fn)
+        except ValueError as e:
+            assert "the leading dims of A_scale must match the leading dims of A" in str(e), e
+            assert fn is not ot._srs_fake or "128x128 blocks of A" in str(e), e
+
+
+def test_scaled_block_ag_through_ovl():
+    """fused_all_gather_scaled_matmul with block-wise scales through ovl (a
+    FakeComm for ovld): A_scale 1x128 of every rank's rows in PyTorch's
+    layout, B_scales 1x128 and 128x128 in theirs; the values of PyTorch's
+    definition (its fallback: the gathered A, A_scale.movedim(gather_dim,
+    0).flatten(0, -2) as _scaled_mm's scale_a), Meta's strides; ovl given
+    this rank's rows' scales and each B's, dense row-major in its layout;
+    Bs of one block kind in one op, of two kinds in an op each. Worlds 1 to
+    3, gather_dim 0 and 1, 2-D to 4-D A."""
+    gen = torch.Generator().manual_seed(9)
+    for world, rank in ((1, 0), (2, 1), (3, 2)):
+        for shard, gd in (((8, KB), 0), ((3, 4, KB), 1), ((2, 2, 4, KB), 0)):
+            full = list(shard)
+            full[gd] *= world
+            A_shard = fp8(shard, gen)
+            A_full = torch.cat([A_shard] * world, dim=gd)
+            # every rank's rows' scales: this rank's block the same on each (FakeComm's world)
+            one = a_scale_1x128(list(shard[:-1]), gd, gen)
+            vals = torch.cat([one] * world, dim=gd)
+            sa = a_scale_1x128(list(full[:-1]), gd, gen)
+            sa.copy_(vals)
+            for modes in (["1x128", "1x128"], ["128x128", "128x128", "128x128"],
+                          ["1x128", "128x128"]):
+                ns = [16 + 128 * (i % 2) for i in range(len(modes))]
+                Bs = [col_major(KB, nn, E4, "cpu").copy_(fp8((KB, nn), gen, torch.float32))
+                      for nn in ns]
+                bsc = [b_scale_of(md, nn, gen) for md, nn in zip(modes, ns)]
+                biases = [torch.rand(nn, generator=gen).to(torch.bfloat16) for nn in ns]
+                ods = [torch.bfloat16] * len(Bs)
+                comm = FakeComm(world, rank)
+                A, outs = ot._sag_run(comm, A_shard, Bs, sa, bsc, gd, biases, ods,
+                                      [False] * len(Bs))
+                assert torch.equal(A.view(torch.uint8), A_full.view(torch.uint8))
+                a2 = A_full.movedim(gd, 0).flatten(0, -2)
+                sa2 = sa.movedim(gd, 0).flatten(0, -2)  # what PyTorch's fallback hands _scaled_mm
+                lead = [full[gd]] + full[:gd] + full[gd + 1:-1]
+                for B, t, b, o in zip(Bs, bsc, biases, outs):
+                    want = scaled_mm_ref(a2, B, sa2, t) + b.double()
+                    want = want.view(lead + [B.shape[1]]).movedim(0, gd)
+                    torch.testing.assert_close(o.double(), want.to(torch.bfloat16).double(),
+                                               rtol=1e-2, atol=1e-2)
+                fa, fo = ot._sag_layout(torch.empty(shard, dtype=E4, device="meta"), gd, world,
+                                        ns, ods)
+                assert [desc(A)] + [desc(o) for o in outs] == \
+                    [desc(fa)] + [desc(o) for o in fo], (world, shard, gd, modes)
+                ops = 1 if len(set(modes)) == 1 else len(modes)
+                assert len(comm.calls) == ops, (modes, len(comm.calls))
+                want_sa = sa.movedim(gd, 0).chunk(world)[rank].reshape(-1, KQ)
+                for got in comm.calls:  # this rank's rows x ceil(K/128), row-major
+                    assert got.shape == (want_sa.shape[0], KQ) and torch.equal(got, want_sa)
+                got_b = [x for c in comm.b_scales for x in (c if isinstance(c, list) else [c])]
+                assert len(got_b) == len(Bs)
+                for g, t in zip(got_b, bsc):  # N x ceil(K/128) or its tiles', row-major
+                    assert g.is_contiguous() and torch.equal(g, t.t()), (g.shape, g.stride())
+            # ranks' rows' scales that differ: ovl gets this rank's block of them
+            sa = a_scale_1x128(list(full[:-1]), gd, gen)
+            comm = FakeComm(world, rank)
+            ot._sag_run(comm, A_shard, [Bs[0]], sa, [bsc[0]], gd, [None], [torch.float32],
+                        [False])
+            blocks_ = sa.movedim(gd, 0).chunk(world)
+            assert torch.equal(comm.calls[0], blocks_[rank].reshape(-1, KQ))
+            assert world == 1 or not torch.equal(comm.calls[0], blocks_[rank - 1].reshape(-1, KQ))
+
+
+def test_scaled_block_rs_through_ovl():
+    """fused_scaled_matmul_reduce_scatter with block-wise scales through
+    ovl: A_scale 1x128 of A's rows (A's leading dimensions, then
+    ceil(K/128); any strides, PyTorch's (1, rows) among them), B_scale
+    1x128 or 128x128 in PyTorch's layout; PyTorch's definition
+    (_scaled_mm(A, B, A_scale, B_scale) + bias, viewed as output_shape,
+    reduce-scattered along orig_scatter_dim); ovl given A's rows' scales
+    with the scatter dimension first, row-major."""
+    gen = torch.Generator().manual_seed(10)
+    for world, rank in ((1, 0), (2, 1), (2, 0)):
+        for a_shape, osh, osd in (((8, KB), [8, 16], 0), ((4, 6, KB), [4, 6, 16], 1),
+                                  ((24, KB), [4, 6, 16], 1), ((4, 6, KB), [4, 6, 16], 0)):
+            for mode, red, with_bias in (("1x128", "sum", True), ("128x128", "avg", False)):
+                n = 16
+                A = fp8(a_shape, gen)
+                lead = list(a_shape[:-1])
+                sa = a_scale_1x128(lead, 0, gen) if len(lead) == 1 else \
+                    (torch.rand([KQ] + lead, generator=gen) + 0.5).movedim(0, -1)
+                B = col_major(KB, n, E5, "cpu").copy_(fp8((KB, n), gen, torch.float32))
+                sb = b_scale_of(mode, n, gen)
+                bias = torch.rand(n, generator=gen).to(torch.float32) if with_bias else None
+                comm = FakeComm(world, rank)
+                out = ot._srs_run(comm, A, B, sa, sb, red, osd, osh, bias, torch.float32, False)
+                p = scaled_mm_ref(A.reshape(-1, KB), B, sa.reshape(-1, KQ), sb)
+                if bias is not None:
+                    p = p + bias.double()
+                p = p.view(osh[:-1] + [n]) * (world if red == "sum" else 1)
+                want = p.chunk(world, dim=osd)[rank]
+                assert out.is_contiguous() and tuple(out.shape) == tuple(want.shape)
+                torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+                got = comm.calls[0]
+                want_sa = sa.reshape(osh[:-1] + [KQ]).movedim(osd, 0).reshape(-1, KQ)
+                assert got.is_contiguous() and torch.equal(got, want_sa)
+                assert comm.b_scales[0].is_contiguous() and torch.equal(comm.b_scales[0], sb.t())
+
+
+def test_scaled_block_falls_back():
+    """A by 128x128 tile (PyTorch's (BlockWise128x128, BlockWise1x128)):
+    installed, symm_mem's scaled ops hand it to PyTorch's own kernel (a
+    recorder here), the reason said once; torch.ops.ovl's raise ValueError
+    naming ovl's rule. Block-wise scales with tensor- or row-wise ones, and
+    A's rows not in fours, go to PyTorch's kernel likewise."""
+    h = Records()
+    logging.getLogger("ovl.torch").addHandler(h)
+    calls = []
+    real = (sm._fused_all_gather_scaled_matmul, sm._fused_scaled_matmul_reduce_scatter,
+            ot._sag_facts, ot._srs_facts)
+
+    def cuda_facts(f):  # these CPU tensors' facts, as CUDA tensors' would be
+        def g(*args):
+            r = f(*args)
+            r[0] = ["cuda"] * len(r[0])
+            return r
+        return g
+
+    def fake_ag(*args):
+        calls.append("ag")
+        return args[0], []
+
+    def fake_rs(*args):
+        calls.append("rs")
+        return args[0]
+
+    sm._fused_all_gather_scaled_matmul, sm._fused_scaled_matmul_reduce_scatter = fake_ag, fake_rs
+    ot._sag_facts, ot._srs_facts = cuda_facts(real[2]), cuda_facts(real[3])
+    ot._ROUTER.reset()
+    bf = torch.bfloat16
+    try:
+        A = torch.zeros((256, KB), dtype=E4)
+        B = col_major(KB, 16, E4, "cpu")
+        tile = torch.ones((2, KQ))    # A's 128x128: ceil(256/128) x ceil(K/128)
+        tile_full = torch.ones((4, KQ))  # of the gathered A (world 2)
+        b1 = torch.ones((KQ, 16))
+        for _ in range(2):
+            ot._symm_sag(A, [B], tile_full, [b1], 0, "0", [None], [None], [bf], [False])
+        ot._symm_srs(A, B, tile, b1, "sum", 0, 0, "0", [256, 16], None, None, bf)
+        ot._symm_sag(A, [B], torch.ones(()), [b1], 0, "0", [None], [None], [bf], [False])
+        ot._symm_srs(A[:12], B, torch.ones((12, KQ)), b1, "sum", 0, 0, "0", [12, 16], None,
+                     None, bf)
+    finally:
+        (sm._fused_all_gather_scaled_matmul, sm._fused_scaled_matmul_reduce_scatter,
+         ot._sag_facts, ot._srs_facts) = real
+        logging.getLogger("ovl.torch").removeHandler(h)
+    assert calls == ["ag", "ag", "rs", "ag", "rs"], calls
+    st = ot.stats()["fell_back"]
+    tile_words = ("128x128 blocks of A (PyTorch's BlockWise128x128), which ovl does not take: it "
+                  "cuts A by rows, across ranks and chunks")
+    assert st["fused_all_gather_scaled_matmul: A_scale of shape (4, 3): " + tile_words +
+              " (A's block-wise scales are 1x128: A's leading dimensions, then ceil(K/128))"] \
+        == 2, st
+    assert st["fused_scaled_matmul_reduce_scatter: A_scale of shape (2, 3): " + tile_words +
+              " (A's block-wise scales are 1x128: A's leading dimensions, then ceil(K/128))"] \
+        == 1, st
+    assert any("A_scale tensor-wise and B_scales[0] block-wise 1x128: block-wise scales on one "
+               "operand only" in k for k in st), st
+    assert any("A_scale 1x128 with each rank's block of the output of 6 rows, not a multiple "
+               "of 4" in k for k in st), st
+    said = [m for m in h.msgs if "runs PyTorch's own kernel" in m and tile_words in m]
+    assert len(said) == 2, h.msgs  # once per op
+    # torch.ops.ovl's kernels raise (called as functions, not through the dispatcher)
+    for fn, args in ((ot._sag_cuda, (A, [B], tile_full, [b1], 0, "default", [None], [None],
+                                     [bf], [False])),
+                     (ot._srs_cuda, (A, B, tile, b1, "sum", 0, 0, "default", [256, 16], None,
+                                     None, bf))):
+        try:
+            fn(*args)
+            raise AssertionError("no ValueError from %s" % fn)
+        except ValueError as e:
+            assert tile_words in str(e), e
+
+
 def test_group_comm_on_first_use():
     """A group without a comm: without lazy, PyTorch's kernel (why: no
     comm); with lazy, the comm is made on first use, and where ovld is not
@@ -655,6 +1010,9 @@ if __name__ == "__main__":
                    test_scaled_ag_through_ovl, test_scaled_ag_one_op_for_bs,
                    test_scaled_rs_through_ovl,
                    test_scaled_ovl_ops_fall_back, test_scaled_install_falls_back_once_per_reason,
+                   test_scaled_block_layouts, test_scaled_block_fake,
+                   test_scaled_block_ag_through_ovl, test_scaled_block_rs_through_ovl,
+                   test_scaled_block_falls_back,
                    test_group_comm_on_first_use, test_env_install,
                    test_env_install_failure_keeps_import])
     finally:
