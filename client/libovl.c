@@ -307,6 +307,8 @@ static Ovl__Response__BodyCase reply_case(Ovl__Request__BodyCase q)
         return OVL__RESPONSE__BODY_PEER_PING;
     case OVL__REQUEST__BODY_JOB_ID_CREATE:
         return OVL__RESPONSE__BODY_JOB_ID_CREATE;
+    case OVL__REQUEST__BODY_TUNE:
+        return OVL__RESPONSE__BODY_TUNE;
     case OVL__REQUEST__BODY_COMM_DESTROY:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
         return OVL__RESPONSE__BODY_OK;

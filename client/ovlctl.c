@@ -42,6 +42,9 @@ static void usage(FILE *f)
             "                           latency and issue-time percentiles; --reset: root or\n"
             "                           ovld's user\n"
             "  plan [OPTIONS]           print the host program of one op for one rank\n"
+            "  tune [--json] [--clear]  auto's measured choices: per shape, the plans it\n"
+            "                           timed (median ns) and the one it runs; --clear\n"
+            "                           forgets them (root or ovld's user)\n"
             "  peer ping [--json] ADDRESS:PORT\n"
             "                           ovld connects to the ovld of another node (with the\n"
             "                           cluster key) and measures a round trip; root or\n"
@@ -1090,6 +1093,84 @@ static int cmd_plan(int argc, char **argv)
     return o.daemon ? plan_daemon(&o.p) : plan_here(&o);
 }
 
+/* ----------------------------------------------------------------- tune */
+
+static int cmd_tune(int argc, char **argv)
+{
+    enum { O_JSON = 1, O_CLEAR };
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, O_JSON},
+        {"clear", no_argument, NULL, O_CLEAR},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    bool json = false, clear = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_JSON:
+            json = true;
+            break;
+        case O_CLEAR:
+            clear = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ovlctl tune: unexpected argument '%s'\n", argv[optind]);
+        return EXIT_USAGE;
+    }
+    ovl_client_t *cl;
+    if (connect_or_die(&cl))
+        return 1;
+    Ovl__TuneRequest tq = OVL__TUNE_REQUEST__INIT;
+    tq.clear = clear;
+    Ovl__Request q = OVL__REQUEST__INIT;
+    q.body_case = OVL__REQUEST__BODY_TUNE;
+    q.tune = &tq;
+    Ovl__Response *r = NULL;
+    if (libovl_call(cl, &q, NULL, 0, &r) != OVL_OK) {
+        fprintf(stderr, "ovlctl: tune: %s\n", term(ovl_last_error(cl)));
+        ovl_disconnect(cl);
+        return 1;
+    }
+    const Ovl__TuneReply *t = r->tune;
+    if (json) {
+        printf("{\"measuring\":%s,\"file\":", t->measuring ? "true" : "false");
+        libovl_json_string(stdout, t->file);
+        printf(",\"keys\":%" PRIu64 ",\"chosen\":%" PRIu64 ",\"cleared\":%s,\"text\":", t->keys,
+               t->chosen, t->cleared ? "true" : "false");
+        libovl_json_string(stdout, t->text);
+        printf("}\n");
+    } else {
+        if (t->cleared)
+            printf("cleared\n");
+        printf("auto %s; %" PRIu64 " shape%s, %" PRIu64 " chosen; kept in %s\n",
+               t->measuring ? "measures" : "chooses by the planner's rule (tune_samples = 0)",
+               t->keys, t->keys == 1 ? "" : "s", t->chosen, t->file[0] ? t->file : "memory only");
+        /* the table's lines after its first (the device's), each escaped
+         * for a terminal */
+        const char *line = strchr(t->text, '\n');
+        while (line && line[1]) {
+            const char *next = strchr(line + 1, '\n');
+            size_t len = next ? (size_t)(next - line - 1) : strlen(line + 1);
+            char *one = strndup(line + 1, len);
+            printf("%s\n", one ? term(one) : "?");
+            free(one);
+            line = next;
+        }
+    }
+    libovl_response_free(r);
+    ovl_disconnect(cl);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- stats */
 
 /* The text exposition format (node_exporter's textfile collector): the
@@ -1385,6 +1466,8 @@ int main(int argc, char **argv)
         return cmd_version();
     if (strcmp(cmd, "stats") == 0)
         return cmd_stats(sub_argc, sub_argv);
+    if (strcmp(cmd, "tune") == 0)
+        return cmd_tune(sub_argc, sub_argv);
     if (strcmp(cmd, "peer") == 0)
         return cmd_peer(sub_argc, sub_argv);
     if (strcmp(cmd, "help") == 0) {

@@ -819,6 +819,9 @@ bool ovld_dispatch_frame(ovld_conn_t *c, const uint8_t *body, uint32_t len)
     case OVL__REQUEST__BODY_STATS:
         ovld_info_stats(c, id, q->stats);
         break;
+    case OVL__REQUEST__BODY_TUNE:
+        ovld_info_tune(c, id, q->tune);
+        break;
     case OVL__REQUEST__BODY_PEER_PING:
         on_peer_ping(c, id, q->peer_ping);
         break;

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "peer.h"
 #include "reply.h"
+#include "tune.h"
 /* ------------------------------------------------------------ devices */
 
 static void fill_device(ovld_t *d, uint32_t i, Ovl__Device *dev, ovld_device_info_t *info)
@@ -441,6 +442,41 @@ void ovld_info_stats(ovld_conn_t *c, uint64_t id, const Ovl__StatsRequest *q)
         d->misses_at_reset = misses;
         log_info("counters reset by uid %u (pid %d)", (unsigned)c->uid, (int)c->pid);
     }
+}
+
+void ovld_info_tune(ovld_conn_t *c, uint64_t id, const Ovl__TuneRequest *q)
+{
+    ovld_t *d = c->d;
+    if (q->clear && c->uid != 0 && c->uid != getuid()) {
+        ovld_reply_error(c, id, OVL_ERR_PERMISSION,
+                         "only root or ovld's own user (uid %u) may clear the measured choices",
+                         (unsigned)getuid());
+        return;
+    }
+    if (q->clear && d->tune) {
+        ovld_tune_clear(d->tune);
+        log_info("measured choices cleared by uid %u (pid %d)", (unsigned)c->uid, (int)c->pid);
+    }
+    size_t need = ovld_tune_format(d->tune, d->tune_device, NULL, 0);
+    char *text = malloc(need + 1);
+    if (!text) {
+        ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
+        return;
+    }
+    ovld_tune_format(d->tune, d->tune_device, text, need + 1);
+    Ovl__TuneReply tr = OVL__TUNE_REPLY__INIT;
+    tr.measuring = d->tune != NULL;
+    tr.file = d->tune_path;
+    tr.keys = ovld_tune_size(d->tune);
+    tr.chosen = ovld_tune_chosen(d->tune);
+    tr.text = text;
+    tr.cleared = q->clear;
+    Ovl__Response r = OVL__RESPONSE__INIT;
+    r.id = id;
+    r.body_case = OVL__RESPONSE__BODY_TUNE;
+    r.tune = &tr;
+    ovld_reply(c, &r, NULL, 0);
+    free(text);
 }
 
 /* Handles one frame; false if the connection was closed. */

@@ -346,6 +346,7 @@ ovl_status_t ovld_request_check(const Ovl__Request *q, char *err, size_t errlen)
     case OVL__REQUEST__BODY_COMM_CHECK:
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
     case OVL__REQUEST__BODY_STATS:
+    case OVL__REQUEST__BODY_TUNE:
         return OVL_OK; /* ids only: looked up by the handlers */
     default:
         snprintf(err, errlen, "unknown request (body %d)", (int)q->body_case);

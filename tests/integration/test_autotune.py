@@ -6,6 +6,7 @@ plan --daemon` shows; the choice is written to the state directory and a
 restarted ovld runs it from its first op; a state file that does not parse
 is skipped line by line with words; tune_samples = 0 is the rule alone
 (test_e2e.py, test_auto_and_defaults)."""
+import json
 import os
 import re
 import shutil
@@ -29,7 +30,8 @@ def issued(d, job):
 
 
 def tune_file(state):
-    files = [f for f in os.listdir(state) if f.startswith("tune-")]
+    # not the .tmp a save writes before it renames it into place
+    files = [f for f in os.listdir(state) if f.startswith("tune-") and f.endswith(".txt")]
     assert len(files) <= 1, files
     return os.path.join(state, files[0]) if files else None
 
@@ -78,7 +80,18 @@ def test_measures_then_keeps():
             assert (os.stat(path).st_mode & 0o777) == 0o600, oct(os.stat(path).st_mode)
             assert text.startswith("ovld-tune 1 host host-0\n"), text
             assert " measuring" not in text, text
-            assert not [f for f in os.listdir(state) if f.endswith(".tmp")]
+            deadline = time.monotonic() + 10  # a save in flight ends with its rename
+            while [f for f in os.listdir(state) if f.endswith(".tmp")]:
+                assert time.monotonic() < deadline, os.listdir(state)
+                time.sleep(0.05)
+            # ovlctl tune: the table, as text and JSON
+            out = d.run([OVLCTL, "tune"]).stdout.splitlines()
+            assert out[0] == "auto measures; 1 shape, 1 chosen; kept in %s" % path, out
+            assert len(out) == 2 and " chose=%s/" % chosen in out[1], out
+            js = json.loads(d.run([OVLCTL, "tune", "--json"]).stdout)
+            assert js["measuring"] is True and js["file"] == path, js
+            assert js["keys"] == 1 and js["chosen"] == 1 and not js["cleared"], js
+            assert js["text"] == text, (js["text"], text)
             assert d.stop() == 0
         finally:
             d.cleanup()
@@ -90,6 +103,20 @@ def test_measures_then_keeps():
             assert "all checks passed" in p.stdout, p.stdout
             assert issued(d, "tune-b") == [chosen] * 3, issued(d, "tune-b")
             assert any("1 measured choice(s) from %s" % path in m for m in log_messages(d))
+            # cleared: forgotten in memory and, within a second or two, on disk
+            out = d.run([OVLCTL, "tune", "--clear"]).stdout.splitlines()
+            assert out[0] == "cleared", out
+            assert out[1].startswith("auto measures; 0 shapes, 0 chosen"), out
+            assert "the fastest plan measured" not in daemon_plan(d)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with open(path) as f:
+                    if f.read() == "ovld-tune 1 host host-0\n":
+                        break
+                time.sleep(0.05)
+            with open(path) as f:
+                assert f.read() == "ovld-tune 1 host host-0\n"
+            assert any("measured choices cleared by uid" in m for m in log_messages(d))
             assert d.stop() == 0
         finally:
             d.cleanup()
@@ -130,6 +157,27 @@ def test_bad_state_file():
         shutil.rmtree(state, ignore_errors=True)
 
 
+def test_measuring_off():
+    """tune_samples = 0: ovlctl tune says auto chooses by the rule, and no
+    file is kept."""
+    state = tempfile.mkdtemp(prefix="ovl-test-state-")
+    try:
+        d = Daemon(config="tune_samples = 0\nstate_dir = %s\n" % state)
+        try:
+            d.run([DEMO, "-w", "2", *SHAPE, "-a", "auto", "-i", "3", "--job", "tune-off"])
+            algos = issued(d, "tune-off")
+            assert len(algos) == 4 and len(set(algos)) == 1, algos
+            out = d.run([OVLCTL, "tune"]).stdout
+            assert out == ("auto chooses by the planner's rule (tune_samples = 0); 0 shapes, "
+                           "0 chosen; kept in memory only\n"), out
+            assert d.stop() == 0
+            assert os.listdir(state) == []
+        finally:
+            d.cleanup()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def test_unwritable_state_dir():
     """A state directory ovld cannot write: a warning, and the choices stay
     in memory (ops run as ever)."""
@@ -163,4 +211,5 @@ def test_unwritable_state_dir():
 
 
 if __name__ == "__main__":
-    run_tests([test_measures_then_keeps, test_bad_state_file, test_unwritable_state_dir])
+    run_tests([test_measures_then_keeps, test_bad_state_file, test_measuring_off,
+               test_unwritable_state_dir])
