@@ -163,6 +163,7 @@ typedef struct bopts {
     cfg_t cfgs[MAX_CFGS];
     int ncfgs;
     int warmup, iters;
+    int tune_ops;  /* auto configs: at least this many untimed ops (ovld measures) */
     int settle_ms; /* each measurement's own untimed load first (settle_ops) */
     uint32_t nb;   /* Bs of every op, 1..OVL_MAX_BS, each K x N */
     const char *results;
@@ -216,6 +217,12 @@ static void usage(FILE *f)
             "                    baselines') starts on a GPU already at its sustained\n"
             "                    clock (default 300; 0: --warmup alone)\n"
             "  --iters N         timed ops per config (default 100)\n"
+            "  --tune-ops N      auto configs: at least N untimed ops first (default 80:\n"
+            "                    ovld measures the plans worth trying for a new shape,\n"
+            "                    at most 12 of them x (1 + tune_samples, default 5)), so\n"
+            "                    that the timed ops run ovld's measured choice, which\n"
+            "                    it keeps: --algos auto --shapes LIST fills ovld's table\n"
+            "                    for those shapes ahead of time (ovlctl tune shows it)\n"
             "  --results FILE    append the table as markdown to FILE (default -: none;\n"
             "                    a run kept goes to bench/results/, one file a run)\n"
             "  --check           check every ovl result (default)\n"
@@ -385,6 +392,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         O_ALGOS,
         O_CHUNKS,
         O_WARMUP,
+        O_TUNE_OPS,
         O_ITERS,
         O_RESULTS,
         O_CHECK,
@@ -411,6 +419,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
         {"algos", required_argument, NULL, O_ALGOS},
         {"chunks", required_argument, NULL, O_CHUNKS},
         {"warmup", required_argument, NULL, O_WARMUP},
+        {"tune-ops", required_argument, NULL, O_TUNE_OPS},
         {"settle-ms", required_argument, NULL, O_SETTLE},
         {"iters", required_argument, NULL, O_ITERS},
         {"results", required_argument, NULL, O_RESULTS},
@@ -450,6 +459,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     *o = (bopts_t){.op = OVL_OP_AG_GEMM,
                    .dtype = OVL_DTYPE_BF16,
                    .warmup = 10,
+                   .tune_ops = 80,
                    .settle_ms = 300,
                    .iters = 100,
                    .nb = 1,
@@ -543,6 +553,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             break;
         case O_WORLD:
         case O_WARMUP:
+        case O_TUNE_OPS:
         case O_ITERS:
         case O_TIMEOUT:
             if (ovl_parse_u64(optarg, &v) != 0 || v > 1000000) {
@@ -553,6 +564,8 @@ static int parse_args(int argc, char **argv, bopts_t *o)
                 o->world = (uint32_t)v;
             else if (ch == O_WARMUP)
                 o->warmup = (int)v;
+            else if (ch == O_TUNE_OPS)
+                o->tune_ops = (int)v;
             else if (ch == O_ITERS)
                 o->iters = (int)v;
             else
@@ -614,9 +627,11 @@ static int parse_args(int argc, char **argv, bopts_t *o)
             return -1;
         }
     }
-    if (o->iters < 1 || o->iters > MAX_ITERS || o->warmup > MAX_ITERS || o->timeout_s < 1) {
-        fprintf(stderr, "ovl-bench: --iters 1..%d, --warmup 0..%d, --timeout >= 1\n", MAX_ITERS,
-                MAX_ITERS);
+    if (o->iters < 1 || o->iters > MAX_ITERS || o->warmup > MAX_ITERS || o->tune_ops > MAX_ITERS ||
+        o->timeout_s < 1) {
+        fprintf(stderr,
+                "ovl-bench: --iters 1..%d, --warmup 0..%d, --tune-ops 0..%d, --timeout >= 1\n",
+                MAX_ITERS, MAX_ITERS, MAX_ITERS);
         return -1;
     }
     /* The same configs in the same order on every rank: ovld matches ops by
@@ -1154,6 +1169,10 @@ static int run_config(rank_ctx_t *x, const ovl_ag_gemm_desc_t *d, const ovl_gemm
         RCUDA(cudaMemsetAsync(c, 0xff, M * ldc * ovl_dtype_size(dt), x->s));
     }
     int nwarm = settle_ops(o, o->shapes[x->shape]);
+    /* auto: ovld measures the first ops of a new shape; the timed ones
+     * must be its choice's (the same count on every rank) */
+    if ((d ? d->algo : rs->algo) == OVL_ALGO_AUTO && nwarm < o->tune_ops)
+        nwarm = o->tune_ops;
     for (int i = 0; i < nwarm; i++) {
         if (i > 0 && i % SUBMIT_WINDOW == 0)
             RCUDA(cudaStreamSynchronize(x->s));
