@@ -536,7 +536,8 @@ static ovl_status_t start_tune(ovld_t *d)
                   d->cfg.tune_samples ? "the backend has no timer" : "tune_samples = 0");
         return OVL_OK;
     }
-    d->tune = ovld_tune_create(d->cfg.tune_samples, d->cfg.tune_entries);
+    d->tune =
+        ovld_tune_create(d->cfg.tune_samples, d->cfg.tune_entries, d->cfg.tune_entries_per_uid);
     if (!d->tune) {
         log_warn("out of memory for the tuning table: auto chooses by the planner's rule");
         return OVL_OK;

@@ -273,7 +273,7 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, ovld_op_t *op,
     /* auto by the rule: measured instead, where a timer is (tune.h) */
     if (js->tune && js->backend->ops->time_start && pp->chosen == OVL_CHOSEN_RULE) {
         if (!op->tune_picked) {
-            ovld_tune_pick(js->tune, pp, &op->tune);
+            ovld_tune_pick(js->tune, (uint32_t)j->owner, pp, &op->tune);
             op->tune_picked = true;
             op->tune_algo = pp->algo;
             op->tune_chunks = pp->chunks;

@@ -12,6 +12,7 @@
 typedef struct entry {
     ovl_plan_params_t key; /* normalized: key_of */
     uint64_t hash, id, used;
+    uint32_t uid; /* whose ops made it; OWNER_NONE: loaded from the file */
     uint32_t ncand;
     ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
     uint32_t runs[OVL_PLAN_MAX_CANDS];  /* times reported, warm-up included */
@@ -23,8 +24,10 @@ typedef struct entry {
     int32_t chosen;                     /* -1: measuring */
 } entry_t;
 
+#define OWNER_NONE UINT32_MAX
+
 struct ovld_tune {
-    uint32_t samples, max;
+    uint32_t samples, max, max_per_uid;
     entry_t **ents;
     size_t n;
     uint64_t next_id, clock;
@@ -33,7 +36,7 @@ struct ovld_tune {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries)
+ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries, uint32_t max_per_uid)
 {
     if (samples == 0 || samples > OVLD_TUNE_MAX_SAMPLES || max_entries == 0)
         return NULL;
@@ -47,6 +50,7 @@ ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries)
     }
     t->samples = samples;
     t->max = max_entries;
+    t->max_per_uid = max_per_uid;
     t->next_id = 1;
     return t;
 }
@@ -136,23 +140,34 @@ static entry_t *find_id(ovld_tune_t *t, uint64_t id)
     return NULL;
 }
 
-/* Room for one more entry: the least recently used goes when full. */
-static void make_room(ovld_tune_t *t)
+/* Room for one more entry of uid's: uid's least recently used goes when
+ * uid holds max_per_uid, else the least recently used of all when full. */
+static void make_room(ovld_tune_t *t, uint32_t uid)
 {
-    if (t->n < t->max)
-        return;
-    size_t lru = 0;
-    for (size_t i = 1; i < t->n; i++)
-        if (t->ents[i]->used < t->ents[lru]->used)
+    size_t mine = 0, lru = SIZE_MAX, lru_mine = SIZE_MAX;
+    for (size_t i = 0; i < t->n; i++) {
+        const entry_t *e = t->ents[i];
+        if (lru == SIZE_MAX || e->used < t->ents[lru]->used)
             lru = i;
-    entry_free(t->ents[lru]);
-    t->ents[lru] = t->ents[--t->n];
+        if (uid != OWNER_NONE && e->uid == uid) {
+            mine++;
+            if (lru_mine == SIZE_MAX || e->used < t->ents[lru_mine]->used)
+                lru_mine = i;
+        }
+    }
+    size_t out = t->max_per_uid && mine >= t->max_per_uid ? lru_mine
+                 : t->n >= t->max                         ? lru
+                                                          : SIZE_MAX;
+    if (out == SIZE_MAX)
+        return;
+    entry_free(t->ents[out]);
+    t->ents[out] = t->ents[--t->n];
 }
 
 /* A new entry for key k with its candidates (taken by the caller), or NULL
  * without memory. */
 static entry_t *entry_new(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h,
-                          const ovl_plan_cand_t *cand, uint32_t ncand, bool measuring)
+                          const ovl_plan_cand_t *cand, uint32_t ncand, bool measuring, uint32_t uid)
 {
     entry_t *e = calloc(1, sizeof(*e));
     if (!e)
@@ -167,7 +182,8 @@ static entry_t *entry_new(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h
     e->ncand = ncand;
     memcpy(e->cand, cand, ncand * sizeof(*cand));
     e->chosen = -1;
-    make_room(t);
+    e->uid = uid;
+    make_room(t, uid);
     t->ents[t->n++] = e;
     return e;
 }
@@ -206,7 +222,7 @@ static void maybe_choose(ovld_tune_t *t, entry_t *e)
     t->dirty = true;
 }
 
-void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret)
+void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret)
 {
     *ret = (ovld_tune_ticket_t){0};
     if (!t || pp->chosen != OVL_CHOSEN_RULE || pp->node_of)
@@ -221,7 +237,7 @@ void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *r
         uint32_t n = ovl_plan_candidates(&q, cand);
         if (n < 2)
             return; /* nothing to choose between: the rule's */
-        e = entry_new(t, &k, h, cand, n, true);
+        e = entry_new(t, &k, h, cand, n, true, uid == OWNER_NONE ? OWNER_NONE - 1 : uid);
         if (!e)
             return;
     }
@@ -640,7 +656,7 @@ size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size
         if (!bad && taken >= t->max)
             bad = "past the table's size";
         if (!bad) {
-            entry_t *en = entry_new(t, &k, h, p.cand, p.ncand, false);
+            entry_t *en = entry_new(t, &k, h, p.cand, p.ncand, false, OWNER_NONE);
             if (!en) {
                 bad = "out of memory";
             } else {

@@ -17,9 +17,11 @@
  * op on a node run one plan (the op is planned once here), so they agree.
  *
  * The table holds at most max_entries keys, the least recently used out
- * first. Its choices are text (ovld_tune_format, ovld_tune_load) for
- * ovld's state file, which main keeps per device model and driver. Pure:
- * no I/O, no clock, no thread of its own; loop thread only.
+ * first; one user's keys (the uid of the jobs whose ops made them) at most
+ * max_per_uid of them, that user's least recently used out first, so that
+ * one user's many shapes do not push out everyone else's choices. Its choices are text
+ * (ovld_tune_format, ovld_tune_load) for ovld's state file, which main keeps per device model and
+ * driver. Pure: no I/O, no clock, no thread of its own; loop thread only.
  */
 #ifndef OVLD_TUNE_H
 #define OVLD_TUNE_H
@@ -42,22 +44,24 @@ typedef struct ovld_tune_ticket {
 
 #define OVLD_TUNE_MAX_SAMPLES 64 /* ovld_tune_create's samples at most */
 
-/* A table of at most max_entries keys (>= 1), each candidate timed samples
- * times (1..OVLD_TUNE_MAX_SAMPLES) after its warm-up; NULL without memory
- * or for a value out of range. */
-ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries);
+/* A table of at most max_entries keys (>= 1), at most max_per_uid (0: no
+ * bound but max_entries) made by one user's ops, each candidate timed
+ * samples times (1..OVLD_TUNE_MAX_SAMPLES) after its warm-up; NULL without
+ * memory or for a value out of range. */
+ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries, uint32_t max_per_uid);
 void ovld_tune_destroy(ovld_tune_t *t); /* accepts NULL */
 
 /*
  * pp: an op's resolved parameters whose algorithm `auto` left to the rule
- * (chosen OVL_CHOSEN_RULE), on one node. Sets its algo and chunks to the
+ * (chosen OVL_CHOSEN_RULE), on one node, of a job of user uid (a new key
+ * counts against that user's bound). Sets its algo and chunks to the
  * plan to run: the key's choice (chosen OVL_CHOSEN_MEASURED), or the next
  * candidate to time (OVL_CHOSEN_TRYING, with a ticket in *ret for
  * ovld_tune_record). Leaves pp as it is (the rule's, *ret empty) for
  * params of another kind of choice, across nodes, with one candidate, or
  * without memory for a new key.
  */
-void ovld_tune_pick(ovld_tune_t *t, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret);
+void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret);
 
 /* What ovld_tune_pick would run for pp where its key is chosen (pp's algo
  * and chunks, chosen OVL_CHOSEN_MEASURED; true), without measuring or

@@ -101,6 +101,7 @@ static const key_spec_t keys[] = {
     {"capture_streams", V_UINT, FIELD(capture_streams), 0, OVL_PLAN_MAX_STREAMS},
     {"tune_samples", V_UINT, FIELD(tune_samples), 0, 64},
     {"tune_entries", V_UINT, FIELD(tune_entries), 1, 65536},
+    {"tune_entries_per_uid", V_UINT, FIELD(tune_entries_per_uid), 1, 65536},
     {"state_dir", V_PATH, FIELD(state_dir), 0, 0},
     {"allgather", V_ALLGATHER, FIELD(allgather), 0, 0},
     {"peer_listen", V_ADDR, FIELD(peer_listen), 0, 0},
@@ -161,6 +162,7 @@ void ovld_config_defaults(ovld_config_t *cfg)
     cfg->capture_streams = 8;
     cfg->tune_samples = 5;
     cfg->tune_entries = 1024;
+    cfg->tune_entries_per_uid = 256;
     cfg->allgather = OVL_AG_AUTO;
     cfg->peer_timeout_ms = 2000;
 }

@@ -86,11 +86,13 @@ typedef struct ovld_config {
     /* `auto` that measures (docs/config.md; daemon/core/tune.h). Read at
      * start only. tune_samples: times kept per candidate, 0 (measuring
      * off: the rule alone)..64, default 5; tune_entries: shapes kept,
-     * 1..65536, default 1024; state_dir: where the measured choices are
+     * 1..65536, default 1024 (tune_entries_per_uid of them one user's);
+     * state_dir: where the measured choices are
      * kept across restarts (an absolute path; "" (the default): systemd's
      * $STATE_DIRECTORY if set, else nowhere). */
     uint32_t tune_samples;
     uint32_t tune_entries;
+    uint32_t tune_entries_per_uid; /* 1..65536, default 256: one user's shapes at most */
     char state_dir[OVLD_CONFIG_KEYPATH_MAX];
     /* Jobs across nodes (docs/multinode.md). Read at start only. */
     char peer_listen[OVLD_ADDR_TEXT_MAX];    /* peer_listen: ADDRESS:PORT, "" = off (default) */

@@ -41,7 +41,7 @@ static char *format(const ovld_tune_t *t, size_t *len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ovld_tune_t *t = ovld_tune_create(3, ENTRIES);
+    ovld_tune_t *t = ovld_tune_create(3, ENTRIES, 0);
     CHECK(t != NULL);
     size_t skipped = 0, lines = 0;
     char why[128];
@@ -55,14 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     size_t len, len2;
     char *text = format(t, &len);
-    ovld_tune_t *u = ovld_tune_create(3, ENTRIES);
+    ovld_tune_t *u = ovld_tune_create(3, ENTRIES, 0);
     CHECK(u != NULL);
     CHECK(ovld_tune_load(u, DEVICE, text, len, &skipped, why, sizeof(why)) == taken);
     CHECK(skipped == 0);
     char *text2 = format(u, &len2);
     CHECK(len2 == len && memcmp(text, text2, len) == 0);
 
-    ovld_tune_t *one = ovld_tune_create(3, 1);
+    ovld_tune_t *one = ovld_tune_create(3, 1, 0);
     CHECK(one != NULL);
     CHECK(ovld_tune_load(one, DEVICE, (const char *)data, size, NULL, why, sizeof(why)) <= 1);
 

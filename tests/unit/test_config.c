@@ -51,6 +51,7 @@ static const char *const all_keys[] = {
     "capture_streams",
     "tune_samples",
     "tune_entries",
+    "tune_entries_per_uid",
     "state_dir",
     "allgather",
     "max_connections_per_uid",
@@ -111,6 +112,7 @@ static void assert_config_equal(const ovld_config_t *a, const ovld_config_t *b)
     assert_int_equal(a->capture_streams, b->capture_streams);
     assert_int_equal(a->tune_samples, b->tune_samples);
     assert_int_equal(a->tune_entries, b->tune_entries);
+    assert_int_equal(a->tune_entries_per_uid, b->tune_entries_per_uid);
     assert_string_equal(a->state_dir, b->state_dir);
     assert_int_equal(a->allgather, b->allgather);
     assert_string_equal(a->peer_listen, b->peer_listen);
@@ -242,6 +244,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.default_streams, 0);
     assert_int_equal(cfg.tune_samples, 5);
     assert_int_equal(cfg.tune_entries, 1024);
+    assert_int_equal(cfg.tune_entries_per_uid, 256);
     assert_string_equal(cfg.state_dir, "");
     assert_int_equal(cfg.replay_cache, 16);
     assert_int_equal(cfg.capture_streams, 8);
@@ -693,6 +696,8 @@ static uint64_t field_of(const ovld_config_t *cfg, const char *key)
         return cfg->tune_samples;
     if (strcmp(key, "tune_entries") == 0)
         return cfg->tune_entries;
+    if (strcmp(key, "tune_entries_per_uid") == 0)
+        return cfg->tune_entries_per_uid;
     if (strcmp(key, "hold_limit_ms") == 0)
         return cfg->hold_limit_ms;
     if (strcmp(key, "gate_spin_ms") == 0)
@@ -767,6 +772,9 @@ static void test_integer_ranges(void **state)
         {"tune_entries", "1", true, 1},
         {"tune_entries", "65536", true, 65536},
         {"tune_entries", "65537", false, 0},
+        {"tune_entries_per_uid", "0", false, 0},
+        {"tune_entries_per_uid", "65536", true, 65536},
+        {"tune_entries_per_uid", "65537", false, 0},
         {"hold_limit_ms", "0", true, 0},
         {"hold_limit_ms", "3600000", true, 3600000},
         {"hold_limit_ms", "3600001", false, 0},
@@ -823,14 +831,26 @@ static void test_integer_syntax(void **state)
     assert_int_equal(parse_ok("max_jobs = 12 # x y\n").max_jobs, 12);
 
     /* every integer key takes the same syntax */
-    static const char *const ints[] = {
-        "host_devices",      "max_connections",   "max_registrations",
-        "max_ops_in_flight", "max_jobs",          "default_chunks",
-        "default_streams",   "replay_cache",      "max_connections_per_uid",
-        "max_jobs_per_uid",  "max_ranks_per_uid", "max_registrations_per_uid",
-        "hello_timeout_ms",  "capture_streams",   "hold_limit_ms",
-        "gate_spin_ms",      "peer_timeout_ms",   "tune_samples",
-        "tune_entries"};
+    static const char *const ints[] = {"host_devices",
+                                       "max_connections",
+                                       "max_registrations",
+                                       "max_ops_in_flight",
+                                       "max_jobs",
+                                       "default_chunks",
+                                       "default_streams",
+                                       "replay_cache",
+                                       "max_connections_per_uid",
+                                       "max_jobs_per_uid",
+                                       "max_ranks_per_uid",
+                                       "max_registrations_per_uid",
+                                       "hello_timeout_ms",
+                                       "capture_streams",
+                                       "hold_limit_ms",
+                                       "gate_spin_ms",
+                                       "peer_timeout_ms",
+                                       "tune_samples",
+                                       "tune_entries",
+                                       "tune_entries_per_uid"};
     for (size_t i = 0; i < NELEM(ints); i++) {
         expect_error(kv(ints[i], "-1"), 1, "is not a decimal integer");
         expect_error(kv(ints[i], "2x"), 1, "is not a decimal integer");

@@ -2344,7 +2344,7 @@ static void test_plan_resolve(void **state)
 static void test_auto_measures(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(1, 8);
+    ovld_tune_t *t = ovld_tune_create(1, 8, 0);
     assert_non_null(t);
     F.jobs.tune = t;
     ready2();
@@ -2400,7 +2400,7 @@ static void test_auto_measures(void **state)
 static void test_auto_measures_failures(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(1, 8);
+    ovld_tune_t *t = ovld_tune_create(1, 8, 0);
     F.jobs.tune = t;
     ready2();
     opspec_t s = base();

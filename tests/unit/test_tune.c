@@ -21,6 +21,8 @@
 #include "plan.h"
 #include "tune.h"
 
+#define UID 1000 /* the user of the ops the tests pick for */
+
 static ovl_plan_params_t ag(uint32_t world, uint64_t m, uint64_t n, uint64_t k)
 {
     return (ovl_plan_params_t){.kind = OVL_OP_AG_GEMM,
@@ -107,7 +109,7 @@ static uint32_t measure(ovld_tune_t *t, const ovl_plan_params_t *p,
     for (uint32_t ops = 0; ops < max_ops; ops++) {
         ovl_plan_params_t q = *p;
         ovld_tune_ticket_t tk;
-        ovld_tune_pick(t, &q, &tk);
+        ovld_tune_pick(t, UID, &q, &tk);
         if (q.chosen == OVL_CHOSEN_MEASURED)
             return ops;
         assert_int_equal(q.chosen, OVL_CHOSEN_TRYING);
@@ -142,7 +144,7 @@ static uint64_t time_aimed(const ovl_plan_params_t *q)
 static void test_protocol(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(3, 16);
+    ovld_tune_t *t = ovld_tune_create(3, 16, 0);
     assert_non_null(t);
     ovl_plan_params_t p = by_rule(ag(2, 1024, 1024, 1024));
     ovl_plan_cand_t c[OVL_PLAN_MAX_CANDS];
@@ -159,7 +161,7 @@ static void test_protocol(void **state)
     for (int i = 0; i < 5; i++) {
         ovl_plan_params_t q = p;
         ovld_tune_ticket_t tk;
-        ovld_tune_pick(t, &q, &tk);
+        ovld_tune_pick(t, UID, &q, &tk);
         assert_int_equal(q.chosen, OVL_CHOSEN_MEASURED);
         assert_int_equal(q.algo, want.algo);
         assert_int_equal(q.chunks, want.chunks);
@@ -178,16 +180,16 @@ static void test_protocol(void **state)
     ovl_plan_params_t r = p;
     ovld_tune_ticket_t tk;
     r.nb = 1;
-    ovld_tune_pick(t, &r, &tk);
+    ovld_tune_pick(t, UID, &r, &tk);
     assert_int_equal(r.chosen, OVL_CHOSEN_MEASURED);
     r = p;
     r.rank = 1;
-    ovld_tune_pick(t, &r, &tk);
+    ovld_tune_pick(t, UID, &r, &tk);
     assert_int_equal(r.chosen, OVL_CHOSEN_MEASURED);
     assert_int_equal(ovld_tune_size(t), 1);
     /* another shape: a new key */
     r = by_rule(ag(2, 1024, 2048, 1024));
-    ovld_tune_pick(t, &r, &tk);
+    ovld_tune_pick(t, UID, &r, &tk);
     assert_int_equal(r.chosen, OVL_CHOSEN_TRYING);
     assert_int_equal(ovld_tune_size(t), 2);
     ovld_tune_destroy(t);
@@ -206,12 +208,12 @@ static uint64_t first_fast(const ovl_plan_params_t *q)
 static void test_warmup(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(1, 4);
+    ovld_tune_t *t = ovld_tune_create(1, 4, 0);
     ovl_plan_params_t p = by_rule(ag(2, 256, 256, 256));
     (void)measure(t, &p, first_fast, 200);
     ovl_plan_params_t q = p;
     ovld_tune_ticket_t tk;
-    ovld_tune_pick(t, &q, &tk);
+    ovld_tune_pick(t, UID, &q, &tk);
     assert_int_not_equal(q.algo, OVL_ALGO_NAIVE);
     ovld_tune_destroy(t);
 }
@@ -221,7 +223,7 @@ static void test_warmup(void **state)
 static void test_in_flight(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(2, 4);
+    ovld_tune_t *t = ovld_tune_create(2, 4, 0);
     ovl_plan_params_t p = by_rule(rs(2, 2048, 512, 512));
     enum { WINDOW = 7 };
     ovld_tune_ticket_t tk[WINDOW];
@@ -231,7 +233,7 @@ static void test_in_flight(void **state)
         uint32_t got = 0;
         for (uint32_t i = 0; i < WINDOW; i++) {
             q[i] = p;
-            ovld_tune_pick(t, &q[i], &tk[i]);
+            ovld_tune_pick(t, UID, &q[i], &tk[i]);
             got += q[i].chosen == OVL_CHOSEN_TRYING;
         }
         if (got == 0)
@@ -242,12 +244,12 @@ static void test_in_flight(void **state)
     }
     ovl_plan_params_t r = p;
     ovld_tune_ticket_t none;
-    ovld_tune_pick(t, &r, &none);
+    ovld_tune_pick(t, UID, &r, &none);
     assert_int_equal(r.chosen, OVL_CHOSEN_MEASURED);
     assert_int_equal(r.algo, OVL_ALGO_PUSH);
     /* a ticket of a key already chosen counts nothing */
     ovld_tune_record(t, tk[0], 1);
-    ovld_tune_pick(t, &r, &none);
+    ovld_tune_pick(t, UID, &r, &none);
     assert_int_equal(r.algo, OVL_ALGO_PUSH);
     ovld_tune_destroy(t);
 }
@@ -268,12 +270,12 @@ static uint64_t all_fail(const ovl_plan_params_t *q)
 static void test_failures(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(2, 4);
+    ovld_tune_t *t = ovld_tune_create(2, 4, 0);
     ovl_plan_params_t p = by_rule(ag(2, 512, 512, 512));
     (void)measure(t, &p, naive_fails, 500);
     ovl_plan_params_t q = p;
     ovld_tune_ticket_t tk;
-    ovld_tune_pick(t, &q, &tk);
+    ovld_tune_pick(t, UID, &q, &tk);
     assert_int_not_equal(q.algo, OVL_ALGO_NAIVE);
     char text[4096];
     assert_true(ovld_tune_format(t, "dev", text, sizeof(text)) < sizeof(text));
@@ -282,7 +284,7 @@ static void test_failures(void **state)
     ovl_plan_params_t p2 = by_rule(ag(2, 512, 1024, 512));
     (void)measure(t, &p2, all_fail, 500);
     q = p2;
-    ovld_tune_pick(t, &q, &tk);
+    ovld_tune_pick(t, UID, &q, &tk);
     assert_int_equal(q.algo, ovl_plan_choose(&p2));
     assert_int_equal(q.chunks, 0);
     ovld_tune_destroy(t);
@@ -293,18 +295,18 @@ static void test_failures(void **state)
 static void test_bound(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(1, 2);
+    ovld_tune_t *t = ovld_tune_create(1, 2, 0);
     ovl_plan_params_t a = by_rule(ag(2, 256, 256, 256)), b = by_rule(ag(2, 256, 512, 256)),
                       c = by_rule(ag(2, 256, 768, 256));
     ovld_tune_ticket_t ta, tb, tc;
     ovl_plan_params_t q = a;
-    ovld_tune_pick(t, &q, &ta);
+    ovld_tune_pick(t, UID, &q, &ta);
     q = b;
-    ovld_tune_pick(t, &q, &tb);
+    ovld_tune_pick(t, UID, &q, &tb);
     q = a; /* a used again: b is the least recent */
-    ovld_tune_pick(t, &q, &ta);
+    ovld_tune_pick(t, UID, &q, &ta);
     q = c;
-    ovld_tune_pick(t, &q, &tc);
+    ovld_tune_pick(t, UID, &q, &tc);
     assert_int_equal(ovld_tune_size(t), 2);
     ovld_tune_record(t, tb, 5); /* b's entry is gone: ignored */
     char text[8192];
@@ -317,9 +319,33 @@ static void test_bound(void **state)
     ovld_tune_record(t, ta, 5); /* cleared: ignored */
     ovld_tune_destroy(t);
     /* out of range */
-    assert_null(ovld_tune_create(0, 4));
-    assert_null(ovld_tune_create(OVLD_TUNE_MAX_SAMPLES + 1, 4));
-    assert_null(ovld_tune_create(3, 0));
+    assert_null(ovld_tune_create(0, 4, 0));
+    assert_null(ovld_tune_create(OVLD_TUNE_MAX_SAMPLES + 1, 4, 0));
+    assert_null(ovld_tune_create(3, 0, 0));
+}
+
+/* One user's keys at most max_per_uid: past it that user's least recent
+ * goes, not another user's; keys loaded from the file are nobody's. */
+static void test_uid_bound(void **state)
+{
+    (void)state;
+    ovld_tune_t *t = ovld_tune_create(1, 8, 2);
+    ovld_tune_ticket_t tk;
+    ovl_plan_params_t other = by_rule(ag(2, 64, 64, 64));
+    ovl_plan_params_t q = other;
+    ovld_tune_pick(t, 2000, &q, &tk); /* another user's */
+    for (uint64_t n = 1; n <= 5; n++) {
+        q = by_rule(ag(2, 64, 64 * (n + 1), 64));
+        ovld_tune_pick(t, UID, &q, &tk);
+    }
+    assert_int_equal(ovld_tune_size(t), 3); /* UID's last two and the other's */
+    char text[8192];
+    ovld_tune_format(t, "dev", text, sizeof(text));
+    assert_non_null(strstr(text, " n=64 "));  /* the other user's stays */
+    assert_non_null(strstr(text, " n=320 ")); /* UID's two most recent */
+    assert_non_null(strstr(text, " n=384 "));
+    assert_null(strstr(text, " n=256 "));
+    ovld_tune_destroy(t);
 }
 
 /* Params tune leaves as they are: an algorithm the op named or the
@@ -327,27 +353,27 @@ static void test_bound(void **state)
 static void test_left_alone(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(2, 4);
+    ovld_tune_t *t = ovld_tune_create(2, 4, 0);
     ovld_tune_ticket_t tk;
     ovl_plan_params_t p = ag(2, 256, 256, 256);
     p.algo = OVL_ALGO_NAIVE; /* given */
     ovl_plan_params_t q = p;
-    ovld_tune_pick(t, &q, &tk);
+    ovld_tune_pick(t, UID, &q, &tk);
     assert_memory_equal(&q, &p, sizeof(p));
     p.chosen = OVL_CHOSEN_DEFAULT;
     q = p;
-    ovld_tune_pick(t, &q, &tk);
+    ovld_tune_pick(t, UID, &q, &tk);
     assert_memory_equal(&q, &p, sizeof(p));
     static const uint32_t node_of[2] = {0, 1};
     p = by_rule(ag(2, 256, 256, 256));
     p.node_of = node_of;
     q = p;
-    ovld_tune_pick(t, &q, &tk);
+    ovld_tune_pick(t, UID, &q, &tk);
     assert_memory_equal(&q, &p, sizeof(p));
     assert_int_equal(tk.entry, 0);
     assert_int_equal(ovld_tune_size(t), 0);
     assert_false(ovld_tune_peek(t, &q));
-    ovld_tune_pick(NULL, &q, &tk); /* no table: the rule's */
+    ovld_tune_pick(NULL, UID, &q, &tk); /* no table: the rule's */
     assert_int_equal(tk.entry, 0);
     ovld_tune_destroy(t);
 }
@@ -360,7 +386,7 @@ static uint64_t time_push4(const ovl_plan_params_t *q)
 static void test_text(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(2, 8);
+    ovld_tune_t *t = ovld_tune_create(2, 8, 0);
     ovl_plan_params_t a = by_rule(ag(2, 1024, 1024, 1024));
     ovl_plan_params_t b = by_rule(rs(2, 2048, 512, 512));
     b.reduce_op = OVL_REDUCE_AVG;
@@ -384,7 +410,7 @@ static void test_text(void **state)
     (void)measure(t, &c, time_aimed, 1000);
     ovl_plan_params_t d = by_rule(ag(2, 512, 512, 512)); /* left measuring */
     ovld_tune_ticket_t tk;
-    ovld_tune_pick(t, &d, &tk);
+    ovld_tune_pick(t, UID, &d, &tk);
 
     size_t need = ovld_tune_format(t, "H200 driver 580", NULL, 0);
     char *text = malloc(need + 1);
@@ -401,7 +427,7 @@ static void test_text(void **state)
     assert_int_equal(strlen(small), sizeof(small) - 1);
 
     /* reloaded: the three choices (not the key measuring), the same plans */
-    ovld_tune_t *u = ovld_tune_create(2, 8);
+    ovld_tune_t *u = ovld_tune_create(2, 8, 0);
     size_t skipped = 9;
     char why[128];
     assert_int_equal(ovld_tune_load(u, "H200 driver 580", text, need, &skipped, why, sizeof(why)),
@@ -413,8 +439,8 @@ static void test_text(void **state)
     for (int i = 0; i < 3; i++) {
         ovl_plan_params_t q0 = keys[i], q1 = keys[i];
         ovld_tune_ticket_t t0, t1;
-        ovld_tune_pick(t, &q0, &t0);
-        ovld_tune_pick(u, &q1, &t1);
+        ovld_tune_pick(t, UID, &q0, &t0);
+        ovld_tune_pick(u, UID, &q1, &t1);
         assert_int_equal(q1.chosen, OVL_CHOSEN_MEASURED);
         assert_int_equal(q0.algo, q1.algo);
         assert_int_equal(q0.chunks, q1.chunks);
@@ -427,7 +453,7 @@ static void test_text(void **state)
                      0);
     assert_int_equal(skipped, 3); /* each a key given twice */
     /* another device, another version: nothing */
-    ovld_tune_t *v = ovld_tune_create(2, 8);
+    ovld_tune_t *v = ovld_tune_create(2, 8, 0);
     assert_int_equal(ovld_tune_load(v, "H100 driver 580", text, need, &skipped, why, sizeof(why)),
                      0);
     assert_non_null(strstr(why, "H100"));
@@ -436,7 +462,7 @@ static void test_text(void **state)
                      0);
     text[10] = '1';
     /* a table smaller than the file: the first keys */
-    ovld_tune_t *w = ovld_tune_create(2, 2);
+    ovld_tune_t *w = ovld_tune_create(2, 2, 0);
     assert_int_equal(ovld_tune_load(w, "H200 driver 580", text, need, &skipped, why, sizeof(why)),
                      2);
     assert_int_equal(skipped, 2);
@@ -486,7 +512,7 @@ static void test_bad_lines(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[1024];
         int len = snprintf(text, sizeof(text), "ovld-tune 1 dev\n%s\n%s", bad[i].line, good);
-        ovld_tune_t *t = ovld_tune_create(2, 8);
+        ovld_tune_t *t = ovld_tune_create(2, 8, 0);
         size_t skipped = 0;
         char why[160];
         size_t taken = ovld_tune_load(t, "dev", text, (size_t)len, &skipped, why, sizeof(why));
@@ -497,7 +523,7 @@ static void test_bad_lines(void **state)
         ovl_plan_params_t q = by_rule(ag(2, 64, 64, 64));
         q.allgather = OVL_AG_NCCL;
         ovld_tune_ticket_t tk;
-        ovld_tune_pick(t, &q, &tk);
+        ovld_tune_pick(t, UID, &q, &tk);
         assert_int_equal(q.chosen, OVL_CHOSEN_MEASURED);
         assert_int_equal(q.algo, OVL_ALGO_NAIVE);
         ovld_tune_destroy(t);
@@ -508,7 +534,7 @@ static void test_bad_lines(void **state)
 static void test_mangled(void **state)
 {
     (void)state;
-    ovld_tune_t *t = ovld_tune_create(2, 8);
+    ovld_tune_t *t = ovld_tune_create(2, 8, 0);
     ovl_plan_params_t a = by_rule(ag(2, 1024, 1024, 1024)), b = by_rule(rs(2, 2048, 512, 512));
     (void)aim_last(&a);
     (void)measure(t, &a, time_aimed, 1000);
@@ -526,7 +552,7 @@ static void test_mangled(void **state)
             size_t at = 16 + (size_t)(x % (len - 16));
             m[at] = (char)(x >> 32);
         }
-        ovld_tune_t *u = ovld_tune_create(2, 8);
+        ovld_tune_t *u = ovld_tune_create(2, 8, 0);
         size_t skipped;
         char why[128];
         size_t n = ovld_tune_load(u, "dev", m, len, &skipped, why, sizeof(why));
@@ -535,7 +561,7 @@ static void test_mangled(void **state)
         char out[4096];
         size_t olen = ovld_tune_format(u, "dev", out, sizeof(out));
         assert_true(olen < sizeof(out));
-        ovld_tune_t *w = ovld_tune_create(2, 8);
+        ovld_tune_t *w = ovld_tune_create(2, 8, 0);
         assert_int_equal(ovld_tune_load(w, "dev", out, olen, &skipped, why, sizeof(why)), n);
         ovld_tune_destroy(w);
         ovld_tune_destroy(u);
@@ -548,8 +574,9 @@ int main(void)
         cmocka_unit_test(test_candidates), cmocka_unit_test(test_protocol),
         cmocka_unit_test(test_warmup),     cmocka_unit_test(test_in_flight),
         cmocka_unit_test(test_failures),   cmocka_unit_test(test_bound),
-        cmocka_unit_test(test_left_alone), cmocka_unit_test(test_text),
-        cmocka_unit_test(test_bad_lines),  cmocka_unit_test(test_mangled),
+        cmocka_unit_test(test_uid_bound),  cmocka_unit_test(test_left_alone),
+        cmocka_unit_test(test_text),       cmocka_unit_test(test_bad_lines),
+        cmocka_unit_test(test_mangled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
