@@ -79,12 +79,13 @@ def test_plan_usage_errors():
     assert ctl("-h").stdout == ctl("help").stdout == usage
     assert usage.startswith("Usage: ovlctl [--socket PATH] COMMAND [OPTIONS]\n"), usage
     commands = usage[usage.index("Commands:\n"):usage.index("\nOptions of plan:")]
-    assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "peer", "version"], usage
+    assert re.findall(r"^  (\w+) ", commands, re.M) == ["status", "stats", "plan", "tune", "peer",
+                                                         "version"], usage
     for opt in ("--algo", "--world", "--rank", "-m", "-n", "-k", "--chunks", "--streams",
                 "--dtype", "--a-out", "--transb", "--strided", "--shared-gpu", "--allgather",
                 "--more-n", "--nodes", "--local-ranks", "--daemon",
                 "--socket", "--help", "--json", "--prometheus",
-                "--watch", "--reset"):
+                "--watch", "--reset", "--clear"):
         assert re.search(r"(^|[ \[|])%s\b" % re.escape(opt), usage, re.M), (opt, usage)
     shape = ["--world", "2", "--rank", "0", "-m", "8", "-n", "8", "-k", "8"]
     for args, err in [
