@@ -20,6 +20,7 @@ typedef struct entry {
     uint32_t nsamp[OVL_PLAN_MAX_CANDS]; /* times kept (after the warm-up) */
     uint64_t med[OVL_PLAN_MAX_CANDS];   /* medians once chosen (or loaded) */
     uint64_t *samp;                     /* ncand x samples; NULL once chosen */
+    uint32_t *nodes;                    /* key.node_of's copy (world entries); NULL: one node */
     uint32_t next;                      /* the candidate handed out next */
     int32_t chosen;                     /* -1: measuring */
 } entry_t;
@@ -59,6 +60,7 @@ static void entry_free(entry_t *e)
 {
     if (e) {
         free(e->samp);
+        free(e->nodes);
         free(e);
     }
 }
@@ -91,7 +93,12 @@ static ovl_plan_params_t key_of(const ovl_plan_params_t *p)
     k.chunks = 0;
     k.streams = 0;
     k.rank = 0;
-    k.node_of = NULL;
+    /* every rank on node 0 is one node, as NULL says */
+    bool several = false;
+    for (uint32_t q = 0; p->node_of && q < p->world && !several; q++)
+        several = p->node_of[q] != 0;
+    if (!several)
+        k.node_of = NULL;
     /* one B is nb 0 or 1 alike, and a B past nb has no n */
     if (k.nb <= 1)
         k.nb = 0;
@@ -121,6 +128,8 @@ static uint64_t key_hash(const ovl_plan_params_t *k)
     h = mix(h, (uint64_t)k->transb | (uint64_t)k->want_gathered << 1 | (uint64_t)k->strided << 2 |
                    (uint64_t)k->shared_gpu << 3 | (uint64_t)k->sc.scaled << 4);
     h = mix(h, (uint64_t)k->allgather << 8 | k->reduce_op);
+    for (uint32_t q = 0; k->node_of && q < k->world; q++)
+        h = mix(h, k->node_of[q]);
     return h;
 }
 
@@ -172,11 +181,16 @@ static entry_t *entry_new(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h
     entry_t *e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
-    if (measuring && !(e->samp = calloc((size_t)ncand * t->samples, sizeof(*e->samp)))) {
-        free(e);
+    if ((measuring && !(e->samp = calloc((size_t)ncand * t->samples, sizeof(*e->samp)))) ||
+        (k->node_of && !(e->nodes = malloc((size_t)k->world * sizeof(*e->nodes))))) {
+        entry_free(e);
         return NULL;
     }
     e->key = *k;
+    if (e->nodes) {
+        memcpy(e->nodes, k->node_of, (size_t)k->world * sizeof(*e->nodes));
+        e->key.node_of = e->nodes;
+    }
     e->hash = h;
     e->id = t->next_id++;
     e->ncand = ncand;
@@ -225,7 +239,7 @@ static void maybe_choose(ovld_tune_t *t, entry_t *e)
 void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret)
 {
     *ret = (ovld_tune_ticket_t){0};
-    if (!t || pp->chosen != OVL_CHOSEN_RULE || pp->node_of)
+    if (!t || pp->chosen != OVL_CHOSEN_RULE)
         return;
     ovl_plan_params_t k = key_of(pp);
     uint64_t h = key_hash(&k);
@@ -264,7 +278,7 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
 
 bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp)
 {
-    if (!t || pp->chosen != OVL_CHOSEN_RULE || pp->node_of)
+    if (!t || pp->chosen != OVL_CHOSEN_RULE)
         return false;
     ovl_plan_params_t k = key_of(pp);
     const entry_t *e = find((ovld_tune_t *)t, &k, key_hash(&k));
@@ -355,6 +369,11 @@ static void put_key(out_t *o, const ovl_plan_params_t *k)
         name_or(ovl_ag_pref_name(k->allgather)));
     if (k->kind == OVL_OP_GEMM_RS)
         put(o, " reduce=%s", name_or(reduce_name(k->reduce_op)));
+    if (k->node_of) {
+        put(o, " nodes=");
+        for (uint32_t q = 0; q < k->world; q++)
+            put(o, "%s%" PRIu32, q ? "," : "", k->node_of[q]);
+    }
     if (k->sc.scaled)
         put(o, " b_dtype=%s out_dtype=%s a_mode=%s b_mode=%s fast_accum=%d bias=%d",
             name_or(ovl_dtype_name(k->sc.b_dtype)), name_or(ovl_dtype_name(k->sc.out_dtype)),
@@ -455,6 +474,8 @@ static bool parse_cand(const char *s, const char *end, ovl_plan_cand_t *ret)
 
 typedef struct parsed {
     ovl_plan_params_t key;
+    uint32_t nodes[OVL_PLAN_MAX_WORLD]; /* key.node_of points here when given */
+    uint32_t nnodes;
     ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
     uint64_t med[OVL_PLAN_MAX_CANDS];
     bool drop[OVL_PLAN_MAX_CANDS];
@@ -523,6 +544,19 @@ static const char *parse_field(const char *name, const char *v, const char *end,
         else
             k->sc.b_mode = m;
         k->sc.scaled = true;
+        return NULL;
+    }
+    if (!strcmp(name, "nodes")) {
+        /* N0,N1,...: a node per rank */
+        for (const char *s = v; s < end;) {
+            const char *comma = memchr(s, ',', (size_t)(end - s));
+            const char *e = comma ? comma : end;
+            if (p->nnodes == OVL_PLAN_MAX_WORLD || !parse_u64(s, e, &u) || u >= OVL_PLAN_MAX_WORLD)
+                return "nodes";
+            p->nodes[p->nnodes++] = (uint32_t)u;
+            s = comma ? comma + 1 : end;
+        }
+        k->node_of = p->nnodes ? p->nodes : NULL;
         return NULL;
     }
     if (!strcmp(name, "transb"))
@@ -631,6 +665,8 @@ size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size
         parsed_t p;
         const char *bad = parse_line(s, le, &p);
         uint64_t scratch;
+        if (!bad && p.key.node_of && p.nnodes != p.key.world)
+            bad = "nodes: not one per rank";
         if (!bad && (p.measuring || !p.have_chose))
             bad = "no choice (measuring)";
         if (!bad && p.ncand < 2)
