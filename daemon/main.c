@@ -665,8 +665,10 @@ static ovl_status_t start_peers(ovld_t *d)
                                  &ccb, &d->cluster);
         if (st != OVL_OK)
             snprintf(err, sizeof(err), "jobs across nodes: %s", ovl_strerror(st));
-        else
+        else {
             d->jobs.across = ovld_cluster_across(d->cluster);
+            ovld_cluster_set_tune(d->cluster, d->tune); /* the jobs it coordinates */
+        }
     }
     if (st != OVL_OK)
         log_error("cannot start the links to other nodes: %s", err);

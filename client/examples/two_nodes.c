@@ -74,6 +74,7 @@ typedef struct opts {
     uint64_t wait_s;      /* how long ranks other than 0 wait for the id file */
     uint64_t delay_ms;    /* a test's: held back this long after joining */
     uint64_t timeout_s;   /* ovl_set_timeout; 0: libovl's default */
+    uint64_t iters;       /* host all-gather + GEMM: ops back to back (C checked after the last) */
     ovl_demo_scaled_t sc; /* an fp8 --dtype: a scaled op (host backend), as ovl-demo's */
 } opts_t;
 
@@ -105,6 +106,9 @@ static void usage(FILE *f)
             "                      (--a-scale 1x128 --b-scale 128x128: DeepSeek-V3's pair;\n"
             "                      1x128 needs -m, on B -n, in fours)\n"
             "      --bias          a scaled op's bias\n"
+            "      --iters N       host backend, all-gather + GEMM, not scaled: the op N\n"
+            "                      times back to back, C checked after the last (default 1;\n"
+            "                      1..100000: enough for ovld's auto to measure a shape)\n"
             "  -a, --algo A        auto, naive, collective or ring (rs: auto, naive or\n"
             "                      collective; default auto)\n"
             "      --op ag|rs      all-gather + GEMM (default), or GEMM + reduce-scatter: A\n"
@@ -355,7 +359,9 @@ static int run_host(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm, double 
     memset(c, 0xff, W * m * n * es); /* NaN in every dtype: what ovld does not write shows */
 
     ovl_ag_gemm_desc_t d = op_desc(o, a, b, c);
-    ovl_status_t st = ovl_allgather_gemm(comm, &d, NULL);
+    ovl_status_t st = OVL_OK;
+    for (uint64_t i = 0; i < (o->iters ? o->iters : 1) && st == OVL_OK; i++)
+        st = ovl_allgather_gemm(comm, &d, NULL);
     if (st == OVL_OK)
         st = ovl_comm_synchronize(comm);
     if (st != OVL_OK) {
@@ -664,7 +670,8 @@ static int parse(int argc, char **argv, opts_t *o)
         O_SCALE,
         O_A_SCALE,
         O_B_SCALE,
-        O_BIAS
+        O_BIAS,
+        O_ITERS
     };
     static const struct option lo[] = {
         {"rank", required_argument, NULL, 'r'},
@@ -684,6 +691,7 @@ static int parse(int argc, char **argv, opts_t *o)
         {"a-scale", required_argument, NULL, O_A_SCALE},
         {"b-scale", required_argument, NULL, O_B_SCALE},
         {"bias", no_argument, NULL, O_BIAS},
+        {"iters", required_argument, NULL, O_ITERS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -764,6 +772,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_WAIT:
         case O_DELAY:
         case O_TIMEOUT:
+        case O_ITERS:
             if (ovl_parse_u64(optarg, &v) != 0) {
                 fprintf(stderr, "ovl-example-two-nodes: '%s' is not a number\n", optarg);
                 return 2;
@@ -788,6 +797,12 @@ static int parse(int argc, char **argv, opts_t *o)
                 o->delay_ms = v > 3600000 ? 3600000 : v;
             } else if (ch == O_TIMEOUT) {
                 o->timeout_s = v > 86400 ? 86400 : v;
+            } else if (ch == O_ITERS) {
+                if (v < 1 || v > 100000) {
+                    fprintf(stderr, "ovl-example-two-nodes: --iters %" PRIu64 ": 1..100000\n", v);
+                    return 2;
+                }
+                o->iters = v;
             } else {
                 o->wait_s = v > 86400 ? 86400 : v;
             }
@@ -812,6 +827,10 @@ static int parse(int argc, char **argv, opts_t *o)
     }
     if (o->m == 0 || o->n == 0 || o->k == 0 || o->m > MAX_DIM || o->n > MAX_DIM || o->k > MAX_DIM) {
         fprintf(stderr, "ovl-example-two-nodes: -m, -n and -k: 1..%d\n", MAX_DIM);
+        return 2;
+    }
+    if (o->iters > 1 && (o->rs || o->sc.on)) {
+        fprintf(stderr, "ovl-example-two-nodes: --iters: all-gather + GEMM, not scaled, only\n");
         return 2;
     }
     if (!o->sc.on && (o->sc.bias || scale >= 0 || a_scale >= 0 || b_scale >= 0)) {
@@ -883,6 +902,10 @@ int main(int argc, char **argv)
         goto out;
     }
     bool cuda = strcmp(info.backend, "cuda") == 0;
+    if (o.iters > 1 && cuda) {
+        fprintf(stderr, "rank %u: --iters: the host backend's all-gather + GEMM only\n", rank);
+        goto out;
+    }
 
     /* The id: made by rank 0's ovld, which coordinates the job; the same
      * 128 bytes for every rank. */

@@ -24,6 +24,7 @@ static const ovld_cluster_handler_fn handlers[] = {
     [OVLD_CLUSTER_OP_GO - OVLD_CLUSTER_JOB_JOIN] = ovld_cluster_node_on_go,
     [OVLD_CLUSTER_JOB_LEAVE - OVLD_CLUSTER_JOB_JOIN] = ovld_cluster_coord_on_leave,
     [OVLD_CLUSTER_JOB_END - OVLD_CLUSTER_JOB_JOIN] = ovld_cluster_node_on_end,
+    [OVLD_CLUSTER_OP_TIME - OVLD_CLUSTER_JOB_JOIN] = ovld_cluster_coord_on_time,
 };
 
 /* A message from p (NULL: this ovld): decoded, then its role's. One that
@@ -123,6 +124,12 @@ ovl_status_t ovld_cluster_create(uv_loop_t *loop, ovld_peers_t *ps, struct ovld_
     return OVL_OK;
 }
 
+void ovld_cluster_set_tune(ovld_cluster_t *cl, struct ovld_tune *tune)
+{
+    if (cl)
+        cl->tune = tune;
+}
+
 void ovld_cluster_close(ovld_cluster_t *cl)
 {
     if (!cl)
@@ -154,6 +161,12 @@ static void across_forget(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN])
     ovld_cluster_forget(ctx, nonce);
 }
 
+static void across_op_time(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                           uint64_t ns)
+{
+    ovld_cluster_op_time(ctx, nonce, seq, ns);
+}
+
 static uint32_t across_job_nodes(const void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                                  const char *const **ret_nodes)
 {
@@ -166,5 +179,6 @@ ovld_across_t ovld_cluster_across(ovld_cluster_t *cl)
                            .op_ready = across_op_ready,
                            .leave = across_leave,
                            .forget = across_forget,
+                           .op_time = across_op_time,
                            .job_nodes = across_job_nodes};
 }

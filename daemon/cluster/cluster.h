@@ -45,6 +45,8 @@
 #include "peer.h"
 #include "stats.h"
 
+struct ovld_tune; /* core/tune.h */
+
 #define OVLD_CLUSTER_TYPE_FIRST  16
 #define OVLD_CLUSTER_TYPE_LAST   31
 #define OVLD_JOB_ID_TTL_MS       (10 * 60 * 1000) /* an id nobody joined expires */
@@ -112,13 +114,21 @@ void ovld_cluster_leave(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_L
                         bool abort, const char *why);
 /* The job is gone on this node: forget its record here. */
 void ovld_cluster_forget(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN]);
+/* A timed op (its go said timed) is done on this node: its device time
+ * (0: none) to the coordinator, whose tuning table it is for. */
+void ovld_cluster_op_time(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                          uint64_t ns);
+/* The tuning table (core/tune.h) this ovld measures the ops of the jobs
+ * it coordinates with (NULL: auto chooses by the rule for them); it must
+ * outlive the module. */
+void ovld_cluster_set_tune(ovld_cluster_t *cl, struct ovld_tune *tune);
 
 /* The job's nodes as this node knows them (addresses, from its start on);
  * 0 before. */
 uint32_t ovld_cluster_job_nodes(const ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                                 const char *const **ret_nodes);
 
-/* The four calls above as the jobs layer takes them (across.h): what main
+/* The calls above as the jobs layer takes them (across.h): what main
  * gives ovld_jobs_t once the module exists. */
 ovld_across_t ovld_cluster_across(ovld_cluster_t *cl);
 

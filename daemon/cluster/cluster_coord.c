@@ -17,6 +17,11 @@
 #include "desc.h" /* ovld_plan_resolve */
 #include "log.h"
 #include "plan.h"
+#include "tune.h"
+
+/* Timed ops of a job at once (auto measuring across nodes): more than a
+ * job has issued together; past it an op runs the rule's plan, untimed. */
+#define COORD_TIMED_MAX 16
 
 /* One node of a job, at its coordinator. */
 typedef struct cnode {
@@ -25,8 +30,20 @@ typedef struct cnode {
     uint32_t first_rank;
     uint32_t ranks; /* admitted and not left */
     uint64_t last_seq;
+    uint64_t last_time_seq; /* its last OpTime's op: they come in op order */
     bool down;
 } cnode_t;
+
+/* A timed op (its go said timed) whose nodes' times are coming: each
+ * node's OpTime counted once, the slowest kept, any node without one
+ * making it none. */
+typedef struct timed {
+    uint64_t seq; /* 0: a free slot */
+    ovld_tune_ticket_t ticket;
+    uint32_t nin;
+    uint64_t ns;
+    bool none;
+} timed_t;
 
 /* One op being matched across the nodes. */
 typedef struct tally {
@@ -60,6 +77,7 @@ typedef struct cl_cjob {
     cstate_t state;
     tally_t *tallies, *tallies_tail;
     uint32_t ntallies;
+    timed_t timed[COORD_TIMED_MAX];
     struct cl_cjob *next;
 } cjob_t;
 
@@ -493,7 +511,7 @@ void ovld_cluster_coord_on_join(ovld_cluster_t *cl, ovld_peer_t *from,
 /* -------------------------------------------------------------- ops */
 
 static void send_go(ovld_cluster_t *cl, cjob_t *c, const tally_t *t, ovl_status_t st,
-                    const char *why, const ovl_plan_params_t *pp)
+                    const char *why, const ovl_plan_params_t *pp, bool timed)
 {
     ovld_cluster_msg_t g = {.type = OVLD_CLUSTER_OP_GO};
     memcpy(g.nonce, c->nonce, OVLD_JOB_NONCE_LEN);
@@ -507,6 +525,7 @@ static void send_go(ovld_cluster_t *cl, cjob_t *c, const tally_t *t, ovl_status_
         g.go.allgather = (uint32_t)pp->allgather;
         g.go.strided = pp->strided;
         g.go.shared_gpu = pp->shared_gpu;
+        g.go.timed = timed;
     }
     for (uint32_t i = 0; i < c->nnodes; i++)
         if (!c->nodes[i].down)
@@ -518,12 +537,12 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
 {
     char why[OVLD_CLUSTER_REASON_MAX + 1];
     if (t->st != OVL_OK) {
-        send_go(cl, c, t, t->st, t->reason, NULL);
+        send_go(cl, c, t, t->st, t->reason, NULL, false);
         return;
     }
     uint32_t *node_of = calloc(c->world, sizeof(*node_of));
     if (!node_of) {
-        send_go(cl, c, t, OVL_ERR_NOMEM, "the coordinator is out of memory", NULL);
+        send_go(cl, c, t, OVL_ERR_NOMEM, "the coordinator is out of memory", NULL, false);
         return;
     }
     for (uint32_t q = 0; q < c->world; q++)
@@ -534,7 +553,8 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
     const ovld_kind_t *kind = ovld_kind(t->f.kind);
     if (!kind) {
         free(node_of);
-        send_go(cl, c, t, OVL_ERR_INTERNAL, "an op of no kind reached the coordinator", NULL);
+        send_go(cl, c, t, OVL_ERR_INTERNAL, "an op of no kind reached the coordinator", NULL,
+                false);
         return;
     }
     ovl_plan_params_t pp;
@@ -545,6 +565,19 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
     /* The one place of the defaults (job.h), with this ovld's config: the
      * same parameters go to every node. */
     ovld_plan_resolve(cl->cfg, cl->backend->ops->allgather != NULL, &pp);
+    /* auto measuring (core/tune.h): a candidate to time on every node, or
+     * the measured choice; the rule's plan where no slot is free */
+    ovld_tune_ticket_t ticket = {0};
+    timed_t *slot = NULL;
+    for (uint32_t i = 0; cl->tune && i < COORD_TIMED_MAX && !slot; i++)
+        if (c->timed[i].seq == 0)
+            slot = &c->timed[i];
+    if (slot)
+        ovld_tune_pick(cl->tune, (uint32_t)c->owner, &pp, &ticket);
+    else
+        (void)ovld_tune_peek(cl->tune, &pp);
+    if (ticket.entry)
+        *slot = (timed_t){.seq = t->seq, .ticket = ticket};
     uint32_t a, b;
     uint64_t scratch;
     bool refused =
@@ -567,9 +600,13 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
                      ": across nodes only ring runs then (%s gathers by NCCL over every rank, "
                      "and NCCL takes no two ranks of one GPU in one communicator)",
                      ovl_algo_name(pp.algo));
-        send_go(cl, c, t, OVL_ERR_UNSUPPORTED, why, NULL);
+        send_go(cl, c, t, OVL_ERR_UNSUPPORTED, why, NULL, false);
+        if (ticket.entry) {
+            ovld_tune_record(cl->tune, ticket, 0);
+            *slot = (timed_t){0};
+        }
     } else {
-        send_go(cl, c, t, OVL_OK, "", &pp);
+        send_go(cl, c, t, OVL_OK, "", &pp, ticket.entry != 0);
     }
     free(node_of);
 }
@@ -691,6 +728,46 @@ void ovld_cluster_coord_on_ready(ovld_cluster_t *cl, ovld_peer_t *from,
         tally_decide(cl, c, done);
         tally_free(done);
     }
+}
+
+/* A node's time for a timed op: counted once per node, in op order; once
+ * every node's is in, the op's (its slowest node's, none if a node has
+ * none) goes to the tuning table. A time for no timed op, or out of
+ * order, is dropped and counted: a node's ovld does not send one. */
+void ovld_cluster_coord_on_time(ovld_cluster_t *cl, ovld_peer_t *from,
+                                const ovld_cluster_msg_t *msg, ovl_status_t st, const char *err)
+{
+    (void)err;
+    if (st != OVL_OK || !msg->named) {
+        ovld_cluster_count_drop(cl);
+        return;
+    }
+    cjob_t *c = cjob_find(cl, msg->nonce);
+    int32_t n = c ? cnode_of(c, from) : -1;
+    if (!c || n < 0 || c->state == C_FORMING) {
+        ovld_cluster_count_drop(cl);
+        return;
+    }
+    cnode_t *nd = &c->nodes[n];
+    timed_t *tm = NULL;
+    for (uint32_t i = 0; i < COORD_TIMED_MAX && !tm; i++)
+        if (c->timed[i].seq != 0 && c->timed[i].seq == msg->time.seq)
+            tm = &c->timed[i];
+    if (!tm || msg->time.seq <= nd->last_time_seq) {
+        log_debug("job %s: node %s sent a time for op %" PRIu64 ", which is not timed or not next",
+                  c->name, nd->name, msg->time.seq);
+        ovld_cluster_count_drop(cl);
+        return;
+    }
+    nd->last_time_seq = msg->time.seq;
+    if (msg->time.ns == 0)
+        tm->none = true;
+    else if (msg->time.ns > tm->ns)
+        tm->ns = msg->time.ns;
+    if (++tm->nin < c->nnodes)
+        return;
+    ovld_tune_record(cl->tune, tm->ticket, tm->none ? 0 : tm->ns);
+    *tm = (timed_t){0};
 }
 
 /* ------------------------------------------------------------ leave */

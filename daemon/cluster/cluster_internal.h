@@ -52,6 +52,7 @@ struct ovld_cluster {
     struct cl_mjob *mjobs;
     /* cluster_coord.c's */
     struct cl_cjob *cjobs;
+    struct ovld_tune *tune; /* auto that measures (core/tune.h); NULL: the rule */
 };
 
 static inline void ovld_cluster_count_drop(ovld_cluster_t *cl)
@@ -96,13 +97,15 @@ void ovld_cluster_node_on_go(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_c
                              ovl_status_t st, const char *err);
 void ovld_cluster_node_on_end(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_cluster_msg_t *m,
                               ovl_status_t st, const char *err);
-/* the coordinator's (cluster_coord.c): JobJoin, OpReady, JobLeave */
+/* the coordinator's (cluster_coord.c): JobJoin, OpReady, JobLeave, OpTime */
 void ovld_cluster_coord_on_join(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_cluster_msg_t *m,
                                 ovl_status_t st, const char *err);
 void ovld_cluster_coord_on_ready(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_cluster_msg_t *m,
                                  ovl_status_t st, const char *err);
 void ovld_cluster_coord_on_leave(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_cluster_msg_t *m,
                                  ovl_status_t st, const char *err);
+void ovld_cluster_coord_on_time(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_cluster_msg_t *m,
+                                ovl_status_t st, const char *err);
 
 /* ------------------------------------------------ cluster_node.c */
 

@@ -453,6 +453,7 @@ void ovld_cluster_node_on_go(ovld_cluster_t *cl, ovld_peer_t *from, const ovld_c
         .allgather = g->allgather,
         .strided = g->strided,
         .shared_gpu = g->shared_gpu,
+        .timed = g->timed,
     };
     if (st != OVL_OK) {
         /* parameters out of their fields' range (cluster_wire.h): the op
@@ -498,6 +499,19 @@ void ovld_cluster_op_ready(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONC
     q.ready.shared_gpu = r->shared_gpu;
     if (ovld_cluster_send(cl, m->coord, &q) != OVL_OK)
         mjob_end(cl, m, true, OVL_ERR_ABORTED, "the job's coordinator cannot be reached");
+}
+
+void ovld_cluster_op_time(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                          uint64_t ns)
+{
+    mjob_t *m = mjob_find(cl, nonce);
+    if (!m)
+        return;
+    ovld_cluster_msg_t q = {.type = OVLD_CLUSTER_OP_TIME};
+    memcpy(q.nonce, nonce, OVLD_JOB_NONCE_LEN);
+    q.time.seq = seq;
+    q.time.ns = ns;
+    (void)ovld_cluster_send(cl, m->coord, &q); /* a time lost costs a sample, nothing more */
 }
 
 void ovld_cluster_leave(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint32_t rank,

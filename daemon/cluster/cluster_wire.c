@@ -19,7 +19,7 @@
 const char *ovld_cluster_type_name(uint32_t type, char *buf, size_t len)
 {
     static const char *names[] = {"JobJoin", "JobJoinReply", "JobStart", "OpReady",
-                                  "OpGo",    "JobLeave",     "JobEnd"};
+                                  "OpGo",    "JobLeave",     "JobEnd",   "OpTime"};
     if (ovld_cluster_type_known(type))
         return names[type - OVLD_CLUSTER_JOB_JOIN];
     snprintf(buf, len, "message type %" PRIu32, type);
@@ -28,7 +28,7 @@ const char *ovld_cluster_type_name(uint32_t type, char *buf, size_t len)
 
 bool ovld_cluster_type_known(uint32_t type)
 {
-    return type >= OVLD_CLUSTER_JOB_JOIN && type <= OVLD_CLUSTER_JOB_END;
+    return type >= OVLD_CLUSTER_JOB_JOIN && type <= OVLD_CLUSTER_OP_TIME;
 }
 
 void ovld_cluster_msg_clear(ovld_cluster_msg_t *m)
@@ -342,6 +342,7 @@ static ovl_status_t take_go(const Ovlcl__OpGo *g, ovld_cluster_msg_t *ret, const
     o->shared_gpu = g->shared_gpu;
     if (o->status != OVL_OK)
         return OVL_OK;
+    o->timed = g->timed;
     /* the parameters are checked again by the planner, which refuses what
      * it cannot plan: here only that they fit their fields */
     if (g->algo >= OVL_ALGO_COUNT || g->algo == OVL_ALGO_AUTO || g->chunks > OVL_PLAN_MAX_CHUNKS ||
@@ -353,6 +354,14 @@ static ovl_status_t take_go(const Ovlcl__OpGo *g, ovld_cluster_msg_t *ret, const
     o->streams = (uint32_t)g->streams;
     o->allgather = (uint32_t)g->allgather;
     return OVL_OK;
+}
+
+static ovl_status_t take_time(const Ovlcl__OpTime *t, ovld_cluster_msg_t *ret, const char *msg,
+                              char *err, size_t errlen)
+{
+    ret->time.seq = t->seq;
+    ret->time.ns = t->ns; /* any: a time is a measurement, not an index */
+    return take_nonce(&t->nonce, ret, msg, err, errlen);
 }
 
 static ovl_status_t take_leave(const Ovlcl__JobLeave *l, ovld_cluster_msg_t *ret, const char *msg,
@@ -383,7 +392,7 @@ static ovl_status_t take_end(const Ovlcl__JobEnd *e, ovld_cluster_msg_t *ret, co
     return OVL_OK;
 }
 
-/* The descriptor of type's message; NULL for a type not of the seven. */
+/* The descriptor of type's message; NULL for a type not of the eight. */
 static const ProtobufCMessageDescriptor *descriptor_of(uint32_t type)
 {
     switch (type) {
@@ -401,6 +410,8 @@ static const ProtobufCMessageDescriptor *descriptor_of(uint32_t type)
         return &ovlcl__job_leave__descriptor;
     case OVLD_CLUSTER_JOB_END:
         return &ovlcl__job_end__descriptor;
+    case OVLD_CLUSTER_OP_TIME:
+        return &ovlcl__op_time__descriptor;
     }
     return NULL;
 }
@@ -442,6 +453,9 @@ ovl_status_t ovld_cluster_decode(uint32_t type, const void *body, size_t len,
         break;
     case OVLD_CLUSTER_JOB_END:
         st = take_end((const Ovlcl__JobEnd *)m, ret, name, err, errlen);
+        break;
+    case OVLD_CLUSTER_OP_TIME:
+        st = take_time((const Ovlcl__OpTime *)m, ret, name, err, errlen);
         break;
     }
     protobuf_c_message_free_unpacked(m, NULL);
@@ -590,7 +604,15 @@ ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body
         g.allgather = m->go.allgather;
         g.strided = m->go.strided;
         g.shared_gpu = m->go.shared_gpu;
+        g.timed = m->go.timed;
         return ovl_wire_pack(&g.base, ret_body, ret_len);
+    }
+    case OVLD_CLUSTER_OP_TIME: {
+        Ovlcl__OpTime t = OVLCL__OP_TIME__INIT;
+        t.nonce = bin(m->nonce, OVLD_JOB_NONCE_LEN);
+        t.seq = m->time.seq;
+        t.ns = m->time.ns;
+        return ovl_wire_pack(&t.base, ret_body, ret_len);
     }
     case OVLD_CLUSTER_JOB_LEAVE: {
         Ovlcl__JobLeave l = OVLCL__JOB_LEAVE__INIT;

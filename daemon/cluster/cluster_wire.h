@@ -34,6 +34,7 @@
 #define OVLD_CLUSTER_OP_GO          20 /* the coordinator to every node */
 #define OVLD_CLUSTER_JOB_LEAVE      21 /* a node to the coordinator */
 #define OVLD_CLUSTER_JOB_END        22 /* the coordinator to every node */
+#define OVLD_CLUSTER_OP_TIME        23 /* a node to the coordinator */
 
 #define OVLD_CLUSTER_REASON_MAX  200        /* bytes of a reason; longer ones are cut */
 #define OVLD_CLUSTER_BACKEND_MAX 16         /* a JobJoin's backend name, its NUL included */
@@ -97,7 +98,13 @@ typedef struct ovld_cluster_go_msg {
      * within the planner's limits, an all-gather preference; else 0. */
     uint32_t algo, chunks, streams, allgather;
     bool strided, shared_gpu;
+    bool timed; /* each node answers with an OpTime (with status OVL_OK only) */
 } ovld_cluster_go_msg_t;
+
+/* OpTime: a timed op's device time on the sender's node (0: none). */
+typedef struct ovld_cluster_time_msg {
+    uint64_t seq, ns;
+} ovld_cluster_time_msg_t;
 
 /* JobLeave: a rank left the sender's node, or (OVLD_CLUSTER_NO_RANK) the
  * node gives up the job. */
@@ -120,7 +127,7 @@ typedef struct ovld_cluster_msg {
     /* After a refusal, what is still known, so that the receiver can
      * answer the message or charge it to its job: unpacked: the body
      * unpacked as type's message, and its req (JobJoin, JobJoinReply) or
-     * seq (OpReady, OpGo) is set; named: nonce is set too. After OVL_OK
+     * seq (OpReady, OpGo, OpTime) is set; named: nonce is set too. After OVL_OK
      * unpacked is true, and named too but for a JobJoinReply (which names
      * no job). The encoder ignores both. */
     bool unpacked, named;
@@ -133,6 +140,7 @@ typedef struct ovld_cluster_msg {
         ovld_cluster_go_msg_t go;
         ovld_cluster_leave_msg_t leave;
         ovld_cluster_end_msg_t end;
+        ovld_cluster_time_msg_t time;
     };
 } ovld_cluster_msg_t;
 
@@ -140,7 +148,7 @@ typedef struct ovld_cluster_msg {
  * holds what is not a constant. */
 const char *ovld_cluster_type_name(uint32_t type, char *buf, size_t len);
 
-/* Whether type is one of the seven messages (16 to 22). */
+/* Whether type is one of the eight messages (16 to 23). */
 bool ovld_cluster_type_known(uint32_t type);
 
 /* Frees what a decoded message holds (a JobStart's arrays); m may be
@@ -151,7 +159,7 @@ void ovld_cluster_msg_clear(ovld_cluster_msg_t *m);
  * Decodes the body of a message of type. OVL_OK and *ret filled
  * (ovld_cluster_msg_clear it), or a refusal, err saying what, ret holding
  * no memory and unpacked and named saying what of it is known:
- * - OVL_ERR_PROTOCOL: a type not of the seven, or a body that does not
+ * - OVL_ERR_PROTOCOL: a type not of the eight, or a body that does not
  *   unpack (unpacked false); else a field out of its range (unpacked; named
  *   but for a nonce not of 16 bytes):
  *   - JobJoin: an instance not of 16 bytes, world 0 or over
@@ -181,7 +189,7 @@ ovl_status_t ovld_cluster_decode(uint32_t type, const void *body, size_t len,
                                  ovld_cluster_msg_t *ret, char *err, size_t errlen);
 
 /*
- * Packs m's body (m->type one of the seven; its fields as the decoder
+ * Packs m's body (m->type one of the eight; its fields as the decoder
  * returns them: a JobStart's arrays of world, nnodes and nrail_keys
  * entries) into a malloc'd buffer (never NULL) of *ret_len bytes (maybe
  * 0). A text is sent up to its NUL, and at most the bytes its decoder

@@ -44,6 +44,9 @@ typedef struct ovld_cluster_go {
     const char *reason;
     uint32_t algo, chunks, streams, allgather;
     bool strided, shared_gpu;
+    /* the coordinator measures the op's plan (core/tune.h): time it, and
+     * say the node's time once its ranks are done (ovld_across_t.op_time) */
+    bool timed;
 } ovld_cluster_go_t;
 
 /* What a node says of op seq once each of its ranks submitted it. */
@@ -68,6 +71,9 @@ typedef struct ovld_across {
                   const char *why);
     /* the job is gone on this node */
     void (*forget)(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN]);
+    /* a timed op (its go's timed) is done on this node: its device time,
+     * the slowest local rank's (0: none, it failed or was not timed) */
+    void (*op_time)(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq, uint64_t ns);
     /* the job's nodes as this node knows them; 0 before its start */
     uint32_t (*job_nodes)(const void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                           const char *const **ret_nodes);

@@ -375,7 +375,7 @@ static void op_run(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op, const ovl_plan
                               .failing_arg = op,
                               .replay = j->replay,
                               .mem_gen = js->buffers ? ovld_buffers_generation(js->buffers) : 0,
-                              .timed = op->tune.entry != 0},
+                              .timed = op->tune.entry != 0 || (j->across && op->go_params.timed)},
                        .cb = op_issued,
                        .arg = op};
     ovld_lane_submit(j->lane, js->backend, js->pool, &op->issue);
@@ -645,6 +645,10 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
     if (op->tune.entry)
         ovld_tune_record(js->tune, op->tune,
                          op->st == OVL_OK && !op->tune_untimed ? op->tune_ns : 0);
+    /* across nodes the coordinator measures: this node's time to it */
+    if (j->across && op->go && op->go_params.timed && js->across.op_time)
+        js->across.op_time(js->across.ctx, j->nonce, op->seq,
+                           op->st == OVL_OK && !op->tune_untimed ? op->tune_ns : 0);
     if (!op->refusal) { /* a refusal was counted as an error when it was made */
         const ovld_kind_t *kind = ovld_kind(op->f.kind); /* NULL: a failed op's */
         ovld_op_count_t n =

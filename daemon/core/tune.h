@@ -12,9 +12,11 @@
  * or the backend has no timer) counts nothing; a candidate that fails
  * `samples` times is dropped.
  *
- * Keys of one node only: a job across nodes plans by the coordinator's
- * rule (its nodes would have to agree on each trial). All the ranks of an
- * op on a node run one plan (the op is planned once here), so they agree.
+ * All the ranks of an op on a node run one plan (the op is planned once
+ * here), so they agree. A job across nodes is measured by its coordinator
+ * (cluster_coord.c): its key holds the topology (node_of, copied), the
+ * nodes run the plan it says, time it and send their times, and it
+ * records the slowest node's.
  *
  * The table holds at most max_entries keys, the least recently used out
  * first; one user's keys (the uid of the jobs whose ops made them) at most
@@ -53,13 +55,13 @@ void ovld_tune_destroy(ovld_tune_t *t); /* accepts NULL */
 
 /*
  * pp: an op's resolved parameters whose algorithm `auto` left to the rule
- * (chosen OVL_CHOSEN_RULE), on one node, of a job of user uid (a new key
- * counts against that user's bound). Sets its algo and chunks to the
- * plan to run: the key's choice (chosen OVL_CHOSEN_MEASURED), or the next
- * candidate to time (OVL_CHOSEN_TRYING, with a ticket in *ret for
- * ovld_tune_record). Leaves pp as it is (the rule's, *ret empty) for
- * params of another kind of choice, across nodes, with one candidate, or
- * without memory for a new key.
+ * (chosen OVL_CHOSEN_RULE; node_of: its topology, NULL for one node), of a
+ * job of user uid (a new key counts against that user's bound). Sets its
+ * algo and chunks to the plan to run: the key's choice (chosen
+ * OVL_CHOSEN_MEASURED), or the next candidate to time (OVL_CHOSEN_TRYING,
+ * with a ticket in *ret for ovld_tune_record). Leaves pp as it is (the
+ * rule's, *ret empty) for params of another kind of choice, with one
+ * candidate, or without memory for a new key.
  */
 void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret);
 

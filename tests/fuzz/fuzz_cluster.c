@@ -4,12 +4,12 @@
  * proto/cluster.proto), decoded as daemon/cluster/cluster.c decodes a
  * peer's message.
  *
- * Input: byte 0 chooses the message type (16 + byte % 16: the seven of
- * the module, JobJoin to JobEnd, and the rest of its range), the rest is
+ * Input: byte 0 chooses the message type (16 + byte % 16: the eight of
+ * the module, JobJoin to OpTime, and the rest of its range), the rest is
  * the body.
  *
  * Properties (any failure aborts):
- * - only types 16 to 22 decode;
+ * - only types 16 to 23 decode;
  * - a decoded message holds what the coordinator and the nodes rely on: a
  *   JobJoin of world 1 to OVL_PLAN_MAX_WORLD, a rank under it, a backend
  *   name of 1 to 15 bytes; a JobStart of world 1 to OVL_PLAN_MAX_WORLD on
@@ -19,7 +19,8 @@
  *   to OVLD_MAX_BS Bs whose n past them are 0, and a status; an OpGo whose
  *   parameters, with status 0, are an algorithm (not auto), chunks and
  *   streams within the planner's limits and an all-gather preference,
- *   and 0 otherwise; a JobEnd of an error status; statuses that are
+ *   and 0 (and not timed) otherwise; a JobEnd of an error status; an
+ *   OpTime of any time, named; statuses that are
  *   statuses; every text clean (common/text.h), NUL-terminated, a reason
  *   of at most OVLD_CLUSTER_REASON_MAX bytes;
  * - a decoded JobStart with rail keys: ovld_cluster_start_rails says
@@ -29,7 +30,7 @@
  * - a decoded message encodes again and decodes to the same fields, and
  *   that encodes to the same bytes;
  * - a refusal is PROTOCOL, or NOMEM for a named JobStart; it has a
- *   non-empty message and holds no memory; a type not of the seven did not
+ *   non-empty message and holds no memory; a type not of the eight did not
  *   unpack, a named one unpacked; a JobJoinReply that unpacked, and a
  *   JobEnd that is named, are never refused; an OpGo refused once named
  *   says that its parameters are out of range; the verdict, and what is
@@ -166,9 +167,13 @@ static void check_fields(const ovld_cluster_msg_t *m, uint32_t type)
             CHECK(g->allgather < OVL_AG_PREF_COUNT);
         } else {
             CHECK(g->algo == 0 && g->chunks == 0 && g->streams == 0 && g->allgather == 0);
+            CHECK(!g->timed);
         }
         break;
     }
+    case OVLD_CLUSTER_OP_TIME:
+        CHECK(m->named);
+        break;
     case OVLD_CLUSTER_JOB_LEAVE:
         check_text(m->leave.reason, sizeof(m->leave.reason), 0, OVLD_CLUSTER_REASON_MAX);
         break;
@@ -246,9 +251,12 @@ static void check_same(const ovld_cluster_msg_t *a, const ovld_cluster_msg_t *b)
         CHECK(x->seq == y->seq && x->status == y->status && strcmp(x->reason, y->reason) == 0);
         CHECK(x->algo == y->algo && x->chunks == y->chunks && x->streams == y->streams &&
               x->allgather == y->allgather);
-        CHECK(x->strided == y->strided && x->shared_gpu == y->shared_gpu);
+        CHECK(x->strided == y->strided && x->shared_gpu == y->shared_gpu && x->timed == y->timed);
         break;
     }
+    case OVLD_CLUSTER_OP_TIME:
+        CHECK(a->time.seq == b->time.seq && a->time.ns == b->time.ns);
+        break;
     case OVLD_CLUSTER_JOB_LEAVE:
         CHECK(a->leave.rank == b->leave.rank && a->leave.abort == b->leave.abort);
         CHECK(strcmp(a->leave.reason, b->leave.reason) == 0);
@@ -290,6 +298,8 @@ static void check_same_refusal(const ovld_cluster_msg_t *a, const ovld_cluster_m
         CHECK(a->ready.seq == b->ready.seq);
     if (a->type == OVLD_CLUSTER_OP_GO)
         CHECK(a->go.seq == b->go.seq);
+    if (a->type == OVLD_CLUSTER_OP_TIME)
+        CHECK(a->time.seq == b->time.seq);
 }
 
 static void check_refusal(uint32_t type, const uint8_t *body, size_t len, ovl_status_t st,
@@ -506,13 +516,23 @@ static void fuzz_builtin(void)
     m.go.streams = OVL_PLAN_MAX_STREAMS;
     m.go.allgather = OVL_AG_PREF_COUNT - 1;
     m.go.shared_gpu = true;
+    m.go.timed = true;
     run_message(&m);
+    m.go.timed = false;
     m.go.algo = m.go.chunks = m.go.streams = m.go.allgather = 0;
     m.go.status = OVL_ERR_UNSUPPORTED;
     snprintf(m.go.reason, sizeof(m.go.reason), "ranks 0 and 1 share device 0 on 10.0.0.5:7411");
     run_message(&m);
 
     memset(&m.go, 0, sizeof(m.go));
+    m.type = OVLD_CLUSTER_OP_TIME;
+    m.time.seq = 7;
+    m.time.ns = UINT64_MAX;
+    run_message(&m);
+    m.time.ns = 0;
+    run_message(&m);
+
+    memset(&m.time, 0, sizeof(m.time));
     m.type = OVLD_CLUSTER_JOB_LEAVE;
     m.leave.rank = OVLD_CLUSTER_NO_RANK;
     m.leave.abort = true;

@@ -126,6 +126,44 @@ def test_world4_over_two():
             n.cleanup()
 
 
+def issued_algos(node):
+    """The algorithm of every op the node's ovld issued, in order."""
+    return re.findall(r"op \d+ issued \(ag_gemm (\w+), ", node.log())
+
+
+def test_auto_measured_across_nodes():
+    """auto across nodes is measured by the coordinator (rank 0's ovld):
+    each node times the ops it is told to and sends its time; once every
+    candidate has its samples the coordinator's table has the job's shape
+    with its topology (nodes=0,0,1,1) and a choice, which both nodes then
+    run; the other node's table has nothing. Every result is checked."""
+    nodes = []
+    try:
+        for _ in range(2):
+            nodes.append(Node(extra="tune_samples = 1\n"))
+        args = SHAPES["bf16"] + ["-a", "auto", "--iters", "40"]
+        run_job(nodes, [0, 0, 1, 1], args, "bf16")
+        coord = json.loads(nodes[0].ctl("tune", "--json").stdout)
+        other = json.loads(nodes[1].ctl("tune", "--json").stdout)
+        assert coord["keys"] == 1 and coord["chosen"] == 1, coord
+        line = coord["text"].splitlines()[1]
+        assert " nodes=0,0,1,1 " in line and " world=4 " in line, line
+        chosen = re.search(r" chose=(\w+)/", line).group(1)
+        assert other["keys"] == 0, other
+        for n in nodes:
+            algos = issued_algos(n)
+            assert len(algos) == 40 and len(set(algos)) >= 2, algos  # an op a line, on a node
+            assert algos[-4:] == [chosen] * 4, (algos, line)
+        # the next job of the shape runs the choice from its first op
+        run_job(nodes, [0, 0, 1, 1], SHAPES["bf16"] + ["-a", "auto", "--iters", "3"], "bf16")
+        for n in nodes:
+            assert issued_algos(n)[-3:] == [chosen] * 3, issued_algos(n)
+        stop_clean(nodes)
+    finally:
+        for n in nodes:
+            n.cleanup()
+
+
 def test_world6_over_three():
     nodes = cluster(3)
     try:
@@ -495,6 +533,7 @@ def test_peer_allow():
 if __name__ == "__main__":
     if not os.path.exists(EXAMPLE):
         raise SystemExit("%s not built" % EXAMPLE)
-    run_tests([test_world4_over_two, test_world6_over_three, test_shared_gpu, test_rs_across_nodes,
+    run_tests([test_world4_over_two, test_auto_measured_across_nodes, test_world6_over_three,
+               test_shared_gpu, test_rs_across_nodes,
                test_large_rows,
                test_daemon_killed, test_wrong_key, test_other_uid_learns_nothing, test_peer_allow])
