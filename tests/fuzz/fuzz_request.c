@@ -123,14 +123,17 @@ static ovl_status_t ref_shape(uint64_t dtype, uint64_t algo, uint64_t m, uint64_
 }
 
 /* A scaling (ovl.proto's Scaling): present exactly for the fp8 dtypes (3,
- * 4); B fp8, not e5m2 (4) twice; out_dtype 0 to 2; modes 0 or 1; transb. */
+ * 4); B fp8, not e5m2 (4) twice; out_dtype 0 to 2; A's mode 0 to 2 (3, by
+ * 128x128, is B's only), B's 0 to 3, a block mode (2, 3) on both sides or
+ * on neither; transb. */
 static ovl_status_t ref_scaling(uint64_t dtype, const Ovl__Scaling *sc, bool transb)
 {
     bool fp8 = dtype == 3 || dtype == 4;
     if (!sc)
         return fp8 ? OVL_ERR_INVALID : OVL_OK;
+    bool a_block = sc->a_mode == 2 || sc->a_mode == 3, b_block = sc->b_mode == 2 || sc->b_mode == 3;
     if (!fp8 || (sc->b_dtype != 3 && sc->b_dtype != 4) || (dtype == 4 && sc->b_dtype == 4) ||
-        sc->out_dtype > 2 || sc->a_mode > 1 || sc->b_mode > 1 || !transb)
+        sc->out_dtype > 2 || sc->a_mode > 2 || sc->b_mode > 3 || a_block != b_block || !transb)
         return OVL_ERR_INVALID;
     return OVL_OK;
 }
@@ -193,6 +196,7 @@ static ovl_status_t ref_verdict(const Ovl__Request *q)
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
     case OVL__REQUEST__BODY_STATS:
     case OVL__REQUEST__BODY_JOB_ID_CREATE:
+    case OVL__REQUEST__BODY_TUNE:
         return OVL_OK;
     case OVL__REQUEST__BODY_COMM_INIT: {
         const Ovl__CommInit *c = q->comm_init;
@@ -350,6 +354,7 @@ static void check_accepted(const Ovl__Request *q)
     case OVL__REQUEST__BODY_MEM_DEREGISTER:
     case OVL__REQUEST__BODY_STATS:
     case OVL__REQUEST__BODY_JOB_ID_CREATE:
+    case OVL__REQUEST__BODY_TUNE:
         break;
     default:
         CHECK(!"an unknown body passed the check");
