@@ -287,8 +287,10 @@ typedef struct ovld_backend_ops {
     ovl_status_t (*wait_ready)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
     /* Op seq's device time starts here on the stream (issued just after
      * its wait_ready, on the same stream), and ends at its done, whose
-     * completion reports it (ovld_done_cb's ns). NULL: the backend has no
-     * timer, and `auto` does not measure on it (core/tune.h). */
+     * completion reports it (ovld_done_cb's ns). A failure leaves the op
+     * as it is, untimed (its done reports 0; the executor goes on). NULL:
+     * the backend has no timer, and `auto` does not measure on it
+     * (core/tune.h). */
     ovl_status_t (*time_start)(ovld_rank_t *r, uint32_t stream, uint64_t seq);
     /* Whether the rank's client has said ready for op seq (what wait_ready
      * waits for, read by the CPU; a released doorbell reads as ready). Any
