@@ -99,7 +99,7 @@ ovl_status_t ovld_tunefile_save(const ovld_tunefile_t *f, const ovld_tune_t *t)
 {
     if (!f->path[0] || !t)
         return OVL_OK;
-    size_t need = ovld_tune_format(t, f->device, NULL, 0);
+    size_t need = ovld_tune_format(t, f->device, true, NULL, 0);
     char *text = malloc(need + 1);
     char tmp[PATH_MAX + 8];
     int fd = -1;
@@ -107,7 +107,7 @@ ovl_status_t ovld_tunefile_save(const ovld_tunefile_t *f, const ovld_tune_t *t)
     const char *what = "out of memory";
     if (!text)
         goto out;
-    ovld_tune_format(t, f->device, text, need + 1);
+    ovld_tune_format(t, f->device, true, text, need + 1);
     snprintf(tmp, sizeof(tmp), "%s.tmp", f->path);
     what = "open";
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

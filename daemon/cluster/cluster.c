@@ -162,9 +162,9 @@ static void across_forget(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN])
 }
 
 static void across_op_time(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
-                           uint64_t ns)
+                           uint32_t outcome, uint64_t ns)
 {
-    ovld_cluster_op_time(ctx, nonce, seq, ns);
+    ovld_cluster_op_time(ctx, nonce, seq, outcome, ns);
 }
 
 static uint32_t across_job_nodes(const void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN],

@@ -114,10 +114,11 @@ void ovld_cluster_leave(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_L
                         bool abort, const char *why);
 /* The job is gone on this node: forget its record here. */
 void ovld_cluster_forget(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN]);
-/* A timed op (its go said timed) is done on this node: its device time
- * (0: none) to the coordinator, whose tuning table it is for. */
+/* A timed op (its go said timed) is done on this node: how it ended
+ * (tune.h's ovld_tune_outcome_t) and its device time (0: none), to the
+ * coordinator, whose tuning table it is for. */
 void ovld_cluster_op_time(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
-                          uint64_t ns);
+                          uint32_t outcome, uint64_t ns);
 /* The tuning table (core/tune.h) this ovld measures the ops of the jobs
  * it coordinates with (NULL: auto chooses by the rule for them); it must
  * outlive the module. */

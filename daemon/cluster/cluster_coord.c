@@ -35,14 +35,16 @@ typedef struct cnode {
 } cnode_t;
 
 /* A timed op (its go said timed) whose nodes' times are coming: each
- * node's OpTime counted once, the slowest kept, any node without one
- * making it none. */
+ * node's OpTime counted once; the op's outcome the worst of theirs (a
+ * failure of the plan's, then one of another's), its time the slowest
+ * node's, none if a node's is none. */
 typedef struct timed {
     uint64_t seq; /* 0: a free slot */
     ovld_tune_ticket_t ticket;
     uint32_t nin;
     uint64_t ns;
     bool none;
+    ovld_tune_outcome_t how;
 } timed_t;
 
 /* One op being matched across the nodes. */
@@ -577,7 +579,7 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
     else
         (void)ovld_tune_peek(cl->tune, &pp);
     if (ticket.entry)
-        *slot = (timed_t){.seq = t->seq, .ticket = ticket};
+        *slot = (timed_t){.seq = t->seq, .ticket = ticket, .how = OVLD_TUNE_TIMED};
     uint32_t a, b;
     uint64_t scratch;
     bool refused =
@@ -602,7 +604,7 @@ static void tally_decide(ovld_cluster_t *cl, cjob_t *c, tally_t *t)
                      ovl_algo_name(pp.algo));
         send_go(cl, c, t, OVL_ERR_UNSUPPORTED, why, NULL, false);
         if (ticket.entry) {
-            ovld_tune_record(cl->tune, ticket, 0);
+            ovld_tune_record(cl->tune, ticket, OVLD_TUNE_FAILED, 0); /* the planner's */
             *slot = (timed_t){0};
         }
     } else {
@@ -760,13 +762,16 @@ void ovld_cluster_coord_on_time(ovld_cluster_t *cl, ovld_peer_t *from,
         return;
     }
     nd->last_time_seq = msg->time.seq;
+    ovld_tune_outcome_t how = (ovld_tune_outcome_t)msg->time.outcome; /* 0..2: decoded */
+    if (how == OVLD_TUNE_FAILED || (how == OVLD_TUNE_NONE && tm->how != OVLD_TUNE_FAILED))
+        tm->how = how;
     if (msg->time.ns == 0)
         tm->none = true;
     else if (msg->time.ns > tm->ns)
         tm->ns = msg->time.ns;
     if (++tm->nin < c->nnodes)
         return;
-    ovld_tune_record(cl->tune, tm->ticket, tm->none ? 0 : tm->ns);
+    ovld_tune_record(cl->tune, tm->ticket, tm->how, tm->none ? 0 : tm->ns);
     *tm = (timed_t){0};
 }
 

@@ -502,7 +502,7 @@ void ovld_cluster_op_ready(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONC
 }
 
 void ovld_cluster_op_time(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
-                          uint64_t ns)
+                          uint32_t outcome, uint64_t ns)
 {
     mjob_t *m = mjob_find(cl, nonce);
     if (!m)
@@ -511,6 +511,7 @@ void ovld_cluster_op_time(ovld_cluster_t *cl, const uint8_t nonce[OVLD_JOB_NONCE
     memcpy(q.nonce, nonce, OVLD_JOB_NONCE_LEN);
     q.time.seq = seq;
     q.time.ns = ns;
+    q.time.outcome = outcome;
     (void)ovld_cluster_send(cl, m->coord, &q); /* a time lost costs a sample, nothing more */
 }
 

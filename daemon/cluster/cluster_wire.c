@@ -361,7 +361,14 @@ static ovl_status_t take_time(const Ovlcl__OpTime *t, ovld_cluster_msg_t *ret, c
 {
     ret->time.seq = t->seq;
     ret->time.ns = t->ns; /* any: a time is a measurement, not an index */
-    return take_nonce(&t->nonce, ret, msg, err, errlen);
+    ovl_status_t st = take_nonce(&t->nonce, ret, msg, err, errlen);
+    if (st != OVL_OK)
+        return st;
+    if (t->outcome > 2)
+        return ovl_errf(OVL_ERR_PROTOCOL, err, errlen, "%s: outcome %" PRIu64 " is not 0, 1 or 2",
+                        msg, t->outcome);
+    ret->time.outcome = (uint32_t)t->outcome;
+    return OVL_OK;
 }
 
 static ovl_status_t take_leave(const Ovlcl__JobLeave *l, ovld_cluster_msg_t *ret, const char *msg,
@@ -612,6 +619,7 @@ ovl_status_t ovld_cluster_encode(const ovld_cluster_msg_t *m, uint8_t **ret_body
         t.nonce = bin(m->nonce, OVLD_JOB_NONCE_LEN);
         t.seq = m->time.seq;
         t.ns = m->time.ns;
+        t.outcome = m->time.outcome;
         return ovl_wire_pack(&t.base, ret_body, ret_len);
     }
     case OVLD_CLUSTER_JOB_LEAVE: {

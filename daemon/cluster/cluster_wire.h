@@ -101,9 +101,12 @@ typedef struct ovld_cluster_go_msg {
     bool timed; /* each node answers with an OpTime (with status OVL_OK only) */
 } ovld_cluster_go_msg_t;
 
-/* OpTime: a timed op's device time on the sender's node (0: none). */
+/* OpTime: how a timed op ended on the sender's node (0 ran, 1 failed for
+ * its plan's reason, 2 for another's: tune.h's ovld_tune_outcome_t) and
+ * its device time there (0: none). */
 typedef struct ovld_cluster_time_msg {
     uint64_t seq, ns;
+    uint32_t outcome;
 } ovld_cluster_time_msg_t;
 
 /* JobLeave: a rank left the sender's node, or (OVLD_CLUSTER_NO_RANK) the
@@ -179,6 +182,7 @@ void ovld_cluster_msg_clear(ovld_cluster_msg_t *m);
  *     all-gather preference: err is then "the coordinator's parameters
  *     for op SEQ are out of range" (the words a node fails the op with);
  *   - JobLeave: a rank past 32 bits;
+ *   - OpTime: an outcome past 2;
  * - OVL_ERR_NOMEM (unpacked, named): no memory for a JobStart's arrays.
  * A reason is not refused for its length: it is cut at
  * OVLD_CLUSTER_REASON_MAX bytes on a character's boundary; every text is

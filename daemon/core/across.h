@@ -71,9 +71,11 @@ typedef struct ovld_across {
                   const char *why);
     /* the job is gone on this node */
     void (*forget)(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN]);
-    /* a timed op (its go's timed) is done on this node: its device time,
-     * the slowest local rank's (0: none, it failed or was not timed) */
-    void (*op_time)(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq, uint64_t ns);
+    /* a timed op (its go's timed) is done on this node: how it ended
+     * (tune.h's ovld_tune_outcome_t) and its device time, the slowest
+     * local rank's (0: none came) */
+    void (*op_time)(void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN], uint64_t seq,
+                    uint32_t outcome, uint64_t ns);
     /* the job's nodes as this node knows them; 0 before its start */
     uint32_t (*job_nodes)(const void *ctx, const uint8_t nonce[OVLD_JOB_NONCE_LEN],
                           const char *const **ret_nodes);

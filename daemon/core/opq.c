@@ -642,13 +642,13 @@ static void op_complete(ovld_jobs_t *js, ovld_job_t *j, ovld_op_t *op)
         j->running--;
     if (op->st == OVL_OK)
         j->ops_done++;
+    uint64_t ns = op->tune_untimed ? 0 : op->tune_ns;
     if (op->tune.entry)
-        ovld_tune_record(js->tune, op->tune,
-                         op->st == OVL_OK && !op->tune_untimed ? op->tune_ns : 0);
-    /* across nodes the coordinator measures: this node's time to it */
+        ovld_tune_record(js->tune, op->tune, ovld_tune_outcome_of(op->st, op->planner_refused), ns);
+    /* across nodes the coordinator measures: this node's outcome to it */
     if (j->across && op->go && op->go_params.timed && js->across.op_time)
         js->across.op_time(js->across.ctx, j->nonce, op->seq,
-                           op->st == OVL_OK && !op->tune_untimed ? op->tune_ns : 0);
+                           ovld_tune_outcome_of(op->st, op->planner_refused), ns);
     if (!op->refusal) { /* a refusal was counted as an error when it was made */
         const ovld_kind_t *kind = ovld_kind(op->f.kind); /* NULL: a failed op's */
         ovld_op_count_t n =

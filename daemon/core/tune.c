@@ -22,10 +22,12 @@ typedef struct entry {
     uint64_t *samp;                     /* ncand x samples; NULL once chosen */
     uint32_t *nodes;                    /* key.node_of's copy (world entries); NULL: one node */
     uint32_t next;                      /* the candidate handed out next */
-    int32_t chosen;                     /* -1: measuring */
+    int32_t chosen;                     /* MEASURING, GAVE_UP, or the choice */
 } entry_t;
 
 #define OWNER_NONE UINT32_MAX
+#define MEASURING  (-1) /* candidates still want samples */
+#define GAVE_UP    (-2) /* no time comes, or every candidate failed: the rule's */
 
 struct ovld_tune {
     uint32_t samples, max, max_per_uid;
@@ -195,7 +197,7 @@ static entry_t *entry_new(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h
     e->id = t->next_id++;
     e->ncand = ncand;
     memcpy(e->cand, cand, ncand * sizeof(*cand));
-    e->chosen = -1;
+    e->chosen = MEASURING;
     e->uid = uid;
     make_room(t, uid);
     t->ents[t->n++] = e;
@@ -213,8 +215,17 @@ static bool dropped(const ovld_tune_t *t, const entry_t *e, uint32_t c)
     return e->fails[c] >= t->samples;
 }
 
-/* Every candidate has its samples, or is dropped: the least median wins
- * (all dropped: the rule's, candidate 0). */
+/* Measuring ends without a choice: the rule's from now on, nothing kept
+ * (tune.h). */
+static void give_up(entry_t *e)
+{
+    e->chosen = GAVE_UP;
+    free(e->samp);
+    e->samp = NULL;
+}
+
+/* Every candidate has its samples, or is dropped: the least median wins;
+ * all dropped: no choice (give_up). */
 static void maybe_choose(ovld_tune_t *t, entry_t *e)
 {
     for (uint32_t c = 0; c < e->ncand; c++)
@@ -230,25 +241,35 @@ static void maybe_choose(ovld_tune_t *t, entry_t *e)
         if (best < 0 || e->med[c] < e->med[best])
             best = (int32_t)c;
     }
-    e->chosen = best < 0 ? 0 : best;
+    if (best < 0) {
+        give_up(e);
+        return;
+    }
+    e->chosen = best;
     free(e->samp);
     e->samp = NULL;
     t->dirty = true;
 }
 
+/* Whether pp leaves what auto measures to ovld: the algorithm to the rule,
+ * and the chunks and streams to the planner (an op's own, or the
+ * operator's default_chunks, are kept as asked). */
+static bool measurable(const ovl_plan_params_t *pp)
+{
+    return pp->chosen == OVL_CHOSEN_RULE && pp->chunks == 0 && pp->streams == 0;
+}
+
 void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret)
 {
     *ret = (ovld_tune_ticket_t){0};
-    if (!t || pp->chosen != OVL_CHOSEN_RULE)
+    if (!t || !measurable(pp))
         return;
     ovl_plan_params_t k = key_of(pp);
     uint64_t h = key_hash(&k);
     entry_t *e = find(t, &k, h);
     if (!e) {
         ovl_plan_cand_t cand[OVL_PLAN_MAX_CANDS];
-        ovl_plan_params_t q = *pp;
-        q.chunks = 0;
-        uint32_t n = ovl_plan_candidates(&q, cand);
+        uint32_t n = ovl_plan_candidates(pp, cand);
         if (n < 2)
             return; /* nothing to choose between: the rule's */
         e = entry_new(t, &k, h, cand, n, true, uid == OWNER_NONE ? OWNER_NONE - 1 : uid);
@@ -256,6 +277,8 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
             return;
     }
     e->used = ++t->clock;
+    if (e->chosen == GAVE_UP)
+        return;
     if (e->chosen >= 0) {
         pp->algo = e->cand[e->chosen].algo;
         pp->chunks = e->cand[e->chosen].chunks;
@@ -278,7 +301,7 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
 
 bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp)
 {
-    if (!t || pp->chosen != OVL_CHOSEN_RULE)
+    if (!t || !measurable(pp))
         return false;
     ovl_plan_params_t k = key_of(pp);
     const entry_t *e = find((ovld_tune_t *)t, &k, key_hash(&k));
@@ -290,18 +313,48 @@ bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp)
     return true;
 }
 
-void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, uint64_t ns)
+ovld_tune_outcome_t ovld_tune_outcome_of(ovl_status_t st, bool planner_refused)
+{
+    if (st == OVL_OK)
+        return OVLD_TUNE_TIMED;
+    if (planner_refused)
+        return OVLD_TUNE_FAILED;
+    switch (st) {
+    case OVL_ERR_BACKEND:
+    case OVL_ERR_NOMEM:
+    case OVL_ERR_LIMIT:
+    case OVL_ERR_UNSUPPORTED:
+    case OVL_ERR_INTERNAL:
+        return OVLD_TUNE_FAILED;
+    default:
+        return OVLD_TUNE_NONE;
+    }
+}
+
+void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, ovld_tune_outcome_t how, uint64_t ns)
 {
     if (!t || tk.entry == 0)
         return;
     entry_t *e = find_id(t, tk.entry);
-    if (!e || e->chosen >= 0 || tk.cand >= e->ncand)
+    if (!e || e->chosen != MEASURING || tk.cand >= e->ncand)
         return;
     uint32_t c = tk.cand;
-    if (ns == 0) {
+    switch (how) {
+    case OVLD_TUNE_TIMED:
+        if (ns == 0) {
+            /* ran, but no time came: the timer does not work for it, and
+             * measuring this shape would never end */
+            give_up(e);
+            return;
+        }
+        if (e->runs[c]++ > 0 && e->nsamp[c] < t->samples)
+            e->samp[(size_t)c * t->samples + e->nsamp[c]++] = ns; /* past the warm-up */
+        break;
+    case OVLD_TUNE_FAILED:
         e->fails[c]++;
-    } else if (e->runs[c]++ > 0 && e->nsamp[c] < t->samples) {
-        e->samp[(size_t)c * t->samples + e->nsamp[c]++] = ns; /* past the warm-up */
+        break;
+    case OVLD_TUNE_NONE:
+        return;
     }
     maybe_choose(t, e);
 }
@@ -317,6 +370,12 @@ size_t ovld_tune_chosen(const ovld_tune_t *t)
     for (size_t i = 0; t && i < t->n; i++)
         n += t->ents[i]->chosen >= 0;
     return n;
+}
+
+void ovld_tune_set_dirty(ovld_tune_t *t)
+{
+    if (t)
+        t->dirty = true;
 }
 
 bool ovld_tune_take_dirty(ovld_tune_t *t)
@@ -397,7 +456,8 @@ static uint64_t median_now(const ovld_tune_t *t, const entry_t *e, uint32_t c)
     return s[e->nsamp[c] / 2];
 }
 
-size_t ovld_tune_format(const ovld_tune_t *t, const char *device, char *buf, size_t len)
+size_t ovld_tune_format(const ovld_tune_t *t, const char *device, bool chosen_only, char *buf,
+                        size_t len)
 {
     out_t o = {.buf = buf, .len = len};
     if (len)
@@ -405,6 +465,8 @@ size_t ovld_tune_format(const ovld_tune_t *t, const char *device, char *buf, siz
     put(&o, TUNE_MAGIC "%s\n", device ? device : "");
     for (size_t i = 0; t && i < t->n; i++) {
         const entry_t *e = t->ents[i];
+        if (chosen_only && e->chosen < 0)
+            continue;
         put_key(&o, &e->key);
         put(&o, " chose=");
         if (e->chosen >= 0)
@@ -417,7 +479,7 @@ size_t ovld_tune_format(const ovld_tune_t *t, const char *device, char *buf, siz
             put_cand(&o, &e->cand[c]);
             put(&o, ":%" PRIu64 "%s", median_now(t, e, c), dropped(t, e, c) ? "!" : "");
         }
-        put(&o, "%s\n", e->chosen >= 0 ? "" : " measuring");
+        put(&o, "%s\n", e->chosen >= 0 ? "" : e->chosen == GAVE_UP ? " gave-up" : " measuring");
     }
     return o.need;
 }
@@ -626,7 +688,8 @@ static const char *parse_line(const char *s, const char *end, parsed_t *p)
         const char *e = sp ? sp : end;
         const char *eq = memchr(s, '=', (size_t)(e - s));
         char name[16];
-        if (e - s == 9 && !memcmp(s, "measuring", 9)) {
+        if ((e - s == 9 && !memcmp(s, "measuring", 9)) ||
+            (e - s == 7 && !memcmp(s, "gave-up", 7))) {
             p->measuring = true;
         } else {
             if (!eq || !token(s, eq, name, sizeof(name)))
@@ -668,7 +731,7 @@ size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size
         if (!bad && p.key.node_of && p.nnodes != p.key.world)
             bad = "nodes: not one per rank";
         if (!bad && (p.measuring || !p.have_chose))
-            bad = "no choice (measuring)";
+            bad = "no choice (measuring, or gave up)";
         if (!bad && p.ncand < 2)
             bad = "fewer than two candidates";
         int32_t chosen = -1;

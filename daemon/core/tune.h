@@ -8,9 +8,15 @@
  * time, backend.h); a candidate's first run is a warm-up and is not
  * counted. Once every candidate has `samples` times, the one of the least
  * median is the key's choice, and every later op of the key runs it
- * (chosen OVL_CHOSEN_MEASURED). An op whose time does not come (it failed,
- * or the backend has no timer) counts nothing; a candidate that fails
- * `samples` times is dropped.
+ * (chosen OVL_CHOSEN_MEASURED). Only ops that leave the algorithm to the
+ * rule and the chunks and streams to the planner are measured (an op's
+ * own chunks or streams, or the operator's defaults, are kept as asked).
+ * An op that failed for a reason of its candidate's (ovld_tune_record)
+ * counts against it, and a candidate that fails `samples` times is
+ * dropped; one that failed otherwise (an aborted job, a client's error)
+ * counts nothing. Where a candidate's op ran but no time came, or every
+ * candidate was dropped, measuring the key gives up: the rule's plan from
+ * then on, and nothing kept.
  *
  * All the ranks of an op on a node run one plan (the op is planned once
  * here), so they agree. A job across nodes is measured by its coordinator
@@ -21,9 +27,11 @@
  * The table holds at most max_entries keys, the least recently used out
  * first; one user's keys (the uid of the jobs whose ops made them) at most
  * max_per_uid of them, that user's least recently used out first, so that
- * one user's many shapes do not push out everyone else's choices. Its choices are text
- * (ovld_tune_format, ovld_tune_load) for ovld's state file, which main keeps per device model and
- * driver. Pure: no I/O, no clock, no thread of its own; loop thread only.
+ * one user's many shapes do not push out everyone else's choices. Keys are
+ * found by a hash index. Its choices are text (ovld_tune_format,
+ * ovld_tune_load) for ovld's state file, which main keeps per backend,
+ * device model (its first device's) and driver. Pure: no I/O, no clock,
+ * no thread of its own; loop thread only.
  */
 #ifndef OVLD_TUNE_H
 #define OVLD_TUNE_H
@@ -70,31 +78,48 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
  * adding anything (a Plan request's answer); false: pp left as it is. */
 bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp);
 
-/* The device time of an op that ran tk's candidate (ns > 0), or that it
- * came to nothing (ns 0: failed, or not timed). A ticket of an entry gone
- * meanwhile (evicted, cleared) is ignored. */
-void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, uint64_t ns);
+/* How an op that ran a candidate ended (ovld_tune_record). */
+typedef enum ovld_tune_outcome {
+    OVLD_TUNE_TIMED,  /* it ran: ns its device time (0: none came) */
+    OVLD_TUNE_FAILED, /* it failed for its plan's reason (the planner, the device, memory) */
+    OVLD_TUNE_NONE,   /* it failed for another's (an aborted job, a client's error) */
+} ovld_tune_outcome_t;
+
+/* The outcome of an op of status st (planner_refused: the planner refused
+ * its plan): OVL_OK TIMED; the planner's, the device's or memory's
+ * failures (OVL_ERR_BACKEND, _NOMEM, _LIMIT, _UNSUPPORTED, _INTERNAL)
+ * FAILED; any other NONE. */
+ovld_tune_outcome_t ovld_tune_outcome_of(ovl_status_t st, bool planner_refused);
+
+/* What became of an op that ran tk's candidate. A ticket of an entry gone
+ * meanwhile (evicted, cleared), or of a key no longer measuring, is
+ * ignored. */
+void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, ovld_tune_outcome_t how, uint64_t ns);
 
 /* Keys in the table, and of those the ones chosen. */
 size_t ovld_tune_size(const ovld_tune_t *t);
 size_t ovld_tune_chosen(const ovld_tune_t *t);
 /* Whether a choice was made or loaded since the last call (which clears
- * it): the table's text has changed, for the state file. */
+ * it): the table's text has changed, for the state file; set_dirty says
+ * so again (a save that failed). */
 bool ovld_tune_take_dirty(ovld_tune_t *t);
+void ovld_tune_set_dirty(ovld_tune_t *t);
 /* Forgets every key (what ops are measuring starts again). */
 void ovld_tune_clear(ovld_tune_t *t);
 
 /*
  * The table as text, like snprintf (the length the whole text needs,
  * without the NUL): a first line "ovld-tune 1 DEVICE", DEVICE the caller's
- * words for the device model and driver (no newline), then per key, chosen
- * or being measured, one line
- *   KEY chose=ALGO/CHUNKS ns=ALGO/CHUNKS:MEDIAN,... [measuring]
+ * words for the device model and driver (no newline), then per key (the
+ * chosen ones only with chosen_only: the state file's), one line
+ *   KEY chose=ALGO/CHUNKS ns=ALGO/CHUNKS:MEDIAN,... [measuring|gave-up]
  * KEY being space-separated name=value fields (docs/performance.md), the
  * medians in ns over the samples taken (0: none yet), a candidate dropped
- * for failing marked "!". Only chosen keys are ever loaded back.
+ * for failing marked "!", chose=- where there is no choice. Only chosen
+ * keys are ever loaded back.
  */
-size_t ovld_tune_format(const ovld_tune_t *t, const char *device, char *buf, size_t len);
+size_t ovld_tune_format(const ovld_tune_t *t, const char *device, bool chosen_only, char *buf,
+                        size_t len);
 
 /*
  * Takes the chosen keys of a text ovld_tune_format made (len bytes, not

@@ -20,7 +20,7 @@
  *   parameters, with status 0, are an algorithm (not auto), chunks and
  *   streams within the planner's limits and an all-gather preference,
  *   and 0 (and not timed) otherwise; a JobEnd of an error status; an
- *   OpTime of any time, named; statuses that are
+ *   OpTime of any time and an outcome of 0 to 2, named; statuses that are
  *   statuses; every text clean (common/text.h), NUL-terminated, a reason
  *   of at most OVLD_CLUSTER_REASON_MAX bytes;
  * - a decoded JobStart with rail keys: ovld_cluster_start_rails says
@@ -172,7 +172,7 @@ static void check_fields(const ovld_cluster_msg_t *m, uint32_t type)
         break;
     }
     case OVLD_CLUSTER_OP_TIME:
-        CHECK(m->named);
+        CHECK(m->named && m->time.outcome <= 2);
         break;
     case OVLD_CLUSTER_JOB_LEAVE:
         check_text(m->leave.reason, sizeof(m->leave.reason), 0, OVLD_CLUSTER_REASON_MAX);
@@ -255,7 +255,8 @@ static void check_same(const ovld_cluster_msg_t *a, const ovld_cluster_msg_t *b)
         break;
     }
     case OVLD_CLUSTER_OP_TIME:
-        CHECK(a->time.seq == b->time.seq && a->time.ns == b->time.ns);
+        CHECK(a->time.seq == b->time.seq && a->time.ns == b->time.ns &&
+              a->time.outcome == b->time.outcome);
         break;
     case OVLD_CLUSTER_JOB_LEAVE:
         CHECK(a->leave.rank == b->leave.rank && a->leave.abort == b->leave.abort);
@@ -530,6 +531,7 @@ static void fuzz_builtin(void)
     m.time.ns = UINT64_MAX;
     run_message(&m);
     m.time.ns = 0;
+    m.time.outcome = 2;
     run_message(&m);
 
     memset(&m.time, 0, sizeof(m.time));

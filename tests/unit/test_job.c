@@ -2371,7 +2371,7 @@ static void test_auto_measures(void **state)
     }
     assert_int_equal(ovld_tune_chosen(t), 1);
     char text[2048];
-    ovld_tune_format(t, "mock", text, sizeof(text));
+    ovld_tune_format(t, "mock", false, text, sizeof(text));
     assert_non_null(strstr(text, "chose=ring/"));
     /* from now on ring, untimed */
     uint64_t rings = ops_ok(OVL_ALGO_RING, OVL_DTYPE_FP32);
@@ -2417,7 +2417,7 @@ static void test_auto_measures_failures(void **state)
     deliver_as(M.ndone - 1, OVL_ERR_BACKEND, "mock: failed on the device");
     deliver_all();
     char text[2048];
-    ovld_tune_format(t, "mock", text, sizeof(text));
+    ovld_tune_format(t, "mock", false, text, sizeof(text));
     assert_non_null(strstr(text, " measuring"));
     assert_int_equal(ovld_tune_chosen(t), 0);
     finish();

@@ -112,9 +112,13 @@ static uint32_t measure(ovld_tune_t *t, const ovl_plan_params_t *p,
         ovld_tune_pick(t, UID, &q, &tk);
         if (q.chosen == OVL_CHOSEN_MEASURED)
             return ops;
+        if (q.chosen == OVL_CHOSEN_RULE)
+            return ops; /* gave up: the rule's */
         assert_int_equal(q.chosen, OVL_CHOSEN_TRYING);
         assert_int_not_equal(tk.entry, 0);
-        ovld_tune_record(t, tk, time(&q));
+        uint64_t ns = time(&q);
+        /* a time of 0 here: the op failed for its plan's reason */
+        ovld_tune_record(t, tk, ns ? OVLD_TUNE_TIMED : OVLD_TUNE_FAILED, ns);
     }
     fail_msg("not chosen after %u ops", max_ops);
     return 0;
@@ -239,7 +243,7 @@ static void test_in_flight(void **state)
         if (got == 0)
             break;
         for (uint32_t i = WINDOW; i-- > 0;)
-            ovld_tune_record(t, tk[i], q[i].algo == OVL_ALGO_PUSH ? 10 : 20);
+            ovld_tune_record(t, tk[i], OVLD_TUNE_TIMED, q[i].algo == OVL_ALGO_PUSH ? 10 : 20);
         assert_true(++rounds < 100);
     }
     ovl_plan_params_t r = p;
@@ -248,7 +252,7 @@ static void test_in_flight(void **state)
     assert_int_equal(r.chosen, OVL_CHOSEN_MEASURED);
     assert_int_equal(r.algo, OVL_ALGO_PUSH);
     /* a ticket of a key already chosen counts nothing */
-    ovld_tune_record(t, tk[0], 1);
+    ovld_tune_record(t, tk[0], OVLD_TUNE_TIMED, 1);
     ovld_tune_pick(t, UID, &r, &none);
     assert_int_equal(r.algo, OVL_ALGO_PUSH);
     ovld_tune_destroy(t);
@@ -278,15 +282,90 @@ static void test_failures(void **state)
     ovld_tune_pick(t, UID, &q, &tk);
     assert_int_not_equal(q.algo, OVL_ALGO_NAIVE);
     char text[4096];
-    assert_true(ovld_tune_format(t, "dev", text, sizeof(text)) < sizeof(text));
+    assert_true(ovld_tune_format(t, "dev", false, text, sizeof(text)) < sizeof(text));
     assert_non_null(strstr(text, "naive/0:0!"));
 
+    /* every candidate fails: no choice, the rule's from then on, and
+     * nothing for the state file (chosen_only) */
     ovl_plan_params_t p2 = by_rule(ag(2, 512, 1024, 512));
     (void)measure(t, &p2, all_fail, 500);
+    for (int i = 0; i < 3; i++) {
+        q = p2;
+        ovld_tune_pick(t, UID, &q, &tk);
+        assert_int_equal(q.chosen, OVL_CHOSEN_RULE);
+        assert_int_equal(q.algo, ovl_plan_choose(&p2));
+        assert_int_equal(q.chunks, 0);
+        assert_int_equal(tk.entry, 0);
+    }
     q = p2;
+    assert_false(ovld_tune_peek(t, &q));
+    ovld_tune_format(t, "dev", false, text, sizeof(text));
+    assert_non_null(strstr(text, " chose=- "));
+    assert_non_null(strstr(text, " gave-up\n"));
+    ovld_tune_format(t, "dev", true, text, sizeof(text));
+    assert_null(strstr(text, " n=1024 "));
+    assert_non_null(strstr(text, " n=512 ")); /* the chosen key only */
+    ovld_tune_destroy(t);
+}
+
+/* Ops that failed for another's reason count nothing; an op that ran
+ * without a time makes the key give up (the timer does not work for it). */
+static void test_outcomes(void **state)
+{
+    (void)state;
+    ovld_tune_t *t = ovld_tune_create(1, 4, 0);
+    ovl_plan_params_t p = by_rule(ag(2, 512, 512, 512)), q;
+    ovld_tune_ticket_t tk;
+    for (int i = 0; i < 50; i++) {
+        q = p;
+        ovld_tune_pick(t, UID, &q, &tk);
+        assert_int_equal(q.chosen, OVL_CHOSEN_TRYING);
+        ovld_tune_record(t, tk, OVLD_TUNE_NONE, 0);
+    }
+    char text[4096];
+    ovld_tune_format(t, "dev", false, text, sizeof(text));
+    assert_null(strstr(text, "!")); /* nothing dropped */
+    assert_non_null(strstr(text, " measuring\n"));
+    q = p;
     ovld_tune_pick(t, UID, &q, &tk);
-    assert_int_equal(q.algo, ovl_plan_choose(&p2));
-    assert_int_equal(q.chunks, 0);
+    ovld_tune_record(t, tk, OVLD_TUNE_TIMED, 0);
+    q = p;
+    ovld_tune_pick(t, UID, &q, &tk);
+    assert_int_equal(q.chosen, OVL_CHOSEN_RULE);
+    assert_int_equal(tk.entry, 0);
+    assert_false(ovld_tune_take_dirty(t)); /* nothing for the file */
+    /* the outcome of a status */
+    assert_int_equal(ovld_tune_outcome_of(OVL_OK, false), OVLD_TUNE_TIMED);
+    assert_int_equal(ovld_tune_outcome_of(OVL_ERR_INVALID, true), OVLD_TUNE_FAILED);
+    assert_int_equal(ovld_tune_outcome_of(OVL_ERR_BACKEND, false), OVLD_TUNE_FAILED);
+    assert_int_equal(ovld_tune_outcome_of(OVL_ERR_NOMEM, false), OVLD_TUNE_FAILED);
+    assert_int_equal(ovld_tune_outcome_of(OVL_ERR_ABORTED, false), OVLD_TUNE_NONE);
+    assert_int_equal(ovld_tune_outcome_of(OVL_ERR_INVALID, false), OVLD_TUNE_NONE);
+    ovld_tune_destroy(t);
+}
+
+/* An op's own chunks or streams (or the operator's defaults) are kept: such
+ * ops are not measured, and a Plan request's look leaves them too. */
+static void test_chunks_asked(void **state)
+{
+    (void)state;
+    ovld_tune_t *t = ovld_tune_create(1, 4, 0);
+    ovl_plan_params_t p = by_rule(ag(2, 1024, 1024, 1024));
+    (void)aim_last(&p);
+    (void)measure(t, &p, time_aimed, 1000);
+    ovl_plan_params_t q = p;
+    q.chunks = 8;
+    ovld_tune_ticket_t tk;
+    ovld_tune_pick(t, UID, &q, &tk);
+    assert_int_equal(q.chunks, 8);
+    assert_int_equal(q.chosen, OVL_CHOSEN_RULE);
+    assert_false(ovld_tune_peek(t, &q));
+    q = p;
+    q.streams = 2;
+    ovld_tune_pick(t, UID, &q, &tk);
+    assert_int_equal(q.streams, 2);
+    assert_int_equal(q.chosen, OVL_CHOSEN_RULE);
+    assert_int_equal(tk.entry, 0);
     ovld_tune_destroy(t);
 }
 
@@ -308,15 +387,15 @@ static void test_bound(void **state)
     q = c;
     ovld_tune_pick(t, UID, &q, &tc);
     assert_int_equal(ovld_tune_size(t), 2);
-    ovld_tune_record(t, tb, 5); /* b's entry is gone: ignored */
+    ovld_tune_record(t, tb, OVLD_TUNE_TIMED, 5); /* b's entry is gone: ignored */
     char text[8192];
-    ovld_tune_format(t, "dev", text, sizeof(text));
+    ovld_tune_format(t, "dev", false, text, sizeof(text));
     assert_null(strstr(text, " n=512 "));
     assert_non_null(strstr(text, " n=256 "));
     assert_non_null(strstr(text, " n=768 "));
     ovld_tune_clear(t);
     assert_int_equal(ovld_tune_size(t), 0);
-    ovld_tune_record(t, ta, 5); /* cleared: ignored */
+    ovld_tune_record(t, ta, OVLD_TUNE_TIMED, 5); /* cleared: ignored */
     ovld_tune_destroy(t);
     /* out of range */
     assert_null(ovld_tune_create(0, 4, 0));
@@ -359,7 +438,7 @@ static void test_nodes(void **state)
     assert_true(ovld_tune_peek(t, &q));
     assert_int_equal(q.algo, fastest.algo);
     char text[4096];
-    size_t len = ovld_tune_format(t, "dev", text, sizeof(text));
+    size_t len = ovld_tune_format(t, "dev", false, text, sizeof(text));
     assert_non_null(strstr(text, " nodes=0,0,1,1 "));
     ovld_tune_t *u = ovld_tune_create(1, 8, 0);
     size_t skipped;
@@ -395,7 +474,7 @@ static void test_uid_bound(void **state)
     }
     assert_int_equal(ovld_tune_size(t), 3); /* UID's last two and the other's */
     char text[8192];
-    ovld_tune_format(t, "dev", text, sizeof(text));
+    ovld_tune_format(t, "dev", false, text, sizeof(text));
     assert_non_null(strstr(text, " n=64 "));  /* the other user's stays */
     assert_non_null(strstr(text, " n=320 ")); /* UID's two most recent */
     assert_non_null(strstr(text, " n=384 "));
@@ -461,9 +540,9 @@ static void test_text(void **state)
     ovld_tune_ticket_t tk;
     ovld_tune_pick(t, UID, &d, &tk);
 
-    size_t need = ovld_tune_format(t, "H200 driver 580", NULL, 0);
+    size_t need = ovld_tune_format(t, "H200 driver 580", false, NULL, 0);
     char *text = malloc(need + 1);
-    assert_int_equal(ovld_tune_format(t, "H200 driver 580", text, need + 1), need);
+    assert_int_equal(ovld_tune_format(t, "H200 driver 580", false, text, need + 1), need);
     assert_int_equal(strlen(text), need);
     assert_true(strncmp(text, "ovld-tune 1 H200 driver 580\n", 28) == 0);
     assert_non_null(strstr(text, " measuring\n"));
@@ -472,7 +551,7 @@ static void test_text(void **state)
     assert_non_null(strstr(text, " n=64,32,16 "));
     /* truncated: the same length asked, a NUL-terminated prefix */
     char small[16];
-    assert_int_equal(ovld_tune_format(t, "H200 driver 580", small, sizeof(small)), need);
+    assert_int_equal(ovld_tune_format(t, "H200 driver 580", false, small, sizeof(small)), need);
     assert_int_equal(strlen(small), sizeof(small) - 1);
 
     /* reloaded: the three choices (not the key measuring), the same plans */
@@ -495,9 +574,9 @@ static void test_text(void **state)
         assert_int_equal(q0.chunks, q1.chunks);
     }
     /* the round trip of the reloaded table is the chosen lines again */
-    size_t need2 = ovld_tune_format(u, "H200 driver 580", NULL, 0);
+    size_t need2 = ovld_tune_format(u, "H200 driver 580", false, NULL, 0);
     char *text2 = malloc(need2 + 1);
-    ovld_tune_format(u, "H200 driver 580", text2, need2 + 1);
+    ovld_tune_format(u, "H200 driver 580", false, text2, need2 + 1);
     assert_int_equal(ovld_tune_load(u, "H200 driver 580", text2, need2, &skipped, why, sizeof(why)),
                      0);
     assert_int_equal(skipped, 3); /* each a key given twice */
@@ -589,7 +668,7 @@ static void test_mangled(void **state)
     (void)measure(t, &a, time_aimed, 1000);
     (void)measure(t, &b, time_push4, 1000);
     char text[4096];
-    size_t len = ovld_tune_format(t, "dev", text, sizeof(text));
+    size_t len = ovld_tune_format(t, "dev", false, text, sizeof(text));
     assert_true(len < sizeof(text));
     ovld_tune_destroy(t);
     uint64_t x = 88172645463325252ull;
@@ -608,7 +687,7 @@ static void test_mangled(void **state)
         assert_true(n <= 2);
         /* every key taken plans its choice */
         char out[4096];
-        size_t olen = ovld_tune_format(u, "dev", out, sizeof(out));
+        size_t olen = ovld_tune_format(u, "dev", false, out, sizeof(out));
         assert_true(olen < sizeof(out));
         ovld_tune_t *w = ovld_tune_create(2, 8, 0);
         assert_int_equal(ovld_tune_load(w, "dev", out, olen, &skipped, why, sizeof(why)), n);
@@ -623,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_candidates), cmocka_unit_test(test_protocol),
         cmocka_unit_test(test_warmup),     cmocka_unit_test(test_in_flight),
         cmocka_unit_test(test_failures),   cmocka_unit_test(test_bound),
+        cmocka_unit_test(test_outcomes),   cmocka_unit_test(test_chunks_asked),
         cmocka_unit_test(test_uid_bound),  cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_left_alone), cmocka_unit_test(test_text),
         cmocka_unit_test(test_bad_lines),  cmocka_unit_test(test_mangled),
