@@ -338,6 +338,11 @@ static uint64_t timer_ns(cuda_done_t *d)
 static uint32_t poll_once(cuda_backend_t *cb, uint32_t *ret_waiting)
 {
     uint32_t delivered = 0, waiting = 0;
+    /* what it takes, oldest first per rank, pushed once the locks are let
+     * go: a timed op's time asks the driver, which must not happen under
+     * them (an enqueue blocked in the driver would stop every
+     * completion) */
+    cuda_done_t *take = NULL, **tail = &take;
     pthread_mutex_lock(&cb->ranks_mu);
     for (struct ovld_rank *r = cb->ranks; r; r = r->next) {
         pthread_mutex_lock(&r->mu);
@@ -356,15 +361,24 @@ static uint32_t poll_once(cuda_backend_t *cb, uint32_t *ret_waiting)
             cuda_done_t *d = ready[--n];
             int expect = 0;
             if (atomic_compare_exchange_strong(&d->state, &expect, 1)) {
-                if (d->timer)
-                    d->node.ns = timer_ns(d);
-                ovld_cq_push(&cb->cq, &d->node);
-                delivered++;
+                d->ready_next = NULL;
+                *tail = d;
+                tail = &d->ready_next;
             }
         }
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&cb->ranks_mu);
+    /* The records are the poller's now (state 1: the watchdog leaves them),
+     * and their ranks stay until their completions are delivered. */
+    while (take) {
+        cuda_done_t *d = take;
+        take = d->ready_next;
+        if (d->timer)
+            d->node.ns = timer_ns(d);
+        ovld_cq_push(&cb->cq, &d->node);
+        delivered++;
+    }
     *ret_waiting = waiting;
     return delivered;
 }

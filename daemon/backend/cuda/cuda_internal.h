@@ -90,8 +90,9 @@ typedef struct cuda_done {
     cuda_done_ev_t *ev; /* NULL: none could be recorded */
     uint32_t timer;     /* 1 + the rank's timer slot of a timed op; 0: none */
     uint64_t issued_ns;
-    _Atomic int state; /* 0 waiting, 1 pushed by the poller, 2 by the watchdog */
-    bool warned;       /* reported as slow (loop thread) */
+    _Atomic int state;            /* 0 waiting, 1 pushed by the poller, 2 by the watchdog */
+    struct cuda_done *ready_next; /* the poller's list of those it took, to push */
+    bool warned;                  /* reported as slow (loop thread) */
     struct cuda_done *prev, *next;
 } cuda_done_t;
 
