@@ -98,23 +98,103 @@ static uint32_t busy(const ovld_t *d)
     return ovld_job_running(&d->jobs) + d->works + ovld_issuer_busy(d->issuer);
 }
 
-/* Everything in flight is done (or waited for long enough): close down. */
-/* The measured choices to the state directory, if they changed. */
-static void tune_save(ovld_t *d)
+/* The measured choices to the state directory: their text made on the
+ * loop, written on a worker (it waits for the disk); one write at a time;
+ * a failed one is said once and tried again a minute later. */
+#define TUNE_RETRY_MS 60000
+
+typedef struct tune_write {
+    uv_work_t req;
+    ovld_t *d;
+    char *text;
+    size_t len;
+    char path[PATH_MAX];
+    ovl_status_t st;
+    char err[160];
+} tune_write_t;
+
+static void tune_write_work(uv_work_t *req)
 {
-    if (!d->tune || !ovld_tune_take_dirty(d->tune))
-        return;
+    tune_write_t *w = req->data;
+    w->st = ovld_tunefile_write(w->path, w->text, w->len, w->err, sizeof(w->err));
+}
+
+static void tune_write_done(uv_work_t *req, int status)
+{
+    tune_write_t *w = req->data;
+    ovld_t *d = w->d;
+    d->works--;
+    d->tune_writing = false;
+    if (status != 0 || w->st != OVL_OK) {
+        log_warn("tuning: cannot write %s (%s); the choices stay in memory, and a write is "
+                 "tried again in %d s",
+                 w->path, status != 0 ? uv_strerror(status) : w->err, TUNE_RETRY_MS / 1000);
+        ovld_tune_set_dirty(d->tune);
+        d->tune_retry_at = uv_now(d->loop) + TUNE_RETRY_MS;
+    }
+    free(w->text);
+    free(w);
+}
+
+/* The text of the choices, if they changed, for path; NULL if not (or
+ * without memory: dirty again). */
+static char *tune_text(ovld_t *d, size_t *len)
+{
+    if (!d->tune || !d->tune_path[0] || !ovld_tune_take_dirty(d->tune))
+        return NULL;
     ovld_tunefile_t f;
     snprintf(f.path, sizeof(f.path), "%s", d->tune_path);
     snprintf(f.device, sizeof(f.device), "%s", d->tune_device);
-    (void)ovld_tunefile_save(&f, d->tune);
+    char *text = ovld_tunefile_text(&f, d->tune, len);
+    if (!text)
+        ovld_tune_set_dirty(d->tune);
+    return text;
 }
 
 static void on_tune_timer(uv_timer_t *t)
 {
-    tune_save(t->data);
+    ovld_t *d = t->data;
+    if (d->tune_writing || d->stopping || uv_now(d->loop) < d->tune_retry_at)
+        return;
+    size_t len;
+    char *text = tune_text(d, &len);
+    if (!text)
+        return;
+    tune_write_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        free(text);
+        ovld_tune_set_dirty(d->tune);
+        return;
+    }
+    *w = (tune_write_t){.d = d, .text = text, .len = len};
+    w->req.data = w;
+    snprintf(w->path, sizeof(w->path), "%s", d->tune_path);
+    if (uv_queue_work(d->loop, &w->req, tune_write_work, tune_write_done) != 0) {
+        free(text);
+        free(w);
+        ovld_tune_set_dirty(d->tune);
+        return;
+    }
+    d->tune_writing = true;
+    d->works++;
 }
 
+/* At the end: what changed since the last write, written now (nothing
+ * else runs then). */
+static void tune_save_now(ovld_t *d)
+{
+    size_t len;
+    char *text = tune_text(d, &len);
+    if (!text)
+        return;
+    char err[160];
+    if (ovld_tunefile_write(d->tune_path, text, len, err, sizeof(err)) != OVL_OK)
+        log_warn("tuning: cannot write %s (%s); the choices made since the last write are lost",
+                 d->tune_path, err);
+    free(text);
+}
+
+/* Everything in flight is done (or waited for long enough): close down. */
 static void finish_shutdown(ovld_t *d)
 {
     if (d->stopped)
@@ -151,7 +231,8 @@ static void finish_shutdown(ovld_t *d)
     close_handle((uv_handle_t *)&d->sd_watchdog);
     uv_timer_stop(&d->tune_timer);
     close_handle((uv_handle_t *)&d->tune_timer);
-    tune_save(d);
+    if (!d->tune_writing)
+        tune_save_now(d);
     ovld_stall_stop(d->stall);
     d->stall = NULL;
     close_handle((uv_handle_t *)&d->sig_term);
@@ -239,6 +320,11 @@ static void reload(ovld_t *d)
         strcmp(nc.peer_key_file, d->cfg.peer_key_file) != 0 ||
         nc.peer_timeout_ms != d->cfg.peer_timeout_ms)
         log_warn("SIGHUP: the peer_* settings take effect only at restart");
+    if (nc.tune_samples != d->cfg.tune_samples || nc.tune_entries != d->cfg.tune_entries ||
+        nc.tune_entries_per_uid != d->cfg.tune_entries_per_uid ||
+        strcmp(nc.state_dir, d->cfg.state_dir) != 0)
+        log_warn("SIGHUP: tune_samples, tune_entries, tune_entries_per_uid and state_dir take "
+                 "effect only at restart");
     ovld_config_t keep = d->cfg;
     d->cfg = nc;
     memcpy(d->cfg.socket_path, keep.socket_path, sizeof(keep.socket_path));
@@ -251,6 +337,10 @@ static void reload(ovld_t *d)
     memcpy(d->cfg.peer_advertise, keep.peer_advertise, sizeof(keep.peer_advertise));
     memcpy(d->cfg.peer_key_file, keep.peer_key_file, sizeof(keep.peer_key_file));
     d->cfg.peer_timeout_ms = keep.peer_timeout_ms;
+    d->cfg.tune_samples = keep.tune_samples;
+    d->cfg.tune_entries = keep.tune_entries;
+    d->cfg.tune_entries_per_uid = keep.tune_entries_per_uid;
+    memcpy(d->cfg.state_dir, keep.state_dir, sizeof(keep.state_dir));
     ovld_log_set_level(d->cfg.log_level);
     ovld_issuer_set_hold(d->issuer, d->cfg.hold_limit_ms);
     ovld_issuer_set_gate_spin(d->issuer, d->cfg.gate_spin_ms);

@@ -95,54 +95,69 @@ out:
     return taken;
 }
 
-ovl_status_t ovld_tunefile_save(const ovld_tunefile_t *f, const ovld_tune_t *t)
+char *ovld_tunefile_text(const ovld_tunefile_t *f, const ovld_tune_t *t, size_t *ret_len)
 {
-    if (!f->path[0] || !t)
-        return OVL_OK;
     size_t need = ovld_tune_format(t, f->device, true, NULL, 0);
     char *text = malloc(need + 1);
-    char tmp[PATH_MAX + 8];
-    int fd = -1;
-    ovl_status_t st = OVL_ERR_SYSTEM;
-    const char *what = "out of memory";
-    if (!text)
-        goto out;
-    ovld_tune_format(t, f->device, true, text, need + 1);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", f->path);
-    what = "open";
+    if (text)
+        ovld_tune_format(t, f->device, true, text, need + 1);
+    *ret_len = need;
+    return text;
+}
+
+ovl_status_t ovld_tunefile_write(const char *path, const char *text, size_t len, char *err,
+                                 size_t errlen)
+{
+    char tmp[PATH_MAX + 8], dir[PATH_MAX];
+    const char *what = "open";
+    bool created = false;
+    int fd = -1, e = 0;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
-        goto out;
+        goto fail;
+    created = true;
     what = "write";
-    for (size_t off = 0; off < need;) {
-        ssize_t w = write(fd, text + off, need - off);
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(fd, text + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
-            goto out;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            goto fail;
+        }
         off += (size_t)w;
     }
     what = "fsync";
     if (fsync(fd) != 0)
-        goto out;
+        goto fail;
     what = "close";
     int rc = close(fd);
     fd = -1;
     if (rc != 0)
-        goto out;
+        goto fail;
     what = "rename";
-    if (rename(tmp, f->path) != 0)
-        goto out;
-    st = OVL_OK;
-out:
-    if (st != OVL_OK) {
-        log_warn("tuning: cannot write %s (%s: %s); the choices stay in memory", f->path, what,
-                 text ? strerror(errno) : "out of memory");
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
+    if (rename(tmp, path) != 0)
+        goto fail;
+    created = false;
+    /* the rename itself, durable */
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir)
+        *slash = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd); /* the file is in place either way */
+        close(dfd);
     }
-    free(text);
-    return st;
+    return OVL_OK;
+fail:
+    e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (created)
+        unlink(tmp);
+    snprintf(err, errlen, "%s: %s", what, strerror(e));
+    return OVL_ERR_SYSTEM;
 }

@@ -31,8 +31,15 @@ ovl_status_t ovld_tunefile_init(ovld_tunefile_t *f, const char *state_dir, const
  * or could not read is logged. Returns the choices taken. */
 size_t ovld_tunefile_load(const ovld_tunefile_t *f, ovld_tune_t *t);
 
-/* Writes t's table to the file; a failure is logged (the choices stay in
- * memory). OVL_OK, OVL_ERR_SYSTEM. */
-ovl_status_t ovld_tunefile_save(const ovld_tunefile_t *f, const ovld_tune_t *t);
+/* t's chosen keys as the file holds them (malloc'ed, *ret_len bytes), on
+ * the loop thread; NULL without memory. */
+char *ovld_tunefile_text(const ovld_tunefile_t *f, const ovld_tune_t *t, size_t *ret_len);
+
+/* Writes text to path whole, on any thread (a worker's: it waits for the
+ * disk): a temporary file beside it, written, fsynced, renamed over it,
+ * then the directory fsynced; the temporary file is removed on any
+ * failure. OVL_OK, or OVL_ERR_SYSTEM with the step and errno in words. */
+ovl_status_t ovld_tunefile_write(const char *path, const char *text, size_t len, char *err,
+                                 size_t errlen);
 
 #endif /* OVLD_TUNEFILE_H */

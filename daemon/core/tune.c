@@ -21,6 +21,7 @@ typedef struct entry {
     uint64_t med[OVL_PLAN_MAX_CANDS];   /* medians once chosen (or loaded) */
     uint64_t *samp;                     /* ncand x samples; NULL once chosen */
     uint32_t *nodes;                    /* key.node_of's copy (world entries); NULL: one node */
+    struct entry *hnext;                /* the next of its hash bucket */
     uint32_t next;                      /* the candidate handed out next */
     int32_t chosen;                     /* MEASURING, GAVE_UP, or the choice */
 } entry_t;
@@ -33,6 +34,8 @@ struct ovld_tune {
     uint32_t samples, max, max_per_uid;
     entry_t **ents;
     size_t n;
+    entry_t **buckets; /* the hash index: nbuckets (a power of two, >= 2 max) chains */
+    size_t nbuckets;
     uint64_t next_id, clock;
     bool dirty;
 };
@@ -47,7 +50,12 @@ ovld_tune_t *ovld_tune_create(uint32_t samples, uint32_t max_entries, uint32_t m
     if (!t)
         return NULL;
     t->ents = calloc(max_entries, sizeof(*t->ents));
-    if (!t->ents) {
+    for (t->nbuckets = 2; t->nbuckets < 2 * (size_t)max_entries;)
+        t->nbuckets *= 2;
+    t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+    if (!t->ents || !t->buckets) {
+        free(t->ents);
+        free(t->buckets);
         free(t);
         return NULL;
     }
@@ -74,6 +82,7 @@ void ovld_tune_clear(ovld_tune_t *t)
     for (size_t i = 0; i < t->n; i++)
         entry_free(t->ents[i]);
     t->n = 0;
+    memset(t->buckets, 0, t->nbuckets * sizeof(*t->buckets));
     t->dirty = true;
 }
 
@@ -83,6 +92,7 @@ void ovld_tune_destroy(ovld_tune_t *t)
         return;
     ovld_tune_clear(t);
     free(t->ents);
+    free(t->buckets);
     free(t);
 }
 
@@ -137,10 +147,19 @@ static uint64_t key_hash(const ovl_plan_params_t *k)
 
 static entry_t *find(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h)
 {
-    for (size_t i = 0; i < t->n; i++)
-        if (t->ents[i]->hash == h && ovl_plan_params_equal(&t->ents[i]->key, k))
-            return t->ents[i];
+    for (entry_t *e = t->buckets[h & (t->nbuckets - 1)]; e; e = e->hnext)
+        if (e->hash == h && ovl_plan_params_equal(&e->key, k))
+            return e;
     return NULL;
+}
+
+static void unhash(ovld_tune_t *t, entry_t *e)
+{
+    for (entry_t **pp = &t->buckets[e->hash & (t->nbuckets - 1)]; *pp; pp = &(*pp)->hnext)
+        if (*pp == e) {
+            *pp = e->hnext;
+            return;
+        }
 }
 
 static entry_t *find_id(ovld_tune_t *t, uint64_t id)
@@ -171,6 +190,7 @@ static void make_room(ovld_tune_t *t, uint32_t uid)
                                                           : SIZE_MAX;
     if (out == SIZE_MAX)
         return;
+    unhash(t, t->ents[out]);
     entry_free(t->ents[out]);
     t->ents[out] = t->ents[--t->n];
 }
@@ -201,6 +221,8 @@ static entry_t *entry_new(ovld_tune_t *t, const ovl_plan_params_t *k, uint64_t h
     e->uid = uid;
     make_room(t, uid);
     t->ents[t->n++] = e;
+    e->hnext = t->buckets[h & (t->nbuckets - 1)];
+    t->buckets[h & (t->nbuckets - 1)] = e;
     return e;
 }
 

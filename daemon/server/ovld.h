@@ -87,6 +87,8 @@ typedef struct ovld {
     char tune_path[PATH_MAX]; /* "": kept nowhere */
     char tune_device[192];
     uv_timer_t tune_timer;
+    bool tune_writing;        /* a write is on a worker (counted in works) */
+    uint64_t tune_retry_at;   /* loop time (ms): after a failed write, not before */
     struct ovld_stall *stall; /* reports a blocked loop with its stack */
     uint64_t drain_deadline;  /* loop time (ms) */
     bool stopping;

@@ -391,6 +391,14 @@ def test_sighup_reload():
         assert msgs[-2:] == [restart, reread], msgs[-4:]
         assert log_messages(d, "warn").count(restart) == 2
         assert log_messages(d).count(reread) == 3
+        # and auto's measuring settings (its table was made at start)
+        tune = ("SIGHUP: tune_samples, tune_entries, tune_entries_per_uid and state_dir take "
+                "effect only at restart")
+        sighup(d, cfg, "default_algo = naive\nhost_devices = 8\ncapture_streams = 4\n"
+               "tune_samples = 0\n", "info", reread)
+        msgs = log_messages(d)
+        assert msgs[-3:] == [restart, tune, reread], msgs[-4:]
+        assert d.run([OVLCTL, "tune"]).stdout.startswith("auto measures;")
         assert d.stop() == 0
     finally:
         d.cleanup()
