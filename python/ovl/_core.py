@@ -1484,6 +1484,16 @@ class Comm:
         if _dense_rows(shape, strides, item):
             return _Mat(name, x, ptr, r, c, strides[0] if r > 1 else c * item, item, code, kind,
                         device=dev, writeable=writeable)
+        # torch._scaled_mm's scale_b of 128x128 is (ceil(K/128), ceil(N/128))
+        # column-major: where the two are equal its shape is ovl's, and read
+        # as ovl's it would be transposed; refused rather than guessed
+        if (name.startswith("b_scale") and mode == "128x128" and r == c and r > 1
+                and strides[0] == item and strides[1] == r * item):
+            raise InvalidArgument("%s: a square (%d, %d) 128x128 scale laid out column-major, as "
+                                  "torch._scaled_mm's scale_b is (rows over k): ovl reads B's "
+                                  "block scales as a dense row-major (ceil(n/128), ceil(k/128)) "
+                                  "matrix, rows over n: pass scale_b.t().contiguous()"
+                                  % (name, r, c))
         # where the elements lie, lowest to highest byte: the place x must be
         lo = sum(min(0, (d - 1) * st) for d, st in zip(shape, strides))
         hi = sum(max(0, (d - 1) * st) for d, st in zip(shape, strides)) + item

@@ -300,7 +300,8 @@ def _pair(a_mode, b_modes, names, k, rows, ns):
             return ("A_scale 1x128 with %s of %d rows, not a multiple of 4 (cuBLASLt lays "
                     "each 128 of K's scales out by rows, 16-byte aligned)" % (rows[1], rows[0]))
         if bm == "1x128" and ns[i] % 4:
-            return "%s 1x128 with N %d not a multiple of 4" % (name, ns[i])
+            return ("%s 1x128 with N %d not a multiple of 4 (cuBLASLt lays each 128 of K's "
+                    "scales out by columns of op(B), 16-byte aligned)" % (name, ns[i]))
     return None
 
 

@@ -800,6 +800,13 @@ def test_block_refusals():
                    words="a_scale: not in memory from this client")
             expect(IA, f, a, w.T, a_scale=sa, b_scale=sb, dtype=E4, out_dtype="fp32",
                    bias=c.zeros((n,), "bf16"), words="bias: dtype bf16")
+        # torch._scaled_mm's square 128x128 scale_b (column-major): would
+        # read transposed, so refused with the fix in words
+        w256 = fp8_array(c, rng.uniform(-2, 2, (256, k)), E4, False)
+        sb_cols = scale_array(c, rng.uniform(0.5, 1, (2, 2)), (2, 2), layout="cols")
+        for f in (ag, rs):
+            expect(IA, f, a, w256.T, a_scale=sa, b_scale=sb_cols, dtype=E4,
+                   words="b_scale: a square (2, 2) 128x128 scale laid out column-major")
         # A's 1x128 rows in fours: this rank's m (all-gather)
         a6 = fp8_array(c, rng.uniform(-2, 2, (6, k)), E4, False)
         expect(IA, ag, a6, w.T, a_scale=scale_array(c, np.ones((6, 2)), (6, 2)), b_scale=sb,
