@@ -904,7 +904,12 @@ static ovl_status_t make_key(const ovld_gemm_args_t *g, uint64_t ws_cap, lt_key_
         key->scaled = 1;
         key->a_mode = (uint64_t)g->a_mode;
         key->b_mode = (uint64_t)g->b_mode;
-        key->fast_accum = g->fast_accum ? 1 : 0;
+        /* block scales take no fast accumulation: cuBLASLt's block-scaled
+         * kernels on sm_90 promote to fp32 at every 128 of k, and PyTorch's
+         * scaled_gemm and Transformer Engine refuse FAST_ACCUM with VEC128
+         * and BLK128x128; the flag is ignored there (ovl.h) */
+        key->fast_accum =
+            g->fast_accum && !ovl_scale_mode_is_block((ovl_scale_mode_t)g->a_mode) ? 1 : 0;
         key->align_sa = align_of((uint64_t)(uintptr_t)g->a_scale);
         key->align_sb = align_of((uint64_t)(uintptr_t)g->b_scale);
         /* a row-scaled block's a_scale starts at its first row */
@@ -1169,10 +1174,16 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
             if (status != OVL_OK)
                 goto out;
         } else {
-            cudaError_t ce =
-                cudaMemcpy2DAsync(sb_copy, (size_t)(sb_ld * sizeof(float)), g->b_scale,
-                                  (size_t)(kq * sizeof(float)), (size_t)(kq * sizeof(float)),
-                                  (size_t)scale_blocks(key.n), cudaMemcpyDeviceToDevice, s);
+            /* the rows' padding to sb_ld zeroed: cuBLAS asks for zeros
+             * where a scale layout runs past the tensor */
+            cudaError_t ce = cudaSuccess;
+            if (sb_ld != kq)
+                ce = cudaMemsetAsync(
+                    sb_copy, 0, (size_t)scale_blocks(key.n) * (size_t)sb_ld * sizeof(float), s);
+            if (ce == cudaSuccess)
+                ce = cudaMemcpy2DAsync(sb_copy, (size_t)(sb_ld * sizeof(float)), g->b_scale,
+                                       (size_t)(kq * sizeof(float)), (size_t)(kq * sizeof(float)),
+                                       (size_t)scale_blocks(key.n), cudaMemcpyDeviceToDevice, s);
             if (ce != cudaSuccess) {
                 status = cuda_fail(err, errlen, "cudaMemcpy2DAsync (128x128 b_scale to scratch)",
                                    ce, &key);

@@ -14,8 +14,11 @@
  * Scaled (fp8) GEMMs, as gemm_args.h defines them: A and B fp8 (e4m3 x
  * e4m3, e4m3 x e5m2 or e5m2 x e4m3; not e5m2 x e5m2), transb (B stored
  * n x k: cuBLASLt's fp8 GEMMs are "TN" only on Hopper), C, ACC and bias in
- * bf16, fp16 or fp32, tensor-wide or per-row scales on either side,
- * fp32 accumulation (with fast_accum, cuBLASLt's faster, less exact one).
+ * bf16, fp16 or fp32, tensor-wide or per-row scales on either side or
+ * block scales (A 1x128 with B 1x128 or 128x128: cuBLASLt's VEC128_32F and
+ * BLK128x128_32F, the scales moved into cuBLASLt's layouts in workspace
+ * scratch), fp32 accumulation (with fast_accum, cuBLASLt's faster, less
+ * exact one; ignored with block scales).
  * cuBLAS's documentation wants of fp8 GEMMs what it lists for tensor cores:
  * pointers (A, B, C, ACC) 16-byte aligned, leading dimensions 16-byte
  * multiples, k a multiple of 16 and C's rows (n elements) a 16-byte
@@ -24,9 +27,11 @@
  * refuses beyond that is worked around (cuda_gemm.c says how), and some of
  * the work-arounds take scratch from the end of the workspace: a
  * tensor-wide scale beside a per-row one (4 * (rows or n) bytes, and as
- * many of ones), a bias for fp32 C (4 bytes per row of the blocks' span)
- * and scale or bias pointers under 16-byte aligned (copied), each part
- * rounded up to 256 bytes; without that much workspace such a call answers
+ * many of ones), a bias for fp32 C (4 bytes per row of the blocks' span),
+ * scale or bias pointers under 16-byte aligned (copied), and block scales
+ * (A's 4 * ceil(k/128) bytes per row of every block; B's 4 * n *
+ * ceil(k/128) by 1x128, 4 * ceil(n/128) * (ceil(k/128) rounded up to 4)
+ * by 128x128), each part rounded up to 256 bytes; without that much workspace such a call answers
  * OVL_ERR_UNSUPPORTED. They also add plain fp32 GEMMs of their own (up to
  * three cache entries for one call), and per-row scales with several blocks
  * run one matmul per block.

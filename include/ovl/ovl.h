@@ -342,11 +342,13 @@ static inline int ovl_scale_mode_is_block(ovl_scale_mode_t mode)
  * each B has its own scales and bias (ovl_ag_gemm_b_t) and shares the
  * rest. fast_accum: cuBLASLt's fast fp8
  * accumulation (faster, less accurate; the host backend's sum is the same
- * either way). All-gather + GEMM with OVL_SCALE_TENSOR uses each rank's own
- * a_scale for every gathered row, as PyTorch's fused op does (tensor-wise
- * recipes agree on one scale across ranks); by row or 1x128 the scales
- * are gathered with the rows. Every rank must agree on b_dtype, out_dtype,
- * the modes, fast_accum and whether bias is given.
+ * either way), ignored with block scales (cuBLASLt's block-scaled kernels
+ * promote to fp32 at every 128 of k; PyTorch refuses the pair).
+ * All-gather + GEMM with OVL_SCALE_TENSOR uses each rank's own a_scale for
+ * every gathered row, as PyTorch's fused op does (tensor-wise recipes agree
+ * on one scale across ranks); by row or 1x128 the scales are gathered with
+ * the rows. Every rank must agree on b_dtype, out_dtype, the modes,
+ * fast_accum and whether bias is given.
  */
 typedef struct ovl_scaling {
     ovl_dtype_t b_dtype;   /* B's: OVL_DTYPE_FP8_E4M3 or _E5M2 (not both e5m2) */
