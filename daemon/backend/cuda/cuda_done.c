@@ -319,10 +319,17 @@ static uint64_t timer_ns(cuda_done_t *d)
     struct ovld_rank *r = d->rank;
     uint32_t slot = d->timer - 1;
     float ms = 0.0f;
-    if (cudaSetDevice(r->dev->ordinal) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, r->t_start[slot], r->t_end[slot]) != cudaSuccess || !(ms > 0.0f))
+    if (cudaSetDevice(r->dev->ordinal) != cudaSuccess)
         return 0;
-    return (uint64_t)((double)ms * 1e6);
+    cudaError_t ce = cudaEventElapsedTime(&ms, r->t_start[slot], r->t_end[slot]);
+    /* the counter follows the end event on its stream, so the event is
+     * done; should the runtime not say so yet, the wait is short */
+    if (ce == cudaErrorNotReady && cudaEventSynchronize(r->t_end[slot]) == cudaSuccess)
+        ce = cudaEventElapsedTime(&ms, r->t_start[slot], r->t_end[slot]);
+    if (ce != cudaSuccess || !(ms > 0.0f))
+        return 0;
+    double ns = (double)ms * 1e6;
+    return ns >= 1.8e19 ? UINT64_MAX : (uint64_t)ns; /* +inf too */
 }
 
 /* ------------------------------------------------------------- poller */
