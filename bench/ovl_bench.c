@@ -217,9 +217,9 @@ static void usage(FILE *f)
             "                    baselines') starts on a GPU already at its sustained\n"
             "                    clock (default 300; 0: --warmup alone)\n"
             "  --iters N         timed ops per config (default 100)\n"
-            "  --tune-ops N      auto configs: at least N untimed ops first (default 80:\n"
+            "  --tune-ops N      auto configs: at least N untimed ops first (default 120:\n"
             "                    ovld measures the plans worth trying for a new shape,\n"
-            "                    at most 12 of them x (1 + tune_samples, default 5)), so\n"
+            "                    at most 16 of them x (1 + tune_samples, default 5)), so\n"
             "                    that the timed ops run ovld's measured choice, which\n"
             "                    it keeps: --algos auto --shapes LIST fills ovld's table\n"
             "                    for those shapes ahead of time (ovlctl tune shows it)\n"
@@ -459,7 +459,7 @@ static int parse_args(int argc, char **argv, bopts_t *o)
     *o = (bopts_t){.op = OVL_OP_AG_GEMM,
                    .dtype = OVL_DTYPE_BF16,
                    .warmup = 10,
-                   .tune_ops = 80,
+                   .tune_ops = 120,
                    .settle_ms = 300,
                    .iters = 100,
                    .nb = 1,

@@ -69,6 +69,7 @@ typedef struct ovld_op {
     bool tune_picked, tune_untimed;
     ovl_algo_t tune_algo;
     uint32_t tune_chunks;
+    ovl_ag_pref_t tune_allgather;
     ovl_choice_t tune_chosen;
     ovld_tune_ticket_t tune;
     uint64_t tune_ns;
@@ -277,10 +278,12 @@ static void op_params(const ovld_jobs_t *js, const ovld_job_t *j, ovld_op_t *op,
             op->tune_picked = true;
             op->tune_algo = pp->algo;
             op->tune_chunks = pp->chunks;
+            op->tune_allgather = pp->allgather;
             op->tune_chosen = pp->chosen;
         }
         pp->algo = op->tune_algo;
         pp->chunks = op->tune_chunks;
+        pp->allgather = op->tune_allgather;
         pp->chosen = op->tune_chosen;
     }
 }

@@ -281,6 +281,16 @@ static bool measurable(const ovl_plan_params_t *pp)
     return pp->chosen == OVL_CHOSEN_RULE && pp->chunks == 0 && pp->streams == 0;
 }
 
+/* Candidate c's plan into pp: its algorithm, chunks and, where it says
+ * one, how A is gathered. */
+static void apply(const ovl_plan_cand_t *c, ovl_plan_params_t *pp)
+{
+    pp->algo = c->algo;
+    pp->chunks = c->chunks;
+    if (c->allgather != OVL_AG_AUTO)
+        pp->allgather = c->allgather;
+}
+
 void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tune_ticket_t *ret)
 {
     *ret = (ovld_tune_ticket_t){0};
@@ -302,8 +312,7 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
     if (e->chosen == GAVE_UP)
         return;
     if (e->chosen >= 0) {
-        pp->algo = e->cand[e->chosen].algo;
-        pp->chunks = e->cand[e->chosen].chunks;
+        apply(&e->cand[e->chosen], pp);
         pp->chosen = OVL_CHOSEN_MEASURED;
         return;
     }
@@ -313,8 +322,7 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
         if (dropped(t, e, c) || e->nsamp[c] >= t->samples)
             continue;
         e->next = (c + 1) % e->ncand;
-        pp->algo = e->cand[c].algo;
-        pp->chunks = e->cand[c].chunks;
+        apply(&e->cand[c], pp);
         pp->chosen = OVL_CHOSEN_TRYING;
         *ret = (ovld_tune_ticket_t){.entry = e->id, .cand = c};
         return;
@@ -329,8 +337,7 @@ bool ovld_tune_peek(const ovld_tune_t *t, ovl_plan_params_t *pp)
     const entry_t *e = find((ovld_tune_t *)t, &k, key_hash(&k));
     if (!e || e->chosen < 0)
         return false;
-    pp->algo = e->cand[e->chosen].algo;
-    pp->chunks = e->cand[e->chosen].chunks;
+    apply(&e->cand[e->chosen], pp);
     pp->chosen = OVL_CHOSEN_MEASURED;
     return true;
 }
@@ -465,6 +472,8 @@ static void put_key(out_t *o, const ovl_plan_params_t *k)
 static void put_cand(out_t *o, const ovl_plan_cand_t *c)
 {
     put(o, "%s/%" PRIu32, name_or(ovl_algo_name(c->algo)), c->chunks);
+    if (c->allgather != OVL_AG_AUTO)
+        put(o, "/%s", name_or(ovl_ag_pref_name(c->allgather)));
 }
 
 /* The median of a candidate's samples so far (0: none). */
@@ -542,17 +551,25 @@ static bool token(const char *s, const char *end, char *buf, size_t len)
     return true;
 }
 
-/* "ALGO/CHUNKS" in [s, end). */
+/* "ALGO/CHUNKS[/GATHER]" in [s, end) (GATHER: nccl or copy; none: as the
+ * key's allgather says). */
 static bool parse_cand(const char *s, const char *end, ovl_plan_cand_t *ret)
 {
     const char *slash = memchr(s, '/', (size_t)(end - s));
     char name[32];
     uint64_t ch;
     if (!slash || !token(s, slash, name, sizeof(name)) ||
-        ovl_algo_parse(name, &ret->algo) != OVL_OK || ret->algo == OVL_ALGO_AUTO ||
-        !parse_u64(slash + 1, end, &ch) || ch > OVL_PLAN_MAX_CHUNKS)
+        ovl_algo_parse(name, &ret->algo) != OVL_OK || ret->algo == OVL_ALGO_AUTO)
+        return false;
+    const char *slash2 = memchr(slash + 1, '/', (size_t)(end - slash - 1));
+    if (!parse_u64(slash + 1, slash2 ? slash2 : end, &ch) || ch > OVL_PLAN_MAX_CHUNKS)
         return false;
     ret->chunks = (uint32_t)ch;
+    ret->allgather = OVL_AG_AUTO;
+    if (slash2 &&
+        (!token(slash2 + 1, end, name, sizeof(name)) ||
+         ovl_ag_pref_parse(name, &ret->allgather) != OVL_OK || ret->allgather == OVL_AG_AUTO))
+        return false;
     return true;
 }
 
@@ -758,15 +775,15 @@ size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size
             bad = "fewer than two candidates";
         int32_t chosen = -1;
         for (uint32_t c = 0; !bad && c < p.ncand; c++)
-            if (p.cand[c].algo == p.chose.algo && p.cand[c].chunks == p.chose.chunks)
+            if (p.cand[c].algo == p.chose.algo && p.cand[c].chunks == p.chose.chunks &&
+                p.cand[c].allgather == p.chose.allgather)
                 chosen = (int32_t)c;
         if (!bad && chosen < 0)
             bad = "the choice is none of the candidates";
         if (!bad) {
             /* the choice must plan: the key with it is valid params */
             ovl_plan_params_t q = p.key;
-            q.algo = p.chose.algo;
-            q.chunks = p.chose.chunks;
+            apply(&p.chose, &q);
             if (ovl_plan_scratch_bytes(&q, &scratch) != OVL_OK)
                 bad = "the choice does not plan";
         }

@@ -65,7 +65,8 @@ void ovld_tune_destroy(ovld_tune_t *t); /* accepts NULL */
  * pp: an op's resolved parameters whose algorithm `auto` left to the rule
  * (chosen OVL_CHOSEN_RULE; node_of: its topology, NULL for one node), of a
  * job of user uid (a new key counts against that user's bound). Sets its
- * algo and chunks to the plan to run: the key's choice (chosen
+ * algo and chunks (and allgather, where the candidate gathers A by another
+ * method than pp says) to the plan to run: the key's choice (chosen
  * OVL_CHOSEN_MEASURED), or the next candidate to time (OVL_CHOSEN_TRYING,
  * with a ticket in *ret for ovld_tune_record). Leaves pp as it is (the
  * rule's, *ret empty) for params of another kind of choice, with one
@@ -112,7 +113,9 @@ void ovld_tune_clear(ovld_tune_t *t);
  * without the NUL): a first line "ovld-tune 1 DEVICE", DEVICE the caller's
  * words for the device model and driver (no newline), then per key (the
  * chosen ones only with chosen_only: the state file's), one line
- *   KEY chose=ALGO/CHUNKS ns=ALGO/CHUNKS:MEDIAN,... [measuring|gave-up]
+ *   KEY chose=CAND ns=CAND:MEDIAN,... [measuring|gave-up]
+ * CAND being ALGO/CHUNKS, and /copy or /nccl where the candidate gathers
+ * A otherwise than the key's allgather says (ovl_plan_cand_t),
  * KEY being space-separated name=value fields (docs/performance.md), the
  * medians in ns over the samples taken (0: none yet), a candidate dropped
  * for failing marked "!", chose=- where there is no choice. Only chosen

@@ -1061,7 +1061,7 @@ const char *ovl_plan_choose_why(const ovl_plan_params_t *params)
 
 /* The shape of params's plan that tells candidates apart: its chunks and
  * streams; false where it cannot be built. */
-static bool cand_shape(const ovl_plan_params_t *p, uint32_t *chunks, uint32_t *streams)
+static bool cand_shape(const ovl_plan_params_t *p, uint32_t *chunks, uint32_t *streams, bool *nccl)
 {
     ovl_plan_t plan;
 
@@ -1069,6 +1069,9 @@ static bool cand_shape(const ovl_plan_params_t *p, uint32_t *chunks, uint32_t *s
         return false;
     *chunks = plan.chunks;
     *streams = plan.nstreams;
+    *nccl = false;
+    for (size_t i = 0; i < plan.ninstr && !*nccl; i++)
+        *nccl = plan.instr[i].kind == OVL_I_ALLGATHER;
     ovl_plan_free(&plan);
     return true;
 }
@@ -1078,6 +1081,7 @@ uint32_t ovl_plan_candidates(const ovl_plan_params_t *params,
 {
     static const uint32_t chunk_reqs[] = {0, 1, 2, 4};
     uint32_t n = 0, seen_chunks[OVL_PLAN_MAX_CANDS], seen_streams[OVL_PLAN_MAX_CANDS];
+    bool seen_nccl[OVL_PLAN_MAX_CANDS];
     ovl_algo_t algos[OVL_ALGO_COUNT];
     uint32_t nalgo = 0;
     ovl_plan_params_t p;
@@ -1087,6 +1091,10 @@ uint32_t ovl_plan_candidates(const ovl_plan_params_t *params,
     p = *params;
     p.streams = 0;
     p.chosen = OVL_CHOSEN_GIVEN;
+    /* how A may be gathered: as the params say, and by the copy engine
+     * where they leave it to ovld */
+    const ovl_ag_pref_t gathers[] = {OVL_AG_AUTO, OVL_AG_COPY};
+    size_t ngather = params->allgather == OVL_AG_AUTO ? NELEM(gathers) : 1;
     /* the rule's choice first, then the kind's other algorithms in order */
     algos[nalgo++] = ovl_plan_choose(params);
     for (int a = OVL_ALGO_AUTO + 1; a < OVL_ALGO_COUNT; a++)
@@ -1095,22 +1103,28 @@ uint32_t ovl_plan_candidates(const ovl_plan_params_t *params,
     for (uint32_t i = 0; i < nalgo; i++) {
         if (!ovl_plan_takes_default(params, algos[i]))
             continue;
-        for (size_t c = 0; c < NELEM(chunk_reqs) && n < OVL_PLAN_MAX_CANDS; c++) {
-            uint32_t ch, st;
-            bool dup = false;
+        for (size_t c = 0; c < NELEM(chunk_reqs); c++) {
+            for (size_t g = 0; g < ngather && n < OVL_PLAN_MAX_CANDS; g++) {
+                uint32_t ch, st;
+                bool nccl, dup = false;
 
-            p.algo = algos[i];
-            p.chunks = chunk_reqs[c];
-            if (!cand_shape(&p, &ch, &st))
-                continue;
-            for (uint32_t j = 0; j < n && !dup; j++)
-                dup = out[j].algo == p.algo && seen_chunks[j] == ch && seen_streams[j] == st;
-            if (dup)
-                continue;
-            out[n] = (ovl_plan_cand_t){.algo = p.algo, .chunks = p.chunks};
-            seen_chunks[n] = ch;
-            seen_streams[n] = st;
-            n++;
+                p.algo = algos[i];
+                p.chunks = chunk_reqs[c];
+                p.allgather = gathers[g] == OVL_AG_AUTO ? params->allgather : gathers[g];
+                if (!cand_shape(&p, &ch, &st, &nccl))
+                    continue;
+                for (uint32_t j = 0; j < n && !dup; j++)
+                    dup = out[j].algo == p.algo && seen_chunks[j] == ch && seen_streams[j] == st &&
+                          seen_nccl[j] == nccl;
+                if (dup)
+                    continue;
+                out[n] =
+                    (ovl_plan_cand_t){.algo = p.algo, .chunks = p.chunks, .allgather = gathers[g]};
+                seen_chunks[n] = ch;
+                seen_streams[n] = st;
+                seen_nccl[n] = nccl;
+                n++;
+            }
         }
     }
     return n;

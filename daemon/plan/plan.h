@@ -526,23 +526,27 @@ bool ovl_plan_takes_default(const ovl_plan_params_t *params, ovl_algo_t algo);
 const char *ovl_plan_choose_why(const ovl_plan_params_t *params);
 
 /* A plan that `auto` may measure (ovld's tuner, daemon/core/tune.h): an
- * algorithm and a chunk request (0: the planner's default). */
+ * algorithm, a chunk request (0: the planner's default) and how A is
+ * gathered (OVL_AG_AUTO: as the params say; OVL_AG_COPY: by the copy
+ * engine, where the params leave it to ovld). */
 typedef struct ovl_plan_cand {
     ovl_algo_t algo;
     uint32_t chunks;
+    ovl_ag_pref_t allgather;
 } ovl_plan_cand_t;
-#define OVL_PLAN_MAX_CANDS 12
+#define OVL_PLAN_MAX_CANDS 16
 
 /*
  * The plans worth measuring for params (its algo, chunks, streams and
  * chosen ignored): every algorithm of its kind that runs where the params
  * say the ranks are (as ovl_plan_takes_default judges), each at its
- * default chunks and at 1, 2 and 4 chunks, none planning the same program
- * as one before it (equal algorithm, chunk count and streams once the
- * planner has clamped them), the rule's choice at its default first.
- * Returns how many went into out (at most OVL_PLAN_MAX_CANDS; 0 for params
- * the planner refuses whatever the algorithm). Builds plans to compare
- * them: for a new shape, not per op.
+ * default chunks and at 1, 2 and 4 chunks, and where params->allgather is
+ * OVL_AG_AUTO each also gathering A by the copy engine; none planning the
+ * same program as one before it (equal algorithm, chunk count, streams
+ * and gather by NCCL or not, once the planner has clamped them), the
+ * rule's choice at its default first. Returns how many went into out (at
+ * most OVL_PLAN_MAX_CANDS; 0 for params the planner refuses whatever the
+ * algorithm). Builds plans to compare them: for a new shape, not per op.
  */
 uint32_t ovl_plan_candidates(const ovl_plan_params_t *params,
                              ovl_plan_cand_t out[OVL_PLAN_MAX_CANDS]);

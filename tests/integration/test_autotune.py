@@ -75,7 +75,7 @@ def test_measures_then_keeps():
             # from the table, and the next job runs it from its first op
             path, text = wait_file(state, " chose=")
             chosen = re.search(r" chose=(\w+)/", text).group(1)
-            tried = set(re.findall(r"(\w+)/\d+:[1-9]\d*", text.split(" ns=")[1]))
+            tried = set(re.findall(r"(\w+)/\d+(?:/\w+)?:[1-9]\d*", text.split(" ns=")[1]))
             assert set(algos) == tried and len(tried) >= 2, (algos, text)  # several tried
             p = d.run([DEMO, "-w", "2", *SHAPE, "-a", "auto", "-i", "4", "--job", "tune-a2"])
             assert "all checks passed" in p.stdout, p.stdout

@@ -158,7 +158,7 @@ def test_auto_measured_across_nodes():
         line = coord["text"].splitlines()[1]
         assert " nodes=0,0,1,1 " in line and " world=4 " in line, line
         chosen = re.search(r" chose=(\w+)/", line).group(1)
-        tried = set(re.findall(r"(\w+)/\d+:[1-9]\d*", line.split(" ns=")[1]))
+        tried = set(re.findall(r"(\w+)/\d+(?:/\w+)?:[1-9]\d*", line.split(" ns=")[1]))
         assert other["keys"] == 0, other
         for n in nodes:
             algos = issued_algos(n)

@@ -64,12 +64,29 @@ static void check_candidates(const ovl_plan_params_t *p, uint32_t min)
         ovl_plan_t plan;
         q.algo = c[i].algo;
         q.chunks = c[i].chunks;
+        /* by the copy engine only where the params leave it to ovld */
+        assert_true(c[i].allgather == OVL_AG_AUTO ||
+                    (c[i].allgather == OVL_AG_COPY && p->allgather == OVL_AG_AUTO));
+        if (c[i].allgather != OVL_AG_AUTO)
+            q.allgather = c[i].allgather;
         assert_true(ovl_op_kind_takes_algo(p->kind, c[i].algo));
         assert_int_equal(ovl_plan_build(&q, &plan), OVL_OK);
         ovl_plan_free(&plan);
         for (uint32_t j = 0; j < i; j++)
-            assert_false(c[j].algo == c[i].algo && c[j].chunks == c[i].chunks);
+            assert_false(c[j].algo == c[i].algo && c[j].chunks == c[i].chunks &&
+                         c[j].allgather == c[i].allgather);
     }
+}
+
+/* How many of p's candidates are algo gathering by the copy engine where
+ * the params would have NCCL. */
+static uint32_t copy_variants(const ovl_plan_params_t *p, ovl_algo_t algo)
+{
+    ovl_plan_cand_t c[OVL_PLAN_MAX_CANDS];
+    uint32_t n = ovl_plan_candidates(p, c), copies = 0;
+    for (uint32_t i = 0; i < n; i++)
+        copies += c[i].algo == algo && c[i].allgather == OVL_AG_COPY;
+    return copies;
 }
 
 static void test_candidates(void **state)
@@ -95,6 +112,31 @@ static void test_candidates(void **state)
     p = ag(2, 1, 64, 64);
     n = ovl_plan_candidates(&p, c);
     assert_true(n >= 2 && n <= 3);
+    /* how A is gathered: where the params leave it to ovld (allgather
+     * auto: NCCL at world 2), naive and collective also by the copy
+     * engine; ring gathers by the copy engine anyway (no second variant);
+     * an operator's nccl or copy is kept */
+    p = ag(2, 1024, 1024, 1024);
+    p.allgather = OVL_AG_AUTO;
+    check_candidates(&p, 8);
+    assert_int_equal(copy_variants(&p, OVL_ALGO_NAIVE), 1);
+    assert_true(copy_variants(&p, OVL_ALGO_COLLECTIVE) >= 2);
+    assert_int_equal(copy_variants(&p, OVL_ALGO_RING), 0);
+    for (ovl_ag_pref_t g = OVL_AG_NCCL; g <= OVL_AG_COPY; g++) {
+        p.allgather = g;
+        check_candidates(&p, 5);
+        assert_int_equal(copy_variants(&p, OVL_ALGO_NAIVE), 0);
+        assert_int_equal(copy_variants(&p, OVL_ALGO_COLLECTIVE), 0);
+    }
+    /* world 1 gathers by a local copy whatever the preference: one each */
+    p = ag(1, 1024, 1024, 1024);
+    p.allgather = OVL_AG_AUTO;
+    assert_int_equal(copy_variants(&p, OVL_ALGO_NAIVE), 0);
+    /* GEMM + reduce-scatter gathers nothing: no variants */
+    p = rs(2, 2048, 512, 512);
+    p.allgather = OVL_AG_AUTO;
+    for (ovl_algo_t a = OVL_ALGO_NAIVE; a < OVL_ALGO_COUNT; a++)
+        assert_int_equal(copy_variants(&p, a), 0);
     /* params no algorithm plans: none */
     p = ag(2, 0, 64, 64);
     assert_int_equal(ovl_plan_candidates(&p, c), 0);
@@ -140,9 +182,11 @@ static ovl_plan_cand_t aim_last(const ovl_plan_params_t *p)
 /* fastest at 1000 ns; everything else slower, by its chunks and algo */
 static uint64_t time_aimed(const ovl_plan_params_t *q)
 {
-    if (q->algo == fastest.algo && q->chunks == fastest.chunks)
+    if (q->algo == fastest.algo && q->chunks == fastest.chunks &&
+        (q->allgather == fastest.allgather ||
+         (fastest.allgather == OVL_AG_AUTO && q->allgather != OVL_AG_COPY)))
         return 1000;
-    return 2000 + 100 * q->chunks + 10 * (uint64_t)q->algo;
+    return 2000 + 100 * q->chunks + 10 * (uint64_t)q->algo + (uint64_t)q->allgather;
 }
 
 static void test_protocol(void **state)
@@ -536,6 +580,21 @@ static void test_text(void **state)
     (void)measure(t, &b, time_push4, 1000);
     (void)aim_last(&c);
     (void)measure(t, &c, time_aimed, 1000);
+    /* A gathered by the copy engine where NCCL is the rule's: the choice
+     * says so (collective/CHUNKS/copy) and a reload plans it so */
+    ovl_plan_params_t e = ag(2, 2048, 1024, 1024);
+    e.allgather = OVL_AG_AUTO;
+    e = by_rule(e);
+    {
+        ovl_plan_cand_t cs[OVL_PLAN_MAX_CANDS];
+        uint32_t ncs = ovl_plan_candidates(&e, cs);
+        fastest.allgather = OVL_AG_AUTO;
+        for (uint32_t i = 0; i < ncs; i++)
+            if (cs[i].algo == OVL_ALGO_COLLECTIVE && cs[i].allgather == OVL_AG_COPY)
+                fastest = cs[i];
+        assert_int_equal(fastest.allgather, OVL_AG_COPY);
+    }
+    (void)measure(t, &e, time_aimed, 1000);
     ovl_plan_params_t d = by_rule(ag(2, 512, 512, 512)); /* left measuring */
     ovld_tune_ticket_t tk;
     ovld_tune_pick(t, UID, &d, &tk);
@@ -549,6 +608,9 @@ static void test_text(void **state)
     assert_non_null(strstr(text, "a_mode=1x128 b_mode=128x128"));
     assert_non_null(strstr(text, " reduce=avg "));
     assert_non_null(strstr(text, " n=64,32,16 "));
+    assert_non_null(strstr(text, " allgather=auto chose=collective/"));
+    assert_non_null(strstr(text, "/copy ns="));
+    assert_non_null(strstr(text, "naive/0/copy:"));
     /* truncated: the same length asked, a NUL-terminated prefix */
     char small[16];
     assert_int_equal(ovld_tune_format(t, "H200 driver 580", false, small, sizeof(small)), need);
@@ -559,12 +621,12 @@ static void test_text(void **state)
     size_t skipped = 9;
     char why[128];
     assert_int_equal(ovld_tune_load(u, "H200 driver 580", text, need, &skipped, why, sizeof(why)),
-                     3);
+                     4);
     assert_int_equal(skipped, 1); /* the one measuring */
     assert_non_null(strstr(why, "measuring"));
     assert_true(ovld_tune_take_dirty(u));
-    ovl_plan_params_t keys[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
+    ovl_plan_params_t keys[4] = {a, b, c, e};
+    for (int i = 0; i < 4; i++) {
         ovl_plan_params_t q0 = keys[i], q1 = keys[i];
         ovld_tune_ticket_t t0, t1;
         ovld_tune_pick(t, UID, &q0, &t0);
@@ -572,6 +634,8 @@ static void test_text(void **state)
         assert_int_equal(q1.chosen, OVL_CHOSEN_MEASURED);
         assert_int_equal(q0.algo, q1.algo);
         assert_int_equal(q0.chunks, q1.chunks);
+        assert_int_equal(q0.allgather, q1.allgather);
+        assert_int_equal(q1.allgather, i == 3 ? OVL_AG_COPY : keys[i].allgather);
     }
     /* the round trip of the reloaded table is the chosen lines again */
     size_t need2 = ovld_tune_format(u, "H200 driver 580", false, NULL, 0);
@@ -579,7 +643,7 @@ static void test_text(void **state)
     ovld_tune_format(u, "H200 driver 580", false, text2, need2 + 1);
     assert_int_equal(ovld_tune_load(u, "H200 driver 580", text2, need2, &skipped, why, sizeof(why)),
                      0);
-    assert_int_equal(skipped, 3); /* each a key given twice */
+    assert_int_equal(skipped, 4); /* each a key given twice */
     /* another device, another version: nothing */
     ovld_tune_t *v = ovld_tune_create(2, 8, 0);
     assert_int_equal(ovld_tune_load(v, "H100 driver 580", text, need, &skipped, why, sizeof(why)),
@@ -593,7 +657,7 @@ static void test_text(void **state)
     ovld_tune_t *w = ovld_tune_create(2, 2, 0);
     assert_int_equal(ovld_tune_load(w, "H200 driver 580", text, need, &skipped, why, sizeof(why)),
                      2);
-    assert_int_equal(skipped, 2);
+    assert_int_equal(skipped, 3);
     ovld_tune_destroy(w);
     ovld_tune_destroy(v);
     ovld_tune_destroy(u);
@@ -633,6 +697,21 @@ static void test_bad_lines(void **state)
          "transb"},
         {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 novalue ns=ring/0:1,naive/0:2",
          "without its value"},
+        /* how A is gathered: nccl or copy, never auto or another word */
+        {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0/auto "
+         "ns=naive/0:1,naive/0/copy:2",
+         "chose"},
+        {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0 "
+         "ns=naive/0:1,naive/0/pigeon:2",
+         "ns: a candidate"},
+        {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0/copy "
+         "ns=naive/0:1,ring/0:2",
+         "none of the candidates"},
+        /* across nodes only NCCL moves rows: a copy-engine choice does not
+         * plan */
+        {"kind=ag_gemm world=4 m=64 n=64 k=64 dtype=bf16 allgather=auto nodes=0,0,1,1 "
+         "chose=naive/0/copy ns=naive/0:2,naive/0/copy:1",
+         "does not plan"},
     };
     const char *good =
         "kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 transb=0 a_out=0 strided=0 shared_gpu=0 "
