@@ -551,8 +551,8 @@ static bool token(const char *s, const char *end, char *buf, size_t len)
     return true;
 }
 
-/* "ALGO/CHUNKS[/GATHER]" in [s, end) (GATHER: nccl or copy; none: as the
- * key's allgather says). */
+/* "ALGO/CHUNKS[/copy]" in [s, end) (/copy: A gathered by the copy engine;
+ * none: as the key's allgather says). */
 static bool parse_cand(const char *s, const char *end, ovl_plan_cand_t *ret)
 {
     const char *slash = memchr(s, '/', (size_t)(end - s));
@@ -566,10 +566,10 @@ static bool parse_cand(const char *s, const char *end, ovl_plan_cand_t *ret)
         return false;
     ret->chunks = (uint32_t)ch;
     ret->allgather = OVL_AG_AUTO;
-    if (slash2 &&
-        (!token(slash2 + 1, end, name, sizeof(name)) ||
-         ovl_ag_pref_parse(name, &ret->allgather) != OVL_OK || ret->allgather == OVL_AG_AUTO))
+    if (slash2 && (!token(slash2 + 1, end, name, sizeof(name)) || strcmp(name, "copy")))
         return false;
+    if (slash2)
+        ret->allgather = OVL_AG_COPY;
     return true;
 }
 
@@ -773,6 +773,11 @@ size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size
             bad = "no choice (measuring, or gave up)";
         if (!bad && p.ncand < 2)
             bad = "fewer than two candidates";
+        /* the gather is ovld's to choose only where the operator left it
+         * (allgather auto): never over a configured nccl or copy */
+        for (uint32_t c = 0; !bad && c < p.ncand; c++)
+            if (p.cand[c].allgather != OVL_AG_AUTO && p.key.allgather != OVL_AG_AUTO)
+                bad = "a gather the key's allgather does not leave to ovld";
         int32_t chosen = -1;
         for (uint32_t c = 0; !bad && c < p.ncand; c++)
             if (p.cand[c].algo == p.chose.algo && p.cand[c].chunks == p.chose.chunks &&

@@ -114,8 +114,8 @@ void ovld_tune_clear(ovld_tune_t *t);
  * words for the device model and driver (no newline), then per key (the
  * chosen ones only with chosen_only: the state file's), one line
  *   KEY chose=CAND ns=CAND:MEDIAN,... [measuring|gave-up]
- * CAND being ALGO/CHUNKS, and /copy or /nccl where the candidate gathers
- * A otherwise than the key's allgather says (ovl_plan_cand_t),
+ * CAND being ALGO/CHUNKS, and /copy where the candidate gathers A by the
+ * copy engine (only in keys of allgather auto; ovl_plan_cand_t),
  * KEY being space-separated name=value fields (docs/performance.md), the
  * medians in ns over the samples taken (0: none yet), a candidate dropped
  * for failing marked "!", chose=- where there is no choice. Only chosen

@@ -704,6 +704,13 @@ static void test_bad_lines(void **state)
         {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0 "
          "ns=naive/0:1,naive/0/pigeon:2",
          "ns: a candidate"},
+        {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0 "
+         "ns=naive/0:1,naive/0/nccl:2",
+         "ns: a candidate"},
+        /* never over the operator's allgather */
+        {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 allgather=nccl chose=naive/0/copy "
+         "ns=naive/0:2,naive/0/copy:1",
+         "does not leave to ovld"},
         {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0/copy "
          "ns=naive/0:1,ring/0:2",
          "none of the candidates"},
