@@ -767,6 +767,8 @@ size_t ovld_tune_load(ovld_tune_t *t, const char *device, const char *text, size
         parsed_t p;
         const char *bad = parse_line(s, le, &p);
         uint64_t scratch;
+        if (!bad && p.key.kind == 0) /* the planner would read it as ag_gemm */
+            bad = "kind missing";
         if (!bad && p.key.node_of && p.nnodes != p.key.world)
             bad = "nodes: not one per rank";
         if (!bad && (p.measuring || !p.have_chose))

@@ -707,6 +707,8 @@ static void test_bad_lines(void **state)
         {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 chose=naive/0 "
          "ns=naive/0:1,naive/0/nccl:2",
          "ns: a candidate"},
+        /* every key names its kind */
+        {"world=2 m=64 n=64 k=64 dtype=bf16 chose=ring/0 ns=ring/0:1,naive/0:2", "kind missing"},
         /* never over the operator's allgather */
         {"kind=ag_gemm world=2 m=64 n=64 k=64 dtype=bf16 allgather=nccl chose=naive/0/copy "
          "ns=naive/0:2,naive/0/copy:1",
