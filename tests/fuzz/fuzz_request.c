@@ -73,7 +73,7 @@
 
 /* Clean text per RFC 3629 and text.h, written independently of text.c:
  * shortest forms only, no surrogates, nothing past U+10FFFF, no C0, DEL or
- * C1 control character. */
+ * C1 control character, and no bidirectional control. */
 static bool ref_clean(const uint8_t *s, size_t n)
 {
     size_t i = 0;
@@ -108,6 +108,11 @@ static bool ref_clean(const uint8_t *s, size_t n)
                 return false;
         }
         if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f))
+            return false;
+        /* bidirectional controls (Trojan Source): ALM, LRM, RLM, the
+         * embeddings and overrides, the isolates */
+        if (cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+            (cp >= 0x2066 && cp <= 0x2069))
             return false;
         i += len;
     }
