@@ -79,6 +79,10 @@ static void other_config(ovld_config_t *c)
     c->capture_streams = 2;
     c->allgather = OVL_AG_COPY;
     c->peer_timeout_ms = 1500;
+    c->tune_samples = 3;
+    c->tune_entries = 77;
+    c->tune_entries_per_uid = 9;
+    snprintf(c->state_dir, sizeof(c->state_dir), "/var/lib/ovl-other");
     c->n_peer_allow = 2;
     c->peer_allow[0] = (ovld_net_t){.family = AF_INET, .prefix = 8, .addr = {10}};
     c->peer_allow[1] = (ovld_net_t){.family = AF_INET6, .prefix = 128, .addr = {0xfd, [15] = 1}};
@@ -129,6 +133,11 @@ static void check_in_range(const ovld_config_t *c)
     CHECK(c->capture_streams <= 8);
     CHECK(ovl_ag_pref_name(c->allgather) != NULL);
     CHECK(c->peer_timeout_ms >= 500 && c->peer_timeout_ms <= 60000);
+    CHECK(c->tune_samples <= 64);
+    CHECK(c->tune_entries >= 1 && c->tune_entries <= 65536);
+    CHECK(c->tune_entries_per_uid >= 1 && c->tune_entries_per_uid <= 65536);
+    CHECK(terminated(c->state_dir, sizeof(c->state_dir)));
+    CHECK(!c->state_dir[0] || c->state_dir[0] == '/');
     CHECK(terminated(c->peer_listen, sizeof(c->peer_listen)));
     CHECK(terminated(c->peer_advertise, sizeof(c->peer_advertise)));
     CHECK(terminated(c->peer_key_file, sizeof(c->peer_key_file)));
@@ -153,8 +162,8 @@ static void check_in_range(const ovld_config_t *c)
     }
 }
 
-/* The config as a file, every key set (socket_group and the peer_* text
- * keys only when set: an empty value is an error). */
+/* The config as a file, every key set (socket_group, state_dir and the
+ * peer_* text keys only when set: an empty value is an error). */
 static size_t render(const ovld_config_t *c, char *out, size_t cap)
 {
     char mappings[24], allow[2048];
@@ -175,7 +184,9 @@ static size_t render(const ovld_config_t *c, char *out, size_t cap)
         "\ndefault_algo = %s\n"
         "default_chunks = %" PRIu32 "\ndefault_streams = %" PRIu32 "\nhold_limit_ms = %" PRIu32
         "\ngate_spin_ms = %" PRIu32 "\nreplay_cache = %" PRIu32 "\ncapture_streams = %" PRIu32
-        "\nallgather = %s\npeer_timeout_ms = %" PRIu32 "\n%s%s%s%s%s%s%s%s%s%s%s%s",
+        "\nallgather = %s\npeer_timeout_ms = %" PRIu32 "\ntune_samples = %" PRIu32
+        "\ntune_entries = %" PRIu32 "\ntune_entries_per_uid = %" PRIu32
+        "\n%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
         c->socket_path, c->socket_group[0] ? "socket_group = " : "", c->socket_group,
         c->socket_group[0] ? "\n" : "", c->socket_mode, ovld_log_level_name(c->log_level),
         ovld_backend_kind_name(c->backend), c->host_devices, c->max_frame_bytes, c->max_connections,
@@ -184,11 +195,12 @@ static size_t render(const ovld_config_t *c, char *out, size_t cap)
         c->max_registrations_per_uid, c->max_mapped_bytes_per_uid, mappings, c->hello_timeout_ms,
         ovl_algo_name(c->default_algo), c->default_chunks, c->default_streams, c->hold_limit_ms,
         c->gate_spin_ms, c->replay_cache, c->capture_streams, ovl_ag_pref_name(c->allgather),
-        c->peer_timeout_ms, c->peer_listen[0] ? "peer_listen = " : "", c->peer_listen,
-        c->peer_listen[0] ? "\n" : "", c->peer_advertise[0] ? "peer_advertise = " : "",
-        c->peer_advertise, c->peer_advertise[0] ? "\n" : "",
-        c->peer_key_file[0] ? "peer_key_file = " : "", c->peer_key_file,
-        c->peer_key_file[0] ? "\n" : "", allow[0] ? "peer_allow = " : "", allow,
+        c->peer_timeout_ms, c->tune_samples, c->tune_entries, c->tune_entries_per_uid,
+        c->state_dir[0] ? "state_dir = " : "", c->state_dir, c->state_dir[0] ? "\n" : "",
+        c->peer_listen[0] ? "peer_listen = " : "", c->peer_listen, c->peer_listen[0] ? "\n" : "",
+        c->peer_advertise[0] ? "peer_advertise = " : "", c->peer_advertise,
+        c->peer_advertise[0] ? "\n" : "", c->peer_key_file[0] ? "peer_key_file = " : "",
+        c->peer_key_file, c->peer_key_file[0] ? "\n" : "", allow[0] ? "peer_allow = " : "", allow,
         allow[0] ? "\n" : "");
     CHECK(n > 0 && (size_t)n < cap);
     return (size_t)n;
@@ -343,7 +355,8 @@ static const char *const keys[] = {
     "max_ranks_per_uid", "max_registrations_per_uid", "max_mapped_bytes_per_uid", "max_mappings",
     "hello_timeout_ms", "default_algo", "default_chunks", "default_streams", "hold_limit_ms",
     "gate_spin_ms", "replay_cache", "capture_streams", "allgather", "peer_listen",
-    "peer_advertise", "peer_key_file", "peer_timeout_ms", "peer_allow", "unknown_key"};
+    "peer_advertise", "peer_key_file", "peer_timeout_ms", "peer_allow", "tune_samples",
+    "tune_entries", "tune_entries_per_uid", "state_dir", "unknown_key"};
 static const char *const values[] = {
     "0", "1", "2", "7", "8", "9", "63", "64", "65", "99", "100", "4095", "4096", "4097",
     "65535", "65536", "65537", "1048576", "1048577", "16777216", "16777217", "600000", "600001",
