@@ -779,13 +779,6 @@ static bool gathers_scales(const bopts_t *o)
     return o->sc.on && o->op == OVL_OP_AG_GEMM && o->sc.a_mode != OVL_SCALE_TENSOR;
 }
 
-/* A's scales a row of A of K columns, as the gathers move them: 1 by row
- * (and by tensor), ceil(K/128) by 1x128 (ovl_demo_a_scale_cols). */
-static uint64_t a_scale_cols(const bopts_t *o, uint64_t K)
-{
-    return ovl_demo_a_scale_cols(&o->sc, K);
-}
-
 /* ------------------------------------------------------------ fp8 data, on the host */
 
 /*
@@ -825,7 +818,7 @@ static void *hmat_part(void *arg)
 {
     const hpart_t *p = arg;
     const hmat_t *m = p->m;
-    uint64_t kq = m->cols / OVL_SCALE_BLOCK + (m->cols % OVL_SCALE_BLOCK != 0);
+    uint64_t kq = ovl_scale_blocks(m->cols);
     for (uint64_t i = p->lo; i < p->hi; i++) {
         const float *srow = !m->scale                     ? NULL
                             : m->mode == OVL_SCALE_TENSOR ? m->scale
@@ -1512,7 +1505,7 @@ static int scaled_ref_inputs(const bopts_t *o, shape_t sh, uint32_t rank, float 
             a.f = ha + q * kq;
             a.row0 = (uint64_t)rank * m;
             if (!one) /* the block's rows' scales (by 1x128 a row of them each) */
-                a.scale = sq + rank * m * a_scale_cols(o, kq);
+                a.scale = sq + rank * m * ovl_demo_a_scale_cols(&o->sc, kq);
         } else { /* q's shard, rows [q m, (q+1) m) */
             a.f = ha + q * m * K;
         }
@@ -2348,8 +2341,8 @@ static int bl_iter(const bopts_t *o, bgpu_t *gp, shape_t sh, int what, int slot)
         }
         return 0;
     }
-    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K), sh.M / o->world * a_scale_cols(o, sh.K),
-                  what) != 0)
+    if (bl_gather(o, gp, (size_t)(sh.M / o->world * sh.K),
+                  sh.M / o->world * ovl_demo_a_scale_cols(&o->sc, sh.K), what) != 0)
         goto out;
     for (uint32_t i = 0; i < o->world; i++) {
         if (what == BL_UNFUSED && bl_gemm(o, &gp[i], sh) != 0)
@@ -2494,8 +2487,9 @@ static int bl_setup_scaled(const bopts_t *o, bgpu_t *g, uint32_t i, shape_t sh)
                               m * N * ces, cudaMemcpyDefault, g->s));
     } else {
         PCUDA(cudaMalloc(&g->g, M * K));
-        if (gathers_scales(o)) /* M rows of scales, a_scale_cols a row */
-            PCUDA(cudaMalloc((void **)&g->sg, M * a_scale_cols(o, K) * sizeof(float)));
+        if (gathers_scales(o)) /* M rows of scales, ovl_demo_a_scale_cols a row */
+            PCUDA(
+                cudaMalloc((void **)&g->sg, M * ovl_demo_a_scale_cols(&o->sc, K) * sizeof(float)));
     }
     rc = 0;
 out:
@@ -2689,7 +2683,8 @@ static int bl_phase(const bopts_t *o)
         }
         /* G whole (and by row its scales) before anything is timed: the GEMM
          * alone reads it */
-        if (bl_gather(o, gp, (size_t)(m * sh.K), m * a_scale_cols(o, sh.K), BL_UNFUSED) != 0 ||
+        if (bl_gather(o, gp, (size_t)(m * sh.K), m * ovl_demo_a_scale_cols(&o->sc, sh.K),
+                      BL_UNFUSED) != 0 ||
             bl_sync(o, gp) != 0)
             goto out;
         char gemm[32];
@@ -3044,7 +3039,8 @@ static int build_rows(const bopts_t *o, row_t *rows)
         double gbytes = rs ? (double)sh.M * (double)sh.N * (double)ces / 1e9
                            : (double)sh.M * (double)sh.K * (double)es / 1e9;
         if (gathers_scales(o)) /* and the rows' fp32 scales, which it moves too */
-            gbytes += (double)sh.M * (double)a_scale_cols(o, sh.K) * sizeof(float) / 1e9;
+            gbytes +=
+                (double)sh.M * (double)ovl_demo_a_scale_cols(&o->sc, sh.K) * sizeof(float) / 1e9;
         const double *bl = g_bl[si];
         bool gs = gathers_scales(o);
         const char *names[NBROWS] = {rs   ? "reduce-scatter"

@@ -68,9 +68,7 @@ static inline float ovl_demo_scale(uint64_t seed, uint32_t r, int which, uint64_
 static inline uint64_t ovl_demo_a_scale_cols(const ovl_demo_scaled_t *sc, uint64_t k)
 {
     uint64_t r, c;
-    if (sc->a_mode == OVL_SCALE_TENSOR || ovl_scale_shape(sc->a_mode, 0, 1, k, &r, &c) != OVL_OK)
-        return 1;
-    return c;
+    return ovl_scale_shape(sc->a_mode, 0, 1, k, &r, &c) == OVL_OK ? c : 1;
 }
 
 /* How many A scales an A of `rows` rows and k columns has (1 by tensor),
@@ -122,7 +120,8 @@ static inline void ovl_demo_fill_a_scale(const ovl_demo_scaled_t *sc, float *dst
 static inline void ovl_demo_fill_b_scale(const ovl_demo_scaled_t *sc, float *dst, uint64_t n,
                                          uint64_t k, uint64_t seed, uint32_t r)
 {
-    for (uint64_t e = 0; e < ovl_demo_b_scales(sc, n, k); e++)
+    uint64_t count = ovl_demo_b_scales(sc, n, k);
+    for (uint64_t e = 0; e < count; e++)
         dst[e] = ovl_demo_scale(seed, r, OVL_DEMO_WHICH_B_SCALE, e);
 }
 

@@ -1156,14 +1156,11 @@ static int cmd_tune(int argc, char **argv)
                t->keys, t->keys == 1 ? "" : "s", t->chosen, t->file[0] ? t->file : "memory only");
         /* the table's lines after its first (the device's), each escaped
          * for a terminal */
-        const char *line = strchr(t->text, '\n');
-        while (line && line[1]) {
-            const char *next = strchr(line + 1, '\n');
-            size_t len = next ? (size_t)(next - line - 1) : strlen(line + 1);
-            char *one = strndup(line + 1, len);
-            printf("%s\n", one ? term(one) : "?");
-            free(one);
-            line = next;
+        const char *body = strchr(t->text, '\n');
+        if (body && body[1]) {
+            print_lines(stdout, ++body);
+            if (body[strlen(body) - 1] != '\n')
+                putchar('\n');
         }
     }
     libovl_response_free(r);

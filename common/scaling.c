@@ -58,9 +58,7 @@ uint64_t ovl_scaling_row_granule(uint64_t a_mode)
 ovl_status_t ovl_scale_shape(ovl_scale_mode_t mode, int b, uint64_t rows, uint64_t k,
                              uint64_t *ret_rows, uint64_t *ret_cols)
 {
-    /* ceilings without k + 127 overflowing */
-    uint64_t kq = k / OVL_SCALE_BLOCK + (k % OVL_SCALE_BLOCK != 0);
-    uint64_t rq = rows / OVL_SCALE_BLOCK + (rows % OVL_SCALE_BLOCK != 0);
+    uint64_t kq = ovl_scale_blocks(k), rq = ovl_scale_blocks(rows);
 
     switch (mode) {
     case OVL_SCALE_TENSOR:

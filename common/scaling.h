@@ -28,6 +28,13 @@ const char *ovl_scaling_refusal(uint64_t dtype, uint64_t b_dtype, uint64_t out_d
  */
 const char *ovl_scaling_shape_refusal(uint64_t a_mode, uint64_t b_mode, uint64_t rows, uint64_t n);
 
+/* Scale blocks along len elements: ceil(len / OVL_SCALE_BLOCK), without
+ * len + 127 overflowing. */
+static inline uint64_t ovl_scale_blocks(uint64_t len)
+{
+    return len / OVL_SCALE_BLOCK + (len % OVL_SCALE_BLOCK != 0);
+}
+
 /* The rows of A that a GEMM of a scaled op cuts in (chunks are multiples
  * of it): 4 with A 1x128 (above), else 1. */
 uint64_t ovl_scaling_row_granule(uint64_t a_mode);

@@ -284,6 +284,18 @@ static ovl_demo_rs_shape_t rs_shape(const opts_t *o)
                                  .seed = o->seed};
 }
 
+/* ovl_host_free of each buffer given (NULL ones skipped); rc, or -1 where
+ * rc was 0 and a free failed (the first failure said). */
+static int host_free_all(ovl_client_t *cl, uint32_t rank, void *const *bufs, size_t n, int rc)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bufs[i] && ovl_host_free(cl, bufs[i]) != OVL_OK && rc == 0) {
+            fprintf(stderr, "rank %u: ovl_host_free: %s\n", rank, ovl_last_error(cl));
+            rc = -1;
+        }
+    return rc;
+}
+
 /*
  * --op rs on the host backend: A ((world*m) x k), B and C (m x n) in memory
  * shared with ovld, filled as ovl-demo fills them; the op, then C against
@@ -323,12 +335,7 @@ static int run_host_rs(const opts_t *o, ovl_client_t *cl, ovl_comm_t *comm, doub
 out:
     free(ref);
     void *bufs[] = {c, b, a};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (bufs[i] && ovl_host_free(cl, bufs[i]) != OVL_OK && rc == 0) {
-            fprintf(stderr, "rank %u: ovl_host_free: %s\n", rank, ovl_last_error(cl));
-            rc = -1;
-        }
-    return rc;
+    return host_free_all(cl, rank, bufs, sizeof(bufs) / sizeof(bufs[0]), rc);
 }
 
 /*
@@ -389,12 +396,7 @@ out:
     free(ga);
     /* after the op is done (synchronized above, or failed) */
     void *bufs[] = {c, b, a};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (bufs[i] && ovl_host_free(cl, bufs[i]) != OVL_OK && rc == 0) {
-            fprintf(stderr, "rank %u: ovl_host_free: %s\n", rank, ovl_last_error(cl));
-            rc = -1;
-        }
-    return rc;
+    return host_free_all(cl, rank, bufs, sizeof(bufs) / sizeof(bufs[0]), rc);
 }
 
 /*
@@ -472,12 +474,7 @@ out:
     free(ref);
     free(ga);
     void *bufs[] = {a, b, c, bias, sa, sb};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (bufs[i] && ovl_host_free(cl, bufs[i]) != OVL_OK && rc == 0) {
-            fprintf(stderr, "rank %u: ovl_host_free: %s\n", rank, ovl_last_error(cl));
-            rc = -1;
-        }
-    return rc;
+    return host_free_all(cl, rank, bufs, sizeof(bufs) / sizeof(bufs[0]), rc);
 }
 
 #ifdef OVL_HAVE_CUDA

@@ -715,12 +715,6 @@ static ovl_status_t check_scaled(const ovld_gemm_args_t *g, char *err, size_t er
     return OVL_OK;
 }
 
-/* Block scales per row of a matrix of k columns: ceil(k / 128). */
-static uint64_t scale_blocks(uint64_t k)
-{
-    return k / OVL_SCALE_BLOCK + (k % OVL_SCALE_BLOCK != 0);
-}
-
 /*
  * dst = src^T in fp32 on s: src rows x cols row-major (dense), dst cols x
  * rows row-major (dense), by cublasLtMatrixTransform (no kernel of ours).
@@ -1036,7 +1030,7 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
         ptrs.bias = g->bias;
         sa_rows = key.a_mode == OVL_SCALE_ROW;
         blocks = ovl_scale_mode_is_block((ovl_scale_mode_t)key.a_mode); /* and B's: the rule */
-        kq = scale_blocks(key.k);
+        kq = ovl_scale_blocks(key.k);
         span = (key.nblocks - 1) * key.block_stride + key.rows;
         if ((sa_rows || blocks || key.b_mode == OVL_SCALE_ROW) && key.nblocks > 1) {
             /* OUTER_VEC_32F and a strided batch: the heuristic answers
@@ -1092,10 +1086,11 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
             sa_pitch = round_up(key.rows * kq * sizeof(float), LT_WS_ALIGN);
             sa_bytes = sa_pitch * loops;
             sb_ld = round_up(kq, 4);
-            sb_bytes = round_up(
-                (key.b_mode == OVL_SCALE_BLOCK_1X128 ? key.n * kq : scale_blocks(key.n) * sb_ld) *
-                    sizeof(float),
-                LT_WS_ALIGN);
+            sb_bytes =
+                round_up((key.b_mode == OVL_SCALE_BLOCK_1X128 ? key.n * kq
+                                                              : ovl_scale_blocks(key.n) * sb_ld) *
+                             sizeof(float),
+                         LT_WS_ALIGN);
         }
         need = ones_bytes + vec_bytes + sa_bytes + sb_bytes + bias_bytes;
         if (workspace_bytes < need) {
@@ -1179,11 +1174,12 @@ ovl_status_t ovld_lt_gemm(ovld_lt_t *lt, cudaStream_t s, void *workspace, size_t
             cudaError_t ce = cudaSuccess;
             if (sb_ld != kq)
                 ce = cudaMemsetAsync(
-                    sb_copy, 0, (size_t)scale_blocks(key.n) * (size_t)sb_ld * sizeof(float), s);
+                    sb_copy, 0, (size_t)ovl_scale_blocks(key.n) * (size_t)sb_ld * sizeof(float), s);
             if (ce == cudaSuccess)
-                ce = cudaMemcpy2DAsync(sb_copy, (size_t)(sb_ld * sizeof(float)), g->b_scale,
-                                       (size_t)(kq * sizeof(float)), (size_t)(kq * sizeof(float)),
-                                       (size_t)scale_blocks(key.n), cudaMemcpyDeviceToDevice, s);
+                ce =
+                    cudaMemcpy2DAsync(sb_copy, (size_t)(sb_ld * sizeof(float)), g->b_scale,
+                                      (size_t)(kq * sizeof(float)), (size_t)(kq * sizeof(float)),
+                                      (size_t)ovl_scale_blocks(key.n), cudaMemcpyDeviceToDevice, s);
             if (ce != cudaSuccess) {
                 status = cuda_fail(err, errlen, "cudaMemcpy2DAsync (128x128 b_scale to scratch)",
                                    ce, &key);

@@ -281,11 +281,6 @@ static void zero_c(ovl_dtype_t dtype, size_t rows, size_t n, unsigned char *c, s
 _Static_assert(GEMM_KB % GEMM_KU == 0, "a k block must hold whole groups of GEMM_KU");
 _Static_assert(OVL_SCALE_BLOCK % GEMM_KU == 0, "a scale block must hold whole groups of GEMM_KU");
 
-/* Block scales per row of a matrix of k columns: ceil(k / 128). */
-static size_t scale_blocks(uint64_t k)
-{
-    return (size_t)(k / OVL_SCALE_BLOCK + (k % OVL_SCALE_BLOCK != 0));
-}
 _Static_assert(GEMM_KU == 4, "hostgemm.h documents the sum in groups of 4");
 
 /*
@@ -569,7 +564,7 @@ ovl_status_t ovl_host_gemm_args(const ovld_gemm_args_t *g)
         jb.sb_step = g->b_mode == OVL_SCALE_ROW;
         jb.bias = g->bias;
         jb.blocks = ovl_scale_mode_is_block(g->a_mode);
-        jb.sa_ld = jb.sb_ld = scale_blocks(g->k);
+        jb.sa_ld = jb.sb_ld = (size_t)ovl_scale_blocks(g->k);
         jb.sb_div = g->b_mode == OVL_SCALE_BLOCK_128X128 ? OVL_SCALE_BLOCK : 1;
     }
     return gemm_run(&jb);
@@ -627,7 +622,7 @@ ovl_status_t ovl_ref_gemm_scaled(const ovld_gemm_args_t *g, double *ref, size_t 
         return st;
     size_t m_ = (size_t)g->rows, n_ = (size_t)g->n, k_ = (size_t)g->k;
     size_t lda = (size_t)g->a.ld, ldb = (size_t)g->b.ld, ldacc = (size_t)g->acc.ld;
-    size_t kq = scale_blocks(g->k);
+    size_t kq = (size_t)ovl_scale_blocks(g->k);
     for (size_t blk = 0; blk < g->nblocks; blk++) {
         for (size_t i = 0; i < m_; i++) {
             size_t r = blk * (size_t)g->block_stride + i;

@@ -63,6 +63,7 @@
 #include <stdint.h>
 
 #include "ovl.h"
+#include "scaling.h"
 
 #define OVL_PLAN_MAX_WORLD   1024
 #define OVL_PLAN_MAX_CHUNKS  64
@@ -392,9 +393,7 @@ static inline bool ovl_plan_scales_per_row(const ovl_plan_params_t *p)
 }
 static inline uint64_t ovl_plan_scale_cols(const ovl_plan_params_t *p)
 {
-    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_BLOCK_1X128
-               ? p->k / OVL_SCALE_BLOCK + (p->k % OVL_SCALE_BLOCK != 0)
-               : 1;
+    return p->sc.scaled && p->sc.a_mode == OVL_SCALE_BLOCK_1X128 ? ovl_scale_blocks(p->k) : 1;
 }
 
 /* Ring across nodes: the event a rank records once chunk j's RAIL has
