@@ -142,10 +142,7 @@ static char *tune_text(ovld_t *d, size_t *len)
 {
     if (!d->tune || !d->tune_path[0] || !ovld_tune_take_dirty(d->tune))
         return NULL;
-    ovld_tunefile_t f;
-    snprintf(f.path, sizeof(f.path), "%s", d->tune_path);
-    snprintf(f.device, sizeof(f.device), "%s", d->tune_device);
-    char *text = ovld_tunefile_text(&f, d->tune, len);
+    char *text = ovld_tune_text(d->tune, d->tune_device, true, len);
     if (!text)
         ovld_tune_set_dirty(d->tune);
     return text;

@@ -95,16 +95,6 @@ out:
     return taken;
 }
 
-char *ovld_tunefile_text(const ovld_tunefile_t *f, const ovld_tune_t *t, size_t *ret_len)
-{
-    size_t need = ovld_tune_format(t, f->device, true, NULL, 0);
-    char *text = malloc(need + 1);
-    if (text)
-        ovld_tune_format(t, f->device, true, text, need + 1);
-    *ret_len = need;
-    return text;
-}
-
 ovl_status_t ovld_tunefile_write(const char *path, const char *text, size_t len, char *err,
                                  size_t errlen)
 {

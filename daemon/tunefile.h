@@ -31,10 +31,6 @@ ovl_status_t ovld_tunefile_init(ovld_tunefile_t *f, const char *state_dir, const
  * or could not read is logged. Returns the choices taken. */
 size_t ovld_tunefile_load(const ovld_tunefile_t *f, ovld_tune_t *t);
 
-/* t's chosen keys as the file holds them (malloc'ed, *ret_len bytes), on
- * the loop thread; NULL without memory. */
-char *ovld_tunefile_text(const ovld_tunefile_t *f, const ovld_tune_t *t, size_t *ret_len);
-
 /* Writes text to path whole, on any thread (a worker's: it waits for the
  * disk): a temporary file beside it, written, fsynced, renamed over it,
  * then the directory fsynced; the temporary file is removed on any

@@ -162,11 +162,12 @@ static void unhash(ovld_tune_t *t, entry_t *e)
         }
 }
 
-static entry_t *find_id(ovld_tune_t *t, uint64_t id)
+/* The entry a ticket names, through the index (NULL: gone since). */
+static entry_t *find_id(ovld_tune_t *t, ovld_tune_ticket_t tk)
 {
-    for (size_t i = 0; i < t->n; i++)
-        if (t->ents[i]->id == id)
-            return t->ents[i];
+    for (entry_t *e = t->buckets[tk.hash & (t->nbuckets - 1)]; e; e = e->hnext)
+        if (e->id == tk.entry)
+            return e;
     return NULL;
 }
 
@@ -174,6 +175,10 @@ static entry_t *find_id(ovld_tune_t *t, uint64_t id)
  * uid holds max_per_uid, else the least recently used of all when full. */
 static void make_room(ovld_tune_t *t, uint32_t uid)
 {
+    /* no user's bound to keep (a loaded key has no user): only a full
+     * table makes room, and a table loading is never full */
+    if (t->n < t->max && (uid == OWNER_NONE || t->max_per_uid == 0))
+        return;
     size_t mine = 0, lru = SIZE_MAX, lru_mine = SIZE_MAX;
     for (size_t i = 0; i < t->n; i++) {
         const entry_t *e = t->ents[i];
@@ -246,6 +251,17 @@ static void give_up(entry_t *e)
     e->samp = NULL;
 }
 
+/* The median of a candidate's samples so far (0: none). */
+static uint64_t median_now(const ovld_tune_t *t, const entry_t *e, uint32_t c)
+{
+    if (e->chosen >= 0 || !e->samp || e->nsamp[c] == 0)
+        return e->med[c];
+    uint64_t s[OVLD_TUNE_MAX_SAMPLES];
+    memcpy(s, e->samp + (size_t)c * t->samples, e->nsamp[c] * sizeof(*s));
+    qsort(s, e->nsamp[c], sizeof(*s), cmp_u64);
+    return s[e->nsamp[c] / 2];
+}
+
 /* Every candidate has its samples, or is dropped: the least median wins;
  * all dropped: no choice (give_up). */
 static void maybe_choose(ovld_tune_t *t, entry_t *e)
@@ -257,9 +273,7 @@ static void maybe_choose(ovld_tune_t *t, entry_t *e)
     for (uint32_t c = 0; c < e->ncand; c++) {
         if (dropped(t, e, c))
             continue;
-        uint64_t *s = e->samp + (size_t)c * t->samples;
-        qsort(s, t->samples, sizeof(*s), cmp_u64);
-        e->med[c] = s[t->samples / 2];
+        e->med[c] = median_now(t, e, c);
         if (best < 0 || e->med[c] < e->med[best])
             best = (int32_t)c;
     }
@@ -324,7 +338,7 @@ void ovld_tune_pick(ovld_tune_t *t, uint32_t uid, ovl_plan_params_t *pp, ovld_tu
         e->next = (c + 1) % e->ncand;
         apply(&e->cand[c], pp);
         pp->chosen = OVL_CHOSEN_TRYING;
-        *ret = (ovld_tune_ticket_t){.entry = e->id, .cand = c};
+        *ret = (ovld_tune_ticket_t){.entry = e->id, .hash = e->hash, .cand = c};
         return;
     }
 }
@@ -364,7 +378,7 @@ void ovld_tune_record(ovld_tune_t *t, ovld_tune_ticket_t tk, ovld_tune_outcome_t
 {
     if (!t || tk.entry == 0)
         return;
-    entry_t *e = find_id(t, tk.entry);
+    entry_t *e = find_id(t, tk);
     if (!e || e->chosen != MEASURING || tk.cand >= e->ncand)
         return;
     uint32_t c = tk.cand;
@@ -476,15 +490,14 @@ static void put_cand(out_t *o, const ovl_plan_cand_t *c)
         put(o, "/%s", name_or(ovl_ag_pref_name(c->allgather)));
 }
 
-/* The median of a candidate's samples so far (0: none). */
-static uint64_t median_now(const ovld_tune_t *t, const entry_t *e, uint32_t c)
+char *ovld_tune_text(const ovld_tune_t *t, const char *device, bool chosen_only, size_t *ret_len)
 {
-    if (e->chosen >= 0 || !e->samp || e->nsamp[c] == 0)
-        return e->med[c];
-    uint64_t s[OVLD_TUNE_MAX_SAMPLES];
-    memcpy(s, e->samp + (size_t)c * t->samples, e->nsamp[c] * sizeof(*s));
-    qsort(s, e->nsamp[c], sizeof(*s), cmp_u64);
-    return s[e->nsamp[c] / 2];
+    size_t need = ovld_tune_format(t, device, chosen_only, NULL, 0);
+    char *text = malloc(need + 1);
+    if (text)
+        ovld_tune_format(t, device, chosen_only, text, need + 1);
+    *ret_len = need;
+    return text;
 }
 
 size_t ovld_tune_format(const ovld_tune_t *t, const char *device, bool chosen_only, char *buf,

@@ -49,6 +49,7 @@ typedef struct ovld_tune ovld_tune_t;
  * is not being measured; nothing to report). */
 typedef struct ovld_tune_ticket {
     uint64_t entry; /* the key's entry, by its number (never reused) */
+    uint64_t hash;  /* its key's hash: where the index finds it */
     uint32_t cand;
 } ovld_tune_ticket_t;
 
@@ -123,6 +124,9 @@ void ovld_tune_clear(ovld_tune_t *t);
  */
 size_t ovld_tune_format(const ovld_tune_t *t, const char *device, bool chosen_only, char *buf,
                         size_t len);
+/* The same text, malloc'ed whole (*ret_len bytes and a NUL); NULL without
+ * memory. */
+char *ovld_tune_text(const ovld_tune_t *t, const char *device, bool chosen_only, size_t *ret_len);
 
 /*
  * Takes the chosen keys of a text ovld_tune_format made (len bytes, not

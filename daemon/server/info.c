@@ -457,13 +457,12 @@ void ovld_info_tune(ovld_conn_t *c, uint64_t id, const Ovl__TuneRequest *q)
         ovld_tune_clear(d->tune);
         log_info("measured choices cleared by uid %u (pid %d)", (unsigned)c->uid, (int)c->pid);
     }
-    size_t need = ovld_tune_format(d->tune, d->tune_device, false, NULL, 0);
-    char *text = malloc(need + 1);
+    size_t need;
+    char *text = ovld_tune_text(d->tune, d->tune_device, false, &need);
     if (!text) {
         ovld_reply_error(c, id, OVL_ERR_NOMEM, "out of memory");
         return;
     }
-    ovld_tune_format(d->tune, d->tune_device, false, text, need + 1);
     Ovl__TuneReply tr = OVL__TUNE_REPLY__INIT;
     tr.measuring = d->tune != NULL;
     tr.file = d->tune_path;
