@@ -572,21 +572,32 @@ def _blocks(x):
     return -(-x // _lib.SCALE_BLOCK)
 
 
+def _b_list(b):
+    """(whether b is one B, the Bs as a list): 1 to MAX_BS of them."""
+    single = not isinstance(b, (list, tuple))
+    bs = [b] if single else list(b)
+    if not bs:
+        raise InvalidArgument("b: an empty list")
+    if len(bs) > _lib.MAX_BS:
+        raise InvalidArgument("%d Bs given: an op takes at most %d" % (len(bs), _lib.MAX_BS))
+    return single, bs
+
+
 def _scale_fits(shape, rows, kq):
     """The scale modes a scale of this shape fits, for an operand of `rows`
     rows (A: m; B as n x k: n) and kq blocks of 128 of k: tensor (1
     element), row (rows elements), 1x128 (rows x kq; for kq 1, rows
     elements), 128x128 (ceil(rows / 128) x kq)."""
-    count, two = _count(shape), len(shape) == 2
+    count = _count(shape)
     fits = set()
     if count == 1:
         fits.add("tensor")
     if count == rows:
         fits.add("row")
-    if (two and tuple(shape) == (rows, kq)) or (kq == 1 and count == rows):
+    if tuple(shape) == (rows, kq) or (kq == 1 and count == rows):
         fits.add("1x128")
     tile = (_blocks(rows), kq)
-    if (two and tuple(shape) == tile) or (count == 1 and tile == (1, 1)):
+    if tuple(shape) == tile or (count == 1 and tile == (1, 1)):
         fits.add("128x128")
     return fits
 
@@ -1178,12 +1189,7 @@ class Comm:
             key = _fast_key(a, b, out, a_out, return_a, transb, algo, chunks, streams)
             if key is not None and self._fast is not None and key == self._fast[0]:
                 return self._submit_fast(a, b, out, a_out, return_a, stream)
-        bs = list(b) if isinstance(b, (list, tuple)) else [b]
-        single = not isinstance(b, (list, tuple))
-        if not bs:
-            raise InvalidArgument("b: an empty list")
-        if len(bs) > _lib.MAX_BS:
-            raise InvalidArgument("%d Bs given: an op takes at most %d" % (len(bs), _lib.MAX_BS))
+        single, bs = _b_list(b)
         if out is None:
             outs = [None] * len(bs)
         elif single:
@@ -1588,12 +1594,7 @@ class Comm:
     def _scaled_all_gather_matmul(self, a, b, out, a_out, return_a, transb, algo, chunks,
                                   streams, stream, async_op, a_scale, b_scale, out_dtype, bias,
                                   fast_accum, dtype):
-        single = not isinstance(b, (list, tuple))
-        bs = [b] if single else list(b)
-        if not bs:
-            raise InvalidArgument("b: an empty list")
-        if len(bs) > _lib.MAX_BS:
-            raise InvalidArgument("%d Bs given: an op takes at most %d" % (len(bs), _lib.MAX_BS))
+        single, bs = _b_list(b)
         # several Bs: b_scale, bias and out are lists of one per B (bias: all
         # None, or one for every B: ovld takes a bias on every B or on none)
         def per_b(name, v, may_be_none):

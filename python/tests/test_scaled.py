@@ -565,11 +565,7 @@ def test_ag_several_bs():
         sa = scale_array(c, rng.uniform(0.5, 1, m), (m, 1))
         ws = [fp8_array(c, rng.uniform(-2, 2, (n, k)), E5, False) for n in ns]
         sbs = [scale_array(c, rng.uniform(0.5, 1, n), (1, n)) for n in ns]
-        biases = []
-        for n in ns:
-            b = c.empty((n,), "fp32")
-            b[...] = rng.uniform(-1, 1, n).astype(np.float32)
-            biases.append(b)
+        biases = [bias_array(c, rng.uniform(-1, 1, n), "fp32") for n in ns]
         outs = comm.all_gather_matmul(a, [w.T for w in ws], a_scale=sa, b_scale=sbs,
                                       bias=biases, out_dtype="fp32", dtype=(E4, E5))
         assert isinstance(outs, list) and len(outs) == 3

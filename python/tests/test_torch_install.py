@@ -160,6 +160,15 @@ def test_falls_back_once_per_reason():
         "fused_matmul_reduce_scatter: a tensor on a cpu device (ovl takes CUDA tensors)": 1}, st
 
 
+def value_error(fn, *args):
+    """The words of the ValueError fn(*args) raises (AssertionError if none)."""
+    try:
+        fn(*args)
+    except ValueError as e:
+        return str(e)
+    raise AssertionError("no ValueError from %s" % fn)
+
+
 def meta(shape, dtype=torch.float32):
     return torch.empty(shape, dtype=dtype, device="meta")
 
@@ -227,11 +236,8 @@ def test_scaled_ag_fake():
     bad = (meta((4, 8, 64), E4), [col_major(64, 16)], meta((4, 3, 1)), [meta(())], 1, gn, [None],
            [None], [torch.bfloat16], [False])
     for fn in (sm._fused_all_gather_scaled_matmul_fallback, ot._sag_fake):
-        try:
-            fn(*bad)
-            raise AssertionError("no ValueError from %s" % fn)
-        except ValueError as e:
-            assert "Invalid scale shape for fp8 all-gather" in str(e), e
+        e = value_error(fn, *bad)
+        assert "Invalid scale shape for fp8 all-gather" in e, e
 
 
 def test_scaled_rs_fake():
@@ -736,21 +742,15 @@ def test_scaled_block_fake():
                         (tile_a, "128x128 blocks of A (PyTorch's BlockWise128x128), which ovl "
                                  "does not take: it cuts A by rows")):
         for fn in (sm._fused_all_gather_scaled_matmul_fallback, ot._sag_fake):
-            try:
-                fn(*args)
-                raise AssertionError("no ValueError from %s" % fn)
-            except ValueError as e:
-                assert "Invalid scale shape for fp8 all-gather" in str(e), e
-                assert fn is not ot._sag_fake or words in str(e), e
+            e = value_error(fn, *args)
+            assert "Invalid scale shape for fp8 all-gather" in e, e
+            assert fn is not ot._sag_fake or words in e, e
     tile_rs = (meta((256, KB), E4), col_major(KB, 16), meta((2, KQ)), meta((KQ, 16)), "sum", 0,
                0, gn, [256, 16], None, None, torch.bfloat16, False)
     for fn in (sm._fused_scaled_matmul_reduce_scatter_fallback, ot._srs_fake):
-        try:
-            fn(*tile_rs)
-            raise AssertionError("no ValueError from %s" % fn)
-        except ValueError as e:
-            assert "the leading dims of A_scale must match the leading dims of A" in str(e), e
-            assert fn is not ot._srs_fake or "128x128 blocks of A" in str(e), e
+        e = value_error(fn, *tile_rs)
+        assert "the leading dims of A_scale must match the leading dims of A" in e, e
+        assert fn is not ot._srs_fake or "128x128 blocks of A" in e, e
 
 
 def test_scaled_block_ag_through_ovl():
@@ -921,11 +921,8 @@ def test_scaled_block_falls_back():
                                      [bf], [False])),
                      (ot._srs_cuda, (A, B, tile, b1, "sum", 0, 0, "default", [256, 16], None,
                                      None, bf))):
-        try:
-            fn(*args)
-            raise AssertionError("no ValueError from %s" % fn)
-        except ValueError as e:
-            assert tile_words in str(e), e
+        e = value_error(fn, *args)
+        assert tile_words in e, e
 
 
 def test_group_comm_on_first_use():
