@@ -1199,10 +1199,17 @@ static bool collect_results(const opts_t *o, const ranks_t *rk, result_t (*all)[
         for (uint32_t r = 0; r < o->world; r++)
             if (rk->pids[r] == pid && ok)
                 fprintf(stderr, "ovl-demo: rank %u failed; stopping the others\n", r);
-        if (ok)
+        if (ok) {
+            /* a moment first, so that ovld sees the failed rank's
+             * connection close before the others' (its log then names
+             * that rank as the one whose leaving aborted the job): closed
+             * together, ovld may read them in either order */
+            struct timespec pause = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+            nanosleep(&pause, NULL);
             for (uint32_t r = 0; r < o->world; r++)
                 if (rk->pids[r] != pid)
                     kill(rk->pids[r], SIGTERM);
+        }
         ok = false;
     }
     for (uint32_t r = 0; r < o->world; r++) {
